@@ -1,0 +1,84 @@
+// Thin C++ wrapper over the librope C ABI: an owning Plan and exceptions for errors.
+#pragma once
+
+#include <memory>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "rope/rope.h"
+
+namespace rope {
+
+class Error : public std::runtime_error {
+ public:
+  Error(rope_status status, const std::string& what) : std::runtime_error(what), status_(status) {}
+  rope_status status() const { return status_; }
+
+ private:
+  rope_status status_;
+};
+
+// Throws rope::Error with rope_last_error() when status is not ROPE_OK.
+inline void check(rope_status status) {
+  if (status != ROPE_OK) {
+    throw Error(status, std::string(rope_status_string(status)) + ": " + rope_last_error());
+  }
+}
+
+inline rope_config default_config(int32_t head_dim) {
+  rope_config cfg;
+  rope_config_init(&cfg, head_dim);
+  return cfg;
+}
+
+class Plan {
+ public:
+  explicit Plan(const rope_config& cfg) {
+    rope_plan* p = nullptr;
+    check(rope_plan_create(&cfg, &p));
+    plan_.reset(p);
+  }
+  const rope_plan* get() const { return plan_.get(); }
+  rope_plan* get() { return plan_.get(); }
+
+  void set_seq_len(int64_t seq_len) { check(rope_plan_set_seq_len(plan_.get(), seq_len)); }
+
+  std::vector<double> inv_freq(int32_t n_pairs) const {
+    std::vector<double> f(n_pairs);
+    check(rope_plan_inv_freq(plan_.get(), f.data()));
+    return f;
+  }
+
+  void apply(rope_direction dir, rope_role role, const rope_positions& pos, const rope_tensor& in,
+             const rope_tensor* out = nullptr, const rope_exec* exec = nullptr) const {
+    check(rope_apply(plan_.get(), dir, role, &pos, &in, out, exec));
+  }
+
+  void apply_qk(rope_direction dir, const rope_positions& pos, const rope_tensor& q, const rope_tensor& k,
+                const rope_tensor* q_out = nullptr, const rope_tensor* k_out = nullptr,
+                const rope_exec* exec = nullptr) const {
+    check(rope_apply_qk(plan_.get(), dir, &pos, &q, q_out, &k, k_out, exec));
+  }
+
+ private:
+  struct Deleter {
+    void operator()(rope_plan* p) const { rope_plan_destroy(p); }
+  };
+  std::unique_ptr<rope_plan, Deleter> plan_;
+};
+
+// Contiguous [batch, tokens, heads, head_dim] (bshd) view.
+inline rope_tensor bshd(void* data, rope_dtype dtype, int64_t b, int64_t s, int64_t h, int64_t d) {
+  return rope_tensor{data, dtype, b, s, h, s * h * d, h * d, d};
+}
+
+// Positions start, start+1, ... for every sequence.
+inline rope_positions offset_positions(int64_t start = 0) {
+  rope_positions p{};
+  p.kind = ROPE_POSITIONS_OFFSET;
+  p.start = start;
+  return p;
+}
+
+}  // namespace rope

@@ -1,0 +1,43 @@
+// One validated rotation request, shared by the scalar reference and the SIMD backends.
+// A "row" is one (batch, token) pair: row = b·n_tokens + t. Backends process a range of rows,
+// every head of every tensor, so threads split rows and never share outputs.
+#pragma once
+
+#include <cstdint>
+
+#include "plan.h"
+#include "rope/rope.h"
+
+namespace rope {
+
+struct TensorJob {
+  const uint8_t* in;
+  uint8_t* out;  // == in when rotating in place
+  rope_dtype dtype;
+  int64_t n_heads;
+  int64_t in_batch_stride, in_token_stride, in_head_stride;  // elements
+  int64_t out_batch_stride, out_token_stride, out_head_stride;
+  bool in_place;
+  bool is_key;  // xPos: k is scaled by ζ^(-m) instead of ζ^(m)
+};
+
+struct ApplyJob {
+  const rope_plan* plan;
+  bool backward;
+  const rope_positions* positions;
+  int64_t n_batch, n_tokens;
+  TensorJob tensors[2];
+  int n_tensors;
+};
+
+// Position of row (b, t) on each axis: pos[0..n_axes).
+void row_positions(const ApplyJob& job, int64_t b, int64_t t, int64_t* pos);
+
+// Per-pair factor multiplying cos and sin: attention factor × xPos ζ_i^(±m/scale_base).
+// `pair_pos` holds the position of each pair. Writes n_pairs values.
+void pair_scales(const rope_plan& plan, bool is_key, const int64_t* pair_pos, float* scale);
+
+// Scalar reference backend (reference.cc): the readable specification.
+void reference_apply(const ApplyJob& job, int64_t row_begin, int64_t row_end);
+
+}  // namespace rope

@@ -1,0 +1,40 @@
+// Scalar fp16/bf16 <-> fp32 conversions with round-to-nearest-even, shared by the reference backend
+// and the SIMD tails. NaN stays NaN (quieted); the SIMD paths match these bit for bit.
+#pragma once
+
+#include <cstdint>
+#include <cstring>
+
+namespace rope {
+
+inline float bf16_to_f32(uint16_t h) {
+  const uint32_t bits = static_cast<uint32_t>(h) << 16;
+  float f;
+  std::memcpy(&f, &bits, sizeof f);
+  return f;
+}
+
+inline uint16_t f32_to_bf16(float f) {
+  uint32_t bits;
+  std::memcpy(&bits, &f, sizeof bits);
+  if ((bits & 0x7fffffffu) > 0x7f800000u) return static_cast<uint16_t>((bits >> 16) | 0x40u);
+  bits += 0x7fffu + ((bits >> 16) & 1u);
+  return static_cast<uint16_t>(bits >> 16);
+}
+
+inline float f16_to_f32(uint16_t h) {
+  _Float16 v;
+  std::memcpy(&v, &h, sizeof h);
+  return static_cast<float>(v);
+}
+
+inline uint16_t f32_to_f16(float f) {
+  const _Float16 v = static_cast<_Float16>(f);
+  uint16_t h;
+  std::memcpy(&h, &v, sizeof h);
+  return h;
+}
+
+inline size_t dtype_size(int dtype) { return dtype == 0 ? 4 : 2; }
+
+}  // namespace rope
