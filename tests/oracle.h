@@ -1,11 +1,6 @@
-// Test support: a __float128 oracle for RoPE, and strided test tensors with poisoned padding.
-//
-// The oracle recomputes everything independently of librope except θ_i and the attention factor,
-// which it takes from the plan (their own tests check those): m·θ_i is exact in quad precision
-// (31 + 53 bits < 113) and sinq/cosq are correct to ~1e-34.
+// Test support: strided test tensors with poisoned padding, and the __float128 oracle
+// (rope/oracle.h) applied to them.
 #pragma once
-
-#include <quadmath.h>
 
 #include <cmath>
 #include <cstdint>
@@ -15,33 +10,13 @@
 
 #include "rope/rope.h"
 #include "rope/convert.h"
+#include "rope/oracle.h"
 
 namespace rope_test {
 
-using quad = __float128;
-
-inline void quad_cos_sin(int64_t m, double theta, quad* c, quad* s) {
-  const quad angle = static_cast<quad>(m) * static_cast<quad>(theta);
-  *c = cosq(angle);
-  *s = sinq(angle);
-}
-
-// Axis of each rotary pair, from the config alone.
-inline std::vector<int> pair_axes(const rope_config& cfg) {
-  const int n_pairs = cfg.rot_dim / 2;
-  std::vector<int> axis(n_pairs, 0);
-  if (cfg.n_axes == 1) return axis;
-  for (int i = 0; i < n_pairs; ++i) {
-    if (cfg.axes_mode == ROPE_AXES_INTERLEAVED) {
-      axis[i] = i % cfg.n_axes;
-    } else {
-      int a = 0, end = cfg.sections[0];
-      while (i >= end) end += cfg.sections[++a];
-      axis[i] = a;
-    }
-  }
-  return axis;
-}
+using quad = rope::oracle::quad;
+using rope::oracle::pair_axes;
+inline void quad_cos_sin(int64_t m, double theta, quad* c, quad* s) { rope::oracle::cos_sin(m, theta, c, s); }
 
 // A [batch, tokens, heads, head_dim] tensor inside a larger buffer: a random dim order
 // (bshd / sbhd / bhsd) and random padding between rows, with every unused element poisoned.
@@ -143,31 +118,15 @@ inline std::vector<double> oracle_apply(const rope_config& cfg, const std::vecto
   const int n_pairs = cfg.rot_dim / 2;
   const std::vector<int> axis = pair_axes(cfg);
   std::vector<double> out(in.b * in.s * in.h * in.d);
-  std::vector<quad> c(n_pairs), s(n_pairs);
+  std::vector<int64_t> pair_pos(n_pairs);
+  std::vector<float> x(in.d);
   for (int64_t bi = 0; bi < in.b; ++bi) {
     for (int64_t si = 0; si < in.s; ++si) {
-      for (int i = 0; i < n_pairs; ++i) {
-        const int64_t m = oracle_position(pos, cfg.n_axes, in.b, in.s, axis[i], bi, si);
-        quad_cos_sin(m, theta[i], &c[i], &s[i]);
-        quad scale = attention_factor;
-        if (cfg.xpos.enabled) {
-          const quad zeta = (quad(2) * i / cfg.rot_dim + cfg.xpos.gamma) / (1 + quad(cfg.xpos.gamma));
-          scale *= expq((is_key ? -1 : 1) * quad(m) / quad(cfg.xpos.scale_base) * logq(zeta));
-        }
-        c[i] *= scale;
-        s[i] *= backward ? -scale : scale;
-      }
+      for (int i = 0; i < n_pairs; ++i) pair_pos[i] = oracle_position(pos, cfg.n_axes, in.b, in.s, axis[i], bi, si);
       for (int64_t hi = 0; hi < in.h; ++hi) {
-        double* o = &out[((bi * in.s + si) * in.h + hi) * in.d];
-        for (int64_t di = 0; di < in.d; ++di) o[di] = in.get(in.index(bi, si, hi, di));
-        for (int i = 0; i < n_pairs; ++i) {
-          const bool inter = cfg.layout == ROPE_LAYOUT_INTERLEAVED;
-          const int a = cfg.rot_offset + (inter ? 2 * i : i);
-          const int p = a + (inter ? 1 : n_pairs);
-          const quad xa = in.get(in.index(bi, si, hi, a)), xp = in.get(in.index(bi, si, hi, p));
-          o[a] = static_cast<double>(xa * c[i] - xp * s[i]);
-          o[p] = static_cast<double>(xp * c[i] + xa * s[i]);
-        }
+        for (int64_t di = 0; di < in.d; ++di) x[di] = in.get(in.index(bi, si, hi, di));
+        rope::oracle::rotate_head(cfg, theta.data(), attention_factor, pair_pos.data(), backward, is_key,
+                                  x.data(), &out[((bi * in.s + si) * in.h + hi) * in.d]);
       }
     }
   }

@@ -2,8 +2,9 @@
 //  - CosSinExact: cos/sin of m·θ in float64 lanes: exact two-product, Cody–Waite reduction by π/2
 //    with a two-double π/2, fdlibm minimax polynomials, quadrant fix-up, rounded to fp32.
 //  - ApplyRows: per row, per-pair cos/sin (table or on the fly) folded with scale and sign into
-//    layout-shaped vectors C, S; then every head is y = x·C + swap(x)·S (interleaved) or the
-//    half-split equivalent, in fp32 lanes, loading/storing f32, f16 or bf16.
+//    the shapes each kernel reads (TokenCosSin); then, chunk by chunk with cos/sin in registers,
+//    every head: y = x·C + Reverse2(x)·S (interleaved) or the half-split form, in fp32 lanes.
+//    bf16 is done in u32 lanes (a pair per lane, integer rounding), with no shuffles at all.
 // Include guard per target, as Highway requires.
 #if defined(ROPE_CPU_INL_H_) == defined(HWY_TARGET_TOGGLE)
 #ifdef ROPE_CPU_INL_H_
@@ -102,10 +103,7 @@ HWY_INLINE hn::Vec<DF> LoadF(DF df, const float* p) {
   return hn::LoadU(df, p);
 }
 template <class DF>
-HWY_INLINE hn::Vec<DF> LoadF(DF df, const hwy::float16_t* p) {
-  const hn::Rebind<hwy::float16_t, DF> dh;
-  return hn::PromoteTo(df, hn::LoadU(dh, p));
-}
+HWY_INLINE hn::Vec<DF> LoadF(DF df, const hwy::float16_t* p);  // after kNativeF16
 template <class DF>
 HWY_INLINE hn::Vec<DF> LoadF(DF df, const hwy::bfloat16_t* p) {
   const hn::Rebind<hwy::bfloat16_t, DF> dh;
@@ -115,10 +113,43 @@ template <class DF>
 HWY_INLINE void StoreF(DF df, hn::Vec<DF> v, float* p) {
   hn::StoreU(v, df, p);
 }
+// Highway 1.0's f16 emulation (targets without F16C or a native conversion) truncates on the way
+// down and loses NaN on the way up; those targets convert each lane with the scalar routines.
+#if (HWY_ARCH_X86 && HWY_TARGET > HWY_AVX2) || HWY_TARGET == HWY_EMU128 || HWY_TARGET == HWY_SCALAR
+inline constexpr bool kNativeF16 = false;
+#else
+inline constexpr bool kNativeF16 = true;
+#endif
+
 template <class DF>
-HWY_INLINE void StoreF(DF /*df*/, hn::Vec<DF> v, hwy::float16_t* p) {
-  const hn::Rebind<hwy::float16_t, DF> dh;
-  hn::StoreU(hn::DemoteTo(dh, v), dh, p);
+HWY_INLINE hn::Vec<DF> LoadF(DF df, const hwy::float16_t* p) {
+  if constexpr (kNativeF16) {
+    const hn::Rebind<hwy::float16_t, DF> dh;
+    return hn::PromoteTo(df, hn::LoadU(dh, p));
+  } else {  // the emulated promotion loses NaN
+    HWY_ALIGN float lanes[hn::MaxLanes(df)];
+    for (size_t i = 0; i < hn::Lanes(df); ++i) {
+      uint16_t h;
+      std::memcpy(&h, p + i, 2);
+      lanes[i] = f16_to_f32(h);
+    }
+    return hn::Load(df, lanes);
+  }
+}
+
+template <class DF>
+HWY_INLINE void StoreF(DF df, hn::Vec<DF> v, hwy::float16_t* p) {
+  if constexpr (kNativeF16) {
+    const hn::Rebind<hwy::float16_t, DF> dh;
+    hn::StoreU(hn::DemoteTo(dh, v), dh, p);
+  } else {
+    HWY_ALIGN float lanes[hn::MaxLanes(df)];
+    hn::Store(v, df, lanes);
+    for (size_t i = 0; i < hn::Lanes(df); ++i) {
+      const uint16_t h = f32_to_f16(lanes[i]);
+      std::memcpy(p + i, &h, 2);
+    }
+  }
 }
 template <class DF>
 HWY_INLINE void StoreF(DF /*df*/, hn::Vec<DF> v, hwy::bfloat16_t* p) {
@@ -155,53 +186,160 @@ HWY_INLINE void ScalarStore(float v, hwy::bfloat16_t* p) {
   std::memcpy(p, &b, 2);
 }
 
-// Interleaved pairs over rot elements: y = x·C + Reverse2(x)·S with C = (c0, c0, c1, c1, ...)
-// and S = (−s0, s0, −s1, s1, ...).
+// Per-token cos/sin in the shapes the kernels read, scale and direction folded in.
+//   pc, ps: per pair (n_pairs): scalar tails, bf16 interleaved, f32/f16 half.
+//   xc, xs: expanded per element (rot_dim) for f32/f16 interleaved: (c0, c0, c1, c1, ...) and
+//           (−s0, s0, −s1, s1, ...), so y = x·xc + Reverse2(x)·xs.
+//   ec, es: even pairs then odd pairs (n_pairs), for bf16 half, whose u32 lanes hold 2 pairs.
+struct TokenCosSin {
+  std::vector<float> pc, ps, xc, xs, ec, es;
+  void resize(size_t padded) {
+    for (auto* v : {&pc, &ps, &ec, &es}) v->resize(padded);
+    xc.resize(2 * padded);
+    xs.resize(2 * padded);
+  }
+};
+
+struct Heads {
+  const uint8_t* in;
+  uint8_t* out;
+  int64_t n, in_stride, out_stride;  // heads; strides in bytes
+};
+
 template <typename T>
-HWY_INLINE void RotateInterleaved(const T* in, T* out, int32_t rot,
-                                  const float* HWY_RESTRICT cc, const float* HWY_RESTRICT ss) {
+HWY_INLINE const T* InHead(const Heads& h, int64_t i, int32_t offset) {
+  return reinterpret_cast<const T*>(h.in + i * h.in_stride) + offset;
+}
+template <typename T>
+HWY_INLINE T* OutHead(const Heads& h, int64_t i, int32_t offset) {
+  return reinterpret_cast<T*>(h.out + i * h.out_stride) + offset;
+}
+
+// Scalar pairs [first, n_pairs) of every head, any layout (tails and single-lane targets).
+template <typename T>
+HWY_INLINE void RotatePairsScalar(const Heads& heads, int32_t offset, int32_t first, int32_t n_pairs,
+                                  bool interleaved, const TokenCosSin& cs) {
+  for (int64_t h = 0; h < heads.n; ++h) {
+    const T* in = InHead<T>(heads, h, offset);
+    T* out = OutHead<T>(heads, h, offset);
+    for (int32_t i = first; i < n_pairs; ++i) {
+      const int32_t a = interleaved ? 2 * i : i, b = interleaved ? 2 * i + 1 : i + n_pairs;
+      const float xa = ScalarLoad(in + a), xb = ScalarLoad(in + b);
+      ScalarStore(xa * cs.pc[i] - xb * cs.ps[i], out + a);
+      ScalarStore(xb * cs.pc[i] + xa * cs.ps[i], out + b);
+    }
+  }
+}
+
+// f32/f16 interleaved: y = x·xc + Reverse2(x)·xs, cos/sin loaded once per chunk for all heads.
+template <typename T>
+HWY_INLINE void RotateInterleaved(const Heads& heads, int32_t offset, int32_t n_pairs, const TokenCosSin& cs) {
   const hn::ScalableTag<float> df;
   const int32_t lanes = static_cast<int32_t>(hn::Lanes(df));
   int32_t j = 0;
   // A pair must sit inside one vector: single-lane targets take the scalar loop.
-  for (; lanes >= 2 && j + lanes <= rot; j += lanes) {
-    const auto x = LoadF(df, in + j);
-    const auto y = hn::MulAdd(x, hn::LoadU(df, cc + j), hn::Mul(hn::Reverse2(df, x), hn::LoadU(df, ss + j)));
-    StoreF(df, y, out + j);
+  for (; lanes >= 2 && j + lanes <= 2 * n_pairs; j += lanes) {
+    const auto c = hn::LoadU(df, cs.xc.data() + j), s = hn::LoadU(df, cs.xs.data() + j);
+    for (int64_t h = 0; h < heads.n; ++h) {
+      const auto x = LoadF(df, InHead<T>(heads, h, offset + j));
+      StoreF(df, hn::MulAdd(x, c, hn::Mul(hn::Reverse2(df, x), s)), OutHead<T>(heads, h, offset + j));
+    }
   }
-  for (; j < rot; j += 2) {
-    const float x0 = ScalarLoad(in + j), x1 = ScalarLoad(in + j + 1);
-    ScalarStore(x0 * cc[j] + x1 * ss[j], out + j);
-    ScalarStore(x1 * cc[j + 1] + x0 * ss[j + 1], out + j + 1);
-  }
+  RotatePairsScalar<T>(heads, offset, j / 2, n_pairs, true, cs);
 }
 
-// Half split: pairs (j, j + half): y_lo = x_lo·c − x_hi·s, y_hi = x_hi·c + x_lo·s.
+// f32/f16 half split: pairs (j, j + n): y_lo = lo·c − hi·s, y_hi = hi·c + lo·s.
 template <typename T>
-HWY_INLINE void RotateHalf(const T* in, T* out, int32_t half, const float* HWY_RESTRICT cc,
-                           const float* HWY_RESTRICT ss) {
+HWY_INLINE void RotateHalf(const Heads& heads, int32_t offset, int32_t n_pairs, const TokenCosSin& cs) {
   const hn::ScalableTag<float> df;
   const int32_t lanes = static_cast<int32_t>(hn::Lanes(df));
   int32_t j = 0;
-  for (; j + lanes <= half; j += lanes) {
-    const auto lo = LoadF(df, in + j), hi = LoadF(df, in + half + j);
-    const auto c = hn::LoadU(df, cc + j), s = hn::LoadU(df, ss + j);
-    StoreF(df, hn::MulSub(lo, c, hn::Mul(hi, s)), out + j);
-    StoreF(df, hn::MulAdd(hi, c, hn::Mul(lo, s)), out + half + j);
+  for (; j + lanes <= n_pairs; j += lanes) {
+    const auto c = hn::LoadU(df, cs.pc.data() + j), s = hn::LoadU(df, cs.ps.data() + j);
+    for (int64_t h = 0; h < heads.n; ++h) {
+      const T* in = InHead<T>(heads, h, offset);
+      T* out = OutHead<T>(heads, h, offset);
+      const auto lo = LoadF(df, in + j), hi = LoadF(df, in + n_pairs + j);
+      StoreF(df, hn::MulSub(lo, c, hn::Mul(hi, s)), out + j);
+      StoreF(df, hn::MulAdd(hi, c, hn::Mul(lo, s)), out + n_pairs + j);
+    }
   }
-  for (; j < half; ++j) {
-    const float lo = ScalarLoad(in + j), hi = ScalarLoad(in + half + j);
-    ScalarStore(lo * cc[j] - hi * ss[j], out + j);
-    ScalarStore(hi * cc[j] + lo * ss[j], out + half + j);
-  }
+  // Half-split tails: pairs [j, n_pairs), still (i, i + n_pairs).
+  RotatePairsScalar<T>(heads, offset, j, n_pairs, false, cs);
 }
 
-// Per-thread scratch, sized once per call.
+// ---- bf16 in u32 lanes: lane k holds elements (2k, 2k+1) as (low, high) halves, so the even
+// element is lane << 16 and the odd one lane & 0xffff0000 as fp32, and no shuffles are needed.
+template <class DU>
+HWY_INLINE hn::Vec<DU> RoundToBf16High(DU du, hn::Vec<hn::Rebind<float, DU>> v) {
+  // fp32 → bf16 bits in the high half (low half zero), round to nearest even, NaN kept quiet.
+  const hn::Rebind<float, DU> df;
+  const auto bits = hn::BitCast(du, v);
+  const auto lsb = hn::And(hn::ShiftRight<16>(bits), hn::Set(du, 1u));
+  const auto rounded = hn::Add(bits, hn::Add(hn::Set(du, 0x7fffu), lsb));
+  const auto nan = hn::Or(bits, hn::Set(du, 0x00400000u));
+  const auto out = hn::IfThenElse(hn::RebindMask(du, hn::IsNaN(v)), nan, rounded);
+  (void)df;
+  return hn::And(out, hn::Set(du, 0xffff0000u));
+}
+
+template <class DU>
+HWY_INLINE hn::Vec<DU> PackBf16Pairs(DU du, hn::Vec<hn::Rebind<float, DU>> even, hn::Vec<hn::Rebind<float, DU>> odd) {
+  return hn::Or(RoundToBf16High(du, odd), hn::ShiftRight<16>(RoundToBf16High(du, even)));
+}
+
+HWY_INLINE void RotateInterleavedBf16(const Heads& heads, int32_t offset, int32_t n_pairs, const TokenCosSin& cs) {
+  const hn::ScalableTag<uint32_t> du;
+  const hn::Rebind<float, decltype(du)> df;
+  const int32_t lanes = static_cast<int32_t>(hn::Lanes(du));  // pairs per vector
+  const auto high = hn::Set(du, 0xffff0000u);
+  int32_t i = 0;
+  for (; i + lanes <= n_pairs; i += lanes) {
+    const auto c = hn::LoadU(df, cs.pc.data() + i), s = hn::LoadU(df, cs.ps.data() + i);
+    for (int64_t h = 0; h < heads.n; ++h) {
+      const auto* in = reinterpret_cast<const uint32_t*>(InHead<hwy::bfloat16_t>(heads, h, offset + 2 * i));
+      auto* out = reinterpret_cast<uint32_t*>(OutHead<hwy::bfloat16_t>(heads, h, offset + 2 * i));
+      const auto x = hn::LoadU(du, in);
+      const auto xe = hn::BitCast(df, hn::ShiftLeft<16>(x)), xo = hn::BitCast(df, hn::And(x, high));
+      hn::StoreU(PackBf16Pairs(du, hn::MulSub(xe, c, hn::Mul(xo, s)), hn::MulAdd(xo, c, hn::Mul(xe, s))), du, out);
+    }
+  }
+  RotatePairsScalar<hwy::bfloat16_t>(heads, offset, i, n_pairs, true, cs);
+}
+
+HWY_INLINE void RotateHalfBf16(const Heads& heads, int32_t offset, int32_t n_pairs, const TokenCosSin& cs) {
+  const hn::ScalableTag<uint32_t> du;
+  const hn::Rebind<float, decltype(du)> df;
+  const int32_t lanes = static_cast<int32_t>(hn::Lanes(du));  // u32 lanes; 2 pairs each
+  const int32_t n_even = (n_pairs + 1) / 2;                     // ec/es: even pairs then odd pairs
+  const auto high = hn::Set(du, 0xffff0000u);
+  int32_t k = 0;  // u32 lane index within the low half: pairs 2k, 2k+1
+  for (; 2 * (k + lanes) <= n_pairs; k += lanes) {
+    const auto ce = hn::LoadU(df, cs.ec.data() + k), se = hn::LoadU(df, cs.es.data() + k);
+    const auto co = hn::LoadU(df, cs.ec.data() + n_even + k), so = hn::LoadU(df, cs.es.data() + n_even + k);
+    for (int64_t h = 0; h < heads.n; ++h) {
+      const auto* in = InHead<hwy::bfloat16_t>(heads, h, offset);
+      auto* out = OutHead<hwy::bfloat16_t>(heads, h, offset);
+      const auto lo = hn::LoadU(du, reinterpret_cast<const uint32_t*>(in + 2 * k));
+      const auto hi = hn::LoadU(du, reinterpret_cast<const uint32_t*>(in + n_pairs + 2 * k));
+      const auto lo_e = hn::BitCast(df, hn::ShiftLeft<16>(lo)), lo_o = hn::BitCast(df, hn::And(lo, high));
+      const auto hi_e = hn::BitCast(df, hn::ShiftLeft<16>(hi)), hi_o = hn::BitCast(df, hn::And(hi, high));
+      hn::StoreU(PackBf16Pairs(du, hn::MulSub(lo_e, ce, hn::Mul(hi_e, se)), hn::MulSub(lo_o, co, hn::Mul(hi_o, so))),
+                 du, reinterpret_cast<uint32_t*>(out + 2 * k));
+      hn::StoreU(PackBf16Pairs(du, hn::MulAdd(hi_e, ce, hn::Mul(lo_e, se)), hn::MulAdd(hi_o, co, hn::Mul(lo_o, so))),
+                 du, reinterpret_cast<uint32_t*>(out + n_pairs + 2 * k));
+    }
+  }
+  RotatePairsScalar<hwy::bfloat16_t>(heads, offset, 2 * k, n_pairs, false, cs);
+}
+
+// Per-thread scratch, grown as needed and kept across calls (decode calls are tiny).
 struct RowScratch {
   std::vector<int64_t> axis_pos, pair_pos;
   std::vector<double> pos_d;
-  std::vector<float> cos_m, sin_m, scale, cc, ss;
-  explicit RowScratch(const rope_plan& plan) {
+  std::vector<float> cos_m, sin_m, scale;
+  TokenCosSin cs;
+  void prepare(const rope_plan& plan) {
     const size_t padded = static_cast<size_t>(plan.n_pairs) + kPairPadding;
     axis_pos.resize(plan.cfg.n_axes);
     pair_pos.resize(plan.n_pairs);
@@ -209,31 +347,57 @@ struct RowScratch {
     cos_m.resize(padded);
     sin_m.resize(padded);
     scale.resize(padded);
-    cc.resize(2 * padded);
-    ss.resize(2 * padded);
+    cs.resize(padded);
   }
 };
 
-template <typename T>
+// Fills cs for one tensor from unscaled cos/sin: scale, direction, and the layout's shapes.
+HWY_INLINE void FoldCosSin(const rope_plan& plan, bool backward, const float* cos_m, const float* sin_m,
+                           const float* scale, TokenCosSin& cs) {
+  const int32_t n = plan.n_pairs, n_even = (n + 1) / 2;
+  for (int32_t i = 0; i < n; ++i) {
+    const float c = scale ? cos_m[i] * scale[i] : cos_m[i];
+    const float s0 = scale ? sin_m[i] * scale[i] : sin_m[i];
+    const float s = backward ? -s0 : s0;
+    cs.pc[i] = c;
+    cs.ps[i] = s;
+    cs.xc[2 * i] = cs.xc[2 * i + 1] = c;
+    cs.xs[2 * i] = -s;
+    cs.xs[2 * i + 1] = s;
+    const int32_t e = (i % 2 == 0) ? i / 2 : n_even + i / 2;
+    cs.ec[e] = c;
+    cs.es[e] = s;
+  }
+}
+
 HWY_INLINE void RotateTensorRow(const rope_plan& plan, const TensorJob& tj, int64_t b, int64_t t,
-                                const float* cc, const float* ss) {
+                                const TokenCosSin& cs) {
   const rope_config& cfg = plan.cfg;
-  const size_t es = sizeof(T);
-  const uint8_t* in_row = tj.in + es * (b * tj.in_batch_stride + t * tj.in_token_stride);
-  uint8_t* out_row = tj.out + es * (b * tj.out_batch_stride + t * tj.out_token_stride);
-  const int32_t tail = cfg.head_dim - cfg.rot_offset - cfg.rot_dim;
-  for (int64_t h = 0; h < tj.n_heads; ++h) {
-    const T* in = reinterpret_cast<const T*>(in_row + es * h * tj.in_head_stride);
-    T* out = reinterpret_cast<T*>(out_row + es * h * tj.out_head_stride);
-    if (!tj.in_place) {
+  const size_t es = dtype_size(tj.dtype);
+  const Heads heads{tj.in + es * (b * tj.in_batch_stride + t * tj.in_token_stride),
+                    tj.out + es * (b * tj.out_batch_stride + t * tj.out_token_stride), tj.n_heads,
+                    static_cast<int64_t>(es) * tj.in_head_stride, static_cast<int64_t>(es) * tj.out_head_stride};
+  if (!tj.in_place) {  // pass-through dims
+    const int32_t tail_begin = cfg.rot_offset + cfg.rot_dim;
+    for (int64_t h = 0; h < heads.n; ++h) {
+      const uint8_t* in = heads.in + h * heads.in_stride;
+      uint8_t* out = heads.out + h * heads.out_stride;
       std::memcpy(out, in, es * cfg.rot_offset);
-      std::memcpy(out + cfg.rot_offset + cfg.rot_dim, in + cfg.rot_offset + cfg.rot_dim, es * tail);
+      std::memcpy(out + es * tail_begin, in + es * tail_begin, es * (cfg.head_dim - tail_begin));
     }
-    if (cfg.layout == ROPE_LAYOUT_INTERLEAVED) {
-      RotateInterleaved(in + cfg.rot_offset, out + cfg.rot_offset, cfg.rot_dim, cc, ss);
-    } else {
-      RotateHalf(in + cfg.rot_offset, out + cfg.rot_offset, plan.n_pairs, cc, ss);
-    }
+  }
+  const bool interleaved = cfg.layout == ROPE_LAYOUT_INTERLEAVED;
+  const int32_t off = cfg.rot_offset, n = plan.n_pairs;
+  switch (tj.dtype) {
+    case ROPE_DTYPE_F32:
+      interleaved ? RotateInterleaved<float>(heads, off, n, cs) : RotateHalf<float>(heads, off, n, cs);
+      break;
+    case ROPE_DTYPE_F16:
+      interleaved ? RotateInterleaved<hwy::float16_t>(heads, off, n, cs) : RotateHalf<hwy::float16_t>(heads, off, n, cs);
+      break;
+    case ROPE_DTYPE_BF16:
+      interleaved ? RotateInterleavedBf16(heads, off, n, cs) : RotateHalfBf16(heads, off, n, cs);
+      break;
   }
 }
 
@@ -241,9 +405,9 @@ HWY_INLINE void ApplyRowsImpl(const ApplyJob& job, int64_t row_begin, int64_t ro
   const rope_plan& plan = *job.plan;
   const rope_config& cfg = plan.cfg;
   const int32_t n_pairs = plan.n_pairs;
-  const bool interleaved = cfg.layout == ROPE_LAYOUT_INTERLEAVED;
   const bool scaled = plan.attention_factor != 1.0 || cfg.xpos.enabled;
-  RowScratch sc(plan);
+  static thread_local RowScratch sc;
+  sc.prepare(plan);
 
   for (int64_t row = row_begin; row < row_end; ++row) {
     const int64_t b = row / job.n_tokens, t = row % job.n_tokens;
@@ -269,37 +433,12 @@ HWY_INLINE void ApplyRowsImpl(const ApplyJob& job, int64_t row_begin, int64_t ro
     }
     for (int j = 0; j < job.n_tensors; ++j) {
       const TensorJob& tj = job.tensors[j];
-      // C and S in the layout's shape, with scale and direction folded in. q and k share them
-      // unless xPos treats them differently.
+      // q and k share cos/sin unless xPos scales them differently.
       if (j == 0 || cfg.xpos.enabled) {
         if (scaled) pair_scales(plan, tj.is_key, sc.pair_pos.data(), sc.scale.data());
-        float* cc = sc.cc.data();
-        float* ss = sc.ss.data();
-        for (int32_t i = 0; i < n_pairs; ++i) {
-          const float c = scaled ? cos_m[i] * sc.scale[i] : cos_m[i];
-          float s = scaled ? sin_m[i] * sc.scale[i] : sin_m[i];
-          if (job.backward) s = -s;
-          if (interleaved) {
-            cc[2 * i] = cc[2 * i + 1] = c;
-            ss[2 * i] = -s;
-            ss[2 * i + 1] = s;
-          } else {
-            cc[i] = c;
-            ss[i] = s;
-          }
-        }
+        FoldCosSin(plan, job.backward, cos_m, sin_m, scaled ? sc.scale.data() : nullptr, sc.cs);
       }
-      switch (tj.dtype) {
-        case ROPE_DTYPE_F32:
-          RotateTensorRow<float>(plan, tj, b, t, sc.cc.data(), sc.ss.data());
-          break;
-        case ROPE_DTYPE_F16:
-          RotateTensorRow<hwy::float16_t>(plan, tj, b, t, sc.cc.data(), sc.ss.data());
-          break;
-        case ROPE_DTYPE_BF16:
-          RotateTensorRow<hwy::bfloat16_t>(plan, tj, b, t, sc.cc.data(), sc.ss.data());
-          break;
-      }
+      RotateTensorRow(plan, tj, b, t, sc.cs);
     }
   }
 }

@@ -1,0 +1,253 @@
+// `roformer bench rope`: librope speed on the shapes, with this machine's memory floor
+// measured in the same run (Google Benchmark drives the timing; the fastest repetition counts).
+//   prefill: q and k [4096 tokens, 32 heads, 128], positions 0..4095, batch 1
+//   decode:  q and k [16 tokens, 32 heads, 128] at positions 4000..4015
+// × forward/backward × interleaved/half × f32/bf16 × in/out of place × table/on the fly × 1/2 threads.
+// Bytes = q and k read plus written. Floor: in-place scale (for in place) or copy (out of place)
+// over the same bytes and threads; the fraction printed is floor time / our time.
+#include <benchmark/benchmark.h>
+#include <fmt/core.h>
+
+#include <algorithm>
+#include <cstring>
+#include <map>
+#include <nlohmann/json.hpp>
+#include <random>
+
+#include "commands.h"
+#include "memory_floor.h"
+#include "rope/rope.hpp"
+
+namespace roformer {
+namespace {
+
+struct Shape {
+  const char* name;
+  int64_t tokens, start, heads, head_dim;
+};
+
+struct Buffers {
+  std::vector<uint8_t> q, k, q_out, k_out;
+};
+
+struct Result {
+  std::string name, shape, dtype, layout, direction, mode;
+  bool in_place = false, floor = false;
+  int threads = 0;
+  double bytes = 0, seconds = 1e30;
+};
+
+// Keeps the fastest repetition of each benchmark.
+class CollectingReporter : public benchmark::BenchmarkReporter {
+ public:
+  explicit CollectingReporter(std::map<std::string, Result>* results) : results_(results) {}
+  bool ReportContext(const Context&) override { return true; }
+  void ReportRuns(const std::vector<Run>& runs) override {
+    for (const Run& run : runs) {
+      if (run.run_type != Run::RT_Iteration || run.iterations == 0) continue;
+      auto it = results_->find(run.run_name.function_name);
+      if (it == results_->end()) continue;
+      it->second.seconds = std::min(it->second.seconds, run.real_accumulated_time / run.iterations);
+    }
+  }
+
+ private:
+  std::map<std::string, Result>* results_;
+};
+
+const char* dtype_name(rope_dtype d) { return d == ROPE_DTYPE_F32 ? "f32" : "bf16"; }
+
+std::string floor_key(const std::string& shape, const std::string& dtype, bool in_place, int threads) {
+  return fmt::format("floor/{}/{}/{}/t{}", shape, dtype, in_place ? "inplace_scale" : "stream_copy", threads);
+}
+
+}  // namespace
+
+int bench_rope(const BenchRopeOptions& options) {
+  const std::vector<Shape> shapes = options.quick
+                                        ? std::vector<Shape>{{"prefill", 256, 0, 8, 128}, {"decode", 16, 4000, 8, 128}}
+                                        : std::vector<Shape>{{"prefill", 4096, 0, 32, 128}, {"decode", 16, 4000, 32, 128}};
+  const double min_time = options.quick ? 0.01 : options.min_time;
+  const int repetitions = options.quick ? 1 : options.repetitions;
+
+  // Plans: (layout, mode).
+  std::map<std::pair<int, int>, std::unique_ptr<rope::Plan>> plans;
+  for (rope_layout layout : {ROPE_LAYOUT_INTERLEAVED, ROPE_LAYOUT_HALF}) {
+    for (rope_cos_sin_mode mode : {ROPE_MODE_TABLE, ROPE_MODE_ON_THE_FLY}) {
+      rope_config cfg = rope::default_config(128);
+      cfg.layout = layout;
+      cfg.mode = mode;
+      cfg.table_positions = 4096 + 16;
+      plans[{layout, mode}] = std::make_unique<rope::Plan>(cfg);
+    }
+  }
+  // Buffers per (shape, dtype), random N(0, 1) contents.
+  std::map<std::pair<std::string, int>, Buffers> buffers;
+  std::mt19937_64 rng(4096);
+  std::normal_distribution<float> normal;
+  for (const Shape& s : shapes) {
+    for (rope_dtype dtype : {ROPE_DTYPE_F32, ROPE_DTYPE_BF16}) {
+      const size_t bytes = s.tokens * s.heads * s.head_dim * (dtype == ROPE_DTYPE_F32 ? 4 : 2);
+      Buffers& b = buffers[{s.name, dtype}];
+      for (auto* v : {&b.q, &b.k, &b.q_out, &b.k_out}) {
+        v->resize(bytes);
+        for (size_t i = 0; i + 4 <= bytes; i += 4) {
+          // Any bit pattern of finite values is fine: fill with fp32 N(0,1) (as bf16 pairs too).
+          const float f = normal(rng);
+          std::memcpy(v->data() + i, &f, 4);
+        }
+      }
+    }
+  }
+
+  std::map<std::string, Result> results;
+  auto wanted = [&](const std::string& name) { return options.filter.empty() || name.find(options.filter) != std::string::npos; };
+  auto add = [&](const std::string& name, Result r, auto fn) {
+    if (!wanted(name) && !r.floor) return;
+    r.name = name;
+    results[name] = r;
+    benchmark::RegisterBenchmark(name.c_str(), fn)
+        ->UseRealTime()
+        ->MinTime(min_time)
+        ->Repetitions(repetitions)
+        ->Unit(benchmark::kMillisecond);
+  };
+
+  for (const Shape& s : shapes) {
+    for (rope_dtype dtype : {ROPE_DTYPE_F32, ROPE_DTYPE_BF16}) {
+      Buffers& buf = buffers[{s.name, dtype}];
+      const double bytes = 2.0 * (buf.q.size() + buf.k.size());  // read + write of q and k
+      for (int threads : {1, 2}) {
+        for (bool in_place : {true, false}) {
+          Result r;
+          r.shape = s.name;
+          r.dtype = dtype_name(dtype);
+          r.in_place = in_place;
+          r.floor = true;
+          r.threads = threads;
+          r.bytes = bytes;
+          const size_t n = buf.q.size() / 4;
+          add(floor_key(s.name, r.dtype, in_place, threads), r, [&buf, n, in_place, threads](benchmark::State& st) {
+            auto* q = reinterpret_cast<float*>(buf.q.data());
+            auto* k = reinterpret_cast<float*>(buf.k.data());
+            for (auto _ : st) {
+              if (in_place) {
+                floor_scale(q, n, 1.0f, threads);
+                floor_scale(k, n, 1.0f, threads);
+              } else {
+                floor_copy(q, reinterpret_cast<float*>(buf.q_out.data()), n, threads);
+                floor_copy(k, reinterpret_cast<float*>(buf.k_out.data()), n, threads);
+              }
+              benchmark::ClobberMemory();
+            }
+          });
+          for (rope_layout layout : {ROPE_LAYOUT_INTERLEAVED, ROPE_LAYOUT_HALF}) {
+            for (rope_cos_sin_mode mode : {ROPE_MODE_TABLE, ROPE_MODE_ON_THE_FLY}) {
+              for (rope_direction dir : {ROPE_FORWARD, ROPE_BACKWARD}) {
+                Result x = r;
+                x.floor = false;
+                x.layout = layout == ROPE_LAYOUT_HALF ? "half" : "interleaved";
+                x.mode = mode == ROPE_MODE_TABLE ? "table" : "on_the_fly";
+                x.direction = dir == ROPE_FORWARD ? "fwd" : "bwd";
+                const std::string name = fmt::format("{}/{}/{}/{}/{}/{}/t{}", s.name, x.dtype, x.layout, x.direction,
+                                                     in_place ? "inplace" : "outofplace", x.mode, threads);
+                const rope::Plan* plan = plans[{layout, mode}].get();
+                add(name, x, [&buf, plan, s, dtype, dir, in_place, threads](benchmark::State& st) {
+                  const rope_tensor q = rope::bshd(buf.q.data(), dtype, 1, s.tokens, s.heads, s.head_dim);
+                  const rope_tensor k = rope::bshd(buf.k.data(), dtype, 1, s.tokens, s.heads, s.head_dim);
+                  const rope_tensor qo = rope::bshd(buf.q_out.data(), dtype, 1, s.tokens, s.heads, s.head_dim);
+                  const rope_tensor ko = rope::bshd(buf.k_out.data(), dtype, 1, s.tokens, s.heads, s.head_dim);
+                  const rope_positions pos = rope::offset_positions(s.start);
+                  const rope_exec exec{threads, ROPE_BACKEND_AUTO};
+                  for (auto _ : st) {
+                    plan->apply_qk(dir, pos, q, k, in_place ? nullptr : &qo, in_place ? nullptr : &ko, &exec);
+                    benchmark::ClobberMemory();
+                  }
+                });
+              }
+            }
+          }
+        }
+      }
+    }
+  }
+
+  CollectingReporter reporter(&results);
+  benchmark::RunSpecifiedBenchmarks(&reporter);
+  benchmark::ClearRegisteredBenchmarks();
+
+  auto floor_of = [&](const Result& r) -> const Result& {
+    return results.at(floor_key(r.shape, r.dtype, r.in_place, r.threads));
+  };
+  nlohmann::json out;
+  out["cpu_target"] = rope_cpu_target();
+  for (const auto& [name, r] : results) {
+    const double ms = r.seconds * 1e3, gbps = r.bytes / r.seconds / 1e9;
+    if (r.floor) {
+      out["floor"].push_back({{"name", r.in_place ? "inplace_scale" : "stream_copy"}, {"case", r.shape},
+                              {"dtype", r.dtype}, {"threads", r.threads}, {"bytes", r.bytes}, {"ms", ms}, {"gbps", gbps}});
+      continue;
+    }
+    out["results"].push_back({{"name", name}, {"case", r.shape}, {"dtype", r.dtype}, {"layout", r.layout},
+                              {"direction", r.direction}, {"inplace", r.in_place}, {"mode", r.mode},
+                              {"threads", r.threads}, {"bytes", r.bytes}, {"ms", ms}, {"gbps", gbps},
+                              {"floor_fraction", floor_of(r).seconds / r.seconds}});
+  }
+  if (options.json) {
+    fmt::print("{}\n", out.dump(2));
+    return 0;
+  }
+  fmt::print("librope RoPE benchmark (SIMD target {}; fastest of {} repetitions; floor measured in this run)\n\n",
+             rope_cpu_target(), repetitions);
+  fmt::print("{:<12}{:>6}{:>9}{:>12}{:>10}\n", "floor", "dtype", "threads", "ms", "GB/s");
+  for (const auto& [name, r] : results) {
+    if (!r.floor) continue;
+    fmt::print("{:<12}{:>6}{:>9}{:>12.4f}{:>10.1f}   {} {}\n", r.shape, r.dtype, r.threads, r.seconds * 1e3,
+               r.bytes / r.seconds / 1e9, r.in_place ? "in-place scale" : "copy", "");
+  }
+  fmt::print("\n{:<58}{:>12}{:>10}{:>10}\n", "benchmark (case/dtype/layout/dir/place/mode/threads)", "ms", "GB/s",
+             "of floor");
+  for (const auto& [name, r] : results) {
+    if (r.floor) continue;
+    fmt::print("{:<58}{:>12.4f}{:>10.1f}{:>9.0f}%\n", name, r.seconds * 1e3, r.bytes / r.seconds / 1e9,
+               100.0 * floor_of(r).seconds / r.seconds);
+  }
+  // The targets, from the forward interleaved runs.
+  auto get = [&](const std::string& name) -> const Result* {
+    auto it = results.find(name);
+    return it == results.end() ? nullptr : &it->second;
+  };
+  fmt::print("\ntargets (prefill/decode forward, interleaved, table mode unless noted)\n");
+  auto line = [&](const std::string& what, const std::string& name, double want, bool decode_us = false) {
+    const Result* r = get(name);
+    if (r == nullptr) return;
+    if (decode_us) {
+      const double us = r->seconds * 1e6;
+      fmt::print("  {:<52} {:>8.2f} us   target <= {:.0f} us   {}\n", what, us, want, us <= want ? "met" : "MISSED");
+      return;
+    }
+    const double frac = floor_of(*r).seconds / r->seconds;
+    fmt::print("  {:<52} {:>8.0f}% of floor   target >= {:.0f}%   {}\n", what, 100 * frac, 100 * want,
+               frac >= want ? "met" : "MISSED");
+  };
+  for (const char* dt : {"f32", "bf16"}) {
+    line(fmt::format("prefill {} in place, 2 threads", dt), fmt::format("prefill/{}/interleaved/fwd/inplace/table/t2", dt), 0.9);
+    line(fmt::format("prefill {} in place, 1 thread", dt), fmt::format("prefill/{}/interleaved/fwd/inplace/table/t1", dt), 0.9);
+    line(fmt::format("prefill {} out of place, 2 threads", dt), fmt::format("prefill/{}/interleaved/fwd/outofplace/table/t2", dt), 0.8);
+    line(fmt::format("prefill {} out of place, 1 thread", dt), fmt::format("prefill/{}/interleaved/fwd/outofplace/table/t1", dt), 0.8);
+  }
+  line("decode f32 in place, 1 thread", "decode/f32/interleaved/fwd/inplace/table/t1", 8, true);
+  line("decode f32 in place, 1 thread, on the fly", "decode/f32/interleaved/fwd/inplace/on_the_fly/t1", 8, true);
+  for (const char* t : {"t1", "t2"}) {
+    const Result* a = get(fmt::format("prefill/f32/interleaved/fwd/inplace/on_the_fly/{}", t));
+    const Result* b = get(fmt::format("prefill/f32/interleaved/fwd/inplace/table/{}", t));
+    if (a && b) {
+      const double ratio = a->seconds / b->seconds;
+      fmt::print("  {:<52} {:>8.2f}x table   target <= 1.20x   {}\n", fmt::format("prefill on the fly vs table, {}", t),
+                 ratio, ratio <= 1.2 ? "met" : "MISSED");
+    }
+  }
+  return 0;
+}
+
+}  // namespace roformer

@@ -1,0 +1,39 @@
+// roformer: the command line of roformer.cpp.
+//   roformer rope check        accuracy of librope against a __float128 oracle
+//   roformer bench rope        speed of librope against this machine's memory floor
+#include <CLI/CLI.hpp>
+#include <fmt/core.h>
+
+#include "commands.h"
+#include "rope/rope.h"
+
+int main(int argc, char** argv) {
+  CLI::App app{"roformer: RoFormer and rotary position embedding (RoPE) in C++"};
+  app.require_subcommand(1);
+  app.set_version_flag("--version", std::string("roformer ") + rope_version());
+
+  CLI::App* rope = app.add_subcommand("rope", "RoPE kernel tools")->require_subcommand(1);
+  roformer::RopeCheckOptions check;
+  CLI::App* check_cmd = rope->add_subcommand("check", "Max error of cos/sin and rotated outputs vs an exact oracle");
+  check_cmd->add_option("--samples", check.samples, "Positions sampled per band")->check(CLI::Range(1, 1000000));
+  check_cmd->add_flag("--json", check.json, "Print JSON instead of a table");
+
+  CLI::App* bench = app.add_subcommand("bench", "Benchmarks")->require_subcommand(1);
+  roformer::BenchRopeOptions bench_rope;
+  CLI::App* bench_cmd = bench->add_subcommand("rope", "RoPE prefill/decode speed vs the memory floor");
+  bench_cmd->add_flag("--json", bench_rope.json, "Print JSON (for bench/peers/rope_torch.py --ours)");
+  bench_cmd->add_option("--min-time", bench_rope.min_time, "Seconds per benchmark")->check(CLI::Range(0.001, 60.0));
+  bench_cmd->add_option("--repetitions", bench_rope.repetitions, "Repetitions (fastest kept)")->check(CLI::Range(1, 100));
+  bench_cmd->add_option("--filter", bench_rope.filter, "Only benchmarks whose name contains this");
+  bench_cmd->add_flag("--quick", bench_rope.quick, "Small shapes and short runs (smoke test)");
+
+  CLI11_PARSE(app, argc, argv);
+  try {
+    if (check_cmd->parsed()) return roformer::rope_check(check);
+    if (bench_cmd->parsed()) return roformer::bench_rope(bench_rope);
+  } catch (const std::exception& e) {
+    fmt::print(stderr, "roformer: error: {}\n", e.what());
+    return 1;
+  }
+  return 0;
+}

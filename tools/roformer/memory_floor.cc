@@ -1,0 +1,64 @@
+// This machine's memory floor for `roformer bench rope`: an in-place scale and a plain copy over
+// the same bytes as a RoPE benchmark, vectorised with Highway (best target at run time) and split
+// over threads as librope splits rows. A RoPE kernel cannot beat these; the bench reports the ratio.
+#include "memory_floor.h"
+
+#undef HWY_TARGET_INCLUDE
+#define HWY_TARGET_INCLUDE "roformer/memory_floor.cc"
+#include "hwy/foreach_target.h"  // IWYU pragma: keep
+#include "hwy/highway.h"
+
+HWY_BEFORE_NAMESPACE();
+namespace roformer {
+namespace HWY_NAMESPACE {
+namespace hn = hwy::HWY_NAMESPACE;
+
+void ScaleInPlace(float* x, size_t n, float a) {
+  const hn::ScalableTag<float> d;
+  const size_t lanes = hn::Lanes(d);
+  const auto va = hn::Set(d, a);
+  size_t i = 0;
+  for (; i + lanes <= n; i += lanes) hn::StoreU(hn::Mul(hn::LoadU(d, x + i), va), d, x + i);
+  for (; i < n; ++i) x[i] *= a;
+}
+
+void Copy(const float* src, float* dst, size_t n) {
+  const hn::ScalableTag<float> d;
+  const size_t lanes = hn::Lanes(d);
+  size_t i = 0;
+  for (; i + lanes <= n; i += lanes) hn::StoreU(hn::LoadU(d, src + i), d, dst + i);
+  for (; i < n; ++i) dst[i] = src[i];
+}
+
+}  // namespace HWY_NAMESPACE
+}  // namespace roformer
+HWY_AFTER_NAMESPACE();
+
+#if HWY_ONCE
+#include <omp.h>
+
+namespace roformer {
+
+HWY_EXPORT(ScaleInPlace);
+HWY_EXPORT(Copy);
+
+void floor_scale(float* x, size_t n, float a, int threads) {
+#pragma omp parallel num_threads(threads) if (threads > 1)
+  {
+    const size_t t = omp_get_thread_num(), nt = omp_get_num_threads();
+    const size_t begin = n * t / nt, end = n * (t + 1) / nt;
+    HWY_DYNAMIC_DISPATCH(ScaleInPlace)(x + begin, end - begin, a);
+  }
+}
+
+void floor_copy(const float* src, float* dst, size_t n, int threads) {
+#pragma omp parallel num_threads(threads) if (threads > 1)
+  {
+    const size_t t = omp_get_thread_num(), nt = omp_get_num_threads();
+    const size_t begin = n * t / nt, end = n * (t + 1) / nt;
+    HWY_DYNAMIC_DISPATCH(Copy)(src + begin, dst + begin, end - begin);
+  }
+}
+
+}  // namespace roformer
+#endif  // HWY_ONCE
