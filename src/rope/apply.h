@@ -19,6 +19,7 @@ struct TensorJob {
   int64_t out_batch_stride, out_token_stride, out_head_stride;
   bool in_place;
   bool is_key;  // xPos: k is scaled by ζ^(-m) instead of ζ^(m)
+  int64_t head_block;  // heads sharing each cos/sin load (SIMD backend; see rope_cpu-inl.h)
 };
 
 struct ApplyJob {

@@ -13,6 +13,7 @@
 #define ROPE_CPU_INL_H_
 #endif
 
+#include <algorithm>
 #include <cstring>
 #include <vector>
 
@@ -200,10 +201,14 @@ struct TokenCosSin {
   }
 };
 
+// The heads of one row. They are rotated in blocks of `block` heads, each chunk's cos/sin loaded
+// once per block: all heads when the call's data fits in cache (reuse wins), one at a time when it
+// streams from DRAM (one sequential stream per tensor is what the prefetchers follow best).
 struct Heads {
   const uint8_t* in;
   uint8_t* out;
   int64_t n, in_stride, out_stride;  // heads; strides in bytes
+  int64_t block;
 };
 
 template <typename T>
@@ -238,11 +243,14 @@ HWY_INLINE void RotateInterleaved(const Heads& heads, int32_t offset, int32_t n_
   const int32_t lanes = static_cast<int32_t>(hn::Lanes(df));
   int32_t j = 0;
   // A pair must sit inside one vector: single-lane targets take the scalar loop.
-  for (; lanes >= 2 && j + lanes <= 2 * n_pairs; j += lanes) {
-    const auto c = hn::LoadU(df, cs.xc.data() + j), s = hn::LoadU(df, cs.xs.data() + j);
-    for (int64_t h = 0; h < heads.n; ++h) {
-      const auto x = LoadF(df, InHead<T>(heads, h, offset + j));
-      StoreF(df, hn::MulAdd(x, c, hn::Mul(hn::Reverse2(df, x), s)), OutHead<T>(heads, h, offset + j));
+  for (int64_t h0 = 0; lanes >= 2 && h0 < heads.n; h0 += heads.block) {
+    const int64_t h1 = std::min(heads.n, h0 + heads.block);
+    for (j = 0; j + lanes <= 2 * n_pairs; j += lanes) {
+      const auto c = hn::LoadU(df, cs.xc.data() + j), s = hn::LoadU(df, cs.xs.data() + j);
+      for (int64_t h = h0; h < h1; ++h) {
+        const auto x = LoadF(df, InHead<T>(heads, h, offset + j));
+        StoreF(df, hn::MulAdd(x, c, hn::Mul(hn::Reverse2(df, x), s)), OutHead<T>(heads, h, offset + j));
+      }
     }
   }
   RotatePairsScalar<T>(heads, offset, j / 2, n_pairs, true, cs);
@@ -254,14 +262,17 @@ HWY_INLINE void RotateHalf(const Heads& heads, int32_t offset, int32_t n_pairs, 
   const hn::ScalableTag<float> df;
   const int32_t lanes = static_cast<int32_t>(hn::Lanes(df));
   int32_t j = 0;
-  for (; j + lanes <= n_pairs; j += lanes) {
-    const auto c = hn::LoadU(df, cs.pc.data() + j), s = hn::LoadU(df, cs.ps.data() + j);
-    for (int64_t h = 0; h < heads.n; ++h) {
-      const T* in = InHead<T>(heads, h, offset);
-      T* out = OutHead<T>(heads, h, offset);
-      const auto lo = LoadF(df, in + j), hi = LoadF(df, in + n_pairs + j);
-      StoreF(df, hn::MulSub(lo, c, hn::Mul(hi, s)), out + j);
-      StoreF(df, hn::MulAdd(hi, c, hn::Mul(lo, s)), out + n_pairs + j);
+  for (int64_t h0 = 0; h0 < heads.n; h0 += heads.block) {
+    const int64_t h1 = std::min(heads.n, h0 + heads.block);
+    for (j = 0; j + lanes <= n_pairs; j += lanes) {
+      const auto c = hn::LoadU(df, cs.pc.data() + j), s = hn::LoadU(df, cs.ps.data() + j);
+      for (int64_t h = h0; h < h1; ++h) {
+        const T* in = InHead<T>(heads, h, offset);
+        T* out = OutHead<T>(heads, h, offset);
+        const auto lo = LoadF(df, in + j), hi = LoadF(df, in + n_pairs + j);
+        StoreF(df, hn::MulSub(lo, c, hn::Mul(hi, s)), out + j);
+        StoreF(df, hn::MulAdd(hi, c, hn::Mul(lo, s)), out + n_pairs + j);
+      }
     }
   }
   // Half-split tails: pairs [j, n_pairs), still (i, i + n_pairs).
@@ -294,15 +305,18 @@ HWY_INLINE void RotateInterleavedBf16(const Heads& heads, int32_t offset, int32_
   const int32_t lanes = static_cast<int32_t>(hn::Lanes(du));  // pairs per vector
   const auto high = hn::Set(du, 0xffff0000u);
   int32_t i = 0;
-  for (; i + lanes <= n_pairs; i += lanes) {
+  for (int64_t h0 = 0; h0 < heads.n; h0 += heads.block) {
+   const int64_t h1 = std::min(heads.n, h0 + heads.block);
+   for (i = 0; i + lanes <= n_pairs; i += lanes) {
     const auto c = hn::LoadU(df, cs.pc.data() + i), s = hn::LoadU(df, cs.ps.data() + i);
-    for (int64_t h = 0; h < heads.n; ++h) {
+    for (int64_t h = h0; h < h1; ++h) {
       const auto* in = reinterpret_cast<const uint32_t*>(InHead<hwy::bfloat16_t>(heads, h, offset + 2 * i));
       auto* out = reinterpret_cast<uint32_t*>(OutHead<hwy::bfloat16_t>(heads, h, offset + 2 * i));
       const auto x = hn::LoadU(du, in);
       const auto xe = hn::BitCast(df, hn::ShiftLeft<16>(x)), xo = hn::BitCast(df, hn::And(x, high));
       hn::StoreU(PackBf16Pairs(du, hn::MulSub(xe, c, hn::Mul(xo, s)), hn::MulAdd(xo, c, hn::Mul(xe, s))), du, out);
     }
+   }
   }
   RotatePairsScalar<hwy::bfloat16_t>(heads, offset, i, n_pairs, true, cs);
 }
@@ -314,10 +328,12 @@ HWY_INLINE void RotateHalfBf16(const Heads& heads, int32_t offset, int32_t n_pai
   const int32_t n_even = (n_pairs + 1) / 2;                     // ec/es: even pairs then odd pairs
   const auto high = hn::Set(du, 0xffff0000u);
   int32_t k = 0;  // u32 lane index within the low half: pairs 2k, 2k+1
-  for (; 2 * (k + lanes) <= n_pairs; k += lanes) {
+  for (int64_t h0 = 0; h0 < heads.n; h0 += heads.block) {
+   const int64_t h1 = std::min(heads.n, h0 + heads.block);
+   for (k = 0; 2 * (k + lanes) <= n_pairs; k += lanes) {
     const auto ce = hn::LoadU(df, cs.ec.data() + k), se = hn::LoadU(df, cs.es.data() + k);
     const auto co = hn::LoadU(df, cs.ec.data() + n_even + k), so = hn::LoadU(df, cs.es.data() + n_even + k);
-    for (int64_t h = 0; h < heads.n; ++h) {
+    for (int64_t h = h0; h < h1; ++h) {
       const auto* in = InHead<hwy::bfloat16_t>(heads, h, offset);
       auto* out = OutHead<hwy::bfloat16_t>(heads, h, offset);
       const auto lo = hn::LoadU(du, reinterpret_cast<const uint32_t*>(in + 2 * k));
@@ -329,6 +345,7 @@ HWY_INLINE void RotateHalfBf16(const Heads& heads, int32_t offset, int32_t n_pai
       hn::StoreU(PackBf16Pairs(du, hn::MulAdd(hi_e, ce, hn::Mul(lo_e, se)), hn::MulAdd(hi_o, co, hn::Mul(lo_o, so))),
                  du, reinterpret_cast<uint32_t*>(out + n_pairs + 2 * k));
     }
+   }
   }
   RotatePairsScalar<hwy::bfloat16_t>(heads, offset, 2 * k, n_pairs, false, cs);
 }
@@ -350,6 +367,13 @@ struct RowScratch {
     cs.resize(padded);
   }
 };
+
+// Per-thread scratch behind a call the compiler will not inline, so the TLS address is computed
+// once per call instead of being rematerialised (via __tls_get_addr) inside the inner loops.
+HWY_NOINLINE RowScratch& ThreadScratch() {
+  static thread_local RowScratch scratch;
+  return scratch;
+}
 
 // Fills cs for one tensor from unscaled cos/sin: scale, direction, and the layout's shapes.
 HWY_INLINE void FoldCosSin(const rope_plan& plan, bool backward, const float* cos_m, const float* sin_m,
@@ -376,7 +400,8 @@ HWY_INLINE void RotateTensorRow(const rope_plan& plan, const TensorJob& tj, int6
   const size_t es = dtype_size(tj.dtype);
   const Heads heads{tj.in + es * (b * tj.in_batch_stride + t * tj.in_token_stride),
                     tj.out + es * (b * tj.out_batch_stride + t * tj.out_token_stride), tj.n_heads,
-                    static_cast<int64_t>(es) * tj.in_head_stride, static_cast<int64_t>(es) * tj.out_head_stride};
+                    static_cast<int64_t>(es) * tj.in_head_stride, static_cast<int64_t>(es) * tj.out_head_stride,
+                    tj.head_block};
   if (!tj.in_place) {  // pass-through dims
     const int32_t tail_begin = cfg.rot_offset + cfg.rot_dim;
     for (int64_t h = 0; h < heads.n; ++h) {
@@ -406,7 +431,7 @@ HWY_INLINE void ApplyRowsImpl(const ApplyJob& job, int64_t row_begin, int64_t ro
   const rope_config& cfg = plan.cfg;
   const int32_t n_pairs = plan.n_pairs;
   const bool scaled = plan.attention_factor != 1.0 || cfg.xpos.enabled;
-  static thread_local RowScratch sc;
+  RowScratch& sc = ThreadScratch();  // one TLS lookup per call, not per use
   sc.prepare(plan);
 
   for (int64_t row = row_begin; row < row_end; ++row) {
