@@ -28,10 +28,18 @@ extern "C" {
 #define ROPE_VERSION_MINOR 1
 #define ROPE_VERSION_PATCH 0
 
+/* Enums are int-sized in C; in C++ they get int as their fixed underlying type, so any value a C
+ * caller passes is a valid object that librope can check (and reject) without undefined behaviour. */
+#ifdef __cplusplus
+#define ROPE_ENUM(name) enum name : int
+#else
+#define ROPE_ENUM(name) enum name
+#endif
+
 /* Largest position accepted (exclusive). Angles stay exact up to here. */
 #define ROPE_MAX_POSITION (INT64_C(1) << 48)
 
-typedef enum rope_status {
+typedef ROPE_ENUM(rope_status) {
   ROPE_OK = 0,
   ROPE_ERR_NULL_POINTER = 1,     /* a required pointer is NULL */
   ROPE_ERR_INVALID_ARGUMENT = 2, /* unknown enum, non-finite or out-of-range parameter */
@@ -44,16 +52,16 @@ typedef enum rope_status {
 } rope_status;
 
 /* Pairing of the rotated coordinates inside the rotary part of a head. */
-typedef enum rope_layout {
+typedef ROPE_ENUM(rope_layout) {
   ROPE_LAYOUT_INTERLEAVED = 0, /* pairs (2i, 2i+1): paper eq. 34, RoFormer, GPT-J, Meta Llama */
   ROPE_LAYOUT_HALF = 1         /* pairs (i, i + rot_dim/2): GPT-NeoX, Hugging Face Llama */
 } rope_layout;
 
 /* Storage type of q/k. Arithmetic is always fp32 (and fp64 for the angles). */
-typedef enum rope_dtype { ROPE_DTYPE_F32 = 0, ROPE_DTYPE_F16 = 1, ROPE_DTYPE_BF16 = 2 } rope_dtype;
+typedef ROPE_ENUM(rope_dtype) { ROPE_DTYPE_F32 = 0, ROPE_DTYPE_F16 = 1, ROPE_DTYPE_BF16 = 2 } rope_dtype;
 
 /* Frequency scaling for context extension. Formulas and citations: docs/rope.md. */
-typedef enum rope_scaling_type {
+typedef ROPE_ENUM(rope_scaling_type) {
   ROPE_SCALING_NONE = 0,
   ROPE_SCALING_LINEAR = 1,      /* position interpolation: θ_i / s (Chen et al. 2023) */
   ROPE_SCALING_NTK = 2,         /* NTK-aware base change: base · s^(d/(d-2)) */
@@ -64,33 +72,33 @@ typedef enum rope_scaling_type {
 } rope_scaling_type;
 
 /* Where cos/sin come from. Both give bit-identical results. */
-typedef enum rope_cos_sin_mode {
+typedef ROPE_ENUM(rope_cos_sin_mode) {
   ROPE_MODE_ON_THE_FLY = 0, /* computed per token from the exact angle */
   ROPE_MODE_TABLE = 1       /* precomputed fp32 table for positions [0, table_positions) */
 } rope_cos_sin_mode;
 
 /* How rotary pairs are shared among position axes when n_axes > 1. */
-typedef enum rope_axes_mode {
+typedef ROPE_ENUM(rope_axes_mode) {
   ROPE_AXES_SECTIONS = 0,    /* pair i uses the axis whose section holds i (Qwen2-VL M-RoPE) */
   ROPE_AXES_INTERLEAVED = 1, /* pair i uses axis i mod n_axes (Qwen3-VL style) */
   ROPE_AXES_AXIAL = 2        /* sections, each with its own ladder θ_j = base^(-j/section) (2-D ViT) */
 } rope_axes_mode;
 
-typedef enum rope_direction {
+typedef ROPE_ENUM(rope_direction) {
   ROPE_FORWARD = 0, /* y = R(m) x */
   ROPE_BACKWARD = 1 /* x̄ = R(m)ᵀ ȳ: the inverse rotation, i.e. the gradient of the forward */
 } rope_direction;
 
 /* Which tensor a single-tensor call rotates. Only xPos treats them differently (q·ζ^m, k·ζ^-m). */
-typedef enum rope_role { ROPE_ROLE_QUERY = 0, ROPE_ROLE_KEY = 1 } rope_role;
+typedef ROPE_ENUM(rope_role) { ROPE_ROLE_QUERY = 0, ROPE_ROLE_KEY = 1 } rope_role;
 
-typedef enum rope_position_kind {
+typedef ROPE_ENUM(rope_position_kind) {
   ROPE_POSITIONS_OFFSET = 0, /* pos(b, t) = start + (starts ? starts[b] : 0) + t */
   ROPE_POSITIONS_IDS = 1,    /* pos(a, b, t) = ids[(a · n_batch + b) · n_tokens + t], a < n_axes */
   ROPE_POSITIONS_VARLEN = 2  /* packed sequences: cu_seqlens; pos = (seq_starts ? seq_starts[s] : 0) + t - cu[s] */
 } rope_position_kind;
 
-typedef enum rope_backend {
+typedef ROPE_ENUM(rope_backend) {
   ROPE_BACKEND_AUTO = 0,     /* best SIMD target of this CPU (runtime dispatch) */
   ROPE_BACKEND_REFERENCE = 1 /* the plain scalar reference: the readable specification */
 } rope_backend;
@@ -174,7 +182,7 @@ ROPE_API const char* rope_cpu_target(void);
 /* Paper defaults: rot_dim = head_dim, offset 0, interleaved, base 10000, no scaling, on the fly. */
 ROPE_API void rope_config_init(rope_config* cfg, int32_t head_dim);
 
-typedef enum rope_preset {
+typedef ROPE_ENUM(rope_preset) {
   ROPE_PRESET_ROFORMER = 0, /* interleaved, base 1e4: RoFormer / HF RoFormer sinusoidal table */
   ROPE_PRESET_GPTJ = 1,     /* interleaved, base 1e4, rot_dim = 64 (GPT-J 6B) */
   ROPE_PRESET_NEOX = 2,     /* half, base 1e4, rot_dim = head_dim / 4 (GPT-NeoX 20B) */

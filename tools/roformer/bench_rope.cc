@@ -1,7 +1,7 @@
 // `roformer bench rope`: librope speed on the shapes, with this machine's memory floor
 // measured in the same run (Google Benchmark drives the timing; the fastest repetition counts).
 //   prefill: q and k [4096 tokens, 32 heads, 128], positions 0..4095, batch 1
-//   decode:  q and k [16 tokens, 32 heads, 128] at positions 4000..4015
+//   decode:  q and k [16 tokens, 32 heads, 128] at positions 4000..4015 (and q alone: decode_q)
 // × forward/backward × interleaved/half × f32/bf16 × in/out of place × table/on the fly × 1/2 threads.
 // Bytes = q and k read plus written. Floor: in-place scale (for in place) or copy (out of place)
 // over the same bytes and threads; the fraction printed is floor time / our time.
@@ -24,6 +24,7 @@ namespace {
 struct Shape {
   const char* name;
   int64_t tokens, start, heads, head_dim;
+  bool q_only;  // one tensor instead of q and k
 };
 
 struct Buffers {
@@ -65,8 +66,10 @@ std::string floor_key(const std::string& shape, const std::string& dtype, bool i
 
 int bench_rope(const BenchRopeOptions& options) {
   const std::vector<Shape> shapes = options.quick
-                                        ? std::vector<Shape>{{"prefill", 256, 0, 8, 128}, {"decode", 16, 4000, 8, 128}}
-                                        : std::vector<Shape>{{"prefill", 4096, 0, 32, 128}, {"decode", 16, 4000, 32, 128}};
+                                        ? std::vector<Shape>{{"prefill", 256, 0, 8, 128, false}, {"decode", 16, 4000, 8, 128, false}}
+                                        : std::vector<Shape>{{"prefill", 4096, 0, 32, 128, false},
+                                                             {"decode", 16, 4000, 32, 128, false},
+                                                             {"decode_q", 16, 4000, 32, 128, true}};
   const double min_time = options.quick ? 0.01 : options.min_time;
   const int repetitions = options.quick ? 1 : options.repetitions;
 
@@ -116,7 +119,7 @@ int bench_rope(const BenchRopeOptions& options) {
   for (const Shape& s : shapes) {
     for (rope_dtype dtype : {ROPE_DTYPE_F32, ROPE_DTYPE_BF16}) {
       Buffers& buf = buffers[{s.name, dtype}];
-      const double bytes = 2.0 * (buf.q.size() + buf.k.size());  // read + write of q and k
+      const double bytes = 2.0 * (buf.q.size() + (s.q_only ? 0 : buf.k.size()));  // read + write
       for (int threads : {1, 2}) {
         for (bool in_place : {true, false}) {
           Result r;
@@ -127,16 +130,17 @@ int bench_rope(const BenchRopeOptions& options) {
           r.threads = threads;
           r.bytes = bytes;
           const size_t n = buf.q.size() / 4;
-          add(floor_key(s.name, r.dtype, in_place, threads), r, [&buf, n, in_place, threads](benchmark::State& st) {
+          const bool q_only = s.q_only;
+          add(floor_key(s.name, r.dtype, in_place, threads), r, [&buf, n, in_place, threads, q_only](benchmark::State& st) {
             auto* q = reinterpret_cast<float*>(buf.q.data());
             auto* k = reinterpret_cast<float*>(buf.k.data());
             for (auto _ : st) {
               if (in_place) {
                 floor_scale(q, n, 1.0f, threads);
-                floor_scale(k, n, 1.0f, threads);
+                if (!q_only) floor_scale(k, n, 1.0f, threads);
               } else {
                 floor_copy(q, reinterpret_cast<float*>(buf.q_out.data()), n, threads);
-                floor_copy(k, reinterpret_cast<float*>(buf.k_out.data()), n, threads);
+                if (!q_only) floor_copy(k, reinterpret_cast<float*>(buf.k_out.data()), n, threads);
               }
               benchmark::ClobberMemory();
             }
@@ -160,7 +164,11 @@ int bench_rope(const BenchRopeOptions& options) {
                   const rope_positions pos = rope::offset_positions(s.start);
                   const rope_exec exec{threads, ROPE_BACKEND_AUTO};
                   for (auto _ : st) {
-                    plan->apply_qk(dir, pos, q, k, in_place ? nullptr : &qo, in_place ? nullptr : &ko, &exec);
+                    if (s.q_only) {
+                      plan->apply(dir, ROPE_ROLE_QUERY, pos, q, in_place ? nullptr : &qo, &exec);
+                    } else {
+                      plan->apply_qk(dir, pos, q, k, in_place ? nullptr : &qo, in_place ? nullptr : &ko, &exec);
+                    }
                     benchmark::ClobberMemory();
                   }
                 });
@@ -236,8 +244,10 @@ int bench_rope(const BenchRopeOptions& options) {
     line(fmt::format("prefill {} out of place, 2 threads", dt), fmt::format("prefill/{}/interleaved/fwd/outofplace/table/t2", dt), 0.8);
     line(fmt::format("prefill {} out of place, 1 thread", dt), fmt::format("prefill/{}/interleaved/fwd/outofplace/table/t1", dt), 0.8);
   }
-  line("decode f32 in place, 1 thread", "decode/f32/interleaved/fwd/inplace/table/t1", 8, true);
-  line("decode f32 in place, 1 thread, on the fly", "decode/f32/interleaved/fwd/inplace/on_the_fly/t1", 8, true);
+  line("decode q+k f32 in place, 1 thread", "decode/f32/interleaved/fwd/inplace/table/t1", 8, true);
+  line("decode q+k f32 in place, 1 thread, on the fly", "decode/f32/interleaved/fwd/inplace/on_the_fly/t1", 8, true);
+  line("decode q only f32 in place, 1 thread", "decode_q/f32/interleaved/fwd/inplace/table/t1", 8, true);
+  line("decode q only f32 in place, 1 thread, on the fly", "decode_q/f32/interleaved/fwd/inplace/on_the_fly/t1", 8, true);
   for (const char* t : {"t1", "t2"}) {
     const Result* a = get(fmt::format("prefill/f32/interleaved/fwd/inplace/on_the_fly/{}", t));
     const Result* b = get(fmt::format("prefill/f32/interleaved/fwd/inplace/table/{}", t));
