@@ -268,16 +268,21 @@ rope_status run(const rope_plan* plan, rope_direction direction, const rope_posi
 #ifdef _OPENMP
   threads = ex.n_threads > 0 ? ex.n_threads : omp_get_max_threads();
 #endif
-  threads = std::clamp<int64_t>(threads, 1, rows);
+  // Threads split rows; with fewer rows than threads they split each row's heads too.
+  int64_t max_heads = 1;
+  for (int i = 0; i < n_ops; ++i) max_heads = std::max(max_heads, ops[i].in->n_heads);
+  job.head_parts = rows >= threads ? 1 : std::min(max_heads, (threads + rows - 1) / rows);
+  const int64_t units = rows * job.head_parts;
+  threads = std::clamp<int64_t>(threads, 1, units);
   if (threads == 1) {
-    backend(job, 0, rows);
+    backend(job, 0, units);
     return ROPE_OK;
   }
 #ifdef _OPENMP
 #pragma omp parallel num_threads(static_cast<int>(threads))
   {
     const int64_t n = omp_get_num_threads(), id = omp_get_thread_num();
-    backend(job, rows * id / n, rows * (id + 1) / n);
+    backend(job, units * id / n, units * (id + 1) / n);
   }
 #endif
   return ROPE_OK;

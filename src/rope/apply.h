@@ -1,6 +1,7 @@
 // One validated rotation request, shared by the scalar reference and the SIMD backends.
-// A "row" is one (batch, token) pair: row = b·n_tokens + t. Backends process a range of rows,
-// every head of every tensor, so threads split rows and never share outputs.
+// A "row" is one (batch, token) pair: row = b·n_tokens + t. Work is split into units: a unit is a
+// row, or a 1/head_parts slice of a row's heads when there are fewer rows than threads (decode).
+// Backends process a range of units, so threads never share outputs.
 #pragma once
 
 #include <cstdint>
@@ -29,7 +30,11 @@ struct ApplyJob {
   int64_t n_batch, n_tokens;
   TensorJob tensors[2];
   int n_tensors;
+  int64_t head_parts;  // units per row
 };
+
+// Heads [begin, end) of a tensor with n heads in slice `part` of `parts`.
+inline int64_t part_begin(int64_t n, int64_t part, int64_t parts) { return n * part / parts; }
 
 // Position of row (b, t) on each axis: pos[0..n_axes).
 void row_positions(const ApplyJob& job, int64_t b, int64_t t, int64_t* pos);
@@ -38,7 +43,7 @@ void row_positions(const ApplyJob& job, int64_t b, int64_t t, int64_t* pos);
 // `pair_pos` holds the position of each pair. Writes n_pairs values.
 void pair_scales(const rope_plan& plan, bool is_key, const int64_t* pair_pos, float* scale);
 
-// Scalar reference backend (reference.cc): the readable specification.
-void reference_apply(const ApplyJob& job, int64_t row_begin, int64_t row_end);
+// Scalar reference backend (reference.cc): the readable specification. Units [begin, end).
+void reference_apply(const ApplyJob& job, int64_t unit_begin, int64_t unit_end);
 
 }  // namespace rope

@@ -55,14 +55,15 @@ void store(uint8_t* p, rope_dtype dtype, int64_t i, float v) {
 
 }  // namespace
 
-void reference_apply(const ApplyJob& job, int64_t row_begin, int64_t row_end) {
+void reference_apply(const ApplyJob& job, int64_t unit_begin, int64_t unit_end) {
   const rope_plan& plan = *job.plan;
   const rope_config& cfg = plan.cfg;
   const int32_t n_pairs = plan.n_pairs;
   std::vector<int64_t> axis_pos(cfg.n_axes), pair_pos(n_pairs);
   std::vector<float> cos_m(n_pairs), sin_m(n_pairs), scale(n_pairs), x(cfg.head_dim);
 
-  for (int64_t row = row_begin; row < row_end; ++row) {
+  for (int64_t unit = unit_begin; unit < unit_end; ++unit) {
+    const int64_t row = unit / job.head_parts, part = unit % job.head_parts;
     const int64_t b = row / job.n_tokens, t = row % job.n_tokens;
     row_positions(job, b, t, axis_pos.data());
     for (int32_t i = 0; i < n_pairs; ++i) {
@@ -81,7 +82,8 @@ void reference_apply(const ApplyJob& job, int64_t row_begin, int64_t row_end) {
     for (int j = 0; j < job.n_tensors; ++j) {
       const TensorJob& tj = job.tensors[j];
       pair_scales(plan, tj.is_key, pair_pos.data(), scale.data());
-      for (int64_t h = 0; h < tj.n_heads; ++h) {
+      const int64_t h_end = part_begin(tj.n_heads, part + 1, job.head_parts);
+      for (int64_t h = part_begin(tj.n_heads, part, job.head_parts); h < h_end; ++h) {
         const size_t es = dtype_size(tj.dtype);
         const uint8_t* in =
             tj.in + es * (b * tj.in_batch_stride + t * tj.in_token_stride + h * tj.in_head_stride);

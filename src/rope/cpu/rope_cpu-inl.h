@@ -395,11 +395,13 @@ HWY_INLINE void FoldCosSin(const rope_plan& plan, bool backward, const float* co
 }
 
 HWY_INLINE void RotateTensorRow(const rope_plan& plan, const TensorJob& tj, int64_t b, int64_t t,
-                                const TokenCosSin& cs) {
+                                int64_t part, int64_t parts, const TokenCosSin& cs) {
   const rope_config& cfg = plan.cfg;
   const size_t es = dtype_size(tj.dtype);
-  const Heads heads{tj.in + es * (b * tj.in_batch_stride + t * tj.in_token_stride),
-                    tj.out + es * (b * tj.out_batch_stride + t * tj.out_token_stride), tj.n_heads,
+  const int64_t h0 = part_begin(tj.n_heads, part, parts), h1 = part_begin(tj.n_heads, part + 1, parts);
+  const Heads heads{tj.in + es * (b * tj.in_batch_stride + t * tj.in_token_stride + h0 * tj.in_head_stride),
+                    tj.out + es * (b * tj.out_batch_stride + t * tj.out_token_stride + h0 * tj.out_head_stride),
+                    h1 - h0,
                     static_cast<int64_t>(es) * tj.in_head_stride, static_cast<int64_t>(es) * tj.out_head_stride,
                     tj.head_block};
   if (!tj.in_place) {  // pass-through dims
@@ -426,7 +428,7 @@ HWY_INLINE void RotateTensorRow(const rope_plan& plan, const TensorJob& tj, int6
   }
 }
 
-HWY_INLINE void ApplyRowsImpl(const ApplyJob& job, int64_t row_begin, int64_t row_end) {
+HWY_INLINE void ApplyRowsImpl(const ApplyJob& job, int64_t unit_begin, int64_t unit_end) {
   const rope_plan& plan = *job.plan;
   const rope_config& cfg = plan.cfg;
   const int32_t n_pairs = plan.n_pairs;
@@ -434,7 +436,8 @@ HWY_INLINE void ApplyRowsImpl(const ApplyJob& job, int64_t row_begin, int64_t ro
   RowScratch& sc = ThreadScratch();  // one TLS lookup per call, not per use
   sc.prepare(plan);
 
-  for (int64_t row = row_begin; row < row_end; ++row) {
+  for (int64_t unit = unit_begin; unit < unit_end; ++unit) {
+    const int64_t row = unit / job.head_parts, part = unit % job.head_parts;
     const int64_t b = row / job.n_tokens, t = row % job.n_tokens;
     row_positions(job, b, t, sc.axis_pos.data());
     // cos/sin per pair, unscaled.
@@ -463,7 +466,7 @@ HWY_INLINE void ApplyRowsImpl(const ApplyJob& job, int64_t row_begin, int64_t ro
         if (scaled) pair_scales(plan, tj.is_key, sc.pair_pos.data(), sc.scale.data());
         FoldCosSin(plan, job.backward, cos_m, sin_m, scaled ? sc.scale.data() : nullptr, sc.cs);
       }
-      RotateTensorRow(plan, tj, b, t, sc.cs);
+      RotateTensorRow(plan, tj, b, t, part, job.head_parts, sc.cs);
     }
   }
 }

@@ -17,8 +17,8 @@ void CosSinExactEntry(const double* pos, const double* theta, int64_t n, float* 
 
 int64_t TargetEntry() { return HWY_TARGET; }
 
-void ApplyRowsEntry(const ApplyJob& job, int64_t row_begin, int64_t row_end) {
-  ApplyRowsImpl(job, row_begin, row_end);
+void ApplyRowsEntry(const ApplyJob& job, int64_t unit_begin, int64_t unit_end) {
+  ApplyRowsImpl(job, unit_begin, unit_end);
 }
 
 }  // namespace HWY_NAMESPACE
@@ -36,8 +36,8 @@ void simd_cos_sin(const double* pos, const double* theta, int64_t n, float* c, f
   HWY_DYNAMIC_DISPATCH(CosSinExactEntry)(pos, theta, n, c, s);
 }
 
-void simd_apply(const ApplyJob& job, int64_t row_begin, int64_t row_end) {
-  HWY_DYNAMIC_DISPATCH(ApplyRowsEntry)(job, row_begin, row_end);
+void simd_apply(const ApplyJob& job, int64_t unit_begin, int64_t unit_end) {
+  HWY_DYNAMIC_DISPATCH(ApplyRowsEntry)(job, unit_begin, unit_end);
 }
 
 const char* simd_target_name() {

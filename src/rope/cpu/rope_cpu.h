@@ -11,8 +11,8 @@ namespace rope {
 // to kPairPadding (θ zero-padded). Exact angle reduction; see angle.h.
 void simd_cos_sin(const double* pos, const double* theta, int64_t n, float* c, float* s);
 
-// Rotates rows [row_begin, row_end) of every tensor in `job`.
-void simd_apply(const ApplyJob& job, int64_t row_begin, int64_t row_end);
+// Rotates work units [unit_begin, unit_end) of every tensor in `job` (see apply.h).
+void simd_apply(const ApplyJob& job, int64_t unit_begin, int64_t unit_end);
 
 // Name of the Highway target the dispatch picks on this CPU.
 const char* simd_target_name();
