@@ -180,6 +180,13 @@ int bench_rope(const BenchRopeOptions& options) {
     }
   }
 
+  // Repetitions of all benchmarks run in random order, so this machine's noise spreads evenly over
+  // the floor and the kernels instead of biasing whichever ran in a bad moment.
+  std::string interleave = "--benchmark_enable_random_interleaving=true";
+  std::string program = "roformer";
+  char* bench_argv[] = {program.data(), interleave.data(), nullptr};
+  int bench_argc = 2;
+  benchmark::Initialize(&bench_argc, bench_argv);
   CollectingReporter reporter(&results);
   benchmark::RunSpecifiedBenchmarks(&reporter);
   benchmark::ClearRegisteredBenchmarks();

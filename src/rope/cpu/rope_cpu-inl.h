@@ -19,6 +19,7 @@
 
 #include "../apply.h"
 #include "../convert.h"
+#include "row.h"
 #include "hwy/highway.h"
 
 HWY_BEFORE_NAMESPACE();
@@ -187,30 +188,6 @@ HWY_INLINE void ScalarStore(float v, hwy::bfloat16_t* p) {
   std::memcpy(p, &b, 2);
 }
 
-// Per-token cos/sin in the shapes the kernels read, scale and direction folded in.
-//   pc, ps: per pair (n_pairs): scalar tails, bf16 interleaved, f32/f16 half.
-//   xc, xs: expanded per element (rot_dim) for f32/f16 interleaved: (c0, c0, c1, c1, ...) and
-//           (−s0, s0, −s1, s1, ...), so y = x·xc + Reverse2(x)·xs.
-//   ec, es: even pairs then odd pairs (n_pairs), for bf16 half, whose u32 lanes hold 2 pairs.
-struct TokenCosSin {
-  std::vector<float> pc, ps, xc, xs, ec, es;
-  void resize(size_t padded) {
-    for (auto* v : {&pc, &ps, &ec, &es}) v->resize(padded);
-    xc.resize(2 * padded);
-    xs.resize(2 * padded);
-  }
-};
-
-// The heads of one row. They are rotated in blocks of `block` heads, each chunk's cos/sin loaded
-// once per block: all heads when the call's data fits in cache (reuse wins), one at a time when it
-// streams from DRAM (one sequential stream per tensor is what the prefetchers follow best).
-struct Heads {
-  const uint8_t* in;
-  uint8_t* out;
-  int64_t n, in_stride, out_stride;  // heads; strides in bytes
-  int64_t block;
-};
-
 template <typename T>
 HWY_INLINE const T* InHead(const Heads& h, int64_t i, int32_t offset) {
   return reinterpret_cast<const T*>(h.in + i * h.in_stride) + offset;
@@ -299,15 +276,25 @@ HWY_INLINE hn::Vec<DU> PackBf16Pairs(DU du, hn::Vec<hn::Rebind<float, DU>> even,
   return hn::Or(RoundToBf16High(du, odd), hn::ShiftRight<16>(RoundToBf16High(du, even)));
 }
 
+// AVX-512 targets use the native bf16 conversion where the CPU has it (bf16_avx512.cc); the pairs
+// it leaves (a tail shorter than a vector) continue below.
+#if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX3
+inline constexpr bool kTryNativeBf16 = true;
+#else
+inline constexpr bool kTryNativeBf16 = false;
+#endif
+
 HWY_INLINE void RotateInterleavedBf16(const Heads& heads, int32_t offset, int32_t n_pairs, const TokenCosSin& cs) {
   const hn::ScalableTag<uint32_t> du;
   const hn::Rebind<float, decltype(du)> df;
   const int32_t lanes = static_cast<int32_t>(hn::Lanes(du));  // pairs per vector
   const auto high = hn::Set(du, 0xffff0000u);
-  int32_t i = 0;
+  const int32_t first = kTryNativeBf16 ? rotate_interleaved_bf16_avx512(heads, offset, n_pairs, cs) : 0;
+  if (first == n_pairs) return;
+  int32_t i = first;
   for (int64_t h0 = 0; h0 < heads.n; h0 += heads.block) {
    const int64_t h1 = std::min(heads.n, h0 + heads.block);
-   for (i = 0; i + lanes <= n_pairs; i += lanes) {
+   for (i = first; i + lanes <= n_pairs; i += lanes) {
     const auto c = hn::LoadU(df, cs.pc.data() + i), s = hn::LoadU(df, cs.ps.data() + i);
     for (int64_t h = h0; h < h1; ++h) {
       const auto* in = reinterpret_cast<const uint32_t*>(InHead<hwy::bfloat16_t>(heads, h, offset + 2 * i));
@@ -327,10 +314,12 @@ HWY_INLINE void RotateHalfBf16(const Heads& heads, int32_t offset, int32_t n_pai
   const int32_t lanes = static_cast<int32_t>(hn::Lanes(du));  // u32 lanes; 2 pairs each
   const int32_t n_even = (n_pairs + 1) / 2;                     // ec/es: even pairs then odd pairs
   const auto high = hn::Set(du, 0xffff0000u);
-  int32_t k = 0;  // u32 lane index within the low half: pairs 2k, 2k+1
+  const int32_t first = kTryNativeBf16 ? rotate_half_bf16_avx512(heads, offset, n_pairs, cs) : 0;
+  if (first == n_pairs) return;
+  int32_t k = first / 2;  // u32 lane index within the low half: pairs 2k, 2k+1
   for (int64_t h0 = 0; h0 < heads.n; h0 += heads.block) {
    const int64_t h1 = std::min(heads.n, h0 + heads.block);
-   for (k = 0; 2 * (k + lanes) <= n_pairs; k += lanes) {
+   for (k = first / 2; 2 * (k + lanes) <= n_pairs; k += lanes) {
     const auto ce = hn::LoadU(df, cs.ec.data() + k), se = hn::LoadU(df, cs.es.data() + k);
     const auto co = hn::LoadU(df, cs.ec.data() + n_even + k), so = hn::LoadU(df, cs.es.data() + n_even + k);
     for (int64_t h = h0; h < h1; ++h) {
