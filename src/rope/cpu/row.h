@@ -9,15 +9,13 @@ namespace rope {
 
 // Per-token cos/sin, scale and direction folded in.
 //   pc, ps: per pair (n_pairs): scalar tails, bf16 interleaved, f32/f16 half.
-//   xc, xs: expanded per element (rot_dim) for f32/f16 interleaved: (c0, c0, c1, c1, ...) and
-//           (−s0, s0, −s1, s1, ...), so y = x·xc + Reverse2(x)·xs.
+//   xcs:    (c0, s0, c1, s1, ...) (rot_dim) for f32/f16 interleaved, the complex-multiply form.
 //   ec, es: even pairs then odd pairs (n_pairs), for bf16 half, whose u32 lanes hold 2 pairs.
 struct TokenCosSin {
-  std::vector<float> pc, ps, xc, xs, ec, es;
+  std::vector<float> pc, ps, xcs, ec, es;
   void resize(size_t padded) {
     for (auto* v : {&pc, &ps, &ec, &es}) v->resize(padded);
-    xc.resize(2 * padded);
-    xs.resize(2 * padded);
+    xcs.resize(2 * padded);
   }
 };
 
