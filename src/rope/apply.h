@@ -21,6 +21,7 @@ struct TensorJob {
   bool in_place;
   bool is_key;  // xPos: k is scaled by ζ^(-m) instead of ζ^(m)
   int64_t head_block;  // heads sharing each cos/sin load (SIMD backend; see rope_cpu-inl.h)
+  bool stream_out;     // out of place and too big for cache: non-temporal stores where aligned
 };
 
 struct ApplyJob {

@@ -3,8 +3,8 @@
 //   prefill: q and k [4096 tokens, 32 heads, 128], positions 0..4095, batch 1
 //   decode:  q and k [16 tokens, 32 heads, 128] at positions 4000..4015 (and q alone: decode_q)
 // × forward/backward × interleaved/half × f32/bf16 × in/out of place × table/on the fly × 1/2 threads.
-// Bytes = q and k read plus written. Floor: in-place scale (for in place) or copy (out of place)
-// over the same bytes and threads; the fraction printed is floor time / our time.
+// Bytes = q and k read plus written. Floor: in-place scale (for in place) or streaming copy (out of
+// place) over the same bytes and threads; the fraction printed is floor time / our time.
 #include <benchmark/benchmark.h>
 #include <fmt/core.h>
 
@@ -15,6 +15,7 @@
 #include <random>
 
 #include "commands.h"
+#include "hwy/aligned_allocator.h"
 #include "memory_floor.h"
 #include "rope/rope.hpp"
 
@@ -27,8 +28,16 @@ struct Shape {
   bool q_only;  // one tensor instead of q and k
 };
 
+// 64-byte aligned, as framework tensors are (and as non-temporal stores need).
+struct Buffer {
+  hwy::AlignedFreeUniquePtr<uint8_t[]> data;
+  size_t bytes = 0;
+  uint8_t* get() const { return data.get(); }
+  size_t size() const { return bytes; }
+};
+
 struct Buffers {
-  std::vector<uint8_t> q, k, q_out, k_out;
+  Buffer q, k, q_out, k_out;
 };
 
 struct Result {
@@ -92,12 +101,13 @@ int bench_rope(const BenchRopeOptions& options) {
     for (rope_dtype dtype : {ROPE_DTYPE_F32, ROPE_DTYPE_BF16}) {
       const size_t bytes = s.tokens * s.heads * s.head_dim * (dtype == ROPE_DTYPE_F32 ? 4 : 2);
       Buffers& b = buffers[{s.name, dtype}];
-      for (auto* v : {&b.q, &b.k, &b.q_out, &b.k_out}) {
-        v->resize(bytes);
+      for (Buffer* v : {&b.q, &b.k, &b.q_out, &b.k_out}) {
+        v->data = hwy::AllocateAligned<uint8_t>(bytes);
+        v->bytes = bytes;
         for (size_t i = 0; i + 4 <= bytes; i += 4) {
           // Any bit pattern of finite values is fine: fill with fp32 N(0,1) (as bf16 pairs too).
           const float f = normal(rng);
-          std::memcpy(v->data() + i, &f, 4);
+          std::memcpy(v->get() + i, &f, 4);
         }
       }
     }
@@ -132,15 +142,15 @@ int bench_rope(const BenchRopeOptions& options) {
           const size_t n = buf.q.size() / 4;
           const bool q_only = s.q_only;
           add(floor_key(s.name, r.dtype, in_place, threads), r, [&buf, n, in_place, threads, q_only](benchmark::State& st) {
-            auto* q = reinterpret_cast<float*>(buf.q.data());
-            auto* k = reinterpret_cast<float*>(buf.k.data());
+            auto* q = reinterpret_cast<float*>(buf.q.get());
+            auto* k = reinterpret_cast<float*>(buf.k.get());
             for (auto _ : st) {
               if (in_place) {
                 floor_scale(q, n, 1.0f, threads);
                 if (!q_only) floor_scale(k, n, 1.0f, threads);
               } else {
-                floor_copy(q, reinterpret_cast<float*>(buf.q_out.data()), n, threads);
-                if (!q_only) floor_copy(k, reinterpret_cast<float*>(buf.k_out.data()), n, threads);
+                floor_copy(q, reinterpret_cast<float*>(buf.q_out.get()), n, threads);
+                if (!q_only) floor_copy(k, reinterpret_cast<float*>(buf.k_out.get()), n, threads);
               }
               benchmark::ClobberMemory();
             }
@@ -157,10 +167,10 @@ int bench_rope(const BenchRopeOptions& options) {
                                                      in_place ? "inplace" : "outofplace", x.mode, threads);
                 const rope::Plan* plan = plans[{layout, mode}].get();
                 add(name, x, [&buf, plan, s, dtype, dir, in_place, threads](benchmark::State& st) {
-                  const rope_tensor q = rope::bshd(buf.q.data(), dtype, 1, s.tokens, s.heads, s.head_dim);
-                  const rope_tensor k = rope::bshd(buf.k.data(), dtype, 1, s.tokens, s.heads, s.head_dim);
-                  const rope_tensor qo = rope::bshd(buf.q_out.data(), dtype, 1, s.tokens, s.heads, s.head_dim);
-                  const rope_tensor ko = rope::bshd(buf.k_out.data(), dtype, 1, s.tokens, s.heads, s.head_dim);
+                  const rope_tensor q = rope::bshd(buf.q.get(), dtype, 1, s.tokens, s.heads, s.head_dim);
+                  const rope_tensor k = rope::bshd(buf.k.get(), dtype, 1, s.tokens, s.heads, s.head_dim);
+                  const rope_tensor qo = rope::bshd(buf.q_out.get(), dtype, 1, s.tokens, s.heads, s.head_dim);
+                  const rope_tensor ko = rope::bshd(buf.k_out.get(), dtype, 1, s.tokens, s.heads, s.head_dim);
                   const rope_positions pos = rope::offset_positions(s.start);
                   const rope_exec exec{threads, ROPE_BACKEND_AUTO};
                   for (auto _ : st) {

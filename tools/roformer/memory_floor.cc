@@ -1,4 +1,4 @@
-// This machine's memory floor for `roformer bench rope`: an in-place scale and a plain copy over
+// This machine's memory floor for `roformer bench rope`: an in-place scale and a streaming copy over
 // the same bytes as a RoPE benchmark, vectorised with Highway (best target at run time) and split
 // over threads as librope splits rows. A RoPE kernel cannot beat these; the bench reports the ratio.
 #include "memory_floor.h"
@@ -6,6 +6,7 @@
 #undef HWY_TARGET_INCLUDE
 #define HWY_TARGET_INCLUDE "roformer/memory_floor.cc"
 #include "hwy/foreach_target.h"  // IWYU pragma: keep
+#include "hwy/cache_control.h"
 #include "hwy/highway.h"
 
 HWY_BEFORE_NAMESPACE();
@@ -22,12 +23,15 @@ void ScaleInPlace(float* x, size_t n, float a) {
   for (; i < n; ++i) x[i] *= a;
 }
 
+// A streaming copy: non-temporal stores (no read-for-ownership of dst) once dst is aligned.
 void Copy(const float* src, float* dst, size_t n) {
   const hn::ScalableTag<float> d;
   const size_t lanes = hn::Lanes(d);
   size_t i = 0;
-  for (; i + lanes <= n; i += lanes) hn::StoreU(hn::LoadU(d, src + i), d, dst + i);
+  for (; i < n && reinterpret_cast<uintptr_t>(dst + i) % (lanes * sizeof(float)) != 0; ++i) dst[i] = src[i];
+  for (; i + lanes <= n; i += lanes) hn::Stream(hn::LoadU(d, src + i), d, dst + i);
   for (; i < n; ++i) dst[i] = src[i];
+  hwy::FlushStream();
 }
 
 }  // namespace HWY_NAMESPACE

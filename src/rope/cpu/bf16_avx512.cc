@@ -10,6 +10,7 @@
 #include <immintrin.h>
 
 #include <algorithm>
+#include <cstdint>
 
 #include "../convert.h"
 #include "row.h"
@@ -30,7 +31,7 @@ namespace {
 
 // (even, odd) fp32 results of 16 pairs → 32 bf16 in element order. The instruction flushes
 // denormals, so a vector holding one (rare: |y| < 1.2e-38) is rounded lane by lane instead.
-ROPE_BF16_TARGET inline void pack_store(__m512 even, __m512 odd, uint16_t* out) {
+ROPE_BF16_TARGET inline void pack_store(__m512 even, __m512 odd, uint16_t* out, bool stream) {
   constexpr int kDenormal = 0x20;
   if (__builtin_expect(_mm512_fpclass_ps_mask(even, kDenormal) | _mm512_fpclass_ps_mask(odd, kDenormal), 0)) {
     alignas(64) float e[16], o[16];
@@ -46,7 +47,12 @@ ROPE_BF16_TARGET inline void pack_store(__m512 even, __m512 odd, uint16_t* out) 
   const __m512i packed = (__m512i)_mm512_cvtne2ps_pbh(odd, even);
   const __m512i order = _mm512_set_epi16(31, 15, 30, 14, 29, 13, 28, 12, 27, 11, 26, 10, 25, 9, 24, 8,
                                          23, 7, 22, 6, 21, 5, 20, 4, 19, 3, 18, 2, 17, 1, 16, 0);
-  _mm512_storeu_si512(out, _mm512_permutexvar_epi16(order, packed));
+  const __m512i result = _mm512_permutexvar_epi16(order, packed);
+  if (stream && reinterpret_cast<uintptr_t>(out) % 64 == 0) {
+    _mm512_stream_si512(reinterpret_cast<__m512i*>(out), result);  // fenced by the caller's FlushStream
+  } else {
+    _mm512_storeu_si512(out, result);
+  }
 }
 
 ROPE_BF16_TARGET inline __m512 even_of(__m512i x) { return _mm512_castsi512_ps(_mm512_slli_epi32(x, 16)); }
@@ -72,7 +78,7 @@ ROPE_BF16_TARGET int32_t rotate_interleaved_bf16_avx512(const Heads& heads, int3
         const __m512 xe = even_of(x), xo = odd_of(x);
         const __m512 ye = _mm512_fmsub_ps(xe, c, _mm512_mul_ps(xo, s));
         const __m512 yo = _mm512_fmadd_ps(xo, c, _mm512_mul_ps(xe, s));
-        pack_store(ye, yo, out);
+        pack_store(ye, yo, out, heads.stream);
       }
     }
   }
@@ -99,8 +105,8 @@ ROPE_BF16_TARGET int32_t rotate_half_bf16_avx512(const Heads& heads, int32_t off
         const __m512 ylo_o = _mm512_fmsub_ps(lo_o, co, _mm512_mul_ps(hi_o, so));
         const __m512 yhi_e = _mm512_fmadd_ps(hi_e, ce, _mm512_mul_ps(lo_e, se));
         const __m512 yhi_o = _mm512_fmadd_ps(hi_o, co, _mm512_mul_ps(lo_o, so));
-        pack_store(ylo_e, ylo_o, out + 2 * k);
-        pack_store(yhi_e, yhi_o, out + n_pairs + 2 * k);
+        pack_store(ylo_e, ylo_o, out + 2 * k, heads.stream);
+        pack_store(yhi_e, yhi_o, out + n_pairs + 2 * k, heads.stream);
       }
     }
   }

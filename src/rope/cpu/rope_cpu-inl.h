@@ -3,8 +3,9 @@
 //    with a two-double π/2, fdlibm minimax polynomials, quadrant fix-up, rounded to fp32.
 //  - ApplyRows: per row, per-pair cos/sin (table or on the fly) folded with scale and sign into
 //    the shapes each kernel reads (TokenCosSin); then, chunk by chunk with cos/sin in registers,
-//    every head: y = x·C + Reverse2(x)·S (interleaved) or the half-split form, in fp32 lanes.
-//    bf16 is done in u32 lanes (a pair per lane, integer rounding), with no shuffles at all.
+//    a block of heads: interleaved f32/f16 in the complex-multiply form, half split as lo/hi
+//    vectors, all in fp32 lanes. bf16 works in u32 lanes (a pair per lane): the native AVX512-BF16
+//    conversion where the CPU has it (bf16_avx512.cc), integer round-to-nearest-even otherwise.
 // Include guard per target, as Highway requires.
 #if defined(ROPE_CPU_INL_H_) == defined(HWY_TARGET_TOGGLE)
 #ifdef ROPE_CPU_INL_H_
@@ -20,6 +21,7 @@
 #include "../apply.h"
 #include "../convert.h"
 #include "row.h"
+#include "hwy/cache_control.h"
 #include "hwy/highway.h"
 
 HWY_BEFORE_NAMESPACE();
@@ -99,6 +101,16 @@ HWY_INLINE void CosSinExact(const double* pos, const double* theta, int64_t n, f
   }
 }
 
+// Stores a whole vector: non-temporal when asked and the address is aligned to the vector.
+template <class D, typename T>
+HWY_INLINE void StoreOut(D d, hn::Vec<D> v, T* p, bool stream) {
+  if (stream && reinterpret_cast<uintptr_t>(p) % (hn::Lanes(d) * sizeof(T)) == 0) {
+    hn::Stream(v, d, p);
+  } else {
+    hn::StoreU(v, d, p);
+  }
+}
+
 // ---- fp32 lanes from/to each storage type.
 template <class DF>
 HWY_INLINE hn::Vec<DF> LoadF(DF df, const float* p) {
@@ -112,8 +124,8 @@ HWY_INLINE hn::Vec<DF> LoadF(DF df, const hwy::bfloat16_t* p) {
   return hn::PromoteTo(df, hn::LoadU(dh, p));
 }
 template <class DF>
-HWY_INLINE void StoreF(DF df, hn::Vec<DF> v, float* p) {
-  hn::StoreU(v, df, p);
+HWY_INLINE void StoreF(DF df, hn::Vec<DF> v, float* p, bool stream) {
+  StoreOut(df, v, p, stream);
 }
 // Highway 1.0's f16 emulation (targets without F16C or a native conversion) truncates on the way
 // down and loses NaN on the way up; those targets convert each lane with the scalar routines.
@@ -140,10 +152,10 @@ HWY_INLINE hn::Vec<DF> LoadF(DF df, const hwy::float16_t* p) {
 }
 
 template <class DF>
-HWY_INLINE void StoreF(DF df, hn::Vec<DF> v, hwy::float16_t* p) {
+HWY_INLINE void StoreF(DF df, hn::Vec<DF> v, hwy::float16_t* p, bool stream) {
   if constexpr (kNativeF16) {
     const hn::Rebind<hwy::float16_t, DF> dh;
-    hn::StoreU(hn::DemoteTo(dh, v), dh, p);
+    StoreOut(dh, hn::DemoteTo(dh, v), p, stream);
   } else {
     HWY_ALIGN float lanes[hn::MaxLanes(df)];
     hn::Store(v, df, lanes);
@@ -154,7 +166,7 @@ HWY_INLINE void StoreF(DF df, hn::Vec<DF> v, hwy::float16_t* p) {
   }
 }
 template <class DF>
-HWY_INLINE void StoreF(DF /*df*/, hn::Vec<DF> v, hwy::bfloat16_t* p) {
+HWY_INLINE void StoreF(DF /*df*/, hn::Vec<DF> v, hwy::bfloat16_t* p, bool stream) {
   // Round to nearest even (Highway 1.0's DemoteTo truncates); NaN stays a quiet NaN.
   const hn::Rebind<uint32_t, DF> du;
   const hn::Rebind<int32_t, DF> di;
@@ -164,7 +176,7 @@ HWY_INLINE void StoreF(DF /*df*/, hn::Vec<DF> v, hwy::bfloat16_t* p) {
   const auto rounded = hn::ShiftRight<16>(hn::Add(bits, hn::Add(hn::Set(du, 0x7fffu), lsb)));
   const auto nan = hn::Or(hn::ShiftRight<16>(bits), hn::Set(du, 0x40u));
   const auto out = hn::IfThenElse(hn::RebindMask(du, hn::IsNaN(v)), nan, rounded);
-  hn::StoreU(hn::DemoteTo(du16, hn::BitCast(di, out)), du16, reinterpret_cast<uint16_t*>(p));
+  StoreOut(du16, hn::DemoteTo(du16, hn::BitCast(di, out)), reinterpret_cast<uint16_t*>(p), stream);
 }
 
 HWY_INLINE float ScalarLoad(const float* p) { return *p; }
@@ -242,7 +254,7 @@ HWY_INLINE void RotateInterleaved(const Heads& heads, int32_t offset, int32_t n_
       for (int64_t h = h0; h < h1; ++h) {
         const auto x = LoadF(df, InHead<T>(heads, h, offset + j));
         const auto t = hn::Xor(hn::Mul(hn::Reverse2(df, x), s), negate_even);
-        StoreF(df, hn::MulAdd(x, c, t), OutHead<T>(heads, h, offset + j));
+        StoreF(df, hn::MulAdd(x, c, t), OutHead<T>(heads, h, offset + j), heads.stream);
       }
     }
   }
@@ -263,8 +275,8 @@ HWY_INLINE void RotateHalf(const Heads& heads, int32_t offset, int32_t n_pairs, 
         const T* in = InHead<T>(heads, h, offset);
         T* out = OutHead<T>(heads, h, offset);
         const auto lo = LoadF(df, in + j), hi = LoadF(df, in + n_pairs + j);
-        StoreF(df, hn::MulSub(lo, c, hn::Mul(hi, s)), out + j);
-        StoreF(df, hn::MulAdd(hi, c, hn::Mul(lo, s)), out + n_pairs + j);
+        StoreF(df, hn::MulSub(lo, c, hn::Mul(hi, s)), out + j, heads.stream);
+        StoreF(df, hn::MulAdd(hi, c, hn::Mul(lo, s)), out + n_pairs + j, heads.stream);
       }
     }
   }
@@ -317,7 +329,8 @@ HWY_INLINE void RotateInterleavedBf16(const Heads& heads, int32_t offset, int32_
       auto* out = reinterpret_cast<uint32_t*>(OutHead<hwy::bfloat16_t>(heads, h, offset + 2 * i));
       const auto x = hn::LoadU(du, in);
       const auto xe = hn::BitCast(df, hn::ShiftLeft<16>(x)), xo = hn::BitCast(df, hn::And(x, high));
-      hn::StoreU(PackBf16Pairs(du, hn::MulSub(xe, c, hn::Mul(xo, s)), hn::MulAdd(xo, c, hn::Mul(xe, s))), du, out);
+      StoreOut(du, PackBf16Pairs(du, hn::MulSub(xe, c, hn::Mul(xo, s)), hn::MulAdd(xo, c, hn::Mul(xe, s))), out,
+               heads.stream);
     }
    }
   }
@@ -345,10 +358,10 @@ HWY_INLINE void RotateHalfBf16(const Heads& heads, int32_t offset, int32_t n_pai
       const auto hi = hn::LoadU(du, reinterpret_cast<const uint32_t*>(in + n_pairs + 2 * k));
       const auto lo_e = hn::BitCast(df, hn::ShiftLeft<16>(lo)), lo_o = hn::BitCast(df, hn::And(lo, high));
       const auto hi_e = hn::BitCast(df, hn::ShiftLeft<16>(hi)), hi_o = hn::BitCast(df, hn::And(hi, high));
-      hn::StoreU(PackBf16Pairs(du, hn::MulSub(lo_e, ce, hn::Mul(hi_e, se)), hn::MulSub(lo_o, co, hn::Mul(hi_o, so))),
-                 du, reinterpret_cast<uint32_t*>(out + 2 * k));
-      hn::StoreU(PackBf16Pairs(du, hn::MulAdd(hi_e, ce, hn::Mul(lo_e, se)), hn::MulAdd(hi_o, co, hn::Mul(lo_o, so))),
-                 du, reinterpret_cast<uint32_t*>(out + n_pairs + 2 * k));
+      StoreOut(du, PackBf16Pairs(du, hn::MulSub(lo_e, ce, hn::Mul(hi_e, se)), hn::MulSub(lo_o, co, hn::Mul(hi_o, so))),
+               reinterpret_cast<uint32_t*>(out + 2 * k), heads.stream);
+      StoreOut(du, PackBf16Pairs(du, hn::MulAdd(hi_e, ce, hn::Mul(lo_e, se)), hn::MulAdd(hi_o, co, hn::Mul(lo_o, so))),
+               reinterpret_cast<uint32_t*>(out + n_pairs + 2 * k), heads.stream);
     }
    }
   }
@@ -407,7 +420,7 @@ HWY_INLINE void RotateTensorRow(const rope_plan& plan, const TensorJob& tj, int6
                     tj.out + es * (b * tj.out_batch_stride + t * tj.out_token_stride + h0 * tj.out_head_stride),
                     h1 - h0,
                     static_cast<int64_t>(es) * tj.in_head_stride, static_cast<int64_t>(es) * tj.out_head_stride,
-                    tj.head_block};
+                    tj.head_block, tj.stream_out};
   if (!tj.in_place) {  // pass-through dims
     const int32_t tail_begin = cfg.rot_offset + cfg.rot_dim;
     for (int64_t h = 0; h < heads.n; ++h) {
@@ -473,6 +486,8 @@ HWY_INLINE void ApplyRowsImpl(const ApplyJob& job, int64_t unit_begin, int64_t u
       RotateTensorRow(plan, tj, b, t, part, job.head_parts, sc.cs);
     }
   }
+  // Non-temporal stores must be ordered before the caller (or another thread) reads the output.
+  if (job.tensors[0].stream_out || (job.n_tensors == 2 && job.tensors[1].stream_out)) hwy::FlushStream();
 }
 
 }  // namespace HWY_NAMESPACE

@@ -27,6 +27,7 @@ struct Heads {
   uint8_t* out;
   int64_t n, in_stride, out_stride;  // heads; strides in bytes
   int64_t block;
+  bool stream;  // non-temporal stores for vector-aligned outputs
 };
 
 // bf16 kernels with AVX512-BF16's native round-to-nearest-even conversion (bf16_avx512.cc).
