@@ -141,7 +141,8 @@ int bench_rope(const BenchRopeOptions& options) {
           r.bytes = bytes;
           const size_t n = buf.q.size() / 4;
           const bool q_only = s.q_only;
-          add(floor_key(s.name, r.dtype, in_place, threads), r, [&buf, n, in_place, threads, q_only](benchmark::State& st) {
+          const size_t call_bytes = static_cast<size_t>(bytes);
+          add(floor_key(s.name, r.dtype, in_place, threads), r, [&buf, n, in_place, threads, q_only, call_bytes](benchmark::State& st) {
             auto* q = reinterpret_cast<float*>(buf.q.get());
             auto* k = reinterpret_cast<float*>(buf.k.get());
             for (auto _ : st) {
@@ -149,8 +150,8 @@ int bench_rope(const BenchRopeOptions& options) {
                 floor_scale(q, n, 1.0f, threads);
                 if (!q_only) floor_scale(k, n, 1.0f, threads);
               } else {
-                floor_copy(q, reinterpret_cast<float*>(buf.q_out.get()), n, threads);
-                if (!q_only) floor_copy(k, reinterpret_cast<float*>(buf.k_out.get()), n, threads);
+                floor_copy(q, reinterpret_cast<float*>(buf.q_out.get()), n, call_bytes, threads);
+                if (!q_only) floor_copy(k, reinterpret_cast<float*>(buf.k_out.get()), n, call_bytes, threads);
               }
               benchmark::ClobberMemory();
             }

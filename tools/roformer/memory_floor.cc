@@ -23,15 +23,18 @@ void ScaleInPlace(float* x, size_t n, float a) {
   for (; i < n; ++i) x[i] *= a;
 }
 
-// A streaming copy: non-temporal stores (no read-for-ownership of dst) once dst is aligned.
-void Copy(const float* src, float* dst, size_t n) {
+// A copy; with `stream`, non-temporal stores (no read-for-ownership of dst) once dst is aligned.
+void Copy(const float* src, float* dst, size_t n, bool stream) {
   const hn::ScalableTag<float> d;
   const size_t lanes = hn::Lanes(d);
   size_t i = 0;
-  for (; i < n && reinterpret_cast<uintptr_t>(dst + i) % (lanes * sizeof(float)) != 0; ++i) dst[i] = src[i];
-  for (; i + lanes <= n; i += lanes) hn::Stream(hn::LoadU(d, src + i), d, dst + i);
+  if (stream) {
+    for (; i < n && reinterpret_cast<uintptr_t>(dst + i) % (lanes * sizeof(float)) != 0; ++i) dst[i] = src[i];
+    for (; i + lanes <= n; i += lanes) hn::Stream(hn::LoadU(d, src + i), d, dst + i);
+  }
+  for (; i + lanes <= n; i += lanes) hn::StoreU(hn::LoadU(d, src + i), d, dst + i);
   for (; i < n; ++i) dst[i] = src[i];
-  hwy::FlushStream();
+  if (stream) hwy::FlushStream();
 }
 
 }  // namespace HWY_NAMESPACE
@@ -55,12 +58,14 @@ void floor_scale(float* x, size_t n, float a, int threads) {
   }
 }
 
-void floor_copy(const float* src, float* dst, size_t n, int threads) {
+void floor_copy(const float* src, float* dst, size_t n, size_t call_bytes, int threads) {
+  // The same rule as librope's out-of-place kernels: stream only what cannot stay in cache.
+  const bool stream = call_bytes > (size_t{1} << 20);
 #pragma omp parallel num_threads(threads) if (threads > 1)
   {
     const size_t t = omp_get_thread_num(), nt = omp_get_num_threads();
     const size_t begin = n * t / nt, end = n * (t + 1) / nt;
-    HWY_DYNAMIC_DISPATCH(Copy)(src + begin, dst + begin, end - begin);
+    HWY_DYNAMIC_DISPATCH(Copy)(src + begin, dst + begin, end - begin, stream);
   }
 }
 
