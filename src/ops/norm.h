@@ -1,0 +1,30 @@
+// LayerNorm (BERT/RoFormer, biased variance) and RMSNorm (RoFormer-V2: optionally parameter-free).
+// llm.c conventions: forward writes, backward accumulates (+=) into the gradients it is given.
+#pragma once
+
+#include <cstdint>
+
+namespace ops {
+
+// out (N, C) = (inp − mean) · rstd · weight + bias; mean, rstd (N) are kept for the backward.
+// weight, bias (C); bias may be null.
+template <typename T>
+void layernorm_forward(T* out, T* mean, T* rstd, const T* inp, const T* weight, const T* bias, int64_t N,
+                       int64_t C, double eps);
+
+// dinp (N, C), dweight (C), dbias (C, may be null) += the gradients given dout (N, C).
+template <typename T>
+void layernorm_backward(T* dinp, T* dweight, T* dbias, const T* dout, const T* inp, const T* weight,
+                        const T* mean, const T* rstd, int64_t N, int64_t C);
+
+// out (N, C) = inp · rrms · weight, rrms (N) = 1 / sqrt(mean(inp²) + eps); weight (C) may be null
+// (the parameter-free RMS norm of RoFormer-V2).
+template <typename T>
+void rmsnorm_forward(T* out, T* rrms, const T* inp, const T* weight, int64_t N, int64_t C, double eps);
+
+// dinp (N, C), dweight (C, ignored when weight is null) += the gradients given dout (N, C).
+template <typename T>
+void rmsnorm_backward(T* dinp, T* dweight, const T* dout, const T* inp, const T* weight, const T* rrms,
+                      int64_t N, int64_t C);
+
+}  // namespace ops

@@ -1,0 +1,228 @@
+// The engine's ops: every backward against central finite differences in float64 (loss = Σ out·g
+// for a random g), fp32 forwards against fp64, known values, and bad input.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <functional>
+#include <random>
+#include <stdexcept>
+#include <vector>
+
+#include "ops/activation.h"
+#include "ops/embedding.h"
+#include "ops/linear.h"
+#include "ops/loss.h"
+#include "ops/norm.h"
+
+namespace {
+
+using Vec = std::vector<double>;
+
+Vec random_vec(std::mt19937_64& rng, size_t n, double scale = 1.0, double shift = 0.0) {
+  std::normal_distribution<double> normal;
+  Vec v(n);
+  for (double& x : v) x = shift + scale * normal(rng);
+  return v;
+}
+
+double dot(const Vec& a, const Vec& b) {
+  double s = 0;
+  for (size_t i = 0; i < a.size(); ++i) s += a[i] * b[i];
+  return s;
+}
+
+// Central differences of `loss` with respect to every element of `param`, against `analytic`.
+void expect_gradient(const char* what, Vec& param, const Vec& analytic, const std::function<double()>& loss) {
+  ASSERT_EQ(param.size(), analytic.size()) << what;
+  for (size_t i = 0; i < param.size(); ++i) {
+    const double saved = param[i], h = 1e-6 * std::max(1.0, std::fabs(saved));
+    param[i] = saved + h;
+    const double up = loss();
+    param[i] = saved - h;
+    const double down = loss();
+    param[i] = saved;
+    const double numeric = (up - down) / (2 * h);
+    EXPECT_NEAR(analytic[i], numeric, 1e-6 * std::max(1.0, std::fabs(numeric))) << what << "[" << i << "]";
+  }
+}
+
+// fp32 result vs the fp64 one, relative to the largest magnitude.
+void expect_close_fp32(const std::vector<float>& f, const Vec& d, double tol = 2e-6) {
+  double scale = 0, err = 0;
+  for (size_t i = 0; i < d.size(); ++i) {
+    scale = std::max(scale, std::fabs(d[i]));
+    err = std::max(err, std::fabs(f[i] - d[i]));
+  }
+  EXPECT_LE(err, tol * std::max(1.0, scale));
+}
+
+std::vector<float> to_f32(const Vec& v) { return std::vector<float>(v.begin(), v.end()); }
+
+TEST(Ops, LayerNormGradients) {
+  std::mt19937_64 rng(1);
+  const int64_t N = 3, C = 7;
+  Vec x = random_vec(rng, N * C, 2.0, 0.5), w = random_vec(rng, C, 0.3, 1.0), b = random_vec(rng, C);
+  const Vec g = random_vec(rng, N * C);
+  Vec y(N * C), mean(N), rstd(N);
+  auto loss = [&] {
+    ops::layernorm_forward(y.data(), mean.data(), rstd.data(), x.data(), w.data(), b.data(), N, C, 1e-5);
+    return dot(y, g);
+  };
+  loss();
+  Vec dx(N * C, 0.0), dw(C, 0.0), db(C, 0.0);
+  ops::layernorm_backward(dx.data(), dw.data(), db.data(), g.data(), x.data(), w.data(), mean.data(), rstd.data(),
+                          N, C);
+  expect_gradient("dx", x, dx, loss);
+  expect_gradient("dw", w, dw, loss);
+  expect_gradient("db", b, db, loss);
+  // fp32 agrees with fp64.
+  std::vector<float> yf(N * C), mf(N), rf(N);
+  const auto xf = to_f32(x), wf = to_f32(w), bf = to_f32(b);
+  ops::layernorm_forward(yf.data(), mf.data(), rf.data(), xf.data(), wf.data(), bf.data(), N, C, 1e-5);
+  loss();
+  expect_close_fp32(yf, y);
+}
+
+TEST(Ops, RmsNormGradientsWithAndWithoutWeight) {
+  std::mt19937_64 rng(2);
+  const int64_t N = 4, C = 6;
+  for (bool weighted : {true, false}) {
+    Vec x = random_vec(rng, N * C), w = random_vec(rng, C, 0.3, 1.0);
+    const Vec g = random_vec(rng, N * C);
+    Vec y(N * C), rrms(N);
+    const double* wp = weighted ? w.data() : nullptr;
+    auto loss = [&] {
+      ops::rmsnorm_forward(y.data(), rrms.data(), x.data(), weighted ? w.data() : nullptr, N, C, 1e-6);
+      return dot(y, g);
+    };
+    loss();
+    Vec dx(N * C, 0.0), dw(C, 0.0);
+    ops::rmsnorm_backward(dx.data(), dw.data(), g.data(), x.data(), wp, rrms.data(), N, C);
+    expect_gradient("dx", x, dx, loss);
+    if (weighted) expect_gradient("dw", w, dw, loss);
+  }
+}
+
+TEST(Ops, ActivationGradientsAndValues) {
+  std::mt19937_64 rng(3);
+  const int64_t n = 40;
+  Vec x = random_vec(rng, n, 2.0);
+  for (double& v : x) {
+    if (std::fabs(v) < 1e-3) v = 0.5;  // keep ReLU's kink away from the finite differences
+  }
+  const Vec g = random_vec(rng, n);
+  Vec y(n);
+  auto gelu_loss = [&] {
+    ops::gelu_forward(y.data(), x.data(), n);
+    return dot(y, g);
+  };
+  Vec dx(n, 0.0);
+  ops::gelu_backward(dx.data(), x.data(), g.data(), n);
+  expect_gradient("gelu dx", x, dx, gelu_loss);
+  auto relu_loss = [&] {
+    ops::relu_forward(y.data(), x.data(), n);
+    return dot(y, g);
+  };
+  Vec dr(n, 0.0);
+  ops::relu_backward(dr.data(), x.data(), g.data(), n);
+  expect_gradient("relu dx", x, dr, relu_loss);
+  // Exact erf GELU, not the tanh approximation: gelu(1) = Φ(1), gelu(−1) = −Φ(−1).
+  const double in[3] = {1.0, -1.0, 3.0};
+  double out[3];
+  ops::gelu_forward(out, in, 3);
+  EXPECT_NEAR(out[0], 0.8413447460685429, 1e-15);
+  EXPECT_NEAR(out[1], -0.15865525393145707, 1e-15);
+  EXPECT_NEAR(out[2], 2.99595030590511, 1e-13);
+}
+
+TEST(Ops, LinearGradientsMatchAndFp32Agrees) {
+  std::mt19937_64 rng(4);
+  const int64_t N = 5, IC = 6, OC = 4;
+  Vec x = random_vec(rng, N * IC), w = random_vec(rng, OC * IC), b = random_vec(rng, OC);
+  const Vec g = random_vec(rng, N * OC);
+  Vec y(N * OC);
+  auto loss = [&] {
+    ops::linear_forward(y.data(), x.data(), w.data(), b.data(), N, IC, OC);
+    return dot(y, g);
+  };
+  loss();
+  // y = x·Wᵀ + b against a plain loop.
+  for (int64_t n = 0; n < N; ++n) {
+    for (int64_t o = 0; o < OC; ++o) {
+      double s = b[o];
+      for (int64_t i = 0; i < IC; ++i) s += x[n * IC + i] * w[o * IC + i];
+      EXPECT_NEAR(y[n * OC + o], s, 1e-12);
+    }
+  }
+  Vec dx(N * IC, 0.0), dw(OC * IC, 0.0), db(OC, 0.0);
+  ops::linear_backward(dx.data(), dw.data(), db.data(), g.data(), x.data(), w.data(), N, IC, OC);
+  expect_gradient("dx", x, dx, loss);
+  expect_gradient("dw", w, dw, loss);
+  expect_gradient("db", b, db, loss);
+  std::vector<float> yf(N * OC);
+  const auto xf = to_f32(x), wf = to_f32(w), bf = to_f32(b);
+  ops::linear_forward(yf.data(), xf.data(), wf.data(), bf.data(), N, IC, OC);
+  expect_close_fp32(yf, y);
+}
+
+TEST(Ops, EmbeddingGradientsAndRangeCheck) {
+  std::mt19937_64 rng(5);
+  const int64_t V = 6, C = 3;
+  const std::vector<int64_t> ids = {2, 0, 2, 5};  // a repeated id accumulates
+  const int64_t N = static_cast<int64_t>(ids.size());
+  Vec table = random_vec(rng, V * C);
+  const Vec g = random_vec(rng, N * C);
+  Vec y(N * C);
+  auto loss = [&] {
+    ops::embedding_forward(y.data(), ids.data(), table.data(), N, V, C);
+    return dot(y, g);
+  };
+  loss();
+  Vec dtable(V * C, 0.0);
+  ops::embedding_backward(dtable.data(), g.data(), ids.data(), N, C);
+  expect_gradient("dtable", table, dtable, loss);
+  const std::vector<int64_t> bad = {1, 6};
+  EXPECT_THROW(ops::embedding_forward(y.data(), bad.data(), table.data(), 2, V, C), std::out_of_range);
+  const std::vector<int64_t> negative = {-1};
+  EXPECT_THROW(ops::embedding_forward(y.data(), negative.data(), table.data(), 1, V, C), std::out_of_range);
+}
+
+TEST(Ops, CrossEntropyLossGradientsAndIgnoreIndex) {
+  std::mt19937_64 rng(6);
+  const int64_t N = 5, V = 7, ignore = -100;
+  const std::vector<int64_t> targets = {3, ignore, 0, 6, 3};
+  Vec logits = random_vec(rng, N * V, 3.0);
+  Vec probs(N * V);
+  int64_t counted = 0;
+  auto loss = [&] {
+    return ops::cross_entropy_forward(probs.data(), logits.data(), targets.data(), N, V, ignore, &counted);
+  };
+  const double l = loss();
+  EXPECT_EQ(counted, 4);
+  // Against the definition: mean over counted rows of log Σ exp − z_target.
+  double expected = 0;
+  for (int64_t n = 0; n < N; ++n) {
+    if (targets[n] == ignore) continue;
+    double sum = 0;
+    for (int64_t v = 0; v < V; ++v) sum += std::exp(logits[n * V + v]);
+    expected += std::log(sum) - logits[n * V + targets[n]];
+  }
+  EXPECT_NEAR(l, expected / 4, 1e-12);
+  Vec dlogits(N * V, 0.0);
+  ops::cross_entropy_backward(dlogits.data(), probs.data(), targets.data(), N, V, ignore, counted, 1.0);
+  expect_gradient("dlogits", logits, dlogits, loss);
+  for (int64_t v = 0; v < V; ++v) EXPECT_EQ(dlogits[1 * V + v], 0.0) << "ignored row has no gradient";
+  // Extreme logits stay finite (max-subtracted softmax).
+  Vec big(V, 0.0);
+  big[2] = 1e4;
+  const int64_t t[1] = {2};
+  EXPECT_NEAR(ops::cross_entropy_forward(probs.data(), big.data(), t, 1, V, ignore, &counted), 0.0, 1e-12);
+  const int64_t out_of_range[1] = {V};
+  EXPECT_THROW(ops::cross_entropy_forward(probs.data(), big.data(), out_of_range, 1, V, ignore, &counted),
+               std::out_of_range);
+  const int64_t all_ignored[1] = {ignore};
+  EXPECT_EQ(ops::cross_entropy_forward(probs.data(), big.data(), all_ignored, 1, V, ignore, &counted), 0.0);
+  EXPECT_EQ(counted, 0);
+}
+
+}  // namespace
