@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "ops/activation.h"
+#include "ops/attention.h"
 #include "ops/embedding.h"
 #include "ops/linear.h"
 #include "ops/loss.h"
@@ -223,6 +224,72 @@ TEST(Ops, CrossEntropyLossGradientsAndIgnoreIndex) {
   const int64_t all_ignored[1] = {ignore};
   EXPECT_EQ(ops::cross_entropy_forward(probs.data(), big.data(), all_ignored, 1, V, ignore, &counted), 0.0);
   EXPECT_EQ(counted, 0);
+}
+
+TEST(Ops, AttentionGradientsWithPaddingAndCausalMasks) {
+  std::mt19937_64 rng(7);
+  for (bool causal : {false, true}) {
+    const ops::AttentionShape shape{2, 5, 2, 3, causal};
+    const int64_t n = shape.B * shape.T * shape.H * shape.D;
+    Vec q = random_vec(rng, n), k = random_vec(rng, n), v = random_vec(rng, n);
+    const Vec g = random_vec(rng, n);
+    const std::vector<int64_t> key_mask = {1, 1, 1, 1, 1, 1, 1, 1, 0, 0};  // batch 1: 3 real tokens
+    Vec out(n), att(shape.B * shape.H * shape.T * shape.T);
+    auto loss = [&] {
+      ops::attention_forward(out.data(), att.data(), q.data(), k.data(), v.data(), key_mask.data(), shape);
+      return dot(out, g);
+    };
+    loss();
+    // Forward against a per-element evaluation of softmax(q·kᵀ/√D + mask)·v.
+    const int64_t C = shape.H * shape.D;
+    for (int64_t b = 0; b < shape.B; ++b) {
+      for (int64_t h = 0; h < shape.H; ++h) {
+        for (int64_t t = 0; t < shape.T; ++t) {
+          std::vector<double> p(shape.T);
+          double sum = 0;
+          for (int64_t j = 0; j < shape.T; ++j) {
+            const bool visible = key_mask[b * shape.T + j] && (!causal || j <= t);
+            double sc = 0;
+            for (int64_t d = 0; d < shape.D; ++d) sc += q[(b * shape.T + t) * C + h * shape.D + d] * k[(b * shape.T + j) * C + h * shape.D + d];
+            p[j] = visible ? std::exp(sc / std::sqrt(3.0)) : 0.0;
+            sum += p[j];
+          }
+          for (int64_t j = 0; j < shape.T; ++j) {
+            EXPECT_NEAR(att[((b * shape.H + h) * shape.T + t) * shape.T + j], p[j] / sum, 1e-14);
+          }
+          for (int64_t d = 0; d < shape.D; ++d) {
+            double o = 0;
+            for (int64_t j = 0; j < shape.T; ++j) o += p[j] / sum * v[(b * shape.T + j) * C + h * shape.D + d];
+            EXPECT_NEAR(out[(b * shape.T + t) * C + h * shape.D + d], o, 1e-13);
+          }
+        }
+      }
+    }
+    Vec dq(n, 0.0), dk(n, 0.0), dv(n, 0.0), scratch(shape.T * shape.T);
+    ops::attention_backward(dq.data(), dk.data(), dv.data(), scratch.data(), g.data(), att.data(), q.data(), k.data(),
+                            v.data(), shape);
+    expect_gradient("dq", q, dq, loss);
+    expect_gradient("dk", k, dk, loss);
+    expect_gradient("dv", v, dv, loss);
+    // fp32 agrees with fp64.
+    std::vector<float> of(n), af(att.size());
+    const auto qf = to_f32(q), kf = to_f32(k), vf = to_f32(v);
+    ops::attention_forward(of.data(), af.data(), qf.data(), kf.data(), vf.data(), key_mask.data(), shape);
+    loss();
+    expect_close_fp32(of, out);
+  }
+}
+
+TEST(Ops, AttentionRowWithNoVisibleKeyIsUniformLikeHuggingFace) {
+  // HF adds finfo(float32).min instead of −inf, so an all-padding row attends uniformly (no NaN).
+  const ops::AttentionShape shape{1, 3, 1, 2, false};
+  const Vec q = {1, 2, 3, 4, 5, 6}, k = {0.5, -1, 2, 0.25, -3, 1}, v = {1, 0, 0, 1, 2, 2};
+  const std::vector<int64_t> none = {0, 0, 0};
+  Vec out(6), att(9);
+  ops::attention_forward(out.data(), att.data(), q.data(), k.data(), v.data(), none.data(), shape);
+  for (double p : att) EXPECT_NEAR(p, 1.0 / 3, 1e-12);
+  EXPECT_NEAR(out[0], 1.0, 1e-12);
+  EXPECT_NEAR(out[1], 1.0, 1e-12);
 }
 
 }  // namespace

@@ -1,0 +1,31 @@
+// Multi-head scaled dot-product attention with a key padding mask and an optional causal mask.
+// RoPE is not applied here: the caller rotates q and k (and v with HF's rotary_value) with librope
+// before the forward, and rotates dq, dk (dv) back with ROPE_BACKWARD after the backward.
+//
+// Masked scores get −FLT_MAX added, as Hugging Face adds finfo(float32).min: a row whose keys are all
+// masked attends uniformly instead of producing NaN. This first version keeps the probabilities
+// (B, H, T, T) for the backward; a tiled (flash-style) version that does not is future work.
+#pragma once
+
+#include <cstdint>
+
+namespace ops {
+
+struct AttentionShape {
+  int64_t B, T, H, D;  // batch, tokens, heads, head dim; q, k, v, out are (B, T, H·D)
+  bool causal;         // key s is visible from query t only if s <= t
+};
+
+// out (B, T, H·D) = softmax(q·kᵀ/√D + mask)·v per head; att (B, H, T, T) keeps the probabilities.
+// key_mask (B, T): 1 = real token, 0 = padding; may be null (all real).
+template <typename T>
+void attention_forward(T* out, T* att, const T* q, const T* k, const T* v, const int64_t* key_mask,
+                       const AttentionShape& s);
+
+// dq, dk, dv (B, T, H·D) += gradients given dout (B, T, H·D) and the forward's att.
+// scratch holds T·T elements.
+template <typename T>
+void attention_backward(T* dq, T* dk, T* dv, T* scratch, const T* dout, const T* att, const T* q, const T* k,
+                        const T* v, const AttentionShape& s);
+
+}  // namespace ops
