@@ -1,0 +1,144 @@
+// safetensors reader (see safetensors.h).
+#include "safetensors.h"
+
+#include <algorithm>
+#include <cstring>
+#include <fstream>
+#include <nlohmann/json.hpp>
+
+namespace io {
+namespace {
+
+size_t dtype_size(DType d) {
+  switch (d) {
+    case DType::F64: case DType::I64: return 8;
+    case DType::F32: case DType::I32: return 4;
+    case DType::F16: case DType::BF16: case DType::I16: return 2;
+    case DType::I8: case DType::U8: case DType::BOOL: return 1;
+  }
+  return 0;
+}
+
+bool parse_dtype(const std::string& s, DType* d) {
+  static const std::map<std::string, DType> names = {
+      {"F64", DType::F64}, {"F32", DType::F32}, {"F16", DType::F16}, {"BF16", DType::BF16}, {"I64", DType::I64},
+      {"I32", DType::I32}, {"I16", DType::I16}, {"I8", DType::I8},   {"U8", DType::U8},     {"BOOL", DType::BOOL}};
+  auto it = names.find(s);
+  if (it == names.end()) return false;
+  *d = it->second;
+  return true;
+}
+
+std::string shape_str(const std::vector<int64_t>& shape) {
+  std::string s = "[";
+  for (size_t i = 0; i < shape.size(); ++i) s += (i ? ", " : "") + std::to_string(shape[i]);
+  return s + "]";
+}
+
+}  // namespace
+
+int64_t Tensor::numel() const {
+  int64_t n = 1;
+  for (int64_t d : shape) n *= d;
+  return n;
+}
+
+SafeTensors::SafeTensors(const std::string& path) : path_(path) {
+  auto fail = [&](const std::string& what) { return Error(path + ": " + what); };
+  std::ifstream in(path, std::ios::binary | std::ios::ate);
+  if (!in) throw fail("cannot open");
+  const std::streamoff size = in.tellg();
+  if (size < 8) throw fail("truncated: " + std::to_string(size) + " bytes, no header length");
+  file_.resize(static_cast<size_t>(size));
+  in.seekg(0);
+  if (!in.read(reinterpret_cast<char*>(file_.data()), size)) throw fail("read error");
+  uint64_t header_len = 0;
+  for (int i = 7; i >= 0; --i) header_len = (header_len << 8) | file_[i];  // little-endian
+  if (header_len > file_.size() - 8) {
+    throw fail("header length " + std::to_string(header_len) + " exceeds the file (" + std::to_string(size) +
+               " bytes)");
+  }
+  nlohmann::json header;
+  try {
+    header = nlohmann::json::parse(file_.begin() + 8, file_.begin() + 8 + static_cast<std::ptrdiff_t>(header_len));
+  } catch (const nlohmann::json::exception& e) {
+    throw fail(std::string("header is not valid JSON: ") + e.what());
+  }
+  if (!header.is_object()) throw fail("header is not a JSON object");
+  const uint8_t* data = file_.data() + 8 + header_len;
+  const uint64_t data_size = file_.size() - 8 - header_len;
+  std::vector<std::pair<uint64_t, uint64_t>> ranges;
+  for (const auto& [name, info] : header.items()) {
+    if (name == "__metadata__") continue;
+    const std::string where = "tensor '" + name + "': ";
+    if (!info.is_object() || !info.contains("dtype") || !info.contains("shape") || !info.contains("data_offsets")) {
+      throw fail(where + "needs dtype, shape and data_offsets");
+    }
+    Tensor t{};
+    if (!info["dtype"].is_string() || !parse_dtype(info["dtype"].get<std::string>(), &t.dtype)) {
+      throw fail(where + "unknown dtype " + info["dtype"].dump());
+    }
+    const auto& shape = info["shape"];
+    const auto& offsets = info["data_offsets"];
+    if (!shape.is_array() || !offsets.is_array() || offsets.size() != 2) throw fail(where + "bad shape or data_offsets");
+    uint64_t numel = 1;
+    for (const auto& d : shape) {
+      if (!d.is_number_unsigned()) throw fail(where + "shape entries must be non-negative integers");
+      const uint64_t dim = d.get<uint64_t>();
+      if (dim != 0 && numel > (uint64_t{1} << 48) / dim) throw fail(where + "shape is too large");
+      numel *= dim;
+      t.shape.push_back(static_cast<int64_t>(dim));
+    }
+    if (!offsets[0].is_number_unsigned() || !offsets[1].is_number_unsigned()) {
+      throw fail(where + "data_offsets must be non-negative integers");
+    }
+    const uint64_t begin = offsets[0].get<uint64_t>(), end = offsets[1].get<uint64_t>();
+    if (begin > end || end > data_size) {
+      throw fail(where + "data_offsets [" + std::to_string(begin) + ", " + std::to_string(end) +
+                 "] outside the data section (" + std::to_string(data_size) + " bytes)");
+    }
+    if (end - begin != numel * dtype_size(t.dtype)) {
+      throw fail(where + "shape " + shape_str(t.shape) + " needs " + std::to_string(numel * dtype_size(t.dtype)) +
+                 " bytes but data_offsets give " + std::to_string(end - begin));
+    }
+    t.data = data + begin;
+    t.bytes = end - begin;
+    ranges.emplace_back(begin, end);
+    tensors_.emplace(name, std::move(t));
+  }
+  std::sort(ranges.begin(), ranges.end());
+  for (size_t i = 1; i < ranges.size(); ++i) {
+    if (ranges[i].first < ranges[i - 1].second) throw fail("tensors overlap in the data section");
+  }
+}
+
+const Tensor& SafeTensors::at(const std::string& name) const {
+  auto it = tensors_.find(name);
+  if (it == tensors_.end()) throw Error(path_ + ": no tensor '" + name + "'");
+  return it->second;
+}
+
+const Tensor& SafeTensors::checked(const std::string& name, DType dtype, const std::vector<int64_t>& shape) const {
+  const Tensor& t = at(name);
+  if (t.dtype != dtype) throw Error(path_ + ": tensor '" + name + "' has an unexpected dtype");
+  if (!shape.empty() && t.shape != shape) {
+    throw Error(path_ + ": tensor '" + name + "' has shape " + shape_str(t.shape) + ", expected " + shape_str(shape));
+  }
+  return t;
+}
+
+std::vector<float> SafeTensors::f32(const std::string& name, const std::vector<int64_t>& shape) const {
+  const Tensor& t = checked(name, DType::F32, shape);
+  std::vector<float> out(static_cast<size_t>(t.numel()));
+  std::memcpy(out.data(), t.data, t.bytes);
+  return out;
+}
+
+std::vector<int64_t> SafeTensors::i64(const std::string& name, const std::vector<int64_t>& shape) const {
+  const Tensor& t = checked(name, DType::I64, shape);
+  std::vector<int64_t> out(static_cast<size_t>(t.numel()));
+  std::memcpy(out.data(), t.data, t.bytes);
+  return out;
+}
+
+}  // namespace io

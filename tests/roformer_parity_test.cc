@@ -1,0 +1,55 @@
+// The RoFormer encoder against Hugging Face transformers 4.40.2 (../shared/fixtures/roformer-hf):
+// embedding_output, every hidden state, every attention map and the MLM logits, within the fixtures'
+// tolerance |ours − HF| <= 1e-5 + 1e-4·|HF|. A failure names the first tensor that drifts.
+#include <gtest/gtest.h>
+
+#include <cmath>
+
+#include "io/safetensors.h"
+#include "model/roformer.h"
+
+namespace {
+
+// Index of the first element out of tolerance, or -1.
+int64_t first_mismatch(const std::vector<float>& ours, const std::vector<float>& hf, size_t offset = 0) {
+  for (size_t i = 0; i < ours.size(); ++i) {
+    const double e = hf[offset + i];
+    if (!(std::fabs(ours[i] - e) <= 1e-5 + 1e-4 * std::fabs(e))) return static_cast<int64_t>(i);
+  }
+  return -1;
+}
+
+class RoformerParity : public ::testing::TestWithParam<const char*> {};
+
+TEST_P(RoformerParity, MatchesHuggingFaceLayerByLayer) {
+  const std::string dir = std::string(ROFORMER_FIXTURES) + "/" + GetParam();
+  const auto cfg = model::RoFormerConfig::from_json_file(dir + "/config.json");
+  const io::SafeTensors weights(dir + "/model.safetensors");
+  const io::SafeTensors ref(dir + "/io.safetensors");
+  const auto& ids_t = ref.at("input_ids");
+  const int64_t B = ids_t.shape[0], T = ids_t.shape[1];
+  const auto f = model::roformer_mlm_forward(cfg, weights, ref.i64("input_ids"), ref.i64("token_type_ids"),
+                                             ref.i64("attention_mask"), B, T);
+
+  int64_t bad = first_mismatch(f.embedding_output, ref.f32("embedding_output"));
+  ASSERT_EQ(bad, -1) << "embedding_output drifts first, at element " << bad;
+  const auto hidden = ref.f32("hidden_states");
+  const auto attentions = ref.f32("attentions");
+  ASSERT_EQ(f.hidden_states.size(), static_cast<size_t>(cfg.num_hidden_layers + 1));
+  for (size_t l = 0; l < f.hidden_states.size(); ++l) {
+    bad = first_mismatch(f.hidden_states[l], hidden, l * f.hidden_states[l].size());
+    ASSERT_EQ(bad, -1) << "hidden_states[" << l << "] drifts first, at element " << bad;
+    if (l + 1 < f.hidden_states.size()) {
+      bad = first_mismatch(f.attentions[l], attentions, l * f.attentions[l].size());
+      ASSERT_EQ(bad, -1) << "attentions[" << l << "] drifts first, at element " << bad;
+    }
+  }
+  bad = first_mismatch(f.logits, ref.f32("logits"));
+  ASSERT_EQ(bad, -1) << "logits drift first, at element " << bad;
+}
+
+INSTANTIATE_TEST_SUITE_P(Fixtures, RoformerParity,
+                         ::testing::Values("case1_mlm_basic", "case2_embproj_rotary_value",
+                                           "case3_seq_eq_max_positions"));
+
+}  // namespace

@@ -1,0 +1,89 @@
+// The safetensors reader: the fixtures load, and every malformed file gets io::Error naming the file
+// and the problem (and never a read outside the file; the debug preset runs this under ASan).
+#include <gtest/gtest.h>
+
+#include <cstdio>
+#include <fstream>
+#include <string>
+
+#include "io/safetensors.h"
+#include "model/roformer.h"
+
+namespace {
+
+std::string write_file(const std::string& name, const std::string& header, const std::string& data,
+                       int64_t header_len = -1) {
+  const std::string path = ::testing::TempDir() + name;
+  std::ofstream out(path, std::ios::binary);
+  const uint64_t len = header_len >= 0 ? static_cast<uint64_t>(header_len) : header.size();
+  for (int i = 0; i < 8; ++i) out.put(static_cast<char>((len >> (8 * i)) & 0xff));
+  out << header << data;
+  return path;
+}
+
+void expect_error(const std::string& path, const std::string& fragment) {
+  try {
+    io::SafeTensors st(path);
+    ADD_FAILURE() << path << " loaded";
+  } catch (const io::Error& e) {
+    const std::string what = e.what();
+    EXPECT_NE(what.find(path), std::string::npos) << what;
+    EXPECT_NE(what.find(fragment), std::string::npos) << what;
+  }
+}
+
+TEST(SafeTensors, LoadsTheFixtures) {
+  const io::SafeTensors st(std::string(ROFORMER_FIXTURES) + "/case1_mlm_basic/io.safetensors");
+  EXPECT_EQ(st.at("input_ids").shape, (std::vector<int64_t>{3, 12}));
+  EXPECT_EQ(st.i64("attention_mask").size(), 36u);
+  EXPECT_THROW(st.f32("input_ids"), io::Error);               // wrong dtype
+  EXPECT_THROW(st.f32("logits", {3, 12, 128}), io::Error);    // wrong shape
+  EXPECT_THROW(st.at("nope"), io::Error);
+}
+
+TEST(SafeTensors, RejectsMalformedFiles) {
+  const std::string good = R"({"a":{"dtype":"F32","shape":[2],"data_offsets":[0,8]}})";
+  EXPECT_NO_THROW(io::SafeTensors(write_file("ok.st", good, std::string(8, '\0'))));
+  {
+    const std::string path = ::testing::TempDir() + "short.st";
+    std::ofstream(path, std::ios::binary) << "abc";
+    expect_error(path, "truncated");
+  }
+  expect_error(write_file("len.st", good, std::string(8, '\0'), 1 << 30), "exceeds the file");
+  expect_error(write_file("json.st", "{not json", ""), "not valid JSON");
+  expect_error(write_file("dtype.st", R"({"a":{"dtype":"F33","shape":[2],"data_offsets":[0,8]}})", std::string(8, '\0')),
+               "unknown dtype");
+  expect_error(write_file("range.st", R"({"a":{"dtype":"F32","shape":[2],"data_offsets":[0,8]}})", std::string(4, '\0')),
+               "outside the data section");
+  expect_error(write_file("size.st", R"({"a":{"dtype":"F32","shape":[3],"data_offsets":[0,8]}})", std::string(8, '\0')),
+               "needs 12 bytes");
+  expect_error(write_file("overlap.st",
+                          R"({"a":{"dtype":"F32","shape":[2],"data_offsets":[0,8]},"b":{"dtype":"F32","shape":[2],"data_offsets":[4,12]}})",
+                          std::string(12, '\0')),
+               "overlap");
+  expect_error(write_file("neg.st", R"({"a":{"dtype":"F32","shape":[-2],"data_offsets":[0,8]}})", std::string(8, '\0')),
+               "non-negative");
+  expect_error(write_file("missing.st", R"({"a":{"dtype":"F32","shape":[2]}})", ""), "needs dtype, shape and data_offsets");
+  expect_error(::testing::TempDir() + "does_not_exist.st", "cannot open");
+}
+
+TEST(RoFormerConfig, ReadsHfFieldsAndRejectsBadValues) {
+  const auto c = model::RoFormerConfig::from_json_file(std::string(ROFORMER_FIXTURES) + "/case2_embproj_rotary_value/config.json");
+  EXPECT_EQ(c.embedding_size, 32);
+  EXPECT_EQ(c.hidden_size, 64);
+  EXPECT_TRUE(c.rotary_value);
+  auto write = [](const std::string& name, const std::string& text) {
+    const std::string path = ::testing::TempDir() + name;
+    std::ofstream(path) << text;
+    return path;
+  };
+  const auto d = model::RoFormerConfig::from_json_file(write("null_emb.json", R"({"hidden_size": 48, "embedding_size": null, "num_attention_heads": 3})"));
+  EXPECT_EQ(d.embedding_size, 48) << "embedding_size null means hidden_size";
+  EXPECT_THROW(model::RoFormerConfig::from_json_file(write("act.json", R"({"hidden_act": "swish"})")), io::Error);
+  EXPECT_THROW(model::RoFormerConfig::from_json_file(write("neg.json", R"({"hidden_size": -4})")), io::Error);
+  EXPECT_THROW(model::RoFormerConfig::from_json_file(write("eps.json", R"({"layer_norm_eps": "small"})")), io::Error);
+  EXPECT_THROW(model::RoFormerConfig::from_json_file(write("heads.json", R"({"hidden_size": 64, "num_attention_heads": 5})")), io::Error);
+  EXPECT_THROW(model::RoFormerConfig::from_json_file(write("bad.json", "{")), io::Error);
+}
+
+}  // namespace
