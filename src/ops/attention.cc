@@ -1,27 +1,12 @@
 // Attention forward/backward (see attention.h), per (batch, head) with BLAS for the two products.
 #include "attention.h"
 
-#include <cblas.h>
-
 #include <cmath>
 #include <limits>
-#include <vector>
+
+#include "blas.h"
 
 namespace ops {
-namespace {
-
-void gemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const float* A, int64_t lda,
-          const float* B, int64_t ldb, float beta, float* C, int64_t ldc) {
-  cblas_sgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans, M, N, K, alpha, A,
-              lda, B, ldb, beta, C, ldc);
-}
-void gemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, double alpha, const double* A, int64_t lda,
-          const double* B, int64_t ldb, double beta, double* C, int64_t ldc) {
-  cblas_dgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans, M, N, K, alpha, A,
-              lda, B, ldb, beta, C, ldc);
-}
-
-}  // namespace
 
 template <typename T>
 void attention_forward(T* out, T* att, const T* q, const T* k, const T* v, const int64_t* key_mask,

@@ -1,24 +1,9 @@
 // Linear forward/backward on CBLAS (OpenBLAS, OpenMP build: one thread runtime with the rest).
 #include "linear.h"
 
-#include <cblas.h>
+#include "blas.h"
 
 namespace ops {
-namespace {
-
-// C (M, N) = alpha·op(A)·op(B) + beta·C, row-major.
-void gemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const float* A, int64_t lda,
-          const float* B, int64_t ldb, float beta, float* C, int64_t ldc) {
-  cblas_sgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans, M, N, K, alpha, A,
-              lda, B, ldb, beta, C, ldc);
-}
-void gemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, double alpha, const double* A, int64_t lda,
-          const double* B, int64_t ldb, double beta, double* C, int64_t ldc) {
-  cblas_dgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans, M, N, K, alpha, A,
-              lda, B, ldb, beta, C, ldc);
-}
-
-}  // namespace
 
 template <typename T>
 void linear_forward(T* out, const T* inp, const T* weight, const T* bias, int64_t N, int64_t IC, int64_t OC) {
