@@ -1,0 +1,80 @@
+// AdamW, LR schedules and gradient clipping (see optim.h).
+#include "optim.h"
+
+#include <cmath>
+#include <numbers>
+#include <stdexcept>
+
+namespace train {
+
+AdamW::AdamW(std::vector<ParamRef> params, AdamWConfig cfg) : params_(std::move(params)), cfg_(cfg) {
+  for (const ParamRef& p : params_) {
+    m_.emplace_back(p.size, 0.0f);
+    v_.emplace_back(p.size, 0.0f);
+  }
+}
+
+void AdamW::step(double lr) {
+  ++t_;
+  const double bc1 = 1.0 - std::pow(cfg_.beta1, static_cast<double>(t_));
+  const double bc2 = 1.0 - std::pow(cfg_.beta2, static_cast<double>(t_));
+  const double step_size = lr / bc1, sqrt_bc2 = std::sqrt(bc2);
+  for (size_t i = 0; i < params_.size(); ++i) {
+    const ParamRef& p = params_[i];
+    float* m = m_[i].data();
+    float* v = v_[i].data();
+    const float decay = p.decay ? static_cast<float>(1.0 - lr * cfg_.weight_decay) : 1.0f;
+    const float b1 = static_cast<float>(cfg_.beta1), b2 = static_cast<float>(cfg_.beta2);
+#pragma omp parallel for schedule(static)
+    for (int64_t j = 0; j < p.size; ++j) {
+      const float g = p.grad[j];
+      m[j] = b1 * m[j] + (1.0f - b1) * g;
+      v[j] = b2 * v[j] + (1.0f - b2) * g * g;
+      const double denom = std::sqrt(static_cast<double>(v[j])) / sqrt_bc2 + cfg_.eps;
+      p.value[j] = static_cast<float>(p.value[j] * decay - step_size * m[j] / denom);
+    }
+  }
+}
+
+Decay Schedule::parse_decay(const std::string& name) {
+  if (name == "constant") return Decay::constant;
+  if (name == "linear") return Decay::linear;
+  if (name == "cosine") return Decay::cosine;
+  if (name == "inverse_sqrt") return Decay::inverse_sqrt;
+  throw std::invalid_argument("unknown learning-rate decay '" + name +
+                              "' (expected constant, linear, cosine or inverse_sqrt)");
+}
+
+double learning_rate(const Schedule& s, int64_t step) {
+  if (step < s.warmup_steps) return s.peak_lr * static_cast<double>(step + 1) / s.warmup_steps;
+  switch (s.decay) {
+    case Decay::constant:
+      return s.peak_lr;
+    case Decay::inverse_sqrt:
+      return s.peak_lr * std::sqrt(static_cast<double>(std::max<int64_t>(s.warmup_steps, 1)) / (step + 1));
+    case Decay::linear:
+    case Decay::cosine: {
+      const int64_t span = std::max<int64_t>(s.total_steps - s.warmup_steps, 1);
+      const double progress = std::min(1.0, static_cast<double>(step - s.warmup_steps) / span);
+      const double shape = s.decay == Decay::linear ? 1.0 - progress : 0.5 * (1.0 + std::cos(std::numbers::pi * progress));
+      return s.min_lr + (s.peak_lr - s.min_lr) * shape;
+    }
+  }
+  return s.peak_lr;
+}
+
+double clip_grad_norm(const std::vector<float*>& grads, const std::vector<int64_t>& sizes, double max_norm) {
+  double sq = 0;
+  for (size_t i = 0; i < grads.size(); ++i) {
+    for (int64_t j = 0; j < sizes[i]; ++j) sq += static_cast<double>(grads[i][j]) * grads[i][j];
+  }
+  const double norm = std::sqrt(sq);
+  if (!std::isfinite(norm) || norm <= max_norm) return norm;
+  const float scale = static_cast<float>(max_norm / (norm + 1e-6));
+  for (size_t i = 0; i < grads.size(); ++i) {
+    for (int64_t j = 0; j < sizes[i]; ++j) grads[i][j] *= scale;
+  }
+  return norm;
+}
+
+}  // namespace train
