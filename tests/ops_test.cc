@@ -10,10 +10,12 @@
 
 #include "ops/activation.h"
 #include "ops/attention.h"
+#include "ops/dropout.h"
 #include "ops/embedding.h"
 #include "ops/linear.h"
 #include "ops/loss.h"
 #include "ops/norm.h"
+#include "ops/position.h"
 
 namespace {
 
@@ -290,6 +292,47 @@ TEST(Ops, AttentionRowWithNoVisibleKeyIsUniformLikeHuggingFace) {
   for (double p : att) EXPECT_NEAR(p, 1.0 / 3, 1e-12);
   EXPECT_NEAR(out[0], 1.0, 1e-12);
   EXPECT_NEAR(out[1], 1.0, 1e-12);
+}
+
+TEST(Ops, DropoutKeepsTheRightFractionAndRegeneratesItsMask) {
+  const int64_t n = 200000;
+  const double p = 0.1;
+  std::vector<float> x(n, 1.0f), y(n), dx(n, 0.0f), g(n, 2.0f);
+  ops::dropout_forward(y.data(), x.data(), n, p, 42);
+  ops::dropout_backward(dx.data(), g.data(), n, p, 42);
+  int64_t kept = 0;
+  for (int64_t i = 0; i < n; ++i) {
+    if (y[i] != 0.0f) {
+      ++kept;
+      EXPECT_FLOAT_EQ(y[i], 1.0f / 0.9f);
+      EXPECT_FLOAT_EQ(dx[i], 2.0f / 0.9f);  // the backward regenerates the same mask
+    } else {
+      EXPECT_EQ(dx[i], 0.0f);
+    }
+  }
+  EXPECT_NEAR(static_cast<double>(kept) / n, 0.9, 0.005);
+  std::vector<float> y2(n);
+  ops::dropout_forward(y2.data(), x.data(), n, p, 43);
+  EXPECT_NE(y, y2) << "another seed, another mask";
+  ops::dropout_forward(y2.data(), x.data(), n, 0.0, 7);
+  EXPECT_EQ(y2, x) << "p = 0 is the identity";
+}
+
+TEST(Ops, SinusoidalTableIsVaswaniEq) {
+  const int64_t P = 50, C = 16;
+  std::vector<float> table(P * C);
+  ops::sinusoidal_table(table.data(), P, C);
+  for (int64_t m = 0; m < P; ++m) {
+    for (int64_t i = 0; i < C / 2; ++i) {
+      const double angle = m / std::pow(10000.0, 2.0 * i / C);
+      EXPECT_NEAR(table[m * C + 2 * i], std::sin(angle), 1e-7);
+      EXPECT_NEAR(table[m * C + 2 * i + 1], std::cos(angle), 1e-7);
+    }
+  }
+  std::vector<float> x(2 * 3 * C, 1.0f);
+  ops::add_positions(x.data(), table.data(), 2, 3, C);
+  EXPECT_FLOAT_EQ(x[(1 * 3 + 2) * C + 1], 1.0f + table[2 * C + 1]);  // batch 1, token 2
+  EXPECT_THROW(ops::sinusoidal_table(table.data(), P, 15), std::invalid_argument);
 }
 
 }  // namespace
