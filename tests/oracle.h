@@ -96,9 +96,8 @@ inline TestTensor make_tensor(rope_dtype dtype, int64_t b, int64_t s, int64_t h,
 }
 
 // Position of (axis, b, t) under `p`, computed independently of librope.
-inline int64_t oracle_position(const rope_positions& p, int n_axes, int64_t n_batch, int64_t n_tokens,
+inline int64_t oracle_position(const rope_positions& p, int64_t n_batch, int64_t n_tokens,
                                int axis, int64_t b, int64_t t) {
-  (void)n_axes;
   switch (p.kind) {
     case ROPE_POSITIONS_OFFSET: return p.start + (p.starts ? p.starts[b] : 0) + t;
     case ROPE_POSITIONS_IDS: return p.ids[(axis * n_batch + b) * n_tokens + t];
@@ -122,7 +121,7 @@ inline std::vector<double> oracle_apply(const rope_config& cfg, const std::vecto
   std::vector<float> x(in.d);
   for (int64_t bi = 0; bi < in.b; ++bi) {
     for (int64_t si = 0; si < in.s; ++si) {
-      for (int i = 0; i < n_pairs; ++i) pair_pos[i] = oracle_position(pos, cfg.n_axes, in.b, in.s, axis[i], bi, si);
+      for (int i = 0; i < n_pairs; ++i) pair_pos[i] = oracle_position(pos, in.b, in.s, axis[i], bi, si);
       for (int64_t hi = 0; hi < in.h; ++hi) {
         for (int64_t di = 0; di < in.d; ++di) x[di] = in.get(in.index(bi, si, hi, di));
         rope::oracle::rotate_head(cfg, theta.data(), attention_factor, pair_pos.data(), backward, is_key,

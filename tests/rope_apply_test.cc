@@ -148,7 +148,7 @@ void run_case(uint64_t seed, rope_backend backend) {
                                     << " scaling " << c.cfg.scaling.type << " pos " << c.pos.kind);
   rope::Plan plan(c.cfg);
   if (c.pos.kind == ROPE_POSITIONS_VARLEN || uniform(rng, 0, 1)) plan.set_seq_len(uniform(rng, 1, 10000));
-  const std::vector<double> theta = plan.inv_freq(c.cfg.rot_dim / 2);
+  const std::vector<double> theta = plan.inv_freq();
   double attention = 0;
   rope::check(rope_plan_attention_factor(plan.get(), &attention));
 

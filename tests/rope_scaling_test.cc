@@ -56,7 +56,7 @@ TEST(RopeScaling, MatchesHuggingFaceRopeInitFunctions) {
     }
     rope::Plan plan(cfg);
     if (c["seq_len"].get<int64_t>() > 0) plan.set_seq_len(c["seq_len"]);
-    const std::vector<double> ours = plan.inv_freq(rot_dim / 2);
+    const std::vector<double> ours = plan.inv_freq();
     const std::vector<double> hf = c["expected"]["inv_freq"].get<std::vector<double>>();
     ASSERT_EQ(ours.size(), hf.size());
     for (size_t i = 0; i < hf.size(); ++i) {
@@ -76,13 +76,13 @@ TEST(RopeScaling, StaticNtkEqualsDynamicAtTheMatchingLength) {
   dyn.scaling.factor = 2;
   dyn.scaling.original_max_positions = 4096;
   rope::Plan dynamic(dyn);
-  const std::vector<double> before = dynamic.inv_freq(64);
+  const std::vector<double> before = dynamic.inv_freq();
   EXPECT_EQ(before, rope::base_ladder(10000.0, 128)) << "no change up to the original length";
   dynamic.set_seq_len(4096 * 3);
   rope_config stat = rope::default_config(128);
   stat.scaling.type = ROPE_SCALING_NTK;
   stat.scaling.factor = 2.0 * 3 - 1.0;
-  const std::vector<double> a = dynamic.inv_freq(64), b = rope::Plan(stat).inv_freq(64);
+  const std::vector<double> a = dynamic.inv_freq(), b = rope::Plan(stat).inv_freq();
   for (int i = 0; i < 64; ++i) EXPECT_NEAR(a[i] / b[i], 1.0, 1e-14);
   EXPECT_LT(a[63], before[63]);
 }
@@ -93,7 +93,7 @@ TEST(RopeScaling, AxialSectionsHaveTheirOwnLadders) {
   cfg.axes_mode = ROPE_AXES_AXIAL;
   cfg.sections[0] = 16;
   cfg.sections[1] = 16;
-  const std::vector<double> theta = rope::Plan(cfg).inv_freq(32);
+  const std::vector<double> theta = rope::Plan(cfg).inv_freq();
   const std::vector<double> ladder = rope::base_ladder(10000.0, 32);
   for (int j = 0; j < 16; ++j) {
     EXPECT_EQ(theta[j], ladder[j]);
@@ -108,7 +108,7 @@ TEST(RopeScaling, FreqFactorsDivideTheta) {
   cfg.freq_factors = ff.data();
   rope::Plan plan(cfg);
   ff.assign(32, 1e9);  // the plan keeps its own copy
-  const std::vector<double> theta = plan.inv_freq(32), ladder = rope::base_ladder(10000.0, 64);
+  const std::vector<double> theta = plan.inv_freq(), ladder = rope::base_ladder(10000.0, 64);
   for (int i = 0; i < 32; ++i) EXPECT_DOUBLE_EQ(theta[i], ladder[i] / (1.0 + i));
 }
 

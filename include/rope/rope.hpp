@@ -34,7 +34,7 @@ inline rope_config default_config(int32_t head_dim) {
 
 class Plan {
  public:
-  explicit Plan(const rope_config& cfg) {
+  explicit Plan(const rope_config& cfg) : n_pairs_(cfg.rot_dim / 2) {
     rope_plan* p = nullptr;
     check(rope_plan_create(&cfg, &p));
     plan_.reset(p);
@@ -44,8 +44,9 @@ class Plan {
 
   void set_seq_len(int64_t seq_len) { check(rope_plan_set_seq_len(plan_.get(), seq_len)); }
 
-  std::vector<double> inv_freq(int32_t n_pairs) const {
-    std::vector<double> f(n_pairs);
+  // θ_i after scaling, one per rotary pair.
+  std::vector<double> inv_freq() const {
+    std::vector<double> f(n_pairs_);
     check(rope_plan_inv_freq(plan_.get(), f.data()));
     return f;
   }
@@ -65,6 +66,7 @@ class Plan {
   struct Deleter {
     void operator()(rope_plan* p) const { rope_plan_destroy(p); }
   };
+  int32_t n_pairs_;  // rot_dim / 2, sizes what the plan writes
   std::unique_ptr<rope_plan, Deleter> plan_;
 };
 

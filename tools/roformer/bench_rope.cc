@@ -41,7 +41,7 @@ struct Buffers {
 };
 
 struct Result {
-  std::string name, shape, dtype, layout, direction, mode;
+  std::string shape, dtype, layout, direction, mode;
   bool in_place = false, floor = false;
   int threads = 0;
   double bytes = 0, seconds = 1e30;
@@ -117,7 +117,6 @@ int bench_rope(const BenchRopeOptions& options) {
   auto wanted = [&](const std::string& name) { return options.filter.empty() || name.find(options.filter) != std::string::npos; };
   auto add = [&](const std::string& name, Result r, auto fn) {
     if (!wanted(name) && !r.floor) return;
-    r.name = name;
     results[name] = r;
     benchmark::RegisterBenchmark(name.c_str(), fn)
         ->UseRealTime()

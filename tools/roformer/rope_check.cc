@@ -92,7 +92,7 @@ double output_error(const rope::Plan& plan, const rope_config& cfg, rope_dtype d
   const rope_exec exec{1, backend};
   plan.apply(ROPE_FORWARD, ROPE_ROLE_QUERY, pos, rope::bshd(buf.data(), dtype, 1, tokens, heads, kHeadDim), nullptr, &exec);
 
-  const std::vector<double> theta = plan.inv_freq(kPairs);
+  const std::vector<double> theta = plan.inv_freq();
   std::vector<double> expected(kHeadDim);
   std::vector<int64_t> pair_pos(kPairs);
   double num = 0, den = 0;
@@ -135,7 +135,7 @@ int rope_check(const RopeCheckOptions& options) {
   table_cfg.mode = ROPE_MODE_TABLE;
   table_cfg.table_positions = kTableRows;
   const rope::Plan table(table_cfg);
-  const std::vector<double> theta = fly.inv_freq(kPairs);
+  const std::vector<double> theta = fly.inv_freq();
 
   if (!options.json) {
     fmt::print("librope accuracy check (SIMD target {}, head_dim {}, base {:g})\n\n", rope_cpu_target(), kHeadDim, cfg.base);

@@ -393,21 +393,26 @@ HWY_NOINLINE RowScratch& ThreadScratch() {
   return scratch;
 }
 
-// Fills cs for one tensor from unscaled cos/sin: scale, direction, and the layout's shapes.
+// Fills cs for one tensor from unscaled cos/sin: scale, direction, and the shapes this layout's
+// kernels read (pc/ps always: tails, bf16 interleaved, f32/f16 half).
 HWY_INLINE void FoldCosSin(const rope_plan& plan, bool backward, const float* cos_m, const float* sin_m,
                            const float* scale, TokenCosSin& cs) {
   const int32_t n = plan.n_pairs, n_even = (n + 1) / 2;
+  const bool interleaved = plan.cfg.layout == ROPE_LAYOUT_INTERLEAVED;
   for (int32_t i = 0; i < n; ++i) {
     const float c = scale ? cos_m[i] * scale[i] : cos_m[i];
     const float s0 = scale ? sin_m[i] * scale[i] : sin_m[i];
     const float s = backward ? -s0 : s0;
     cs.pc[i] = c;
     cs.ps[i] = s;
-    cs.xcs[2 * i] = c;
-    cs.xcs[2 * i + 1] = s;
-    const int32_t e = (i % 2 == 0) ? i / 2 : n_even + i / 2;
-    cs.ec[e] = c;
-    cs.es[e] = s;
+    if (interleaved) {  // f32/f16 interleaved read (c, s) pairs
+      cs.xcs[2 * i] = c;
+      cs.xcs[2 * i + 1] = s;
+    } else {  // bf16 half reads even pairs, then odd pairs
+      const int32_t e = (i % 2 == 0) ? i / 2 : n_even + i / 2;
+      cs.ec[e] = c;
+      cs.es[e] = s;
+    }
   }
 }
 
