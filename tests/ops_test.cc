@@ -267,8 +267,8 @@ TEST(Ops, AttentionGradientsWithPaddingAndCausalMasks) {
         }
       }
     }
-    Vec dq(n, 0.0), dk(n, 0.0), dv(n, 0.0), scratch(shape.T * shape.T);
-    ops::attention_backward(dq.data(), dk.data(), dv.data(), scratch.data(), g.data(), att.data(), q.data(), k.data(),
+    Vec dq(n, 0.0), dk(n, 0.0), dv(n, 0.0);
+    ops::attention_backward(dq.data(), dk.data(), dv.data(), g.data(), att.data(), q.data(), k.data(),
                             v.data(), shape);
     expect_gradient("dq", q, dq, loss);
     expect_gradient("dk", k, dk, loss);
@@ -280,6 +280,33 @@ TEST(Ops, AttentionGradientsWithPaddingAndCausalMasks) {
     loss();
     expect_close_fp32(of, out);
   }
+}
+
+TEST(Ops, AttentionProbabilityDropoutGradients) {
+  std::mt19937_64 rng(11);
+  ops::AttentionShape shape{2, 6, 2, 4, true};
+  shape.dropout_p = 0.3;
+  shape.dropout_seed = 1234;
+  const int64_t n = shape.B * shape.T * shape.H * shape.D;
+  Vec q = random_vec(rng, n), k = random_vec(rng, n), v = random_vec(rng, n);
+  const Vec g = random_vec(rng, n);
+  Vec out(n), att(shape.B * shape.H * shape.T * shape.T), plain(n);
+  auto loss = [&] {
+    ops::attention_forward(out.data(), att.data(), q.data(), k.data(), v.data(), nullptr, shape);
+    return dot(out, g);
+  };
+  loss();
+  ops::AttentionShape no_dropout = shape;
+  no_dropout.dropout_p = 0;
+  Vec att_plain(att.size());
+  ops::attention_forward(plain.data(), att_plain.data(), q.data(), k.data(), v.data(), nullptr, no_dropout);
+  EXPECT_EQ(att, att_plain);      // the kept probabilities are the pre-dropout ones
+  EXPECT_NE(out, plain);          // but the output used dropped ones
+  Vec dq(n, 0.0), dk(n, 0.0), dv(n, 0.0);
+  ops::attention_backward(dq.data(), dk.data(), dv.data(), g.data(), att.data(), q.data(), k.data(), v.data(), shape);
+  expect_gradient("dq", q, dq, loss);
+  expect_gradient("dk", k, dk, loss);
+  expect_gradient("dv", v, dv, loss);
 }
 
 TEST(Ops, AttentionRowWithNoVisibleKeyIsUniformLikeHuggingFace) {

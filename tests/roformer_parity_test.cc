@@ -28,23 +28,28 @@ TEST_P(RoformerParity, MatchesHuggingFaceLayerByLayer) {
   const io::SafeTensors ref(dir + "/io.safetensors");
   const auto& ids_t = ref.at("input_ids");
   const int64_t B = ids_t.shape[0], T = ids_t.shape[1];
-  const auto f = model::roformer_mlm_forward(cfg, weights, ref.i64("input_ids"), ref.i64("token_type_ids"),
-                                             ref.i64("attention_mask"), B, T);
+  const auto ids = ref.i64("input_ids"), types = ref.i64("token_type_ids"), mask = ref.i64("attention_mask");
+  model::RoFormer<float> m(cfg);
+  m.load(weights);
+  m.forward({.ids = ids.data(), .token_types = types.data(), .attention_mask = mask.data(), .B = B, .T = T});
+  const int64_t N = B * T, L = cfg.num_hidden_layers;
+  auto view = [](const float* p, int64_t n) { return std::vector<float>(p, p + n); };
 
-  int64_t bad = first_mismatch(f.embedding_output, ref.f32("embedding_output"));
+  int64_t bad = first_mismatch(view(m.embedding_output(), N * cfg.embedding_size), ref.f32("embedding_output"));
   ASSERT_EQ(bad, -1) << "embedding_output drifts first, at element " << bad;
   const auto hidden = ref.f32("hidden_states");
   const auto attentions = ref.f32("attentions");
-  ASSERT_EQ(f.hidden_states.size(), static_cast<size_t>(cfg.num_hidden_layers + 1));
-  for (size_t l = 0; l < f.hidden_states.size(); ++l) {
-    bad = first_mismatch(f.hidden_states[l], hidden, l * f.hidden_states[l].size());
+  const int64_t hidden_size = N * cfg.hidden_size, att_size = B * cfg.num_attention_heads * T * T;
+  ASSERT_EQ(hidden.size(), static_cast<size_t>((L + 1) * hidden_size));
+  for (int64_t l = 0; l <= L; ++l) {
+    bad = first_mismatch(view(m.hidden_state(l), hidden_size), hidden, l * hidden_size);
     ASSERT_EQ(bad, -1) << "hidden_states[" << l << "] drifts first, at element " << bad;
-    if (l + 1 < f.hidden_states.size()) {
-      bad = first_mismatch(f.attentions[l], attentions, l * f.attentions[l].size());
+    if (l < L) {
+      bad = first_mismatch(view(m.attention(l), att_size), attentions, l * att_size);
       ASSERT_EQ(bad, -1) << "attentions[" << l << "] drifts first, at element " << bad;
     }
   }
-  bad = first_mismatch(f.logits, ref.f32("logits"));
+  bad = first_mismatch(view(m.logits(), N * cfg.vocab_size), ref.f32("logits"));
   ASSERT_EQ(bad, -1) << "logits drift first, at element " << bad;
 }
 

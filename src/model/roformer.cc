@@ -1,21 +1,102 @@
-// RoFormer encoder forward (see roformer.h). Shapes in comments: B batch, T tokens, E embedding
-// size, H hidden size, I intermediate size, V vocabulary, n heads of D = H / n.
+// The RoFormer forward and backward (see roformer.h). Every tensor is commented with its shape;
+// backward ops accumulate, so each gradient buffer is zeroed right before its first use.
 #include "roformer.h"
 
-#include <fstream>
-#include <nlohmann/json.hpp>
+#include <algorithm>
+#include <cmath>
+#include <stdexcept>
+#include <type_traits>
 
 #include "ops/activation.h"
 #include "ops/attention.h"
+#include "ops/dropout.h"
 #include "ops/embedding.h"
 #include "ops/linear.h"
+#include "ops/loss.h"
 #include "ops/norm.h"
+#include "ops/position.h"
+#include "ops/random.h"
 #include "rope/rope.hpp"
 
 namespace model {
+
+// RoPE on (B, T, n, D) q/k/v at positions 0..T-1. float goes through librope; double (gradient
+// checks) rotates with cos/sin evaluated in double from the same plan's frequencies.
+template <typename T>
+struct RoFormer<T>::Rope {
+  explicit Rope(const RoFormerConfig& c) : plan(make_config(c)), inv_freq(plan.inv_freq()), half(c.rope_half_layout) {}
+
+  static rope_config make_config(const RoFormerConfig& c) {
+    rope_config rc = rope::default_config(static_cast<int32_t>(c.head_dim()));
+    rc.base = c.rope_theta;
+    rc.layout = c.rope_half_layout ? ROPE_LAYOUT_HALF : ROPE_LAYOUT_INTERLEAVED;
+    return rc;
+  }
+
+  void apply(rope_direction dir, rope_role role, T* x, int64_t B, int64_t S, int64_t n, int64_t D) const {
+    if constexpr (std::is_same_v<T, float>) {
+      plan.apply(dir, role, rope::offset_positions(0), rope::bshd(x, ROPE_DTYPE_F32, B, S, n, D));
+    } else {
+      const int64_t P = D / 2;
+      const double sign = dir == ROPE_FORWARD ? 1.0 : -1.0;
+      for (int64_t b = 0; b < B; ++b) {
+        for (int64_t t = 0; t < S; ++t) {
+          for (int64_t h = 0; h < n; ++h) {
+            T* head = x + ((b * S + t) * n + h) * D;
+            for (int64_t i = 0; i < P; ++i) {
+              const double angle = static_cast<double>(t) * inv_freq[i];
+              const double c = std::cos(angle), s = sign * std::sin(angle);
+              T& x0 = head[half ? i : 2 * i];
+              T& x1 = head[half ? i + P : 2 * i + 1];
+              const double a = x0, bb = x1;
+              x0 = static_cast<T>(a * c - bb * s);
+              x1 = static_cast<T>(bb * c + a * s);
+            }
+          }
+        }
+      }
+    }
+  }
+
+  rope::Plan plan;
+  std::vector<double> inv_freq;
+  bool half;
+};
+
+// Everything the backward needs from the forward, plus gradient scratch, for one (B, T).
+template <typename T>
+struct RoFormer<T>::Activations {
+  int64_t B = 0, S = 0, N = 0;
+  std::vector<int64_t> ids, token_types, mask, targets, position_ids;  // (B, T)
+  bool has_mask = false;
+  std::vector<T> emb_sum, emb_ln, emb_out;  // (N, E): word + type (+ position); LayerNorm; dropout
+  std::vector<T> emb_mean, emb_rstd;        // (N)
+  std::vector<std::vector<T>> h;            // L+1 × (N, H): block inputs and the last output
+  struct Layer {
+    std::vector<T> q, k, v, ctx, res1, a, res2;  // (N, H); q, k (v) after RoPE; res = pre-LN sums
+    std::vector<T> att;                          // (B, n, T, T)
+    std::vector<T> f1, f1a;                      // (N, I) pre- and post-activation
+    std::vector<T> mean1, rstd1, mean2, rstd2;   // (N)
+  };
+  std::vector<Layer> layers;
+  std::vector<T> t1, t2, t3, head_mean, head_rstd;  // (N, E) head dense, activation, LayerNorm; (N)
+  std::vector<T> logits, probs;                     // (N, V)
+  int64_t counted = 0;
+  bool training = false;
+  uint64_t dropout_seed = 0;
+  // Gradient scratch.
+  std::vector<T> d_logits;                              // (N, V)
+  std::vector<T> d_t3, d_t2, d_t1;                      // (N, E)
+  std::vector<T> d_h, d_a, d_res, d_x, d_q, d_k, d_v, d_ctx;  // (N, H)
+  std::vector<T> d_f1, d_f1a;                           // (N, I)
+  std::vector<T> d_emb_out, d_emb_ln, d_emb_sum;        // (N, E)
+  std::vector<T> d_tmp;                                 // dropout's in-place backward
+};
+
 namespace {
 
-void activation_forward(const std::string& act, float* out, const float* inp, int64_t n) {
+template <typename T>
+void activation_forward(const std::string& act, T* out, const T* inp, int64_t n) {
   if (act == "gelu") {
     ops::gelu_forward(out, inp, n);
   } else {
@@ -23,142 +104,346 @@ void activation_forward(const std::string& act, float* out, const float* inp, in
   }
 }
 
+template <typename T>
+void activation_backward(const std::string& act, T* dinp, const T* inp, const T* dout, int64_t n) {
+  if (act == "gelu") {
+    ops::gelu_backward(dinp, inp, dout, n);
+  } else {
+    ops::relu_backward(dinp, inp, dout, n);
+  }
+}
+
+template <typename T>
+void zero(std::vector<T>& v) {
+  std::fill(v.begin(), v.end(), T(0));
+}
+
+template <typename T>
+void add_into(T* out, const T* a, const T* b, int64_t n) {  // out = a + b
+#pragma omp parallel for schedule(static)
+  for (int64_t i = 0; i < n; ++i) out[i] = a[i] + b[i];
+}
+
+template <typename T>
+void accumulate(T* out, const T* a, int64_t n) {  // out += a
+#pragma omp parallel for schedule(static)
+  for (int64_t i = 0; i < n; ++i) out[i] += a[i];
+}
+
+// Dropout masks: one independent stream per site (embeddings, and per layer: attention
+// probabilities, attention output, feed-forward output).
+uint64_t site_seed(uint64_t seed, int64_t site) { return ops::mix64(seed ^ ops::mix64(0x5eed0000ull + site)); }
+
 }  // namespace
 
-RoFormerConfig RoFormerConfig::from_json_file(const std::string& path) {
-  std::ifstream in(path);
-  if (!in) throw io::Error(path + ": cannot open");
-  nlohmann::json j;
-  try {
-    j = nlohmann::json::parse(in);
-  } catch (const nlohmann::json::exception& e) {
-    throw io::Error(path + ": not valid JSON: " + e.what());
-  }
-  RoFormerConfig c;
-  auto get_int = [&](const char* key, int64_t* out) {
-    if (!j.contains(key) || j[key].is_null()) return;
-    if (!j[key].is_number_integer() || j[key].get<int64_t>() <= 0) {
-      throw io::Error(path + ": '" + key + "' must be a positive integer, got " + j[key].dump());
+template <typename T>
+RoFormer<T>::RoFormer(const RoFormerConfig& cfg) : cfg_(cfg) {
+  cfg_.validate();
+  layout_ = param_layout(cfg_);
+  params.assign(param_count(layout_), T(0));
+  grads.assign(params.size(), T(0));
+  p = bind_params(cfg_, layout_, params.data());
+  g = bind_params(cfg_, layout_, grads.data());
+  if (cfg_.position_encoding == PositionEncoding::rope) rope_ = std::make_unique<Rope>(cfg_);
+  act_ = std::make_unique<Activations>();
+}
+
+template <typename T>
+RoFormer<T>::~RoFormer() = default;
+
+template <typename T>
+void RoFormer<T>::init_weights(uint64_t seed) {
+  for (size_t t = 0; t < layout_.size(); ++t) {
+    const ParamInfo& info = layout_[t];
+    T* w = params.data() + info.offset;
+    const bool norm_weight = info.name.find("LayerNorm.weight") != std::string::npos;
+    if (norm_weight) {
+      std::fill(w, w + info.size, T(1));
+    } else if (info.shape.size() == 1) {
+      std::fill(w, w + info.size, T(0));
+    } else {
+      const uint64_t stream = ops::mix64(seed ^ ops::mix64(t + 1));
+      for (int64_t i = 0; i < info.size; ++i) {  // Box–Muller on counter-based uniforms
+        const double u1 = 1.0 - ops::uniform01(stream, 2 * i), u2 = ops::uniform01(stream, 2 * i + 1);
+        const double z = std::sqrt(-2.0 * std::log(u1)) * std::cos(2.0 * M_PI * u2);
+        w[i] = static_cast<T>(cfg_.initializer_range * z);
+      }
     }
-    *out = j[key].get<int64_t>();
+  }
+  std::fill(p.word + cfg_.pad_token_id * cfg_.embedding_size, p.word + (cfg_.pad_token_id + 1) * cfg_.embedding_size,
+            T(0));
+}
+
+template <typename T>
+void RoFormer<T>::load(const io::SafeTensors& w) {
+  for (const ParamInfo& info : layout_) {
+    if (!w.contains(info.name)) throw io::Error(w.path() + ": missing tensor " + info.name);
+    const std::vector<float> values = w.f32(info.name, info.shape);
+    std::copy(values.begin(), values.end(), params.begin() + info.offset);
+  }
+  for (const auto& [name, tensor] : w.tensors()) {
+    const bool known = std::any_of(layout_.begin(), layout_.end(), [&](const ParamInfo& i) { return i.name == name; });
+    if (known || name == "roformer.encoder.embed_positions.weight") continue;
+    if (name == "cls.predictions.decoder.weight") {  // tied: must equal the word embeddings
+      const auto dec = w.f32(name, {cfg_.vocab_size, cfg_.embedding_size});
+      if (!std::equal(dec.begin(), dec.end(), p.word)) {
+        throw io::Error(w.path() + ": cls.predictions.decoder.weight differs from the tied word embeddings");
+      }
+      continue;
+    }
+    throw io::Error(w.path() + ": unexpected tensor " + name + " for this config");
+  }
+}
+
+template <typename T>
+void RoFormer<T>::ensure_activations(int64_t B, int64_t S) {
+  Activations& a = *act_;
+  if (a.B == B && a.S == S) return;
+  const int64_t N = B * S, E = cfg_.embedding_size, H = cfg_.hidden_size, I = cfg_.intermediate_size,
+                V = cfg_.vocab_size, n = cfg_.num_attention_heads, L = cfg_.num_hidden_layers;
+  a = Activations();
+  a.B = B, a.S = S, a.N = N;
+  for (auto* v : {&a.emb_sum, &a.emb_ln, &a.emb_out, &a.t1, &a.t2, &a.t3, &a.d_t3, &a.d_t2, &a.d_t1, &a.d_emb_out,
+                  &a.d_emb_ln, &a.d_emb_sum}) {
+    v->resize(N * E);
+  }
+  for (auto* v : {&a.emb_mean, &a.emb_rstd, &a.head_mean, &a.head_rstd}) v->resize(N);
+  a.h.assign(L + 1, std::vector<T>(N * H));
+  a.layers.resize(L);
+  for (auto& l : a.layers) {
+    for (auto* v : {&l.q, &l.k, &l.v, &l.ctx, &l.res1, &l.a, &l.res2}) v->resize(N * H);
+    l.att.resize(B * n * S * S);
+    l.f1.resize(N * I);
+    l.f1a.resize(N * I);
+    for (auto* v : {&l.mean1, &l.rstd1, &l.mean2, &l.rstd2}) v->resize(N);
+  }
+  a.logits.resize(N * V);
+  a.probs.resize(N * V);
+  a.d_logits.resize(N * V);
+  for (auto* v : {&a.d_h, &a.d_a, &a.d_res, &a.d_x, &a.d_q, &a.d_k, &a.d_v, &a.d_ctx}) v->resize(N * H);
+  a.d_f1.resize(N * I);
+  a.d_f1a.resize(N * I);
+}
+
+template <typename T>
+double RoFormer<T>::forward(const Inputs& in, bool training, uint64_t dropout_seed) {
+  const int64_t B = in.B, S = in.T;
+  if (B <= 0 || S <= 0 || !in.ids) throw std::invalid_argument("forward: empty batch");
+  if (S > cfg_.max_position_embeddings) {
+    throw std::invalid_argument("sequence length " + std::to_string(S) + " exceeds max_position_embeddings " +
+                                std::to_string(cfg_.max_position_embeddings));
+  }
+  ensure_activations(B, S);
+  Activations& a = *act_;
+  const int64_t N = B * S, E = cfg_.embedding_size, H = cfg_.hidden_size, I = cfg_.intermediate_size,
+                V = cfg_.vocab_size, n = cfg_.num_attention_heads, D = cfg_.head_dim();
+  const double eps = cfg_.layer_norm_eps, p_hidden = training ? cfg_.hidden_dropout_prob : 0.0;
+  a.training = training;
+  a.dropout_seed = dropout_seed;
+  a.ids.assign(in.ids, in.ids + N);
+  a.token_types.assign(N, 0);
+  if (in.token_types) a.token_types.assign(in.token_types, in.token_types + N);
+  a.has_mask = in.attention_mask != nullptr;
+  a.mask.assign(N, 1);
+  if (in.attention_mask) a.mask.assign(in.attention_mask, in.attention_mask + N);
+  a.targets.assign(N, kIgnoreIndex);
+  if (in.targets) a.targets.assign(in.targets, in.targets + N);
+  a.position_ids.resize(N);
+  for (int64_t i = 0; i < N; ++i) a.position_ids[i] = i % S;
+  auto dropout = [&](T* x, int64_t count, int64_t site) {
+    if (p_hidden > 0) ops::dropout_forward(x, x, count, p_hidden, site_seed(dropout_seed, site));
   };
-  get_int("vocab_size", &c.vocab_size);
-  get_int("hidden_size", &c.hidden_size);
-  c.embedding_size = c.hidden_size;  // HF: embedding_size None → hidden_size
-  get_int("embedding_size", &c.embedding_size);
-  get_int("num_hidden_layers", &c.num_hidden_layers);
-  get_int("num_attention_heads", &c.num_attention_heads);
-  get_int("intermediate_size", &c.intermediate_size);
-  get_int("max_position_embeddings", &c.max_position_embeddings);
-  get_int("type_vocab_size", &c.type_vocab_size);
-  if (j.contains("pad_token_id") && j["pad_token_id"].is_number_integer()) c.pad_token_id = j["pad_token_id"];
-  if (j.contains("hidden_act")) {
-    if (!j["hidden_act"].is_string()) throw io::Error(path + ": 'hidden_act' must be a string");
-    c.hidden_act = j["hidden_act"];
-    if (c.hidden_act != "gelu" && c.hidden_act != "relu") {
-      throw io::Error(path + ": unknown activation '" + c.hidden_act + "' (supported: gelu, relu)");
-    }
-  }
-  if (j.contains("layer_norm_eps")) {
-    if (!j["layer_norm_eps"].is_number() || !(j["layer_norm_eps"].get<double>() > 0)) {
-      throw io::Error(path + ": 'layer_norm_eps' must be a positive number");
-    }
-    c.layer_norm_eps = j["layer_norm_eps"];
-  }
-  if (j.contains("rotary_value")) {
-    if (!j["rotary_value"].is_boolean()) throw io::Error(path + ": 'rotary_value' must be true or false");
-    c.rotary_value = j["rotary_value"];
-  }
-  if (c.hidden_size % c.num_attention_heads != 0 || (c.hidden_size / c.num_attention_heads) % 2 != 0) {
-    throw io::Error(path + ": hidden_size must split into heads of even size");
-  }
-  return c;
-}
 
-MlmForward roformer_mlm_forward(const RoFormerConfig& cfg, const io::SafeTensors& w,
-                                const std::vector<int64_t>& ids, const std::vector<int64_t>& token_types,
-                                const std::vector<int64_t>& attention_mask, int64_t B, int64_t T) {
-  const int64_t E = cfg.embedding_size, H = cfg.hidden_size, I = cfg.intermediate_size, V = cfg.vocab_size;
-  const int64_t n_heads = cfg.num_attention_heads, D = H / n_heads, N = B * T;
-  const double eps = cfg.layer_norm_eps;
-  if (T > cfg.max_position_embeddings) {
-    throw io::Error("sequence length " + std::to_string(T) + " exceeds max_position_embeddings " +
-                    std::to_string(cfg.max_position_embeddings));
+  // Embeddings.
+  std::vector<T> tmp(N * E);  // (N, E)
+  ops::embedding_forward(a.emb_sum.data(), a.ids.data(), p.word, N, V, E);
+  ops::embedding_forward(tmp.data(), a.token_types.data(), p.token_type, N, cfg_.type_vocab_size, E);
+  accumulate(a.emb_sum.data(), tmp.data(), N * E);
+  if (cfg_.position_encoding == PositionEncoding::learned) {
+    ops::embedding_forward(tmp.data(), a.position_ids.data(), p.position, N, cfg_.max_position_embeddings, E);
+    accumulate(a.emb_sum.data(), tmp.data(), N * E);
+  } else if (cfg_.position_encoding == PositionEncoding::sinusoidal) {
+    std::vector<float> table(S * E);  // (T, E), from librope's exact cos/sin
+    ops::sinusoidal_table(table.data(), S, E);
+    for (int64_t i = 0; i < N * E; ++i) a.emb_sum[i] += static_cast<T>(table[i % (S * E)]);
   }
-  MlmForward f;
-
-  // Embeddings: LayerNorm(word[ids] + token_type[tt]).
-  std::vector<float> x(N * E), tt_emb(N * E), mean(N), rstd(N);  // (B, T, E)
-  const std::string emb = "roformer.embeddings.";
-  const auto word = w.f32(emb + "word_embeddings.weight", {V, E});
-  ops::embedding_forward(x.data(), ids.data(), word.data(), N, V, E);
-  const auto types = w.f32(emb + "token_type_embeddings.weight", {cfg.type_vocab_size, E});
-  ops::embedding_forward(tt_emb.data(), token_types.data(), types.data(), N, cfg.type_vocab_size, E);
-  for (int64_t i = 0; i < N * E; ++i) x[i] += tt_emb[i];
-  f.embedding_output.resize(N * E);
-  ops::layernorm_forward(f.embedding_output.data(), mean.data(), rstd.data(), x.data(),
-                         w.f32(emb + "LayerNorm.weight", {E}).data(), w.f32(emb + "LayerNorm.bias", {E}).data(), N, E,
-                         eps);
-  std::vector<float> h(N * H);  // (B, T, H)
-  if (E != H) {
-    ops::linear_forward(h.data(), f.embedding_output.data(), w.f32("roformer.embeddings_project.weight", {H, E}).data(),
-                        w.f32("roformer.embeddings_project.bias", {H}).data(), N, E, H);
+  ops::layernorm_forward(a.emb_ln.data(), a.emb_mean.data(), a.emb_rstd.data(), a.emb_sum.data(), p.emb_ln_w,
+                         p.emb_ln_b, N, E, eps);
+  a.emb_out = a.emb_ln;
+  dropout(a.emb_out.data(), N * E, 0);
+  if (p.proj_w) {
+    ops::linear_forward(a.h[0].data(), a.emb_out.data(), p.proj_w, p.proj_b, N, E, H);  // (N, H)
   } else {
-    h = f.embedding_output;
+    a.h[0] = a.emb_out;
   }
-  f.hidden_states.push_back(h);
 
-  // RoPE: interleaved pairs, base 10000, positions 0..T-1 in every sequence (the HF table).
-  rope_config rc;
-  rope::check(rope_config_preset(&rc, ROPE_PRESET_ROFORMER, static_cast<int32_t>(D)));
-  const rope::Plan rope_plan(rc);
-  const rope_positions positions = rope::offset_positions(0);
-
-  std::vector<float> q(N * H), k(N * H), v(N * H), ctx(N * H), tmp(N * H), a(N * H), ff(N * I), ff_act(N * I);
-  const ops::AttentionShape shape{B, T, n_heads, D, false};
-  for (int64_t l = 0; l < cfg.num_hidden_layers; ++l) {
-    const std::string p = "roformer.encoder.layer." + std::to_string(l) + ".";
-    auto lin = [&](const std::string& name, float* out, const float* inp, int64_t in_f, int64_t out_f) {
-      ops::linear_forward(out, inp, w.f32(p + name + ".weight", {out_f, in_f}).data(),
-                          w.f32(p + name + ".bias", {out_f}).data(), N, in_f, out_f);
-    };
-    lin("attention.self.query", q.data(), h.data(), H, H);
-    lin("attention.self.key", k.data(), h.data(), H, H);
-    lin("attention.self.value", v.data(), h.data(), H, H);
-    const rope_tensor qt = rope::bshd(q.data(), ROPE_DTYPE_F32, B, T, n_heads, D);
-    const rope_tensor kt = rope::bshd(k.data(), ROPE_DTYPE_F32, B, T, n_heads, D);
-    rope_plan.apply_qk(ROPE_FORWARD, positions, qt, kt);
-    if (cfg.rotary_value) {
-      rope_plan.apply(ROPE_FORWARD, ROPE_ROLE_KEY, positions, rope::bshd(v.data(), ROPE_DTYPE_F32, B, T, n_heads, D));
+  // Blocks.
+  for (int64_t l = 0; l < cfg_.num_hidden_layers; ++l) {
+    const LayerParams<T>& w = p.layers[l];
+    auto& L = a.layers[l];
+    const T* x = a.h[l].data();  // (N, H)
+    ops::linear_forward(L.q.data(), x, w.q_w, w.q_b, N, H, H);
+    ops::linear_forward(L.k.data(), x, w.k_w, w.k_b, N, H, H);
+    ops::linear_forward(L.v.data(), x, w.v_w, w.v_b, N, H, H);
+    if (rope_) {
+      rope_->apply(ROPE_FORWARD, ROPE_ROLE_QUERY, L.q.data(), B, S, n, D);
+      rope_->apply(ROPE_FORWARD, ROPE_ROLE_KEY, L.k.data(), B, S, n, D);
+      if (cfg_.rotary_value) rope_->apply(ROPE_FORWARD, ROPE_ROLE_KEY, L.v.data(), B, S, n, D);
     }
-    std::vector<float> att(B * n_heads * T * T);  // (B, n, T, T)
-    ops::attention_forward(ctx.data(), att.data(), q.data(), k.data(), v.data(), attention_mask.data(), shape);
-    f.attentions.push_back(std::move(att));
-    lin("attention.output.dense", tmp.data(), ctx.data(), H, H);
-    for (int64_t i = 0; i < N * H; ++i) tmp[i] += h[i];  // residual
-    ops::layernorm_forward(a.data(), mean.data(), rstd.data(), tmp.data(),
-                           w.f32(p + "attention.output.LayerNorm.weight", {H}).data(),
-                           w.f32(p + "attention.output.LayerNorm.bias", {H}).data(), N, H, eps);
-    lin("intermediate.dense", ff.data(), a.data(), H, I);
-    activation_forward(cfg.hidden_act, ff_act.data(), ff.data(), N * I);
-    lin("output.dense", tmp.data(), ff_act.data(), I, H);
-    for (int64_t i = 0; i < N * H; ++i) tmp[i] += a[i];  // residual
-    ops::layernorm_forward(h.data(), mean.data(), rstd.data(), tmp.data(), w.f32(p + "output.LayerNorm.weight", {H}).data(),
-                           w.f32(p + "output.LayerNorm.bias", {H}).data(), N, H, eps);
-    f.hidden_states.push_back(h);
+    ops::AttentionShape shape{B, S, n, D, cfg_.is_decoder};
+    if (training) {
+      shape.dropout_p = cfg_.attention_probs_dropout_prob;
+      shape.dropout_seed = site_seed(dropout_seed, 1 + 3 * l);
+    }
+    ops::attention_forward(L.ctx.data(), L.att.data(), L.q.data(), L.k.data(), L.v.data(),
+                           a.has_mask ? a.mask.data() : nullptr, shape);
+    ops::linear_forward(L.res1.data(), L.ctx.data(), w.ao_w, w.ao_b, N, H, H);
+    dropout(L.res1.data(), N * H, 2 + 3 * l);
+    accumulate(L.res1.data(), x, N * H);  // residual
+    ops::layernorm_forward(L.a.data(), L.mean1.data(), L.rstd1.data(), L.res1.data(), w.ln1_w, w.ln1_b, N, H, eps);
+    ops::linear_forward(L.f1.data(), L.a.data(), w.ff1_w, w.ff1_b, N, H, I);  // (N, I)
+    activation_forward(cfg_.hidden_act, L.f1a.data(), L.f1.data(), N * I);
+    ops::linear_forward(L.res2.data(), L.f1a.data(), w.ff2_w, w.ff2_b, N, I, H);
+    dropout(L.res2.data(), N * H, 3 + 3 * l);
+    accumulate(L.res2.data(), L.a.data(), N * H);  // residual
+    ops::layernorm_forward(a.h[l + 1].data(), L.mean2.data(), L.rstd2.data(), L.res2.data(), w.ln2_w, w.ln2_b, N,
+                           H, eps);
   }
 
-  // MLM head: dense (H→E) → activation → LayerNorm (E) → decoder tied to word embeddings + bias.
-  std::vector<float> t1(N * E), t2(N * E), t3(N * E);
-  const std::string c = "cls.predictions.";
-  ops::linear_forward(t1.data(), h.data(), w.f32(c + "transform.dense.weight", {E, H}).data(),
-                      w.f32(c + "transform.dense.bias", {E}).data(), N, H, E);
-  activation_forward(cfg.hidden_act, t2.data(), t1.data(), N * E);
-  ops::layernorm_forward(t3.data(), mean.data(), rstd.data(), t2.data(), w.f32(c + "transform.LayerNorm.weight", {E}).data(),
-                         w.f32(c + "transform.LayerNorm.bias", {E}).data(), N, E, eps);
-  f.logits.resize(N * V);
-  ops::linear_forward(f.logits.data(), t3.data(), word.data(), w.f32(c + "bias", {V}).data(), N, E, V);
-  return f;
+  // MLM head; the decoder is tied to the word embeddings.
+  ops::linear_forward(a.t1.data(), a.h.back().data(), p.head_w, p.head_b, N, H, E);  // (N, E)
+  activation_forward(cfg_.hidden_act, a.t2.data(), a.t1.data(), N * E);
+  ops::layernorm_forward(a.t3.data(), a.head_mean.data(), a.head_rstd.data(), a.t2.data(), p.head_ln_w, p.head_ln_b,
+                         N, E, eps);
+  ops::linear_forward(a.logits.data(), a.t3.data(), p.word, p.decoder_bias, N, E, V);  // (N, V)
+  a.counted = 0;
+  if (!in.targets) return 0.0;
+  return ops::cross_entropy_forward(a.probs.data(), a.logits.data(), a.targets.data(), N, V, kIgnoreIndex,
+                                    &a.counted);
 }
+
+template <typename T>
+void RoFormer<T>::backward() {
+  Activations& a = *act_;
+  if (a.N == 0) throw std::logic_error("backward before forward");
+  const int64_t B = a.B, S = a.S, N = a.N, E = cfg_.embedding_size, H = cfg_.hidden_size,
+                I = cfg_.intermediate_size, V = cfg_.vocab_size, n = cfg_.num_attention_heads, D = cfg_.head_dim();
+  const double p_hidden = a.training ? cfg_.hidden_dropout_prob : 0.0;
+  auto dropout_back = [&](T* dx, const T* dy, int64_t count, int64_t site) {  // dx = dropout'(dy), dx may be dy
+    if (p_hidden > 0) {
+      a.d_tmp.assign(dy, dy + count);
+      std::fill(dx, dx + count, T(0));
+      ops::dropout_backward(dx, a.d_tmp.data(), count, p_hidden, site_seed(a.dropout_seed, site));
+    } else if (dx != dy) {
+      std::copy(dy, dy + count, dx);
+    }
+  };
+
+  // Loss and head.
+  zero(a.d_logits);
+  ops::cross_entropy_backward(a.d_logits.data(), a.probs.data(), a.targets.data(), N, V, kIgnoreIndex, a.counted,
+                              1.0);
+  zero(a.d_t3);
+  ops::linear_backward(a.d_t3.data(), g.word, g.decoder_bias, a.d_logits.data(), a.t3.data(), p.word, N, E, V);
+  zero(a.d_t2);
+  ops::layernorm_backward(a.d_t2.data(), g.head_ln_w, g.head_ln_b, a.d_t3.data(), a.t2.data(), p.head_ln_w,
+                          a.head_mean.data(), a.head_rstd.data(), N, E);
+  zero(a.d_t1);
+  activation_backward(cfg_.hidden_act, a.d_t1.data(), a.t1.data(), a.d_t2.data(), N * E);
+  zero(a.d_h);
+  ops::linear_backward(a.d_h.data(), g.head_w, g.head_b, a.d_t1.data(), a.h.back().data(), p.head_w, N, H, E);
+
+  // Blocks, last to first; d_h holds d(loss)/d(block output), then d(block input).
+  for (int64_t l = cfg_.num_hidden_layers - 1; l >= 0; --l) {
+    const LayerParams<T>& w = p.layers[l];
+    const LayerParams<T>& gw = g.layers[l];
+    auto& L = a.layers[l];
+    zero(a.d_res);
+    ops::layernorm_backward(a.d_res.data(), gw.ln2_w, gw.ln2_b, a.d_h.data(), L.res2.data(), w.ln2_w, L.mean2.data(),
+                            L.rstd2.data(), N, H);
+    a.d_a = a.d_res;                                         // residual branch
+    dropout_back(a.d_res.data(), a.d_res.data(), N * H, 3 + 3 * l);
+    zero(a.d_f1a);
+    ops::linear_backward(a.d_f1a.data(), gw.ff2_w, gw.ff2_b, a.d_res.data(), L.f1a.data(), w.ff2_w, N, I, H);
+    zero(a.d_f1);
+    activation_backward(cfg_.hidden_act, a.d_f1.data(), L.f1.data(), a.d_f1a.data(), N * I);
+    ops::linear_backward(a.d_a.data(), gw.ff1_w, gw.ff1_b, a.d_f1.data(), L.a.data(), w.ff1_w, N, H, I);
+    zero(a.d_res);
+    ops::layernorm_backward(a.d_res.data(), gw.ln1_w, gw.ln1_b, a.d_a.data(), L.res1.data(), w.ln1_w, L.mean1.data(),
+                            L.rstd1.data(), N, H);
+    a.d_x = a.d_res;  // residual branch into the block input
+    dropout_back(a.d_res.data(), a.d_res.data(), N * H, 2 + 3 * l);
+    zero(a.d_ctx);
+    ops::linear_backward(a.d_ctx.data(), gw.ao_w, gw.ao_b, a.d_res.data(), L.ctx.data(), w.ao_w, N, H, H);
+    zero(a.d_q);
+    zero(a.d_k);
+    zero(a.d_v);
+    ops::AttentionShape shape{B, S, n, D, cfg_.is_decoder};
+    if (a.training) {
+      shape.dropout_p = cfg_.attention_probs_dropout_prob;
+      shape.dropout_seed = site_seed(a.dropout_seed, 1 + 3 * l);
+    }
+    ops::attention_backward(a.d_q.data(), a.d_k.data(), a.d_v.data(), a.d_ctx.data(), L.att.data(), L.q.data(),
+                            L.k.data(), L.v.data(), shape);
+    if (rope_) {  // the rotation is orthogonal: its backward rotates by −θ
+      rope_->apply(ROPE_BACKWARD, ROPE_ROLE_QUERY, a.d_q.data(), B, S, n, D);
+      rope_->apply(ROPE_BACKWARD, ROPE_ROLE_KEY, a.d_k.data(), B, S, n, D);
+      if (cfg_.rotary_value) rope_->apply(ROPE_BACKWARD, ROPE_ROLE_KEY, a.d_v.data(), B, S, n, D);
+    }
+    const T* x = a.h[l].data();
+    ops::linear_backward(a.d_x.data(), gw.q_w, gw.q_b, a.d_q.data(), x, w.q_w, N, H, H);
+    ops::linear_backward(a.d_x.data(), gw.k_w, gw.k_b, a.d_k.data(), x, w.k_w, N, H, H);
+    ops::linear_backward(a.d_x.data(), gw.v_w, gw.v_b, a.d_v.data(), x, w.v_w, N, H, H);
+    std::swap(a.d_h, a.d_x);
+  }
+
+  // Embeddings.
+  if (p.proj_w) {
+    zero(a.d_emb_out);
+    ops::linear_backward(a.d_emb_out.data(), g.proj_w, g.proj_b, a.d_h.data(), a.emb_out.data(), p.proj_w, N, E, H);
+  } else {
+    a.d_emb_out = a.d_h;
+  }
+  dropout_back(a.d_emb_ln.data(), a.d_emb_out.data(), N * E, 0);
+  zero(a.d_emb_sum);
+  ops::layernorm_backward(a.d_emb_sum.data(), g.emb_ln_w, g.emb_ln_b, a.d_emb_ln.data(), a.emb_sum.data(),
+                          p.emb_ln_w, a.emb_mean.data(), a.emb_rstd.data(), N, E);
+  ops::embedding_backward(g.token_type, a.d_emb_sum.data(), a.token_types.data(), N, E);
+  if (p.position) ops::embedding_backward(g.position, a.d_emb_sum.data(), a.position_ids.data(), N, E);
+  // nn.Embedding(padding_idx): the lookup gives the padding row no gradient (the tied decoder does).
+  for (int64_t i = 0; i < N; ++i) {
+    if (a.ids[i] == cfg_.pad_token_id) std::fill(a.d_emb_sum.begin() + i * E, a.d_emb_sum.begin() + (i + 1) * E, T(0));
+  }
+  ops::embedding_backward(g.word, a.d_emb_sum.data(), a.ids.data(), N, E);
+}
+
+template <typename T>
+void RoFormer<T>::zero_grad() {
+  zero(grads);
+}
+
+template <typename T>
+const T* RoFormer<T>::embedding_output() const {
+  return act_->emb_ln.data();
+}
+template <typename T>
+const T* RoFormer<T>::hidden_state(int64_t l) const {
+  return act_->h.at(l).data();
+}
+template <typename T>
+const T* RoFormer<T>::attention(int64_t l) const {
+  return act_->layers.at(l).att.data();
+}
+template <typename T>
+const T* RoFormer<T>::logits() const {
+  return act_->logits.data();
+}
+template <typename T>
+int64_t RoFormer<T>::counted() const {
+  return act_->counted;
+}
+
+template class RoFormer<float>;
+template class RoFormer<double>;
 
 }  // namespace model

@@ -1,42 +1,83 @@
-// The RoFormer encoder (Hugging Face RoFormerForMaskedLM architecture) built from the ops layer and
-// librope: embeddings (word + token type) → LayerNorm → optional E→H projection → post-LN blocks
-// with interleaved RoPE on q and k (and v with rotary_value) → MLM head tied to the word embeddings.
-// This is the inference forward that the HF fixtures check layer by layer; training (backward,
-// parameter arena, optimiser) builds on the same blocks next.
+// The RoFormer network, built from the ops layer and librope, for training and inference:
+// embeddings (word + token type [+ learned or sinusoidal positions]) → LayerNorm → dropout →
+// optional E→H projection → post-LN blocks (self-attention with RoPE on q and k, and on v with
+// rotary_value; feed-forward) → MLM head (dense → activation → LayerNorm → decoder tied to the word
+// embeddings). The masked LM (RoFormerForMaskedLM) and the causal LM (is_decoder: causal mask,
+// next-token targets) are the same graph. llm.c style: parameters and gradients are arenas
+// (params.h), activations are kept for the backward, forward/backward are explicit.
+//
+// Templated on float (the engine) and double (whole-model gradient checks). Shapes: B batch,
+// T tokens, N = B·T, E embedding size, H hidden size, I intermediate size, V vocabulary,
+// n heads of D = H / n, L layers.
 #pragma once
 
 #include <cstdint>
-#include <string>
+#include <memory>
 #include <vector>
 
 #include "io/safetensors.h"
+#include "model/config.h"
+#include "model/params.h"
 
 namespace model {
 
-struct RoFormerConfig {
-  int64_t vocab_size = 50000, embedding_size = 768, hidden_size = 768, num_hidden_layers = 12,
-          num_attention_heads = 12, intermediate_size = 3072, max_position_embeddings = 1536,
-          type_vocab_size = 2, pad_token_id = 0;
-  std::string hidden_act = "gelu";
-  double layer_norm_eps = 1e-12;
-  bool rotary_value = false;
-
-  // HF config.json field names and defaults (embedding_size null → hidden_size). Throws io::Error on
-  // a missing file, bad JSON, wrong types, non-positive sizes or an unknown activation.
-  static RoFormerConfig from_json_file(const std::string& path);
+// One batch; every array is (B, T) row-major.
+struct Inputs {
+  const int64_t* ids = nullptr;
+  const int64_t* token_types = nullptr;     // null: all type 0
+  const int64_t* attention_mask = nullptr;  // 1 real, 0 padding; null: all real
+  const int64_t* targets = nullptr;         // null: no loss; kIgnoreIndex entries are not counted
+  int64_t B = 0, T = 0;
 };
 
-struct MlmForward {
-  std::vector<float> embedding_output;                // (B, T, E) before the projection
-  std::vector<std::vector<float>> hidden_states;      // L+1 × (B, T, H)
-  std::vector<std::vector<float>> attentions;         // L × (B, heads, T, T)
-  std::vector<float> logits;                          // (B, T, V)
+constexpr int64_t kIgnoreIndex = -100;
+
+template <typename T>
+class RoFormer {
+ public:
+  explicit RoFormer(const RoFormerConfig& cfg);  // validates cfg (std::invalid_argument)
+  ~RoFormer();
+  RoFormer(const RoFormer&) = delete;  // the pointer structs point into this object's arenas
+  RoFormer& operator=(const RoFormer&) = delete;
+
+  const RoFormerConfig& config() const { return cfg_; }
+  const std::vector<ParamInfo>& layout() const { return layout_; }
+  std::vector<T> params, grads;  // arenas, param_count(layout()) elements each
+  Params<T> p, g;                // pointers into params / grads
+
+  // HF's initialisation: N(0, initializer_range) for matrices and embeddings (the padding row 0),
+  // zero biases, unit LayerNorm weights. A pure function of seed.
+  void init_weights(uint64_t seed);
+  // Copies every tensor of the layout from an HF state dict. HF's fixed sinusoidal table and a
+  // stored tied decoder weight are accepted; a missing, misshaped or unexpected tensor throws io::Error.
+  void load(const io::SafeTensors& weights);
+
+  // Runs the network on a batch; with targets, returns the mean cross-entropy over counted
+  // positions (0 when none count). training turns dropout on, with masks drawn from dropout_seed.
+  // Throws std::invalid_argument on bad shapes and std::out_of_range on out-of-range ids.
+  double forward(const Inputs& in, bool training = false, uint64_t dropout_seed = 0);
+  // Adds d(loss)/d(params) of the last forward (which must have had targets) to grads.
+  void backward();
+  void zero_grad();
+
+  // Views of the last forward.
+  const T* embedding_output() const;      // (B, T, E) after the embedding LayerNorm (before dropout)
+  const T* hidden_state(int64_t l) const; // (B, T, H), l = 0 (encoder input) .. L
+  const T* attention(int64_t l) const;    // (B, n, T, T) softmax probabilities of layer l
+  const T* logits() const;                // (B, T, V)
+  int64_t counted() const;                // targets counted by the last loss
+
+ private:
+  struct Activations;
+  struct Rope;
+  void ensure_activations(int64_t B, int64_t S);
+  RoFormerConfig cfg_;
+  std::vector<ParamInfo> layout_;
+  std::unique_ptr<Activations> act_;
+  std::unique_ptr<Rope> rope_;
 };
 
-// Forward pass of RoFormerForMaskedLM with weights named as HF saves them. ids, token_types,
-// attention_mask: (B, T). Throws on missing/misshaped weights and out-of-range ids.
-MlmForward roformer_mlm_forward(const RoFormerConfig& cfg, const io::SafeTensors& weights,
-                                const std::vector<int64_t>& ids, const std::vector<int64_t>& token_types,
-                                const std::vector<int64_t>& attention_mask, int64_t B, int64_t T);
+extern template class RoFormer<float>;
+extern template class RoFormer<double>;
 
 }  // namespace model

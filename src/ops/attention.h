@@ -5,6 +5,7 @@
 // Masked scores get −FLT_MAX added, as Hugging Face adds finfo(float32).min: a row whose keys are all
 // masked attends uniformly instead of producing NaN. This first version keeps the probabilities
 // (B, H, T, T) for the backward; a tiled (flash-style) version that does not is future work.
+// (batch, head) pairs run in parallel on OpenMP, each with single-threaded BLAS calls.
 #pragma once
 
 #include <cstdint>
@@ -14,6 +15,10 @@ namespace ops {
 struct AttentionShape {
   int64_t B, T, H, D;  // batch, tokens, heads, head dim; q, k, v, out are (B, T, H·D)
   bool causal;         // key s is visible from query t only if s <= t
+  // Dropout on the probabilities (HF attention_probs_dropout_prob), with a mask regenerated from
+  // the seed in the backward; 0 = none.
+  double dropout_p = 0;
+  uint64_t dropout_seed = 0;
 };
 
 // out (B, T, H·D) = softmax(q·kᵀ/√D + mask)·v per head; att (B, H, T, T) keeps the probabilities.
@@ -23,9 +28,8 @@ void attention_forward(T* out, T* att, const T* q, const T* k, const T* v, const
                        const AttentionShape& s);
 
 // dq, dk, dv (B, T, H·D) += gradients given dout (B, T, H·D) and the forward's att.
-// scratch holds T·T elements.
 template <typename T>
-void attention_backward(T* dq, T* dk, T* dv, T* scratch, const T* dout, const T* att, const T* q, const T* k,
+void attention_backward(T* dq, T* dk, T* dv, const T* dout, const T* att, const T* q, const T* k,
                         const T* v, const AttentionShape& s);
 
 }  // namespace ops

@@ -1,0 +1,199 @@
+// RoFormerConfig: validation and the HF config.json reader/writer (see config.h).
+#include "config.h"
+
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <set>
+#include <sstream>
+#include <stdexcept>
+
+#include "io/safetensors.h"
+
+namespace model {
+namespace {
+
+using nlohmann::json;
+
+// PretrainedConfig fields that HF writes into every config.json (and BERT-era fields that published
+// RoFormer checkpoints carry). They do not change the network, so they are accepted and ignored.
+const std::set<std::string>& generic_fields() {
+  static const std::set<std::string> f = {
+      "architectures", "model_type", "torch_dtype", "dtype", "transformers_version", "_name_or_path",
+      "use_cache", "bos_token_id", "eos_token_id", "sep_token_id", "tie_word_embeddings", "id2label",
+      "label2id", "num_labels", "classifier_dropout", "gradient_checkpointing", "output_hidden_states",
+      "output_attentions", "return_dict", "problem_type", "add_cross_attention", "tokenizer_class",
+      "chunk_size_feed_forward", "torchscript", "pruned_heads", "finetuning_task", "directionality",
+      "pooler_fc_size", "pooler_num_attention_heads", "pooler_num_fc_layers", "pooler_size_per_head",
+      "pooler_type", "position_embedding_type", "is_encoder_decoder"};
+  return f;
+}
+
+}  // namespace
+
+const char* position_encoding_name(PositionEncoding pe) {
+  switch (pe) {
+    case PositionEncoding::rope: return "rope";
+    case PositionEncoding::sinusoidal: return "sinusoidal";
+    case PositionEncoding::learned: return "learned";
+    case PositionEncoding::none: return "none";
+  }
+  return "?";
+}
+
+PositionEncoding parse_position_encoding(const std::string& name) {
+  for (auto pe : {PositionEncoding::rope, PositionEncoding::sinusoidal, PositionEncoding::learned,
+                  PositionEncoding::none}) {
+    if (name == position_encoding_name(pe)) return pe;
+  }
+  throw std::invalid_argument("unknown position encoding '" + name + "' (rope, sinusoidal, learned, none)");
+}
+
+void RoFormerConfig::validate() const {
+  auto positive = [](const char* field, int64_t v) {
+    if (v <= 0) throw std::invalid_argument(std::string(field) + " must be positive, got " + std::to_string(v));
+  };
+  positive("vocab_size", vocab_size);
+  positive("embedding_size", embedding_size);
+  positive("hidden_size", hidden_size);
+  positive("num_hidden_layers", num_hidden_layers);
+  positive("num_attention_heads", num_attention_heads);
+  positive("intermediate_size", intermediate_size);
+  positive("max_position_embeddings", max_position_embeddings);
+  positive("type_vocab_size", type_vocab_size);
+  if (hidden_size % num_attention_heads != 0 || head_dim() % 2 != 0) {
+    throw std::invalid_argument("hidden_size " + std::to_string(hidden_size) + " must split into " +
+                                std::to_string(num_attention_heads) + " heads of even size");
+  }
+  if (position_encoding == PositionEncoding::sinusoidal && embedding_size % 2 != 0) {
+    throw std::invalid_argument("sinusoidal positions need an even embedding_size");
+  }
+  if (pad_token_id < 0 || pad_token_id >= vocab_size) {
+    throw std::invalid_argument("pad_token_id " + std::to_string(pad_token_id) + " is outside the vocabulary");
+  }
+  if (hidden_act != "gelu" && hidden_act != "relu") {
+    throw std::invalid_argument("unknown activation '" + hidden_act + "' (supported: gelu, relu)");
+  }
+  auto probability = [](const char* field, double p) {
+    if (!(p >= 0 && p < 1)) throw std::invalid_argument(std::string(field) + " must be in [0, 1)");
+  };
+  probability("hidden_dropout_prob", hidden_dropout_prob);
+  probability("attention_probs_dropout_prob", attention_probs_dropout_prob);
+  if (!(initializer_range > 0)) throw std::invalid_argument("initializer_range must be positive");
+  if (!(layer_norm_eps > 0)) throw std::invalid_argument("layer_norm_eps must be positive");
+  if (!(rope_theta > 1)) throw std::invalid_argument("rope_theta must be greater than 1");
+}
+
+RoFormerConfig RoFormerConfig::from_json_text(const std::string& text, const std::string& origin) {
+  json j;
+  try {
+    j = json::parse(text);
+  } catch (const json::exception& e) {
+    throw io::Error(origin + ": not valid JSON: " + e.what());
+  }
+  if (!j.is_object()) throw io::Error(origin + ": a config must be a JSON object");
+  RoFormerConfig c;
+  auto fail = [&](const std::string& key, const std::string& what) {
+    throw io::Error(origin + ": '" + key + "' " + what + ", got " + j[key].dump());
+  };
+  auto get_int = [&](const char* key, int64_t* out) {
+    if (!j.contains(key) || j[key].is_null()) return;
+    if (!j[key].is_number_integer()) fail(key, "must be an integer");
+    *out = j[key].get<int64_t>();
+  };
+  auto get_double = [&](const char* key, double* out) {
+    if (!j.contains(key)) return;
+    if (!j[key].is_number()) fail(key, "must be a number");
+    *out = j[key].get<double>();
+  };
+  auto get_bool = [&](const char* key, bool* out) {
+    if (!j.contains(key)) return;
+    if (!j[key].is_boolean()) fail(key, "must be true or false");
+    *out = j[key].get<bool>();
+  };
+  auto get_string = [&](const char* key, std::string* out) {
+    if (!j.contains(key)) return;
+    if (!j[key].is_string()) fail(key, "must be a string");
+    *out = j[key].get<std::string>();
+  };
+  get_int("vocab_size", &c.vocab_size);
+  get_int("hidden_size", &c.hidden_size);
+  c.embedding_size = c.hidden_size;  // HF: embedding_size None → hidden_size
+  get_int("embedding_size", &c.embedding_size);
+  get_int("num_hidden_layers", &c.num_hidden_layers);
+  get_int("num_attention_heads", &c.num_attention_heads);
+  get_int("intermediate_size", &c.intermediate_size);
+  get_int("max_position_embeddings", &c.max_position_embeddings);
+  get_int("type_vocab_size", &c.type_vocab_size);
+  get_int("pad_token_id", &c.pad_token_id);
+  get_string("hidden_act", &c.hidden_act);
+  get_double("hidden_dropout_prob", &c.hidden_dropout_prob);
+  get_double("attention_probs_dropout_prob", &c.attention_probs_dropout_prob);
+  get_double("initializer_range", &c.initializer_range);
+  get_double("layer_norm_eps", &c.layer_norm_eps);
+  get_bool("rotary_value", &c.rotary_value);
+  get_bool("is_decoder", &c.is_decoder);
+  std::string pe = position_encoding_name(c.position_encoding), layout = "interleaved";
+  get_string("position_encoding", &pe);
+  get_double("rope_theta", &c.rope_theta);
+  get_string("rope_layout", &layout);
+  if (layout != "interleaved" && layout != "half") fail("rope_layout", "must be \"interleaved\" or \"half\"");
+  c.rope_half_layout = layout == "half";
+  if (j.contains("model_type") && j["model_type"] != "roformer") fail("model_type", "must be \"roformer\"");
+
+  static const std::set<std::string> own = {
+      "vocab_size", "hidden_size", "embedding_size", "num_hidden_layers", "num_attention_heads",
+      "intermediate_size", "max_position_embeddings", "type_vocab_size", "pad_token_id", "hidden_act",
+      "hidden_dropout_prob", "attention_probs_dropout_prob", "initializer_range", "layer_norm_eps",
+      "rotary_value", "is_decoder", "position_encoding", "rope_theta", "rope_layout"};
+  for (const auto& [key, value] : j.items()) {
+    if (!own.count(key) && !generic_fields().count(key)) {
+      throw io::Error(origin + ": unknown config field '" + key + "'");
+    }
+  }
+  try {
+    c.position_encoding = parse_position_encoding(pe);
+    c.validate();
+  } catch (const std::invalid_argument& e) {
+    throw io::Error(origin + ": " + e.what());
+  }
+  return c;
+}
+
+RoFormerConfig RoFormerConfig::from_json_file(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw io::Error(path + ": cannot open");
+  std::ostringstream text;
+  text << in.rdbuf();
+  return from_json_text(text.str(), path);
+}
+
+std::string RoFormerConfig::to_json() const {
+  json j = {
+      {"architectures", {is_decoder ? "RoFormerForCausalLM" : "RoFormerForMaskedLM"}},
+      {"model_type", "roformer"},
+      {"vocab_size", vocab_size},
+      {"embedding_size", embedding_size},
+      {"hidden_size", hidden_size},
+      {"num_hidden_layers", num_hidden_layers},
+      {"num_attention_heads", num_attention_heads},
+      {"intermediate_size", intermediate_size},
+      {"hidden_act", hidden_act},
+      {"hidden_dropout_prob", hidden_dropout_prob},
+      {"attention_probs_dropout_prob", attention_probs_dropout_prob},
+      {"max_position_embeddings", max_position_embeddings},
+      {"type_vocab_size", type_vocab_size},
+      {"initializer_range", initializer_range},
+      {"layer_norm_eps", layer_norm_eps},
+      {"pad_token_id", pad_token_id},
+      {"rotary_value", rotary_value},
+      {"is_decoder", is_decoder},
+      {"use_cache", true},
+      {"torch_dtype", "float32"},
+      {"position_encoding", position_encoding_name(position_encoding)},
+      {"rope_theta", rope_theta},
+      {"rope_layout", rope_half_layout ? "half" : "interleaved"},
+  };
+  return j.dump(2) + "\n";
+}
+
+}  // namespace model

@@ -1,0 +1,46 @@
+// The RoFormer model configuration, with Hugging Face's config.json field names and defaults, plus
+// this engine's own fields: the position encoding (rope / sinusoidal / learned / none) and the RoPE
+// base and layout. One config describes both models built from the same blocks: the masked LM
+// (RoFormerForMaskedLM) and the causal LM (is_decoder: causal mask, same head, next-token targets).
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+namespace model {
+
+enum class PositionEncoding { rope, sinusoidal, learned, none };
+
+struct RoFormerConfig {
+  int64_t vocab_size = 50000, embedding_size = 768, hidden_size = 768, num_hidden_layers = 12,
+          num_attention_heads = 12, intermediate_size = 3072, max_position_embeddings = 1536,
+          type_vocab_size = 2, pad_token_id = 0;
+  std::string hidden_act = "gelu";  // "gelu" (exact erf) or "relu"
+  double hidden_dropout_prob = 0.1, attention_probs_dropout_prob = 0.1, initializer_range = 0.02,
+         layer_norm_eps = 1e-12;
+  bool rotary_value = false;
+  bool is_decoder = false;  // causal LM: causal attention mask
+  // Not in HF RoFormer (which always uses interleaved RoPE, base 10000): written to config.json
+  // under these names, which transformers keeps as plain attributes and otherwise ignores.
+  PositionEncoding position_encoding = PositionEncoding::rope;
+  double rope_theta = 10000.0;
+  bool rope_half_layout = false;  // pairs (i, i + D/2) instead of (2i, 2i + 1)
+
+  int64_t head_dim() const { return hidden_size / num_attention_heads; }
+
+  // Checks sizes and ranges; throws std::invalid_argument naming the field.
+  void validate() const;
+  // HF config.json: known HF and engine fields are read, the generic PretrainedConfig fields
+  // (architectures, torch_dtype, ...) are accepted, and any other field is an error, as are bad
+  // JSON, wrong types and out-of-range values. Throws io::Error naming the file and the field.
+  static RoFormerConfig from_json_file(const std::string& path);
+  static RoFormerConfig from_json_text(const std::string& text, const std::string& origin);
+  // config.json text that RoFormerForMaskedLM / RoFormerForCausalLM.from_pretrained loads.
+  std::string to_json() const;
+};
+
+const char* position_encoding_name(PositionEncoding pe);
+// "rope", "sinusoidal", "learned" or "none"; throws std::invalid_argument otherwise.
+PositionEncoding parse_position_encoding(const std::string& name);
+
+}  // namespace model

@@ -1,0 +1,115 @@
+// The parameter layout and its binding to a struct of pointers (see params.h).
+#include "params.h"
+
+#include <stdexcept>
+#include <unordered_map>
+
+namespace model {
+
+std::vector<ParamInfo> param_layout(const RoFormerConfig& c) {
+  const int64_t V = c.vocab_size, E = c.embedding_size, H = c.hidden_size, I = c.intermediate_size;
+  std::vector<ParamInfo> layout;
+  int64_t offset = 0;
+  auto add = [&](std::string name, std::vector<int64_t> shape, bool decay) {
+    int64_t size = 1;
+    for (int64_t d : shape) size *= d;
+    layout.push_back({std::move(name), std::move(shape), offset, size, decay});
+    offset += size;
+  };
+  const std::string e = "roformer.embeddings.";
+  add(e + "word_embeddings.weight", {V, E}, true);
+  add(e + "token_type_embeddings.weight", {c.type_vocab_size, E}, true);
+  if (c.position_encoding == PositionEncoding::learned) {
+    add(e + "position_embeddings.weight", {c.max_position_embeddings, E}, true);
+  }
+  add(e + "LayerNorm.weight", {E}, false);
+  add(e + "LayerNorm.bias", {E}, false);
+  if (E != H) {
+    add("roformer.embeddings_project.weight", {H, E}, true);
+    add("roformer.embeddings_project.bias", {H}, false);
+  }
+  for (int64_t l = 0; l < c.num_hidden_layers; ++l) {
+    const std::string p = "roformer.encoder.layer." + std::to_string(l) + ".";
+    auto linear = [&](const std::string& name, int64_t out_f, int64_t in_f) {
+      add(p + name + ".weight", {out_f, in_f}, true);
+      add(p + name + ".bias", {out_f}, false);
+    };
+    auto norm = [&](const std::string& name) {
+      add(p + name + ".weight", {H}, false);
+      add(p + name + ".bias", {H}, false);
+    };
+    linear("attention.self.query", H, H);
+    linear("attention.self.key", H, H);
+    linear("attention.self.value", H, H);
+    linear("attention.output.dense", H, H);
+    norm("attention.output.LayerNorm");
+    linear("intermediate.dense", I, H);
+    linear("output.dense", H, I);
+    norm("output.LayerNorm");
+  }
+  const std::string h = "cls.predictions.";
+  add(h + "transform.dense.weight", {E, H}, true);
+  add(h + "transform.dense.bias", {E}, false);
+  add(h + "transform.LayerNorm.weight", {E}, false);
+  add(h + "transform.LayerNorm.bias", {E}, false);
+  add(h + "bias", {V}, false);
+  return layout;
+}
+
+int64_t param_count(const std::vector<ParamInfo>& layout) {
+  return layout.empty() ? 0 : layout.back().offset + layout.back().size;
+}
+
+template <typename T>
+Params<T> bind_params(const RoFormerConfig& c, const std::vector<ParamInfo>& layout, T* arena) {
+  std::unordered_map<std::string, T*> at;
+  for (const auto& p : layout) at[p.name] = arena + p.offset;
+  auto get = [&](const std::string& name) -> T* {
+    const auto it = at.find(name);
+    if (it == at.end()) throw std::logic_error("parameter " + name + " is not in the layout");
+    return it->second;
+  };
+  auto maybe = [&](const std::string& name) -> T* { return at.count(name) ? at[name] : nullptr; };
+  Params<T> p;
+  const std::string e = "roformer.embeddings.";
+  p.word = get(e + "word_embeddings.weight");
+  p.token_type = get(e + "token_type_embeddings.weight");
+  p.position = maybe(e + "position_embeddings.weight");
+  p.emb_ln_w = get(e + "LayerNorm.weight");
+  p.emb_ln_b = get(e + "LayerNorm.bias");
+  p.proj_w = maybe("roformer.embeddings_project.weight");
+  p.proj_b = maybe("roformer.embeddings_project.bias");
+  for (int64_t l = 0; l < c.num_hidden_layers; ++l) {
+    const std::string q = "roformer.encoder.layer." + std::to_string(l) + ".";
+    LayerParams<T> L;
+    L.q_w = get(q + "attention.self.query.weight");
+    L.q_b = get(q + "attention.self.query.bias");
+    L.k_w = get(q + "attention.self.key.weight");
+    L.k_b = get(q + "attention.self.key.bias");
+    L.v_w = get(q + "attention.self.value.weight");
+    L.v_b = get(q + "attention.self.value.bias");
+    L.ao_w = get(q + "attention.output.dense.weight");
+    L.ao_b = get(q + "attention.output.dense.bias");
+    L.ln1_w = get(q + "attention.output.LayerNorm.weight");
+    L.ln1_b = get(q + "attention.output.LayerNorm.bias");
+    L.ff1_w = get(q + "intermediate.dense.weight");
+    L.ff1_b = get(q + "intermediate.dense.bias");
+    L.ff2_w = get(q + "output.dense.weight");
+    L.ff2_b = get(q + "output.dense.bias");
+    L.ln2_w = get(q + "output.LayerNorm.weight");
+    L.ln2_b = get(q + "output.LayerNorm.bias");
+    p.layers.push_back(L);
+  }
+  const std::string h = "cls.predictions.";
+  p.head_w = get(h + "transform.dense.weight");
+  p.head_b = get(h + "transform.dense.bias");
+  p.head_ln_w = get(h + "transform.LayerNorm.weight");
+  p.head_ln_b = get(h + "transform.LayerNorm.bias");
+  p.decoder_bias = get(h + "bias");
+  return p;
+}
+
+template Params<float> bind_params<float>(const RoFormerConfig&, const std::vector<ParamInfo>&, float*);
+template Params<double> bind_params<double>(const RoFormerConfig&, const std::vector<ParamInfo>&, double*);
+
+}  // namespace model

@@ -1,0 +1,240 @@
+// The RoFormer training graph: whole-model gradients against central differences in float64 for
+// every position encoding, masks, dropout, E ≠ H and rotary_value; fp32 against fp64; causality of
+// the causal LM; initialisation; config.json round trip and errors; loading errors.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <fstream>
+#include <random>
+
+#include "io/safetensors.h"
+#include "model/roformer.h"
+
+namespace {
+
+model::RoFormerConfig tiny(model::PositionEncoding pe) {
+  model::RoFormerConfig c;
+  c.vocab_size = 11;
+  c.embedding_size = 8;
+  c.hidden_size = 8;
+  c.num_hidden_layers = 2;
+  c.num_attention_heads = 2;
+  c.intermediate_size = 12;
+  c.max_position_embeddings = 8;
+  c.hidden_dropout_prob = 0;
+  c.attention_probs_dropout_prob = 0;
+  c.position_encoding = pe;
+  return c;
+}
+
+struct Batch {
+  std::vector<int64_t> ids, types, mask, targets;
+  int64_t B, T;
+  model::Inputs inputs() const {
+    return {.ids = ids.data(), .token_types = types.data(), .attention_mask = mask.data(), .targets = targets.data(),
+            .B = B, .T = T};
+  }
+};
+
+Batch random_batch(const model::RoFormerConfig& c, int64_t B, int64_t T, uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  Batch b{{}, {}, {}, {}, B, T};
+  for (int64_t i = 0; i < B * T; ++i) {
+    b.ids.push_back(static_cast<int64_t>(rng() % c.vocab_size));
+    b.types.push_back(static_cast<int64_t>(rng() % c.type_vocab_size));
+    b.targets.push_back(rng() % 4 == 0 ? model::kIgnoreIndex : static_cast<int64_t>(rng() % c.vocab_size));
+    b.mask.push_back(1);
+  }
+  b.mask[B * T - 1] = 0;  // the last sequence has a padding token
+  b.mask[B * T - 2] = 0;
+  b.ids[B * T - 1] = c.pad_token_id;
+  return b;
+}
+
+// Parameters away from the tidy initialisation (LayerNorm weights ≠ 1, biases ≠ 0).
+template <typename T>
+void randomise(model::RoFormer<T>& m, uint64_t seed) {
+  m.init_weights(seed);
+  std::mt19937_64 rng(seed);
+  std::normal_distribution<double> z(0.0, 0.4);
+  for (auto& v : m.params) v += static_cast<T>(z(rng));
+}
+
+void expect_model_gradients(const model::RoFormerConfig& cfg, bool training) {
+  model::RoFormer<double> m(cfg);
+  randomise(m, 3);
+  const Batch batch = random_batch(cfg, 2, 5, 9);
+  const uint64_t dropout_seed = 77;
+  m.zero_grad();
+  m.forward(batch.inputs(), training, dropout_seed);
+  m.backward();
+  const std::vector<double> analytic = m.grads;
+  // Every tensor of the layout: its first, last and a few random elements.
+  std::mt19937_64 rng(5);
+  int checked = 0;
+  for (const auto& info : m.layout()) {
+    std::vector<int64_t> picks = {0, info.size - 1};
+    for (int i = 0; i < 3; ++i) picks.push_back(static_cast<int64_t>(rng() % info.size));
+    for (int64_t j : picks) {
+      // nn.Embedding(padding_idx) semantics: the lookup gives the padding row no gradient, so
+      // that row differs from the true derivative on purpose.
+      if (info.name == "roformer.embeddings.word_embeddings.weight" && j / cfg.embedding_size == cfg.pad_token_id) continue;
+      double& w = m.params[info.offset + j];
+      const double saved = w, h = 1e-5;
+      w = saved + h;
+      const double up = m.forward(batch.inputs(), training, dropout_seed);
+      w = saved - h;
+      const double down = m.forward(batch.inputs(), training, dropout_seed);
+      w = saved;
+      const double numeric = (up - down) / (2 * h), a = analytic[info.offset + j];
+      EXPECT_NEAR(a, numeric, 1e-7 + 1e-5 * std::fabs(numeric)) << info.name << "[" << j << "]";
+      ++checked;
+    }
+  }
+  EXPECT_GT(checked, 100);
+}
+
+TEST(RoFormerModel, GradientsRope) { expect_model_gradients(tiny(model::PositionEncoding::rope), false); }
+
+TEST(RoFormerModel, GradientsRopeHalfLayoutProjectionRotaryValueRelu) {
+  auto c = tiny(model::PositionEncoding::rope);
+  c.embedding_size = 6;
+  c.rotary_value = true;
+  c.rope_half_layout = true;
+  c.hidden_act = "relu";
+  expect_model_gradients(c, false);
+}
+
+TEST(RoFormerModel, GradientsCausalSinusoidal) {
+  auto c = tiny(model::PositionEncoding::sinusoidal);
+  c.is_decoder = true;
+  expect_model_gradients(c, false);
+}
+
+TEST(RoFormerModel, GradientsLearnedPositionsWithDropout) {
+  auto c = tiny(model::PositionEncoding::learned);
+  c.hidden_dropout_prob = 0.2;
+  c.attention_probs_dropout_prob = 0.3;
+  expect_model_gradients(c, true);
+}
+
+TEST(RoFormerModel, GradientsNoPositions) { expect_model_gradients(tiny(model::PositionEncoding::none), false); }
+
+TEST(RoFormerModel, Fp32AgreesWithFp64) {
+  auto c = tiny(model::PositionEncoding::rope);
+  c.is_decoder = true;
+  model::RoFormer<double> m64(c);
+  model::RoFormer<float> m32(c);
+  randomise(m64, 4);
+  for (size_t i = 0; i < m64.params.size(); ++i) m32.params[i] = static_cast<float>(m64.params[i]);
+  const Batch batch = random_batch(c, 2, 7, 1);
+  const double l64 = m64.forward(batch.inputs()), l32 = m32.forward(batch.inputs());
+  EXPECT_NEAR(l32, l64, 1e-5 * std::fabs(l64));
+  for (int64_t i = 0; i < 2 * 7 * c.vocab_size; ++i) EXPECT_NEAR(m32.logits()[i], m64.logits()[i], 2e-5);
+  m32.zero_grad();
+  m64.zero_grad();
+  m32.backward();
+  m64.backward();
+  double num = 0, den = 0;
+  for (size_t i = 0; i < m64.grads.size(); ++i) {
+    num += std::pow(m32.grads[i] - m64.grads[i], 2);
+    den += std::pow(m64.grads[i], 2);
+  }
+  EXPECT_LT(num / den, 1e-10);  // normalised MSE, as ggml's test-backend-ops
+}
+
+TEST(RoFormerModel, CausalLmNeverLooksAhead) {
+  for (auto pe : {model::PositionEncoding::rope, model::PositionEncoding::learned}) {
+    auto c = tiny(pe);
+    c.is_decoder = true;
+    model::RoFormer<float> m(c);
+    m.init_weights(1);
+    Batch batch = random_batch(c, 1, 6, 2);
+    batch.mask.assign(6, 1);
+    m.forward(batch.inputs());
+    const std::vector<float> before(m.logits(), m.logits() + 6 * c.vocab_size);
+    batch.ids[4] = (batch.ids[4] + 1) % c.vocab_size;
+    m.forward(batch.inputs());
+    for (int64_t i = 0; i < 4 * c.vocab_size; ++i) ASSERT_EQ(m.logits()[i], before[i]) << "logit " << i;
+    bool changed = false;
+    for (int64_t i = 4 * c.vocab_size; i < 6 * c.vocab_size; ++i) changed |= m.logits()[i] != before[i];
+    EXPECT_TRUE(changed);
+  }
+}
+
+TEST(RoFormerModel, InitialisationIsSeededAndFollowsHuggingFace) {
+  auto c = tiny(model::PositionEncoding::learned);
+  c.vocab_size = 300;
+  c.embedding_size = 32;
+  model::RoFormer<float> a(c), b(c);
+  a.init_weights(42);
+  b.init_weights(42);
+  EXPECT_EQ(a.params, b.params);
+  b.init_weights(43);
+  EXPECT_NE(a.params, b.params);
+  for (int64_t j = 0; j < c.embedding_size; ++j) EXPECT_EQ(a.p.word[j], 0.0f);  // padding row
+  double sum = 0, sq = 0;
+  const int64_t n = (c.vocab_size - 1) * c.embedding_size;
+  for (int64_t i = 0; i < n; ++i) {
+    sum += a.p.word[c.embedding_size + i];
+    sq += std::pow(a.p.word[c.embedding_size + i], 2);
+  }
+  EXPECT_NEAR(sum / n, 0.0, 0.002);
+  EXPECT_NEAR(std::sqrt(sq / n), c.initializer_range, 0.002);
+  EXPECT_EQ(a.p.emb_ln_w[0], 1.0f);
+  EXPECT_EQ(a.p.layers[0].q_b[0], 0.0f);
+}
+
+TEST(RoFormerModel, ConfigJsonRoundTripsAndRejectsUnknownFields) {
+  auto c = tiny(model::PositionEncoding::sinusoidal);
+  c.is_decoder = true;
+  c.rope_theta = 5000;
+  c.embedding_size = 6;
+  const auto r = model::RoFormerConfig::from_json_text(c.to_json(), "mem");
+  EXPECT_EQ(r.to_json(), c.to_json());
+  EXPECT_EQ(r.position_encoding, model::PositionEncoding::sinusoidal);
+  EXPECT_TRUE(r.is_decoder);
+  EXPECT_THROW(model::RoFormerConfig::from_json_text(R"({"hidden_sise": 8})", "mem"), io::Error);
+  EXPECT_THROW(model::RoFormerConfig::from_json_text(R"({"position_encoding": "alibi"})", "mem"), io::Error);
+  EXPECT_THROW(model::RoFormerConfig::from_json_text(R"({"model_type": "bert"})", "mem"), io::Error);
+  EXPECT_THROW(model::RoFormerConfig::from_json_text(R"({"hidden_dropout_prob": 1.5})", "mem"), io::Error);
+  EXPECT_THROW(model::RoFormerConfig::from_json_text(R"([1, 2])", "mem"), io::Error);
+  try {
+    model::RoFormerConfig::from_json_text(R"({"frobnicate": 1})", "cfg.json");
+    FAIL();
+  } catch (const io::Error& e) {
+    EXPECT_NE(std::string(e.what()).find("unknown config field 'frobnicate'"), std::string::npos) << e.what();
+  }
+}
+
+TEST(RoFormerModel, BadInputsAreErrors) {
+  auto c = tiny(model::PositionEncoding::rope);
+  model::RoFormer<float> m(c);
+  m.init_weights(1);
+  Batch batch = random_batch(c, 1, 4, 3);
+  batch.ids[2] = c.vocab_size;  // out of range
+  EXPECT_THROW(m.forward(batch.inputs()), std::out_of_range);
+  batch = random_batch(c, 1, 9, 3);  // longer than max_position_embeddings
+  EXPECT_THROW(m.forward(batch.inputs()), std::invalid_argument);
+  auto odd = c;
+  odd.hidden_size = 6;  // heads of 3: odd
+  EXPECT_THROW(model::RoFormer<float>{odd}, std::invalid_argument);
+}
+
+TEST(RoFormerModel, LoadRejectsMissingAndUnexpectedTensors) {
+  const std::string dir = std::string(ROFORMER_FIXTURES) + "/case1_mlm_basic";
+  const io::SafeTensors weights(dir + "/model.safetensors");
+  auto cfg = model::RoFormerConfig::from_json_file(dir + "/config.json");
+  model::RoFormer<float> ok(cfg);
+  ok.load(weights);
+  auto learned = cfg;
+  learned.position_encoding = model::PositionEncoding::learned;  // needs position_embeddings
+  model::RoFormer<float> missing(learned);
+  EXPECT_THROW(missing.load(weights), io::Error);
+  auto fewer = cfg;
+  fewer.num_hidden_layers = 1;  // layer 1's tensors are unexpected
+  model::RoFormer<float> extra(fewer);
+  EXPECT_THROW(extra.load(weights), io::Error);
+}
+
+}  // namespace
