@@ -8,6 +8,7 @@
 #include <random>
 
 #include "io/safetensors.h"
+#include "model/generate.h"
 #include "model/roformer.h"
 
 namespace {
@@ -235,6 +236,66 @@ TEST(RoFormerModel, LoadRejectsMissingAndUnexpectedTensors) {
   fewer.num_hidden_layers = 1;  // layer 1's tensors are unexpected
   model::RoFormer<float> extra(fewer);
   EXPECT_THROW(extra.load(weights), io::Error);
+}
+
+}  // namespace
+
+namespace {
+
+// The KV-cache decoder gives the full forward's logits, fed all at once or one token at a time.
+TEST(RoFormerGenerate, CachedDecodingMatchesTheFullForward) {
+  for (auto pe : {model::PositionEncoding::rope, model::PositionEncoding::sinusoidal, model::PositionEncoding::learned}) {
+    auto c = tiny(pe);
+    c.is_decoder = true;
+    c.rotary_value = pe == model::PositionEncoding::rope;
+    c.embedding_size = 6;
+    model::RoFormer<float> m(c);
+    randomise(m, 8);
+    const Batch batch = random_batch(c, 1, 7, 4);
+    m.forward({.ids = batch.ids.data(), .B = 1, .T = 7});
+    model::Generator all(m), one(m);
+    const auto last = all.feed(batch.ids);
+    for (int64_t v = 0; v < c.vocab_size; ++v) EXPECT_NEAR(last[v], m.logits()[6 * c.vocab_size + v], 2e-5);
+    for (int64_t t = 0; t < 7; ++t) {
+      const auto& logits = one.feed({batch.ids[t]});
+      for (int64_t v = 0; v < c.vocab_size; ++v) {
+        ASSERT_NEAR(logits[v], m.logits()[t * c.vocab_size + v], 2e-5) << model::position_encoding_name(pe) << " t=" << t;
+      }
+    }
+    one.feed({1});  // position 7: the last of max_position_embeddings = 8
+    EXPECT_THROW(one.feed({1}), std::length_error);
+  }
+}
+
+TEST(RoFormerGenerate, SamplingHonoursTemperatureTopKAndBans) {
+  const std::vector<float> logits = {0.0f, 3.0f, 1.0f, 2.5f};
+  model::SampleOptions greedy;
+  greedy.temperature = 0;
+  EXPECT_EQ(model::sample_token(logits, greedy, 0.9), 1);
+  model::SampleOptions top2;
+  top2.top_k = 2;
+  for (double u = 0; u < 1; u += 0.01) {
+    const int64_t t = model::sample_token(logits, top2, u);
+    EXPECT_TRUE(t == 1 || t == 3);
+  }
+  model::SampleOptions banned = greedy;
+  banned.banned = {1};
+  EXPECT_EQ(model::sample_token(logits, banned, 0.5), 3);
+  model::SampleOptions bad;
+  bad.temperature = -1;
+  EXPECT_THROW(model::sample_token(logits, bad, 0.5), std::invalid_argument);
+  auto c = tiny(model::PositionEncoding::rope);
+  model::RoFormer<float> mlm(c);
+  EXPECT_THROW(model::Generator{mlm}, std::invalid_argument);
+  c.is_decoder = true;
+  model::RoFormer<float> clm(c);
+  clm.init_weights(1);
+  model::SampleOptions opt;
+  opt.seed = 3;
+  opt.max_new_tokens = 20;
+  const auto a = model::generate(clm, {5, 6}, opt), b = model::generate(clm, {5, 6}, opt);
+  EXPECT_EQ(a, b);                // seeded
+  EXPECT_EQ(a.size(), 6u);        // stops when the 8-position context is full
 }
 
 }  // namespace

@@ -6,6 +6,7 @@
 #include <fstream>
 #include <string>
 
+#include "io/atomic_file.h"
 #include "io/safetensors.h"
 #include "model/roformer.h"
 
@@ -39,6 +40,22 @@ TEST(SafeTensors, LoadsTheFixtures) {
   EXPECT_THROW(st.f32("input_ids"), io::Error);               // wrong dtype
   EXPECT_THROW(st.f32("logits", {3, 12, 128}), io::Error);    // wrong shape
   EXPECT_THROW(st.at("nope"), io::Error);
+}
+
+TEST(SafeTensors, WriterRoundTripsThroughTheReader) {
+  const std::vector<float> w = {1.5f, -2.0f, 3.25f, 0.0f, 1e-30f, -7.0f};
+  const std::vector<int64_t> step = {123456789012345};
+  const std::string bytes = io::safetensors_bytes(
+      {{"layer.weight", io::DType::F32, {2, 3}, w.data()}, {"step", io::DType::I64, {1}, step.data()}},
+      {{"format", "pt"}});
+  EXPECT_EQ(bytes.size() % 8, 0u);  // 8-byte length + padded header + 32 bytes of data
+  const std::string path = ::testing::TempDir() + "written.safetensors";
+  io::write_file_atomic(path, bytes);
+  const io::SafeTensors st(path);
+  EXPECT_EQ(st.f32("layer.weight", {2, 3}), w);
+  EXPECT_EQ(st.i64("step", {1}), step);
+  EXPECT_THROW(io::safetensors_bytes({{"a", io::DType::F32, {1}, w.data()}, {"a", io::DType::F32, {1}, w.data()}}),
+               io::Error);
 }
 
 TEST(SafeTensors, RejectsMalformedFiles) {

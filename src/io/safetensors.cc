@@ -1,4 +1,4 @@
-// safetensors reader (see safetensors.h).
+// safetensors reader and writer (see safetensors.h).
 #include "safetensors.h"
 
 #include <algorithm>
@@ -19,10 +19,15 @@ size_t dtype_size(DType d) {
   return 0;
 }
 
-bool parse_dtype(const std::string& s, DType* d) {
+const std::map<std::string, DType>& dtype_names() {
   static const std::map<std::string, DType> names = {
       {"F64", DType::F64}, {"F32", DType::F32}, {"F16", DType::F16}, {"BF16", DType::BF16}, {"I64", DType::I64},
       {"I32", DType::I32}, {"I16", DType::I16}, {"I8", DType::I8},   {"U8", DType::U8},     {"BOOL", DType::BOOL}};
+  return names;
+}
+
+bool parse_dtype(const std::string& s, DType* d) {
+  const auto& names = dtype_names();
   auto it = names.find(s);
   if (it == names.end()) return false;
   *d = it->second;
@@ -69,7 +74,14 @@ SafeTensors::SafeTensors(const std::string& path) : path_(path) {
   const uint64_t data_size = file_.size() - 8 - header_len;
   std::vector<std::pair<uint64_t, uint64_t>> ranges;
   for (const auto& [name, info] : header.items()) {
-    if (name == "__metadata__") continue;
+    if (name == "__metadata__") {
+      if (!info.is_object()) throw fail("__metadata__ is not an object");
+      for (const auto& [key, value] : info.items()) {
+        if (!value.is_string()) throw fail("__metadata__ value '" + key + "' is not a string");
+        metadata_[key] = value.get<std::string>();
+      }
+      continue;
+    }
     const std::string where = "tensor '" + name + "': ";
     if (!info.is_object() || !info.contains("dtype") || !info.contains("shape") || !info.contains("data_offsets")) {
       throw fail(where + "needs dtype, shape and data_offsets");
@@ -138,6 +150,37 @@ std::vector<int64_t> SafeTensors::i64(const std::string& name, const std::vector
   const Tensor& t = checked(name, DType::I64, shape);
   std::vector<int64_t> out(static_cast<size_t>(t.numel()));
   std::memcpy(out.data(), t.data, t.bytes);
+  return out;
+}
+
+std::string safetensors_bytes(const std::vector<TensorView>& tensors,
+                              const std::map<std::string, std::string>& metadata) {
+  nlohmann::ordered_json header;
+  if (!metadata.empty()) header["__metadata__"] = metadata;
+  size_t offset = 0;
+  for (const auto& t : tensors) {
+    if (t.name == "__metadata__" || header.contains(t.name)) throw Error("safetensors: duplicate or reserved name " + t.name);
+    int64_t numel = 1;
+    for (int64_t d : t.shape) numel *= d;
+    const size_t bytes = static_cast<size_t>(numel) * dtype_size(t.dtype);
+    std::string dtype;
+    for (const auto& [name, d] : dtype_names()) {
+      if (d == t.dtype) dtype = name;
+    }
+    header[t.name] = {{"dtype", dtype}, {"shape", t.shape}, {"data_offsets", {offset, offset + bytes}}};
+    offset += bytes;
+  }
+  std::string text = header.dump();
+  text.append((8 - text.size() % 8) % 8, ' ');
+  std::string out(8, '\0');
+  for (int i = 0; i < 8; ++i) out[i] = static_cast<char>((static_cast<uint64_t>(text.size()) >> (8 * i)) & 0xff);
+  out.reserve(8 + text.size() + offset);
+  out += text;
+  for (const auto& t : tensors) {
+    int64_t numel = 1;
+    for (int64_t d : t.shape) numel *= d;
+    out.append(static_cast<const char*>(t.data), static_cast<size_t>(numel) * dtype_size(t.dtype));
+  }
   return out;
 }
 

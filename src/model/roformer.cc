@@ -20,18 +20,18 @@
 
 namespace model {
 
+rope_config rope_settings(const RoFormerConfig& c) {
+  rope_config rc = rope::default_config(static_cast<int32_t>(c.head_dim()));
+  rc.base = c.rope_theta;
+  rc.layout = c.rope_half_layout ? ROPE_LAYOUT_HALF : ROPE_LAYOUT_INTERLEAVED;
+  return rc;
+}
+
 // RoPE on (B, T, n, D) q/k/v at positions 0..T-1. float goes through librope; double (gradient
 // checks) rotates with cos/sin evaluated in double from the same plan's frequencies.
 template <typename T>
 struct RoFormer<T>::Rope {
-  explicit Rope(const RoFormerConfig& c) : plan(make_config(c)), inv_freq(plan.inv_freq()), half(c.rope_half_layout) {}
-
-  static rope_config make_config(const RoFormerConfig& c) {
-    rope_config rc = rope::default_config(static_cast<int32_t>(c.head_dim()));
-    rc.base = c.rope_theta;
-    rc.layout = c.rope_half_layout ? ROPE_LAYOUT_HALF : ROPE_LAYOUT_INTERLEAVED;
-    return rc;
-  }
+  explicit Rope(const RoFormerConfig& c) : plan(rope_settings(c)), inv_freq(plan.inv_freq()), half(c.rope_half_layout) {}
 
   void apply(rope_direction dir, rope_role role, T* x, int64_t B, int64_t S, int64_t n, int64_t D) const {
     if constexpr (std::is_same_v<T, float>) {

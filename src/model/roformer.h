@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "io/safetensors.h"
+#include "rope/rope.h"
 #include "model/config.h"
 #include "model/params.h"
 
@@ -31,6 +32,9 @@ struct Inputs {
 };
 
 constexpr int64_t kIgnoreIndex = -100;
+
+// The librope configuration of a model's RoPE: head_dim wide, base rope_theta, its layout.
+rope_config rope_settings(const RoFormerConfig& c);
 
 template <typename T>
 class RoFormer {

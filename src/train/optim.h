@@ -32,6 +32,8 @@ class AdamW {
   // Moments, one vector per parameter (for checkpoints).
   std::vector<std::vector<float>>& first_moments() { return m_; }
   std::vector<std::vector<float>>& second_moments() { return v_; }
+  const std::vector<std::vector<float>>& first_moments() const { return m_; }
+  const std::vector<std::vector<float>>& second_moments() const { return v_; }
   void set_steps(int64_t t) { t_ = t; }
 
  private:
