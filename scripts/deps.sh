@@ -2,7 +2,7 @@
 # Installs the Debian packages roformer.cpp builds with (non-interactive; skipped when present).
 set -euo pipefail
 packages=(cmake g++ ninja-build pkg-config libhwy-dev nlohmann-json3-dev libcli11-dev libfmt-dev
-          libgtest-dev libbenchmark-dev libopenblas-openmp-dev)
+          libgtest-dev libbenchmark-dev libopenblas-openmp-dev libcairo2-dev libfontconfig-dev)
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

@@ -1,7 +1,13 @@
 // Subcommands of the roformer command line; each returns the process exit status.
 #pragma once
 
+#include <cstdint>
+#include <functional>
 #include <string>
+
+namespace CLI {
+class App;
+}
 
 namespace roformer {
 
@@ -19,5 +25,18 @@ struct BenchRopeOptions {
   bool quick = false;      // tiny shapes, for smoke tests
 };
 int bench_rope(const BenchRopeOptions& options);
+
+struct BenchTrainOptions {
+  std::string preset = "small";  // small: 256 wide, 4 layers, 4 heads, ff 1024; large: 512, 6, 8, 2048
+  std::string task = "clm";
+  int64_t batch = 8, seq = 256, vocab = 256, steps = 20, warmup = 3;
+  int threads = 0;
+  bool sgemm = true;  // also measure this machine's sgemm rate
+  bool json = false;
+};
+int bench_train(const BenchTrainOptions& options);
+
+// Adds train, eval and generate to app; the returned function runs whichever was parsed (-1: none).
+std::function<int()> add_model_commands(CLI::App& app);
 
 }  // namespace roformer

@@ -1,6 +1,9 @@
 // roformer: the command line of roformer.cpp.
 //   roformer rope check        accuracy of librope against a __float128 oracle
 //   roformer bench rope        speed of librope against this machine's memory floor
+//   roformer train             train a RoFormer causal or masked LM on a text file
+//   roformer eval              validation loss and perplexity of a checkpoint
+//   roformer generate          sample from a causal-LM checkpoint
 #include <CLI/CLI.hpp>
 #include <fmt/core.h>
 
@@ -27,10 +30,27 @@ int main(int argc, char** argv) {
   bench_cmd->add_option("--filter", bench_rope.filter, "Only benchmarks whose name contains this");
   bench_cmd->add_flag("--quick", bench_rope.quick, "Small shapes and short runs (smoke test)");
 
+  roformer::BenchTrainOptions bench_train;
+  CLI::App* bench_train_cmd = bench->add_subcommand("train", "Training tokens/s on the PyTorch peer's model shapes");
+  bench_train_cmd->add_option("--preset", bench_train.preset, "small or large")->check(CLI::IsMember({"small", "large"}));
+  bench_train_cmd->add_option("--task", bench_train.task, "clm or mlm")->check(CLI::IsMember({"clm", "mlm"}));
+  bench_train_cmd->add_option("--batch", bench_train.batch, "Sequences per step")->check(CLI::PositiveNumber);
+  bench_train_cmd->add_option("--seq", bench_train.seq, "Tokens per sequence")->check(CLI::PositiveNumber);
+  bench_train_cmd->add_option("--vocab", bench_train.vocab, "Vocabulary")->check(CLI::Range(2, 1000000));
+  bench_train_cmd->add_option("--steps", bench_train.steps, "Timed steps")->check(CLI::PositiveNumber);
+  bench_train_cmd->add_option("--warmup", bench_train.warmup, "Untimed steps first")->check(CLI::NonNegativeNumber);
+  bench_train_cmd->add_option("--threads", bench_train.threads, "OpenMP threads (0: all)")->check(CLI::NonNegativeNumber);
+  bench_train_cmd->add_flag("!--no-sgemm", bench_train.sgemm, "Skip the sgemm rate probe");
+  bench_train_cmd->add_flag("--json", bench_train.json, "Print JSON (for bench/peers/roformer_torch.py --ours)");
+
+  const auto run_model_command = roformer::add_model_commands(app);
+
   CLI11_PARSE(app, argc, argv);
   try {
+    if (const int status = run_model_command(); status >= 0) return status;
     if (check_cmd->parsed()) return roformer::rope_check(check);
     if (bench_cmd->parsed()) return roformer::bench_rope(bench_rope);
+    if (bench_train_cmd->parsed()) return roformer::bench_train(bench_train);
   } catch (const std::exception& e) {
     fmt::print(stderr, "roformer: error: {}\n", e.what());
     return 1;

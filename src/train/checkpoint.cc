@@ -1,0 +1,162 @@
+// Checkpoint writing and loading (see checkpoint.h).
+#include "checkpoint.h"
+
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <sstream>
+
+#include "io/atomic_file.h"
+#include "io/safetensors.h"
+#include "rope/rope.h"
+
+namespace train {
+namespace fs = std::filesystem;
+
+namespace {
+
+std::string step_name(int64_t step) {
+  char buf[32];
+  std::snprintf(buf, sizeof(buf), "step-%06lld", static_cast<long long>(step));
+  return buf;
+}
+
+// Makes the directory entries of `dir` durable (new files and renames inside it).
+void sync_dir(const std::string& dir) {
+  const int fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY);
+  if (fd < 0) throw io::Error(dir + ": cannot open directory to sync");
+  ::fsync(fd);
+  ::close(fd);
+}
+
+void make_dirs(const std::string& dir) {
+  std::error_code ec;
+  fs::create_directories(dir, ec);
+  if (ec) throw io::Error(dir + ": cannot create directory: " + ec.message());
+}
+
+std::string read_text(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw io::Error(path + ": cannot open");
+  std::ostringstream s;
+  s << in.rdbuf();
+  return s.str();
+}
+
+}  // namespace
+
+AdamW make_adamw(model::RoFormer<float>& m, const AdamWConfig& cfg) {
+  std::vector<ParamRef> refs;
+  for (const auto& info : m.layout()) {
+    refs.push_back({m.params.data() + info.offset, m.grads.data() + info.offset, info.size, info.decay});
+  }
+  return AdamW(std::move(refs), cfg);
+}
+
+void save_model(const std::string& dir, const model::RoFormer<float>& m, const data::Tokenizer& tok) {
+  make_dirs(dir);
+  const auto& cfg = m.config();
+  std::vector<io::TensorView> tensors;
+  for (const auto& info : m.layout()) {
+    tensors.push_back({info.name, io::DType::F32, info.shape, m.params.data() + info.offset});
+  }
+  // HF RoFormer keeps its rotary table as a (frozen) parameter; store it as HF computes it.
+  std::vector<float> table;
+  if (cfg.position_encoding == model::PositionEncoding::rope) {
+    const int64_t D = cfg.head_dim();
+    table.resize(cfg.max_position_embeddings * D);
+    if (rope_hf_roformer_table(cfg.max_position_embeddings, static_cast<int32_t>(D), table.data()) != ROPE_OK) {
+      throw io::Error(std::string("rotary table: ") + rope_last_error());
+    }
+    tensors.push_back({"roformer.encoder.embed_positions.weight", io::DType::F32, {cfg.max_position_embeddings, D},
+                       table.data()});
+  }
+  io::write_file_atomic(dir + "/model.safetensors", io::safetensors_bytes(tensors, {{"format", "pt"}}));
+  io::write_file_atomic(dir + "/config.json", cfg.to_json());
+  tok.save(dir + "/tokenizer.json");
+}
+
+std::string save_checkpoint(const std::string& out_dir, const model::RoFormer<float>& m, const AdamW& opt,
+                            const data::Tokenizer& tok, const TrainerState& state, int keep) {
+  const std::string name = step_name(state.step), dir = out_dir + "/" + name;
+  save_model(dir, m, tok);
+  std::vector<io::TensorView> tensors;
+  const auto& layout = m.layout();
+  for (size_t i = 0; i < layout.size(); ++i) {
+    tensors.push_back({"exp_avg." + layout[i].name, io::DType::F32, layout[i].shape, opt.first_moments()[i].data()});
+    tensors.push_back({"exp_avg_sq." + layout[i].name, io::DType::F32, layout[i].shape, opt.second_moments()[i].data()});
+  }
+  const nlohmann::json meta = {{"step", state.step},
+                               {"optimizer_steps", opt.steps()},
+                               {"tokens_seen", state.tokens_seen},
+                               {"elapsed_s", state.elapsed_s}};
+  io::write_file_atomic(dir + "/optimizer.safetensors",
+                        io::safetensors_bytes(tensors, {{"trainer_state", meta.dump()}, {"options", state.options_json}}));
+  sync_dir(dir);
+  io::write_file_atomic(out_dir + "/latest", name + "\n");
+  // Older checkpoints go only after `latest` points at the new one.
+  std::vector<std::string> steps;
+  for (const auto& entry : fs::directory_iterator(out_dir)) {
+    const std::string n = entry.path().filename().string();
+    if (entry.is_directory() && n.rfind("step-", 0) == 0 && n != name) steps.push_back(n);
+  }
+  std::sort(steps.begin(), steps.end());
+  for (int64_t i = 0; i + keep - 1 < static_cast<int64_t>(steps.size()); ++i) {
+    if (steps[i] < name) fs::remove_all(out_dir + "/" + steps[i]);
+  }
+  return dir;
+}
+
+std::string latest_checkpoint(const std::string& out_dir) {
+  const std::string pointer = out_dir + "/latest";
+  if (!fs::exists(pointer)) return "";
+  std::string name = read_text(pointer);
+  while (!name.empty() && (name.back() == '\n' || name.back() == ' ')) name.pop_back();
+  if (name.rfind("step-", 0) != 0 || name.find('/') != std::string::npos) {
+    throw io::Error(pointer + ": does not name a checkpoint: '" + name + "'");
+  }
+  return out_dir + "/" + name;
+}
+
+LoadedModel load_model(const std::string& dir) {
+  auto cfg = model::RoFormerConfig::from_json_file(dir + "/config.json");
+  const io::SafeTensors weights(dir + "/model.safetensors");
+  auto m = std::make_unique<model::RoFormer<float>>(cfg);
+  m->load(weights);
+  auto tok = data::Tokenizer::load(dir + "/tokenizer.json");
+  if (tok.vocab_size() != cfg.vocab_size) {
+    throw io::Error(dir + ": tokenizer vocabulary " + std::to_string(tok.vocab_size()) + " != model vocab_size " +
+                    std::to_string(cfg.vocab_size));
+  }
+  return {cfg, std::move(m), std::move(tok)};
+}
+
+TrainerState load_optimizer(const std::string& dir, const model::RoFormer<float>& m, AdamW& opt) {
+  const std::string path = dir + "/optimizer.safetensors";
+  const io::SafeTensors st(path);
+  const auto& layout = m.layout();
+  for (size_t i = 0; i < layout.size(); ++i) {
+    opt.first_moments()[i] = st.f32("exp_avg." + layout[i].name, layout[i].shape);
+    opt.second_moments()[i] = st.f32("exp_avg_sq." + layout[i].name, layout[i].shape);
+  }
+  const auto& md = st.metadata();
+  if (!md.count("trainer_state") || !md.count("options")) throw io::Error(path + ": no trainer state in the metadata");
+  TrainerState s;
+  try {
+    const auto j = nlohmann::json::parse(md.at("trainer_state"));
+    s.step = j.at("step");
+    s.tokens_seen = j.at("tokens_seen");
+    s.elapsed_s = j.at("elapsed_s");
+    opt.set_steps(j.at("optimizer_steps"));
+  } catch (const nlohmann::json::exception& e) {
+    throw io::Error(path + ": bad trainer state: " + e.what());
+  }
+  s.options_json = md.at("options");
+  return s;
+}
+
+}  // namespace train

@@ -1,0 +1,58 @@
+// Training checkpoints. A run directory holds numbered checkpoints and a `latest` pointer:
+//   out/step-000200/config.json           HF RoFormer config (RoFormerFor{MaskedLM,CausalLM})
+//   out/step-000200/model.safetensors     the parameters under HF names (+ HF's rotary table)
+//   out/step-000200/tokenizer.json        the tokenizer
+//   out/step-000200/optimizer.safetensors AdamW moments and step, with the trainer state as metadata
+//   out/latest                            "step-000200"
+// Each file is written atomically (temp file, fsync, rename), and `latest` is replaced only after
+// the whole checkpoint is on disk, so a crash at any point leaves the previous checkpoint intact.
+// A checkpoint directory loads with RoFormerForMaskedLM.from_pretrained as it is.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "data/tokenizer.h"
+#include "model/roformer.h"
+#include "train/optim.h"
+
+namespace train {
+
+// What the trainer needs, beyond weights and moments, to continue exactly where it stopped.
+struct TrainerState {
+  int64_t step = 0;           // optimizer steps completed
+  int64_t tokens_seen = 0;
+  double elapsed_s = 0;       // training wall time so far
+  std::string options_json;   // the run's options, so that --resume needs only the directory
+};
+
+// Writes checkpoint `step` of the run in `out_dir` and points `latest` at it; keeps the newest
+// `keep` checkpoints and removes older ones. Returns the checkpoint directory. Throws io::Error.
+std::string save_checkpoint(const std::string& out_dir, const model::RoFormer<float>& m, const AdamW& opt,
+                            const data::Tokenizer& tok, const TrainerState& state, int keep = 2);
+
+// Writes config.json, model.safetensors and tokenizer.json into dir (created if needed): the
+// inference part of a checkpoint.
+void save_model(const std::string& dir, const model::RoFormer<float>& m, const data::Tokenizer& tok);
+
+// The directory `latest` points at in out_dir, or "" when there is none.
+std::string latest_checkpoint(const std::string& out_dir);
+
+// Loads the model config, weights and tokenizer of a checkpoint (or any HF-format directory with a
+// tokenizer.json). Throws io::Error naming the file.
+struct LoadedModel {
+  model::RoFormerConfig config;
+  std::unique_ptr<model::RoFormer<float>> model;
+  data::Tokenizer tokenizer;
+};
+LoadedModel load_model(const std::string& dir);
+
+// Restores AdamW moments and step, and returns the trainer state of a checkpoint. The optimizer must
+// have been built over the same layout. Throws io::Error.
+TrainerState load_optimizer(const std::string& dir, const model::RoFormer<float>& m, AdamW& opt);
+
+// AdamW over the model's arena: one ParamRef per layout tensor, decay as the layout says.
+AdamW make_adamw(model::RoFormer<float>& m, const AdamWConfig& cfg);
+
+}  // namespace train

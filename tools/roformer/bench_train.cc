@@ -1,0 +1,122 @@
+// `roformer bench train`: training throughput of the engine on the model shapes of the PyTorch peer
+// (bench/peers/roformer_torch.py): random tokens, causal or masked LM, AdamW, clipping, fp32.
+// Reports tokens/s, ms/step, model GFLOP/s (the peer's FLOP formula), this machine's sgemm rate
+// at the same thread count, and peak RSS, as a table or as JSON for the peer's --ours.
+#include <fmt/core.h>
+#include <omp.h>
+#include <sys/resource.h>
+
+#include <algorithm>
+#include <chrono>
+#include <nlohmann/json.hpp>
+#include <vector>
+
+#include "commands.h"
+#include "model/roformer.h"
+#include "ops/blas.h"
+#include "ops/random.h"
+#include "train/checkpoint.h"
+#include "train/optim.h"
+
+namespace roformer {
+namespace {
+
+using clock_type = std::chrono::steady_clock;
+
+double seconds_since(clock_type::time_point t0) {
+  return std::chrono::duration<double>(clock_type::now() - t0).count();
+}
+
+// The best sgemm rate over square products of a size typical of the model's largest GEMMs.
+double sgemm_gflops(int64_t n) {
+  std::vector<float> a(n * n, 0.5f), b(n * n, 0.25f), c(n * n);
+  double best = 0;
+  for (int rep = 0; rep < 5; ++rep) {
+    const auto t0 = clock_type::now();
+    ops::gemm(false, true, n, n, n, 1.0f, a.data(), n, b.data(), n, 0.0f, c.data(), n);
+    best = std::max(best, 2.0 * n * n * n / seconds_since(t0) * 1e-9);
+  }
+  return best;
+}
+
+}  // namespace
+
+int bench_train(const BenchTrainOptions& o) {
+  if (o.threads > 0) omp_set_num_threads(o.threads);
+  model::RoFormerConfig c;
+  const bool large = o.preset == "large";
+  c.hidden_size = c.embedding_size = large ? 512 : 256;
+  c.num_hidden_layers = large ? 6 : 4;
+  c.num_attention_heads = large ? 8 : 4;
+  c.intermediate_size = large ? 2048 : 1024;
+  c.vocab_size = o.vocab;
+  c.max_position_embeddings = std::max<int64_t>(512, o.seq);
+  c.hidden_dropout_prob = c.attention_probs_dropout_prob = 0;
+  c.is_decoder = o.task == "clm";
+  model::RoFormer<float> m(c);
+  m.init_weights(1);
+  train::AdamW opt = train::make_adamw(m, {});
+  const int64_t B = o.batch, T = o.seq, N = B * T;
+  std::vector<int64_t> ids(N), targets(N);
+  auto step = [&](int64_t s) {
+    for (int64_t i = 0; i < N; ++i) {
+      ids[i] = static_cast<int64_t>(ops::mix64(2 * (s * N + i)) % c.vocab_size);
+      targets[i] = o.task == "mlm" && ops::uniform01(s, i) >= 0.15 ? model::kIgnoreIndex
+                                                                    : static_cast<int64_t>(ops::mix64(2 * (s * N + i) + 1) % c.vocab_size);
+    }
+    m.zero_grad();
+    const double loss = m.forward({.ids = ids.data(), .targets = targets.data(), .B = B, .T = T}, true, s);
+    m.backward();
+    train::clip_grad_norm({m.grads.data()}, {static_cast<int64_t>(m.grads.size())}, 1.0);
+    opt.step(1e-3);
+    return loss;
+  };
+  for (int64_t s = 0; s < o.warmup; ++s) step(s);
+  std::vector<double> times;
+  const auto t0 = clock_type::now();
+  for (int64_t s = 0; s < o.steps; ++s) {
+    const auto ts = clock_type::now();
+    step(o.warmup + s);
+    times.push_back(seconds_since(ts));
+  }
+  const double wall = seconds_since(t0);
+  struct rusage ru {};
+  getrusage(RUSAGE_SELF, &ru);
+  const double peak_rss_mib = ru.ru_maxrss / 1024.0;  // before the sgemm probe allocates
+  const int64_t H = c.hidden_size, L = c.num_hidden_layers, I = c.intermediate_size, V = c.vocab_size;
+  const double matmul_params = L * (4.0 * H * H + 2.0 * H * I) + H * H + H * V;
+  const double flops_per_token = 3 * (2 * matmul_params + 4.0 * L * T * H);
+  const double tokens_per_s = N * o.steps / wall;
+  const double gflops = tokens_per_s * flops_per_token * 1e-9;
+  const double sgemm = o.sgemm ? sgemm_gflops(large ? 2048 : 1024) : 0;
+  std::sort(times.begin(), times.end());
+  const nlohmann::json run = {{"preset", o.preset},
+                              {"task", o.task},
+                              {"threads", omp_get_max_threads()},
+                              {"batch", B},
+                              {"seq", T},
+                              {"vocab", V},
+                              {"hidden", H},
+                              {"layers", L},
+                              {"params", model::param_count(m.layout())},
+                              {"flops_per_token", flops_per_token},
+                              {"tokens_per_s", tokens_per_s},
+                              {"ms_per_step", wall * 1e3 / o.steps},
+                              {"ms_per_step_median", times[times.size() / 2] * 1e3},
+                              {"gflops", gflops},
+                              {"sgemm_gflops", sgemm},
+                              {"sgemm_fraction", sgemm > 0 ? gflops / sgemm : 0.0},
+                              {"peak_rss_mib", peak_rss_mib}};
+  if (o.json) {
+    fmt::print("{}\n", nlohmann::json{{"tool", "roformer bench train"}, {"runs", {run}}}.dump(2));
+  } else {
+    fmt::print("{} {} B={} T={} threads={}: {:.0f} tok/s, {:.1f} ms/step (median {:.1f}), {:.1f} GFLOP/s",
+               o.preset, o.task, B, T, omp_get_max_threads(), tokens_per_s, wall * 1e3 / o.steps,
+               times[times.size() / 2] * 1e3, gflops);
+    if (sgemm > 0) fmt::print(" = {:.0f}% of sgemm {:.1f} GFLOP/s", 100 * gflops / sgemm, sgemm);
+    fmt::print(", peak RSS {:.0f} MiB\n", peak_rss_mib);
+  }
+  return 0;
+}
+
+}  // namespace roformer
