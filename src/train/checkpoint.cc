@@ -90,12 +90,12 @@ std::string save_checkpoint(const std::string& out_dir, const model::RoFormer<fl
     tensors.push_back({"exp_avg." + layout[i].name, io::DType::F32, layout[i].shape, opt.first_moments()[i].data()});
     tensors.push_back({"exp_avg_sq." + layout[i].name, io::DType::F32, layout[i].shape, opt.second_moments()[i].data()});
   }
-  const nlohmann::json meta = {{"step", state.step},
-                               {"optimizer_steps", opt.steps()},
-                               {"tokens_seen", state.tokens_seen},
-                               {"elapsed_s", state.elapsed_s}};
+  // Everything that determines the rest of the run goes in optimizer.safetensors, so that resumed and
+  // uninterrupted runs write identical files; the wall time goes in its own file.
+  const nlohmann::json meta = {{"step", state.step}, {"optimizer_steps", opt.steps()}, {"tokens_seen", state.tokens_seen}};
   io::write_file_atomic(dir + "/optimizer.safetensors",
                         io::safetensors_bytes(tensors, {{"trainer_state", meta.dump()}, {"options", state.options_json}}));
+  io::write_file_atomic(dir + "/elapsed.json", nlohmann::json{{"elapsed_s", state.elapsed_s}}.dump() + "\n");
   sync_dir(dir);
   io::write_file_atomic(out_dir + "/latest", name + "\n");
   // Older checkpoints go only after `latest` points at the new one.
@@ -150,8 +150,8 @@ TrainerState load_optimizer(const std::string& dir, const model::RoFormer<float>
     const auto j = nlohmann::json::parse(md.at("trainer_state"));
     s.step = j.at("step");
     s.tokens_seen = j.at("tokens_seen");
-    s.elapsed_s = j.at("elapsed_s");
     opt.set_steps(j.at("optimizer_steps"));
+    if (std::ifstream e(dir + "/elapsed.json"); e) s.elapsed_s = nlohmann::json::parse(e).value("elapsed_s", 0.0);
   } catch (const nlohmann::json::exception& e) {
     throw io::Error(path + ": bad trainer state: " + e.what());
   }

@@ -3,6 +3,7 @@
 //   out/step-000200/model.safetensors     the parameters under HF names (+ HF's rotary table)
 //   out/step-000200/tokenizer.json        the tokenizer
 //   out/step-000200/optimizer.safetensors AdamW moments and step, with the trainer state as metadata
+//   out/step-000200/elapsed.json          training wall time so far (the one non-deterministic value)
 //   out/latest                            "step-000200"
 // Each file is written atomically (temp file, fsync, rename), and `latest` is replaced only after
 // the whole checkpoint is on disk, so a crash at any point leaves the previous checkpoint intact.

@@ -186,10 +186,14 @@ void write_reports(const std::string& out, const std::vector<Record>& history, d
   io::write_file_atomic(out + "/loss.png", plot::render_png(chart));
 }
 
+// A live line on a terminal (redrawn every step); otherwise a log line every 2% of the run and at
+// every evaluation.
 class ProgressLine {
  public:
   explicit ProgressLine(bool live) : live_(live) {}
-  void update(int64_t step, int64_t total, double loss, double val, double tok_s, double elapsed, double eta) {
+  void update(int64_t step, int64_t total, double loss, double val, double tok_s, double elapsed, double eta,
+              bool evaluated) {
+    if (!live_ && !evaluated && step % std::max<int64_t>(1, total / 50) != 0 && step != total) return;
     const int width = 24, filled = static_cast<int>(width * step / std::max<int64_t>(total, 1));
     std::string bar;
     for (int i = 0; i < width; ++i) bar += i < filled ? "█" : "░";
@@ -217,7 +221,7 @@ class ProgressLine {
 }  // namespace
 
 std::string TrainOptions::to_json() const {
-  json j = {{"data", data}, {"out", out}, {"task", task}, {"tokenizer", tokenizer}, {"max_vocab", max_vocab},
+  json j = {{"data", data}, {"task", task}, {"tokenizer", tokenizer}, {"max_vocab", max_vocab},
             {"model", json::parse(model.to_json())}, {"batch", batch}, {"seq", seq}, {"steps", steps},
             {"lr", schedule.peak_lr}, {"min_lr", schedule.min_lr}, {"warmup", schedule.warmup_steps},
             {"decay", schedule.decay == Decay::constant ? "constant" : schedule.decay == Decay::linear ? "linear"
@@ -235,7 +239,6 @@ TrainOptions TrainOptions::from_json(const std::string& text) {
   try {
     const json j = json::parse(text);
     o.data = j.at("data");
-    o.out = j.at("out");
     o.task = j.at("task");
     o.tokenizer = j.at("tokenizer");
     o.max_vocab = j.at("max_vocab");
@@ -292,8 +295,10 @@ TrainResult run_training(TrainOptions o, bool resume) {
     const io::SafeTensors opt_file(resume_dir + "/optimizer.safetensors");
     if (!opt_file.metadata().count("options")) throw io::Error(resume_dir + ": no training options in the checkpoint");
     const bool progress = o.progress;
+    const std::string out = o.out;
     o = TrainOptions::from_json(opt_file.metadata().at("options"));
     o.progress = progress;
+    o.out = out;
   }
   o.schedule.total_steps = o.steps;
   o.model.is_decoder = o.task == "clm";
@@ -322,6 +327,9 @@ TrainResult run_training(TrainOptions o, bool resume) {
     state.options_json = o.to_json();
     result.checkpoint = resume_dir;
   } else {
+    if (!latest_checkpoint(o.out).empty()) {
+      throw io::Error(o.out + " already holds a run; continue it with --resume or choose another --out");
+    }
     m.init_weights(o.seed);
     fs::create_directories(o.out);
   }
@@ -407,7 +415,7 @@ TrainResult run_training(TrainOptions o, bool resume) {
     std::fprintf(log, "%s\n", record_json(rec).dump().c_str());
     std::fflush(log);
     const double eta = (o.steps - state.step) * (elapsed() - elapsed_before) / (state.step - first_step);
-    progress.update(state.step, o.steps, loss, last_val, session_tok_s, elapsed(), eta);
+    progress.update(state.step, o.steps, loss, last_val, session_tok_s, elapsed(), eta, std::isfinite(rec.val_loss));
     if ((o.save_every > 0 && state.step % o.save_every == 0) || last || g_stop_signal) checkpoint();
     else if (std::isfinite(rec.val_loss)) write_reports(o.out, history, result.unigram_baseline, o);
     if (g_stop_signal && !last) {

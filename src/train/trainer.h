@@ -36,7 +36,7 @@ struct TrainOptions {
   int threads = 0;                  // OpenMP threads (0: all cores)
   bool progress = true;             // the live progress line (on a terminal)
 
-  std::string to_json() const;
+  std::string to_json() const;  // everything but `out` and `progress`, which belong to the invocation
   static TrainOptions from_json(const std::string& text);
   void validate() const;            // std::invalid_argument naming the option
 };

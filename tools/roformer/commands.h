@@ -4,6 +4,7 @@
 #include <cstdint>
 #include <functional>
 #include <string>
+#include <vector>
 
 namespace CLI {
 class App;
@@ -35,6 +36,14 @@ struct BenchTrainOptions {
   bool json = false;
 };
 int bench_train(const BenchTrainOptions& options);
+
+struct PlotRunsOptions {
+  std::vector<std::string> runs, labels;  // run directories (with metrics.jsonl) and legend labels
+  std::string metric = "val_loss";        // or "loss"
+  std::string out = "runs.png", table, title = "validation loss";
+  double baseline = 0;                    // a dashed reference line when > 0
+};
+int plot_runs(const PlotRunsOptions& options);
 
 // Adds train, eval and generate to app; the returned function runs whichever was parsed (-1: none).
 std::function<int()> add_model_commands(CLI::App& app);

@@ -43,6 +43,17 @@ int main(int argc, char** argv) {
   bench_train_cmd->add_flag("!--no-sgemm", bench_train.sgemm, "Skip the sgemm rate probe");
   bench_train_cmd->add_flag("--json", bench_train.json, "Print JSON (for bench/peers/roformer_torch.py --ours)");
 
+  CLI::App* plot = app.add_subcommand("plot", "Plots")->require_subcommand(1);
+  roformer::PlotRunsOptions plot_runs;
+  CLI::App* plot_runs_cmd = plot->add_subcommand("runs", "Compare training runs' metrics in one PNG, with a Markdown table");
+  plot_runs_cmd->add_option("--runs", plot_runs.runs, "Run directories (holding metrics.jsonl)")->required();
+  plot_runs_cmd->add_option("--labels", plot_runs.labels, "Legend labels, one per run");
+  plot_runs_cmd->add_option("--metric", plot_runs.metric, "val_loss or loss")->check(CLI::IsMember({"val_loss", "loss"}));
+  plot_runs_cmd->add_option("--out", plot_runs.out, "PNG file")->capture_default_str();
+  plot_runs_cmd->add_option("--table", plot_runs.table, "Also write the Markdown table here");
+  plot_runs_cmd->add_option("--title", plot_runs.title, "Chart title");
+  plot_runs_cmd->add_option("--baseline", plot_runs.baseline, "Dashed unigram-baseline line at this loss");
+
   const auto run_model_command = roformer::add_model_commands(app);
 
   CLI11_PARSE(app, argc, argv);
@@ -50,6 +61,7 @@ int main(int argc, char** argv) {
     if (const int status = run_model_command(); status >= 0) return status;
     if (check_cmd->parsed()) return roformer::rope_check(check);
     if (bench_cmd->parsed()) return roformer::bench_rope(bench_rope);
+    if (plot_runs_cmd->parsed()) return roformer::plot_runs(plot_runs);
     if (bench_train_cmd->parsed()) return roformer::bench_train(bench_train);
   } catch (const std::exception& e) {
     fmt::print(stderr, "roformer: error: {}\n", e.what());
