@@ -45,6 +45,16 @@ struct PlotRunsOptions {
 };
 int plot_runs(const PlotRunsOptions& options);
 
+struct DecayOptions {
+  int32_t dim = 128;
+  std::vector<double> bases = {10000};
+  std::vector<std::string> scaling;  // specs, e.g. "linear:4", "yarn:4:2048"; empty = none
+  int64_t max_distance = 256;
+  std::string png, csv;             // neither: print the CSV
+  bool log_x = false;
+};
+int rope_decay(const DecayOptions& options);
+
 // Adds train, eval and generate to app; the returned function runs whichever was parsed (-1: none).
 std::function<int()> add_model_commands(CLI::App& app);
 

@@ -1,6 +1,7 @@
 // roformer: the command line of roformer.cpp.
 //   roformer rope check        accuracy of librope against a __float128 oracle
 //   roformer bench rope        speed of librope against this machine's memory floor
+//   roformer decay             RoPE's long-term decay bound (paper Fig. 2) as PNG/CSV
 //   roformer train             train a RoFormer causal or masked LM on a text file
 //   roformer eval              validation loss and perplexity of a checkpoint
 //   roformer generate          sample from a causal-LM checkpoint
@@ -43,6 +44,18 @@ int main(int argc, char** argv) {
   bench_train_cmd->add_flag("!--no-sgemm", bench_train.sgemm, "Skip the sgemm rate probe");
   bench_train_cmd->add_flag("--json", bench_train.json, "Print JSON (for bench/peers/roformer_torch.py --ours)");
 
+  roformer::DecayOptions decay;
+  CLI::App* decay_cmd = app.add_subcommand("decay", "RoPE's long-term decay bound vs relative distance (paper Fig. 2)");
+  decay_cmd->add_option("--dim", decay.dim, "Rotary dimension d")->capture_default_str();
+  decay_cmd->add_option("--base", decay.bases, "One or more bases (one curve each)")->capture_default_str();
+  decay_cmd->add_option("--scaling", decay.scaling,
+                        "Scaling specs: none, linear:F, ntk:F, dynamic-ntk:F:ORIG, yarn:F:ORIG, llama3:F:ORIG");
+  decay_cmd->add_option("--max-distance", decay.max_distance, "Largest relative distance")
+      ->check(CLI::Range(int64_t{1}, int64_t{1} << 24))->capture_default_str();
+  decay_cmd->add_option("--png", decay.png, "Write the plot here");
+  decay_cmd->add_option("--csv", decay.csv, "Write the values here");
+  decay_cmd->add_flag("--log-x", decay.log_x, "Logarithmic distance axis");
+
   CLI::App* plot = app.add_subcommand("plot", "Plots")->require_subcommand(1);
   roformer::PlotRunsOptions plot_runs;
   CLI::App* plot_runs_cmd = plot->add_subcommand("runs", "Compare training runs' metrics in one PNG, with a Markdown table");
@@ -61,6 +74,7 @@ int main(int argc, char** argv) {
     if (const int status = run_model_command(); status >= 0) return status;
     if (check_cmd->parsed()) return roformer::rope_check(check);
     if (bench_cmd->parsed()) return roformer::bench_rope(bench_rope);
+    if (decay_cmd->parsed()) return roformer::rope_decay(decay);
     if (plot_runs_cmd->parsed()) return roformer::plot_runs(plot_runs);
     if (bench_train_cmd->parsed()) return roformer::bench_train(bench_train);
   } catch (const std::exception& e) {
