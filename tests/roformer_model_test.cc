@@ -215,8 +215,10 @@ TEST(RoFormerModel, BadInputsAreErrors) {
   Batch batch = random_batch(c, 1, 4, 3);
   batch.ids[2] = c.vocab_size;  // out of range
   EXPECT_THROW(m.forward(batch.inputs()), std::out_of_range);
-  batch = random_batch(c, 1, 9, 3);  // longer than max_position_embeddings
-  EXPECT_THROW(m.forward(batch.inputs()), std::invalid_argument);
+  batch = random_batch(c, 1, 9, 3);  // longer than max_position_embeddings: fine for RoPE
+  EXPECT_NO_THROW(m.forward(batch.inputs()));
+  model::RoFormer<float> learned(tiny(model::PositionEncoding::learned));
+  EXPECT_THROW(learned.forward(batch.inputs()), std::invalid_argument);  // no learned position 8
   auto odd = c;
   odd.hidden_size = 6;  // heads of 3: odd
   EXPECT_THROW(model::RoFormer<float>{odd}, std::invalid_argument);
@@ -296,6 +298,35 @@ TEST(RoFormerGenerate, SamplingHonoursTemperatureTopKAndBans) {
   const auto a = model::generate(clm, {5, 6}, opt), b = model::generate(clm, {5, 6}, opt);
   EXPECT_EQ(a, b);                // seeded
   EXPECT_EQ(a.size(), 6u);        // stops when the 8-position context is full
+}
+
+}  // namespace
+
+namespace {
+
+// Beyond the trained length: every RoPE scaling method, incremental decoding with position offsets
+// past max_position_embeddings equals recomputing the whole sequence.
+TEST(RoFormerGenerate, CachedDecodingBeyondTheTrainedLengthUnderEveryScaling) {
+  for (const char* spec : {"none", "linear:2.5", "ntk:2.5", "dynamic-ntk:2.5:8", "yarn:2.5:8", "llama3:2.5:8"}) {
+    auto c = tiny(model::PositionEncoding::rope);
+    c.is_decoder = true;
+    c.rope_scaling = spec;
+    model::RoFormer<float> m(c);
+    randomise(m, 9);
+    const int64_t S = 20;  // max_position_embeddings is 8
+    const Batch batch = random_batch(c, 1, S, 6);
+    m.forward({.ids = batch.ids.data(), .B = 1, .T = S});
+    model::Generator g(m, S);
+    for (int64_t t = 0; t < S; ++t) {
+      const auto& logits = g.feed({batch.ids[t]});
+      for (int64_t v = 0; v < c.vocab_size; ++v) {
+        ASSERT_NEAR(logits[v], m.logits()[t * c.vocab_size + v], 3e-5) << spec << " position " << t;
+      }
+    }
+  }
+  auto c = tiny(model::PositionEncoding::rope);
+  c.rope_scaling = "yarn:4";  // needs the original length
+  EXPECT_THROW(model::RoFormer<float>{c}, std::invalid_argument);
 }
 
 }  // namespace

@@ -1,10 +1,13 @@
 // Thin C++ wrapper over the librope C ABI: an owning Plan and exceptions for errors.
 #pragma once
 
+#include <cmath>
+#include <cstdlib>
 #include <memory>
 #include <stdexcept>
 #include <string>
 #include <vector>
+
 
 #include "rope/rope.h"
 
@@ -81,6 +84,47 @@ inline rope_positions offset_positions(int64_t start = 0) {
   p.kind = ROPE_POSITIONS_OFFSET;
   p.start = start;
   return p;
+}
+
+// Sets cfg->scaling from a spec string: "none", "linear:F", "ntk:F", "dynamic-ntk:F:ORIG",
+// "yarn:F:ORIG" or "llama3:F:ORIG" (F the factor, ORIG the original context length); the other
+// scaling fields keep their defaults. Throws std::invalid_argument naming the bad spec.
+inline void apply_scaling_spec(const std::string& spec, rope_config* cfg) {
+  std::vector<std::string> parts;
+  for (size_t begin = 0;;) {
+    const size_t end = spec.find(':', begin);
+    parts.push_back(spec.substr(begin, end == std::string::npos ? std::string::npos : end - begin));
+    if (end == std::string::npos) break;
+    begin = end + 1;
+  }
+  const std::string& kind = parts[0];
+  if (kind == "none" && parts.size() == 1) {
+    cfg->scaling.type = ROPE_SCALING_NONE;
+    return;
+  }
+  auto number = [&](size_t i, const char* what) {
+    if (parts.size() <= i) throw std::invalid_argument("scaling '" + spec + "' needs " + what);
+    char* end = nullptr;
+    const double v = std::strtod(parts[i].c_str(), &end);
+    if (parts[i].empty() || *end != '\0' || !(v > 0) || !std::isfinite(v)) {
+      throw std::invalid_argument("scaling '" + spec + "': " + what + " must be a positive number");
+    }
+    return v;
+  };
+  rope_scaling_type type;
+  if (kind == "linear") type = ROPE_SCALING_LINEAR;
+  else if (kind == "ntk") type = ROPE_SCALING_NTK;
+  else if (kind == "dynamic-ntk") type = ROPE_SCALING_DYNAMIC_NTK;
+  else if (kind == "yarn") type = ROPE_SCALING_YARN;
+  else if (kind == "llama3") type = ROPE_SCALING_LLAMA3;
+  else throw std::invalid_argument("unknown RoPE scaling '" + kind + "' (none, linear, ntk, dynamic-ntk, yarn, llama3)");
+  const bool needs_original = type != ROPE_SCALING_LINEAR && type != ROPE_SCALING_NTK;
+  cfg->scaling.factor = number(1, "a factor (e.g. linear:4)");
+  if (needs_original) {
+    cfg->scaling.original_max_positions = static_cast<int64_t>(number(2, "the original context (e.g. yarn:4:2048)"));
+  }
+  if (parts.size() > (needs_original ? 3u : 2u)) throw std::invalid_argument("scaling '" + spec + "': too many fields");
+  cfg->scaling.type = type;
 }
 
 }  // namespace rope

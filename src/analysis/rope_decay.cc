@@ -2,7 +2,6 @@
 #include "rope_decay.h"
 
 #include <cmath>
-#include <sstream>
 #include <stdexcept>
 
 #include "rope/rope.hpp"
@@ -32,35 +31,7 @@ rope_config rope_config_from_spec(int32_t dim, double base, const std::string& s
   rope_config cfg = rope::default_config(dim);
   if (!(base > 1)) throw std::invalid_argument("RoPE base must be > 1");
   cfg.base = base;
-  std::vector<std::string> parts;
-  std::stringstream ss(scaling);
-  for (std::string p; std::getline(ss, p, ':');) parts.push_back(p);
-  if (parts.empty() || parts[0] == "none") return cfg;
-  const std::string& kind = parts[0];
-  auto number = [&](size_t i, const char* what) {
-    if (parts.size() <= i) throw std::invalid_argument("scaling '" + scaling + "' needs " + what);
-    size_t used = 0;
-    double v = 0;
-    try {
-      v = std::stod(parts[i], &used);
-    } catch (const std::exception&) {
-      used = 0;
-    }
-    if (used != parts[i].size() || !(v > 0)) {
-      throw std::invalid_argument("scaling '" + scaling + "': " + what + " must be a positive number");
-    }
-    return v;
-  };
-  cfg.scaling.factor = number(1, "a factor (e.g. linear:4)");
-  const bool needs_original = kind == "dynamic-ntk" || kind == "yarn" || kind == "llama3";
-  if (needs_original) cfg.scaling.original_max_positions = static_cast<int64_t>(number(2, "the original context (e.g. yarn:4:2048)"));
-  if (parts.size() > (needs_original ? 3u : 2u)) throw std::invalid_argument("scaling '" + scaling + "': too many fields");
-  if (kind == "linear") cfg.scaling.type = ROPE_SCALING_LINEAR;
-  else if (kind == "ntk") cfg.scaling.type = ROPE_SCALING_NTK;
-  else if (kind == "dynamic-ntk") cfg.scaling.type = ROPE_SCALING_DYNAMIC_NTK;
-  else if (kind == "yarn") cfg.scaling.type = ROPE_SCALING_YARN;
-  else if (kind == "llama3") cfg.scaling.type = ROPE_SCALING_LLAMA3;
-  else throw std::invalid_argument("unknown scaling '" + kind + "' (none, linear, ntk, dynamic-ntk, yarn, llama3)");
+  rope::apply_scaling_spec(scaling, &cfg);
   return cfg;
 }
 

@@ -25,6 +25,9 @@ struct RoFormerConfig {
   PositionEncoding position_encoding = PositionEncoding::rope;
   double rope_theta = 10000.0;
   bool rope_half_layout = false;  // pairs (i, i + D/2) instead of (2i, 2i + 1)
+  // Context extension for inference beyond the trained length (rope::apply_scaling_spec): "none",
+  // "linear:F", "ntk:F", "dynamic-ntk:F:ORIG", "yarn:F:ORIG", "llama3:F:ORIG".
+  std::string rope_scaling = "none";
 
   int64_t head_dim() const { return hidden_size / num_attention_heads; }
 

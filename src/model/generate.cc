@@ -16,13 +16,19 @@
 
 namespace model {
 
-Generator::Generator(const RoFormer<float>& m) : m_(m) {
+Generator::Generator(const RoFormer<float>& m, int64_t capacity)
+    : m_(m), capacity_(capacity > 0 ? capacity : m.config().max_position_embeddings) {
   const auto& c = m.config();
   if (!c.is_decoder) throw std::invalid_argument("generation needs a causal LM (is_decoder: true in config.json)");
+  if (capacity_ > c.max_position_embeddings && c.position_encoding == PositionEncoding::learned) {
+    throw std::invalid_argument("a context of " + std::to_string(capacity_) + " tokens exceeds the " +
+                                std::to_string(c.max_position_embeddings) + " learned positions");
+  }
   if (c.position_encoding == PositionEncoding::rope) {
     rope_.emplace(rope_settings(c));
+    if (rope_settings(c).scaling.type == ROPE_SCALING_DYNAMIC_NTK) rope_->set_seq_len(capacity_);
   }
-  k_cache_.assign(c.num_hidden_layers, std::vector<float>(c.max_position_embeddings * c.hidden_size));
+  k_cache_.assign(c.num_hidden_layers, std::vector<float>(capacity_ * c.hidden_size));
   v_cache_ = k_cache_;
   logits_.resize(c.vocab_size);
 }
@@ -33,9 +39,9 @@ const std::vector<float>& Generator::feed(const std::vector<int64_t>& ids) {
   const int64_t n = static_cast<int64_t>(ids.size()), E = c.embedding_size, H = c.hidden_size,
                 I = c.intermediate_size, V = c.vocab_size, heads = c.num_attention_heads, D = c.head_dim();
   if (n == 0) return logits_;
-  if (pos_ + n > c.max_position_embeddings) {
-    throw std::length_error("context of " + std::to_string(pos_ + n) + " tokens exceeds max_position_embeddings " +
-                            std::to_string(c.max_position_embeddings));
+  if (pos_ + n > capacity_) {
+    throw std::length_error("context of " + std::to_string(pos_ + n) + " tokens exceeds the generator's capacity " +
+                            std::to_string(capacity_));
   }
   const double eps = c.layer_norm_eps;
   auto act = [&](float* out, const float* in, int64_t count) {
@@ -146,10 +152,11 @@ int64_t sample_token(const std::vector<float>& logits, const SampleOptions& opt,
   return order.back();
 }
 
-std::vector<int64_t> generate(const RoFormer<float>& m, const std::vector<int64_t>& prompt, const SampleOptions& opt) {
+std::vector<int64_t> generate(const RoFormer<float>& m, const std::vector<int64_t>& prompt, const SampleOptions& opt,
+                              int64_t capacity) {
   if (prompt.empty()) throw std::invalid_argument("generation needs a prompt of at least one token");
-  Generator g(m);
-  const int64_t room = m.config().max_position_embeddings;
+  Generator g(m, capacity);
+  const int64_t room = capacity > 0 ? capacity : m.config().max_position_embeddings;
   std::vector<int64_t> context(prompt.end() - std::min<int64_t>(prompt.size(), room), prompt.end());
   std::vector<int64_t> out;
   const std::vector<float>* logits = &g.feed(context);

@@ -16,11 +16,14 @@ namespace model {
 class Generator {
  public:
   // The model must be a causal LM (is_decoder); it is read, not copied, and must outlive this.
-  // Throws std::invalid_argument otherwise.
-  explicit Generator(const RoFormer<float>& m);
+  // capacity: the longest context (0: max_position_embeddings). Beyond max_position_embeddings
+  // only RoPE, sinusoidal and no positions work (learned ones have no table there); with dynamic
+  // NTK, frequencies are those of a `capacity`-token context, fixed for the whole generation so
+  // that cached keys stay valid. Throws std::invalid_argument otherwise.
+  explicit Generator(const RoFormer<float>& m, int64_t capacity = 0);
   // Appends tokens at positions position() .. position() + ids.size() − 1 and returns the logits
-  // (V) after the last one. Throws std::length_error past max_position_embeddings and
-  // std::out_of_range on ids outside the vocabulary.
+  // (V) after the last one. Throws std::length_error past the capacity and std::out_of_range on
+  // ids outside the vocabulary.
   const std::vector<float>& feed(const std::vector<int64_t>& ids);
   int64_t position() const { return pos_; }
   void reset() { pos_ = 0; }
@@ -31,6 +34,7 @@ class Generator {
   std::vector<std::vector<float>> k_cache_, v_cache_;  // L × (max_positions, H), rotated
   std::vector<float> logits_;                          // (V)
   int64_t pos_ = 0;
+  int64_t capacity_ = 0;
 };
 
 struct SampleOptions {
@@ -46,7 +50,8 @@ struct SampleOptions {
 int64_t sample_token(const std::vector<float>& logits, const SampleOptions& opt, double u);
 
 // Continues `prompt` (at least one token) by up to max_new_tokens tokens, stopping early when the
-// context is full; returns only the new tokens.
-std::vector<int64_t> generate(const RoFormer<float>& m, const std::vector<int64_t>& prompt, const SampleOptions& opt);
+// context (capacity, 0: max_position_embeddings) is full; returns only the new tokens.
+std::vector<int64_t> generate(const RoFormer<float>& m, const std::vector<int64_t>& prompt, const SampleOptions& opt,
+                              int64_t capacity = 0);
 
 }  // namespace model

@@ -24,14 +24,26 @@ rope_config rope_settings(const RoFormerConfig& c) {
   rope_config rc = rope::default_config(static_cast<int32_t>(c.head_dim()));
   rc.base = c.rope_theta;
   rc.layout = c.rope_half_layout ? ROPE_LAYOUT_HALF : ROPE_LAYOUT_INTERLEAVED;
+  rope::apply_scaling_spec(c.rope_scaling, &rc);
   return rc;
 }
 
 // RoPE on (B, T, n, D) q/k/v at positions 0..T-1. float goes through librope; double (gradient
-// checks) rotates with cos/sin evaluated in double from the same plan's frequencies.
+// checks) rotates with cos/sin evaluated in double from the same plan's frequencies (without a
+// scaling method's attention factor). Dynamic NTK takes its frequencies from the batch length.
 template <typename T>
 struct RoFormer<T>::Rope {
-  explicit Rope(const RoFormerConfig& c) : plan(rope_settings(c)), inv_freq(plan.inv_freq()), half(c.rope_half_layout) {}
+  explicit Rope(const RoFormerConfig& c)
+      : plan(rope_settings(c)), inv_freq(plan.inv_freq()), half(c.rope_half_layout),
+        dynamic(rope_settings(c).scaling.type == ROPE_SCALING_DYNAMIC_NTK) {}
+
+  void set_length(int64_t S) {
+    if (dynamic && S != length) {
+      plan.set_seq_len(S);
+      inv_freq = plan.inv_freq();
+      length = S;
+    }
+  }
 
   void apply(rope_direction dir, rope_role role, T* x, int64_t B, int64_t S, int64_t n, int64_t D) const {
     if constexpr (std::is_same_v<T, float>) {
@@ -60,7 +72,8 @@ struct RoFormer<T>::Rope {
 
   rope::Plan plan;
   std::vector<double> inv_freq;
-  bool half;
+  bool half, dynamic;
+  int64_t length = -1;
 };
 
 // Everything the backward needs from the forward, plus gradient scratch, for one (B, T).
@@ -229,11 +242,12 @@ template <typename T>
 double RoFormer<T>::forward(const Inputs& in, bool training, uint64_t dropout_seed) {
   const int64_t B = in.B, S = in.T;
   if (B <= 0 || S <= 0 || !in.ids) throw std::invalid_argument("forward: empty batch");
-  if (S > cfg_.max_position_embeddings) {
-    throw std::invalid_argument("sequence length " + std::to_string(S) + " exceeds max_position_embeddings " +
-                                std::to_string(cfg_.max_position_embeddings));
+  if (S > cfg_.max_position_embeddings && cfg_.position_encoding == PositionEncoding::learned) {
+    throw std::invalid_argument("sequence length " + std::to_string(S) + " exceeds the " +
+                                std::to_string(cfg_.max_position_embeddings) + " learned positions");
   }
   ensure_activations(B, S);
+  if (rope_) rope_->set_length(S);
   Activations& a = *act_;
   const int64_t N = B * S, E = cfg_.embedding_size, H = cfg_.hidden_size, I = cfg_.intermediate_size,
                 V = cfg_.vocab_size, n = cfg_.num_attention_heads, D = cfg_.head_dim();

@@ -91,21 +91,6 @@ StepInputs make_inputs(const data::Batch& b, const TrainOptions& o, int64_t V, u
   return in;
 }
 
-// Mean loss over the fixed validation batches, weighted by counted targets.
-double validation_loss(model::RoFormer<float>& m, const std::vector<data::Batch>& val, const TrainOptions& o,
-                       int64_t* tokens = nullptr) {
-  double sum = 0;
-  int64_t count = 0;
-  for (size_t i = 0; i < val.size(); ++i) {
-    const StepInputs in = make_inputs(val[i], o, m.config().vocab_size, stream_seed(o.seed, kEvalMaskStream, i));
-    const double loss = m.forward(in.view());
-    sum += loss * m.counted();
-    count += m.counted();
-  }
-  if (tokens) *tokens = count;
-  return count ? sum / count : NAN;
-}
-
 // One line of the metrics log; val_loss is NaN on steps without evaluation.
 struct Record {
   int64_t step;
@@ -219,6 +204,20 @@ class ProgressLine {
 };
 
 }  // namespace
+
+double validation_loss(model::RoFormer<float>& m, const std::vector<data::Batch>& val, const TrainOptions& o,
+                       int64_t* tokens) {
+  double sum = 0;
+  int64_t count = 0;
+  for (size_t i = 0; i < val.size(); ++i) {
+    const StepInputs in = make_inputs(val[i], o, m.config().vocab_size, stream_seed(o.seed, kEvalMaskStream, i));
+    const double loss = m.forward(in.view());
+    sum += loss * m.counted();
+    count += m.counted();
+  }
+  if (tokens) *tokens = count;
+  return count ? sum / count : NAN;
+}
 
 std::string TrainOptions::to_json() const {
   json j = {{"data", data}, {"task", task}, {"tokenizer", tokenizer}, {"max_vocab", max_vocab},

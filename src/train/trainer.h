@@ -10,7 +10,9 @@
 #include <cstdint>
 #include <string>
 
+#include "data/corpus.h"
 #include "model/config.h"
+#include "model/roformer.h"
 #include "train/optim.h"
 
 namespace train {
@@ -51,6 +53,11 @@ struct TrainResult {
 // Runs (or with resume, continues: options then come from the run directory) a training run.
 // Throws io::Error / std::invalid_argument on bad data, options or checkpoints.
 TrainResult run_training(TrainOptions opts, bool resume);
+
+// Mean loss (nats/token) of m over fixed batches, weighted by counted targets, for o.task (MLM masks
+// drawn from o.seed per batch index); *tokens (optional) gets the number of counted targets.
+double validation_loss(model::RoFormer<float>& m, const std::vector<data::Batch>& val, const TrainOptions& o,
+                       int64_t* tokens = nullptr);
 
 // Validation loss (nats/token) and the number of tokens it averages, of a model checkpoint on a
 // corpus's validation split: `roformer eval`.

@@ -8,6 +8,7 @@
 #include "commands.h"
 #include "model/generate.h"
 #include "train/checkpoint.h"
+#include "train/extrapolation.h"
 #include "train/trainer.h"
 
 namespace roformer {
@@ -24,6 +25,7 @@ struct ModelCommandOptions {
   int64_t batch = 16, seq = 128, max_batches = 50, tokens = 300, top_k = 40;
   double val_fraction = 0.05, temperature = 0.8;
   uint64_t seed = 1;
+  train::ExtrapolationOptions extrapolation;  // eval --lengths
 };
 
 int run_train(ModelCommandOptions& o) {
@@ -38,7 +40,25 @@ int run_train(ModelCommandOptions& o) {
   return r.exit_code;
 }
 
-int run_eval(const ModelCommandOptions& o) {
+int run_eval(ModelCommandOptions& o) {
+  if (!o.extrapolation.lengths.empty()) {
+    train::ExtrapolationOptions& x = o.extrapolation;
+    x.checkpoint = o.model_dir;
+    x.data = o.data;
+    x.val_fraction = o.val_fraction;
+    const auto r = train::evaluate_extrapolation(x);
+    fmt::print("validation perplexity by window length (trained at {} tokens)\n\n| method |", r.train_length);
+    for (int64_t L : r.lengths) fmt::print(" {} |", L);
+    fmt::print("\n|---|");
+    for (size_t j = 0; j < r.lengths.size(); ++j) fmt::print("---|");
+    fmt::print("\n");
+    for (size_t i = 0; i < r.methods.size(); ++i) {
+      fmt::print("| {} |", r.methods[i]);
+      for (double v : r.loss[i]) fmt::print("{}", std::isfinite(v) ? fmt::format(" {:.3f} |", std::exp(v)) : std::string(" - |"));
+      fmt::print("\n");
+    }
+    return 0;
+  }
   const auto r = train::evaluate_checkpoint(o.model_dir, o.data, o.batch, o.seq, o.max_batches, o.val_fraction, o.seed);
   fmt::print("validation loss {:.4f} nats/token, perplexity {:.3f}, {:.4f} bits/token over {} tokens "
              "(unigram baseline {:.4f})\n",
@@ -133,6 +153,17 @@ std::function<int()> add_model_commands(CLI::App& app) {
   ev->add_option("--max-batches", o->max_batches, "Batches")->check(CLI::PositiveNumber)->capture_default_str();
   ev->add_option("--val-fraction", o->val_fraction, "Validation share")->check(CLI::Range(0.0, 0.9))->capture_default_str();
   ev->add_option("--seed", o->seed, "MLM masking seed")->capture_default_str();
+  o->extrapolation.lengths.clear();
+  ev->add_option("--lengths", o->extrapolation.lengths,
+                 "Length extrapolation: window lengths to evaluate (e.g. 256,512,1024), one table row per --rope-scaling")
+      ->delimiter(',');
+  ev->add_option("--rope-scaling", o->extrapolation.methods,
+                 "With --lengths: none, linear, ntk, dynamic-ntk, yarn, llama3 (scaled to each window)")
+      ->delimiter(',')->capture_default_str();
+  ev->add_option("--train-length", o->extrapolation.train_length, "With --lengths: the trained length (default: from the checkpoint)");
+  ev->add_option("--tokens", o->extrapolation.tokens, "With --lengths: targets per cell")->check(CLI::PositiveNumber)->capture_default_str();
+  ev->add_option("--png", o->extrapolation.png, "With --lengths: write the perplexity plot");
+  ev->add_option("--csv", o->extrapolation.csv, "With --lengths: write the perplexity table");
 
   CLI::App* gen = app.add_subcommand("generate", "Sample text from a causal-LM checkpoint (KV cache)");
   gen->add_option("--model", o->model_dir, "Checkpoint directory")->required();

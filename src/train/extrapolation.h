@@ -1,0 +1,37 @@
+// Length extrapolation of a causal LM: validation perplexity on windows longer than the trained
+// length, with each RoPE context-extension method scaled to the window (`roformer eval --lengths`).
+// For a window of L tokens and a trained length L0, the methods run with factor s = L / L0
+// (none below L0): linear (position interpolation), NTK, YaRN and Llama 3 with original context L0,
+// and dynamic NTK with factor 1 (its frequencies follow the window length by themselves).
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace train {
+
+struct ExtrapolationOptions {
+  std::string checkpoint, data;
+  std::vector<int64_t> lengths = {256, 512, 1024, 2048, 4096};
+  std::vector<std::string> methods = {"none", "linear", "ntk", "dynamic-ntk", "yarn", "llama3"};
+  int64_t train_length = 0;      // 0: the `seq` the checkpoint was trained with
+  int64_t tokens = 16384;        // validation targets per (method, length), at least one window
+  double val_fraction = 0.05;
+  std::string png, csv;          // optional outputs
+};
+
+struct ExtrapolationResult {
+  int64_t train_length = 0;
+  std::vector<std::string> methods;
+  std::vector<int64_t> lengths;
+  std::vector<std::vector<double>> loss;  // [method][length], nats/token; NaN where not applicable
+};
+
+// The scaling spec of `method` for windows of `length` tokens after training at train_length.
+std::string extrapolation_spec(const std::string& method, int64_t length, int64_t train_length);
+
+// Throws io::Error / std::invalid_argument on bad inputs (not a causal LM, unknown method, ...).
+ExtrapolationResult evaluate_extrapolation(const ExtrapolationOptions& o);
+
+}  // namespace train
