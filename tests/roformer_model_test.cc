@@ -64,7 +64,8 @@ void randomise(model::RoFormer<T>& m, uint64_t seed) {
 void expect_model_gradients(const model::RoFormerConfig& cfg, bool training) {
   model::RoFormer<double> m(cfg);
   randomise(m, 3);
-  const Batch batch = random_batch(cfg, 2, 5, 9);
+  Batch batch = random_batch(cfg, 2, 5, 9);
+  if (cfg.attention_type != "softmax") batch.mask.assign(batch.mask.size(), 1);  // no padding in linear attention
   const uint64_t dropout_seed = 77;
   m.zero_grad();
   m.forward(batch.inputs(), training, dropout_seed);
@@ -120,6 +121,24 @@ TEST(RoFormerModel, GradientsLearnedPositionsWithDropout) {
 }
 
 TEST(RoFormerModel, GradientsNoPositions) { expect_model_gradients(tiny(model::PositionEncoding::none), false); }
+
+TEST(RoFormerModel, GradientsLinearAttentionWithRope) {
+  for (bool causal : {false, true}) {
+    auto c = tiny(model::PositionEncoding::rope);
+    c.attention_type = "linear";
+    c.is_decoder = causal;
+    expect_model_gradients(c, false);
+  }
+}
+
+TEST(RoFormerModel, GradientsPerformerAttentionWithRope) {
+  auto c = tiny(model::PositionEncoding::rope);
+  c.attention_type = "performer";
+  c.performer_features = 6;
+  c.is_decoder = true;
+  c.rotary_value = true;
+  expect_model_gradients(c, false);
+}
 
 TEST(RoFormerModel, Fp32AgreesWithFp64) {
   auto c = tiny(model::PositionEncoding::rope);
@@ -267,6 +286,34 @@ TEST(RoFormerGenerate, CachedDecodingMatchesTheFullForward) {
     one.feed({1});  // position 7: the last of max_position_embeddings = 8
     EXPECT_THROW(one.feed({1}), std::length_error);
   }
+}
+
+TEST(RoFormerGenerate, LinearAttentionRecurrentDecodingMatchesTheFullForward) {
+  for (const char* type : {"linear", "performer"}) {
+    auto c = tiny(model::PositionEncoding::rope);
+    c.is_decoder = true;
+    c.attention_type = type;
+    c.performer_features = 8;
+    model::RoFormer<float> m(c);
+    randomise(m, 10);
+    const Batch batch = random_batch(c, 1, 8, 5);
+    m.forward({.ids = batch.ids.data(), .B = 1, .T = 8});
+    EXPECT_EQ(m.attention(0), nullptr);  // no (T, T) probabilities in linear attention
+    model::Generator one(m), all(m);
+    const auto last = all.feed(std::vector<int64_t>(batch.ids.begin(), batch.ids.end()));
+    for (int64_t v = 0; v < c.vocab_size; ++v) EXPECT_NEAR(last[v], m.logits()[7 * c.vocab_size + v], 3e-5) << type;
+    for (int64_t t = 0; t < 8; ++t) {
+      const auto& logits = one.feed({batch.ids[t]});
+      for (int64_t v = 0; v < c.vocab_size; ++v) {
+        ASSERT_NEAR(logits[v], m.logits()[t * c.vocab_size + v], 3e-5) << type << " t=" << t;
+      }
+    }
+    Batch padded = random_batch(c, 1, 4, 1);  // the last token is padding
+    EXPECT_THROW(m.forward(padded.inputs()), std::invalid_argument);
+  }
+  auto bad = tiny(model::PositionEncoding::rope);
+  bad.attention_type = "cosformer";
+  EXPECT_THROW(model::RoFormer<float>{bad}, std::invalid_argument);
 }
 
 TEST(RoFormerGenerate, SamplingHonoursTemperatureTopKAndBans) {

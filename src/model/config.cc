@@ -82,6 +82,15 @@ void RoFormerConfig::validate() const {
   if (!(initializer_range > 0)) throw std::invalid_argument("initializer_range must be positive");
   if (!(layer_norm_eps > 0)) throw std::invalid_argument("layer_norm_eps must be positive");
   if (!(rope_theta > 1)) throw std::invalid_argument("rope_theta must be greater than 1");
+  if (attention_type != "softmax" && attention_type != "linear" && attention_type != "performer") {
+    throw std::invalid_argument("unknown attention_type '" + attention_type + "' (softmax, linear, performer)");
+  }
+  if (attention_type == "performer" && (performer_features < 2 || performer_features % 2 != 0)) {
+    throw std::invalid_argument("performer_features must be even and >= 2");
+  }
+  if (attention_type != "softmax" && (rope_half_layout || rope_scaling != "none")) {
+    throw std::invalid_argument("linear attention rotates its feature maps with interleaved, unscaled RoPE");
+  }
   rope_config probe = rope::default_config(static_cast<int32_t>(head_dim()));
   rope::apply_scaling_spec(rope_scaling, &probe);  // throws on a bad spec
 }
@@ -140,6 +149,8 @@ RoFormerConfig RoFormerConfig::from_json_text(const std::string& text, const std
   get_double("rope_theta", &c.rope_theta);
   get_string("rope_layout", &layout);
   get_string("rope_scaling", &c.rope_scaling);
+  get_string("attention_type", &c.attention_type);
+  get_int("performer_features", &c.performer_features);
   if (layout != "interleaved" && layout != "half") fail("rope_layout", "must be \"interleaved\" or \"half\"");
   c.rope_half_layout = layout == "half";
   if (j.contains("model_type") && j["model_type"] != "roformer") fail("model_type", "must be \"roformer\"");
@@ -148,7 +159,7 @@ RoFormerConfig RoFormerConfig::from_json_text(const std::string& text, const std
       "vocab_size", "hidden_size", "embedding_size", "num_hidden_layers", "num_attention_heads",
       "intermediate_size", "max_position_embeddings", "type_vocab_size", "pad_token_id", "hidden_act",
       "hidden_dropout_prob", "attention_probs_dropout_prob", "initializer_range", "layer_norm_eps",
-      "rotary_value", "is_decoder", "position_encoding", "rope_theta", "rope_layout", "rope_scaling"};
+      "rotary_value", "is_decoder", "position_encoding", "rope_theta", "rope_layout", "rope_scaling", "attention_type", "performer_features"};
   for (const auto& [key, value] : j.items()) {
     if (!own.count(key) && !generic_fields().count(key)) {
       throw io::Error(origin + ": unknown config field '" + key + "'");
@@ -198,6 +209,10 @@ std::string RoFormerConfig::to_json() const {
       {"rope_layout", rope_half_layout ? "half" : "interleaved"},
   };
   if (rope_scaling != "none") j["rope_scaling"] = rope_scaling;
+  if (attention_type != "softmax") {
+    j["attention_type"] = attention_type;
+    j["performer_features"] = performer_features;
+  }
   return j.dump(2) + "\n";
 }
 

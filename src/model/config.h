@@ -28,6 +28,11 @@ struct RoFormerConfig {
   // Context extension for inference beyond the trained length (rope::apply_scaling_spec): "none",
   // "linear:F", "ntk:F", "dynamic-ntk:F:ORIG", "yarn:F:ORIG", "llama3:F:ORIG".
   std::string rope_scaling = "none";
+  // Attention (RoFormer §3.3): "softmax"; "linear" (φ = elu + 1) or "performer" (FAVOR+ positive
+  // random features, performer_features of them per head, fixed per layer from a seed), both with
+  // RoPE on the feature maps in the numerator only (eq. 19) when position_encoding is rope.
+  std::string attention_type = "softmax";
+  int64_t performer_features = 64;
 
   int64_t head_dim() const { return hidden_size / num_attention_heads; }
 

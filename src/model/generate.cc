@@ -29,6 +29,13 @@ Generator::Generator(const RoFormer<float>& m, int64_t capacity)
     if (rope_settings(c).scaling.type == ROPE_SCALING_DYNAMIC_NTK) rope_->set_seq_len(capacity_);
   }
   k_cache_.assign(c.num_hidden_layers, std::vector<float>(capacity_ * c.hidden_size));
+  if (c.attention_type != "softmax") {
+    linear_shape_ = linear_attention_shape(c, 1, 1, 0);
+    for (int64_t l = 0; l < c.num_hidden_layers; ++l) {
+      linear_.push_back(ops::linear_attention_state<float>(linear_shape_));
+      if (c.attention_type == "performer") favor_.push_back(performer_features<float>(c, l));
+    }
+  }
   v_cache_ = k_cache_;
   logits_.resize(c.vocab_size);
 }
@@ -75,14 +82,26 @@ const std::vector<float>& Generator::feed(const std::vector<int64_t>& ids) {
     ops::linear_forward(q.data(), x.data(), w.q_w, w.q_b, n, H, H);
     ops::linear_forward(kc, x.data(), w.k_w, w.k_b, n, H, H);
     ops::linear_forward(vc, x.data(), w.v_w, w.v_b, n, H, H);
-    if (rope_) {
-      const rope_positions at = rope::offset_positions(pos_);
+    const rope_positions at = rope::offset_positions(pos_);
+    if (rope_ && linear_.empty()) {
       rope_->apply_qk(ROPE_FORWARD, at, rope::bshd(q.data(), ROPE_DTYPE_F32, 1, n, heads, D),
                       rope::bshd(kc, ROPE_DTYPE_F32, 1, n, heads, D));
-      if (c.rotary_value) rope_->apply(ROPE_FORWARD, ROPE_ROLE_KEY, at, rope::bshd(vc, ROPE_DTYPE_F32, 1, n, heads, D));
     }
-    // Causal attention of each new token over the cache up to itself.
-    for (int64_t i = 0; i < n; ++i) {
+    if (rope_ && c.rotary_value) rope_->apply(ROPE_FORWARD, ROPE_ROLE_KEY, at, rope::bshd(vc, ROPE_DTYPE_F32, 1, n, heads, D));
+    // Linear attention: the recurrent form, one token at a time (RoPE on its features inside).
+    for (int64_t i = 0; i < n && !linear_.empty(); ++i) {
+      if (!favor_.empty()) {  // as in training: scale q, k by D^(−1/4) for FAVOR+
+        const float f = static_cast<float>(std::pow(static_cast<double>(D), -0.25));
+        for (int64_t j = 0; j < H; ++j) {
+          q[i * H + j] *= f;
+          kc[i * H + j] *= f;
+        }
+      }
+      ops::linear_attention_step(ctx.data() + i * H, q.data() + i * H, kc + i * H, vc + i * H,
+                                 favor_.empty() ? nullptr : favor_[l].data(), linear_shape_, linear_[l]);
+    }
+    // Softmax: causal attention of each new token over the cache up to itself.
+    for (int64_t i = 0; i < n && linear_.empty(); ++i) {
       const int64_t visible = pos_ + i + 1;
       for (int64_t h = 0; h < heads; ++h) {
         const float* qh = q.data() + i * H + h * D;

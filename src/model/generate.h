@@ -26,13 +26,19 @@ class Generator {
   // ids outside the vocabulary.
   const std::vector<float>& feed(const std::vector<int64_t>& ids);
   int64_t position() const { return pos_; }
-  void reset() { pos_ = 0; }
+  void reset() {
+    pos_ = 0;
+    for (auto& st : linear_) st = ops::linear_attention_state<float>(linear_shape_);
+  }
 
  private:
   const RoFormer<float>& m_;
   std::optional<rope::Plan> rope_;  // for rope models
   std::vector<std::vector<float>> k_cache_, v_cache_;  // L × (max_positions, H), rotated
   std::vector<float> logits_;                          // (V)
+  ops::LinearAttentionShape linear_shape_{};           // linear attention: one sequence
+  std::vector<ops::LinearAttentionState<float>> linear_;  // L recurrent states (linear attention)
+  std::vector<std::vector<float>> favor_;              // performer: L × (features, D)
   int64_t pos_ = 0;
   int64_t capacity_ = 0;
 };

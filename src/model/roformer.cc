@@ -28,6 +28,25 @@ rope_config rope_settings(const RoFormerConfig& c) {
   return rc;
 }
 
+ops::LinearAttentionShape linear_attention_shape(const RoFormerConfig& c, int64_t B, int64_t T, int64_t start) {
+  ops::LinearAttentionShape s{B, T, c.num_attention_heads, c.head_dim(), c.head_dim(), c.is_decoder};
+  s.feature_map = c.attention_type == "performer" ? ops::FeatureMap::favor : ops::FeatureMap::elu_plus_one;
+  s.favor_features = c.attention_type == "performer" ? c.performer_features : 0;
+  s.rope = c.position_encoding == PositionEncoding::rope;
+  s.rope_base = c.rope_theta;
+  s.start = start;
+  return s;
+}
+
+template <typename T>
+std::vector<T> performer_features(const RoFormerConfig& c, int64_t layer) {
+  std::vector<T> w(c.performer_features * c.head_dim());
+  ops::favor_projection(w.data(), c.performer_features, c.head_dim(), ops::mix64(0xfa70ull + layer));
+  return w;
+}
+template std::vector<float> performer_features<float>(const RoFormerConfig&, int64_t);
+template std::vector<double> performer_features<double>(const RoFormerConfig&, int64_t);
+
 // RoPE on (B, T, n, D) q/k/v at positions 0..T-1. float goes through librope; double (gradient
 // checks) rotates with cos/sin evaluated in double from the same plan's frequencies (without a
 // scaling method's attention factor). Dynamic NTK takes its frequencies from the batch length.
@@ -87,7 +106,8 @@ struct RoFormer<T>::Activations {
   std::vector<std::vector<T>> h;            // L+1 × (N, H): block inputs and the last output
   struct Layer {
     std::vector<T> q, k, v, ctx, res1, a, res2;  // (N, H); q, k (v) after RoPE; res = pre-LN sums
-    std::vector<T> att;                          // (B, n, T, T)
+    std::vector<T> att;                          // (B, n, T, T), softmax attention
+    std::vector<T> saved;                        // linear attention: (B, T, n, 2F + 2)
     std::vector<T> f1, f1a;                      // (N, I) pre- and post-activation
     std::vector<T> mean1, rstd1, mean2, rstd2;   // (N)
   };
@@ -158,6 +178,9 @@ RoFormer<T>::RoFormer(const RoFormerConfig& cfg) : cfg_(cfg) {
   p = bind_params(cfg_, layout_, params.data());
   g = bind_params(cfg_, layout_, grads.data());
   if (cfg_.position_encoding == PositionEncoding::rope) rope_ = std::make_unique<Rope>(cfg_);
+  if (cfg_.attention_type == "performer") {
+    for (int64_t l = 0; l < cfg_.num_hidden_layers; ++l) favor_.push_back(performer_features<T>(cfg_, l));
+  }
   act_ = std::make_unique<Activations>();
 }
 
@@ -225,7 +248,11 @@ void RoFormer<T>::ensure_activations(int64_t B, int64_t S) {
   a.layers.resize(L);
   for (auto& l : a.layers) {
     for (auto* v : {&l.q, &l.k, &l.v, &l.ctx, &l.res1, &l.a, &l.res2}) v->resize(N * H);
-    l.att.resize(B * n * S * S);
+    if (cfg_.attention_type == "softmax") {
+      l.att.resize(B * n * S * S);
+    } else {
+      l.saved.resize(ops::linear_attention_saved_size(linear_attention_shape(cfg_, B, S, 0)));
+    }
     l.f1.resize(N * I);
     l.f1a.resize(N * I);
     for (auto* v : {&l.mean1, &l.rstd1, &l.mean2, &l.rstd2}) v->resize(N);
@@ -299,18 +326,33 @@ double RoFormer<T>::forward(const Inputs& in, bool training, uint64_t dropout_se
     ops::linear_forward(L.q.data(), x, w.q_w, w.q_b, N, H, H);
     ops::linear_forward(L.k.data(), x, w.k_w, w.k_b, N, H, H);
     ops::linear_forward(L.v.data(), x, w.v_w, w.v_b, N, H, H);
-    if (rope_) {
+    const bool softmax = cfg_.attention_type == "softmax";
+    if (rope_ && softmax) {
       rope_->apply(ROPE_FORWARD, ROPE_ROLE_QUERY, L.q.data(), B, S, n, D);
       rope_->apply(ROPE_FORWARD, ROPE_ROLE_KEY, L.k.data(), B, S, n, D);
-      if (cfg_.rotary_value) rope_->apply(ROPE_FORWARD, ROPE_ROLE_KEY, L.v.data(), B, S, n, D);
     }
-    ops::AttentionShape shape{B, S, n, D, cfg_.is_decoder};
-    if (training) {
-      shape.dropout_p = cfg_.attention_probs_dropout_prob;
-      shape.dropout_seed = site_seed(dropout_seed, 1 + 3 * l);
+    if (rope_ && cfg_.rotary_value) rope_->apply(ROPE_FORWARD, ROPE_ROLE_KEY, L.v.data(), B, S, n, D);
+    if (softmax) {
+      ops::AttentionShape shape{B, S, n, D, cfg_.is_decoder};
+      if (training) {
+        shape.dropout_p = cfg_.attention_probs_dropout_prob;
+        shape.dropout_seed = site_seed(dropout_seed, 1 + 3 * l);
+      }
+      ops::attention_forward(L.ctx.data(), L.att.data(), L.q.data(), L.k.data(), L.v.data(),
+                             a.has_mask ? a.mask.data() : nullptr, shape);
+    } else {
+      if (a.has_mask && std::find(a.mask.begin(), a.mask.end(), 0) != a.mask.end()) {
+        throw std::invalid_argument("linear attention does not support padding masks");
+      }
+      if (!favor_.empty()) {  // FAVOR+ estimates exp(q·k); scale for softmax(q·kᵀ/√D)
+        const T c = static_cast<T>(std::pow(static_cast<double>(D), -0.25));
+        for (auto* t : {&L.q, &L.k}) {
+          for (T& x : *t) x *= c;
+        }
+      }
+      ops::linear_attention_forward(L.ctx.data(), L.saved.data(), L.q.data(), L.k.data(), L.v.data(),
+                                    favor_.empty() ? nullptr : favor_[l].data(), linear_attention_shape(cfg_, B, S, 0));
     }
-    ops::attention_forward(L.ctx.data(), L.att.data(), L.q.data(), L.k.data(), L.v.data(),
-                           a.has_mask ? a.mask.data() : nullptr, shape);
     ops::linear_forward(L.res1.data(), L.ctx.data(), w.ao_w, w.ao_b, N, H, H);
     dropout(L.res1.data(), N * H, 2 + 3 * l);
     accumulate(L.res1.data(), x, N * H);  // residual
@@ -392,18 +434,30 @@ void RoFormer<T>::backward() {
     zero(a.d_q);
     zero(a.d_k);
     zero(a.d_v);
-    ops::AttentionShape shape{B, S, n, D, cfg_.is_decoder};
-    if (a.training) {
-      shape.dropout_p = cfg_.attention_probs_dropout_prob;
-      shape.dropout_seed = site_seed(a.dropout_seed, 1 + 3 * l);
+    if (cfg_.attention_type == "softmax") {
+      ops::AttentionShape shape{B, S, n, D, cfg_.is_decoder};
+      if (a.training) {
+        shape.dropout_p = cfg_.attention_probs_dropout_prob;
+        shape.dropout_seed = site_seed(a.dropout_seed, 1 + 3 * l);
+      }
+      ops::attention_backward(a.d_q.data(), a.d_k.data(), a.d_v.data(), a.d_ctx.data(), L.att.data(), L.q.data(),
+                              L.k.data(), L.v.data(), shape);
+      if (rope_) {  // the rotation is orthogonal: its backward rotates by −θ
+        rope_->apply(ROPE_BACKWARD, ROPE_ROLE_QUERY, a.d_q.data(), B, S, n, D);
+        rope_->apply(ROPE_BACKWARD, ROPE_ROLE_KEY, a.d_k.data(), B, S, n, D);
+      }
+    } else {
+      ops::linear_attention_backward(a.d_q.data(), a.d_k.data(), a.d_v.data(), a.d_ctx.data(), L.saved.data(),
+                                     L.q.data(), L.k.data(), L.v.data(), favor_.empty() ? nullptr : favor_[l].data(),
+                                     linear_attention_shape(cfg_, B, S, 0));
+      if (!favor_.empty()) {
+        const T c = static_cast<T>(std::pow(static_cast<double>(D), -0.25));
+        for (auto* t : {&a.d_q, &a.d_k}) {
+          for (T& x : *t) x *= c;
+        }
+      }
     }
-    ops::attention_backward(a.d_q.data(), a.d_k.data(), a.d_v.data(), a.d_ctx.data(), L.att.data(), L.q.data(),
-                            L.k.data(), L.v.data(), shape);
-    if (rope_) {  // the rotation is orthogonal: its backward rotates by −θ
-      rope_->apply(ROPE_BACKWARD, ROPE_ROLE_QUERY, a.d_q.data(), B, S, n, D);
-      rope_->apply(ROPE_BACKWARD, ROPE_ROLE_KEY, a.d_k.data(), B, S, n, D);
-      if (cfg_.rotary_value) rope_->apply(ROPE_BACKWARD, ROPE_ROLE_KEY, a.d_v.data(), B, S, n, D);
-    }
+    if (rope_ && cfg_.rotary_value) rope_->apply(ROPE_BACKWARD, ROPE_ROLE_KEY, a.d_v.data(), B, S, n, D);
     const T* x = a.h[l].data();
     ops::linear_backward(a.d_x.data(), gw.q_w, gw.q_b, a.d_q.data(), x, w.q_w, N, H, H);
     ops::linear_backward(a.d_x.data(), gw.k_w, gw.k_b, a.d_k.data(), x, w.k_w, N, H, H);
@@ -446,7 +500,8 @@ const T* RoFormer<T>::hidden_state(int64_t l) const {
 }
 template <typename T>
 const T* RoFormer<T>::attention(int64_t l) const {
-  return act_->layers.at(l).att.data();
+  const auto& att = act_->layers.at(l).att;
+  return att.empty() ? nullptr : att.data();
 }
 template <typename T>
 const T* RoFormer<T>::logits() const {

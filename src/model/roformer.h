@@ -19,6 +19,7 @@
 #include "rope/rope.h"
 #include "model/config.h"
 #include "model/params.h"
+#include "ops/linear_attention.h"
 
 namespace model {
 
@@ -67,7 +68,7 @@ class RoFormer {
   // Views of the last forward.
   const T* embedding_output() const;      // (B, T, E) after the embedding LayerNorm (before dropout)
   const T* hidden_state(int64_t l) const; // (B, T, H), l = 0 (encoder input) .. L
-  const T* attention(int64_t l) const;    // (B, n, T, T) softmax probabilities of layer l
+  const T* attention(int64_t l) const;    // (B, n, T, T) softmax probabilities of layer l (null for linear attention)
   const T* logits() const;                // (B, T, V)
   int64_t counted() const;                // targets counted by the last loss
 
@@ -79,7 +80,14 @@ class RoFormer {
   std::vector<ParamInfo> layout_;
   std::unique_ptr<Activations> act_;
   std::unique_ptr<Rope> rope_;
+  std::vector<std::vector<T>> favor_;  // performer: L × (performer_features, D) random features
 };
+
+// The linear-attention shape of a model for (B, T) (attention_type linear or performer).
+ops::LinearAttentionShape linear_attention_shape(const RoFormerConfig& c, int64_t B, int64_t T, int64_t start);
+// The fixed FAVOR+ features of layer l, (performer_features, head_dim).
+template <typename T>
+std::vector<T> performer_features(const RoFormerConfig& c, int64_t layer);
 
 extern template class RoFormer<float>;
 extern template class RoFormer<double>;

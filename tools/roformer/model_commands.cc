@@ -110,6 +110,11 @@ std::function<int()> add_model_commands(CLI::App& app) {
   tr->add_option("--position", o->position, "rope, sinusoidal, learned or none")
       ->check(CLI::IsMember({"rope", "sinusoidal", "learned", "none"}))->capture_default_str();
   tr->add_option("--rope-theta", t.model.rope_theta, "RoPE base")->capture_default_str();
+  tr->add_option("--attention", t.model.attention_type,
+                 "softmax; linear (elu+1) or performer (FAVOR+), with RoPE on the feature maps (paper eq. 19)")
+      ->check(CLI::IsMember({"softmax", "linear", "performer"}))->capture_default_str();
+  tr->add_option("--performer-features", t.model.performer_features, "FAVOR+ random features per head (even)")
+      ->capture_default_str();
   tr->add_option("--layers", t.model.num_hidden_layers, "Blocks")->check(CLI::PositiveNumber)->capture_default_str();
   tr->add_option("--hidden", t.model.hidden_size, "Hidden size")->check(CLI::PositiveNumber)->capture_default_str();
   tr->add_option("--embedding-size", o->embedding_size, "Embedding size (default: hidden; else projected)");

@@ -1,0 +1,501 @@
+// Linear attention with RoPE: forward, backward and the recurrent step (see linear_attention.h).
+// Non-causal heads use BLAS for the (F, Dv) summaries; causal heads run the prefix sums token by
+// token through causal_token, the same routine linear_attention_step uses, so generation reproduces
+// the batched causal forward. Rotations use a cos/sin table (tokens, F/2) evaluated in double from a
+// librope plan's frequencies, shared by float and double. (batch, head) pairs run in parallel on
+// OpenMP, each with single-threaded BLAS calls, like ops::attention.
+#include "linear_attention.h"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <stdexcept>
+#include <string>
+
+#include "blas.h"
+#include "random.h"
+#include "rope/rope.hpp"
+
+namespace ops {
+namespace {
+
+[[noreturn]] void bad(const std::string& what) { throw std::invalid_argument("linear attention: " + what); }
+
+// Validates s (and W for favor); returns F.
+int64_t check(const LinearAttentionShape& s, const void* W, bool need_W) {
+  if (s.B < 1 || s.T < 0 || s.H < 1 || s.Dk < 1 || s.Dv < 1) {
+    bad("bad shape B=" + std::to_string(s.B) + " T=" + std::to_string(s.T) + " H=" + std::to_string(s.H) +
+        " Dk=" + std::to_string(s.Dk) + " Dv=" + std::to_string(s.Dv) + " (need T >= 0, the rest >= 1)");
+  }
+  if (!(s.eps >= 0) || !std::isfinite(s.eps)) bad("eps must be finite and >= 0, got " + std::to_string(s.eps));
+  int64_t F = s.Dk;
+  if (s.feature_map == FeatureMap::favor) {
+    if (s.favor_features < 1) bad("favor needs favor_features (m, the rows of W) >= 1");
+    if (need_W && W == nullptr) bad("favor needs the projection W (m, Dk); see favor_projection");
+    F = s.favor_features;
+  } else if (s.favor_features != 0 && s.favor_features != s.Dk) {
+    bad("elu_plus_one has F = Dk = " + std::to_string(s.Dk) + "; favor_features must be 0 or Dk");
+  }
+  if (F > (int64_t{1} << 30)) bad("feature dimension F = " + std::to_string(F) + " is too large");
+  if (s.rope) {
+    if (F % 2 != 0) {
+      bad("RoPE rotates pairs (2i, 2i+1) of the feature vectors, so the feature dimension F must be even; got F = " +
+          std::to_string(F) + (s.feature_map == FeatureMap::favor ? " (favor_features)" : " (= Dk for elu_plus_one)"));
+    }
+    if (!(s.rope_base > 0) || !std::isfinite(s.rope_base)) bad("rope_base must be finite and > 0");
+  }
+  return F;
+}
+
+// cos/sin (n, F/2) of the angles p·θ_i at positions p = start .. start+n−1, from librope's θ_i
+// (interleaved layout, θ_i = base^(−2i/F)); angles and cos/sin in double, rounded to T once.
+template <typename T>
+struct Rotation {
+  int64_t P = 0;  // pairs; 0 = no rotation
+  std::vector<T> cs, sn;
+};
+
+template <typename T>
+Rotation<T> rotation(const LinearAttentionShape& s, int64_t F, int64_t start, int64_t n) {
+  Rotation<T> R;
+  if (!s.rope) return R;
+  rope_config cfg = rope::default_config(static_cast<int32_t>(F));
+  cfg.layout = ROPE_LAYOUT_INTERLEAVED;
+  cfg.base = s.rope_base;
+  const std::vector<double> inv_freq = rope::Plan(cfg).inv_freq();
+  R.P = F / 2;
+  R.cs.resize(n * R.P);
+  R.sn.resize(n * R.P);
+  for (int64_t t = 0; t < n; ++t) {
+    for (int64_t i = 0; i < R.P; ++i) {
+      const double angle = static_cast<double>(start + t) * inv_freq[i];
+      R.cs[t * R.P + i] = static_cast<T>(std::cos(angle));
+      R.sn[t * R.P + i] = static_cast<T>(std::sin(angle));
+    }
+  }
+  return R;
+}
+
+// y (F) = R_t x, or R_tᵀ x (rotation by −θ) when transpose; y may be x.
+template <typename T>
+void rotate(T* y, const T* x, const Rotation<T>& R, int64_t t, int64_t F, bool transpose) {
+  if (R.P == 0) {
+    if (y != x) std::copy(x, x + F, y);
+    return;
+  }
+  const T* c = R.cs.data() + t * R.P;
+  const T* sn = R.sn.data() + t * R.P;
+  for (int64_t i = 0; i < R.P; ++i) {
+    const T x0 = x[2 * i], x1 = x[2 * i + 1], si = transpose ? -sn[i] : sn[i];
+    y[2 * i] = x0 * c[i] - x1 * si;
+    y[2 * i + 1] = x1 * c[i] + x0 * si;
+  }
+}
+
+// Rows x (n, ldx) → phi (n, ldp): favor writes the logits ℓ_j = w_j·x − ‖x‖²/2 and rowmax[t·ldm] =
+// max_j ℓ_j; elu + 1 writes φ(x) itself and rowmax = 0.
+template <typename T>
+void feature_logits(T* phi, int64_t ldp, T* rowmax, int64_t ldm, const T* x, int64_t ldx, int64_t n, const T* W,
+                    const LinearAttentionShape& s, int64_t F) {
+  if (s.feature_map == FeatureMap::favor) {
+    gemm(false, true, n, F, s.Dk, T(1), x, ldx, W, s.Dk, T(0), phi, ldp);  // (n, F) = x·Wᵀ
+    for (int64_t t = 0; t < n; ++t) {
+      const T* xr = x + t * ldx;
+      T* row = phi + t * ldp;
+      T half = 0;
+      for (int64_t d = 0; d < s.Dk; ++d) half += xr[d] * xr[d];
+      half *= T(0.5);
+      T mx = -std::numeric_limits<T>::infinity();
+      for (int64_t j = 0; j < F; ++j) {
+        row[j] -= half;
+        mx = std::max(mx, row[j]);
+      }
+      rowmax[t * ldm] = mx;
+    }
+  } else {
+    for (int64_t t = 0; t < n; ++t) {
+      for (int64_t j = 0; j < F; ++j) {
+        const T xv = x[t * ldx + j];
+        phi[t * ldp + j] = xv > 0 ? xv + T(1) : std::exp(xv);
+      }
+      rowmax[t * ldm] = 0;
+    }
+  }
+}
+
+// favor: logits → features exp(ℓ − shift)/√m in place (elu + 1: nothing to do).
+template <typename T>
+void feature_exp(T* row, int64_t F, T shift, const LinearAttentionShape& s) {
+  if (s.feature_map != FeatureMap::favor) return;
+  const T scale = static_cast<T>(1.0 / std::sqrt(static_cast<double>(F)));
+  for (int64_t j = 0; j < F; ++j) row[j] = scale * std::exp(row[j] - shift);
+}
+
+// dx (n, ldx) += (∂φ/∂x)ᵀ dphi for rows phi (n, ldp) and dphi (n, F) (overwritten):
+// elu + 1: dφ/dx = min(φ, 1); favor: ∂φ_j/∂x = φ_j (w_j − x), the shift held constant.
+template <typename T>
+void feature_backward(T* dx, int64_t ldx, T* dphi, const T* phi, int64_t ldp, const T* x, int64_t n, const T* W,
+                      const LinearAttentionShape& s, int64_t F) {
+  if (s.feature_map == FeatureMap::favor) {
+    for (int64_t t = 0; t < n; ++t) {
+      T sum = 0;
+      for (int64_t j = 0; j < F; ++j) {
+        dphi[t * F + j] *= phi[t * ldp + j];
+        sum += dphi[t * F + j];
+      }
+      for (int64_t d = 0; d < s.Dk; ++d) dx[t * ldx + d] -= sum * x[t * ldx + d];
+    }
+    gemm(false, false, n, s.Dk, F, T(1), dphi, F, W, s.Dk, T(1), dx, ldx);  // += (dφ⊙φ)·W
+  } else {
+    for (int64_t t = 0; t < n; ++t) {
+      for (int64_t j = 0; j < F; ++j) dx[t * ldx + j] += dphi[t * F + j] * std::min(phi[t * ldp + j], T(1));
+    }
+  }
+}
+
+// eps·exp(−s_q − r): eps on the scale of features stabilised by the query shift s_q and key shift r.
+template <typename T>
+T scaled_eps(double eps, T sq, T r) {
+  if (eps == 0) return 0;
+  const double e = eps * std::exp(-static_cast<double>(sq) - static_cast<double>(r));
+  return static_cast<T>(std::min(e, static_cast<double>(std::numeric_limits<T>::max())));
+}
+
+template <typename T>
+void scale(T* x, int64_t n, T f) {
+  for (int64_t i = 0; i < n; ++i) x[i] *= f;
+}
+
+// Prefix/suffix sums S (F, Dv) and z (F) move from key shift `from` to `to`: × exp(from − to).
+template <typename T>
+void reshift(T* S, T* z, int64_t F, int64_t Dv, T from, T to) {
+  if (from == to) return;
+  scale(S, F * Dv, std::exp(from - to));
+  scale(z, F, std::exp(from - to));
+}
+
+// One causal token of one head at table row t: rescale the prefix sums S (F, Dv) and z (F) from key
+// shift r_prev to r (r_prev = −inf: empty), add key features c (F, shifted by r) with value v (Dv),
+// then out (Dv) = (R_t a)ᵀ S / (a·z + eps') for query features a (F, shifted by sq). Returns the
+// denominator. tmp (F) is scratch.
+template <typename T>
+T causal_token(T* out, T* S, T* z, T r_prev, T r, const T* c, const T* v, const T* a, T sq, const Rotation<T>& R,
+               int64_t t, int64_t F, int64_t Dv, double eps, T* tmp) {
+  reshift(S, z, F, Dv, r_prev, r);
+  rotate(tmp, c, R, t, F, false);
+  for (int64_t i = 0; i < F; ++i) {
+    z[i] += c[i];
+    for (int64_t j = 0; j < Dv; ++j) S[i * Dv + j] += tmp[i] * v[j];
+  }
+  rotate(tmp, a, R, t, F, false);
+  double den = 0;
+  for (int64_t i = 0; i < F; ++i) den += static_cast<double>(a[i]) * z[i];
+  const T d = static_cast<T>(den) + scaled_eps(eps, sq, r), inv = T(1) / d;
+  std::fill(out, out + Dv, T(0));
+  for (int64_t i = 0; i < F; ++i) {
+    for (int64_t j = 0; j < Dv; ++j) out[j] += tmp[i] * S[i * Dv + j];
+  }
+  scale(out, Dv, inv);
+  return d;
+}
+
+// The forward's saved buffer (see linear_attention_saved_size).
+template <typename U>  // T or const T
+struct Saved {
+  U *phi_q, *phi_k, *den, *shift;  // (B, T, H, F) ×2, (B, T, H) ×2
+};
+
+template <typename U>
+Saved<U> saved_layout(U* p, const LinearAttentionShape& s, int64_t F) {
+  const int64_t n = s.B * s.T * s.H;
+  return {p, p + n * F, p + 2 * n * F, p + 2 * n * F + n};
+}
+
+}  // namespace
+
+int64_t linear_attention_features(const LinearAttentionShape& s) { return check(s, nullptr, false); }
+
+int64_t linear_attention_saved_size(const LinearAttentionShape& s) {
+  return s.B * s.T * s.H * (2 * check(s, nullptr, false) + 2);
+}
+
+template <typename T>
+void favor_projection(T* W, int64_t m, int64_t D, uint64_t seed, bool orthogonal) {
+  if (W == nullptr || m < 1 || D < 1) bad("favor_projection needs W and m, D >= 1");
+  auto gaussian = [](uint64_t sd, uint64_t i) {  // Box–Muller on counter-based uniforms
+    const double u1 = uniform01(sd, 2 * i), u2 = uniform01(sd, 2 * i + 1);
+    return std::sqrt(-2.0 * std::log1p(-u1)) * std::cos(6.283185307179586 * u2);
+  };
+  std::vector<double> w(m * D);  // (m, D)
+  for (int64_t i = 0; i < m * D; ++i) w[i] = gaussian(seed, i);
+  if (orthogonal) {
+    const uint64_t norm_seed = mix64(seed ^ 0x6f7274686f676f6eull);
+    for (int64_t b0 = 0; b0 < m; b0 += D) {  // blocks of D rows
+      const int64_t rows = std::min(D, m - b0);
+      for (int64_t r = 0; r < rows; ++r) {
+        double* row = w.data() + (b0 + r) * D;
+        for (int pass = 0; pass < 2; ++pass) {  // modified Gram–Schmidt, twice for orthogonality to rounding
+          for (int64_t p = 0; p < r; ++p) {
+            const double* prev = w.data() + (b0 + p) * D;
+            double dot = 0;
+            for (int64_t d = 0; d < D; ++d) dot += row[d] * prev[d];
+            for (int64_t d = 0; d < D; ++d) row[d] -= dot * prev[d];
+          }
+        }
+        double norm = 0;
+        for (int64_t d = 0; d < D; ++d) norm += row[d] * row[d];
+        scale(row, D, 1 / std::sqrt(norm));
+      }
+      for (int64_t r = 0; r < rows; ++r) {  // row norms ~ chi_D, as for an unstructured Gaussian row
+        double chi = 0;
+        for (int64_t d = 0; d < D; ++d) chi += std::pow(gaussian(norm_seed, (b0 + r) * D + d), 2);
+        scale(w.data() + (b0 + r) * D, D, std::sqrt(chi));
+      }
+    }
+  }
+  for (int64_t i = 0; i < m * D; ++i) W[i] = static_cast<T>(w[i]);
+}
+
+template <typename T>
+void linear_attention_forward(T* out, T* saved, const T* q, const T* k, const T* v, ProjectionPtr<T> W,
+                              const LinearAttentionShape& s) {
+  const int64_t F = check(s, W, true);
+  if (s.T == 0) return;
+  std::vector<T> own(saved == nullptr ? linear_attention_saved_size(s) : 0);
+  const Saved<T> sv = saved_layout(saved == nullptr ? own.data() : saved, s, F);
+  const Rotation<T> R = rotation<T>(s, F, s.start, s.T);
+  const int64_t N = s.T, H = s.H, Dv = s.Dv, Ck = H * s.Dk, Cv = H * Dv, CF = H * F;
+  const bool favor = s.feature_map == FeatureMap::favor;
+#pragma omp parallel
+  {
+    std::vector<T> sq(N), S(F * Dv), z(F), tmp(F);                      // query shifts (T); (F, Dv); (F); (F)
+    std::vector<T> ar(s.causal ? 0 : N * F), cr(s.causal ? 0 : N * F);  // rotated φ(q), φ(k) (T, F)
+#pragma omp for schedule(static)
+    for (int64_t bh = 0; bh < s.B * H; ++bh) {
+      const int64_t b = bh / H, h = bh % H;
+      const T* qh = q + b * N * Ck + h * s.Dk;  // (T, Dk), row stride Ck
+      const T* kh = k + b * N * Ck + h * s.Dk;
+      const T* vh = v + b * N * Cv + h * Dv;  // (T, Dv), row stride Cv
+      T* oh = out + b * N * Cv + h * Dv;
+      T* pq = sv.phi_q + (b * N * H + h) * F;  // (T, F), row stride CF
+      T* pk = sv.phi_k + (b * N * H + h) * F;
+      T* den = sv.den + b * N * H + h;  // (T), stride H
+      T* r = sv.shift + b * N * H + h;  // (T), stride H: key shift seen by token t
+      feature_logits(pq, CF, sq.data(), 1, qh, Ck, N, W, s, F);
+      feature_logits(pk, CF, r, H, kh, Ck, N, W, s, F);
+      if (favor) {  // key shifts: running max (causal) or the overall max; then exponentiate
+        if (s.causal) {
+          for (int64_t t = 1; t < N; ++t) r[t * H] = std::max(r[t * H], r[(t - 1) * H]);
+        } else {
+          T mx = r[0];
+          for (int64_t t = 1; t < N; ++t) mx = std::max(mx, r[t * H]);
+          for (int64_t t = 0; t < N; ++t) r[t * H] = mx;
+        }
+        for (int64_t t = 0; t < N; ++t) {
+          feature_exp(pq + t * CF, F, sq[t], s);
+          feature_exp(pk + t * CF, F, r[t * H], s);
+        }
+      }
+      if (s.causal) {
+        std::fill(S.begin(), S.end(), T(0));
+        std::fill(z.begin(), z.end(), T(0));
+        T r_prev = -std::numeric_limits<T>::infinity();
+        for (int64_t t = 0; t < N; ++t) {
+          den[t * H] = causal_token(oh + t * Cv, S.data(), z.data(), r_prev, r[t * H], pk + t * CF, vh + t * Cv,
+                                    pq + t * CF, sq[t], R, t, F, Dv, s.eps, tmp.data());
+          r_prev = r[t * H];
+        }
+        continue;
+      }
+      std::fill(z.begin(), z.end(), T(0));
+      for (int64_t t = 0; t < N; ++t) {
+        rotate(ar.data() + t * F, pq + t * CF, R, t, F, false);
+        rotate(cr.data() + t * F, pk + t * CF, R, t, F, false);
+        for (int64_t i = 0; i < F; ++i) z[i] += pk[t * CF + i];
+      }
+      gemm(true, false, F, Dv, N, T(1), cr.data(), F, vh, Cv, T(0), S.data(), Dv);   // S (F, Dv) = Σ c̃ vᵀ
+      gemm(false, false, N, Dv, F, T(1), ar.data(), F, S.data(), Dv, T(0), oh, Cv);  // numerators (T, Dv)
+      for (int64_t t = 0; t < N; ++t) {
+        double d = 0;
+        for (int64_t i = 0; i < F; ++i) d += static_cast<double>(pq[t * CF + i]) * z[i];
+        den[t * H] = static_cast<T>(d) + scaled_eps(s.eps, sq[t], r[t * H]);
+        scale(oh + t * Cv, Dv, T(1) / den[t * H]);
+      }
+    }
+  }
+}
+
+template <typename T>
+void linear_attention_backward(T* dq, T* dk, T* dv, const T* dout, const T* saved, const T* q, const T* k, const T* v,
+                               ProjectionPtr<T> W, const LinearAttentionShape& s) {
+  const int64_t F = check(s, W, true);
+  if (s.T == 0) return;
+  if (saved == nullptr) bad("the backward needs the forward's saved buffer");
+  const Saved<const T> sv = saved_layout(saved, s, F);
+  const Rotation<T> R = rotation<T>(s, F, s.start, s.T);
+  const int64_t N = s.T, H = s.H, Dv = s.Dv, Ck = H * s.Dk, Cv = H * Dv, CF = H * F;
+#pragma omp parallel
+  {
+    // dφ(q), dφ(k) (T, F); ∂L/∂den (T); S or G (F, Dv); z or u (F); y, ta, tc (F); non-causal: rotated
+    // φ(q) (later scaled by 1/den) and φ(k) (T, F).
+    std::vector<T> dpq(N * F), dpk(N * F), dd(N), S(F * Dv), z(F), y(F), ta(F), tc(F);
+    std::vector<T> ar(s.causal ? 0 : N * F), cr(s.causal ? 0 : N * F);
+#pragma omp for schedule(static)
+    for (int64_t bh = 0; bh < s.B * H; ++bh) {
+      const int64_t b = bh / H, h = bh % H;
+      const T* qh = q + b * N * Ck + h * s.Dk;  // (T, Dk), row stride Ck
+      const T* kh = k + b * N * Ck + h * s.Dk;
+      const T* vh = v + b * N * Cv + h * Dv;  // (T, Dv), row stride Cv
+      const T* gh = dout + b * N * Cv + h * Dv;
+      T* dqh = dq + b * N * Ck + h * s.Dk;
+      T* dkh = dk + b * N * Ck + h * s.Dk;
+      T* dvh = dv + b * N * Cv + h * Dv;
+      const T* pq = sv.phi_q + (b * N * H + h) * F;  // (T, F), row stride CF
+      const T* pk = sv.phi_k + (b * N * H + h) * F;
+      const T* den = sv.den + b * N * H + h;  // (T), stride H
+      const T* r = sv.shift + b * N * H + h;
+      std::fill(S.begin(), S.end(), T(0));
+      std::fill(z.begin(), z.end(), T(0));
+      if (s.causal) {
+        // Forward order: prefix sums S_t, z_t give dφ(q_t) = R_tᵀ S_t g_t/d_t + dd_t z_t.
+        T r_prev = -std::numeric_limits<T>::infinity();
+        for (int64_t t = 0; t < N; ++t) {
+          reshift(S.data(), z.data(), F, Dv, r_prev, r[t * H]);
+          r_prev = r[t * H];
+          rotate(tc.data(), pk + t * CF, R, t, F, false);
+          for (int64_t i = 0; i < F; ++i) {
+            z[i] += pk[t * CF + i];
+            for (int64_t j = 0; j < Dv; ++j) S[i * Dv + j] += tc[i] * vh[t * Cv + j];
+          }
+          rotate(ta.data(), pq + t * CF, R, t, F, false);
+          const T inv = T(1) / den[t * H];
+          T go = 0;  // g_t·out_t
+          for (int64_t i = 0; i < F; ++i) {
+            T yi = 0;
+            for (int64_t j = 0; j < Dv; ++j) yi += S[i * Dv + j] * gh[t * Cv + j];
+            y[i] = yi * inv;
+            go += ta[i] * y[i];
+          }
+          dd[t] = -go * inv;
+          rotate(y.data(), y.data(), R, t, F, true);
+          for (int64_t i = 0; i < F; ++i) dpq[t * F + i] = y[i] + dd[t] * z[i];
+        }
+        // Reverse order: suffix sums G_t = Σ_{m≥t} e^{r_t − r_m} R_m φ(q_m) g_mᵀ/d_m (F, Dv) in S
+        // and u_t = Σ_{m≥t} e^{r_t − r_m} dd_m φ(q_m) (F) in z give dφ(k_t) = R_tᵀ G_t v_t + u_t and
+        // dv_t = G_tᵀ R_t φ(k_t).
+        std::fill(S.begin(), S.end(), T(0));
+        std::fill(z.begin(), z.end(), T(0));
+        for (int64_t t = N - 1; t >= 0; --t) {
+          if (t + 1 < N) reshift(S.data(), z.data(), F, Dv, r[t * H], r[(t + 1) * H]);
+          rotate(ta.data(), pq + t * CF, R, t, F, false);
+          rotate(tc.data(), pk + t * CF, R, t, F, false);
+          const T inv = T(1) / den[t * H];
+          for (int64_t i = 0; i < F; ++i) {
+            const T ai = ta[i] * inv;
+            z[i] += dd[t] * pq[t * CF + i];
+            T yi = 0;
+            for (int64_t j = 0; j < Dv; ++j) {
+              S[i * Dv + j] += ai * gh[t * Cv + j];
+              yi += S[i * Dv + j] * vh[t * Cv + j];
+              dvh[t * Cv + j] += S[i * Dv + j] * tc[i];
+            }
+            y[i] = yi;
+          }
+          rotate(y.data(), y.data(), R, t, F, true);
+          for (int64_t i = 0; i < F; ++i) dpk[t * F + i] = y[i] + z[i];
+        }
+      } else {
+        for (int64_t t = 0; t < N; ++t) {
+          rotate(ar.data() + t * F, pq + t * CF, R, t, F, false);
+          rotate(cr.data() + t * F, pk + t * CF, R, t, F, false);
+          for (int64_t i = 0; i < F; ++i) z[i] += pk[t * CF + i];
+        }
+        gemm(true, false, F, Dv, N, T(1), cr.data(), F, vh, Cv, T(0), S.data(), Dv);   // S (F, Dv) = Σ c̃ vᵀ
+        gemm(false, true, N, F, Dv, T(1), gh, Cv, S.data(), Dv, T(0), dpq.data(), F);  // (T, F) g·Sᵀ
+        std::vector<T>& u = y;
+        std::fill(u.begin(), u.end(), T(0));  // u (F) = Σ_m dd_m φ(q_m)
+        for (int64_t t = 0; t < N; ++t) {
+          T* row = dpq.data() + t * F;
+          const T inv = T(1) / den[t * H];
+          T go = 0;
+          for (int64_t i = 0; i < F; ++i) {
+            row[i] *= inv;
+            go += ar[t * F + i] * row[i];
+            ar[t * F + i] *= inv;  // R_t φ(q_t)/d_t
+          }
+          dd[t] = -go * inv;
+          rotate(row, row, R, t, F, true);
+          for (int64_t i = 0; i < F; ++i) {
+            row[i] += dd[t] * z[i];
+            u[i] += dd[t] * pq[t * CF + i];
+          }
+        }
+        gemm(true, false, F, Dv, N, T(1), ar.data(), F, gh, Cv, T(0), S.data(), Dv);    // G (F, Dv)
+        gemm(false, false, N, Dv, F, T(1), cr.data(), F, S.data(), Dv, T(1), dvh, Cv);  // dv += c̃·G
+        gemm(false, true, N, F, Dv, T(1), vh, Cv, S.data(), Dv, T(0), dpk.data(), F);   // (T, F) v·Gᵀ
+        for (int64_t t = 0; t < N; ++t) {
+          T* row = dpk.data() + t * F;
+          rotate(row, row, R, t, F, true);
+          for (int64_t i = 0; i < F; ++i) row[i] += u[i];
+        }
+      }
+      feature_backward(dqh, Ck, dpq.data(), pq, CF, qh, N, W, s, F);
+      feature_backward(dkh, Ck, dpk.data(), pk, CF, kh, N, W, s, F);
+    }
+  }
+}
+
+template <typename T>
+LinearAttentionState<T> linear_attention_state(const LinearAttentionShape& s) {
+  const int64_t F = check(s, nullptr, false);
+  LinearAttentionState<T> st;
+  st.pos = s.start;
+  st.S.assign(s.B * s.H * F * s.Dv, T(0));
+  st.z.assign(s.B * s.H * F, T(0));
+  st.shift.assign(s.B * s.H, -std::numeric_limits<T>::infinity());
+  return st;
+}
+
+template <typename T>
+void linear_attention_step(T* out, const T* q, const T* k, const T* v, ProjectionPtr<T> W,
+                           const LinearAttentionShape& s, LinearAttentionState<T>& st) {
+  const int64_t F = check(s, W, true), H = s.H, Dv = s.Dv, Ck = H * s.Dk, Cv = H * Dv;
+  if (static_cast<int64_t>(st.S.size()) != s.B * H * F * Dv || static_cast<int64_t>(st.z.size()) != s.B * H * F ||
+      static_cast<int64_t>(st.shift.size()) != s.B * H) {
+    bad("the state does not match the shape (make it with linear_attention_state)");
+  }
+  const Rotation<T> R = rotation<T>(s, F, st.pos, 1);
+#pragma omp parallel
+  {
+    std::vector<T> a(F), c(F), tmp(F);  // φ(q), φ(k), scratch (F)
+#pragma omp for schedule(static)
+    for (int64_t bh = 0; bh < s.B * H; ++bh) {
+      const int64_t b = bh / H, h = bh % H;
+      T sq, kmax;
+      feature_logits(a.data(), F, &sq, 1, q + b * Ck + h * s.Dk, Ck, 1, W, s, F);
+      feature_logits(c.data(), F, &kmax, 1, k + b * Ck + h * s.Dk, Ck, 1, W, s, F);
+      const T r_prev = st.shift[bh], r = std::max(r_prev, kmax);
+      feature_exp(a.data(), F, sq, s);
+      feature_exp(c.data(), F, r, s);
+      causal_token(out + b * Cv + h * Dv, st.S.data() + bh * F * Dv, st.z.data() + bh * F, r_prev, r, c.data(),
+                   v + b * Cv + h * Dv, a.data(), sq, R, 0, F, Dv, s.eps, tmp.data());
+      st.shift[bh] = r;
+    }
+  }
+  ++st.pos;
+}
+
+#define LINEAR_ATTENTION_INSTANTIATE(T)                                                                    \
+  template void favor_projection<T>(T*, int64_t, int64_t, uint64_t, bool);                                 \
+  template void linear_attention_forward<T>(T*, T*, const T*, const T*, const T*, ProjectionPtr<T>,        \
+                                            const LinearAttentionShape&);                                  \
+  template void linear_attention_backward<T>(T*, T*, T*, const T*, const T*, const T*, const T*, const T*, \
+                                             ProjectionPtr<T>, const LinearAttentionShape&);               \
+  template LinearAttentionState<T> linear_attention_state<T>(const LinearAttentionShape&);                 \
+  template void linear_attention_step<T>(T*, const T*, const T*, const T*, ProjectionPtr<T>,               \
+                                         const LinearAttentionShape&, LinearAttentionState<T>&);
+LINEAR_ATTENTION_INSTANTIATE(float)
+LINEAR_ATTENTION_INSTANTIATE(double)
+#undef LINEAR_ATTENTION_INSTANTIATE
+
+}  // namespace ops

@@ -1,0 +1,464 @@
+// Linear attention with RoPE (RoFormer eq. 19, src/ops/linear_attention.h): the O(N) op against a
+// direct O(N²) evaluation of eq. 19 in double, float against double, the recurrent step against the
+// batched causal forward, gradients against central differences in float64, RoPE's relative-position
+// property, FAVOR+ random features, stabilisation at extreme logits, and bad input.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <random>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "ops/linear_attention.h"
+
+namespace {
+
+using ops::FeatureMap;
+using ops::LinearAttentionShape;
+using Vec = std::vector<double>;
+
+Vec random_vec(std::mt19937_64& rng, size_t n, double scale = 1.0) {
+  std::normal_distribution<double> normal;
+  Vec v(n);
+  for (double& x : v) x = scale * normal(rng);
+  return v;
+}
+
+std::vector<float> to_f32(const Vec& v) { return std::vector<float>(v.begin(), v.end()); }
+
+double max_abs(const Vec& v) {
+  double m = 0;
+  for (double x : v) m = std::max(m, std::fabs(x));
+  return m;
+}
+
+// max |a − b| relative to max(1e-300, max |b|).
+template <typename A>
+double rel_err(const A& a, const Vec& b) {
+  double err = 0;
+  for (size_t i = 0; i < b.size(); ++i) err = std::max(err, std::fabs(static_cast<double>(a[i]) - b[i]));
+  return err / std::max(1e-300, max_abs(b));
+}
+
+LinearAttentionShape make_shape(int64_t B, int64_t T, int64_t H, int64_t Dk, int64_t Dv, bool causal, FeatureMap fm,
+                                bool rope, int64_t start = 0, int64_t m = 6) {
+  LinearAttentionShape s{B, T, H, Dk, Dv, causal};
+  s.feature_map = fm;
+  s.favor_features = fm == FeatureMap::favor ? m : 0;
+  s.rope = rope;
+  s.start = start;
+  return s;
+}
+
+std::string describe(const LinearAttentionShape& s) {
+  return "B=" + std::to_string(s.B) + " T=" + std::to_string(s.T) + " H=" + std::to_string(s.H) +
+         " Dk=" + std::to_string(s.Dk) + " Dv=" + std::to_string(s.Dv) + (s.causal ? " causal" : " full") +
+         (s.feature_map == FeatureMap::favor ? " favor m=" + std::to_string(s.favor_features) : " elu+1") +
+         (s.rope ? " rope start=" + std::to_string(s.start) : " no-rope") + " eps=" + std::to_string(s.eps);
+}
+
+// Eq. 19 evaluated directly, O(N²), in double, with unstabilised features and θ_i = base^(−2i/F).
+Vec reference(const Vec& q, const Vec& k, const Vec& v, const Vec& W, const LinearAttentionShape& s) {
+  const bool favor = s.feature_map == FeatureMap::favor;
+  const int64_t F = favor ? s.favor_features : s.Dk, Ck = s.H * s.Dk, Cv = s.H * s.Dv;
+  auto phi = [&](const double* x) {
+    Vec f(F);
+    double half = 0;
+    for (int64_t d = 0; d < s.Dk; ++d) half += 0.5 * x[d] * x[d];
+    for (int64_t j = 0; j < F; ++j) {
+      if (favor) {
+        double wx = 0;
+        for (int64_t d = 0; d < s.Dk; ++d) wx += W[j * s.Dk + d] * x[d];
+        f[j] = std::exp(wx - half) / std::sqrt(static_cast<double>(F));
+      } else {
+        f[j] = x[j] > 0 ? x[j] + 1 : std::exp(x[j]);
+      }
+    }
+    return f;
+  };
+  auto rotated = [&](Vec f, int64_t t) {
+    if (!s.rope) return f;
+    for (int64_t i = 0; i < F / 2; ++i) {
+      const double a = static_cast<double>(s.start + t) * std::pow(s.rope_base, -2.0 * i / F);
+      const double x0 = f[2 * i], x1 = f[2 * i + 1];
+      f[2 * i] = x0 * std::cos(a) - x1 * std::sin(a);
+      f[2 * i + 1] = x1 * std::cos(a) + x0 * std::sin(a);
+    }
+    return f;
+  };
+  Vec out(s.B * s.T * Cv);
+  for (int64_t b = 0; b < s.B; ++b) {
+    for (int64_t h = 0; h < s.H; ++h) {
+      std::vector<Vec> pq, pk;
+      for (int64_t t = 0; t < s.T; ++t) {
+        pq.push_back(phi(&q[(b * s.T + t) * Ck + h * s.Dk]));
+        pk.push_back(phi(&k[(b * s.T + t) * Ck + h * s.Dk]));
+      }
+      for (int64_t m = 0; m < s.T; ++m) {
+        const Vec qr = rotated(pq[m], m);
+        double den = s.eps;
+        Vec num(s.Dv, 0.0);
+        for (int64_t n = 0; n < (s.causal ? m + 1 : s.T); ++n) {
+          const Vec kr = rotated(pk[n], n);
+          double w = 0;
+          for (int64_t j = 0; j < F; ++j) {
+            w += qr[j] * kr[j];
+            den += pq[m][j] * pk[n][j];
+          }
+          for (int64_t j = 0; j < s.Dv; ++j) num[j] += w * v[(b * s.T + n) * Cv + h * s.Dv + j];
+        }
+        for (int64_t j = 0; j < s.Dv; ++j) out[(b * s.T + m) * Cv + h * s.Dv + j] = num[j] / den;
+      }
+    }
+  }
+  return out;
+}
+
+// Random q, k, v (and W for favor) for shape s.
+struct Inputs {
+  Vec q, k, v, W;
+};
+
+Inputs random_inputs(std::mt19937_64& rng, const LinearAttentionShape& s, double scale = 0.7) {
+  const int64_t N = s.B * s.T * s.H;
+  Inputs in{random_vec(rng, N * s.Dk, scale), random_vec(rng, N * s.Dk, scale), random_vec(rng, N * s.Dv), {}};
+  if (s.feature_map == FeatureMap::favor) {
+    in.W.resize(s.favor_features * s.Dk);
+    ops::favor_projection(in.W.data(), s.favor_features, s.Dk, rng(), true);
+  }
+  return in;
+}
+
+template <typename T>
+std::vector<T> forward(const std::vector<T>& q, const std::vector<T>& k, const std::vector<T>& v,
+                       const std::vector<T>& W, const LinearAttentionShape& s, std::vector<T>* saved = nullptr) {
+  std::vector<T> out(s.B * s.T * s.H * s.Dv);
+  if (saved) saved->assign(ops::linear_attention_saved_size(s), T(0));
+  ops::linear_attention_forward(out.data(), saved ? saved->data() : nullptr, q.data(), k.data(), v.data(),
+                                W.empty() ? nullptr : W.data(), s);
+  return out;
+}
+
+// Every combination of feature map, causality and RoPE.
+std::vector<LinearAttentionShape> modes(int64_t B, int64_t T, int64_t H, int64_t Dk, int64_t Dv, int64_t start) {
+  std::vector<LinearAttentionShape> all;
+  for (FeatureMap fm : {FeatureMap::elu_plus_one, FeatureMap::favor}) {
+    for (bool causal : {false, true}) {
+      for (bool rope : {false, true}) all.push_back(make_shape(B, T, H, Dk, Dv, causal, fm, rope, start));
+    }
+  }
+  return all;
+}
+
+TEST(LinearAttention, MatchesDirectQuadraticEvaluation) {
+  std::mt19937_64 rng(1);
+  const int64_t dims[][5] = {{1, 1, 1, 2, 1}, {2, 5, 3, 4, 3}, {1, 9, 2, 6, 5}, {3, 4, 1, 8, 2}};
+  for (const auto& d : dims) {
+    for (int64_t start : {0, 37}) {
+      for (LinearAttentionShape s : modes(d[0], d[1], d[2], d[3], d[4], start)) {
+        if (s.feature_map == FeatureMap::favor) s.favor_features = d[3] == 2 ? 4 : 10;
+        const Inputs in = random_inputs(rng, s);
+        EXPECT_LE(rel_err(forward(in.q, in.k, in.v, in.W, s), reference(in.q, in.k, in.v, in.W, s)), 1e-12)
+            << describe(s);
+      }
+    }
+  }
+}
+
+// eps belongs to the unstabilised denominator: with eps comparable to it, the stabilised op (which
+// shifts every FAVOR logit) must still agree with eq. 19 + eps.
+TEST(LinearAttention, EpsIsAddedToTheUnstabilisedDenominator) {
+  std::mt19937_64 rng(2);
+  for (LinearAttentionShape s : modes(2, 6, 2, 4, 3, 5)) {
+    s.eps = 0.5;
+    const Inputs in = random_inputs(rng, s, 1.5);
+    EXPECT_LE(rel_err(forward(in.q, in.k, in.v, in.W, s), reference(in.q, in.k, in.v, in.W, s)), 1e-12) << describe(s);
+    LinearAttentionShape no_eps = s;
+    no_eps.eps = 0;  // and eps does matter here
+    EXPECT_GT(rel_err(forward(in.q, in.k, in.v, in.W, no_eps), reference(in.q, in.k, in.v, in.W, s)), 1e-3)
+        << describe(s);
+  }
+}
+
+// Loss Σ out·g; central differences for every element of q, k and v, in every mode. Gradients
+// accumulate into what the buffers held.
+TEST(LinearAttention, GradientsMatchCentralDifferences) {
+  std::mt19937_64 rng(3);
+  for (const LinearAttentionShape& s : modes(2, 5, 2, 4, 3, 11)) {
+    Inputs in = random_inputs(rng, s);
+    const Vec g = random_vec(rng, s.B * s.T * s.H * s.Dv);
+    Vec saved;
+    forward(in.q, in.k, in.v, in.W, s, &saved);
+    Vec dq(in.q.size(), 1.0), dk(in.k.size(), 2.0), dv(in.v.size(), 3.0);
+    ops::linear_attention_backward(dq.data(), dk.data(), dv.data(), g.data(), saved.data(), in.q.data(), in.k.data(),
+                                   in.v.data(), in.W.empty() ? nullptr : in.W.data(), s);
+    for (double& x : dq) x -= 1.0;
+    for (double& x : dk) x -= 2.0;
+    for (double& x : dv) x -= 3.0;
+    auto loss = [&] {
+      const Vec out = forward(in.q, in.k, in.v, in.W, s);
+      double l = 0;
+      for (size_t i = 0; i < out.size(); ++i) l += out[i] * g[i];
+      return l;
+    };
+    auto check = [&](const char* what, Vec& param, const Vec& analytic) {
+      for (size_t i = 0; i < param.size(); ++i) {
+        const double saved_value = param[i], h = 1e-6 * std::max(1.0, std::fabs(saved_value));
+        param[i] = saved_value + h;
+        const double up = loss();
+        param[i] = saved_value - h;
+        const double down = loss();
+        param[i] = saved_value;
+        const double numeric = (up - down) / (2 * h);
+        EXPECT_NEAR(analytic[i], numeric, 1e-6 * std::max(1.0, std::fabs(numeric)))
+            << what << "[" << i << "] " << describe(s);
+      }
+    };
+    check("dq", in.q, dq);
+    check("dk", in.k, dk);
+    check("dv", in.v, dv);
+  }
+}
+
+TEST(LinearAttention, FloatMatchesDouble) {
+  std::mt19937_64 rng(4);
+  for (const LinearAttentionShape& s : modes(2, 16, 3, 8, 4, 100)) {
+    const Inputs in = random_inputs(rng, s);
+    const Vec g = random_vec(rng, s.B * s.T * s.H * s.Dv);
+    const auto qf = to_f32(in.q), kf = to_f32(in.k), vf = to_f32(in.v), Wf = to_f32(in.W), gf = to_f32(g);
+    Vec saved;
+    std::vector<float> saved_f;
+    const Vec out = forward(in.q, in.k, in.v, in.W, s, &saved);
+    EXPECT_LE(rel_err(forward(qf, kf, vf, Wf, s, &saved_f), out), 1e-5) << describe(s);
+    Vec dq(in.q.size()), dk(in.k.size()), dv(in.v.size());
+    std::vector<float> dqf(dq.size()), dkf(dk.size()), dvf(dv.size());
+    const double* W = in.W.empty() ? nullptr : in.W.data();
+    ops::linear_attention_backward(dq.data(), dk.data(), dv.data(), g.data(), saved.data(), in.q.data(), in.k.data(),
+                                   in.v.data(), W, s);
+    ops::linear_attention_backward(dqf.data(), dkf.data(), dvf.data(), gf.data(), saved_f.data(), qf.data(), kf.data(),
+                                   vf.data(), Wf.empty() ? nullptr : Wf.data(), s);
+    EXPECT_LE(rel_err(dqf, dq), 2e-5) << "dq " << describe(s);
+    EXPECT_LE(rel_err(dkf, dk), 2e-5) << "dk " << describe(s);
+    EXPECT_LE(rel_err(dvf, dv), 2e-5) << "dv " << describe(s);
+  }
+}
+
+// Token-by-token generation with the recurrent state reproduces the batched causal forward.
+template <typename T>
+void expect_step_matches_forward(const LinearAttentionShape& s, const Inputs& in, double tol) {
+  const std::vector<T> q(in.q.begin(), in.q.end()), k(in.k.begin(), in.k.end()), v(in.v.begin(), in.v.end()),
+      W(in.W.begin(), in.W.end());
+  const std::vector<T> full = forward(q, k, v, W, s);
+  const int64_t Ck = s.H * s.Dk, Cv = s.H * s.Dv;
+  ops::LinearAttentionState<T> st = ops::linear_attention_state<T>(s);
+  EXPECT_EQ(st.pos, s.start);
+  std::vector<T> qt(s.B * Ck), kt(s.B * Ck), vt(s.B * Cv), out(s.B * Cv);
+  for (int64_t t = 0; t < s.T; ++t) {
+    for (int64_t b = 0; b < s.B; ++b) {
+      std::copy_n(&q[(b * s.T + t) * Ck], Ck, &qt[b * Ck]);
+      std::copy_n(&k[(b * s.T + t) * Ck], Ck, &kt[b * Ck]);
+      std::copy_n(&v[(b * s.T + t) * Cv], Cv, &vt[b * Cv]);
+    }
+    ops::linear_attention_step(out.data(), qt.data(), kt.data(), vt.data(), W.empty() ? nullptr : W.data(), s, st);
+    double err = 0, mag = 0;
+    for (int64_t b = 0; b < s.B; ++b) {
+      for (int64_t j = 0; j < Cv; ++j) {
+        const double want = full[(b * s.T + t) * Cv + j];
+        err = std::max(err, std::fabs(static_cast<double>(out[b * Cv + j]) - want));
+        mag = std::max(mag, std::fabs(want));
+      }
+    }
+    EXPECT_LE(err, tol * std::max(1.0, mag)) << "token " << t << " " << describe(s);
+  }
+  EXPECT_EQ(st.pos, s.start + s.T);
+}
+
+TEST(LinearAttention, StepMatchesBatchedCausalForward) {
+  std::mt19937_64 rng(5);
+  for (const LinearAttentionShape& s : modes(2, 12, 3, 6, 4, 9)) {
+    if (!s.causal) continue;
+    Inputs in = random_inputs(rng, s);
+    // Rising key norms move the FAVOR running max, exercising the state's rescaling.
+    for (size_t i = 0; i < in.k.size(); ++i) in.k[i] *= 0.5 + static_cast<double>(i) / in.k.size() * 2.0;
+    expect_step_matches_forward<double>(s, in, 1e-12);
+    expect_step_matches_forward<float>(s, in, 1e-5);
+  }
+}
+
+// RoPE's relative-position property: numerator terms (R_m φ(q))ᵀ(R_n φ(k)) depend on m − n only and
+// the denominator on no position, so shifting every position leaves the output unchanged, while RoPE
+// itself does change it.
+TEST(LinearAttention, OutputDependsOnlyOnRelativePositions) {
+  std::mt19937_64 rng(6);
+  for (LinearAttentionShape s : modes(2, 7, 2, 6, 3, 0)) {
+    if (!s.rope) continue;
+    const Inputs in = random_inputs(rng, s);
+    const Vec base = forward(in.q, in.k, in.v, in.W, s);
+    for (int64_t start : {1, 1000, 123456}) {
+      s.start = start;
+      EXPECT_LE(rel_err(forward(in.q, in.k, in.v, in.W, s), base), 1e-9) << describe(s);
+    }
+    s.rope = false;
+    EXPECT_GT(rel_err(forward(in.q, in.k, in.v, in.W, s), base), 1e-3) << describe(s);
+  }
+}
+
+TEST(LinearAttention, FavorProjectionIsSeededAndOrthogonalInBlocks) {
+  const int64_t m = 10, D = 4;
+  Vec W(m * D), again(m * D), other(m * D);
+  ops::favor_projection(W.data(), m, D, 42, true);
+  ops::favor_projection(again.data(), m, D, 42, true);
+  ops::favor_projection(other.data(), m, D, 43, true);
+  EXPECT_EQ(W, again);
+  EXPECT_NE(W, other);
+  auto dot = [&](int64_t i, int64_t j) {
+    double s = 0;
+    for (int64_t d = 0; d < D; ++d) s += W[i * D + d] * W[j * D + d];
+    return s;
+  };
+  for (int64_t b0 = 0; b0 < m; b0 += D) {  // blocks of rows 0-3, 4-7, 8-9
+    for (int64_t i = b0; i < std::min(m, b0 + D); ++i) {
+      for (int64_t j = b0; j < i; ++j) EXPECT_NEAR(dot(i, j) / std::sqrt(dot(i, i) * dot(j, j)), 0.0, 1e-12);
+    }
+  }
+  EXPECT_NE(dot(0, 0), dot(1, 1));  // chi-distributed norms, not unit rows
+  std::vector<float> Wf(m * D);
+  ops::favor_projection(Wf.data(), m, D, 42, true);
+  EXPECT_LE(rel_err(Wf, W), 1e-7);
+}
+
+// E[φ(q)·φ(k)] = exp(q·k): with many features, normalised weights approach softmax(q·k). Values
+// one-hot per key (Dv = T, v_n = e_n) make the output the weight row.
+TEST(LinearAttention, FavorApproximatesTheSoftmaxKernel) {
+  std::mt19937_64 rng(7);
+  const int64_t T = 4, D = 4;
+  for (bool orthogonal : {true, false}) {
+    LinearAttentionShape s = make_shape(1, T, 1, D, T, false, FeatureMap::favor, false, 0, 8192);
+    s.eps = 0;
+    const Vec q = random_vec(rng, T * D, 0.5), k = random_vec(rng, T * D, 0.5);
+    Vec v(T * T, 0.0), W(s.favor_features * D);
+    for (int64_t n = 0; n < T; ++n) v[n * T + n] = 1;
+    ops::favor_projection(W.data(), s.favor_features, D, 99, orthogonal);
+    const Vec out = forward(q, k, v, W, s);
+    for (int64_t m = 0; m < T; ++m) {
+      Vec w(T);
+      double sum = 0;
+      for (int64_t n = 0; n < T; ++n) {
+        double qk = 0;
+        for (int64_t d = 0; d < D; ++d) qk += q[m * D + d] * k[n * D + d];
+        sum += w[n] = std::exp(qk);
+      }
+      for (int64_t n = 0; n < T; ++n) EXPECT_NEAR(out[m * T + n], w[n] / sum, 0.02) << m << "," << n;
+    }
+  }
+}
+
+// Logits with a large common offset, ≈ −150 (features underflow float's exp: 0/0 unstabilised) or
+// ≈ +200 (they overflow it), yet the stabilised float op matches eq. 19 evaluated in double. W and the
+// inputs are built so that the offset is large and the spread across features moderate: W = [G | 0 c]
+// with G (m, 4) random features and c constant, x = (x_0..3 small, x_4, x_5), so ℓ_j = g_j·x_0..3 +
+// c·x_5 − ‖x‖²/2. Offsets differ from token to token and keys come in decreasing order, which moves
+// the causal running max.
+TEST(LinearAttention, FavorIsStableAtExtremeLogits) {
+  std::mt19937_64 rng(8);
+  std::uniform_real_distribution<double> unif(0, 1);
+  const int64_t Dk = 6, G = 4;
+  for (bool overflow : {false, true}) {
+    for (bool causal : {false, true}) {
+      LinearAttentionShape s = make_shape(1, 10, 2, Dk, 3, causal, FeatureMap::favor, true, 3, 8);
+      s.eps = overflow ? 1e-6 : 0;  // with offsets ≈ −150 any eps > 0 would swamp the true ≈ e^-300 denominator
+      Inputs in = random_inputs(rng, s, 0.7);
+      const double c = overflow ? 20 : 0;
+      Vec gw(s.favor_features * G);
+      ops::favor_projection(gw.data(), s.favor_features, G, 77);
+      for (int64_t j = 0; j < s.favor_features; ++j) {
+        for (int64_t d = 0; d < Dk; ++d) in.W[j * Dk + d] = d < G ? gw[j * G + d] : (d == 5 ? c : 0.0);
+      }
+      const int64_t rows = s.B * s.T * s.H;
+      for (Vec* x : {&in.q, &in.k}) {
+        for (int64_t r = 0; r < rows; ++r) {
+          const double order = x == &in.k ? 1.0 - static_cast<double>(r) / rows : unif(rng);  // keys: decreasing
+          (*x)[r * Dk + 4] = overflow ? 8 * (1 - order) : 10 + 8 * order;
+          (*x)[r * Dk + 5] = overflow ? 20 + 0.1 * unif(rng) : 10;
+        }
+      }
+      const auto qf = to_f32(in.q), kf = to_f32(in.k), vf = to_f32(in.v), Wf = to_f32(in.W);
+      Vec saved;
+      std::vector<float> saved_f;
+      const auto got = forward(qf, kf, vf, Wf, s, &saved_f);
+      for (float x : got) ASSERT_TRUE(std::isfinite(x)) << describe(s);
+      EXPECT_LE(rel_err(got, reference(in.q, in.k, in.v, in.W, s)), 1e-4) << describe(s);
+      // The float backward agrees with the double one (itself checked by central differences above).
+      forward(in.q, in.k, in.v, in.W, s, &saved);
+      const Vec g = random_vec(rng, got.size());
+      const auto gf = to_f32(g);
+      Vec dq(in.q.size()), dk(in.k.size()), dv(in.v.size());
+      std::vector<float> dqf(dq.size()), dkf(dk.size()), dvf(dv.size());
+      ops::linear_attention_backward(dq.data(), dk.data(), dv.data(), g.data(), saved.data(), in.q.data(), in.k.data(),
+                                     in.v.data(), in.W.data(), s);
+      ops::linear_attention_backward(dqf.data(), dkf.data(), dvf.data(), gf.data(), saved_f.data(), qf.data(),
+                                     kf.data(), vf.data(), Wf.data(), s);
+      EXPECT_LE(rel_err(dqf, dq), 1e-3) << "dq " << describe(s);
+      EXPECT_LE(rel_err(dkf, dk), 1e-3) << "dk " << describe(s);
+      EXPECT_LE(rel_err(dvf, dv), 1e-3) << "dv " << describe(s);
+    }
+  }
+}
+
+template <typename F>
+void expect_invalid(F&& f, const std::string& needle) {
+  try {
+    f();
+    ADD_FAILURE() << "no exception; expected one mentioning '" << needle << "'";
+  } catch (const std::invalid_argument& e) {
+    EXPECT_NE(std::string(e.what()).find(needle), std::string::npos) << e.what();
+  }
+}
+
+TEST(LinearAttention, RejectsBadInput) {
+  std::vector<float> buf(1024, 0.1f), W(64, 0.1f);
+  auto fwd = [&](const LinearAttentionShape& s, const float* w) {
+    ops::linear_attention_forward(buf.data(), buf.data(), buf.data(), buf.data(), buf.data(), w, s);
+  };
+  // Odd F with RoPE: elu + 1 (F = Dk) and favor (F = m).
+  expect_invalid([&] { fwd(make_shape(1, 2, 1, 3, 2, false, FeatureMap::elu_plus_one, true), nullptr); },
+                 "feature dimension F must be even; got F = 3");
+  expect_invalid([&] { fwd(make_shape(1, 2, 1, 4, 2, true, FeatureMap::favor, true, 0, 5), W.data()); },
+                 "must be even; got F = 5");
+  expect_invalid(
+      [&] { ops::linear_attention_state<float>(make_shape(1, 1, 1, 3, 1, true, FeatureMap::elu_plus_one, true)); },
+      "must be even");
+  // Without RoPE an odd F is fine.
+  EXPECT_NO_THROW(fwd(make_shape(1, 2, 1, 3, 2, false, FeatureMap::elu_plus_one, false), nullptr));
+  EXPECT_NO_THROW(fwd(make_shape(1, 2, 1, 4, 2, false, FeatureMap::favor, false, 0, 5), W.data()));
+  expect_invalid([&] { fwd(make_shape(1, 2, 1, 4, 2, false, FeatureMap::favor, true, 0, 6), nullptr); },
+                 "projection W");
+  expect_invalid([&] { fwd(make_shape(1, 2, 1, 4, 2, false, FeatureMap::favor, true, 0, 0), W.data()); },
+                 "favor_features");
+  LinearAttentionShape s = make_shape(1, 2, 1, 4, 2, false, FeatureMap::elu_plus_one, true);
+  s.favor_features = 6;
+  expect_invalid([&] { fwd(s, nullptr); }, "favor_features must be 0 or Dk");
+  s = make_shape(1, 2, 1, 4, 2, false, FeatureMap::elu_plus_one, true);
+  s.eps = -1;
+  expect_invalid([&] { fwd(s, nullptr); }, "eps");
+  expect_invalid([&] { fwd(make_shape(0, 2, 1, 4, 2, false, FeatureMap::elu_plus_one, true), nullptr); }, "bad shape");
+  expect_invalid(
+      [&] {
+        ops::linear_attention_backward(buf.data(), buf.data(), buf.data(), buf.data(),
+                                       static_cast<const float*>(nullptr), buf.data(), buf.data(), buf.data(), nullptr,
+                                       make_shape(1, 2, 1, 4, 2, false, FeatureMap::elu_plus_one, true));
+      },
+      "saved");
+  auto st = ops::linear_attention_state<float>(make_shape(1, 1, 1, 4, 2, true, FeatureMap::elu_plus_one, true));
+  expect_invalid(
+      [&] {
+        ops::linear_attention_step(buf.data(), buf.data(), buf.data(), buf.data(), nullptr,
+                                   make_shape(2, 1, 1, 4, 2, true, FeatureMap::elu_plus_one, true), st);
+      },
+      "state does not match");
+  expect_invalid([&] { ops::favor_projection(W.data(), 0, 4, 1); }, "favor_projection");
+}
+
+}  // namespace
