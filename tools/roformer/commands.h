@@ -55,6 +55,14 @@ struct DecayOptions {
 };
 int rope_decay(const DecayOptions& options);
 
+struct BenchAttentionOptions {
+  std::vector<int64_t> lengths = {512, 1024, 2048, 4096, 8192, 16384, 32768};
+  int64_t heads = 4, head_dim = 64, performer_features = 64;
+  int repetitions = 2, threads = 0;
+  double max_softmax_bytes = 4e9;  // skip softmax where its (H, T, T) probabilities exceed this
+};
+int bench_attention(const BenchAttentionOptions& options);
+
 // Adds train, eval and generate to app; the returned function runs whichever was parsed (-1: none).
 std::function<int()> add_model_commands(CLI::App& app);
 

@@ -67,6 +67,15 @@ int main(int argc, char** argv) {
   plot_runs_cmd->add_option("--title", plot_runs.title, "Chart title");
   plot_runs_cmd->add_option("--baseline", plot_runs.baseline, "Dashed unigram-baseline line at this loss");
 
+  roformer::BenchAttentionOptions bench_att;
+  CLI::App* bench_att_cmd = bench->add_subcommand("attention", "Softmax vs linear attention: time per token vs length");
+  bench_att_cmd->add_option("--lengths", bench_att.lengths, "Sequence lengths")->delimiter(',');
+  bench_att_cmd->add_option("--heads", bench_att.heads, "Heads")->check(CLI::PositiveNumber);
+  bench_att_cmd->add_option("--head-dim", bench_att.head_dim, "Head dimension (even)")->check(CLI::PositiveNumber);
+  bench_att_cmd->add_option("--performer-features", bench_att.performer_features, "FAVOR+ features (even)");
+  bench_att_cmd->add_option("--repetitions", bench_att.repetitions, "Best of")->check(CLI::Range(1, 100));
+  bench_att_cmd->add_option("--threads", bench_att.threads, "OpenMP threads (0: all)")->check(CLI::NonNegativeNumber);
+
   const auto run_model_command = roformer::add_model_commands(app);
 
   CLI11_PARSE(app, argc, argv);
@@ -76,6 +85,7 @@ int main(int argc, char** argv) {
     if (bench_cmd->parsed()) return roformer::bench_rope(bench_rope);
     if (decay_cmd->parsed()) return roformer::rope_decay(decay);
     if (plot_runs_cmd->parsed()) return roformer::plot_runs(plot_runs);
+    if (bench_att_cmd->parsed()) return roformer::bench_attention(bench_att);
     if (bench_train_cmd->parsed()) return roformer::bench_train(bench_train);
   } catch (const std::exception& e) {
     fmt::print(stderr, "roformer: error: {}\n", e.what());
