@@ -6,13 +6,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 out="${1:-data/kjv.txt}"
 if [ -s "$out" ]; then echo "corpus: $out already present"; exit 0; fi
-if ! command -v bible >/dev/null; then
-  sudo=""
-  [ "$(id -u)" -ne 0 ] && sudo="sudo"
-  export DEBIAN_FRONTEND=noninteractive
-  $sudo apt-get update -q
-  $sudo apt-get install -y -q --no-install-recommends bible-kjv bible-kjv-text
-fi
+command -v bible >/dev/null || scripts/apt-install.sh bible-kjv bible-kjv-text
 mkdir -p "$(dirname "$out")"
 bible "gen1:1-rev22:21" > "$out.tmp"
 mv "$out.tmp" "$out"

@@ -1,9 +1,16 @@
 // The RoFormer encoder against Hugging Face transformers 4.40.2 (../shared/fixtures/roformer-hf):
 // embedding_output, every hidden state, every attention map and the MLM logits, within the fixtures'
 // tolerance |ours − HF| <= 1e-5 + 1e-4·|HF|. A failure names the first tensor that drifts.
+// The same comparison runs on a directory named by ROFORMER_ROUNDTRIP_DIR (skipped when unset): a
+// checkpoint of ours plus the io.safetensors that tests/hf/hf_logits.py wrote after loading it with
+// transformers' from_pretrained (tests/hf/roundtrip.sh drives it).
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
 
 #include "io/safetensors.h"
 #include "model/roformer.h"
@@ -19,10 +26,9 @@ int64_t first_mismatch(const std::vector<float>& ours, const std::vector<float>&
   return -1;
 }
 
-class RoformerParity : public ::testing::TestWithParam<const char*> {};
-
-TEST_P(RoformerParity, MatchesHuggingFaceLayerByLayer) {
-  const std::string dir = std::string(ROFORMER_FIXTURES) + "/" + GetParam();
+// dir holds config.json, model.safetensors (HF names) and io.safetensors (inputs and HF's outputs).
+void expect_matches_hf(const std::string& dir) {
+  SCOPED_TRACE(dir);
   const auto cfg = model::RoFormerConfig::from_json_file(dir + "/config.json");
   const io::SafeTensors weights(dir + "/model.safetensors");
   const io::SafeTensors ref(dir + "/io.safetensors");
@@ -51,6 +57,28 @@ TEST_P(RoformerParity, MatchesHuggingFaceLayerByLayer) {
   }
   bad = first_mismatch(view(m.logits(), N * cfg.vocab_size), ref.f32("logits"));
   ASSERT_EQ(bad, -1) << "logits drift first, at element " << bad;
+  const auto hf_logits = ref.f32("logits");
+  double worst = 0, scale = 0;
+  for (size_t i = 0; i < hf_logits.size(); ++i) {
+    worst = std::max(worst, std::fabs(double(m.logits()[i]) - hf_logits[i]));
+    scale = std::max(scale, std::fabs(double(hf_logits[i])));
+  }
+  std::printf("%s: logits max |ours - HF| = %.3g (max |HF| = %.3g)\n", dir.c_str(), worst, scale);
+}
+
+class RoformerParity : public ::testing::TestWithParam<const char*> {};
+
+TEST_P(RoformerParity, MatchesHuggingFaceLayerByLayer) {
+  expect_matches_hf(std::string(ROFORMER_FIXTURES) + "/" + GetParam());
+}
+
+TEST(RoformerRoundTrip, CheckpointMatchesHuggingFace) {
+  const char* dir = std::getenv("ROFORMER_ROUNDTRIP_DIR");
+  if (dir == nullptr || *dir == '\0') GTEST_SKIP() << "ROFORMER_ROUNDTRIP_DIR is not set (tests/hf/roundtrip.sh sets it)";
+  for (const char* f : {"config.json", "model.safetensors", "io.safetensors"}) {
+    ASSERT_TRUE(std::filesystem::exists(std::string(dir) + "/" + f)) << dir << " has no " << f;
+  }
+  expect_matches_hf(dir);
 }
 
 INSTANTIATE_TEST_SUITE_P(Fixtures, RoformerParity,

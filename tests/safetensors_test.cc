@@ -1,6 +1,8 @@
-// The safetensors reader: the fixtures load, and every malformed file gets io::Error naming the file
-// and the problem (and never a read outside the file; the debug preset runs this under ASan).
+// The safetensors reader: the fixtures load (memory-mapped, or read when the file is a pipe), F16/BF16
+// widen to fp32, and every malformed file gets io::Error naming the file and the problem (and never a
+// read outside the file; the debug preset runs this under ASan).
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <cstdio>
 #include <fstream>
@@ -82,6 +84,38 @@ TEST(SafeTensors, RejectsMalformedFiles) {
                "non-negative");
   expect_error(write_file("missing.st", R"({"a":{"dtype":"F32","shape":[2]}})", ""), "needs dtype, shape and data_offsets");
   expect_error(::testing::TempDir() + "does_not_exist.st", "cannot open");
+  expect_error(write_file("dup.st",
+                          R"({"a":{"dtype":"F32","shape":[1],"data_offsets":[0,4]},"a":{"dtype":"F32","shape":[1],"data_offsets":[4,8]}})",
+                          std::string(8, '\0')),
+               "duplicate key 'a' in header");
+  {
+    const std::string path = ::testing::TempDir() + "empty.st";
+    std::ofstream(path, std::ios::binary).flush();
+    expect_error(path, "truncated: 0 bytes");
+  }
+  expect_error(::testing::TempDir(), "is a directory");
+}
+
+TEST(SafeTensors, WidensHalfAndBfloat16AndReadsPipes) {
+  const uint16_t half[3] = {0x3c00, 0xc100, 0x0001}, bf16[2] = {0x3f80, 0xc020};  // 1, -2.5, 2^-24 | 1, -2.5
+  const float f[1] = {7.0f};
+  const std::string bytes = io::safetensors_bytes(
+      {{"h", io::DType::F16, {3}, half}, {"b", io::DType::BF16, {2}, bf16}, {"f", io::DType::F32, {1}, f}});
+  const std::string path = ::testing::TempDir() + "half.safetensors";
+  io::write_file_atomic(path, bytes);
+  const io::SafeTensors st(path);
+  EXPECT_EQ(st.f32("h", {3}), (std::vector<float>{1.0f, -2.5f, 0x1p-24f}));
+  EXPECT_EQ(st.f32("b"), (std::vector<float>{1.0f, -2.5f}));
+  EXPECT_THROW(st.i64("h"), io::Error);
+  int fds[2];
+  ASSERT_EQ(pipe(fds), 0);  // not mappable: read instead
+  ASSERT_EQ(write(fds[1], bytes.data(), bytes.size()), static_cast<ssize_t>(bytes.size()));
+  close(fds[1]);
+  const std::string pipe_path = "/proc/self/fd/" + std::to_string(fds[0]);
+  const io::SafeTensors piped(pipe_path);
+  close(fds[0]);
+  EXPECT_EQ(piped.f32("f"), std::vector<float>{7.0f});
+  EXPECT_EQ(piped.names(), st.names());
 }
 
 TEST(RoFormerConfig, ReadsHfFieldsAndRejectsBadValues) {

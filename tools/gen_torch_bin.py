@@ -3,16 +3,19 @@
 
     /usr/bin/python3 tools/gen_torch_bin.py ../shared/fixtures/roformer-hf tests/data/torch_bin
 
-Needs Debian's python3-torch (PyTorch 1.13) and numpy; deterministic (fixed seeds, fixed zip times).
+Needs Debian's python3-torch (PyTorch 1.13) and numpy. Deterministic (fixed seeds, fixed zip times)
+except the legacy-format files, whose storage keys PyTorch takes from memory addresses.
 Outputs, all small (< 1 MB together):
   case1_mlm_basic.bin              the fixture's model.safetensors through torch.save, plus the tied
                                    decoder weight/bias as HF's pytorch_model.bin has them (shared storages)
+                                   and the state dict's _metadata (pickled with BUILD)
   case2_embproj_rotary_value.bin   the same with non-contiguous tensors: a transposed weight, a
                                    transposed-then-sliced view with a storage offset, q/k/v biases as
                                    slices of one shared storage, an nn.Parameter
   case3_seq_eq_max_positions.bin   legacy LayerNorm names (gamma/beta), re-zipped with deflate
   dtypes.bin, dtypes_legacy.bin    F32/F16/BF16/I64/F64, special values, strides 0, 0-dim, empty, shared
-                                   storages; zip and legacy (pre-1.6, _use_new_zipfile_serialization=False)
+                                   storages, in a plain dict; zip and legacy (pre-1.6 format,
+                                   _use_new_zipfile_serialization=False)
   dtypes.safetensors               what dtypes.bin holds, contiguous, plus <name>.as_f32 = tensor.float()
   bad_*.bin                        malicious and malformed files that the reader must reject
 """
@@ -126,11 +129,17 @@ class Evil:
         return (self.fn, (self.arg,))
 
 
+def hf_metadata():
+    return collections.OrderedDict([("", {"version": 1}), ("roformer", {"version": 1}),
+                                    ("roformer.embeddings.LayerNorm", {"version": 1})])
+
+
 def fixture_bins(fixtures, out):
     c1 = read_safetensors(os.path.join(fixtures, "case1_mlm_basic/model.safetensors"))
     sd = collections.OrderedDict(c1)
     sd["cls.predictions.decoder.weight"] = sd["roformer.embeddings.word_embeddings.weight"]  # tied: one storage
     sd["cls.predictions.decoder.bias"] = sd["cls.predictions.bias"]
+    sd._metadata = hf_metadata()  # as module.state_dict() has it: pickled as BUILD of the OrderedDict
     save(sd, os.path.join(out, "case1_mlm_basic.bin"))
 
     c2 = read_safetensors(os.path.join(fixtures, "case2_embproj_rotary_value/model.safetensors"))
@@ -149,6 +158,7 @@ def fixture_bins(fixtures, out):
     assert sd[pre + "output.dense.weight"].storage_offset() > 0
     for k in c2:
         assert torch.equal(sd[k], c2[k]), k
+    sd._metadata = hf_metadata()
     save(sd, os.path.join(out, "case2_embproj_rotary_value.bin"))
 
     c3 = read_safetensors(os.path.join(fixtures, "case3_seq_eq_max_positions/model.safetensors"))
@@ -170,7 +180,7 @@ def dtype_bins(out):
     f16 = torch.cat([torch.tensor(special).half(), torch.randn(20).half()])
     bf16 = torch.cat([torch.tensor(special).bfloat16(), torch.randn(20).bfloat16()])
     base = torch.randn(5, 6)
-    sd = collections.OrderedDict()
+    sd = {}  # a plain dict this time (EMPTY_DICT rather than OrderedDict)
     sd["f32"] = torch.randn(3, 4)
     sd["f32_transposed"] = base.t()
     sd["f32_rows"] = base[1:4]  # shares base's storage, offset 6

@@ -3,21 +3,12 @@
 
 #include <algorithm>
 #include <cstring>
-#include <fstream>
 #include <nlohmann/json.hpp>
+
+#include "strict_json.h"
 
 namespace io {
 namespace {
-
-size_t dtype_size(DType d) {
-  switch (d) {
-    case DType::F64: case DType::I64: return 8;
-    case DType::F32: case DType::I32: return 4;
-    case DType::F16: case DType::BF16: case DType::I16: return 2;
-    case DType::I8: case DType::U8: case DType::BOOL: return 1;
-  }
-  return 0;
-}
 
 const std::map<std::string, DType>& dtype_names() {
   static const std::map<std::string, DType> names = {
@@ -34,44 +25,23 @@ bool parse_dtype(const std::string& s, DType* d) {
   return true;
 }
 
-std::string shape_str(const std::vector<int64_t>& shape) {
-  std::string s = "[";
-  for (size_t i = 0; i < shape.size(); ++i) s += (i ? ", " : "") + std::to_string(shape[i]);
-  return s + "]";
-}
-
 }  // namespace
 
-int64_t Tensor::numel() const {
-  int64_t n = 1;
-  for (int64_t d : shape) n *= d;
-  return n;
-}
-
-SafeTensors::SafeTensors(const std::string& path) : path_(path) {
+SafeTensors::SafeTensors(const std::string& path, Names names) : WeightStore(path), file_(path) {
   auto fail = [&](const std::string& what) { return Error(path + ": " + what); };
-  std::ifstream in(path, std::ios::binary | std::ios::ate);
-  if (!in) throw fail("cannot open");
-  const std::streamoff size = in.tellg();
+  const uint8_t* bytes = file_.data();
+  const size_t size = file_.size();
   if (size < 8) throw fail("truncated: " + std::to_string(size) + " bytes, no header length");
-  file_.resize(static_cast<size_t>(size));
-  in.seekg(0);
-  if (!in.read(reinterpret_cast<char*>(file_.data()), size)) throw fail("read error");
   uint64_t header_len = 0;
-  for (int i = 7; i >= 0; --i) header_len = (header_len << 8) | file_[i];  // little-endian
-  if (header_len > file_.size() - 8) {
+  for (int i = 7; i >= 0; --i) header_len = (header_len << 8) | bytes[i];  // little-endian
+  if (header_len > size - 8) {
     throw fail("header length " + std::to_string(header_len) + " exceeds the file (" + std::to_string(size) +
                " bytes)");
   }
-  nlohmann::json header;
-  try {
-    header = nlohmann::json::parse(file_.begin() + 8, file_.begin() + 8 + static_cast<std::ptrdiff_t>(header_len));
-  } catch (const nlohmann::json::exception& e) {
-    throw fail(std::string("header is not valid JSON: ") + e.what());
-  }
+  const nlohmann::json header = detail::parse_json_strict(bytes + 8, bytes + 8 + header_len, path, "header");
   if (!header.is_object()) throw fail("header is not a JSON object");
-  const uint8_t* data = file_.data() + 8 + header_len;
-  const uint64_t data_size = file_.size() - 8 - header_len;
+  const uint8_t* data = bytes + 8 + header_len;
+  const uint64_t data_size = size - 8 - header_len;
   std::vector<std::pair<uint64_t, uint64_t>> ranges;
   for (const auto& [name, info] : header.items()) {
     if (name == "__metadata__") {
@@ -115,42 +85,14 @@ SafeTensors::SafeTensors(const std::string& path) : path_(path) {
     }
     t.data = data + begin;
     t.bytes = end - begin;
-    ranges.emplace_back(begin, end);
+    if (t.bytes) ranges.emplace_back(begin, end);
     tensors_.emplace(name, std::move(t));
   }
   std::sort(ranges.begin(), ranges.end());
   for (size_t i = 1; i < ranges.size(); ++i) {
     if (ranges[i].first < ranges[i - 1].second) throw fail("tensors overlap in the data section");
   }
-}
-
-const Tensor& SafeTensors::at(const std::string& name) const {
-  auto it = tensors_.find(name);
-  if (it == tensors_.end()) throw Error(path_ + ": no tensor '" + name + "'");
-  return it->second;
-}
-
-const Tensor& SafeTensors::checked(const std::string& name, DType dtype, const std::vector<int64_t>& shape) const {
-  const Tensor& t = at(name);
-  if (t.dtype != dtype) throw Error(path_ + ": tensor '" + name + "' has an unexpected dtype");
-  if (!shape.empty() && t.shape != shape) {
-    throw Error(path_ + ": tensor '" + name + "' has shape " + shape_str(t.shape) + ", expected " + shape_str(shape));
-  }
-  return t;
-}
-
-std::vector<float> SafeTensors::f32(const std::string& name, const std::vector<int64_t>& shape) const {
-  const Tensor& t = checked(name, DType::F32, shape);
-  std::vector<float> out(static_cast<size_t>(t.numel()));
-  std::memcpy(out.data(), t.data, t.bytes);
-  return out;
-}
-
-std::vector<int64_t> SafeTensors::i64(const std::string& name, const std::vector<int64_t>& shape) const {
-  const Tensor& t = checked(name, DType::I64, shape);
-  std::vector<int64_t> out(static_cast<size_t>(t.numel()));
-  std::memcpy(out.data(), t.data, t.bytes);
-  return out;
+  apply_names(names);
 }
 
 std::string safetensors_bytes(const std::vector<TensorView>& tensors,
@@ -163,11 +105,7 @@ std::string safetensors_bytes(const std::vector<TensorView>& tensors,
     int64_t numel = 1;
     for (int64_t d : t.shape) numel *= d;
     const size_t bytes = static_cast<size_t>(numel) * dtype_size(t.dtype);
-    std::string dtype;
-    for (const auto& [name, d] : dtype_names()) {
-      if (d == t.dtype) dtype = name;
-    }
-    header[t.name] = {{"dtype", dtype}, {"shape", t.shape}, {"data_offsets", {offset, offset + bytes}}};
+    header[t.name] = {{"dtype", dtype_name(t.dtype)}, {"shape", t.shape}, {"data_offsets", {offset, offset + bytes}}};
     offset += bytes;
   }
   std::string text = header.dump();

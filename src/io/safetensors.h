@@ -1,54 +1,30 @@
 // A validating reader and a writer for the safetensors format: 8-byte little-endian header length, a JSON header
 // {name: {dtype, shape, data_offsets: [begin, end]}, "__metadata__": {...}}, then the data. Every
 // malformed file is rejected with io::Error naming the file and the problem; nothing is read outside
-// the file. The whole file is read into memory (memory-mapping comes with the loaders).
+// the file. The file is memory-mapped (io::MappedFile): tensors are views into the mapping.
 #pragma once
 
 #include <cstdint>
 #include <map>
-#include <stdexcept>
 #include <string>
 #include <vector>
 
+#include "io/mapped_file.h"
+#include "io/weights.h"
+
 namespace io {
 
-class Error : public std::runtime_error {
+class SafeTensors : public WeightStore {
  public:
-  using std::runtime_error::runtime_error;
-};
+  // Maps and validates `path`; throws io::Error. `names`: see io::Names.
+  explicit SafeTensors(const std::string& path, Names names = Names::kAsStored);
 
-enum class DType { F64, F32, F16, BF16, I64, I32, I16, I8, U8, BOOL };
-
-struct Tensor {
-  DType dtype;
-  std::vector<int64_t> shape;
-  const uint8_t* data;  // inside the owning SafeTensors
-  size_t bytes;
-  int64_t numel() const;
-};
-
-class SafeTensors {
- public:
-  // Reads and validates `path`; throws io::Error.
-  explicit SafeTensors(const std::string& path);
-
-  bool contains(const std::string& name) const { return tensors_.count(name) != 0; }
-  // The tensor `name`; throws io::Error if it is missing.
-  const Tensor& at(const std::string& name) const;
-  // `name` as fp32 values, checking dtype F32 and, if given, the expected shape.
-  std::vector<float> f32(const std::string& name, const std::vector<int64_t>& shape = {}) const;
-  // `name` as int64 values (dtype I64).
-  std::vector<int64_t> i64(const std::string& name, const std::vector<int64_t>& shape = {}) const;
-  const std::map<std::string, Tensor>& tensors() const { return tensors_; }
-  const std::string& path() const { return path_; }
+  // contains, at, f32 (F32, or F16/BF16 widened), i64, tensors, names, path: see io::WeightStore.
   // The string-to-string "__metadata__" map (empty when absent).
   const std::map<std::string, std::string>& metadata() const { return metadata_; }
 
  private:
-  const Tensor& checked(const std::string& name, DType dtype, const std::vector<int64_t>& shape) const;
-  std::string path_;
-  std::vector<uint8_t> file_;
-  std::map<std::string, Tensor> tensors_;
+  MappedFile file_;
   std::map<std::string, std::string> metadata_;
 };
 

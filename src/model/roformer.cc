@@ -211,7 +211,7 @@ void RoFormer<T>::init_weights(uint64_t seed) {
 }
 
 template <typename T>
-void RoFormer<T>::load(const io::SafeTensors& w) {
+void RoFormer<T>::load(const io::WeightStore& w) {
   for (const ParamInfo& info : layout_) {
     if (!w.contains(info.name)) throw io::Error(w.path() + ": missing tensor " + info.name);
     const std::vector<float> values = w.f32(info.name, info.shape);
@@ -224,6 +224,13 @@ void RoFormer<T>::load(const io::SafeTensors& w) {
       const auto dec = w.f32(name, {cfg_.vocab_size, cfg_.embedding_size});
       if (!std::equal(dec.begin(), dec.end(), p.word)) {
         throw io::Error(w.path() + ": cls.predictions.decoder.weight differs from the tied word embeddings");
+      }
+      continue;
+    }
+    if (name == "cls.predictions.decoder.bias") {  // tied: pytorch_model.bin files store it too
+      const auto bias = w.f32(name, {cfg_.vocab_size});
+      if (!std::equal(bias.begin(), bias.end(), p.decoder_bias)) {
+        throw io::Error(w.path() + ": cls.predictions.decoder.bias differs from the tied cls.predictions.bias");
       }
       continue;
     }

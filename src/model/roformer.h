@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "io/safetensors.h"
+#include "io/weights.h"
 #include "rope/rope.h"
 #include "model/config.h"
 #include "model/params.h"
@@ -53,9 +54,10 @@ class RoFormer {
   // HF's initialisation: N(0, initializer_range) for matrices and embeddings (the padding row 0),
   // zero biases, unit LayerNorm weights. A pure function of seed.
   void init_weights(uint64_t seed);
-  // Copies every tensor of the layout from an HF state dict. HF's fixed sinusoidal table and a
-  // stored tied decoder weight are accepted; a missing, misshaped or unexpected tensor throws io::Error.
-  void load(const io::SafeTensors& weights);
+  // Copies every tensor of the layout from an HF state dict (any io::WeightStore: model.safetensors,
+  // a sharded index, pytorch_model.bin; F16/BF16 are widened). HF's fixed sinusoidal table and a stored
+  // tied decoder weight/bias are accepted; a missing, misshaped or unexpected tensor throws io::Error.
+  void load(const io::WeightStore& weights);
 
   // Runs the network on a batch; with targets, returns the mean cross-entropy over counted
   // positions (0 when none count). training turns dropout on, with masks drawn from dropout_seed.

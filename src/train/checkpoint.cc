@@ -124,9 +124,9 @@ std::string latest_checkpoint(const std::string& out_dir) {
 
 LoadedModel load_model(const std::string& dir) {
   auto cfg = model::RoFormerConfig::from_json_file(dir + "/config.json");
-  const io::SafeTensors weights(dir + "/model.safetensors");
+  const auto weights = io::open_weights(dir);  // model.safetensors, its sharded index, or pytorch_model.bin
   auto m = std::make_unique<model::RoFormer<float>>(cfg);
-  m->load(weights);
+  m->load(*weights);
   auto tok = data::Tokenizer::load(dir + "/tokenizer.json");
   if (tok.vocab_size() != cfg.vocab_size) {
     throw io::Error(dir + ": tokenizer vocabulary " + std::to_string(tok.vocab_size()) + " != model vocab_size " +

@@ -1,0 +1,36 @@
+#!/usr/bin/env bash
+# Creates the Python environment tests/hf/roundtrip.sh (ctest hf_roundtrip) runs Hugging Face
+# transformers in, and prints its python on stdout (everything else goes to stderr):
+#   export ROFORMER_PYTHON="$(scripts/hf-env.sh)"          # default VENV_DIR: build/hf-venv
+#   scripts/hf-env.sh VENV_DIR
+# Debian 12's PyTorch (python3-torch 1.13.1, apt) plus, in a venv with --system-site-packages,
+# transformers 4.40.2 from PyPI: the version the roformer-hf fixtures were made with, known to run on
+# torch 1.13 (recent releases disable PyTorch < 2.1, e.g. the 4.57 in /work/venv-ref).
+# Idempotent: a venv that already runs transformers' RoFormer is kept as it is.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+venv="${1:-build/hf-venv}"
+pins=(transformers==4.40.2 tokenizers==0.19.1 safetensors==0.4.3 "huggingface-hub>=0.19.3,<0.24")
+probe='import torch, safetensors.torch, transformers
+from transformers.utils import is_torch_available
+assert is_torch_available(), "transformers cannot use this torch"
+from transformers import RoFormerForMaskedLM, RoFormerForCausalLM
+assert "modeling_roformer" in RoFormerForMaskedLM.__module__'
+
+mkdir -p "$(dirname "$venv")"
+venv="$(cd "$(dirname "$venv")" && pwd)/$(basename "$venv")"
+if [ -x "$venv/bin/python" ] && "$venv/bin/python" -c "$probe" > /dev/null 2>&1; then
+  echo "$venv/bin/python"
+  exit 0
+fi
+
+{
+  scripts/apt-install.sh python3 python3-venv python3-torch
+  # Debian's interpreter, which python3-torch belongs to (not whatever python3 is first on PATH).
+  rm -rf "$venv"
+  /usr/bin/python3 -m venv --system-site-packages "$venv"
+  "$venv/bin/python" -m pip install --no-input --disable-pip-version-check -q "${pins[@]}"
+  "$venv/bin/python" -c "$probe"
+  "$venv/bin/python" -c 'import torch, transformers; print(f"hf-env: transformers {transformers.__version__}, torch {torch.__version__}")'
+} >&2
+echo "$venv/bin/python"

@@ -1,0 +1,68 @@
+// Read-only file mapping with a read fallback (see mapped_file.h).
+#include "mapped_file.h"
+
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <utility>
+
+#include "weights.h"
+
+namespace io {
+
+MappedFile::MappedFile(const std::string& path) {
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) throw Error(path + ": cannot open: " + std::strerror(errno));
+  struct stat st {};
+  if (::fstat(fd, &st) != 0) {
+    const int e = errno;
+    ::close(fd);
+    throw Error(path + ": cannot stat: " + std::strerror(e));
+  }
+  if (S_ISDIR(st.st_mode)) {
+    ::close(fd);
+    throw Error(path + ": cannot open: is a directory");
+  }
+  if (S_ISREG(st.st_mode) && st.st_size > 0) {
+    void* p = ::mmap(nullptr, static_cast<size_t>(st.st_size), PROT_READ, MAP_PRIVATE, fd, 0);
+    if (p != MAP_FAILED) {
+      ::close(fd);
+      map_ = p;
+      data_ = static_cast<const uint8_t*>(p);
+      size_ = static_cast<size_t>(st.st_size);
+      return;
+    }
+  }
+  // Not mappable (a pipe, an empty file, a file system without mmap): read it.
+  uint8_t buf[1 << 16];
+  for (;;) {
+    const ssize_t n = ::read(fd, buf, sizeof buf);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) {
+      const int e = errno;
+      ::close(fd);
+      throw Error(path + ": read error: " + std::strerror(e));
+    }
+    if (n == 0) break;
+    copy_.insert(copy_.end(), buf, buf + n);
+  }
+  ::close(fd);
+  data_ = copy_.data();
+  size_ = copy_.size();
+}
+
+MappedFile::MappedFile(MappedFile&& o) noexcept
+    : data_(std::exchange(o.data_, nullptr)),
+      size_(std::exchange(o.size_, 0)),
+      map_(std::exchange(o.map_, nullptr)),
+      copy_(std::move(o.copy_)) {}
+
+MappedFile::~MappedFile() {
+  if (map_ != nullptr) ::munmap(map_, size_);
+}
+
+}  // namespace io

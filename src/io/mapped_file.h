@@ -1,0 +1,35 @@
+// A whole file, read-only, as one byte range: memory-mapped when it is a regular file (so loading a
+// checkpoint costs no copy and pages come in as tensors are touched), read into memory otherwise
+// (pipes, /dev/stdin, an empty file). Like every mmap reader, a mapped file must not be truncated by
+// another process while it is open (the kernel would deliver SIGBUS).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace io {
+
+class MappedFile {
+ public:
+  // Throws io::Error naming `path` ("cannot open", "read error", ...).
+  explicit MappedFile(const std::string& path);
+  ~MappedFile();
+  MappedFile(MappedFile&& other) noexcept;
+  MappedFile& operator=(MappedFile&&) = delete;
+  MappedFile(const MappedFile&) = delete;
+  MappedFile& operator=(const MappedFile&) = delete;
+
+  const uint8_t* data() const { return data_; }
+  size_t size() const { return size_; }
+  bool mapped() const { return map_ != nullptr; }
+
+ private:
+  const uint8_t* data_ = nullptr;
+  size_t size_ = 0;
+  void* map_ = nullptr;         // the mmap region, when mapped
+  std::vector<uint8_t> copy_;   // the file's bytes, when read
+};
+
+}  // namespace io

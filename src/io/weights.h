@@ -1,0 +1,81 @@
+// The common view of a checkpoint's weights, whatever file format they came in: io::WeightStore maps
+// tensor names to read-only io::Tensor views (dtype, shape, row-major little-endian bytes) and converts
+// them to fp32. Implemented by io::SafeTensors (one file), io::TorchBin (pytorch_model.bin) and
+// io::ShardedWeights (an index.json over shards of either). io::open_weights(dir) picks the file a
+// Hugging Face model folder holds. Every problem is an io::Error naming the file.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+namespace io {
+
+class Error : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
+enum class DType { F64, F32, F16, BF16, I64, I32, I16, I8, U8, BOOL };
+
+size_t dtype_size(DType d);
+const char* dtype_name(DType d);  // the safetensors spelling: "F32", "BF16", ...
+std::string shape_str(const std::vector<int64_t>& shape);
+
+// A tensor as stored: numel() · dtype_size(dtype) == bytes, row-major, little-endian. `data` points
+// into the owning store (a memory-mapped file or a buffer of it) and lives as long as the store.
+struct Tensor {
+  DType dtype;
+  std::vector<int64_t> shape;
+  const uint8_t* data;
+  size_t bytes;
+  int64_t numel() const;
+};
+
+// How a store names its tensors: as stored, or with Hugging Face's legacy renames applied
+// (_load_state_dict_into_model: a name containing "beta" gets beta → bias, otherwise "gamma" →
+// weight), which old BERT-style checkpoints need. A rename that collides with a stored name is an error.
+enum class Names { kAsStored, kHfLegacyRenamed };
+
+class WeightStore {
+ public:
+  virtual ~WeightStore() = default;
+
+  bool contains(const std::string& name) const { return tensors_.count(name) != 0; }
+  // The tensor `name`; throws io::Error if it is missing.
+  const Tensor& at(const std::string& name) const;
+  // `name` as fp32 values: F32 is copied, F16 and BF16 are widened exactly; other dtypes, or a shape
+  // other than `shape` (when given), throw io::Error.
+  std::vector<float> f32(const std::string& name, const std::vector<int64_t>& shape = {}) const;
+  // `name` as int64 values (dtype I64).
+  std::vector<int64_t> i64(const std::string& name, const std::vector<int64_t>& shape = {}) const;
+  const std::map<std::string, Tensor>& tensors() const { return tensors_; }
+  std::vector<std::string> names() const;  // sorted
+  // The file the tensors came from (for a sharded checkpoint, its index), for error messages.
+  const std::string& path() const { return path_; }
+
+ protected:
+  WeightStore() = default;
+  explicit WeightStore(std::string path) : path_(std::move(path)) {}
+  WeightStore(const WeightStore&) = delete;  // tensors point into the store
+  WeightStore& operator=(const WeightStore&) = delete;
+  void apply_names(Names names);  // renames tensors_ per `names`
+  std::string path_;
+  std::map<std::string, Tensor> tensors_;
+};
+
+// fp16 / bf16 bits → fp32 (exact, including subnormals, infinities and NaN payloads).
+float f16_to_f32(uint16_t h);
+float bf16_to_f32(uint16_t b);
+
+// The weights of a Hugging Face model folder, from the first of model.safetensors,
+// model.safetensors.index.json, pytorch_model.bin, pytorch_model.bin.index.json that exists (the
+// order of transformers' from_pretrained), with legacy names renamed (`names`).
+// Throws io::Error naming the folder and the files looked for when none exists.
+std::unique_ptr<WeightStore> open_weights(const std::string& model_dir, Names names = Names::kHfLegacyRenamed);
+
+}  // namespace io

@@ -1,0 +1,187 @@
+// The Hugging Face RoFormerTokenizer (transformers v4.40, the slow/Python tokenizer) in C++: load a
+// model directory's vocab.txt + tokenizer_config.json + special_tokens_map.json and encode text,
+// sentence pairs and batches into input_ids / token_type_ids / attention_mask with HF's special
+// tokens, truncation and padding. tokenize(text) is, as in HF:
+//   1. lower-case the text per character outside special tokens (when do_lower_case);
+//   2. split it around added/special tokens ([CLS], [MASK], ... stay whole);
+//   3. segment each other piece with jieba (cut(piece, HMM=False), jieba.h); a jieba word that is
+//      itself in vocab.txt is one token, any other word (spaces included: they vanish) goes through
+//      BERT's BasicTokenizer (basic_tokenizer.h) and WordPiece (wordpiece.h).
+// With use_jieba = false (tokenizer_class BertTokenizer) step 3 is plain BERT: BertTokenizer.
+//
+//   text::LoadOptions opt;
+//   opt.jieba_dict = flag;  // "" → $ROFORMER_JIEBA_DICT, else Debian python3-jieba's dict.txt
+//   auto tok = text::RoFormerTokenizer::load(dir, opt);
+//   for (each line) std::cout << tok.encode(line).to_json() << '\n';   // {"tokens":[...],"input_ids":[...]}
+//
+// All const methods may run concurrently (the jieba dictionary is read once, on first need).
+// Checked against transformers 4.40.2 + jieba 0.42.1: the fixture's cases, ~20k random mixed-script
+// strings (tokens and ids, RoFormer and BERT modes, several configurations) and 4k random
+// pair/truncation/padding/batch option sets give identical output. Known deviations (none met by
+// those checks): HF's Trie/regex pick the first listed added token when two overlap at a position,
+// we pick the longest; AddedToken.single_word is ignored (lstrip/rstrip are honoured); characters
+// assigned in a Unicode version newer than the Python's (utf8proc 2.8: 15.0; Python 3.11: 14.0,
+// 3.10: 13.0) are unassigned, hence dropped as control characters, in Python (basic_tokenizer.h);
+// the fast tokenizer (RoFormerTokenizerFast, which normalises before jieba) is not reproduced.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <unordered_map>
+#include <unordered_set>
+#include <utility>
+#include <vector>
+
+#include "text/basic_tokenizer.h"
+#include "text/jieba.h"
+#include "text/wordpiece.h"
+
+namespace text {
+
+enum class Truncation { None, LongestFirst, OnlyFirst, OnlySecond };
+enum class Padding { None, Longest, MaxLength };
+enum class Side { Right, Left };
+
+struct EncodeOptions {
+  bool add_special_tokens = true;   // [CLS] A [SEP] (B [SEP])
+  Truncation truncation = Truncation::None;
+  // Longest: to the longest of the batch (a single text: no-op unless pad_to_multiple_of). As HF, a
+  // single encoding with no tokens at all (no specials, empty text) is never padded.
+  Padding padding = Padding::None;
+  // -1 = HF's None: truncation / MaxLength padding then use model_max_length, and are switched off
+  // when the config has none (as HF, which only warns). 0 = HF's 0: no truncation.
+  int64_t max_length = -1;
+  int64_t pad_to_multiple_of = 0;   // 0 = off; rounds the padded length up
+  std::optional<Side> padding_side, truncation_side;  // default: the tokenizer's (config, Right)
+};
+
+// One encoded sequence; every vector has size() entries. Padding has token pad_token, id pad_id,
+// type 0, mask 0 and special 1.
+struct Encoding {
+  std::vector<std::string> tokens;        // the token strings, [CLS]/[SEP]/[PAD] included
+  std::vector<int32_t> input_ids;
+  std::vector<int32_t> token_type_ids;    // 0 for the first text (and its [CLS] and [SEP]), 1 for the second
+  std::vector<int32_t> attention_mask;    // 1 real token, 0 padding
+  std::vector<int32_t> special_tokens_mask;  // 1 for [CLS]/[SEP]/padding added here
+  size_t size() const { return input_ids.size(); }
+  // One line of JSON: {"tokens": [...], "input_ids": [...]} (UTF-8, not \u-escaped), and with
+  // all_fields also "token_type_ids" and "attention_mask".
+  std::string to_json(bool all_fields = false) const;
+};
+
+// A batch of equal-length encodings as (B, T) row-major int64 arrays (for model::Inputs).
+struct BatchArrays {
+  int64_t B = 0, T = 0;
+  std::vector<int64_t> input_ids, token_type_ids, attention_mask;
+};
+// Throws std::invalid_argument if the encodings differ in length (pad with Padding::Longest).
+BatchArrays to_arrays(const std::vector<Encoding>& batch);
+
+// An added token (tokenizer_config.json "added_tokens_decoder", or a special token).
+struct AddedToken {
+  std::string content;
+  int32_t id = -1;
+  bool special = true, lstrip = false, rstrip = false, normalized = false, single_word = false;
+};
+
+// Everything tokenizer_config.json + special_tokens_map.json say (HF defaults otherwise).
+struct TokenizerConfig {
+  bool use_jieba = true;  // RoFormerTokenizer (true) or BertTokenizer (false), from tokenizer_class
+  bool do_lower_case = true;
+  bool do_basic_tokenize = true;
+  bool tokenize_chinese_chars = true;
+  std::optional<bool> strip_accents;      // null: follows do_lower_case
+  std::vector<std::string> never_split;
+  AddedToken unk_token{"[UNK]"}, sep_token{"[SEP]"}, pad_token{"[PAD]"}, cls_token{"[CLS]"}, mask_token{"[MASK]"};
+  std::vector<AddedToken> additional_special_tokens;
+  std::vector<AddedToken> added_tokens;   // added_tokens_decoder, ids given
+  int64_t model_max_length = -1;          // -1: none (HF's 1e30 "very large")
+  Side padding_side = Side::Right, truncation_side = Side::Right;
+  int max_input_chars_per_word = WordPiece::kDefaultMaxInputCharsPerWord;
+  std::string jieba_dict;                 // "" = default_jieba_dict_path()
+};
+
+struct LoadOptions {
+  std::string jieba_dict;            // overrides $ROFORMER_JIEBA_DICT and the Debian default
+  std::optional<bool> use_jieba;     // overrides tokenizer_class
+};
+
+class RoFormerTokenizer {
+ public:
+  // Reads <dir>/vocab.txt (required), <dir>/tokenizer_config.json and <dir>/special_tokens_map.json
+  // (optional; the latter overrides the special tokens of the former, as from_pretrained does).
+  // Throws io::Error naming the file: unreadable, bad JSON, wrong value types, an unsupported
+  // tokenizer_class. The jieba dictionary is not read here (see jieba.h).
+  static RoFormerTokenizer load(const std::string& dir, const LoadOptions& options = {});
+  // From a vocabulary and a configuration. Special tokens missing from both the vocabulary and
+  // added_tokens get new ids after them, as HF's _add_tokens does.
+  RoFormerTokenizer(std::shared_ptr<const Vocab> vocab, TokenizerConfig config);
+
+  // HF tokenize(text): the tokens without [CLS]/[SEP]. May throw io::Error (jieba dictionary).
+  std::vector<std::string> tokenize(std::string_view text) const;
+  // The words jieba returns for the text (after lower-casing, over the pieces between added tokens),
+  // like cases.json's jieba_words; empty when use_jieba is off.
+  std::vector<std::string> jieba_words(std::string_view text) const;
+
+  Encoding encode(std::string_view text, const EncodeOptions& options = {}) const;
+  Encoding encode_pair(std::string_view first, std::string_view second, const EncodeOptions& options = {}) const;
+  std::vector<Encoding> encode_batch(const std::vector<std::string>& texts, const EncodeOptions& options = {}) const;
+  std::vector<Encoding> encode_pair_batch(const std::vector<std::pair<std::string, std::string>>& pairs,
+                                          const EncodeOptions& options = {}) const;
+
+  // Added tokens first, then vocab.txt, else the unknown token's id.
+  int32_t token_to_id(std::string_view token) const;
+  // Added tokens first, then vocab.txt (an id shadowed by a later duplicate line → unk_token).
+  std::string id_to_token(int32_t id) const;
+  std::vector<int32_t> convert_tokens_to_ids(const std::vector<std::string>& tokens) const;
+
+  int32_t unk_id() const { return unk_id_; }
+  int32_t sep_id() const { return sep_id_; }
+  int32_t pad_id() const { return pad_id_; }
+  int32_t cls_id() const { return cls_id_; }
+  int32_t mask_id() const { return mask_id_; }
+  // HF len(tokenizer): distinct tokens of vocab.txt and the added tokens.
+  int64_t size() const { return size_; }
+  const Vocab& vocab() const { return *vocab_; }
+  const TokenizerConfig& config() const { return config_; }
+  // The jieba segmenter (shared by copies of this tokenizer); null when use_jieba is off.
+  const Jieba* jieba() const { return jieba_.get(); }
+
+ private:
+  struct Piece {
+    std::u32string text;
+    int added = -1;  // index into added_ when the piece is an added token
+  };
+  struct Seq {
+    std::vector<std::string> tokens;
+    std::vector<int32_t> ids;
+  };
+  std::vector<Piece> split_added(std::string_view text) const;
+  size_t match_added(std::u32string_view text, size_t pos, bool protected_only) const;
+  void bert_tokenize(std::u32string_view text, std::vector<std::string>* out) const;
+  Seq to_seq(std::string_view text) const;
+  Encoding build(Seq a, const Seq* b, const EncodeOptions& o, int64_t max_length, Truncation t) const;
+  void pad(std::vector<Encoding>* batch, const EncodeOptions& o) const;
+  std::vector<Encoding> encode_many(const std::vector<std::pair<std::string_view, const std::string*>>& items,
+                                    const EncodeOptions& o, bool batch) const;
+
+  std::shared_ptr<const Vocab> vocab_;
+  TokenizerConfig config_;
+  BasicTokenizer basic_;
+  WordPiece wordpiece_;
+  std::shared_ptr<Jieba> jieba_;
+  std::vector<AddedToken> added_;                    // every added token (specials included)
+  std::vector<std::u32string> added_u32_;            // their contents as code points
+  std::vector<bool> added_protected_;                // kept out of lower-casing
+  std::unordered_map<char32_t, std::vector<size_t>> added_by_first_;
+  std::unordered_map<std::string, int32_t, StringHash, std::equal_to<>> added_ids_;  // content → id
+  std::unordered_map<int32_t, std::string> added_by_id_;
+  std::unordered_set<std::string> special_set_;      // all_special_tokens (the BasicTokenizer's never_split)
+  int32_t unk_id_ = -1, sep_id_ = -1, pad_id_ = -1, cls_id_ = -1, mask_id_ = -1;
+  int64_t size_ = 0;
+};
+
+}  // namespace text
