@@ -7,6 +7,7 @@
 #include <fstream>
 #include <random>
 
+#include "io/atomic_file.h"
 #include "io/safetensors.h"
 #include "model/generate.h"
 #include "model/roformer.h"
@@ -374,6 +375,44 @@ TEST(RoFormerGenerate, CachedDecodingBeyondTheTrainedLengthUnderEveryScaling) {
   auto c = tiny(model::PositionEncoding::rope);
   c.rope_scaling = "yarn:4";  // needs the original length
   EXPECT_THROW(model::RoFormer<float>{c}, std::invalid_argument);
+}
+
+}  // namespace
+
+namespace {
+
+// A RoFormerModel checkpoint (no "roformer." prefix, no MLM head, plus a classifier the caller
+// loads itself) gives the same hidden states as the masked LM it came from.
+TEST(RoFormerModel, LoadsEncoderOnlyCheckpoints) {
+  const std::string dir = std::string(ROFORMER_FIXTURES) + "/case2_embproj_rotary_value";
+  const auto cfg = model::RoFormerConfig::from_json_file(dir + "/config.json");
+  const io::SafeTensors full(dir + "/model.safetensors");
+  std::vector<io::TensorView> views;
+  std::vector<std::vector<float>> keep;
+  for (const auto& [name, t] : full.tensors()) {
+    if (name.rfind("cls.", 0) == 0) continue;
+    keep.push_back(full.f32(name));
+    views.push_back({name.rfind("roformer.", 0) == 0 ? name.substr(9) : name, io::DType::F32, t.shape, keep.back().data()});
+  }
+  const std::vector<float> classifier(4 * cfg.hidden_size, 0.5f);
+  views.push_back({"classifier.dense.weight", io::DType::F32, {4, cfg.hidden_size}, classifier.data()});
+  const std::string path = ::testing::TempDir() + "encoder_only.safetensors";
+  io::write_file_atomic(path, io::safetensors_bytes(views));
+  const io::SafeTensors encoder(path);
+  model::RoFormer<float> mlm(cfg), bare(cfg);
+  mlm.load(full);
+  EXPECT_THROW(bare.load(encoder), io::Error);  // classifier.dense.weight is unexpected
+  bare.load(encoder, {"classifier."});
+  EXPECT_TRUE(mlm.has_mlm_head());
+  EXPECT_FALSE(bare.has_mlm_head());
+  const std::vector<int64_t> ids = {5, 9, 2, 7, 1, 0};
+  mlm.forward({.ids = ids.data(), .B = 1, .T = 6});
+  bare.forward({.ids = ids.data(), .B = 1, .T = 6});
+  EXPECT_EQ(bare.logits(), nullptr);
+  const int64_t n = 6 * cfg.hidden_size, L = cfg.num_hidden_layers;
+  EXPECT_TRUE(std::equal(mlm.hidden_state(L), mlm.hidden_state(L) + n, bare.hidden_state(L)));
+  const std::vector<int64_t> targets(6, 1);
+  EXPECT_THROW(bare.forward({.ids = ids.data(), .targets = targets.data(), .B = 1, .T = 6}), std::invalid_argument);
 }
 
 }  // namespace

@@ -211,15 +211,30 @@ void RoFormer<T>::init_weights(uint64_t seed) {
 }
 
 template <typename T>
-void RoFormer<T>::load(const io::WeightStore& w) {
+void RoFormer<T>::load(const io::WeightStore& w, const std::vector<std::string>& other_heads) {
+  // RoFormerModel checkpoints store the encoder without the "roformer." prefix.
+  const bool bare = !w.contains("roformer.embeddings.word_embeddings.weight") &&
+                    w.contains("embeddings.word_embeddings.weight");
+  auto stored_name = [&](const std::string& name) {
+    return bare && name.rfind("roformer.", 0) == 0 ? name.substr(9) : name;
+  };
+  const std::string head = "cls.predictions.";
+  has_mlm_head_ = std::any_of(layout_.begin(), layout_.end(),
+                              [&](const ParamInfo& i) { return i.name.rfind(head, 0) == 0 && w.contains(i.name); });
   for (const ParamInfo& info : layout_) {
-    if (!w.contains(info.name)) throw io::Error(w.path() + ": missing tensor " + info.name);
-    const std::vector<float> values = w.f32(info.name, info.shape);
+    if (!has_mlm_head_ && info.name.rfind(head, 0) == 0) continue;  // an encoder-only checkpoint
+    const std::string name = stored_name(info.name);
+    if (!w.contains(name)) throw io::Error(w.path() + ": missing tensor " + name);
+    const std::vector<float> values = w.f32(name, info.shape);
     std::copy(values.begin(), values.end(), params.begin() + info.offset);
   }
   for (const auto& [name, tensor] : w.tensors()) {
-    const bool known = std::any_of(layout_.begin(), layout_.end(), [&](const ParamInfo& i) { return i.name == name; });
-    if (known || name == "roformer.encoder.embed_positions.weight") continue;
+    const bool known = std::any_of(layout_.begin(), layout_.end(),
+                                   [&](const ParamInfo& i) { return stored_name(i.name) == name; });
+    if (known || name == stored_name("roformer.encoder.embed_positions.weight")) continue;
+    if (std::any_of(other_heads.begin(), other_heads.end(), [&](const std::string& p) { return name.rfind(p, 0) == 0; })) {
+      continue;  // a head the caller loads itself (classifier., pooler., ...)
+    }
     if (name == "cls.predictions.decoder.weight") {  // tied: must equal the word embeddings
       const auto dec = w.f32(name, {cfg_.vocab_size, cfg_.embedding_size});
       if (!std::equal(dec.begin(), dec.end(), p.word)) {
@@ -373,6 +388,11 @@ double RoFormer<T>::forward(const Inputs& in, bool training, uint64_t dropout_se
                            H, eps);
   }
 
+  if (!has_mlm_head_) {  // an encoder-only checkpoint: the last hidden state is the output
+    if (in.targets) throw std::invalid_argument("this checkpoint has no MLM head: no logits, no loss");
+    a.counted = 0;
+    return 0.0;
+  }
   // MLM head; the decoder is tied to the word embeddings.
   ops::linear_forward(a.t1.data(), a.h.back().data(), p.head_w, p.head_b, N, H, E);  // (N, E)
   activation_forward(cfg_.hidden_act, a.t2.data(), a.t1.data(), N * E);
@@ -512,7 +532,7 @@ const T* RoFormer<T>::attention(int64_t l) const {
 }
 template <typename T>
 const T* RoFormer<T>::logits() const {
-  return act_->logits.data();
+  return has_mlm_head_ ? act_->logits.data() : nullptr;
 }
 template <typename T>
 int64_t RoFormer<T>::counted() const {

@@ -13,6 +13,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "io/safetensors.h"
@@ -57,7 +58,11 @@ class RoFormer {
   // Copies every tensor of the layout from an HF state dict (any io::WeightStore: model.safetensors,
   // a sharded index, pytorch_model.bin; F16/BF16 are widened). HF's fixed sinusoidal table and a stored
   // tied decoder weight/bias are accepted; a missing, misshaped or unexpected tensor throws io::Error.
-  void load(const io::WeightStore& weights);
+  // RoFormerModel checkpoints (names without "roformer.", no MLM head) load as encoder-only models:
+  // forward then stops at the last hidden state and logits() is null. Tensors whose names start with
+  // one of other_heads (e.g. "classifier.", "pooler.") are left for the caller.
+  void load(const io::WeightStore& weights, const std::vector<std::string>& other_heads = {});
+  bool has_mlm_head() const { return has_mlm_head_; }
 
   // Runs the network on a batch; with targets, returns the mean cross-entropy over counted
   // positions (0 when none count). training turns dropout on, with masks drawn from dropout_seed.
@@ -71,7 +76,7 @@ class RoFormer {
   const T* embedding_output() const;      // (B, T, E) after the embedding LayerNorm (before dropout)
   const T* hidden_state(int64_t l) const; // (B, T, H), l = 0 (encoder input) .. L
   const T* attention(int64_t l) const;    // (B, n, T, T) softmax probabilities of layer l (null for linear attention)
-  const T* logits() const;                // (B, T, V)
+  const T* logits() const;                // (B, T, V); null without an MLM head
   int64_t counted() const;                // targets counted by the last loss
 
  private:
@@ -82,6 +87,7 @@ class RoFormer {
   std::vector<ParamInfo> layout_;
   std::unique_ptr<Activations> act_;
   std::unique_ptr<Rope> rope_;
+  bool has_mlm_head_ = true;
   std::vector<std::vector<T>> favor_;  // performer: L × (performer_features, D) random features
 };
 
