@@ -82,6 +82,12 @@ void RoFormerConfig::validate() const {
   if (!(initializer_range > 0)) throw std::invalid_argument("initializer_range must be positive");
   if (!(layer_norm_eps > 0)) throw std::invalid_argument("layer_norm_eps must be positive");
   if (!(rope_theta > 1)) throw std::invalid_argument("rope_theta must be greater than 1");
+  if (norm_type != "layer_norm" && norm_type != "rms_norm") {
+    throw std::invalid_argument("unknown norm_type '" + norm_type + "' (layer_norm, rms_norm)");
+  }
+  if (rms_norm() && embedding_size != hidden_size) {
+    throw std::invalid_argument("norm_type rms_norm (RoFormer-V2) needs embedding_size == hidden_size");
+  }
   if (attention_type != "softmax" && attention_type != "linear" && attention_type != "performer") {
     throw std::invalid_argument("unknown attention_type '" + attention_type + "' (softmax, linear, performer)");
   }
@@ -150,6 +156,8 @@ RoFormerConfig RoFormerConfig::from_json_text(const std::string& text, const std
   get_string("rope_layout", &layout);
   get_string("rope_scaling", &c.rope_scaling);
   get_string("attention_type", &c.attention_type);
+  get_string("norm_type", &c.norm_type);
+  get_bool("use_bias", &c.use_bias);
   get_int("performer_features", &c.performer_features);
   if (layout != "interleaved" && layout != "half") fail("rope_layout", "must be \"interleaved\" or \"half\"");
   c.rope_half_layout = layout == "half";
@@ -159,7 +167,7 @@ RoFormerConfig RoFormerConfig::from_json_text(const std::string& text, const std
       "vocab_size", "hidden_size", "embedding_size", "num_hidden_layers", "num_attention_heads",
       "intermediate_size", "max_position_embeddings", "type_vocab_size", "pad_token_id", "hidden_act",
       "hidden_dropout_prob", "attention_probs_dropout_prob", "initializer_range", "layer_norm_eps",
-      "rotary_value", "is_decoder", "position_encoding", "rope_theta", "rope_layout", "rope_scaling", "attention_type", "performer_features"};
+      "rotary_value", "is_decoder", "position_encoding", "rope_theta", "rope_layout", "rope_scaling", "attention_type", "performer_features", "norm_type", "use_bias"};
   for (const auto& [key, value] : j.items()) {
     if (!own.count(key) && !generic_fields().count(key)) {
       throw io::Error(origin + ": unknown config field '" + key + "'");
@@ -209,6 +217,8 @@ std::string RoFormerConfig::to_json() const {
       {"rope_layout", rope_half_layout ? "half" : "interleaved"},
   };
   if (rope_scaling != "none") j["rope_scaling"] = rope_scaling;
+  if (norm_type != "layer_norm") j["norm_type"] = norm_type;
+  if (!use_bias) j["use_bias"] = false;
   if (attention_type != "softmax") {
     j["attention_type"] = attention_type;
     j["performer_features"] = performer_features;

@@ -16,6 +16,10 @@ struct RoFormerConfig {
           num_attention_heads = 12, intermediate_size = 3072, max_position_embeddings = 1536,
           type_vocab_size = 2, pad_token_id = 0;
   std::string hidden_act = "gelu";  // "gelu" (exact erf) or "relu"
+  // RoFormer-V2 (junnyu's roformer package names): "rms_norm" = parameter-free RMS norms and an MLM
+  // head that is the tied matmul only; use_bias false = no biases in any linear layer.
+  std::string norm_type = "layer_norm";
+  bool use_bias = true;
   double hidden_dropout_prob = 0.1, attention_probs_dropout_prob = 0.1, initializer_range = 0.02,
          layer_norm_eps = 1e-12;
   bool rotary_value = false;
@@ -35,6 +39,7 @@ struct RoFormerConfig {
   int64_t performer_features = 64;
 
   int64_t head_dim() const { return hidden_size / num_attention_heads; }
+  bool rms_norm() const { return norm_type == "rms_norm"; }
 
   // Checks sizes and ranges; throws std::invalid_argument naming the field.
   void validate() const;

@@ -50,7 +50,6 @@ const std::vector<float>& Generator::feed(const std::vector<int64_t>& ids) {
     throw std::length_error("context of " + std::to_string(pos_ + n) + " tokens exceeds the generator's capacity " +
                             std::to_string(capacity_));
   }
-  const double eps = c.layer_norm_eps;
   auto act = [&](float* out, const float* in, int64_t count) {
     if (c.hidden_act == "gelu") ops::gelu_forward(out, in, count); else ops::relu_forward(out, in, count);
   };
@@ -69,7 +68,7 @@ const std::vector<float>& Generator::feed(const std::vector<int64_t>& ids) {
     ops::sinusoidal_table(table.data(), pos_ + n, E);
     for (int64_t i = 0; i < n * E; ++i) e[i] += table[pos_ * E + i];
   }
-  ops::layernorm_forward(tmp.data(), mean.data(), rstd.data(), e.data(), p.emb_ln_w, p.emb_ln_b, n, E, eps);
+  norm_forward(c, tmp.data(), mean.data(), rstd.data(), e.data(), p.emb_ln_w, p.emb_ln_b, n, E);
   std::vector<float> x(n * H);  // (n, H)
   if (p.proj_w) ops::linear_forward(x.data(), tmp.data(), p.proj_w, p.proj_b, n, E, H); else x = tmp;
 
@@ -126,22 +125,26 @@ const std::vector<float>& Generator::feed(const std::vector<int64_t>& ids) {
     }
     ops::linear_forward(res.data(), ctx.data(), w.ao_w, w.ao_b, n, H, H);
     for (int64_t i = 0; i < n * H; ++i) res[i] += x[i];
-    ops::layernorm_forward(a.data(), mean.data(), rstd.data(), res.data(), w.ln1_w, w.ln1_b, n, H, eps);
+    norm_forward(c, a.data(), mean.data(), rstd.data(), res.data(), w.ln1_w, w.ln1_b, n, H);
     ops::linear_forward(f1.data(), a.data(), w.ff1_w, w.ff1_b, n, H, I);
     act(f1a.data(), f1.data(), n * I);
     ops::linear_forward(res.data(), f1a.data(), w.ff2_w, w.ff2_b, n, I, H);
     for (int64_t i = 0; i < n * H; ++i) res[i] += a[i];
-    ops::layernorm_forward(x.data(), mean.data(), rstd.data(), res.data(), w.ln2_w, w.ln2_b, n, H, eps);
+    norm_forward(c, x.data(), mean.data(), rstd.data(), res.data(), w.ln2_w, w.ln2_b, n, H);
   }
   pos_ += n;
 
   // Head on the last token only.
   std::vector<float> t1(E), t2(E), t3(E);
   float m1, r1;
-  ops::linear_forward(t1.data(), x.data() + (n - 1) * H, p.head_w, p.head_b, 1, H, E);
-  act(t2.data(), t1.data(), E);
-  ops::layernorm_forward(t3.data(), &m1, &r1, t2.data(), p.head_ln_w, p.head_ln_b, 1, E, eps);
-  ops::linear_forward(logits_.data(), t3.data(), p.word, p.decoder_bias, 1, E, V);
+  if (c.rms_norm()) {  // RoFormer-V2: the tied matmul only
+    ops::linear_forward(logits_.data(), x.data() + (n - 1) * H, p.word, static_cast<const float*>(nullptr), 1, H, V);
+  } else {
+    ops::linear_forward(t1.data(), x.data() + (n - 1) * H, p.head_w, p.head_b, 1, H, E);
+    act(t2.data(), t1.data(), E);
+    norm_forward(c, t3.data(), &m1, &r1, t2.data(), p.head_ln_w, p.head_ln_b, 1, E);
+    ops::linear_forward(logits_.data(), t3.data(), p.word, p.decoder_bias, 1, E, V);
+  }
   return logits_;
 }
 

@@ -22,19 +22,23 @@ std::vector<ParamInfo> param_layout(const RoFormerConfig& c) {
   if (c.position_encoding == PositionEncoding::learned) {
     add(e + "position_embeddings.weight", {c.max_position_embeddings, E}, true);
   }
-  add(e + "LayerNorm.weight", {E}, false);
-  add(e + "LayerNorm.bias", {E}, false);
+  const bool layer_norm = !c.rms_norm();  // RoFormer-V2's RMS norms have no parameters
+  if (layer_norm) {
+    add(e + "LayerNorm.weight", {E}, false);
+    add(e + "LayerNorm.bias", {E}, false);
+  }
   if (E != H) {
     add("roformer.embeddings_project.weight", {H, E}, true);
-    add("roformer.embeddings_project.bias", {H}, false);
+    if (c.use_bias) add("roformer.embeddings_project.bias", {H}, false);
   }
   for (int64_t l = 0; l < c.num_hidden_layers; ++l) {
     const std::string p = "roformer.encoder.layer." + std::to_string(l) + ".";
     auto linear = [&](const std::string& name, int64_t out_f, int64_t in_f) {
       add(p + name + ".weight", {out_f, in_f}, true);
-      add(p + name + ".bias", {out_f}, false);
+      if (c.use_bias) add(p + name + ".bias", {out_f}, false);
     };
     auto norm = [&](const std::string& name) {
+      if (!layer_norm) return;
       add(p + name + ".weight", {H}, false);
       add(p + name + ".bias", {H}, false);
     };
@@ -48,11 +52,13 @@ std::vector<ParamInfo> param_layout(const RoFormerConfig& c) {
     norm("output.LayerNorm");
   }
   const std::string h = "cls.predictions.";
-  add(h + "transform.dense.weight", {E, H}, true);
-  add(h + "transform.dense.bias", {E}, false);
-  add(h + "transform.LayerNorm.weight", {E}, false);
-  add(h + "transform.LayerNorm.bias", {E}, false);
-  add(h + "bias", {V}, false);
+  if (layer_norm) {  // V1: dense → activation → LayerNorm → tied decoder + bias; V2: the tied matmul only
+    add(h + "transform.dense.weight", {E, H}, true);
+    add(h + "transform.dense.bias", {E}, false);
+    add(h + "transform.LayerNorm.weight", {E}, false);
+    add(h + "transform.LayerNorm.bias", {E}, false);
+    add(h + "bias", {V}, false);
+  }
   return layout;
 }
 
@@ -75,37 +81,37 @@ Params<T> bind_params(const RoFormerConfig& c, const std::vector<ParamInfo>& lay
   p.word = get(e + "word_embeddings.weight");
   p.token_type = get(e + "token_type_embeddings.weight");
   p.position = maybe(e + "position_embeddings.weight");
-  p.emb_ln_w = get(e + "LayerNorm.weight");
-  p.emb_ln_b = get(e + "LayerNorm.bias");
+  p.emb_ln_w = maybe(e + "LayerNorm.weight");
+  p.emb_ln_b = maybe(e + "LayerNorm.bias");
   p.proj_w = maybe("roformer.embeddings_project.weight");
   p.proj_b = maybe("roformer.embeddings_project.bias");
   for (int64_t l = 0; l < c.num_hidden_layers; ++l) {
     const std::string q = "roformer.encoder.layer." + std::to_string(l) + ".";
     LayerParams<T> L;
     L.q_w = get(q + "attention.self.query.weight");
-    L.q_b = get(q + "attention.self.query.bias");
+    L.q_b = maybe(q + "attention.self.query.bias");
     L.k_w = get(q + "attention.self.key.weight");
-    L.k_b = get(q + "attention.self.key.bias");
+    L.k_b = maybe(q + "attention.self.key.bias");
     L.v_w = get(q + "attention.self.value.weight");
-    L.v_b = get(q + "attention.self.value.bias");
+    L.v_b = maybe(q + "attention.self.value.bias");
     L.ao_w = get(q + "attention.output.dense.weight");
-    L.ao_b = get(q + "attention.output.dense.bias");
-    L.ln1_w = get(q + "attention.output.LayerNorm.weight");
-    L.ln1_b = get(q + "attention.output.LayerNorm.bias");
+    L.ao_b = maybe(q + "attention.output.dense.bias");
+    L.ln1_w = maybe(q + "attention.output.LayerNorm.weight");
+    L.ln1_b = maybe(q + "attention.output.LayerNorm.bias");
     L.ff1_w = get(q + "intermediate.dense.weight");
-    L.ff1_b = get(q + "intermediate.dense.bias");
+    L.ff1_b = maybe(q + "intermediate.dense.bias");
     L.ff2_w = get(q + "output.dense.weight");
-    L.ff2_b = get(q + "output.dense.bias");
-    L.ln2_w = get(q + "output.LayerNorm.weight");
-    L.ln2_b = get(q + "output.LayerNorm.bias");
+    L.ff2_b = maybe(q + "output.dense.bias");
+    L.ln2_w = maybe(q + "output.LayerNorm.weight");
+    L.ln2_b = maybe(q + "output.LayerNorm.bias");
     p.layers.push_back(L);
   }
   const std::string h = "cls.predictions.";
-  p.head_w = get(h + "transform.dense.weight");
-  p.head_b = get(h + "transform.dense.bias");
-  p.head_ln_w = get(h + "transform.LayerNorm.weight");
-  p.head_ln_b = get(h + "transform.LayerNorm.bias");
-  p.decoder_bias = get(h + "bias");
+  p.head_w = maybe(h + "transform.dense.weight");
+  p.head_b = maybe(h + "transform.dense.bias");
+  p.head_ln_w = maybe(h + "transform.LayerNorm.weight");
+  p.head_ln_b = maybe(h + "transform.LayerNorm.bias");
+  p.decoder_bias = maybe(h + "bias");
   return p;
 }
 

@@ -25,6 +25,8 @@ struct ParamInfo {
 std::vector<ParamInfo> param_layout(const RoFormerConfig& c);
 int64_t param_count(const std::vector<ParamInfo>& layout);
 
+// Biases are null without use_bias, norm parameters null with RMS norms, and the head's transform
+// and decoder bias null for RoFormer-V2's tied-only head.
 template <typename T>
 struct LayerParams {
   T *q_w, *q_b, *k_w, *k_b, *v_w, *v_b;  // (H, H), (H)

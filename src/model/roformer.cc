@@ -20,6 +20,28 @@
 
 namespace model {
 
+template <typename T>
+void norm_forward(const RoFormerConfig& c, T* out, T* mean, T* rstd, const T* in, const T* w, const T* b, int64_t N,
+                  int64_t C) {
+  if (c.rms_norm()) {
+    ops::rmsnorm_forward(out, rstd, in, static_cast<const T*>(nullptr), N, C, c.layer_norm_eps);
+  } else {
+    ops::layernorm_forward(out, mean, rstd, in, w, b, N, C, c.layer_norm_eps);
+  }
+}
+template void norm_forward<float>(const RoFormerConfig&, float*, float*, float*, const float*, const float*,
+                                  const float*, int64_t, int64_t);
+
+template <typename T>
+void norm_backward(const RoFormerConfig& c, T* din, T* dw, T* db, const T* dout, const T* in, const T* w, const T* mean,
+                   const T* rstd, int64_t N, int64_t C) {
+  if (c.rms_norm()) {
+    ops::rmsnorm_backward(din, static_cast<T*>(nullptr), dout, in, static_cast<const T*>(nullptr), rstd, N, C);
+  } else {
+    ops::layernorm_backward(din, dw, db, dout, in, w, mean, rstd, N, C);
+  }
+}
+
 rope_config rope_settings(const RoFormerConfig& c) {
   rope_config rc = rope::default_config(static_cast<int32_t>(c.head_dim()));
   rc.base = c.rope_theta;
@@ -219,7 +241,7 @@ void RoFormer<T>::load(const io::WeightStore& w, const std::vector<std::string>&
     return bare && name.rfind("roformer.", 0) == 0 ? name.substr(9) : name;
   };
   const std::string head = "cls.predictions.";
-  has_mlm_head_ = std::any_of(layout_.begin(), layout_.end(),
+  has_mlm_head_ = cfg_.rms_norm() || std::any_of(layout_.begin(), layout_.end(),
                               [&](const ParamInfo& i) { return i.name.rfind(head, 0) == 0 && w.contains(i.name); });
   for (const ParamInfo& info : layout_) {
     if (!has_mlm_head_ && info.name.rfind(head, 0) == 0) continue;  // an encoder-only checkpoint
@@ -300,7 +322,7 @@ double RoFormer<T>::forward(const Inputs& in, bool training, uint64_t dropout_se
   Activations& a = *act_;
   const int64_t N = B * S, E = cfg_.embedding_size, H = cfg_.hidden_size, I = cfg_.intermediate_size,
                 V = cfg_.vocab_size, n = cfg_.num_attention_heads, D = cfg_.head_dim();
-  const double eps = cfg_.layer_norm_eps, p_hidden = training ? cfg_.hidden_dropout_prob : 0.0;
+  const double p_hidden = training ? cfg_.hidden_dropout_prob : 0.0;
   a.training = training;
   a.dropout_seed = dropout_seed;
   a.ids.assign(in.ids, in.ids + N);
@@ -330,8 +352,8 @@ double RoFormer<T>::forward(const Inputs& in, bool training, uint64_t dropout_se
     ops::sinusoidal_table(table.data(), S, E);
     for (int64_t i = 0; i < N * E; ++i) a.emb_sum[i] += static_cast<T>(table[i % (S * E)]);
   }
-  ops::layernorm_forward(a.emb_ln.data(), a.emb_mean.data(), a.emb_rstd.data(), a.emb_sum.data(), p.emb_ln_w,
-                         p.emb_ln_b, N, E, eps);
+  norm_forward(cfg_, a.emb_ln.data(), a.emb_mean.data(), a.emb_rstd.data(), a.emb_sum.data(), p.emb_ln_w,
+                         p.emb_ln_b, N, E);
   a.emb_out = a.emb_ln;
   dropout(a.emb_out.data(), N * E, 0);
   if (p.proj_w) {
@@ -378,14 +400,14 @@ double RoFormer<T>::forward(const Inputs& in, bool training, uint64_t dropout_se
     ops::linear_forward(L.res1.data(), L.ctx.data(), w.ao_w, w.ao_b, N, H, H);
     dropout(L.res1.data(), N * H, 2 + 3 * l);
     accumulate(L.res1.data(), x, N * H);  // residual
-    ops::layernorm_forward(L.a.data(), L.mean1.data(), L.rstd1.data(), L.res1.data(), w.ln1_w, w.ln1_b, N, H, eps);
+    norm_forward(cfg_, L.a.data(), L.mean1.data(), L.rstd1.data(), L.res1.data(), w.ln1_w, w.ln1_b, N, H);
     ops::linear_forward(L.f1.data(), L.a.data(), w.ff1_w, w.ff1_b, N, H, I);  // (N, I)
     activation_forward(cfg_.hidden_act, L.f1a.data(), L.f1.data(), N * I);
     ops::linear_forward(L.res2.data(), L.f1a.data(), w.ff2_w, w.ff2_b, N, I, H);
     dropout(L.res2.data(), N * H, 3 + 3 * l);
     accumulate(L.res2.data(), L.a.data(), N * H);  // residual
-    ops::layernorm_forward(a.h[l + 1].data(), L.mean2.data(), L.rstd2.data(), L.res2.data(), w.ln2_w, w.ln2_b, N,
-                           H, eps);
+    norm_forward(cfg_, a.h[l + 1].data(), L.mean2.data(), L.rstd2.data(), L.res2.data(), w.ln2_w, w.ln2_b, N,
+                           H);
   }
 
   if (!has_mlm_head_) {  // an encoder-only checkpoint: the last hidden state is the output
@@ -393,12 +415,14 @@ double RoFormer<T>::forward(const Inputs& in, bool training, uint64_t dropout_se
     a.counted = 0;
     return 0.0;
   }
-  // MLM head; the decoder is tied to the word embeddings.
-  ops::linear_forward(a.t1.data(), a.h.back().data(), p.head_w, p.head_b, N, H, E);  // (N, E)
-  activation_forward(cfg_.hidden_act, a.t2.data(), a.t1.data(), N * E);
-  ops::layernorm_forward(a.t3.data(), a.head_mean.data(), a.head_rstd.data(), a.t2.data(), p.head_ln_w, p.head_ln_b,
-                         N, E, eps);
-  ops::linear_forward(a.logits.data(), a.t3.data(), p.word, p.decoder_bias, N, E, V);  // (N, V)
+  if (cfg_.rms_norm()) {  // RoFormer-V2: the tied matmul only
+    ops::linear_forward(a.logits.data(), a.h.back().data(), p.word, static_cast<const T*>(nullptr), N, H, V);
+  } else {  // dense → activation → LayerNorm → decoder tied to the word embeddings, + bias
+    ops::linear_forward(a.t1.data(), a.h.back().data(), p.head_w, p.head_b, N, H, E);  // (N, E)
+    activation_forward(cfg_.hidden_act, a.t2.data(), a.t1.data(), N * E);
+    norm_forward(cfg_, a.t3.data(), a.head_mean.data(), a.head_rstd.data(), a.t2.data(), p.head_ln_w, p.head_ln_b, N, E);
+    ops::linear_forward(a.logits.data(), a.t3.data(), p.word, p.decoder_bias, N, E, V);  // (N, V)
+  }
   a.counted = 0;
   if (!in.targets) return 0.0;
   return ops::cross_entropy_forward(a.probs.data(), a.logits.data(), a.targets.data(), N, V, kIgnoreIndex,
@@ -426,15 +450,20 @@ void RoFormer<T>::backward() {
   zero(a.d_logits);
   ops::cross_entropy_backward(a.d_logits.data(), a.probs.data(), a.targets.data(), N, V, kIgnoreIndex, a.counted,
                               1.0);
-  zero(a.d_t3);
-  ops::linear_backward(a.d_t3.data(), g.word, g.decoder_bias, a.d_logits.data(), a.t3.data(), p.word, N, E, V);
-  zero(a.d_t2);
-  ops::layernorm_backward(a.d_t2.data(), g.head_ln_w, g.head_ln_b, a.d_t3.data(), a.t2.data(), p.head_ln_w,
-                          a.head_mean.data(), a.head_rstd.data(), N, E);
-  zero(a.d_t1);
-  activation_backward(cfg_.hidden_act, a.d_t1.data(), a.t1.data(), a.d_t2.data(), N * E);
   zero(a.d_h);
-  ops::linear_backward(a.d_h.data(), g.head_w, g.head_b, a.d_t1.data(), a.h.back().data(), p.head_w, N, H, E);
+  if (cfg_.rms_norm()) {
+    ops::linear_backward(a.d_h.data(), g.word, static_cast<T*>(nullptr), a.d_logits.data(), a.h.back().data(), p.word,
+                         N, H, V);
+  } else {
+    zero(a.d_t3);
+    ops::linear_backward(a.d_t3.data(), g.word, g.decoder_bias, a.d_logits.data(), a.t3.data(), p.word, N, E, V);
+    zero(a.d_t2);
+    norm_backward(cfg_, a.d_t2.data(), g.head_ln_w, g.head_ln_b, a.d_t3.data(), a.t2.data(), p.head_ln_w,
+                  a.head_mean.data(), a.head_rstd.data(), N, E);
+    zero(a.d_t1);
+    activation_backward(cfg_.hidden_act, a.d_t1.data(), a.t1.data(), a.d_t2.data(), N * E);
+    ops::linear_backward(a.d_h.data(), g.head_w, g.head_b, a.d_t1.data(), a.h.back().data(), p.head_w, N, H, E);
+  }
 
   // Blocks, last to first; d_h holds d(loss)/d(block output), then d(block input).
   for (int64_t l = cfg_.num_hidden_layers - 1; l >= 0; --l) {
@@ -442,7 +471,7 @@ void RoFormer<T>::backward() {
     const LayerParams<T>& gw = g.layers[l];
     auto& L = a.layers[l];
     zero(a.d_res);
-    ops::layernorm_backward(a.d_res.data(), gw.ln2_w, gw.ln2_b, a.d_h.data(), L.res2.data(), w.ln2_w, L.mean2.data(),
+    norm_backward(cfg_, a.d_res.data(), gw.ln2_w, gw.ln2_b, a.d_h.data(), L.res2.data(), w.ln2_w, L.mean2.data(),
                             L.rstd2.data(), N, H);
     a.d_a = a.d_res;                                         // residual branch
     dropout_back(a.d_res.data(), a.d_res.data(), N * H, 3 + 3 * l);
@@ -452,7 +481,7 @@ void RoFormer<T>::backward() {
     activation_backward(cfg_.hidden_act, a.d_f1.data(), L.f1.data(), a.d_f1a.data(), N * I);
     ops::linear_backward(a.d_a.data(), gw.ff1_w, gw.ff1_b, a.d_f1.data(), L.a.data(), w.ff1_w, N, H, I);
     zero(a.d_res);
-    ops::layernorm_backward(a.d_res.data(), gw.ln1_w, gw.ln1_b, a.d_a.data(), L.res1.data(), w.ln1_w, L.mean1.data(),
+    norm_backward(cfg_, a.d_res.data(), gw.ln1_w, gw.ln1_b, a.d_a.data(), L.res1.data(), w.ln1_w, L.mean1.data(),
                             L.rstd1.data(), N, H);
     a.d_x = a.d_res;  // residual branch into the block input
     dropout_back(a.d_res.data(), a.d_res.data(), N * H, 2 + 3 * l);
@@ -501,7 +530,7 @@ void RoFormer<T>::backward() {
   }
   dropout_back(a.d_emb_ln.data(), a.d_emb_out.data(), N * E, 0);
   zero(a.d_emb_sum);
-  ops::layernorm_backward(a.d_emb_sum.data(), g.emb_ln_w, g.emb_ln_b, a.d_emb_ln.data(), a.emb_sum.data(),
+  norm_backward(cfg_, a.d_emb_sum.data(), g.emb_ln_w, g.emb_ln_b, a.d_emb_ln.data(), a.emb_sum.data(),
                           p.emb_ln_w, a.emb_mean.data(), a.emb_rstd.data(), N, E);
   ops::embedding_backward(g.token_type, a.d_emb_sum.data(), a.token_types.data(), N, E);
   if (p.position) ops::embedding_backward(g.position, a.d_emb_sum.data(), a.position_ids.data(), N, E);

@@ -36,6 +36,12 @@ struct Inputs {
 
 constexpr int64_t kIgnoreIndex = -100;
 
+// The model's normalisation: HF LayerNorm (weight, bias; mean and rstd kept) or, with norm_type
+// rms_norm, RoFormer-V2's parameter-free RMS norm (rstd holds 1/rms, mean is unused).
+template <typename T>
+void norm_forward(const RoFormerConfig& c, T* out, T* mean, T* rstd, const T* in, const T* w, const T* b, int64_t N,
+                  int64_t C);
+
 // The librope configuration of a model's RoPE: head_dim wide, base rope_theta, its layout.
 rope_config rope_settings(const RoFormerConfig& c);
 
