@@ -85,6 +85,9 @@ void RoFormerConfig::validate() const {
   if (norm_type != "layer_norm" && norm_type != "rms_norm") {
     throw std::invalid_argument("unknown norm_type '" + norm_type + "' (layer_norm, rms_norm)");
   }
+  if (!pooler_activation.empty() && pooler_activation != "linear" && pooler_activation != "tanh") {
+    throw std::invalid_argument("unknown pooler_activation '" + pooler_activation + "' (linear, tanh)");
+  }
   if (rms_norm() && embedding_size != hidden_size) {
     throw std::invalid_argument("norm_type rms_norm (RoFormer-V2) needs embedding_size == hidden_size");
   }
@@ -158,6 +161,7 @@ RoFormerConfig RoFormerConfig::from_json_text(const std::string& text, const std
   get_string("attention_type", &c.attention_type);
   get_string("norm_type", &c.norm_type);
   get_bool("use_bias", &c.use_bias);
+  get_string("pooler_activation", &c.pooler_activation);
   get_int("performer_features", &c.performer_features);
   if (layout != "interleaved" && layout != "half") fail("rope_layout", "must be \"interleaved\" or \"half\"");
   c.rope_half_layout = layout == "half";
@@ -167,7 +171,7 @@ RoFormerConfig RoFormerConfig::from_json_text(const std::string& text, const std
       "vocab_size", "hidden_size", "embedding_size", "num_hidden_layers", "num_attention_heads",
       "intermediate_size", "max_position_embeddings", "type_vocab_size", "pad_token_id", "hidden_act",
       "hidden_dropout_prob", "attention_probs_dropout_prob", "initializer_range", "layer_norm_eps",
-      "rotary_value", "is_decoder", "position_encoding", "rope_theta", "rope_layout", "rope_scaling", "attention_type", "performer_features", "norm_type", "use_bias"};
+      "rotary_value", "is_decoder", "position_encoding", "rope_theta", "rope_layout", "rope_scaling", "attention_type", "performer_features", "norm_type", "use_bias", "pooler_activation"};
   for (const auto& [key, value] : j.items()) {
     if (!own.count(key) && !generic_fields().count(key)) {
       throw io::Error(origin + ": unknown config field '" + key + "'");
@@ -219,6 +223,7 @@ std::string RoFormerConfig::to_json() const {
   if (rope_scaling != "none") j["rope_scaling"] = rope_scaling;
   if (norm_type != "layer_norm") j["norm_type"] = norm_type;
   if (!use_bias) j["use_bias"] = false;
+  if (!pooler_activation.empty()) j["pooler_activation"] = pooler_activation;
   if (attention_type != "softmax") {
     j["attention_type"] = attention_type;
     j["performer_features"] = performer_features;

@@ -20,6 +20,11 @@ struct RoFormerConfig {
   // head that is the tied matmul only; use_bias false = no biases in any linear layer.
   std::string norm_type = "layer_norm";
   bool use_bias = true;
+  // RoFormer-Sim (junnyu's roformer package): a pooler on the [CLS] state, "linear" or "tanh" ("" =
+  // none); with is_decoder, attention follows UniLM's seq2seq mask built from token_type_ids
+  // (bert4keras UniLM_Mask): key j is visible from query i iff cumsum(tt)[j] <= cumsum(tt)[i].
+  std::string pooler_activation;
+  bool unilm_mask() const { return is_decoder && !pooler_activation.empty(); }
   double hidden_dropout_prob = 0.1, attention_probs_dropout_prob = 0.1, initializer_range = 0.02,
          layer_norm_eps = 1e-12;
   bool rotary_value = false;

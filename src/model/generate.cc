@@ -11,7 +11,6 @@
 #include "ops/embedding.h"
 #include "ops/linear.h"
 #include "ops/norm.h"
-#include "ops/position.h"
 #include "ops/random.h"
 
 namespace model {
@@ -64,9 +63,8 @@ const std::vector<float>& Generator::feed(const std::vector<int64_t>& ids) {
       for (int64_t j = 0; j < E; ++j) e[i * E + j] += p.position[(pos_ + i) * E + j];
     }
   } else if (c.position_encoding == PositionEncoding::sinusoidal) {
-    std::vector<float> table((pos_ + n) * E);  // (positions, E)
-    ops::sinusoidal_table(table.data(), pos_ + n, E);
-    for (int64_t i = 0; i < n * E; ++i) e[i] += table[pos_ * E + i];
+    const std::vector<float> table = sinusoidal_positions(c, pos_, n);  // (n, E)
+    for (int64_t i = 0; i < n * E; ++i) e[i] += table[i];
   }
   norm_forward(c, tmp.data(), mean.data(), rstd.data(), e.data(), p.emb_ln_w, p.emb_ln_b, n, E);
   std::vector<float> x(n * H);  // (n, H)

@@ -51,6 +51,10 @@ std::vector<ParamInfo> param_layout(const RoFormerConfig& c) {
     linear("output.dense", H, I);
     norm("output.LayerNorm");
   }
+  if (!c.pooler_activation.empty()) {  // RoFormer-Sim's pooler (inference only: no loss reaches it)
+    add("roformer.pooler.dense.weight", {H, H}, true);
+    add("roformer.pooler.dense.bias", {H}, false);
+  }
   const std::string h = "cls.predictions.";
   if (layer_norm) {  // V1: dense → activation → LayerNorm → tied decoder + bias; V2: the tied matmul only
     add(h + "transform.dense.weight", {E, H}, true);
@@ -107,6 +111,8 @@ Params<T> bind_params(const RoFormerConfig& c, const std::vector<ParamInfo>& lay
     p.layers.push_back(L);
   }
   const std::string h = "cls.predictions.";
+  p.pooler_w = maybe("roformer.pooler.dense.weight");
+  p.pooler_b = maybe("roformer.pooler.dense.bias");
   p.head_w = maybe(h + "transform.dense.weight");
   p.head_b = maybe(h + "transform.dense.bias");
   p.head_ln_w = maybe(h + "transform.LayerNorm.weight");

@@ -41,6 +41,7 @@ struct Params {
   T *emb_ln_w, *emb_ln_b;           // (E)
   T *proj_w, *proj_b;               // (H, E), (H) or null
   std::vector<LayerParams<T>> layers;
+  T *pooler_w, *pooler_b;                      // (H, H), (H) or null (RoFormer-Sim)
   T *head_w, *head_b, *head_ln_w, *head_ln_b;  // (E, H), (E), (E), (E)
   T* decoder_bias;                             // (V); the decoder weight is `word`
 };

@@ -42,6 +42,16 @@ void norm_backward(const RoFormerConfig& c, T* din, T* dw, T* db, const T* dout,
   }
 }
 
+std::vector<float> sinusoidal_positions(const RoFormerConfig& c, int64_t start, int64_t count) {
+  const int64_t E = c.embedding_size;
+  std::vector<float> table((start + count) * E);  // from librope's exact cos/sin
+  ops::sinusoidal_table(table.data(), start + count, E);
+  const float scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(E)));
+  std::vector<float> out(count * E);
+  for (int64_t i = 0; i < count * E; ++i) out[i] = table[start * E + i] * scale;
+  return out;
+}
+
 rope_config rope_settings(const RoFormerConfig& c) {
   rope_config rc = rope::default_config(static_cast<int32_t>(c.head_dim()));
   rc.base = c.rope_theta;
@@ -136,6 +146,7 @@ struct RoFormer<T>::Activations {
   std::vector<Layer> layers;
   std::vector<T> t1, t2, t3, head_mean, head_rstd;  // (N, E) head dense, activation, LayerNorm; (N)
   std::vector<T> logits, probs;                     // (N, V)
+  std::vector<T> pooled;                            // (B, H) RoFormer-Sim's pooler output
   int64_t counted = 0;
   bool training = false;
   uint64_t dropout_seed = 0;
@@ -348,8 +359,7 @@ double RoFormer<T>::forward(const Inputs& in, bool training, uint64_t dropout_se
     ops::embedding_forward(tmp.data(), a.position_ids.data(), p.position, N, cfg_.max_position_embeddings, E);
     accumulate(a.emb_sum.data(), tmp.data(), N * E);
   } else if (cfg_.position_encoding == PositionEncoding::sinusoidal) {
-    std::vector<float> table(S * E);  // (T, E), from librope's exact cos/sin
-    ops::sinusoidal_table(table.data(), S, E);
+    const std::vector<float> table = sinusoidal_positions(cfg_, 0, S);  // (T, E)
     for (int64_t i = 0; i < N * E; ++i) a.emb_sum[i] += static_cast<T>(table[i % (S * E)]);
   }
   norm_forward(cfg_, a.emb_ln.data(), a.emb_mean.data(), a.emb_rstd.data(), a.emb_sum.data(), p.emb_ln_w,
@@ -410,6 +420,15 @@ double RoFormer<T>::forward(const Inputs& in, bool training, uint64_t dropout_se
                            H);
   }
 
+  if (p.pooler_w) {  // RoFormer-Sim: pooled (B, H) = act(h_L[:, 0]·Wpᵀ + bp)
+    a.pooled.resize(B * H);
+    std::vector<T> cls(B * H);  // (B, H) the [CLS] states
+    for (int64_t b = 0; b < B; ++b) std::copy_n(a.h.back().data() + b * S * H, H, cls.data() + b * H);
+    ops::linear_forward(a.pooled.data(), cls.data(), p.pooler_w, p.pooler_b, B, H, H);
+    if (cfg_.pooler_activation == "tanh") {
+      for (T& x : a.pooled) x = std::tanh(x);
+    }
+  }
   if (!has_mlm_head_) {  // an encoder-only checkpoint: the last hidden state is the output
     if (in.targets) throw std::invalid_argument("this checkpoint has no MLM head: no logits, no loss");
     a.counted = 0;
@@ -562,6 +581,10 @@ const T* RoFormer<T>::attention(int64_t l) const {
 template <typename T>
 const T* RoFormer<T>::logits() const {
   return has_mlm_head_ ? act_->logits.data() : nullptr;
+}
+template <typename T>
+const T* RoFormer<T>::pooler_output() const {
+  return act_->pooled.empty() ? nullptr : act_->pooled.data();
 }
 template <typename T>
 int64_t RoFormer<T>::counted() const {

@@ -42,6 +42,12 @@ template <typename T>
 void norm_forward(const RoFormerConfig& c, T* out, T* mean, T* rstd, const T* in, const T* w, const T* b, int64_t N,
                   int64_t C);
 
+// Additive sinusoidal positions start .. start + count − 1, (count, E): the paper's eq. 4 table
+// scaled by 1/√E. Vaswani et al. multiply the embeddings by √d_model before adding the table; with
+// the embedding LayerNorm that follows, scaling the table by 1/√E is the same network, and keeps the
+// positions from drowning token embeddings initialised at N(0, 0.02²).
+std::vector<float> sinusoidal_positions(const RoFormerConfig& c, int64_t start, int64_t count);
+
 // The librope configuration of a model's RoPE: head_dim wide, base rope_theta, its layout.
 rope_config rope_settings(const RoFormerConfig& c);
 
@@ -83,6 +89,7 @@ class RoFormer {
   const T* hidden_state(int64_t l) const; // (B, T, H), l = 0 (encoder input) .. L
   const T* attention(int64_t l) const;    // (B, n, T, T) softmax probabilities of layer l (null for linear attention)
   const T* logits() const;                // (B, T, V); null without an MLM head
+  const T* pooler_output() const;         // (B, H) with a pooler (RoFormer-Sim), else null
   int64_t counted() const;                // targets counted by the last loss
 
  private:
