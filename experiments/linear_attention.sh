@@ -12,8 +12,8 @@ roformer=build/release/tools/roformer
 [ -x "$roformer" ] || { cmake --preset release && cmake --build --preset release; }
 out=runs/linear
 mkdir -p "$out" docs/results
-common=(--data data/kjv.txt --task clm --layers 4 --hidden 128 --heads 4 --ff 512 --seq 128 --batch 16 --steps 400
-        --lr 2e-3 --warmup 40 --min-lr 1e-4 --eval-every 50 --eval-batches 16 --save-every 0 --seed 1234
+common=(--data data/kjv.txt --task clm --layers 2 --hidden 128 --heads 4 --ff 512 --seq 128 --batch 16 --steps 300
+        --lr 3e-3 --warmup 30 --min-lr 1e-4 --eval-every 25 --eval-batches 16 --save-every 0 --seed 1234
         --performer-features 64 --sample-tokens 0 --no-progress "$@")
 runs=()
 labels=()
@@ -30,6 +30,6 @@ for attention in linear performer; do
 done
 baseline=$(grep -o "unigram baseline [0-9.]*" "$out/linear-rope.log" | head -1 | awk '{print $3}')
 "$roformer" plot runs --runs "${runs[@]}" --labels "${labels[@]}" --baseline "$baseline" \
-  --title "Linear attention with and without RoPE (causal LM, 4×128, char-level KJV)" \
+  --title "Linear attention with and without RoPE (causal LM, 2×128, char-level KJV)" \
   --out docs/results/linear_attention.png --table docs/results/linear_attention.md
 "$roformer" bench attention --lengths 512,1024,2048,4096,8192,16384,32768 | tee docs/results/attention_scaling.md

@@ -5,6 +5,8 @@
 //   roformer train             train a RoFormer causal or masked LM on a text file
 //   roformer eval              validation loss and perplexity of a checkpoint
 //   roformer generate          sample from a causal-LM checkpoint
+//   roformer tokenize | fill-mask | embed | similarity | classify | forward
+//                              inference on Hugging Face RoFormer model directories
 #include <CLI/CLI.hpp>
 #include <fmt/core.h>
 
@@ -77,10 +79,12 @@ int main(int argc, char** argv) {
   bench_att_cmd->add_option("--threads", bench_att.threads, "OpenMP threads (0: all)")->check(CLI::NonNegativeNumber);
 
   const auto run_model_command = roformer::add_model_commands(app);
+  const auto run_infer_command = roformer::add_infer_commands(app);
 
   CLI11_PARSE(app, argc, argv);
   try {
     if (const int status = run_model_command(); status >= 0) return status;
+    if (const int status = run_infer_command(); status >= 0) return status;
     if (check_cmd->parsed()) return roformer::rope_check(check);
     if (bench_cmd->parsed()) return roformer::bench_rope(bench_rope);
     if (decay_cmd->parsed()) return roformer::rope_decay(decay);

@@ -95,7 +95,7 @@ std::function<int()> add_model_commands(CLI::App& app) {
   t.model.max_position_embeddings = 512;
   t.batch = 16;
   t.seq = 128;
-  t.steps = 1000;
+  t.steps = 600;
   t.schedule.peak_lr = 2e-3;
   t.schedule.min_lr = 1e-4;
   t.schedule.warmup_steps = 50;

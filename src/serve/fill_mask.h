@@ -1,0 +1,38 @@
+// Fill-mask as transformers' FillMaskPipeline (v4.40) does it: for every [MASK] of a text, the top-k
+// vocabulary entries by softmax probability of the MLM logits, each with the text decoded with that
+// prediction in place. decode() is the slow tokenizer's decode (RoFormerTokenizer/BertTokenizer:
+// tokens joined by spaces, " ##" removed, clean_up_tokenization's spacing fixes).
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "serve/pipeline.h"
+
+namespace serve {
+
+struct Prediction {
+  double score = 0;        // softmax probability at the mask position
+  int32_t token = 0;       // the predicted id
+  std::string token_str;   // decode([token])
+  std::string sequence;    // the text with this prediction at the mask, decoded
+};
+using MaskPredictions = std::vector<Prediction>;  // top-k, best first (ties: lower id first)
+
+// HF PreTrainedTokenizer.decode(ids, skip_special_tokens, clean_up_tokenization_spaces).
+std::string decode(const text::RoFormerTokenizer& tokenizer, const std::vector<int32_t>& ids, bool skip_special_tokens,
+                   bool clean_up_tokenization_spaces);
+
+// Per text, per [MASK] (in order), the top_k predictions. As in HF, "sequence" skips special tokens
+// when the text has one mask and keeps them (other masks included) when it has several; padding ids
+// are dropped. Throws io::Error without an MLM head (or for a causal LM) and InputError for a text
+// without a mask token.
+std::vector<std::vector<MaskPredictions>> fill_mask(Pipeline& pipeline, const std::vector<std::string>& texts,
+                                                    int64_t top_k = 5, int64_t batch_size = 16);
+
+// One line of JSON in HF's output shape: [{"score", "token", "token_str", "sequence"}, ...] for one
+// mask, a list of such lists (one per mask) for several.
+std::string fill_mask_json(const std::vector<MaskPredictions>& masks);
+
+}  // namespace serve

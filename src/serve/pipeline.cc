@@ -1,0 +1,343 @@
+// serve::Pipeline: model directory loading, length-sorted batching, pooling, similarity and the
+// sequence-classification head (see pipeline.h).
+#include "serve/pipeline.h"
+
+#include <algorithm>
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <numeric>
+#include <sstream>
+
+#include "io/weights.h"
+
+namespace serve {
+namespace {
+
+namespace fs = std::filesystem;
+
+constexpr const char* kDirHint =
+    " (a Hugging Face model directory holds config.json, vocab.txt and model.safetensors, "
+    "model.safetensors.index.json, pytorch_model.bin or pytorch_model.bin.index.json)";
+
+nlohmann::json read_json(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw io::Error(path + ": cannot open");
+  std::ostringstream text;
+  text << in.rdbuf();
+  try {
+    return nlohmann::json::parse(text.str());
+  } catch (const nlohmann::json::exception& e) {
+    throw io::Error(path + ": not valid JSON: " + e.what());
+  }
+}
+
+// The tensors of `src` that `keep` accepts: views into src, which must outlive this store.
+class FilteredWeights : public io::WeightStore {
+ public:
+  FilteredWeights(const io::WeightStore& src, const std::function<bool(const std::string&)>& keep)
+      : io::WeightStore(src.path()) {
+    for (const auto& [name, tensor] : src.tensors()) {
+      if (keep(name)) tensors_.emplace(name, tensor);
+    }
+  }
+};
+
+double activate(const std::string& act, double x) {
+  return act == "relu" ? std::max(x, 0.0) : 0.5 * x * (1.0 + std::erf(x / std::sqrt(2.0)));
+}
+
+}  // namespace
+
+const char* pooling_name(Pooling p) {
+  switch (p) {
+    case Pooling::cls: return "cls";
+    case Pooling::mean: return "mean";
+  }
+  return "?";
+}
+
+Pooling parse_pooling(const std::string& name) {
+  for (Pooling p : {Pooling::cls, Pooling::mean}) {
+    if (name == pooling_name(p)) return p;
+  }
+  throw std::invalid_argument("unknown pooling '" + name + "' (cls, mean)");
+}
+
+std::vector<std::vector<size_t>> plan_batches(const std::vector<size_t>& lengths, int64_t batch_size) {
+  if (batch_size < 1) throw std::invalid_argument("batch size must be at least 1");
+  std::vector<size_t> order(lengths.size());
+  std::iota(order.begin(), order.end(), size_t{0});
+  std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) { return lengths[a] < lengths[b]; });
+  std::vector<std::vector<size_t>> batches;
+  for (size_t i = 0; i < order.size(); i += static_cast<size_t>(batch_size)) {
+    const size_t end = std::min(order.size(), i + static_cast<size_t>(batch_size));
+    batches.emplace_back(order.begin() + static_cast<std::ptrdiff_t>(i), order.begin() + static_cast<std::ptrdiff_t>(end));
+  }
+  return batches;
+}
+
+double cosine(const std::vector<float>& a, const std::vector<float>& b) {
+  if (a.size() != b.size()) throw std::invalid_argument("cosine: vectors of different sizes");
+  double dot = 0, na = 0, nb = 0;
+  for (size_t i = 0; i < a.size(); ++i) {
+    dot += double(a[i]) * b[i];
+    na += double(a[i]) * a[i];
+    nb += double(b[i]) * b[i];
+  }
+  return dot / std::max(std::sqrt(na) * std::sqrt(nb), 1e-8);
+}
+
+std::optional<Classifier> load_classifier(const io::WeightStore& w, const std::string& config_path, int64_t H) {
+  const std::string prefix = "classifier.";
+  const std::vector<std::string> names = {"classifier.dense.weight", "classifier.dense.bias",
+                                          "classifier.out_proj.weight", "classifier.out_proj.bias"};
+  bool any = false;
+  for (const auto& [name, tensor] : w.tensors()) {
+    if (name.rfind(prefix, 0) != 0) continue;
+    any = true;
+    if (std::find(names.begin(), names.end(), name) == names.end()) {
+      throw io::Error(w.path() + ": unexpected tensor " + name +
+                      " (a RoFormerForSequenceClassification head has classifier.dense and classifier.out_proj)");
+    }
+  }
+  if (!any) return std::nullopt;
+  Classifier c;
+  c.hidden = H;
+  const io::Tensor& out = w.at("classifier.out_proj.weight");
+  if (out.shape.size() != 2 || out.shape[1] != H || out.shape[0] < 1) {
+    throw io::Error(w.path() + ": classifier.out_proj.weight has shape " + io::shape_str(out.shape) +
+                    ", expected (num_labels, " + std::to_string(H) + ")");
+  }
+  c.num_labels = out.shape[0];
+  c.dense_w = w.f32("classifier.dense.weight", {H, H});
+  c.dense_b = w.f32("classifier.dense.bias", {H});
+  c.out_w = w.f32("classifier.out_proj.weight", {c.num_labels, H});
+  c.out_b = w.f32("classifier.out_proj.bias", {c.num_labels});
+
+  const nlohmann::json j = read_json(config_path);
+  const std::string n = std::to_string(c.num_labels);
+  for (int64_t i = 0; i < c.num_labels; ++i) c.labels.push_back("LABEL_" + std::to_string(i));
+  if (j.contains("id2label") && !j["id2label"].is_null()) {
+    const auto& m = j["id2label"];
+    if (!m.is_object()) throw io::Error(config_path + ": 'id2label' must be an object {\"0\": \"label\", ...}");
+    if (static_cast<int64_t>(m.size()) != c.num_labels) {
+      throw io::Error(config_path + ": id2label has " + std::to_string(m.size()) +
+                      " labels but classifier.out_proj.weight has " + n + " rows");
+    }
+    for (int64_t i = 0; i < c.num_labels; ++i) {
+      const std::string key = std::to_string(i);
+      if (!m.contains(key) || !m[key].is_string()) {
+        throw io::Error(config_path + ": id2label needs a string label for every id 0.." + std::to_string(c.num_labels - 1) +
+                        " (missing \"" + key + "\")");
+      }
+      c.labels[static_cast<size_t>(i)] = m[key].get<std::string>();
+    }
+  } else if (j.contains("num_labels") && j["num_labels"].is_number_integer() &&
+             j["num_labels"].get<int64_t>() != c.num_labels) {
+    throw io::Error(config_path + ": num_labels is " + j["num_labels"].dump() + " but classifier.out_proj.weight has " +
+                    n + " rows");
+  }
+  std::string problem;
+  if (j.contains("problem_type") && j["problem_type"].is_string()) problem = j["problem_type"].get<std::string>();
+  // transformers' TextClassificationPipeline default function_to_apply.
+  c.function = problem == "multi_label_classification" || c.num_labels == 1 ? "sigmoid" : "softmax";
+  return c;
+}
+
+std::vector<double> apply_classifier(const Classifier& c, const std::string& hidden_act, const float* cls) {
+  const int64_t H = c.hidden;
+  std::vector<double> x(static_cast<size_t>(H)), z(static_cast<size_t>(c.num_labels));
+  for (int64_t o = 0; o < H; ++o) {
+    double s = c.dense_b[o];
+    for (int64_t i = 0; i < H; ++i) s += double(c.dense_w[o * H + i]) * cls[i];
+    x[o] = activate(hidden_act, s);
+  }
+  for (int64_t o = 0; o < c.num_labels; ++o) {
+    double s = c.out_b[o];
+    for (int64_t i = 0; i < H; ++i) s += double(c.out_w[o * H + i]) * x[i];
+    z[o] = s;
+  }
+  if (c.function == "sigmoid") {
+    for (double& v : z) v = 1.0 / (1.0 + std::exp(-v));
+  } else if (c.function == "softmax") {
+    const double m = *std::max_element(z.begin(), z.end());
+    double sum = 0;
+    for (double& v : z) sum += (v = std::exp(v - m));
+    for (double& v : z) v /= sum;
+  }
+  return z;
+}
+
+std::unique_ptr<Pipeline> Pipeline::load(const std::string& dir, const LoadOptions& options) {
+  if (!fs::is_directory(dir)) throw io::Error(dir + ": no such model directory" + kDirHint);
+  std::unique_ptr<Pipeline> p(new Pipeline());
+  p->dir_ = dir;
+  const std::string config_path = dir + "/config.json";
+  if (fs::exists(config_path)) {
+    p->config_ = model::RoFormerConfig::from_json_file(config_path);
+  } else if (options.weights) {
+    throw io::Error(dir + ": no config.json" + kDirHint);
+  }
+  if (options.tokenizer) {
+    if (!fs::exists(dir + "/vocab.txt")) throw io::Error(dir + ": no vocab.txt" + kDirHint);
+    text::LoadOptions lo;
+    lo.jieba_dict = options.jieba_dict;
+    p->tokenizer_ = std::make_unique<text::RoFormerTokenizer>(text::RoFormerTokenizer::load(dir, lo));
+    const std::string tc = dir + "/tokenizer_config.json";
+    if (fs::exists(tc)) {
+      const nlohmann::json j = read_json(tc);
+      if (j.is_object() && j.contains("clean_up_tokenization_spaces") && j["clean_up_tokenization_spaces"].is_boolean()) {
+        p->clean_up_spaces_ = j["clean_up_tokenization_spaces"].get<bool>();
+      }
+    }
+  }
+  if (options.weights) {
+    const auto weights = io::open_weights(dir);
+    p->model_ = std::make_unique<model::RoFormer<float>>(p->config_);
+    if (options.mlm_head) {
+      p->model_->load(*weights, {"classifier."});
+    } else {
+      const FilteredWeights encoder(*weights, [](const std::string& n) { return n.rfind("cls.predictions.", 0) != 0; });
+      p->model_->load(encoder, {"classifier."});
+    }
+    p->classifier_ = load_classifier(*weights, config_path, p->config_.hidden_size);
+  }
+  return p;
+}
+
+const text::RoFormerTokenizer& Pipeline::tokenizer() const {
+  if (!tokenizer_) throw std::logic_error("serve::Pipeline: loaded without a tokenizer");
+  return *tokenizer_;
+}
+
+model::RoFormer<float>& Pipeline::model() {
+  if (!model_) throw std::logic_error("serve::Pipeline: loaded without weights");
+  return *model_;
+}
+
+std::vector<text::Encoding> Pipeline::encode(const std::vector<std::string>& texts) const {
+  std::vector<text::Encoding> out;
+  out.reserve(texts.size());
+  for (const std::string& t : texts) out.push_back(tokenizer().encode(t));
+  check(out);
+  return out;
+}
+
+void Pipeline::check(const std::vector<text::Encoding>& encodings) const {
+  for (size_t i = 0; i < encodings.size(); ++i) {
+    const text::Encoding& e = encodings[i];
+    if (static_cast<int64_t>(e.size()) > config_.max_position_embeddings) {
+      throw InputError(i, std::to_string(e.size()) + " tokens, more than the model's max_position_embeddings (" +
+                              std::to_string(config_.max_position_embeddings) +
+                              "); inputs are not truncated (longer contexts need RoPE scaling, not yet offered here)");
+    }
+    for (size_t t = 0; t < e.size(); ++t) {
+      if (e.input_ids[t] < 0 || e.input_ids[t] >= config_.vocab_size) {
+        throw InputError(i, "token '" + e.tokens[t] + "' has id " + std::to_string(e.input_ids[t]) +
+                                ", outside the model's vocabulary of " + std::to_string(config_.vocab_size));
+      }
+      if (e.token_type_ids[t] >= config_.type_vocab_size) {
+        throw InputError(i, "token type " + std::to_string(e.token_type_ids[t]) + " is outside the model's " +
+                                std::to_string(config_.type_vocab_size) + " token types");
+      }
+    }
+  }
+}
+
+void Pipeline::run(const std::vector<text::Encoding>& encodings, int64_t batch_size,
+                   const std::function<void(const std::vector<size_t>& rows, int64_t T)>& visit) {
+  model::RoFormer<float>& m = model();
+  std::vector<size_t> lengths;
+  for (const auto& e : encodings) lengths.push_back(e.size());
+  const int64_t pad = tokenizer_ && tokenizer_->pad_id() >= 0 ? tokenizer_->pad_id() : config_.pad_token_id;
+  for (const std::vector<size_t>& rows : plan_batches(lengths, batch_size)) {
+    const int64_t B = static_cast<int64_t>(rows.size());
+    int64_t T = 0;
+    for (size_t r : rows) T = std::max<int64_t>(T, static_cast<int64_t>(lengths[r]));
+    std::vector<int64_t> ids(B * T, pad), types(B * T, 0), mask(B * T, 0);
+    for (int64_t b = 0; b < B; ++b) {
+      const text::Encoding& e = encodings[rows[b]];
+      for (size_t t = 0; t < e.size(); ++t) {
+        ids[b * T + t] = e.input_ids[t];
+        types[b * T + t] = e.token_type_ids[t];
+        mask[b * T + t] = e.attention_mask[t];
+      }
+    }
+    m.forward({.ids = ids.data(), .token_types = types.data(), .attention_mask = mask.data(), .B = B, .T = T});
+    visit(rows, T);
+  }
+}
+
+std::vector<std::vector<float>> Pipeline::embed(const std::vector<std::string>& texts, const EmbedOptions& o) {
+  const std::vector<text::Encoding> encodings = encode(texts);
+  const int64_t H = config_.hidden_size, L = config_.num_hidden_layers;
+  std::vector<std::vector<float>> out(texts.size());
+  run(encodings, o.batch_size, [&](const std::vector<size_t>& rows, int64_t T) {
+    const float* h = model().hidden_state(L);
+    for (size_t b = 0; b < rows.size(); ++b) {
+      const text::Encoding& e = encodings[rows[b]];
+      std::vector<double> v(static_cast<size_t>(H), 0.0);
+      int64_t count = 0;
+      for (int64_t t = 0; t < (o.pooling == Pooling::cls ? 1 : T); ++t) {
+        if (static_cast<size_t>(t) >= e.size() || e.attention_mask[t] == 0) continue;
+        const float* x = h + (static_cast<int64_t>(b) * T + t) * H;
+        for (int64_t i = 0; i < H; ++i) v[i] += x[i];
+        ++count;
+      }
+      double norm = 0;
+      for (double& x : v) {
+        x /= std::max<int64_t>(count, 1);
+        norm += x * x;
+      }
+      norm = o.normalize ? std::max(std::sqrt(norm), 1e-12) : 1.0;
+      std::vector<float>& dst = out[rows[b]];
+      dst.resize(static_cast<size_t>(H));
+      for (int64_t i = 0; i < H; ++i) dst[i] = static_cast<float>(v[i] / norm);
+    }
+  });
+  return out;
+}
+
+std::vector<double> Pipeline::similarity(const std::vector<std::pair<std::string, std::string>>& pairs,
+                                         const EmbedOptions& options) {
+  std::vector<std::string> texts;
+  texts.reserve(2 * pairs.size());
+  for (const auto& [a, b] : pairs) {
+    texts.push_back(a);
+    texts.push_back(b);
+  }
+  std::vector<std::vector<float>> e;
+  try {
+    e = embed(texts, options);
+  } catch (const InputError& err) {
+    throw InputError(err.index / 2, std::string(err.index % 2 ? "text b: " : "text a: ") + err.what());
+  }
+  std::vector<double> out;
+  for (size_t i = 0; i < pairs.size(); ++i) out.push_back(cosine(e[2 * i], e[2 * i + 1]));
+  return out;
+}
+
+std::vector<Classification> Pipeline::classify(const std::vector<std::string>& texts, int64_t batch_size) {
+  if (!classifier_) {
+    throw io::Error(dir_ + ": the checkpoint has no sequence-classification head (the classifier.dense.* and "
+                    "classifier.out_proj.* tensors that RoFormerForSequenceClassification saves)");
+  }
+  const std::vector<text::Encoding> encodings = encode(texts);
+  const int64_t H = config_.hidden_size, L = config_.num_hidden_layers;
+  std::vector<Classification> out(texts.size());
+  run(encodings, batch_size, [&](const std::vector<size_t>& rows, int64_t T) {
+    const float* h = model().hidden_state(L);
+    for (size_t b = 0; b < rows.size(); ++b) {
+      Classification& c = out[rows[b]];
+      c.scores = apply_classifier(*classifier_, config_.hidden_act, h + static_cast<int64_t>(b) * T * H);
+      c.label_id = std::max_element(c.scores.begin(), c.scores.end()) - c.scores.begin();
+      c.label = classifier_->labels[static_cast<size_t>(c.label_id)];
+      c.score = c.scores[static_cast<size_t>(c.label_id)];
+    }
+  });
+  return out;
+}
+
+}  // namespace serve

@@ -1,0 +1,129 @@
+// Inference on Hugging Face RoFormer model directories: load config.json + weights (any format
+// io::open_weights reads) + the tokenizer files, encode texts, run the encoder in length-sorted,
+// padded batches, and turn the outputs into embeddings (CLS or mean pooling), cosine similarities,
+// and sequence-classification labels (HF RoFormerForSequenceClassification's head). Fill-mask is in
+// serve/fill_mask.h, the raw forward of a safetensors batch in serve/forward_io.h.
+//
+//   auto p = serve::Pipeline::load("models/roformer_chinese_base");
+//   auto e = p->embed({"今天天气非常好。", "hello"}, {.pooling = serve::Pooling::mean});
+//
+// Every problem with the model directory is an io::Error naming the file; a problem with one input
+// (too long, an id the model does not know, no [MASK]) is a serve::InputError carrying its index.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <stdexcept>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "model/config.h"
+#include "model/roformer.h"
+#include "text/roformer_tokenizer.h"
+
+namespace serve {
+
+// A problem with input number `index` (0-based, in the order given); the caller names the line.
+class InputError : public std::runtime_error {
+ public:
+  InputError(size_t index, const std::string& what) : std::runtime_error(what), index(index) {}
+  size_t index;
+};
+
+// How a sequence's last hidden states become one vector. RoFormer-Sim's `pooler` (dense + tanh on
+// [CLS]) is to be added here as a third member.
+enum class Pooling { cls, mean };
+const char* pooling_name(Pooling p);
+Pooling parse_pooling(const std::string& name);  // "cls", "mean"; std::invalid_argument otherwise
+
+// HF RoFormerClassificationHead: features = h[CLS] → dense (H, H) → hidden_act → out_proj (labels, H).
+struct Classifier {
+  int64_t num_labels = 0, hidden = 0;
+  std::vector<float> dense_w, dense_b, out_w, out_b;
+  std::vector<std::string> labels;      // id2label, or LABEL_i
+  std::string function = "softmax";     // HF text-classification: softmax, sigmoid (multi-label, 1 label), none (regression)
+};
+
+struct LoadOptions {
+  std::string jieba_dict;  // "" → the tokenizer's default ($ROFORMER_JIEBA_DICT, Debian python3-jieba)
+  bool tokenizer = true;   // read vocab.txt + tokenizer files
+  bool weights = true;     // read the weights (false: tokenizer and config only)
+  // Load the MLM head when the checkpoint has one (fill-mask, forward's logits). Without it the
+  // forward stops at the last hidden state, which is all embed, similarity and classify need.
+  bool mlm_head = true;
+};
+
+struct EmbedOptions {
+  Pooling pooling = Pooling::cls;
+  bool normalize = false;   // L2-normalise (torch F.normalize, eps 1e-12)
+  int64_t batch_size = 16;
+};
+
+struct Classification {
+  int64_t label_id = 0;
+  std::string label;
+  double score = 0;
+  std::vector<double> scores;  // per label id, after `function`
+};
+
+// Batches of indices into `lengths`: sorted by length (stable), at most batch_size each.
+std::vector<std::vector<size_t>> plan_batches(const std::vector<size_t>& lengths, int64_t batch_size);
+
+// Cosine similarity (torch.cosine_similarity: dot / max(|a|·|b|, 1e-8)).
+double cosine(const std::vector<float>& a, const std::vector<float>& b);
+
+class Pipeline {
+ public:
+  // Reads DIR/config.json, the weights (io::open_weights) and, per options, the tokenizer
+  // (vocab.txt, tokenizer_config.json, special_tokens_map.json) and the classifier head when the
+  // weights hold classifier.* tensors. Throws io::Error naming what is missing or wrong.
+  static std::unique_ptr<Pipeline> load(const std::string& dir, const LoadOptions& options = {});
+
+  const std::string& dir() const { return dir_; }
+  const model::RoFormerConfig& config() const { return config_; }
+  const text::RoFormerTokenizer& tokenizer() const;
+  model::RoFormer<float>& model();
+  bool has_mlm_head() const { return model_ && model_->has_mlm_head(); }
+  const Classifier* classifier() const { return classifier_ ? &*classifier_ : nullptr; }
+  // tokenizer_config.json's clean_up_tokenization_spaces (HF default true), for decoding.
+  bool clean_up_tokenization_spaces() const { return clean_up_spaces_; }
+
+  // Encodes each text with [CLS]/[SEP] (pairs: [CLS] a [SEP] b [SEP]); throws InputError for one
+  // longer than max_position_embeddings or holding an id outside the model's vocabulary.
+  std::vector<text::Encoding> encode(const std::vector<std::string>& texts) const;
+  void check(const std::vector<text::Encoding>& encodings) const;
+
+  // Runs the encoder over the encodings in plan_batches order, right-padded to each batch's longest;
+  // after each forward calls visit(rows, T): rows[b] is the index of batch row b, and model()'s views
+  // hold the batch's outputs (B = rows.size(), T tokens).
+  void run(const std::vector<text::Encoding>& encodings, int64_t batch_size,
+           const std::function<void(const std::vector<size_t>& rows, int64_t T)>& visit);
+
+  std::vector<std::vector<float>> embed(const std::vector<std::string>& texts, const EmbedOptions& options);
+  // Cosine similarity of the embeddings of each pair.
+  std::vector<double> similarity(const std::vector<std::pair<std::string, std::string>>& pairs,
+                                 const EmbedOptions& options);
+  // Throws io::Error when the checkpoint has no classifier head.
+  std::vector<Classification> classify(const std::vector<std::string>& texts, int64_t batch_size = 16);
+
+ private:
+  Pipeline() = default;
+  std::string dir_;
+  model::RoFormerConfig config_;
+  std::unique_ptr<text::RoFormerTokenizer> tokenizer_;
+  std::unique_ptr<model::RoFormer<float>> model_;
+  std::optional<Classifier> classifier_;
+  bool clean_up_spaces_ = true;
+};
+
+// Reads the classifier head from weights (classifier.dense.*, classifier.out_proj.*) with labels and
+// problem_type from config.json; nullopt when the weights have no classifier.* tensors.
+std::optional<Classifier> load_classifier(const io::WeightStore& weights, const std::string& config_path,
+                                          int64_t hidden_size);
+// The head on one [CLS] hidden state (hidden floats) → scores per label (after `function`).
+std::vector<double> apply_classifier(const Classifier& c, const std::string& hidden_act, const float* cls);
+
+}  // namespace serve

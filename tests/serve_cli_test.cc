@@ -1,0 +1,173 @@
+// The roformer inference subcommands as a user runs them (the binary is ROFORMER_CLI): tokenize gives
+// the fixture tokenizer cases' ids through stdin (text lines with CRLF endings) and a JSONL file;
+// fill-mask, embed, similarity, classify and forward print/write what the library computes; and every
+// bad input ends with exactly one "roformer: error: ..." line naming the problem (and the input line)
+// and a non-zero exit status.
+#include <gtest/gtest.h>
+#include <sys/wait.h>
+
+#include <cstdlib>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <sstream>
+
+#include "serve/pipeline.h"
+#include "serve_fixtures.h"
+
+namespace {
+
+using namespace serve_fixtures;
+using nlohmann::json;
+
+struct Result {
+  int status = -1;
+  std::string out, err;
+  std::vector<json> lines() const {  // stdout as JSONL
+    std::vector<json> v;
+    std::istringstream in(out);
+    for (std::string line; std::getline(in, line);) v.push_back(json::parse(line));
+    return v;
+  }
+};
+
+std::string slurp(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  std::ostringstream s;
+  s << in.rdbuf();
+  return s.str();
+}
+
+// Runs `roformer ARGS` with `input` on stdin.
+Result run(const std::string& args, const std::string& input = "") {
+  static int n = 0;
+  const std::string base = temp_dir() + "/cli" + std::to_string(n++);
+  std::ofstream(base + ".in", std::ios::binary) << input;
+  const std::string cmd = std::string(ROFORMER_CLI) + " " + args + " < " + base + ".in > " + base + ".out 2> " + base + ".err";
+  const int raw = std::system(cmd.c_str());
+  Result r;
+  r.status = WIFEXITED(raw) ? WEXITSTATUS(raw) : -1;
+  r.out = slurp(base + ".out");
+  r.err = slurp(base + ".err");
+  return r;
+}
+
+// A failing run: non-zero status, one stderr line holding every fragment.
+void expect_fails(const Result& r, const std::vector<std::string>& fragments) {
+  EXPECT_NE(r.status, 0);
+  EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << r.err;
+  for (const auto& f : fragments) EXPECT_NE(r.err.find(f), std::string::npos) << r.err << "lacks: " << f;
+}
+
+json cases() { return json::parse(std::ifstream(kFixtures + "/tokenizer/cases.json")); }
+
+json with_specials(const json& c) {
+  json tokens = json::array({"[CLS]"});
+  for (const auto& t : c["tokens"]) tokens.push_back(t);
+  tokens.push_back("[SEP]");
+  return tokens;
+}
+
+TEST(Cli, TokenizeGivesTheFixtureIdsFromTextLines) {
+  std::string input;
+  std::vector<json> expected;
+  for (const json& c : cases()) {
+    const std::string text = c["text"];
+    if (text.find_first_of("\r\n") != std::string::npos || text.rfind("{", 0) == 0) continue;  // not one text line
+    input += text + "\r\n";
+    expected.push_back(c);
+  }
+  ASSERT_GE(expected.size(), 25u);
+  const Result r = run("tokenize --model " + model_dir("m"), input);
+  ASSERT_EQ(r.status, 0) << r.err;
+  const auto lines = r.lines();
+  ASSERT_EQ(lines.size(), expected.size());
+  for (size_t i = 0; i < lines.size(); ++i) {
+    EXPECT_EQ(lines[i]["input_ids"], expected[i]["input_ids"]) << expected[i]["text"];
+    EXPECT_EQ(lines[i]["tokens"], with_specials(expected[i])) << expected[i]["text"];
+  }
+}
+
+TEST(Cli, TokenizeReadsJsonlFiles) {
+  const std::string path = temp_dir() + "/cases.jsonl";
+  std::ofstream f(path, std::ios::binary);
+  const json all = cases();
+  for (const json& c : all) f << json{{"text", c["text"]}}.dump() << "\n";
+  f.close();
+  const Result r = run("tokenize --input-format jsonl --model " + model_dir("m") + " --input " + path);
+  ASSERT_EQ(r.status, 0) << r.err;
+  const auto lines = r.lines();
+  ASSERT_EQ(lines.size(), all.size());
+  for (size_t i = 0; i < lines.size(); ++i) EXPECT_EQ(lines[i]["input_ids"], all[i]["input_ids"]) << all[i]["text"];
+}
+
+TEST(Cli, FillMaskEmbedSimilarityClassifyAndForwardRun) {
+  const std::string m = model_dir("m");
+  Result r = run("fill-mask --top-k 3 --batch-size 2 --model " + m, "hello [MASK] world\n[MASK] is a [MASK]\nok [MASK]\n");
+  ASSERT_EQ(r.status, 0) << r.err;
+  auto lines = r.lines();
+  ASSERT_EQ(lines.size(), 3u);
+  EXPECT_EQ(lines[0].size(), 3u);
+  EXPECT_TRUE(lines[0][0].contains("sequence"));
+  EXPECT_EQ(lines[1].size(), 2u);  // two masks: a list per mask
+  EXPECT_EQ(lines[1][1].size(), 3u);
+
+  const std::vector<std::string> texts = {"今天天气非常好。", "hello, world!", "the quick brown fox"};
+  r = run("embed --pooling mean --normalize --batch-size 2 --model " + m, texts[0] + "\n" + texts[1] + "\n" + texts[2] + "\n");
+  ASSERT_EQ(r.status, 0) << r.err;
+  lines = r.lines();
+  ASSERT_EQ(lines.size(), 3u);
+  auto p = serve::Pipeline::load(m);
+  const auto ref = p->embed(texts, {.pooling = serve::Pooling::mean, .normalize = true});
+  for (size_t i = 0; i < 3; ++i) {
+    const auto e = lines[i]["embedding"].get<std::vector<float>>();
+    ASSERT_EQ(e.size(), ref[i].size());
+    for (size_t k = 0; k < e.size(); ++k) EXPECT_NEAR(e[k], ref[i][k], 1e-6);
+  }
+
+  r = run("similarity --model " + m, texts[0] + "\t" + texts[1] + "\n{\"a\": \"ok\", \"b\": \"ok\"}\n");
+  ASSERT_EQ(r.status, 0) << r.err;
+  lines = r.lines();
+  ASSERT_EQ(lines.size(), 2u);
+  EXPECT_NEAR(lines[0]["similarity"].get<double>(), p->similarity({{texts[0], texts[1]}}, {})[0], 1e-6);
+  EXPECT_NEAR(lines[1]["similarity"].get<double>(), 1.0, 1e-6);
+
+  const std::string c = classifier_dir("cls", 2, {{"id2label", {{"0", "no"}, {"1", "yes"}}}});
+  r = run("classify --model " + c, "hello\n今天\n");
+  ASSERT_EQ(r.status, 0) << r.err;
+  lines = r.lines();
+  ASSERT_EQ(lines.size(), 2u);
+  const auto cls = serve::Pipeline::load(c)->classify({"hello", "今天"});
+  for (size_t i = 0; i < 2; ++i) {
+    EXPECT_EQ(lines[i]["label"], cls[i].label);
+    EXPECT_NEAR(lines[i]["score"].get<double>(), cls[i].score, 1e-6);
+    EXPECT_EQ(lines[i]["scores"].size(), 2u);
+  }
+
+  const std::string fixture = kFixtures + "/case2_embproj_rotary_value", out = temp_dir() + "/fwd.safetensors";
+  r = run("forward --model " + fixture + " --inputs " + fixture + "/io.safetensors --out " + out);
+  ASSERT_EQ(r.status, 0) << r.err;
+  const io::SafeTensors o(out);
+  EXPECT_EQ(o.at("hidden_states").shape, (std::vector<int64_t>{3, 2, 16, 64}));
+  EXPECT_EQ(o.at("logits").shape, (std::vector<int64_t>{2, 16, 129}));
+}
+
+TEST(Cli, BadInputsGiveOneErrorLineAndAFailingStatus) {
+  const std::string m = model_dir("m");
+  expect_fails(run("embed --model " + temp_dir() + "/absent", "x\n"), {"roformer: error:", "absent: no such model directory"});
+  expect_fails(run("fill-mask --model " + m, "[MASK] ok\nno mask\n"), {"<stdin>:2:", "no [MASK] token"});
+  expect_fails(run("embed --model " + m, "one\ntwo\n{\"text\": \n"), {"<stdin>:3: not valid JSON"});
+  expect_fails(run("embed --input-format jsonl --model " + m, "{\"txt\": \"x\"}\n"), {"<stdin>:1: no \"text\" string"});
+  expect_fails(run("similarity --model " + m, "no tab here\n"), {"<stdin>:1: no tab"});
+  expect_fails(run("classify --model " + m, "x\n"), {"no sequence-classification head"});
+  expect_fails(run("tokenize --model " + m + " --input " + temp_dir() + "/nope.txt"), {"nope.txt: cannot open"});
+  std::string long_line;
+  for (int i = 0; i < 70; ++i) long_line += "a ";
+  expect_fails(run("embed --model " + m, "ok\n" + long_line + "\n"),
+               {"<stdin>:2: 72 tokens", "max_position_embeddings (64)"});
+  expect_fails(run("forward --model " + m + " --inputs " + temp_dir() + "/none.safetensors --out " + temp_dir() + "/x"),
+               {"none.safetensors"});
+  EXPECT_NE(run("embed --batch-size 0 --model " + m, "x\n").status, 0);
+  EXPECT_NE(run("embed --pooling max --model " + m, "x\n").status, 0);
+}
+
+}  // namespace

@@ -1,0 +1,197 @@
+// `roformer tokenize | fill-mask | embed | similarity | classify | forward`: inference on Hugging Face
+// RoFormer model directories (config.json, vocab.txt + tokenizer files, weights). A thin layer over
+// src/serve: read lines (stdin or --input; text, {"text": ...} JSONL, pairs), run them in batches of
+// --batch-size (sorted by length, padded, output in input order) and print one JSON line per input.
+// Input is read in chunks, so output streams; a bad line stops the command with "NAME:LINE: why".
+#include <CLI/CLI.hpp>
+#include <fmt/core.h>
+#include <omp.h>
+
+#include <fstream>
+#include <iostream>
+#include <memory>
+#include <nlohmann/json.hpp>
+
+#include "commands.h"
+#include "serve/fill_mask.h"
+#include "serve/forward_io.h"
+#include "serve/input.h"
+#include "serve/pipeline.h"
+
+namespace roformer {
+namespace {
+
+struct InferOptions {
+  std::string model_dir, input, format = "auto", jieba_dict, pooling = "cls";
+  std::string inputs, out;  // forward
+  int64_t batch_size = 16, top_k = 5;
+  bool normalize = false;
+  int threads = 0;
+};
+
+// The input stream (stdin or --input) and its reader.
+struct Input {
+  std::ifstream file;
+  std::unique_ptr<serve::LineReader> reader;
+  explicit Input(const InferOptions& o) {
+    if (o.input.empty() || o.input == "-") {
+      reader = std::make_unique<serve::LineReader>(std::cin, "<stdin>", serve::parse_input_format(o.format));
+      return;
+    }
+    file.open(o.input, std::ios::binary);
+    if (!file) throw std::runtime_error(o.input + ": cannot open");
+    reader = std::make_unique<serve::LineReader>(file, o.input, serve::parse_input_format(o.format));
+  }
+};
+
+// weights: false for tokenize; mlm_head: false where only hidden states are used (no MLM head cost).
+std::unique_ptr<serve::Pipeline> load(const InferOptions& o, bool weights = true, bool mlm_head = true) {
+  if (o.threads > 0) omp_set_num_threads(o.threads);
+  serve::LoadOptions lo;
+  lo.jieba_dict = o.jieba_dict;
+  lo.weights = weights;
+  lo.mlm_head = mlm_head;
+  return serve::Pipeline::load(o.model_dir, lo);
+}
+
+// Reads chunks of inputs (read(reader, &item) → false at the end) and hands each to process; an
+// InputError is reported at its line.
+template <typename Item, typename Read, typename Process>
+void for_chunks(const InferOptions& o, Read read, Process process) {
+  Input input(o);
+  serve::LineReader& r = *input.reader;
+  const int64_t chunk = std::max<int64_t>(o.batch_size * 64, 256);
+  std::vector<Item> items;
+  std::vector<int64_t> lines;
+  for (bool more = true; more;) {
+    items.clear();
+    lines.clear();
+    Item item;
+    while (static_cast<int64_t>(items.size()) < chunk && (more = read(r, &item))) {
+      items.push_back(std::move(item));
+      lines.push_back(r.line());
+    }
+    if (items.empty()) break;
+    try {
+      process(items);
+    } catch (const serve::InputError& e) {
+      throw std::runtime_error(r.where(lines.at(e.index), e.what()));
+    }
+    std::cout.flush();
+  }
+}
+
+bool read_text(serve::LineReader& r, std::string* s) { return r.next_text(s); }
+bool read_pair(serve::LineReader& r, std::pair<std::string, std::string>* p) { return r.next_pair(p); }
+
+int run_tokenize(const InferOptions& o) {
+  const auto p = load(o, false);
+  for_chunks<std::string>(o, read_text, [&](const std::vector<std::string>& texts) {
+    for (const std::string& t : texts) std::cout << p->tokenizer().encode(t).to_json() << '\n';
+  });
+  return 0;
+}
+
+int run_fill_mask(const InferOptions& o) {
+  const auto p = load(o);
+  for_chunks<std::string>(o, read_text, [&](const std::vector<std::string>& texts) {
+    for (const auto& masks : serve::fill_mask(*p, texts, o.top_k, o.batch_size)) {
+      std::cout << serve::fill_mask_json(masks) << '\n';
+    }
+  });
+  return 0;
+}
+
+serve::EmbedOptions embed_options(const InferOptions& o) {
+  serve::EmbedOptions e;
+  e.pooling = serve::parse_pooling(o.pooling);
+  e.normalize = o.normalize;
+  e.batch_size = o.batch_size;
+  return e;
+}
+
+int run_embed(const InferOptions& o) {
+  const auto p = load(o, true, false);
+  for_chunks<std::string>(o, read_text, [&](const std::vector<std::string>& texts) {
+    for (const auto& e : p->embed(texts, embed_options(o))) std::cout << serve::embedding_json(e) << '\n';
+  });
+  return 0;
+}
+
+int run_similarity(const InferOptions& o) {
+  const auto p = load(o, true, false);
+  for_chunks<std::pair<std::string, std::string>>(o, read_pair, [&](const auto& pairs) {
+    for (double s : p->similarity(pairs, embed_options(o))) {
+      std::cout << "{\"similarity\": " << serve::json_number(s) << "}\n";
+    }
+  });
+  return 0;
+}
+
+int run_classify(const InferOptions& o) {
+  const auto p = load(o, true, false);
+  if (!p->classifier()) p->classify({});  // the clear "no classifier head" error before reading input
+  for_chunks<std::string>(o, read_text, [&](const std::vector<std::string>& texts) {
+    for (const serve::Classification& c : p->classify(texts, o.batch_size)) {
+      nlohmann::ordered_json j;
+      j["label"] = c.label;
+      j["score"] = c.score;
+      j["scores"] = c.scores;
+      std::cout << j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) << '\n';
+    }
+  });
+  return 0;
+}
+
+int run_forward(const InferOptions& o) {
+  if (o.threads > 0) omp_set_num_threads(o.threads);
+  serve::forward_file(o.model_dir, o.inputs, o.out);
+  return 0;
+}
+
+}  // namespace
+
+std::function<int()> add_infer_commands(CLI::App& app) {
+  auto o = std::make_shared<InferOptions>();
+  auto common = [&](CLI::App* c, bool batched) {
+    c->add_option("--model", o->model_dir, "Hugging Face model directory (config.json, vocab.txt, weights)")->required();
+    c->add_option("--input", o->input, "Input file, one item per line (default: stdin)");
+    c->add_option("--input-format", o->format, "auto ('{' starts a JSON line), text or jsonl")
+        ->check(CLI::IsMember({"auto", "text", "jsonl"}))->capture_default_str();
+    c->add_option("--jieba-dict", o->jieba_dict, "jieba dict.txt (default: $ROFORMER_JIEBA_DICT, python3-jieba's)");
+    if (batched) {
+      c->add_option("--batch-size", o->batch_size, "Sequences per forward (sorted by length, padded)")
+          ->check(CLI::Range(int64_t{1}, int64_t{1} << 20))->capture_default_str();
+      c->add_option("--threads", o->threads, "OpenMP threads (0: all)")->check(CLI::NonNegativeNumber);
+    }
+    return c;
+  };
+  CLI::App* tok = common(app.add_subcommand("tokenize", "Text lines → JSONL {tokens, input_ids} ([CLS]/[SEP] added)"), false);
+  CLI::App* fill = common(app.add_subcommand("fill-mask", "Top-k predictions for each [MASK] of each line (HF fill-mask)"), true);
+  fill->add_option("--top-k", o->top_k, "Predictions per mask")->check(CLI::Range(int64_t{1}, int64_t{1} << 30))->capture_default_str();
+  CLI::App* emb = common(app.add_subcommand("embed", "One embedding per line: JSONL {embedding}"), true);
+  CLI::App* sim = common(app.add_subcommand("similarity", "Cosine similarity of pairs: {\"a\", \"b\"} JSON or a<TAB>b lines"), true);
+  for (CLI::App* c : {emb, sim}) {
+    c->add_option("--pooling", o->pooling, "cls ([CLS] hidden state) or mean (over the attention mask)")
+        ->check(CLI::IsMember({"cls", "mean"}))->capture_default_str();
+    c->add_flag("--normalize", o->normalize, "L2-normalise the embeddings");
+  }
+  CLI::App* cls = common(app.add_subcommand("classify", "Sequence classification (RoFormerForSequenceClassification head)"), true);
+  CLI::App* fwd = app.add_subcommand("forward", "Run a safetensors batch; write every hidden state and attention map");
+  fwd->add_option("--model", o->model_dir, "Hugging Face model directory (config.json, weights)")->required();
+  fwd->add_option("--inputs", o->inputs, "safetensors with input_ids [, attention_mask, token_type_ids] (I64, (B, T))")->required();
+  fwd->add_option("--out", o->out, "Output safetensors (written atomically)")->required();
+  fwd->add_option("--threads", o->threads, "OpenMP threads (0: all)")->check(CLI::NonNegativeNumber);
+
+  return [=]() -> int {
+    if (tok->parsed()) return run_tokenize(*o);
+    if (fill->parsed()) return run_fill_mask(*o);
+    if (emb->parsed()) return run_embed(*o);
+    if (sim->parsed()) return run_similarity(*o);
+    if (cls->parsed()) return run_classify(*o);
+    if (fwd->parsed()) return run_forward(*o);
+    return -1;
+  };
+}
+
+}  // namespace roformer
