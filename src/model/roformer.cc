@@ -148,6 +148,7 @@ struct RoFormer<T>::Activations {
   std::vector<T> logits, probs;                     // (N, V)
   std::vector<T> pooled;                            // (B, H) RoFormer-Sim's pooler output
   int64_t counted = 0;
+  bool has_loss = false;  // the last forward computed a loss (backward needs it)
   bool training = false;
   uint64_t dropout_seed = 0;
   // Gradient scratch.
@@ -294,8 +295,7 @@ void RoFormer<T>::ensure_activations(int64_t B, int64_t S) {
                 V = cfg_.vocab_size, n = cfg_.num_attention_heads, L = cfg_.num_hidden_layers;
   a = Activations();
   a.B = B, a.S = S, a.N = N;
-  for (auto* v : {&a.emb_sum, &a.emb_ln, &a.emb_out, &a.t1, &a.t2, &a.t3, &a.d_t3, &a.d_t2, &a.d_t1, &a.d_emb_out,
-                  &a.d_emb_ln, &a.d_emb_sum}) {
+  for (auto* v : {&a.emb_sum, &a.emb_ln, &a.emb_out, &a.t1, &a.t2, &a.t3}) {
     v->resize(N * E);
   }
   for (auto* v : {&a.emb_mean, &a.emb_rstd, &a.head_mean, &a.head_rstd}) v->resize(N);
@@ -312,8 +312,16 @@ void RoFormer<T>::ensure_activations(int64_t B, int64_t S) {
     l.f1a.resize(N * I);
     for (auto* v : {&l.mean1, &l.rstd1, &l.mean2, &l.rstd2}) v->resize(N);
   }
-  a.logits.resize(N * V);
-  a.probs.resize(N * V);
+  if (has_mlm_head_) a.logits.resize(N * V);  // probabilities and every gradient buffer come with the first loss / backward
+}
+
+template <typename T>
+void RoFormer<T>::ensure_gradient_scratch() {
+  Activations& a = *act_;
+  const int64_t N = a.N, E = cfg_.embedding_size, H = cfg_.hidden_size, I = cfg_.intermediate_size,
+                V = cfg_.vocab_size;
+  if (static_cast<int64_t>(a.d_f1.size()) == N * I) return;
+  for (auto* v : {&a.d_t3, &a.d_t2, &a.d_t1, &a.d_emb_out, &a.d_emb_ln, &a.d_emb_sum}) v->resize(N * E);
   a.d_logits.resize(N * V);
   for (auto* v : {&a.d_h, &a.d_a, &a.d_res, &a.d_x, &a.d_q, &a.d_k, &a.d_v, &a.d_ctx}) v->resize(N * H);
   a.d_f1.resize(N * I);
@@ -432,6 +440,7 @@ double RoFormer<T>::forward(const Inputs& in, bool training, uint64_t dropout_se
   if (!has_mlm_head_) {  // an encoder-only checkpoint: the last hidden state is the output
     if (in.targets) throw std::invalid_argument("this checkpoint has no MLM head: no logits, no loss");
     a.counted = 0;
+    a.has_loss = false;
     return 0.0;
   }
   if (cfg_.rms_norm()) {  // RoFormer-V2: the tied matmul only
@@ -443,7 +452,9 @@ double RoFormer<T>::forward(const Inputs& in, bool training, uint64_t dropout_se
     ops::linear_forward(a.logits.data(), a.t3.data(), p.word, p.decoder_bias, N, E, V);  // (N, V)
   }
   a.counted = 0;
+  a.has_loss = in.targets != nullptr;
   if (!in.targets) return 0.0;
+  a.probs.resize(N * V);
   return ops::cross_entropy_forward(a.probs.data(), a.logits.data(), a.targets.data(), N, V, kIgnoreIndex,
                                     &a.counted);
 }
@@ -451,7 +462,8 @@ double RoFormer<T>::forward(const Inputs& in, bool training, uint64_t dropout_se
 template <typename T>
 void RoFormer<T>::backward() {
   Activations& a = *act_;
-  if (a.N == 0) throw std::logic_error("backward before forward");
+  if (a.N == 0 || !a.has_loss) throw std::logic_error("backward needs a forward with targets");
+  ensure_gradient_scratch();
   const int64_t B = a.B, S = a.S, N = a.N, E = cfg_.embedding_size, H = cfg_.hidden_size,
                 I = cfg_.intermediate_size, V = cfg_.vocab_size, n = cfg_.num_attention_heads, D = cfg_.head_dim();
   const double p_hidden = a.training ? cfg_.hidden_dropout_prob : 0.0;

@@ -96,6 +96,7 @@ class RoFormer {
   struct Activations;
   struct Rope;
   void ensure_activations(int64_t B, int64_t S);
+  void ensure_gradient_scratch();  // allocated on the first backward, so inference never pays for it
   RoFormerConfig cfg_;
   std::vector<ParamInfo> layout_;
   std::unique_ptr<Activations> act_;
