@@ -1,11 +1,15 @@
 // The engine's ops: every backward against central finite differences in float64 (loss = Σ out·g
 // for a random g), fp32 forwards against fp64, known values, and bad input.
 #include <gtest/gtest.h>
+#include <omp.h>
 
 #include <cmath>
+#include <cstring>
 #include <functional>
+#include <limits>
 #include <random>
 #include <stdexcept>
+#include <string>
 #include <vector>
 
 #include "ops/activation.h"
@@ -16,6 +20,8 @@
 #include "ops/loss.h"
 #include "ops/norm.h"
 #include "ops/position.h"
+#include "ops/vmath.h"
+#include "hwy/targets.h"
 
 namespace {
 
@@ -34,10 +40,12 @@ double dot(const Vec& a, const Vec& b) {
   return s;
 }
 
-// Central differences of `loss` with respect to every element of `param`, against `analytic`.
-void expect_gradient(const char* what, Vec& param, const Vec& analytic, const std::function<double()>& loss) {
+// Central differences of `loss` with respect to every `stride`-th element of `param`, against
+// `analytic`.
+void expect_gradient(const char* what, Vec& param, const Vec& analytic, const std::function<double()>& loss,
+                     size_t stride = 1) {
   ASSERT_EQ(param.size(), analytic.size()) << what;
-  for (size_t i = 0; i < param.size(); ++i) {
+  for (size_t i = 0; i < param.size(); i += stride) {
     const double saved = param[i], h = 1e-6 * std::max(1.0, std::fabs(saved));
     param[i] = saved + h;
     const double up = loss();
@@ -360,6 +368,397 @@ TEST(Ops, SinusoidalTableIsVaswaniEq) {
   ops::add_positions(x.data(), table.data(), 2, 3, C);
   EXPECT_FLOAT_EQ(x[(1 * 3 + 2) * C + 1], 1.0f + table[2 * C + 1]);  // batch 1, token 2
   EXPECT_THROW(ops::sinusoidal_table(table.data(), P, 15), std::invalid_argument);
+}
+
+// ---- fp32 fast paths --------------------------------------------------------------------------
+
+// Values that are exactly fp32, so fp32 and fp64 runs see the same inputs.
+Vec random_f32_vec(std::mt19937_64& rng, size_t n, double scale = 1.0, double shift = 0.0) {
+  Vec v = random_vec(rng, n, scale, shift);
+  for (double& x : v) x = static_cast<float>(x);
+  return v;
+}
+
+// Runs body once per SIMD target that this CPU supports and the ops were built for (dispatch alone
+// only ever exercises the best one), then restores the normal choice.
+void for_each_simd_target(const std::function<void()>& body) {
+  for (const int64_t target : hwy::SupportedAndGeneratedTargets()) {
+    hwy::SetSupportedTargetsForTest(target);
+    SCOPED_TRACE(hwy::TargetName(target));
+    EXPECT_STREQ(ops::vmath_target(), hwy::TargetName(target));
+    body();
+  }
+  hwy::SetSupportedTargetsForTest(0);
+}
+
+TEST(Vmath, ErfAndErfcMatchStdOverADenseRangeTailsAndSpecials) {
+  for_each_simd_target([] {
+    std::vector<float> x;
+    for (int64_t i = -100000; i <= 100000; ++i) x.push_back(static_cast<float>(i * 1e-4));  // [-10, 10]
+    for (float t : {4.0f, 4.5f, 6.0f, 9.99f, 26.0f, 1e10f, 3.4e38f}) {
+      x.push_back(t);
+      x.push_back(-t);
+    }
+    const float tiny[] = {1e-45f, 1e-40f, 1.17549435e-38f, 1e-20f, 1e-7f};  // subnormals to small normals
+    for (float t : tiny) {
+      x.push_back(t);
+      x.push_back(-t);
+    }
+    std::vector<float> erf(x.size()), erfc(x.size());
+    ops::erf_f32(erf.data(), x.data(), static_cast<int64_t>(x.size()));
+    ops::erfc_f32(erfc.data(), x.data(), static_cast<int64_t>(x.size()));
+    double erf_err = 0, erfc_err = 0, erfc_rel_2 = 0, erfc_rel_4 = 0;
+    for (size_t i = 0; i < x.size(); ++i) {
+      const double xd = x[i];
+      erf_err = std::max(erf_err, std::fabs(erf[i] - std::erf(xd)));
+      erfc_err = std::max(erfc_err, std::fabs(erfc[i] - std::erfc(xd)));
+      const double rel = std::fabs(erfc[i] - std::erfc(xd)) / std::erfc(xd);
+      if (xd >= 0.875 && xd < 2) erfc_rel_2 = std::max(erfc_rel_2, rel);
+      if (xd >= 2 && xd < 4) erfc_rel_4 = std::max(erfc_rel_4, rel);
+      ASSERT_EQ(std::signbit(erf[i]), std::signbit(x[i])) << x[i];
+    }
+    EXPECT_LE(erf_err, 1e-7);
+    EXPECT_LE(erfc_err, 1.5e-7);
+    EXPECT_LE(erfc_rel_2, 1e-5);  // the tail does not cancel: 1 − erf would be off by ~1e-7/erfc
+    EXPECT_LE(erfc_rel_4, 2e-4);
+    const float special[] = {std::numeric_limits<float>::quiet_NaN(), std::numeric_limits<float>::infinity(),
+                             -std::numeric_limits<float>::infinity(), 0.0f, -0.0f};
+    float e[5], c[5];
+    ops::erf_f32(e, special, 5);
+    ops::erfc_f32(c, special, 5);
+    EXPECT_TRUE(std::isnan(e[0]));
+    EXPECT_TRUE(std::isnan(c[0]));
+    EXPECT_EQ(e[1], 1.0f);
+    EXPECT_EQ(c[1], 0.0f);
+    EXPECT_EQ(e[2], -1.0f);
+    EXPECT_EQ(c[2], 2.0f);
+    EXPECT_EQ(e[3], 0.0f);
+    EXPECT_FALSE(std::signbit(e[3]));
+    EXPECT_TRUE(std::signbit(e[4]));
+    EXPECT_EQ(c[3], 1.0f);
+    EXPECT_EQ(c[4], 1.0f);
+  });
+}
+
+TEST(Vmath, ExpMatchesStdExpOverTheFloatRangeAndTails) {
+  for_each_simd_target([] {
+    std::vector<float> x;
+    for (double v = -103.9; v <= 88.72; v += 7.3e-4) x.push_back(static_cast<float>(v));
+    for (float t : {-87.0f, -87.33654f, -88.0f, -100.0f, -103.9f, 0.0f, 1e-8f, -1e-8f, 88.72f}) x.push_back(t);
+    std::vector<float> y(x.size());
+    ops::exp_f32(y.data(), x.data(), static_cast<int64_t>(x.size()));
+    double worst_ulp = 0, worst_subnormal = 0;
+    for (size_t i = 0; i < x.size(); ++i) {
+      const double ref = std::exp(static_cast<double>(x[i]));
+      const float rf = static_cast<float>(ref);
+      if (rf >= std::numeric_limits<float>::min()) {
+        const double ulp = std::nextafter(rf, std::numeric_limits<float>::infinity()) - rf;
+        worst_ulp = std::max(worst_ulp, std::fabs(y[i] - ref) / ulp);
+      } else {  // gradual underflow, in units of the smallest subnormal
+        worst_subnormal = std::max(worst_subnormal, std::fabs(y[i] - ref) / 0x1p-149);
+      }
+    }
+    EXPECT_LE(worst_ulp, 2.0);
+    EXPECT_LE(worst_subnormal, 8.0);
+    // Every length: the partial last vector gives the same values as full vectors.
+    for (int64_t n = 1; n <= 40; ++n) {
+      std::vector<float> part(x.begin(), x.begin() + n);
+      ops::exp_f32(part.data(), part.data(), n);  // in place
+      for (int64_t i = 0; i < n; ++i) ASSERT_EQ(part[i], y[i]) << n;
+    }
+    const float special[] = {0.0f, std::numeric_limits<float>::quiet_NaN(), -std::numeric_limits<float>::infinity(),
+                             std::numeric_limits<float>::infinity(), 88.8f, -104.5f, -1e30f};
+    float e[7];
+    ops::exp_f32(e, special, 7);
+    EXPECT_EQ(e[0], 1.0f);
+    EXPECT_TRUE(std::isnan(e[1]));
+    EXPECT_EQ(e[2], 0.0f);
+    EXPECT_EQ(e[3], std::numeric_limits<float>::infinity());
+    EXPECT_EQ(e[4], std::numeric_limits<float>::infinity());
+    EXPECT_EQ(e[5], 0.0f);
+    EXPECT_EQ(e[6], 0.0f);
+  });
+}
+
+TEST(Ops, GeluFp32FastPathAgreesWithFp64) {
+  for_each_simd_target([] {
+    std::mt19937_64 rng(21);
+    Vec x = random_f32_vec(rng, 40003, 3.0);  // several chunks, and a partial vector at the end
+    const double edges[] = {0,   -0.0, 1e-30, -1e-30, 0.6187, -0.6187, 1.2374, -1.2374, 5.6,
+                            -5.6, 5.7, -5.7,  8,      -8,     12,      -12,    30,      -30};
+    for (size_t i = 0; i < std::size(edges); ++i) x[i] = edges[i];
+    const size_t n = x.size();
+    std::vector<float> yf(n);
+    Vec yd(n);
+    const auto xf = to_f32(x);
+    ops::gelu_forward(yf.data(), xf.data(), static_cast<int64_t>(n));
+    ops::gelu_forward(yd.data(), x.data(), static_cast<int64_t>(n));
+    double err = 0;
+    for (size_t i = 0; i < n; ++i) err = std::max(err, std::fabs(yf[i] - yd[i]) / std::max(1.0, std::fabs(yd[i])));
+    EXPECT_LE(err, 1.5e-7);
+    // Backward accumulates: start from a nonzero gradient.
+    const Vec g0 = random_f32_vec(rng, n), dy = random_f32_vec(rng, n);
+    auto gf = to_f32(g0);
+    Vec gd = g0;
+    const auto dyf = to_f32(dy);
+    ops::gelu_backward(gf.data(), xf.data(), dyf.data(), static_cast<int64_t>(n));
+    ops::gelu_backward(gd.data(), x.data(), dy.data(), static_cast<int64_t>(n));
+    err = 0;
+    for (size_t i = 0; i < n; ++i) {
+      err = std::max(err, std::fabs(gf[i] - gd[i]) / (1.0 + std::fabs(g0[i]) + std::fabs(dy[i])));
+    }
+    EXPECT_LE(err, 3e-7);
+    const float inf = std::numeric_limits<float>::infinity();
+    const float special[] = {std::numeric_limits<float>::quiet_NaN(), inf};
+    float out[2];
+    ops::gelu_forward(out, special, 2);
+    EXPECT_TRUE(std::isnan(out[0]));
+    EXPECT_EQ(out[1], inf);
+  });
+}
+
+// softmax(q·kᵀ/√D + mask)·v evaluated per element in double, with Hugging Face's semantics: keys
+// masked by padding or causality get probability 0, and a row that sees no key attends uniformly.
+void reference_attention(Vec& att, Vec& out, const Vec& q, const Vec& k, const Vec& v, const int64_t* key_mask,
+                         const ops::AttentionShape& s) {
+  const int64_t C = s.H * s.D;
+  att.assign(s.B * s.H * s.T * s.T, 0.0);
+  out.assign(s.B * s.T * C, 0.0);
+  for (int64_t b = 0; b < s.B; ++b) {
+    for (int64_t h = 0; h < s.H; ++h) {
+      for (int64_t t = 0; t < s.T; ++t) {
+        Vec sc(s.T, 0.0);
+        std::vector<bool> visible(s.T);
+        double mx = -std::numeric_limits<double>::infinity();
+        for (int64_t j = 0; j < s.T; ++j) {
+          visible[j] = (!key_mask || key_mask[b * s.T + j]) && (!s.causal || j <= t);
+          for (int64_t d = 0; d < s.D; ++d) {
+            sc[j] += q[(b * s.T + t) * C + h * s.D + d] * k[(b * s.T + j) * C + h * s.D + d];
+          }
+          sc[j] /= std::sqrt(static_cast<double>(s.D));
+          if (visible[j]) mx = std::max(mx, sc[j]);
+        }
+        const bool none = mx == -std::numeric_limits<double>::infinity();
+        double sum = 0;
+        for (int64_t j = 0; j < s.T; ++j) {
+          sc[j] = none ? 1.0 : visible[j] ? std::exp(sc[j] - mx) : 0.0;
+          sum += sc[j];
+        }
+        double* row = att.data() + ((b * s.H + h) * s.T + t) * s.T;
+        for (int64_t j = 0; j < s.T; ++j) row[j] = sc[j] / sum;
+        for (int64_t d = 0; d < s.D; ++d) {
+          double o = 0;
+          for (int64_t j = 0; j < s.T; ++j) o += row[j] * v[(b * s.T + j) * C + h * s.D + d];
+          out[(b * s.T + t) * C + h * s.D + d] = o;
+        }
+      }
+    }
+  }
+}
+
+// The backward PyTorch's autograd takes through that forward (the mask is a constant added to
+// the scores, so it passes p ⊙ (dp − Σ p·dp) even for uniform rows, whose scores it flattens).
+void reference_attention_backward(Vec& dq, Vec& dk, Vec& dv, const Vec& dout, const Vec& att, const Vec& q,
+                                  const Vec& k, const Vec& v, const ops::AttentionShape& s) {
+  const int64_t C = s.H * s.D;
+  const double scale = 1.0 / std::sqrt(static_cast<double>(s.D));
+  dq.assign(q.size(), 0.0);
+  dk.assign(k.size(), 0.0);
+  dv.assign(v.size(), 0.0);
+  for (int64_t b = 0; b < s.B; ++b) {
+    for (int64_t h = 0; h < s.H; ++h) {
+      auto at = [&](const Vec& x, int64_t t, int64_t d) { return x[(b * s.T + t) * C + h * s.D + d]; };
+      for (int64_t t = 0; t < s.T; ++t) {
+        const double* p = att.data() + ((b * s.H + h) * s.T + t) * s.T;
+        Vec dp(s.T, 0.0);
+        double inner = 0;
+        for (int64_t j = 0; j < s.T; ++j) {
+          for (int64_t d = 0; d < s.D; ++d) dp[j] += at(dout, t, d) * at(v, j, d);
+          inner += p[j] * dp[j];
+        }
+        for (int64_t j = 0; j < s.T; ++j) {
+          const double ds = p[j] * (dp[j] - inner) * scale;
+          for (int64_t d = 0; d < s.D; ++d) {
+            dq[(b * s.T + t) * C + h * s.D + d] += ds * at(k, j, d);
+            dk[(b * s.T + j) * C + h * s.D + d] += ds * at(q, t, d);
+            dv[(b * s.T + j) * C + h * s.D + d] += p[j] * at(dout, t, d);
+          }
+        }
+      }
+    }
+  }
+}
+
+void expect_all_near(const char* what, const Vec& a, const Vec& b, double tol) {
+  ASSERT_EQ(a.size(), b.size());
+  for (size_t i = 0; i < a.size(); ++i) ASSERT_NEAR(a[i], b[i], tol) << what << "[" << i << "]";
+}
+
+TEST(Ops, AttentionAcrossRowBlocksWithPaddingCausalAndEmptyRows) {
+  // T spans several row blocks (one partial). Batch 0 has an interior and a trailing run of padded
+  // keys. Batch 1 is left-padded: with `empty`, its first 80 causal rows see no key at all and
+  // attend uniformly (forward flat in q and k there, so no finite differences); otherwise key 0
+  // stays real and the rows up to 80 see only it.
+  std::mt19937_64 rng(22);
+  const int64_t B = 2, T = 140;
+  struct Config {
+    bool causal, empty;
+    double dropout;
+  };
+  for (const Config cfg : {Config{true, false, 0.0}, Config{false, true, 0.0}, Config{true, false, 0.2},
+                           Config{true, true, 0.0}}) {
+    SCOPED_TRACE(testing::Message() << "causal " << cfg.causal << " empty rows " << cfg.empty << " dropout "
+                                    << cfg.dropout);
+    std::vector<int64_t> key_mask(B * T, 1);
+    key_mask[10] = 0;
+    for (int64_t j = 130; j < T; ++j) key_mask[j] = 0;
+    for (int64_t j = cfg.empty ? 0 : 1; j < 80; ++j) key_mask[T + j] = 0;
+    ops::AttentionShape shape{B, T, 1, 2, cfg.causal, cfg.dropout, 99};
+    const int64_t n = shape.B * shape.T * shape.H * shape.D;
+    Vec q = random_f32_vec(rng, n), k = random_f32_vec(rng, n), v = random_f32_vec(rng, n);
+    const Vec g = random_f32_vec(rng, n);
+    Vec out(n), att(shape.B * shape.H * shape.T * shape.T);
+    auto loss = [&] {
+      ops::attention_forward(out.data(), att.data(), q.data(), k.data(), v.data(), key_mask.data(), shape);
+      return dot(out, g);
+    };
+    loss();
+    Vec att_ref, out_ref;
+    reference_attention(att_ref, out_ref, q, k, v, key_mask.data(), shape);
+    expect_all_near("att", att, att_ref, 1e-14);
+    Vec dq(n, 0.0), dk(n, 0.0), dv(n, 0.0);
+    ops::attention_backward(dq.data(), dk.data(), dv.data(), g.data(), att.data(), q.data(), k.data(), v.data(),
+                            shape);
+    if (cfg.dropout == 0) {
+      expect_all_near("out", out, out_ref, 1e-13);
+      Vec dq_ref, dk_ref, dv_ref;
+      reference_attention_backward(dq_ref, dk_ref, dv_ref, g, att_ref, q, k, v, shape);
+      expect_all_near("dq", dq, dq_ref, 1e-12);
+      expect_all_near("dk", dk, dk_ref, 1e-12);
+      expect_all_near("dv", dv, dv_ref, 1e-12);
+    }
+    if (!(cfg.causal && cfg.empty)) {
+      expect_gradient("dq", q, dq, loss, 11);
+      expect_gradient("dk", k, dk, loss, 11);
+      expect_gradient("dv", v, dv, loss, 11);
+    }
+    // fp32: the vectorised softmax, forward and backward, against fp64, on every SIMD target.
+    loss();
+    for_each_simd_target([&] {
+      std::vector<float> of(n), af(att.size()), dqf(n, 0.0f), dkf(n, 0.0f), dvf(n, 0.0f);
+      const auto qf = to_f32(q), kf = to_f32(k), vf = to_f32(v), gf = to_f32(g);
+      ops::attention_forward(of.data(), af.data(), qf.data(), kf.data(), vf.data(), key_mask.data(), shape);
+      expect_close_fp32(of, out);
+      expect_close_fp32(af, att);
+      for (size_t i = 0; i < att.size(); ++i) {
+        if (att_ref[i] == 0.0) {
+          ASSERT_EQ(af[i], 0.0f) << "a key the row cannot see has probability 0 exactly: " << i;
+        }
+      }
+      for (int64_t t = 0; t < 80 && cfg.causal && cfg.empty; ++t) {  // uniform over all T keys
+        for (int64_t j = 0; j < T; ++j) ASSERT_EQ(af[(T + t) * T + j], static_cast<float>(1.0 / T));
+      }
+      ops::attention_backward(dqf.data(), dkf.data(), dvf.data(), gf.data(), af.data(), qf.data(), kf.data(),
+                              vf.data(), shape);
+      expect_close_fp32(dqf, dq, 1e-5);
+      expect_close_fp32(dkf, dk, 1e-5);
+      expect_close_fp32(dvf, dv, 1e-5);
+    });
+  }
+}
+
+TEST(Ops, LinearBiasGradientIsTheColumnSumInRowOrder) {
+  std::mt19937_64 rng(23);
+  const int64_t N = 300, IC = 3, OC = 130;  // large enough for the threaded column bands
+  const auto dout = to_f32(random_vec(rng, N * OC)), x = to_f32(random_vec(rng, N * IC)),
+             w = to_f32(random_vec(rng, OC * IC));
+  std::vector<float> dw(OC * IC, 0.0f), db = to_f32(random_vec(rng, OC)), expected = db;
+  ops::linear_backward<float>(nullptr, dw.data(), db.data(), dout.data(), x.data(), w.data(), N, IC, OC);
+  for (int64_t o = 0; o < OC; ++o) {
+    float sum = 0;
+    for (int64_t n = 0; n < N; ++n) sum += dout[n * OC + o];
+    expected[o] += sum;
+  }
+  EXPECT_EQ(db, expected);
+}
+
+TEST(Ops, LayerNormWideRowsFp32AgreesAndFp64ParameterGradientsKeepTheirSums) {
+  std::mt19937_64 rng(24);
+  const int64_t N = 40, C = 1003;  // threaded rows and channel bands; C not a multiple of the partial sums
+  const Vec x = random_f32_vec(rng, N * C, 2.0, 3.0), w = random_f32_vec(rng, C, 0.3, 1.0),
+            b = random_f32_vec(rng, C), g = random_f32_vec(rng, N * C);
+  Vec y(N * C), mean(N), rstd(N), dx(N * C, 0.0), dw(C, 0.0), db(C, 0.0);
+  ops::layernorm_forward(y.data(), mean.data(), rstd.data(), x.data(), w.data(), b.data(), N, C, 1e-5);
+  ops::layernorm_backward(dx.data(), dw.data(), db.data(), g.data(), x.data(), w.data(), mean.data(), rstd.data(),
+                          N, C);
+  // fp64 parameter gradients: channel by channel over rows in order, as a plain loop sums them.
+  for (int64_t c = 0; c < C; ++c) {
+    double sw = 0, sb = 0;
+    for (int64_t n = 0; n < N; ++n) {
+      sw += g[n * C + c] * ((x[n * C + c] - mean[n]) * rstd[n]);
+      sb += g[n * C + c];
+    }
+    ASSERT_EQ(dw[c], sw) << c;
+    ASSERT_EQ(db[c], sb) << c;
+  }
+  std::vector<float> yf(N * C), mf(N), rf(N), dxf(N * C, 0.0f), dwf(C, 0.0f), dbf(C, 0.0f);
+  const auto xf = to_f32(x), wf = to_f32(w), bf = to_f32(b), gf = to_f32(g);
+  ops::layernorm_forward(yf.data(), mf.data(), rf.data(), xf.data(), wf.data(), bf.data(), N, C, 1e-5);
+  ops::layernorm_backward(dxf.data(), dwf.data(), dbf.data(), gf.data(), xf.data(), wf.data(), mf.data(), rf.data(),
+                          N, C);
+  expect_close_fp32(yf, y);
+  expect_close_fp32(dxf, dx);
+  expect_close_fp32(dwf, dw, 1e-6);
+  expect_close_fp32(dbf, db, 1e-6);
+}
+
+// The training loop's resume test needs bit-identical steps; element-wise ops, row-wise
+// reductions and attention must also give the same bits whatever the thread count.
+TEST(Ops, Fp32ResultsDoNotDependOnTheThreadCount) {
+  std::mt19937_64 rng(25);
+  const int64_t N = 256, C = 384, V = 97;
+  const auto x = to_f32(random_vec(rng, N * C)), dy = to_f32(random_vec(rng, N * C)),
+             w = to_f32(random_vec(rng, C, 0.3, 1.0)), logits = to_f32(random_vec(rng, N * V, 2.0));
+  std::vector<int64_t> targets(N);
+  for (int64_t i = 0; i < N; ++i) targets[i] = i % 5 == 0 ? -100 : (i * 7) % V;
+  const ops::AttentionShape shape{2, 64, 3, 16, true};
+  const int64_t na = shape.B * shape.T * shape.H * shape.D;
+  const auto q = to_f32(random_vec(rng, na)), k = to_f32(random_vec(rng, na)), v = to_f32(random_vec(rng, na)),
+             da = to_f32(random_vec(rng, na));
+  auto run = [&](int threads) {
+    const int saved = omp_get_max_threads();
+    omp_set_num_threads(threads);
+    std::vector<std::vector<float>> r;
+    std::vector<float> y(N * C), dx(N * C, 0.0f), mean(N), rstd(N), dw(C, 0.0f), db(C, 0.0f);
+    ops::gelu_forward(y.data(), x.data(), N * C);
+    ops::gelu_backward(dx.data(), x.data(), dy.data(), N * C);
+    r.push_back(y);
+    r.push_back(dx);
+    ops::layernorm_forward(y.data(), mean.data(), rstd.data(), x.data(), w.data(), w.data(), N, C, 1e-5);
+    ops::layernorm_backward(dx.data(), dw.data(), db.data(), dy.data(), x.data(), w.data(), mean.data(), rstd.data(),
+                            N, C);
+    r.insert(r.end(), {y, dx, dw, db});
+    std::vector<float> dwl(C * C, 0.0f), dbl(C, 0.0f);
+    ops::linear_backward<float>(nullptr, dwl.data(), dbl.data(), dy.data(), x.data(), nullptr, N, C, C);
+    r.push_back(dbl);
+    std::vector<float> probs(N * V);
+    int64_t counted = 0;
+    const double ce = ops::cross_entropy_forward(probs.data(), logits.data(), targets.data(), N, V, -100, &counted);
+    std::vector<float> ce_bits(2);
+    std::memcpy(ce_bits.data(), &ce, sizeof ce);  // compared bit for bit
+    r.push_back(ce_bits);
+    r.push_back(probs);
+    std::vector<float> out(na), att(shape.B * shape.H * shape.T * shape.T), dq(na, 0.0f), dk(na, 0.0f), dv(na, 0.0f);
+    ops::attention_forward(out.data(), att.data(), q.data(), k.data(), v.data(), nullptr, shape);
+    ops::attention_backward(dq.data(), dk.data(), dv.data(), da.data(), att.data(), q.data(), k.data(), v.data(),
+                            shape);
+    r.insert(r.end(), {out, att, dq, dk, dv});
+    omp_set_num_threads(saved);
+    return r;
+  };
+  const auto one = run(1), several = run(3);
+  ASSERT_EQ(one.size(), several.size());
+  for (size_t i = 0; i < one.size(); ++i) EXPECT_EQ(one[i], several[i]) << "result " << i;
 }
 
 }  // namespace

@@ -1,4 +1,5 @@
-// The RoFormer encoder against Hugging Face transformers 4.40.2 (../shared/fixtures/roformer-hf):
+// The RoFormer encoder against Hugging Face transformers 4.40.2 (../shared/fixtures/roformer-hf),
+// and RoFormer-V2 / RoFormer-Sim against reference cases (tests/data/roformer_{v2,sim}):
 // embedding_output, every hidden state, every attention map and the MLM logits, within the fixtures'
 // tolerance |ours − HF| <= 1e-5 + 1e-4·|HF|. A failure names the first tensor that drifts.
 // The same comparison runs on a directory named by ROFORMER_ROUNDTRIP_DIR (skipped when unset): a
@@ -64,6 +65,11 @@ void expect_matches_hf(const std::string& dir) {
     scale = std::max(scale, std::fabs(double(hf_logits[i])));
   }
   std::printf("%s: logits max |ours - HF| = %.3g (max |HF| = %.3g)\n", dir.c_str(), worst, scale);
+  if (ref.contains("pooler_output")) {  // RoFormer-Sim
+    ASSERT_NE(m.pooler_output(), nullptr);
+    bad = first_mismatch(view(m.pooler_output(), B * cfg.hidden_size), ref.f32("pooler_output"));
+    ASSERT_EQ(bad, -1) << "pooler_output drifts, at element " << bad;
+  }
 }
 
 class RoformerParity : public ::testing::TestWithParam<const char*> {};
@@ -80,6 +86,11 @@ TEST(RoformerRoundTrip, CheckpointMatchesHuggingFace) {
   }
   expect_matches_hf(dir);
 }
+
+// RoFormer-V2 and RoFormer-Sim, which transformers does not implement: reference cases written by
+// tools/gen_roformer_variants_ref.py from the published definitions (bert4keras, junnyu's roformer).
+TEST(RoformerVariants, V2MatchesItsReference) { expect_matches_hf(std::string(ROFORMER_TEST_DATA) + "/roformer_v2"); }
+TEST(RoformerVariants, SimMatchesItsReference) { expect_matches_hf(std::string(ROFORMER_TEST_DATA) + "/roformer_sim"); }
 
 INSTANTIATE_TEST_SUITE_P(Fixtures, RoformerParity,
                          ::testing::Values("case1_mlm_basic", "case2_embproj_rotary_value",

@@ -132,6 +132,7 @@ template <typename T>
 struct RoFormer<T>::Activations {
   int64_t B = 0, S = 0, N = 0;
   std::vector<int64_t> ids, token_types, mask, targets, position_ids;  // (B, T)
+  std::vector<int64_t> row_limit;  // (B, T) UniLM prefix limits (RoFormer-Sim)
   bool has_mask = false;
   std::vector<T> emb_sum, emb_ln, emb_out;  // (N, E): word + type (+ position); LayerNorm; dropout
   std::vector<T> emb_mean, emb_rstd;        // (N)
@@ -354,6 +355,17 @@ double RoFormer<T>::forward(const Inputs& in, bool training, uint64_t dropout_se
   if (in.targets) a.targets.assign(in.targets, in.targets + N);
   a.position_ids.resize(N);
   for (int64_t i = 0; i < N; ++i) a.position_ids[i] = i % S;
+  if (cfg_.unilm_mask()) {  // UniLM: query i sees key j iff cumsum(tt)[j] <= cumsum(tt)[i], a prefix
+    a.row_limit.resize(N);
+    for (int64_t b = 0; b < B; ++b) {
+      std::vector<int64_t> idx(S);
+      for (int64_t t = 0, sum = 0; t < S; ++t) idx[t] = sum += a.token_types[b * S + t] != 0;
+      for (int64_t t = 0, lim = 0; t < S; ++t) {
+        while (lim < S && idx[lim] <= idx[t]) ++lim;  // idx is non-decreasing: lim only grows
+        a.row_limit[b * S + t] = lim;
+      }
+    }
+  }
   auto dropout = [&](T* x, int64_t count, int64_t site) {
     if (p_hidden > 0) ops::dropout_forward(x, x, count, p_hidden, site_seed(dropout_seed, site));
   };
@@ -395,7 +407,8 @@ double RoFormer<T>::forward(const Inputs& in, bool training, uint64_t dropout_se
     }
     if (rope_ && cfg_.rotary_value) rope_->apply(ROPE_FORWARD, ROPE_ROLE_KEY, L.v.data(), B, S, n, D);
     if (softmax) {
-      ops::AttentionShape shape{B, S, n, D, cfg_.is_decoder};
+      ops::AttentionShape shape{B, S, n, D, cfg_.is_decoder && !cfg_.unilm_mask()};
+      if (cfg_.unilm_mask()) shape.row_limit = a.row_limit.data();
       if (training) {
         shape.dropout_p = cfg_.attention_probs_dropout_prob;
         shape.dropout_seed = site_seed(dropout_seed, 1 + 3 * l);
@@ -522,7 +535,8 @@ void RoFormer<T>::backward() {
     zero(a.d_k);
     zero(a.d_v);
     if (cfg_.attention_type == "softmax") {
-      ops::AttentionShape shape{B, S, n, D, cfg_.is_decoder};
+      ops::AttentionShape shape{B, S, n, D, cfg_.is_decoder && !cfg_.unilm_mask()};
+      if (cfg_.unilm_mask()) shape.row_limit = a.row_limit.data();
       if (a.training) {
         shape.dropout_p = cfg_.attention_probs_dropout_prob;
         shape.dropout_seed = site_seed(a.dropout_seed, 1 + 3 * l);

@@ -1,43 +1,151 @@
-// GELU and ReLU, forward and backward (see activation.h).
+// GELU and ReLU, forward and backward (see activation.h), and the vectorised fp32 math of vmath.h.
+// fp32 GELU runs on SIMD lanes (vmath-inl.h's NormalCdf and Exp, dispatched at run time to the
+// best target), split across OpenMP threads in fixed chunks; fp64 keeps std::erf/std::exp for the
+// gradient checks.
 #include "activation.h"
 
+#include "vmath.h"
+
+#undef HWY_TARGET_INCLUDE
+#define HWY_TARGET_INCLUDE "ops/activation.cc"
+#include "hwy/foreach_target.h"  // IWYU pragma: keep
+#include "hwy/highway.h"
+#include "ops/vmath-inl.h"
+
+HWY_BEFORE_NAMESPACE();
+namespace ops {
+namespace HWY_NAMESPACE {
+
+void ExpKernel(float* out, const float* x, int64_t n) {
+  const hn::ScalableTag<float> d;
+  ForEachVector(d, n, [&](int64_t i, size_t c) { StorePart(d, Exp(d, LoadPart(d, x + i, c)), out + i, c); });
+}
+
+void ErfKernel(float* out, const float* x, int64_t n) {
+  const hn::ScalableTag<float> d;
+  ForEachVector(d, n, [&](int64_t i, size_t c) {
+    hn::Vec<decltype(d)> erf, erfc;
+    ErfAndErfc(d, LoadPart(d, x + i, c), erf, erfc);
+    StorePart(d, erf, out + i, c);
+  });
+}
+
+void ErfcKernel(float* out, const float* x, int64_t n) {
+  const hn::ScalableTag<float> d;
+  ForEachVector(d, n, [&](int64_t i, size_t c) {
+    hn::Vec<decltype(d)> erf, erfc;
+    ErfAndErfc(d, LoadPart(d, x + i, c), erf, erfc);
+    StorePart(d, erfc, out + i, c);
+  });
+}
+
+// out = x·Φ(x).
+void GeluForwardKernel(float* out, const float* x, int64_t n) {
+  const hn::ScalableTag<float> d;
+  ForEachVector(d, n, [&](int64_t i, size_t c) {
+    const auto v = LoadPart(d, x + i, c);
+    StorePart(d, hn::Mul(v, NormalCdf(d, v)), out + i, c);
+  });
+}
+
+// dx += dy · (Φ(x) + x·φ(x)), φ(x) = e^(−x²/2)/√(2π).
+void GeluBackwardKernel(float* dx, const float* x, const float* dy, int64_t n) {
+  const hn::ScalableTag<float> d;
+  ForEachVector(d, n, [&](int64_t i, size_t c) {
+    const auto v = LoadPart(d, x + i, c);
+    const auto pdf = hn::Mul(Exp(d, hn::Mul(hn::Mul(v, v), hn::Set(d, -0.5f))), hn::Set(d, 0.398942280401432678f));
+    const auto grad = hn::MulAdd(v, pdf, NormalCdf(d, v));
+    StorePart(d, hn::MulAdd(LoadPart(d, dy + i, c), grad, LoadPart(d, dx + i, c)), dx + i, c);
+  });
+}
+
+const char* TargetKernel() { return hwy::TargetName(HWY_TARGET); }
+
+}  // namespace HWY_NAMESPACE
+}  // namespace ops
+HWY_AFTER_NAMESPACE();
+
+#if HWY_ONCE
+#include <algorithm>
 #include <cmath>
 #include <numbers>
+#include <type_traits>
 
 namespace ops {
 
+HWY_EXPORT(ExpKernel);
+HWY_EXPORT(ErfKernel);
+HWY_EXPORT(ErfcKernel);
+HWY_EXPORT(GeluForwardKernel);
+HWY_EXPORT(GeluBackwardKernel);
+HWY_EXPORT(TargetKernel);
+
+void exp_f32(float* out, const float* x, int64_t n) { HWY_DYNAMIC_DISPATCH(ExpKernel)(out, x, n); }
+void erf_f32(float* out, const float* x, int64_t n) { HWY_DYNAMIC_DISPATCH(ErfKernel)(out, x, n); }
+void erfc_f32(float* out, const float* x, int64_t n) { HWY_DYNAMIC_DISPATCH(ErfcKernel)(out, x, n); }
+const char* vmath_target() { return HWY_DYNAMIC_DISPATCH(TargetKernel)(); }
+
+namespace {
+
+// Element-wise fp32 work in fixed chunks: small arrays stay on the calling thread (a parallel
+// region costs more than a few thousand elements), large ones split across the team. Chunk
+// boundaries do not change any element's value.
+constexpr int64_t kChunk = 16384;
+
+template <class Fn>
+void for_chunks(int64_t n, const Fn& fn) {
+  const int64_t chunks = (n + kChunk - 1) / kChunk;
+#pragma omp parallel for schedule(static) if (chunks > 1)
+  for (int64_t c = 0; c < chunks; ++c) {
+    const int64_t begin = c * kChunk;
+    fn(begin, std::min(n, begin + kChunk) - begin);
+  }
+}
+
+}  // namespace
+
 template <typename T>
 void gelu_forward(T* out, const T* inp, int64_t n) {
-  constexpr double kInvSqrt2 = 0.70710678118654752440;
+  if constexpr (std::is_same_v<T, float>) {
+    for_chunks(n, [&](int64_t i, int64_t c) { HWY_DYNAMIC_DISPATCH(GeluForwardKernel)(out + i, inp + i, c); });
+  } else {
+    constexpr double kInvSqrt2 = 0.70710678118654752440;
 #pragma omp parallel for schedule(static)
-  for (int64_t i = 0; i < n; ++i) {
-    const double x = inp[i];
-    out[i] = static_cast<T>(0.5 * x * (1.0 + std::erf(x * kInvSqrt2)));
+    for (int64_t i = 0; i < n; ++i) {
+      const double x = inp[i];
+      out[i] = static_cast<T>(0.5 * x * (1.0 + std::erf(x * kInvSqrt2)));
+    }
   }
 }
 
 template <typename T>
 void gelu_backward(T* dinp, const T* inp, const T* dout, int64_t n) {
-  constexpr double kInvSqrt2 = 0.70710678118654752440;
-  const double inv_sqrt_2pi = 1.0 / std::sqrt(2.0 * std::numbers::pi);
+  if constexpr (std::is_same_v<T, float>) {
+    for_chunks(n, [&](int64_t i, int64_t c) {
+      HWY_DYNAMIC_DISPATCH(GeluBackwardKernel)(dinp + i, inp + i, dout + i, c);
+    });
+  } else {
+    constexpr double kInvSqrt2 = 0.70710678118654752440;
+    const double inv_sqrt_2pi = 1.0 / std::sqrt(2.0 * std::numbers::pi);
 #pragma omp parallel for schedule(static)
-  for (int64_t i = 0; i < n; ++i) {
-    const double x = inp[i];
-    const double cdf = 0.5 * (1.0 + std::erf(x * kInvSqrt2));
-    const double pdf = inv_sqrt_2pi * std::exp(-0.5 * x * x);
-    dinp[i] += static_cast<T>(dout[i] * (cdf + x * pdf));
+    for (int64_t i = 0; i < n; ++i) {
+      const double x = inp[i];
+      const double cdf = 0.5 * (1.0 + std::erf(x * kInvSqrt2));
+      const double pdf = inv_sqrt_2pi * std::exp(-0.5 * x * x);
+      dinp[i] += static_cast<T>(dout[i] * (cdf + x * pdf));
+    }
   }
 }
 
 template <typename T>
 void relu_forward(T* out, const T* inp, int64_t n) {
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if (n > kChunk)
   for (int64_t i = 0; i < n; ++i) out[i] = inp[i] > T(0) ? inp[i] : T(0);
 }
 
 template <typename T>
 void relu_backward(T* dinp, const T* inp, const T* dout, int64_t n) {
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if (n > kChunk)
   for (int64_t i = 0; i < n; ++i) {
     if (inp[i] > T(0)) dinp[i] += dout[i];
   }
@@ -53,3 +161,4 @@ OPS_INSTANTIATE(double)
 #undef OPS_INSTANTIATE
 
 }  // namespace ops
+#endif  // HWY_ONCE

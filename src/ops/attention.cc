@@ -1,60 +1,221 @@
 // Attention forward/backward (see attention.h). Each (batch, head) pair is independent: OpenMP
-// splits the pairs, and the two BLAS products per pair run single-threaded inside the region
+// splits the pairs, and the BLAS products per pair run single-threaded inside the region
 // (OpenBLAS's OpenMP build does not nest), so one thread pool serves the whole engine.
+//
+// Work follows the mask. Query rows go in blocks of kRowBlock; a block only multiplies the key
+// columns that some row in it can see (causal: up to the block's last row; key padding: up to the
+// last real key), so a causal pass does a little over half the products of the full one. Columns a
+// row cannot see get probability 0 exactly, as −FLT_MAX in the scores would give; a row that sees
+// no key at all attends uniformly to all T keys, as Hugging Face's finfo.min mask gives. The
+// backward reads each row's extent back from the probabilities (the last nonzero column), so it
+// needs no mask.
+//
+// fp32 rows go through a vectorised softmax (vmath-inl.h's Exp, runtime-dispatched SIMD); fp64
+// rows keep std::exp in double, as before, for the gradient checks.
 #include "attention.h"
 
+#undef HWY_TARGET_INCLUDE
+#define HWY_TARGET_INCLUDE "ops/attention.cc"
+#include "hwy/foreach_target.h"  // IWYU pragma: keep
+#include "hwy/highway.h"
+#include "ops/vmath-inl.h"
+
+HWY_BEFORE_NAMESPACE();
+namespace ops {
+namespace HWY_NAMESPACE {
+
+// row (n) = softmax(row), in place; −inf entries get probability 0. n ≥ 1 and some entry finite.
+void SoftmaxKernel(float* row, int64_t n) {
+  const hn::ScalableTag<float> d;
+  const float ninf = -std::numeric_limits<float>::infinity();
+  auto vmax = hn::Set(d, ninf);
+  ForEachVector(d, n, [&](int64_t i, size_t c) { vmax = hn::Max(vmax, LoadPart(d, row + i, c, ninf)); });
+  const auto mx = hn::MaxOfLanes(d, vmax);
+  auto vsum = hn::Zero(d);
+  ForEachVector(d, n, [&](int64_t i, size_t c) {
+    const auto e = Exp(d, hn::Sub(LoadPart(d, row + i, c, ninf), mx));  // padding lanes: e^−inf = 0
+    vsum = hn::Add(vsum, e);
+    StorePart(d, e, row + i, c);
+  });
+  const auto inv = hn::Div(hn::Set(d, 1.0f), hn::SumOfLanes(d, vsum));
+  ForEachVector(d, n, [&](int64_t i, size_t c) { StorePart(d, hn::Mul(LoadPart(d, row + i, c), inv), row + i, c); });
+}
+
+// Softmax backward of one row: ds (n) = a ⊙ (ds − Σ a·ds), in place.
+void SoftmaxBackwardKernel(const float* a, float* ds, int64_t n) {
+  const hn::ScalableTag<float> d;
+  auto vin = hn::Zero(d);
+  ForEachVector(d, n, [&](int64_t i, size_t c) {
+    vin = hn::MulAdd(LoadPart(d, a + i, c), LoadPart(d, ds + i, c), vin);
+  });
+  const auto in = hn::SumOfLanes(d, vin);
+  ForEachVector(d, n, [&](int64_t i, size_t c) {
+    StorePart(d, hn::Mul(LoadPart(d, a + i, c), hn::Sub(LoadPart(d, ds + i, c), in)), ds + i, c);
+  });
+}
+
+}  // namespace HWY_NAMESPACE
+}  // namespace ops
+HWY_AFTER_NAMESPACE();
+
+#if HWY_ONCE
+#include <algorithm>
 #include <cmath>
 #include <limits>
+#include <type_traits>
 #include <vector>
 
 #include "blas.h"
-#include "dropout.h"
 #include "random.h"
 
 namespace ops {
+
+HWY_EXPORT(SoftmaxKernel);
+HWY_EXPORT(SoftmaxBackwardKernel);
+
 namespace {
+
+constexpr int64_t kRowBlock = 64;  // query rows per block of products
 
 // Seed of the dropout mask of one (batch, head) probability block.
 uint64_t block_seed(uint64_t seed, int64_t bh) { return mix64(seed ^ mix64(static_cast<uint64_t>(bh))); }
+
+// p[j] = keep(seed, base + j) ? a[j] / (1 − prob) : 0 for j < n: dropout_forward's mask on a row
+// segment of the (T, T) block whose element index starts at base.
+template <typename T>
+void dropout_row(T* p, const T* a, int64_t n, double prob, uint64_t seed, int64_t base) {
+  const T scale = static_cast<T>(1.0 / (1.0 - prob));
+  for (int64_t j = 0; j < n; ++j) {
+    p[j] = uniform01(seed, static_cast<uint64_t>(base + j)) >= prob ? a[j] * scale : T(0);
+  }
+}
+
+// Which keys row t of a batch sees: [0, lim) minus padded keys; none → uniform over all T.
+struct RowKeys {
+  int64_t lim;   // visible keys lie in [0, lim)
+  bool uniform;  // no visible key at all
+  int64_t extent(int64_t T) const { return uniform ? T : lim; }  // nonzero probabilities lie in [0, extent)
+};
+
+// Per batch: prefix counts of real keys (T + 1) and the end of the last real key.
+struct KeyMask {
+  KeyMask(const int64_t* mask, const int64_t* row_limit, int64_t B, int64_t T)
+      : T_(T), mask_(mask), row_limit_(row_limit) {
+    if (!mask) return;
+    prefix_.resize(B * (T + 1));
+    end_.resize(B);
+    for (int64_t b = 0; b < B; ++b) {
+      int64_t* pre = prefix_.data() + b * (T + 1);
+      pre[0] = 0;
+      end_[b] = 0;
+      for (int64_t j = 0; j < T; ++j) {
+        pre[j + 1] = pre[j] + (mask[b * T + j] != 0);
+        if (mask[b * T + j] != 0) end_[b] = j + 1;
+      }
+    }
+  }
+  RowKeys row(int64_t b, int64_t t, bool causal) const {
+    int64_t lim = causal ? t + 1 : T_;
+    if (row_limit_) lim = std::min(lim, std::clamp<int64_t>(row_limit_[b * T_ + t], 0, T_));
+    if (lim == 0) return {0, true};  // no visible key: uniform, as HF's finfo.min mask gives
+    if (!mask_) return {lim, false};
+    lim = std::min(lim, end_[b]);
+    return {lim, prefix_[b * (T_ + 1) + lim] == 0};
+  }
+  const int64_t* keys(int64_t b) const { return mask_ ? mask_ + b * T_ : nullptr; }
+
+ private:
+  int64_t T_;
+  const int64_t* mask_;
+  const int64_t* row_limit_;
+  std::vector<int64_t> prefix_, end_;
+};
+
+// row (T): scores in [0, lim) → probabilities over the visible keys, 0 elsewhere (keys: the
+// batch's key mask or null).
+template <typename T>
+void softmax_row(T* row, int64_t Tn, const RowKeys& rk, const int64_t* keys) {
+  if (rk.uniform) {  // every key masked: all scores equal −FLT_MAX, softmax is uniform
+    std::fill(row, row + Tn, static_cast<T>(1.0 / static_cast<double>(Tn)));
+    return;
+  }
+  const int64_t n = rk.lim;
+  if constexpr (std::is_same_v<T, float>) {
+    if (keys) {
+      for (int64_t j = 0; j < n; ++j) {
+        if (keys[j] == 0) row[j] = -std::numeric_limits<float>::infinity();
+      }
+    }
+    HWY_DYNAMIC_DISPATCH(SoftmaxKernel)(row, n);
+  } else {
+    T mx = -std::numeric_limits<T>::infinity();
+    for (int64_t j = 0; j < n; ++j) {
+      if (!keys || keys[j] != 0) mx = row[j] > mx ? row[j] : mx;
+    }
+    double sum = 0;
+    for (int64_t j = 0; j < n; ++j) {
+      row[j] = keys && keys[j] == 0 ? T(0) : static_cast<T>(std::exp(static_cast<double>(row[j] - mx)));
+      sum += row[j];
+    }
+    const T inv = static_cast<T>(1.0 / sum);
+    for (int64_t j = 0; j < n; ++j) row[j] *= inv;
+  }
+  std::fill(row + n, row + Tn, T(0));
+}
+
+// 1 + the last column of row (T) with a nonzero probability (0 if none). Causal rows other than
+// uniform ones end at the diagonal, so the scan starts there.
+template <typename T>
+int64_t row_extent(const T* row, int64_t t, int64_t Tn, bool causal) {
+  int64_t j = causal && row[Tn - 1] == T(0) ? std::min(t, Tn - 1) : Tn - 1;
+  while (j >= 0 && row[j] == T(0)) --j;
+  return j + 1;
+}
+
+template <typename T>
+void softmax_backward_row(const T* a, T* ds, int64_t n) {
+  if constexpr (std::is_same_v<T, float>) {
+    HWY_DYNAMIC_DISPATCH(SoftmaxBackwardKernel)(a, ds, n);
+  } else {
+    double inner = 0;
+    for (int64_t j = 0; j < n; ++j) inner += static_cast<double>(a[j]) * ds[j];
+    const T in = static_cast<T>(inner);
+    for (int64_t j = 0; j < n; ++j) ds[j] = a[j] * (ds[j] - in);
+  }
+}
 
 }  // namespace
 
 template <typename T>
 void attention_forward(T* out, T* att, const T* q, const T* k, const T* v, const int64_t* key_mask,
                        const AttentionShape& s) {
-  const int64_t C = s.H * s.D, TT = s.T * s.T;
+  const int64_t C = s.H * s.D, Tn = s.T, TT = s.T * s.T;
   const T scale = static_cast<T>(1.0 / std::sqrt(static_cast<double>(s.D)));
-  const T masked = -std::numeric_limits<float>::max();
+  const KeyMask mask(key_mask, s.row_limit, s.B, s.T);
 #pragma omp parallel
   {
-    std::vector<T> dropped(s.dropout_p > 0 ? TT : 0);  // (T, T) probabilities after dropout
+    std::vector<T> dropped(s.dropout_p > 0 ? kRowBlock * Tn : 0);  // a block of rows after dropout
 #pragma omp for schedule(static)
     for (int64_t bh = 0; bh < s.B * s.H; ++bh) {
       const int64_t b = bh / s.H, h = bh % s.H;
       const int64_t off = b * s.T * C + h * s.D;  // head h of token 0 in batch b
       T* a = att + bh * TT;                       // (T, T)
-      gemm(false, true, s.T, s.T, s.D, scale, q + off, C, k + off, C, T(0), a, s.T);  // q·kᵀ/√D
-      for (int64_t t = 0; t < s.T; ++t) {
-        T* row = a + t * s.T;
-        for (int64_t j = 0; j < s.T; ++j) {
-          if ((key_mask && key_mask[b * s.T + j] == 0) || (s.causal && j > t)) row[j] += masked;
+      const uint64_t seed = s.dropout_p > 0 ? block_seed(s.dropout_seed, bh) : 0;
+      for (int64_t r0 = 0; r0 < Tn; r0 += kRowBlock) {
+        const int64_t rows = std::min(kRowBlock, Tn - r0);
+        int64_t E = 0;  // key columns this block reads
+        for (int64_t t = r0; t < r0 + rows; ++t) E = std::max(E, mask.row(b, t, s.causal).extent(Tn));
+        gemm(false, true, rows, E, s.D, scale, q + off + r0 * C, C, k + off, C, T(0), a + r0 * Tn, Tn);  // q·kᵀ/√D
+        for (int64_t t = r0; t < r0 + rows; ++t) softmax_row(a + t * Tn, Tn, mask.row(b, t, s.causal), mask.keys(b));
+        const T* p = a + r0 * Tn;
+        if (s.dropout_p > 0) {
+          for (int64_t t = r0; t < r0 + rows; ++t) {
+            dropout_row(dropped.data() + (t - r0) * Tn, a + t * Tn, E, s.dropout_p, seed, t * Tn);
+          }
+          p = dropped.data();
         }
-        T mx = row[0];
-        for (int64_t j = 1; j < s.T; ++j) mx = row[j] > mx ? row[j] : mx;
-        double sum = 0;
-        for (int64_t j = 0; j < s.T; ++j) {
-          row[j] = static_cast<T>(std::exp(static_cast<double>(row[j] - mx)));
-          sum += row[j];
-        }
-        const T inv = static_cast<T>(1.0 / sum);
-        for (int64_t j = 0; j < s.T; ++j) row[j] *= inv;
+        gemm(false, false, rows, s.D, E, T(1), p, Tn, v + off, C, T(0), out + off + r0 * C, C);  // att·v
       }
-      const T* p = a;
-      if (s.dropout_p > 0) {
-        dropout_forward(dropped.data(), a, TT, s.dropout_p, block_seed(s.dropout_seed, bh));
-        p = dropped.data();
-      }
-      gemm(false, false, s.T, s.D, s.T, T(1), p, s.T, v + off, C, T(0), out + off, C);  // att·v
     }
   }
 }
@@ -62,39 +223,43 @@ void attention_forward(T* out, T* att, const T* q, const T* k, const T* v, const
 template <typename T>
 void attention_backward(T* dq, T* dk, T* dv, const T* dout, const T* att, const T* q, const T* k, const T* v,
                         const AttentionShape& s) {
-  const int64_t C = s.H * s.D, TT = s.T * s.T;
+  const int64_t C = s.H * s.D, Tn = s.T, TT = s.T * s.T;
   const T scale = static_cast<T>(1.0 / std::sqrt(static_cast<double>(s.D)));
 #pragma omp parallel
   {
-    std::vector<T> ds(TT), dropped(s.dropout_p > 0 ? TT : 0);  // (T, T) each
+    std::vector<T> ds(kRowBlock * Tn), dropped(s.dropout_p > 0 ? kRowBlock * Tn : 0);  // a block of rows each
 #pragma omp for schedule(static)
     for (int64_t bh = 0; bh < s.B * s.H; ++bh) {
       const int64_t b = bh / s.H, h = bh % s.H;
       const int64_t off = b * s.T * C + h * s.D;
       const T* a = att + bh * TT;
-      const T* p = a;  // the probabilities that multiplied v
-      if (s.dropout_p > 0) {
-        dropout_forward(dropped.data(), a, TT, s.dropout_p, block_seed(s.dropout_seed, bh));
-        p = dropped.data();
+      const uint64_t seed = s.dropout_p > 0 ? block_seed(s.dropout_seed, bh) : 0;
+      for (int64_t r0 = 0; r0 < Tn; r0 += kRowBlock) {
+        const int64_t rows = std::min(kRowBlock, Tn - r0);
+        int64_t E = 0;
+        for (int64_t t = r0; t < r0 + rows; ++t) E = std::max(E, row_extent(a + t * Tn, t, Tn, s.causal));
+        if (E == 0) continue;
+        const T* p = a + r0 * Tn;  // the probabilities that multiplied v
+        if (s.dropout_p > 0) {
+          for (int64_t t = r0; t < r0 + rows; ++t) {
+            dropout_row(dropped.data() + (t - r0) * Tn, a + t * Tn, E, s.dropout_p, seed, t * Tn);
+          }
+          p = dropped.data();
+        }
+        const T* dout_r = dout + off + r0 * C;
+        gemm(true, false, E, s.D, rows, T(1), p, Tn, dout_r, C, T(1), dv + off, C);          // dv += pᵀ·dout
+        gemm(false, true, rows, E, s.D, T(1), dout_r, C, v + off, C, T(0), ds.data(), Tn);  // dp = dout·vᵀ
+        for (int64_t t = r0; t < r0 + rows; ++t) {
+          T* dr = ds.data() + (t - r0) * Tn;
+          if (s.dropout_p > 0) dropout_row(dr, dr, E, s.dropout_p, seed, t * Tn);  // datt = dropout'(dp)
+          // Softmax backward: dscore = att ⊙ (datt − Σ_j att·datt). Columns past a row's extent have
+          // att = 0, so [0, E) covers every row of the block.
+          softmax_backward_row(a + t * Tn, dr, E);
+        }
+        // dq += ds·k/√D; dk += dsᵀ·q/√D.
+        gemm(false, false, rows, s.D, E, scale, ds.data(), Tn, k + off, C, T(1), dq + off + r0 * C, C);
+        gemm(true, false, E, s.D, rows, scale, ds.data(), Tn, q + off + r0 * C, C, T(1), dk + off, C);
       }
-      gemm(true, false, s.T, s.D, s.T, T(1), p, s.T, dout + off, C, T(1), dv + off, C);  // dv += pᵀ·dout
-      gemm(false, true, s.T, s.T, s.D, T(1), dout + off, C, v + off, C, T(0), ds.data(), s.T);  // dp = dout·vᵀ
-      if (s.dropout_p > 0) {  // datt = dropout_backward(dp), in place: keep/(1 − p) or 0
-        std::swap(ds, dropped);
-        std::fill(ds.begin(), ds.end(), T(0));
-        dropout_backward(ds.data(), dropped.data(), TT, s.dropout_p, block_seed(s.dropout_seed, bh));
-      }
-      // Softmax backward per row: dscore = att ⊙ (datt − Σ_j att·datt). Masked entries have att = 0.
-      for (int64_t t = 0; t < s.T; ++t) {
-        const T* ar = a + t * s.T;
-        T* dr = ds.data() + t * s.T;
-        double inner = 0;
-        for (int64_t j = 0; j < s.T; ++j) inner += static_cast<double>(ar[j]) * dr[j];
-        const T in = static_cast<T>(inner);
-        for (int64_t j = 0; j < s.T; ++j) dr[j] = ar[j] * (dr[j] - in);
-      }
-      gemm(false, false, s.T, s.D, s.T, scale, ds.data(), s.T, k + off, C, T(1), dq + off, C);  // dq += ds·k/√D
-      gemm(true, false, s.T, s.D, s.T, scale, ds.data(), s.T, q + off, C, T(1), dk + off, C);   // dk += dsᵀ·q/√D
     }
   }
 }
@@ -109,3 +274,4 @@ template void attention_backward<double>(double*, double*, double*, const double
                                          const double*, const double*, const AttentionShape&);
 
 }  // namespace ops
+#endif  // HWY_ONCE

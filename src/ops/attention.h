@@ -5,7 +5,9 @@
 // Masked scores get −FLT_MAX added, as Hugging Face adds finfo(float32).min: a row whose keys are all
 // masked attends uniformly instead of producing NaN. This first version keeps the probabilities
 // (B, H, T, T) for the backward; a tiled (flash-style) version that does not is future work.
-// (batch, head) pairs run in parallel on OpenMP, each with single-threaded BLAS calls.
+// (batch, head) pairs run in parallel on OpenMP, each with single-threaded BLAS calls; blocks of
+// query rows skip the key columns none of their rows can see (the causal upper triangle, trailing
+// padding), and the backward finds each row's extent from att, so it must get the forward's att.
 #pragma once
 
 #include <cstdint>
@@ -19,6 +21,10 @@ struct AttentionShape {
   // the seed in the backward; 0 = none.
   double dropout_p = 0;
   uint64_t dropout_seed = 0;
+  // Optional (B, T) prefix limits: key s is visible from query t only if s < row_limit[b, t]. UniLM's
+  // seq2seq mask (RoFormer-Sim) is one: cumsum(token_type) is non-decreasing, so the keys a query
+  // may see always form a prefix.
+  const int64_t* row_limit = nullptr;
 };
 
 // out (B, T, H·D) = softmax(q·kᵀ/√D + mask)·v per head; att (B, H, T, T) keeps the probabilities.

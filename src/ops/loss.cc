@@ -4,6 +4,7 @@
 #include <cmath>
 #include <stdexcept>
 #include <string>
+#include <vector>
 
 namespace ops {
 
@@ -16,19 +17,32 @@ double cross_entropy_forward(T* probs, const T* logits, const int64_t* targets, 
                               " is outside [0, " + std::to_string(V) + ")");
     }
   }
+  // Per-row terms summed afterwards in row order: the loss does not depend on the thread count
+  // (an OpenMP reduction combines the threads' partial sums in whatever order they finish).
+  std::vector<double> term(N, 0.0);
+#pragma omp parallel
+  {
+    std::vector<double> e(V);  // e^(z − max) of a row, evaluated once
+#pragma omp for schedule(static)
+    for (int64_t n = 0; n < N; ++n) {
+      const T* z = logits + n * V;
+      T* p = probs + n * V;
+      double zmax = z[0];
+      for (int64_t v = 1; v < V; ++v) zmax = z[v] > zmax ? z[v] : zmax;
+      double sum = 0;
+      for (int64_t v = 0; v < V; ++v) {
+        e[v] = std::exp(z[v] - zmax);
+        sum += e[v];
+      }
+      for (int64_t v = 0; v < V; ++v) p[v] = static_cast<T>(e[v] / sum);
+      if (targets[n] != ignore_index) term[n] = std::log(sum) - (z[targets[n]] - zmax);  // −log softmax, without log(0)
+    }
+  }
   double total = 0;
   int64_t count = 0;
-#pragma omp parallel for schedule(static) reduction(+ : total, count)
   for (int64_t n = 0; n < N; ++n) {
-    const T* z = logits + n * V;
-    T* p = probs + n * V;
-    double zmax = z[0];
-    for (int64_t v = 1; v < V; ++v) zmax = z[v] > zmax ? z[v] : zmax;
-    double sum = 0;
-    for (int64_t v = 0; v < V; ++v) sum += std::exp(z[v] - zmax);
-    for (int64_t v = 0; v < V; ++v) p[v] = static_cast<T>(std::exp(z[v] - zmax) / sum);
     if (targets[n] == ignore_index) continue;
-    total += std::log(sum) - (z[targets[n]] - zmax);  // −log softmax, without log(0)
+    total += term[n];
     ++count;
   }
   *counted = count;

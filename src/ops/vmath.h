@@ -1,0 +1,25 @@
+// Vectorised fp32 elementary functions behind the fp32 fast paths of the ops (GELU, attention
+// softmax), with runtime dispatch to the best SIMD target (see vmath-inl.h for the methods and
+// error bounds). Exposed for tests and for ops that need them on arrays. Serial: callers split
+// large arrays across threads themselves.
+#pragma once
+
+#include <cstdint>
+
+namespace ops {
+
+// out[i] = e^x[i]: ≤ 2 ulp, gradual underflow to +0 below −103.97, +inf above 88.72, NaN → NaN.
+// out may equal x.
+void exp_f32(float* out, const float* x, int64_t n);
+
+// out[i] = erf(x[i]): ≈ 1e-7 absolute; ±1 for |x| ≥ 4, NaN → NaN. out may equal x.
+void erf_f32(float* out, const float* x, int64_t n);
+
+// out[i] = erfc(x[i]) = 1 − erf(x[i]): ≈ 1.2e-7 absolute, computed without cancellation for
+// x ≥ 0.875 (relative error ≤ 5e-6 up to 2, ≤ 1.5e-4 up to 4; 0 beyond 4). NaN → NaN.
+void erfc_f32(float* out, const float* x, int64_t n);
+
+// Name of the SIMD target the dispatch picked (e.g. "AVX3"), for logs and tests.
+const char* vmath_target();
+
+}  // namespace ops
