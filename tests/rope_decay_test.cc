@@ -55,7 +55,7 @@ TEST(RopeDecay, UsesLibropeFrequenciesAndScalingSpecs) {
   for (const char* spec : {"ntk:4", "dynamic-ntk:4:2048", "yarn:4:2048", "llama3:8:8192"}) {
     EXPECT_NO_THROW(rope::Plan(analysis::rope_config_from_spec(128, 10000, spec))) << spec;
   }
-  for (const char* bad : {"linear", "linear:-1", "linear:x", "yarn:4", "alibi:2", "linear:4:5"}) {
+  for (const char* bad : {"linear", "linear:-1", "linear:x", "yarn:4", "alibi:2", "linear:4:5", "yarn:4:0.5", "yarn:4:1e300"}) {
     EXPECT_THROW(analysis::rope_config_from_spec(128, 10000, bad), std::invalid_argument) << bad;
   }
   EXPECT_THROW(analysis::rope_decay_bound({}, 10), std::invalid_argument);

@@ -121,7 +121,11 @@ inline void apply_scaling_spec(const std::string& spec, rope_config* cfg) {
   const bool needs_original = type != ROPE_SCALING_LINEAR && type != ROPE_SCALING_NTK;
   cfg->scaling.factor = number(1, "a factor (e.g. linear:4)");
   if (needs_original) {
-    cfg->scaling.original_max_positions = static_cast<int64_t>(number(2, "the original context (e.g. yarn:4:2048)"));
+    const double original = number(2, "the original context (e.g. yarn:4:2048)");
+    if (original != std::floor(original) || original > 9007199254740992.0) {  // an integer the cast keeps
+      throw std::invalid_argument("scaling '" + spec + "': the original context must be a whole number of tokens");
+    }
+    cfg->scaling.original_max_positions = static_cast<int64_t>(original);
   }
   if (parts.size() > (needs_original ? 3u : 2u)) throw std::invalid_argument("scaling '" + spec + "': too many fields");
   cfg->scaling.type = type;

@@ -27,38 +27,9 @@ from transformers import RoFormerForMaskedLM, RoFormerForCausalLM
 assert "modeling_roformer" in RoFormerForMaskedLM.__module__, "dummy RoFormer classes"
 print(f"transformers {transformers.__version__}, torch {torch.__version__}")'
 python=""
-if [ -n "${ROFORMER_PYTHON:-}" ]; then
-  if ! versions="$("$ROFORMER_PYTHON" -c "$probe" 2>&1)"; then
-    echo "ROFORMER_PYTHON=$ROFORMER_PYTHON cannot run transformers' RoFormer:" >&2
-    echo "$versions" | tail -3 >&2
-    exit 1
-  fi
-  python="$ROFORMER_PYTHON"
-else
-  for candidate in /work/venv-ref/bin/python "$repo/build/hf-venv/bin/python" python3 /usr/bin/python3; do
-    command -v "$candidate" > /dev/null 2>&1 || continue
-    if versions="$("$candidate" -c "$probe" 2> /dev/null)"; then
-      python="$candidate"
-      break
-    fi
-  done
-fi
-if [ -z "$python" ]; then
-  echo "no Python with torch + transformers (RoFormer usable) + safetensors found; create one with" \
-       "scripts/hf-env.sh or set ROFORMER_PYTHON" >&2
-  [ "${ROFORMER_REQUIRE_HF:-0}" = 1 ] && exit 1
-  exit 77
-fi
-echo "python: $python ($versions)"
-
-if [ -n "${3:-}" ]; then
-  work="$3"
-  rm -rf "$work"
-  mkdir -p "$work"
-else
-  work="$(mktemp -d)"
-  trap 'rm -rf "$work"' EXIT
-fi
+source "$(dirname "$0")/common.sh"
+find_hf_python "$probe"
+make_work_dir "${3:-}"
 export OMP_NUM_THREADS=1 HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 HF_HUB_DISABLE_TELEMETRY=1
 export PYTHONDONTWRITEBYTECODE=1
 

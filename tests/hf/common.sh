@@ -1,0 +1,36 @@
+# Sourced by the Hugging Face comparison scripts (roundtrip.sh, serve_vs_hf.sh).
+# find_hf_python PROBE: sets $python and $versions to the first interpreter that runs the Python
+# code PROBE ($ROFORMER_PYTHON only, when set), else exits 77 (ctest skip), or 1 when
+# ROFORMER_REQUIRE_HF=1.
+# make_work_dir [DIR]: sets $work to DIR (emptied) or to a temporary directory removed at exit.
+find_hf_python() {
+  local probe="$1" candidate
+  local candidates=(/work/venv-ref/bin/python "$repo/build/hf-venv/bin/python" python3 /usr/bin/python3)
+  [ -n "${ROFORMER_PYTHON:-}" ] && candidates=("$ROFORMER_PYTHON")
+  python=""
+  for candidate in "${candidates[@]}"; do
+    command -v "$candidate" > /dev/null 2>&1 || continue
+    if versions="$("$candidate" -c "$probe" 2> /dev/null)"; then
+      python="$candidate"
+      break
+    fi
+  done
+  if [ -z "$python" ]; then
+    echo "no Python that runs transformers' RoFormer (see the probe in $0) found; create one with" \
+         "scripts/hf-env.sh or set ROFORMER_PYTHON" >&2
+    [ "${ROFORMER_REQUIRE_HF:-0}" = 1 ] && exit 1
+    exit 77
+  fi
+  echo "python: $python ($versions)"
+}
+
+make_work_dir() {
+  if [ -n "${1:-}" ]; then
+    work="$1"
+    rm -rf "$work"
+    mkdir -p "$work"
+  else
+    work="$(mktemp -d)"
+    trap 'rm -rf "$work"' EXIT
+  fi
+}
