@@ -5,6 +5,8 @@
 // special tokens, pairs with truncation and padding, and the errors for bad vocab, config and
 // dictionary files. Needs jieba's dict.txt (Debian python3-jieba, or $ROFORMER_JIEBA_DICT).
 #include <gtest/gtest.h>
+
+#include "temp_files.h"
 #include <unistd.h>
 
 #include <filesystem>
@@ -38,22 +40,8 @@ const RoFormerTokenizer& bert() {
   return t;
 }
 
-std::string temp_dir() {
-  static const std::string dir = [] {
-    const fs::path d = fs::path(::testing::TempDir()) / ("hf_tokenizer_test_" + std::to_string(::getpid()));
-    fs::remove_all(d);
-    fs::create_directories(d);
-    return d.string() + "/";
-  }();
-  return dir;
-}
-
-std::string write(const std::string& name, const std::string& bytes) {
-  const std::string path = temp_dir() + name;
-  fs::create_directories(fs::path(path).parent_path());
-  std::ofstream(path, std::ios::binary) << bytes;
-  return path;
-}
+using test_files::temp_dir;
+using test_files::write;
 
 template <class F>
 void expect_io_error(F&& f, const std::vector<std::string>& fragments) {

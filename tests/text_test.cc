@@ -3,6 +3,8 @@
 // and the corpus (deterministic train batches that stay in the training part, the fixed validation
 // tiling, unigram counts, errors). Text files are written into a fresh temporary directory.
 #include <gtest/gtest.h>
+
+#include "temp_files.h"
 #include <unistd.h>
 
 #include <algorithm>
@@ -28,21 +30,8 @@ using data::Tokenizer;
 // Mixed scripts: 1-, 2-, 3- and 4-byte characters.
 const std::string kText = "Hé said 中文 is fun 😀!\nnaïve café, 日本語 and emoji 🎉🎉 again.\n";
 
-std::string temp_dir() {
-  static const std::string dir = [] {
-    const fs::path d = fs::path(::testing::TempDir()) / ("text_test_" + std::to_string(::getpid()));
-    fs::remove_all(d);
-    fs::create_directories(d);
-    return d.string() + "/";
-  }();
-  return dir;
-}
-
-std::string write(const std::string& name, const std::string& bytes) {
-  const std::string path = temp_dir() + name;
-  std::ofstream(path, std::ios::binary) << bytes;
-  return path;
-}
+using test_files::temp_dir;
+using test_files::write;
 
 std::string repeat(const std::string& s, int n) {
   std::string out;

@@ -363,7 +363,7 @@ TrainResult run_training(TrainOptions o, bool resume) {
   const auto session_start = clock::now();
   const double elapsed_before = state.elapsed_s;
   const int64_t first_step = state.step;
-  double last_val = history.empty() ? NAN : NAN, last_loss = NAN;
+  double last_val = NAN, last_loss = NAN;
   for (const Record& r : history) {
     if (std::isfinite(r.val_loss)) last_val = r.val_loss;
   }
