@@ -49,8 +49,6 @@ mkdir -p "$TMPDIR"
 symbolizer=$(command -v llvm-symbolizer || command -v llvm-symbolizer-14 || true)
 [ -n "$symbolizer" ] && export ASAN_SYMBOLIZER_PATH="$symbolizer"
 export ASAN_OPTIONS="detect_leaks=1:detect_stack_use_after_return=1:strict_string_checks=1:check_initialization_order=1:${ASAN_OPTIONS:-}"
-# Skip inputs that hit reported, unfixed findings (fuzz_config, fuzz_torch_bin; docs/reliability.md).
-if [ -z "${FUZZ_STRICT:-}" ]; then export FUZZ_IGNORE_KNOWN=1; else export FUZZ_IGNORE_KNOWN=0; fi
 export UBSAN_OPTIONS="print_stacktrace=1:halt_on_error=1:${UBSAN_OPTIONS:-}"
 
 max_len() {
@@ -60,18 +58,17 @@ dict() {
   case "$1" in torch_bin) echo fuzz/dict/pickle.dict ;; *) echo fuzz/dict/json.dict ;; esac
 }
 
-# Each file in fuzz/regressions/<target>/ is replayed first, on its own and with the known-finding
-# filters off. A file must pass, except known-*: the reproducers of reported, still unfixed findings
-# (docs/reliability.md), which are listed as "known" while they fail and as "fixed?" once they pass
-# (then drop the known- prefix: from then on it is a regression test). FUZZ_STRICT=1 makes a failing
-# known-* file a failure too, and keeps the filters off while fuzzing.
+# Each file in fuzz/regressions/<target>/ is replayed first, on its own. A file must pass, except
+# known-*: the reproducer of a reported, still unfixed finding (docs/reliability.md), listed as
+# "known" while it fails and as "fixed?" once it passes (then drop the known- prefix: from then on it
+# is a regression test). FUZZ_STRICT=1 makes a failing known-* file a failure too.
 replay_regressions() {
   local t=$1 dir="$work/$1" bin="$root/$build/fuzz/fuzz_$1" f name
   [ -d "fuzz/regressions/$t" ] || return 0
   for f in fuzz/regressions/"$t"/*; do
     [ -f "$f" ] || continue
     name=$(basename "$f")
-    if (cd "$dir" && FUZZ_IGNORE_KNOWN=0 nice -n 19 "$bin" -timeout=10 -rss_limit_mb=2048 -malloc_limit_mb=1024 \
+    if (cd "$dir" && nice -n 19 "$bin" -timeout=10 -rss_limit_mb=2048 -malloc_limit_mb=1024 \
           -artifact_prefix="$dir/replay-" "$root/$f" >>"$dir/regressions.log" 2>&1); then
       case "$name" in known-*) echo "fixed?:$name" ;; esac
     else
@@ -109,7 +106,7 @@ run_target() {
     local resumed=0
     for f in "$dir"/artifacts/timeout-*; do
       [ -f "$f" ] || continue
-      if (cd "$dir" && FUZZ_IGNORE_KNOWN=$FUZZ_IGNORE_KNOWN timeout 120 nice -n 19 "$bin" -timeout=10 \
+      if (cd "$dir" && timeout 120 nice -n 19 "$bin" -timeout=10 \
             -rss_limit_mb=2048 -malloc_limit_mb=1024 "$f" >"$dir/spurious/$(basename "$f").log" 2>&1); then
         mv "$f" "$dir/spurious/" && resumed=1
       fi

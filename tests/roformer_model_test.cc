@@ -183,6 +183,52 @@ TEST(RoFormerModel, Fp32AgreesWithFp64) {
   EXPECT_LT(num / den, 1e-10);  // normalised MSE, as ggml's test-backend-ops
 }
 
+// Inference mode reuses one layer's buffers: the outputs must be bit-identical to a full forward, for
+// odd and even depths (h ping-pong), every model variant, and shape changes between calls.
+TEST(RoFormerModel, KeepOutputsMatchesTheFullForwardBitForBit) {
+  auto rope = tiny(model::PositionEncoding::rope);
+  auto three = rope;
+  three.num_hidden_layers = 3;
+  three.is_decoder = true;
+  auto v2 = rope;
+  v2.norm_type = "rms_norm";
+  v2.use_bias = false;
+  v2.hidden_act = "relu";
+  auto linear = tiny(model::PositionEncoding::rope);
+  linear.attention_type = "linear";
+  auto projected = tiny(model::PositionEncoding::learned);
+  projected.hidden_size = 12;
+  projected.num_attention_heads = 3;
+  for (const auto& c : {rope, three, v2, linear, projected}) {
+    SCOPED_TRACE(c.to_json());
+    model::RoFormer<float> full(c), lean(c);
+    randomise(full, 5);
+    lean.params = full.params;
+    lean.set_keep(model::Keep::outputs);
+    for (const auto& [B, T] : {std::pair<int64_t, int64_t>{2, 7}, {1, 5}, {3, 8}}) {
+      Batch batch = random_batch(c, B, T, 3);
+      if (c.attention_type != "softmax") batch.mask.assign(B * T, 1);
+      const double l_full = full.forward(batch.inputs()), l_lean = lean.forward(batch.inputs());
+      EXPECT_EQ(l_full, l_lean);
+      const int64_t L = c.num_hidden_layers, N = B * T;
+      for (int64_t i = 0; i < N * c.hidden_size; ++i) ASSERT_EQ(full.hidden_state(L)[i], lean.hidden_state(L)[i]) << i;
+      for (int64_t i = 0; i < N * c.vocab_size; ++i) ASSERT_EQ(full.logits()[i], lean.logits()[i]) << i;
+      for (int64_t i = 0; i < N * c.embedding_size; ++i) ASSERT_EQ(full.embedding_output()[i], lean.embedding_output()[i]);
+    }
+    EXPECT_THROW(lean.hidden_state(0), std::logic_error);
+    EXPECT_THROW(lean.attention(0), std::logic_error);
+    EXPECT_THROW(lean.hidden_state(c.num_hidden_layers + 1), std::out_of_range);
+    EXPECT_THROW(lean.backward(), std::logic_error);
+    lean.set_keep(model::Keep::all);  // back to training: backward works again
+    const Batch batch = random_batch(c, 2, 7, 3);
+    if (c.attention_type == "softmax") {
+      lean.forward(batch.inputs());
+      lean.zero_grad();
+      EXPECT_NO_THROW(lean.backward());
+    }
+  }
+}
+
 TEST(RoFormerModel, CausalLmNeverLooksAhead) {
   for (auto pe : {model::PositionEncoding::rope, model::PositionEncoding::learned}) {
     auto c = tiny(pe);

@@ -118,6 +118,51 @@ TEST(SafeTensors, WidensHalfAndBfloat16AndReadsPipes) {
   EXPECT_EQ(piped.names(), st.names());
 }
 
+// Resident pages of this process (VmRSS), in KiB.
+long rss_kib() {
+  std::ifstream status("/proc/self/status");
+  std::string key;
+  long kib = -1;
+  while (status >> key) {
+    if (key == "VmRSS:") {
+      status >> kib;
+      break;
+    }
+    status.ignore(1 << 20, '\n');
+  }
+  return kib;
+}
+
+// release() drops a mapped tensor's pages from the resident set and keeps its bytes readable; on a
+// store that was read into memory (a pipe) it changes nothing.
+TEST(SafeTensors, ReleaseDropsMappedPagesAndKeepsTheBytes) {
+  std::vector<float> big(8 << 20);  // 32 MiB
+  for (size_t i = 0; i < big.size(); ++i) big[i] = static_cast<float>(i % 1000) - 500.0f;
+  const float small[3] = {1.0f, 2.0f, 3.0f};
+  const std::string bytes = io::safetensors_bytes(
+      {{"big", io::DType::F32, {static_cast<int64_t>(big.size())}, big.data()}, {"small", io::DType::F32, {3}, small}});
+  const std::string path = ::testing::TempDir() + "release.safetensors";
+  io::write_file_atomic(path, bytes);
+  const io::SafeTensors st(path);
+  EXPECT_EQ(st.f32("big"), big);  // faults every page in
+  const long before = rss_kib();
+  st.release(st.at("big"));
+  const long after = rss_kib();
+  EXPECT_GT(before - after, 16 * 1024) << "VmRSS " << before << " -> " << after << " KiB";
+  EXPECT_EQ(st.f32("big"), big);  // the bytes come back from the file
+  st.release(st.at("small"));
+  EXPECT_EQ(st.f32("small"), (std::vector<float>{1.0f, 2.0f, 3.0f}));
+  int fds[2];
+  ASSERT_EQ(pipe(fds), 0);
+  const std::string small_bytes = io::safetensors_bytes({{"small", io::DType::F32, {3}, small}});
+  ASSERT_EQ(write(fds[1], small_bytes.data(), small_bytes.size()), static_cast<ssize_t>(small_bytes.size()));
+  close(fds[1]);
+  const io::SafeTensors piped("/proc/self/fd/" + std::to_string(fds[0]));
+  close(fds[0]);
+  piped.release(piped.at("small"));  // heap memory: must not be discarded
+  EXPECT_EQ(piped.f32("small"), (std::vector<float>{1.0f, 2.0f, 3.0f}));
+}
+
 TEST(RoFormerConfig, ReadsHfFieldsAndRejectsBadValues) {
   const auto c = model::RoFormerConfig::from_json_file(std::string(ROFORMER_FIXTURES) + "/case2_embproj_rotary_value/config.json");
   EXPECT_EQ(c.embedding_size, 32);

@@ -207,6 +207,73 @@ TEST(Pipeline, BatchedEmbeddingsEqualOneTextForwards) {
   EXPECT_NEAR(serve::cosine({1, 0}, {0, 2}), 0.0, 1e-15);
 }
 
+// RoFormer-Sim (tests/data/roformer_sim, checked against its reference in roformer_parity_test):
+// --pooling pooler gives the pooler output of a one-text forward, in any batch order; a checkpoint
+// without a pooler refuses it.
+TEST(Pipeline, SimPoolerEmbeddingsEqualOneTextForwards) {
+  const std::string dir = temp_dir() + "/sim";
+  fs::create_directories(dir);
+  for (const char* f : {"config.json", "model.safetensors"}) {
+    fs::copy_file(std::string(ROFORMER_TEST_DATA) + "/roformer_sim/" + f, dir + "/" + f, fs::copy_options::overwrite_existing);
+  }
+  {  // the fixture vocabulary cut to the model's 97 ids
+    std::ifstream in(kFixtures + "/tokenizer/vocab.txt");
+    std::ofstream out(dir + "/vocab.txt");
+    std::string line;
+    for (int i = 0; i < 97 && std::getline(in, line); ++i) out << line << "\n";
+  }
+  auto p = serve::Pipeline::load(dir);
+  const int64_t H = p->config().hidden_size;
+  model::RoFormer<float> full(p->config());  // Keep::all, as a plain forward
+  full.params = p->model().params;
+  for (bool normalize : {false, true}) {
+    const auto e = p->embed(kTexts, {.pooling = serve::Pooling::pooler, .normalize = normalize, .batch_size = 4});
+    for (size_t i = 0; i < kTexts.size(); ++i) {
+      const text::Encoding enc = p->tokenizer().encode(kTexts[i]);
+      const std::vector<int64_t> ids(enc.input_ids.begin(), enc.input_ids.end());
+      full.forward({.ids = ids.data(), .B = 1, .T = static_cast<int64_t>(ids.size())});
+      ASSERT_NE(full.pooler_output(), nullptr);
+      double norm = 0;
+      for (int64_t k = 0; k < H; ++k) norm += double(full.pooler_output()[k]) * full.pooler_output()[k];
+      for (int64_t k = 0; k < H; ++k) {
+        const double r = full.pooler_output()[k] / (normalize ? std::sqrt(norm) : 1.0);
+        ASSERT_TRUE(close(e[i][k], r)) << "text " << i << " dim " << k << ": " << e[i][k] << " vs " << r;
+      }
+    }
+  }
+  EXPECT_EQ(serve::parse_pooling("pooler"), serve::Pooling::pooler);
+  auto plain = serve::Pipeline::load(model_dir("case1"));
+  expect_error([&] { plain->embed({"hi"}, {.pooling = serve::Pooling::pooler}); }, {"config.json", "pooler"});
+}
+
+// --rope-scaling: inputs up to factor × max_position_embeddings (case1: 64) run, with the scaled
+// rotation (a short text's embedding changes); without it they are errors that name the option.
+TEST(Pipeline, RopeScalingExtendsTheInputLimit) {
+  std::string long_text;
+  for (int i = 0; i < 90; ++i) long_text += "a ";  // 90 tokens + [CLS] + [SEP]
+  auto plain = serve::Pipeline::load(model_dir("case1"));
+  EXPECT_EQ(plain->max_length(), 64);
+  expect_error([&] { plain->embed({long_text}, {}); }, {"92 tokens", "max_position_embeddings (64)", "--rope-scaling"});
+  for (const char* spec : {"linear:2", "ntk:2", "yarn:2:64", "dynamic-ntk:2:64", "llama3:2:64"}) {
+    SCOPED_TRACE(spec);
+    serve::LoadOptions lo;
+    lo.rope_scaling = spec;
+    auto scaled = serve::Pipeline::load(model_dir("case1"), lo);
+    EXPECT_EQ(scaled->max_length(), 128);
+    const auto e = scaled->embed({long_text, "hello"}, {.pooling = serve::Pooling::mean});
+    for (float x : e[0]) ASSERT_TRUE(std::isfinite(x));
+    if (std::string(spec) != "dynamic-ntk:2:64") {  // dynamic NTK leaves lengths within the original context alone
+      EXPECT_NE(e[1], plain->embed({"hello"}, {.pooling = serve::Pooling::mean})[0]);
+    }
+    std::string too_long = long_text;
+    for (int i = 0; i < 40; ++i) too_long += "b ";
+    expect_error([&] { scaled->embed({too_long}, {}); }, {"132 tokens", "more than 128", spec});
+  }
+  serve::LoadOptions bad;
+  bad.rope_scaling = "stretch:2";
+  expect_error([&] { serve::Pipeline::load(model_dir("case1"), bad); }, {"--rope-scaling stretch:2", "unknown RoPE scaling"});
+}
+
 TEST(Pipeline, TooLongTextsAndUnknownIdsAreInputErrors) {
   auto p = serve::Pipeline::load(model_dir("case3", "case3_seq_eq_max_positions"));
   const std::string fits(22, 'a'), too_long(23, 'a');  // spaced out: one token per letter, plus [CLS] and [SEP]

@@ -192,6 +192,9 @@ TEST(TorchBin, RejectsMaliciousAndMalformedFiles) {
       {"bad_crc.bin", "fails its CRC check"},
       {"bad_garbage.bin", "not a PyTorch checkpoint"},
       {"bad_truncated_legacy.bin", "truncated"},
+      // torch.ones(1).expand(2**20, 2**20): stride 0 over a 1-element storage (fuzz finding F1).
+      {"bad_expand_4TiB.bin", "is a strided view whose copy needs 4398046511104 bytes from a storage of 4 bytes"},
+      {"bad_expand_2GiB.bin", "more than 4x (or 64 MiB) is refused"},
   };
   for (const auto& [file, fragment] : cases) {
     SCOPED_TRACE(file);

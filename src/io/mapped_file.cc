@@ -61,6 +61,14 @@ MappedFile::MappedFile(MappedFile&& o) noexcept
       map_(std::exchange(o.map_, nullptr)),
       copy_(std::move(o.copy_)) {}
 
+void MappedFile::release(const uint8_t* p, size_t n) const {
+  if (map_ == nullptr || p < data_ || n > size_ || p - data_ > static_cast<ptrdiff_t>(size_ - n)) return;
+  const uintptr_t page = static_cast<uintptr_t>(::sysconf(_SC_PAGESIZE));
+  const uintptr_t begin = (reinterpret_cast<uintptr_t>(p) + page - 1) / page * page;  // whole pages only:
+  const uintptr_t end = (reinterpret_cast<uintptr_t>(p) + n) / page * page;            // neighbours stay
+  if (end > begin) ::madvise(reinterpret_cast<void*>(begin), end - begin, MADV_DONTNEED);
+}
+
 MappedFile::~MappedFile() {
   if (map_ != nullptr) ::munmap(map_, size_);
 }

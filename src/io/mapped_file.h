@@ -24,6 +24,10 @@ class MappedFile {
   const uint8_t* data() const { return data_; }
   size_t size() const { return size_; }
   bool mapped() const { return map_ != nullptr; }
+  // A hint that [p, p + n) will not be read for a while: when it lies in the mapping, its whole pages
+  // leave this process's resident set (madvise MADV_DONTNEED; the page cache keeps them, and a later
+  // read faults them back in with the same bytes). No effect on a read copy or outside the mapping.
+  void release(const uint8_t* p, size_t n) const;
 
  private:
   const uint8_t* data_ = nullptr;

@@ -22,6 +22,7 @@ class SafeTensors : public WeightStore {
   // contains, at, f32 (F32, or F16/BF16 widened), i64, tensors, names, path: see io::WeightStore.
   // The string-to-string "__metadata__" map (empty when absent).
   const std::map<std::string, std::string>& metadata() const { return metadata_; }
+  void release(const Tensor& t) const override { file_.release(t.data, t.bytes); }
 
  private:
   MappedFile file_;

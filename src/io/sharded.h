@@ -26,6 +26,9 @@ class ShardedWeights : public WeightStore {
   const std::string& metadata_json() const { return metadata_json_; }
   // The shard file names, in first-use order.
   const std::vector<std::string>& shard_files() const { return shard_files_; }
+  void release(const Tensor& t) const override {
+    for (const auto& shard : shards_) shard->release(t);  // each ignores what is not in its file
+  }
 
  private:
   std::vector<std::string> shard_files_;

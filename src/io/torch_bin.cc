@@ -270,7 +270,22 @@ void TorchBin::add_tensors(const pickle::StateDict& sd, const std::vector<std::p
       if (contiguous) {
         t.data = base + static_cast<size_t>(ref.offset) * es;
       } else {  // gather row by row into a row-major copy
-        owned_.emplace_back(t.bytes);
+        // A view may repeat storage elements (stride 0: what torch.save writes for expand()), so its copy
+        // can be far larger than the file. Transposed or sliced weights copy at most their storage; allow
+        // 4x that (or 64 MiB) and refuse the rest, so a small file cannot demand terabytes.
+        const uint64_t storage_bytes = static_cast<uint64_t>(s.numel) * es;
+        const uint64_t copy_limit = std::max<uint64_t>(uint64_t{64} << 20, 4 * storage_bytes);
+        if (t.bytes > copy_limit) {
+          throw Error(path_ + ": tensor '" + name + "' (size " + shape_str(ref.size) + ", stride " +
+                      shape_str(ref.stride) + ") is a strided view whose copy needs " + std::to_string(t.bytes) +
+                      " bytes from a storage of " + std::to_string(storage_bytes) +
+                      " bytes; more than 4x (or 64 MiB) is refused");
+        }
+        try {
+          owned_.emplace_back(t.bytes);
+        } catch (const std::bad_alloc&) {
+          throw Error(path_ + ": tensor '" + name + "': cannot allocate " + std::to_string(t.bytes) + " bytes");
+        }
         uint8_t* out = owned_.back().data();
         t.data = out;
         const size_t nd = ref.size.size();

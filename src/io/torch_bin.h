@@ -32,6 +32,8 @@ class TorchBin : public WeightStore {
   explicit TorchBin(const std::string& path, Names names = Names::kAsStored);
 
   bool legacy_format() const { return legacy_; }
+  // Tensors stored uncompressed in a mapped file leave the resident set; copies stay.
+  void release(const Tensor& t) const override { file_.release(t.data, t.bytes); }
 
  private:
   void load_zip();

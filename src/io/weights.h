@@ -54,6 +54,11 @@ class WeightStore {
   // `name` as int64 values (dtype I64).
   std::vector<int64_t> i64(const std::string& name, const std::vector<int64_t>& shape = {}) const;
   const std::map<std::string, Tensor>& tensors() const { return tensors_; }
+  // A hint that the caller is done with tensor t (one of this store's): a memory-mapped store drops
+  // its pages from the process's resident set, so that copying a checkpoint into a model does not
+  // hold the file and the copy in memory at once. The bytes stay readable (the page cache keeps
+  // them). Stores that are not mapped ignore it.
+  virtual void release(const Tensor& t) const { (void)t; }
   std::vector<std::string> names() const;  // sorted
   // The file the tensors came from (for a sharded checkpoint, its index), for error messages.
   const std::string& path() const { return path_; }

@@ -131,12 +131,15 @@ struct RoFormer<T>::Rope {
 template <typename T>
 struct RoFormer<T>::Activations {
   int64_t B = 0, S = 0, N = 0;
+  Keep keep = Keep::all;  // outputs: h holds 2 buffers and layers 1, reused by every layer
   std::vector<int64_t> ids, token_types, mask, targets, position_ids;  // (B, T)
   std::vector<int64_t> row_limit;  // (B, T) UniLM prefix limits (RoFormer-Sim)
   bool has_mask = false;
   std::vector<T> emb_sum, emb_ln, emb_out;  // (N, E): word + type (+ position); LayerNorm; dropout
   std::vector<T> emb_mean, emb_rstd;        // (N)
-  std::vector<std::vector<T>> h;            // L+1 × (N, H): block inputs and the last output
+  std::vector<std::vector<T>> h;            // L+1 × (N, H): block inputs and the last output (Keep::all)
+  std::vector<T>& input_of(int64_t l) { return h[keep == Keep::all ? l : l % 2]; }  // (N, H) of block l
+  std::vector<T>& last_hidden(int64_t L) { return input_of(L); }
   struct Layer {
     std::vector<T> q, k, v, ctx, res1, a, res2;  // (N, H); q, k (v) after RoPE; res = pre-LN sums
     std::vector<T> att;                          // (B, n, T, T), softmax attention
@@ -209,9 +212,7 @@ RoFormer<T>::RoFormer(const RoFormerConfig& cfg) : cfg_(cfg) {
   cfg_.validate();
   layout_ = param_layout(cfg_);
   params.assign(param_count(layout_), T(0));
-  grads.assign(params.size(), T(0));
   p = bind_params(cfg_, layout_, params.data());
-  g = bind_params(cfg_, layout_, grads.data());
   if (cfg_.position_encoding == PositionEncoding::rope) rope_ = std::make_unique<Rope>(cfg_);
   if (cfg_.attention_type == "performer") {
     for (int64_t l = 0; l < cfg_.num_hidden_layers; ++l) favor_.push_back(performer_features<T>(cfg_, l));
@@ -262,8 +263,10 @@ void RoFormer<T>::load(const io::WeightStore& w, const std::vector<std::string>&
     if (!w.contains(name)) throw io::Error(w.path() + ": missing tensor " + name);
     const std::vector<float> values = w.f32(name, info.shape);
     std::copy(values.begin(), values.end(), params.begin() + info.offset);
+    w.release(w.at(name));  // the model holds its own copy now
   }
-  for (const auto& [name, tensor] : w.tensors()) {
+  for (const auto& entry : w.tensors()) {
+    const std::string& name = entry.first;  // not a structured binding: clang < 16 cannot capture one
     const bool known = std::any_of(layout_.begin(), layout_.end(),
                                    [&](const ParamInfo& i) { return stored_name(i.name) == name; });
     if (known || name == stored_name("roformer.encoder.embed_positions.weight")) continue;
@@ -291,17 +294,19 @@ void RoFormer<T>::load(const io::WeightStore& w, const std::vector<std::string>&
 template <typename T>
 void RoFormer<T>::ensure_activations(int64_t B, int64_t S) {
   Activations& a = *act_;
-  if (a.B == B && a.S == S) return;
+  if (a.B == B && a.S == S && a.keep == keep_) return;
   const int64_t N = B * S, E = cfg_.embedding_size, H = cfg_.hidden_size, I = cfg_.intermediate_size,
                 V = cfg_.vocab_size, n = cfg_.num_attention_heads, L = cfg_.num_hidden_layers;
   a = Activations();
   a.B = B, a.S = S, a.N = N;
+  a.keep = keep_;
+  const bool all = keep_ == Keep::all;
   for (auto* v : {&a.emb_sum, &a.emb_ln, &a.emb_out, &a.t1, &a.t2, &a.t3}) {
     v->resize(N * E);
   }
   for (auto* v : {&a.emb_mean, &a.emb_rstd, &a.head_mean, &a.head_rstd}) v->resize(N);
-  a.h.assign(L + 1, std::vector<T>(N * H));
-  a.layers.resize(L);
+  a.h.assign(all ? L + 1 : 2, std::vector<T>(N * H));  // outputs: layer l reads h[l % 2], writes the other
+  a.layers.resize(all ? L : 1);
   for (auto& l : a.layers) {
     for (auto* v : {&l.q, &l.k, &l.v, &l.ctx, &l.res1, &l.a, &l.res2}) v->resize(N * H);
     if (cfg_.attention_type == "softmax") {
@@ -387,16 +392,17 @@ double RoFormer<T>::forward(const Inputs& in, bool training, uint64_t dropout_se
   a.emb_out = a.emb_ln;
   dropout(a.emb_out.data(), N * E, 0);
   if (p.proj_w) {
-    ops::linear_forward(a.h[0].data(), a.emb_out.data(), p.proj_w, p.proj_b, N, E, H);  // (N, H)
+    ops::linear_forward(a.input_of(0).data(), a.emb_out.data(), p.proj_w, p.proj_b, N, E, H);  // (N, H)
   } else {
-    a.h[0] = a.emb_out;
+    a.input_of(0) = a.emb_out;
   }
 
   // Blocks.
-  for (int64_t l = 0; l < cfg_.num_hidden_layers; ++l) {
+  const int64_t n_layers = cfg_.num_hidden_layers;
+  for (int64_t l = 0; l < n_layers; ++l) {
     const LayerParams<T>& w = p.layers[l];
-    auto& L = a.layers[l];
-    const T* x = a.h[l].data();  // (N, H)
+    auto& L = a.layers[keep_ == Keep::all ? l : 0];
+    const T* x = a.input_of(l).data();  // (N, H)
     ops::linear_forward(L.q.data(), x, w.q_w, w.q_b, N, H, H);
     ops::linear_forward(L.k.data(), x, w.k_w, w.k_b, N, H, H);
     ops::linear_forward(L.v.data(), x, w.v_w, w.v_b, N, H, H);
@@ -437,14 +443,15 @@ double RoFormer<T>::forward(const Inputs& in, bool training, uint64_t dropout_se
     ops::linear_forward(L.res2.data(), L.f1a.data(), w.ff2_w, w.ff2_b, N, I, H);
     dropout(L.res2.data(), N * H, 3 + 3 * l);
     accumulate(L.res2.data(), L.a.data(), N * H);  // residual
-    norm_forward(cfg_, a.h[l + 1].data(), L.mean2.data(), L.rstd2.data(), L.res2.data(), w.ln2_w, w.ln2_b, N,
-                           H);
+    norm_forward(cfg_, a.input_of(l + 1).data(), L.mean2.data(), L.rstd2.data(), L.res2.data(), w.ln2_w, w.ln2_b, N,
+                 H);
   }
 
+  const T* last = a.last_hidden(n_layers).data();  // (N, H)
   if (p.pooler_w) {  // RoFormer-Sim: pooled (B, H) = act(h_L[:, 0]·Wpᵀ + bp)
     a.pooled.resize(B * H);
     std::vector<T> cls(B * H);  // (B, H) the [CLS] states
-    for (int64_t b = 0; b < B; ++b) std::copy_n(a.h.back().data() + b * S * H, H, cls.data() + b * H);
+    for (int64_t b = 0; b < B; ++b) std::copy_n(last + b * S * H, H, cls.data() + b * H);
     ops::linear_forward(a.pooled.data(), cls.data(), p.pooler_w, p.pooler_b, B, H, H);
     if (cfg_.pooler_activation == "tanh") {
       for (T& x : a.pooled) x = std::tanh(x);
@@ -457,9 +464,9 @@ double RoFormer<T>::forward(const Inputs& in, bool training, uint64_t dropout_se
     return 0.0;
   }
   if (cfg_.rms_norm()) {  // RoFormer-V2: the tied matmul only
-    ops::linear_forward(a.logits.data(), a.h.back().data(), p.word, static_cast<const T*>(nullptr), N, H, V);
+    ops::linear_forward(a.logits.data(), last, p.word, static_cast<const T*>(nullptr), N, H, V);
   } else {  // dense → activation → LayerNorm → decoder tied to the word embeddings, + bias
-    ops::linear_forward(a.t1.data(), a.h.back().data(), p.head_w, p.head_b, N, H, E);  // (N, E)
+    ops::linear_forward(a.t1.data(), last, p.head_w, p.head_b, N, H, E);  // (N, E)
     activation_forward(cfg_.hidden_act, a.t2.data(), a.t1.data(), N * E);
     norm_forward(cfg_, a.t3.data(), a.head_mean.data(), a.head_rstd.data(), a.t2.data(), p.head_ln_w, p.head_ln_b, N, E);
     ops::linear_forward(a.logits.data(), a.t3.data(), p.word, p.decoder_bias, N, E, V);  // (N, V)
@@ -476,6 +483,8 @@ template <typename T>
 void RoFormer<T>::backward() {
   Activations& a = *act_;
   if (a.N == 0 || !a.has_loss) throw std::logic_error("backward needs a forward with targets");
+  if (a.keep != Keep::all) throw std::logic_error("backward needs a forward with Keep::all");
+  allocate_grads();
   ensure_gradient_scratch();
   const int64_t B = a.B, S = a.S, N = a.N, E = cfg_.embedding_size, H = cfg_.hidden_size,
                 I = cfg_.intermediate_size, V = cfg_.vocab_size, n = cfg_.num_attention_heads, D = cfg_.head_dim();
@@ -587,7 +596,20 @@ void RoFormer<T>::backward() {
 }
 
 template <typename T>
+void RoFormer<T>::set_keep(Keep keep) {
+  keep_ = keep;
+}
+
+template <typename T>
+void RoFormer<T>::allocate_grads() {
+  if (grads.size() == params.size()) return;
+  grads.assign(params.size(), T(0));
+  g = bind_params(cfg_, layout_, grads.data());
+}
+
+template <typename T>
 void RoFormer<T>::zero_grad() {
+  allocate_grads();
   zero(grads);
 }
 
@@ -597,10 +619,15 @@ const T* RoFormer<T>::embedding_output() const {
 }
 template <typename T>
 const T* RoFormer<T>::hidden_state(int64_t l) const {
-  return act_->h.at(l).data();
+  Activations& a = *act_;
+  const int64_t L = cfg_.num_hidden_layers;
+  if (l < 0 || l > L) throw std::out_of_range("hidden_state: layer " + std::to_string(l) + " of " + std::to_string(L));
+  if (a.keep != Keep::all && l != L) throw std::logic_error("hidden_state: only the last layer is kept (Keep::outputs)");
+  return a.input_of(l).data();
 }
 template <typename T>
 const T* RoFormer<T>::attention(int64_t l) const {
+  if (act_->keep != Keep::all) throw std::logic_error("attention: attention maps are kept only with Keep::all");
   const auto& att = act_->layers.at(l).att;
   return att.empty() ? nullptr : att.data();
 }

@@ -51,6 +51,12 @@ std::vector<float> sinusoidal_positions(const RoFormerConfig& c, int64_t start, 
 // The librope configuration of a model's RoPE: head_dim wide, base rope_theta, its layout.
 rope_config rope_settings(const RoFormerConfig& c);
 
+// What a forward keeps. all: every activation, for backward() and the per-layer views
+// (hidden_state(l) of every layer, attention(l)). outputs: inference only; the layers share one set
+// of scratch buffers, so activation memory does not grow with depth, and only embedding_output(),
+// the last hidden state, logits() and pooler_output() remain readable.
+enum class Keep { all, outputs };
+
 template <typename T>
 class RoFormer {
  public:
@@ -61,8 +67,11 @@ class RoFormer {
 
   const RoFormerConfig& config() const { return cfg_; }
   const std::vector<ParamInfo>& layout() const { return layout_; }
-  std::vector<T> params, grads;  // arenas, param_count(layout()) elements each
+  std::vector<T> params, grads;  // arenas, param_count(layout()) elements each (grads: once allocated)
   Params<T> p, g;                // pointers into params / grads
+  // The gradient arena is allocated on first use (zero_grad, backward) or by this call, for code that
+  // keeps pointers into it (the optimizer): an inference-only model never holds it.
+  void allocate_grads();
 
   // HF's initialisation: N(0, initializer_range) for matrices and embeddings (the padding row 0),
   // zero biases, unit LayerNorm weights. A pure function of seed.
@@ -76,6 +85,9 @@ class RoFormer {
   void load(const io::WeightStore& weights, const std::vector<std::string>& other_heads = {});
   bool has_mlm_head() const { return has_mlm_head_; }
 
+  void set_keep(Keep keep);  // takes effect with the next forward
+  Keep keep() const { return keep_; }
+
   // Runs the network on a batch; with targets, returns the mean cross-entropy over counted
   // positions (0 when none count). training turns dropout on, with masks drawn from dropout_seed.
   // Throws std::invalid_argument on bad shapes and std::out_of_range on out-of-range ids.
@@ -86,8 +98,9 @@ class RoFormer {
 
   // Views of the last forward.
   const T* embedding_output() const;      // (B, T, E) after the embedding LayerNorm (before dropout)
-  const T* hidden_state(int64_t l) const; // (B, T, H), l = 0 (encoder input) .. L
-  const T* attention(int64_t l) const;    // (B, n, T, T) softmax probabilities of layer l (null for linear attention)
+  const T* hidden_state(int64_t l) const; // (B, T, H), l = 0 (encoder input) .. L; only l = L with Keep::outputs
+  const T* attention(int64_t l) const;    // (B, n, T, T) softmax probabilities of layer l (null for linear
+                                          // attention); Keep::all only
   const T* logits() const;                // (B, T, V); null without an MLM head
   const T* pooler_output() const;         // (B, H) with a pooler (RoFormer-Sim), else null
   int64_t counted() const;                // targets counted by the last loss
@@ -102,6 +115,7 @@ class RoFormer {
   std::unique_ptr<Activations> act_;
   std::unique_ptr<Rope> rope_;
   bool has_mlm_head_ = true;
+  Keep keep_ = Keep::all;
   std::vector<std::vector<T>> favor_;  // performer: L × (performer_features, D) random features
 };
 

@@ -7,6 +7,14 @@
 
 namespace rope {
 
+// IEEE binary16 storage type. clang supports _Float16 on x86-64 only from version 15; older clang has
+// the storage-only __fp16 with the same conversions (compiler-rt's __gnu_h2f_ieee / __gnu_f2h_ieee).
+#if defined(__clang__) && __clang_major__ < 15
+using half_storage = __fp16;
+#else
+using half_storage = _Float16;
+#endif
+
 inline float bf16_to_f32(uint16_t h) {
   const uint32_t bits = static_cast<uint32_t>(h) << 16;
   float f;
@@ -23,13 +31,13 @@ inline uint16_t f32_to_bf16(float f) {
 }
 
 inline float f16_to_f32(uint16_t h) {
-  _Float16 v;
+  half_storage v;
   std::memcpy(&v, &h, sizeof h);
   return static_cast<float>(v);
 }
 
 inline uint16_t f32_to_f16(float f) {
-  const _Float16 v = static_cast<_Float16>(f);
+  const half_storage v = static_cast<half_storage>(f);
   uint16_t h;
   std::memcpy(&h, &v, sizeof h);
   return h;

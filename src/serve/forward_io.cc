@@ -39,6 +39,7 @@ std::string forward_safetensors(model::RoFormer<float>& m, const io::WeightStore
   check_range("token_type_ids", types, 0, c.type_vocab_size - 1);
   check_range("attention_mask", mask, 0, 1);
 
+  m.set_keep(model::Keep::all);  // every layer's hidden states and attention maps are written out
   m.forward({.ids = ids.data(), .token_types = types.data(), .attention_mask = mask.data(), .B = B, .T = T});
   const int64_t L = c.num_hidden_layers, H = c.hidden_size, n = c.num_attention_heads, N = B * T;
   std::vector<float> hidden(static_cast<size_t>((L + 1) * N * H));

@@ -11,6 +11,7 @@
 #include <sstream>
 
 #include "io/weights.h"
+#include "rope/rope.hpp"
 
 namespace serve {
 namespace {
@@ -37,11 +38,15 @@ nlohmann::json read_json(const std::string& path) {
 class FilteredWeights : public io::WeightStore {
  public:
   FilteredWeights(const io::WeightStore& src, const std::function<bool(const std::string&)>& keep)
-      : io::WeightStore(src.path()) {
+      : io::WeightStore(src.path()), src_(src) {
     for (const auto& [name, tensor] : src.tensors()) {
       if (keep(name)) tensors_.emplace(name, tensor);
     }
   }
+  void release(const io::Tensor& t) const override { src_.release(t); }
+
+ private:
+  const io::WeightStore& src_;
 };
 
 double activate(const std::string& act, double x) {
@@ -54,15 +59,16 @@ const char* pooling_name(Pooling p) {
   switch (p) {
     case Pooling::cls: return "cls";
     case Pooling::mean: return "mean";
+    case Pooling::pooler: return "pooler";
   }
   return "?";
 }
 
 Pooling parse_pooling(const std::string& name) {
-  for (Pooling p : {Pooling::cls, Pooling::mean}) {
+  for (Pooling p : {Pooling::cls, Pooling::mean, Pooling::pooler}) {
     if (name == pooling_name(p)) return p;
   }
-  throw std::invalid_argument("unknown pooling '" + name + "' (cls, mean)");
+  throw std::invalid_argument("unknown pooling '" + name + "' (cls, mean, pooler)");
 }
 
 std::vector<std::vector<size_t>> plan_batches(const std::vector<size_t>& lengths, int64_t batch_size) {
@@ -180,6 +186,17 @@ std::unique_ptr<Pipeline> Pipeline::load(const std::string& dir, const LoadOptio
   } else if (options.weights) {
     throw io::Error(dir + ": no config.json" + kDirHint);
   }
+  if (!options.rope_scaling.empty()) {
+    if (p->config_.position_encoding != model::PositionEncoding::rope) {
+      throw io::Error(config_path + ": --rope-scaling needs a RoPE model; this one has no rotary positions");
+    }
+    p->config_.rope_scaling = options.rope_scaling;
+    try {
+      p->config_.validate();
+    } catch (const std::invalid_argument& e) {
+      throw io::Error("--rope-scaling " + options.rope_scaling + ": " + e.what());
+    }
+  }
   if (options.tokenizer) {
     if (!fs::exists(dir + "/vocab.txt")) throw io::Error(dir + ": no vocab.txt" + kDirHint);
     text::LoadOptions lo;
@@ -203,6 +220,8 @@ std::unique_ptr<Pipeline> Pipeline::load(const std::string& dir, const LoadOptio
       p->model_->load(encoder, {"classifier."});
     }
     p->classifier_ = load_classifier(*weights, config_path, p->config_.hidden_size);
+    // The pipelines read only the last hidden state, logits and pooler: one layer's activations.
+    p->model_->set_keep(model::Keep::outputs);
   }
   return p;
 }
@@ -225,13 +244,27 @@ std::vector<text::Encoding> Pipeline::encode(const std::vector<std::string>& tex
   return out;
 }
 
+int64_t Pipeline::max_length() const {
+  if (config_.rope_scaling == "none") return config_.max_position_embeddings;
+  rope_config rc;
+  rope_config_init(&rc, 2);
+  rope::apply_scaling_spec(config_.rope_scaling, &rc);
+  return static_cast<int64_t>(std::floor(rc.scaling.factor * static_cast<double>(config_.max_position_embeddings)));
+}
+
 void Pipeline::check(const std::vector<text::Encoding>& encodings) const {
+  const int64_t limit = max_length();
   for (size_t i = 0; i < encodings.size(); ++i) {
     const text::Encoding& e = encodings[i];
-    if (static_cast<int64_t>(e.size()) > config_.max_position_embeddings) {
-      throw InputError(i, std::to_string(e.size()) + " tokens, more than the model's max_position_embeddings (" +
-                              std::to_string(config_.max_position_embeddings) +
-                              "); inputs are not truncated (longer contexts need RoPE scaling, not yet offered here)");
+    if (static_cast<int64_t>(e.size()) > limit) {
+      throw InputError(i, std::to_string(e.size()) + " tokens, more than " +
+                              (config_.rope_scaling == "none"
+                                   ? "the model's max_position_embeddings (" + std::to_string(limit) +
+                                         "); inputs are not truncated (--rope-scaling extends RoPE models, e.g. "
+                                         "--rope-scaling linear:2)"
+                                   : std::to_string(limit) + " (max_position_embeddings " +
+                                         std::to_string(config_.max_position_embeddings) + " x the factor of " +
+                                         config_.rope_scaling + "); inputs are not truncated"));
     }
     for (size_t t = 0; t < e.size(); ++t) {
       if (e.input_ids[t] < 0 || e.input_ids[t] >= config_.vocab_size) {
@@ -271,16 +304,25 @@ void Pipeline::run(const std::vector<text::Encoding>& encodings, int64_t batch_s
 }
 
 std::vector<std::vector<float>> Pipeline::embed(const std::vector<std::string>& texts, const EmbedOptions& o) {
+  if (o.pooling == Pooling::pooler && config_.pooler_activation.empty()) {
+    throw io::Error(dir_ + "/config.json: --pooling pooler needs a checkpoint with a pooler (RoFormer-Sim's "
+                    "\"pooler_activation\" and roformer.pooler.dense.*); this one has none: use cls or mean");
+  }
   const std::vector<text::Encoding> encodings = encode(texts);
   const int64_t H = config_.hidden_size, L = config_.num_hidden_layers;
   std::vector<std::vector<float>> out(texts.size());
   run(encodings, o.batch_size, [&](const std::vector<size_t>& rows, int64_t T) {
-    const float* h = model().hidden_state(L);
+    const float* h = model().hidden_state(L);  // (B, T, H)
+    const float* pooled = model().pooler_output();  // (B, H) or null
     for (size_t b = 0; b < rows.size(); ++b) {
       const text::Encoding& e = encodings[rows[b]];
       std::vector<double> v(static_cast<size_t>(H), 0.0);
       int64_t count = 0;
-      for (int64_t t = 0; t < (o.pooling == Pooling::cls ? 1 : T); ++t) {
+      if (o.pooling == Pooling::pooler) {
+        for (int64_t i = 0; i < H; ++i) v[i] = pooled[static_cast<int64_t>(b) * H + i];
+        count = 1;
+      }
+      for (int64_t t = 0; t < (o.pooling == Pooling::mean ? T : o.pooling == Pooling::cls ? 1 : 0); ++t) {
         if (static_cast<size_t>(t) >= e.size() || e.attention_mask[t] == 0) continue;
         const float* x = h + (static_cast<int64_t>(b) * T + t) * H;
         for (int64_t i = 0; i < H; ++i) v[i] += x[i];

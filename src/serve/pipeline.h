@@ -33,11 +33,12 @@ class InputError : public std::runtime_error {
   size_t index;
 };
 
-// How a sequence's last hidden states become one vector. RoFormer-Sim's `pooler` (dense + tanh on
-// [CLS]) is to be added here as a third member.
-enum class Pooling { cls, mean };
+// How a sequence becomes one vector: the [CLS] hidden state, the mean of the hidden states over the
+// attention mask, or the model's pooler (RoFormer-Sim: dense (+ tanh) on the [CLS] state, the
+// sentence vector Sim was trained to give; an io::Error for a checkpoint without one).
+enum class Pooling { cls, mean, pooler };
 const char* pooling_name(Pooling p);
-Pooling parse_pooling(const std::string& name);  // "cls", "mean"; std::invalid_argument otherwise
+Pooling parse_pooling(const std::string& name);  // "cls", "mean", "pooler"; std::invalid_argument otherwise
 
 // HF RoFormerClassificationHead: features = h[CLS] → dense (H, H) → hidden_act → out_proj (labels, H).
 struct Classifier {
@@ -54,6 +55,10 @@ struct LoadOptions {
   // Load the MLM head when the checkpoint has one (fill-mask, forward's logits). Without it the
   // forward stops at the last hidden state, which is all embed, similarity and classify need.
   bool mlm_head = true;
+  // RoPE scaling for inputs longer than max_position_embeddings, a spec as config.json's rope_scaling
+  // ("linear:F", "ntk:F", "dynamic-ntk:F:ORIG", "yarn:F:ORIG", "llama3:F:ORIG"; "" = the checkpoint's
+  // own). Inputs may then be F · max_position_embeddings tokens long.
+  std::string rope_scaling;
 };
 
 struct EmbedOptions {
@@ -84,6 +89,8 @@ class Pipeline {
 
   const std::string& dir() const { return dir_; }
   const model::RoFormerConfig& config() const { return config_; }
+  // The longest input accepted: max_position_embeddings, times the RoPE scaling factor if any.
+  int64_t max_length() const;
   const text::RoFormerTokenizer& tokenizer() const;
   model::RoFormer<float>& model();
   bool has_mlm_head() const { return model_ && model_->has_mlm_head(); }

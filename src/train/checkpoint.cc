@@ -50,6 +50,7 @@ std::string read_text(const std::string& path) {
 }  // namespace
 
 AdamW make_adamw(model::RoFormer<float>& m, const AdamWConfig& cfg) {
+  m.allocate_grads();
   std::vector<ParamRef> refs;
   for (const auto& info : m.layout()) {
     refs.push_back({m.params.data() + info.offset, m.grads.data() + info.offset, info.size, info.decay});

@@ -2,6 +2,8 @@
 # find_hf_python PROBE: sets $python and $versions to the first interpreter that runs the Python
 # code PROBE ($ROFORMER_PYTHON only, when set), else exits 77 (ctest skip), or 1 when
 # ROFORMER_REQUIRE_HF=1.
+# hf_probe CLASS [EXTRA]: prints a probe that imports torch, transformers (usable with this torch) and
+# transformers' real RoFormer CLASS, runs the Python line(s) EXTRA, and prints the versions.
 # make_work_dir [DIR]: sets $work to DIR (emptied) or to a temporary directory removed at exit.
 find_hf_python() {
   local probe="$1" candidate
@@ -22,6 +24,18 @@ find_hf_python() {
     exit 77
   fi
   echo "python: $python ($versions)"
+}
+
+hf_probe() {
+  cat <<PY
+import torch, safetensors.torch, transformers
+from transformers.utils import is_torch_available
+assert is_torch_available(), "transformers cannot use this torch"
+from transformers import $1
+assert "modeling_roformer" in $1.__module__, "dummy RoFormer classes"
+${2:-}
+print(f"transformers {transformers.__version__}, torch {torch.__version__}")
+PY
 }
 
 make_work_dir() {

@@ -20,14 +20,9 @@ parity="$2"
 here="$(cd "$(dirname "$0")" && pwd)"
 repo="$(cd "$here/../.." && pwd)"
 
-probe='import torch, safetensors.torch, transformers
-from transformers.utils import is_torch_available
-assert is_torch_available(), "transformers cannot use this torch"
-from transformers import RoFormerForMaskedLM, RoFormerForCausalLM
-assert "modeling_roformer" in RoFormerForMaskedLM.__module__, "dummy RoFormer classes"
-print(f"transformers {transformers.__version__}, torch {torch.__version__}")'
 python=""
 source "$(dirname "$0")/common.sh"
+probe="$(hf_probe RoFormerForMaskedLM 'from transformers import RoFormerForCausalLM')"
 find_hf_python "$probe"
 make_work_dir "${3:-}"
 export OMP_NUM_THREADS=1 HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 HF_HUB_DISABLE_TELEMETRY=1

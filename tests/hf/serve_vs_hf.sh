@@ -11,17 +11,11 @@ fixtures="$2"
 here="$(cd "$(dirname "$0")" && pwd)"
 repo="$(cd "$here/../.." && pwd)"
 
-probe='import torch, transformers
-from transformers.utils import is_torch_available
-assert is_torch_available(), "transformers cannot use this torch"
-from transformers import RoFormerForSequenceClassification
-assert "modeling_roformer" in RoFormerForSequenceClassification.__module__, "dummy RoFormer classes"
-try:
+source "$(dirname "$0")/common.sh"
+probe="$(hf_probe RoFormerForSequenceClassification 'try:
     import rjieba
 except ImportError:
-    import jieba
-print(f"transformers {transformers.__version__}, torch {torch.__version__}")'
-source "$(dirname "$0")/common.sh"
+    import jieba')"
 find_hf_python "$probe"
 make_work_dir "${3:-}"
 export OMP_NUM_THREADS=1 HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 HF_HUB_DISABLE_TELEMETRY=1 PYTHONDONTWRITEBYTECODE=1

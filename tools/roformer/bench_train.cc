@@ -4,7 +4,6 @@
 // at the same thread count, and peak RSS, as a table or as JSON for the peer's --ours.
 #include <fmt/core.h>
 #include <omp.h>
-#include <sys/resource.h>
 
 #include <algorithm>
 #include <chrono>
@@ -12,6 +11,7 @@
 #include <vector>
 
 #include "commands.h"
+#include "process_memory.h"
 #include "model/roformer.h"
 #include "ops/blas.h"
 #include "ops/random.h"
@@ -80,9 +80,7 @@ int bench_train(const BenchTrainOptions& o) {
     times.push_back(seconds_since(ts));
   }
   const double wall = seconds_since(t0);
-  struct rusage ru {};
-  getrusage(RUSAGE_SELF, &ru);
-  const double peak_rss_mib = ru.ru_maxrss / 1024.0;  // before the sgemm probe allocates
+  const double peak_rss = peak_rss_mib();  // before the sgemm probe allocates
   const int64_t H = c.hidden_size, L = c.num_hidden_layers, I = c.intermediate_size, V = c.vocab_size;
   const double matmul_params = L * (4.0 * H * H + 2.0 * H * I) + H * H + H * V;
   const double flops_per_token = 3 * (2 * matmul_params + 4.0 * L * T * H);
@@ -106,7 +104,7 @@ int bench_train(const BenchTrainOptions& o) {
                               {"gflops", gflops},
                               {"sgemm_gflops", sgemm},
                               {"sgemm_fraction", sgemm > 0 ? gflops / sgemm : 0.0},
-                              {"peak_rss_mib", peak_rss_mib}};
+                              {"peak_rss_mib", peak_rss}};
   if (o.json) {
     fmt::print("{}\n", nlohmann::json{{"tool", "roformer bench train"}, {"runs", {run}}}.dump(2));
   } else {
@@ -114,7 +112,7 @@ int bench_train(const BenchTrainOptions& o) {
                o.preset, o.task, B, T, omp_get_max_threads(), tokens_per_s, wall * 1e3 / o.steps,
                times[times.size() / 2] * 1e3, gflops);
     if (sgemm > 0) fmt::print(" = {:.0f}% of sgemm {:.1f} GFLOP/s", 100 * gflops / sgemm, sgemm);
-    fmt::print(", peak RSS {:.0f} MiB\n", peak_rss_mib);
+    fmt::print(", peak RSS {:.0f} MiB\n", peak_rss);
   }
   return 0;
 }

@@ -37,6 +37,17 @@ struct BenchTrainOptions {
 };
 int bench_train(const BenchTrainOptions& options);
 
+struct BenchInferOptions {
+  std::string model;             // a Hugging Face RoFormer model directory
+  std::string head = "none";     // none: last hidden state; mlm: + the MLM head's logits
+  std::string keep = "outputs";  // outputs: inference mode; all: keep every activation (as for training)
+  int64_t batch = 1, seq = 128, warmup = 2, min_reps = 5;
+  double min_time = 3.0;         // seconds of timed forwards, at least min_reps of them
+  int threads = 0;
+  bool json = false;
+};
+int bench_infer(const BenchInferOptions& options);
+
 struct PlotRunsOptions {
   std::vector<std::string> runs, labels;  // run directories (with metrics.jsonl) and legend labels
   std::string metric = "val_loss";        // or "loss"

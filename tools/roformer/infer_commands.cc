@@ -22,7 +22,7 @@ namespace roformer {
 namespace {
 
 struct InferOptions {
-  std::string model_dir, input, format = "auto", jieba_dict, pooling = "cls";
+  std::string model_dir, input, format = "auto", jieba_dict, pooling = "cls", rope_scaling;
   std::string inputs, out;  // forward
   int64_t batch_size = 16, top_k = 5;
   bool normalize = false;
@@ -51,6 +51,7 @@ std::unique_ptr<serve::Pipeline> load(const InferOptions& o, bool weights = true
   lo.jieba_dict = o.jieba_dict;
   lo.weights = weights;
   lo.mlm_head = mlm_head;
+  lo.rope_scaling = o.rope_scaling;
   return serve::Pipeline::load(o.model_dir, lo);
 }
 
@@ -163,6 +164,9 @@ std::function<int()> add_infer_commands(CLI::App& app) {
       c->add_option("--batch-size", o->batch_size, "Sequences per forward (sorted by length, padded)")
           ->check(CLI::Range(int64_t{1}, int64_t{1} << 20))->capture_default_str();
       c->add_option("--threads", o->threads, "OpenMP threads (0: all)")->check(CLI::NonNegativeNumber);
+      c->add_option("--rope-scaling", o->rope_scaling,
+                    "Accept inputs up to F x max_position_embeddings: linear:F, ntk:F, dynamic-ntk:F:ORIG, "
+                    "yarn:F:ORIG, llama3:F:ORIG");
     }
     return c;
   };
@@ -172,8 +176,8 @@ std::function<int()> add_infer_commands(CLI::App& app) {
   CLI::App* emb = common(app.add_subcommand("embed", "One embedding per line: JSONL {embedding}"), true);
   CLI::App* sim = common(app.add_subcommand("similarity", "Cosine similarity of pairs: {\"a\", \"b\"} JSON or a<TAB>b lines"), true);
   for (CLI::App* c : {emb, sim}) {
-    c->add_option("--pooling", o->pooling, "cls ([CLS] hidden state) or mean (over the attention mask)")
-        ->check(CLI::IsMember({"cls", "mean"}))->capture_default_str();
+    c->add_option("--pooling", o->pooling, "cls ([CLS] hidden state), mean (over the attention mask) or pooler (RoFormer-Sim's sentence vector)")
+        ->check(CLI::IsMember({"cls", "mean", "pooler"}))->capture_default_str();
     c->add_flag("--normalize", o->normalize, "L2-normalise the embeddings");
   }
   CLI::App* cls = common(app.add_subcommand("classify", "Sequence classification (RoFormerForSequenceClassification head)"), true);

@@ -1,6 +1,7 @@
 // roformer: the command line of roformer.cpp.
 //   roformer rope check        accuracy of librope against a __float128 oracle
 //   roformer bench rope        speed of librope against this machine's memory floor
+//   roformer bench train|infer|attention   engine speed (PyTorch peers in bench/peers/)
 //   roformer decay             RoPE's long-term decay bound (paper Fig. 2) as PNG/CSV
 //   roformer train             train a RoFormer causal or masked LM on a text file
 //   roformer eval              validation loss and perplexity of a checkpoint
@@ -70,6 +71,22 @@ int main(int argc, char** argv) {
   plot_runs_cmd->add_option("--title", plot_runs.title, "Chart title");
   plot_runs_cmd->add_option("--baseline", plot_runs.baseline, "Dashed unigram-baseline line at this loss");
 
+  roformer::BenchInferOptions bench_infer;
+  CLI::App* bench_infer_cmd = bench->add_subcommand("infer", "Inference tokens/s of a Hugging Face model directory");
+  bench_infer_cmd->add_option("--model", bench_infer.model, "Model directory (config.json + weights)")->required();
+  bench_infer_cmd->add_option("--batch", bench_infer.batch, "Sequences per forward")->check(CLI::Range(1, 4096));
+  bench_infer_cmd->add_option("--seq", bench_infer.seq, "Tokens per sequence")->check(CLI::Range(1, 1 << 20));
+  bench_infer_cmd->add_option("--head", bench_infer.head, "none (last hidden state) or mlm (+ logits)")
+      ->check(CLI::IsMember({"none", "mlm"}));
+  bench_infer_cmd->add_option("--keep", bench_infer.keep, "outputs (inference) or all (every activation)")
+      ->check(CLI::IsMember({"outputs", "all"}));
+  bench_infer_cmd->add_option("--warmup", bench_infer.warmup, "Untimed forwards first")->check(CLI::Range(0, 1000));
+  bench_infer_cmd->add_option("--min-reps", bench_infer.min_reps, "Timed forwards, at least")->check(CLI::Range(1, 100000));
+  bench_infer_cmd->add_option("--min-time", bench_infer.min_time, "Seconds of timed forwards, at least")
+      ->check(CLI::Range(0.0, 3600.0));
+  bench_infer_cmd->add_option("--threads", bench_infer.threads, "OpenMP threads (0: all)")->check(CLI::NonNegativeNumber);
+  bench_infer_cmd->add_flag("--json", bench_infer.json, "Print JSON (for bench/peers/roformer_infer_hf.py)");
+
   roformer::BenchAttentionOptions bench_att;
   CLI::App* bench_att_cmd = bench->add_subcommand("attention", "Softmax vs linear attention: time per token vs length");
   bench_att_cmd->add_option("--lengths", bench_att.lengths, "Sequence lengths")->delimiter(',');
@@ -92,6 +109,7 @@ int main(int argc, char** argv) {
     if (plot_runs_cmd->parsed()) return roformer::plot_runs(plot_runs);
     if (bench_att_cmd->parsed()) return roformer::bench_attention(bench_att);
     if (bench_train_cmd->parsed()) return roformer::bench_train(bench_train);
+    if (bench_infer_cmd->parsed()) return roformer::bench_infer(bench_infer);
     return 0;
   };
   int status = 1;

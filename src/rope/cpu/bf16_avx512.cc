@@ -6,7 +6,9 @@
 // Layout as in rope_cpu-inl.h: a u32 lane holds elements (2k, 2k+1), even = lane << 16,
 // odd = lane & 0xffff0000.
 // GCC 12 warns inside avx512fintrin.h (_mm512_slli_epi32 starts from an undefined vector).
+#if !defined(__clang__)
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#endif
 #include <immintrin.h>
 
 #include <algorithm>

@@ -1,0 +1,288 @@
+#!/usr/bin/env python3
+"""Inference peer: a RoFormer model in PyTorch + Hugging Face transformers (and optionally ONNX
+Runtime) side by side with `roformer bench infer`, on the same weights and threads.
+
+Run it with the transformers environment (scripts/hf-env.sh makes build/hf-venv: Debian's torch
+1.13 + transformers 4.40.2):
+
+    build/hf-venv/bin/python bench/peers/roformer_infer_hf.py --roformer build/release/tools/roformer
+    build/hf-venv/bin/python bench/peers/roformer_infer_hf.py --roformer ... --onnx --json infer.json
+    build/hf-venv/bin/python bench/peers/roformer_infer_hf.py --roformer ... --preset tiny --min-time 0.2
+
+Model: --preset base is RoFormer-base with a 12,000-token vocabulary (hidden 768, 12 layers, 12 heads,
+ff 3072, max positions 1536): transformers' RoFormerModel (the encoder, no head) with its own random
+initialisation (torch.manual_seed(--seed)), saved once with save_pretrained(safe_serialization=True)
+to --model-dir. Every runner loads that model.safetensors: ours through `roformer bench infer
+--model DIR`, PyTorch through RoFormerModel.from_pretrained(DIR), ONNX Runtime through a graph that
+torch.onnx.export wrote from the same loaded model (opset 14, dynamic batch and sequence axes).
+
+Batch: B x T ids (i * 7919 + 13) mod V over the flattened batch, attention mask all ones, token
+type 0; fp32. Each runner prints a checksum of last_hidden_state (mean, mean |x|, 8 values spread
+over it); the peer fails if they disagree beyond 1e-4 relative, so the runners are timed on the same
+computation.
+
+Timing: every (runner, shape) is a fresh process (so peak RSS is its own): load, --warmup untimed
+forwards, then forwards until both --min-reps and --min-time are reached. Reported: median latency,
+tokens/s = B * T / median, peak RSS (VmHWM: weights, the load and the activations) and the RSS
+after loading. PyTorch runs under torch.inference_mode() with torch.set_num_threads(--threads),
+set_num_interop_threads(1) and OMP_NUM_THREADS = OPENBLAS_NUM_THREADS = --threads (OMP_WAIT_POLICY as
+given: PASSIVE and the default measured the same here, 218 and 210 ms at 1x128); ONNX Runtime with
+intra_op_num_threads = --threads, inter_op 1, sequential execution, all graph optimisations. Ours
+runs with --threads OpenMP threads and the environment it is given.
+"""
+import argparse
+import json
+import os
+import platform
+import subprocess
+import sys
+import time
+
+PRESETS = {  # name: (hidden, layers, heads, ff, vocab, max positions)
+    "base": (768, 12, 12, 3072, 12000, 1536),
+    "tiny": (64, 2, 4, 128, 500, 256),
+}
+
+
+def parse_args(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--roformer", help="our binary (build/release/tools/roformer)")
+    ap.add_argument("--preset", choices=sorted(PRESETS), default="base")
+    ap.add_argument("--model-dir", help="model directory (default build/bench/roformer-<preset>); made if absent")
+    ap.add_argument("--shapes", default="1x128,8x512", help="comma-separated BxT")
+    ap.add_argument("--threads", type=int, default=len(os.sched_getaffinity(0)))
+    ap.add_argument("--warmup", type=int, default=2)
+    ap.add_argument("--min-reps", type=int, default=5)
+    ap.add_argument("--min-time", type=float, default=5.0)
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--onnx", action="store_true", help="add ONNX Runtime (pip install onnxruntime)")
+    ap.add_argument("--runners", default="ours,torch", help="comma-separated: ours, torch, onnx")
+    ap.add_argument("--json", help="write every run and the ratios here")
+    ap.add_argument("--child", choices=["torch", "onnx"], help=argparse.SUPPRESS)
+    ap.add_argument("--shape", help=argparse.SUPPRESS)
+    args = ap.parse_args(argv)
+    if args.model_dir is None:
+        args.model_dir = os.path.join("build", "bench", "roformer-" + args.preset)
+    return args
+
+
+def parse_shape(s):
+    b, t = s.lower().split("x")
+    return int(b), int(t)
+
+
+def batch_ids(B, T, V):
+    import torch
+    return (torch.arange(B * T, dtype=torch.int64) * 7919 + 13).remainder(V).reshape(B, T)
+
+
+def checksum(x):
+    flat = x.reshape(-1).double()
+    n = flat.numel()
+    return {"mean": flat.mean().item(), "mean_abs": flat.abs().mean().item(),
+            "probe": [flat[(n - 1) * k // 7].item() for k in range(8)]}
+
+
+def peak_rss_mib():
+    """VmHWM, this address space's peak (ru_maxrss would carry the parent's peak across exec)."""
+    with open("/proc/self/status") as f:
+        for line in f:
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) / 1024.0
+    return float("nan")
+
+
+def time_forwards(forward, args, B, T):
+    for _ in range(args.warmup):
+        out = forward()
+    times = []
+    t0 = time.perf_counter()
+    while len(times) < args.min_reps or time.perf_counter() - t0 < args.min_time:
+        ts = time.perf_counter()
+        out = forward()
+        times.append(time.perf_counter() - ts)
+    times.sort()
+    median = times[len(times) // 2]
+    return out, {"reps": len(times), "latency_ms_median": median * 1e3, "latency_ms_min": times[0] * 1e3,
+                 "tokens_per_s": B * T / median}
+
+
+# ---- children: one runner, one shape, JSON on stdout ----
+
+def child_torch(args):
+    import torch
+    from transformers import RoFormerModel
+    torch.set_num_threads(args.threads)
+    torch.set_num_interop_threads(1)
+    B, T = parse_shape(args.shape)
+    t0 = time.perf_counter()
+    model = RoFormerModel.from_pretrained(args.model_dir).eval()
+    load_s = time.perf_counter() - t0
+    rss_load = peak_rss_mib()
+    ids = batch_ids(B, T, model.config.vocab_size)
+    mask = torch.ones_like(ids)
+    types = torch.zeros_like(ids)
+
+    def forward():
+        with torch.inference_mode():
+            return model(input_ids=ids, attention_mask=mask, token_type_ids=types).last_hidden_state
+
+    out, run = time_forwards(forward, args, B, T)
+    run.update({"runner": "torch", "version": "torch %s, transformers %s" % (torch.__version__, __import__("transformers").__version__),
+                "load_s": load_s, "rss_after_load_mib": rss_load, "peak_rss_mib": peak_rss_mib(),
+                "checksum": checksum(out)})
+    return run
+
+
+def onnx_path(model_dir):
+    return os.path.join(model_dir, "model.onnx")
+
+
+def export_onnx(model_dir):
+    """Writes model_dir/model.onnx from the saved model (once)."""
+    import torch
+    from transformers import RoFormerModel
+    model = RoFormerModel.from_pretrained(model_dir).eval()
+    ids = batch_ids(1, 16, model.config.vocab_size)
+    tmp = onnx_path(model_dir) + ".tmp"
+    with torch.no_grad():
+        torch.onnx.export(model, (ids, torch.ones_like(ids), torch.zeros_like(ids)), tmp,
+                          input_names=["input_ids", "attention_mask", "token_type_ids"],
+                          output_names=["last_hidden_state"], opset_version=14,
+                          dynamic_axes={n: {0: "batch", 1: "seq"} for n in
+                                        ("input_ids", "attention_mask", "token_type_ids", "last_hidden_state")})
+    os.replace(tmp, onnx_path(model_dir))
+
+
+def child_onnx(args):
+    import numpy as np
+    import onnxruntime as ort
+    import torch
+    B, T = parse_shape(args.shape)
+    with open(os.path.join(args.model_dir, "config.json")) as f:
+        V = json.load(f)["vocab_size"]
+    opts = ort.SessionOptions()
+    opts.intra_op_num_threads = args.threads
+    opts.inter_op_num_threads = 1
+    opts.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
+    opts.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
+    t0 = time.perf_counter()
+    sess = ort.InferenceSession(onnx_path(args.model_dir), opts, providers=["CPUExecutionProvider"])
+    load_s = time.perf_counter() - t0
+    rss_load = peak_rss_mib()
+    ids = batch_ids(B, T, V).numpy()
+    feeds = {"input_ids": ids, "attention_mask": np.ones_like(ids), "token_type_ids": np.zeros_like(ids)}
+    out, run = time_forwards(lambda: sess.run(["last_hidden_state"], feeds)[0], args, B, T)
+    run.update({"runner": "onnx", "version": "onnxruntime " + ort.__version__, "load_s": load_s,
+                "rss_after_load_mib": rss_load, "peak_rss_mib": peak_rss_mib(),
+                "checksum": checksum(torch.from_numpy(out))})
+    return run
+
+
+# ---- the parent: make the model, run every (runner, shape), compare ----
+
+def ensure_model(args):
+    if os.path.exists(os.path.join(args.model_dir, "model.safetensors")):
+        return
+    import torch
+    from transformers import RoFormerConfig, RoFormerModel
+    H, L, n, I, V, P = PRESETS[args.preset]
+    cfg = RoFormerConfig(vocab_size=V, embedding_size=H, hidden_size=H, num_hidden_layers=L,
+                         num_attention_heads=n, intermediate_size=I, max_position_embeddings=P)
+    torch.manual_seed(args.seed)
+    model = RoFormerModel(cfg).eval()
+    os.makedirs(os.path.dirname(os.path.abspath(args.model_dir)), exist_ok=True)
+    tmp = args.model_dir.rstrip("/") + ".tmp"
+    model.save_pretrained(tmp, safe_serialization=True)
+    os.replace(tmp, args.model_dir)
+    print("wrote %s (%s preset, %.1fM parameters)" % (args.model_dir, args.preset,
+                                                      sum(p.numel() for p in model.parameters()) / 1e6))
+
+
+def run_child(args, runner, shape):
+    env = dict(os.environ, OMP_NUM_THREADS=str(args.threads), OPENBLAS_NUM_THREADS=str(args.threads))
+    common = ["--warmup", str(args.warmup), "--min-reps", str(args.min_reps), "--min-time", str(args.min_time),
+              "--threads", str(args.threads)]
+    B, T = parse_shape(shape)
+    if runner == "ours":
+        cmd = [args.roformer, "bench", "infer", "--model", args.model_dir, "--batch", str(B), "--seq", str(T),
+               "--json"] + common
+    else:
+        cmd = [sys.executable, os.path.abspath(__file__), "--child", runner, "--shape", shape,
+               "--model-dir", args.model_dir, "--preset", args.preset] + common
+    res = subprocess.run(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    if res.returncode != 0:
+        sys.stderr.write(res.stderr)
+        sys.exit("%s failed (exit %d): %s" % (runner, res.returncode, " ".join(cmd)))
+    doc = json.loads(res.stdout)
+    run = doc["runs"][0] if runner == "ours" else doc
+    if runner == "ours":
+        run["runner"] = "ours"
+    run["shape"] = shape
+    return run
+
+
+def agree(a, b, tol=1e-4):
+    ca, cb = a["checksum"], b["checksum"]
+    scale = max(ca["mean_abs"], 1e-6)
+    worst = max([abs(ca["mean"] - cb["mean"]) / scale, abs(ca["mean_abs"] - cb["mean_abs"]) / scale] +
+                [abs(x - y) / scale for x, y in zip(ca["probe"], cb["probe"])])
+    return worst <= tol, worst
+
+
+def main(args):
+    if args.child:
+        run = child_torch(args) if args.child == "torch" else child_onnx(args)
+        print(json.dumps(run))
+        return 0
+    runners = [r for r in args.runners.split(",") if r]
+    if args.onnx and "onnx" not in runners:
+        runners.append("onnx")
+    if "ours" in runners and not args.roformer:
+        sys.exit("--roformer is required to run ours")
+    ensure_model(args)
+    if "onnx" in runners and not os.path.exists(onnx_path(args.model_dir)):
+        export_onnx(args.model_dir)
+    import torch
+    print("%s, %d threads, python %s, torch %s, model %s (%s)" % (platform.machine(), args.threads,
+          platform.python_version(), torch.__version__, args.model_dir, args.preset), flush=True)
+    runs, rows, ok = [], [], True
+    for shape in [s for s in args.shapes.split(",") if s]:
+        by = {}
+        for r in runners:
+            by[r] = run_child(args, r, shape)
+            runs.append(by[r])
+            print("  %-5s %-6s %8.1f ms  %9.0f tok/s  peak %6.0f MiB" % (r, shape, by[r]["latency_ms_median"],
+                  by[r]["tokens_per_s"], by[r]["peak_rss_mib"]), flush=True)
+        ref = by.get("torch") or next(iter(by.values()))
+        for r, run in by.items():
+            same, worst = agree(ref, run)
+            run["checksum_rel_diff_vs_" + ref["runner"]] = worst
+            if not same:
+                ok = False
+                print("  MISMATCH: %s vs %s output differs by %.2e (relative)" % (r, ref["runner"], worst))
+        if "ours" in by and "torch" in by:
+            o, t = by["ours"], by["torch"]
+            row = {"shape": shape, "speedup_vs_torch": o["tokens_per_s"] / t["tokens_per_s"],
+                   "memory_vs_torch": o["peak_rss_mib"] / t["peak_rss_mib"]}
+            if "onnx" in by:
+                row["speedup_vs_onnx"] = o["tokens_per_s"] / by["onnx"]["tokens_per_s"]
+                row["memory_vs_onnx"] = o["peak_rss_mib"] / by["onnx"]["peak_rss_mib"]
+            rows.append(row)
+    if rows:
+        print("\n| shape | " + " | ".join(k for k in rows[0] if k != "shape") + " |")
+        print("|---" * len(rows[0]) + "|")
+        for row in rows:
+            print("| %s | " % row["shape"] + " | ".join("%.2f" % v for k, v in row.items() if k != "shape") + " |")
+    if args.json:
+        with open(args.json + ".tmp", "w") as f:
+            json.dump({"tool": "bench/peers/roformer_infer_hf.py", "preset": args.preset, "threads": args.threads,
+                       "runs": runs, "ratios": rows}, f, indent=1)
+        os.replace(args.json + ".tmp", args.json)
+        print("wrote %s" % args.json)
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main(parse_args()))
