@@ -22,8 +22,10 @@ over it); the peer fails if they disagree beyond 1e-4 relative, so the runners a
 computation.
 
 Timing: every (runner, shape) is a fresh process (so peak RSS is its own): load, --warmup untimed
-forwards, then forwards until both --min-reps and --min-time are reached. Reported: median latency,
-tokens/s = B * T / median, peak RSS (VmHWM: weights, the load and the activations) and the RSS
+forwards, then forwards until both --min-reps and --min-time are reached. The runners take turns,
+--rounds times per shape (ours, torch, onnx, ours, torch, onnx, ...), so that the slow drifts of a
+shared machine reach all of them; each runner's figure is the median over its rounds. Reported:
+median latency, tokens/s = B * T / median, peak RSS (VmHWM: weights, the load and the activations) and the RSS
 after loading. PyTorch runs under torch.inference_mode() with torch.set_num_threads(--threads),
 set_num_interop_threads(1) and OMP_NUM_THREADS = OPENBLAS_NUM_THREADS = --threads (OMP_WAIT_POLICY as
 given: PASSIVE and the default measured the same here, 218 and 210 ms at 1x128); ONNX Runtime with
@@ -55,6 +57,7 @@ def parse_args(argv=None):
     ap.add_argument("--warmup", type=int, default=2)
     ap.add_argument("--min-reps", type=int, default=5)
     ap.add_argument("--min-time", type=float, default=5.0)
+    ap.add_argument("--rounds", type=int, default=3, help="runner sequences per shape, interleaved")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--onnx", action="store_true", help="add ONNX Runtime (pip install onnxruntime)")
     ap.add_argument("--runners", default="ours,torch", help="comma-separated: ours, torch, onnx")
@@ -223,6 +226,12 @@ def run_child(args, runner, shape):
     return run
 
 
+def median_run(runs):
+    """The run with the median tokens/s (the upper one of an even count), with the peak RSS of all."""
+    m = sorted(runs, key=lambda r: r["tokens_per_s"])[len(runs) // 2]
+    return dict(m, peak_rss_mib=max(r["peak_rss_mib"] for r in runs))
+
+
 def agree(a, b, tol=1e-4):
     ca, cb = a["checksum"], b["checksum"]
     scale = max(ca["mean_abs"], 1e-6)
@@ -249,24 +258,31 @@ def main(args):
           platform.python_version(), torch.__version__, args.model_dir, args.preset), flush=True)
     runs, rows, ok = [], [], True
     for shape in [s for s in args.shapes.split(",") if s]:
-        by = {}
-        for r in runners:
-            by[r] = run_child(args, r, shape)
-            runs.append(by[r])
-            print("  %-5s %-6s %8.1f ms  %9.0f tok/s  peak %6.0f MiB" % (r, shape, by[r]["latency_ms_median"],
-                  by[r]["tokens_per_s"], by[r]["peak_rss_mib"]), flush=True)
+        rounds = {r: [] for r in runners}
+        for k in range(args.rounds):
+            for r in runners:
+                run = run_child(args, r, shape)
+                run["round"] = k
+                rounds[r].append(run)
+                runs.append(run)
+                print("  %-5s %-6s round %d %8.1f ms  %9.0f tok/s  peak %6.0f MiB" % (
+                    r, shape, k, run["latency_ms_median"], run["tokens_per_s"], run["peak_rss_mib"]), flush=True)
+        by = {r: median_run(rs) for r, rs in rounds.items()}
         ref = by.get("torch") or next(iter(by.values()))
-        for r, run in by.items():
-            same, worst = agree(ref, run)
-            run["checksum_rel_diff_vs_" + ref["runner"]] = worst
-            if not same:
-                ok = False
-                print("  MISMATCH: %s vs %s output differs by %.2e (relative)" % (r, ref["runner"], worst))
+        for r, rs in rounds.items():
+            for run in rs:
+                same, worst = agree(ref, run)
+                run["checksum_rel_diff_vs_" + ref["runner"]] = worst
+                if not same:
+                    ok = False
+                    print("  MISMATCH: %s vs %s output differs by %.2e (relative)" % (r, ref["runner"], worst))
         if "ours" in by and "torch" in by:
             o, t = by["ours"], by["torch"]
-            row = {"shape": shape, "speedup_vs_torch": o["tokens_per_s"] / t["tokens_per_s"],
+            row = {"shape": shape, "ours_tok_s": o["tokens_per_s"], "torch_tok_s": t["tokens_per_s"],
+                   "speedup_vs_torch": o["tokens_per_s"] / t["tokens_per_s"],
                    "memory_vs_torch": o["peak_rss_mib"] / t["peak_rss_mib"]}
             if "onnx" in by:
+                row["onnx_tok_s"] = by["onnx"]["tokens_per_s"]
                 row["speedup_vs_onnx"] = o["tokens_per_s"] / by["onnx"]["tokens_per_s"]
                 row["memory_vs_onnx"] = o["peak_rss_mib"] / by["onnx"]["peak_rss_mib"]
             rows.append(row)
@@ -274,7 +290,8 @@ def main(args):
         print("\n| shape | " + " | ".join(k for k in rows[0] if k != "shape") + " |")
         print("|---" * len(rows[0]) + "|")
         for row in rows:
-            print("| %s | " % row["shape"] + " | ".join("%.2f" % v for k, v in row.items() if k != "shape") + " |")
+            print("| %s | " % row["shape"] + " | ".join(("%.0f" if v >= 100 else "%.2f") % v
+                                                       for k, v in row.items() if k != "shape") + " |")
     if args.json:
         with open(args.json + ".tmp", "w") as f:
             json.dump({"tool": "bench/peers/roformer_infer_hf.py", "preset": args.preset, "threads": args.threads,

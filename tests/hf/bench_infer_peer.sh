@@ -15,5 +15,5 @@ find_hf_python "$probe"
 make_work_dir "${2:-}"
 export HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 HF_HUB_DISABLE_TELEMETRY=1 PYTHONDONTWRITEBYTECODE=1
 "$python" "$repo/bench/peers/roformer_infer_hf.py" --roformer "$roformer" --preset tiny \
-  --model-dir "$work/roformer-tiny" --shapes 1x16,3x77 --threads 1 --warmup 0 --min-reps 1 --min-time 0 \
+  --model-dir "$work/roformer-tiny" --shapes 1x16,3x77 --threads 1 --warmup 0 --min-reps 1 --min-time 0 --rounds 1 \
   --json "$work/infer.json"
