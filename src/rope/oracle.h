@@ -6,7 +6,20 @@
 // Needs libquadmath (GCC's runtime); not part of librope itself.
 #pragma once
 
+#if __has_include(<quadmath.h>)
 #include <quadmath.h>
+#else
+// clang does not see GCC's private include folder, where quadmath.h lives; the functions used here
+// are declared as libquadmath exports them.
+extern "C" {
+__float128 sinq(__float128);
+__float128 cosq(__float128);
+__float128 expq(__float128);
+__float128 logq(__float128);
+__float128 powq(__float128, __float128);
+__float128 fabsq(__float128);
+}
+#endif
 
 #include <cstdint>
 #include <vector>
