@@ -220,12 +220,11 @@ TEST(RoFormerModel, KeepOutputsMatchesTheFullForwardBitForBit) {
     EXPECT_THROW(lean.hidden_state(c.num_hidden_layers + 1), std::out_of_range);
     EXPECT_THROW(lean.backward(), std::logic_error);
     lean.set_keep(model::Keep::all);  // back to training: backward works again
-    const Batch batch = random_batch(c, 2, 7, 3);
-    if (c.attention_type == "softmax") {
-      lean.forward(batch.inputs());
-      lean.zero_grad();
-      EXPECT_NO_THROW(lean.backward());
-    }
+    Batch batch = random_batch(c, 2, 7, 3);
+    if (c.attention_type != "softmax") batch.mask.assign(2 * 7, 1);  // linear attention takes no padding
+    lean.forward(batch.inputs());
+    lean.zero_grad();
+    EXPECT_NO_THROW(lean.backward());
   }
 }
 
@@ -484,6 +483,32 @@ TEST(RoFormerModel, LoadsEncoderOnlyCheckpoints) {
   EXPECT_TRUE(std::equal(mlm.hidden_state(L), mlm.hidden_state(L) + n, bare.hidden_state(L)));
   const std::vector<int64_t> targets(6, 1);
   EXPECT_THROW(bare.forward({.ids = ids.data(), .targets = targets.data(), .B = 1, .T = 6}), std::invalid_argument);
+  // Loading the same model again with its MLM head resizes the buffers for the logits.
+  bare.load(full);
+  EXPECT_TRUE(bare.has_mlm_head());
+  bare.forward({.ids = ids.data(), .B = 1, .T = 6});
+  EXPECT_TRUE(std::equal(mlm.logits(), mlm.logits() + 6 * cfg.vocab_size, bare.logits()));
+}
+
+// load(..., mlm_head = false) leaves the head out for every variant, RoFormer-V2's tied-only head too:
+// no logits, the same last hidden state.
+TEST(RoFormerModel, LoadWithoutTheMlmHead) {
+  for (const std::string& dir : {std::string(ROFORMER_FIXTURES) + "/case1_mlm_basic", std::string(ROFORMER_TEST_DATA) + "/roformer_v2"}) {
+    SCOPED_TRACE(dir);
+    const auto cfg = model::RoFormerConfig::from_json_file(dir + "/config.json");
+    const io::SafeTensors weights(dir + "/model.safetensors");
+    model::RoFormer<float> with(cfg), without(cfg);
+    with.load(weights);
+    without.load(weights, {}, /*mlm_head=*/false);
+    EXPECT_TRUE(with.has_mlm_head());
+    EXPECT_FALSE(without.has_mlm_head());
+    const std::vector<int64_t> ids = {5, 9, 2, 7, 1, 0};
+    with.forward({.ids = ids.data(), .B = 1, .T = 6});
+    without.forward({.ids = ids.data(), .B = 1, .T = 6});
+    EXPECT_EQ(without.logits(), nullptr);
+    const int64_t L = cfg.num_hidden_layers;
+    EXPECT_TRUE(std::equal(with.hidden_state(L), with.hidden_state(L) + 6 * cfg.hidden_size, without.hidden_state(L)));
+  }
 }
 
 }  // namespace

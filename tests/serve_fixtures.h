@@ -4,7 +4,6 @@
 #pragma once
 
 #include <gtest/gtest.h>
-#include <unistd.h>
 
 #include <filesystem>
 #include <fstream>
@@ -15,20 +14,17 @@
 
 #include "io/atomic_file.h"
 #include "io/safetensors.h"
+#include "temp_files.h"
 
 namespace serve_fixtures {
 
 namespace fs = std::filesystem;
 inline const std::string kFixtures = ROFORMER_FIXTURES;
 
+// test_files::temp_dir() without its trailing '/' (call sites here append "/name").
 inline std::string temp_dir() {
-  static const std::string dir = [] {
-    const fs::path d = fs::path(::testing::TempDir()) / ("serve_" + std::to_string(::getpid()));
-    fs::remove_all(d);
-    fs::create_directories(d);
-    return d.string();
-  }();
-  return dir;
+  const std::string d = test_files::temp_dir();
+  return d.substr(0, d.size() - 1);
 }
 
 // A model directory: a fixture case's config.json and model.safetensors with the tokenizer files.

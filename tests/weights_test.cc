@@ -205,7 +205,8 @@ TEST(TorchBin, RejectsMaliciousAndMalformedFiles) {
   expect_error([&] { io::TorchBin bin(kData + "missing.bin"); }, kData + "missing.bin", "cannot open");
 }
 
-// Every prefix of a real checkpoint, and every single-byte corruption of its pickle, either loads or
+// Prefixes of a real checkpoint (every one near both ends, every 13th between), and every single-byte
+// corruption of its pickle, either loads or
 // is an io::Error; never a crash or a read outside the file (ASan in the debug preset).
 TEST(TorchBin, TruncationsAndCorruptionsNeverCrash) {
   for (const char* file : {"dtypes.bin", "dtypes_legacy.bin"}) {

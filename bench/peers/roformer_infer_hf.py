@@ -28,7 +28,7 @@ shared machine reach all of them; each runner's figure is the median over its ro
 median latency, tokens/s = B * T / median, peak RSS (VmHWM: weights, the load and the activations) and the RSS
 after loading. PyTorch runs under torch.inference_mode() with torch.set_num_threads(--threads),
 set_num_interop_threads(1) and OMP_NUM_THREADS = OPENBLAS_NUM_THREADS = --threads (OMP_WAIT_POLICY as
-given: PASSIVE and the default measured the same here, 218 and 210 ms at 1x128); ONNX Runtime with
+the environment gives it); ONNX Runtime with
 intra_op_num_threads = --threads, inter_op 1, sequential execution, all graph optimisations. Ours
 runs with --threads OpenMP threads and the environment it is given.
 """
@@ -39,6 +39,8 @@ import platform
 import subprocess
 import sys
 import time
+
+from peer_common import peak_rss_mib
 
 PRESETS = {  # name: (hidden, layers, heads, ff, vocab, max positions)
     "base": (768, 12, 12, 3072, 12000, 1536),
@@ -62,6 +64,8 @@ def parse_args(argv=None):
     ap.add_argument("--onnx", action="store_true", help="add ONNX Runtime (pip install onnxruntime)")
     ap.add_argument("--runners", default="ours,torch", help="comma-separated: ours, torch, onnx")
     ap.add_argument("--json", help="write every run and the ratios here")
+    ap.add_argument("--profile-torch", action="store_true",
+                    help="print torch.profiler's op table for 3 PyTorch forwards of the first shape, and stop")
     ap.add_argument("--child", choices=["torch", "onnx"], help=argparse.SUPPRESS)
     ap.add_argument("--shape", help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
@@ -87,15 +91,6 @@ def checksum(x):
             "probe": [flat[(n - 1) * k // 7].item() for k in range(8)]}
 
 
-def peak_rss_mib():
-    """VmHWM, this address space's peak (ru_maxrss would carry the parent's peak across exec)."""
-    with open("/proc/self/status") as f:
-        for line in f:
-            if line.startswith("VmHWM:"):
-                return int(line.split()[1]) / 1024.0
-    return float("nan")
-
-
 def time_forwards(forward, args, B, T):
     for _ in range(args.warmup):
         out = forward()
@@ -113,16 +108,15 @@ def time_forwards(forward, args, B, T):
 
 # ---- children: one runner, one shape, JSON on stdout ----
 
-def child_torch(args):
+def torch_forward(args, B, T):
+    """The loaded model's forward on the benchmark batch, and the load time."""
     import torch
     from transformers import RoFormerModel
     torch.set_num_threads(args.threads)
     torch.set_num_interop_threads(1)
-    B, T = parse_shape(args.shape)
     t0 = time.perf_counter()
     model = RoFormerModel.from_pretrained(args.model_dir).eval()
     load_s = time.perf_counter() - t0
-    rss_load = peak_rss_mib()
     ids = batch_ids(B, T, model.config.vocab_size)
     mask = torch.ones_like(ids)
     types = torch.zeros_like(ids)
@@ -131,6 +125,25 @@ def child_torch(args):
         with torch.inference_mode():
             return model(input_ids=ids, attention_mask=mask, token_type_ids=types).last_hidden_state
 
+    return forward, load_s
+
+
+def profile_torch(args):
+    from torch.profiler import ProfilerActivity, profile
+    forward, _ = torch_forward(args, *parse_shape(args.shapes.split(",")[0]))
+    for _ in range(2):
+        forward()
+    with profile(activities=[ProfilerActivity.CPU]) as prof:
+        for _ in range(3):
+            forward()
+    print(prof.key_averages().table(sort_by="self_cpu_time_total", row_limit=15))
+
+
+def child_torch(args):
+    import torch
+    B, T = parse_shape(args.shape)
+    forward, load_s = torch_forward(args, B, T)
+    rss_load = peak_rss_mib()
     out, run = time_forwards(forward, args, B, T)
     run.update({"runner": "torch", "version": "torch %s, transformers %s" % (torch.__version__, __import__("transformers").__version__),
                 "load_s": load_s, "rss_after_load_mib": rss_load, "peak_rss_mib": peak_rss_mib(),
@@ -219,9 +232,7 @@ def run_child(args, runner, shape):
         sys.stderr.write(res.stderr)
         sys.exit("%s failed (exit %d): %s" % (runner, res.returncode, " ".join(cmd)))
     doc = json.loads(res.stdout)
-    run = doc["runs"][0] if runner == "ours" else doc
-    if runner == "ours":
-        run["runner"] = "ours"
+    run = dict(doc["runs"][0], runner="ours") if runner == "ours" else doc
     run["shape"] = shape
     return run
 
@@ -244,6 +255,10 @@ def main(args):
     if args.child:
         run = child_torch(args) if args.child == "torch" else child_onnx(args)
         print(json.dumps(run))
+        return 0
+    if args.profile_torch:
+        ensure_model(args)
+        profile_torch(args)
         return 0
     runners = [r for r in args.runners.split(",") if r]
     if args.onnx and "onnx" not in runners:
@@ -279,10 +294,12 @@ def main(args):
         if "ours" in by and "torch" in by:
             o, t = by["ours"], by["torch"]
             row = {"shape": shape, "ours_tok_s": o["tokens_per_s"], "torch_tok_s": t["tokens_per_s"],
+                   "ours_peak_mib": o["peak_rss_mib"], "torch_peak_mib": t["peak_rss_mib"],
                    "speedup_vs_torch": o["tokens_per_s"] / t["tokens_per_s"],
                    "memory_vs_torch": o["peak_rss_mib"] / t["peak_rss_mib"]}
             if "onnx" in by:
                 row["onnx_tok_s"] = by["onnx"]["tokens_per_s"]
+                row["onnx_peak_mib"] = by["onnx"]["peak_rss_mib"]
                 row["speedup_vs_onnx"] = o["tokens_per_s"] / by["onnx"]["tokens_per_s"]
                 row["memory_vs_onnx"] = o["peak_rss_mib"] / by["onnx"]["peak_rss_mib"]
             rows.append(row)

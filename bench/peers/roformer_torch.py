@@ -63,7 +63,7 @@ the timed steps as a whole is measured (time.perf_counter).
     training        3*F                                    (backward = 2x forward)
   GFLOP/s    = tokens/s * 3*F / 1e9 (embedding lookups, elementwise ops, softmax, LayerNorm and
                the optimizer are not counted)
-  peak RSS   = resource.getrusage(RUSAGE_SELF).ru_maxrss of the process (MiB), i.e. including the
+  peak RSS   = VmHWM of the process (MiB; peer_common.py), i.e. including the
                Python interpreter and torch's libraries (rss_before_model_mib reports that base).
   loss first / last: the loss of the first warm-up step and of the last timed step (sanity: about
                ln V at init for random tokens).
@@ -93,12 +93,13 @@ import json
 import math
 import os
 import platform
-import resource
 import statistics
 import subprocess
 import sys
 import tempfile
 import time
+
+from peer_common import peak_rss_mib, rss_now_mib
 
 PRESETS = {  # name: (hidden, layers, heads, ff)
     "small": (256, 4, 4, 1024),
@@ -201,21 +202,6 @@ try:
 except ImportError:  # pragma: no cover - depends on the interpreter
     sys.exit("roformer_torch.py: cannot import torch with %s; run it with the interpreter that has "
              "PyTorch (on Debian: /usr/bin/python3 with python3-torch installed)" % sys.executable)
-
-
-def rss_now_mib():
-    try:
-        with open("/proc/self/status") as f:
-            for line in f:
-                if line.startswith("VmRSS:"):
-                    return int(line.split()[1]) / 1024.0
-    except OSError:
-        pass
-    return float("nan")
-
-
-def peak_rss_mib():
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0  # KiB on Linux
 
 
 def blas_library():

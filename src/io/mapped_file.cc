@@ -73,4 +73,16 @@ MappedFile::~MappedFile() {
   if (map_ != nullptr) ::munmap(map_, size_);
 }
 
+std::string read_file(const std::string& path) {
+  const MappedFile f(path);
+  return std::string(reinterpret_cast<const char*>(f.data()), f.size());
+}
+
+nlohmann::json read_json_object(const std::string& path) {
+  nlohmann::json j = nlohmann::json::parse(read_file(path), nullptr, /*allow_exceptions=*/false);
+  if (j.is_discarded()) throw Error(path + ": not valid JSON");
+  if (!j.is_object()) throw Error(path + ": expected a JSON object");
+  return j;
+}
+
 }  // namespace io

@@ -1,19 +1,13 @@
 // Sharded checkpoints over an index JSON (see sharded.h).
 #include "sharded.h"
 
-#include <fstream>
-#include <iterator>
-
+#include "mapped_file.h"
 #include "safetensors.h"
 #include "strict_json.h"
 #include "torch_bin.h"
 
 namespace io {
 namespace {
-
-bool ends_with(const std::string& s, const std::string& suffix) {
-  return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
-}
 
 // A shard must be a plain file name beside the index: no directories, no "..", no NUL.
 bool plain_file_name(const std::string& s) {
@@ -26,10 +20,7 @@ ShardedWeights::~ShardedWeights() = default;
 
 ShardedWeights::ShardedWeights(const std::string& index_path, Names names) : WeightStore(index_path) {
   auto fail = [&](const std::string& what) { return Error(index_path + ": " + what); };
-  std::ifstream in(index_path, std::ios::binary);
-  if (!in) throw fail("cannot open");
-  const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  if (in.bad()) throw fail("read error");
+  const std::string text = read_file(index_path);
   const nlohmann::json index = detail::parse_json_strict(text.begin(), text.end(), index_path, "the index");
   if (!index.is_object()) throw fail("the index is not a JSON object");
   if (index.contains("metadata")) {
@@ -42,7 +33,7 @@ ShardedWeights::ShardedWeights(const std::string& index_path, Names names) : Wei
   const auto& weight_map = index["weight_map"];
   if (weight_map.empty()) throw fail("\"weight_map\" is empty");
 
-  const bool torch_shards = ends_with(index_path, ".bin.index.json");
+  const bool torch_shards = index_path.ends_with(".bin.index.json");
   const size_t slash = index_path.find_last_of('/');
   const std::string dir = slash == std::string::npos ? "" : index_path.substr(0, slash + 1);
   std::map<std::string, size_t> shard_of_file;        // shard file → index into shards_

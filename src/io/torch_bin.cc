@@ -132,6 +132,7 @@ void TorchBin::load_zip() {
       if (m.compressed != m.uncompressed) throw fail("zip member '" + full + "' is stored but its sizes differ");
       const uint8_t* p = file_.data() + m.data_offset;
       if (crc32_z(0, p, m.uncompressed) != m.crc) throw fail("zip member '" + full + "' fails its CRC check (corrupt)");
+      file_.release(p, m.uncompressed);  // checked: its pages come back when a tensor is read
       return {p, m.uncompressed};
     }
     if (m.uncompressed > 1032 * m.compressed + 1024) {

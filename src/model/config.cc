@@ -7,6 +7,7 @@
 #include <sstream>
 #include <stdexcept>
 
+#include "io/mapped_file.h"
 #include "io/safetensors.h"
 #include "rope/rope.hpp"
 
@@ -187,11 +188,7 @@ RoFormerConfig RoFormerConfig::from_json_text(const std::string& text, const std
 }
 
 RoFormerConfig RoFormerConfig::from_json_file(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) throw io::Error(path + ": cannot open");
-  std::ostringstream text;
-  text << in.rdbuf();
-  return from_json_text(text.str(), path);
+  return from_json_text(io::read_file(path), path);
 }
 
 std::string RoFormerConfig::to_json() const {

@@ -247,7 +247,8 @@ void RoFormer<T>::init_weights(uint64_t seed) {
 }
 
 template <typename T>
-void RoFormer<T>::load(const io::WeightStore& w, const std::vector<std::string>& other_heads) {
+void RoFormer<T>::load(const io::WeightStore& w, const std::vector<std::string>& other_heads, bool mlm_head) {
+  *act_ = Activations();  // the head may change: the next forward sizes its buffers afresh
   // RoFormerModel checkpoints store the encoder without the "roformer." prefix.
   const bool bare = !w.contains("roformer.embeddings.word_embeddings.weight") &&
                     w.contains("embeddings.word_embeddings.weight");
@@ -255,8 +256,11 @@ void RoFormer<T>::load(const io::WeightStore& w, const std::vector<std::string>&
     return bare && name.rfind("roformer.", 0) == 0 ? name.substr(9) : name;
   };
   const std::string head = "cls.predictions.";
-  has_mlm_head_ = cfg_.rms_norm() || std::any_of(layout_.begin(), layout_.end(),
-                              [&](const ParamInfo& i) { return i.name.rfind(head, 0) == 0 && w.contains(i.name); });
+  has_mlm_head_ = mlm_head && (cfg_.rms_norm() || std::any_of(layout_.begin(), layout_.end(), [&](const ParamInfo& i) {
+                    return i.name.rfind(head, 0) == 0 && w.contains(i.name);
+                  }));
+  std::vector<std::string> skipped = other_heads;  // prefixes of tensors left unread
+  if (!mlm_head) skipped.push_back(head);
   for (const ParamInfo& info : layout_) {
     if (!has_mlm_head_ && info.name.rfind(head, 0) == 0) continue;  // an encoder-only checkpoint
     const std::string name = stored_name(info.name);
@@ -270,14 +274,15 @@ void RoFormer<T>::load(const io::WeightStore& w, const std::vector<std::string>&
     const bool known = std::any_of(layout_.begin(), layout_.end(),
                                    [&](const ParamInfo& i) { return stored_name(i.name) == name; });
     if (known || name == stored_name("roformer.encoder.embed_positions.weight")) continue;
-    if (std::any_of(other_heads.begin(), other_heads.end(), [&](const std::string& p) { return name.rfind(p, 0) == 0; })) {
-      continue;  // a head the caller loads itself (classifier., pooler., ...)
+    if (std::any_of(skipped.begin(), skipped.end(), [&](const std::string& p) { return name.rfind(p, 0) == 0; })) {
+      continue;  // a head the caller loads itself (classifier., pooler., ...) or did not ask for
     }
     if (name == "cls.predictions.decoder.weight") {  // tied: must equal the word embeddings
       const auto dec = w.f32(name, {cfg_.vocab_size, cfg_.embedding_size});
       if (!std::equal(dec.begin(), dec.end(), p.word)) {
         throw io::Error(w.path() + ": cls.predictions.decoder.weight differs from the tied word embeddings");
       }
+      w.release(entry.second);
       continue;
     }
     if (name == "cls.predictions.decoder.bias") {  // tied: pytorch_model.bin files store it too
@@ -285,6 +290,7 @@ void RoFormer<T>::load(const io::WeightStore& w, const std::vector<std::string>&
       if (!std::equal(bias.begin(), bias.end(), p.decoder_bias)) {
         throw io::Error(w.path() + ": cls.predictions.decoder.bias differs from the tied cls.predictions.bias");
       }
+      w.release(entry.second);
       continue;
     }
     throw io::Error(w.path() + ": unexpected tensor " + name + " for this config");

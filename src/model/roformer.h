@@ -81,8 +81,9 @@ class RoFormer {
   // tied decoder weight/bias are accepted; a missing, misshaped or unexpected tensor throws io::Error.
   // RoFormerModel checkpoints (names without "roformer.", no MLM head) load as encoder-only models:
   // forward then stops at the last hidden state and logits() is null. Tensors whose names start with
-  // one of other_heads (e.g. "classifier.", "pooler.") are left for the caller.
-  void load(const io::WeightStore& weights, const std::vector<std::string>& other_heads = {});
+  // one of other_heads (e.g. "classifier.", "pooler.") are left for the caller. mlm_head false skips
+  // the MLM head (cls.predictions.*, and RoFormer-V2's tied one): forward stops at the last hidden state.
+  void load(const io::WeightStore& weights, const std::vector<std::string>& other_heads = {}, bool mlm_head = true);
   bool has_mlm_head() const { return has_mlm_head_; }
 
   void set_keep(Keep keep);  // takes effect with the next forward

@@ -22,32 +22,6 @@ constexpr const char* kDirHint =
     " (a Hugging Face model directory holds config.json, vocab.txt and model.safetensors, "
     "model.safetensors.index.json, pytorch_model.bin or pytorch_model.bin.index.json)";
 
-nlohmann::json read_json(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) throw io::Error(path + ": cannot open");
-  std::ostringstream text;
-  text << in.rdbuf();
-  try {
-    return nlohmann::json::parse(text.str());
-  } catch (const nlohmann::json::exception& e) {
-    throw io::Error(path + ": not valid JSON: " + e.what());
-  }
-}
-
-// The tensors of `src` that `keep` accepts: views into src, which must outlive this store.
-class FilteredWeights : public io::WeightStore {
- public:
-  FilteredWeights(const io::WeightStore& src, const std::function<bool(const std::string&)>& keep)
-      : io::WeightStore(src.path()), src_(src) {
-    for (const auto& [name, tensor] : src.tensors()) {
-      if (keep(name)) tensors_.emplace(name, tensor);
-    }
-  }
-  void release(const io::Tensor& t) const override { src_.release(t); }
-
- private:
-  const io::WeightStore& src_;
-};
 
 double activate(const std::string& act, double x) {
   return act == "relu" ? std::max(x, 0.0) : 0.5 * x * (1.0 + std::erf(x / std::sqrt(2.0)));
@@ -122,7 +96,7 @@ std::optional<Classifier> load_classifier(const io::WeightStore& w, const std::s
   c.out_w = w.f32("classifier.out_proj.weight", {c.num_labels, H});
   c.out_b = w.f32("classifier.out_proj.bias", {c.num_labels});
 
-  const nlohmann::json j = read_json(config_path);
+  const nlohmann::json j = io::read_json_object(config_path);
   const std::string n = std::to_string(c.num_labels);
   for (int64_t i = 0; i < c.num_labels; ++i) c.labels.push_back("LABEL_" + std::to_string(i));
   if (j.contains("id2label") && !j["id2label"].is_null()) {
@@ -202,23 +176,11 @@ std::unique_ptr<Pipeline> Pipeline::load(const std::string& dir, const LoadOptio
     text::LoadOptions lo;
     lo.jieba_dict = options.jieba_dict;
     p->tokenizer_ = std::make_unique<text::RoFormerTokenizer>(text::RoFormerTokenizer::load(dir, lo));
-    const std::string tc = dir + "/tokenizer_config.json";
-    if (fs::exists(tc)) {
-      const nlohmann::json j = read_json(tc);
-      if (j.is_object() && j.contains("clean_up_tokenization_spaces") && j["clean_up_tokenization_spaces"].is_boolean()) {
-        p->clean_up_spaces_ = j["clean_up_tokenization_spaces"].get<bool>();
-      }
-    }
   }
   if (options.weights) {
     const auto weights = io::open_weights(dir);
     p->model_ = std::make_unique<model::RoFormer<float>>(p->config_);
-    if (options.mlm_head) {
-      p->model_->load(*weights, {"classifier."});
-    } else {
-      const FilteredWeights encoder(*weights, [](const std::string& n) { return n.rfind("cls.predictions.", 0) != 0; });
-      p->model_->load(encoder, {"classifier."});
-    }
+    p->model_->load(*weights, {"classifier."}, options.mlm_head);
     p->classifier_ = load_classifier(*weights, config_path, p->config_.hidden_size);
     // The pipelines read only the last hidden state, logits and pooler: one layer's activations.
     p->model_->set_keep(model::Keep::outputs);

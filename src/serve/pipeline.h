@@ -96,7 +96,7 @@ class Pipeline {
   bool has_mlm_head() const { return model_ && model_->has_mlm_head(); }
   const Classifier* classifier() const { return classifier_ ? &*classifier_ : nullptr; }
   // tokenizer_config.json's clean_up_tokenization_spaces (HF default true), for decoding.
-  bool clean_up_tokenization_spaces() const { return clean_up_spaces_; }
+  bool clean_up_tokenization_spaces() const { return tokenizer().config().clean_up_tokenization_spaces; }
 
   // Encodes each text with [CLS]/[SEP] (pairs: [CLS] a [SEP] b [SEP]); throws InputError for one
   // longer than max_position_embeddings or holding an id outside the model's vocabulary.
@@ -123,7 +123,6 @@ class Pipeline {
   std::unique_ptr<text::RoFormerTokenizer> tokenizer_;
   std::unique_ptr<model::RoFormer<float>> model_;
   std::optional<Classifier> classifier_;
-  bool clean_up_spaces_ = true;
 };
 
 // Reads the classifier head from weights (classifier.dense.*, classifier.out_proj.*) with labels and

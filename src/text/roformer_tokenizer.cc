@@ -11,6 +11,7 @@
 #include <nlohmann/json.hpp>
 #include <stdexcept>
 
+#include "io/mapped_file.h"
 #include "io/safetensors.h"  // io::Error
 
 namespace text {
@@ -21,17 +22,6 @@ using nlohmann::json;
 namespace fs = std::filesystem;
 
 // ---- configuration files ----
-
-json read_json(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) throw io::Error(path + ": cannot open");
-  const std::string content((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  if (in.bad()) throw io::Error(path + ": cannot read");
-  json j = json::parse(content, nullptr, /*allow_exceptions=*/false);
-  if (j.is_discarded()) throw io::Error(path + ": not valid JSON");
-  if (!j.is_object()) throw io::Error(path + ": expected a JSON object");
-  return j;
-}
 
 [[noreturn]] void bad_value(const std::string& path, const std::string& key, const std::string& what) {
   throw io::Error(path + ": \"" + key + "\" must be " + what);
@@ -86,7 +76,7 @@ TokenizerConfig read_config(const std::string& dir) {
   TokenizerConfig c;
   const std::string config_path = (fs::path(dir) / "tokenizer_config.json").string();
   if (fs::exists(config_path)) {
-    const json j = read_json(config_path);
+    const json j = io::read_json_object(config_path);
     if (auto it = j.find("tokenizer_class"); it != j.end() && !it->is_null()) {
       if (!it->is_string()) bad_value(config_path, "tokenizer_class", "a string");
       const std::string cls = it->get<std::string>();
@@ -95,6 +85,7 @@ TokenizerConfig read_config(const std::string& dir) {
         throw io::Error(config_path + ": unsupported tokenizer_class \"" + cls + "\" (RoFormerTokenizer or BertTokenizer)");
     }
     read_bool(j, config_path, "do_lower_case", &c.do_lower_case);
+    read_bool(j, config_path, "clean_up_tokenization_spaces", &c.clean_up_tokenization_spaces);
     read_bool(j, config_path, "do_basic_tokenize", &c.do_basic_tokenize);
     read_bool(j, config_path, "tokenize_chinese_chars", &c.tokenize_chinese_chars);
     if (auto it = j.find("strip_accents"); it != j.end() && !it->is_null()) {
@@ -136,7 +127,7 @@ TokenizerConfig read_config(const std::string& dir) {
     }
   }
   const std::string map_path = (fs::path(dir) / "special_tokens_map.json").string();
-  if (fs::exists(map_path)) read_special_tokens(read_json(map_path), map_path, &c);
+  if (fs::exists(map_path)) read_special_tokens(io::read_json_object(map_path), map_path, &c);
   return c;
 }
 

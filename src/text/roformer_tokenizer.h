@@ -99,6 +99,7 @@ struct TokenizerConfig {
   std::vector<AddedToken> additional_special_tokens;
   std::vector<AddedToken> added_tokens;   // added_tokens_decoder, ids given
   int64_t model_max_length = -1;          // -1: none (HF's 1e30 "very large")
+  bool clean_up_tokenization_spaces = true;  // decode's spacing fixes (HF's default)
   Side padding_side = Side::Right, truncation_side = Side::Right;
   int max_input_chars_per_word = WordPiece::kDefaultMaxInputCharsPerWord;
   std::string jieba_dict;                 // "" = default_jieba_dict_path()

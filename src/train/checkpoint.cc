@@ -11,6 +11,7 @@
 #include <sstream>
 
 #include "io/atomic_file.h"
+#include "io/mapped_file.h"
 #include "io/safetensors.h"
 #include "rope/rope.h"
 
@@ -37,14 +38,6 @@ void make_dirs(const std::string& dir) {
   std::error_code ec;
   fs::create_directories(dir, ec);
   if (ec) throw io::Error(dir + ": cannot create directory: " + ec.message());
-}
-
-std::string read_text(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) throw io::Error(path + ": cannot open");
-  std::ostringstream s;
-  s << in.rdbuf();
-  return s.str();
 }
 
 }  // namespace
@@ -115,7 +108,7 @@ std::string save_checkpoint(const std::string& out_dir, const model::RoFormer<fl
 std::string latest_checkpoint(const std::string& out_dir) {
   const std::string pointer = out_dir + "/latest";
   if (!fs::exists(pointer)) return "";
-  std::string name = read_text(pointer);
+  std::string name = io::read_file(pointer);
   while (!name.empty() && (name.back() == '\n' || name.back() == ' ')) name.pop_back();
   if (name.rfind("step-", 0) != 0 || name.find('/') != std::string::npos) {
     throw io::Error(pointer + ": does not name a checkpoint: '" + name + "'");

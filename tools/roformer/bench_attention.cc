@@ -5,10 +5,10 @@
 #include <omp.h>
 
 #include <algorithm>
-#include <chrono>
 #include <cmath>
 #include <vector>
 
+#include "bench_util.h"
 #include "commands.h"
 #include "ops/attention.h"
 #include "ops/linear_attention.h"
@@ -16,13 +16,6 @@
 #include "rope/rope.hpp"
 
 namespace roformer {
-namespace {
-
-double seconds(std::chrono::steady_clock::time_point t0) {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-}
-
-}  // namespace
 
 int bench_attention(const BenchAttentionOptions& o) {
   if (o.threads > 0) omp_set_num_threads(o.threads);
@@ -45,9 +38,9 @@ int bench_attention(const BenchAttentionOptions& o) {
     auto best_of = [&](auto&& run) {
       double best = INFINITY;
       for (int r = 0; r < o.repetitions; ++r) {
-        const auto t0 = std::chrono::steady_clock::now();
+        const auto t0 = bench_clock::now();
         run();
-        best = std::min(best, seconds(t0));
+        best = std::min(best, seconds_since(t0));
       }
       return best / T * 1e6;
     };

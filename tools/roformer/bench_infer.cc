@@ -7,29 +7,19 @@
 #include <omp.h>
 
 #include <algorithm>
-#include <chrono>
 #include <cmath>
 #include <nlohmann/json.hpp>
 #include <vector>
 
+#include "bench_util.h"
 #include "commands.h"
-#include "process_memory.h"
 #include "serve/pipeline.h"
 
 namespace roformer {
-namespace {
-
-using clock_type = std::chrono::steady_clock;
-
-double seconds_since(clock_type::time_point t0) {
-  return std::chrono::duration<double>(clock_type::now() - t0).count();
-}
-
-}  // namespace
 
 int bench_infer(const BenchInferOptions& o) {
   if (o.threads > 0) omp_set_num_threads(o.threads);
-  const auto t_load = clock_type::now();
+  const auto t_load = bench_clock::now();
   serve::LoadOptions load_options;
   load_options.tokenizer = false;
   load_options.mlm_head = o.head == "mlm";
@@ -54,9 +44,9 @@ int bench_infer(const BenchInferOptions& o) {
 
   for (int64_t r = 0; r < o.warmup; ++r) m.forward(in);
   std::vector<double> times;
-  const auto t0 = clock_type::now();
+  const auto t0 = bench_clock::now();
   while (static_cast<int64_t>(times.size()) < o.min_reps || seconds_since(t0) < o.min_time) {
-    const auto ts = clock_type::now();
+    const auto ts = bench_clock::now();
     m.forward(in);
     times.push_back(seconds_since(ts));
   }

@@ -6,12 +6,11 @@
 #include <omp.h>
 
 #include <algorithm>
-#include <chrono>
 #include <nlohmann/json.hpp>
 #include <vector>
 
+#include "bench_util.h"
 #include "commands.h"
-#include "process_memory.h"
 #include "model/roformer.h"
 #include "ops/blas.h"
 #include "ops/random.h"
@@ -21,18 +20,12 @@
 namespace roformer {
 namespace {
 
-using clock_type = std::chrono::steady_clock;
-
-double seconds_since(clock_type::time_point t0) {
-  return std::chrono::duration<double>(clock_type::now() - t0).count();
-}
-
 // The best sgemm rate over square products of a size typical of the model's largest GEMMs.
 double sgemm_gflops(int64_t n) {
   std::vector<float> a(n * n, 0.5f), b(n * n, 0.25f), c(n * n);
   double best = 0;
   for (int rep = 0; rep < 5; ++rep) {
-    const auto t0 = clock_type::now();
+    const auto t0 = bench_clock::now();
     ops::gemm(false, true, n, n, n, 1.0f, a.data(), n, b.data(), n, 0.0f, c.data(), n);
     best = std::max(best, 2.0 * n * n * n / seconds_since(t0) * 1e-9);
   }
@@ -73,9 +66,9 @@ int bench_train(const BenchTrainOptions& o) {
   };
   for (int64_t s = 0; s < o.warmup; ++s) step(s);
   std::vector<double> times;
-  const auto t0 = clock_type::now();
+  const auto t0 = bench_clock::now();
   for (int64_t s = 0; s < o.steps; ++s) {
-    const auto ts = clock_type::now();
+    const auto ts = bench_clock::now();
     step(o.warmup + s);
     times.push_back(seconds_since(ts));
   }
