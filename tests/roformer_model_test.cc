@@ -257,17 +257,17 @@ TEST(RoFormerModel, InitialisationIsSeededAndFollowsHuggingFace) {
   EXPECT_EQ(a.params, b.params);
   b.init_weights(43);
   EXPECT_NE(a.params, b.params);
-  for (int64_t j = 0; j < c.embedding_size; ++j) EXPECT_EQ(a.p.word[j], 0.0f);  // padding row
+  for (int64_t j = 0; j < c.embedding_size; ++j) EXPECT_EQ(a.p.emb.word[j], 0.0f);  // padding row
   double sum = 0, sq = 0;
   const int64_t n = (c.vocab_size - 1) * c.embedding_size;
   for (int64_t i = 0; i < n; ++i) {
-    sum += a.p.word[c.embedding_size + i];
-    sq += std::pow(a.p.word[c.embedding_size + i], 2);
+    sum += a.p.emb.word[c.embedding_size + i];
+    sq += std::pow(a.p.emb.word[c.embedding_size + i], 2);
   }
   EXPECT_NEAR(sum / n, 0.0, 0.002);
   EXPECT_NEAR(std::sqrt(sq / n), c.initializer_range, 0.002);
-  EXPECT_EQ(a.p.emb_ln_w[0], 1.0f);
-  EXPECT_EQ(a.p.layers[0].q_b[0], 0.0f);
+  EXPECT_EQ(a.p.emb.norm.w[0], 1.0f);
+  EXPECT_EQ(a.p.layers[0].attn.q.b[0], 0.0f);
 }
 
 TEST(RoFormerModel, ConfigJsonRoundTripsAndRejectsUnknownFields) {

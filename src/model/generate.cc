@@ -7,143 +7,129 @@
 #include <numeric>
 #include <stdexcept>
 
-#include "ops/activation.h"
-#include "ops/embedding.h"
-#include "ops/linear.h"
-#include "ops/norm.h"
 #include "ops/random.h"
 
 namespace model {
 
-Generator::Generator(const RoFormer<float>& m, int64_t capacity)
-    : m_(m), capacity_(capacity > 0 ? capacity : m.config().max_position_embeddings) {
+// The decoder's state: the model's fixed pieces, the caches and the activations of one feed.
+struct Generator::State {
+  std::unique_ptr<rope::Plan> rope;          // RoPE models
+  std::vector<std::vector<float>> favor;     // performer: L × (features, D)
+  std::vector<KVCache<float>> cache;         // L
+  std::vector<int64_t> segment;              // (batch, capacity) cumsum of token types (UniLM)
+  std::vector<int64_t> row_limit;            // (batch, n) of the current feed
+  EmbeddingActs<float> emb;
+  AttentionActs<float> attn;
+  FeedForwardActs<float> ffn;
+  MlmHeadActs<float> head;
+  std::vector<float> x, mid, last, logits;   // (batch·n, H), (batch·n, H), (batch, H), (batch, V)
+
+  // UniLM (RoFormer-Sim): query p sees key j iff segment[j] <= segment[p], segment = cumsum(type != 0),
+  // a prefix of the keys. Appends the new tokens' segments at pos and returns the (B, n) limits.
+  const int64_t* unilm_limits(const std::vector<int64_t>& types, int64_t B, int64_t n, int64_t pos, int64_t cap) {
+    row_limit.resize(B * n);
+    for (int64_t b = 0; b < B; ++b) {
+      int64_t* seg = segment.data() + b * cap;
+      for (int64_t i = 0; i < n; ++i) {
+        const int64_t before = pos + i > 0 ? seg[pos + i - 1] : 0;
+        seg[pos + i] = before + (!types.empty() && types[b * n + i] != 0);
+      }
+      for (int64_t i = 0; i < n; ++i) {
+        row_limit[b * n + i] = std::upper_bound(seg, seg + pos + n, seg[pos + i]) - seg;
+      }
+    }
+    return row_limit.data();
+  }
+};
+
+Generator::Generator(const RoFormer<float>& m, int64_t capacity, int64_t batch)
+    : m_(m), st_(std::make_unique<State>()), batch_(batch),
+      capacity_(capacity > 0 ? capacity : m.config().max_position_embeddings) {
   const auto& c = m.config();
   if (!c.is_decoder) throw std::invalid_argument("generation needs a causal LM (is_decoder: true in config.json)");
+  if (batch < 1) throw std::invalid_argument("generation needs a batch of at least one row");
   if (capacity_ > c.max_position_embeddings && c.position_encoding == PositionEncoding::learned) {
     throw std::invalid_argument("a context of " + std::to_string(capacity_) + " tokens exceeds the " +
                                 std::to_string(c.max_position_embeddings) + " learned positions");
   }
+  if (c.attention_type != "softmax" && batch != 1) {
+    throw std::invalid_argument("linear attention decodes one row at a time");
+  }
   if (c.position_encoding == PositionEncoding::rope) {
-    rope_.emplace(rope_settings(c));
-    if (rope_settings(c).scaling.type == ROPE_SCALING_DYNAMIC_NTK) rope_->set_seq_len(capacity_);
+    st_->rope = std::make_unique<rope::Plan>(rope_settings(c));
+    if (rope_settings(c).scaling.type == ROPE_SCALING_DYNAMIC_NTK) st_->rope->set_seq_len(capacity_);
   }
-  k_cache_.assign(c.num_hidden_layers, std::vector<float>(capacity_ * c.hidden_size));
-  if (c.attention_type != "softmax") {
-    linear_shape_ = linear_attention_shape(c, 1, 1, 0);
-    for (int64_t l = 0; l < c.num_hidden_layers; ++l) {
-      linear_.push_back(ops::linear_attention_state<float>(linear_shape_));
-      if (c.attention_type == "performer") favor_.push_back(performer_features<float>(c, l));
-    }
+  for (int64_t l = 0; l < c.num_hidden_layers && c.attention_type == "performer"; ++l) {
+    st_->favor.push_back(performer_features<float>(c, l));
   }
-  v_cache_ = k_cache_;
-  logits_.resize(c.vocab_size);
+  reset();
 }
 
-const std::vector<float>& Generator::feed(const std::vector<int64_t>& ids) {
+Generator::~Generator() = default;
+
+void Generator::reset() {
   const auto& c = m_.config();
-  const auto& p = m_.p;
-  const int64_t n = static_cast<int64_t>(ids.size()), E = c.embedding_size, H = c.hidden_size,
-                I = c.intermediate_size, V = c.vocab_size, heads = c.num_attention_heads, D = c.head_dim();
-  if (n == 0) return logits_;
+  pos_ = 0;
+  st_->cache.assign(c.num_hidden_layers, KVCache<float>{});
+  for (auto& kv : st_->cache) {
+    kv.B = batch_, kv.capacity = capacity_;
+    kv.k.assign(batch_ * capacity_ * c.hidden_size, 0.0f);
+    kv.v = kv.k;
+    if (c.attention_type != "softmax") kv.linear = ops::linear_attention_state<float>(linear_attention_shape(c, 1, 1, 0));
+  }
+  st_->segment.assign(batch_ * capacity_, 0);
+}
+
+void Generator::reorder(const std::vector<int64_t>& rows) {
+  if (static_cast<int64_t>(rows.size()) != batch_) throw std::invalid_argument("reorder: one source row per row");
+  for (int64_t r : rows) {
+    if (r < 0 || r >= batch_) throw std::out_of_range("reorder: row " + std::to_string(r) + " of " + std::to_string(batch_));
+  }
+  const int64_t H = m_.config().hidden_size;
+  auto permute = [&](auto& v, int64_t width) {  // row b of v (batch, width) ← row rows[b]
+    auto old = v;
+    for (int64_t b = 0; b < batch_; ++b) std::copy_n(old.begin() + rows[b] * width, width, v.begin() + b * width);
+  };
+  for (auto& kv : st_->cache) {
+    permute(kv.k, capacity_ * H);
+    permute(kv.v, capacity_ * H);
+  }
+  permute(st_->segment, capacity_);
+}
+
+const std::vector<float>& Generator::feed(const std::vector<int64_t>& ids, const std::vector<int64_t>& types) {
+  const auto& c = m_.config();
+  State& s = *st_;
+  const int64_t B = batch_, n = static_cast<int64_t>(ids.size()) / B, H = c.hidden_size, N = B * n;
+  if (static_cast<int64_t>(ids.size()) != N || (!types.empty() && types.size() != ids.size())) {
+    throw std::invalid_argument("feed: ids (and types) must be (batch, n)");
+  }
+  if (n == 0) return s.logits;
   if (pos_ + n > capacity_) {
     throw std::length_error("context of " + std::to_string(pos_ + n) + " tokens exceeds the generator's capacity " +
                             std::to_string(capacity_));
   }
-  auto act = [&](float* out, const float* in, int64_t count) {
-    if (c.hidden_act == "gelu") ops::gelu_forward(out, in, count); else ops::relu_forward(out, in, count);
-  };
-  // Embeddings of the new tokens.
-  std::vector<float> e(n * E), tmp(n * E), mean(n), rstd(n);  // (n, E)
-  ops::embedding_forward(e.data(), ids.data(), p.word, n, V, E);
-  for (int64_t i = 0; i < n; ++i) {
-    for (int64_t j = 0; j < E; ++j) e[i * E + j] += p.token_type[j];  // token type 0
-  }
-  if (c.position_encoding == PositionEncoding::learned) {
-    for (int64_t i = 0; i < n; ++i) {
-      for (int64_t j = 0; j < E; ++j) e[i * E + j] += p.position[(pos_ + i) * E + j];
-    }
-  } else if (c.position_encoding == PositionEncoding::sinusoidal) {
-    const std::vector<float> table = sinusoidal_positions(c, pos_, n);  // (n, E)
-    for (int64_t i = 0; i < n * E; ++i) e[i] += table[i];
-  }
-  norm_forward(c, tmp.data(), mean.data(), rstd.data(), e.data(), p.emb_ln_w, p.emb_ln_b, n, E);
-  std::vector<float> x(n * H);  // (n, H)
-  if (p.proj_w) ops::linear_forward(x.data(), tmp.data(), p.proj_w, p.proj_b, n, E, H); else x = tmp;
-
-  std::vector<float> q(n * H), ctx(n * H), res(n * H), a(n * H), f1(n * I), f1a(n * I), scores(pos_ + n);
-  const float scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(D)));
+  s.x.resize(N * H);
+  s.mid.resize(N * H);
+  embeddings_forward(c, s.x.data(), s.emb, m_.p.emb, ids.data(), types.empty() ? nullptr : types.data(), B, n, pos_,
+                     Dropout{});
+  AttentionContext<float> ctx;
+  ctx.config = &c;
+  ctx.rope = s.rope.get();
+  ctx.causal = !c.unilm_mask();
+  if (c.unilm_mask()) ctx.row_limit = s.unilm_limits(types, B, n, pos_, capacity_);
   for (int64_t l = 0; l < c.num_hidden_layers; ++l) {
-    const LayerParams<float>& w = p.layers[l];
-    float* kc = k_cache_[l].data() + pos_ * H;  // (n, H) slots of the new tokens
-    float* vc = v_cache_[l].data() + pos_ * H;
-    ops::linear_forward(q.data(), x.data(), w.q_w, w.q_b, n, H, H);
-    ops::linear_forward(kc, x.data(), w.k_w, w.k_b, n, H, H);
-    ops::linear_forward(vc, x.data(), w.v_w, w.v_b, n, H, H);
-    const rope_positions at = rope::offset_positions(pos_);
-    if (rope_ && linear_.empty()) {
-      rope_->apply_qk(ROPE_FORWARD, at, rope::bshd(q.data(), ROPE_DTYPE_F32, 1, n, heads, D),
-                      rope::bshd(kc, ROPE_DTYPE_F32, 1, n, heads, D));
-    }
-    if (rope_ && c.rotary_value) rope_->apply(ROPE_FORWARD, ROPE_ROLE_KEY, at, rope::bshd(vc, ROPE_DTYPE_F32, 1, n, heads, D));
-    // Linear attention: the recurrent form, one token at a time (RoPE on its features inside).
-    for (int64_t i = 0; i < n && !linear_.empty(); ++i) {
-      if (!favor_.empty()) {  // as in training: scale q, k by D^(−1/4) for FAVOR+
-        const float f = static_cast<float>(std::pow(static_cast<double>(D), -0.25));
-        for (int64_t j = 0; j < H; ++j) {
-          q[i * H + j] *= f;
-          kc[i * H + j] *= f;
-        }
-      }
-      ops::linear_attention_step(ctx.data() + i * H, q.data() + i * H, kc + i * H, vc + i * H,
-                                 favor_.empty() ? nullptr : favor_[l].data(), linear_shape_, linear_[l]);
-    }
-    // Softmax: causal attention of each new token over the cache up to itself.
-    for (int64_t i = 0; i < n && linear_.empty(); ++i) {
-      const int64_t visible = pos_ + i + 1;
-      for (int64_t h = 0; h < heads; ++h) {
-        const float* qh = q.data() + i * H + h * D;
-        float mx = -INFINITY;
-        for (int64_t j = 0; j < visible; ++j) {
-          const float* kh = k_cache_[l].data() + j * H + h * D;
-          float s = 0;
-          for (int64_t d = 0; d < D; ++d) s += qh[d] * kh[d];
-          scores[j] = s * scale;
-          mx = std::max(mx, scores[j]);
-        }
-        double sum = 0;
-        for (int64_t j = 0; j < visible; ++j) sum += scores[j] = std::exp(scores[j] - mx);
-        float* out = ctx.data() + i * H + h * D;
-        std::fill(out, out + D, 0.0f);
-        for (int64_t j = 0; j < visible; ++j) {
-          const float pj = static_cast<float>(scores[j] / sum);
-          const float* vh = v_cache_[l].data() + j * H + h * D;
-          for (int64_t d = 0; d < D; ++d) out[d] += pj * vh[d];
-        }
-      }
-    }
-    ops::linear_forward(res.data(), ctx.data(), w.ao_w, w.ao_b, n, H, H);
-    for (int64_t i = 0; i < n * H; ++i) res[i] += x[i];
-    norm_forward(c, a.data(), mean.data(), rstd.data(), res.data(), w.ln1_w, w.ln1_b, n, H);
-    ops::linear_forward(f1.data(), a.data(), w.ff1_w, w.ff1_b, n, H, I);
-    act(f1a.data(), f1.data(), n * I);
-    ops::linear_forward(res.data(), f1a.data(), w.ff2_w, w.ff2_b, n, I, H);
-    for (int64_t i = 0; i < n * H; ++i) res[i] += a[i];
-    norm_forward(c, x.data(), mean.data(), rstd.data(), res.data(), w.ln2_w, w.ln2_b, n, H);
+    ctx.layer = l;
+    ctx.favor = s.favor.empty() ? nullptr : s.favor[l].data();
+    self_attention_forward(s.mid.data(), s.attn, m_.p.layers[l].attn, ctx, s.x.data(), B, n, pos_, &s.cache[l]);
+    feed_forward_forward(c, s.x.data(), s.ffn, m_.p.layers[l].ffn, s.mid.data(), N, l, Dropout{});
   }
   pos_ += n;
-
-  // Head on the last token only.
-  std::vector<float> t1(E), t2(E), t3(E);
-  float m1, r1;
-  if (c.rms_norm()) {  // RoFormer-V2: the tied matmul only
-    ops::linear_forward(logits_.data(), x.data() + (n - 1) * H, p.word, static_cast<const float*>(nullptr), 1, H, V);
-  } else {
-    ops::linear_forward(t1.data(), x.data() + (n - 1) * H, p.head_w, p.head_b, 1, H, E);
-    act(t2.data(), t1.data(), E);
-    norm_forward(c, t3.data(), &m1, &r1, t2.data(), p.head_ln_w, p.head_ln_b, 1, E);
-    ops::linear_forward(logits_.data(), t3.data(), p.word, p.decoder_bias, 1, E, V);
-  }
-  return logits_;
+  s.last.resize(B * H);  // (B, H) each row's last token
+  for (int64_t b = 0; b < B; ++b) std::copy_n(s.x.data() + ((b + 1) * n - 1) * H, H, s.last.data() + b * H);
+  s.logits.resize(B * c.vocab_size);
+  mlm_head_forward(c, s.logits.data(), s.head, m_.p.head, s.last.data(), B);
+  return s.logits;
 }
 
 int64_t sample_token(const std::vector<float>& logits, const SampleOptions& opt, double u) {

@@ -1,13 +1,15 @@
-// Autoregressive decoding for the causal LM with a key/value cache: each new token runs through the
-// blocks once, attending to the cached (already rotated) keys and values of every earlier token.
-// RoPE rotates the new q and k at their absolute positions through librope's position offsets, so
-// the cache never needs re-rotation. Sampling: temperature and top-k, seeded and reproducible.
+// Autoregressive decoding for the causal LM (and RoFormer-Sim's UniLM mask) with a key/value cache:
+// new tokens run through the same blocks as training (blocks.h), attending to the cached (already
+// rotated) keys and values of every earlier token. RoPE rotates the new q and k at their absolute
+// positions through librope's position offsets, so the cache never needs re-rotation. The cache is
+// batched and rows can be reordered, for beam search. Sampling: temperature and top-k, seeded.
 #pragma once
 
 #include <cstdint>
-#include <optional>
+#include <memory>
 #include <vector>
 
+#include "model/blocks.h"
 #include "model/roformer.h"
 #include "rope/rope.hpp"
 
@@ -16,31 +18,27 @@ namespace model {
 class Generator {
  public:
   // The model must be a causal LM (is_decoder); it is read, not copied, and must outlive this.
-  // capacity: the longest context (0: max_position_embeddings). Beyond max_position_embeddings
-  // only RoPE, sinusoidal and no positions work (learned ones have no table there); with dynamic
-  // NTK, frequencies are those of a `capacity`-token context, fixed for the whole generation so
-  // that cached keys stay valid. Throws std::invalid_argument otherwise.
-  explicit Generator(const RoFormer<float>& m, int64_t capacity = 0);
-  // Appends tokens at positions position() .. position() + ids.size() − 1 and returns the logits
-  // (V) after the last one. Throws std::length_error past the capacity and std::out_of_range on
-  // ids outside the vocabulary.
-  const std::vector<float>& feed(const std::vector<int64_t>& ids);
+  // capacity: the longest context (0: max_position_embeddings); batch: rows decoded together.
+  // Beyond max_position_embeddings only RoPE, sinusoidal and no positions work (learned ones have no
+  // table there); with dynamic NTK, frequencies are those of a `capacity`-token context, fixed for the
+  // whole generation so that cached keys stay valid. Throws std::invalid_argument otherwise.
+  explicit Generator(const RoFormer<float>& m, int64_t capacity = 0, int64_t batch = 1);
+  ~Generator();
+  // Appends n tokens to every row at positions position() .. position() + n − 1: ids and types are
+  // (batch, n) (types empty: all 0; RoFormer-Sim's UniLM mask follows them, so feed a whole type-0
+  // prefix at once). Returns the logits (batch, V) after each row's last token. Throws
+  // std::length_error past the capacity and std::out_of_range on ids outside the vocabulary.
+  const std::vector<float>& feed(const std::vector<int64_t>& ids, const std::vector<int64_t>& types = {});
   int64_t position() const { return pos_; }
-  void reset() {
-    pos_ = 0;
-    for (auto& st : linear_) st = ops::linear_attention_state<float>(linear_shape_);
-  }
+  void reset();
+  // Beam search: row b continues from the state row rows[b] had (rows.size() == batch).
+  void reorder(const std::vector<int64_t>& rows);
 
  private:
+  struct State;
   const RoFormer<float>& m_;
-  std::optional<rope::Plan> rope_;  // for rope models
-  std::vector<std::vector<float>> k_cache_, v_cache_;  // L × (max_positions, H), rotated
-  std::vector<float> logits_;                          // (V)
-  ops::LinearAttentionShape linear_shape_{};           // linear attention: one sequence
-  std::vector<ops::LinearAttentionState<float>> linear_;  // L recurrent states (linear attention)
-  std::vector<std::vector<float>> favor_;              // performer: L × (features, D)
-  int64_t pos_ = 0;
-  int64_t capacity_ = 0;
+  std::unique_ptr<State> st_;
+  int64_t batch_ = 1, pos_ = 0, capacity_ = 0;
 };
 
 struct SampleOptions {

@@ -80,44 +80,36 @@ Params<T> bind_params(const RoFormerConfig& c, const std::vector<ParamInfo>& lay
     return it->second;
   };
   auto maybe = [&](const std::string& name) -> T* { return at.count(name) ? at[name] : nullptr; };
+  auto linear = [&](const std::string& name, bool required = true) {
+    return LinearParams<T>{required ? get(name + ".weight") : maybe(name + ".weight"), maybe(name + ".bias")};
+  };
+  auto norm = [&](const std::string& name) { return NormParams<T>{maybe(name + ".weight"), maybe(name + ".bias")}; };
   Params<T> p;
   const std::string e = "roformer.embeddings.";
-  p.word = get(e + "word_embeddings.weight");
-  p.token_type = get(e + "token_type_embeddings.weight");
-  p.position = maybe(e + "position_embeddings.weight");
-  p.emb_ln_w = maybe(e + "LayerNorm.weight");
-  p.emb_ln_b = maybe(e + "LayerNorm.bias");
-  p.proj_w = maybe("roformer.embeddings_project.weight");
-  p.proj_b = maybe("roformer.embeddings_project.bias");
+  p.emb.word = get(e + "word_embeddings.weight");
+  p.emb.token_type = get(e + "token_type_embeddings.weight");
+  p.emb.position = maybe(e + "position_embeddings.weight");
+  p.emb.norm = norm(e + "LayerNorm");
+  p.emb.project = linear("roformer.embeddings_project", false);
   for (int64_t l = 0; l < c.num_hidden_layers; ++l) {
     const std::string q = "roformer.encoder.layer." + std::to_string(l) + ".";
     LayerParams<T> L;
-    L.q_w = get(q + "attention.self.query.weight");
-    L.q_b = maybe(q + "attention.self.query.bias");
-    L.k_w = get(q + "attention.self.key.weight");
-    L.k_b = maybe(q + "attention.self.key.bias");
-    L.v_w = get(q + "attention.self.value.weight");
-    L.v_b = maybe(q + "attention.self.value.bias");
-    L.ao_w = get(q + "attention.output.dense.weight");
-    L.ao_b = maybe(q + "attention.output.dense.bias");
-    L.ln1_w = maybe(q + "attention.output.LayerNorm.weight");
-    L.ln1_b = maybe(q + "attention.output.LayerNorm.bias");
-    L.ff1_w = get(q + "intermediate.dense.weight");
-    L.ff1_b = maybe(q + "intermediate.dense.bias");
-    L.ff2_w = get(q + "output.dense.weight");
-    L.ff2_b = maybe(q + "output.dense.bias");
-    L.ln2_w = maybe(q + "output.LayerNorm.weight");
-    L.ln2_b = maybe(q + "output.LayerNorm.bias");
+    L.attn.q = linear(q + "attention.self.query");
+    L.attn.k = linear(q + "attention.self.key");
+    L.attn.v = linear(q + "attention.self.value");
+    L.attn.out = linear(q + "attention.output.dense");
+    L.attn.norm = norm(q + "attention.output.LayerNorm");
+    L.ffn.in = linear(q + "intermediate.dense");
+    L.ffn.out = linear(q + "output.dense");
+    L.ffn.norm = norm(q + "output.LayerNorm");
     p.layers.push_back(L);
   }
   const std::string h = "cls.predictions.";
-  p.pooler_w = maybe("roformer.pooler.dense.weight");
-  p.pooler_b = maybe("roformer.pooler.dense.bias");
-  p.head_w = maybe(h + "transform.dense.weight");
-  p.head_b = maybe(h + "transform.dense.bias");
-  p.head_ln_w = maybe(h + "transform.LayerNorm.weight");
-  p.head_ln_b = maybe(h + "transform.LayerNorm.bias");
-  p.decoder_bias = maybe(h + "bias");
+  p.pooler.dense = linear("roformer.pooler.dense", false);
+  p.head.dense = linear(h + "transform.dense", false);
+  p.head.norm = norm(h + "transform.LayerNorm");
+  p.head.decoder_w = p.emb.word;  // tied
+  p.head.decoder_b = maybe(h + "bias");
   return p;
 }
 

@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "model/blocks.h"
 #include "model/config.h"
 
 namespace model {
@@ -25,25 +26,15 @@ struct ParamInfo {
 std::vector<ParamInfo> param_layout(const RoFormerConfig& c);
 int64_t param_count(const std::vector<ParamInfo>& layout);
 
-// Biases are null without use_bias, norm parameters null with RMS norms, and the head's transform
-// and decoder bias null for RoFormer-V2's tied-only head.
-template <typename T>
-struct LayerParams {
-  T *q_w, *q_b, *k_w, *k_b, *v_w, *v_b;  // (H, H), (H)
-  T *ao_w, *ao_b, *ln1_w, *ln1_b;        // attention output (H, H), (H); its LayerNorm (H)
-  T *ff1_w, *ff1_b, *ff2_w, *ff2_b;      // (I, H), (I), (H, I), (H)
-  T *ln2_w, *ln2_b;                      // (H)
-};
-
+// The whole model's parameters, one block params struct each (blocks.h). Biases are null without
+// use_bias, norm parameters null with RMS norms, and the head's transform and decoder bias null for
+// RoFormer-V2's tied-only head. The MLM decoder weight is the word embeddings (tied).
 template <typename T>
 struct Params {
-  T *word, *token_type, *position;  // (V, E), (type_vocab, E), (max_positions, E) or null
-  T *emb_ln_w, *emb_ln_b;           // (E)
-  T *proj_w, *proj_b;               // (H, E), (H) or null
+  EmbeddingParams<T> emb;
   std::vector<LayerParams<T>> layers;
-  T *pooler_w, *pooler_b;                      // (H, H), (H) or null (RoFormer-Sim)
-  T *head_w, *head_b, *head_ln_w, *head_ln_b;  // (E, H), (E), (E), (E)
-  T* decoder_bias;                             // (V); the decoder weight is `word`
+  PoolerParams<T> pooler;  // null with no pooler (RoFormer-Sim has one)
+  MlmHeadParams<T> head;
 };
 
 // Pointers into arena (param_count(layout) elements) for every tensor of the layout.

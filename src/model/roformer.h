@@ -1,14 +1,11 @@
-// The RoFormer network, built from the ops layer and librope, for training and inference:
-// embeddings (word + token type [+ learned or sinusoidal positions]) → LayerNorm → dropout →
-// optional E→H projection → post-LN blocks (self-attention with RoPE on q and k, and on v with
-// rotary_value; feed-forward) → MLM head (dense → activation → LayerNorm → decoder tied to the word
-// embeddings). The masked LM (RoFormerForMaskedLM) and the causal LM (is_decoder: causal mask,
-// next-token targets) are the same graph. llm.c style: parameters and gradients are arenas
-// (params.h), activations are kept for the backward, forward/backward are explicit.
+// The RoFormer encoder models, composed from the blocks of blocks.h: embeddings → L × (self-attention,
+// feed-forward) → heads (MLM, RoFormer-Sim's pooler). The masked LM (RoFormerForMaskedLM), the causal
+// LM (is_decoder: causal mask, next-token targets), RoFormer-V2 (RMS norms, tied-only head) and
+// RoFormer-Sim (UniLM mask, pooler) are the same composition with different configs. llm.c style:
+// parameters and gradients are arenas (params.h), activations are kept for the backward.
 //
 // Templated on float (the engine) and double (whole-model gradient checks). Shapes: B batch,
-// T tokens, N = B·T, E embedding size, H hidden size, I intermediate size, V vocabulary,
-// n heads of D = H / n, L layers.
+// T tokens, N = B·T, E embedding size, H hidden size, V vocabulary, L layers.
 #pragma once
 
 #include <cstdint>
@@ -19,9 +16,9 @@
 #include "io/safetensors.h"
 #include "io/weights.h"
 #include "rope/rope.h"
+#include "model/blocks.h"
 #include "model/config.h"
 #include "model/params.h"
-#include "ops/linear_attention.h"
 
 namespace model {
 
@@ -32,24 +29,12 @@ struct Inputs {
   const int64_t* attention_mask = nullptr;  // 1 real, 0 padding; null: all real
   const int64_t* targets = nullptr;         // null: no loss; kIgnoreIndex entries are not counted
   int64_t B = 0, T = 0;
+  // Global index of row 0 in the whole batch (across micro-batches and processes): dropout masks are
+  // keyed by global row, so a row trains the same however the batch is split.
+  int64_t row0 = 0;
 };
 
 constexpr int64_t kIgnoreIndex = -100;
-
-// The model's normalisation: HF LayerNorm (weight, bias; mean and rstd kept) or, with norm_type
-// rms_norm, RoFormer-V2's parameter-free RMS norm (rstd holds 1/rms, mean is unused).
-template <typename T>
-void norm_forward(const RoFormerConfig& c, T* out, T* mean, T* rstd, const T* in, const T* w, const T* b, int64_t N,
-                  int64_t C);
-
-// Additive sinusoidal positions start .. start + count − 1, (count, E): the paper's eq. 4 table
-// scaled by 1/√E. Vaswani et al. multiply the embeddings by √d_model before adding the table; with
-// the embedding LayerNorm that follows, scaling the table by 1/√E is the same network, and keeps the
-// positions from drowning token embeddings initialised at N(0, 0.02²).
-std::vector<float> sinusoidal_positions(const RoFormerConfig& c, int64_t start, int64_t count);
-
-// The librope configuration of a model's RoPE: head_dim wide, base rope_theta, its layout.
-rope_config rope_settings(const RoFormerConfig& c);
 
 // What a forward keeps. all: every activation, for backward() and the per-layer views
 // (hidden_state(l) of every layer, attention(l)). outputs: inference only; the layers share one set
@@ -95,6 +80,11 @@ class RoFormer {
   double forward(const Inputs& in, bool training = false, uint64_t dropout_seed = 0);
   // Adds d(loss)/d(params) of the last forward (which must have had targets) to grads.
   void backward();
+  // Adds the gradients given d(loss)/d(logits) (B, T, V) of the last forward (a task's own loss).
+  void backward_from_logits(const T* d_logits);
+  // Adds the gradients given d(loss)/d(last hidden state) (B, T, H) (heads outside the model), plus
+  // d(loss)/d(pooler output) (B, H) when d_pooled is given.
+  void backward_from_hidden(const T* d_hidden, const T* d_pooled = nullptr);
   void zero_grad();
 
   // Views of the last forward.
@@ -105,26 +95,25 @@ class RoFormer {
   const T* logits() const;                // (B, T, V); null without an MLM head
   const T* pooler_output() const;         // (B, H) with a pooler (RoFormer-Sim), else null
   int64_t counted() const;                // targets counted by the last loss
+  const T* probabilities() const;         // (B, T, V) softmax of the logits after a loss, else null
 
  private:
   struct Activations;
-  struct Rope;
-  void ensure_activations(int64_t B, int64_t S);
-  void ensure_gradient_scratch();  // allocated on the first backward, so inference never pays for it
+  void set_inputs(const Inputs& in, bool training, uint64_t dropout_seed);
+  void encode();  // embeddings and blocks of the inputs set last
+  void run_heads();
+  AttentionContext<T> attention_context(int64_t layer) const;
   RoFormerConfig cfg_;
   std::vector<ParamInfo> layout_;
   std::unique_ptr<Activations> act_;
-  std::unique_ptr<Rope> rope_;
+  std::unique_ptr<rope::Plan> rope_;  // RoPE models; dynamic NTK follows the batch length
+  bool rope_dynamic_ = false;
+  int64_t rope_length_ = -1;             // the length the plan's dynamic-NTK frequencies are for
+  std::unique_ptr<Scratch<T>> scratch_;  // backward buffers, made on the first backward
   bool has_mlm_head_ = true;
   Keep keep_ = Keep::all;
   std::vector<std::vector<T>> favor_;  // performer: L × (performer_features, D) random features
 };
-
-// The linear-attention shape of a model for (B, T) (attention_type linear or performer).
-ops::LinearAttentionShape linear_attention_shape(const RoFormerConfig& c, int64_t B, int64_t T, int64_t start);
-// The fixed FAVOR+ features of layer l, (performer_features, head_dim).
-template <typename T>
-std::vector<T> performer_features(const RoFormerConfig& c, int64_t layer);
 
 extern template class RoFormer<float>;
 extern template class RoFormer<double>;

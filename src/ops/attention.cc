@@ -77,8 +77,10 @@ namespace {
 
 constexpr int64_t kRowBlock = 64;  // query rows per block of products
 
-// Seed of the dropout mask of one (batch, head) probability block.
-uint64_t block_seed(uint64_t seed, int64_t bh) { return mix64(seed ^ mix64(static_cast<uint64_t>(bh))); }
+// Seed of the dropout mask of one (global batch row, head) probability block.
+uint64_t block_seed(const AttentionShape& s, int64_t b, int64_t h) {
+  return mix64(s.dropout_seed ^ mix64(static_cast<uint64_t>((s.dropout_row0 + b) * s.H + h)));
+}
 
 // p[j] = keep(seed, base + j) ? a[j] / (1 − prob) : 0 for j < n: dropout_forward's mask on a row
 // segment of the (T, T) block whose element index starts at base.
@@ -90,17 +92,18 @@ void dropout_row(T* p, const T* a, int64_t n, double prob, uint64_t seed, int64_
   }
 }
 
-// Which keys row t of a batch sees: [0, lim) minus padded keys; none → uniform over all T.
+// Which keys row t of a batch sees: [0, lim) minus padded keys; none → uniform over all Tk.
 struct RowKeys {
   int64_t lim;   // visible keys lie in [0, lim)
   bool uniform;  // no visible key at all
   int64_t extent(int64_t T) const { return uniform ? T : lim; }  // nonzero probabilities lie in [0, extent)
 };
 
-// Per batch: prefix counts of real keys (T + 1) and the end of the last real key.
+// Per batch: prefix counts of real keys (Tk + 1) and the end of the last real key.
 struct KeyMask {
-  KeyMask(const int64_t* mask, const int64_t* row_limit, int64_t B, int64_t T)
-      : T_(T), mask_(mask), row_limit_(row_limit) {
+  KeyMask(const int64_t* mask, const AttentionShape& s)
+      : T_(s.keys()), Tq_(s.T), q_start_(s.q_start), mask_(mask), row_limit_(s.row_limit) {
+    const int64_t B = s.B, T = T_;
     if (!mask) return;
     prefix_.resize(B * (T + 1));
     end_.resize(B);
@@ -115,8 +118,8 @@ struct KeyMask {
     }
   }
   RowKeys row(int64_t b, int64_t t, bool causal) const {
-    int64_t lim = causal ? t + 1 : T_;
-    if (row_limit_) lim = std::min(lim, std::clamp<int64_t>(row_limit_[b * T_ + t], 0, T_));
+    int64_t lim = causal ? std::clamp<int64_t>(q_start_ + t + 1, 0, T_) : T_;
+    if (row_limit_) lim = std::min(lim, std::clamp<int64_t>(row_limit_[b * Tq_ + t], 0, T_));
     if (lim == 0) return {0, true};  // no visible key: uniform, as HF's finfo.min mask gives
     if (!mask_) return {lim, false};
     lim = std::min(lim, end_[b]);
@@ -125,7 +128,7 @@ struct KeyMask {
   const int64_t* keys(int64_t b) const { return mask_ ? mask_ + b * T_ : nullptr; }
 
  private:
-  int64_t T_;
+  int64_t T_, Tq_, q_start_;  // keys, queries, key position of query 0
   const int64_t* mask_;
   const int64_t* row_limit_;
   std::vector<int64_t> prefix_, end_;
@@ -163,11 +166,11 @@ void softmax_row(T* row, int64_t Tn, const RowKeys& rk, const int64_t* keys) {
   std::fill(row + n, row + Tn, T(0));
 }
 
-// 1 + the last column of row (T) with a nonzero probability (0 if none). Causal rows other than
-// uniform ones end at the diagonal, so the scan starts there.
+// 1 + the last column of row (Tk) with a nonzero probability (0 if none). Causal rows other than
+// uniform ones end at the diagonal (column q_start + t), so the scan starts there.
 template <typename T>
-int64_t row_extent(const T* row, int64_t t, int64_t Tn, bool causal) {
-  int64_t j = causal && row[Tn - 1] == T(0) ? std::min(t, Tn - 1) : Tn - 1;
+int64_t row_extent(const T* row, int64_t diagonal, int64_t Tn, bool causal) {
+  int64_t j = causal && row[Tn - 1] == T(0) ? std::clamp<int64_t>(diagonal, -1, Tn - 1) : Tn - 1;
   while (j >= 0 && row[j] == T(0)) --j;
   return j + 1;
 }
@@ -189,23 +192,24 @@ void softmax_backward_row(const T* a, T* ds, int64_t n) {
 template <typename T>
 void attention_forward(T* out, T* att, const T* q, const T* k, const T* v, const int64_t* key_mask,
                        const AttentionShape& s) {
-  const int64_t C = s.H * s.D, Tn = s.T, TT = s.T * s.T;
+  const int64_t C = s.H * s.D, Tq = s.T, Tn = s.keys(), TT = Tq * Tn;
   const T scale = static_cast<T>(1.0 / std::sqrt(static_cast<double>(s.D)));
-  const KeyMask mask(key_mask, s.row_limit, s.B, s.T);
+  const KeyMask mask(key_mask, s);
 #pragma omp parallel
   {
     std::vector<T> dropped(s.dropout_p > 0 ? kRowBlock * Tn : 0);  // a block of rows after dropout
 #pragma omp for schedule(static)
     for (int64_t bh = 0; bh < s.B * s.H; ++bh) {
       const int64_t b = bh / s.H, h = bh % s.H;
-      const int64_t off = b * s.T * C + h * s.D;  // head h of token 0 in batch b
-      T* a = att + bh * TT;                       // (T, T)
-      const uint64_t seed = s.dropout_p > 0 ? block_seed(s.dropout_seed, bh) : 0;
-      for (int64_t r0 = 0; r0 < Tn; r0 += kRowBlock) {
-        const int64_t rows = std::min(kRowBlock, Tn - r0);
+      const int64_t off = b * Tq * C + h * s.D;                 // head h of query 0 in batch b
+      const int64_t koff = b * s.key_stride() * C + h * s.D;  // head h of key 0 in batch b
+      T* a = att + bh * TT;                                    // (T, Tk)
+      const uint64_t seed = s.dropout_p > 0 ? block_seed(s, b, h) : 0;
+      for (int64_t r0 = 0; r0 < Tq; r0 += kRowBlock) {
+        const int64_t rows = std::min(kRowBlock, Tq - r0);
         int64_t E = 0;  // key columns this block reads
         for (int64_t t = r0; t < r0 + rows; ++t) E = std::max(E, mask.row(b, t, s.causal).extent(Tn));
-        gemm(false, true, rows, E, s.D, scale, q + off + r0 * C, C, k + off, C, T(0), a + r0 * Tn, Tn);  // q·kᵀ/√D
+        gemm(false, true, rows, E, s.D, scale, q + off + r0 * C, C, k + koff, C, T(0), a + r0 * Tn, Tn);  // q·kᵀ/√D
         for (int64_t t = r0; t < r0 + rows; ++t) softmax_row(a + t * Tn, Tn, mask.row(b, t, s.causal), mask.keys(b));
         const T* p = a + r0 * Tn;
         if (s.dropout_p > 0) {
@@ -214,7 +218,7 @@ void attention_forward(T* out, T* att, const T* q, const T* k, const T* v, const
           }
           p = dropped.data();
         }
-        gemm(false, false, rows, s.D, E, T(1), p, Tn, v + off, C, T(0), out + off + r0 * C, C);  // att·v
+        gemm(false, false, rows, s.D, E, T(1), p, Tn, v + koff, C, T(0), out + off + r0 * C, C);  // att·v
       }
     }
   }
@@ -223,7 +227,7 @@ void attention_forward(T* out, T* att, const T* q, const T* k, const T* v, const
 template <typename T>
 void attention_backward(T* dq, T* dk, T* dv, const T* dout, const T* att, const T* q, const T* k, const T* v,
                         const AttentionShape& s) {
-  const int64_t C = s.H * s.D, Tn = s.T, TT = s.T * s.T;
+  const int64_t C = s.H * s.D, Tq = s.T, Tn = s.keys(), TT = Tq * Tn;
   const T scale = static_cast<T>(1.0 / std::sqrt(static_cast<double>(s.D)));
 #pragma omp parallel
   {
@@ -231,13 +235,16 @@ void attention_backward(T* dq, T* dk, T* dv, const T* dout, const T* att, const 
 #pragma omp for schedule(static)
     for (int64_t bh = 0; bh < s.B * s.H; ++bh) {
       const int64_t b = bh / s.H, h = bh % s.H;
-      const int64_t off = b * s.T * C + h * s.D;
+      const int64_t off = b * Tq * C + h * s.D;
+      const int64_t koff = b * s.key_stride() * C + h * s.D;
       const T* a = att + bh * TT;
-      const uint64_t seed = s.dropout_p > 0 ? block_seed(s.dropout_seed, bh) : 0;
-      for (int64_t r0 = 0; r0 < Tn; r0 += kRowBlock) {
-        const int64_t rows = std::min(kRowBlock, Tn - r0);
+      const uint64_t seed = s.dropout_p > 0 ? block_seed(s, b, h) : 0;
+      for (int64_t r0 = 0; r0 < Tq; r0 += kRowBlock) {
+        const int64_t rows = std::min(kRowBlock, Tq - r0);
         int64_t E = 0;
-        for (int64_t t = r0; t < r0 + rows; ++t) E = std::max(E, row_extent(a + t * Tn, t, Tn, s.causal));
+        for (int64_t t = r0; t < r0 + rows; ++t) {
+          E = std::max(E, row_extent(a + t * Tn, s.q_start + t, Tn, s.causal));
+        }
         if (E == 0) continue;
         const T* p = a + r0 * Tn;  // the probabilities that multiplied v
         if (s.dropout_p > 0) {
@@ -247,8 +254,8 @@ void attention_backward(T* dq, T* dk, T* dv, const T* dout, const T* att, const 
           p = dropped.data();
         }
         const T* dout_r = dout + off + r0 * C;
-        gemm(true, false, E, s.D, rows, T(1), p, Tn, dout_r, C, T(1), dv + off, C);          // dv += pᵀ·dout
-        gemm(false, true, rows, E, s.D, T(1), dout_r, C, v + off, C, T(0), ds.data(), Tn);  // dp = dout·vᵀ
+        gemm(true, false, E, s.D, rows, T(1), p, Tn, dout_r, C, T(1), dv + koff, C);          // dv += pᵀ·dout
+        gemm(false, true, rows, E, s.D, T(1), dout_r, C, v + koff, C, T(0), ds.data(), Tn);  // dp = dout·vᵀ
         for (int64_t t = r0; t < r0 + rows; ++t) {
           T* dr = ds.data() + (t - r0) * Tn;
           if (s.dropout_p > 0) dropout_row(dr, dr, E, s.dropout_p, seed, t * Tn);  // datt = dropout'(dp)
@@ -257,8 +264,8 @@ void attention_backward(T* dq, T* dk, T* dv, const T* dout, const T* att, const 
           softmax_backward_row(a + t * Tn, dr, E);
         }
         // dq += ds·k/√D; dk += dsᵀ·q/√D.
-        gemm(false, false, rows, s.D, E, scale, ds.data(), Tn, k + off, C, T(1), dq + off + r0 * C, C);
-        gemm(true, false, E, s.D, rows, scale, ds.data(), Tn, q + off + r0 * C, C, T(1), dk + off, C);
+        gemm(false, false, rows, s.D, E, scale, ds.data(), Tn, k + koff, C, T(1), dq + off + r0 * C, C);
+        gemm(true, false, E, s.D, rows, scale, ds.data(), Tn, q + off + r0 * C, C, T(1), dk + koff, C);
       }
     }
   }

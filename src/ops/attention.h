@@ -1,4 +1,7 @@
 // Multi-head scaled dot-product attention with a key padding mask and an optional causal mask.
+// Queries (B, T) attend over keys (B, Tk): Tk = T for self-attention over one sequence, any Tk for
+// cross-attention, and past + T for decoding with a key/value cache, where query t sits at position
+// q_start + t of the keys and k, v rows are strided by the cache's capacity.
 // RoPE is not applied here: the caller rotates q and k (and v with HF's rotary_value) with librope
 // before the forward, and rotates dq, dk (dv) back with ROPE_BACKWARD after the backward.
 //
@@ -15,8 +18,8 @@
 namespace ops {
 
 struct AttentionShape {
-  int64_t B, T, H, D;  // batch, tokens, heads, head dim; q, k, v, out are (B, T, H·D)
-  bool causal;         // key s is visible from query t only if s <= t
+  int64_t B, T, H, D;  // batch, query tokens, heads, head dim; q, out are (B, T, H·D)
+  bool causal;         // key s is visible from query t only if s <= q_start + t
   // Dropout on the probabilities (HF attention_probs_dropout_prob), with a mask regenerated from
   // the seed in the backward; 0 = none.
   double dropout_p = 0;
@@ -25,15 +28,23 @@ struct AttentionShape {
   // seq2seq mask (RoFormer-Sim) is one: cumsum(token_type) is non-decreasing, so the keys a query
   // may see always form a prefix.
   const int64_t* row_limit = nullptr;
+  int64_t Tk = 0;         // keys per batch row (0: T); k, v are (B, kv_stride, H·D), rows [0, Tk) used
+  int64_t kv_stride = 0;  // key rows between batch rows of k and v (0: Tk), e.g. a cache's capacity
+  int64_t q_start = 0;    // key position of query 0 (the causal diagonal's offset), e.g. the cache's past
+  // Global index of batch row 0: dropout masks are keyed by (seed, global row, head), so they do not
+  // depend on how a batch is split into micro-batches or across processes.
+  int64_t dropout_row0 = 0;
+  int64_t keys() const { return Tk > 0 ? Tk : T; }
+  int64_t key_stride() const { return kv_stride > 0 ? kv_stride : keys(); }
 };
 
-// out (B, T, H·D) = softmax(q·kᵀ/√D + mask)·v per head; att (B, H, T, T) keeps the probabilities.
-// key_mask (B, T): 1 = real token, 0 = padding; may be null (all real).
+// out (B, T, H·D) = softmax(q·kᵀ/√D + mask)·v per head; att (B, H, T, Tk) keeps the probabilities.
+// key_mask (B, Tk): 1 = real token, 0 = padding; may be null (all real). row_limit is (B, T).
 template <typename T>
 void attention_forward(T* out, T* att, const T* q, const T* k, const T* v, const int64_t* key_mask,
                        const AttentionShape& s);
 
-// dq, dk, dv (B, T, H·D) += gradients given dout (B, T, H·D) and the forward's att.
+// dq (B, T, H·D), dk, dv (B, kv_stride, H·D) += gradients given dout (B, T, H·D) and the forward's att.
 template <typename T>
 void attention_backward(T* dq, T* dk, T* dv, const T* dout, const T* att, const T* q, const T* k,
                         const T* v, const AttentionShape& s);

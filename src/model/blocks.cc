@@ -1,0 +1,614 @@
+// The RoFormer blocks (see blocks.h): each forward/backward pair, with the shapes of every tensor.
+#include "blocks.h"
+
+#include <algorithm>
+#include <cmath>
+#include <stdexcept>
+#include <string>
+#include <type_traits>
+
+#include "ops/activation.h"
+#include "ops/attention.h"
+#include "ops/dropout.h"
+#include "ops/embedding.h"
+#include "ops/linear.h"
+#include "ops/norm.h"
+#include "ops/position.h"
+#include "ops/random.h"
+
+namespace model {
+
+namespace {
+
+template <typename T>
+void accumulate(T* out, const T* a, int64_t n) {  // out += a
+#pragma omp parallel for schedule(static)
+  for (int64_t i = 0; i < n; ++i) out[i] += a[i];
+}
+
+template <typename T>
+void zero(T* x, int64_t n) {
+  std::fill(x, x + n, T(0));
+}
+
+template <typename T>
+void resize(std::vector<T>& v, int64_t n) {
+  if (static_cast<int64_t>(v.size()) != n) v.resize(n);
+}
+
+// out (N, C) = x + dropout(out): the residual add after a sub-layer's output dense, in place.
+template <typename T>
+void dropout_residual(T* out, const T* x, int64_t N, int64_t C, const Dropout& d, int64_t site) {
+  if (d.hidden > 0) ops::dropout_forward(out, out, N * C, d.hidden, d.site_seed(site), d.first(C));
+  accumulate(out, x, N * C);
+}
+
+// dx (N, C) = dropout'(dy): the backward of a dropout site (dx and dy may alias).
+template <typename T>
+void dropout_back(T* dx, const T* dy, int64_t count, const Dropout& d, int64_t site, uint64_t first, Scratch<T>& s,
+                  size_t buf) {
+  if (d.hidden > 0) {
+    T* tmp = s.get(buf, count);
+    std::copy(dy, dy + count, tmp);
+    zero(dx, count);
+    ops::dropout_backward(dx, tmp, count, d.hidden, d.site_seed(site), first);
+  } else if (dx != dy) {
+    std::copy(dy, dy + count, dx);
+  }
+}
+
+// x (B, S, n, D) rotated by librope at positions start .. start + S − 1.
+template <typename T>
+void rotate(const RoFormerConfig& cfg, const rope::Plan& plan, rope_direction dir, rope_role role, T* x, int64_t B,
+            int64_t S, int64_t n, int64_t D, int64_t start) {
+  if constexpr (std::is_same_v<T, float>) {
+    plan.apply(dir, role, rope::offset_positions(start), rope::bshd(x, ROPE_DTYPE_F32, B, S, n, D));
+  } else {  // TEMPORARY until librope's F64 dtype lands
+    const std::vector<double> inv_freq = plan.inv_freq();
+    const bool half = cfg.rope_half_layout;
+    const int64_t P = D / 2;
+    const double sign = dir == ROPE_FORWARD ? 1.0 : -1.0;
+    for (int64_t r = 0; r < B * S; ++r) {
+      for (int64_t h = 0; h < n; ++h) {
+        T* head = x + (r * n + h) * D;
+        for (int64_t i = 0; i < P; ++i) {
+          const double angle = static_cast<double>(start + r % S) * inv_freq[i];
+          const double c = std::cos(angle), s = sign * std::sin(angle);
+          T& x0 = head[half ? i : 2 * i];
+          T& x1 = head[half ? i + P : 2 * i + 1];
+          const double a = x0, bb = x1;
+          x0 = static_cast<T>(a * c - bb * s);
+          x1 = static_cast<T>(bb * c + a * s);
+        }
+      }
+    }
+    (void)role;
+  }
+}
+
+}  // namespace
+
+uint64_t Dropout::site_seed(int64_t site) const { return ops::mix64(seed ^ ops::mix64(0x5eed0000ull + site)); }
+
+Dropout Dropout::training(const RoFormerConfig& c, uint64_t seed, int64_t row0, int64_t tokens) {
+  return {c.hidden_dropout_prob, c.attention_probs_dropout_prob, seed, row0, tokens};
+}
+
+// ---- norm and activation ----
+
+template <typename T>
+void norm_forward(const RoFormerConfig& c, T* out, NormActs<T>& a, const T* in, const NormParams<T>& p, int64_t N,
+                  int64_t C) {
+  resize(a.rstd, N);
+  if (c.rms_norm()) {
+    ops::rmsnorm_forward(out, a.rstd.data(), in, static_cast<const T*>(nullptr), N, C, c.layer_norm_eps);
+  } else {
+    resize(a.mean, N);
+    ops::layernorm_forward(out, a.mean.data(), a.rstd.data(), in, p.w, p.b, N, C, c.layer_norm_eps);
+  }
+}
+
+template <typename T>
+void norm_backward(const RoFormerConfig& c, T* din, const NormParams<T>& g, const T* dout, const T* in,
+                   const NormParams<T>& p, const NormActs<T>& a, int64_t N, int64_t C) {
+  zero(din, N * C);
+  if (c.rms_norm()) {
+    ops::rmsnorm_backward(din, static_cast<T*>(nullptr), dout, in, static_cast<const T*>(nullptr), a.rstd.data(), N, C);
+  } else {
+    ops::layernorm_backward(din, g.w, g.b, dout, in, p.w, a.mean.data(), a.rstd.data(), N, C);
+  }
+}
+
+template <typename T>
+void activation_forward(const RoFormerConfig& c, T* out, const T* in, int64_t n) {
+  if (c.hidden_act == "gelu") {
+    ops::gelu_forward(out, in, n);
+  } else {
+    ops::relu_forward(out, in, n);
+  }
+}
+
+template <typename T>
+void activation_backward(const RoFormerConfig& c, T* din, const T* in, const T* dout, int64_t n) {
+  zero(din, n);
+  if (c.hidden_act == "gelu") {
+    ops::gelu_backward(din, in, dout, n);
+  } else {
+    ops::relu_backward(din, in, dout, n);
+  }
+}
+
+// ---- embeddings ----
+
+std::vector<float> sinusoidal_positions(const RoFormerConfig& c, int64_t start, int64_t count) {
+  const int64_t E = c.embedding_size;
+  std::vector<float> table((start + count) * E);  // from librope's exact cos/sin
+  ops::sinusoidal_table(table.data(), start + count, E);
+  const float scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(E)));
+  std::vector<float> out(count * E);
+  for (int64_t i = 0; i < count * E; ++i) out[i] = table[start * E + i] * scale;
+  return out;
+}
+
+template <typename T>
+void embeddings_forward(const RoFormerConfig& c, T* out, EmbeddingActs<T>& a, const EmbeddingParams<T>& p,
+                        const int64_t* ids, const int64_t* types, int64_t B, int64_t T_, int64_t start,
+                        const Dropout& d) {
+  const int64_t N = B * T_, E = c.embedding_size, H = c.hidden_size;
+  a.ids.assign(ids, ids + N);
+  a.types.assign(N, 0);
+  if (types) a.types.assign(types, types + N);
+  a.positions.resize(N);
+  for (int64_t i = 0; i < N; ++i) a.positions[i] = start + i % T_;
+  resize(a.sum, N * E);
+  resize(a.normed, N * E);
+  std::vector<T> tmp(N * E);  // (N, E)
+  ops::embedding_forward(a.sum.data(), a.ids.data(), p.word, N, c.vocab_size, E);
+  ops::embedding_forward(tmp.data(), a.types.data(), p.token_type, N, c.type_vocab_size, E);
+  accumulate(a.sum.data(), tmp.data(), N * E);
+  if (c.position_encoding == PositionEncoding::learned) {
+    ops::embedding_forward(tmp.data(), a.positions.data(), p.position, N, c.max_position_embeddings, E);
+    accumulate(a.sum.data(), tmp.data(), N * E);
+  } else if (c.position_encoding == PositionEncoding::sinusoidal) {
+    const std::vector<float> table = sinusoidal_positions(c, start, T_);  // (T, E)
+    for (int64_t i = 0; i < N * E; ++i) a.sum[i] += static_cast<T>(table[i % (T_ * E)]);
+  }
+  norm_forward(c, a.normed.data(), a.norm, a.sum.data(), p.norm, N, E);
+  a.dropped = a.normed;
+  if (d.hidden > 0) {
+    ops::dropout_forward(a.dropped.data(), a.dropped.data(), N * E, d.hidden, d.site_seed(0), d.first(E));
+  }
+  if (p.project.w) {
+    ops::linear_forward(out, a.dropped.data(), p.project.w, p.project.b, N, E, H);  // (N, H)
+  } else {
+    std::copy(a.dropped.begin(), a.dropped.end(), out);
+  }
+}
+
+template <typename T>
+void embeddings_backward(const RoFormerConfig& c, const EmbeddingParams<T>& g, const T* dout, const EmbeddingActs<T>& a,
+                         const EmbeddingParams<T>& p, const Dropout& d, Scratch<T>& s) {
+  const int64_t N = static_cast<int64_t>(a.ids.size()), E = c.embedding_size, H = c.hidden_size;
+  T* d_dropped = s.get(0, N * E);  // (N, E)
+  if (p.project.w) {
+    zero(d_dropped, N * E);
+    ops::linear_backward(d_dropped, g.project.w, g.project.b, dout, a.dropped.data(), p.project.w, N, E, H);
+  } else {
+    std::copy(dout, dout + N * E, d_dropped);
+  }
+  dropout_back(d_dropped, d_dropped, N * E, d, 0, d.first(E), s, 2);
+  T* d_sum = s.get(1, N * E);
+  norm_backward(c, d_sum, g.norm, d_dropped, a.sum.data(), p.norm, a.norm, N, E);
+  ops::embedding_backward(g.token_type, d_sum, a.types.data(), N, E);
+  if (p.position) ops::embedding_backward(g.position, d_sum, a.positions.data(), N, E);
+  for (int64_t i = 0; i < N; ++i) {  // nn.Embedding(padding_idx): no gradient into the padding row
+    if (a.ids[i] == c.pad_token_id) zero(d_sum + i * E, E);
+  }
+  ops::embedding_backward(g.word, d_sum, a.ids.data(), N, E);
+}
+
+// ---- attention ----
+
+rope_config rope_settings(const RoFormerConfig& c) {
+  rope_config rc = rope::default_config(static_cast<int32_t>(c.head_dim()));
+  rc.base = c.rope_theta;
+  rc.layout = c.rope_half_layout ? ROPE_LAYOUT_HALF : ROPE_LAYOUT_INTERLEAVED;
+  rope::apply_scaling_spec(c.rope_scaling, &rc);
+  return rc;
+}
+
+ops::LinearAttentionShape linear_attention_shape(const RoFormerConfig& c, int64_t B, int64_t T, int64_t start) {
+  ops::LinearAttentionShape s{B, T, c.num_attention_heads, c.head_dim(), c.head_dim(), c.is_decoder};
+  s.feature_map = c.attention_type == "performer" ? ops::FeatureMap::favor : ops::FeatureMap::elu_plus_one;
+  s.favor_features = c.attention_type == "performer" ? c.performer_features : 0;
+  s.rope = c.position_encoding == PositionEncoding::rope;
+  s.rope_base = c.rope_theta;
+  s.start = start;
+  return s;
+}
+
+template <typename T>
+std::vector<T> performer_features(const RoFormerConfig& c, int64_t layer) {
+  std::vector<T> w(c.performer_features * c.head_dim());
+  ops::favor_projection(w.data(), c.performer_features, c.head_dim(), ops::mix64(0xfa70ull + layer));
+  return w;
+}
+
+namespace {
+
+// FAVOR+ estimates exp(q·k): q and k are scaled by D^(−1/4) to approximate softmax(q·kᵀ/√D).
+template <typename T>
+void favor_scale(T* x, int64_t n, int64_t D) {
+  const T f = static_cast<T>(std::pow(static_cast<double>(D), -0.25));
+  for (int64_t i = 0; i < n; ++i) x[i] *= f;
+}
+
+template <typename T>
+ops::AttentionShape softmax_shape(const AttentionContext<T>& ctx, int64_t B, int64_t T_, int64_t Tk, int64_t start,
+                                  int64_t stride) {
+  const RoFormerConfig& c = *ctx.config;
+  ops::AttentionShape s{B, T_, c.num_attention_heads, c.head_dim(), ctx.causal};
+  s.row_limit = ctx.row_limit;
+  s.Tk = Tk;
+  s.kv_stride = stride;
+  s.q_start = start;
+  s.dropout_p = ctx.dropout.attention;
+  s.dropout_seed = ctx.dropout.attention > 0 ? ctx.dropout.site_seed(1 + 3 * ctx.layer) : 0;
+  s.dropout_row0 = ctx.dropout.row0;
+  return s;
+}
+
+// out (N, H) = norm(x + dropout(ctx · Woᵀ + bo)): the attention output sub-layer.
+template <typename T>
+void attention_output(T* out, AttentionActs<T>& a, const AttentionParams<T>& p, const AttentionContext<T>& ctx,
+                      const T* x, int64_t B, int64_t T_) {
+  const RoFormerConfig& c = *ctx.config;
+  const int64_t N = B * T_, H = c.hidden_size;
+  resize(a.sum, N * H);
+  ops::linear_forward(a.sum.data(), a.ctx.data(), p.out.w, p.out.b, N, H, H);
+  dropout_residual(a.sum.data(), x, N, H, ctx.dropout, 2 + 3 * ctx.layer);
+  norm_forward(c, out, a.norm, a.sum.data(), p.norm, N, H);
+}
+
+// d_ctx (N, H) written, dx (N, H) = the residual branch's gradient, from dout (N, H).
+template <typename T>
+void attention_output_backward(T* d_ctx, T* dx, const AttentionParams<T>& g, const T* dout, const AttentionActs<T>& a,
+                               const AttentionParams<T>& p, const AttentionContext<T>& ctx, int64_t B, int64_t T_,
+                               Scratch<T>& s) {
+  const RoFormerConfig& c = *ctx.config;
+  const int64_t N = B * T_, H = c.hidden_size;
+  norm_backward(c, dx, g.norm, dout, a.sum.data(), p.norm, a.norm, N, H);
+  T* d_sum = s.get(10, N * H);
+  dropout_back(d_sum, dx, N * H, ctx.dropout, 2 + 3 * ctx.layer, ctx.dropout.first(H), s, 11);
+  zero(d_ctx, N * H);
+  ops::linear_backward(d_ctx, g.out.w, g.out.b, d_sum, a.ctx.data(), p.out.w, N, H, H);
+}
+
+// Softmax or linear attention of rotated q, k, v into a.ctx; keys (B, stride, H) with Tk valid.
+template <typename T>
+void attend(AttentionActs<T>& a, const AttentionContext<T>& ctx, const T* k, const T* v, int64_t B, int64_t T_,
+            int64_t Tk, int64_t start, int64_t stride, KVCache<T>* cache) {
+  const RoFormerConfig& c = *ctx.config;
+  const int64_t N = B * T_, H = c.hidden_size, n = c.num_attention_heads, D = c.head_dim();
+  resize(a.ctx, N * H);
+  if (c.attention_type == "softmax") {
+    const ops::AttentionShape s = softmax_shape(ctx, B, T_, Tk, start, stride);
+    resize(a.att, B * n * T_ * Tk);
+    ops::attention_forward(a.ctx.data(), a.att.data(), a.q.data(), k, v, ctx.key_mask, s);
+    return;
+  }
+  if (ctx.key_mask && std::find(ctx.key_mask, ctx.key_mask + B * Tk, 0) != ctx.key_mask + B * Tk) {
+    throw std::invalid_argument("linear attention does not support padding masks");
+  }
+  if (ctx.favor) favor_scale(a.q.data(), N * H, D);  // keys are scaled where they are written
+  if (cache) {  // the recurrent form, one token at a time; B = 1 row of tokens per step
+    const ops::LinearAttentionShape ls = linear_attention_shape(c, B, 1, start);
+    for (int64_t t = 0; t < T_; ++t) {
+      ops::linear_attention_step(a.ctx.data() + t * H, a.q.data() + t * H, k + (start + t) * H, v + (start + t) * H,
+                                 ctx.favor, ls, cache->linear);
+    }
+    return;
+  }
+  const ops::LinearAttentionShape ls = linear_attention_shape(c, B, T_, start);
+  resize(a.saved, ops::linear_attention_saved_size(ls));
+  ops::linear_attention_forward(a.ctx.data(), a.saved.data(), a.q.data(), k, v, ctx.favor, ls);
+}
+
+}  // namespace
+
+template <typename T>
+void self_attention_forward(T* out, AttentionActs<T>& a, const AttentionParams<T>& p, const AttentionContext<T>& ctx,
+                            const T* x, int64_t B, int64_t T_, int64_t start, KVCache<T>* cache) {
+  const RoFormerConfig& c = *ctx.config;
+  const int64_t N = B * T_, H = c.hidden_size, n = c.num_attention_heads, D = c.head_dim();
+  const bool softmax = c.attention_type == "softmax";
+  resize(a.q, N * H);
+  ops::linear_forward(a.q.data(), x, p.q.w, p.q.b, N, H, H);
+  // Keys and values: the block's own buffers, or the cache's rows [start, start + T) of each batch row.
+  T *k = nullptr, *v = nullptr;
+  int64_t stride = T_;
+  if (cache) {
+    if (cache->B != B || start != cache->length || start + T_ > cache->capacity) {
+      throw std::length_error("the key/value cache holds " + std::to_string(cache->length) + " of " +
+                              std::to_string(cache->capacity) + " tokens; cannot append " + std::to_string(T_));
+    }
+    stride = cache->capacity;
+    k = cache->k.data(), v = cache->v.data();
+    std::vector<T> tmp(N * H);
+    for (auto [dst, w] : {std::pair{k, p.k}, std::pair{v, p.v}}) {
+      ops::linear_forward(tmp.data(), x, w.w, w.b, N, H, H);
+      for (int64_t b = 0; b < B; ++b) std::copy_n(tmp.data() + b * T_ * H, T_ * H, dst + (b * stride + start) * H);
+    }
+  } else {
+    resize(a.k, N * H);
+    resize(a.v, N * H);
+    k = a.k.data(), v = a.v.data();
+    ops::linear_forward(k, x, p.k.w, p.k.b, N, H, H);
+    ops::linear_forward(v, x, p.v.w, p.v.b, N, H, H);
+  }
+  // RoPE on the new rows only (cached keys stay rotated at their own positions). A cache's batch rows
+  // are strided by its capacity, so they are rotated one by one.
+  const int64_t rows = cache ? 1 : B, first = cache ? start : 0;
+  for (int64_t b = 0; b < B && ctx.rope; b += rows) {
+    T *qb = a.q.data() + b * T_ * H, *kb = k + (b * stride + first) * H, *vb = v + (b * stride + first) * H;
+    if (softmax) {
+      rotate(c, *ctx.rope, ROPE_FORWARD, ROPE_ROLE_QUERY, qb, rows, T_, n, D, start);
+      rotate(c, *ctx.rope, ROPE_FORWARD, ROPE_ROLE_KEY, kb, rows, T_, n, D, start);
+    }
+    if (c.rotary_value) rotate(c, *ctx.rope, ROPE_FORWARD, ROPE_ROLE_KEY, vb, rows, T_, n, D, start);
+  }
+  if (ctx.favor) {  // FAVOR+ scales the new keys (queries are scaled in attend)
+    for (int64_t b = 0; b < B; b += rows) favor_scale(k + (b * stride + first) * H, rows * T_ * H, D);
+  }
+  const int64_t Tk = cache ? start + T_ : T_;
+  attend(a, ctx, k, v, B, T_, Tk, cache ? start : 0, stride, cache);
+  if (cache) cache->length = start + T_;
+  attention_output(out, a, p, ctx, x, B, T_);
+}
+
+template <typename T>
+void self_attention_backward(T* dx, const AttentionParams<T>& g, const T* dout, const AttentionActs<T>& a,
+                             const AttentionParams<T>& p, const AttentionContext<T>& ctx, const T* x, int64_t B,
+                             int64_t T_, Scratch<T>& s) {
+  const RoFormerConfig& c = *ctx.config;
+  const int64_t N = B * T_, H = c.hidden_size, n = c.num_attention_heads, D = c.head_dim();
+  T *d_ctx = s.get(12, N * H), *dq = s.get(13, N * H), *dk = s.get(14, N * H), *dv = s.get(15, N * H);
+  attention_output_backward(d_ctx, dx, g, dout, a, p, ctx, B, T_, s);  // dx = the residual branch
+  zero(dq, N * H), zero(dk, N * H), zero(dv, N * H);
+  if (c.attention_type == "softmax") {
+    const ops::AttentionShape shape = softmax_shape(ctx, B, T_, T_, 0, T_);
+    ops::attention_backward(dq, dk, dv, d_ctx, a.att.data(), a.q.data(), a.k.data(), a.v.data(), shape);
+    if (ctx.rope) {  // the rotation is orthogonal: its backward rotates by −θ
+      rotate(c, *ctx.rope, ROPE_BACKWARD, ROPE_ROLE_QUERY, dq, B, T_, n, D, 0);
+      rotate(c, *ctx.rope, ROPE_BACKWARD, ROPE_ROLE_KEY, dk, B, T_, n, D, 0);
+    }
+  } else {
+    ops::linear_attention_backward(dq, dk, dv, d_ctx, a.saved.data(), a.q.data(), a.k.data(), a.v.data(), ctx.favor,
+                                   linear_attention_shape(c, B, T_, 0));
+    if (ctx.favor) {
+      favor_scale(dq, N * H, D);
+      favor_scale(dk, N * H, D);
+    }
+  }
+  if (ctx.rope && c.rotary_value) rotate(c, *ctx.rope, ROPE_BACKWARD, ROPE_ROLE_KEY, dv, B, T_, n, D, 0);
+  ops::linear_backward(dx, g.q.w, g.q.b, dq, x, p.q.w, N, H, H);
+  ops::linear_backward(dx, g.k.w, g.k.b, dk, x, p.k.w, N, H, H);
+  ops::linear_backward(dx, g.v.w, g.v.b, dv, x, p.v.w, N, H, H);
+}
+
+template <typename T>
+void cross_attention_forward(T* out, AttentionActs<T>& a, const AttentionParams<T>& p, const AttentionContext<T>& ctx,
+                             const T* x, const T* memory, int64_t B, int64_t T_, int64_t Tk, KVCache<T>* cache) {
+  const RoFormerConfig& c = *ctx.config;
+  const int64_t N = B * T_, H = c.hidden_size, n = c.num_attention_heads, D = c.head_dim();
+  if (c.attention_type != "softmax") throw std::invalid_argument("cross-attention supports softmax attention only");
+  if (ctx.causal) throw std::invalid_argument("cross-attention is not causal");
+  resize(a.q, N * H);
+  ops::linear_forward(a.q.data(), x, p.q.w, p.q.b, N, H, H);
+  if (ctx.rope) rotate(c, *ctx.rope, ROPE_FORWARD, ROPE_ROLE_QUERY, a.q.data(), B, T_, n, D, 0);
+  std::vector<T>& k = cache ? cache->k : a.k;
+  std::vector<T>& v = cache ? cache->v : a.v;
+  if (!cache || cache->length == 0) {  // keys and values of the memory, computed once per source
+    resize(k, B * Tk * H);
+    resize(v, B * Tk * H);
+    ops::linear_forward(k.data(), memory, p.k.w, p.k.b, B * Tk, H, H);
+    ops::linear_forward(v.data(), memory, p.v.w, p.v.b, B * Tk, H, H);
+    if (ctx.rope) rotate(c, *ctx.rope, ROPE_FORWARD, ROPE_ROLE_KEY, k.data(), B, Tk, n, D, 0);
+    if (ctx.rope && c.rotary_value) rotate(c, *ctx.rope, ROPE_FORWARD, ROPE_ROLE_KEY, v.data(), B, Tk, n, D, 0);
+    if (cache) cache->B = B, cache->capacity = cache->length = Tk;
+  }
+  attend(a, ctx, k.data(), v.data(), B, T_, Tk, 0, Tk, static_cast<KVCache<T>*>(nullptr));
+  attention_output(out, a, p, ctx, x, B, T_);
+}
+
+template <typename T>
+void cross_attention_backward(T* dx, T* dmemory, const AttentionParams<T>& g, const T* dout, const AttentionActs<T>& a,
+                              const AttentionParams<T>& p, const AttentionContext<T>& ctx, const T* x, const T* memory,
+                              int64_t B, int64_t T_, int64_t Tk, Scratch<T>& s) {
+  const RoFormerConfig& c = *ctx.config;
+  const int64_t N = B * T_, M = B * Tk, H = c.hidden_size, n = c.num_attention_heads, D = c.head_dim();
+  T *d_ctx = s.get(12, N * H), *dq = s.get(13, N * H), *dk = s.get(14, M * H), *dv = s.get(15, M * H);
+  attention_output_backward(d_ctx, dx, g, dout, a, p, ctx, B, T_, s);
+  zero(dq, N * H), zero(dk, M * H), zero(dv, M * H);
+  ops::attention_backward(dq, dk, dv, d_ctx, a.att.data(), a.q.data(), a.k.data(), a.v.data(),
+                          softmax_shape(ctx, B, T_, Tk, 0, Tk));
+  if (ctx.rope) {
+    rotate(c, *ctx.rope, ROPE_BACKWARD, ROPE_ROLE_QUERY, dq, B, T_, n, D, 0);
+    rotate(c, *ctx.rope, ROPE_BACKWARD, ROPE_ROLE_KEY, dk, B, Tk, n, D, 0);
+    if (c.rotary_value) rotate(c, *ctx.rope, ROPE_BACKWARD, ROPE_ROLE_KEY, dv, B, Tk, n, D, 0);
+  }
+  ops::linear_backward(dx, g.q.w, g.q.b, dq, x, p.q.w, N, H, H);
+  ops::linear_backward(dmemory, g.k.w, g.k.b, dk, memory, p.k.w, M, H, H);
+  ops::linear_backward(dmemory, g.v.w, g.v.b, dv, memory, p.v.w, M, H, H);
+}
+
+// ---- feed-forward ----
+
+template <typename T>
+void feed_forward_forward(const RoFormerConfig& c, T* out, FeedForwardActs<T>& a, const FeedForwardParams<T>& p,
+                          const T* x, int64_t N, int64_t layer, const Dropout& d) {
+  const int64_t H = c.hidden_size, I = c.intermediate_size;
+  resize(a.pre, N * I);
+  resize(a.act, N * I);
+  resize(a.sum, N * H);
+  ops::linear_forward(a.pre.data(), x, p.in.w, p.in.b, N, H, I);  // (N, I)
+  activation_forward(c, a.act.data(), a.pre.data(), N * I);
+  ops::linear_forward(a.sum.data(), a.act.data(), p.out.w, p.out.b, N, I, H);  // (N, H)
+  dropout_residual(a.sum.data(), x, N, H, d, 3 + 3 * layer);
+  norm_forward(c, out, a.norm, a.sum.data(), p.norm, N, H);
+}
+
+template <typename T>
+void feed_forward_backward(const RoFormerConfig& c, T* dx, const FeedForwardParams<T>& g, const T* dout,
+                           const FeedForwardActs<T>& a, const FeedForwardParams<T>& p, const T* x, int64_t N,
+                           int64_t layer, const Dropout& d, Scratch<T>& s) {
+  const int64_t H = c.hidden_size, I = c.intermediate_size;
+  norm_backward(c, dx, g.norm, dout, a.sum.data(), p.norm, a.norm, N, H);  // dx = the residual branch
+  T* d_sum = s.get(20, N * H);
+  dropout_back(d_sum, dx, N * H, d, 3 + 3 * layer, d.first(H), s, 21);
+  T *d_act = s.get(22, N * I), *d_pre = s.get(23, N * I);
+  zero(d_act, N * I);
+  ops::linear_backward(d_act, g.out.w, g.out.b, d_sum, a.act.data(), p.out.w, N, I, H);
+  activation_backward(c, d_pre, a.pre.data(), d_act, N * I);
+  ops::linear_backward(dx, g.in.w, g.in.b, d_pre, x, p.in.w, N, H, I);
+}
+
+// ---- heads ----
+
+template <typename T>
+void mlm_head_forward(const RoFormerConfig& c, T* logits, MlmHeadActs<T>& a, const MlmHeadParams<T>& p, const T* h,
+                      int64_t N) {
+  const int64_t E = c.embedding_size, H = c.hidden_size, V = c.vocab_size;
+  if (!p.dense.w) {  // RoFormer-V2: the tied matmul only
+    ops::linear_forward(logits, h, p.decoder_w, static_cast<const T*>(nullptr), N, H, V);
+    return;
+  }
+  for (auto* v : {&a.dense, &a.act, &a.normed}) resize(*v, N * E);
+  ops::linear_forward(a.dense.data(), h, p.dense.w, p.dense.b, N, H, E);  // (N, E)
+  activation_forward(c, a.act.data(), a.dense.data(), N * E);
+  norm_forward(c, a.normed.data(), a.norm, a.act.data(), p.norm, N, E);
+  ops::linear_forward(logits, a.normed.data(), p.decoder_w, p.decoder_b, N, E, V);  // (N, V)
+}
+
+template <typename T>
+void mlm_head_backward(const RoFormerConfig& c, T* dh, const MlmHeadParams<T>& g, const T* dlogits,
+                       const MlmHeadActs<T>& a, const MlmHeadParams<T>& p, const T* h, int64_t N, Scratch<T>& s) {
+  const int64_t E = c.embedding_size, H = c.hidden_size, V = c.vocab_size;
+  zero(dh, N * H);
+  if (!p.dense.w) {
+    ops::linear_backward(dh, g.decoder_w, static_cast<T*>(nullptr), dlogits, h, p.decoder_w, N, H, V);
+    return;
+  }
+  T *d_normed = s.get(30, N * E), *d_act = s.get(31, N * E), *d_dense = s.get(32, N * E);
+  zero(d_normed, N * E);
+  ops::linear_backward(d_normed, g.decoder_w, g.decoder_b, dlogits, a.normed.data(), p.decoder_w, N, E, V);
+  norm_backward(c, d_act, g.norm, d_normed, a.act.data(), p.norm, a.norm, N, E);
+  activation_backward(c, d_dense, a.dense.data(), d_act, N * E);
+  ops::linear_backward(dh, g.dense.w, g.dense.b, d_dense, h, p.dense.w, N, H, E);
+}
+
+template <typename T>
+void pooler_forward(const RoFormerConfig& c, PoolerActs<T>& a, const PoolerParams<T>& p, const T* h, int64_t B,
+                    int64_t T_) {
+  const int64_t H = c.hidden_size;
+  resize(a.cls, B * H);
+  resize(a.out, B * H);
+  for (int64_t b = 0; b < B; ++b) std::copy_n(h + b * T_ * H, H, a.cls.data() + b * H);  // (B, H) [CLS] states
+  ops::linear_forward(a.out.data(), a.cls.data(), p.dense.w, p.dense.b, B, H, H);
+  if (c.pooler_activation == "tanh") {
+    for (T& x : a.out) x = std::tanh(x);
+  }
+}
+
+template <typename T>
+void pooler_backward(const RoFormerConfig& c, T* dh, const PoolerParams<T>& g, const T* dout, const PoolerActs<T>& a,
+                     const PoolerParams<T>& p, int64_t B, int64_t T_) {
+  const int64_t H = c.hidden_size;
+  std::vector<T> d_pre(dout, dout + B * H), d_cls(B * H, T(0));  // (B, H)
+  if (c.pooler_activation == "tanh") {
+    for (int64_t i = 0; i < B * H; ++i) d_pre[i] *= T(1) - a.out[i] * a.out[i];
+  }
+  ops::linear_backward(d_cls.data(), g.dense.w, g.dense.b, d_pre.data(), a.cls.data(), p.dense.w, B, H, H);
+  for (int64_t b = 0; b < B; ++b) accumulate(dh + b * T_ * H, d_cls.data() + b * H, H);
+}
+
+template <typename T>
+void classifier_forward(const RoFormerConfig& c, T* logits, ClassifierActs<T>& a, const ClassifierParams<T>& p,
+                        const T* h, int64_t B, int64_t T_, int64_t labels, const Dropout& d) {
+  const int64_t H = c.hidden_size;
+  for (auto* v : {&a.cls, &a.dense, &a.act}) resize(*v, B * H);
+  for (int64_t b = 0; b < B; ++b) std::copy_n(h + b * T_ * H, H, a.cls.data() + b * H);  // (B, H)
+  const uint64_t first = static_cast<uint64_t>(d.row0 * H);
+  if (d.hidden > 0) ops::dropout_forward(a.cls.data(), a.cls.data(), B * H, d.hidden, d.site_seed(0), first);
+  ops::linear_forward(a.dense.data(), a.cls.data(), p.dense.w, p.dense.b, B, H, H);
+  activation_forward(c, a.act.data(), a.dense.data(), B * H);
+  if (d.hidden > 0) ops::dropout_forward(a.act.data(), a.act.data(), B * H, d.hidden, d.site_seed(1), first);
+  ops::linear_forward(logits, a.act.data(), p.out.w, p.out.b, B, H, labels);  // (B, labels)
+}
+
+template <typename T>
+void classifier_backward(const RoFormerConfig& c, T* dh, const ClassifierParams<T>& g, const T* dlogits,
+                         const ClassifierActs<T>& a, const ClassifierParams<T>& p, int64_t B, int64_t T_, int64_t labels,
+                         const Dropout& d, Scratch<T>& s) {
+  const int64_t H = c.hidden_size;
+  const uint64_t first = static_cast<uint64_t>(d.row0 * H);
+  T *d_act = s.get(40, B * H), *d_dense = s.get(41, B * H), *d_cls = s.get(42, B * H);
+  zero(d_act, B * H);
+  ops::linear_backward(d_act, g.out.w, g.out.b, dlogits, a.act.data(), p.out.w, B, H, labels);
+  dropout_back(d_act, d_act, B * H, d, 1, first, s, 43);
+  activation_backward(c, d_dense, a.dense.data(), d_act, B * H);
+  zero(d_cls, B * H);
+  ops::linear_backward(d_cls, g.dense.w, g.dense.b, d_dense, a.cls.data(), p.dense.w, B, H, H);
+  dropout_back(d_cls, d_cls, B * H, d, 0, first, s, 43);
+  for (int64_t b = 0; b < B; ++b) accumulate(dh + b * T_ * H, d_cls + b * H, H);
+}
+
+// ---- instantiations ----
+
+#define ROFORMER_BLOCKS(T)                                                                                           \
+  template void norm_forward<T>(const RoFormerConfig&, T*, NormActs<T>&, const T*, const NormParams<T>&, int64_t,   \
+                                int64_t);                                                                            \
+  template void norm_backward<T>(const RoFormerConfig&, T*, const NormParams<T>&, const T*, const T*,               \
+                                 const NormParams<T>&, const NormActs<T>&, int64_t, int64_t);                        \
+  template void activation_forward<T>(const RoFormerConfig&, T*, const T*, int64_t);                                \
+  template void activation_backward<T>(const RoFormerConfig&, T*, const T*, const T*, int64_t);                     \
+  template void embeddings_forward<T>(const RoFormerConfig&, T*, EmbeddingActs<T>&, const EmbeddingParams<T>&,      \
+                                      const int64_t*, const int64_t*, int64_t, int64_t, int64_t, const Dropout&);    \
+  template void embeddings_backward<T>(const RoFormerConfig&, const EmbeddingParams<T>&, const T*,                  \
+                                       const EmbeddingActs<T>&, const EmbeddingParams<T>&, const Dropout&,           \
+                                       Scratch<T>&);                                                                 \
+  template std::vector<T> performer_features<T>(const RoFormerConfig&, int64_t);                                    \
+  template void self_attention_forward<T>(T*, AttentionActs<T>&, const AttentionParams<T>&,                         \
+                                          const AttentionContext<T>&, const T*, int64_t, int64_t, int64_t,           \
+                                          KVCache<T>*);                                                              \
+  template void self_attention_backward<T>(T*, const AttentionParams<T>&, const T*, const AttentionActs<T>&,        \
+                                           const AttentionParams<T>&, const AttentionContext<T>&, const T*, int64_t, \
+                                           int64_t, Scratch<T>&);                                                    \
+  template void cross_attention_forward<T>(T*, AttentionActs<T>&, const AttentionParams<T>&,                        \
+                                           const AttentionContext<T>&, const T*, const T*, int64_t, int64_t,         \
+                                           int64_t, KVCache<T>*);                                                    \
+  template void cross_attention_backward<T>(T*, T*, const AttentionParams<T>&, const T*, const AttentionActs<T>&,   \
+                                            const AttentionParams<T>&, const AttentionContext<T>&, const T*,         \
+                                            const T*, int64_t, int64_t, int64_t, Scratch<T>&);                       \
+  template void feed_forward_forward<T>(const RoFormerConfig&, T*, FeedForwardActs<T>&,                             \
+                                        const FeedForwardParams<T>&, const T*, int64_t, int64_t, const Dropout&);    \
+  template void feed_forward_backward<T>(const RoFormerConfig&, T*, const FeedForwardParams<T>&, const T*,          \
+                                         const FeedForwardActs<T>&, const FeedForwardParams<T>&, const T*, int64_t,  \
+                                         int64_t, const Dropout&, Scratch<T>&);                                      \
+  template void mlm_head_forward<T>(const RoFormerConfig&, T*, MlmHeadActs<T>&, const MlmHeadParams<T>&, const T*,  \
+                                    int64_t);                                                                        \
+  template void mlm_head_backward<T>(const RoFormerConfig&, T*, const MlmHeadParams<T>&, const T*,                  \
+                                     const MlmHeadActs<T>&, const MlmHeadParams<T>&, const T*, int64_t, Scratch<T>&); \
+  template void pooler_forward<T>(const RoFormerConfig&, PoolerActs<T>&, const PoolerParams<T>&, const T*, int64_t, \
+                                  int64_t);                                                                          \
+  template void pooler_backward<T>(const RoFormerConfig&, T*, const PoolerParams<T>&, const T*, const PoolerActs<T>&, \
+                                   const PoolerParams<T>&, int64_t, int64_t);                                        \
+  template void classifier_forward<T>(const RoFormerConfig&, T*, ClassifierActs<T>&, const ClassifierParams<T>&,    \
+                                      const T*, int64_t, int64_t, int64_t, const Dropout&);                          \
+  template void classifier_backward<T>(const RoFormerConfig&, T*, const ClassifierParams<T>&, const T*,             \
+                                       const ClassifierActs<T>&, const ClassifierParams<T>&, int64_t, int64_t,       \
+                                       int64_t, const Dropout&, Scratch<T>&);
+ROFORMER_BLOCKS(float)
+ROFORMER_BLOCKS(double)
+
+}  // namespace model

@@ -1,0 +1,267 @@
+// The RoFormer blocks, llm.c style: each block is a *_forward / *_backward pair of free functions over
+// a params struct (pointers into the parameter arena, params.h) and an activations struct (what the
+// backward needs). Models (roformer.h), decoding (generate.h) and the task heads compose these
+// blocks; none of them re-implements a block. Every rotation goes through librope.
+//
+// Conventions. Shapes: B batch rows, T query tokens, Tk key tokens, N = B·T, E embedding size,
+// H hidden size, I intermediate size, V vocabulary, n heads of D = H / n. A forward writes its output
+// and its activations. A backward WRITES d(input) and ACCUMULATES (+=) into the parameter gradients
+// (a params struct pointing into the gradient arena) and into a cross-attention memory's gradient.
+// Null parameter pointers mean "absent": no bias without use_bias, no norm weights with RMS norms.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "model/config.h"
+#include "ops/linear_attention.h"
+#include "rope/rope.hpp"
+
+namespace model {
+
+template <typename T>
+struct LinearParams {
+  T *w = nullptr, *b = nullptr;  // (out, in) PyTorch layout, (out)
+};
+template <typename T>
+struct NormParams {
+  T *w = nullptr, *b = nullptr;  // (C); both null for RoFormer-V2's parameter-free RMS norm
+};
+template <typename T>
+struct EmbeddingParams {
+  T *word = nullptr, *token_type = nullptr, *position = nullptr;  // (V, E), (types, E), (P, E) or null
+  NormParams<T> norm;                                             // (E)
+  LinearParams<T> project;                                        // (H, E) when E != H, else null
+};
+// Attention and its output sub-layer (HF RoFormerAttention: self + output dense, residual, norm).
+template <typename T>
+struct AttentionParams {
+  LinearParams<T> q, k, v, out;  // (H, H) each
+  NormParams<T> norm;            // (H)
+};
+// HF RoFormerIntermediate + RoFormerOutput: dense H → I, activation, dense I → H, residual, norm.
+template <typename T>
+struct FeedForwardParams {
+  LinearParams<T> in, out;  // (I, H), (H, I)
+  NormParams<T> norm;       // (H)
+};
+template <typename T>
+struct LayerParams {
+  AttentionParams<T> attn;
+  FeedForwardParams<T> ffn;
+};
+// HF RoFormerLMPredictionHead: dense H → E, activation, norm, decoder tied to the word embeddings.
+// RoFormer-V2's head is the tied matmul alone (dense and norm null, decoder_b null).
+template <typename T>
+struct MlmHeadParams {
+  LinearParams<T> dense;  // (E, H)
+  NormParams<T> norm;     // (E)
+  T *decoder_w = nullptr, *decoder_b = nullptr;  // (V, E) = the word embeddings, (V)
+};
+// RoFormer-Sim's pooler: act(h[:, 0]·Wᵀ + b) with pooler_activation linear or tanh.
+template <typename T>
+struct PoolerParams {
+  LinearParams<T> dense;  // (H, H)
+};
+// HF RoFormerClassificationHead: h[:, 0] → dropout → dense H → H → hidden_act → dropout → out_proj.
+template <typename T>
+struct ClassifierParams {
+  LinearParams<T> dense, out;  // (H, H), (labels, H)
+};
+
+// The dropout state of one forward: hidden dropout on the embeddings and on each sub-layer output,
+// attention dropout on the probabilities. Masks are keyed by (seed, site, global row), so a row gets
+// the same masks however a batch is split. Sites: 0 embeddings; layer l: 1 + 3l probabilities,
+// 2 + 3l attention output, 3 + 3l feed-forward output.
+struct Dropout {
+  double hidden = 0, attention = 0;  // probabilities; 0 = off (inference)
+  uint64_t seed = 0;
+  int64_t row0 = 0;    // global index of batch row 0
+  int64_t tokens = 0;  // tokens per batch row (T)
+  uint64_t site_seed(int64_t site) const;
+  // The mask counter of element 0 of a (B, T, C) tensor: row0 · T · C.
+  uint64_t first(int64_t C) const { return static_cast<uint64_t>(row0 * tokens * C); }
+  static Dropout training(const RoFormerConfig& c, uint64_t seed, int64_t row0, int64_t tokens);
+};
+
+// Backward scratch shared by the blocks of one model: numbered buffers, grown on first use and
+// reused every step. A block uses buffers from its `first` on, so a caller keeps those below.
+template <typename T>
+struct Scratch {
+  std::vector<std::vector<T>> bufs;
+  T* get(size_t i, int64_t n) {
+    if (bufs.size() <= i) bufs.resize(i + 1);
+    if (static_cast<int64_t>(bufs[i].size()) < n) bufs[i].resize(n);
+    return bufs[i].data();
+  }
+};
+
+// ---- norm: LayerNorm (mean, rstd kept) or, with norm_type rms_norm, RoFormer-V2's RMS norm ----
+template <typename T>
+struct NormActs {
+  std::vector<T> mean, rstd;  // (N)
+};
+// out (N, C) = norm(in). acts are resized to N.
+template <typename T>
+void norm_forward(const RoFormerConfig& c, T* out, NormActs<T>& a, const T* in, const NormParams<T>& p, int64_t N,
+                  int64_t C);
+// din (N, C) written; g.w, g.b += gradients.
+template <typename T>
+void norm_backward(const RoFormerConfig& c, T* din, const NormParams<T>& g, const T* dout, const T* in,
+                   const NormParams<T>& p, const NormActs<T>& a, int64_t N, int64_t C);
+
+// ---- activation (hidden_act): gelu (exact erf) or relu ----
+template <typename T>
+void activation_forward(const RoFormerConfig& c, T* out, const T* in, int64_t n);
+template <typename T>
+void activation_backward(const RoFormerConfig& c, T* din, const T* in, const T* dout, int64_t n);  // din written
+
+// ---- embeddings ----
+template <typename T>
+struct EmbeddingActs {
+  std::vector<int64_t> ids, types, positions;  // (N)
+  std::vector<T> sum, normed, dropped;         // (N, E): word + type (+ position); norm; dropout
+  NormActs<T> norm;
+};
+// out (N, H) = project(dropout(norm(word[ids] + type[types] + position[start + t]))). types may be
+// null (all 0). Sinusoidal positions are added from librope's exact table; RoPE adds nothing here.
+template <typename T>
+void embeddings_forward(const RoFormerConfig& c, T* out, EmbeddingActs<T>& a, const EmbeddingParams<T>& p,
+                        const int64_t* ids, const int64_t* types, int64_t B, int64_t T_, int64_t start,
+                        const Dropout& d);
+// Gradients of the tables (the padding row gets none, as nn.Embedding(padding_idx)) from dout (N, H).
+template <typename T>
+void embeddings_backward(const RoFormerConfig& c, const EmbeddingParams<T>& g, const T* dout, const EmbeddingActs<T>& a,
+                         const EmbeddingParams<T>& p, const Dropout& d, Scratch<T>& s);
+
+// Additive sinusoidal positions start .. start + count − 1, (count, E): the paper's eq. 4 table
+// scaled by 1/√E. Vaswani et al. multiply the embeddings by √d_model before adding the table; with
+// the embedding LayerNorm that follows, scaling the table by 1/√E is the same network, and keeps the
+// positions from drowning token embeddings initialised at N(0, 0.02²).
+std::vector<float> sinusoidal_positions(const RoFormerConfig& c, int64_t start, int64_t count);
+
+// ---- attention ----
+// The librope configuration of a model's RoPE: head_dim wide, base rope_theta, its layout, scaling.
+rope_config rope_settings(const RoFormerConfig& c);
+// The linear-attention shape of a model for (B, T) at position start (attention_type linear/performer).
+ops::LinearAttentionShape linear_attention_shape(const RoFormerConfig& c, int64_t B, int64_t T, int64_t start);
+// The fixed FAVOR+ features of layer l, (performer_features, head_dim).
+template <typename T>
+std::vector<T> performer_features(const RoFormerConfig& c, int64_t layer);
+
+// Keys and values of one attention layer for decoding, batched: (B, capacity, H) each, already
+// rotated; rows [0, length) are filled. Linear attention keeps its recurrent state instead.
+template <typename T>
+struct KVCache {
+  int64_t B = 0, capacity = 0, length = 0;
+  std::vector<T> k, v;                     // (B, capacity, H)
+  ops::LinearAttentionState<T> linear;     // linear / performer attention
+};
+
+// What a call of the attention block sees besides its input: the layer's fixed state (rotation,
+// FAVOR+ features) and this call's mask and dropout.
+template <typename T>
+struct AttentionContext {
+  const RoFormerConfig* config = nullptr;
+  const rope::Plan* rope = nullptr;    // null: no rotation (other position encodings)
+  const T* favor = nullptr;            // performer: (features, D)
+  int64_t layer = 0;                   // dropout sites 1 + 3l, 2 + 3l
+  bool causal = false;                 // key j visible from query t iff j <= start + t
+  const int64_t* key_mask = nullptr;   // (B, Tk) 1 real / 0 padding, or null
+  const int64_t* row_limit = nullptr;  // (B, T) prefix limits (UniLM), or null
+  Dropout dropout;
+};
+
+template <typename T>
+struct AttentionActs {
+  std::vector<T> q, k, v, ctx, sum;  // (N, H); q, k (v) after RoPE; sum = residual + output dense
+  std::vector<T> att;                // (B, n, T, Tk) softmax probabilities
+  std::vector<T> saved;              // linear attention: (B, T, n, 2F + 2)
+  NormActs<T> norm;
+};
+
+// Self-attention sub-layer (Tk = T, or with a cache, past + T): out (N, H) = norm(x + dropout(
+// attend(q(x), k(x), v(x)) · Woᵀ)), queries at positions start .. start + T − 1. With a cache, the
+// new keys and values are appended at cache.length (= start) and the queries attend over the whole
+// cache; without one, the block keeps what its backward needs.
+template <typename T>
+void self_attention_forward(T* out, AttentionActs<T>& a, const AttentionParams<T>& p, const AttentionContext<T>& ctx,
+                            const T* x, int64_t B, int64_t T_, int64_t start, KVCache<T>* cache = nullptr);
+// dx (N, H) written from dout (N, H); parameter gradients accumulated.
+template <typename T>
+void self_attention_backward(T* dx, const AttentionParams<T>& g, const T* dout, const AttentionActs<T>& a,
+                             const AttentionParams<T>& p, const AttentionContext<T>& ctx, const T* x, int64_t B,
+                             int64_t T_, Scratch<T>& s);
+
+// Cross-attention sub-layer: queries from x (B, T, H) over keys and values from memory (B, Tk, H),
+// Tk independent of T. Softmax only. ctx.rope, when set, rotates queries at 0..T−1 and keys at
+// 0..Tk−1 (off by default in encoder-decoders: two sequences' positions are not comparable). With a
+// cache, keys and values are computed from memory once (cache.length == 0) and reused.
+template <typename T>
+void cross_attention_forward(T* out, AttentionActs<T>& a, const AttentionParams<T>& p, const AttentionContext<T>& ctx,
+                             const T* x, const T* memory, int64_t B, int64_t T_, int64_t Tk,
+                             KVCache<T>* cache = nullptr);
+// dx (B, T, H) written; dmemory (B, Tk, H) accumulated.
+template <typename T>
+void cross_attention_backward(T* dx, T* dmemory, const AttentionParams<T>& g, const T* dout, const AttentionActs<T>& a,
+                              const AttentionParams<T>& p, const AttentionContext<T>& ctx, const T* x, const T* memory,
+                              int64_t B, int64_t T_, int64_t Tk, Scratch<T>& s);
+
+// ---- feed-forward ----
+template <typename T>
+struct FeedForwardActs {
+  std::vector<T> pre, act, sum;  // (N, I), (N, I), (N, H) residual + output dense
+  NormActs<T> norm;
+};
+// out (N, H) = norm(x + dropout(act(x·W1ᵀ + b1)·W2ᵀ + b2)); dropout site 3 + 3·layer.
+template <typename T>
+void feed_forward_forward(const RoFormerConfig& c, T* out, FeedForwardActs<T>& a, const FeedForwardParams<T>& p,
+                          const T* x, int64_t N, int64_t layer, const Dropout& d);
+template <typename T>
+void feed_forward_backward(const RoFormerConfig& c, T* dx, const FeedForwardParams<T>& g, const T* dout,
+                           const FeedForwardActs<T>& a, const FeedForwardParams<T>& p, const T* x, int64_t N,
+                           int64_t layer, const Dropout& d, Scratch<T>& s);
+
+// ---- heads ----
+template <typename T>
+struct MlmHeadActs {
+  std::vector<T> dense, act, normed;  // (N, E)
+  NormActs<T> norm;
+};
+// logits (N, V) from h (N, H).
+template <typename T>
+void mlm_head_forward(const RoFormerConfig& c, T* logits, MlmHeadActs<T>& a, const MlmHeadParams<T>& p, const T* h,
+                      int64_t N);
+// dh (N, H) written from dlogits (N, V); g.decoder_w (the word embeddings' gradient) accumulated.
+template <typename T>
+void mlm_head_backward(const RoFormerConfig& c, T* dh, const MlmHeadParams<T>& g, const T* dlogits,
+                       const MlmHeadActs<T>& a, const MlmHeadParams<T>& p, const T* h, int64_t N, Scratch<T>& s);
+
+template <typename T>
+struct PoolerActs {
+  std::vector<T> cls, out;  // (B, H) the first token's state; the pooled output
+};
+// out (B, H) = act(h[:, 0]·Wᵀ + b) from h (B, T, H).
+template <typename T>
+void pooler_forward(const RoFormerConfig& c, PoolerActs<T>& a, const PoolerParams<T>& p, const T* h, int64_t B,
+                    int64_t T_);
+// dh (B, T, H): rows t = 0 accumulated from dout (B, H).
+template <typename T>
+void pooler_backward(const RoFormerConfig& c, T* dh, const PoolerParams<T>& g, const T* dout, const PoolerActs<T>& a,
+                     const PoolerParams<T>& p, int64_t B, int64_t T_);
+
+template <typename T>
+struct ClassifierActs {
+  std::vector<T> cls, dense, act;  // (B, H) after dropout; dense; activation (after dropout)
+};
+// logits (B, labels) from h (B, T, H); dropout (hidden) at sites 0 and 1 of d.
+template <typename T>
+void classifier_forward(const RoFormerConfig& c, T* logits, ClassifierActs<T>& a, const ClassifierParams<T>& p,
+                        const T* h, int64_t B, int64_t T_, int64_t labels, const Dropout& d);
+// dh (B, T, H): rows t = 0 accumulated from dlogits (B, labels).
+template <typename T>
+void classifier_backward(const RoFormerConfig& c, T* dh, const ClassifierParams<T>& g, const T* dlogits,
+                         const ClassifierActs<T>& a, const ClassifierParams<T>& p, int64_t B, int64_t T_, int64_t labels,
+                         const Dropout& d, Scratch<T>& s);
+
+}  // namespace model
