@@ -23,10 +23,6 @@ constexpr const char* kDirHint =
     "model.safetensors.index.json, pytorch_model.bin or pytorch_model.bin.index.json)";
 
 
-double activate(const std::string& act, double x) {
-  return act == "relu" ? std::max(x, 0.0) : 0.5 * x * (1.0 + std::erf(x / std::sqrt(2.0)));
-}
-
 }  // namespace
 
 const char* pooling_name(Pooling p) {
@@ -126,19 +122,11 @@ std::optional<Classifier> load_classifier(const io::WeightStore& w, const std::s
   return c;
 }
 
-std::vector<double> apply_classifier(const Classifier& c, const std::string& hidden_act, const float* cls) {
-  const int64_t H = c.hidden;
-  std::vector<double> x(static_cast<size_t>(H)), z(static_cast<size_t>(c.num_labels));
-  for (int64_t o = 0; o < H; ++o) {
-    double s = c.dense_b[o];
-    for (int64_t i = 0; i < H; ++i) s += double(c.dense_w[o * H + i]) * cls[i];
-    x[o] = activate(hidden_act, s);
-  }
-  for (int64_t o = 0; o < c.num_labels; ++o) {
-    double s = c.out_b[o];
-    for (int64_t i = 0; i < H; ++i) s += double(c.out_w[o * H + i]) * x[i];
-    z[o] = s;
-  }
+std::vector<double> apply_classifier(Classifier& c, const model::RoFormerConfig& config, const float* cls) {
+  model::ClassifierActs<float> acts;
+  std::vector<float> logits(static_cast<size_t>(c.num_labels));
+  model::classifier_forward(config, logits.data(), acts, c.params(), cls, 1, 1, c.num_labels, model::Dropout{});
+  std::vector<double> z(logits.begin(), logits.end());
   if (c.function == "sigmoid") {
     for (double& v : z) v = 1.0 / (1.0 + std::exp(-v));
   } else if (c.function == "softmax") {
@@ -335,7 +323,7 @@ std::vector<Classification> Pipeline::classify(const std::vector<std::string>& t
     const float* h = model().hidden_state(L);
     for (size_t b = 0; b < rows.size(); ++b) {
       Classification& c = out[rows[b]];
-      c.scores = apply_classifier(*classifier_, config_.hidden_act, h + static_cast<int64_t>(b) * T * H);
+      c.scores = apply_classifier(*classifier_, config_, h + static_cast<int64_t>(b) * T * H);
       c.label_id = std::max_element(c.scores.begin(), c.scores.end()) - c.scores.begin();
       c.label = classifier_->labels[static_cast<size_t>(c.label_id)];
       c.score = c.scores[static_cast<size_t>(c.label_id)];

@@ -46,6 +46,9 @@ struct Classifier {
   std::vector<float> dense_w, dense_b, out_w, out_b;
   std::vector<std::string> labels;      // id2label, or LABEL_i
   std::string function = "softmax";     // HF text-classification: softmax, sigmoid (multi-label, 1 label), none (regression)
+  model::ClassifierParams<float> params() {  // the model's classification-head block over these tensors
+    return {{dense_w.data(), dense_b.data()}, {out_w.data(), out_b.data()}};
+  }
 };
 
 struct LoadOptions {
@@ -130,6 +133,6 @@ class Pipeline {
 std::optional<Classifier> load_classifier(const io::WeightStore& weights, const std::string& config_path,
                                           int64_t hidden_size);
 // The head on one [CLS] hidden state (hidden floats) → scores per label (after `function`).
-std::vector<double> apply_classifier(const Classifier& c, const std::string& hidden_act, const float* cls);
+std::vector<double> apply_classifier(Classifier& c, const model::RoFormerConfig& config, const float* cls);
 
 }  // namespace serve
