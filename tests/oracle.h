@@ -27,13 +27,19 @@ struct TestTensor {
   std::vector<uint8_t> buffer;   // whole allocation
   std::vector<uint8_t> used;     // 1 where the view has an element
 
-  size_t es() const { return dtype == ROPE_DTYPE_F32 ? 4 : 2; }
+  size_t es() const { return rope::dtype_size(dtype); }
   int64_t index(int64_t bi, int64_t si, int64_t hi, int64_t di) const { return bi * bs + si * ts + hi * hs + di; }
   rope_tensor view() { return rope_tensor{buffer.data(), dtype, b, s, h, bs, ts, hs}; }
 
-  float get(int64_t i) const {
+  // Element i as a double (exact for every dtype).
+  double get(int64_t i) const {
     uint16_t u;
     switch (dtype) {
+      case ROPE_DTYPE_F64: {
+        double f;
+        std::memcpy(&f, &buffer[8 * i], 8);
+        return f;
+      }
       case ROPE_DTYPE_F32: {
         float f;
         std::memcpy(&f, &buffer[4 * i], 4);
@@ -44,22 +50,29 @@ struct TestTensor {
     }
     return 0;
   }
-  void set(int64_t i, float v) {
+  // Stores v rounded to the dtype.
+  void set(int64_t i, double v) {
     uint16_t u;
+    const float f = static_cast<float>(v);
     switch (dtype) {
-      case ROPE_DTYPE_F32: std::memcpy(&buffer[4 * i], &v, 4); return;
-      case ROPE_DTYPE_F16: u = rope::f32_to_f16(v); std::memcpy(&buffer[2 * i], &u, 2); return;
-      case ROPE_DTYPE_BF16: u = rope::f32_to_bf16(v); std::memcpy(&buffer[2 * i], &u, 2); return;
+      case ROPE_DTYPE_F64: std::memcpy(&buffer[8 * i], &v, 8); return;
+      case ROPE_DTYPE_F32: std::memcpy(&buffer[4 * i], &f, 4); return;
+      case ROPE_DTYPE_F16: u = rope::f32_to_f16(f); std::memcpy(&buffer[2 * i], &u, 2); return;
+      case ROPE_DTYPE_BF16: u = rope::f32_to_bf16(f); std::memcpy(&buffer[2 * i], &u, 2); return;
     }
   }
-  // Fills the view with N(0, 1) values and poisons everything (NaN bit patterns).
+  // Fills the view with N(0, 1) values (full fp64 mantissas for F64) and poisons everything else
+  // (NaN bit patterns).
   void randomize(std::mt19937_64& rng) {
     std::normal_distribution<float> normal;
+    std::normal_distribution<double> normal_d;
     std::fill(buffer.begin(), buffer.end(), uint8_t{0xff});
     for (int64_t bi = 0; bi < b; ++bi)
       for (int64_t si = 0; si < s; ++si)
         for (int64_t hi = 0; hi < h; ++hi)
-          for (int64_t di = 0; di < d; ++di) set(index(bi, si, hi, di), normal(rng));
+          for (int64_t di = 0; di < d; ++di) {
+            set(index(bi, si, hi, di), dtype == ROPE_DTYPE_F64 ? normal_d(rng) : normal(rng));
+          }
   }
   void poison() { std::fill(buffer.begin(), buffer.end(), uint8_t{0xff}); }
   // Bytes outside the view still hold the poison.
@@ -118,7 +131,7 @@ inline std::vector<double> oracle_apply(const rope_config& cfg, const std::vecto
   const std::vector<int> axis = pair_axes(cfg);
   std::vector<double> out(in.b * in.s * in.h * in.d);
   std::vector<int64_t> pair_pos(n_pairs);
-  std::vector<float> x(in.d);
+  std::vector<double> x(in.d);  // exact for every dtype
   for (int64_t bi = 0; bi < in.b; ++bi) {
     for (int64_t si = 0; si < in.s; ++si) {
       for (int i = 0; i < n_pairs; ++i) pair_pos[i] = oracle_position(pos, in.b, in.s, axis[i], bi, si);

@@ -4,7 +4,8 @@
  * position-dependent angles m·θ_i. A rope_plan holds everything that does not depend on the
  * tensors: the frequencies θ_i after scaling, the attention factor, and optionally a cos/sin table.
  * Angles are exact: m·θ_i is formed as a double-double and reduced mod π/2 in extended precision,
- * so cos/sin are correct to float32 rounding at every position 0 <= m < 2^48.
+ * so cos/sin are correct to float32 rounding at every position 0 <= m < 2^48 (and to a few fp64
+ * ulps for ROPE_DTYPE_F64 tensors, which are rotated entirely in double).
  *
  * Every function returns a rope_status; on failure rope_last_error() gives a message (per thread).
  * The formulas behind every option are in docs/rope.md. */
@@ -57,8 +58,17 @@ typedef ROPE_ENUM(rope_layout) {
   ROPE_LAYOUT_HALF = 1         /* pairs (i, i + rot_dim/2): GPT-NeoX, Hugging Face Llama */
 } rope_layout;
 
-/* Storage type of q/k. Arithmetic is always fp32 (and fp64 for the angles). */
-typedef ROPE_ENUM(rope_dtype) { ROPE_DTYPE_F32 = 0, ROPE_DTYPE_F16 = 1, ROPE_DTYPE_BF16 = 2 } rope_dtype;
+/* Storage type of q/k. F32, F16 and BF16 load into fp32, rotate in fp32 (angles in fp64) and round
+ * once on store. F64 keeps everything in fp64: cos/sin of the exact angle in double (the same values
+ * the fp32 path rounds; a TABLE plan's fp32 table is not used, its position limit still applies),
+ * multiplied by the attention factor and xPos scale in double, fp64 rotation. F64 always runs the
+ * scalar reference code (ROPE_BACKEND_AUTO included); q and k may have different dtypes. */
+typedef ROPE_ENUM(rope_dtype) {
+  ROPE_DTYPE_F32 = 0,
+  ROPE_DTYPE_F16 = 1,
+  ROPE_DTYPE_BF16 = 2,
+  ROPE_DTYPE_F64 = 3
+} rope_dtype;
 
 /* Frequency scaling for context extension. Formulas and citations: docs/rope.md. */
 typedef ROPE_ENUM(rope_scaling_type) {

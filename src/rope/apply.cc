@@ -39,13 +39,22 @@ void row_positions(const ApplyJob& job, int64_t b, int64_t t, int64_t* pos) {
   for (int a = 0; a < n_axes; ++a) pos[a] = m;  // text tokens: every axis at the same position
 }
 
+namespace {
+
+double pair_scale(const rope_plan& plan, bool is_key, int64_t pos, int32_t i) {
+  double f = plan.attention_factor;
+  if (plan.cfg.xpos.enabled) f *= std::exp((is_key ? -1.0 : 1.0) * static_cast<double>(pos) * plan.xpos_log_zeta[i]);
+  return f;
+}
+
+}  // namespace
+
 void pair_scales(const rope_plan& plan, bool is_key, const int64_t* pair_pos, float* scale) {
-  const double sign = is_key ? -1.0 : 1.0;
-  for (int32_t i = 0; i < plan.n_pairs; ++i) {
-    double f = plan.attention_factor;
-    if (plan.cfg.xpos.enabled) f *= std::exp(sign * static_cast<double>(pair_pos[i]) * plan.xpos_log_zeta[i]);
-    scale[i] = static_cast<float>(f);
-  }
+  for (int32_t i = 0; i < plan.n_pairs; ++i) scale[i] = static_cast<float>(pair_scale(plan, is_key, pair_pos[i], i));
+}
+
+void pair_scales_f64(const rope_plan& plan, bool is_key, const int64_t* pair_pos, double* scale) {
+  for (int32_t i = 0; i < plan.n_pairs; ++i) scale[i] = pair_scale(plan, is_key, pair_pos[i], i);
 }
 
 namespace {
@@ -61,7 +70,8 @@ bool spans_overlap(const Span& a, const Span& b) { return a.begin < b.end && b.b
 // Shape and stride checks for one tensor; sets *span to the bytes it touches.
 rope_status check_tensor(const rope_tensor& x, const char* name, int32_t head_dim, Span* span) {
   if (x.data == nullptr) return fail(ROPE_ERR_NULL_POINTER, "%s.data is NULL", name);
-  if (x.dtype != ROPE_DTYPE_F32 && x.dtype != ROPE_DTYPE_F16 && x.dtype != ROPE_DTYPE_BF16) {
+  if (x.dtype != ROPE_DTYPE_F32 && x.dtype != ROPE_DTYPE_F16 && x.dtype != ROPE_DTYPE_BF16 &&
+      x.dtype != ROPE_DTYPE_F64) {
     return fail(ROPE_ERR_INVALID_ARGUMENT, "%s has unknown dtype %d", name, static_cast<int>(x.dtype));
   }
   const int64_t counts[3] = {x.n_batch, x.n_tokens, x.n_heads};
@@ -265,7 +275,10 @@ rope_status run(const rope_plan* plan, rope_direction direction, const rope_posi
     job.tensors[i].stream_out = !job.tensors[i].in_place && bytes > kCacheResidentBytes;
   }
 
-  auto* backend = ex.backend == ROPE_BACKEND_REFERENCE ? &reference_apply : &simd_apply;
+  // The SIMD kernels compute in fp32; fp64 storage (any operand) runs the scalar reference.
+  bool any_f64 = false;
+  for (int i = 0; i < n_ops; ++i) any_f64 = any_f64 || ops[i].in->dtype == ROPE_DTYPE_F64;
+  auto* backend = ex.backend == ROPE_BACKEND_REFERENCE || any_f64 ? &reference_apply : &simd_apply;
   const int64_t rows = n_batch * n_tokens;
   int64_t threads = 1;
 #ifdef _OPENMP

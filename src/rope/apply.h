@@ -43,6 +43,8 @@ void row_positions(const ApplyJob& job, int64_t b, int64_t t, int64_t* pos);
 // Per-pair factor multiplying cos and sin: attention factor × xPos ζ_i^(±m/scale_base).
 // `pair_pos` holds the position of each pair. Writes n_pairs values.
 void pair_scales(const rope_plan& plan, bool is_key, const int64_t* pair_pos, float* scale);
+// The same factors unrounded, for fp64 tensors.
+void pair_scales_f64(const rope_plan& plan, bool is_key, const int64_t* pair_pos, double* scale);
 
 // Scalar reference backend (reference.cc): the readable specification. Units [begin, end).
 void reference_apply(const ApplyJob& job, int64_t unit_begin, int64_t unit_end);

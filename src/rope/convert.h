@@ -43,6 +43,7 @@ inline uint16_t f32_to_f16(float f) {
   return h;
 }
 
-inline size_t dtype_size(int dtype) { return dtype == 0 ? 4 : 2; }
+// Bytes per element of a rope_dtype (F32 0, F16 1, BF16 2, F64 3).
+inline size_t dtype_size(int dtype) { return dtype == 3 ? 8 : dtype == 0 ? 4 : 2; }
 
 }  // namespace rope

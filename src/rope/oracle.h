@@ -53,10 +53,11 @@ inline std::vector<int> pair_axes(const rope_config& cfg) {
   return axis;
 }
 
-// Rotates one head x (head_dim values) whose pair i sits at position pair_pos[i]; writes head_dim
-// doubles to out (pass-through dims copied).
+// Rotates one head x (head_dim float or double values) whose pair i sits at position pair_pos[i];
+// writes head_dim doubles to out (pass-through dims copied).
+template <typename X>
 inline void rotate_head(const rope_config& cfg, const double* theta, double attention_factor,
-                        const int64_t* pair_pos, bool backward, bool is_key, const float* x, double* out) {
+                        const int64_t* pair_pos, bool backward, bool is_key, const X* x, double* out) {
   const int n_pairs = cfg.rot_dim / 2;
   for (int d = 0; d < cfg.head_dim; ++d) out[d] = x[d];
   for (int i = 0; i < n_pairs; ++i) {

@@ -447,6 +447,8 @@ HWY_INLINE void RotateTensorRow(const rope_plan& plan, const TensorJob& tj, int6
     case ROPE_DTYPE_BF16:
       interleaved ? RotateInterleavedBf16(heads, off, n, cs) : RotateHalfBf16(heads, off, n, cs);
       break;
+    case ROPE_DTYPE_F64:  // never reaches the SIMD backend: apply.cc runs fp64 on the reference
+      break;
   }
 }
 
