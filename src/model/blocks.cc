@@ -57,33 +57,17 @@ void dropout_back(T* dx, const T* dy, int64_t count, const Dropout& d, int64_t s
   }
 }
 
-// x (B, S, n, D) rotated by librope at positions start .. start + S − 1.
 template <typename T>
-void rotate(const RoFormerConfig& cfg, const rope::Plan& plan, rope_direction dir, rope_role role, T* x, int64_t B,
-            int64_t S, int64_t n, int64_t D, int64_t start) {
-  if constexpr (std::is_same_v<T, float>) {
-    plan.apply(dir, role, rope::offset_positions(start), rope::bshd(x, ROPE_DTYPE_F32, B, S, n, D));
-  } else {  // TEMPORARY until librope's F64 dtype lands
-    const std::vector<double> inv_freq = plan.inv_freq();
-    const bool half = cfg.rope_half_layout;
-    const int64_t P = D / 2;
-    const double sign = dir == ROPE_FORWARD ? 1.0 : -1.0;
-    for (int64_t r = 0; r < B * S; ++r) {
-      for (int64_t h = 0; h < n; ++h) {
-        T* head = x + (r * n + h) * D;
-        for (int64_t i = 0; i < P; ++i) {
-          const double angle = static_cast<double>(start + r % S) * inv_freq[i];
-          const double c = std::cos(angle), s = sign * std::sin(angle);
-          T& x0 = head[half ? i : 2 * i];
-          T& x1 = head[half ? i + P : 2 * i + 1];
-          const double a = x0, bb = x1;
-          x0 = static_cast<T>(a * c - bb * s);
-          x1 = static_cast<T>(bb * c + a * s);
-        }
-      }
-    }
-    (void)role;
-  }
+constexpr rope_dtype rope_dtype_of() {
+  return std::is_same_v<T, float> ? ROPE_DTYPE_F32 : ROPE_DTYPE_F64;
+}
+
+// x (B, S, n, D) rotated by librope at positions start .. start + S − 1 (float64 for the gradient
+// checks: the same rotation, attention factor included, in double).
+template <typename T>
+void rotate(const rope::Plan& plan, rope_direction dir, rope_role role, T* x, int64_t B, int64_t S, int64_t n,
+            int64_t D, int64_t start) {
+  plan.apply(dir, role, rope::offset_positions(start), rope::bshd(x, rope_dtype_of<T>(), B, S, n, D));
 }
 
 }  // namespace
@@ -352,10 +336,10 @@ void self_attention_forward(T* out, AttentionActs<T>& a, const AttentionParams<T
   for (int64_t b = 0; b < B && ctx.rope; b += rows) {
     T *qb = a.q.data() + b * T_ * H, *kb = k + (b * stride + first) * H, *vb = v + (b * stride + first) * H;
     if (softmax) {
-      rotate(c, *ctx.rope, ROPE_FORWARD, ROPE_ROLE_QUERY, qb, rows, T_, n, D, start);
-      rotate(c, *ctx.rope, ROPE_FORWARD, ROPE_ROLE_KEY, kb, rows, T_, n, D, start);
+      rotate(*ctx.rope, ROPE_FORWARD, ROPE_ROLE_QUERY, qb, rows, T_, n, D, start);
+      rotate(*ctx.rope, ROPE_FORWARD, ROPE_ROLE_KEY, kb, rows, T_, n, D, start);
     }
-    if (c.rotary_value) rotate(c, *ctx.rope, ROPE_FORWARD, ROPE_ROLE_KEY, vb, rows, T_, n, D, start);
+    if (c.rotary_value) rotate(*ctx.rope, ROPE_FORWARD, ROPE_ROLE_KEY, vb, rows, T_, n, D, start);
   }
   if (ctx.favor) {  // FAVOR+ scales the new keys (queries are scaled in attend)
     for (int64_t b = 0; b < B; b += rows) favor_scale(k + (b * stride + first) * H, rows * T_ * H, D);
@@ -379,8 +363,8 @@ void self_attention_backward(T* dx, const AttentionParams<T>& g, const T* dout, 
     const ops::AttentionShape shape = softmax_shape(ctx, B, T_, T_, 0, T_);
     ops::attention_backward(dq, dk, dv, d_ctx, a.att.data(), a.q.data(), a.k.data(), a.v.data(), shape);
     if (ctx.rope) {  // the rotation is orthogonal: its backward rotates by −θ
-      rotate(c, *ctx.rope, ROPE_BACKWARD, ROPE_ROLE_QUERY, dq, B, T_, n, D, 0);
-      rotate(c, *ctx.rope, ROPE_BACKWARD, ROPE_ROLE_KEY, dk, B, T_, n, D, 0);
+      rotate(*ctx.rope, ROPE_BACKWARD, ROPE_ROLE_QUERY, dq, B, T_, n, D, 0);
+      rotate(*ctx.rope, ROPE_BACKWARD, ROPE_ROLE_KEY, dk, B, T_, n, D, 0);
     }
   } else {
     ops::linear_attention_backward(dq, dk, dv, d_ctx, a.saved.data(), a.q.data(), a.k.data(), a.v.data(), ctx.favor,
@@ -390,7 +374,7 @@ void self_attention_backward(T* dx, const AttentionParams<T>& g, const T* dout, 
       favor_scale(dk, N * H, D);
     }
   }
-  if (ctx.rope && c.rotary_value) rotate(c, *ctx.rope, ROPE_BACKWARD, ROPE_ROLE_KEY, dv, B, T_, n, D, 0);
+  if (ctx.rope && c.rotary_value) rotate(*ctx.rope, ROPE_BACKWARD, ROPE_ROLE_KEY, dv, B, T_, n, D, 0);
   ops::linear_backward(dx, g.q.w, g.q.b, dq, x, p.q.w, N, H, H);
   ops::linear_backward(dx, g.k.w, g.k.b, dk, x, p.k.w, N, H, H);
   ops::linear_backward(dx, g.v.w, g.v.b, dv, x, p.v.w, N, H, H);
@@ -405,7 +389,7 @@ void cross_attention_forward(T* out, AttentionActs<T>& a, const AttentionParams<
   if (ctx.causal) throw std::invalid_argument("cross-attention is not causal");
   resize(a.q, N * H);
   ops::linear_forward(a.q.data(), x, p.q.w, p.q.b, N, H, H);
-  if (ctx.rope) rotate(c, *ctx.rope, ROPE_FORWARD, ROPE_ROLE_QUERY, a.q.data(), B, T_, n, D, 0);
+  if (ctx.rope) rotate(*ctx.rope, ROPE_FORWARD, ROPE_ROLE_QUERY, a.q.data(), B, T_, n, D, 0);
   std::vector<T>& k = cache ? cache->k : a.k;
   std::vector<T>& v = cache ? cache->v : a.v;
   if (!cache || cache->length == 0) {  // keys and values of the memory, computed once per source
@@ -413,8 +397,8 @@ void cross_attention_forward(T* out, AttentionActs<T>& a, const AttentionParams<
     resize(v, B * Tk * H);
     ops::linear_forward(k.data(), memory, p.k.w, p.k.b, B * Tk, H, H);
     ops::linear_forward(v.data(), memory, p.v.w, p.v.b, B * Tk, H, H);
-    if (ctx.rope) rotate(c, *ctx.rope, ROPE_FORWARD, ROPE_ROLE_KEY, k.data(), B, Tk, n, D, 0);
-    if (ctx.rope && c.rotary_value) rotate(c, *ctx.rope, ROPE_FORWARD, ROPE_ROLE_KEY, v.data(), B, Tk, n, D, 0);
+    if (ctx.rope) rotate(*ctx.rope, ROPE_FORWARD, ROPE_ROLE_KEY, k.data(), B, Tk, n, D, 0);
+    if (ctx.rope && c.rotary_value) rotate(*ctx.rope, ROPE_FORWARD, ROPE_ROLE_KEY, v.data(), B, Tk, n, D, 0);
     if (cache) cache->B = B, cache->capacity = cache->length = Tk;
   }
   attend(a, ctx, k.data(), v.data(), B, T_, Tk, 0, Tk, static_cast<KVCache<T>*>(nullptr));
@@ -433,9 +417,9 @@ void cross_attention_backward(T* dx, T* dmemory, const AttentionParams<T>& g, co
   ops::attention_backward(dq, dk, dv, d_ctx, a.att.data(), a.q.data(), a.k.data(), a.v.data(),
                           softmax_shape(ctx, B, T_, Tk, 0, Tk));
   if (ctx.rope) {
-    rotate(c, *ctx.rope, ROPE_BACKWARD, ROPE_ROLE_QUERY, dq, B, T_, n, D, 0);
-    rotate(c, *ctx.rope, ROPE_BACKWARD, ROPE_ROLE_KEY, dk, B, Tk, n, D, 0);
-    if (c.rotary_value) rotate(c, *ctx.rope, ROPE_BACKWARD, ROPE_ROLE_KEY, dv, B, Tk, n, D, 0);
+    rotate(*ctx.rope, ROPE_BACKWARD, ROPE_ROLE_QUERY, dq, B, T_, n, D, 0);
+    rotate(*ctx.rope, ROPE_BACKWARD, ROPE_ROLE_KEY, dk, B, Tk, n, D, 0);
+    if (c.rotary_value) rotate(*ctx.rope, ROPE_BACKWARD, ROPE_ROLE_KEY, dv, B, Tk, n, D, 0);
   }
   ops::linear_backward(dx, g.q.w, g.q.b, dq, x, p.q.w, N, H, H);
   ops::linear_backward(dmemory, g.k.w, g.k.b, dk, memory, p.k.w, M, H, H);
