@@ -330,11 +330,9 @@ void RoFormer<T>::ensure_activations(int64_t B, int64_t S) {
 template <typename T>
 void RoFormer<T>::ensure_gradient_scratch() {
   Activations& a = *act_;
-  const int64_t N = a.N, E = cfg_.embedding_size, H = cfg_.hidden_size, I = cfg_.intermediate_size,
-                V = cfg_.vocab_size;
-  if (static_cast<int64_t>(a.d_f1.size()) == N * I) return;
+  const int64_t N = a.N, E = cfg_.embedding_size, H = cfg_.hidden_size, I = cfg_.intermediate_size;
+  if (static_cast<int64_t>(a.d_f1.size()) == N * I) return;  // d_logits: backward() only (a task's loss brings its own)
   for (auto* v : {&a.d_t3, &a.d_t2, &a.d_t1, &a.d_emb_out, &a.d_emb_ln, &a.d_emb_sum}) v->resize(N * E);
-  a.d_logits.resize(N * V);
   for (auto* v : {&a.d_h, &a.d_a, &a.d_res, &a.d_x, &a.d_q, &a.d_k, &a.d_v, &a.d_ctx}) v->resize(N * H);
   a.d_f1.resize(N * I);
   a.d_f1a.resize(N * I);
@@ -489,6 +487,17 @@ template <typename T>
 void RoFormer<T>::backward() {
   Activations& a = *act_;
   if (a.N == 0 || !a.has_loss) throw std::logic_error("backward needs a forward with targets");
+  a.d_logits.resize(a.N * cfg_.vocab_size);
+  zero(a.d_logits);
+  ops::cross_entropy_backward(a.d_logits.data(), a.probs.data(), a.targets.data(), a.N, cfg_.vocab_size, kIgnoreIndex,
+                              a.counted, 1.0);
+  backward_from_logits(a.d_logits.data());
+}
+
+template <typename T>
+void RoFormer<T>::backward_from_logits(const T* d_logits) {
+  Activations& a = *act_;
+  if (a.N == 0 || !has_mlm_head_) throw std::logic_error("backward needs a forward that produced logits");
   if (a.keep != Keep::all) throw std::logic_error("backward needs a forward with Keep::all");
   allocate_grads();
   ensure_gradient_scratch();
@@ -505,17 +514,14 @@ void RoFormer<T>::backward() {
     }
   };
 
-  // Loss and head.
-  zero(a.d_logits);
-  ops::cross_entropy_backward(a.d_logits.data(), a.probs.data(), a.targets.data(), N, V, kIgnoreIndex, a.counted,
-                              1.0);
+  // Head.
   zero(a.d_h);
   if (cfg_.rms_norm()) {
-    ops::linear_backward(a.d_h.data(), g.word, static_cast<T*>(nullptr), a.d_logits.data(), a.h.back().data(), p.word,
+    ops::linear_backward(a.d_h.data(), g.word, static_cast<T*>(nullptr), d_logits, a.h.back().data(), p.word,
                          N, H, V);
   } else {
     zero(a.d_t3);
-    ops::linear_backward(a.d_t3.data(), g.word, g.decoder_bias, a.d_logits.data(), a.t3.data(), p.word, N, E, V);
+    ops::linear_backward(a.d_t3.data(), g.word, g.decoder_bias, d_logits, a.t3.data(), p.word, N, E, V);
     zero(a.d_t2);
     norm_backward(cfg_, a.d_t2.data(), g.head_ln_w, g.head_ln_b, a.d_t3.data(), a.t2.data(), p.head_ln_w,
                   a.head_mean.data(), a.head_rstd.data(), N, E);

@@ -32,6 +32,7 @@ struct Inputs {
   const int64_t* attention_mask = nullptr;  // 1 real, 0 padding; null: all real
   const int64_t* targets = nullptr;         // null: no loss; kIgnoreIndex entries are not counted
   int64_t B = 0, T = 0;
+  int64_t row0 = 0;  // global index of row 0 of this batch (a shard of a larger batch), for per-row random streams
 };
 
 constexpr int64_t kIgnoreIndex = -100;
@@ -95,6 +96,9 @@ class RoFormer {
   double forward(const Inputs& in, bool training = false, uint64_t dropout_seed = 0);
   // Adds d(loss)/d(params) of the last forward (which must have had targets) to grads.
   void backward();
+  // Adds d(loss)/d(params) to grads for a loss computed outside the model from logits(): d_logits
+  // (B, T, V) is d(loss)/d(logits) of the last forward (which needs no targets; Keep::all).
+  void backward_from_logits(const T* d_logits);
   void zero_grad();
 
   // Views of the last forward.
