@@ -19,9 +19,10 @@ struct MlmMaskConfig {
 };
 
 // ids (N) are corrupted in place, labels (N) written. maskable (N): 0 for special tokens and padding,
-// which are never selected. Throws std::invalid_argument on probabilities outside [0, 1] or a bad
-// vocabulary / mask id.
+// which are never selected. Element i draws from counter first_counter + i of the seed's streams, so
+// a slice of a larger array masked with its offset as first_counter gets exactly the larger array's
+// masks. Throws std::invalid_argument on probabilities outside [0, 1] or a bad vocabulary / mask id.
 void mlm_mask(int64_t* ids, int64_t* labels, const uint8_t* maskable, int64_t N, const MlmMaskConfig& cfg,
-              uint64_t seed);
+              uint64_t seed, uint64_t first_counter = 0);
 
 }  // namespace data

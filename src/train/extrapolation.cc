@@ -11,7 +11,6 @@
 #include "io/atomic_file.h"
 #include "io/safetensors.h"
 #include "model/roformer.h"
-#include "plot/plot.h"
 #include "train/checkpoint.h"
 #include "train/trainer.h"
 
@@ -78,23 +77,6 @@ ExtrapolationResult evaluate_extrapolation(const ExtrapolationOptions& o) {
       csv << '\n';
     }
     io::write_file_atomic(o.csv, csv.str());
-  }
-  if (!o.png.empty()) {
-    plot::Chart chart;
-    chart.title = "Perplexity beyond the trained length (" + std::to_string(r.train_length) + " tokens)";
-    chart.x_label = "evaluation window (tokens)";
-    chart.y_label = "validation perplexity";
-    chart.log_x = chart.log_y = true;
-    for (size_t i = 0; i < r.methods.size(); ++i) {
-      plot::Series s{r.methods[i], {}, {}};
-      s.markers = true;
-      for (size_t j = 0; j < r.lengths.size(); ++j) {
-        s.x.push_back(static_cast<double>(r.lengths[j]));
-        s.y.push_back(std::exp(r.loss[i][j]));
-      }
-      chart.series.push_back(std::move(s));
-    }
-    io::write_file_atomic(o.png, plot::render_png(chart));
   }
   return r;
 }

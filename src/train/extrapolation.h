@@ -18,7 +18,7 @@ struct ExtrapolationOptions {
   int64_t train_length = 0;      // 0: the `seq` the checkpoint was trained with
   int64_t tokens = 16384;        // validation targets per (method, length), at least one window
   double val_fraction = 0.05;
-  std::string png, csv;          // optional outputs
+  std::string png, csv;          // optional outputs (png: rendered by the caller, render_extrapolation in the CLI)
 };
 
 struct ExtrapolationResult {

@@ -1,19 +1,26 @@
-// The training loop behind `roformer train`: a RoFormer masked LM or causal LM on a text corpus,
-// with AdamW, an LR schedule, gradient clipping, periodic validation, checkpoints, a metrics log
-// (metrics.jsonl, metrics.csv) and a loss-curve plot (loss.png), a progress line, and a generated
-// sample at the end. Everything random is a pure function of (seed, step): the data windows, the
-// MLM masks and the dropout masks; so a run resumed from a checkpoint reproduces the uninterrupted
-// run's losses bit for bit (same thread count). SIGINT/SIGTERM save a checkpoint and stop; a
-// non-finite loss or gradient stops the run and keeps the last good checkpoint.
+// The trainer behind `roformer train`. Trainer is the step API: one optimiser step of a Task
+// (task.h) with AdamW, an LR schedule and gradient clipping, and evaluation on the task's validation
+// set. run_training drives it for a RoFormer masked LM or causal LM on a text corpus: periodic
+// validation, checkpoints, a metrics log (metrics.jsonl, metrics.csv), a report hook (the command
+// line renders loss.png there), a progress line, and a generated sample at the end. Everything
+// random is a pure function of (seed, step, global row): the data windows, the MLM masks and the
+// dropout masks; so a run resumed from a checkpoint reproduces the uninterrupted run's losses bit
+// for bit (same thread count). SIGINT/SIGTERM save a checkpoint and stop; a non-finite loss or
+// gradient stops the run and keeps the last good checkpoint.
 #pragma once
 
+#include <cmath>
 #include <cstdint>
+#include <functional>
 #include <string>
+#include <vector>
 
 #include "data/corpus.h"
 #include "model/config.h"
 #include "model/roformer.h"
+#include "train/lm_task.h"
 #include "train/optim.h"
+#include "train/task.h"
 
 namespace train {
 
@@ -43,6 +50,62 @@ struct TrainOptions {
   void validate() const;            // std::invalid_argument naming the option
 };
 
+// What one optimiser step did.
+struct StepStats {
+  double loss = NAN;       // the task's loss: Σ per-target loss / normaliser
+  double grad_norm = NAN;  // global gradient norm before clipping (NaN when the loss was not finite)
+  double lr = 0;           // the learning rate of the step
+  int64_t counted = 0;     // targets of this batch counted in the loss (the task's loss_count)
+  int64_t tokens = 0;      // input tokens processed
+  // False: the loss or the gradient is NaN/inf, and the parameters were left unchanged.
+  bool finite() const { return std::isfinite(loss) && std::isfinite(grad_norm); }
+};
+
+struct TrainerConfig {
+  Schedule schedule;
+  AdamWConfig adamw;
+  double clip = 1.0;   // global gradient-norm clip (0: off)
+  uint64_t seed = 1337;  // dropout masks of step s: stream_seed(seed, kDropoutStream, s)
+};
+
+// Optimises a model on a task. The model and the task must outlive the trainer.
+class Trainer {
+ public:
+  Trainer(Model& m, Task& task, const TrainerConfig& c);
+
+  // Optimiser step `step` (0-based) on task.train_batch(step), the loss normalised by its own count.
+  StepStats step(int64_t step);
+  // Optimiser step `step` on a given batch, the loss normalised by `normaliser` (e.g. the count
+  // summed over every process holding a shard of the global batch): zero the gradients, the task's
+  // loss_and_grad, clip, AdamW at the schedule's rate. A non-finite loss or gradient norm skips the
+  // update.
+  StepStats step(const Batch& batch, int64_t step, int64_t normaliser);
+  // The validation loss and metrics on the task's validation batches (train::evaluate).
+  EvalStats evaluate();
+
+  AdamW& optimizer() { return opt_; }  // for checkpoints
+  Model& model() { return m_; }
+  Task& task() { return task_; }
+
+ private:
+  Model& m_;
+  Task& task_;
+  TrainerConfig c_;
+  AdamW opt_;
+};
+
+// One line of the metrics log; val_loss is NaN on steps without evaluation.
+struct Record {
+  int64_t step;
+  double loss, lr, grad_norm, tokens_per_s, elapsed_s, val_loss;
+};
+
+// Called by run_training whenever it rewrites metrics.csv (after evaluations and at checkpoints)
+// with the run directory, the whole metrics history and the unigram baseline: `roformer train`
+// renders loss.png here.
+using ReportHook = std::function<void(const std::string& out_dir, const std::vector<Record>& history,
+                                      double unigram_baseline, const TrainOptions& options)>;
+
 struct TrainResult {
   int exit_code = 0;     // 0 done, 130 interrupted (checkpoint saved), 3 non-finite loss
   int64_t steps_done = 0;
@@ -51,11 +114,15 @@ struct TrainResult {
 };
 
 // Runs (or with resume, continues: options then come from the run directory) a training run.
-// Throws io::Error / std::invalid_argument on bad data, options or checkpoints.
-TrainResult run_training(TrainOptions opts, bool resume);
+// on_report (optional) is called after each metrics.csv write. Throws io::Error /
+// std::invalid_argument on bad data, options or checkpoints.
+TrainResult run_training(TrainOptions opts, bool resume, const ReportHook& on_report = {});
+
+// The LM task settings of a run's options (causal for task "clm").
+LmTaskConfig lm_task_config(const TrainOptions& o, int64_t vocab_size);
 
 // Mean loss (nats/token) of m over fixed batches, weighted by counted targets, for o.task (MLM masks
-// drawn from o.seed per batch index); *tokens (optional) gets the number of counted targets.
+// drawn from o.seed per batch index, LmTask); *tokens (optional) gets the number of counted targets.
 double validation_loss(model::RoFormer<float>& m, const std::vector<data::Batch>& val, const TrainOptions& o,
                        int64_t* tokens = nullptr);
 

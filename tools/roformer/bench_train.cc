@@ -1,5 +1,6 @@
 // `roformer bench train`: training throughput of the engine on the model shapes of the PyTorch peer
-// (bench/peers/roformer_torch.py): random tokens, causal or masked LM, AdamW, clipping, fp32.
+// (bench/peers/roformer_torch.py): random tokens, causal or masked LM, AdamW, clipping, fp32, through
+// train::Trainer::step as `roformer train` runs it.
 // Reports tokens/s, ms/step, model GFLOP/s (the peer's FLOP formula), this machine's sgemm rate
 // at the same thread count, and peak RSS, as a table or as JSON for the peer's --ours.
 #include <fmt/core.h>
@@ -15,7 +16,8 @@
 #include "ops/blas.h"
 #include "ops/random.h"
 #include "train/checkpoint.h"
-#include "train/optim.h"
+#include "train/lm_task.h"
+#include "train/trainer.h"
 
 namespace roformer {
 namespace {
@@ -31,6 +33,34 @@ double sgemm_gflops(int64_t n) {
   }
   return best;
 }
+
+// Random tokens (a pure function of the step), as causal or masked LM targets: the trainer's step
+// without the corpus.
+class RandomTokenTask : public train::TokenTask {
+ public:
+  RandomTokenTask(bool mlm, int64_t B, int64_t T, int64_t V) : mlm_(mlm), B_(B), T_(T), V_(V) {}
+  std::string name() const override { return mlm_ ? "mlm" : "clm"; }
+  train::Batch train_batch(int64_t s) override {
+    const int64_t N = B_ * T_;
+    train::Batch b;
+    b.B = B_;
+    b.T = T_;
+    b.ids.resize(N);
+    b.targets.resize(N);
+    for (int64_t i = 0; i < N; ++i) {
+      b.ids[i] = static_cast<int64_t>(ops::mix64(2 * (s * N + i)) % V_);
+      b.targets[i] = mlm_ && ops::uniform01(s, i) >= 0.15 ? model::kIgnoreIndex
+                                                           : static_cast<int64_t>(ops::mix64(2 * (s * N + i) + 1) % V_);
+    }
+    return b;
+  }
+  const std::vector<train::Batch>& validation_batches() override { return val_; }
+
+ private:
+  bool mlm_;
+  int64_t B_, T_, V_;
+  std::vector<train::Batch> val_;
+};
 
 }  // namespace
 
@@ -48,22 +78,14 @@ int bench_train(const BenchTrainOptions& o) {
   c.is_decoder = o.task == "clm";
   model::RoFormer<float> m(c);
   m.init_weights(1);
-  train::AdamW opt = train::make_adamw(m, {});
   const int64_t B = o.batch, T = o.seq, N = B * T;
-  std::vector<int64_t> ids(N), targets(N);
-  auto step = [&](int64_t s) {
-    for (int64_t i = 0; i < N; ++i) {
-      ids[i] = static_cast<int64_t>(ops::mix64(2 * (s * N + i)) % c.vocab_size);
-      targets[i] = o.task == "mlm" && ops::uniform01(s, i) >= 0.15 ? model::kIgnoreIndex
-                                                                    : static_cast<int64_t>(ops::mix64(2 * (s * N + i) + 1) % c.vocab_size);
-    }
-    m.zero_grad();
-    const double loss = m.forward({.ids = ids.data(), .targets = targets.data(), .B = B, .T = T}, true, s);
-    m.backward();
-    train::clip_grad_norm({m.grads.data()}, {static_cast<int64_t>(m.grads.size())}, 1.0);
-    opt.step(1e-3);
-    return loss;
-  };
+  RandomTokenTask task(o.task == "mlm", B, T, c.vocab_size);
+  train::TrainerConfig tc;
+  tc.schedule = {.peak_lr = 1e-3, .min_lr = 0, .warmup_steps = 0, .total_steps = 1, .decay = train::Decay::constant};
+  tc.adamw = {};
+  tc.clip = 1.0;
+  train::Trainer trainer(m, task, tc);
+  auto step = [&](int64_t s) { return trainer.step(s).loss; };
   for (int64_t s = 0; s < o.warmup; ++s) step(s);
   std::vector<double> times;
   const auto t0 = bench_clock::now();

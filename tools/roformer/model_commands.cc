@@ -3,10 +3,14 @@
 #include <CLI/CLI.hpp>
 #include <fmt/core.h>
 
+#include <cmath>
+#include <filesystem>
 #include <memory>
 
 #include "commands.h"
+#include "io/atomic_file.h"
 #include "model/generate.h"
+#include "plot/plot.h"
 #include "train/checkpoint.h"
 #include "train/extrapolation.h"
 #include "train/trainer.h"
@@ -28,6 +32,54 @@ struct ModelCommandOptions {
   train::ExtrapolationOptions extrapolation;  // eval --lengths
 };
 
+// The training run's report hook: loss.png, the smoothed training loss and the validation loss
+// over the whole history, replaced atomically.
+void render_loss_png(const std::string& out, const std::vector<train::Record>& history, double baseline,
+                     const train::TrainOptions& o) {
+  if (history.empty()) return;
+  plot::Series train{"train loss", {}, {}}, val{"validation loss", {}, {}};
+  val.markers = true;
+  double smoothed = NAN;
+  for (const train::Record& r : history) {
+    if (std::isfinite(r.val_loss)) {
+      val.x.push_back(static_cast<double>(r.step));
+      val.y.push_back(r.val_loss);
+    }
+    smoothed = std::isfinite(smoothed) ? 0.9 * smoothed + 0.1 * r.loss : r.loss;  // EMA for a readable curve
+    train.x.push_back(static_cast<double>(r.step));
+    train.y.push_back(smoothed);
+  }
+  plot::Chart chart;
+  chart.title = "RoFormer " + o.task + " (" + model::position_encoding_name(o.model.position_encoding) + ", " +
+                std::to_string(o.model.num_hidden_layers) + "×" + std::to_string(o.model.hidden_size) + ") on " +
+                std::filesystem::path(o.data).filename().string();
+  chart.x_label = "step";
+  chart.y_label = "cross-entropy (nats/token)";
+  chart.series.push_back(train);
+  if (!val.x.empty()) chart.series.push_back(val);
+  if (std::isfinite(baseline)) chart.hlines.push_back({"unigram baseline", baseline});
+  io::write_file_atomic(out + "/loss.png", plot::render_png(chart));
+}
+
+// `roformer eval --lengths ... --png`: perplexity by window length, one series per method.
+void render_extrapolation_png(const std::string& png, const train::ExtrapolationResult& r) {
+  plot::Chart chart;
+  chart.title = "Perplexity beyond the trained length (" + std::to_string(r.train_length) + " tokens)";
+  chart.x_label = "evaluation window (tokens)";
+  chart.y_label = "validation perplexity";
+  chart.log_x = chart.log_y = true;
+  for (size_t i = 0; i < r.methods.size(); ++i) {
+    plot::Series s{r.methods[i], {}, {}};
+    s.markers = true;
+    for (size_t j = 0; j < r.lengths.size(); ++j) {
+      s.x.push_back(static_cast<double>(r.lengths[j]));
+      s.y.push_back(std::exp(r.loss[i][j]));
+    }
+    chart.series.push_back(std::move(s));
+  }
+  io::write_file_atomic(png, plot::render_png(chart));
+}
+
 int run_train(ModelCommandOptions& o) {
   train::TrainOptions& t = o.train;
   t.model.position_encoding = model::parse_position_encoding(o.position);
@@ -36,7 +88,7 @@ int run_train(ModelCommandOptions& o) {
   t.model.attention_probs_dropout_prob = o.attention_dropout >= 0 ? o.attention_dropout : o.dropout;
   t.schedule.decay = train::Schedule::parse_decay(o.decay);
   t.progress = !o.no_progress;
-  const train::TrainResult r = train::run_training(t, o.resume);
+  const train::TrainResult r = train::run_training(t, o.resume, render_loss_png);
   return r.exit_code;
 }
 
@@ -47,6 +99,7 @@ int run_eval(ModelCommandOptions& o) {
     x.data = o.data;
     x.val_fraction = o.val_fraction;
     const auto r = train::evaluate_extrapolation(x);
+    if (!x.png.empty()) render_extrapolation_png(x.png, r);
     fmt::print("validation perplexity by window length (trained at {} tokens)\n\n| method |", r.train_length);
     for (int64_t L : r.lengths) fmt::print(" {} |", L);
     fmt::print("\n|---|");

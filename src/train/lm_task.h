@@ -1,0 +1,70 @@
+// Language-modelling tasks: one target token per input position, scored by softmax cross-entropy
+// over the vocabulary (ops/loss.h). TokenTask holds the loss, its gradient and the accuracy metric;
+// LmTask adds the data: windows of a text corpus, as a causal LM (next-token targets) or a masked
+// LM (BERT 80/10/10 corruption, data/mlm.h).
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "data/corpus.h"
+#include "data/mlm.h"
+#include "train/task.h"
+
+namespace train {
+
+// A task whose targets are (B, T) token ids, one per input position (model::kIgnoreIndex: not
+// counted). The loss is Σ −log softmax(logits)[target] / normaliser; its metric is "accuracy", the
+// fraction of counted targets that are the argmax of their logits.
+class TokenTask : public Task {
+ public:
+  int64_t loss_count(const Batch& batch) const override;
+  LossStats loss_and_grad(Model& m, const Batch& batch, uint64_t dropout_seed, int64_t normaliser) override;
+  LossStats evaluate(Model& m, const Batch& batch, int64_t normaliser) override;
+  std::vector<std::string> metric_names() const override { return {"accuracy"}; }
+
+ private:
+  // Cross-entropy of the last forward's logits: softmax kept in probs_, loss Σ/normaliser.
+  LossStats loss(const Model& m, const Batch& batch, int64_t normaliser);
+  std::vector<float> probs_, d_logits_;  // (B·T, V)
+};
+
+// BERT masking of the rows of a (B, T) batch whose row 0 is global row row0: row r draws counters
+// [(row0 + r)·T, (row0 + r + 1)·T) of the streams of seed (data::mlm_mask), so its mask depends on
+// (seed, global row) only: a batch masked whole equals its shards masked with their row0. ids are
+// corrupted in place, targets (B, T) get the original ids at selected positions and kIgnoreIndex
+// elsewhere; special tokens are never selected.
+void mask_rows(int64_t* ids, int64_t* targets, int64_t B, int64_t T, int64_t row0, const data::MlmMaskConfig& cfg,
+               uint64_t seed);
+
+struct LmTaskConfig {
+  bool causal = true;        // false: masked LM
+  uint64_t seed = 1337;      // masks: stream_seed(seed, kMaskStream, step) / (seed, kEvalMaskStream, batch index)
+  int64_t batch = 16, seq = 128;
+  double mask_prob = 0.15;
+  int64_t vocab_size = 0;
+};
+
+// The batch of a corpus window batch (B, T+1) with rows starting at global row row0: inputs
+// [:, :T]; targets the next tokens [:, 1:] (causal), or the BERT masking of the inputs drawn from
+// mask_seed (masked).
+Batch lm_batch(const data::Batch& windows, const LmTaskConfig& c, uint64_t mask_seed, int64_t row0 = 0);
+
+class LmTask : public TokenTask {
+ public:
+  // Training batches from corpus (null: none, train_batch throws std::logic_error); validation
+  // batches from val_windows, batch i masked with stream_seed(seed, kEvalMaskStream, i). The corpus
+  // must outlive the task.
+  LmTask(const data::Corpus* corpus, const LmTaskConfig& c, const std::vector<data::Batch>& val_windows);
+
+  std::string name() const override { return c_.causal ? "clm" : "mlm"; }
+  Batch train_batch(int64_t step) override;
+  const std::vector<Batch>& validation_batches() override { return val_; }
+
+ private:
+  const data::Corpus* corpus_;
+  LmTaskConfig c_;
+  std::vector<Batch> val_;
+};
+
+}  // namespace train

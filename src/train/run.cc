@@ -1,0 +1,395 @@
+// The training run (run_training, see trainer.h): options and resume, data, model, the metrics log,
+// checkpoints, the progress line, signals and the final sample around Trainer::step / evaluate.
+#include <omp.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cmath>
+#include <csignal>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <sstream>
+
+#include "data/corpus.h"
+#include "data/tokenizer.h"
+#include "io/atomic_file.h"
+#include "model/generate.h"
+#include "train/checkpoint.h"
+#include "train/lm_task.h"
+#include "train/trainer.h"
+
+namespace train {
+namespace {
+
+using nlohmann::json;
+namespace fs = std::filesystem;
+
+volatile std::sig_atomic_t g_stop_signal = 0;
+extern "C" void on_stop_signal(int sig) { g_stop_signal = sig; }
+
+// Restores the previous SIGINT/SIGTERM handlers when the run ends.
+class StopSignals {
+ public:
+  StopSignals() {
+    g_stop_signal = 0;
+    struct sigaction sa {};
+    sa.sa_handler = on_stop_signal;
+    sigemptyset(&sa.sa_mask);
+    sigaction(SIGINT, &sa, &old_int_);
+    sigaction(SIGTERM, &sa, &old_term_);
+  }
+  ~StopSignals() {
+    sigaction(SIGINT, &old_int_, nullptr);
+    sigaction(SIGTERM, &old_term_, nullptr);
+  }
+
+ private:
+  struct sigaction old_int_ {}, old_term_ {};
+};
+
+json record_json(const Record& r) {
+  json j = {{"step", r.step}, {"loss", r.loss}, {"lr", r.lr}, {"grad_norm", r.grad_norm},
+            {"tokens_per_s", r.tokens_per_s}, {"elapsed_s", r.elapsed_s}};
+  if (std::isfinite(r.val_loss)) {
+    j["val_loss"] = r.val_loss;
+    j["val_ppl"] = std::exp(r.val_loss);
+  }
+  return j;
+}
+
+std::vector<Record> read_records(const std::string& path, int64_t up_to_step) {
+  std::vector<Record> out;
+  std::ifstream in(path);
+  std::string line;
+  while (std::getline(in, line)) {
+    if (line.empty()) continue;
+    try {
+      const json j = json::parse(line);
+      Record r{j.at("step"), j.at("loss"), j.at("lr"), j.at("grad_norm"), j.at("tokens_per_s"), j.at("elapsed_s"),
+               j.contains("val_loss") ? j["val_loss"].get<double>() : NAN};
+      if (r.step <= up_to_step) out.push_back(r);
+    } catch (const json::exception&) {
+      break;  // a line torn by a crash ends the log
+    }
+  }
+  return out;
+}
+
+std::string format_duration(double s) {
+  const int64_t t = static_cast<int64_t>(std::max(0.0, s) + 0.5);
+  char buf[32];
+  if (t >= 3600) {
+    std::snprintf(buf, sizeof(buf), "%lld:%02lld:%02lld", static_cast<long long>(t / 3600),
+                  static_cast<long long>(t / 60 % 60), static_cast<long long>(t % 60));
+  } else {
+    std::snprintf(buf, sizeof(buf), "%lld:%02lld", static_cast<long long>(t / 60), static_cast<long long>(t % 60));
+  }
+  return buf;
+}
+
+// metrics.csv from the whole history, replaced atomically.
+void write_metrics_csv(const std::string& out, const std::vector<Record>& history) {
+  std::ostringstream csv;
+  csv << "step,loss,lr,grad_norm,tokens_per_s,elapsed_s,val_loss\n";
+  for (const Record& r : history) {
+    csv << r.step << ',' << r.loss << ',' << r.lr << ',' << r.grad_norm << ',' << r.tokens_per_s << ',' << r.elapsed_s
+        << ',';
+    if (std::isfinite(r.val_loss)) csv << r.val_loss;
+    csv << '\n';
+  }
+  io::write_file_atomic(out + "/metrics.csv", csv.str());
+}
+
+// A live line on a terminal (redrawn every step); otherwise a log line every 2% of the run and at
+// every evaluation.
+class ProgressLine {
+ public:
+  explicit ProgressLine(bool live) : live_(live) {}
+  void update(int64_t step, int64_t total, double loss, double val, double tok_s, double elapsed, double eta,
+              bool evaluated) {
+    if (!live_ && !evaluated && step % std::max<int64_t>(1, total / 50) != 0 && step != total) return;
+    const int width = 24, filled = static_cast<int>(width * step / std::max<int64_t>(total, 1));
+    std::string bar;
+    for (int i = 0; i < width; ++i) bar += i < filled ? "█" : "░";
+    char buf[256];
+    std::snprintf(buf, sizeof(buf), "step %lld/%lld %s %3d%% | loss %.4f | val %s | %.0f tok/s | %s elapsed | ETA %s",
+                  static_cast<long long>(step), static_cast<long long>(total), bar.c_str(),
+                  static_cast<int>(100 * step / std::max<int64_t>(total, 1)), loss,
+                  std::isfinite(val) ? (std::to_string(val).substr(0, 6)).c_str() : "-", tok_s,
+                  format_duration(elapsed).c_str(), format_duration(eta).c_str());
+    if (live_) {
+      std::fprintf(stderr, "\r%s\033[K", buf);
+    } else {
+      std::fprintf(stderr, "%s\n", buf);
+    }
+    std::fflush(stderr);
+  }
+  void finish() {
+    if (live_) std::fprintf(stderr, "\n");
+  }
+
+ private:
+  bool live_;
+};
+
+// Reads a resumed run's options from its latest checkpoint, keeping the invocation's `out` and
+// `progress`; returns the checkpoint directory.
+std::string resume_options(TrainOptions& o) {
+  const std::string dir = latest_checkpoint(o.out);
+  if (dir.empty()) throw io::Error(o.out + ": no checkpoint to resume from (no 'latest')");
+  const io::SafeTensors opt_file(dir + "/optimizer.safetensors");
+  if (!opt_file.metadata().count("options")) throw io::Error(dir + ": no training options in the checkpoint");
+  const bool progress = o.progress;
+  const std::string out = o.out;
+  o = TrainOptions::from_json(opt_file.metadata().at("options"));
+  o.progress = progress;
+  o.out = out;
+  return dir;
+}
+
+using Clock = std::chrono::steady_clock;
+
+// One invocation of `roformer train`: the setup in the constructor, the loop in run().
+class TrainingRun {
+ public:
+  TrainingRun(TrainOptions o, std::string resume_dir, ReportHook on_report)
+      : o_(std::move(o)), resume_dir_(std::move(resume_dir)), on_report_(std::move(on_report)),
+        resume_(!resume_dir_.empty()), progress_(o_.progress && isatty(STDERR_FILENO)) {
+    load_data();
+    build_model();
+    open_log();
+    print_header();
+  }
+  ~TrainingRun() { close_log(); }
+  TrainingRun(const TrainingRun&) = delete;
+  TrainingRun& operator=(const TrainingRun&) = delete;
+
+  TrainResult run();
+
+ private:
+  void load_data();
+  void build_model();
+  void open_log();
+  void close_log() {
+    if (log_) std::fclose(log_);
+    log_ = nullptr;
+  }
+  void print_header() const;
+  bool train_step();  // false: the run stops here (result_.exit_code says why)
+  void stop_non_finite(const StepStats& s, int64_t step);
+  void stop_interrupted();
+  void checkpoint();
+  void report();  // metrics.csv and the report hook
+  void print_sample() const;
+  double elapsed() const {
+    return elapsed_before_ + std::chrono::duration<double>(Clock::now() - session_start_).count();
+  }
+
+  TrainOptions o_;
+  std::string resume_dir_;
+  ReportHook on_report_;
+  bool resume_;
+  ProgressLine progress_;
+  TrainResult result_;
+  std::unique_ptr<data::Tokenizer> tok_;
+  std::unique_ptr<data::Corpus> corpus_;
+  std::unique_ptr<LmTask> task_;
+  std::unique_ptr<Model> m_;
+  std::unique_ptr<Trainer> trainer_;
+  TrainerState state_;
+  std::vector<Record> history_;
+  std::FILE* log_ = nullptr;
+  Clock::time_point session_start_;
+  double elapsed_before_ = 0, last_val_ = NAN, last_loss_ = NAN;
+  int64_t first_step_ = 0;
+};
+
+// Tokenizer (a resumed run reuses the saved one), corpus, validation windows, the task.
+void TrainingRun::load_data() {
+  tok_ = std::make_unique<data::Tokenizer>(resume_ ? data::Tokenizer::load(resume_dir_ + "/tokenizer.json")
+                                           : o_.tokenizer == "byte" ? data::Tokenizer::byte_level()
+                                                                    : data::Tokenizer::char_level_from_file(o_.data, o_.max_vocab));
+  o_.model.vocab_size = tok_->vocab_size();
+  o_.validate();
+  corpus_ = std::make_unique<data::Corpus>(o_.data, *tok_, o_.val_fraction);
+  const auto val = corpus_->val_batches(o_.batch, o_.seq, o_.eval_batches);
+  if (val.empty()) {
+    throw io::Error(o_.data + ": the validation split is shorter than one window of " + std::to_string(o_.seq + 1) +
+                    " tokens");
+  }
+  result_.unigram_baseline =
+      data::unigram_cross_entropy(corpus_->train_unigram_counts(), data::target_counts(val, tok_->vocab_size()));
+  task_ = std::make_unique<LmTask>(corpus_.get(), lm_task_config(o_, tok_->vocab_size()), val);
+}
+
+// Model, trainer (with its optimiser) and state: fresh, or from the checkpoint being resumed.
+void TrainingRun::build_model() {
+  m_ = std::make_unique<Model>(o_.model);
+  trainer_ = std::make_unique<Trainer>(*m_, *task_, TrainerConfig{o_.schedule, o_.adamw, o_.clip, o_.seed});
+  state_.options_json = o_.to_json();
+  if (resume_) {
+    m_->load(io::SafeTensors(resume_dir_ + "/model.safetensors"));
+    state_ = load_optimizer(resume_dir_, *m_, trainer_->optimizer());
+    state_.options_json = o_.to_json();
+    result_.checkpoint = resume_dir_;
+  } else {
+    if (!latest_checkpoint(o_.out).empty()) {
+      throw io::Error(o_.out + " already holds a run; continue it with --resume or choose another --out");
+    }
+    m_->init_weights(o_.seed);
+    fs::create_directories(o_.out);
+  }
+}
+
+// metrics.jsonl: a resumed log drops what came after the checkpoint; then opened for appending.
+void TrainingRun::open_log() {
+  const std::string log_path = o_.out + "/metrics.jsonl";
+  if (resume_) history_ = read_records(log_path, state_.step);
+  std::string text;
+  for (const Record& r : history_) text += record_json(r).dump() + "\n";
+  io::write_file_atomic(log_path, text);
+  log_ = std::fopen(log_path.c_str(), "a");
+  if (!log_) throw io::Error(log_path + ": cannot open for appending");
+}
+
+void TrainingRun::print_header() const {
+  const TrainOptions& o = o_;
+  std::fprintf(stderr,
+               "%s %s: %lld parameters (%lld layers, hidden %lld, %lld heads, ff %lld, %s positions), vocab %lld (%s)\n"
+               "data %s: %lld training bytes, %lld validation bytes; unigram baseline %.4f nats/token\n"
+               "batch %lld × seq %lld, %lld steps, lr %.2g, %d threads%s\n",
+               resume_ ? "resuming" : "training", o.task == "clm" ? "causal LM" : "masked LM",
+               static_cast<long long>(param_count(m_->layout())), static_cast<long long>(o.model.num_hidden_layers),
+               static_cast<long long>(o.model.hidden_size), static_cast<long long>(o.model.num_attention_heads),
+               static_cast<long long>(o.model.intermediate_size), model::position_encoding_name(o.model.position_encoding),
+               static_cast<long long>(tok_->vocab_size()), o.tokenizer.c_str(), o.data.c_str(),
+               static_cast<long long>(corpus_->train_bytes()), static_cast<long long>(corpus_->val_bytes()),
+               result_.unigram_baseline, static_cast<long long>(o.batch), static_cast<long long>(o.seq),
+               static_cast<long long>(o.steps), o.schedule.peak_lr, omp_get_max_threads(),
+               resume_ ? (" (from step " + std::to_string(state_.step) + ")").c_str() : "");
+}
+
+TrainResult TrainingRun::run() {
+  StopSignals signals;
+  session_start_ = Clock::now();
+  elapsed_before_ = state_.elapsed_s;
+  first_step_ = state_.step;
+  for (const Record& r : history_) {
+    if (std::isfinite(r.val_loss)) last_val_ = r.val_loss;
+  }
+  while (state_.step < o_.steps) {
+    if (!train_step()) return result_;
+  }
+  progress_.finish();
+  close_log();
+  result_.steps_done = state_.step;
+  result_.train_loss = last_loss_;
+  result_.val_loss = last_val_;
+  std::fprintf(stderr, "done: %lld steps, validation loss %.4f (perplexity %.2f) vs unigram baseline %.4f\n"
+               "checkpoint %s; metrics %s/metrics.{jsonl,csv}; plot %s/loss.png\n",
+               static_cast<long long>(state_.step), last_val_, std::exp(last_val_), result_.unigram_baseline,
+               result_.checkpoint.c_str(), o_.out.c_str(), o_.out.c_str());
+  if (o_.task == "clm" && o_.sample_tokens > 0) print_sample();
+  return result_;
+}
+
+// One optimiser step and what follows it: the log line, evaluation, checkpoint, progress, signals.
+bool TrainingRun::train_step() {
+  const int64_t step = state_.step;
+  const auto t0 = Clock::now();
+  const StepStats s = trainer_->step(step);
+  if (!s.finite()) {
+    stop_non_finite(s, step);
+    return false;
+  }
+  state_.step = step + 1;
+  state_.tokens_seen += s.tokens;
+  last_loss_ = s.loss;
+  const double step_s = std::chrono::duration<double>(Clock::now() - t0).count();
+  const double session_tok_s = (state_.tokens_seen - first_step_ * o_.batch * o_.seq) /
+                               std::chrono::duration<double>(Clock::now() - session_start_).count();
+  Record rec{state_.step, s.loss, s.lr, s.grad_norm, s.tokens / step_s, elapsed(), NAN};
+  const bool last = state_.step == o_.steps;
+  if ((o_.eval_every > 0 && state_.step % o_.eval_every == 0) || last) {
+    rec.val_loss = last_val_ = trainer_->evaluate().loss;
+  }
+  history_.push_back(rec);
+  std::fprintf(log_, "%s\n", record_json(rec).dump().c_str());
+  std::fflush(log_);
+  const double eta = (o_.steps - state_.step) * (elapsed() - elapsed_before_) / (state_.step - first_step_);
+  progress_.update(state_.step, o_.steps, s.loss, last_val_, session_tok_s, elapsed(), eta, std::isfinite(rec.val_loss));
+  if ((o_.save_every > 0 && state_.step % o_.save_every == 0) || last || g_stop_signal) {
+    checkpoint();
+  } else if (std::isfinite(rec.val_loss)) {
+    report();
+  }
+  if (g_stop_signal && !last) {
+    stop_interrupted();
+    return false;
+  }
+  return true;
+}
+
+void TrainingRun::stop_non_finite(const StepStats& s, int64_t step) {
+  progress_.finish();
+  const bool loss_ok = std::isfinite(s.loss);
+  std::fprintf(stderr, "error: %s became %s at step %lld; stopping. The last good checkpoint is %s\n",
+               loss_ok ? "the gradient norm" : "the loss", std::isnan(loss_ok ? s.grad_norm : s.loss) ? "NaN" : "infinite",
+               static_cast<long long>(step + 1), result_.checkpoint.empty() ? "(none yet)" : result_.checkpoint.c_str());
+  close_log();
+  result_.exit_code = 3;
+  result_.steps_done = step;
+}
+
+void TrainingRun::stop_interrupted() {
+  progress_.finish();
+  std::fprintf(stderr, "interrupted at step %lld: checkpoint saved to %s; continue with --resume --out %s\n",
+               static_cast<long long>(state_.step), result_.checkpoint.c_str(), o_.out.c_str());
+  close_log();
+  result_.exit_code = 130;
+  result_.steps_done = state_.step;
+}
+
+void TrainingRun::checkpoint() {
+  state_.elapsed_s = elapsed();
+  result_.checkpoint = save_checkpoint(o_.out, *m_, trainer_->optimizer(), *tok_, state_);
+  report();
+}
+
+void TrainingRun::report() {
+  write_metrics_csv(o_.out, history_);
+  if (on_report_) on_report_(o_.out, history_, result_.unigram_baseline, o_);
+}
+
+void TrainingRun::print_sample() const {
+  std::vector<int64_t> prompt;
+  for (int32_t id : tok_->encode(o_.sample_prompt)) prompt.push_back(id);
+  if (prompt.empty()) prompt.push_back(data::Tokenizer::kSep);
+  model::SampleOptions so;
+  so.max_new_tokens = o_.sample_tokens;
+  so.temperature = o_.temperature;
+  so.top_k = o_.top_k;
+  so.seed = stream_seed(o_.seed, kSampleStream, 0);
+  for (int32_t s = 0; s < data::Tokenizer::kNumSpecial; ++s) so.banned.push_back(s);
+  const auto ids = model::generate(*m_, prompt, so);
+  std::printf("--- sample (temperature %.2g, top-k %lld) ---\n%s%s\n---\n", o_.temperature,
+              static_cast<long long>(o_.top_k), o_.sample_prompt.c_str(),
+              tok_->decode(std::vector<int32_t>(ids.begin(), ids.end())).c_str());
+}
+
+}  // namespace
+
+TrainResult run_training(TrainOptions o, bool resume, const ReportHook& on_report) {
+  std::string resume_dir;
+  if (resume) resume_dir = resume_options(o);
+  o.schedule.total_steps = o.steps;
+  o.model.is_decoder = o.task == "clm";
+  if (o.threads > 0) omp_set_num_threads(o.threads);
+  TrainingRun run(std::move(o), resume_dir, on_report);
+  return run.run();
+}
+
+}  // namespace train

@@ -1,0 +1,152 @@
+// The training step API: per-row MLM masks independent of how a batch is split, the task's loss
+// against the model's own, a normaliser passed in, and Trainer::step / evaluate.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <vector>
+
+#include "data/tokenizer.h"
+#include "ops/random.h"
+#include "train/lm_task.h"
+#include "train/trainer.h"
+
+namespace {
+
+constexpr int64_t kV = 23;
+
+// B rows of T + 1 tokens, some of them special (never masked).
+data::Batch windows(int64_t B, int64_t T, uint64_t seed) {
+  data::Batch w;
+  w.B = B;
+  w.T = T;
+  for (int64_t i = 0; i < B * (T + 1); ++i) {
+    const auto u = ops::mix64(seed + static_cast<uint64_t>(i));
+    w.tokens.push_back(u % 11 == 0 ? data::Tokenizer::kSep : static_cast<int32_t>(data::Tokenizer::kNumSpecial + u % (kV - data::Tokenizer::kNumSpecial)));
+  }
+  return w;
+}
+
+model::RoFormerConfig tiny(bool causal) {
+  model::RoFormerConfig c;
+  c.hidden_size = c.embedding_size = 16;
+  c.num_hidden_layers = 2;
+  c.num_attention_heads = 2;
+  c.intermediate_size = 32;
+  c.vocab_size = kV;
+  c.max_position_embeddings = 32;
+  c.hidden_dropout_prob = c.attention_probs_dropout_prob = 0;
+  c.is_decoder = causal;
+  return c;
+}
+
+TEST(MlmMaskRows, ShardsDrawTheMasksOfTheWholeBatch) {
+  const int64_t B = 8, T = 37;
+  const data::Batch w = windows(B, T, 5);
+  train::LmTaskConfig c;
+  c.causal = false;
+  c.vocab_size = kV;
+  c.mask_prob = 0.3;
+  const uint64_t seed = train::stream_seed(1337, train::kMaskStream, 12);
+  const train::Batch whole = train::lm_batch(w, c, seed, 0);
+  std::vector<int64_t> ids, targets;
+  for (int64_t half = 0; half < 2; ++half) {
+    data::Batch part;
+    part.B = B / 2;
+    part.T = T;
+    part.tokens.assign(w.tokens.begin() + half * (B / 2) * (T + 1), w.tokens.begin() + (half + 1) * (B / 2) * (T + 1));
+    const train::Batch shard = train::lm_batch(part, c, seed, half * (B / 2));
+    EXPECT_EQ(shard.row0, half * (B / 2));
+    ids.insert(ids.end(), shard.ids.begin(), shard.ids.end());
+    targets.insert(targets.end(), shard.targets.begin(), shard.targets.end());
+  }
+  EXPECT_EQ(ids, whole.ids);
+  EXPECT_EQ(targets, whole.targets);
+  int64_t masked = 0;
+  for (int64_t i = 0; i < B * T; ++i) masked += whole.targets[i] != model::kIgnoreIndex;
+  EXPECT_GT(masked, 0);
+  // Keyed by the global row: a shard placed at another row0 draws other masks.
+  data::Batch first;
+  first.B = B / 2;
+  first.T = T;
+  first.tokens.assign(w.tokens.begin(), w.tokens.begin() + (B / 2) * (T + 1));
+  EXPECT_NE(train::lm_batch(first, c, seed, 1).targets, std::vector<int64_t>(whole.targets.begin(), whole.targets.begin() + (B / 2) * T));
+}
+
+// The task's loss and gradient equal the model's own cross-entropy and backward() bit for bit.
+TEST(TokenTask, MatchesTheModelsLossAndBackward) {
+  for (bool causal : {true, false}) {
+    train::LmTaskConfig c;
+    c.causal = causal;
+    c.vocab_size = kV;
+    train::LmTask task(nullptr, c, {});
+    const train::Batch b = train::lm_batch(windows(3, 9, 7), c, 99);
+    train::Model ref(tiny(causal)), m(tiny(causal));
+    ref.init_weights(3);
+    m.init_weights(3);
+    model::Inputs in = b.inputs();
+    in.targets = b.targets.data();
+    ref.zero_grad();
+    const double ref_loss = ref.forward(in, true, 4);
+    ref.backward();
+    m.zero_grad();
+    const train::LossStats s = task.loss_and_grad(m, b, 4, task.loss_count(b));
+    EXPECT_EQ(s.loss, ref_loss);
+    EXPECT_EQ(s.count, ref.counted());
+    EXPECT_EQ(m.grads, ref.grads);
+  }
+}
+
+// Loss and gradient scale with 1 / normaliser: twice the count halves both.
+TEST(TokenTask, NormalisesByTheCountPassedIn) {
+  train::LmTaskConfig c;
+  c.vocab_size = kV;
+  train::LmTask task(nullptr, c, {});
+  const train::Batch b = train::lm_batch(windows(2, 8, 3), c, 0);
+  const int64_t n = task.loss_count(b);
+  EXPECT_EQ(n, 16);
+  train::Model m(tiny(true));
+  m.init_weights(1);
+  m.zero_grad();
+  const double own = task.loss_and_grad(m, b, 0, n).loss;
+  const std::vector<float> g1 = m.grads;
+  m.zero_grad();
+  const train::LossStats twice = task.loss_and_grad(m, b, 0, 2 * n);
+  EXPECT_NEAR(twice.loss, own / 2, 1e-12);
+  EXPECT_EQ(twice.count, n);
+  for (size_t i = 0; i < g1.size(); ++i) ASSERT_NEAR(m.grads[i], g1[i] / 2, 1e-6 * std::fabs(g1[i]) + 1e-12) << i;
+}
+
+TEST(Trainer, StepsAndEvaluates) {
+  train::LmTaskConfig c;
+  c.vocab_size = kV;
+  const std::vector<data::Batch> val = {windows(2, 8, 11), windows(1, 8, 12)};
+  train::LmTask task(nullptr, c, val);
+  EXPECT_THROW(task.train_batch(0), std::logic_error);
+  train::Model m(tiny(true));
+  m.init_weights(2);
+  train::TrainerConfig tc;
+  tc.schedule = {.peak_lr = 1e-2, .min_lr = 0, .warmup_steps = 2, .total_steps = 10, .decay = train::Decay::linear};
+  train::Trainer trainer(m, task, tc);
+  const train::EvalStats before = trainer.evaluate();
+  EXPECT_EQ(before.count, 24);
+  ASSERT_EQ(before.metrics.size(), 1u);
+  EXPECT_GE(before.metrics[0], 0.0);
+  EXPECT_LE(before.metrics[0], 1.0);
+  EXPECT_EQ(before.loss, train::validation_loss(m, val, train::TrainOptions{}));
+  const train::Batch b = train::lm_batch(windows(2, 8, 11), c, 0);
+  double first = NAN, last = NAN;
+  for (int64_t s = 0; s < 10; ++s) {
+    const train::StepStats st = trainer.step(b, s, task.loss_count(b));
+    ASSERT_TRUE(st.finite());
+    EXPECT_EQ(st.lr, train::learning_rate(tc.schedule, s));
+    EXPECT_EQ(st.counted, 16);
+    EXPECT_EQ(st.tokens, 16);
+    if (s == 0) first = st.loss;
+    last = st.loss;
+  }
+  EXPECT_LT(last, first);  // it learns the batch
+  EXPECT_EQ(trainer.optimizer().steps(), 10);
+  EXPECT_LT(trainer.evaluate().loss, before.loss);
+}
+
+}  // namespace
