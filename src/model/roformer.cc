@@ -65,7 +65,7 @@ ops::LinearAttentionShape linear_attention_shape(const RoFormerConfig& c, int64_
   s.feature_map = c.attention_type == "performer" ? ops::FeatureMap::favor : ops::FeatureMap::elu_plus_one;
   s.favor_features = c.attention_type == "performer" ? c.performer_features : 0;
   s.rope = c.position_encoding == PositionEncoding::rope;
-  s.rope_base = c.rope_theta;
+  s.rope_cfg = rope_settings(c);  // librope settings of the model (linear attention sets head_dim = F)
   s.start = start;
   return s;
 }
