@@ -27,6 +27,8 @@
 //
 // Memory: the forward saves φ(q), φ(k) (stabilised, unrotated), the denominators and the key shifts,
 // (B, T, H, 2F + 2) elements = O(N·F), never O(N²). The backward recomputes the (F, Dv) prefix sums.
+// Each thread holds one head's rotated R_t φ(q_t), R_t φ(k_t) (T, F) (librope rotates all of a head's
+// tokens in one call), the backward a few more (T, F) rows.
 // Modes: non-causal uses the (F, Dv) summary Σ_n R_n φ(k_n) v_nᵀ and the (F) vector Σ_n φ(k_n) per
 // head (BLAS); causal runs the same sums as prefix sums, token by token, which is also the recurrent
 // form exposed by linear_attention_step for generation. (batch, head) pairs run in parallel (OpenMP).
@@ -57,8 +59,8 @@ struct LinearAttentionShape {
   // attention rotates whole feature vectors: it sets head_dim = rot_dim = F itself, so the config
   // must be full-rotary (rot_dim == head_dim, rot_offset 0; head_dim itself may be anything), with
   // n_axes 1. Per-pair arrays (freq_factors, LongRoPE factors) must then hold F/2 values
-  // (head_dim == F). layout, base, scaling, freq_factors and xPos are used as given; cos/sin are
-  // always computed on the fly (mode and table_positions are ignored; a table gives the same bits).
+  // (head_dim == F). layout, base, scaling, freq_factors and xPos are used as given; mode and
+  // table_positions are ignored (linear attention picks on the fly or a per-call table: same bits).
   // The default is the paper's: interleaved, base 10000, no scaling.
   rope_config rope_cfg = rope::default_config(0);
   // Sequence length given to the plan (rope_plan_set_seq_len: DYNAMIC_NTK, LONGROPE); 0 = start + T.
