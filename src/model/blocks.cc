@@ -206,7 +206,7 @@ ops::LinearAttentionShape linear_attention_shape(const RoFormerConfig& c, int64_
   s.feature_map = c.attention_type == "performer" ? ops::FeatureMap::favor : ops::FeatureMap::elu_plus_one;
   s.favor_features = c.attention_type == "performer" ? c.performer_features : 0;
   s.rope = c.position_encoding == PositionEncoding::rope;
-  s.rope_base = c.rope_theta;
+  s.rope_cfg = rope_settings(c);  // linear attention sets head_dim = F itself
   s.start = start;
   return s;
 }
@@ -286,7 +286,8 @@ void attend(AttentionActs<T>& a, const AttentionContext<T>& ctx, const T* k, con
   }
   if (ctx.favor) favor_scale(a.q.data(), N * H, D);  // keys are scaled where they are written
   if (cache) {  // the recurrent form, one token at a time; B = 1 row of tokens per step
-    const ops::LinearAttentionShape ls = linear_attention_shape(c, B, 1, start);
+    ops::LinearAttentionShape ls = linear_attention_shape(c, B, 1, start);
+    ls.rope_seq_len = cache->capacity;  // dynamic NTK: the generation's length, fixed while decoding
     for (int64_t t = 0; t < T_; ++t) {
       ops::linear_attention_step(a.ctx.data() + t * H, a.q.data() + t * H, k + (start + t) * H, v + (start + t) * H,
                                  ctx.favor, ls, cache->linear);

@@ -98,9 +98,6 @@ void RoFormerConfig::validate() const {
   if (attention_type == "performer" && (performer_features < 2 || performer_features % 2 != 0)) {
     throw std::invalid_argument("performer_features must be even and >= 2");
   }
-  if (attention_type != "softmax" && (rope_half_layout || rope_scaling != "none")) {
-    throw std::invalid_argument("linear attention rotates its feature maps with interleaved, unscaled RoPE");
-  }
   rope_config probe = rope::default_config(static_cast<int32_t>(head_dim()));
   rope::apply_scaling_spec(rope_scaling, &probe);  // throws on a bad spec
 }

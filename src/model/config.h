@@ -39,7 +39,8 @@ struct RoFormerConfig {
   std::string rope_scaling = "none";
   // Attention (RoFormer §3.3): "softmax"; "linear" (φ = elu + 1) or "performer" (FAVOR+ positive
   // random features, performer_features of them per head, fixed per layer from a seed), both with
-  // RoPE on the feature maps in the numerator only (eq. 19) when position_encoding is rope.
+  // RoPE on the feature maps in the numerator only (eq. 19) when position_encoding is rope, with the
+  // same librope settings (rope_theta, rope_half_layout, rope_scaling) as softmax attention.
   std::string attention_type = "softmax";
   int64_t performer_features = 64;
 

@@ -1,14 +1,17 @@
 // Linear attention with RoPE: forward, backward and the recurrent step (see linear_attention.h).
 // Non-causal heads use BLAS for the (F, Dv) summaries; causal heads run the prefix sums token by
 // token through causal_token, the same routine linear_attention_step uses, so generation reproduces
-// the batched causal forward. Rotations use a cos/sin table (tokens, F/2) evaluated in double from a
-// librope plan's frequencies, shared by float and double. (batch, head) pairs run in parallel on
-// OpenMP, each with single-threaded BLAS calls, like ops::attention.
+// the batched causal forward. Rotations go through librope (one single-threaded call per head and
+// buffer, all of a head's tokens at once: ROPE_DTYPE_F32 for float, ROPE_DTYPE_F64 for double).
+// (batch, head) pairs run in parallel on OpenMP, each with single-threaded BLAS calls, like
+// ops::attention.
 #include "linear_attention.h"
 
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <limits>
+#include <optional>
 #include <stdexcept>
 #include <string>
 
@@ -20,6 +23,16 @@ namespace ops {
 namespace {
 
 [[noreturn]] void bad(const std::string& what) { throw std::invalid_argument("linear attention: " + what); }
+
+// The librope config rotating F-wide feature vectors (see LinearAttentionShape::rope_cfg).
+rope_config feature_rope_config(const LinearAttentionShape& s, int64_t F) {
+  rope_config cfg = s.rope_cfg;
+  cfg.head_dim = cfg.rot_dim = static_cast<int32_t>(F);
+  cfg.rot_offset = 0;
+  cfg.mode = ROPE_MODE_ON_THE_FLY;
+  cfg.table_positions = 0;
+  return cfg;
+}
 
 // Validates s (and W for favor); returns F.
 int64_t check(const LinearAttentionShape& s, const void* W, bool need_W) {
@@ -39,58 +52,93 @@ int64_t check(const LinearAttentionShape& s, const void* W, bool need_W) {
   if (F > (int64_t{1} << 30)) bad("feature dimension F = " + std::to_string(F) + " is too large");
   if (s.rope) {
     if (F % 2 != 0) {
-      bad("RoPE rotates pairs (2i, 2i+1) of the feature vectors, so the feature dimension F must be even; got F = " +
+      bad("RoPE rotates pairs of the feature vectors, so the feature dimension F must be even; got F = " +
           std::to_string(F) + (s.feature_map == FeatureMap::favor ? " (favor_features)" : " (= Dk for elu_plus_one)"));
     }
-    if (!(s.rope_base > 0) || !std::isfinite(s.rope_base)) bad("rope_base must be finite and > 0");
+    const rope_config& c = s.rope_cfg;
+    if (c.rot_dim != c.head_dim || c.rot_offset != 0) {
+      bad("rope_cfg must rotate the whole head (rot_dim == head_dim, rot_offset 0): linear attention rotates "
+          "whole feature vectors; got rot_dim " + std::to_string(c.rot_dim) + " of head_dim " +
+          std::to_string(c.head_dim) + " at offset " + std::to_string(c.rot_offset));
+    }
+    if (c.n_axes != 1) bad("rope_cfg.n_axes must be 1 (text positions), got " + std::to_string(c.n_axes));
+    const bool per_pair = c.freq_factors != nullptr || (c.scaling.type == ROPE_SCALING_LONGROPE &&
+                                                        (c.scaling.short_factor || c.scaling.long_factor));
+    if (per_pair && c.head_dim != F) {
+      bad("rope_cfg's per-pair factors (freq_factors, LongRoPE) must hold F/2 = " + std::to_string(F / 2) +
+          " values (head_dim == F), but head_dim is " + std::to_string(c.head_dim));
+    }
+    if (s.rope_seq_len < 0) bad("rope_seq_len must be >= 0, got " + std::to_string(s.rope_seq_len));
+    const rope_config fc = feature_rope_config(s, F);
+    rope_plan* plan = nullptr;
+    if (rope_plan_create(&fc, &plan) != ROPE_OK) bad(std::string("rope_cfg: ") + rope_last_error());
+    rope_plan_destroy(plan);
   }
   return F;
 }
 
-// cos/sin (n, F/2) of the angles p·θ_i at positions p = start .. start+n−1, from librope's θ_i
-// (interleaved layout, θ_i = base^(−2i/F)); angles and cos/sin in double, rounded to T once.
+// librope's rotation of F-wide feature rows at positions first, first + 1, ...: a plan made from
+// rope_cfg with head_dim = F, and single-threaded calls (they run inside the OpenMP loops over heads).
+// A failing call inside a parallel region records its message; throw_if_failed() reports it after.
 template <typename T>
-struct Rotation {
-  int64_t P = 0;  // pairs; 0 = no rotation
-  std::vector<T> cs, sn;
-};
-
-template <typename T>
-Rotation<T> rotation(const LinearAttentionShape& s, int64_t F, int64_t start, int64_t n) {
-  Rotation<T> R;
-  if (!s.rope) return R;
-  rope_config cfg = rope::default_config(static_cast<int32_t>(F));
-  cfg.layout = ROPE_LAYOUT_INTERLEAVED;
-  cfg.base = s.rope_base;
-  const std::vector<double> inv_freq = rope::Plan(cfg).inv_freq();
-  R.P = F / 2;
-  R.cs.resize(n * R.P);
-  R.sn.resize(n * R.P);
-  for (int64_t t = 0; t < n; ++t) {
-    for (int64_t i = 0; i < R.P; ++i) {
-      const double angle = static_cast<double>(start + t) * inv_freq[i];
-      R.cs[t * R.P + i] = static_cast<T>(std::cos(angle));
-      R.sn[t * R.P + i] = static_cast<T>(std::sin(angle));
+class Rotator {
+ public:
+  // Rotations at positions [first, first + n) will be asked for.
+  Rotator(const LinearAttentionShape& s, int64_t F, int64_t first, int64_t n) : F_(F) {
+    if (!s.rope || n == 0) return;
+    try {
+      rope_config cfg = feature_rope_config(s, F);
+      if (n >= kMinTableRows && first + n <= 4 * n) {
+        // One fp32 cos/sin table for every head of this call (bit-identical to on the fly); fp64
+        // rotations compute theirs in double regardless.
+        cfg.mode = ROPE_MODE_TABLE;
+        cfg.table_positions = first + n;
+      }
+      plan_.emplace(cfg);
+      plan_->set_seq_len(s.rope_seq_len > 0 ? s.rope_seq_len : s.start + s.T);
+      // Positions are checked once here, at both ends (librope's limits are monotonic in m).
+      std::vector<T> probe(F, T(0));
+      for (int64_t m : {first, first + n - 1}) {
+        plan_->apply(ROPE_FORWARD, ROPE_ROLE_QUERY, rope::offset_positions(m), rope::bshd(probe.data(), kDtype, 1, 1, 1, F));
+      }
+    } catch (const rope::Error& e) {
+      bad(std::string("RoPE: ") + e.what());
     }
   }
-  return R;
-}
 
-// y (F) = R_t x, or R_tᵀ x (rotation by −θ) when transpose; y may be x.
-template <typename T>
-void rotate(T* y, const T* x, const Rotation<T>& R, int64_t t, int64_t F, bool transpose) {
-  if (R.P == 0) {
-    if (y != x) std::copy(x, x + F, y);
-    return;
+  // y (n rows, stride ldy) = R_p x or R_pᵀ x (backward) for rows x (n, ldx) at positions p = p0 ..
+  // p0 + n − 1; the role picks xPos's q or k scale. y may be x (with ldy == ldx). Without RoPE, a copy.
+  void rotate(T* y, int64_t ldy, const T* x, int64_t ldx, int64_t n, int64_t p0, rope_role role,
+              rope_direction dir = ROPE_FORWARD) const {
+    if (n == 0) return;
+    if (!plan_) {
+      if (y != x) {
+        for (int64_t t = 0; t < n; ++t) std::copy(x + t * ldx, x + t * ldx + F_, y + t * ldy);
+      }
+      return;
+    }
+    const rope_tensor in{const_cast<T*>(x), kDtype, 1, n, 1, 0, ldx, 0};
+    const rope_tensor out{y, kDtype, 1, n, 1, 0, ldy, 0};
+    const rope_positions pos = rope::offset_positions(p0);
+    const rope_exec exec{1, ROPE_BACKEND_AUTO};
+    const bool in_place = y == x && ldy == ldx;
+    if (rope_apply(plan_->get(), dir, role, &pos, &in, in_place ? nullptr : &out, &exec) != ROPE_OK) {
+      if (!failed_.exchange(true)) error_ = rope_last_error();  // first failure only
+    }
   }
-  const T* c = R.cs.data() + t * R.P;
-  const T* sn = R.sn.data() + t * R.P;
-  for (int64_t i = 0; i < R.P; ++i) {
-    const T x0 = x[2 * i], x1 = x[2 * i + 1], si = transpose ? -sn[i] : sn[i];
-    y[2 * i] = x0 * c[i] - x1 * si;
-    y[2 * i + 1] = x1 * c[i] + x0 * si;
+
+  void throw_if_failed() const {
+    if (failed_) bad("RoPE: " + error_);
   }
-}
+
+ private:
+  static constexpr rope_dtype kDtype = std::is_same_v<T, double> ? ROPE_DTYPE_F64 : ROPE_DTYPE_F32;
+  static constexpr int64_t kMinTableRows = 16;
+  int64_t F_;
+  std::optional<rope::Plan> plan_;
+  mutable std::atomic<bool> failed_{false};
+  mutable std::string error_;
+};
 
 // Rows x (n, ldx) → phi (n, ldp): favor writes the logits ℓ_j = w_j·x − ‖x‖²/2 and rowmax[t·ldm] =
 // max_j ℓ_j; elu + 1 writes φ(x) itself and rowmax = 0.
@@ -174,26 +222,24 @@ void reshift(T* S, T* z, int64_t F, int64_t Dv, T from, T to) {
   scale(z, F, std::exp(from - to));
 }
 
-// One causal token of one head at table row t: rescale the prefix sums S (F, Dv) and z (F) from key
-// shift r_prev to r (r_prev = −inf: empty), add key features c (F, shifted by r) with value v (Dv),
-// then out (Dv) = (R_t a)ᵀ S / (a·z + eps') for query features a (F, shifted by sq). Returns the
-// denominator. tmp (F) is scratch.
+// One causal token of one head: rescale the prefix sums S (F, Dv) and z (F) from key shift r_prev to r
+// (r_prev = −inf: empty), add key features c (F, shifted by r; c_rot = R_t c) with value v (Dv), then
+// out (Dv) = (R_t a)ᵀ S / (a·z + eps') for query features a (F, shifted by sq; a_rot = R_t a).
+// Returns the denominator.
 template <typename T>
-T causal_token(T* out, T* S, T* z, T r_prev, T r, const T* c, const T* v, const T* a, T sq, const Rotation<T>& R,
-               int64_t t, int64_t F, int64_t Dv, double eps, T* tmp) {
+T causal_token(T* out, T* S, T* z, T r_prev, T r, const T* c, const T* c_rot, const T* v, const T* a, const T* a_rot,
+               T sq, int64_t F, int64_t Dv, double eps) {
   reshift(S, z, F, Dv, r_prev, r);
-  rotate(tmp, c, R, t, F, false);
   for (int64_t i = 0; i < F; ++i) {
     z[i] += c[i];
-    for (int64_t j = 0; j < Dv; ++j) S[i * Dv + j] += tmp[i] * v[j];
+    for (int64_t j = 0; j < Dv; ++j) S[i * Dv + j] += c_rot[i] * v[j];
   }
-  rotate(tmp, a, R, t, F, false);
   double den = 0;
   for (int64_t i = 0; i < F; ++i) den += static_cast<double>(a[i]) * z[i];
   const T d = static_cast<T>(den) + scaled_eps(eps, sq, r), inv = T(1) / d;
   std::fill(out, out + Dv, T(0));
   for (int64_t i = 0; i < F; ++i) {
-    for (int64_t j = 0; j < Dv; ++j) out[j] += tmp[i] * S[i * Dv + j];
+    for (int64_t j = 0; j < Dv; ++j) out[j] += a_rot[i] * S[i * Dv + j];
   }
   scale(out, Dv, inv);
   return d;
@@ -263,13 +309,13 @@ void linear_attention_forward(T* out, T* saved, const T* q, const T* k, const T*
   if (s.T == 0) return;
   std::vector<T> own(saved == nullptr ? linear_attention_saved_size(s) : 0);
   const Saved<T> sv = saved_layout(saved == nullptr ? own.data() : saved, s, F);
-  const Rotation<T> R = rotation<T>(s, F, s.start, s.T);
+  const Rotator<T> R(s, F, s.start, s.T);
   const int64_t N = s.T, H = s.H, Dv = s.Dv, Ck = H * s.Dk, Cv = H * Dv, CF = H * F;
   const bool favor = s.feature_map == FeatureMap::favor;
 #pragma omp parallel
   {
-    std::vector<T> sq(N), S(F * Dv), z(F), tmp(F);                      // query shifts (T); (F, Dv); (F); (F)
-    std::vector<T> ar(s.causal ? 0 : N * F), cr(s.causal ? 0 : N * F);  // rotated φ(q), φ(k) (T, F)
+    std::vector<T> sq(N), S(F * Dv), z(F);     // query shifts (T); (F, Dv); (F)
+    std::vector<T> ar(N * F), cr(N * F);        // rotated φ(q), φ(k) (T, F)
 #pragma omp for schedule(static)
     for (int64_t bh = 0; bh < s.B * H; ++bh) {
       const int64_t b = bh / H, h = bh % H;
@@ -296,21 +342,21 @@ void linear_attention_forward(T* out, T* saved, const T* q, const T* k, const T*
           feature_exp(pk + t * CF, F, r[t * H], s);
         }
       }
+      R.rotate(ar.data(), F, pq, CF, N, s.start, ROPE_ROLE_QUERY);
+      R.rotate(cr.data(), F, pk, CF, N, s.start, ROPE_ROLE_KEY);
       if (s.causal) {
         std::fill(S.begin(), S.end(), T(0));
         std::fill(z.begin(), z.end(), T(0));
         T r_prev = -std::numeric_limits<T>::infinity();
         for (int64_t t = 0; t < N; ++t) {
-          den[t * H] = causal_token(oh + t * Cv, S.data(), z.data(), r_prev, r[t * H], pk + t * CF, vh + t * Cv,
-                                    pq + t * CF, sq[t], R, t, F, Dv, s.eps, tmp.data());
+          den[t * H] = causal_token(oh + t * Cv, S.data(), z.data(), r_prev, r[t * H], pk + t * CF, cr.data() + t * F,
+                                    vh + t * Cv, pq + t * CF, ar.data() + t * F, sq[t], F, Dv, s.eps);
           r_prev = r[t * H];
         }
         continue;
       }
       std::fill(z.begin(), z.end(), T(0));
       for (int64_t t = 0; t < N; ++t) {
-        rotate(ar.data() + t * F, pq + t * CF, R, t, F, false);
-        rotate(cr.data() + t * F, pk + t * CF, R, t, F, false);
         for (int64_t i = 0; i < F; ++i) z[i] += pk[t * CF + i];
       }
       gemm(true, false, F, Dv, N, T(1), cr.data(), F, vh, Cv, T(0), S.data(), Dv);   // S (F, Dv) = Σ c̃ vᵀ
@@ -323,6 +369,7 @@ void linear_attention_forward(T* out, T* saved, const T* q, const T* k, const T*
       }
     }
   }
+  R.throw_if_failed();
 }
 
 template <typename T>
@@ -332,14 +379,14 @@ void linear_attention_backward(T* dq, T* dk, T* dv, const T* dout, const T* save
   if (s.T == 0) return;
   if (saved == nullptr) bad("the backward needs the forward's saved buffer");
   const Saved<const T> sv = saved_layout(saved, s, F);
-  const Rotation<T> R = rotation<T>(s, F, s.start, s.T);
+  const Rotator<T> R(s, F, s.start, s.T);
   const int64_t N = s.T, H = s.H, Dv = s.Dv, Ck = H * s.Dk, Cv = H * Dv, CF = H * F;
 #pragma omp parallel
   {
-    // dφ(q), dφ(k) (T, F); ∂L/∂den (T); S or G (F, Dv); z or u (F); y, ta, tc (F); non-causal: rotated
-    // φ(q) (later scaled by 1/den) and φ(k) (T, F).
-    std::vector<T> dpq(N * F), dpk(N * F), dd(N), S(F * Dv), z(F), y(F), ta(F), tc(F);
-    std::vector<T> ar(s.causal ? 0 : N * F), cr(s.causal ? 0 : N * F);
+    // dφ(q), dφ(k) (T, F); ∂L/∂den (T); S or G (F, Dv); z or u (F); y (F); rotated φ(q) (non-causal:
+    // later scaled by 1/den) and φ(k) (T, F); causal: the unrotated terms added after R_tᵀ (T, F).
+    std::vector<T> dpq(N * F), dpk(N * F), dd(N), S(F * Dv), z(F), y(F), ar(N * F), cr(N * F);
+    std::vector<T> extra(s.causal ? N * F : 0);
 #pragma omp for schedule(static)
     for (int64_t bh = 0; bh < s.B * H; ++bh) {
       const int64_t b = bh / H, h = bh % H;
@@ -354,41 +401,45 @@ void linear_attention_backward(T* dq, T* dk, T* dv, const T* dout, const T* save
       const T* pk = sv.phi_k + (b * N * H + h) * F;
       const T* den = sv.den + b * N * H + h;  // (T), stride H
       const T* r = sv.shift + b * N * H + h;
+      R.rotate(ar.data(), F, pq, CF, N, s.start, ROPE_ROLE_QUERY);  // R_t φ(q_t)
+      R.rotate(cr.data(), F, pk, CF, N, s.start, ROPE_ROLE_KEY);    // R_t φ(k_t)
       std::fill(S.begin(), S.end(), T(0));
       std::fill(z.begin(), z.end(), T(0));
       if (s.causal) {
-        // Forward order: prefix sums S_t, z_t give dφ(q_t) = R_tᵀ S_t g_t/d_t + dd_t z_t.
+        // Forward order: prefix sums S_t, z_t give dφ(q_t) = R_tᵀ S_t g_t/d_t + dd_t z_t; dpq holds
+        // S_t g_t/d_t until all rows are rotated at once, extra holds dd_t z_t.
         T r_prev = -std::numeric_limits<T>::infinity();
         for (int64_t t = 0; t < N; ++t) {
           reshift(S.data(), z.data(), F, Dv, r_prev, r[t * H]);
           r_prev = r[t * H];
-          rotate(tc.data(), pk + t * CF, R, t, F, false);
+          const T* tc = cr.data() + t * F;
           for (int64_t i = 0; i < F; ++i) {
             z[i] += pk[t * CF + i];
             for (int64_t j = 0; j < Dv; ++j) S[i * Dv + j] += tc[i] * vh[t * Cv + j];
           }
-          rotate(ta.data(), pq + t * CF, R, t, F, false);
+          const T* ta = ar.data() + t * F;
           const T inv = T(1) / den[t * H];
           T go = 0;  // g_t·out_t
           for (int64_t i = 0; i < F; ++i) {
             T yi = 0;
             for (int64_t j = 0; j < Dv; ++j) yi += S[i * Dv + j] * gh[t * Cv + j];
-            y[i] = yi * inv;
-            go += ta[i] * y[i];
+            dpq[t * F + i] = yi * inv;
+            go += ta[i] * dpq[t * F + i];
           }
           dd[t] = -go * inv;
-          rotate(y.data(), y.data(), R, t, F, true);
-          for (int64_t i = 0; i < F; ++i) dpq[t * F + i] = y[i] + dd[t] * z[i];
+          for (int64_t i = 0; i < F; ++i) extra[t * F + i] = dd[t] * z[i];
         }
+        R.rotate(dpq.data(), F, dpq.data(), F, N, s.start, ROPE_ROLE_QUERY, ROPE_BACKWARD);
+        for (int64_t i = 0; i < N * F; ++i) dpq[i] += extra[i];
         // Reverse order: suffix sums G_t = Σ_{m≥t} e^{r_t − r_m} R_m φ(q_m) g_mᵀ/d_m (F, Dv) in S
         // and u_t = Σ_{m≥t} e^{r_t − r_m} dd_m φ(q_m) (F) in z give dφ(k_t) = R_tᵀ G_t v_t + u_t and
-        // dv_t = G_tᵀ R_t φ(k_t).
+        // dv_t = G_tᵀ R_t φ(k_t); dpk holds G_t v_t until rotated, extra holds u_t.
         std::fill(S.begin(), S.end(), T(0));
         std::fill(z.begin(), z.end(), T(0));
         for (int64_t t = N - 1; t >= 0; --t) {
           if (t + 1 < N) reshift(S.data(), z.data(), F, Dv, r[t * H], r[(t + 1) * H]);
-          rotate(ta.data(), pq + t * CF, R, t, F, false);
-          rotate(tc.data(), pk + t * CF, R, t, F, false);
+          const T* ta = ar.data() + t * F;
+          const T* tc = cr.data() + t * F;
           const T inv = T(1) / den[t * H];
           for (int64_t i = 0; i < F; ++i) {
             const T ai = ta[i] * inv;
@@ -399,15 +450,14 @@ void linear_attention_backward(T* dq, T* dk, T* dv, const T* dout, const T* save
               yi += S[i * Dv + j] * vh[t * Cv + j];
               dvh[t * Cv + j] += S[i * Dv + j] * tc[i];
             }
-            y[i] = yi;
+            dpk[t * F + i] = yi;
           }
-          rotate(y.data(), y.data(), R, t, F, true);
-          for (int64_t i = 0; i < F; ++i) dpk[t * F + i] = y[i] + z[i];
+          std::copy(z.begin(), z.end(), extra.begin() + t * F);
         }
+        R.rotate(dpk.data(), F, dpk.data(), F, N, s.start, ROPE_ROLE_KEY, ROPE_BACKWARD);
+        for (int64_t i = 0; i < N * F; ++i) dpk[i] += extra[i];
       } else {
         for (int64_t t = 0; t < N; ++t) {
-          rotate(ar.data() + t * F, pq + t * CF, R, t, F, false);
-          rotate(cr.data() + t * F, pk + t * CF, R, t, F, false);
           for (int64_t i = 0; i < F; ++i) z[i] += pk[t * CF + i];
         }
         gemm(true, false, F, Dv, N, T(1), cr.data(), F, vh, Cv, T(0), S.data(), Dv);   // S (F, Dv) = Σ c̃ vᵀ
@@ -424,25 +474,25 @@ void linear_attention_backward(T* dq, T* dk, T* dv, const T* dout, const T* save
             ar[t * F + i] *= inv;  // R_t φ(q_t)/d_t
           }
           dd[t] = -go * inv;
-          rotate(row, row, R, t, F, true);
-          for (int64_t i = 0; i < F; ++i) {
-            row[i] += dd[t] * z[i];
-            u[i] += dd[t] * pq[t * CF + i];
-          }
+          for (int64_t i = 0; i < F; ++i) u[i] += dd[t] * pq[t * CF + i];
+        }
+        R.rotate(dpq.data(), F, dpq.data(), F, N, s.start, ROPE_ROLE_QUERY, ROPE_BACKWARD);  // R_tᵀ S g_t/d_t
+        for (int64_t t = 0; t < N; ++t) {
+          for (int64_t i = 0; i < F; ++i) dpq[t * F + i] += dd[t] * z[i];
         }
         gemm(true, false, F, Dv, N, T(1), ar.data(), F, gh, Cv, T(0), S.data(), Dv);    // G (F, Dv)
         gemm(false, false, N, Dv, F, T(1), cr.data(), F, S.data(), Dv, T(1), dvh, Cv);  // dv += c̃·G
         gemm(false, true, N, F, Dv, T(1), vh, Cv, S.data(), Dv, T(0), dpk.data(), F);   // (T, F) v·Gᵀ
+        R.rotate(dpk.data(), F, dpk.data(), F, N, s.start, ROPE_ROLE_KEY, ROPE_BACKWARD);
         for (int64_t t = 0; t < N; ++t) {
-          T* row = dpk.data() + t * F;
-          rotate(row, row, R, t, F, true);
-          for (int64_t i = 0; i < F; ++i) row[i] += u[i];
+          for (int64_t i = 0; i < F; ++i) dpk[t * F + i] += u[i];
         }
       }
       feature_backward(dqh, Ck, dpq.data(), pq, CF, qh, N, W, s, F);
       feature_backward(dkh, Ck, dpk.data(), pk, CF, kh, N, W, s, F);
     }
   }
+  R.throw_if_failed();
 }
 
 template <typename T>
@@ -464,10 +514,10 @@ void linear_attention_step(T* out, const T* q, const T* k, const T* v, Projectio
       static_cast<int64_t>(st.shift.size()) != s.B * H) {
     bad("the state does not match the shape (make it with linear_attention_state)");
   }
-  const Rotation<T> R = rotation<T>(s, F, st.pos, 1);
+  const Rotator<T> R(s, F, st.pos, 1);
 #pragma omp parallel
   {
-    std::vector<T> a(F), c(F), tmp(F);  // φ(q), φ(k), scratch (F)
+    std::vector<T> a(F), c(F), a_rot(F), c_rot(F);  // φ(q), φ(k), R φ(q), R φ(k) (F)
 #pragma omp for schedule(static)
     for (int64_t bh = 0; bh < s.B * H; ++bh) {
       const int64_t b = bh / H, h = bh % H;
@@ -477,11 +527,14 @@ void linear_attention_step(T* out, const T* q, const T* k, const T* v, Projectio
       const T r_prev = st.shift[bh], r = std::max(r_prev, kmax);
       feature_exp(a.data(), F, sq, s);
       feature_exp(c.data(), F, r, s);
+      R.rotate(a_rot.data(), F, a.data(), F, 1, st.pos, ROPE_ROLE_QUERY);
+      R.rotate(c_rot.data(), F, c.data(), F, 1, st.pos, ROPE_ROLE_KEY);
       causal_token(out + b * Cv + h * Dv, st.S.data() + bh * F * Dv, st.z.data() + bh * F, r_prev, r, c.data(),
-                   v + b * Cv + h * Dv, a.data(), sq, R, 0, F, Dv, s.eps, tmp.data());
+                   c_rot.data(), v + b * Cv + h * Dv, a.data(), a_rot.data(), sq, F, Dv, s.eps);
       st.shift[bh] = r;
     }
   }
+  R.throw_if_failed();
   ++st.pos;
 }
 

@@ -2,8 +2,11 @@
 //
 //   out_m = Σ_n (R_m φ(q_m))ᵀ (R_n φ(k_n)) v_n / (Σ_n φ(q_m)ᵀ φ(k_n) + eps)
 //
-// R_m rotates the interleaved pairs (2i, 2i+1) of a feature vector by m·θ_i, θ_i = base^(−2i/F)
-// (the frequencies come from a librope plan). RoPE acts in the numerator only; the denominator stays
+// R_m is librope's rotation of a feature vector (F wide) at position m, configured by
+// LinearAttentionShape::rope_cfg: by default the paper's interleaved pairs (2i, 2i+1) rotated by m·θ_i,
+// θ_i = 10000^(−2i/F); the half layout (pairs (i, i + F/2)), any base, every scaling method (its
+// attention factor included: it multiplies both R_m φ(q) and R_n φ(k)) and xPos work the same way.
+// float rotates in ROPE_DTYPE_F32, double in ROPE_DTYPE_F64. RoPE acts in the numerator only; the denominator stays
 // unrotated, so rotated terms can be negative and the output is not a convex combination of values
 // (as the paper specifies). Sums run over all n, or over n ≤ m when causal.
 //
@@ -24,6 +27,8 @@
 //
 // Memory: the forward saves φ(q), φ(k) (stabilised, unrotated), the denominators and the key shifts,
 // (B, T, H, 2F + 2) elements = O(N·F), never O(N²). The backward recomputes the (F, Dv) prefix sums.
+// Each thread holds one head's rotated R_t φ(q_t), R_t φ(k_t) (T, F) (librope rotates all of a head's
+// tokens in one call), the backward a few more (T, F) rows.
 // Modes: non-causal uses the (F, Dv) summary Σ_n R_n φ(k_n) v_nᵀ and the (F) vector Σ_n φ(k_n) per
 // head (BLAS); causal runs the same sums as prefix sums, token by token, which is also the recurrent
 // form exposed by linear_attention_step for generation. (batch, head) pairs run in parallel (OpenMP).
@@ -32,6 +37,8 @@
 #include <cstdint>
 #include <type_traits>
 #include <vector>
+
+#include "rope/rope.hpp"
 
 namespace ops {
 
@@ -48,7 +55,17 @@ struct LinearAttentionShape {
   FeatureMap feature_map = FeatureMap::elu_plus_one;
   int64_t favor_features = 0;  // m, the rows of W (favor only); F = m, else F = Dk
   bool rope = true;            // rotate the numerator's feature vectors (F must then be even)
-  double rope_base = 10000;    // θ_i = base^(−2i/F)
+  // The librope configuration of that rotation, e.g. the model's softmax RoPE settings. Linear
+  // attention rotates whole feature vectors: it sets head_dim = rot_dim = F itself, so the config
+  // must be full-rotary (rot_dim == head_dim, rot_offset 0; head_dim itself may be anything), with
+  // n_axes 1. Per-pair arrays (freq_factors, LongRoPE factors) must then hold F/2 values
+  // (head_dim == F). layout, base, scaling, freq_factors and xPos are used as given; mode and
+  // table_positions are ignored (linear attention picks on the fly or a per-call table: same bits).
+  // The default is the paper's: interleaved, base 10000, no scaling.
+  rope_config rope_cfg = rope::default_config(0);
+  // Sequence length given to the plan (rope_plan_set_seq_len: DYNAMIC_NTK, LONGROPE); 0 = start + T.
+  // The recurrent step uses it too, so set it (or T) to the generation's length there.
+  int64_t rope_seq_len = 0;
   int64_t start = 0;           // position of token 0
   double eps = 1e-6;           // added to the (unstabilised) denominator, >= 0
 };
