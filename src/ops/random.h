@@ -1,22 +1,12 @@
-// Counter-based random numbers: value i of stream `seed` is a pure function of (seed, i), so
-// dropout masks can be regenerated in the backward instead of stored, and results do not depend on
-// thread count or on resuming from a checkpoint. SplitMix64's finaliser as the mixing function.
+// ops' names for the counter-based RNG that lives in base/random.h (ops::mix64, ops::uniform01), kept
+// for the engine code that spells them so (ops, model, train). New code includes base/random.h.
 #pragma once
 
-#include <cstdint>
+#include "base/random.h"
 
 namespace ops {
 
-inline uint64_t mix64(uint64_t x) {
-  x += 0x9e3779b97f4a7c15ull;
-  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
-  x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
-  return x ^ (x >> 31);
-}
-
-// Uniform in [0, 1) with 53 random bits.
-inline double uniform01(uint64_t seed, uint64_t index) {
-  return static_cast<double>(mix64(mix64(seed) ^ index) >> 11) * 0x1.0p-53;
-}
+using base::mix64;
+using base::uniform01;
 
 }  // namespace ops

@@ -10,10 +10,10 @@
 #include <vector>
 
 #include "bench_util.h"
+#include "base/random.h"
 #include "commands.h"
 #include "model/roformer.h"
 #include "ops/blas.h"
-#include "ops/random.h"
 #include "train/checkpoint.h"
 #include "train/optim.h"
 
@@ -53,9 +53,9 @@ int bench_train(const BenchTrainOptions& o) {
   std::vector<int64_t> ids(N), targets(N);
   auto step = [&](int64_t s) {
     for (int64_t i = 0; i < N; ++i) {
-      ids[i] = static_cast<int64_t>(ops::mix64(2 * (s * N + i)) % c.vocab_size);
-      targets[i] = o.task == "mlm" && ops::uniform01(s, i) >= 0.15 ? model::kIgnoreIndex
-                                                                    : static_cast<int64_t>(ops::mix64(2 * (s * N + i) + 1) % c.vocab_size);
+      ids[i] = static_cast<int64_t>(base::mix64(2 * (s * N + i)) % c.vocab_size);
+      targets[i] = o.task == "mlm" && base::uniform01(s, i) >= 0.15 ? model::kIgnoreIndex
+                                                                    : static_cast<int64_t>(base::mix64(2 * (s * N + i) + 1) % c.vocab_size);
     }
     m.zero_grad();
     const double loss = m.forward({.ids = ids.data(), .targets = targets.data(), .B = B, .T = T}, true, s);
