@@ -153,7 +153,7 @@ TEST(HfBasicTokenizer, CleansControlCharactersAndWhitespace) {
   EXPECT_EQ(basic("a\u2028b"), (Strings{"a", "b"}));  // Zl: kept by cleaning, split by Python's str.split
   EXPECT_EQ(basic("a\xff\xfe" "b\xe4\xb8"), (Strings{"ab"}));  // invalid UTF-8 → U+FFFD → dropped
   EXPECT_EQ(basic(" \t\n"), Strings{});
-  EXPECT_EQ(utf8_decode("\xe4\xb8\x41\xf0\x9f\x98"), std::u32string(U"\uFFFDA\uFFFD"));  // maximal subparts
+  EXPECT_EQ(base::utf8_decode("\xe4\xb8\x41\xf0\x9f\x98"), std::u32string(U"\uFFFDA\uFFFD"));  // maximal subparts
 }
 
 // ---- WordPiece ----

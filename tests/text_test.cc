@@ -16,6 +16,7 @@
 #include <string>
 #include <vector>
 
+#include "base/utf8.h"
 #include "data/corpus.h"
 #include "data/tokenizer.h"
 #include "io/atomic_file.h"
@@ -56,7 +57,7 @@ std::u32string decode_all(const std::string& s) {
   const auto* p = reinterpret_cast<const uint8_t*>(s.data());
   for (size_t i = 0; i < s.size();) {
     char32_t cp;
-    i += static_cast<size_t>(data::utf8_next(p + i, s.size() - i, true, &cp));
+    i += static_cast<size_t>(base::utf8_next(p + i, s.size() - i, true, &cp));
     out.push_back(cp);
   }
   return out;
@@ -72,7 +73,7 @@ TEST(Utf8, MaximalSubpartReplacementLikePython) {
   EXPECT_EQ(decode_all("\x80\xBF\xFF"), U"\uFFFD\uFFFD\uFFFD");  // stray continuation, invalid byte
   EXPECT_EQ(decode_all("\xF4\x90\x80\x80"), U"\uFFFD\uFFFD\uFFFD\uFFFD");  // above U+10FFFF
   char32_t cp;
-  EXPECT_EQ(data::utf8_next(reinterpret_cast<const uint8_t*>("\xF0\x9F"), 2, false, &cp), 0) << "needs more bytes";
+  EXPECT_EQ(base::utf8_next(reinterpret_cast<const uint8_t*>("\xF0\x9F"), 2, false, &cp), 0) << "needs more bytes";
 }
 
 TEST(Tokenizer, ByteLevelRoundTripAndSpecials) {
@@ -242,7 +243,7 @@ TEST(Corpus, TrainBatchesArePureFunctionsOfSeedAndStep) {
         const std::vector<int32_t> row(b.tokens.begin() + r * (T + 1), b.tokens.begin() + (r + 1) * (T + 1));
         for (int32_t id : row) ASSERT_TRUE(id >= 5 && id < tok.vocab_size()) << id;
         const std::string s = tok.decode(row);
-        EXPECT_FALSE(data::utf8_is_continuation(static_cast<uint8_t>(s[0]))) << "windows start on a character";
+        EXPECT_FALSE(base::utf8_is_continuation(static_cast<uint8_t>(s[0]))) << "windows start on a character";
         EXPECT_NE(train.find(s), std::string::npos) << "a window is a piece of the training text: " << s;
       }
     }

@@ -6,7 +6,7 @@
 #include <vector>
 
 #include "data/tokenizer.h"
-#include "ops/random.h"
+#include "base/random.h"
 #include "train/lm_task.h"
 #include "train/trainer.h"
 
@@ -20,7 +20,7 @@ data::Batch windows(int64_t B, int64_t T, uint64_t seed) {
   w.B = B;
   w.T = T;
   for (int64_t i = 0; i < B * (T + 1); ++i) {
-    const auto u = ops::mix64(seed + static_cast<uint64_t>(i));
+    const auto u = base::mix64(seed + static_cast<uint64_t>(i));
     w.tokens.push_back(u % 11 == 0 ? data::Tokenizer::kSep : static_cast<int32_t>(data::Tokenizer::kNumSpecial + u % (kV - data::Tokenizer::kNumSpecial)));
   }
   return w;

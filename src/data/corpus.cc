@@ -12,8 +12,9 @@
 #include <limits>
 #include <stdexcept>
 
-#include "io/safetensors.h"  // io::Error
-#include "ops/random.h"
+#include "base/error.h"
+#include "base/random.h"
+#include "base/utf8.h"
 
 namespace data {
 namespace {
@@ -36,7 +37,7 @@ void check_shape(int64_t B, int64_t T) {
 int64_t skip_continuations(const std::string& buf) {
   int64_t skip = 0;
   while (skip < kMaxSkip && skip < static_cast<int64_t>(buf.size()) &&
-         utf8_is_continuation(static_cast<uint8_t>(buf[static_cast<size_t>(skip)]))) {
+         base::utf8_is_continuation(static_cast<uint8_t>(buf[static_cast<size_t>(skip)]))) {
     ++skip;
   }
   return skip;
@@ -50,13 +51,13 @@ Corpus::Corpus(const std::string& path, const Tokenizer& tok, double val_fractio
     throw std::invalid_argument("val_fraction must lie in [0, 1), got " + std::to_string(val_fraction));
   }
   fd_ = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd_ < 0) throw io::Error(path + ": cannot open: " + std::strerror(errno));
+  if (fd_ < 0) throw base::Error(path + ": cannot open: " + std::strerror(errno));
   // The destructor does not run for a throwing constructor, so every failure below closes fd_ here.
   try {
     struct stat st {};
-    if (::fstat(fd_, &st) != 0 || !S_ISREG(st.st_mode)) throw io::Error(path + ": not a regular file");
+    if (::fstat(fd_, &st) != 0 || !S_ISREG(st.st_mode)) throw base::Error(path + ": not a regular file");
     file_bytes_ = static_cast<int64_t>(st.st_size);
-    if (file_bytes_ == 0) throw io::Error(path + ": empty file");
+    if (file_bytes_ == 0) throw base::Error(path + ": empty file");
     const auto val_len = static_cast<int64_t>(std::llround(static_cast<double>(file_bytes_) * val_fraction));
     val_begin_ = file_bytes_ - val_len;
     if (val_fraction > 0 && val_begin_ < file_bytes_) {
@@ -64,10 +65,10 @@ Corpus::Corpus(const std::string& path, const Tokenizer& tok, double val_fractio
       val_begin_ += skip_continuations(read(val_begin_, kMaxSkip, file_bytes_));
     }
     if (val_fraction > 0 && val_begin_ >= file_bytes_) {
-      throw io::Error(path + ": validation part is empty: " + std::to_string(file_bytes_) +
+      throw base::Error(path + ": validation part is empty: " + std::to_string(file_bytes_) +
                       " bytes are too few for val_fraction " + std::to_string(val_fraction));
     }
-    if (val_begin_ == 0) throw io::Error(path + ": training part is empty (" + std::to_string(file_bytes_) + " bytes)");
+    if (val_begin_ == 0) throw base::Error(path + ": training part is empty (" + std::to_string(file_bytes_) + " bytes)");
   } catch (...) {
     ::close(fd_);
     throw;
@@ -101,10 +102,10 @@ std::string Corpus::read(int64_t off, int64_t n, int64_t end) const {
   while (done < n) {
     const ssize_t got = ::pread(fd_, buf.data() + done, static_cast<size_t>(n - done), off + done);
     if (got < 0 && errno == EINTR) continue;
-    if (got < 0) throw io::Error(path_ + ": read error at offset " + std::to_string(off + done) + ": " +
+    if (got < 0) throw base::Error(path_ + ": read error at offset " + std::to_string(off + done) + ": " +
                                  std::strerror(errno));
     if (got == 0) {
-      throw io::Error(path_ + ": unexpected end of file at offset " + std::to_string(off + done) +
+      throw base::Error(path_ + ": unexpected end of file at offset " + std::to_string(off + done) +
                       " (was it truncated while in use?)");
     }
     done += got;
@@ -159,7 +160,7 @@ bool Corpus::window(int64_t off, bool align, int64_t T, int32_t* out) const {
 int64_t Corpus::last_train_start(int64_t T) const {
   const int64_t n_tokens = T + 1, end = val_begin_;
   auto too_small = [&](const std::string& holds) {
-    return io::Error(path_ + ": training part (" + std::to_string(end) + " bytes, " + holds +
+    return base::Error(path_ + ": training part (" + std::to_string(end) + " bytes, " + holds +
                      ") is too small for one window of T + 1 = " + std::to_string(n_tokens) + " tokens");
   };
   if (tok_.kind() == TokenizerKind::Byte) {
@@ -170,7 +171,7 @@ int64_t Corpus::last_train_start(int64_t T) const {
     const int64_t from = std::max<int64_t>(0, last - kMaxSkip);
     const std::string buf = read(from, last - from + 1, end);
     for (int64_t p = last; p >= from; --p) {
-      if (!utf8_is_continuation(static_cast<uint8_t>(buf[static_cast<size_t>(p - from)]))) return p;
+      if (!base::utf8_is_continuation(static_cast<uint8_t>(buf[static_cast<size_t>(p - from)]))) return p;
     }
     return last;
   }
@@ -184,7 +185,7 @@ int64_t Corpus::last_train_start(int64_t T) const {
   for (int64_t i = skip_continuations(buf), n = static_cast<int64_t>(buf.size()); i < n;) {
     starts.push_back(from + i);
     char32_t cp;
-    i += utf8_next(p + i, static_cast<size_t>(n - i), true, &cp);
+    i += base::utf8_next(p + i, static_cast<size_t>(n - i), true, &cp);
   }
   if (static_cast<int64_t>(starts.size()) < n_tokens) throw too_small(std::to_string(starts.size()) + " tokens");
   return starts[starts.size() - static_cast<size_t>(n_tokens)];
@@ -194,10 +195,10 @@ Batch Corpus::train_batch(uint64_t seed, int64_t step, int64_t B, int64_t T) con
   check_shape(B, T);
   const int64_t last = last_train_start(T);
   Batch batch{std::vector<int32_t>(static_cast<size_t>(B * (T + 1))), B, T};
-  const uint64_t key = ops::mix64(ops::mix64(seed ^ kWindowDomain) + static_cast<uint64_t>(step));
+  const uint64_t key = base::mix64(base::mix64(seed ^ kWindowDomain) + static_cast<uint64_t>(step));
   const double n_offsets = static_cast<double>(last + 1);
   for (int64_t r = 0; r < B; ++r) {
-    const double u = ops::uniform01(key, static_cast<uint64_t>(r));
+    const double u = base::uniform01(key, static_cast<uint64_t>(r));
     const int64_t off = std::min(last, static_cast<int64_t>(u * n_offsets));
     int32_t* row = batch.tokens.data() + r * (T + 1);
     // Near the end an aligned window can come up short (only with invalid UTF-8, whose decoding does

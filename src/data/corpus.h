@@ -26,7 +26,7 @@ struct Batch {
 class Corpus {
  public:
   // Opens `path` (kept open; the tokenizer is copied). val_fraction in [0, 1): 0 means no validation
-  // part. chunk_bytes is the read size for sequential scans (tests make it tiny). Throws io::Error
+  // part. chunk_bytes is the read size for sequential scans (tests make it tiny). Throws base::Error
   // naming the file: missing or unreadable, empty, or a split with no bytes on one side (the file is
   // too small for val_fraction); std::invalid_argument for a val_fraction outside [0, 1).
   Corpus(const std::string& path, const Tokenizer& tok, double val_fraction = 0.05,
@@ -37,12 +37,12 @@ class Corpus {
   Corpus(const Corpus&) = delete;
   Corpus& operator=(const Corpus&) = delete;
 
-  // The batch for training step `step`: row r starts at a byte offset drawn uniformly (ops::uniform01
+  // The batch for training step `step`: row r starts at a byte offset drawn uniformly (base::uniform01
   // of a key mixed from seed and step, index r) among the offsets whose window fits in the training
   // part, moved forward past at most 3 UTF-8 continuation bytes so it starts on a character, then
   // read with pread and tokenized to exactly T + 1 tokens. Windows never reach into the validation
   // part. Thread-safe (const, pread only). Throws std::invalid_argument for B < 1 or T < 1, and
-  // io::Error when the training part holds fewer than T + 1 tokens.
+  // base::Error when the training part holds fewer than T + 1 tokens.
   Batch train_batch(uint64_t seed, int64_t step, int64_t B, int64_t T) const;
 
   // The fixed evaluation set: window w holds tokens [w·T, w·T + T + 1) of the validation part

@@ -3,7 +3,7 @@
 
 #include <stdexcept>
 
-#include "ops/random.h"
+#include "base/random.h"
 
 namespace data {
 
@@ -16,19 +16,19 @@ void mlm_mask(int64_t* ids, int64_t* labels, const uint8_t* maskable, int64_t N,
     throw std::invalid_argument("MLM masking needs a vocabulary size and a [MASK] id inside it");
   }
   // Three independent streams: selection, kind of replacement, random token.
-  const uint64_t s_select = ops::mix64(seed), s_kind = ops::mix64(seed + 1), s_token = ops::mix64(seed + 2);
+  const uint64_t s_select = base::mix64(seed), s_kind = base::mix64(seed + 1), s_token = base::mix64(seed + 2);
   for (int64_t i = 0; i < N; ++i) {
     const uint64_t u = first_counter + static_cast<uint64_t>(i);
-    if (!maskable[i] || ops::uniform01(s_select, u) >= cfg.mask_prob) {
+    if (!maskable[i] || base::uniform01(s_select, u) >= cfg.mask_prob) {
       labels[i] = cfg.ignore_index;
       continue;
     }
     labels[i] = ids[i];
-    const double kind = ops::uniform01(s_kind, u);
+    const double kind = base::uniform01(s_kind, u);
     if (kind < cfg.mask_token_fraction) {
       ids[i] = cfg.mask_token_id;
     } else if (kind < cfg.mask_token_fraction + cfg.random_token_fraction) {
-      ids[i] = static_cast<int64_t>(ops::uniform01(s_token, u) * static_cast<double>(cfg.vocab_size));
+      ids[i] = static_cast<int64_t>(base::uniform01(s_token, u) * static_cast<double>(cfg.vocab_size));
     }
   }
 }

@@ -7,13 +7,16 @@
 #include <nlohmann/json.hpp>
 #include <stdexcept>
 
+#include "base/error.h"
+#include "base/utf8.h"
 #include "io/atomic_file.h"
-#include "io/safetensors.h"  // io::Error
 
 namespace data {
 namespace {
 
-constexpr char32_t kReplacement = 0xFFFD;
+using base::kReplacementChar;
+using base::utf8_append;
+using base::utf8_next;
 constexpr char32_t kMaxCodePoint = 0x10FFFF;
 constexpr int kFormatVersion = 1;
 
@@ -61,67 +64,6 @@ std::vector<char32_t> choose_vocab(const CodePointCounts& counts, int64_t max_vo
 
 }  // namespace
 
-int utf8_next(const uint8_t* p, size_t n, bool at_end, char32_t* cp) {
-  const uint8_t b0 = p[0];
-  if (b0 < 0x80) {
-    *cp = b0;
-    return 1;
-  }
-  // Lead byte → length and the allowed range of the second byte (which excludes overlong forms,
-  // surrogates and values above U+10FFFF; Unicode Table 3-7).
-  int len;
-  char32_t c;
-  uint8_t lo = 0x80, hi = 0xBF;
-  if (b0 >= 0xC2 && b0 <= 0xDF) {
-    len = 2, c = b0 & 0x1F;
-  } else if (b0 >= 0xE0 && b0 <= 0xEF) {
-    len = 3, c = b0 & 0x0F;
-    if (b0 == 0xE0) lo = 0xA0;
-    if (b0 == 0xED) hi = 0x9F;
-  } else if (b0 >= 0xF0 && b0 <= 0xF4) {
-    len = 4, c = b0 & 0x07;
-    if (b0 == 0xF0) lo = 0x90;
-    if (b0 == 0xF4) hi = 0x8F;
-  } else {
-    *cp = kReplacement;  // a stray continuation byte or a byte that never occurs in UTF-8
-    return 1;
-  }
-  for (int i = 1; i < len; ++i) {
-    if (static_cast<size_t>(i) >= n) {
-      if (!at_end) return 0;
-      *cp = kReplacement;
-      return i;
-    }
-    const uint8_t b = p[i];
-    if (b < lo || b > hi) {
-      *cp = kReplacement;  // the maximal subpart is p[0..i): the next code point starts at b
-      return i;
-    }
-    lo = 0x80, hi = 0xBF;
-    c = (c << 6) | (b & 0x3F);
-  }
-  *cp = c;
-  return len;
-}
-
-void utf8_append(char32_t cp, std::string* out) {
-  if (cp < 0x80) {
-    out->push_back(static_cast<char>(cp));
-  } else if (cp < 0x800) {
-    out->push_back(static_cast<char>(0xC0 | (cp >> 6)));
-    out->push_back(static_cast<char>(0x80 | (cp & 0x3F)));
-  } else if (cp < 0x10000) {
-    out->push_back(static_cast<char>(0xE0 | (cp >> 12)));
-    out->push_back(static_cast<char>(0x80 | ((cp >> 6) & 0x3F)));
-    out->push_back(static_cast<char>(0x80 | (cp & 0x3F)));
-  } else {
-    out->push_back(static_cast<char>(0xF0 | (cp >> 18)));
-    out->push_back(static_cast<char>(0x80 | ((cp >> 12) & 0x3F)));
-    out->push_back(static_cast<char>(0x80 | ((cp >> 6) & 0x3F)));
-    out->push_back(static_cast<char>(0x80 | (cp & 0x3F)));
-  }
-}
-
 Tokenizer Tokenizer::byte_level() { return Tokenizer(); }
 
 Tokenizer Tokenizer::char_level_from_code_points(const std::vector<char32_t>& code_points) {
@@ -157,7 +99,7 @@ Tokenizer Tokenizer::char_level_from_text(std::string_view text, int64_t max_voc
 
 Tokenizer Tokenizer::char_level_from_file(const std::string& path, int64_t max_vocab, size_t chunk_bytes) {
   std::ifstream in(path, std::ios::binary);
-  if (!in) throw io::Error(path + ": cannot open");
+  if (!in) throw base::Error(path + ": cannot open");
   chunk_bytes = std::max<size_t>(chunk_bytes, 1);
   auto counts = std::make_unique<CodePointCounts>();
   // buf holds the unfinished tail of the previous chunk (< 4 bytes) followed by the next chunk.
@@ -166,7 +108,7 @@ Tokenizer Tokenizer::char_level_from_file(const std::string& path, int64_t max_v
   for (;;) {
     in.read(reinterpret_cast<char*>(buf.data() + carry), static_cast<std::streamsize>(chunk_bytes));
     const auto got = static_cast<size_t>(in.gcount());
-    if (in.bad()) throw io::Error(path + ": read error");
+    if (in.bad()) throw base::Error(path + ": read error");
     const bool at_end = got < chunk_bytes;  // a short read on an ifstream means end of file
     const size_t len = carry + got;
     const size_t used = counts->add(buf.data(), len, at_end);
@@ -175,7 +117,7 @@ Tokenizer Tokenizer::char_level_from_file(const std::string& path, int64_t max_v
     std::copy(buf.begin() + static_cast<std::ptrdiff_t>(used), buf.begin() + static_cast<std::ptrdiff_t>(len),
               buf.begin());
   }
-  if (counts->total == 0) throw io::Error(path + ": empty file, no characters for a vocabulary");
+  if (counts->total == 0) throw base::Error(path + ": empty file, no characters for a vocabulary");
   return char_level_from_code_points(choose_vocab(*counts, max_vocab));
 }
 
@@ -195,9 +137,9 @@ std::string Tokenizer::to_json() const {
 void Tokenizer::save(const std::string& path) const { io::write_file_atomic(path, to_json()); }
 
 Tokenizer Tokenizer::load(const std::string& path) {
-  auto fail = [&](const std::string& what) { return io::Error(path + ": tokenizer file: " + what); };
+  auto fail = [&](const std::string& what) { return base::Error(path + ": tokenizer file: " + what); };
   std::ifstream in(path, std::ios::binary);
-  if (!in) throw io::Error(path + ": cannot open");
+  if (!in) throw base::Error(path + ": cannot open");
   nlohmann::json j;
   try {
     j = nlohmann::json::parse(in);
@@ -293,7 +235,7 @@ std::string Tokenizer::decode(const std::vector<int32_t>& ids) const {
                               std::to_string(V) + ")");
     }
     if (id == kUnk) {
-      utf8_append(kReplacement, &s);
+      utf8_append(kReplacementChar, &s);
     } else if (id >= kNumSpecial) {
       if (kind_ == TokenizerKind::Byte) {
         s.push_back(static_cast<char>(id - kNumSpecial));

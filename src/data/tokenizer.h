@@ -20,16 +20,6 @@ namespace data {
 // values to exercise code points split across chunks.
 inline constexpr size_t kDefaultChunkBytes = size_t{1} << 20;
 
-// Decodes one code point from p[0..n), n >= 1, into *cp and returns the bytes it used (1..4). An
-// invalid sequence yields U+FFFD and consumes its maximal invalid subpart (at least 1 byte). If
-// p[0..n) is a valid but unfinished prefix, returns 0 when more bytes may follow (!at_end), and
-// U+FFFD for the whole prefix when they cannot (at_end).
-int utf8_next(const uint8_t* p, size_t n, bool at_end, char32_t* cp);
-// Appends the UTF-8 encoding of cp (a Unicode scalar value) to *out.
-void utf8_append(char32_t cp, std::string* out);
-// True for bytes 10xxxxxx, which never start a code point.
-inline bool utf8_is_continuation(uint8_t b) { return (b & 0xC0) == 0x80; }
-
 enum class TokenizerKind { Byte, Char };
 
 class Tokenizer {
@@ -42,7 +32,7 @@ class Tokenizer {
   // Char vocabulary from the code points of a file, read in chunks of chunk_bytes (so files larger
   // than memory work). max_vocab = 0 keeps every code point seen; otherwise the max_vocab − 5 most
   // frequent are kept (ties: smaller code point first) and the rest encode as [UNK]. Tokens get ids
-  // 5, 6, ... in code-point order. Throws io::Error (missing or empty file), std::invalid_argument
+  // 5, 6, ... in code-point order. Throws base::Error (missing or empty file), std::invalid_argument
   // (max_vocab not 0 and below 6).
   static Tokenizer char_level_from_file(const std::string& path, int64_t max_vocab = 0,
                                         size_t chunk_bytes = kDefaultChunkBytes);
@@ -54,7 +44,7 @@ class Tokenizer {
 
   // JSON {"version": 1, "kind": "byte"|"char", "tokens": [...]} where tokens are the char vocabulary
   // (ids 5, 6, ... in order, each a one-code-point UTF-8 string; [] for byte). load() rejects anything
-  // else with io::Error naming the file: bad JSON, missing or unknown fields, a wrong version or kind,
+  // else with base::Error naming the file: bad JSON, missing or unknown fields, a wrong version or kind,
   // tokens that are not one code point, duplicates. save() replaces the file atomically.
   static Tokenizer load(const std::string& path);
   void save(const std::string& path) const;

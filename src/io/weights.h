@@ -13,12 +13,12 @@
 #include <string>
 #include <vector>
 
+#include "base/error.h"
+
 namespace io {
 
-class Error : public std::runtime_error {
- public:
-  using std::runtime_error::runtime_error;
-};
+// io's name for base::Error (every layer's bad-input exception; base/error.h).
+using Error = base::Error;
 
 enum class DType { F64, F32, F16, BF16, I64, I32, I16, I8, U8, BOOL };
 

@@ -14,7 +14,7 @@
 #include "ops/linear.h"
 #include "ops/norm.h"
 #include "ops/position.h"
-#include "ops/random.h"
+#include "base/random.h"
 
 namespace model {
 
@@ -72,7 +72,7 @@ void rotate(const rope::Plan& plan, rope_direction dir, rope_role role, T* x, in
 
 }  // namespace
 
-uint64_t Dropout::site_seed(int64_t site) const { return ops::mix64(seed ^ ops::mix64(0x5eed0000ull + site)); }
+uint64_t Dropout::site_seed(int64_t site) const { return base::mix64(seed ^ base::mix64(0x5eed0000ull + site)); }
 
 Dropout Dropout::training(const RoFormerConfig& c, uint64_t seed, int64_t row0, int64_t tokens) {
   return {c.hidden_dropout_prob, c.attention_probs_dropout_prob, seed, row0, tokens};
@@ -214,7 +214,7 @@ ops::LinearAttentionShape linear_attention_shape(const RoFormerConfig& c, int64_
 template <typename T>
 std::vector<T> performer_features(const RoFormerConfig& c, int64_t layer) {
   std::vector<T> w(c.performer_features * c.head_dim());
-  ops::favor_projection(w.data(), c.performer_features, c.head_dim(), ops::mix64(0xfa70ull + layer));
+  ops::favor_projection(w.data(), c.performer_features, c.head_dim(), base::mix64(0xfa70ull + layer));
   return w;
 }
 

@@ -7,7 +7,7 @@
 #include <numeric>
 #include <stdexcept>
 
-#include "ops/random.h"
+#include "base/random.h"
 
 namespace model {
 
@@ -167,7 +167,7 @@ std::vector<int64_t> generate(const RoFormer<float>& m, const std::vector<int64_
   std::vector<int64_t> out;
   const std::vector<float>* logits = &g.feed(context);
   for (int64_t i = 0; i < opt.max_new_tokens && g.position() < room; ++i) {
-    const int64_t next = sample_token(*logits, opt, ops::uniform01(opt.seed, static_cast<uint64_t>(i)));
+    const int64_t next = sample_token(*logits, opt, base::uniform01(opt.seed, static_cast<uint64_t>(i)));
     out.push_back(next);
     if (g.position() + 1 > room) break;
     logits = &g.feed({next});

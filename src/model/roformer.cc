@@ -6,7 +6,7 @@
 #include <stdexcept>
 
 #include "ops/loss.h"
-#include "ops/random.h"
+#include "base/random.h"
 
 namespace model {
 
@@ -65,9 +65,9 @@ void RoFormer<T>::init_weights(uint64_t seed) {
     } else if (info.shape.size() == 1) {
       std::fill(w, w + info.size, T(0));
     } else {
-      const uint64_t stream = ops::mix64(seed ^ ops::mix64(t + 1));
+      const uint64_t stream = base::mix64(seed ^ base::mix64(t + 1));
       for (int64_t i = 0; i < info.size; ++i) {  // Box–Muller on counter-based uniforms
-        const double u1 = 1.0 - ops::uniform01(stream, 2 * i), u2 = ops::uniform01(stream, 2 * i + 1);
+        const double u1 = 1.0 - base::uniform01(stream, 2 * i), u2 = base::uniform01(stream, 2 * i + 1);
         const double z = std::sqrt(-2.0 * std::log(u1)) * std::cos(2.0 * M_PI * u2);
         w[i] = static_cast<T>(cfg_.initializer_range * z);
       }

@@ -66,7 +66,7 @@ HWY_AFTER_NAMESPACE();
 #include <vector>
 
 #include "blas.h"
-#include "random.h"
+#include "base/random.h"
 
 namespace ops {
 
@@ -79,16 +79,16 @@ constexpr int64_t kRowBlock = 64;  // query rows per block of products
 
 // Seed of the dropout mask of one (global batch row, head) probability block.
 uint64_t block_seed(const AttentionShape& s, int64_t b, int64_t h) {
-  return mix64(s.dropout_seed ^ mix64(static_cast<uint64_t>((s.dropout_row0 + b) * s.H + h)));
+  return base::mix64(s.dropout_seed ^ base::mix64(static_cast<uint64_t>((s.dropout_row0 + b) * s.H + h)));
 }
 
-// p[j] = keep(seed, base + j) ? a[j] / (1 − prob) : 0 for j < n: dropout_forward's mask on a row
-// segment of the (T, T) block whose element index starts at base.
+// p[j] = keep(seed, first + j) ? a[j] / (1 − prob) : 0 for j < n: dropout_forward's mask on a row
+// segment of the (T, Tk) block whose element index starts at first.
 template <typename T>
-void dropout_row(T* p, const T* a, int64_t n, double prob, uint64_t seed, int64_t base) {
+void dropout_row(T* p, const T* a, int64_t n, double prob, uint64_t seed, int64_t first) {
   const T scale = static_cast<T>(1.0 / (1.0 - prob));
   for (int64_t j = 0; j < n; ++j) {
-    p[j] = uniform01(seed, static_cast<uint64_t>(base + j)) >= prob ? a[j] * scale : T(0);
+    p[j] = base::uniform01(seed, static_cast<uint64_t>(first + j)) >= prob ? a[j] * scale : T(0);
   }
 }
 

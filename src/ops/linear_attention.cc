@@ -16,7 +16,7 @@
 #include <string>
 
 #include "blas.h"
-#include "random.h"
+#include "base/random.h"
 #include "rope/rope.hpp"
 
 namespace ops {
@@ -269,13 +269,13 @@ template <typename T>
 void favor_projection(T* W, int64_t m, int64_t D, uint64_t seed, bool orthogonal) {
   if (W == nullptr || m < 1 || D < 1) bad("favor_projection needs W and m, D >= 1");
   auto gaussian = [](uint64_t sd, uint64_t i) {  // Box–Muller on counter-based uniforms
-    const double u1 = uniform01(sd, 2 * i), u2 = uniform01(sd, 2 * i + 1);
+    const double u1 = base::uniform01(sd, 2 * i), u2 = base::uniform01(sd, 2 * i + 1);
     return std::sqrt(-2.0 * std::log1p(-u1)) * std::cos(6.283185307179586 * u2);
   };
   std::vector<double> w(m * D);  // (m, D)
   for (int64_t i = 0; i < m * D; ++i) w[i] = gaussian(seed, i);
   if (orthogonal) {
-    const uint64_t norm_seed = mix64(seed ^ 0x6f7274686f676f6eull);
+    const uint64_t norm_seed = base::mix64(seed ^ 0x6f7274686f676f6eull);
     for (int64_t b0 = 0; b0 < m; b0 += D) {  // blocks of D rows
       const int64_t rows = std::min(D, m - b0);
       for (int64_t r = 0; r < rows; ++r) {

@@ -1,8 +1,6 @@
 // BERT's BasicTokenizer and the Python-compatible Unicode helpers (see basic_tokenizer.h).
 #include "text/basic_tokenizer.h"
 
-#include "data/tokenizer.h"
-
 #include <utf8proc.h>
 
 #include <cstdint>
@@ -10,35 +8,6 @@
 #include <stdexcept>
 
 namespace text {
-
-// ---- UTF-8 ----
-
-std::u32string utf8_decode(std::string_view s) {
-  std::u32string out;
-  out.reserve(s.size());
-  const auto* p = reinterpret_cast<const uint8_t*>(s.data());
-  for (size_t i = 0; i < s.size();) {
-    char32_t cp = 0;
-    i += static_cast<size_t>(data::utf8_next(p + i, s.size() - i, /*at_end=*/true, &cp));  // maximal subpart → U+FFFD
-    out.push_back(cp);
-  }
-  return out;
-}
-
-void utf8_append(char32_t c, std::string* out) { data::utf8_append(c, out); }
-
-std::string utf8_encode(std::u32string_view cps) {
-  std::string out;
-  out.reserve(cps.size());
-  for (char32_t c : cps) utf8_append(c, &out);
-  return out;
-}
-
-bool utf8_valid(std::string_view s) {
-  for (unsigned char c : s)
-    if (c >= 0x80) return utf8_encode(utf8_decode(s)) == s;  // slow path only for non-ASCII
-  return true;
-}
 
 // ---- character classes ----
 
@@ -119,12 +88,12 @@ std::u32string normalize(std::u32string_view s, utf8proc_option_t options) {
   bool trivial = true;  // below U+00C0 nothing decomposes or composes
   for (char32_t c : s) trivial = trivial && c < 0xC0;
   if (trivial) return std::u32string(s);
-  const std::string in = utf8_encode(s);
+  const std::string in = base::utf8_encode(s);
   utf8proc_uint8_t* dst = nullptr;
   const utf8proc_ssize_t n = utf8proc_map(reinterpret_cast<const utf8proc_uint8_t*>(in.data()),
                                           static_cast<utf8proc_ssize_t>(in.size()), &dst, options);
   if (n < 0) throw std::runtime_error(std::string("utf8proc: ") + utf8proc_errmsg(n));
-  std::u32string out = utf8_decode(std::string_view(reinterpret_cast<const char*>(dst), static_cast<size_t>(n)));
+  std::u32string out = base::utf8_decode(std::string_view(reinterpret_cast<const char*>(dst), static_cast<size_t>(n)));
   std::free(dst);
   return out;
 }
@@ -165,7 +134,7 @@ BasicTokenizer::BasicTokenizer(BasicTokenizerOptions options)
 std::vector<std::string> BasicTokenizer::tokenize(std::string_view utf8,
                                                   const std::unordered_set<std::string>* extra) const {
   std::vector<std::string> out;
-  for (const std::u32string& w : tokenize(utf8_decode(utf8), extra)) out.push_back(utf8_encode(w));
+  for (const std::u32string& w : tokenize(base::utf8_decode(utf8), extra)) out.push_back(base::utf8_encode(w));
   return out;
 }
 
@@ -173,7 +142,7 @@ std::vector<std::u32string> BasicTokenizer::tokenize(std::u32string_view text,
                                                      const std::unordered_set<std::string>* extra) const {
   auto never = [&](std::u32string_view w) {
     if (never_split_.empty() && (!extra || extra->empty())) return false;
-    const std::string u = utf8_encode(w);
+    const std::string u = base::utf8_encode(w);
     return never_split_.count(u) != 0 || (extra && extra->count(u) != 0);
   };
   // _clean_text, then _tokenize_chinese_chars.

@@ -23,17 +23,13 @@
 #include <unordered_set>
 #include <vector>
 
+#include "base/utf8.h"
+
 namespace text {
 
 // ---- UTF-8 and Unicode helpers (Python semantics) ----
 
-// UTF-8 → code points; each maximal invalid subpart becomes one U+FFFD.
-std::u32string utf8_decode(std::string_view utf8);
-// Code points (Unicode scalar values) → UTF-8.
-std::string utf8_encode(std::u32string_view cps);
-void utf8_append(char32_t cp, std::string* out);
-// True if `s` is well-formed UTF-8.
-bool utf8_valid(std::string_view s);
+// UTF-8 decoding and encoding: base/utf8.h (base::utf8_decode, utf8_encode, utf8_valid, ...).
 
 // Python str.isspace(): category Zs or bidi class WS, B or S (also Python's \s and str.split()).
 bool is_py_space(char32_t c);

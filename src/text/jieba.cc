@@ -11,7 +11,7 @@
 #include <iterator>
 #include <utility>
 
-#include "io/safetensors.h"  // io::Error
+#include "base/error.h"
 #include "text/basic_tokenizer.h"
 
 namespace text {
@@ -136,13 +136,13 @@ std::shared_ptr<const Jieba::Dict> Jieba::dict() const {
       std::string(kJiebaDictEnv) + " to a jieba dict.txt)";
   std::error_code ec;
   if (std::filesystem::is_directory(path_, ec))
-    throw io::Error("jieba dictionary " + path_ + ": is a directory" + hint);
+    throw base::Error("jieba dictionary " + path_ + ": is a directory" + hint);
   std::ifstream in(path_, std::ios::binary);
-  if (!in) throw io::Error("jieba dictionary " + path_ + ": cannot open: " + std::strerror(errno) + hint);
+  if (!in) throw base::Error("jieba dictionary " + path_ + ": cannot open: " + std::strerror(errno) + hint);
   const std::string content((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  if (in.bad()) throw io::Error("jieba dictionary " + path_ + ": cannot read: " + std::strerror(errno));
+  if (in.bad()) throw base::Error("jieba dictionary " + path_ + ": cannot read: " + std::strerror(errno));
 
-  if (content.size() >= UINT32_MAX) throw io::Error("jieba dictionary " + path_ + ": larger than 4 GiB");
+  if (content.size() >= UINT32_MAX) throw base::Error("jieba dictionary " + path_ + ": larger than 4 GiB");
   auto d = std::make_shared<Dict>();
   d->reserve(static_cast<size_t>(std::count(content.begin(), content.end(), '\n')) * 3 / 2);
   d->keys.reserve(content.size());
@@ -157,14 +157,14 @@ std::shared_ptr<const Jieba::Dict> Jieba::dict() const {
     while (!line.empty() && is_ascii_space(line.back())) line.remove_suffix(1);
     const size_t sp = line.find(' ');
     int64_t f = 0;
-    bool ok = sp != std::string_view::npos && utf8_valid(line);
+    bool ok = sp != std::string_view::npos && base::utf8_valid(line);
     if (ok) {
       const size_t sp2 = line.find(' ', sp + 1);
       const std::string_view fs = line.substr(sp + 1, sp2 == std::string_view::npos ? std::string_view::npos : sp2 - sp - 1);
       ok = parse_frequency(fs, &f) && f >= 0 && d->total <= INT64_MAX - f;
     }
     if (!ok)
-      throw io::Error(path_ + ":" + std::to_string(lineno) + ": invalid jieba dictionary entry '" +
+      throw base::Error(path_ + ":" + std::to_string(lineno) + ": invalid jieba dictionary entry '" +
                       std::string(line.substr(0, 200)) + "' (expected 'word frequency [tag]')");
     const std::string_view word = line.substr(0, sp);
     d->find_or_insert(word, f).freq = f;
@@ -183,7 +183,7 @@ size_t Jieba::size() const { return dict()->count; }
 
 std::vector<std::string> Jieba::cut(std::string_view utf8) const {
   std::vector<std::string> out;
-  for (const std::u32string& w : cut(utf8_decode(utf8))) out.push_back(utf8_encode(w));
+  for (const std::u32string& w : cut(base::utf8_decode(utf8))) out.push_back(base::utf8_encode(w));
   return out;
 }
 
@@ -220,7 +220,7 @@ void Jieba::cut_block(const Dict& d, std::u32string_view block, std::vector<std:
   std::vector<size_t> off(n + 1);
   for (size_t i = 0; i < n; ++i) {
     off[i] = utf8.size();
-    utf8_append(block[i], &utf8);
+    base::utf8_append(block[i], &utf8);
   }
   off[n] = utf8.size();
   auto frag = [&](size_t a, size_t b) {  // sentence[a:b]

@@ -44,7 +44,7 @@ class Jieba {
   Jieba& operator=(const Jieba&) = delete;
   ~Jieba();
 
-  // Reads the dictionary unless already read. Throws io::Error naming the file: missing or
+  // Reads the dictionary unless already read. Throws base::Error naming the file: missing or
   // unreadable (with a hint to install python3-jieba or set ROFORMER_JIEBA_DICT), or
   // "<path>:<line>: invalid dictionary entry" (jieba's rule: "word freq" separated by one space;
   // we also reject negative or overflowing frequencies).
@@ -53,7 +53,7 @@ class Jieba {
   const std::string& dict_path() const { return path_; }
 
   // jieba.cut(text, HMM=False): the words, in order; their concatenation is the text (invalid UTF-8
-  // read as U+FFFD). Loads the dictionary if a word-character run is met (io::Error as load()).
+  // read as U+FFFD). Loads the dictionary if a word-character run is met (base::Error as load()).
   std::vector<std::string> cut(std::string_view utf8) const;
   std::vector<std::u32string> cut(std::u32string_view text) const;
 

@@ -11,8 +11,8 @@
 #include <nlohmann/json.hpp>
 #include <stdexcept>
 
+#include "base/error.h"
 #include "io/mapped_file.h"
-#include "io/safetensors.h"  // io::Error
 
 namespace text {
 
@@ -24,7 +24,7 @@ namespace fs = std::filesystem;
 // ---- configuration files ----
 
 [[noreturn]] void bad_value(const std::string& path, const std::string& key, const std::string& what) {
-  throw io::Error(path + ": \"" + key + "\" must be " + what);
+  throw base::Error(path + ": \"" + key + "\" must be " + what);
 }
 
 void read_bool(const json& j, const std::string& path, const char* key, bool* out) {
@@ -82,7 +82,7 @@ TokenizerConfig read_config(const std::string& dir) {
       const std::string cls = it->get<std::string>();
       c.use_jieba = cls.rfind("RoFormerTokenizer", 0) == 0;  // also ...Fast: the same algorithm here
       if (!c.use_jieba && cls.rfind("BertTokenizer", 0) != 0)
-        throw io::Error(config_path + ": unsupported tokenizer_class \"" + cls + "\" (RoFormerTokenizer or BertTokenizer)");
+        throw base::Error(config_path + ": unsupported tokenizer_class \"" + cls + "\" (RoFormerTokenizer or BertTokenizer)");
     }
     read_bool(j, config_path, "do_lower_case", &c.do_lower_case);
     read_bool(j, config_path, "clean_up_tokenization_spaces", &c.clean_up_tokenization_spaces);
@@ -193,7 +193,7 @@ RoFormerTokenizer::RoFormerTokenizer(std::shared_ptr<const Vocab> vocab, Tokeniz
   }
   size_ = distinct + fresh;
   for (const AddedToken& t : added_) {
-    added_u32_.push_back(utf8_decode(t.content));
+    added_u32_.push_back(base::utf8_decode(t.content));
     added_protected_.push_back(special_set_.count(t.content) != 0 || (!t.special && t.normalized));
     added_by_first_[added_u32_.back().front()].push_back(added_u32_.size() - 1);
   }
@@ -241,7 +241,7 @@ size_t RoFormerTokenizer::match_added(std::u32string_view text, size_t pos, bool
 }
 
 std::vector<RoFormerTokenizer::Piece> RoFormerTokenizer::split_added(std::string_view utf8) const {
-  std::u32string text = utf8_decode(utf8);
+  std::u32string text = base::utf8_decode(utf8);
   // PreTrainedTokenizer.tokenize: lower-case character by character, special tokens excepted.
   // (RoFormer's do_lower_case attribute exists only with do_basic_tokenize.)
   if (config_.do_lower_case && config_.do_basic_tokenize) {
@@ -289,7 +289,7 @@ void RoFormerTokenizer::bert_tokenize(std::u32string_view text, std::vector<std:
   }
   for (const std::u32string& w : basic_.tokenize(text, &special_set_)) {
     if (!config_.never_split.empty()) {
-      std::string u = utf8_encode(w);
+      std::string u = base::utf8_encode(w);
       if (basic_.in_never_split(u)) {
         out->push_back(std::move(u));
         continue;
@@ -308,7 +308,7 @@ std::vector<std::string> RoFormerTokenizer::tokenize(std::string_view text) cons
     } else if (jieba_) {
       // RoFormerTokenizer._tokenize: a jieba word found in vocab.txt is one token.
       for (const std::u32string& w : jieba_->cut(std::u32string_view(p.text))) {
-        std::string u = utf8_encode(w);
+        std::string u = base::utf8_encode(w);
         if (vocab_->contains(u)) {
           out.push_back(std::move(u));
         } else {
@@ -327,7 +327,7 @@ std::vector<std::string> RoFormerTokenizer::jieba_words(std::string_view text) c
   if (!jieba_) return out;
   for (const Piece& p : split_added(text))
     if (p.added < 0 && !p.text.empty())
-      for (const std::u32string& w : jieba_->cut(std::u32string_view(p.text))) out.push_back(utf8_encode(w));
+      for (const std::u32string& w : jieba_->cut(std::u32string_view(p.text))) out.push_back(base::utf8_encode(w));
   return out;
 }
 

@@ -114,14 +114,14 @@ class RoFormerTokenizer {
  public:
   // Reads <dir>/vocab.txt (required), <dir>/tokenizer_config.json and <dir>/special_tokens_map.json
   // (optional; the latter overrides the special tokens of the former, as from_pretrained does).
-  // Throws io::Error naming the file: unreadable, bad JSON, wrong value types, an unsupported
+  // Throws base::Error naming the file: unreadable, bad JSON, wrong value types, an unsupported
   // tokenizer_class. The jieba dictionary is not read here (see jieba.h).
   static RoFormerTokenizer load(const std::string& dir, const LoadOptions& options = {});
   // From a vocabulary and a configuration. Special tokens missing from both the vocabulary and
   // added_tokens get new ids after them, as HF's _add_tokens does.
   RoFormerTokenizer(std::shared_ptr<const Vocab> vocab, TokenizerConfig config);
 
-  // HF tokenize(text): the tokens without [CLS]/[SEP]. May throw io::Error (jieba dictionary).
+  // HF tokenize(text): the tokens without [CLS]/[SEP]. May throw base::Error (jieba dictionary).
   std::vector<std::string> tokenize(std::string_view text) const;
   // The words jieba returns for the text (after lower-casing, over the pieces between added tokens),
   // like cases.json's jieba_words; empty when use_jieba is off.

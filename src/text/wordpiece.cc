@@ -7,18 +7,18 @@
 #include <fstream>
 #include <iterator>
 
-#include "io/safetensors.h"  // io::Error
+#include "base/error.h"
 #include "text/basic_tokenizer.h"
 
 namespace text {
 
 Vocab Vocab::load(const std::string& path) {
   std::error_code ec;
-  if (std::filesystem::is_directory(path, ec)) throw io::Error(path + ": cannot read the vocabulary: is a directory");
+  if (std::filesystem::is_directory(path, ec)) throw base::Error(path + ": cannot read the vocabulary: is a directory");
   std::ifstream in(path, std::ios::binary);
-  if (!in) throw io::Error(path + ": cannot open the vocabulary: " + std::strerror(errno));
+  if (!in) throw base::Error(path + ": cannot open the vocabulary: " + std::strerror(errno));
   std::string content((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  if (in.bad()) throw io::Error(path + ": cannot read the vocabulary: " + std::strerror(errno));
+  if (in.bad()) throw base::Error(path + ": cannot read the vocabulary: " + std::strerror(errno));
   return from_text(content, path);
 }
 
@@ -31,13 +31,13 @@ Vocab Vocab::from_text(std::string_view content, const std::string& name) {
     size_t j = i;
     while (j < content.size() && content[j] != '\n' && content[j] != '\r') ++j;
     std::string_view line = content.substr(i, j - i);
-    if (!utf8_valid(line))
-      throw io::Error(name + ":" + std::to_string(tokens.size() + 1) + ": the vocabulary is not valid UTF-8");
+    if (!base::utf8_valid(line))
+      throw base::Error(name + ":" + std::to_string(tokens.size() + 1) + ": the vocabulary is not valid UTF-8");
     tokens.emplace_back(line);
     if (j < content.size() && content[j] == '\r' && j + 1 < content.size() && content[j + 1] == '\n') ++j;
     i = j + 1;
   }
-  if (tokens.size() > static_cast<size_t>(INT32_MAX)) throw io::Error(name + ": the vocabulary has too many lines");
+  if (tokens.size() > static_cast<size_t>(INT32_MAX)) throw base::Error(name + ": the vocabulary has too many lines");
   return from_tokens(std::move(tokens));
 }
 
@@ -56,7 +56,7 @@ WordPiece::WordPiece(std::shared_ptr<const Vocab> vocab, std::string unk_token, 
 
 std::vector<std::string> WordPiece::tokenize(std::string_view utf8) const {
   std::vector<std::string> out;
-  for (const std::u32string& w : py_split(utf8_decode(utf8))) tokenize_word(w, &out);
+  for (const std::u32string& w : py_split(base::utf8_decode(utf8))) tokenize_word(w, &out);
   return out;
 }
 
@@ -71,7 +71,7 @@ void WordPiece::tokenize_word(std::u32string_view word, std::vector<std::string>
   std::vector<size_t> off(n + 1);
   for (size_t i = 0; i < n; ++i) {
     off[i] = utf8.size();
-    utf8_append(word[i], &utf8);
+    base::utf8_append(word[i], &utf8);
   }
   off[n] = utf8.size();
   const size_t first = out->size();

@@ -7,7 +7,7 @@
 // number. As HF does: empty lines are tokens ("" gets an id), a UTF-8 BOM is not removed (it stays
 // part of the first token), surrounding spaces are kept, and a duplicated token maps to the id of
 // its LAST line (earlier ids still exist as lines but no token string maps to them). A file that
-// cannot be read or is not UTF-8 gives io::Error naming the file (and the line).
+// cannot be read or is not UTF-8 gives base::Error naming the file (and the line).
 #pragma once
 
 #include <cstdint>
@@ -27,9 +27,9 @@ struct StringHash {
 
 class Vocab {
  public:
-  // Reads vocab.txt; throws io::Error ("<path>: cannot open ...", "<path>:<line>: invalid UTF-8").
+  // Reads vocab.txt; throws base::Error ("<path>: cannot open ...", "<path>:<line>: invalid UTF-8").
   static Vocab load(const std::string& path);
-  // From lines in memory (the file's content split as above), e.g. for tests. Throws io::Error
+  // From lines in memory (the file's content split as above), e.g. for tests. Throws base::Error
   // naming `name` for invalid UTF-8.
   static Vocab from_text(std::string_view content, const std::string& name = "<memory>");
   // tokens[i] gets id i (duplicates: the last one wins).

@@ -3,12 +3,12 @@
 
 #include <cmath>
 
-#include "ops/random.h"
+#include "base/random.h"
 
 namespace train {
 
 uint64_t stream_seed(uint64_t seed, uint64_t purpose, int64_t index) {
-  return ops::mix64(ops::mix64(seed ^ purpose) + static_cast<uint64_t>(index));
+  return base::mix64(base::mix64(seed ^ purpose) + static_cast<uint64_t>(index));
 }
 
 model::Inputs Batch::inputs() const {

@@ -9,10 +9,10 @@
 #include <vector>
 
 #include "bench_util.h"
+#include "base/random.h"
 #include "commands.h"
 #include "ops/attention.h"
 #include "ops/linear_attention.h"
-#include "ops/random.h"
 #include "rope/rope.hpp"
 
 namespace roformer {
@@ -30,10 +30,10 @@ int bench_attention(const BenchAttentionOptions& o) {
   for (int64_t T : o.lengths) {
     std::vector<float> q(T * C), k(T * C), v(T * C), out(T * C), dq(T * C), dk(T * C), dv(T * C), g(T * C);
     for (int64_t i = 0; i < T * C; ++i) {
-      q[i] = static_cast<float>(ops::uniform01(1, i) - 0.5);
-      k[i] = static_cast<float>(ops::uniform01(2, i) - 0.5);
-      v[i] = static_cast<float>(ops::uniform01(3, i) - 0.5);
-      g[i] = static_cast<float>(ops::uniform01(4, i) - 0.5);
+      q[i] = static_cast<float>(base::uniform01(1, i) - 0.5);
+      k[i] = static_cast<float>(base::uniform01(2, i) - 0.5);
+      v[i] = static_cast<float>(base::uniform01(3, i) - 0.5);
+      g[i] = static_cast<float>(base::uniform01(4, i) - 0.5);
     }
     auto best_of = [&](auto&& run) {
       double best = INFINITY;

@@ -11,10 +11,10 @@
 #include <vector>
 
 #include "bench_util.h"
+#include "base/random.h"
 #include "commands.h"
 #include "model/roformer.h"
 #include "ops/blas.h"
-#include "ops/random.h"
 #include "train/checkpoint.h"
 #include "train/lm_task.h"
 #include "train/trainer.h"
@@ -48,9 +48,9 @@ class RandomTokenTask : public train::TokenTask {
     b.ids.resize(N);
     b.targets.resize(N);
     for (int64_t i = 0; i < N; ++i) {
-      b.ids[i] = static_cast<int64_t>(ops::mix64(2 * (s * N + i)) % V_);
-      b.targets[i] = mlm_ && ops::uniform01(s, i) >= 0.15 ? model::kIgnoreIndex
-                                                           : static_cast<int64_t>(ops::mix64(2 * (s * N + i) + 1) % V_);
+      b.ids[i] = static_cast<int64_t>(base::mix64(2 * (s * N + i)) % V_);
+      b.targets[i] = mlm_ && base::uniform01(s, i) >= 0.15 ? model::kIgnoreIndex
+                                                           : static_cast<int64_t>(base::mix64(2 * (s * N + i) + 1) % V_);
     }
     return b;
   }

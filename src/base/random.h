@@ -1,11 +1,13 @@
 // Counter-based random numbers: value i of stream `seed` is a pure function of (seed, i), so
 // dropout masks can be regenerated in the backward instead of stored, and results do not depend on
 // thread count or on resuming from a checkpoint. SplitMix64's finaliser as the mixing function.
+// Shared by ops (dropout, attention dropout, FAVOR+ features), model, data (MLM masking, corpus
+// windows) and train.
 #pragma once
 
 #include <cstdint>
 
-namespace ops {
+namespace base {
 
 inline uint64_t mix64(uint64_t x) {
   x += 0x9e3779b97f4a7c15ull;
@@ -19,4 +21,4 @@ inline double uniform01(uint64_t seed, uint64_t index) {
   return static_cast<double>(mix64(mix64(seed) ^ index) >> 11) * 0x1.0p-53;
 }
 
-}  // namespace ops
+}  // namespace base
