@@ -3,7 +3,7 @@
 // including rope_scaling specs, all arrive as io::Error). A config that loads passes validate() and
 // survives a round trip: to_json() is accepted again and gives the same config. With RoPE and
 // softmax attention, the RoPE settings the model derives from it (base, layout, scaling; as
-// rope_settings in src/model/roformer.cc) must make a valid rope::Plan: a config the reader accepts
+// rope_settings in src/model/blocks.cc) must make a valid rope::Plan: a config the reader accepts
 // must not fail later, when the model is built.
 #include <string>
 
