@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "grad_check.h"
 #include "ops/linear_attention.h"
 #include "rope/rope.hpp"
 
@@ -229,17 +230,8 @@ void expect_gradients_match_central_differences(const LinearAttentionShape& s, s
       return l;
     };
     auto check = [&](const char* what, Vec& param, const Vec& analytic) {
-      for (size_t i = 0; i < param.size(); ++i) {
-        const double saved_value = param[i], h = 1e-6 * std::max(1.0, std::fabs(saved_value));
-        param[i] = saved_value + h;
-        const double up = loss();
-        param[i] = saved_value - h;
-        const double down = loss();
-        param[i] = saved_value;
-        const double numeric = (up - down) / (2 * h);
-        EXPECT_NEAR(analytic[i], numeric, 1e-6 * std::max(1.0, std::fabs(numeric)))
-            << what << "[" << i << "] " << describe(s);
-      }
+      testing_util::expect_gradient(std::string(what) + " " + describe(s), param, analytic,
+                                    testing_util::every(param.size()), loss);
     };
     check("dq", in.q, dq);
     check("dk", in.k, dk);

@@ -12,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "grad_check.h"
 #include "ops/activation.h"
 #include "ops/attention.h"
 #include "ops/dropout.h"
@@ -41,20 +42,10 @@ double dot(const Vec& a, const Vec& b) {
 }
 
 // Central differences of `loss` with respect to every `stride`-th element of `param`, against
-// `analytic`.
+// `analytic` (tests/grad_check.h, its default step and tolerance).
 void expect_gradient(const char* what, Vec& param, const Vec& analytic, const std::function<double()>& loss,
                      size_t stride = 1) {
-  ASSERT_EQ(param.size(), analytic.size()) << what;
-  for (size_t i = 0; i < param.size(); i += stride) {
-    const double saved = param[i], h = 1e-6 * std::max(1.0, std::fabs(saved));
-    param[i] = saved + h;
-    const double up = loss();
-    param[i] = saved - h;
-    const double down = loss();
-    param[i] = saved;
-    const double numeric = (up - down) / (2 * h);
-    EXPECT_NEAR(analytic[i], numeric, 1e-6 * std::max(1.0, std::fabs(numeric))) << what << "[" << i << "]";
-  }
+  testing_util::expect_gradient(what, param, analytic, testing_util::every(param.size(), stride), loss);
 }
 
 // fp32 result vs the fp64 one, relative to the largest magnitude.

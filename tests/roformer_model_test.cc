@@ -7,6 +7,7 @@
 #include <fstream>
 #include <random>
 
+#include "grad_check.h"
 #include "io/atomic_file.h"
 #include "io/safetensors.h"
 #include "model/generate.h"
@@ -74,7 +75,7 @@ void expect_model_gradients(const model::RoFormerConfig& cfg, bool training) {
   const std::vector<double> analytic = m.grads;
   // Every tensor of the layout: its first, last and a few random elements.
   std::mt19937_64 rng(5);
-  int checked = 0;
+  std::vector<int64_t> at;
   for (const auto& info : m.layout()) {
     std::vector<int64_t> picks = {0, info.size - 1};
     for (int i = 0; i < 3; ++i) picks.push_back(static_cast<int64_t>(rng() % info.size));
@@ -82,18 +83,12 @@ void expect_model_gradients(const model::RoFormerConfig& cfg, bool training) {
       // nn.Embedding(padding_idx) semantics: the lookup gives the padding row no gradient, so
       // that row differs from the true derivative on purpose.
       if (info.name == "roformer.embeddings.word_embeddings.weight" && j / cfg.embedding_size == cfg.pad_token_id) continue;
-      double& w = m.params[info.offset + j];
-      const double saved = w, h = 1e-5;
-      w = saved + h;
-      const double up = m.forward(batch.inputs(), training, dropout_seed);
-      w = saved - h;
-      const double down = m.forward(batch.inputs(), training, dropout_seed);
-      w = saved;
-      const double numeric = (up - down) / (2 * h), a = analytic[info.offset + j];
-      EXPECT_NEAR(a, numeric, 1e-7 + 1e-5 * std::fabs(numeric)) << info.name << "[" << j << "]";
-      ++checked;
+      at.push_back(info.offset + j);
     }
   }
+  const int checked = testing_util::expect_gradient(
+      "params", m.params, analytic, at, [&] { return m.forward(batch.inputs(), training, dropout_seed); },
+      testing_util::kModelCheck);
   EXPECT_GT(checked, 50);
 }
 

@@ -129,7 +129,7 @@ void RoFormer<T>::load(const io::WeightStore& w, const std::vector<std::string>&
 }
 
 template <typename T>
-void RoFormer<T>::set_inputs(const Inputs& in, bool training, uint64_t dropout_seed) {
+void RoFormer<T>::embed(const Inputs& in, bool training, uint64_t dropout_seed) {
   const int64_t B = in.B, S = in.T, N = B * S;
   if (B <= 0 || S <= 0 || !in.ids) throw std::invalid_argument("forward: empty batch");
   if (S > cfg_.max_position_embeddings && cfg_.position_encoding == PositionEncoding::learned) {
@@ -212,7 +212,7 @@ void RoFormer<T>::run_heads() {
 template <typename T>
 double RoFormer<T>::forward(const Inputs& in, bool training, uint64_t dropout_seed) {
   if (in.targets && !has_mlm_head_) throw std::invalid_argument("this checkpoint has no MLM head: no logits, no loss");
-  set_inputs(in, training, dropout_seed);
+  embed(in, training, dropout_seed);
   encode();
   run_heads();
   Activations& a = *act_;
@@ -315,11 +315,6 @@ template <typename T>
 int64_t RoFormer<T>::counted() const {
   return act_->counted;
 }
-template <typename T>
-const T* RoFormer<T>::probabilities() const {
-  return act_->has_loss && !act_->probs.empty() ? act_->probs.data() : nullptr;
-}
-
 template class RoFormer<float>;
 template class RoFormer<double>;
 

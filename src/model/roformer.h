@@ -95,12 +95,11 @@ class RoFormer {
   const T* logits() const;                // (B, T, V); null without an MLM head
   const T* pooler_output() const;         // (B, H) with a pooler (RoFormer-Sim), else null
   int64_t counted() const;                // targets counted by the last loss
-  const T* probabilities() const;         // (B, T, V) softmax of the logits after a loss, else null
 
  private:
   struct Activations;
-  void set_inputs(const Inputs& in, bool training, uint64_t dropout_seed);
-  void encode();  // embeddings and blocks of the inputs set last
+  void embed(const Inputs& in, bool training, uint64_t dropout_seed);  // masks, dropout, embeddings → h[0]
+  void encode();                                                      // the blocks over h[0]
   void run_heads();
   AttentionContext<T> attention_context(int64_t layer) const;
   RoFormerConfig cfg_;
