@@ -3,7 +3,7 @@
 
     python3 fuzz/gen_corpus.py [--fixtures ../shared/fixtures/roformer-hf]
 
-Sources: tests/data/ (torch_bin/*.bin up to 4 KiB, roformer_v2 / roformer_sim configs), the Hugging
+Sources: tests/testdata/ (torch_bin/*.bin up to 4 KiB, roformer_v2 / roformer_sim configs), the Hugging
 Face fixtures (configs, vocab.txt, tokenizer files, model.safetensors headers with the data cut
 away) and hand-made cases. The PyTorch seeds (strided views, tied storages, parameters, deflated zip
 members, state_dict()'s _metadata) need torch: run this with build/hf-venv/bin/python
@@ -86,13 +86,13 @@ def safetensors_seeds(fixtures):
             small[k] = {"dtype": v["dtype"], "shape": shape, "data_offsets": [off, off + nb]}
             off += nb
         put("safetensors", "fixture_case1_shrunk.safetensors", st_bytes(small, bytes(off)))
-    src = os.path.join(ROOT, "tests", "data", "torch_bin", "dtypes.safetensors")
+    src = os.path.join(ROOT, "tests", "testdata", "torch_bin", "dtypes.safetensors")
     if os.path.exists(src):
         shutil.copy(src, os.path.join(OUT, "safetensors", "tests_dtypes.safetensors"))
 
 
 def torch_bin_seeds():
-    src = os.path.join(ROOT, "tests", "data", "torch_bin")
+    src = os.path.join(ROOT, "tests", "testdata", "torch_bin")
     for name in sorted(os.listdir(src)):
         p = os.path.join(src, name)
         if name.endswith(".bin") and os.path.getsize(p) <= 4096:
@@ -148,7 +148,7 @@ def config_seeds(fixtures):
         if os.path.exists(p):
             shutil.copy(p, os.path.join(OUT, "config", "fixture_" + case + ".json"))
     for case in ("roformer_v2", "roformer_sim"):
-        p = os.path.join(ROOT, "tests", "data", case, "config.json")
+        p = os.path.join(ROOT, "tests", "testdata", case, "config.json")
         if os.path.exists(p):
             shutil.copy(p, os.path.join(OUT, "config", "tests_" + case + ".json"))
     base = {"vocab_size": 97, "hidden_size": 32, "num_hidden_layers": 2, "num_attention_heads": 4,

@@ -3,8 +3,8 @@
 # in the format of the shared HF fixtures (../shared/fixtures/roformer-hf/README.md: config.json,
 # model.safetensors with HF-style names, io.safetensors with inputs and reference outputs):
 #
-#   tests/data/roformer_v2/   RoFormer-V2 masked LM (norm_type "rms_norm", use_bias false, relu)
-#   tests/data/roformer_sim/  RoFormer-Sim (SimBERT v2): UniLM seq2seq mask from token_type_ids, a pooler,
+#   tests/testdata/roformer_v2/   RoFormer-V2 masked LM (norm_type "rms_norm", use_bias false, relu)
+#   tests/testdata/roformer_sim/  RoFormer-Sim (SimBERT v2): UniLM seq2seq mask from token_type_ids, a pooler,
 #                             and the V1 MLM head
 #
 # The models are written here in plain PyTorch from their published definitions:
@@ -88,7 +88,7 @@
 #   build/hf-venv/bin/pip download roformer==0.4.3 --no-deps -d /tmp/rf
 #   python3 -m zipfile -e /tmp/rf/roformer-0.4.3-py3-none-any.whl /tmp/rf/x
 #   OMP_NUM_THREADS=1 build/hf-venv/bin/python tools/gen_roformer_variants_ref.py --junnyu-path /tmp/rf/x
-# (options: --out-dir DIR (default tests/data), --check: regenerate in memory and compare with the files
+# (options: --out-dir DIR (default tests/testdata), --check: regenerate in memory and compare with the files
 # there instead of writing, --no-hf / --no-junnyu to skip those cross-checks)
 # The committed files were produced with torch 1.13.0a0 (Debian python3-torch 1.13.1), transformers 4.40.2,
 # safetensors 0.4.3, roformer 0.4.3, Python 3.11.2, CPU, float32.

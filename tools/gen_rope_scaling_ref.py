@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-# Generates tests/data/hf_rope_scaling.json: reference RoPE inverse frequencies and attention factors for
+# Generates tests/testdata/hf_rope_scaling.json: reference RoPE inverse frequencies and attention factors for
 # every frequency-scaling method (default/none, linear, dynamic NTK, YaRN, Llama 3, LongRoPE), computed by
 # Hugging Face transformers' own ROPE_INIT_FUNCTIONS (transformers.modeling_rope_utils), so that the C++
 # tests can check roformer.cpp against an independent implementation.
@@ -8,7 +8,7 @@
 #   apt-get install -y python3-torch python3-numpy python3-venv
 #   /usr/bin/python3 -m venv --system-site-packages /work/venv-ref
 #   /work/venv-ref/bin/pip install transformers==4.57.6
-#   /work/venv-ref/bin/python tools/gen_rope_scaling_ref.py            # writes tests/data/hf_rope_scaling.json
+#   /work/venv-ref/bin/python tools/gen_rope_scaling_ref.py            # writes tests/testdata/hf_rope_scaling.json
 #   (options: --out PATH, --check to compare against an existing JSON instead of writing)
 #
 # The committed JSON was produced by transformers 4.57.6 with torch 1.13.0a0 (Debian python3-torch 1.13.1+dfsg-4,

@@ -1,7 +1,7 @@
 #!/usr/bin/python3
-"""Generates tests/data/torch_bin/: PyTorch checkpoints (pytorch_model.bin) for tests/weights_test.cc.
+"""Generates tests/testdata/torch_bin/: PyTorch checkpoints (pytorch_model.bin) for tests/io/weights_test.cc.
 
-    /usr/bin/python3 tools/gen_torch_bin.py ../shared/fixtures/roformer-hf tests/data/torch_bin
+    /usr/bin/python3 tools/gen_torch_bin.py ../shared/fixtures/roformer-hf tests/testdata/torch_bin
 
 Needs Debian's python3-torch (PyTorch 1.13) and numpy. Deterministic (fixed seeds, fixed zip times)
 except the legacy-format files, whose storage keys PyTorch takes from memory addresses.

@@ -1,7 +1,7 @@
 // Rotary frequencies and their scaling methods (linear, NTK, dynamic NTK, YaRN, Llama 3,
 // LongRoPE), computed in float64 (long double for the base ladder). Hugging Face's
-// ROPE_INIT_FUNCTIONS compute the same formulas in float32; tests/data/hf_rope_scaling.json holds
-// their values and rope_scaling_test.cc compares.
+// ROPE_INIT_FUNCTIONS compute the same formulas in float32; tests/testdata/hf_rope_scaling.json holds
+// their values and tests/rope/scaling_test.cc compares.
 #include "freqs.h"
 
 #include <algorithm>

@@ -9,7 +9,7 @@ architectures says so, put in eval mode, and run on a fixed random batch (B rows
 right-padded through attention_mask, token_type_ids all 0). OUT gets the same tensors, names, dtypes
 and layout as the fixtures in ../shared/fixtures/roformer-hf (see their README): input_ids,
 token_type_ids, attention_mask (I64); embedding_output, hidden_states (L+1, B, T, H), attentions
-(L, B, n, T, T), last_hidden_state, logits, sinusoidal_pos (F32). tests/roformer_parity_test.cc
+(L, B, n, T, T), last_hidden_state, logits, sinusoidal_pos (F32). tests/model/roformer_parity_test.cc
 compares our forward pass with them (ROFORMER_ROUNDTRIP_DIR).
 
 Exit status: 0 written; 1 the checkpoint does not load cleanly into transformers (a missing,

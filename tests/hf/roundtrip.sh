@@ -4,7 +4,7 @@
 # `roformer train`, loads the checkpoint with RoFormerFor{MaskedLM,CausalLM}.from_pretrained
 # (hf_logits.py: every weight must load, none newly initialised), runs it on a padded batch, and
 # compares embeddings, every hidden state, every attention map and the logits with our forward pass
-# of the same checkpoint at |ours − HF| <= 1e-5 + 1e-4·|HF| (roformer_parity_test with
+# of the same checkpoint at |ours − HF| <= 1e-5 + 1e-4·|HF| (model_tests, tests/model/roformer_parity_test.cc, with
 # ROFORMER_ROUNDTRIP_DIR). Then it checks that the check can fail: a perturbed weight makes the
 # comparison fail, a dropped weight makes the load fail, and a non-rope checkpoint is refused
 # (transformers' RoFormer has only RoPE; see hf_logits.py).

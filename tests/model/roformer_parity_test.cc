@@ -1,5 +1,5 @@
 // The RoFormer encoder against Hugging Face transformers 4.40.2 (../shared/fixtures/roformer-hf),
-// and RoFormer-V2 / RoFormer-Sim against reference cases (tests/data/roformer_{v2,sim}):
+// and RoFormer-V2 / RoFormer-Sim against reference cases (tests/testdata/roformer_{v2,sim}):
 // embedding_output, every hidden state, every attention map and the MLM logits, within the fixtures'
 // tolerance |ours − HF| <= 1e-5 + 1e-4·|HF|. A failure names the first tensor that drifts.
 // The same comparison runs on a directory named by ROFORMER_ROUNDTRIP_DIR (skipped when unset): a

@@ -1,5 +1,5 @@
 // Frequency scaling against independent values: Hugging Face transformers' ROPE_INIT_FUNCTIONS
-// (tests/data/hf_rope_scaling.json, made by tools/gen_rope_scaling_ref.py with transformers 4.57.6),
+// (tests/testdata/hf_rope_scaling.json, made by tools/gen_rope_scaling_ref.py with transformers 4.57.6),
 // plus relations HF has no function for: static NTK, AXIAL ladders, raw freq_factors, and the
 // dynamic/LongRoPE switch through rope_plan_set_seq_len.
 #include <gtest/gtest.h>
@@ -27,7 +27,7 @@ rope_scaling_type scaling_type(const std::string& name) {
 
 TEST(RopeScaling, MatchesHuggingFaceRopeInitFunctions) {
   std::ifstream file(ROFORMER_TEST_DATA "/hf_rope_scaling.json");
-  ASSERT_TRUE(file) << "missing tests/data/hf_rope_scaling.json";
+  ASSERT_TRUE(file) << "missing tests/testdata/hf_rope_scaling.json";
   const json data = json::parse(file);
   ASSERT_GE(data["cases"].size(), 40u);
   for (const json& c : data["cases"]) {

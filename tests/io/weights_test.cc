@@ -1,5 +1,5 @@
 // Checkpoint formats behind io::WeightStore: PyTorch .bin files (made by tools/gen_torch_bin.py with
-// PyTorch 1.13 into tests/data/torch_bin/) hold bit for bit what the fixtures' model.safetensors hold,
+// PyTorch 1.13 into tests/testdata/torch_bin/) hold bit for bit what the fixtures' model.safetensors hold,
 // including transposed, sliced, tied and renamed tensors and F16/BF16/F64/I64 dtypes; a sharded
 // safetensors index equals the single file; io::open_weights picks files as transformers does; and
 // every malicious or malformed file is an io::Error naming the file and the problem (the debug

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "grad_check.h"
+#include "ops/ops_testing.h"
 #include "ops/linear_attention.h"
 #include "rope/rope.hpp"
 
@@ -19,16 +20,9 @@ namespace {
 
 using ops::FeatureMap;
 using ops::LinearAttentionShape;
-using Vec = std::vector<double>;
-
-Vec random_vec(std::mt19937_64& rng, size_t n, double scale = 1.0) {
-  std::normal_distribution<double> normal;
-  Vec v(n);
-  for (double& x : v) x = scale * normal(rng);
-  return v;
-}
-
-std::vector<float> to_f32(const Vec& v) { return std::vector<float>(v.begin(), v.end()); }
+using ops_testing::random_vec;
+using ops_testing::to_f32;
+using ops_testing::Vec;
 
 double max_abs(const Vec& v) {
   double m = 0;

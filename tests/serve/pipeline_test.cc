@@ -207,7 +207,7 @@ TEST(Pipeline, BatchedEmbeddingsEqualOneTextForwards) {
   EXPECT_NEAR(serve::cosine({1, 0}, {0, 2}), 0.0, 1e-15);
 }
 
-// RoFormer-Sim (tests/data/roformer_sim, checked against its reference in roformer_parity_test):
+// RoFormer-Sim (tests/testdata/roformer_sim, checked against its reference in tests/model/roformer_parity_test.cc):
 // --pooling pooler gives the pooler output of a one-text forward, in any batch order; a checkpoint
 // without a pooler refuses it.
 TEST(Pipeline, SimPoolerEmbeddingsEqualOneTextForwards) {

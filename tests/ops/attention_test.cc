@@ -1,0 +1,264 @@
+// Softmax attention (src/ops/attention.cc): forward against a per-element evaluation, backward against
+// central differences and a reference backward, padding and causal masks, probability dropout,
+// rows with no visible key (uniform, as Hugging Face), several row blocks, and fp32 on every SIMD
+// target.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdint>
+#include <limits>
+#include <random>
+#include <stdexcept>
+#include <vector>
+
+#include "ops/attention.h"
+#include "ops/ops_testing.h"
+
+namespace {
+
+using namespace ops_testing;
+
+TEST(Ops, AttentionGradientsWithPaddingAndCausalMasks) {
+  std::mt19937_64 rng(7);
+  for (bool causal : {false, true}) {
+    const ops::AttentionShape shape{2, 5, 2, 3, causal};
+    const int64_t n = shape.B * shape.T * shape.H * shape.D;
+    Vec q = random_vec(rng, n), k = random_vec(rng, n), v = random_vec(rng, n);
+    const Vec g = random_vec(rng, n);
+    const std::vector<int64_t> key_mask = {1, 1, 1, 1, 1, 1, 1, 1, 0, 0};  // batch 1: 3 real tokens
+    Vec out(n), att(shape.B * shape.H * shape.T * shape.T);
+    auto loss = [&] {
+      ops::attention_forward(out.data(), att.data(), q.data(), k.data(), v.data(), key_mask.data(), shape);
+      return dot(out, g);
+    };
+    loss();
+    // Forward against a per-element evaluation of softmax(q·kᵀ/√D + mask)·v.
+    const int64_t C = shape.H * shape.D;
+    for (int64_t b = 0; b < shape.B; ++b) {
+      for (int64_t h = 0; h < shape.H; ++h) {
+        for (int64_t t = 0; t < shape.T; ++t) {
+          std::vector<double> p(shape.T);
+          double sum = 0;
+          for (int64_t j = 0; j < shape.T; ++j) {
+            const bool visible = key_mask[b * shape.T + j] && (!causal || j <= t);
+            double sc = 0;
+            for (int64_t d = 0; d < shape.D; ++d) sc += q[(b * shape.T + t) * C + h * shape.D + d] * k[(b * shape.T + j) * C + h * shape.D + d];
+            p[j] = visible ? std::exp(sc / std::sqrt(3.0)) : 0.0;
+            sum += p[j];
+          }
+          for (int64_t j = 0; j < shape.T; ++j) {
+            EXPECT_NEAR(att[((b * shape.H + h) * shape.T + t) * shape.T + j], p[j] / sum, 1e-14);
+          }
+          for (int64_t d = 0; d < shape.D; ++d) {
+            double o = 0;
+            for (int64_t j = 0; j < shape.T; ++j) o += p[j] / sum * v[(b * shape.T + j) * C + h * shape.D + d];
+            EXPECT_NEAR(out[(b * shape.T + t) * C + h * shape.D + d], o, 1e-13);
+          }
+        }
+      }
+    }
+    Vec dq(n, 0.0), dk(n, 0.0), dv(n, 0.0);
+    ops::attention_backward(dq.data(), dk.data(), dv.data(), g.data(), att.data(), q.data(), k.data(),
+                            v.data(), shape);
+    expect_gradient("dq", q, dq, loss);
+    expect_gradient("dk", k, dk, loss);
+    expect_gradient("dv", v, dv, loss);
+    // fp32 agrees with fp64.
+    std::vector<float> of(n), af(att.size());
+    const auto qf = to_f32(q), kf = to_f32(k), vf = to_f32(v);
+    ops::attention_forward(of.data(), af.data(), qf.data(), kf.data(), vf.data(), key_mask.data(), shape);
+    loss();
+    expect_close_fp32(of, out);
+  }
+}
+
+TEST(Ops, AttentionProbabilityDropoutGradients) {
+  std::mt19937_64 rng(11);
+  ops::AttentionShape shape{2, 6, 2, 4, true};
+  shape.dropout_p = 0.3;
+  shape.dropout_seed = 1234;
+  const int64_t n = shape.B * shape.T * shape.H * shape.D;
+  Vec q = random_vec(rng, n), k = random_vec(rng, n), v = random_vec(rng, n);
+  const Vec g = random_vec(rng, n);
+  Vec out(n), att(shape.B * shape.H * shape.T * shape.T), plain(n);
+  auto loss = [&] {
+    ops::attention_forward(out.data(), att.data(), q.data(), k.data(), v.data(), nullptr, shape);
+    return dot(out, g);
+  };
+  loss();
+  ops::AttentionShape no_dropout = shape;
+  no_dropout.dropout_p = 0;
+  Vec att_plain(att.size());
+  ops::attention_forward(plain.data(), att_plain.data(), q.data(), k.data(), v.data(), nullptr, no_dropout);
+  EXPECT_EQ(att, att_plain);      // the kept probabilities are the pre-dropout ones
+  EXPECT_NE(out, plain);          // but the output used dropped ones
+  Vec dq(n, 0.0), dk(n, 0.0), dv(n, 0.0);
+  ops::attention_backward(dq.data(), dk.data(), dv.data(), g.data(), att.data(), q.data(), k.data(), v.data(), shape);
+  expect_gradient("dq", q, dq, loss);
+  expect_gradient("dk", k, dk, loss);
+  expect_gradient("dv", v, dv, loss);
+}
+
+TEST(Ops, AttentionRowWithNoVisibleKeyIsUniformLikeHuggingFace) {
+  // HF adds finfo(float32).min instead of −inf, so an all-padding row attends uniformly (no NaN).
+  const ops::AttentionShape shape{1, 3, 1, 2, false};
+  const Vec q = {1, 2, 3, 4, 5, 6}, k = {0.5, -1, 2, 0.25, -3, 1}, v = {1, 0, 0, 1, 2, 2};
+  const std::vector<int64_t> none = {0, 0, 0};
+  Vec out(6), att(9);
+  ops::attention_forward(out.data(), att.data(), q.data(), k.data(), v.data(), none.data(), shape);
+  for (double p : att) EXPECT_NEAR(p, 1.0 / 3, 1e-12);
+  EXPECT_NEAR(out[0], 1.0, 1e-12);
+  EXPECT_NEAR(out[1], 1.0, 1e-12);
+}
+
+// softmax(q·kᵀ/√D + mask)·v evaluated per element in double, with Hugging Face's semantics: keys
+// masked by padding or causality get probability 0, and a row that sees no key attends uniformly.
+void reference_attention(Vec& att, Vec& out, const Vec& q, const Vec& k, const Vec& v, const int64_t* key_mask,
+                         const ops::AttentionShape& s) {
+  const int64_t C = s.H * s.D;
+  att.assign(s.B * s.H * s.T * s.T, 0.0);
+  out.assign(s.B * s.T * C, 0.0);
+  for (int64_t b = 0; b < s.B; ++b) {
+    for (int64_t h = 0; h < s.H; ++h) {
+      for (int64_t t = 0; t < s.T; ++t) {
+        Vec sc(s.T, 0.0);
+        std::vector<bool> visible(s.T);
+        double mx = -std::numeric_limits<double>::infinity();
+        for (int64_t j = 0; j < s.T; ++j) {
+          visible[j] = (!key_mask || key_mask[b * s.T + j]) && (!s.causal || j <= t);
+          for (int64_t d = 0; d < s.D; ++d) {
+            sc[j] += q[(b * s.T + t) * C + h * s.D + d] * k[(b * s.T + j) * C + h * s.D + d];
+          }
+          sc[j] /= std::sqrt(static_cast<double>(s.D));
+          if (visible[j]) mx = std::max(mx, sc[j]);
+        }
+        const bool none = mx == -std::numeric_limits<double>::infinity();
+        double sum = 0;
+        for (int64_t j = 0; j < s.T; ++j) {
+          sc[j] = none ? 1.0 : visible[j] ? std::exp(sc[j] - mx) : 0.0;
+          sum += sc[j];
+        }
+        double* row = att.data() + ((b * s.H + h) * s.T + t) * s.T;
+        for (int64_t j = 0; j < s.T; ++j) row[j] = sc[j] / sum;
+        for (int64_t d = 0; d < s.D; ++d) {
+          double o = 0;
+          for (int64_t j = 0; j < s.T; ++j) o += row[j] * v[(b * s.T + j) * C + h * s.D + d];
+          out[(b * s.T + t) * C + h * s.D + d] = o;
+        }
+      }
+    }
+  }
+}
+
+// The backward PyTorch's autograd takes through that forward (the mask is a constant added to
+// the scores, so it passes p ⊙ (dp − Σ p·dp) even for uniform rows, whose scores it flattens).
+void reference_attention_backward(Vec& dq, Vec& dk, Vec& dv, const Vec& dout, const Vec& att, const Vec& q,
+                                  const Vec& k, const Vec& v, const ops::AttentionShape& s) {
+  const int64_t C = s.H * s.D;
+  const double scale = 1.0 / std::sqrt(static_cast<double>(s.D));
+  dq.assign(q.size(), 0.0);
+  dk.assign(k.size(), 0.0);
+  dv.assign(v.size(), 0.0);
+  for (int64_t b = 0; b < s.B; ++b) {
+    for (int64_t h = 0; h < s.H; ++h) {
+      auto at = [&](const Vec& x, int64_t t, int64_t d) { return x[(b * s.T + t) * C + h * s.D + d]; };
+      for (int64_t t = 0; t < s.T; ++t) {
+        const double* p = att.data() + ((b * s.H + h) * s.T + t) * s.T;
+        Vec dp(s.T, 0.0);
+        double inner = 0;
+        for (int64_t j = 0; j < s.T; ++j) {
+          for (int64_t d = 0; d < s.D; ++d) dp[j] += at(dout, t, d) * at(v, j, d);
+          inner += p[j] * dp[j];
+        }
+        for (int64_t j = 0; j < s.T; ++j) {
+          const double ds = p[j] * (dp[j] - inner) * scale;
+          for (int64_t d = 0; d < s.D; ++d) {
+            dq[(b * s.T + t) * C + h * s.D + d] += ds * at(k, j, d);
+            dk[(b * s.T + j) * C + h * s.D + d] += ds * at(q, t, d);
+            dv[(b * s.T + j) * C + h * s.D + d] += p[j] * at(dout, t, d);
+          }
+        }
+      }
+    }
+  }
+}
+
+void expect_all_near(const char* what, const Vec& a, const Vec& b, double tol) {
+  ASSERT_EQ(a.size(), b.size());
+  for (size_t i = 0; i < a.size(); ++i) ASSERT_NEAR(a[i], b[i], tol) << what << "[" << i << "]";
+}
+
+TEST(Ops, AttentionAcrossRowBlocksWithPaddingCausalAndEmptyRows) {
+  // T spans several row blocks (one partial). Batch 0 has an interior and a trailing run of padded
+  // keys. Batch 1 is left-padded: with `empty`, its first 80 causal rows see no key at all and
+  // attend uniformly (forward flat in q and k there, so no finite differences); otherwise key 0
+  // stays real and the rows up to 80 see only it.
+  std::mt19937_64 rng(22);
+  const int64_t B = 2, T = 140;
+  struct Config {
+    bool causal, empty;
+    double dropout;
+  };
+  for (const Config cfg : {Config{true, false, 0.0}, Config{false, true, 0.0}, Config{true, false, 0.2},
+                           Config{true, true, 0.0}}) {
+    SCOPED_TRACE(testing::Message() << "causal " << cfg.causal << " empty rows " << cfg.empty << " dropout "
+                                    << cfg.dropout);
+    std::vector<int64_t> key_mask(B * T, 1);
+    key_mask[10] = 0;
+    for (int64_t j = 130; j < T; ++j) key_mask[j] = 0;
+    for (int64_t j = cfg.empty ? 0 : 1; j < 80; ++j) key_mask[T + j] = 0;
+    ops::AttentionShape shape{B, T, 1, 2, cfg.causal, cfg.dropout, 99};
+    const int64_t n = shape.B * shape.T * shape.H * shape.D;
+    Vec q = random_f32_vec(rng, n), k = random_f32_vec(rng, n), v = random_f32_vec(rng, n);
+    const Vec g = random_f32_vec(rng, n);
+    Vec out(n), att(shape.B * shape.H * shape.T * shape.T);
+    auto loss = [&] {
+      ops::attention_forward(out.data(), att.data(), q.data(), k.data(), v.data(), key_mask.data(), shape);
+      return dot(out, g);
+    };
+    loss();
+    Vec att_ref, out_ref;
+    reference_attention(att_ref, out_ref, q, k, v, key_mask.data(), shape);
+    expect_all_near("att", att, att_ref, 1e-14);
+    Vec dq(n, 0.0), dk(n, 0.0), dv(n, 0.0);
+    ops::attention_backward(dq.data(), dk.data(), dv.data(), g.data(), att.data(), q.data(), k.data(), v.data(),
+                            shape);
+    if (cfg.dropout == 0) {
+      expect_all_near("out", out, out_ref, 1e-13);
+      Vec dq_ref, dk_ref, dv_ref;
+      reference_attention_backward(dq_ref, dk_ref, dv_ref, g, att_ref, q, k, v, shape);
+      expect_all_near("dq", dq, dq_ref, 1e-12);
+      expect_all_near("dk", dk, dk_ref, 1e-12);
+      expect_all_near("dv", dv, dv_ref, 1e-12);
+    }
+    if (!(cfg.causal && cfg.empty)) {
+      expect_gradient("dq", q, dq, loss, 11);
+      expect_gradient("dk", k, dk, loss, 11);
+      expect_gradient("dv", v, dv, loss, 11);
+    }
+    // fp32: the vectorised softmax, forward and backward, against fp64, on every SIMD target.
+    loss();
+    for_each_simd_target([&] {
+      std::vector<float> of(n), af(att.size()), dqf(n, 0.0f), dkf(n, 0.0f), dvf(n, 0.0f);
+      const auto qf = to_f32(q), kf = to_f32(k), vf = to_f32(v), gf = to_f32(g);
+      ops::attention_forward(of.data(), af.data(), qf.data(), kf.data(), vf.data(), key_mask.data(), shape);
+      expect_close_fp32(of, out);
+      expect_close_fp32(af, att);
+      for (size_t i = 0; i < att.size(); ++i) {
+        if (att_ref[i] == 0.0) {
+          ASSERT_EQ(af[i], 0.0f) << "a key the row cannot see has probability 0 exactly: " << i;
+        }
+      }
+      for (int64_t t = 0; t < 80 && cfg.causal && cfg.empty; ++t) {  // uniform over all T keys
+        for (int64_t j = 0; j < T; ++j) ASSERT_EQ(af[(T + t) * T + j], static_cast<float>(1.0 / T));
+      }
+      ops::attention_backward(dqf.data(), dkf.data(), dvf.data(), gf.data(), af.data(), qf.data(), kf.data(),
+                              vf.data(), shape);
+      expect_close_fp32(dqf, dq, 1e-5);
+      expect_close_fp32(dkf, dk, 1e-5);
+      expect_close_fp32(dvf, dv, 1e-5);
+    });
+  }
+}
+
+}  // namespace

@@ -1,0 +1,625 @@
+// Every op × shape × dtype in one table, in the manner of llama.cpp's test-backend-ops: a case runs
+// its op's forward and backward on one set of inputs in the fp64 reference and in a variant under
+// test (a backend and a dtype), and the outputs, forward results and every gradient concatenated, are
+// compared by normalised MSE, Σ(x − ref)² / Σ ref². The inputs are drawn in fp64 and rounded to what
+// the variant's dtype holds, so both runs see the same values and only the arithmetic differs.
+// Gradient and output buffers start filled with random values, so a fast path that accumulates where
+// the reference writes (or the reverse) fails too.
+//
+// Rows: the ops of src/ops (linear, norms, activations, embedding, cross-entropy, dropout, softmax
+// attention with caches, cross-attention, masks and dropout, linear attention and its recurrent step,
+// position tables, the vector maths) and librope's rotation. Columns (all_params): the CPU backend on
+// each SIMD target this machine supports and the build has (Highway's target selection), in fp32,
+// and fp16/bf16 for librope. A new backend adds its columns there; a new op adds rows below.
+// The last test checks that the fp32 results are the same bits whatever the thread count.
+#include <gtest/gtest.h>
+#include <omp.h>
+
+#include <cctype>
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <cstring>
+#include <functional>
+#include <limits>
+#include <random>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "ops/activation.h"
+#include "ops/attention.h"
+#include "ops/dropout.h"
+#include "ops/embedding.h"
+#include "ops/linear.h"
+#include "ops/linear_attention.h"
+#include "ops/loss.h"
+#include "ops/norm.h"
+#include "ops/position.h"
+#include "ops/vmath.h"
+#include "hwy/targets.h"
+#include "ops/ops_testing.h"
+#include "rope/convert.h"
+#include "rope/rope.hpp"
+
+namespace {
+
+enum class Dtype { f64, f32, f16, bf16 };
+
+const char* dtype_name(Dtype d) {
+  switch (d) {
+    case Dtype::f64: return "f64";
+    case Dtype::f32: return "f32";
+    case Dtype::f16: return "f16";
+    case Dtype::bf16: return "bf16";
+  }
+  return "?";
+}
+
+// A column of the table: where and in what precision an op runs.
+struct Variant {
+  std::string backend;     // "cpu"; a device backend adds its name here and its dispatch in the ops
+  int64_t simd_target = 0;  // cpu: the Highway target the ops and librope dispatch to (0: the best)
+  Dtype dtype = Dtype::f64;
+  std::string name() const {
+    return backend + (simd_target ? std::string("_") + hwy::TargetName(simd_target) : "") + "_" + dtype_name(dtype);
+  }
+};
+const Variant kReference{"cpu", 0, Dtype::f64};
+
+// x rounded to the nearest value of dtype d.
+double representable(double x, Dtype d) {
+  switch (d) {
+    case Dtype::f64: return x;
+    case Dtype::f32: return static_cast<float>(x);
+    case Dtype::f16: return rope::f16_to_f32(rope::f32_to_f16(static_cast<float>(x)));
+    case Dtype::bf16: return rope::bf16_to_f32(rope::f32_to_bf16(static_cast<float>(x)));
+  }
+  return x;
+}
+
+// A case's inputs: a seeded stream of values that the variant's dtype holds exactly.
+class Inputs {
+ public:
+  Inputs(uint64_t seed, Dtype holds) : rng_(seed), holds_(holds) {}
+  // n values of N(shift, scale²).
+  std::vector<double> normal(int64_t n, double scale = 1, double shift = 0) {
+    std::normal_distribution<double> dist(shift, scale);
+    std::vector<double> v(n);
+    for (double& x : v) x = representable(dist(rng_), holds_);
+    return v;
+  }
+  // n integers uniform in [lo, hi].
+  std::vector<int64_t> integers(int64_t n, int64_t lo, int64_t hi) {
+    std::uniform_int_distribution<int64_t> dist(lo, hi);
+    std::vector<int64_t> v(n);
+    for (int64_t& x : v) x = dist(rng_);
+    return v;
+  }
+
+ private:
+  std::mt19937_64 rng_;
+  Dtype holds_;
+};
+
+// What a case produced, in order, widened to fp64.
+struct Outputs {
+  std::vector<double> values;
+  template <class T>
+  void add(const std::vector<T>& v) { values.insert(values.end(), v.begin(), v.end()); }
+  void add(double x) { values.push_back(x); }
+};
+
+template <class T>
+std::vector<T> cast(const std::vector<double>& v) { return std::vector<T>(v.begin(), v.end()); }
+
+// Σ(x − ref)² / Σ ref² (Σ x² when the reference is all zeros); +inf on a size mismatch or a NaN.
+double nmse(const std::vector<double>& x, const std::vector<double>& ref) {
+  if (x.size() != ref.size()) return std::numeric_limits<double>::infinity();
+  double err = 0, norm = 0;
+  for (size_t i = 0; i < x.size(); ++i) {
+    if (std::isnan(x[i]) != std::isnan(ref[i])) return std::numeric_limits<double>::infinity();
+    if (std::isnan(x[i])) continue;
+    err += (x[i] - ref[i]) * (x[i] - ref[i]);
+    norm += ref[i] * ref[i];
+  }
+  return norm > 0 ? err / norm : err;
+}
+
+using Body = std::function<void(const Variant&, Inputs&, Outputs&)>;
+
+// A row of the table.
+struct OpCase {
+  std::string op, shape;
+  Body body;
+  std::vector<std::pair<Dtype, double>> variants;  // the dtypes it runs in beside f64, each with its largest NMSE
+};
+
+// A body for the ops that are templates over float and double.
+template <class F>
+Body typed(F f) {
+  return [f](const Variant& v, Inputs& in, Outputs& out) {
+    if (v.dtype == Dtype::f64) f.template operator()<double>(in, out);
+    else if (v.dtype == Dtype::f32) f.template operator()<float>(in, out);
+    else throw std::invalid_argument(std::string("no ") + dtype_name(v.dtype) + " path");
+  };
+}
+
+std::string fields(std::initializer_list<std::pair<const char*, int64_t>> kv) {
+  std::string s;
+  for (const auto& [k, v] : kv) {
+    if (!s.empty()) s += '_';
+    s += k;
+    s += std::to_string(v);
+  }
+  return s;
+}
+
+// fp32 against fp64: a few roundings per element. The worst case measured is 5e-14 (linear attention
+// with FAVOR+ features, whose exponentials amplify the rounding of the logits); rounding alone is 1e-15.
+constexpr double kF32 = 1e-12;
+
+std::vector<OpCase> linear_cases() {
+  std::vector<OpCase> cases;
+  struct Shape { int64_t N, IC, OC; bool bias; };
+  for (const Shape s : {Shape{1, 1, 1, true}, Shape{3, 7, 5, true}, Shape{17, 64, 33, false},
+                        Shape{64, 256, 96, true}, Shape{5, 1030, 3, true}}) {
+    Body body = typed([s]<class T>(Inputs& in, Outputs& out) {
+      const auto x = cast<T>(in.normal(s.N * s.IC)), w = cast<T>(in.normal(s.OC * s.IC, 1 / std::sqrt(s.IC)));
+      const auto b = cast<T>(in.normal(s.OC)), g = cast<T>(in.normal(s.N * s.OC));
+      auto y = cast<T>(in.normal(s.N * s.OC)), dx = cast<T>(in.normal(s.N * s.IC));
+      auto dw = cast<T>(in.normal(s.OC * s.IC)), db = cast<T>(in.normal(s.OC));
+      ops::linear_forward(y.data(), x.data(), w.data(), s.bias ? b.data() : nullptr, s.N, s.IC, s.OC);
+      ops::linear_backward(dx.data(), dw.data(), s.bias ? db.data() : nullptr, g.data(), x.data(), w.data(), s.N,
+                           s.IC, s.OC);
+      out.add(y), out.add(dx), out.add(dw), out.add(db);
+    });
+    cases.push_back({"linear", fields({{"N", s.N}, {"IC", s.IC}, {"OC", s.OC}, {"bias", s.bias}}), body, {{Dtype::f32, kF32}}});
+  }
+  return cases;
+}
+
+std::vector<OpCase> norm_cases() {
+  std::vector<OpCase> cases;
+  struct Shape { int64_t N, C; bool affine; };  // affine: LayerNorm's bias, RMSNorm's weight
+  for (const Shape s : {Shape{1, 1, true}, Shape{3, 7, true}, Shape{4, 768, true}, Shape{2, 1030, false},
+                        Shape{33, 64, true}}) {
+    // Inputs off centre (mean 3), where a one-pass variance would lose digits.
+    Body layernorm = typed([s]<class T>(Inputs& in, Outputs& out) {
+      const auto x = cast<T>(in.normal(s.N * s.C, 2, 3)), w = cast<T>(in.normal(s.C, 0.5, 1));
+      const auto b = cast<T>(in.normal(s.C)), g = cast<T>(in.normal(s.N * s.C));
+      auto y = cast<T>(in.normal(s.N * s.C)), mean = cast<T>(in.normal(s.N)), rstd = cast<T>(in.normal(s.N));
+      auto dx = cast<T>(in.normal(s.N * s.C)), dw = cast<T>(in.normal(s.C)), db = cast<T>(in.normal(s.C));
+      const T* bias = s.affine ? b.data() : nullptr;
+      ops::layernorm_forward(y.data(), mean.data(), rstd.data(), x.data(), w.data(), bias, s.N, s.C, 1e-12);
+      ops::layernorm_backward(dx.data(), dw.data(), s.affine ? db.data() : nullptr, g.data(), x.data(), w.data(),
+                              mean.data(), rstd.data(), s.N, s.C);
+      out.add(y), out.add(mean), out.add(rstd), out.add(dx), out.add(dw), out.add(db);
+    });
+    Body rmsnorm = typed([s]<class T>(Inputs& in, Outputs& out) {
+      const auto x = cast<T>(in.normal(s.N * s.C, 2, 1)), w = cast<T>(in.normal(s.C, 0.5, 1));
+      const auto g = cast<T>(in.normal(s.N * s.C));
+      auto y = cast<T>(in.normal(s.N * s.C)), rrms = cast<T>(in.normal(s.N));
+      auto dx = cast<T>(in.normal(s.N * s.C)), dw = cast<T>(in.normal(s.C));
+      const T* weight = s.affine ? w.data() : nullptr;
+      ops::rmsnorm_forward(y.data(), rrms.data(), x.data(), weight, s.N, s.C, 1e-6);
+      ops::rmsnorm_backward(dx.data(), dw.data(), g.data(), x.data(), weight, rrms.data(), s.N, s.C);
+      out.add(y), out.add(rrms), out.add(dx), out.add(dw);
+    });
+    const std::string shape = fields({{"N", s.N}, {"C", s.C}, {"affine", s.affine}});
+    cases.push_back({"layernorm", shape, layernorm, {{Dtype::f32, kF32}}});
+    cases.push_back({"rmsnorm", shape, rmsnorm, {{Dtype::f32, kF32}}});
+  }
+  return cases;
+}
+
+std::vector<OpCase> elementwise_cases() {
+  std::vector<OpCase> cases;
+  for (const int64_t n : {1, 7, 8, 15, 1000, 4099}) {
+    Body gelu = typed([n]<class T>(Inputs& in, Outputs& out) {
+      const auto x = cast<T>(in.normal(n, 3)), g = cast<T>(in.normal(n));
+      auto y = cast<T>(in.normal(n)), dx = cast<T>(in.normal(n));
+      ops::gelu_forward(y.data(), x.data(), n);
+      ops::gelu_backward(dx.data(), x.data(), g.data(), n);
+      out.add(y), out.add(dx);
+    });
+    Body relu = typed([n]<class T>(Inputs& in, Outputs& out) {
+      const auto x = cast<T>(in.normal(n, 3)), g = cast<T>(in.normal(n));
+      auto y = cast<T>(in.normal(n)), dx = cast<T>(in.normal(n));
+      ops::relu_forward(y.data(), x.data(), n);
+      ops::relu_backward(dx.data(), x.data(), g.data(), n);
+      out.add(y), out.add(dx);
+    });
+    // Dropout's mask is a function of (seed, counter), so both dtypes drop the same elements.
+    Body dropout = typed([n]<class T>(Inputs& in, Outputs& out) {
+      const auto x = cast<T>(in.normal(n)), g = cast<T>(in.normal(n));
+      auto y = cast<T>(in.normal(n)), dx = cast<T>(in.normal(n));
+      ops::dropout_forward(y.data(), x.data(), n, 0.3, 77, 5 * n);
+      ops::dropout_backward(dx.data(), g.data(), n, 0.3, 77, 5 * n);
+      out.add(y), out.add(dx);
+    });
+    // The fp32 vector maths (no double version) against the C library in double.
+    Body vmath = [n](const Variant& v, Inputs& in, Outputs& out) {
+      const auto x = in.normal(n, 4);
+      if (v.dtype == Dtype::f64) {
+        for (double t : x) out.add(std::exp(t)), out.add(std::erf(t)), out.add(std::erfc(t));
+        return;
+      }
+      const auto xf = cast<float>(x);
+      std::vector<float> e(n), erf(n), erfc(n);
+      ops::exp_f32(e.data(), xf.data(), n);
+      ops::erf_f32(erf.data(), xf.data(), n);
+      ops::erfc_f32(erfc.data(), xf.data(), n);
+      for (int64_t i = 0; i < n; ++i) out.add(e[i]), out.add(erf[i]), out.add(erfc[i]);
+    };
+    const std::string shape = fields({{"n", n}});
+    cases.push_back({"gelu", shape, gelu, {{Dtype::f32, kF32}}});
+    cases.push_back({"relu", shape, relu, {{Dtype::f32, kF32}}});
+    cases.push_back({"dropout", shape, dropout, {{Dtype::f32, kF32}}});
+    cases.push_back({"vmath", shape, vmath, {{Dtype::f32, kF32}}});
+  }
+  return cases;
+}
+
+std::vector<OpCase> table_cases() {
+  std::vector<OpCase> cases;
+  struct Shape { int64_t N, V, C; };
+  for (const Shape s : {Shape{1, 1, 1}, Shape{7, 13, 5}, Shape{64, 100, 96}}) {
+    // Repeated ids: the table gradient sums several rows.
+    Body embedding = typed([s]<class T>(Inputs& in, Outputs& out) {
+      const auto ids = in.integers(s.N, 0, s.V - 1);
+      const auto table = cast<T>(in.normal(s.V * s.C)), g = cast<T>(in.normal(s.N * s.C));
+      auto y = cast<T>(in.normal(s.N * s.C)), dtable = cast<T>(in.normal(s.V * s.C));
+      ops::embedding_forward(y.data(), ids.data(), table.data(), s.N, s.V, s.C);
+      ops::embedding_backward(dtable.data(), g.data(), ids.data(), s.N, s.C);
+      out.add(y), out.add(dtable);
+    });
+    cases.push_back({"embedding", fields({{"N", s.N}, {"V", s.V}, {"C", s.C}}), embedding, {{Dtype::f32, kF32}}});
+  }
+  struct Loss { int64_t N, V; double scale; };
+  for (const Loss s : {Loss{1, 2, 1}, Loss{7, 13, 3}, Loss{33, 1000, 1}, Loss{5, 50, 20}}) {
+    // About one target in five is the ignore index; scale 20 puts rows near one-hot.
+    Body loss = typed([s]<class T>(Inputs& in, Outputs& out) {
+      const auto logits = cast<T>(in.normal(s.N * s.V, s.scale));
+      auto targets = in.integers(s.N, 0, s.V - 1);
+      const auto ignore = in.integers(s.N, 0, 4);
+      for (int64_t i = 1; i < s.N; ++i) targets[i] = ignore[i] == 0 ? -100 : targets[i];
+      auto probs = cast<T>(in.normal(s.N * s.V)), dlogits = cast<T>(in.normal(s.N * s.V));
+      int64_t counted = 0;
+      const double l = ops::cross_entropy_forward(probs.data(), logits.data(), targets.data(), s.N, s.V, -100, &counted);
+      ops::cross_entropy_backward(dlogits.data(), probs.data(), targets.data(), s.N, s.V, -100, counted, 1.7);
+      out.add(l), out.add(static_cast<double>(counted)), out.add(probs), out.add(dlogits);
+    });
+    cases.push_back({"cross_entropy", fields({{"N", s.N}, {"V", s.V}, {"scale", int64_t(s.scale)}}), loss, {{Dtype::f32, kF32}}});
+  }
+  for (const int64_t C : {2, 64, 768}) {
+    // fp32 only: the table is built from librope's exact cos/sin; the reference is the formula in double.
+    Body sinusoidal = [C](const Variant& v, Inputs& in, Outputs& out) {
+      const int64_t P = 300, B = 2;
+      const auto x = in.normal(B * P * C);
+      if (v.dtype == Dtype::f64) {
+        for (int64_t b = 0; b < B; ++b)
+          for (int64_t p = 0; p < P; ++p)
+            for (int64_t c = 0; c < C; ++c) {
+              const double theta = p * std::pow(10000.0, -static_cast<double>(c - c % 2) / C);
+              out.add(x[(b * P + p) * C + c] + (c % 2 == 0 ? std::sin(theta) : std::cos(theta)));
+            }
+        return;
+      }
+      std::vector<float> table(P * C), xf = cast<float>(x);
+      ops::sinusoidal_table(table.data(), P, C);
+      ops::add_positions(xf.data(), table.data(), B, P, C);
+      out.add(xf);
+    };
+    cases.push_back({"sinusoidal_positions", fields({{"C", C}}), sinusoidal, {{Dtype::f32, kF32}}});
+  }
+  return cases;
+}
+
+// Softmax attention: self-attention, padding, causal masks, UniLM prefix limits, a KV cache (keys
+// strided by the capacity, queries at an offset), cross-attention (Tk ≠ T) and probability dropout.
+struct AttentionCase {
+  ops::AttentionShape s;
+  bool padding = false, prefix_limits = false;
+};
+
+std::string attention_name(const AttentionCase& a) {
+  const auto& s = a.s;
+  return fields({{"B", s.B}, {"T", s.T}, {"H", s.H}, {"D", s.D}, {"Tk", s.keys()}, {"stride", s.key_stride()},
+                 {"start", s.q_start}, {"causal", s.causal}, {"pad", a.padding}, {"prefix", a.prefix_limits},
+                 {"drop", s.dropout_p > 0}});
+}
+
+Body attention_body(const AttentionCase& a) {
+  return typed([a]<class T>(Inputs& in, Outputs& out) {
+    ops::AttentionShape s = a.s;
+    const int64_t C = s.H * s.D, Tk = s.keys(), kv = s.B * s.key_stride() * C;
+    const auto q = cast<T>(in.normal(s.B * s.T * C)), k = cast<T>(in.normal(kv)), v = cast<T>(in.normal(kv));
+    const auto g = cast<T>(in.normal(s.B * s.T * C));
+    std::vector<int64_t> key_mask(s.B * Tk, 1), limits;
+    if (a.padding) {  // row b keeps its first Tk − 1 − b keys (at least one)
+      for (int64_t b = 0; b < s.B; ++b)
+        for (int64_t j = std::max<int64_t>(1, Tk - 1 - b); j < Tk; ++j) key_mask[b * Tk + j] = 0;
+    }
+    if (a.prefix_limits) {  // UniLM: a segment of 3 keys, then causal
+      for (int64_t b = 0; b < s.B; ++b)
+        for (int64_t t = 0; t < s.T; ++t) limits.push_back(std::max<int64_t>(3, s.q_start + t + 1));
+      s.row_limit = limits.data();
+    }
+    auto o = cast<T>(in.normal(s.B * s.T * C)), att = cast<T>(in.normal(s.B * s.H * s.T * Tk));
+    auto dq = cast<T>(in.normal(s.B * s.T * C)), dk = cast<T>(in.normal(kv)), dv = cast<T>(in.normal(kv));
+    ops::attention_forward(o.data(), att.data(), q.data(), k.data(), v.data(), key_mask.data(), s);
+    ops::attention_backward(dq.data(), dk.data(), dv.data(), g.data(), att.data(), q.data(), k.data(), v.data(), s);
+    out.add(o), out.add(att), out.add(dq), out.add(dk), out.add(dv);
+  });
+}
+
+std::vector<OpCase> attention_cases() {
+  std::vector<AttentionCase> table;
+  auto shape = [](int64_t B, int64_t T, int64_t H, int64_t D, bool causal) { return ops::AttentionShape{B, T, H, D, causal}; };
+  table.push_back({shape(1, 1, 1, 1, false)});
+  table.push_back({shape(2, 5, 2, 3, false), true});
+  table.push_back({shape(2, 9, 3, 8, true)});
+  table.push_back({shape(2, 70, 2, 32, true), true});   // more rows than one row block, trailing padding
+  table.push_back({shape(2, 6, 2, 8, false), false, true});
+  AttentionCase cache{shape(1, 7, 2, 16, true)};        // 7 new tokens after 5 cached ones, capacity 16
+  cache.s.Tk = 12, cache.s.kv_stride = 16, cache.s.q_start = 5;
+  table.push_back(cache);
+  AttentionCase decode{shape(2, 1, 4, 64, true)};       // one token after 32
+  decode.s.Tk = 33, decode.s.kv_stride = 40, decode.s.q_start = 32;
+  table.push_back(decode);
+  AttentionCase cross{shape(2, 4, 2, 8, false), true};  // 4 queries over 11 memory rows
+  cross.s.Tk = 11;
+  table.push_back(cross);
+  AttentionCase dropout{shape(2, 6, 2, 4, true)};
+  dropout.s.dropout_p = 0.3, dropout.s.dropout_seed = 1234, dropout.s.dropout_row0 = 3;
+  table.push_back(dropout);
+  // Random shapes: any of the options above together.
+  std::mt19937_64 rng(2024);
+  auto pick = [&](int64_t lo, int64_t hi) { return lo + static_cast<int64_t>(rng() % (hi - lo + 1)); };
+  for (int i = 0; i < 6; ++i) {
+    AttentionCase r{shape(pick(1, 3), pick(1, 40), pick(1, 4), pick(1, 40), rng() % 2 == 0), rng() % 2 == 0};
+    if (rng() % 2 == 0) {
+      r.s.q_start = pick(0, 20);
+      r.s.Tk = r.s.q_start + r.s.T;
+      r.s.kv_stride = r.s.Tk + pick(0, 5);
+    }
+    if (rng() % 3 == 0) r.s.dropout_p = 0.2, r.s.dropout_seed = rng();
+    table.push_back(r);
+  }
+  std::vector<OpCase> cases;
+  for (const AttentionCase& a : table) cases.push_back({"attention", attention_name(a), attention_body(a), {{Dtype::f32, kF32}}});
+  return cases;
+}
+
+// Linear attention (eq. 19): both feature maps, causal or not, each RoPE layout, a scaling method,
+// an offset start; its backward; and the recurrent step, token by token.
+std::vector<OpCase> linear_attention_cases() {
+  struct Case { int64_t B, T, H, Dk, Dv; bool causal; ops::FeatureMap map; rope_layout layout; const char* scaling; int64_t start; };
+  const ops::FeatureMap elu = ops::FeatureMap::elu_plus_one, favor = ops::FeatureMap::favor;
+  std::vector<OpCase> cases;
+  for (const Case& c : {Case{1, 1, 1, 2, 1, false, elu, ROPE_LAYOUT_INTERLEAVED, "none", 0},
+                       Case{2, 9, 2, 8, 5, false, elu, ROPE_LAYOUT_INTERLEAVED, "none", 0},
+                       Case{2, 9, 2, 8, 5, true, elu, ROPE_LAYOUT_HALF, "none", 3},
+                       Case{1, 33, 3, 16, 16, true, favor, ROPE_LAYOUT_INTERLEAVED, "yarn:4:8", 0},
+                       Case{2, 12, 2, 6, 7, false, favor, ROPE_LAYOUT_HALF, "linear:2", 10}}) {
+    ops::LinearAttentionShape s{c.B, c.T, c.H, c.Dk, c.Dv, c.causal, c.map};
+    s.favor_features = c.map == favor ? 12 : 0;
+    s.rope_cfg.layout = c.layout;
+    rope::apply_scaling_spec(c.scaling, &s.rope_cfg);
+    s.start = c.start;
+    const std::string name = fields({{"B", c.B}, {"T", c.T}, {"H", c.H}, {"Dk", c.Dk}, {"Dv", c.Dv}, {"causal", c.causal},
+                                     {"favor", c.map == favor}, {"half", c.layout == ROPE_LAYOUT_HALF}, {"start", c.start}}) +
+                             "_" + std::string(c.scaling).substr(0, std::string(c.scaling).find(':'));
+    Body forward_backward = typed([s]<class T>(Inputs& in, Outputs& out) {
+      const int64_t nq = s.B * s.T * s.H * s.Dk, nv = s.B * s.T * s.H * s.Dv;
+      std::vector<T> W(s.favor_features * s.Dk);
+      if (s.favor_features > 0) W = cast<T>(in.normal(s.favor_features * s.Dk));
+      const auto q = cast<T>(in.normal(nq, 0.5)), k = cast<T>(in.normal(nq, 0.5)), v = cast<T>(in.normal(nv));
+      const auto g = cast<T>(in.normal(nv));
+      auto o = cast<T>(in.normal(nv)), saved = cast<T>(in.normal(ops::linear_attention_saved_size(s)));
+      auto dq = cast<T>(in.normal(nq)), dk = cast<T>(in.normal(nq)), dv = cast<T>(in.normal(nv));
+      ops::linear_attention_forward(o.data(), saved.data(), q.data(), k.data(), v.data(), W.data(), s);
+      ops::linear_attention_backward(dq.data(), dk.data(), dv.data(), g.data(), saved.data(), q.data(), k.data(),
+                                     v.data(), W.data(), s);
+      out.add(o), out.add(dq), out.add(dk), out.add(dv);
+    });
+    cases.push_back({"linear_attention", name, forward_backward, {{Dtype::f32, kF32}}});
+    if (!c.causal) continue;
+    Body step = typed([s]<class T>(Inputs& in, Outputs& out) {
+      ops::LinearAttentionShape one = s;
+      one.rope_seq_len = s.start + s.T;
+      const int64_t nq = s.B * s.H * s.Dk, nv = s.B * s.H * s.Dv;
+      std::vector<T> W(s.favor_features * s.Dk);
+      if (s.favor_features > 0) W = cast<T>(in.normal(s.favor_features * s.Dk));
+      auto state = ops::linear_attention_state<T>(one);
+      for (int64_t t = 0; t < s.T; ++t) {
+        const auto q = cast<T>(in.normal(nq, 0.5)), k = cast<T>(in.normal(nq, 0.5)), v = cast<T>(in.normal(nv));
+        auto o = cast<T>(in.normal(nv));
+        ops::linear_attention_step(o.data(), q.data(), k.data(), v.data(), W.data(), one, state);
+        out.add(o);
+      }
+    });
+    cases.push_back({"linear_attention_step", name, step, {{Dtype::f32, kF32}}});
+  }
+  return cases;
+}
+
+// librope's rotation in every dtype, strided views, in place and out of place, both directions.
+std::vector<OpCase> rope_cases() {
+  struct Case { int64_t B, S, H, D, rot, pad; rope_layout layout; const char* scaling; bool out_of_place; rope_direction dir; };
+  std::vector<OpCase> cases;
+  for (const Case& c : {Case{1, 1, 1, 2, 2, 0, ROPE_LAYOUT_INTERLEAVED, "none", false, ROPE_FORWARD},
+                       Case{2, 17, 3, 64, 64, 0, ROPE_LAYOUT_INTERLEAVED, "none", true, ROPE_FORWARD},
+                       Case{2, 17, 3, 64, 32, 8, ROPE_LAYOUT_HALF, "ntk:4", false, ROPE_BACKWARD},
+                       Case{1, 100, 2, 128, 128, 3, ROPE_LAYOUT_HALF, "yarn:8:64", true, ROPE_FORWARD},
+                       Case{3, 7, 5, 10, 10, 1, ROPE_LAYOUT_INTERLEAVED, "llama3:8:4", false, ROPE_FORWARD}}) {
+    Body body = [c](const Variant& v, Inputs& in, Outputs& out) {
+      rope_config cfg = rope::default_config(static_cast<int32_t>(c.D));
+      cfg.rot_dim = static_cast<int32_t>(c.rot);
+      cfg.layout = c.layout;
+      rope::apply_scaling_spec(c.scaling, &cfg);
+      const rope::Plan plan(cfg);
+      // Tokens strided by H·D + pad elements; the pad is never touched.
+      const int64_t token_stride = c.H * c.D + c.pad, n = c.B * c.S * token_stride;
+      const auto x = in.normal(n);
+      const rope_positions pos = rope::offset_positions(11);
+      auto view = [&](void* data, rope_dtype dt) {
+        return rope_tensor{data, dt, c.B, c.S, c.H, c.S * token_stride, token_stride, c.D};
+      };
+      auto run = [&]<class T>(rope_dtype dt, auto to, auto from) {
+        std::vector<T> in_buf(n), out_buf(n);
+        for (int64_t i = 0; i < n; ++i) in_buf[i] = to(x[i]), out_buf[i] = to(-1.0);
+        const rope_tensor src = view(in_buf.data(), dt), dst = view(out_buf.data(), dt);
+        plan.apply(c.dir, ROPE_ROLE_QUERY, pos, src, c.out_of_place ? &dst : nullptr);
+        for (int64_t i = 0; i < n; ++i) out.add(static_cast<double>(from((c.out_of_place ? out_buf : in_buf)[i])));
+      };
+      auto identity = [](auto y) { return y; };
+      switch (v.dtype) {
+        case Dtype::f64: run.template operator()<double>(ROPE_DTYPE_F64, identity, identity); break;
+        case Dtype::f32: run.template operator()<float>(ROPE_DTYPE_F32, [](double y) { return float(y); }, identity); break;
+        case Dtype::f16:
+          run.template operator()<uint16_t>(ROPE_DTYPE_F16, [](double y) { return rope::f32_to_f16(float(y)); },
+                                            rope::f16_to_f32);
+          break;
+        case Dtype::bf16:
+          run.template operator()<uint16_t>(ROPE_DTYPE_BF16, [](double y) { return rope::f32_to_bf16(float(y)); },
+                                            rope::bf16_to_f32);
+          break;
+      }
+    };
+    const std::string name = fields({{"B", c.B}, {"S", c.S}, {"H", c.H}, {"D", c.D}, {"rot", c.rot}, {"pad", c.pad},
+                                     {"half", c.layout == ROPE_LAYOUT_HALF}, {"out", c.out_of_place},
+                                     {"backward", c.dir == ROPE_BACKWARD}}) +
+                             "_" + std::string(c.scaling).substr(0, std::string(c.scaling).find(':'));
+    // One rounding of the result: NMSE ≈ u²/3 with u the unit roundoff (2⁻²⁴, 2⁻¹¹, 2⁻⁸), with margin.
+    cases.push_back({"rope", name, body, {{Dtype::f32, 1e-13}, {Dtype::f16, 1e-6}, {Dtype::bf16, 6e-5}}});
+  }
+  return cases;
+}
+
+struct Param {
+  const OpCase* op;
+  Variant variant;
+  double max_nmse;
+  uint64_t seed;
+};
+
+const std::vector<OpCase>& all_cases() {
+  static const std::vector<OpCase> cases = [] {
+    std::vector<OpCase> all;
+    for (auto make : {linear_cases, norm_cases, elementwise_cases, table_cases, attention_cases,
+                      linear_attention_cases, rope_cases}) {
+      for (OpCase& c : make()) all.push_back(std::move(c));
+    }
+    return all;
+  }();
+  return cases;
+}
+
+void PrintTo(const Param& p, std::ostream* os) { *os << p.op->op << " " << p.op->shape << " on " << p.variant.name(); }
+
+std::vector<Param> all_params() {
+  std::vector<Param> params;
+  uint64_t seed = 1;
+  for (const OpCase& c : all_cases()) {
+    ++seed;
+    for (const int64_t target : hwy::SupportedAndGeneratedTargets()) {
+      for (const auto& [dtype, max_nmse] : c.variants) params.push_back({&c, Variant{"cpu", target, dtype}, max_nmse, seed});
+    }
+  }
+  return params;
+}
+
+class BackendOps : public testing::TestWithParam<Param> {};
+
+TEST_P(BackendOps, MatchesTheFp64Reference) {
+  const Param& p = GetParam();
+  Inputs reference_inputs(p.seed, p.variant.dtype), variant_inputs(p.seed, p.variant.dtype);
+  Outputs reference, result;
+  p.op->body(kReference, reference_inputs, reference);
+  hwy::SetSupportedTargetsForTest(p.variant.simd_target);
+  p.op->body(p.variant, variant_inputs, result);
+  hwy::SetSupportedTargetsForTest(0);
+  ASSERT_FALSE(reference.values.empty());
+  for (double x : reference.values) ASSERT_TRUE(std::isfinite(x)) << "the fp64 reference is not finite";
+  const double e = nmse(result.values, reference.values);
+  std::printf("  %-22s %-60s %-9s nmse %.3g (max %.3g)\n", p.op->op.c_str(), p.op->shape.c_str(),
+              p.variant.name().c_str(), e, p.max_nmse);
+  EXPECT_LE(e, p.max_nmse) << p.op->op << " " << p.op->shape << " on " << p.variant.name();
+}
+
+INSTANTIATE_TEST_SUITE_P(EveryOp, BackendOps, testing::ValuesIn(all_params()), [](const auto& info) {
+  std::string name = info.param.op->op + "_" + info.param.op->shape + "_" + info.param.variant.name();
+  for (char& ch : name) if (!std::isalnum(static_cast<unsigned char>(ch))) ch = '_';
+  return name;
+});
+
+// The metric itself: one element off by 1e-2 of the data's scale, among 10⁴, is far above the fp32
+// threshold; a rounding to fp32 of every element is far below it; NaN never passes.
+TEST(BackendOpsMetric, SeparatesABugFromRounding) {
+  std::mt19937_64 rng(3);
+  std::normal_distribution<double> normal;
+  std::vector<double> ref(10000);
+  for (double& x : ref) x = normal(rng);
+  std::vector<double> rounded(ref.begin(), ref.end()), wrong = ref, nan = ref;
+  for (double& x : rounded) x = static_cast<float>(x);
+  wrong[1234] += 1e-2;
+  nan[7] = std::nan("");
+  EXPECT_LT(nmse(rounded, ref), kF32 / 100);
+  EXPECT_GT(nmse(wrong, ref), kF32 * 100);
+  EXPECT_EQ(nmse(nan, ref), std::numeric_limits<double>::infinity());
+  EXPECT_EQ(nmse(std::vector<double>(9999), ref), std::numeric_limits<double>::infinity());
+}
+
+// The training loop's resume test needs bit-identical steps; element-wise ops, row-wise
+// reductions and attention must also give the same bits whatever the thread count.
+TEST(BackendOpsThreads, Fp32ResultsDoNotDependOnTheThreadCount) {
+  using ops_testing::random_vec, ops_testing::to_f32;
+  std::mt19937_64 rng(25);
+  const int64_t N = 256, C = 384, V = 97;
+  const auto x = to_f32(random_vec(rng, N * C)), dy = to_f32(random_vec(rng, N * C)),
+             w = to_f32(random_vec(rng, C, 0.3, 1.0)), logits = to_f32(random_vec(rng, N * V, 2.0));
+  std::vector<int64_t> targets(N);
+  for (int64_t i = 0; i < N; ++i) targets[i] = i % 5 == 0 ? -100 : (i * 7) % V;
+  const ops::AttentionShape shape{2, 64, 3, 16, true};
+  const int64_t na = shape.B * shape.T * shape.H * shape.D;
+  const auto q = to_f32(random_vec(rng, na)), k = to_f32(random_vec(rng, na)), v = to_f32(random_vec(rng, na)),
+             da = to_f32(random_vec(rng, na));
+  auto run = [&](int threads) {
+    const int saved = omp_get_max_threads();
+    omp_set_num_threads(threads);
+    std::vector<std::vector<float>> r;
+    std::vector<float> y(N * C), dx(N * C, 0.0f), mean(N), rstd(N), dw(C, 0.0f), db(C, 0.0f);
+    ops::gelu_forward(y.data(), x.data(), N * C);
+    ops::gelu_backward(dx.data(), x.data(), dy.data(), N * C);
+    r.push_back(y);
+    r.push_back(dx);
+    ops::layernorm_forward(y.data(), mean.data(), rstd.data(), x.data(), w.data(), w.data(), N, C, 1e-5);
+    ops::layernorm_backward(dx.data(), dw.data(), db.data(), dy.data(), x.data(), w.data(), mean.data(), rstd.data(),
+                            N, C);
+    r.insert(r.end(), {y, dx, dw, db});
+    std::vector<float> dwl(C * C, 0.0f), dbl(C, 0.0f);
+    ops::linear_backward<float>(nullptr, dwl.data(), dbl.data(), dy.data(), x.data(), nullptr, N, C, C);
+    r.push_back(dbl);
+    std::vector<float> probs(N * V);
+    int64_t counted = 0;
+    const double ce = ops::cross_entropy_forward(probs.data(), logits.data(), targets.data(), N, V, -100, &counted);
+    std::vector<float> ce_bits(2);
+    std::memcpy(ce_bits.data(), &ce, sizeof ce);  // compared bit for bit
+    r.push_back(ce_bits);
+    r.push_back(probs);
+    std::vector<float> out(na), att(shape.B * shape.H * shape.T * shape.T), dq(na, 0.0f), dk(na, 0.0f), dv(na, 0.0f);
+    ops::attention_forward(out.data(), att.data(), q.data(), k.data(), v.data(), nullptr, shape);
+    ops::attention_backward(dq.data(), dk.data(), dv.data(), da.data(), att.data(), q.data(), k.data(), v.data(),
+                            shape);
+    r.insert(r.end(), {out, att, dq, dk, dv});
+    omp_set_num_threads(saved);
+    return r;
+  };
+  const auto one = run(1), several = run(3);
+  ASSERT_EQ(one.size(), several.size());
+  for (size_t i = 0; i < one.size(); ++i) EXPECT_EQ(one[i], several[i]) << "result " << i;
+}
+
+}  // namespace

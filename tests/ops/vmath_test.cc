@@ -1,0 +1,108 @@
+// The fp32 vector maths (src/ops/vmath.h): exp, erf and erfc against the C library over dense ranges,
+// tails, subnormals and specials, on every SIMD target.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdint>
+#include <limits>
+#include <random>
+#include <stdexcept>
+#include <vector>
+
+#include "ops/vmath.h"
+#include "ops/ops_testing.h"
+
+namespace {
+
+using namespace ops_testing;
+
+TEST(Vmath, ErfAndErfcMatchStdOverADenseRangeTailsAndSpecials) {
+  for_each_simd_target([] {
+    std::vector<float> x;
+    for (int64_t i = -100000; i <= 100000; ++i) x.push_back(static_cast<float>(i * 1e-4));  // [-10, 10]
+    for (float t : {4.0f, 4.5f, 6.0f, 9.99f, 26.0f, 1e10f, 3.4e38f}) {
+      x.push_back(t);
+      x.push_back(-t);
+    }
+    const float tiny[] = {1e-45f, 1e-40f, 1.17549435e-38f, 1e-20f, 1e-7f};  // subnormals to small normals
+    for (float t : tiny) {
+      x.push_back(t);
+      x.push_back(-t);
+    }
+    std::vector<float> erf(x.size()), erfc(x.size());
+    ops::erf_f32(erf.data(), x.data(), static_cast<int64_t>(x.size()));
+    ops::erfc_f32(erfc.data(), x.data(), static_cast<int64_t>(x.size()));
+    double erf_err = 0, erfc_err = 0, erfc_rel_2 = 0, erfc_rel_4 = 0;
+    for (size_t i = 0; i < x.size(); ++i) {
+      const double xd = x[i];
+      erf_err = std::max(erf_err, std::fabs(erf[i] - std::erf(xd)));
+      erfc_err = std::max(erfc_err, std::fabs(erfc[i] - std::erfc(xd)));
+      const double rel = std::fabs(erfc[i] - std::erfc(xd)) / std::erfc(xd);
+      if (xd >= 0.875 && xd < 2) erfc_rel_2 = std::max(erfc_rel_2, rel);
+      if (xd >= 2 && xd < 4) erfc_rel_4 = std::max(erfc_rel_4, rel);
+      ASSERT_EQ(std::signbit(erf[i]), std::signbit(x[i])) << x[i];
+    }
+    EXPECT_LE(erf_err, 1e-7);
+    EXPECT_LE(erfc_err, 1.5e-7);
+    EXPECT_LE(erfc_rel_2, 1e-5);  // the tail does not cancel: 1 − erf would be off by ~1e-7/erfc
+    EXPECT_LE(erfc_rel_4, 2e-4);
+    const float special[] = {std::numeric_limits<float>::quiet_NaN(), std::numeric_limits<float>::infinity(),
+                             -std::numeric_limits<float>::infinity(), 0.0f, -0.0f};
+    float e[5], c[5];
+    ops::erf_f32(e, special, 5);
+    ops::erfc_f32(c, special, 5);
+    EXPECT_TRUE(std::isnan(e[0]));
+    EXPECT_TRUE(std::isnan(c[0]));
+    EXPECT_EQ(e[1], 1.0f);
+    EXPECT_EQ(c[1], 0.0f);
+    EXPECT_EQ(e[2], -1.0f);
+    EXPECT_EQ(c[2], 2.0f);
+    EXPECT_EQ(e[3], 0.0f);
+    EXPECT_FALSE(std::signbit(e[3]));
+    EXPECT_TRUE(std::signbit(e[4]));
+    EXPECT_EQ(c[3], 1.0f);
+    EXPECT_EQ(c[4], 1.0f);
+  });
+}
+
+TEST(Vmath, ExpMatchesStdExpOverTheFloatRangeAndTails) {
+  for_each_simd_target([] {
+    std::vector<float> x;
+    for (double v = -103.9; v <= 88.72; v += 7.3e-4) x.push_back(static_cast<float>(v));
+    for (float t : {-87.0f, -87.33654f, -88.0f, -100.0f, -103.9f, 0.0f, 1e-8f, -1e-8f, 88.72f}) x.push_back(t);
+    std::vector<float> y(x.size());
+    ops::exp_f32(y.data(), x.data(), static_cast<int64_t>(x.size()));
+    double worst_ulp = 0, worst_subnormal = 0;
+    for (size_t i = 0; i < x.size(); ++i) {
+      const double ref = std::exp(static_cast<double>(x[i]));
+      const float rf = static_cast<float>(ref);
+      if (rf >= std::numeric_limits<float>::min()) {
+        const double ulp = std::nextafter(rf, std::numeric_limits<float>::infinity()) - rf;
+        worst_ulp = std::max(worst_ulp, std::fabs(y[i] - ref) / ulp);
+      } else {  // gradual underflow, in units of the smallest subnormal
+        worst_subnormal = std::max(worst_subnormal, std::fabs(y[i] - ref) / 0x1p-149);
+      }
+    }
+    EXPECT_LE(worst_ulp, 2.0);
+    EXPECT_LE(worst_subnormal, 8.0);
+    // Every length: the partial last vector gives the same values as full vectors.
+    for (int64_t n = 1; n <= 40; ++n) {
+      std::vector<float> part(x.begin(), x.begin() + n);
+      ops::exp_f32(part.data(), part.data(), n);  // in place
+      for (int64_t i = 0; i < n; ++i) ASSERT_EQ(part[i], y[i]) << n;
+    }
+    const float special[] = {0.0f, std::numeric_limits<float>::quiet_NaN(), -std::numeric_limits<float>::infinity(),
+                             std::numeric_limits<float>::infinity(), 88.8f, -104.5f, -1e30f};
+    float e[7];
+    ops::exp_f32(e, special, 7);
+    EXPECT_EQ(e[0], 1.0f);
+    EXPECT_TRUE(std::isnan(e[1]));
+    EXPECT_EQ(e[2], 0.0f);
+    EXPECT_EQ(e[3], std::numeric_limits<float>::infinity());
+    EXPECT_EQ(e[4], std::numeric_limits<float>::infinity());
+    EXPECT_EQ(e[5], 0.0f);
+    EXPECT_EQ(e[6], 0.0f);
+  });
+}
+
+}  // namespace
