@@ -30,6 +30,31 @@ const std::set<std::string>& generic_fields() {
   return f;
 }
 
+// A RoFormerForSequenceClassification config: its id2label (keys "0".."n-1") and problem_type (HF's
+// default when absent: regression for one label, single-label classification otherwise). Other
+// architectures keep no labels (HF writes a default id2label into every config).
+void read_classifier(const json& j, const std::string& origin, RoFormerConfig* c) {
+  const json& arch = j.contains("architectures") ? j["architectures"] : json();
+  if (!arch.is_array() || arch.empty() || arch[0] != "RoFormerForSequenceClassification") return;
+  if (!j.contains("id2label") || !j["id2label"].is_object() || j["id2label"].empty()) {
+    throw io::Error(origin + ": a RoFormerForSequenceClassification config needs an id2label object");
+  }
+  const json& id2label = j["id2label"];
+  for (size_t i = 0; i < id2label.size(); ++i) {
+    const std::string key = std::to_string(i);
+    if (!id2label.contains(key) || !id2label[key].is_string()) {
+      throw io::Error(origin + ": 'id2label' must map \"0\".. \"" + std::to_string(id2label.size() - 1) +
+                      "\" to label names, got " + id2label.dump());
+    }
+    c->labels.push_back(id2label[key].get<std::string>());
+  }
+  c->problem_type = c->labels.size() == 1 ? "regression" : "single_label_classification";
+  if (j.contains("problem_type") && !j["problem_type"].is_null()) {
+    if (!j["problem_type"].is_string()) throw io::Error(origin + ": 'problem_type' must be a string");
+    c->problem_type = j["problem_type"].get<std::string>();
+  }
+}
+
 }  // namespace
 
 const char* position_encoding_name(PositionEncoding pe) {
@@ -98,6 +123,17 @@ void RoFormerConfig::validate() const {
   if (attention_type == "performer" && (performer_features < 2 || performer_features % 2 != 0)) {
     throw std::invalid_argument("performer_features must be even and >= 2");
   }
+  if (sequence_classifier()) {
+    if (problem_type != "single_label_classification" && problem_type != "multi_label_classification" &&
+        problem_type != "regression") {
+      throw std::invalid_argument("unknown problem_type '" + problem_type +
+                                  "' (single_label_classification, multi_label_classification, regression)");
+    }
+    if (problem_type == "regression" && labels.size() != 1) throw std::invalid_argument("regression needs num_labels 1");
+    if (problem_type == "single_label_classification" && labels.size() < 2) {
+      throw std::invalid_argument("single-label classification needs at least 2 labels");
+    }
+  }
   rope_config probe = rope::default_config(static_cast<int32_t>(head_dim()));
   rope::apply_scaling_spec(rope_scaling, &probe);  // throws on a bad spec
 }
@@ -162,6 +198,7 @@ RoFormerConfig RoFormerConfig::from_json_text(const std::string& text, const std
   get_string("pooler_activation", &c.pooler_activation);
   get_int("performer_features", &c.performer_features);
   if (layout != "interleaved" && layout != "half") fail("rope_layout", "must be \"interleaved\" or \"half\"");
+  read_classifier(j, origin, &c);
   c.rope_half_layout = layout == "half";
   if (j.contains("model_type") && j["model_type"] != "roformer") fail("model_type", "must be \"roformer\"");
 
@@ -190,7 +227,9 @@ RoFormerConfig RoFormerConfig::from_json_file(const std::string& path) {
 
 std::string RoFormerConfig::to_json() const {
   json j = {
-      {"architectures", {is_decoder ? "RoFormerForCausalLM" : "RoFormerForMaskedLM"}},
+      {"architectures", {sequence_classifier() ? "RoFormerForSequenceClassification"
+                         : is_decoder          ? "RoFormerForCausalLM"
+                                               : "RoFormerForMaskedLM"}},
       {"model_type", "roformer"},
       {"vocab_size", vocab_size},
       {"embedding_size", embedding_size},
@@ -221,6 +260,17 @@ std::string RoFormerConfig::to_json() const {
   if (attention_type != "softmax") {
     j["attention_type"] = attention_type;
     j["performer_features"] = performer_features;
+  }
+  if (sequence_classifier()) {
+    json id2label = json::object(), label2id = json::object();
+    for (size_t i = 0; i < labels.size(); ++i) {
+      id2label[std::to_string(i)] = labels[i];
+      label2id[labels[i]] = i;
+    }
+    j["id2label"] = id2label;
+    j["label2id"] = label2id;
+    j["num_labels"] = labels.size();
+    j["problem_type"] = problem_type;
   }
   return j.dump(2) + "\n";
 }

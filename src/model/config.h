@@ -6,6 +6,7 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 namespace model {
 
@@ -43,6 +44,15 @@ struct RoFormerConfig {
   // same librope settings (rope_theta, rope_half_layout, rope_scaling) as softmax attention.
   std::string attention_type = "softmax";
   int64_t performer_features = 64;
+  // RoFormerForSequenceClassification: when labels is non-empty the model ends in HF's
+  // RoFormerClassificationHead (classifier.* tensors, blocks.h classifier_*) instead of the MLM head.
+  // labels is id2label in id order (one entry, "LABEL_0", for regression); problem_type is HF's:
+  // "single_label_classification" (softmax cross-entropy), "multi_label_classification" (sigmoid
+  // BCE) or "regression" (MSE, one label).
+  std::vector<std::string> labels;
+  std::string problem_type;
+  bool sequence_classifier() const { return !labels.empty(); }
+  int64_t num_labels() const { return static_cast<int64_t>(labels.size()); }
 
   int64_t head_dim() const { return hidden_size / num_attention_heads; }
   bool rms_norm() const { return norm_type == "rms_norm"; }
@@ -54,7 +64,8 @@ struct RoFormerConfig {
   // JSON, wrong types and out-of-range values. Throws io::Error naming the file and the field.
   static RoFormerConfig from_json_file(const std::string& path);
   static RoFormerConfig from_json_text(const std::string& text, const std::string& origin);
-  // config.json text that RoFormerForMaskedLM / RoFormerForCausalLM.from_pretrained loads.
+  // config.json text that RoFormerForMaskedLM / RoFormerForCausalLM (or, with labels,
+  // RoFormerForSequenceClassification).from_pretrained loads.
   std::string to_json() const;
 };
 

@@ -55,6 +55,13 @@ std::vector<ParamInfo> param_layout(const RoFormerConfig& c) {
     add("roformer.pooler.dense.weight", {H, H}, true);
     add("roformer.pooler.dense.bias", {H}, false);
   }
+  if (c.sequence_classifier()) {  // RoFormerForSequenceClassification: its head instead of the MLM head
+    add("classifier.dense.weight", {H, H}, true);
+    add("classifier.dense.bias", {H}, false);
+    add("classifier.out_proj.weight", {c.num_labels(), H}, true);
+    add("classifier.out_proj.bias", {c.num_labels()}, false);
+    return layout;
+  }
   const std::string h = "cls.predictions.";
   if (layer_norm) {  // V1: dense → activation → LayerNorm → tied decoder + bias; V2: the tied matmul only
     add(h + "transform.dense.weight", {E, H}, true);
@@ -106,6 +113,8 @@ Params<T> bind_params(const RoFormerConfig& c, const std::vector<ParamInfo>& lay
   }
   const std::string h = "cls.predictions.";
   p.pooler.dense = linear("roformer.pooler.dense", false);
+  p.classifier.dense = linear("classifier.dense", false);
+  p.classifier.out = linear("classifier.out_proj", false);
   p.head.dense = linear(h + "transform.dense", false);
   p.head.norm = norm(h + "transform.LayerNorm");
   p.head.decoder_w = p.emb.word;  // tied

@@ -22,7 +22,8 @@ struct ParamInfo {
 };
 
 // The arena layout for a config, in a fixed order. Optional tensors appear only when used:
-// position_embeddings for learned positions, embeddings_project when embedding_size != hidden_size.
+// position_embeddings for learned positions, embeddings_project when embedding_size != hidden_size,
+// and the classifier.* head in place of the MLM head for a sequence classifier.
 std::vector<ParamInfo> param_layout(const RoFormerConfig& c);
 int64_t param_count(const std::vector<ParamInfo>& layout);
 
@@ -34,7 +35,8 @@ struct Params {
   EmbeddingParams<T> emb;
   std::vector<LayerParams<T>> layers;
   PoolerParams<T> pooler;  // null with no pooler (RoFormer-Sim has one)
-  MlmHeadParams<T> head;
+  MlmHeadParams<T> head;        // null with a sequence classifier
+  ClassifierParams<T> classifier;  // null without one
 };
 
 // Pointers into arena (param_count(layout) elements) for every tensor of the layout.

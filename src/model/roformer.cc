@@ -31,6 +31,9 @@ struct RoFormer<T>::Activations {
   MlmHeadActs<T> head;
   std::vector<T> logits, probs, d_logits;  // (N, V)
   PoolerActs<T> pooler;
+  ClassifierActs<T> classifier;
+  std::vector<T> class_logits;  // (B, labels)
+  Dropout classifier_dropout;   // the head's own sites, off at inference
   int64_t counted = 0;
 };
 
@@ -49,6 +52,7 @@ RoFormer<T>::RoFormer(const RoFormerConfig& cfg) : cfg_(cfg) {
     for (int64_t l = 0; l < cfg_.num_hidden_layers; ++l) favor_.push_back(performer_features<T>(cfg_, l));
   }
   act_ = std::make_unique<Activations>();
+  has_mlm_head_ = !cfg_.sequence_classifier();
 }
 
 template <typename T>
@@ -78,7 +82,8 @@ void RoFormer<T>::init_weights(uint64_t seed) {
 }
 
 template <typename T>
-void RoFormer<T>::load(const io::WeightStore& w, const std::vector<std::string>& other_heads, bool mlm_head) {
+void RoFormer<T>::load(const io::WeightStore& w, const std::vector<std::string>& other_heads, bool mlm_head,
+                       const std::vector<std::string>& optional) {
   *act_ = Activations();  // the head may change: the next forward sizes its buffers afresh
   // RoFormerModel checkpoints store the encoder without the "roformer." prefix.
   const bool bare = !w.contains("roformer.embeddings.word_embeddings.weight") &&
@@ -87,7 +92,7 @@ void RoFormer<T>::load(const io::WeightStore& w, const std::vector<std::string>&
     return bare && name.rfind("roformer.", 0) == 0 ? name.substr(9) : name;
   };
   const std::string head = "cls.predictions.";
-  has_mlm_head_ = mlm_head && (cfg_.rms_norm() || std::any_of(layout_.begin(), layout_.end(), [&](const ParamInfo& i) {
+  has_mlm_head_ = mlm_head && !cfg_.sequence_classifier() && (cfg_.rms_norm() || std::any_of(layout_.begin(), layout_.end(), [&](const ParamInfo& i) {
                     return i.name.rfind(head, 0) == 0 && w.contains(i.name);
                   }));
   std::vector<std::string> skipped = other_heads;  // prefixes of tensors left unread
@@ -95,6 +100,9 @@ void RoFormer<T>::load(const io::WeightStore& w, const std::vector<std::string>&
   for (const ParamInfo& info : layout_) {
     if (!has_mlm_head_ && info.name.rfind(head, 0) == 0) continue;  // an encoder-only checkpoint
     const std::string name = stored_name(info.name);
+    const bool may_miss = std::any_of(optional.begin(), optional.end(),
+                                      [&](const std::string& prefix) { return info.name.rfind(prefix, 0) == 0; });
+    if (!w.contains(name) && may_miss) continue;  // keeps its value (e.g. a new head's initialisation)
     if (!w.contains(name)) throw io::Error(w.path() + ": missing tensor " + name);
     const std::vector<float> values = w.f32(name, info.shape);
     std::copy(values.begin(), values.end(), params.begin() + info.offset);
@@ -156,6 +164,9 @@ void RoFormer<T>::embed(const Inputs& in, bool training, uint64_t dropout_seed) 
   a.has_loss = in.targets != nullptr;
   a.counted = 0;
   a.dropout = training ? Dropout::training(cfg_, dropout_seed, in.row0, S) : Dropout{};
+  // The classification head's two dropout sites draw from their own stream (one row per example).
+  a.classifier_dropout = training ? Dropout::training(cfg_, base::mix64(dropout_seed ^ 0xc1a551f1e5ull), in.row0, 1)
+                                  : Dropout{};
   a.row_limit.clear();
   if (cfg_.unilm_mask()) {  // UniLM: query i sees key j iff cumsum(tt)[j] <= cumsum(tt)[i], a prefix
     a.row_limit.resize(N);
@@ -204,6 +215,11 @@ void RoFormer<T>::run_heads() {
   Activations& a = *act_;
   const T* last = a.input_of(cfg_.num_hidden_layers).data();  // (N, H)
   if (p.pooler.dense.w) pooler_forward(cfg_, a.pooler, p.pooler, last, a.B, a.S);
+  if (cfg_.sequence_classifier()) {
+    a.class_logits.resize(a.B * cfg_.num_labels());
+    classifier_forward(cfg_, a.class_logits.data(), a.classifier, p.classifier, last, a.B, a.S, cfg_.num_labels(),
+                       a.classifier_dropout);
+  }
   if (!has_mlm_head_) return;
   a.logits.resize(a.N * cfg_.vocab_size);
   mlm_head_forward(cfg_, a.logits.data(), a.head, p.head, last, a.N);
@@ -242,6 +258,22 @@ void RoFormer<T>::backward_from_logits(const T* d_logits) {
   T* d_h = scratch_->get(50, a.N * cfg_.hidden_size);
   mlm_head_backward(cfg_, d_h, g.head, d_logits, a.head, p.head, a.input_of(cfg_.num_hidden_layers).data(), a.N,
                     *scratch_);
+  backward_from_hidden(d_h);  // buffer 50 is not one backward_from_hidden or the blocks use
+}
+
+template <typename T>
+void RoFormer<T>::backward_from_class_logits(const T* d_logits) {
+  Activations& a = *act_;
+  if (a.N == 0 || !cfg_.sequence_classifier()) {
+    throw std::logic_error("backward_from_class_logits needs a forward of a sequence classifier");
+  }
+  if (a.keep != Keep::all) throw std::logic_error("backward needs a forward with Keep::all");
+  allocate_grads();
+  if (!scratch_) scratch_ = std::make_unique<Scratch<T>>();
+  T* d_h = scratch_->get(50, a.N * cfg_.hidden_size);
+  std::fill(d_h, d_h + a.N * cfg_.hidden_size, T(0));
+  classifier_backward(cfg_, d_h, g.classifier, d_logits, a.classifier, p.classifier, a.B, a.S, cfg_.num_labels(),
+                      a.classifier_dropout, *scratch_);
   backward_from_hidden(d_h);  // buffer 50 is not one backward_from_hidden or the blocks use
 }
 
@@ -310,6 +342,10 @@ const T* RoFormer<T>::logits() const {
 template <typename T>
 const T* RoFormer<T>::pooler_output() const {
   return act_->pooler.out.empty() ? nullptr : act_->pooler.out.data();
+}
+template <typename T>
+const T* RoFormer<T>::class_logits() const {
+  return act_->class_logits.empty() ? nullptr : act_->class_logits.data();
 }
 template <typename T>
 int64_t RoFormer<T>::counted() const {

@@ -68,7 +68,10 @@ class RoFormer {
   // forward then stops at the last hidden state and logits() is null. Tensors whose names start with
   // one of other_heads (e.g. "classifier.", "pooler.") are left for the caller. mlm_head false skips
   // the MLM head (cls.predictions.*, and RoFormer-V2's tied one): forward stops at the last hidden state.
-  void load(const io::WeightStore& weights, const std::vector<std::string>& other_heads = {}, bool mlm_head = true);
+  // Tensors of the layout whose names start with one of `optional` may be absent: they keep their
+  // values (fine-tuning a pre-trained encoder initialises the new classifier.* head, then loads).
+  void load(const io::WeightStore& weights, const std::vector<std::string>& other_heads = {}, bool mlm_head = true,
+            const std::vector<std::string>& optional = {});
   bool has_mlm_head() const { return has_mlm_head_; }
 
   void set_keep(Keep keep);  // takes effect with the next forward
@@ -82,6 +85,8 @@ class RoFormer {
   void backward();
   // Adds the gradients given d(loss)/d(logits) (B, T, V) of the last forward (a task's own loss).
   void backward_from_logits(const T* d_logits);
+  // Adds the gradients given d(loss)/d(class_logits()) (B, labels) of a sequence classifier's forward.
+  void backward_from_class_logits(const T* d_logits);
   // Adds the gradients given d(loss)/d(last hidden state) (B, T, H) (heads outside the model), plus
   // d(loss)/d(pooler output) (B, H) when d_pooled is given.
   void backward_from_hidden(const T* d_hidden, const T* d_pooled = nullptr);
@@ -94,6 +99,7 @@ class RoFormer {
                                           // attention); Keep::all only
   const T* logits() const;                // (B, T, V); null without an MLM head
   const T* pooler_output() const;         // (B, H) with a pooler (RoFormer-Sim), else null
+  const T* class_logits() const;          // (B, labels) of a sequence classifier, else null
   int64_t counted() const;                // targets counted by the last loss
 
  private:

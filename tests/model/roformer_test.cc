@@ -92,6 +92,63 @@ void expect_model_gradients(const model::RoFormerConfig& cfg, bool training) {
   EXPECT_GT(checked, 50);
 }
 
+// RoFormerForSequenceClassification: the classifier.* head on [CLS] in place of the MLM head, with
+// dropout on in the encoder and in the head; loss Σ class_logits · G for a fixed random G.
+TEST(RoFormerModel, GradientsSequenceClassifierWithDropout) {
+  model::RoFormerConfig cfg = tiny(model::PositionEncoding::rope);
+  cfg.labels = {"neg", "neutral", "pos"};
+  cfg.problem_type = "single_label_classification";
+  cfg.hidden_dropout_prob = 0.2;
+  cfg.attention_probs_dropout_prob = 0.1;
+  model::RoFormer<double> m(cfg);
+  EXPECT_FALSE(m.has_mlm_head());
+  for (const auto& info : m.layout()) EXPECT_NE(info.name.rfind("cls.", 0), 0u) << info.name;
+  EXPECT_EQ(m.layout().back().name, "classifier.out_proj.bias");
+  randomise(m, 4);
+  const Batch batch = random_batch(cfg, 3, 5, 10);
+  model::Inputs in = batch.inputs();
+  in.targets = nullptr;
+  std::mt19937_64 rng(8);
+  std::normal_distribution<double> z;
+  std::vector<double> G(3 * cfg.num_labels());
+  for (double& x : G) x = z(rng);
+  auto loss = [&] {
+    m.forward(in, true, 91);
+    double s = 0;
+    for (size_t i = 0; i < G.size(); ++i) s += m.class_logits()[i] * G[i];
+    return s;
+  };
+  loss();
+  m.zero_grad();
+  m.backward_from_class_logits(G.data());
+  const std::vector<double> analytic = m.grads;
+  std::vector<int64_t> at;
+  for (const auto& info : m.layout()) {
+    for (int64_t j : testing_util::picks(info.size, 3, info.offset)) {
+      if (info.name == "roformer.embeddings.word_embeddings.weight" && j / cfg.embedding_size == cfg.pad_token_id) continue;
+      at.push_back(info.offset + j);
+    }
+  }
+  EXPECT_GT(testing_util::expect_gradient("params", m.params, analytic, at, loss, testing_util::kModelCheck), 50);
+  // Inference: no dropout, and the head's logits are the classifier block's on the last [CLS] state.
+  m.forward(in);
+  EXPECT_EQ(m.logits(), nullptr);
+  ASSERT_NE(m.class_logits(), nullptr);
+  std::vector<double> direct(3 * cfg.num_labels());
+  model::ClassifierActs<double> acts;
+  model::classifier_forward(cfg, direct.data(), acts, m.p.classifier, m.hidden_state(cfg.num_hidden_layers), 3, 5,
+                            cfg.num_labels(), model::Dropout{});
+  for (size_t i = 0; i < direct.size(); ++i) EXPECT_EQ(m.class_logits()[i], direct[i]);
+  // config.json round trip: id2label, label2id, problem_type, the architecture.
+  const auto back = model::RoFormerConfig::from_json_text(cfg.to_json(), "config.json");
+  EXPECT_EQ(back.labels, cfg.labels);
+  EXPECT_EQ(back.problem_type, cfg.problem_type);
+  EXPECT_NE(cfg.to_json().find("RoFormerForSequenceClassification"), std::string::npos);
+  model::RoFormerConfig bad = cfg;
+  bad.problem_type = "regression";
+  EXPECT_THROW(bad.validate(), std::invalid_argument);
+}
+
 TEST(RoFormerModel, GradientsRope) { expect_model_gradients(tiny(model::PositionEncoding::rope), false); }
 
 TEST(RoFormerModel, GradientsRopeHalfLayoutProjectionRotaryValueRelu) {
