@@ -26,7 +26,7 @@ LAYERS = {
     "model": ["ops", "io", "rope"],
     "data": ["io", "base"],
     "text": ["io", "base"],
-    "train": ["model", "data"],  # plots are drawn by the command line through the run's report hook
+    "train": ["model", "data", "text"],  # text: fine-tuning tokenises with the HF tokenizer; plots are drawn by the command line (report hooks)
     "serve": ["model", "text"],
 }
 

@@ -30,23 +30,32 @@ const std::set<std::string>& generic_fields() {
   return f;
 }
 
-// A RoFormerForSequenceClassification config: its id2label (keys "0".."n-1") and problem_type (HF's
-// default when absent: regression for one label, single-label classification otherwise). Other
+// A RoFormerForSequenceClassification config: its labels from id2label (keys "0".."n-1"), else, as
+// HF, num_labels of them named LABEL_i (2 when num_labels is absent too); problem_type as given, else
+// HF's default (regression for one label, single-label classification otherwise). Other
 // architectures keep no labels (HF writes a default id2label into every config).
 void read_classifier(const json& j, const std::string& origin, RoFormerConfig* c) {
   const json& arch = j.contains("architectures") ? j["architectures"] : json();
   if (!arch.is_array() || arch.empty() || arch[0] != "RoFormerForSequenceClassification") return;
-  if (!j.contains("id2label") || !j["id2label"].is_object() || j["id2label"].empty()) {
-    throw io::Error(origin + ": a RoFormerForSequenceClassification config needs an id2label object");
-  }
-  const json& id2label = j["id2label"];
-  for (size_t i = 0; i < id2label.size(); ++i) {
-    const std::string key = std::to_string(i);
-    if (!id2label.contains(key) || !id2label[key].is_string()) {
-      throw io::Error(origin + ": 'id2label' must map \"0\".. \"" + std::to_string(id2label.size() - 1) +
-                      "\" to label names, got " + id2label.dump());
+  if (j.contains("id2label") && !j["id2label"].is_null()) {
+    const json& id2label = j["id2label"];
+    for (size_t i = 0; id2label.is_object() && i < id2label.size(); ++i) {
+      const std::string key = std::to_string(i);
+      if (!id2label.contains(key) || !id2label[key].is_string()) break;
+      c->labels.push_back(id2label[key].get<std::string>());
     }
-    c->labels.push_back(id2label[key].get<std::string>());
+    if (!id2label.is_object() || id2label.empty() || c->labels.size() != id2label.size()) {
+      throw io::Error(origin + ": 'id2label' must map \"0\", \"1\", ... to label names, got " + id2label.dump());
+    }
+  } else {
+    int64_t n = 2;
+    if (j.contains("num_labels")) {
+      if (!j["num_labels"].is_number_integer() || j["num_labels"].get<int64_t>() < 1) {
+        throw io::Error(origin + ": 'num_labels' must be a positive integer, got " + j["num_labels"].dump());
+      }
+      n = j["num_labels"].get<int64_t>();
+    }
+    for (int64_t i = 0; i < n; ++i) c->labels.push_back("LABEL_" + std::to_string(i));
   }
   c->problem_type = c->labels.size() == 1 ? "regression" : "single_label_classification";
   if (j.contains("problem_type") && !j["problem_type"].is_null()) {

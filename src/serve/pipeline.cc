@@ -167,7 +167,10 @@ std::unique_ptr<Pipeline> Pipeline::load(const std::string& dir, const LoadOptio
   }
   if (options.weights) {
     const auto weights = io::open_weights(dir);
-    p->model_ = std::make_unique<model::RoFormer<float>>(p->config_);
+    // The encoder alone: the classification head is read and run by load_classifier / apply_classifier.
+    model::RoFormerConfig encoder = p->config_;
+    encoder.labels.clear();
+    p->model_ = std::make_unique<model::RoFormer<float>>(encoder);
     p->model_->load(*weights, {"classifier."}, options.mlm_head);
     p->classifier_ = load_classifier(*weights, config_path, p->config_.hidden_size);
     // The pipelines read only the last hidden state, logits and pooler: one layer's activations.

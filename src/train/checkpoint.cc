@@ -52,6 +52,10 @@ AdamW make_adamw(model::RoFormer<float>& m, const AdamWConfig& cfg) {
 }
 
 void save_model(const std::string& dir, const model::RoFormer<float>& m, const data::Tokenizer& tok) {
+  save_model(dir, m, [&](const std::string& d) { tok.save(d + "/tokenizer.json"); });
+}
+
+void save_model(const std::string& dir, const model::RoFormer<float>& m, const TokenizerWriter& write_tokenizer) {
   make_dirs(dir);
   const auto& cfg = m.config();
   std::vector<io::TensorView> tensors;
@@ -71,13 +75,18 @@ void save_model(const std::string& dir, const model::RoFormer<float>& m, const d
   }
   io::write_file_atomic(dir + "/model.safetensors", io::safetensors_bytes(tensors, {{"format", "pt"}}));
   io::write_file_atomic(dir + "/config.json", cfg.to_json());
-  tok.save(dir + "/tokenizer.json");
+  write_tokenizer(dir);
 }
 
 std::string save_checkpoint(const std::string& out_dir, const model::RoFormer<float>& m, const AdamW& opt,
                             const data::Tokenizer& tok, const TrainerState& state, int keep) {
+  return save_checkpoint(out_dir, m, opt, [&](const std::string& d) { tok.save(d + "/tokenizer.json"); }, state, keep);
+}
+
+std::string save_checkpoint(const std::string& out_dir, const model::RoFormer<float>& m, const AdamW& opt,
+                            const TokenizerWriter& write_tokenizer, const TrainerState& state, int keep) {
   const std::string name = step_name(state.step), dir = out_dir + "/" + name;
-  save_model(dir, m, tok);
+  save_model(dir, m, write_tokenizer);
   std::vector<io::TensorView> tensors;
   const auto& layout = m.layout();
   for (size_t i = 0; i < layout.size(); ++i) {
@@ -86,7 +95,8 @@ std::string save_checkpoint(const std::string& out_dir, const model::RoFormer<fl
   }
   // Everything that determines the rest of the run goes in optimizer.safetensors, so that resumed and
   // uninterrupted runs write identical files; the wall time goes in its own file.
-  const nlohmann::json meta = {{"step", state.step}, {"optimizer_steps", opt.steps()}, {"tokens_seen", state.tokens_seen}};
+  nlohmann::json meta = {{"step", state.step}, {"optimizer_steps", opt.steps()}, {"tokens_seen", state.tokens_seen}};
+  if (!state.task_json.empty()) meta["task"] = nlohmann::json::parse(state.task_json);
   io::write_file_atomic(dir + "/optimizer.safetensors",
                         io::safetensors_bytes(tensors, {{"trainer_state", meta.dump()}, {"options", state.options_json}}));
   io::write_file_atomic(dir + "/elapsed.json", nlohmann::json{{"elapsed_s", state.elapsed_s}}.dump() + "\n");
@@ -145,6 +155,7 @@ TrainerState load_optimizer(const std::string& dir, const model::RoFormer<float>
     s.step = j.at("step");
     s.tokens_seen = j.at("tokens_seen");
     opt.set_steps(j.at("optimizer_steps"));
+    if (j.contains("task")) s.task_json = j["task"].dump();
     if (std::ifstream e(dir + "/elapsed.json"); e) s.elapsed_s = nlohmann::json::parse(e).value("elapsed_s", 0.0);
   } catch (const nlohmann::json::exception& e) {
     throw io::Error(path + ": bad trainer state: " + e.what());

@@ -5,7 +5,6 @@
 
 #include <chrono>
 #include <cmath>
-#include <csignal>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -18,6 +17,7 @@
 #include "io/atomic_file.h"
 #include "model/generate.h"
 #include "train/checkpoint.h"
+#include "train/console.h"
 #include "train/lm_task.h"
 #include "train/trainer.h"
 
@@ -26,29 +26,6 @@ namespace {
 
 using nlohmann::json;
 namespace fs = std::filesystem;
-
-volatile std::sig_atomic_t g_stop_signal = 0;
-extern "C" void on_stop_signal(int sig) { g_stop_signal = sig; }
-
-// Restores the previous SIGINT/SIGTERM handlers when the run ends.
-class StopSignals {
- public:
-  StopSignals() {
-    g_stop_signal = 0;
-    struct sigaction sa {};
-    sa.sa_handler = on_stop_signal;
-    sigemptyset(&sa.sa_mask);
-    sigaction(SIGINT, &sa, &old_int_);
-    sigaction(SIGTERM, &sa, &old_term_);
-  }
-  ~StopSignals() {
-    sigaction(SIGINT, &old_int_, nullptr);
-    sigaction(SIGTERM, &old_term_, nullptr);
-  }
-
- private:
-  struct sigaction old_int_ {}, old_term_ {};
-};
 
 json record_json(const Record& r) {
   json j = {{"step", r.step}, {"loss", r.loss}, {"lr", r.lr}, {"grad_norm", r.grad_norm},
@@ -78,18 +55,6 @@ std::vector<Record> read_records(const std::string& path, int64_t up_to_step) {
   return out;
 }
 
-std::string format_duration(double s) {
-  const int64_t t = static_cast<int64_t>(std::max(0.0, s) + 0.5);
-  char buf[32];
-  if (t >= 3600) {
-    std::snprintf(buf, sizeof(buf), "%lld:%02lld:%02lld", static_cast<long long>(t / 3600),
-                  static_cast<long long>(t / 60 % 60), static_cast<long long>(t % 60));
-  } else {
-    std::snprintf(buf, sizeof(buf), "%lld:%02lld", static_cast<long long>(t / 60), static_cast<long long>(t % 60));
-  }
-  return buf;
-}
-
 // metrics.csv from the whole history, replaced atomically.
 void write_metrics_csv(const std::string& out, const std::vector<Record>& history) {
   std::ostringstream csv;
@@ -102,38 +67,6 @@ void write_metrics_csv(const std::string& out, const std::vector<Record>& histor
   }
   io::write_file_atomic(out + "/metrics.csv", csv.str());
 }
-
-// A live line on a terminal (redrawn every step); otherwise a log line every 2% of the run and at
-// every evaluation.
-class ProgressLine {
- public:
-  explicit ProgressLine(bool live) : live_(live) {}
-  void update(int64_t step, int64_t total, double loss, double val, double tok_s, double elapsed, double eta,
-              bool evaluated) {
-    if (!live_ && !evaluated && step % std::max<int64_t>(1, total / 50) != 0 && step != total) return;
-    const int width = 24, filled = static_cast<int>(width * step / std::max<int64_t>(total, 1));
-    std::string bar;
-    for (int i = 0; i < width; ++i) bar += i < filled ? "█" : "░";
-    char buf[256];
-    std::snprintf(buf, sizeof(buf), "step %lld/%lld %s %3d%% | loss %.4f | val %s | %.0f tok/s | %s elapsed | ETA %s",
-                  static_cast<long long>(step), static_cast<long long>(total), bar.c_str(),
-                  static_cast<int>(100 * step / std::max<int64_t>(total, 1)), loss,
-                  std::isfinite(val) ? (std::to_string(val).substr(0, 6)).c_str() : "-", tok_s,
-                  format_duration(elapsed).c_str(), format_duration(eta).c_str());
-    if (live_) {
-      std::fprintf(stderr, "\r%s\033[K", buf);
-    } else {
-      std::fprintf(stderr, "%s\n", buf);
-    }
-    std::fflush(stderr);
-  }
-  void finish() {
-    if (live_) std::fprintf(stderr, "\n");
-  }
-
- private:
-  bool live_;
-};
 
 // Reads a resumed run's options from its latest checkpoint, keeping the invocation's `out` and
 // `progress`; returns the checkpoint directory.
@@ -321,12 +254,12 @@ bool TrainingRun::train_step() {
   std::fflush(log_);
   const double eta = (o_.steps - state_.step) * (elapsed() - elapsed_before_) / (state_.step - first_step_);
   progress_.update(state_.step, o_.steps, s.loss, last_val_, session_tok_s, elapsed(), eta, std::isfinite(rec.val_loss));
-  if ((o_.save_every > 0 && state_.step % o_.save_every == 0) || last || g_stop_signal) {
+  if ((o_.save_every > 0 && state_.step % o_.save_every == 0) || last || stop_requested()) {
     checkpoint();
   } else if (std::isfinite(rec.val_loss)) {
     report();
   }
-  if (g_stop_signal && !last) {
+  if (stop_requested() && !last) {
     stop_interrupted();
     return false;
   }

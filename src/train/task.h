@@ -38,6 +38,7 @@ struct Batch {
   // The targets, in the task's own shape: (B, T) token ids for a language model, (B) labels for a
   // classifier, ... Entries equal to model::kIgnoreIndex are not counted.
   std::vector<int64_t> targets;
+  std::vector<float> values;  // real-valued targets, e.g. (B, labels): regression scores, multi-label 0/1
 
   model::Inputs inputs() const;  // the model's view, without targets (the task owns the loss)
   int64_t tokens() const { return B * T; }  // input tokens processed

@@ -10,6 +10,7 @@ work="$2"
 rm -rf "$work"
 mkdir -p "$work"
 export OMP_NUM_THREADS=2  # the same thread count in every run: same reduction order
+source "$(dirname "$0")/resume_lib.sh"
 
 # A small corpus written by the test itself: varied sentences with some UTF-8.
 awk 'BEGIN { srand(7); split("the a river mountain city old young bright quiet café naïve über garden road stone light", w, " ");
@@ -21,38 +22,13 @@ model=(--data "$work/corpus.txt" --layers 2 --hidden 32 --heads 2 --ff 64 --seq 
 opts=("${model[@]}" --steps 40 --save-every 5 --eval-every 10 --eval-batches 2 --dropout 0.1 --sample-tokens 0 --no-progress)
 
 losses() { grep -o '"loss":[^,]*\|"val_loss":[^,}]*' "$1/metrics.jsonl"; }
-steps_logged() { [ -f "$1/metrics.jsonl" ] && wc -l < "$1/metrics.jsonl" || echo 0; }
-wait_for_steps() {  # dir, steps: waits until the run has logged that many steps
-  for _ in $(seq 1 600); do
-    [ "$(steps_logged "$1")" -ge "$2" ] && return 0
-    sleep 0.05
-  done
-  echo "run in $1 did not reach step $2" >&2
-  return 1
-}
-
 echo "== uninterrupted run"
 "$roformer" train "${opts[@]}" --out "$work/a" 2> "$work/a.log"
 
 echo "== SIGKILL at step >= 17, then --resume"
-"$roformer" train "${opts[@]}" --out "$work/b" 2> "$work/b.log" &
-pid=$!
-wait_for_steps "$work/b" 17
-kill -KILL "$pid"
-wait "$pid" || true
-echo "killed after $(steps_logged "$work/b") logged steps; latest = $(cat "$work/b/latest")"
-"$roformer" train --resume --out "$work/b" --no-progress 2>> "$work/b.log"
-
+interrupt_and_resume KILL 17 "$work/b" train "${opts[@]}"
 echo "== SIGINT at step >= 23 (checkpoint and exit 130), then --resume"
-"$roformer" train "${opts[@]}" --out "$work/c" 2> "$work/c.log" &
-pid=$!
-wait_for_steps "$work/c" 23
-kill -INT "$pid"
-status=0
-wait "$pid" || status=$?
-[ "$status" -eq 130 ] || { echo "SIGINT: expected status 130, got $status" >&2; cat "$work/c.log" >&2; exit 1; }
-grep -q "interrupted at step" "$work/c.log"
-"$roformer" train --resume --out "$work/c" --no-progress 2>> "$work/c.log"
+interrupt_and_resume INT 23 "$work/c" train "${opts[@]}"
 
 for run in b c; do
   if ! diff <(losses "$work/a") <(losses "$work/$run") > "$work/$run.diff"; then

@@ -1,9 +1,10 @@
-# Sourced by the Hugging Face comparison scripts (roundtrip.sh, serve_vs_hf.sh).
+# Sourced by the Hugging Face comparison scripts (roundtrip.sh, jieba_py.sh, bench_infer_peer.sh).
 # find_hf_python PROBE: sets $python and $versions to the first interpreter that runs the Python
 # code PROBE ($ROFORMER_PYTHON only, when set), else exits 77 (ctest skip), or 1 when
 # ROFORMER_REQUIRE_HF=1.
 # hf_probe CLASS [EXTRA]: prints a probe that imports torch, transformers (usable with this torch) and
 # transformers' real RoFormer CLASS, runs the Python line(s) EXTRA, and prints the versions.
+# hf_jieba_probe CLASS: the same, also importing rjieba or jieba (for RoFormerTokenizer).
 # make_work_dir [DIR]: sets $work to DIR (emptied) or to a temporary directory removed at exit.
 find_hf_python() {
   local probe="$1" candidate
@@ -36,6 +37,13 @@ assert "modeling_roformer" in $1.__module__, "dummy RoFormer classes"
 ${2:-}
 print(f"transformers {transformers.__version__}, torch {torch.__version__}")
 PY
+}
+
+hf_jieba_probe() {
+  hf_probe "$1" 'try:
+    import rjieba
+except ImportError:
+    import jieba'
 }
 
 make_work_dir() {

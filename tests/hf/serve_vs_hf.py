@@ -1,4 +1,4 @@
-"""The roformer inference subcommands against transformers' own pipelines (tests/hf/serve_vs_hf.sh).
+"""The roformer inference subcommands against transformers' own pipelines (run by tests/hf/jieba_py.sh).
 
 Usage: serve_vs_hf.py ROFORMER_BINARY FIXTURES WORK_DIR
 
@@ -9,27 +9,17 @@ Usage: serve_vs_hf.py ROFORMER_BINARY FIXTURES WORK_DIR
    (top_k=None) vs `roformer classify`: the same label, every score within 1e-5.
 3. embed: RoFormerModel's last hidden state, mean-pooled over the attention mask and at [CLS], vs
    `roformer embed` within 1e-5 + 1e-4·|x|.
-RoFormerTokenizer needs rjieba; without it, jieba (which rjieba ports) stands in with the same call.
+RoFormerTokenizer needs rjieba; rjieba_shim.py lets jieba stand in.
 """
-import importlib.machinery
 import json
 import os
 import shutil
 import subprocess
 import sys
-import types
 
 import torch
 
-try:
-    import rjieba  # noqa: F401
-except ImportError:
-    import jieba
-
-    shim = types.ModuleType("rjieba")
-    shim.__spec__ = importlib.machinery.ModuleSpec("rjieba", None)
-    shim.cut = lambda text, hmm=True: list(jieba.cut(text, HMM=hmm))
-    sys.modules["rjieba"] = shim
+import rjieba_shim  # noqa: F401  (before transformers)
 
 from transformers import (RoFormerForMaskedLM, RoFormerForSequenceClassification, RoFormerModel,
                           RoFormerTokenizer, pipeline)

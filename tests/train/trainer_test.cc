@@ -9,6 +9,7 @@
 #include "base/random.h"
 #include "train/lm_task.h"
 #include "train/trainer.h"
+#include "train/train_testing.h"
 
 namespace {
 
@@ -27,14 +28,7 @@ data::Batch windows(int64_t B, int64_t T, uint64_t seed) {
 }
 
 model::RoFormerConfig tiny(bool causal) {
-  model::RoFormerConfig c;
-  c.hidden_size = c.embedding_size = 16;
-  c.num_hidden_layers = 2;
-  c.num_attention_heads = 2;
-  c.intermediate_size = 32;
-  c.vocab_size = kV;
-  c.max_position_embeddings = 32;
-  c.hidden_dropout_prob = c.attention_probs_dropout_prob = 0;
+  model::RoFormerConfig c = train_testing::tiny_config(kV, 32);
   c.is_decoder = causal;
   return c;
 }

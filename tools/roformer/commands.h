@@ -77,6 +77,9 @@ int bench_attention(const BenchAttentionOptions& options);
 // Adds train, eval and generate to app; the returned function runs whichever was parsed (-1: none).
 std::function<int()> add_model_commands(CLI::App& app);
 
+// Adds finetune (src/train/finetune.h); the returned function runs it when parsed (-1: not parsed).
+std::function<int()> add_finetune_command(CLI::App& app);
+
 // Adds tokenize, fill-mask, embed, similarity, classify and forward (Hugging Face model directories,
 // src/serve); the returned function runs whichever was parsed (-1: none).
 std::function<int()> add_infer_commands(CLI::App& app);

@@ -1,0 +1,224 @@
+// Labelled examples from JSONL, TSV and CSV (see labeled.h).
+#include "labeled.h"
+
+#include <cstdio>
+#include <map>
+#include <nlohmann/json.hpp>
+
+#include "io/mapped_file.h"
+#include "base/error.h"
+
+namespace data {
+namespace {
+
+using nlohmann::json;
+
+[[noreturn]] void fail(const std::string& origin, int64_t line, const std::string& what) {
+  throw base::Error(origin + ":" + std::to_string(line) + ": " + what);
+}
+
+// A JSON label as text: strings as they are, integers in decimal, other numbers shortest round-trip.
+std::string label_text(const json& v, const std::string& origin, int64_t line) {
+  if (v.is_string()) return v.get<std::string>();
+  if (v.is_number_integer()) return std::to_string(v.get<int64_t>());
+  if (v.is_number()) {
+    char buf[32];
+    std::snprintf(buf, sizeof buf, "%.17g", v.get<double>());
+    return buf;
+  }
+  if (v.is_boolean()) return v.get<bool>() ? "1" : "0";
+  fail(origin, line, "a label must be a string, a number or a boolean, got " + v.dump());
+}
+
+// fn(line, number) for each line of text: 1-based numbers, the CR of a CRLF dropped.
+template <class Fn>
+void for_each_line(const std::string& text, Fn fn) {
+  int64_t number = 0;
+  for (size_t pos = 0; pos < text.size();) {
+    size_t end = text.find('\n', pos);
+    if (end == std::string::npos) end = text.size();
+    std::string line = text.substr(pos, end - pos);
+    pos = end + 1;
+    ++number;
+    if (!line.empty() && line.back() == '\r') line.pop_back();
+    fn(line, number);
+  }
+}
+
+std::vector<std::string> split_multi(const std::string& field) {
+  std::vector<std::string> out;
+  size_t begin = 0;
+  for (;;) {
+    const size_t end = field.find('|', begin);
+    out.push_back(field.substr(begin, end == std::string::npos ? std::string::npos : end - begin));
+    if (end == std::string::npos) return out;
+    begin = end + 1;
+  }
+}
+
+std::vector<LabeledExample> parse_jsonl(const std::string& text, const LabeledColumns& cols, const std::string& origin) {
+  std::vector<LabeledExample> out;
+  for_each_line(text, [&](const std::string& line, int64_t line_no) {
+    if (line.find_first_not_of(" \t") == std::string::npos) return;
+    json j;
+    try {
+      j = json::parse(line);
+    } catch (const json::exception& e) {
+      fail(origin, line_no, std::string("not valid JSON: ") + e.what());
+    }
+    if (!j.is_object()) fail(origin, line_no, "each line must be a JSON object");
+    LabeledExample ex;
+    ex.line = line_no;
+    auto text_field = [&](const std::string& name) {
+      if (!j.contains(name)) fail(origin, line_no, "no field '" + name + "'");
+      if (!j[name].is_string()) fail(origin, line_no, "'" + name + "' must be a string");
+      return j[name].get<std::string>();
+    };
+    ex.text = text_field(cols.text);
+    if (!cols.text_pair.empty()) ex.text_pair = text_field(cols.text_pair);
+    if (!cols.label.empty()) {
+      if (!j.contains(cols.label) || j[cols.label].is_null()) fail(origin, line_no, "no label '" + cols.label + "'");
+      const json& v = j[cols.label];
+      if (v.is_array()) {
+        for (const json& item : v) ex.labels.push_back(label_text(item, origin, line_no));
+      } else {
+        ex.labels.push_back(label_text(v, origin, line_no));
+      }
+    }
+    out.push_back(std::move(ex));
+  });
+  return out;
+}
+
+// Rows of fields with their first line numbers: TSV splits lines on tabs; CSV follows RFC 4180.
+struct Row {
+  std::vector<std::string> fields;
+  int64_t line;
+};
+
+std::vector<Row> split_tsv(const std::string& text) {
+  std::vector<Row> rows;
+  for_each_line(text, [&](const std::string& line, int64_t line_no) {
+    if (line.empty()) return;
+    Row r{{}, line_no};
+    size_t begin = 0;
+    for (;;) {
+      const size_t tab = line.find('\t', begin);
+      r.fields.push_back(line.substr(begin, tab == std::string::npos ? std::string::npos : tab - begin));
+      if (tab == std::string::npos) break;
+      begin = tab + 1;
+    }
+    rows.push_back(std::move(r));
+  });
+  return rows;
+}
+
+std::vector<Row> split_csv(const std::string& text, const std::string& origin) {
+  std::vector<Row> rows;
+  int64_t line_no = 1;
+  size_t i = 0;
+  while (i < text.size()) {
+    Row r{{}, line_no};
+    std::string field;
+    bool quoted = false, row_done = false;
+    while (!row_done) {
+      if (i >= text.size()) {
+        if (quoted) fail(origin, r.line, "a quoted field is not closed");
+        row_done = true;
+        break;
+      }
+      const char c = text[i++];
+      if (quoted) {
+        if (c == '"' && i < text.size() && text[i] == '"') {
+          field += '"';
+          ++i;
+        } else if (c == '"') {
+          quoted = false;
+          if (i < text.size() && text[i] != ',' && text[i] != '\n' && text[i] != '\r') {
+            fail(origin, line_no, "characters after a closing quote");
+          }
+        } else {
+          if (c == '\n') ++line_no;
+          field += c;
+        }
+      } else if (c == '"' && field.empty()) {
+        quoted = true;
+      } else if (c == ',') {
+        r.fields.push_back(std::move(field));
+        field.clear();
+      } else if (c == '\n' || c == '\r') {
+        if (c == '\r' && i < text.size() && text[i] == '\n') ++i;
+        ++line_no;
+        row_done = true;
+      } else {
+        field += c;
+      }
+    }
+    r.fields.push_back(std::move(field));
+    if (r.fields.size() == 1 && r.fields[0].empty()) continue;  // a blank line
+    rows.push_back(std::move(r));
+  }
+  return rows;
+}
+
+std::vector<LabeledExample> parse_table(const std::vector<Row>& rows, const LabeledColumns& cols,
+                                        const std::string& origin) {
+  if (rows.empty()) fail(origin, 1, "no header line");
+  std::map<std::string, size_t> index;
+  for (size_t c = 0; c < rows[0].fields.size(); ++c) index[rows[0].fields[c]] = c;
+  auto column = [&](const std::string& name) {
+    const auto it = index.find(name);
+    if (it == index.end()) fail(origin, rows[0].line, "the header has no column '" + name + "'");
+    return it->second;
+  };
+  const size_t text_col = column(cols.text);
+  const size_t pair_col = cols.text_pair.empty() ? 0 : column(cols.text_pair);
+  const size_t label_col = cols.label.empty() ? 0 : column(cols.label);
+  std::vector<LabeledExample> out;
+  for (size_t r = 1; r < rows.size(); ++r) {
+    const Row& row = rows[r];
+    if (row.fields.size() != rows[0].fields.size()) {
+      fail(origin, row.line, std::to_string(row.fields.size()) + " fields, but the header has " +
+                                 std::to_string(rows[0].fields.size()));
+    }
+    LabeledExample ex;
+    ex.line = row.line;
+    ex.text = row.fields[text_col];
+    if (!cols.text_pair.empty()) ex.text_pair = row.fields[pair_col];
+    if (!cols.label.empty()) {
+      if (row.fields[label_col].empty()) fail(origin, row.line, "the label '" + cols.label + "' is empty");
+      ex.labels = split_multi(row.fields[label_col]);
+    }
+    out.push_back(std::move(ex));
+  }
+  return out;
+}
+
+}  // namespace
+
+TableFormat table_format_of(const std::string& path) {
+  auto ends = [&](const std::string& ext) {
+    return path.size() >= ext.size() && path.compare(path.size() - ext.size(), ext.size(), ext) == 0;
+  };
+  if (ends(".jsonl") || ends(".json")) return TableFormat::jsonl;
+  if (ends(".tsv")) return TableFormat::tsv;
+  if (ends(".csv")) return TableFormat::csv;
+  throw base::Error(path + ": unknown data format (the name must end in .jsonl, .json, .tsv or .csv)");
+}
+
+std::vector<LabeledExample> parse_labeled(const std::string& text, TableFormat format, const LabeledColumns& cols,
+                                          const std::string& origin) {
+  switch (format) {
+    case TableFormat::jsonl: return parse_jsonl(text, cols, origin);
+    case TableFormat::tsv: return parse_table(split_tsv(text), cols, origin);
+    case TableFormat::csv: return parse_table(split_csv(text, origin), cols, origin);
+  }
+  return {};
+}
+
+std::vector<LabeledExample> read_labeled(const std::string& path, const LabeledColumns& cols) {
+  const TableFormat format = table_format_of(path);
+  return parse_labeled(io::read_file(path), format, cols, path);
+}
+
+}  // namespace data

@@ -1,0 +1,159 @@
+// Sequence classification and regression (see classify_task.h). Shapes: B examples, T tokens of the
+// longest, L labels.
+#include "classify_task.h"
+
+#include <algorithm>
+#include <cmath>
+#include <numeric>
+#include <stdexcept>
+
+#include "base/random.h"
+#include "ops/loss.h"
+
+namespace train {
+namespace {
+
+constexpr int64_t kMegaBatches = 50;  // HF LengthGroupedSampler's mega-batch of 50 batches
+constexpr uint64_t kOrderStream = 0x0dde;
+
+}  // namespace
+
+Batch classification_batch(const std::vector<TokenizedExample>& examples, const std::vector<int64_t>& indices,
+                           const ClassifyTaskConfig& c, int64_t row0) {
+  Batch b;
+  b.B = static_cast<int64_t>(indices.size());
+  b.row0 = row0;
+  for (const int64_t i : indices) b.T = std::max(b.T, static_cast<int64_t>(examples[i].ids.size()));
+  b.ids.assign(b.B * b.T, c.pad_id);
+  b.token_types.assign(b.B * b.T, 0);
+  b.attention_mask.assign(b.B * b.T, 0);
+  for (int64_t r = 0; r < b.B; ++r) {
+    const TokenizedExample& e = examples[indices[r]];
+    std::copy(e.ids.begin(), e.ids.end(), b.ids.begin() + r * b.T);
+    std::copy(e.types.begin(), e.types.end(), b.token_types.begin() + r * b.T);
+    std::fill_n(b.attention_mask.begin() + r * b.T, e.ids.size(), 1);
+    if (c.labels == 0) continue;  // unlabelled: inputs only
+    if (c.problem_type == "single_label_classification") {
+      b.targets.push_back(e.label);
+    } else {
+      if (static_cast<int64_t>(e.values.size()) != c.labels) throw std::invalid_argument("an example has the wrong number of values");
+      b.values.insert(b.values.end(), e.values.begin(), e.values.end());
+    }
+  }
+  return b;
+}
+
+ClassifyTask::ClassifyTask(std::vector<TokenizedExample> train, std::vector<TokenizedExample> validation,
+                           const ClassifyTaskConfig& c)
+    : train_(std::move(train)), c_(c) {
+  if (c_.batch <= 0) throw std::invalid_argument("the batch size must be positive");
+  for (int64_t start = 0; start < static_cast<int64_t>(validation.size()); start += c_.batch) {
+    std::vector<int64_t> idx(std::min<int64_t>(c_.batch, static_cast<int64_t>(validation.size()) - start));
+    std::iota(idx.begin(), idx.end(), start);
+    val_.push_back(classification_batch(validation, idx, c_, start));
+  }
+}
+
+int64_t ClassifyTask::steps_per_epoch() const {
+  return (static_cast<int64_t>(train_.size()) + c_.batch - 1) / c_.batch;
+}
+
+std::vector<int64_t> ClassifyTask::epoch_order(int64_t epoch) const {
+  const int64_t n = static_cast<int64_t>(train_.size());
+  std::vector<int64_t> order(n);
+  std::iota(order.begin(), order.end(), 0);
+  // A shuffle keyed by (seed, epoch, example): sort by a counter-based hash.
+  const uint64_t seed = stream_seed(c_.seed, kOrderStream, epoch);
+  std::vector<uint64_t> key(n);
+  for (int64_t i = 0; i < n; ++i) key[i] = base::mix64(seed ^ base::mix64(static_cast<uint64_t>(i)));
+  std::sort(order.begin(), order.end(), [&](int64_t a, int64_t b) { return key[a] < key[b]; });
+  const int64_t mega = kMegaBatches * c_.batch;
+  for (int64_t start = 0; start < n; start += mega) {
+    std::stable_sort(order.begin() + start, order.begin() + std::min(n, start + mega), [&](int64_t a, int64_t b) {
+      return train_[a].ids.size() > train_[b].ids.size();
+    });
+  }
+  return order;
+}
+
+Batch ClassifyTask::train_batch(int64_t step) {
+  if (train_.empty()) throw std::logic_error("this classification task has no training examples");
+  const int64_t epoch = step / steps_per_epoch(), index = step % steps_per_epoch();
+  if (epoch != cached_epoch_) {
+    cached_order_ = epoch_order(epoch);
+    cached_epoch_ = epoch;
+  }
+  const int64_t start = index * c_.batch, end = std::min<int64_t>(start + c_.batch, cached_order_.size());
+  const std::vector<int64_t> idx(cached_order_.begin() + start, cached_order_.begin() + end);
+  // Global rows: the position in the epoch's order, so dropout masks depend on (seed, step, row).
+  return classification_batch(train_, idx, c_, start);
+}
+
+LossStats ClassifyTask::loss(const Model& m, const Batch& batch, int64_t normaliser, bool with_grad) {
+  const float* z = m.class_logits();
+  if (!z) throw std::invalid_argument("a classification task needs a model with a classifier head");
+  const int64_t B = batch.B, L = c_.labels;
+  LossStats s;
+  s.count = B;
+  const double scale = normaliser > 0 ? 1.0 / static_cast<double>(normaliser) : 0.0;
+  if (with_grad) d_logits_.assign(B * L, 0.0f);
+  if (c_.problem_type == "single_label_classification") {
+    probs_.resize(B * L);
+    int64_t counted = 0;
+    const double mean = ops::cross_entropy_forward(probs_.data(), z, batch.targets.data(), B, L, model::kIgnoreIndex, &counted);
+    s.loss = mean * static_cast<double>(counted) * scale;
+    if (with_grad) ops::cross_entropy_backward(d_logits_.data(), probs_.data(), batch.targets.data(), B, L,
+                                               model::kIgnoreIndex, normaliser, 1.0);
+    return s;
+  }
+  double sum = 0;
+  for (int64_t i = 0; i < B * L; ++i) {
+    const double x = z[i], y = batch.values[i];
+    if (c_.problem_type == "regression") {
+      sum += (x - y) * (x - y);
+      if (with_grad) d_logits_[i] = static_cast<float>(2 * (x - y) * scale);
+    } else {  // BCE with logits, stable: max(x, 0) − x·y + log(1 + e^−|x|), averaged over the labels
+      sum += (std::max(x, 0.0) - x * y + std::log1p(std::exp(-std::fabs(x)))) / static_cast<double>(L);
+      if (with_grad) d_logits_[i] = static_cast<float>((1 / (1 + std::exp(-x)) - y) / static_cast<double>(L) * scale);
+    }
+  }
+  s.loss = sum * scale;
+  return s;
+}
+
+LossStats ClassifyTask::loss_and_grad(Model& m, const Batch& batch, uint64_t dropout_seed, int64_t normaliser) {
+  m.forward(batch.inputs(), true, dropout_seed);
+  LossStats s = loss(m, batch, normaliser, true);
+  if (std::isfinite(s.loss)) m.backward_from_class_logits(d_logits_.data());
+  return s;
+}
+
+LossStats ClassifyTask::evaluate(Model& m, const Batch& batch, int64_t normaliser) {
+  m.forward(batch.inputs(), false, 0);
+  LossStats s = loss(m, batch, normaliser, false);
+  if (c_.problem_type == "single_label_classification") {
+    double correct = 0;
+    for (int64_t i = 0; i < batch.B; ++i) {
+      const float* z = m.class_logits() + i * c_.labels;
+      correct += std::max_element(z, z + c_.labels) - z == batch.targets[i];
+    }
+    s.metric_sums = {correct};
+  }
+  return s;
+}
+
+std::vector<std::string> ClassifyTask::metric_names() const {
+  if (c_.problem_type == "single_label_classification") return {"accuracy"};
+  return {};
+}
+
+std::vector<float> predict_logits(Model& m, const std::vector<Batch>& batches) {
+  std::vector<float> out;
+  for (const Batch& b : batches) {
+    m.forward(b.inputs(), false, 0);
+    out.insert(out.end(), m.class_logits(), m.class_logits() + b.B * m.config().num_labels());
+  }
+  return out;
+}
+
+}  // namespace train

@@ -1,0 +1,77 @@
+// Sequence classification and regression (RoFormerForSequenceClassification), the fine-tuning task:
+// one target per example, scored on the model's classifier head (class_logits, (B, labels)) with
+// Hugging Face's problem_type losses:
+//   single_label_classification  softmax cross-entropy over the labels;
+//   multi_label_classification   sigmoid binary cross-entropy, averaged over the labels;
+//   regression                   squared error of the one output.
+// The loss is Σ per-example loss / normaliser: with the batch's own example count it is HF's mean.
+//
+// Batches. Examples are token sequences of different lengths. An epoch visits every example once in
+// an order drawn from (seed, epoch); as HF's group_by_length, the order is cut into mega-batches of
+// 50 batches whose examples are sorted by length, longest first, so a batch holds similar lengths and
+// is padded only to its own longest row (dynamic padding). train_batch(step) is a pure function of
+// (seed, step): step s is batch s mod steps_per_epoch() of epoch s div steps_per_epoch().
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "train/task.h"
+
+namespace train {
+
+// One tokenised example: ids and token types of [CLS] A [SEP] (B [SEP]), and its target: a class id
+// (single-label) or values (labels of them: a regression score, or multi-label 0/1).
+struct TokenizedExample {
+  std::vector<int64_t> ids, types;
+  int64_t label = -1;
+  std::vector<float> values;
+};
+
+struct ClassifyTaskConfig {
+  std::string problem_type = "single_label_classification";
+  int64_t labels = 2;
+  int64_t batch = 32;
+  int64_t pad_id = 0;
+  uint64_t seed = 42;  // the epoch orders
+};
+
+// A batch of examples[indices], padded to its longest row, rows starting at global row row0; with
+// c.labels 0 the batch has inputs only (unlabelled examples to predict).
+Batch classification_batch(const std::vector<TokenizedExample>& examples, const std::vector<int64_t>& indices,
+                           const ClassifyTaskConfig& c, int64_t row0);
+
+class ClassifyTask : public Task {
+ public:
+  // Both sets are copied; validation batches keep the file order (batches of c.batch).
+  ClassifyTask(std::vector<TokenizedExample> train, std::vector<TokenizedExample> validation,
+               const ClassifyTaskConfig& c);
+
+  std::string name() const override { return "classify"; }
+  Batch train_batch(int64_t step) override;
+  const std::vector<Batch>& validation_batches() override { return val_; }
+  int64_t loss_count(const Batch& batch) const override { return batch.B; }
+  LossStats loss_and_grad(Model& m, const Batch& batch, uint64_t dropout_seed, int64_t normaliser) override;
+  LossStats evaluate(Model& m, const Batch& batch, int64_t normaliser) override;
+  std::vector<std::string> metric_names() const override;
+
+  int64_t steps_per_epoch() const;
+  // The examples of epoch `epoch` in batch order.
+  std::vector<int64_t> epoch_order(int64_t epoch) const;
+
+ private:
+  // Loss Σ/normaliser of the model's last class_logits against the batch; d_logits_ gets its gradient.
+  LossStats loss(const Model& m, const Batch& batch, int64_t normaliser, bool with_grad);
+  std::vector<TokenizedExample> train_;
+  ClassifyTaskConfig c_;
+  std::vector<Batch> val_;
+  std::vector<float> probs_, d_logits_;
+  int64_t cached_epoch_ = -1;
+  std::vector<int64_t> cached_order_;
+};
+
+// The class logits (n, labels) of m on every batch, in batch order (inference, no dropout).
+std::vector<float> predict_logits(Model& m, const std::vector<Batch>& batches);
+
+}  // namespace train

@@ -1,0 +1,43 @@
+// The terminal side of a training or fine-tuning run: SIGINT/SIGTERM turned into a stop request
+// (the run saves a checkpoint and exits), and the progress line.
+#pragma once
+
+#include <csignal>
+#include <cstdint>
+#include <string>
+
+namespace train {
+
+// While alive, SIGINT and SIGTERM set the stop request instead of ending the process; the previous
+// handlers come back when it goes.
+class StopSignals {
+ public:
+  StopSignals();
+  ~StopSignals();
+  StopSignals(const StopSignals&) = delete;
+  StopSignals& operator=(const StopSignals&) = delete;
+
+ private:
+  struct sigaction old_int_ {}, old_term_ {};
+};
+
+// Whether a stop signal arrived since the current StopSignals was made.
+bool stop_requested();
+
+// "m:ss" or "h:mm:ss".
+std::string format_duration(double seconds);
+
+// A live line on a terminal (redrawn every step); otherwise a log line every 2% of the run and at
+// every evaluation. `val` is the latest validation figure (NaN: none yet).
+class ProgressLine {
+ public:
+  explicit ProgressLine(bool live) : live_(live) {}
+  void update(int64_t step, int64_t total, double loss, double val, double tok_s, double elapsed, double eta,
+              bool evaluated);
+  void finish();
+
+ private:
+  bool live_;
+};
+
+}  // namespace train

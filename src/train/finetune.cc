@@ -1,0 +1,544 @@
+// The fine-tuning run (see finetune.h): options, labels and tokenisation, the model with its new
+// classification head, then the loop of Trainer::step with evaluations, the best checkpoint, early
+// stopping, checkpoints for resume and the metrics log.
+#include "finetune.h"
+
+#include <omp.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <set>
+#include <sstream>
+
+#include "io/atomic_file.h"
+#include "io/mapped_file.h"
+#include "io/safetensors.h"
+#include "io/weights.h"
+#include "text/roformer_tokenizer.h"
+#include "train/checkpoint.h"
+#include "train/classify_task.h"
+#include "train/console.h"
+#include "train/metrics.h"
+#include "train/trainer.h"
+
+namespace train {
+namespace {
+
+using nlohmann::json;
+namespace fs = std::filesystem;
+using Clock = std::chrono::steady_clock;
+
+// The HF tokenizer files a fine-tuned directory carries over from the model it started from.
+TokenizerWriter copy_tokenizer_files(const std::string& from) {
+  return [from](const std::string& dir) {
+    for (const char* name : {"vocab.txt", "tokenizer_config.json", "special_tokens_map.json"}) {
+      const std::string src = from + "/" + name;
+      if (fs::exists(src)) io::write_file_atomic(dir + "/" + name, io::read_file(src));
+    }
+  };
+}
+
+bool parse_integer(const std::string& s, int64_t* v) {
+  size_t used = 0;
+  try {
+    *v = std::stoll(s, &used);
+  } catch (const std::exception&) {
+    return false;
+  }
+  return used == s.size();
+}
+
+bool parse_number(const std::string& s, double* v) {
+  size_t used = 0;
+  try {
+    *v = std::stod(s, &used);
+  } catch (const std::exception&) {
+    return false;
+  }
+  return used == s.size() && std::isfinite(*v);
+}
+
+// Several labels on a row: multi-label; a number that is not an integer: regression; else single-label.
+std::string infer_problem_type(const std::vector<data::LabeledExample>& rows) {
+  bool numbers = true, integers = true;
+  for (const auto& r : rows) {
+    if (r.labels.size() > 1) return "multi_label_classification";
+    double d;
+    int64_t i;
+    numbers = numbers && parse_number(r.labels[0], &d);
+    integers = integers && parse_integer(r.labels[0], &i);
+  }
+  return numbers && !integers ? "regression" : "single_label_classification";
+}
+
+// The label names: sorted (numerically when every name is an integer); "LABEL_0" for regression.
+std::vector<std::string> label_names(const std::vector<data::LabeledExample>& rows, const std::string& problem_type) {
+  if (problem_type == "regression") return {"LABEL_0"};
+  std::set<std::string> names;
+  for (const auto& r : rows) names.insert(r.labels.begin(), r.labels.end());
+  std::vector<std::string> out(names.begin(), names.end());
+  int64_t a, b;
+  const bool integers = std::all_of(out.begin(), out.end(), [&](const std::string& s) { return parse_integer(s, &a); });
+  if (integers) {
+    std::sort(out.begin(), out.end(), [&](const std::string& x, const std::string& y) {
+      parse_integer(x, &a);
+      parse_integer(y, &b);
+      return a < b;
+    });
+  }
+  return out;
+}
+
+// Tokenised examples with their targets; an unknown label or a bad score names the file and line.
+std::vector<TokenizedExample> tokenize(const std::vector<data::LabeledExample>& rows, const std::string& origin,
+                                       const text::RoFormerTokenizer& tok, const model::RoFormerConfig& cfg,
+                                       int64_t max_length, bool labelled) {
+  text::EncodeOptions eo;
+  eo.truncation = text::Truncation::LongestFirst;
+  eo.max_length = max_length;
+  std::vector<TokenizedExample> out;
+  out.reserve(rows.size());
+  for (const auto& r : rows) {
+    auto fail = [&](const std::string& what) { throw io::Error(origin + ":" + std::to_string(r.line) + ": " + what); };
+    const text::Encoding e = r.text_pair.empty() ? tok.encode(r.text, eo) : tok.encode_pair(r.text, r.text_pair, eo);
+    TokenizedExample x;
+    x.ids.assign(e.input_ids.begin(), e.input_ids.end());
+    x.types.assign(e.token_type_ids.begin(), e.token_type_ids.end());
+    for (const int64_t id : x.ids) {
+      if (id >= cfg.vocab_size) fail("token id " + std::to_string(id) + " is outside the model's vocabulary");
+    }
+    if (labelled) {
+      auto index_of = [&](const std::string& name) {
+        const auto it = std::find(cfg.labels.begin(), cfg.labels.end(), name);
+        if (it == cfg.labels.end()) fail("label '" + name + "' is not one of the model's labels");
+        return static_cast<int64_t>(it - cfg.labels.begin());
+      };
+      if (cfg.problem_type == "single_label_classification") {
+        if (r.labels.size() != 1) fail("a single-label task needs exactly one label per row");
+        x.label = index_of(r.labels[0]);
+      } else if (cfg.problem_type == "multi_label_classification") {
+        x.values.assign(cfg.labels.size(), 0.0f);
+        for (const auto& name : r.labels) x.values[index_of(name)] = 1.0f;
+      } else {
+        double v;
+        if (r.labels.size() != 1 || !parse_number(r.labels[0], &v)) fail("a regression label must be one number");
+        x.values = {static_cast<float>(v)};
+      }
+    }
+    out.push_back(std::move(x));
+  }
+  return out;
+}
+
+std::string default_metric(const std::string& problem_type) {
+  return problem_type == "regression" ? "pearson" : problem_type == "multi_label_classification" ? "f1_micro" : "accuracy";
+}
+
+json record_json(const FinetuneRecord& r) {
+  json j = {{"step", r.step}, {"epoch", r.epoch}, {"loss", r.loss}, {"lr", r.lr}, {"grad_norm", r.grad_norm},
+            {"tokens_per_s", r.tokens_per_s}, {"elapsed_s", r.elapsed_s}};
+  if (std::isfinite(r.val_loss)) j["val_loss"] = r.val_loss;
+  for (const auto& [k, v] : r.metrics) j["val_" + k] = std::isfinite(v) ? json(v) : json(nullptr);
+  return j;
+}
+
+FinetuneRecord record_from_json(const json& j) {
+  FinetuneRecord r{j.at("step"), j.at("epoch"), j.at("loss"), j.at("lr"), j.at("grad_norm"), j.at("tokens_per_s"),
+                   j.at("elapsed_s"), j.contains("val_loss") ? j["val_loss"].get<double>() : NAN, {}};
+  for (const auto& [k, v] : j.items()) {
+    if (k.rfind("val_", 0) == 0 && k != "val_loss") r.metrics[k.substr(4)] = v.is_null() ? NAN : v.get<double>();
+  }
+  return r;
+}
+
+void write_csv(const std::string& out, const std::vector<FinetuneRecord>& history) {
+  std::set<std::string> names;
+  for (const auto& r : history) for (const auto& [k, v] : r.metrics) names.insert(k);
+  std::ostringstream csv;
+  csv << "step,epoch,loss,lr,grad_norm,tokens_per_s,elapsed_s,val_loss";
+  for (const auto& n : names) csv << ",val_" << n;
+  csv << '\n';
+  for (const auto& r : history) {
+    csv << r.step << ',' << r.epoch << ',' << r.loss << ',' << r.lr << ',' << r.grad_norm << ',' << r.tokens_per_s << ','
+        << r.elapsed_s << ',';
+    if (std::isfinite(r.val_loss)) csv << r.val_loss;
+    for (const auto& n : names) {
+      csv << ',';
+      if (r.metrics.count(n) && std::isfinite(r.metrics.at(n))) csv << r.metrics.at(n);
+    }
+    csv << '\n';
+  }
+  io::write_file_atomic(out + "/metrics.csv", csv.str());
+}
+
+// One invocation of `roformer finetune`.
+class FinetuneRun {
+ public:
+  FinetuneRun(FinetuneOptions o, std::string resume_dir, FinetuneHook hook)
+      : o_(std::move(o)), resume_dir_(std::move(resume_dir)), hook_(std::move(hook)),
+        progress_(o_.progress && isatty(STDERR_FILENO)) {
+    prepare();
+    open_log();
+  }
+  ~FinetuneRun() {
+    if (log_) std::fclose(log_);
+  }
+  FinetuneRun(const FinetuneRun&) = delete;
+  FinetuneRun& operator=(const FinetuneRun&) = delete;
+  FinetuneResult run();
+
+ private:
+  void prepare();
+  void build_model(const std::vector<data::LabeledExample>& train_rows);
+  void open_log();
+  bool step();  // false: the run ends here
+  void evaluate(FinetuneRecord& rec);
+  void save_best();
+  void checkpoint();
+  void write_predictions();
+  double elapsed() const {
+    return elapsed_before_ + std::chrono::duration<double>(Clock::now() - session_start_).count();
+  }
+
+  FinetuneOptions o_;
+  std::string resume_dir_;
+  FinetuneHook hook_;
+  ProgressLine progress_;
+  FinetuneResult result_;
+  std::unique_ptr<text::RoFormerTokenizer> tok_;
+  std::unique_ptr<Model> m_;
+  std::unique_ptr<ClassifyTask> task_;
+  std::unique_ptr<Trainer> trainer_;
+  model::RoFormerConfig cfg_;
+  TrainerState state_;
+  std::vector<FinetuneRecord> history_;
+  std::FILE* log_ = nullptr;
+  std::string metric_;
+  int64_t total_steps_ = 0, bad_evals_ = 0;
+  double best_ = NAN;
+  std::string last_checkpoint_;
+  Clock::time_point session_start_;
+  double elapsed_before_ = 0, last_metric_ = NAN;
+};
+
+void FinetuneRun::build_model(const std::vector<data::LabeledExample>& train_rows) {
+  const std::string from = resume_dir_.empty() ? o_.model : resume_dir_;
+  cfg_ = model::RoFormerConfig::from_json_file(from + "/config.json");
+  if (resume_dir_.empty()) {
+    cfg_.problem_type = o_.problem_type.empty() ? infer_problem_type(train_rows) : o_.problem_type;
+    cfg_.labels = label_names(train_rows, cfg_.problem_type);
+    cfg_.is_decoder = false;  // a classifier reads the whole text
+    if (o_.dropout >= 0) cfg_.hidden_dropout_prob = cfg_.attention_probs_dropout_prob = o_.dropout;
+    if (!o_.rope_scaling.empty()) cfg_.rope_scaling = o_.rope_scaling;
+    try {
+      cfg_.validate();
+    } catch (const std::invalid_argument& e) {
+      throw io::Error(o_.train + ": " + e.what());
+    }
+  }
+  if (o_.max_length > cfg_.max_position_embeddings && cfg_.position_encoding == model::PositionEncoding::learned) {
+    throw std::invalid_argument("--max-length " + std::to_string(o_.max_length) + " exceeds the model's " +
+                                std::to_string(cfg_.max_position_embeddings) + " learned positions");
+  }
+  m_ = std::make_unique<Model>(cfg_);
+  m_->init_weights(o_.seed);  // the new head (and nothing else: the load below overwrites the encoder)
+  const auto weights = io::open_weights(from);
+  // An MLM/causal-LM checkpoint's head and pooler are not part of a classifier; its classifier.* may be absent.
+  m_->load(*weights, {"cls.", "roformer.pooler."}, false, {"classifier."});
+}
+
+void FinetuneRun::prepare() {
+  const std::string tok_dir = resume_dir_.empty() ? o_.model : resume_dir_;
+  tok_ = std::make_unique<text::RoFormerTokenizer>(text::RoFormerTokenizer::load(tok_dir));
+  const auto train_rows = data::read_labeled(o_.train, o_.columns);
+  const auto val_rows = data::read_labeled(o_.validation, o_.columns);
+  if (train_rows.empty()) throw io::Error(o_.train + ": no examples");
+  if (val_rows.empty()) throw io::Error(o_.validation + ": no examples");
+  build_model(train_rows);
+  metric_ = o_.metric.empty() ? default_metric(cfg_.problem_type) : o_.metric;
+  ClassifyTaskConfig tc{cfg_.problem_type, cfg_.num_labels(), o_.batch, cfg_.pad_token_id, o_.seed};
+  task_ = std::make_unique<ClassifyTask>(tokenize(train_rows, o_.train, *tok_, cfg_, o_.max_length, true),
+                                         tokenize(val_rows, o_.validation, *tok_, cfg_, o_.max_length, true), tc);
+  total_steps_ = o_.epochs * task_->steps_per_epoch();
+  Schedule sched;
+  sched.peak_lr = o_.lr;
+  sched.total_steps = total_steps_;
+  sched.warmup_steps = static_cast<int64_t>(std::ceil(o_.warmup_ratio * static_cast<double>(total_steps_)));
+  sched.decay = Decay::linear;
+  AdamWConfig adamw;
+  adamw.weight_decay = o_.weight_decay;
+  trainer_ = std::make_unique<Trainer>(*m_, *task_, TrainerConfig{sched, adamw, o_.clip, o_.seed});
+  state_.options_json = o_.to_json();
+  if (!resume_dir_.empty()) {
+    state_ = load_optimizer(resume_dir_, *m_, trainer_->optimizer());
+    state_.options_json = o_.to_json();
+    const json t = json::parse(state_.task_json.empty() ? "{}" : state_.task_json);
+    best_ = t.value("best", NAN);
+    result_.best_step = t.value("best_step", int64_t{0});
+    bad_evals_ = t.value("bad_evals", int64_t{0});
+    last_checkpoint_ = resume_dir_;
+  } else {
+    if (!latest_checkpoint(o_.out).empty()) {
+      throw io::Error(o_.out + " already holds a run; continue it with --resume or choose another --out");
+    }
+    fs::create_directories(o_.out);
+  }
+  result_.best_dir = o_.out + "/best";
+}
+
+// metrics.jsonl: a resumed log keeps the lines up to the checkpoint; then opened for appending.
+void FinetuneRun::open_log() {
+  const std::string path = o_.out + "/metrics.jsonl";
+  if (!resume_dir_.empty()) {
+    std::ifstream in(path);
+    for (std::string line; std::getline(in, line);) {
+      try {
+        FinetuneRecord r = record_from_json(json::parse(line));
+        if (r.step <= state_.step) history_.push_back(std::move(r));
+      } catch (const json::exception&) {
+        break;  // a line torn by a crash ends the log
+      }
+    }
+  }
+  std::string text;
+  for (const auto& r : history_) text += record_json(r).dump() + "\n";
+  io::write_file_atomic(path, text);
+  log_ = std::fopen(path.c_str(), "a");
+  if (!log_) throw io::Error(path + ": cannot open for appending");
+}
+
+void FinetuneRun::evaluate(FinetuneRecord& rec) {
+  std::vector<float> logits;
+  std::vector<int64_t> classes;
+  std::vector<float> values;
+  double loss = 0;
+  int64_t n = 0;
+  for (const Batch& b : task_->validation_batches()) {
+    loss += task_->evaluate(*m_, b, b.B).loss * static_cast<double>(b.B);
+    n += b.B;
+    logits.insert(logits.end(), m_->class_logits(), m_->class_logits() + b.B * cfg_.num_labels());
+    classes.insert(classes.end(), b.targets.begin(), b.targets.end());
+    values.insert(values.end(), b.values.begin(), b.values.end());
+  }
+  rec.val_loss = loss / static_cast<double>(n);
+  rec.metrics = classification_metrics(cfg_.problem_type, cfg_.num_labels(), logits, classes, values);
+  rec.metrics["loss"] = rec.val_loss;
+  if (!rec.metrics.count(metric_)) throw std::invalid_argument("--metric " + metric_ + " is not computed for " + cfg_.problem_type);
+  const double v = rec.metrics.at(metric_);
+  last_metric_ = v;
+  const bool better = std::isnan(best_) || (higher_is_better(metric_) ? v > best_ : v < best_);
+  if (better) {
+    best_ = v;
+    bad_evals_ = 0;
+    result_.best_step = rec.step;
+    save_best();
+  } else {
+    ++bad_evals_;
+  }
+}
+
+// out/best replaced as a whole: written beside it, then swapped in.
+void FinetuneRun::save_best() {
+  const std::string dir = o_.out + "/best", fresh = dir + ".new", old = dir + ".old";
+  fs::remove_all(fresh);
+  save_model(fresh, *m_, copy_tokenizer_files(o_.model));
+  fs::remove_all(old);
+  if (fs::exists(dir)) fs::rename(dir, old);
+  fs::rename(fresh, dir);
+  fs::remove_all(old);
+}
+
+void FinetuneRun::checkpoint() {
+  state_.elapsed_s = elapsed();
+  state_.task_json = json{{"best", std::isnan(best_) ? json(nullptr) : json(best_)}, {"best_step", result_.best_step},
+                          {"bad_evals", bad_evals_}}.dump();
+  last_checkpoint_ = save_checkpoint(o_.out, *m_, trainer_->optimizer(), copy_tokenizer_files(o_.model), state_);
+  write_csv(o_.out, history_);
+  if (hook_) hook_(o_.out, history_, metric_);
+}
+
+bool FinetuneRun::step() {
+  const int64_t s = state_.step;
+  const auto t0 = Clock::now();
+  const StepStats st = trainer_->step(s);
+  if (!st.finite()) {
+    progress_.finish();
+    std::fprintf(stderr, "error: the %s became non-finite at step %lld; stopping. The last good checkpoint is %s\n",
+                 std::isfinite(st.loss) ? "gradient norm" : "loss", static_cast<long long>(s + 1),
+                 last_checkpoint_.empty() ? "(none yet)" : last_checkpoint_.c_str());
+    result_.exit_code = 3;
+    return false;
+  }
+  state_.step = s + 1;
+  state_.tokens_seen += st.tokens;
+  const int64_t per_epoch = task_->steps_per_epoch();
+  FinetuneRecord rec;
+  rec.step = state_.step;
+  rec.epoch = static_cast<double>(state_.step) / static_cast<double>(per_epoch);
+  rec.loss = st.loss, rec.lr = st.lr, rec.grad_norm = st.grad_norm;
+  rec.tokens_per_s = static_cast<double>(st.tokens) / std::chrono::duration<double>(Clock::now() - t0).count();
+  rec.elapsed_s = elapsed();
+  const bool last = state_.step == total_steps_;
+  const bool eval = last || (o_.eval_every > 0 ? state_.step % o_.eval_every == 0 : state_.step % per_epoch == 0);
+  if (eval) evaluate(rec);
+  history_.push_back(rec);
+  std::fprintf(log_, "%s\n", record_json(rec).dump().c_str());
+  std::fflush(log_);
+  const double eta = (total_steps_ - state_.step) * (elapsed() - elapsed_before_) / static_cast<double>(state_.step - result_.steps_done);
+  progress_.update(state_.step, total_steps_, st.loss, last_metric_, rec.tokens_per_s, elapsed(), eta, eval);
+  const bool early = eval && o_.patience > 0 && bad_evals_ >= o_.patience;
+  if (eval || last || stop_requested()) checkpoint();
+  if (early) {
+    result_.stopped_early = true;
+    return false;
+  }
+  if (stop_requested() && !last) {
+    progress_.finish();
+    std::fprintf(stderr, "interrupted at step %lld: checkpoint saved to %s; continue with --resume --out %s\n",
+                 static_cast<long long>(state_.step), last_checkpoint_.c_str(), o_.out.c_str());
+    result_.exit_code = 130;
+    return false;
+  }
+  return true;
+}
+
+void FinetuneRun::write_predictions() {
+  data::LabeledColumns cols = o_.columns;
+  cols.label.clear();
+  const auto rows = data::read_labeled(o_.test, cols);
+  const auto examples = tokenize(rows, o_.test, *tok_, cfg_, o_.max_length, false);
+  m_->load(io::SafeTensors(result_.best_dir + "/model.safetensors"));
+  const ClassifyTaskConfig unlabelled{cfg_.problem_type, 0, o_.batch, cfg_.pad_token_id, 0};  // labels 0: no targets
+  std::string text;
+  for (size_t start = 0; start < examples.size(); start += static_cast<size_t>(o_.batch)) {
+    std::vector<int64_t> idx;
+    for (size_t i = start; i < std::min(examples.size(), start + o_.batch); ++i) {
+      idx.push_back(static_cast<int64_t>(i));
+    }
+    const Batch b = classification_batch(examples, idx, unlabelled, 0);
+    m_->forward(b.inputs());
+    for (int64_t r = 0; r < b.B; ++r) {
+      const float* z = m_->class_logits() + r * cfg_.num_labels();
+      json j = {{"line", rows[idx[r]].line}};
+      if (cfg_.problem_type == "regression") {
+        j["score"] = z[0];
+      } else {
+        j["scores"] = std::vector<float>(z, z + cfg_.num_labels());
+        if (cfg_.problem_type == "single_label_classification") {
+          j["label"] = cfg_.labels[std::max_element(z, z + cfg_.num_labels()) - z];
+        } else {
+          std::vector<std::string> on;
+          for (int64_t k = 0; k < cfg_.num_labels(); ++k) if (z[k] > 0) on.push_back(cfg_.labels[k]);
+          j["labels"] = on;
+        }
+      }
+      text += j.dump() + "\n";
+    }
+  }
+  io::write_file_atomic(o_.out + "/predictions.jsonl", text);
+}
+
+FinetuneResult FinetuneRun::run() {
+  StopSignals signals;
+  session_start_ = Clock::now();
+  elapsed_before_ = state_.elapsed_s;
+  result_.steps_done = state_.step;
+  std::fprintf(stderr, "%s %s with %lld labels on %s: %lld steps (%lld epochs of %lld), batch %lld, lr %.2g, "
+               "max length %lld, %d threads; best by %s\n",
+               resume_dir_.empty() ? "fine-tuning" : "resuming", cfg_.problem_type.c_str(),
+               static_cast<long long>(cfg_.num_labels()), o_.model.c_str(), static_cast<long long>(total_steps_),
+               static_cast<long long>(o_.epochs), static_cast<long long>(task_->steps_per_epoch()),
+               static_cast<long long>(o_.batch), o_.lr, static_cast<long long>(o_.max_length), omp_get_max_threads(),
+               metric_.c_str());
+  while (state_.step < total_steps_) {
+    if (!step()) break;
+  }
+  progress_.finish();
+  result_.steps_done = state_.step;
+  if (result_.exit_code != 0) return result_;
+  for (const auto& r : history_) {
+    if (r.step == result_.best_step) result_.best_metrics = r.metrics;
+  }
+  std::fprintf(stderr, "%s after %lld steps: best %s %.4f at step %lld, saved in %s\n",
+               result_.stopped_early ? "stopped early" : "done", static_cast<long long>(state_.step), metric_.c_str(),
+               best_, static_cast<long long>(result_.best_step), result_.best_dir.c_str());
+  if (o_.predict && !o_.test.empty()) write_predictions();
+  return result_;
+}
+
+}  // namespace
+
+std::string FinetuneOptions::to_json() const {
+  const json j = {{"model", model}, {"train", train}, {"validation", validation}, {"test", test},
+                  {"text_column", columns.text}, {"text_pair_column", columns.text_pair},
+                  {"label_column", columns.label}, {"problem_type", problem_type}, {"max_length", max_length},
+                  {"batch", batch}, {"epochs", epochs}, {"eval_every", eval_every}, {"patience", patience},
+                  {"metric", metric}, {"lr", lr}, {"warmup_ratio", warmup_ratio}, {"weight_decay", weight_decay},
+                  {"clip", clip}, {"dropout", dropout}, {"rope_scaling", rope_scaling}, {"seed", seed},
+                  {"predict", predict}, {"threads", threads}};
+  return j.dump(2) + "\n";
+}
+
+FinetuneOptions FinetuneOptions::from_json(const std::string& text) {
+  FinetuneOptions o;
+  try {
+    const json j = json::parse(text);
+    o.model = j.at("model"), o.train = j.at("train"), o.validation = j.at("validation"), o.test = j.at("test");
+    o.columns = {j.at("text_column"), j.at("text_pair_column"), j.at("label_column")};
+    o.problem_type = j.at("problem_type"), o.max_length = j.at("max_length"), o.batch = j.at("batch");
+    o.epochs = j.at("epochs"), o.eval_every = j.at("eval_every"), o.patience = j.at("patience");
+    o.metric = j.at("metric"), o.lr = j.at("lr"), o.warmup_ratio = j.at("warmup_ratio");
+    o.weight_decay = j.at("weight_decay"), o.clip = j.at("clip"), o.dropout = j.at("dropout");
+    o.rope_scaling = j.at("rope_scaling"), o.seed = j.at("seed"), o.predict = j.at("predict"), o.threads = j.at("threads");
+  } catch (const json::exception& e) {
+    throw io::Error(std::string("fine-tuning options: ") + e.what());
+  }
+  return o;
+}
+
+void FinetuneOptions::validate() const {
+  auto need = [](bool ok, const std::string& what) {
+    if (!ok) throw std::invalid_argument(what);
+  };
+  need(!model.empty(), "--model is required");
+  need(!train.empty() && !validation.empty(), "--train and --validation are required");
+  need(!columns.text.empty() && !columns.label.empty(), "--text-column and --label-column must not be empty");
+  need(problem_type.empty() || problem_type == "single_label_classification" ||
+           problem_type == "multi_label_classification" || problem_type == "regression",
+       "--problem-type must be single_label_classification, multi_label_classification or regression");
+  need(max_length >= 2, "--max-length must be at least 2");
+  need(batch > 0 && epochs > 0, "--batch and --epochs must be positive");
+  need(eval_every >= 0 && patience >= 0, "--eval-every and --patience must not be negative");
+  need(lr > 0 && std::isfinite(lr), "--lr must be positive");
+  need(warmup_ratio >= 0 && warmup_ratio <= 1, "--warmup-ratio must be in [0, 1]");
+  need(weight_decay >= 0 && clip >= 0, "--weight-decay and --clip must not be negative");
+  need(dropout < 1, "--dropout must be below 1");
+  need(!predict || !test.empty(), "--predict needs --test");
+}
+
+FinetuneResult run_finetune(FinetuneOptions o, bool resume, const FinetuneHook& on_report) {
+  std::string resume_dir;
+  if (resume) {
+    resume_dir = latest_checkpoint(o.out);
+    if (resume_dir.empty()) throw io::Error(o.out + ": no checkpoint to resume from (no 'latest')");
+    const io::SafeTensors st(resume_dir + "/optimizer.safetensors");
+    if (!st.metadata().count("options")) throw io::Error(resume_dir + ": no fine-tuning options in the checkpoint");
+    const std::string out = o.out;
+    const bool progress = o.progress;
+    o = FinetuneOptions::from_json(st.metadata().at("options"));
+    o.out = out, o.progress = progress;
+  }
+  o.validate();
+  if (o.threads > 0) omp_set_num_threads(o.threads);
+  FinetuneRun run(std::move(o), resume_dir, on_report);
+  return run.run();
+}
+
+}  // namespace train

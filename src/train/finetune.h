@@ -1,0 +1,80 @@
+// `roformer finetune`: fine-tunes a Hugging Face RoFormer directory (any RoFormerFor* checkpoint, or
+// one of our pre-training checkpoints with an HF tokenizer) into RoFormerForSequenceClassification
+// on labelled text files (data/labeled.h), around Trainer::step and ClassifyTask:
+//   - labels: sorted class names (numerically when all are integers) for single-label and
+//     multi-label tasks, one score for regression; the problem type is given or inferred (several
+//     labels on a row → multi-label; any non-integer number → regression; else single-label);
+//   - tokenisation with the model directory's HF tokenizer (jieba included), pairs truncated
+//     longest_first to max_length; batches grouped by length with dynamic padding;
+//   - AdamW with linear warmup (warmup_ratio of the steps) and linear decay over epochs;
+//   - evaluation every eval_every steps or at each epoch's end (loss and metrics.h's metrics), the
+//     best checkpoint by a chosen metric kept in out/best (a complete HF directory with id2label,
+//     label2id, problem_type and the tokenizer files), early stopping after `patience` evaluations
+//     without improvement;
+//   - out/metrics.jsonl and metrics.csv, the report hook (the command line draws curves.png),
+//     checkpoints at each evaluation for --resume (bit-exact, as pre-training), SIGINT/SIGTERM save
+//     and stop, a non-finite loss stops with the last good checkpoint kept;
+//   - test-set predictions as JSONL (label and scores, or the regression score).
+// Inputs longer than the pre-trained max_position_embeddings work with RoPE: positions past the
+// trained ones are extrapolated as they are, or through rope_scaling when it is set.
+#pragma once
+
+#include <cmath>
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "data/labeled.h"
+
+namespace train {
+
+struct FinetuneOptions {
+  std::string model;                 // HF RoFormer directory to start from
+  std::string train, validation, test;  // labelled files (.jsonl, .tsv, .csv); test is optional
+  std::string out = "runs/finetune";
+  data::LabeledColumns columns;
+  std::string problem_type;          // "" = inferred from the training labels
+  int64_t max_length = 128, batch = 32, epochs = 3;
+  int64_t eval_every = 0;            // steps between evaluations; 0 = at the end of each epoch
+  int64_t patience = 0;              // evaluations without improvement before stopping; 0 = never stop early
+  std::string metric;                // the best checkpoint's metric; "" = accuracy, pearson or f1_micro by problem type
+  double lr = 2e-5, warmup_ratio = 0.1, weight_decay = 0.01, clip = 1.0;
+  double dropout = -1;               // hidden and attention dropout; < 0 = the model's own
+  std::string rope_scaling;          // "" = the model's own; e.g. "linear:2" for inputs past the trained length
+  uint64_t seed = 42;
+  bool predict = false;              // write out/predictions.jsonl for the test file with the best model
+  int threads = 0;
+  bool progress = true;
+
+  std::string to_json() const;  // everything but `out` and `progress`
+  static FinetuneOptions from_json(const std::string& text);
+  void validate() const;        // std::invalid_argument naming the option
+};
+
+// One evaluation (or a training step without one: metrics empty, val_loss NaN).
+struct FinetuneRecord {
+  int64_t step = 0;
+  double epoch = 0, loss = 0, lr = 0, grad_norm = 0, tokens_per_s = 0, elapsed_s = 0, val_loss = NAN;
+  std::map<std::string, double> metrics;
+};
+
+// Called after each metrics.csv write with the run directory, the history and the chosen metric.
+using FinetuneHook = std::function<void(const std::string& out, const std::vector<FinetuneRecord>& history,
+                                        const std::string& metric)>;
+
+struct FinetuneResult {
+  int exit_code = 0;       // 0 done (or stopped early), 130 interrupted (checkpoint saved), 3 non-finite loss
+  int64_t steps_done = 0;
+  bool stopped_early = false;
+  std::string best_dir;    // out/best
+  int64_t best_step = 0;
+  std::map<std::string, double> best_metrics;  // the validation metrics of the best checkpoint
+};
+
+// Runs (or with resume, continues from out's latest checkpoint) a fine-tuning run. Throws io::Error
+// naming the file and line for bad data, std::invalid_argument for bad options.
+FinetuneResult run_finetune(FinetuneOptions o, bool resume, const FinetuneHook& on_report = {});
+
+}  // namespace train

@@ -1,0 +1,92 @@
+#!/usr/bin/env bash
+# `roformer finetune` as a user runs it, on the roformer-hf case1 fixture and a generated task:
+#  - resume is bit-exact: runs killed with SIGKILL, or stopped with SIGINT (checkpoint, exit 130), then
+#    resumed end with the losses, metrics and weights (best/ and the last checkpoint) of an
+#    uninterrupted run, byte for byte;
+#  - TSV and CSV inputs with a sentence-pair column train; early stopping stops after --patience;
+#  - bad rows and unknown labels end with one error line naming the file and line, and status 1.
+# Usage: finetune.sh ROFORMER_BINARY FIXTURES WORK_DIR
+set -euo pipefail
+roformer="$1"
+model="$2/case1_mlm_basic"
+work="$3"
+rm -rf "$work"
+mkdir -p "$work"
+export OMP_NUM_THREADS=2
+source "$(dirname "$0")/resume_lib.sh"
+
+python3 - "$work" <<'PY'
+import csv, json, random, sys
+work = sys.argv[1]
+rng = random.Random(1)
+POS, NEG = ["love", "好", "yes", "ok"], ["stop", "不", "run", "dog"]
+FILL = ["the", "quick", "brown", "fox", "jump", "over", "lazy", "hello", "world", "he", "said", "今天", "天气"]
+def row():
+    y = rng.randint(0, 1)
+    w = [rng.choice(FILL) for _ in range(rng.randint(2, 8))]
+    w.insert(rng.randint(0, len(w)), rng.choice(POS if y else NEG))
+    return {"sentence": " ".join(w), "other": rng.choice(FILL), "label": "positive" if y else "negative"}
+for name, n in (("train", 160), ("val", 40)):
+    rows = [row() for _ in range(n)]
+    with open(f"{work}/{name}.jsonl", "w", encoding="utf-8") as f:
+        for r in rows: f.write(json.dumps(r, ensure_ascii=False) + "\n")
+    with open(f"{work}/{name}.csv", "w", encoding="utf-8", newline="") as f:
+        w = csv.DictWriter(f, ["sentence", "other", "label"]); w.writeheader(); w.writerows(rows)
+    with open(f"{work}/{name}.tsv", "w", encoding="utf-8") as f:
+        f.write("sentence\tother\tlabel\n")
+        for r in rows: f.write(f"{r['sentence']}\t{r['other']}\t{r['label']}\n")
+PY
+
+common=(--model "$model" --max-length 24 --batch 8 --dropout 0.1 --no-progress)
+opts=("${common[@]}" --lr 5e-4 --train "$work/train.jsonl" --validation "$work/val.jsonl" --epochs 12 --eval-every 10)
+fields() { grep -o '"\(step\|loss\|lr\|grad_norm\|val_[a-z0-9_]*\)":[^,}]*' "$1/metrics.jsonl"; }
+echo "== uninterrupted run"
+"$roformer" finetune "${opts[@]}" --out "$work/a" 2> "$work/a.log"
+
+echo "== SIGKILL at step >= 95, then --resume"
+interrupt_and_resume KILL 95 "$work/b" finetune "${opts[@]}"
+echo "== SIGINT at step >= 133 (checkpoint and exit 130), then --resume"
+interrupt_and_resume INT 133 "$work/c" finetune "${opts[@]}"
+
+for run in b c; do
+  diff <(fields "$work/a") <(fields "$work/$run") > /dev/null || { echo "run $run: metrics differ" >&2; exit 1; }
+  cmp "$work/a/best/model.safetensors" "$work/$run/best/model.safetensors"
+  cmp "$work/a/$(cat "$work/a/latest")/model.safetensors" "$work/$run/$(cat "$work/$run/latest")/model.safetensors"
+done
+grep -q '"val_accuracy"' "$work/a/metrics.jsonl"
+[ -f "$work/a/curves.png" ]
+echo "resumed runs equal the uninterrupted one"
+
+echo "== TSV and CSV sentence pairs"
+for fmt in tsv csv; do
+  "$roformer" finetune "${common[@]}" --lr 5e-4 --train "$work/train.$fmt" --validation "$work/val.$fmt" --text-pair-column other \
+    --epochs 1 --out "$work/pair-$fmt" 2> "$work/pair-$fmt.log"
+  grep -q "done after 20 steps" "$work/pair-$fmt.log"
+done
+cmp <(fields "$work/pair-tsv") <(fields "$work/pair-csv")  # the same rows give the same run
+
+echo "== early stopping: no progress at lr 1e-12, patience 1"
+"$roformer" finetune "${common[@]}" --train "$work/train.jsonl" --validation "$work/val.jsonl" --lr 1e-12 \
+  --epochs 10 --eval-every 5 --patience 1 --metric accuracy --out "$work/early" 2> "$work/early.log"
+grep -q "stopped early after 10 steps" "$work/early.log"
+
+expect_error() {  # expected message, then the arguments
+  local want="$1" status=0
+  shift
+  "$roformer" finetune "${common[@]}" --epochs 1 "$@" > "$work/err.out" 2> "$work/err.log" || status=$?
+  [ "$status" -eq 1 ] || { echo "expected status 1, got $status: $*" >&2; cat "$work/err.log" >&2; exit 1; }
+  [ "$(wc -l < "$work/err.log")" -eq 1 ] || { echo "expected one error line:" >&2; cat "$work/err.log" >&2; exit 1; }
+  grep -qF "$want" "$work/err.log" || { echo "expected '$want' in:" >&2; cat "$work/err.log" >&2; exit 1; }
+}
+echo "== bad input"
+{ head -2 "$work/train.jsonl"; echo '{"sentence": "broken'; } > "$work/bad.jsonl"
+expect_error "bad.jsonl:3: not valid JSON" --train "$work/bad.jsonl" --validation "$work/val.jsonl" --out "$work/e1"
+{ head -3 "$work/train.csv"; echo 'one,two'; } > "$work/bad.csv"
+expect_error "bad.csv:4: 2 fields, but the header has 3" --train "$work/bad.csv" --validation "$work/val.csv" --out "$work/e2"
+{ head -1 "$work/val.jsonl"; echo '{"sentence": "he said", "label": "maybe"}'; } > "$work/unknown.jsonl"
+expect_error "unknown.jsonl:2: label 'maybe' is not one of the model's labels" \
+  --train "$work/train.jsonl" --validation "$work/unknown.jsonl" --out "$work/e3"
+expect_error "the header has no column 'text'" --train "$work/train.tsv" --validation "$work/val.tsv" \
+  --text-column text --out "$work/e4"
+expect_error "train.jsonl.txt: unknown data format" --train "$work/train.jsonl.txt" --validation "$work/val.jsonl" --out "$work/e5"
+echo "all finetune checks passed"

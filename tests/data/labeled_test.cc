@@ -1,0 +1,79 @@
+// Labelled examples (src/data/labeled.cc): JSONL, TSV and CSV give the same examples; CSV quoting
+// (commas, quotes and line breaks in fields, CRLF); labels of every JSON type; multi-label lists;
+// unlabelled files; and every malformed row is an error naming the file and line.
+#include <gtest/gtest.h>
+
+#include <string>
+#include <vector>
+
+#include "base/error.h"
+#include "data/labeled.h"
+
+namespace {
+
+using data::LabeledColumns;
+using data::TableFormat;
+
+void expect_error(const std::string& text, TableFormat f, const LabeledColumns& cols, const std::string& what) {
+  try {
+    data::parse_labeled(text, f, cols, "in.x");
+    ADD_FAILURE() << "no error for: " << text;
+  } catch (const base::Error& e) {
+    EXPECT_NE(std::string(e.what()).find(what), std::string::npos) << e.what();
+  }
+}
+
+TEST(Labeled, TheThreeFormatsGiveTheSameExamples) {
+  const LabeledColumns pair{"a", "b", "y"};
+  const std::string jsonl = "{\"a\": \"hello, world\", \"b\": \"x\", \"y\": \"pos\"}\n\n{\"a\": \"say \\\"hi\\\"\", \"b\": \"\", \"y\": 3}\n";
+  const std::string tsv = "y\ta\tb\npos\thello, world\tx\n\n3\tsay \"hi\"\t\n";
+  const std::string csv = "y,a,b\r\npos,\"hello, world\",x\r\n\r\n3,\"say \"\"hi\"\"\",\r\n";
+  for (const auto& [text, format] : {std::pair{jsonl, TableFormat::jsonl}, std::pair{tsv, TableFormat::tsv},
+                                     std::pair{csv, TableFormat::csv}}) {
+    const auto ex = data::parse_labeled(text, format, pair, "in.x");
+    ASSERT_EQ(ex.size(), 2u) << text;
+    EXPECT_EQ(ex[0].text, "hello, world");
+    EXPECT_EQ(ex[0].text_pair, "x");
+    EXPECT_EQ(ex[0].labels, std::vector<std::string>{"pos"});
+    EXPECT_EQ(ex[1].text, "say \"hi\"");
+    EXPECT_EQ(ex[1].text_pair, "");
+    EXPECT_EQ(ex[1].labels, std::vector<std::string>{"3"});
+    EXPECT_EQ(ex[1].line, format == TableFormat::jsonl ? 3 : 4);  // blank lines (and the header) are counted
+  }
+}
+
+TEST(Labeled, LabelTypesMultiLabelAndUnlabelled) {
+  const LabeledColumns cols{"t", "", "l"};
+  const auto ex = data::parse_labeled(
+      "{\"t\": \"a\", \"l\": 2.5}\n{\"t\": \"b\", \"l\": true}\n{\"t\": \"c\", \"l\": [\"x\", 1]}\n", TableFormat::jsonl, cols, "f");
+  EXPECT_EQ(ex[0].labels[0], "2.5");
+  EXPECT_EQ(ex[1].labels[0], "1");
+  EXPECT_EQ(ex[2].labels, (std::vector<std::string>{"x", "1"}));
+  const auto multi = data::parse_labeled("t,l\nq,x|y\n", TableFormat::csv, cols, "f");
+  EXPECT_EQ(multi[0].labels, (std::vector<std::string>{"x", "y"}));
+  const auto unlabelled = data::parse_labeled("{\"t\": \"a\"}\n", TableFormat::jsonl, {"t", "", ""}, "f");
+  EXPECT_TRUE(unlabelled[0].labels.empty());
+  const auto newline = data::parse_labeled("t,l\n\"two\nlines\",1\nnext,0\n", TableFormat::csv, cols, "f");
+  EXPECT_EQ(newline[0].text, "two\nlines");
+  EXPECT_EQ(newline[1].line, 4);
+  EXPECT_EQ(data::table_format_of("x/train.tsv"), TableFormat::tsv);
+  EXPECT_THROW(data::table_format_of("x/train.txt"), base::Error);
+}
+
+TEST(Labeled, BadRowsNameTheFileAndLine) {
+  const LabeledColumns cols{"t", "", "l"};
+  expect_error("{\"t\": \"a\", \"l\": 1}\n{\"t\": \"a\"\n", TableFormat::jsonl, cols, "in.x:2: not valid JSON");
+  expect_error("[1]\n", TableFormat::jsonl, cols, "in.x:1: each line must be a JSON object");
+  expect_error("{\"l\": 1}\n", TableFormat::jsonl, cols, "in.x:1: no field 't'");
+  expect_error("{\"t\": 5, \"l\": 1}\n", TableFormat::jsonl, cols, "in.x:1: 't' must be a string");
+  expect_error("{\"t\": \"a\"}\n", TableFormat::jsonl, cols, "in.x:1: no label 'l'");
+  expect_error("{\"t\": \"a\", \"l\": {}}\n", TableFormat::jsonl, cols, "in.x:1: a label must be");
+  expect_error("t\tl\na\t1\nb\n", TableFormat::tsv, cols, "in.x:3: 1 fields, but the header has 2");
+  expect_error("t\tl\na\t\n", TableFormat::tsv, cols, "in.x:2: the label 'l' is empty");
+  expect_error("x,l\na,1\n", TableFormat::csv, cols, "in.x:1: the header has no column 't'");
+  expect_error("t,l\n\"open,1\n", TableFormat::csv, cols, "in.x:2: a quoted field is not closed");
+  expect_error("t,l\n\"a\"b,1\n", TableFormat::csv, cols, "in.x:2: characters after a closing quote");
+  expect_error("", TableFormat::csv, cols, "in.x:1: no header line");
+}
+
+}  // namespace

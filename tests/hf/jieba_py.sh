@@ -1,0 +1,21 @@
+#!/usr/bin/env bash
+# Runs one of the Python checks of tests/hf that need transformers' RoFormer classes and a jieba
+# (RoFormerTokenizer; rjieba_shim.py lets jieba stand in for rjieba):
+#   serve_vs_hf.py     fill-mask, classify and embed give transformers' pipeline outputs, on the
+#                      roformer-hf case1 fixture and on RoFormerForSequenceClassification checkpoints
+#                      that transformers saves (safetensors and pytorch_model.bin);
+#   finetune_vs_hf.py  `roformer finetune` output loads with RoFormerForSequenceClassification and
+#                      gives our logits (single-label, regression, multi-label).
+# Usage: jieba_py.sh SCRIPT.py ROFORMER_BINARY FIXTURES [WORK_DIR]
+# Python: as tests/hf/roundtrip.sh ($ROFORMER_PYTHON, /work/venv-ref, build/hf-venv, python3), which
+# must also import rjieba or jieba. None: exit 77 (ctest skip), or 1 when ROFORMER_REQUIRE_HF=1.
+set -euo pipefail
+script="$1"
+here="$(cd "$(dirname "$0")" && pwd)"
+repo="$(cd "$here/../.." && pwd)"
+
+source "$here/common.sh"
+find_hf_python "$(hf_jieba_probe RoFormerForSequenceClassification)"
+make_work_dir "${4:-}"
+export OMP_NUM_THREADS=1 HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 HF_HUB_DISABLE_TELEMETRY=1 PYTHONDONTWRITEBYTECODE=1
+"$python" "$here/$script" "$2" "$3" "$work"

@@ -1,0 +1,98 @@
+// `roformer finetune`: flags for the fine-tuning run (src/train/finetune.h), and its report hook,
+// which draws curves.png: the smoothed training loss and the validation metric over the steps.
+#include <CLI/CLI.hpp>
+#include <fmt/core.h>
+
+#include <cmath>
+#include <memory>
+
+#include "commands.h"
+#include "io/atomic_file.h"
+#include "plot/plot.h"
+#include "train/finetune.h"
+
+namespace roformer {
+namespace {
+
+void render_curves_png(const std::string& out, const std::vector<train::FinetuneRecord>& history,
+                       const std::string& metric) {
+  if (history.empty()) return;
+  plot::Series loss{"train loss (smoothed)", {}, {}}, val_loss{"validation loss", {}, {}}, val{"validation " + metric, {}, {}};
+  val_loss.markers = val.markers = true;
+  double smoothed = NAN;
+  for (const auto& r : history) {
+    smoothed = std::isfinite(smoothed) ? 0.9 * smoothed + 0.1 * r.loss : r.loss;
+    loss.x.push_back(static_cast<double>(r.step));
+    loss.y.push_back(smoothed);
+    if (std::isfinite(r.val_loss)) {
+      val_loss.x.push_back(static_cast<double>(r.step));
+      val_loss.y.push_back(r.val_loss);
+    }
+    if (r.metrics.count(metric) && std::isfinite(r.metrics.at(metric)) && metric != "loss") {
+      val.x.push_back(static_cast<double>(r.step));
+      val.y.push_back(r.metrics.at(metric));
+    }
+  }
+  plot::Chart chart;
+  chart.title = "fine-tuning: loss and validation " + metric;
+  chart.x_label = "step";
+  chart.y_label = "loss / " + metric;
+  chart.series.push_back(loss);
+  if (!val_loss.x.empty()) chart.series.push_back(val_loss);
+  if (!val.x.empty()) chart.series.push_back(val);
+  io::write_file_atomic(out + "/curves.png", plot::render_png(chart));
+}
+
+}  // namespace
+
+std::function<int()> add_finetune_command(CLI::App& app) {
+  auto o = std::make_shared<train::FinetuneOptions>();
+  auto resume = std::make_shared<bool>(false);
+  auto no_progress = std::make_shared<bool>(false);
+  CLI::App* ft = app.add_subcommand("finetune", "Fine-tune a RoFormer into a sequence classifier or regressor");
+  ft->add_option("--model", o->model, "Hugging Face RoFormer directory to start from (config.json, weights, vocab.txt)");
+  ft->add_option("--train", o->train, "Training examples: .jsonl, .tsv or .csv");
+  ft->add_option("--validation", o->validation, "Validation examples (same format)");
+  ft->add_option("--test", o->test, "Test examples to predict with --predict (labels not needed)");
+  ft->add_option("--out", o->out, "Run directory: best/, checkpoints, metrics.jsonl/csv, curves.png")->capture_default_str();
+  ft->add_flag("--resume", *resume, "Continue the run in --out from its latest checkpoint (options come from it)");
+  ft->add_option("--text-column", o->columns.text, "Column of the text")->capture_default_str();
+  ft->add_option("--text-pair-column", o->columns.text_pair, "Column of the second text (sentence-pair tasks)");
+  ft->add_option("--label-column", o->columns.label, "Column of the label")->capture_default_str();
+  ft->add_option("--problem-type", o->problem_type,
+                 "single_label_classification, multi_label_classification or regression (default: from the labels)")
+      ->check(CLI::IsMember({"single_label_classification", "multi_label_classification", "regression"}));
+  ft->add_option("--max-length", o->max_length, "Tokens per example after truncation (longest_first for pairs)")
+      ->capture_default_str();
+  ft->add_option("--batch", o->batch, "Examples per step")->check(CLI::PositiveNumber)->capture_default_str();
+  ft->add_option("--epochs", o->epochs, "Passes over the training set")->check(CLI::PositiveNumber)->capture_default_str();
+  ft->add_option("--eval-every", o->eval_every, "Steps between evaluations (0: each epoch)")->capture_default_str();
+  ft->add_option("--patience", o->patience, "Stop after this many evaluations without improvement (0: never)")
+      ->capture_default_str();
+  ft->add_option("--metric", o->metric,
+                 "Metric that picks the best checkpoint: accuracy, f1, f1_macro, mcc, f1_micro, pearson, spearman, "
+                 "mse or loss (default: accuracy, f1_micro or pearson)");
+  ft->add_option("--lr", o->lr, "Peak learning rate")->capture_default_str();
+  ft->add_option("--warmup-ratio", o->warmup_ratio, "Share of the steps with linear warmup")->capture_default_str();
+  ft->add_option("--weight-decay", o->weight_decay, "AdamW decoupled weight decay")->capture_default_str();
+  ft->add_option("--clip", o->clip, "Global gradient-norm clip (0: off)")->capture_default_str();
+  ft->add_option("--dropout", o->dropout, "Hidden and attention dropout (default: the model's)");
+  ft->add_option("--rope-scaling", o->rope_scaling,
+                 "RoPE scaling for inputs beyond the pre-trained length: linear:F, ntk:F, yarn:F:ORIG, ... "
+                 "(default: the model's; plain extrapolation)");
+  ft->add_option("--seed", o->seed, "Seed of the head's initialisation, data order and dropout")->capture_default_str();
+  ft->add_flag("--predict", o->predict, "Write out/predictions.jsonl for --test with the best checkpoint");
+  ft->add_option("--threads", o->threads, "OpenMP threads (0: all cores)")->check(CLI::NonNegativeNumber);
+  ft->add_flag("--no-progress", *no_progress, "No live progress line (log lines instead)");
+  return [ft, o, resume, no_progress]() -> int {
+    if (!ft->parsed()) return -1;
+    o->progress = !*no_progress;
+    const train::FinetuneResult r = train::run_finetune(*o, *resume, render_curves_png);
+    if (r.exit_code == 0) {
+      for (const auto& [name, value] : r.best_metrics) fmt::print("best {}: {:.4f}\n", name, value);
+    }
+    return r.exit_code;
+  };
+}
+
+}  // namespace roformer
