@@ -1,0 +1,93 @@
+"""PyTorch on librope: an autograd-aware rotation and drop-in replacements for the RoPE functions of
+Hugging Face transformers and FlashAttention.
+
+    from roformer import rope, rope_torch
+    cfg = rope.Config(64, layout="half")
+    q = rope_torch.rope(q, cfg, start=past)     # differentiable; the backward is the inverse rotation
+
+The adapters keep the peers' tensor layouts, pairings, offsets and packed batches, but take a
+rope.Config (and positions) where the peers take precomputed cos/sin tables: librope computes each
+angle m·θ_i exactly instead of rounding m and θ_i to float32 first, so at long positions the result is
+closer to the float64 formula than the peers' (tests/test_adapters.py measures it).
+
+torch.library.custom_op, register_fake and opcheck need PyTorch >= 2.4; Debian 12's PyTorch is 1.13,
+so `rope` is a torch.autograd.Function (gradcheck passes in float64) and torch.compile treats it as a
+graph break.
+"""
+from __future__ import annotations
+
+from typing import Optional, Tuple
+
+import torch
+
+from . import rope as _rope
+
+__all__ = ["rope", "hf_apply_rotary_pos_emb", "flash_apply_rotary_emb"]
+
+
+def _head_contiguous(x: torch.Tensor) -> torch.Tensor:
+    return x if x.stride(-1) == 1 else x.contiguous()
+
+
+class _Rope(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x, config, start, positions, cu_seqlens, key):  # noqa: D401 (autograd signature)
+        ctx.args = (config, start, positions, cu_seqlens, key)
+        return _rope.apply(_head_contiguous(x.detach()), config=config, start=start, positions=positions,
+                           cu_seqlens=cu_seqlens, key=key)
+
+    @staticmethod
+    def backward(ctx, grad):
+        config, start, positions, cu_seqlens, key = ctx.args
+        dx = _rope.apply(_head_contiguous(grad), config=config, start=start, positions=positions,
+                         cu_seqlens=cu_seqlens, key=key, backward=True)
+        return dx, None, None, None, None, None
+
+
+def rope(x: torch.Tensor, config: _rope.Config, *, start: int = 0, positions=None, cu_seqlens=None,
+         key: bool = False) -> torch.Tensor:
+    """Differentiable rotation of x ([batch, seq, heads, dim], [seq, heads, dim] or packed with cu_seqlens)."""
+    return _Rope.apply(x, config, start, positions, cu_seqlens, key)
+
+
+def hf_apply_rotary_pos_emb(q: torch.Tensor, k: torch.Tensor, position_ids: torch.Tensor, config: _rope.Config,
+                            unsqueeze_dim: int = 1) -> Tuple[torch.Tensor, torch.Tensor]:
+    """transformers' apply_rotary_pos_emb(q, k, cos, sin) with the cos/sin of `position_ids` ([batch, seq])
+    under `config`: q, k are [batch, heads, seq, dim] (unsqueeze_dim=1) or [batch, seq, heads, dim]
+    (unsqueeze_dim=2); their head counts may differ (GQA). Pairing: config.layout "half" is Llama's
+    rotate_half, "interleaved" is RoFormer's apply_rotary_position_embeddings. Differentiable."""
+    if unsqueeze_dim not in (1, 2):
+        raise ValueError("unsqueeze_dim must be 1 ([batch, heads, seq, dim]) or 2 ([batch, seq, heads, dim])")
+    positions = position_ids.expand(q.shape[0], -1) if position_ids.shape[0] == 1 else position_ids
+    if unsqueeze_dim == 1:  # librope's view [batch, seq, heads, dim] of HF's [batch, heads, seq, dim]
+        q, k = q.transpose(1, 2), k.transpose(1, 2)
+    q_out = rope(q, config, positions=positions)
+    k_out = rope(k, config, positions=positions, key=True)
+    if unsqueeze_dim == 1:
+        q_out, k_out = q_out.transpose(1, 2), k_out.transpose(1, 2)
+    return q_out, k_out
+
+
+def flash_apply_rotary_emb(x: torch.Tensor, config: _rope.Config, interleaved: bool = False, inplace: bool = False,
+                           seqlen_offsets=0, cu_seqlens: Optional[torch.Tensor] = None) -> torch.Tensor:
+    """FlashAttention's apply_rotary_emb(x, cos, sin, interleaved, inplace, seqlen_offsets, cu_seqlens) with
+    the angles of `config`: x is [batch, seq, heads, dim], or [total, heads, dim] with cu_seqlens; the
+    first config.rot_dim elements of each head rotate (the rest pass through); interleaved picks the
+    pairing (and must agree with config.layout); seqlen_offsets is an int or one offset per sequence.
+    inplace rotates x itself (not differentiable); otherwise the result is differentiable."""
+    layout = "interleaved" if interleaved else "half"
+    if (config.layout or "interleaved") != layout:
+        raise ValueError(f"interleaved={interleaved} needs config.layout '{layout}'")
+    if torch.is_tensor(seqlen_offsets) and seqlen_offsets.dim() > 0:
+        if cu_seqlens is not None:
+            return _rope.apply(x, config=config, cu_seqlens=cu_seqlens, seq_starts=seqlen_offsets, inplace=inplace)
+        if inplace:
+            return _rope.apply(x, config=config, positions=seqlen_offsets, inplace=True)
+        return rope(x, config, positions=seqlen_offsets)
+    start = int(seqlen_offsets)
+    if cu_seqlens is not None:
+        starts = torch.full((cu_seqlens.numel() - 1,), start, dtype=torch.int64)
+        return _rope.apply(x, config=config, cu_seqlens=cu_seqlens, seq_starts=starts, inplace=inplace)
+    if inplace:
+        return _rope.apply(x, config=config, start=start, inplace=True)
+    return rope(x, config, start=start)
