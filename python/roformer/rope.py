@@ -15,7 +15,6 @@ backward is the inverse rotation).
 from __future__ import annotations
 
 import dataclasses
-import functools
 from typing import Optional
 
 import numpy as np
@@ -53,11 +52,15 @@ class Config:
         return Config(head_dim=head_dim, preset=name, **overrides)
 
     def plan(self) -> "_rope.Plan":
-        return _plan(self)
+        """The compiled librope plan, made on first use and kept on the (immutable) config."""
+        p = self.__dict__.get("_plan")
+        if p is None:
+            p = _make_plan(self)
+            object.__setattr__(self, "_plan", p)
+        return p
 
 
-@functools.lru_cache(maxsize=64)
-def _plan(c: Config) -> "_rope.Plan":
+def _make_plan(c: Config) -> "_rope.Plan":
     layout = c.layout if c.layout is not None else ("preset" if c.preset else "interleaved")
     scaling = c.scaling if c.scaling is not None else ("preset" if c.preset else "none")
     base = c.base if c.base is not None or c.preset else 10000.0
@@ -89,6 +92,8 @@ def _index(a, name: str):
 
 def _positions(positions, start, cu_seqlens, seq_starts):
     """(start, starts, ids, cu_seqlens, seq_starts) for the extension from the Python arguments."""
+    if positions is None and cu_seqlens is None and seq_starts is None:
+        return start, None, None, None, None  # the common case, kept cheap for decode-sized calls
     starts = ids = None
     if positions is not None:
         p = _index(positions, "positions")
