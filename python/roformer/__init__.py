@@ -2,8 +2,10 @@
 
 roformer.rope        librope: exact rotary position embedding for NumPy arrays and PyTorch tensors
 roformer.rope_torch  PyTorch autograd and drop-in adapters (transformers, FlashAttention); needs torch
+roformer.Model, roformer.Tokenizer   the inference engine on Hugging Face RoFormer directories
 """
 from . import rope
+from .engine import Model, Tokenizer, set_threads
 
 __version__ = "0.1.0"
-__all__ = ["rope"]
+__all__ = ["rope", "Model", "Tokenizer", "set_threads"]
