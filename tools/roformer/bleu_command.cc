@@ -1,0 +1,65 @@
+// `roformer bleu`: corpus BLEU of a system output against one or more references, as sacreBLEU's
+// defaults compute it (src/text/bleu.h), printed in sacreBLEU's text format with its signature.
+#include <CLI/CLI.hpp>
+#include <fmt/core.h>
+
+#include <fstream>
+#include <iostream>
+#include <memory>
+
+#include "base/error.h"
+#include "commands.h"
+#include "text/bleu.h"
+
+namespace roformer {
+namespace {
+
+struct BleuOptions {
+  std::vector<std::string> refs;
+  std::string input;  // "" = stdin
+  bool score_only = false;
+};
+
+std::vector<std::string> read_lines(std::istream& in) {
+  std::vector<std::string> lines;
+  for (std::string line; std::getline(in, line);) lines.push_back(line);
+  return lines;
+}
+
+std::vector<std::string> read_lines(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw base::Error(path + ": cannot open");
+  return read_lines(in);
+}
+
+int run_bleu(const BleuOptions& o) {
+  const std::vector<std::string> hyps = o.input.empty() ? read_lines(std::cin) : read_lines(o.input);
+  std::vector<std::vector<std::string>> refs;
+  for (const auto& path : o.refs) {
+    refs.push_back(read_lines(path));
+    if (refs.back().size() != hyps.size()) {
+      throw base::Error(path + ": " + std::to_string(refs.back().size()) + " lines, but the system output has " +
+                        std::to_string(hyps.size()));
+    }
+  }
+  const text::BleuScore s = text::corpus_bleu(hyps, refs);
+  if (o.score_only) {
+    fmt::print("{:.2f}\n", s.score);
+  } else {
+    fmt::print("{}\n", s.format(static_cast<int64_t>(refs.size())));
+  }
+  return 0;
+}
+
+}  // namespace
+
+std::function<int()> add_bleu_command(CLI::App& app) {
+  auto o = std::make_shared<BleuOptions>();
+  CLI::App* cmd = app.add_subcommand("bleu", "Corpus BLEU as sacreBLEU computes it (13a, exp smoothing, mixed case)");
+  cmd->add_option("--ref", o->refs, "Reference file(s), one segment per line, aligned with the output")->required();
+  cmd->add_option("--input", o->input, "System output (default: stdin)");
+  cmd->add_flag("--score-only", o->score_only, "Print the score alone (sacrebleu -b)");
+  return [cmd, o]() -> int { return cmd->parsed() ? run_bleu(*o) : -1; };
+}
+
+}  // namespace roformer
