@@ -9,6 +9,7 @@
 #include <stdexcept>
 
 #include "base/utf8.h"
+#include "text/basic_tokenizer.h"
 
 namespace text {
 namespace {
@@ -16,12 +17,6 @@ namespace {
 constexpr const char* kSacreBleuVersion = "2.6.0";  // the sacrebleu release these semantics are checked against
 
 bool is_digit(char32_t c) { return c >= U'0' && c <= U'9'; }
-
-// Python's str.isspace (what str.split() splits on).
-bool is_py_space(char32_t c) {
-  return (c >= 0x09 && c <= 0x0D) || (c >= 0x1C && c <= 0x20) || c == 0x85 || c == 0xA0 || c == 0x1680 ||
-         (c >= 0x2000 && c <= 0x200A) || c == 0x2028 || c == 0x2029 || c == 0x202F || c == 0x205F || c == 0x3000;
-}
 
 // [\{-\~\[-\` -\&\(-\+\:-\@\/]
 bool is_13a_symbol(char32_t c) {
@@ -41,21 +36,6 @@ std::u32string replace_all(std::u32string s, std::u32string_view from, std::u32s
     out.append(to);
     pos = at + from.size();
   }
-}
-
-// Python str.split() of the tokenised line.
-std::vector<std::u32string> split_words(const std::u32string& s) {
-  std::vector<std::u32string> words;
-  std::u32string w;
-  for (const char32_t c : s) {
-    if (is_py_space(c)) {
-      if (!w.empty()) words.push_back(std::move(w)), w.clear();
-    } else {
-      w += c;
-    }
-  }
-  if (!w.empty()) words.push_back(std::move(w));
-  return words;
 }
 
 std::u32string tokenize_13a_u32(std::u32string line) {
@@ -101,7 +81,7 @@ std::u32string tokenize_13a_u32(std::u32string line) {
     }
   }
   std::u32string out;
-  for (const auto& w : split_words(t)) out += (out.empty() ? U"" : U" ") + w;
+  for (const auto& w : py_split(t)) out += (out.empty() ? U"" : U" ") + w;
   return out;
 }
 
@@ -114,7 +94,7 @@ using Ngrams = std::map<std::u32string, int64_t>;
 
 // Every n-gram of orders 1..4 of the words (keys joined by U+0000), and the word count.
 Ngrams ngrams_of(const std::u32string& tokenized, int64_t* length) {
-  const auto words = split_words(tokenized);
+  const auto words = py_split(tokenized);
   *length = static_cast<int64_t>(words.size());
   Ngrams counts;
   for (size_t n = 1; n <= 4; ++n) {

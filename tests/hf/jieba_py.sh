@@ -5,7 +5,9 @@
 #                      roformer-hf case1 fixture and on RoFormerForSequenceClassification checkpoints
 #                      that transformers saves (safetensors and pytorch_model.bin);
 #   finetune_vs_hf.py  `roformer finetune` output loads with RoFormerForSequenceClassification and
-#                      gives our logits (single-label, regression, multi-label).
+#                      gives our logits (single-label, regression, multi-label);
+#   vocab_vs_hf.py     `roformer vocab` directories tokenise in transformers as in ours, and the
+#                      vocabulary matches HF tokenizers' trainer's quality.
 # Usage: jieba_py.sh SCRIPT.py ROFORMER_BINARY FIXTURES [WORK_DIR]
 # Python: as tests/hf/roundtrip.sh ($ROFORMER_PYTHON, /work/venv-ref, build/hf-venv, python3), which
 # must also import rjieba or jieba. None: exit 77 (ctest skip), or 1 when ROFORMER_REQUIRE_HF=1.

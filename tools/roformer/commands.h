@@ -77,6 +77,9 @@ int bench_attention(const BenchAttentionOptions& options);
 // Adds train, eval and generate to app; the returned function runs whichever was parsed (-1: none).
 std::function<int()> add_model_commands(CLI::App& app);
 
+// Adds vocab (src/text/wordpiece_trainer.h); the returned function runs it when parsed (-1: not parsed).
+std::function<int()> add_vocab_command(CLI::App& app);
+
 // Adds bleu (src/text/bleu.h); the returned function runs it when parsed (-1: not parsed).
 std::function<int()> add_bleu_command(CLI::App& app);
 
