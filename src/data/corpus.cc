@@ -238,6 +238,79 @@ std::vector<Batch> Corpus::val_batches(int64_t B, int64_t T, int64_t max_batches
   return batches;
 }
 
+TokenCorpus::TokenCorpus(std::vector<int32_t> ids, std::vector<uint8_t> word_start, int64_t vocab_size,
+                         double val_fraction, std::string name)
+    : ids_(std::move(ids)), word_start_(std::move(word_start)), vocab_size_(vocab_size), name_(std::move(name)) {
+  if (!(val_fraction >= 0 && val_fraction < 1)) {
+    throw std::invalid_argument("val_fraction must be in [0, 1), got " + std::to_string(val_fraction));
+  }
+  if (!word_start_.empty() && word_start_.size() != ids_.size()) {
+    throw std::invalid_argument("TokenCorpus: word_start must be empty or as long as ids");
+  }
+  for (const int32_t id : ids_) {
+    if (id < 0 || id >= vocab_size_) {
+      throw std::invalid_argument("TokenCorpus: id " + std::to_string(id) + " outside the vocabulary of " +
+                                  std::to_string(vocab_size_));
+    }
+  }
+  const auto n = static_cast<int64_t>(ids_.size());
+  val_begin_ = n - static_cast<int64_t>(static_cast<double>(n) * val_fraction);
+  if (val_begin_ == 0) throw base::Error(name_ + ": no tokens to train on");
+  if (val_fraction > 0 && val_begin_ == n) {
+    throw base::Error(name_ + ": " + std::to_string(n) + " tokens are too few for a validation part of " +
+                      std::to_string(val_fraction));
+  }
+}
+
+Batch TokenCorpus::windows(const std::vector<int64_t>& starts, int64_t T) const {
+  const auto rows = static_cast<int64_t>(starts.size());
+  Batch b{std::vector<int32_t>(static_cast<size_t>(rows * (T + 1))), rows, T, {}};
+  if (!word_start_.empty()) b.word_start.resize(b.tokens.size());
+  for (int64_t r = 0; r < rows; ++r) {
+    std::copy_n(ids_.begin() + starts[r], T + 1, b.tokens.begin() + r * (T + 1));
+    if (!word_start_.empty()) std::copy_n(word_start_.begin() + starts[r], T + 1, b.word_start.begin() + r * (T + 1));
+  }
+  return b;
+}
+
+Batch TokenCorpus::train_batch(uint64_t seed, int64_t step, int64_t B, int64_t T) const {
+  check_shape(B, T);
+  if (val_begin_ < T + 1) {
+    throw base::Error(name_ + ": the training part holds " + std::to_string(val_begin_) +
+                      " tokens, fewer than one window of " + std::to_string(T + 1));
+  }
+  const int64_t last = val_begin_ - (T + 1);
+  const uint64_t key = base::mix64(base::mix64(seed ^ kWindowDomain) + static_cast<uint64_t>(step));
+  std::vector<int64_t> starts(static_cast<size_t>(B));
+  for (int64_t r = 0; r < B; ++r) {
+    const double u = base::uniform01(key, static_cast<uint64_t>(r));
+    starts[r] = std::min(last, static_cast<int64_t>(u * static_cast<double>(last + 1)));
+  }
+  return windows(starts, T);
+}
+
+std::vector<Batch> TokenCorpus::val_batches(int64_t B, int64_t T, int64_t max_batches) const {
+  check_shape(B, T);
+  if (max_batches < 0) throw std::invalid_argument("max_batches must be >= 0, got " + std::to_string(max_batches));
+  const int64_t n = val_tokens();
+  const int64_t windows_in_part = n < T + 1 ? 0 : (n - 1) / T;
+  const int64_t windows_wanted = max_batches > windows_in_part / B + 1 ? windows_in_part : max_batches * B;
+  const int64_t count = std::min(windows_in_part, windows_wanted);
+  std::vector<Batch> batches;
+  for (int64_t w0 = 0; w0 < count; w0 += B) {
+    std::vector<int64_t> starts;
+    for (int64_t w = w0; w < std::min(count, w0 + B); ++w) starts.push_back(val_begin_ + w * T);
+    batches.push_back(windows(starts, T));
+  }
+  return batches;
+}
+
+std::vector<double> TokenCorpus::train_unigram_counts() const {
+  std::vector<double> counts(static_cast<size_t>(vocab_size_));
+  for (int64_t i = 0; i < val_begin_; ++i) counts[ids_[i]] += 1;
+  return counts;
+}
+
 double unigram_cross_entropy(const std::vector<double>& train_counts, const std::vector<double>& eval_counts) {
   if (train_counts.size() != eval_counts.size() || train_counts.empty()) {
     throw std::invalid_argument("unigram_cross_entropy: count vectors must be non-empty and of equal length (" +

@@ -16,14 +16,28 @@
 namespace data {
 
 // B rows of T + 1 consecutive tokens, row-major (B, T+1): the inputs are [:, :T] and the next-token
-// targets [:, 1:]. No padding: every row is a full window.
+// targets [:, 1:]. No padding: every row is a full window. word_start (B, T+1), when the source knows
+// words (TokenCorpus), is 1 where a token begins a word (WordPiece: not a "##" piece); else empty.
 struct Batch {
   std::vector<int32_t> tokens;
   int64_t B = 0, T = 0;
+  std::vector<uint8_t> word_start;
   int32_t at(int64_t b, int64_t t) const { return tokens[static_cast<size_t>(b * (T + 1) + t)]; }
 };
 
-class Corpus {
+// What a language-modelling task reads: random training windows keyed by (seed, step), the fixed
+// validation windows and the training part's token histogram. Corpus streams a file through a
+// byte/char tokenizer; TokenCorpus holds ids tokenised beforehand (WordPiece).
+class WindowSource {
+ public:
+  virtual ~WindowSource() = default;
+  virtual Batch train_batch(uint64_t seed, int64_t step, int64_t B, int64_t T) const = 0;
+  virtual std::vector<Batch> val_batches(int64_t B, int64_t T, int64_t max_batches) const = 0;
+  virtual std::vector<double> train_unigram_counts() const = 0;
+  virtual int64_t vocab_size() const = 0;
+};
+
+class Corpus : public WindowSource {
  public:
   // Opens `path` (kept open; the tokenizer is copied). val_fraction in [0, 1): 0 means no validation
   // part. chunk_bytes is the read size for sequential scans (tests make it tiny). Throws base::Error
@@ -43,7 +57,7 @@ class Corpus {
   // read with pread and tokenized to exactly T + 1 tokens. Windows never reach into the validation
   // part. Thread-safe (const, pread only). Throws std::invalid_argument for B < 1 or T < 1, and
   // base::Error when the training part holds fewer than T + 1 tokens.
-  Batch train_batch(uint64_t seed, int64_t step, int64_t B, int64_t T) const;
+  Batch train_batch(uint64_t seed, int64_t step, int64_t B, int64_t T) const override;
 
   // The fixed evaluation set: window w holds tokens [w·T, w·T + T + 1) of the validation part
   // (consecutive windows share one boundary token, so the targets tile the part: each token after
@@ -51,12 +65,13 @@ class Corpus {
   // possibly with fewer rows (its Batch::B says so); at most max_batches batches, and a trailing
   // remainder shorter than T + 1 tokens is dropped. Empty when the part holds fewer than T + 1 tokens.
   // Only as much of the part as needed is read.
-  std::vector<Batch> val_batches(int64_t B, int64_t T, int64_t max_batches) const;
+  std::vector<Batch> val_batches(int64_t B, int64_t T, int64_t max_batches) const override;
 
   // Token-id histograms (length vocab_size) of the whole training / validation part, streamed in
   // chunks: the inputs of unigram_cross_entropy for the trainer's "unigram baseline".
-  std::vector<double> train_unigram_counts() const;
+  std::vector<double> train_unigram_counts() const override;
   std::vector<double> val_unigram_counts() const;
+  int64_t vocab_size() const override { return tok_.vocab_size(); }
 
   int64_t file_bytes() const { return file_bytes_; }
   int64_t train_bytes() const { return val_begin_; }
@@ -82,6 +97,32 @@ class Corpus {
   int64_t file_bytes_ = 0;
   int64_t val_begin_ = 0;  // training part [0, val_begin_), validation part [val_begin_, file_bytes_)
   size_t chunk_bytes_ = kDefaultChunkBytes;
+};
+
+// A corpus already tokenised, in memory: ids (N) in [0, vocab_size) and word_start (N, or empty when
+// words are unknown). The last val_fraction of the tokens (rounded down) is the validation part.
+// Windows follow Corpus's rules with tokens for bytes: training row r starts at token
+// floor(uniform01(key(seed, step), r) · (last + 1)), the validation windows tile the part. Throws
+// base::Error naming `name` when a part is empty, std::invalid_argument on ids outside the
+// vocabulary or mismatched lengths.
+class TokenCorpus : public WindowSource {
+ public:
+  TokenCorpus(std::vector<int32_t> ids, std::vector<uint8_t> word_start, int64_t vocab_size, double val_fraction,
+              std::string name);
+  Batch train_batch(uint64_t seed, int64_t step, int64_t B, int64_t T) const override;
+  std::vector<Batch> val_batches(int64_t B, int64_t T, int64_t max_batches) const override;
+  std::vector<double> train_unigram_counts() const override;
+  int64_t vocab_size() const override { return vocab_size_; }
+  int64_t train_tokens() const { return val_begin_; }
+  int64_t val_tokens() const { return static_cast<int64_t>(ids_.size()) - val_begin_; }
+
+ private:
+  Batch windows(const std::vector<int64_t>& starts, int64_t T) const;
+  std::vector<int32_t> ids_;
+  std::vector<uint8_t> word_start_;
+  int64_t vocab_size_;
+  int64_t val_begin_;
+  std::string name_;
 };
 
 // Cross-entropy (nats/token) of the tokens counted in eval_counts under the add-one-smoothed unigram

@@ -22,7 +22,12 @@ struct MlmMaskConfig {
 // which are never selected. Element i draws from counter first_counter + i of the seed's streams, so
 // a slice of a larger array masked with its offset as first_counter gets exactly the larger array's
 // masks. Throws std::invalid_argument on probabilities outside [0, 1] or a bad vocabulary / mask id.
+//
+// Whole-word masking (word_start (N) given; Cui et al., BERT-wwm): a word is selected or not as a
+// whole, by the selection draw of its first token's counter (element 0 counts as a word start); each
+// selected token then takes its own [MASK] / random / keep draw, as HF's
+// DataCollatorForWholeWordMask. Non-maskable tokens are never selected.
 void mlm_mask(int64_t* ids, int64_t* labels, const uint8_t* maskable, int64_t N, const MlmMaskConfig& cfg,
-              uint64_t seed, uint64_t first_counter = 0);
+              uint64_t seed, uint64_t first_counter = 0, const uint8_t* word_start = nullptr);
 
 }  // namespace data

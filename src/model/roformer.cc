@@ -92,9 +92,13 @@ void RoFormer<T>::load(const io::WeightStore& w, const std::vector<std::string>&
     return bare && name.rfind("roformer.", 0) == 0 ? name.substr(9) : name;
   };
   const std::string head = "cls.predictions.";
-  has_mlm_head_ = mlm_head && !cfg_.sequence_classifier() && (cfg_.rms_norm() || std::any_of(layout_.begin(), layout_.end(), [&](const ParamInfo& i) {
-                    return i.name.rfind(head, 0) == 0 && w.contains(i.name);
-                  }));
+  // The head is there when stored, or when the caller lets it keep its initialisation (optional).
+  const bool head_optional = std::any_of(optional.begin(), optional.end(),
+                                         [&](const std::string& prefix) { return head.rfind(prefix, 0) == 0; });
+  has_mlm_head_ = mlm_head && !cfg_.sequence_classifier() &&
+                  (cfg_.rms_norm() || head_optional || std::any_of(layout_.begin(), layout_.end(), [&](const ParamInfo& i) {
+                     return i.name.rfind(head, 0) == 0 && w.contains(i.name);
+                   }));
   std::vector<std::string> skipped = other_heads;  // prefixes of tensors left unread
   if (!mlm_head) skipped.push_back(head);
   for (const ParamInfo& info : layout_) {

@@ -69,7 +69,8 @@ class RoFormer {
   // one of other_heads (e.g. "classifier.", "pooler.") are left for the caller. mlm_head false skips
   // the MLM head (cls.predictions.*, and RoFormer-V2's tied one): forward stops at the last hidden state.
   // Tensors of the layout whose names start with one of `optional` may be absent: they keep their
-  // values (fine-tuning a pre-trained encoder initialises the new classifier.* head, then loads).
+  // values (fine-tuning a pre-trained encoder initialises the new classifier.* head, then loads); an
+  // optional prefix covering "cls.predictions." keeps the MLM head even when none of it is stored.
   void load(const io::WeightStore& weights, const std::vector<std::string>& other_heads = {}, bool mlm_head = true,
             const std::vector<std::string>& optional = {});
   bool has_mlm_head() const { return has_mlm_head_; }

@@ -11,6 +11,8 @@
 #include <set>
 #include <unordered_set>
 
+#include <nlohmann/json.hpp>
+
 #include "base/error.h"
 #include "base/utf8.h"
 #include "text/basic_tokenizer.h"
@@ -193,6 +195,19 @@ std::vector<std::string> WordPieceTrainer::train() const {
     weights.push_back(c);
   }
   return Merger(std::move(vocab), std::move(symbols), std::move(weights)).run(options_.vocab_size, options_.min_frequency);
+}
+
+std::vector<std::pair<std::string, std::string>> tokenizer_files(const std::vector<std::string>& vocab, bool lowercase) {
+  std::string text;
+  for (const auto& t : vocab) text += t + "\n";
+  const nlohmann::json specials = {{"unk_token", "[UNK]"}, {"sep_token", "[SEP]"}, {"pad_token", "[PAD]"},
+                                   {"cls_token", "[CLS]"}, {"mask_token", "[MASK]"}};
+  nlohmann::json config = specials;
+  config["tokenizer_class"] = "RoFormerTokenizer";
+  config["do_lower_case"] = lowercase;
+  return {{"vocab.txt", text},
+          {"tokenizer_config.json", config.dump(2) + "\n"},
+          {"special_tokens_map.json", specials.dump(2) + "\n"}};
 }
 
 }  // namespace text

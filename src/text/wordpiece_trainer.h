@@ -20,6 +20,7 @@
 #include <memory>
 #include <string>
 #include <unordered_map>
+#include <utility>
 #include <vector>
 
 #include "text/basic_tokenizer.h"
@@ -56,5 +57,10 @@ class WordPieceTrainer {
   std::unordered_map<std::u32string, int64_t> counts_;
   std::unordered_map<std::u32string, int64_t> chinese_counts_;  // jieba words of >= 2 CJK characters
 };
+
+// The files of a RoFormerTokenizer directory for a vocabulary (HF's names and default special
+// tokens): vocab.txt, tokenizer_config.json (tokenizer_class RoFormerTokenizer, do_lower_case) and
+// special_tokens_map.json, as (file name, content) pairs.
+std::vector<std::pair<std::string, std::string>> tokenizer_files(const std::vector<std::string>& vocab, bool lowercase);
 
 }  // namespace text

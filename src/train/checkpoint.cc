@@ -51,9 +51,6 @@ AdamW make_adamw(model::RoFormer<float>& m, const AdamWConfig& cfg) {
   return AdamW(std::move(refs), cfg);
 }
 
-void save_model(const std::string& dir, const model::RoFormer<float>& m, const data::Tokenizer& tok) {
-  save_model(dir, m, [&](const std::string& d) { tok.save(d + "/tokenizer.json"); });
-}
 
 void save_model(const std::string& dir, const model::RoFormer<float>& m, const TokenizerWriter& write_tokenizer) {
   make_dirs(dir);
@@ -76,11 +73,6 @@ void save_model(const std::string& dir, const model::RoFormer<float>& m, const T
   io::write_file_atomic(dir + "/model.safetensors", io::safetensors_bytes(tensors, {{"format", "pt"}}));
   io::write_file_atomic(dir + "/config.json", cfg.to_json());
   write_tokenizer(dir);
-}
-
-std::string save_checkpoint(const std::string& out_dir, const model::RoFormer<float>& m, const AdamW& opt,
-                            const data::Tokenizer& tok, const TrainerState& state, int keep) {
-  return save_checkpoint(out_dir, m, opt, [&](const std::string& d) { tok.save(d + "/tokenizer.json"); }, state, keep);
 }
 
 std::string save_checkpoint(const std::string& out_dir, const model::RoFormer<float>& m, const AdamW& opt,
@@ -131,12 +123,13 @@ LoadedModel load_model(const std::string& dir) {
   const auto weights = io::open_weights(dir);  // model.safetensors, its sharded index, or pytorch_model.bin
   auto m = std::make_unique<model::RoFormer<float>>(cfg);
   m->load(*weights);
-  auto tok = data::Tokenizer::load(dir + "/tokenizer.json");
-  if (tok.vocab_size() != cfg.vocab_size) {
-    throw io::Error(dir + ": tokenizer vocabulary " + std::to_string(tok.vocab_size()) + " != model vocab_size " +
+  LmText text = LmText::load(dir);
+  // A char/byte tokenizer defines the vocabulary; an HF vocabulary may be padded to more rows.
+  if (text.kind() == "wordpiece" ? text.vocab_size() > cfg.vocab_size : text.vocab_size() != cfg.vocab_size) {
+    throw io::Error(dir + ": tokenizer vocabulary " + std::to_string(text.vocab_size()) + " does not fit model vocab_size " +
                     std::to_string(cfg.vocab_size));
   }
-  return {cfg, std::move(m), std::move(tok)};
+  return {cfg, std::move(m), std::move(text)};
 }
 
 TrainerState load_optimizer(const std::string& dir, const model::RoFormer<float>& m, AdamW& opt) {

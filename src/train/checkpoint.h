@@ -15,7 +15,7 @@
 #include <string>
 #include <vector>
 
-#include "data/tokenizer.h"
+#include "train/lm_text.h"
 #include "model/roformer.h"
 #include "train/optim.h"
 
@@ -30,20 +30,13 @@ struct TrainerState {
   std::string task_json;      // the driver's own state (a JSON object; fine-tuning: best metric, patience), or ""
 };
 
-// Writes a checkpoint's tokenizer files into a directory (tokenizer.json of the char/byte tokenizers,
-// or the HF tokenizer files of a fine-tuned model).
-using TokenizerWriter = std::function<void(const std::string& dir)>;
-
 // Writes checkpoint `step` of the run in `out_dir` and points `latest` at it; keeps the newest
 // `keep` checkpoints and removes older ones. Returns the checkpoint directory. Throws io::Error.
-std::string save_checkpoint(const std::string& out_dir, const model::RoFormer<float>& m, const AdamW& opt,
-                            const data::Tokenizer& tok, const TrainerState& state, int keep = 2);
 std::string save_checkpoint(const std::string& out_dir, const model::RoFormer<float>& m, const AdamW& opt,
                             const TokenizerWriter& write_tokenizer, const TrainerState& state, int keep = 2);
 
 // Writes config.json, model.safetensors and tokenizer.json into dir (created if needed): the
 // inference part of a checkpoint.
-void save_model(const std::string& dir, const model::RoFormer<float>& m, const data::Tokenizer& tok);
 void save_model(const std::string& dir, const model::RoFormer<float>& m, const TokenizerWriter& write_tokenizer);
 
 // The directory `latest` points at in out_dir, or "" when there is none.
@@ -54,7 +47,7 @@ std::string latest_checkpoint(const std::string& out_dir);
 struct LoadedModel {
   model::RoFormerConfig config;
   std::unique_ptr<model::RoFormer<float>> model;
-  data::Tokenizer tokenizer;
+  LmText text;
 };
 LoadedModel load_model(const std::string& dir);
 

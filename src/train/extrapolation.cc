@@ -41,7 +41,7 @@ ExtrapolationResult evaluate_extrapolation(const ExtrapolationOptions& o) {
   for (const auto& method : o.methods) extrapolation_spec(method, 2 * r.train_length, r.train_length);  // validate
   r.methods = o.methods;
   r.lengths = o.lengths;
-  const data::Corpus corpus(o.data, lm.tokenizer, o.val_fraction);
+  const auto corpus = lm.text.corpus(o.data, o.val_fraction, lm.config.vocab_size);
   TrainOptions eval;
   eval.task = "clm";
   for (const auto& method : o.methods) {
@@ -58,9 +58,9 @@ ExtrapolationResult evaluate_extrapolation(const ExtrapolationOptions& o) {
       model::RoFormer<float> m(cfg);
       std::copy(lm.model->params.begin(), lm.model->params.end(), m.params.begin());
       const int64_t windows = std::max<int64_t>(1, o.tokens / L), B = std::min<int64_t>(windows, 4);
-      const auto val = corpus.val_batches(B, L, (windows + B - 1) / B);
+      const auto val = corpus->val_batches(B, L, (windows + B - 1) / B);
       if (val.empty()) throw io::Error(o.data + ": the validation split is shorter than " + std::to_string(L + 1) + " tokens");
-      row.push_back(validation_loss(m, val, eval));
+      row.push_back(validation_loss(m, val, eval, lm.text));
       std::fprintf(stderr, "%-12s length %6lld: loss %.4f, perplexity %.3f\n", method.c_str(), static_cast<long long>(L),
                    row.back(), std::exp(row.back()));
     }

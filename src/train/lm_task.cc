@@ -55,13 +55,21 @@ LossStats TokenTask::evaluate(Model& m, const Batch& batch, int64_t normaliser) 
   return s;
 }
 
-void mask_rows(int64_t* ids, int64_t* targets, int64_t B, int64_t T, int64_t row0, const data::MlmMaskConfig& cfg,
-               uint64_t seed) {
+void mask_rows(int64_t* ids, int64_t* targets, int64_t B, int64_t T, int64_t row0, const LmTaskConfig& c,
+               uint64_t seed, const uint8_t* word_start) {
+  data::MlmMaskConfig mc;
+  mc.mask_prob = c.mask_prob;
+  mc.mask_token_id = c.mask_token_id;
+  mc.vocab_size = c.vocab_size;
+  mc.ignore_index = model::kIgnoreIndex;
   std::vector<uint8_t> maskable(T);
   for (int64_t r = 0; r < B; ++r) {
     int64_t* row = ids + r * T;
-    for (int64_t t = 0; t < T; ++t) maskable[t] = row[t] >= data::Tokenizer::kNumSpecial;
-    data::mlm_mask(row, targets + r * T, maskable.data(), T, cfg, seed, static_cast<uint64_t>((row0 + r) * T));
+    for (int64_t t = 0; t < T; ++t) {
+      maskable[t] = std::find(c.special_ids.begin(), c.special_ids.end(), row[t]) == c.special_ids.end();
+    }
+    data::mlm_mask(row, targets + r * T, maskable.data(), T, mc, seed, static_cast<uint64_t>((row0 + r) * T),
+                   word_start ? word_start + r * T : nullptr);
   }
 }
 
@@ -79,17 +87,20 @@ Batch lm_batch(const data::Batch& w, const LmTaskConfig& c, uint64_t mask_seed, 
     }
   }
   if (!c.causal) {
-    data::MlmMaskConfig mc;
-    mc.mask_prob = c.mask_prob;
-    mc.mask_token_id = data::Tokenizer::kMask;
-    mc.vocab_size = c.vocab_size;
-    mc.ignore_index = model::kIgnoreIndex;
-    mask_rows(b.ids.data(), b.targets.data(), b.B, b.T, row0, mc, mask_seed);
+    std::vector<uint8_t> starts;  // (B, T): the inputs' word starts
+    if (c.whole_word_mask) {
+      if (w.word_start.empty()) throw std::invalid_argument("whole-word masking needs a corpus that knows words");
+      starts.resize(static_cast<size_t>(w.B * w.T));
+      for (int64_t r = 0; r < w.B; ++r) {
+        std::copy_n(w.word_start.begin() + r * (w.T + 1), w.T, starts.begin() + r * w.T);
+      }
+    }
+    mask_rows(b.ids.data(), b.targets.data(), b.B, b.T, row0, c, mask_seed, starts.empty() ? nullptr : starts.data());
   }
   return b;
 }
 
-LmTask::LmTask(const data::Corpus* corpus, const LmTaskConfig& c, const std::vector<data::Batch>& val_windows)
+LmTask::LmTask(const data::WindowSource* corpus, const LmTaskConfig& c, const std::vector<data::Batch>& val_windows)
     : corpus_(corpus), c_(c) {
   for (size_t i = 0; i < val_windows.size(); ++i) {
     val_.push_back(lm_batch(val_windows[i], c_, stream_seed(c_.seed, kEvalMaskStream, static_cast<int64_t>(i))));

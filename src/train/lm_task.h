@@ -29,25 +29,30 @@ class TokenTask : public Task {
   std::vector<float> probs_, d_logits_;  // (B·T, V)
 };
 
-// BERT masking of the rows of a (B, T) batch whose row 0 is global row row0: row r draws counters
-// [(row0 + r)·T, (row0 + r + 1)·T) of the streams of seed (data::mlm_mask), so its mask depends on
-// (seed, global row) only: a batch masked whole equals its shards masked with their row0. ids are
-// corrupted in place, targets (B, T) get the original ids at selected positions and kIgnoreIndex
-// elsewhere; special tokens are never selected.
-void mask_rows(int64_t* ids, int64_t* targets, int64_t B, int64_t T, int64_t row0, const data::MlmMaskConfig& cfg,
-               uint64_t seed);
-
 struct LmTaskConfig {
   bool causal = true;        // false: masked LM
   uint64_t seed = 1337;      // masks: stream_seed(seed, kMaskStream, step) / (seed, kEvalMaskStream, batch index)
   int64_t batch = 16, seq = 128;
   double mask_prob = 0.15;
   int64_t vocab_size = 0;
+  // The vocabulary's [MASK] and the ids never selected for masking ([PAD], [CLS], ...): by default the
+  // char/byte tokenizers' five specials, ids 0-4; an HF vocabulary gives its own.
+  int64_t mask_token_id = data::Tokenizer::kMask;
+  std::vector<int32_t> special_ids = {0, 1, 2, 3, 4};
+  bool whole_word_mask = false;  // select words as a whole (needs windows with word starts)
 };
+
+// BERT masking of the rows of a (B, T) batch whose row 0 is global row row0: row r draws counters
+// [(row0 + r)·T, (row0 + r + 1)·T) of the streams of seed (data::mlm_mask), so its mask depends on
+// (seed, global row) only: a batch masked whole equals its shards masked with their row0. ids are
+// corrupted in place, targets (B, T) get the original ids at selected positions and kIgnoreIndex
+// elsewhere; c.special_ids are never selected. word_start (B, T) (or null) selects whole words.
+void mask_rows(int64_t* ids, int64_t* targets, int64_t B, int64_t T, int64_t row0, const LmTaskConfig& c,
+               uint64_t seed, const uint8_t* word_start = nullptr);
 
 // The batch of a corpus window batch (B, T+1) with rows starting at global row row0: inputs
 // [:, :T]; targets the next tokens [:, 1:] (causal), or the BERT masking of the inputs drawn from
-// mask_seed (masked).
+// mask_seed (masked; whole words when c.whole_word_mask, which needs windows.word_start).
 Batch lm_batch(const data::Batch& windows, const LmTaskConfig& c, uint64_t mask_seed, int64_t row0 = 0);
 
 class LmTask : public TokenTask {
@@ -55,14 +60,14 @@ class LmTask : public TokenTask {
   // Training batches from corpus (null: none, train_batch throws std::logic_error); validation
   // batches from val_windows, batch i masked with stream_seed(seed, kEvalMaskStream, i). The corpus
   // must outlive the task.
-  LmTask(const data::Corpus* corpus, const LmTaskConfig& c, const std::vector<data::Batch>& val_windows);
+  LmTask(const data::WindowSource* corpus, const LmTaskConfig& c, const std::vector<data::Batch>& val_windows);
 
   std::string name() const override { return c_.causal ? "clm" : "mlm"; }
   Batch train_batch(int64_t step) override;
   const std::vector<Batch>& validation_batches() override { return val_; }
 
  private:
-  const data::Corpus* corpus_;
+  const data::WindowSource* corpus_;
   LmTaskConfig c_;
   std::vector<Batch> val_;
 };

@@ -14,6 +14,7 @@
 
 #include "data/corpus.h"
 #include "data/tokenizer.h"
+#include "io/weights.h"
 #include "io/atomic_file.h"
 #include "model/generate.h"
 #include "train/checkpoint.h"
@@ -111,6 +112,7 @@ class TrainingRun {
     log_ = nullptr;
   }
   void print_header() const;
+  std::string corpus_size() const;  // "N training bytes, M validation bytes" (or tokens)
   bool train_step();  // false: the run stops here (result_.exit_code says why)
   void stop_non_finite(const StepStats& s, int64_t step);
   void stop_interrupted();
@@ -127,8 +129,8 @@ class TrainingRun {
   bool resume_;
   ProgressLine progress_;
   TrainResult result_;
-  std::unique_ptr<data::Tokenizer> tok_;
-  std::unique_ptr<data::Corpus> corpus_;
+  std::unique_ptr<LmText> text_;
+  std::unique_ptr<data::WindowSource> corpus_;
   std::unique_ptr<LmTask> task_;
   std::unique_ptr<Model> m_;
   std::unique_ptr<Trainer> trainer_;
@@ -140,25 +142,40 @@ class TrainingRun {
   int64_t first_step_ = 0;
 };
 
-// Tokenizer (a resumed run reuses the saved one), corpus, validation windows, the task.
+// Tokenizer (a resumed run reuses the saved one; --init-from takes the directory's), corpus,
+// validation windows, the task.
 void TrainingRun::load_data() {
-  tok_ = std::make_unique<data::Tokenizer>(resume_ ? data::Tokenizer::load(resume_dir_ + "/tokenizer.json")
-                                           : o_.tokenizer == "byte" ? data::Tokenizer::byte_level()
-                                                                    : data::Tokenizer::char_level_from_file(o_.data, o_.max_vocab));
-  o_.model.vocab_size = tok_->vocab_size();
+  o_.validate_text();
+  if (resume_) {
+    text_ = std::make_unique<LmText>(LmText::load(resume_dir_));
+  } else if (!o_.init_from.empty()) {
+    text_ = std::make_unique<LmText>(LmText::load(o_.init_from));
+    o_.tokenizer = text_->kind();
+    // The architecture is the directory's; the task decides causal or masked.
+    const bool causal = o_.model.is_decoder;
+    o_.model = model::RoFormerConfig::from_json_file(o_.init_from + "/config.json");
+    o_.model.is_decoder = causal;
+  } else if (o_.tokenizer == "wordpiece") {
+    text_ = std::make_unique<LmText>(LmText::load(o_.vocab));
+  } else {
+    text_ = std::make_unique<LmText>(o_.tokenizer == "byte" ? data::Tokenizer::byte_level()
+                                                            : data::Tokenizer::char_level_from_file(o_.data, o_.max_vocab));
+  }
+  if (!resume_ && o_.init_from.empty()) o_.model.vocab_size = text_->vocab_size();
   o_.validate();
-  corpus_ = std::make_unique<data::Corpus>(o_.data, *tok_, o_.val_fraction);
+  corpus_ = text_->corpus(o_.data, o_.val_fraction, o_.model.vocab_size);
   const auto val = corpus_->val_batches(o_.batch, o_.seq, o_.eval_batches);
   if (val.empty()) {
     throw io::Error(o_.data + ": the validation split is shorter than one window of " + std::to_string(o_.seq + 1) +
                     " tokens");
   }
   result_.unigram_baseline =
-      data::unigram_cross_entropy(corpus_->train_unigram_counts(), data::target_counts(val, tok_->vocab_size()));
-  task_ = std::make_unique<LmTask>(corpus_.get(), lm_task_config(o_, tok_->vocab_size()), val);
+      data::unigram_cross_entropy(corpus_->train_unigram_counts(), data::target_counts(val, o_.model.vocab_size));
+  task_ = std::make_unique<LmTask>(corpus_.get(), lm_task_config(o_, o_.model.vocab_size, *text_), val);
 }
 
-// Model, trainer (with its optimiser) and state: fresh, or from the checkpoint being resumed.
+// Model, trainer (with its optimiser) and state: fresh, or from the checkpoint being resumed, or from
+// --init-from's weights (an MLM head it lacks keeps its initialisation; poolers are not used).
 void TrainingRun::build_model() {
   m_ = std::make_unique<Model>(o_.model);
   trainer_ = std::make_unique<Trainer>(*m_, *task_, TrainerConfig{o_.schedule, o_.adamw, o_.clip, o_.seed});
@@ -173,6 +190,9 @@ void TrainingRun::build_model() {
       throw io::Error(o_.out + " already holds a run; continue it with --resume or choose another --out");
     }
     m_->init_weights(o_.seed);
+    if (!o_.init_from.empty()) {
+      m_->load(*io::open_weights(o_.init_from), {"roformer.pooler.", "pooler.", "classifier."}, true, {"cls."});
+    }
     fs::create_directories(o_.out);
   }
 }
@@ -192,17 +212,24 @@ void TrainingRun::print_header() const {
   const TrainOptions& o = o_;
   std::fprintf(stderr,
                "%s %s: %lld parameters (%lld layers, hidden %lld, %lld heads, ff %lld, %s positions), vocab %lld (%s)\n"
-               "data %s: %lld training bytes, %lld validation bytes; unigram baseline %.4f nats/token\n"
+               "data %s: %s; unigram baseline %.4f nats/token\n"
                "batch %lld × seq %lld, %lld steps, lr %.2g, %d threads%s\n",
                resume_ ? "resuming" : "training", o.task == "clm" ? "causal LM" : "masked LM",
                static_cast<long long>(param_count(m_->layout())), static_cast<long long>(o.model.num_hidden_layers),
                static_cast<long long>(o.model.hidden_size), static_cast<long long>(o.model.num_attention_heads),
                static_cast<long long>(o.model.intermediate_size), model::position_encoding_name(o.model.position_encoding),
-               static_cast<long long>(tok_->vocab_size()), o.tokenizer.c_str(), o.data.c_str(),
-               static_cast<long long>(corpus_->train_bytes()), static_cast<long long>(corpus_->val_bytes()),
+               static_cast<long long>(o.model.vocab_size), o.tokenizer.c_str(), o.data.c_str(), corpus_size().c_str(),
                result_.unigram_baseline, static_cast<long long>(o.batch), static_cast<long long>(o.seq),
                static_cast<long long>(o.steps), o.schedule.peak_lr, omp_get_max_threads(),
                resume_ ? (" (from step " + std::to_string(state_.step) + ")").c_str() : "");
+}
+
+std::string TrainingRun::corpus_size() const {
+  if (const auto* c = dynamic_cast<const data::Corpus*>(corpus_.get())) {
+    return std::to_string(c->train_bytes()) + " training bytes, " + std::to_string(c->val_bytes()) + " validation bytes";
+  }
+  const auto* t = dynamic_cast<const data::TokenCorpus*>(corpus_.get());
+  return std::to_string(t->train_tokens()) + " training tokens, " + std::to_string(t->val_tokens()) + " validation tokens";
 }
 
 TrainResult TrainingRun::run() {
@@ -288,7 +315,7 @@ void TrainingRun::stop_interrupted() {
 
 void TrainingRun::checkpoint() {
   state_.elapsed_s = elapsed();
-  result_.checkpoint = save_checkpoint(o_.out, *m_, trainer_->optimizer(), *tok_, state_);
+  result_.checkpoint = save_checkpoint(o_.out, *m_, trainer_->optimizer(), text_->writer(), state_);
   report();
 }
 
@@ -299,18 +326,18 @@ void TrainingRun::report() {
 
 void TrainingRun::print_sample() const {
   std::vector<int64_t> prompt;
-  for (int32_t id : tok_->encode(o_.sample_prompt)) prompt.push_back(id);
-  if (prompt.empty()) prompt.push_back(data::Tokenizer::kSep);
+  for (int32_t id : text_->encode(o_.sample_prompt)) prompt.push_back(id);
+  if (prompt.empty()) prompt.push_back(text_->sep_id());
   model::SampleOptions so;
   so.max_new_tokens = o_.sample_tokens;
   so.temperature = o_.temperature;
   so.top_k = o_.top_k;
   so.seed = stream_seed(o_.seed, kSampleStream, 0);
-  for (int32_t s = 0; s < data::Tokenizer::kNumSpecial; ++s) so.banned.push_back(s);
+  for (const int32_t s : text_->special_ids()) so.banned.push_back(s);
   const auto ids = model::generate(*m_, prompt, so);
   std::printf("--- sample (temperature %.2g, top-k %lld) ---\n%s%s\n---\n", o_.temperature,
               static_cast<long long>(o_.top_k), o_.sample_prompt.c_str(),
-              tok_->decode(std::vector<int32_t>(ids.begin(), ids.end())).c_str());
+              text_->decode(std::vector<int32_t>(ids.begin(), ids.end())).c_str());
 }
 
 }  // namespace

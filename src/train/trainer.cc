@@ -39,8 +39,11 @@ StepStats Trainer::step(const Batch& batch, int64_t step, int64_t normaliser) {
 
 EvalStats Trainer::evaluate() { return train::evaluate(task_, m_); }
 
-LmTaskConfig lm_task_config(const TrainOptions& o, int64_t vocab_size) {
+LmTaskConfig lm_task_config(const TrainOptions& o, int64_t vocab_size, const LmText& text) {
   LmTaskConfig c;
+  c.mask_token_id = text.mask_id();
+  c.special_ids = text.special_ids();
+  c.whole_word_mask = o.whole_word_mask;
   c.causal = o.task == "clm";
   c.seed = o.seed;
   c.batch = o.batch;
@@ -51,15 +54,16 @@ LmTaskConfig lm_task_config(const TrainOptions& o, int64_t vocab_size) {
 }
 
 double validation_loss(model::RoFormer<float>& m, const std::vector<data::Batch>& val, const TrainOptions& o,
-                       int64_t* tokens) {
-  LmTask task(nullptr, lm_task_config(o, m.config().vocab_size), val);
+                       const LmText& text, int64_t* tokens) {
+  LmTask task(nullptr, lm_task_config(o, m.config().vocab_size, text), val);
   const EvalStats s = evaluate(task, m);
   if (tokens) *tokens = s.count;
   return s.loss;
 }
 
 std::string TrainOptions::to_json() const {
-  json j = {{"data", data}, {"task", task}, {"tokenizer", tokenizer}, {"max_vocab", max_vocab},
+  json j = {{"data", data}, {"task", task}, {"tokenizer", tokenizer}, {"max_vocab", max_vocab}, {"vocab", vocab},
+            {"whole_word_mask", whole_word_mask}, {"init_from", init_from},
             {"model", json::parse(model.to_json())}, {"batch", batch}, {"seq", seq}, {"steps", steps},
             {"lr", schedule.peak_lr}, {"min_lr", schedule.min_lr}, {"warmup", schedule.warmup_steps},
             {"decay", schedule.decay == Decay::constant ? "constant" : schedule.decay == Decay::linear ? "linear"
@@ -80,6 +84,9 @@ TrainOptions TrainOptions::from_json(const std::string& text) {
     o.task = j.at("task");
     o.tokenizer = j.at("tokenizer");
     o.max_vocab = j.at("max_vocab");
+    o.vocab = j.value("vocab", "");  // absent in runs from before WordPiece
+    o.whole_word_mask = j.value("whole_word_mask", false);
+    o.init_from = j.value("init_from", "");
     o.model = model::RoFormerConfig::from_json_text(j.at("model").dump(), "options.model");
     o.batch = j.at("batch");
     o.seq = j.at("seq");
@@ -107,11 +114,22 @@ TrainOptions TrainOptions::from_json(const std::string& text) {
   return o;
 }
 
+void TrainOptions::validate_text() const {
+  auto fail = [](const std::string& what) { throw std::invalid_argument(what); };
+  if (tokenizer != "char" && tokenizer != "byte" && tokenizer != "wordpiece") {
+    fail("--tokenizer must be char, byte or wordpiece, got '" + tokenizer + "'");
+  }
+  if (tokenizer == "wordpiece" && vocab.empty() && init_from.empty()) fail("--tokenizer wordpiece needs --vocab");
+  if (whole_word_mask && (task != "mlm" || tokenizer != "wordpiece")) {
+    fail("--whole-word-mask needs --task mlm and a WordPiece vocabulary");
+  }
+}
+
 void TrainOptions::validate() const {
   auto fail = [](const std::string& what) { throw std::invalid_argument(what); };
   if (data.empty()) fail("--data is required");
   if (task != "clm" && task != "mlm") fail("--task must be clm or mlm, got '" + task + "'");
-  if (tokenizer != "char" && tokenizer != "byte") fail("--tokenizer must be char or byte, got '" + tokenizer + "'");
+  validate_text();
   if (batch < 1 || seq < 1 || steps < 1) fail("--batch, --seq and --steps must be at least 1");
   if (seq > model.max_position_embeddings) {
     fail("--seq " + std::to_string(seq) + " exceeds max_position_embeddings " + std::to_string(model.max_position_embeddings));
@@ -131,16 +149,17 @@ EvalResult evaluate_checkpoint(const std::string& dir, const std::string& data_p
     throw std::invalid_argument("--seq exceeds the model's max_position_embeddings " +
                                 std::to_string(lm.config.max_position_embeddings));
   }
-  const data::Corpus corpus(data_path, lm.tokenizer, val_fraction);
+  const auto corpus_ptr = lm.text.corpus(data_path, val_fraction, lm.config.vocab_size);
+  const data::WindowSource& corpus = *corpus_ptr;
   const auto val = corpus.val_batches(batch, seq, max_batches);
   if (val.empty()) throw io::Error(data_path + ": the validation split is shorter than one window");
   TrainOptions o;
   o.task = lm.config.is_decoder ? "clm" : "mlm";
   o.seed = seed;
   EvalResult r;
-  r.loss = validation_loss(*lm.model, val, o, &r.tokens);
+  r.loss = validation_loss(*lm.model, val, o, lm.text, &r.tokens);
   r.unigram_baseline =
-      data::unigram_cross_entropy(corpus.train_unigram_counts(), data::target_counts(val, lm.tokenizer.vocab_size()));
+      data::unigram_cross_entropy(corpus.train_unigram_counts(), data::target_counts(val, corpus.vocab_size()));
   return r;
 }
 

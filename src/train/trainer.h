@@ -19,6 +19,7 @@
 #include "model/config.h"
 #include "model/roformer.h"
 #include "train/lm_task.h"
+#include "train/lm_text.h"
 #include "train/optim.h"
 #include "train/task.h"
 
@@ -28,8 +29,11 @@ struct TrainOptions {
   std::string data;                 // UTF-8 text file
   std::string out = "runs/default"; // run directory
   std::string task = "clm";         // "clm" (causal LM) or "mlm" (masked LM, BERT 80/10/10)
-  std::string tokenizer = "char";   // "char" or "byte"
+  std::string tokenizer = "char";   // "char", "byte" or "wordpiece" (needs vocab, or init_from)
   int64_t max_vocab = 0;            // char level: keep the most frequent (0: all)
+  std::string vocab;                // wordpiece: a vocab.txt or a tokenizer directory (roformer vocab --out-dir)
+  bool whole_word_mask = false;     // MLM: select whole words (wordpiece)
+  std::string init_from;            // start from this HF RoFormer directory: its config, weights and tokenizer
   model::RoFormerConfig model;      // sizes, position encoding, dropout; vocab_size and is_decoder are set from the data and task
   int64_t batch = 16, seq = 128, steps = 1000;
   Schedule schedule;                // total_steps is set to steps
@@ -48,6 +52,7 @@ struct TrainOptions {
   std::string to_json() const;  // everything but `out` and `progress`, which belong to the invocation
   static TrainOptions from_json(const std::string& text);
   void validate() const;            // std::invalid_argument naming the option
+  void validate_text() const;       // the tokenizer options alone (checked before anything is read)
 };
 
 // What one optimiser step did.
@@ -119,12 +124,12 @@ struct TrainResult {
 TrainResult run_training(TrainOptions opts, bool resume, const ReportHook& on_report = {});
 
 // The LM task settings of a run's options (causal for task "clm").
-LmTaskConfig lm_task_config(const TrainOptions& o, int64_t vocab_size);
+LmTaskConfig lm_task_config(const TrainOptions& o, int64_t vocab_size, const LmText& text);
 
 // Mean loss (nats/token) of m over fixed batches, weighted by counted targets, for o.task (MLM masks
 // drawn from o.seed per batch index, LmTask); *tokens (optional) gets the number of counted targets.
 double validation_loss(model::RoFormer<float>& m, const std::vector<data::Batch>& val, const TrainOptions& o,
-                       int64_t* tokens = nullptr);
+                       const LmText& text, int64_t* tokens = nullptr);
 
 // Validation loss (nats/token) and the number of tokens it averages, of a model checkpoint on a
 // corpus's validation split: `roformer eval`.

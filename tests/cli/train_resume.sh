@@ -65,4 +65,23 @@ if "$roformer" generate --model "$work/e/step-000002" --prompt "the" 2> "$work/e
   echo "generate accepted a masked LM" >&2; exit 1
 fi
 grep -q "causal LM" "$work/e.err"
+
+echo "== WordPiece MLM with whole-word masking: SIGKILL, then --resume; eval reads the HF directory"
+"$roformer" vocab --data "$work/corpus.txt" --size 150 --out-dir "$work/tok" 2> /dev/null
+wp=("${model[@]}" --tokenizer wordpiece --vocab "$work/tok" --task mlm --whole-word-mask --steps 20 --save-every 5
+    --eval-every 10 --eval-batches 2 --dropout 0.1 --no-progress)
+"$roformer" train "${wp[@]}" --out "$work/wa" 2> "$work/wa.log"
+interrupt_and_resume KILL 9 "$work/wb" train "${wp[@]}"
+diff <(losses "$work/wa") <(losses "$work/wb")
+cmp "$work/wa/step-000020/model.safetensors" "$work/wb/step-000020/model.safetensors"
+cmp "$work/wa/step-000020/vocab.txt" "$work/tok/vocab.txt"
+"$roformer" eval --model "$work/wa/step-000020" --data "$work/corpus.txt" --seq 32 --max-batches 2 | grep -q "validation loss"
+if "$roformer" train "${model[@]}" --tokenizer wordpiece --steps 1 --out "$work/wc" 2> "$work/wc.err"; then
+  echo "wordpiece without --vocab was accepted" >&2; exit 1
+fi
+grep -q "needs --vocab" "$work/wc.err"
+if "$roformer" train "${model[@]}" --whole-word-mask --steps 1 --out "$work/wd" 2> "$work/wd.err"; then
+  echo "--whole-word-mask on a char causal LM was accepted" >&2; exit 1
+fi
+grep -q "whole-word-mask needs" "$work/wd.err"
 echo "ok"

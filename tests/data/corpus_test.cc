@@ -11,11 +11,13 @@
 #include <cmath>
 #include <filesystem>
 #include <fstream>
+#include <numeric>
 #include <set>
 #include <stdexcept>
 #include <string>
 #include <vector>
 
+#include "base/error.h"
 #include "base/utf8.h"
 #include "data/corpus.h"
 #include "data/tokenizer.h"
@@ -406,6 +408,45 @@ TEST(Corpus, UnigramCrossEntropy) {
   const double ce = data::unigram_cross_entropy(corpus.train_unigram_counts(), corpus.val_unigram_counts());
   EXPECT_GT(ce, 1.0);
   EXPECT_LT(ce, std::log(261.0));
+}
+
+// TokenCorpus: pre-tokenised ids split by tokens, windows keyed by (seed, step) inside the training
+// part with their word starts, validation tiling as Corpus's, and its errors.
+TEST(TokenCorpus, WindowsSplitAndWordStarts) {
+  std::vector<int32_t> ids(1000);
+  std::vector<uint8_t> starts(1000);
+  for (int i = 0; i < 1000; ++i) {
+    ids[i] = 5 + i % 50;
+    starts[i] = i % 3 == 0;
+  }
+  const data::TokenCorpus c(ids, starts, 55, 0.1, "toy");
+  EXPECT_EQ(c.train_tokens(), 900);
+  EXPECT_EQ(c.val_tokens(), 100);
+  const auto b = c.train_batch(1, 3, 8, 16);
+  ASSERT_EQ(b.word_start.size(), b.tokens.size());
+  for (int64_t r = 0; r < 8; ++r) {
+    // Recover the start from the first id (ids cycle with period 50) and check the whole row.
+    const auto first = std::find(ids.begin(), ids.end(), b.at(r, 0)) - ids.begin();
+    bool found = false;
+    for (int64_t s0 = first; s0 + 17 <= 900 && !found; s0 += 50) {
+      found = std::equal(b.tokens.begin() + r * 17, b.tokens.begin() + (r + 1) * 17, ids.begin() + s0) &&
+              std::equal(b.word_start.begin() + r * 17, b.word_start.begin() + (r + 1) * 17, starts.begin() + s0);
+    }
+    EXPECT_TRUE(found) << "row " << r;
+  }
+  EXPECT_EQ(c.train_batch(1, 3, 8, 16).tokens, b.tokens);
+  EXPECT_NE(c.train_batch(1, 4, 8, 16).tokens, b.tokens);
+  const auto val = c.val_batches(4, 16, 100);
+  ASSERT_EQ(val.size(), 2u);  // (100 - 1) / 16 = 6 windows: 4 + 2
+  EXPECT_EQ(val[1].B, 2);
+  EXPECT_EQ(val[0].at(1, 0), ids[900 + 16]);
+  EXPECT_EQ(c.val_batches(4, 16, 1).size(), 1u);
+  const auto counts = c.train_unigram_counts();
+  EXPECT_EQ(std::accumulate(counts.begin(), counts.end(), 0.0), 900.0);
+  EXPECT_THROW(data::TokenCorpus({5, 99}, {}, 55, 0, "bad"), std::invalid_argument);
+  EXPECT_THROW(data::TokenCorpus({5, 6}, {1}, 55, 0, "bad"), std::invalid_argument);
+  EXPECT_THROW(data::TokenCorpus({5, 6}, {}, 55, 0.1, "short"), base::Error);
+  EXPECT_THROW(data::TokenCorpus({5, 6}, {}, 55, 0, "short").train_batch(1, 0, 1, 4), base::Error);
 }
 
 }  // namespace

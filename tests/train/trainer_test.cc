@@ -126,7 +126,7 @@ TEST(Trainer, StepsAndEvaluates) {
   ASSERT_EQ(before.metrics.size(), 1u);
   EXPECT_GE(before.metrics[0], 0.0);
   EXPECT_LE(before.metrics[0], 1.0);
-  EXPECT_EQ(before.loss, train::validation_loss(m, val, train::TrainOptions{}));
+  EXPECT_EQ(before.loss, train::validation_loss(m, val, train::TrainOptions{}, train::LmText(data::Tokenizer::byte_level())));
   const train::Batch b = train::lm_batch(windows(2, 8, 11), c, 0);
   double first = NAN, last = NAN;
   for (int64_t s = 0; s < 10; ++s) {

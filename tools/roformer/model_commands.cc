@@ -122,16 +122,16 @@ int run_eval(ModelCommandOptions& o) {
 int run_generate(const ModelCommandOptions& o) {
   const train::LoadedModel lm = train::load_model(o.model_dir);
   std::vector<int64_t> prompt;
-  for (int32_t id : lm.tokenizer.encode(o.prompt)) prompt.push_back(id);
+  for (int32_t id : lm.text.encode(o.prompt)) prompt.push_back(id);
   if (prompt.empty()) throw std::invalid_argument("the prompt encodes to no tokens");
   model::SampleOptions so;
   so.max_new_tokens = o.tokens;
   so.temperature = o.temperature;
   so.top_k = o.top_k;
   so.seed = o.seed;
-  for (int32_t s = 0; s < data::Tokenizer::kNumSpecial; ++s) so.banned.push_back(s);
+  for (const int32_t s : lm.text.special_ids()) so.banned.push_back(s);
   const auto ids = model::generate(*lm.model, prompt, so);
-  fmt::print("{}{}\n", o.prompt, lm.tokenizer.decode(std::vector<int32_t>(ids.begin(), ids.end())));
+  fmt::print("{}{}\n", o.prompt, lm.text.decode(std::vector<int32_t>(ids.begin(), ids.end())));
   return 0;
 }
 
@@ -158,7 +158,12 @@ std::function<int()> add_model_commands(CLI::App& app) {
   tr->add_option("--out", t.out, "Run directory: checkpoints, metrics.jsonl/csv, loss.png")->capture_default_str();
   tr->add_flag("--resume", o->resume, "Continue the run in --out from its latest checkpoint (options come from it)");
   tr->add_option("--task", t.task, "clm (causal LM) or mlm (masked LM)")->check(CLI::IsMember({"clm", "mlm"}))->capture_default_str();
-  tr->add_option("--tokenizer", t.tokenizer, "char or byte")->check(CLI::IsMember({"char", "byte"}))->capture_default_str();
+  tr->add_option("--tokenizer", t.tokenizer, "char, byte or wordpiece (with --vocab)")
+      ->check(CLI::IsMember({"char", "byte", "wordpiece"}))->capture_default_str();
+  tr->add_option("--vocab", t.vocab, "WordPiece: vocab.txt or a tokenizer directory (roformer vocab --out-dir)");
+  tr->add_flag("--whole-word-mask", t.whole_word_mask, "MLM, WordPiece: mask whole words (all pieces of a selected word)");
+  tr->add_option("--init-from", t.init_from,
+                 "Continue pre-training a Hugging Face RoFormer directory (its architecture, weights and tokenizer)");
   tr->add_option("--max-vocab", t.max_vocab, "Char level: keep the most frequent characters (0: all)")->check(CLI::NonNegativeNumber);
   tr->add_option("--position", o->position, "rope, sinusoidal, learned or none")
       ->check(CLI::IsMember({"rope", "sinusoidal", "learned", "none"}))->capture_default_str();

@@ -7,7 +7,6 @@
 #include <chrono>
 #include <filesystem>
 #include <memory>
-#include <nlohmann/json.hpp>
 
 #include "commands.h"
 #include "io/atomic_file.h"
@@ -34,21 +33,18 @@ int run_vocab(VocabOptions& o) {
     if (const uintmax_t n = std::filesystem::file_size(path, ec); !ec) bytes += n;
   }
   const std::vector<std::string> vocab = trainer.train();
-  std::string text;
-  for (const auto& t : vocab) text += t + "\n";
   std::string path = o.out;
-  if (!o.out_dir.empty()) {
+  if (o.out_dir.empty()) {
+    std::string text;
+    for (const auto& t : vocab) text += t + "\n";
+    io::write_file_atomic(path, text);
+  } else {
     std::filesystem::create_directories(o.out_dir);
     path = o.out_dir + "/vocab.txt";
-    const nlohmann::json config = {{"tokenizer_class", "RoFormerTokenizer"}, {"do_lower_case", !o.cased},
-                                   {"model_max_length", 512}, {"unk_token", "[UNK]"}, {"sep_token", "[SEP]"},
-                                   {"pad_token", "[PAD]"}, {"cls_token", "[CLS]"}, {"mask_token", "[MASK]"}};
-    io::write_file_atomic(o.out_dir + "/tokenizer_config.json", config.dump(2) + "\n");
-    const nlohmann::json specials = {{"unk_token", "[UNK]"}, {"sep_token", "[SEP]"}, {"pad_token", "[PAD]"},
-                                     {"cls_token", "[CLS]"}, {"mask_token", "[MASK]"}};
-    io::write_file_atomic(o.out_dir + "/special_tokens_map.json", specials.dump(2) + "\n");
+    for (const auto& [name, content] : text::tokenizer_files(vocab, !o.cased)) {
+      io::write_file_atomic(o.out_dir + "/" + name, content);
+    }
   }
-  io::write_file_atomic(path, text);
   fmt::print(stderr, "{}: {} tokens from {} distinct words in {:.1f} MB ({:.1f} s)\n", path, vocab.size(),
              trainer.distinct_words(), static_cast<double>(bytes) / 1e6,
              std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
