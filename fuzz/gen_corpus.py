@@ -171,6 +171,9 @@ def config_seeds(fixtures):
         "bad_layout": {"rope_layout": "other"},
         "bad_negative": {"vocab_size": -1},
         "bad_probability": {"hidden_dropout_prob": 1.0},
+        "bad_huge_intermediate": {"intermediate_size": 4000000000},
+        "bad_huge_vocab": {"vocab_size": 9007199254740993},
+        "bad_huge_total": {"hidden_size": 32768, "num_attention_heads": 64, "intermediate_size": 131072, "num_hidden_layers": 1000},
     }
     for name, extra in variants.items():
         put("config", name + ".json", json.dumps({**base, **extra}, indent=1))

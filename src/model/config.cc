@@ -96,6 +96,32 @@ void RoFormerConfig::validate() const {
   positive("intermediate_size", intermediate_size);
   positive("max_position_embeddings", max_position_embeddings);
   positive("type_vocab_size", type_vocab_size);
+  // Sane bounds, far above any published RoFormer (and any model this engine can hold), so that a
+  // corrupt or hostile config.json fails here with the field's name instead of in an allocation.
+  auto at_most = [](const char* field, int64_t v, int64_t max) {
+    if (v > max) {
+      throw std::invalid_argument(std::string(field) + " " + std::to_string(v) + " is beyond the supported " +
+                                  std::to_string(max));
+    }
+  };
+  at_most("vocab_size", vocab_size, int64_t{1} << 24);
+  at_most("embedding_size", embedding_size, int64_t{1} << 16);
+  at_most("hidden_size", hidden_size, int64_t{1} << 16);
+  at_most("num_hidden_layers", num_hidden_layers, 1024);
+  at_most("num_attention_heads", num_attention_heads, hidden_size);
+  at_most("intermediate_size", intermediate_size, int64_t{1} << 18);
+  at_most("max_position_embeddings", max_position_embeddings, int64_t{1} << 24);
+  at_most("type_vocab_size", type_vocab_size, int64_t{1} << 16);
+  // And the whole: at most 2^33 parameters (32 GiB in fp32).
+  const double h = static_cast<double>(hidden_size), e = static_cast<double>(embedding_size);
+  const double params = static_cast<double>(num_hidden_layers) * (4 * h * h + 2 * h * static_cast<double>(intermediate_size)) +
+                        e * static_cast<double>(vocab_size + type_vocab_size) +
+                        (position_encoding == PositionEncoding::learned ? e * static_cast<double>(max_position_embeddings) : 0);
+  if (params > 8589934592.0) {
+    throw std::invalid_argument("the sizes ask for " + std::to_string(static_cast<int64_t>(params / 1e9)) +
+                                "e9 parameters, beyond the supported 8.6e9 (check hidden_size, intermediate_size, "
+                                "num_hidden_layers and vocab_size)");
+  }
   if (hidden_size % num_attention_heads != 0 || head_dim() % 2 != 0) {
     throw std::invalid_argument("hidden_size " + std::to_string(hidden_size) + " must split into " +
                                 std::to_string(num_attention_heads) + " heads of even size");
@@ -129,8 +155,8 @@ void RoFormerConfig::validate() const {
   if (attention_type != "softmax" && attention_type != "linear" && attention_type != "performer") {
     throw std::invalid_argument("unknown attention_type '" + attention_type + "' (softmax, linear, performer)");
   }
-  if (attention_type == "performer" && (performer_features < 2 || performer_features % 2 != 0)) {
-    throw std::invalid_argument("performer_features must be even and >= 2");
+  if (attention_type == "performer" && (performer_features < 2 || performer_features % 2 != 0 || performer_features > (1 << 16))) {
+    throw std::invalid_argument("performer_features must be even, >= 2 and <= 65536");
   }
   if (sequence_classifier()) {
     if (problem_type != "single_label_classification" && problem_type != "multi_label_classification" &&

@@ -4,6 +4,8 @@
 #include <stdexcept>
 #include <unordered_map>
 
+#include "io/weights.h"
+
 namespace model {
 
 std::vector<ParamInfo> param_layout(const RoFormerConfig& c) {
@@ -124,5 +126,44 @@ Params<T> bind_params(const RoFormerConfig& c, const std::vector<ParamInfo>& lay
 
 template Params<float> bind_params<float>(const RoFormerConfig&, const std::vector<ParamInfo>&, float*);
 template Params<double> bind_params<double>(const RoFormerConfig&, const std::vector<ParamInfo>&, double*);
+
+void check_config_against_weights(const RoFormerConfig& c, const io::WeightStore& w, const std::string& config_path) {
+  const bool bare = !w.contains("roformer.embeddings.word_embeddings.weight") &&
+                    w.contains("embeddings.word_embeddings.weight");
+  // The size fields a tensor's shape can follow; the one to blame is the field that, set to the
+  // stored size, makes the config imply the stored shape.
+  int64_t RoFormerConfig::*const fields[] = {
+      &RoFormerConfig::vocab_size, &RoFormerConfig::intermediate_size, &RoFormerConfig::max_position_embeddings,
+      &RoFormerConfig::type_vocab_size, &RoFormerConfig::embedding_size, &RoFormerConfig::hidden_size};
+  const char* const field_names[] = {"vocab_size", "intermediate_size", "max_position_embeddings",
+                                     "type_vocab_size", "embedding_size", "hidden_size"};
+  auto implied_shape = [](const RoFormerConfig& cfg, const std::string& name) {
+    for (const ParamInfo& info : param_layout(cfg)) {
+      if (info.name == name) return info.shape;
+    }
+    return std::vector<int64_t>{};
+  };
+  for (const ParamInfo& info : param_layout(c)) {
+    const std::string name = bare && info.name.rfind("roformer.", 0) == 0 ? info.name.substr(9) : info.name;
+    if (!w.contains(name)) continue;  // missing tensors are the loader's to report
+    const std::vector<int64_t>& stored = w.at(name).shape;
+    if (stored == info.shape) continue;
+    std::string blame = "the sizes do not match the checkpoint: ";
+    for (size_t d = 0; d < info.shape.size() && d < stored.size(); ++d) {
+      if (info.shape[d] == stored[d]) continue;
+      for (size_t f = 0; f < std::size(fields); ++f) {
+        RoFormerConfig changed = c;
+        changed.*fields[f] = stored[d];
+        if (implied_shape(changed, info.name) == stored) {
+          blame = std::string(field_names[f]) + " " + std::to_string(c.*fields[f]) + " does not match the checkpoint: ";
+          break;
+        }
+      }
+      break;
+    }
+    throw io::Error(config_path + ": " + blame + name + " is " + io::shape_str(stored) + " in " + w.path() +
+                    ", the config implies " + io::shape_str(info.shape));
+  }
+}
 
 }  // namespace model

@@ -12,6 +12,10 @@
 #include "model/blocks.h"
 #include "model/config.h"
 
+namespace io {
+class WeightStore;
+}
+
 namespace model {
 
 struct ParamInfo {
@@ -26,6 +30,13 @@ struct ParamInfo {
 // and the classifier.* head in place of the MLM head for a sequence classifier.
 std::vector<ParamInfo> param_layout(const RoFormerConfig& c);
 int64_t param_count(const std::vector<ParamInfo>& layout);
+
+// Before a model is allocated from a config.json: every tensor of c's layout that the checkpoint
+// holds (under its name, or without "roformer." for a RoFormerModel checkpoint) must have the
+// layout's shape. Throws io::Error naming config_path, the config field behind the mismatch (when
+// one field's value explains it), the tensor and its stored shape.
+void check_config_against_weights(const RoFormerConfig& c, const io::WeightStore& weights,
+                                  const std::string& config_path);
 
 // The whole model's parameters, one block params struct each (blocks.h). Biases are null without
 // use_bias, norm parameters null with RMS norms, and the head's transform and decoder bias null for

@@ -170,6 +170,7 @@ std::unique_ptr<Pipeline> Pipeline::load(const std::string& dir, const LoadOptio
     // The encoder alone: the classification head is read and run by load_classifier / apply_classifier.
     model::RoFormerConfig encoder = p->config_;
     encoder.labels.clear();
+    model::check_config_against_weights(encoder, *weights, config_path);
     p->model_ = std::make_unique<model::RoFormer<float>>(encoder);
     p->model_->load(*weights, {"classifier."}, options.mlm_head);
     p->classifier_ = load_classifier(*weights, config_path, p->config_.hidden_size);

@@ -121,6 +121,7 @@ std::string latest_checkpoint(const std::string& out_dir) {
 LoadedModel load_model(const std::string& dir) {
   auto cfg = model::RoFormerConfig::from_json_file(dir + "/config.json");
   const auto weights = io::open_weights(dir);  // model.safetensors, its sharded index, or pytorch_model.bin
+  model::check_config_against_weights(cfg, *weights, dir + "/config.json");
   auto m = std::make_unique<model::RoFormer<float>>(cfg);
   m->load(*weights);
   LmText text = LmText::load(dir);

@@ -166,6 +166,20 @@ TEST(Cli, BadInputsGiveOneErrorLineAndAFailingStatus) {
                {"<stdin>:2: 72 tokens", "max_position_embeddings (64)"});
   expect_fails(run("forward --model " + m + " --inputs " + temp_dir() + "/none.safetensors --out " + temp_dir() + "/x"),
                {"none.safetensors"});
+  // A config.json that asks for an absurd size, or sizes its weights do not have, is named with the
+  // field before anything is allocated.
+  auto edited = [&](const std::string& name, const json& change) {
+    const std::string dir = model_dir(name);
+    json cfg = json::parse(std::ifstream(dir + "/config.json"));
+    cfg.update(change);
+    std::ofstream(dir + "/config.json") << cfg.dump(2);
+    return dir;
+  };
+  expect_fails(run("embed --model " + edited("huge", {{"intermediate_size", 4000000000LL}}), "x\n"),
+               {"config.json", "intermediate_size 4000000000 is beyond the supported"});
+  expect_fails(run("embed --model " + edited("wide", {{"intermediate_size", 64}}), "x\n"),
+               {"config.json: intermediate_size 64 does not match the checkpoint", "intermediate.dense.weight",
+                "model.safetensors"});
   EXPECT_NE(run("embed --batch-size 0 --model " + m, "x\n").status, 0);
   EXPECT_NE(run("embed --pooling max --model " + m, "x\n").status, 0);
 }

@@ -336,6 +336,14 @@ TEST(RoFormerModel, ConfigJsonRoundTripsAndRejectsUnknownFields) {
   EXPECT_THROW(model::RoFormerConfig::from_json_text(R"({"model_type": "bert"})", "mem"), io::Error);
   EXPECT_THROW(model::RoFormerConfig::from_json_text(R"({"hidden_dropout_prob": 1.5})", "mem"), io::Error);
   EXPECT_THROW(model::RoFormerConfig::from_json_text(R"([1, 2])", "mem"), io::Error);
+  // Sizes far beyond any model are refused by name, before anything is allocated.
+  EXPECT_THROW(model::RoFormerConfig::from_json_text(R"({"vocab_size": 4000000000})", "mem"), io::Error);
+  EXPECT_THROW(model::RoFormerConfig::from_json_text(R"({"num_hidden_layers": 100000})", "mem"), io::Error);
+  auto many = c;
+  many.hidden_size = 32768;
+  many.intermediate_size = 131072;
+  many.num_hidden_layers = 1000;  // each within its bound, 8e12 parameters together
+  EXPECT_THROW(many.validate(), std::invalid_argument);
   try {
     model::RoFormerConfig::from_json_text(R"({"frobnicate": 1})", "cfg.json");
     FAIL();
