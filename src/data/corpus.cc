@@ -194,7 +194,7 @@ int64_t Corpus::last_train_start(int64_t T) const {
 Batch Corpus::train_batch(uint64_t seed, int64_t step, int64_t B, int64_t T) const {
   check_shape(B, T);
   const int64_t last = last_train_start(T);
-  Batch batch{std::vector<int32_t>(static_cast<size_t>(B * (T + 1))), B, T};
+  Batch batch{std::vector<int32_t>(static_cast<size_t>(B * (T + 1))), B, T, {}};
   const uint64_t key = base::mix64(base::mix64(seed ^ kWindowDomain) + static_cast<uint64_t>(step));
   const double n_offsets = static_cast<double>(last + 1);
   for (int64_t r = 0; r < B; ++r) {
@@ -228,7 +228,7 @@ std::vector<Batch> Corpus::val_batches(int64_t B, int64_t T, int64_t max_batches
   std::vector<Batch> batches;
   for (int64_t w0 = 0; w0 < windows; w0 += B) {
     const int64_t rows = std::min(B, windows - w0);
-    Batch b{std::vector<int32_t>(static_cast<size_t>(rows * (T + 1))), rows, T};
+    Batch b{std::vector<int32_t>(static_cast<size_t>(rows * (T + 1))), rows, T, {}};
     for (int64_t r = 0; r < rows; ++r) {
       const auto first = ids.begin() + (w0 + r) * T;
       std::copy(first, first + T + 1, b.tokens.begin() + r * (T + 1));

@@ -1,6 +1,8 @@
 // Stop signals and the progress line (see console.h).
 #include "console.h"
 
+#include <unistd.h>
+
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
@@ -41,9 +43,15 @@ std::string format_duration(double s) {
   return buf;
 }
 
+ProgressLine::Mode ProgressLine::choose(bool live_wanted, bool prints) {
+  if (!prints) return Mode::off;
+  return live_wanted && isatty(STDERR_FILENO) ? Mode::live : Mode::log;
+}
+
 void ProgressLine::update(int64_t step, int64_t total, double loss, double val, double tok_s, double elapsed, double eta,
                           bool evaluated) {
-  if (!live_ && !evaluated && step % std::max<int64_t>(1, total / 50) != 0 && step != total) return;
+  if (mode_ == Mode::off) return;
+  if (mode_ == Mode::log && !evaluated && step % std::max<int64_t>(1, total / 50) != 0 && step != total) return;
   const int width = 24, filled = static_cast<int>(width * step / std::max<int64_t>(total, 1));
   std::string bar;
   for (int i = 0; i < width; ++i) bar += i < filled ? "█" : "░";
@@ -53,7 +61,7 @@ void ProgressLine::update(int64_t step, int64_t total, double loss, double val, 
                 static_cast<int>(100 * step / std::max<int64_t>(total, 1)), loss,
                 std::isfinite(val) ? (std::to_string(val).substr(0, 6)).c_str() : "-", tok_s,
                 format_duration(elapsed).c_str(), format_duration(eta).c_str());
-  if (live_) {
+  if (mode_ == Mode::live) {
     std::fprintf(stderr, "\r%s\033[K", buf);
   } else {
     std::fprintf(stderr, "%s\n", buf);
@@ -62,7 +70,7 @@ void ProgressLine::update(int64_t step, int64_t total, double loss, double val, 
 }
 
 void ProgressLine::finish() {
-  if (live_) std::fprintf(stderr, "\n");
+  if (mode_ == Mode::live) std::fprintf(stderr, "\n");
 }
 
 }  // namespace train

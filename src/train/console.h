@@ -28,16 +28,20 @@ bool stop_requested();
 std::string format_duration(double seconds);
 
 // A live line on a terminal (redrawn every step); otherwise a log line every 2% of the run and at
-// every evaluation. `val` is the latest validation figure (NaN: none yet).
+// every evaluation; or nothing (the ranks of a data-parallel run other than rank 0). `val` is the
+// latest validation figure (NaN: none yet).
 class ProgressLine {
  public:
-  explicit ProgressLine(bool live) : live_(live) {}
+  enum class Mode { live, log, off };
+  // live when wanted and stderr is a terminal, else log; off for a process that does not print.
+  static Mode choose(bool live_wanted, bool prints);
+  explicit ProgressLine(Mode mode) : mode_(mode) {}
   void update(int64_t step, int64_t total, double loss, double val, double tok_s, double elapsed, double eta,
               bool evaluated);
   void finish();
 
  private:
-  bool live_;
+  Mode mode_;
 };
 
 }  // namespace train

@@ -1,10 +1,12 @@
 // The fine-tuning run (see finetune.h): options, labels and tokenisation, the model with its new
 // classification head, then the loop of Trainer::step with evaluations, the best checkpoint, early
-// stopping, checkpoints for resume and the metrics log.
+// stopping, checkpoints for resume and the metrics log. Data-parallel as `roformer train` (comm.h): the
+// Trainer shares each batch among the ranks, every rank evaluates the whole validation set (metrics
+// such as Pearson's need every prediction) so that all take the same best/early-stopping decisions,
+// and rank 0 alone writes and prints.
 #include "finetune.h"
 
 #include <omp.h>
-#include <unistd.h>
 
 #include <algorithm>
 #include <chrono>
@@ -183,7 +185,7 @@ class FinetuneRun {
  public:
   FinetuneRun(FinetuneOptions o, std::string resume_dir, FinetuneHook hook)
       : o_(std::move(o)), resume_dir_(std::move(resume_dir)), hook_(std::move(hook)),
-        progress_(o_.progress && isatty(STDERR_FILENO)) {
+        writer_(comm_.rank() == 0), progress_(ProgressLine::choose(o_.progress, writer_)) {
     prepare();
     open_log();
   }
@@ -210,6 +212,8 @@ class FinetuneRun {
   FinetuneOptions o_;
   std::string resume_dir_;
   FinetuneHook hook_;
+  Communicator& comm_ = world();
+  bool writer_;  // rank 0: writes the run directory and prints
   ProgressLine progress_;
   FinetuneResult result_;
   std::unique_ptr<text::RoFormerTokenizer> tok_;
@@ -247,9 +251,10 @@ void FinetuneRun::build_model(const std::vector<data::LabeledExample>& train_row
     throw std::invalid_argument("--max-length " + std::to_string(o_.max_length) + " exceeds the model's " +
                                 std::to_string(cfg_.max_position_embeddings) + " learned positions");
   }
+  const auto weights = io::open_weights(from);
+  model::check_config_against_weights(cfg_, *weights, from + "/config.json");
   m_ = std::make_unique<Model>(cfg_);
   m_->init_weights(o_.seed);  // the new head (and nothing else: the load below overwrites the encoder)
-  const auto weights = io::open_weights(from);
   // An MLM/causal-LM checkpoint's head and pooler are not part of a classifier; its classifier.* may be absent.
   m_->load(*weights, {"cls.", "roformer.pooler."}, false, {"classifier."});
 }
@@ -288,7 +293,7 @@ void FinetuneRun::prepare() {
     if (!latest_checkpoint(o_.out).empty()) {
       throw io::Error(o_.out + " already holds a run; continue it with --resume or choose another --out");
     }
-    fs::create_directories(o_.out);
+    if (writer_) fs::create_directories(o_.out);
   }
   result_.best_dir = o_.out + "/best";
 }
@@ -307,6 +312,7 @@ void FinetuneRun::open_log() {
       }
     }
   }
+  if (!writer_) return;
   std::string text;
   for (const auto& r : history_) text += record_json(r).dump() + "\n";
   io::write_file_atomic(path, text);
@@ -346,6 +352,7 @@ void FinetuneRun::evaluate(FinetuneRecord& rec) {
 
 // out/best replaced as a whole: written beside it, then swapped in.
 void FinetuneRun::save_best() {
+  if (!writer_) return;
   const std::string dir = o_.out + "/best", fresh = dir + ".new", old = dir + ".old";
   fs::remove_all(fresh);
   save_model(fresh, *m_, copy_tokenizer_files(o_.model));
@@ -356,6 +363,7 @@ void FinetuneRun::save_best() {
 }
 
 void FinetuneRun::checkpoint() {
+  if (!writer_) return;
   state_.elapsed_s = elapsed();
   state_.task_json = json{{"best", std::isnan(best_) ? json(nullptr) : json(best_)}, {"best_step", result_.best_step},
                           {"bad_evals", bad_evals_}}.dump();
@@ -370,7 +378,7 @@ bool FinetuneRun::step() {
   const StepStats st = trainer_->step(s);
   if (!st.finite()) {
     progress_.finish();
-    std::fprintf(stderr, "error: the %s became non-finite at step %lld; stopping. The last good checkpoint is %s\n",
+    if (writer_) std::fprintf(stderr, "error: the %s became non-finite at step %lld; stopping. The last good checkpoint is %s\n",
                  std::isfinite(st.loss) ? "gradient norm" : "loss", static_cast<long long>(s + 1),
                  last_checkpoint_.empty() ? "(none yet)" : last_checkpoint_.c_str());
     result_.exit_code = 3;
@@ -389,19 +397,24 @@ bool FinetuneRun::step() {
   const bool eval = last || (o_.eval_every > 0 ? state_.step % o_.eval_every == 0 : state_.step % per_epoch == 0);
   if (eval) evaluate(rec);
   history_.push_back(rec);
-  std::fprintf(log_, "%s\n", record_json(rec).dump().c_str());
-  std::fflush(log_);
+  if (log_) {
+    std::fprintf(log_, "%s\n", record_json(rec).dump().c_str());
+    std::fflush(log_);
+  }
   const double eta = (total_steps_ - state_.step) * (elapsed() - elapsed_before_) / static_cast<double>(state_.step - result_.steps_done);
   progress_.update(state_.step, total_steps_, st.loss, last_metric_, rec.tokens_per_s, elapsed(), eta, eval);
   const bool early = eval && o_.patience > 0 && bad_evals_ >= o_.patience;
-  if (eval || last || stop_requested()) checkpoint();
+  double stopping = stop_requested() ? 1 : 0;  // every rank stops after the same step
+  comm_.allreduce_sum(&stopping, 1);
+  const bool stop = stopping > 0;
+  if (eval || last || stop) checkpoint();
   if (early) {
     result_.stopped_early = true;
     return false;
   }
-  if (stop_requested() && !last) {
+  if (stop && !last) {
     progress_.finish();
-    std::fprintf(stderr, "interrupted at step %lld: checkpoint saved to %s; continue with --resume --out %s\n",
+    if (writer_) std::fprintf(stderr, "interrupted at step %lld: checkpoint saved to %s; continue with --resume --out %s\n",
                  static_cast<long long>(state_.step), last_checkpoint_.c_str(), o_.out.c_str());
     result_.exit_code = 130;
     return false;
@@ -450,19 +463,20 @@ FinetuneResult FinetuneRun::run() {
   session_start_ = Clock::now();
   elapsed_before_ = state_.elapsed_s;
   result_.steps_done = state_.step;
-  std::fprintf(stderr, "%s %s with %lld labels on %s: %lld steps (%lld epochs of %lld), batch %lld, lr %.2g, "
-               "max length %lld, %d threads; best by %s\n",
+  if (writer_) std::fprintf(stderr, "%s %s with %lld labels on %s: %lld steps (%lld epochs of %lld), batch %lld, lr %.2g, "
+               "max length %lld, %d threads × %d processes; best by %s\n",
                resume_dir_.empty() ? "fine-tuning" : "resuming", cfg_.problem_type.c_str(),
                static_cast<long long>(cfg_.num_labels()), o_.model.c_str(), static_cast<long long>(total_steps_),
                static_cast<long long>(o_.epochs), static_cast<long long>(task_->steps_per_epoch()),
                static_cast<long long>(o_.batch), o_.lr, static_cast<long long>(o_.max_length), omp_get_max_threads(),
-               metric_.c_str());
+               comm_.size(), metric_.c_str());
   while (state_.step < total_steps_) {
     if (!step()) break;
   }
   progress_.finish();
   result_.steps_done = state_.step;
   if (result_.exit_code != 0) return result_;
+  if (!writer_) return result_;  // the best metrics are printed once, by rank 0
   for (const auto& r : history_) {
     if (r.step == result_.best_step) result_.best_metrics = r.metrics;
   }
@@ -538,7 +552,9 @@ FinetuneResult run_finetune(FinetuneOptions o, bool resume, const FinetuneHook& 
   o.validate();
   if (o.threads > 0) omp_set_num_threads(o.threads);
   FinetuneRun run(std::move(o), resume_dir, on_report);
-  return run.run();
+  const FinetuneResult r = run.run();
+  world().finish();
+  return r;
 }
 
 }  // namespace train

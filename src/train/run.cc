@@ -1,7 +1,8 @@
 // The training run (run_training, see trainer.h): options and resume, data, model, the metrics log,
 // checkpoints, the progress line, signals and the final sample around Trainer::step / evaluate.
+// Data-parallel (comm.h): every rank runs this same code on the same options; rank 0 alone writes the
+// run directory and prints, and a stop request on any rank stops every rank after the same step.
 #include <omp.h>
-#include <unistd.h>
 
 #include <chrono>
 #include <cmath>
@@ -91,7 +92,8 @@ class TrainingRun {
  public:
   TrainingRun(TrainOptions o, std::string resume_dir, ReportHook on_report)
       : o_(std::move(o)), resume_dir_(std::move(resume_dir)), on_report_(std::move(on_report)),
-        resume_(!resume_dir_.empty()), progress_(o_.progress && isatty(STDERR_FILENO)) {
+        resume_(!resume_dir_.empty()), writer_(comm_.rank() == 0),
+        progress_(ProgressLine::choose(o_.progress, writer_)) {
     load_data();
     build_model();
     open_log();
@@ -127,6 +129,8 @@ class TrainingRun {
   std::string resume_dir_;
   ReportHook on_report_;
   bool resume_;
+  Communicator& comm_ = world();
+  bool writer_;  // rank 0: writes the run directory and prints
   ProgressLine progress_;
   TrainResult result_;
   std::unique_ptr<LmText> text_;
@@ -177,8 +181,14 @@ void TrainingRun::load_data() {
 // Model, trainer (with its optimiser) and state: fresh, or from the checkpoint being resumed, or from
 // --init-from's weights (an MLM head it lacks keeps its initialisation; poolers are not used).
 void TrainingRun::build_model() {
+  std::unique_ptr<io::WeightStore> init;
+  if (!resume_ && !o_.init_from.empty()) {
+    init = io::open_weights(o_.init_from);
+    model::check_config_against_weights(o_.model, *init, o_.init_from + "/config.json");
+  }
   m_ = std::make_unique<Model>(o_.model);
-  trainer_ = std::make_unique<Trainer>(*m_, *task_, TrainerConfig{o_.schedule, o_.adamw, o_.clip, o_.seed});
+  trainer_ = std::make_unique<Trainer>(
+      *m_, *task_, TrainerConfig{o_.schedule, o_.adamw, o_.clip, o_.seed, o_.grad_accum, &comm_});
   state_.options_json = o_.to_json();
   if (resume_) {
     m_->load(io::SafeTensors(resume_dir_ + "/model.safetensors"));
@@ -191,9 +201,9 @@ void TrainingRun::build_model() {
     }
     m_->init_weights(o_.seed);
     if (!o_.init_from.empty()) {
-      m_->load(*io::open_weights(o_.init_from), {"roformer.pooler.", "pooler.", "classifier."}, true, {"cls."});
+      m_->load(*init, {"roformer.pooler.", "pooler.", "classifier."}, true, {"cls."});
     }
-    fs::create_directories(o_.out);
+    if (writer_) fs::create_directories(o_.out);
   }
 }
 
@@ -201,6 +211,7 @@ void TrainingRun::build_model() {
 void TrainingRun::open_log() {
   const std::string log_path = o_.out + "/metrics.jsonl";
   if (resume_) history_ = read_records(log_path, state_.step);
+  if (!writer_) return;
   std::string text;
   for (const Record& r : history_) text += record_json(r).dump() + "\n";
   io::write_file_atomic(log_path, text);
@@ -209,18 +220,22 @@ void TrainingRun::open_log() {
 }
 
 void TrainingRun::print_header() const {
+  if (!writer_) return;
   const TrainOptions& o = o_;
+  std::string parallel = std::to_string(omp_get_max_threads()) + " threads";
+  if (comm_.size() > 1) parallel = std::to_string(comm_.size()) + " processes (" + comm_.name() + ") × " + parallel;
+  if (o.grad_accum > 1) parallel += ", " + std::to_string(o.grad_accum) + " micro-batches";
   std::fprintf(stderr,
                "%s %s: %lld parameters (%lld layers, hidden %lld, %lld heads, ff %lld, %s positions), vocab %lld (%s)\n"
                "data %s: %s; unigram baseline %.4f nats/token\n"
-               "batch %lld × seq %lld, %lld steps, lr %.2g, %d threads%s\n",
+               "batch %lld × seq %lld, %lld steps, lr %.2g, %s%s\n",
                resume_ ? "resuming" : "training", o.task == "clm" ? "causal LM" : "masked LM",
                static_cast<long long>(param_count(m_->layout())), static_cast<long long>(o.model.num_hidden_layers),
                static_cast<long long>(o.model.hidden_size), static_cast<long long>(o.model.num_attention_heads),
                static_cast<long long>(o.model.intermediate_size), model::position_encoding_name(o.model.position_encoding),
                static_cast<long long>(o.model.vocab_size), o.tokenizer.c_str(), o.data.c_str(), corpus_size().c_str(),
                result_.unigram_baseline, static_cast<long long>(o.batch), static_cast<long long>(o.seq),
-               static_cast<long long>(o.steps), o.schedule.peak_lr, omp_get_max_threads(),
+               static_cast<long long>(o.steps), o.schedule.peak_lr, parallel.c_str(),
                resume_ ? (" (from step " + std::to_string(state_.step) + ")").c_str() : "");
 }
 
@@ -248,6 +263,7 @@ TrainResult TrainingRun::run() {
   result_.steps_done = state_.step;
   result_.train_loss = last_loss_;
   result_.val_loss = last_val_;
+  if (!writer_) return result_;
   std::fprintf(stderr, "done: %lld steps, validation loss %.4f (perplexity %.2f) vs unigram baseline %.4f\n"
                "checkpoint %s; metrics %s/metrics.{jsonl,csv}; plot %s/loss.png\n",
                static_cast<long long>(state_.step), last_val_, std::exp(last_val_), result_.unigram_baseline,
@@ -277,16 +293,22 @@ bool TrainingRun::train_step() {
     rec.val_loss = last_val_ = trainer_->evaluate().loss;
   }
   history_.push_back(rec);
-  std::fprintf(log_, "%s\n", record_json(rec).dump().c_str());
-  std::fflush(log_);
+  if (log_) {
+    std::fprintf(log_, "%s\n", record_json(rec).dump().c_str());
+    std::fflush(log_);
+  }
   const double eta = (o_.steps - state_.step) * (elapsed() - elapsed_before_) / (state_.step - first_step_);
   progress_.update(state_.step, o_.steps, s.loss, last_val_, session_tok_s, elapsed(), eta, std::isfinite(rec.val_loss));
-  if ((o_.save_every > 0 && state_.step % o_.save_every == 0) || last || stop_requested()) {
+  // Every rank stops after the same step: a signal may reach the ranks between two different steps.
+  double stopping = stop_requested() ? 1 : 0;
+  comm_.allreduce_sum(&stopping, 1);
+  const bool stop = stopping > 0;
+  if ((o_.save_every > 0 && state_.step % o_.save_every == 0) || last || stop) {
     checkpoint();
   } else if (std::isfinite(rec.val_loss)) {
     report();
   }
-  if (stop_requested() && !last) {
+  if (stop && !last) {
     stop_interrupted();
     return false;
   }
@@ -296,7 +318,7 @@ bool TrainingRun::train_step() {
 void TrainingRun::stop_non_finite(const StepStats& s, int64_t step) {
   progress_.finish();
   const bool loss_ok = std::isfinite(s.loss);
-  std::fprintf(stderr, "error: %s became %s at step %lld; stopping. The last good checkpoint is %s\n",
+  if (writer_) std::fprintf(stderr, "error: %s became %s at step %lld; stopping. The last good checkpoint is %s\n",
                loss_ok ? "the gradient norm" : "the loss", std::isnan(loss_ok ? s.grad_norm : s.loss) ? "NaN" : "infinite",
                static_cast<long long>(step + 1), result_.checkpoint.empty() ? "(none yet)" : result_.checkpoint.c_str());
   close_log();
@@ -306,7 +328,7 @@ void TrainingRun::stop_non_finite(const StepStats& s, int64_t step) {
 
 void TrainingRun::stop_interrupted() {
   progress_.finish();
-  std::fprintf(stderr, "interrupted at step %lld: checkpoint saved to %s; continue with --resume --out %s\n",
+  if (writer_) std::fprintf(stderr, "interrupted at step %lld: checkpoint saved to %s; continue with --resume --out %s\n",
                static_cast<long long>(state_.step), result_.checkpoint.c_str(), o_.out.c_str());
   close_log();
   result_.exit_code = 130;
@@ -314,12 +336,14 @@ void TrainingRun::stop_interrupted() {
 }
 
 void TrainingRun::checkpoint() {
+  if (!writer_) return;
   state_.elapsed_s = elapsed();
   result_.checkpoint = save_checkpoint(o_.out, *m_, trainer_->optimizer(), text_->writer(), state_);
   report();
 }
 
 void TrainingRun::report() {
+  if (!writer_) return;
   write_metrics_csv(o_.out, history_);
   if (on_report_) on_report_(o_.out, history_, result_.unigram_baseline, o_);
 }
@@ -349,7 +373,9 @@ TrainResult run_training(TrainOptions o, bool resume, const ReportHook& on_repor
   o.model.is_decoder = o.task == "clm";
   if (o.threads > 0) omp_set_num_threads(o.threads);
   TrainingRun run(std::move(o), resume_dir, on_report);
-  return run.run();
+  const TrainResult r = run.run();
+  world().finish();
+  return r;
 }
 
 }  // namespace train

@@ -2,6 +2,7 @@
 #include "task.h"
 
 #include <cmath>
+#include <stdexcept>
 
 #include "base/random.h"
 
@@ -21,22 +22,44 @@ model::Inputs Batch::inputs() const {
           .row0 = row0};
 }
 
-EvalStats evaluate(Task& task, Model& m) {
+Batch Batch::rows(int64_t r0, int64_t r1) const {
+  if (r0 < 0 || r1 > B || r0 > r1) throw std::out_of_range("Batch::rows: bad row range");
+  Batch out;
+  out.B = r1 - r0;
+  out.T = T;
+  out.row0 = row0 + r0;
+  auto cut = [&](const auto& all, auto& part) {
+    if (all.empty()) return;
+    const size_t width = all.size() / static_cast<size_t>(B);
+    part.assign(all.begin() + static_cast<ptrdiff_t>(r0 * width), all.begin() + static_cast<ptrdiff_t>(r1 * width));
+  };
+  cut(ids, out.ids);
+  cut(token_types, out.token_types);
+  cut(attention_mask, out.attention_mask);
+  cut(targets, out.targets);
+  cut(values, out.values);
+  return out;
+}
+
+EvalStats evaluate(Task& task, Model& m, Communicator* comm) {
+  const int rank = comm ? comm->rank() : 0, ranks = comm ? comm->size() : 1;
   const std::vector<std::string> names = task.metric_names();
-  double sum = 0;
-  std::vector<double> metric_sums(names.size(), 0.0);
-  int64_t count = 0;
-  for (const Batch& b : task.validation_batches()) {
-    const int64_t n = task.loss_count(b);
-    const LossStats s = task.evaluate(m, b, n);
-    sum += s.loss * static_cast<double>(n);
-    for (size_t i = 0; i < metric_sums.size() && i < s.metric_sums.size(); ++i) metric_sums[i] += s.metric_sums[i];
-    count += n;
+  // (loss sum, count, metric sums...)
+  std::vector<double> sums(2 + names.size(), 0.0);
+  const std::vector<Batch>& batches = task.validation_batches();
+  for (size_t i = static_cast<size_t>(rank); i < batches.size(); i += static_cast<size_t>(ranks)) {
+    const int64_t n = task.loss_count(batches[i]);
+    const LossStats s = task.evaluate(m, batches[i], n);
+    sums[0] += s.loss * static_cast<double>(n);
+    sums[1] += static_cast<double>(n);
+    for (size_t k = 0; k < names.size() && k < s.metric_sums.size(); ++k) sums[2 + k] += s.metric_sums[k];
   }
+  if (ranks > 1) comm->allreduce_sum(sums.data(), static_cast<int64_t>(sums.size()));
+  const double count = sums[1];
   EvalStats r;
-  r.count = count;
-  r.loss = count ? sum / static_cast<double>(count) : NAN;
-  for (double v : metric_sums) r.metrics.push_back(count ? v / static_cast<double>(count) : NAN);
+  r.count = static_cast<int64_t>(count);
+  r.loss = count > 0 ? sums[0] / count : NAN;
+  for (size_t k = 0; k < names.size(); ++k) r.metrics.push_back(count > 0 ? sums[2 + k] / count : NAN);
   return r;
 }
 

@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "model/roformer.h"
+#include "train/comm.h"
 
 namespace train {
 
@@ -41,6 +42,9 @@ struct Batch {
   std::vector<float> values;  // real-valued targets, e.g. (B, labels): regression scores, multi-label 0/1
 
   model::Inputs inputs() const;  // the model's view, without targets (the task owns the loss)
+  // Rows [r0, r1) as a batch of their own (row0 + r0 its global first row). Every per-row field,
+  // whatever its width, is cut the same way.
+  Batch rows(int64_t r0, int64_t r1) const;
   int64_t tokens() const { return B * T; }  // input tokens processed
 };
 
@@ -85,7 +89,8 @@ class Task {
 };
 
 // The validation loss and metrics of m on task.validation_batches(): each batch evaluated under its
-// own count, weighted by it (the mean over all counted targets).
-EvalStats evaluate(Task& task, Model& m);
+// own count, weighted by it (the mean over all counted targets). With a group of N, rank r evaluates
+// batches r, r + N, ... and the sums are reduced: every rank gets the result.
+EvalStats evaluate(Task& task, Model& m, Communicator* comm = nullptr);
 
 }  // namespace train

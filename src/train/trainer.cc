@@ -3,6 +3,7 @@
 #include "trainer.h"
 
 #include <cmath>
+#include <stdexcept>
 #include <nlohmann/json.hpp>
 
 #include "data/corpus.h"
@@ -15,7 +16,9 @@ namespace train {
 using nlohmann::json;
 
 Trainer::Trainer(Model& m, Task& task, const TrainerConfig& c)
-    : m_(m), task_(task), c_(c), opt_(make_adamw(m, c.adamw)) {}
+    : m_(m), task_(task), c_(c), comm_(c.comm ? *c.comm : world()), opt_(make_adamw(m, c.adamw)) {
+  if (c_.grad_accum < 1) throw std::invalid_argument("--grad-accum must be at least 1");
+}
 
 StepStats Trainer::step(int64_t step) {
   const Batch batch = task_.train_batch(step);
@@ -23,21 +26,37 @@ StepStats Trainer::step(int64_t step) {
 }
 
 StepStats Trainer::step(const Batch& batch, int64_t step, int64_t normaliser) {
+  const int64_t ranks = comm_.size(), rank = comm_.rank(), K = c_.grad_accum;
+  if (batch.B < ranks * K) {
+    throw std::invalid_argument("a batch of " + std::to_string(batch.B) + " rows cannot feed " + std::to_string(ranks) +
+                                " processes × " + std::to_string(K) + " micro-batches");
+  }
   StepStats s;
   s.tokens = batch.tokens();
   s.lr = learning_rate(c_.schedule, step);
   m_.zero_grad();
-  const LossStats l = task_.loss_and_grad(m_, batch, stream_seed(c_.seed, kDropoutStream, step), normaliser);
-  s.loss = l.loss;
-  s.counted = l.count;
+  const uint64_t dropout_seed = stream_seed(c_.seed, kDropoutStream, step);
+  const int64_t lo = batch.B * rank / ranks, hi = batch.B * (rank + 1) / ranks;
+  double totals[2] = {0, 0};  // this rank's Σ micro-batch losses (each already / normaliser), counted targets
+  for (int64_t k = 0; k < K; ++k) {
+    const int64_t r0 = lo + (hi - lo) * k / K, r1 = lo + (hi - lo) * (k + 1) / K;
+    const bool whole = r0 == 0 && r1 == batch.B;
+    const LossStats l = task_.loss_and_grad(m_, whole ? batch : batch.rows(r0, r1), dropout_seed, normaliser);
+    totals[0] += l.loss;
+    totals[1] += static_cast<double>(l.count);
+  }
+  comm_.allreduce_sum(totals, 2);
+  s.loss = totals[0];
+  s.counted = static_cast<int64_t>(totals[1]);
   if (!std::isfinite(s.loss)) return s;
+  comm_.allreduce_sum(m_.grads.data(), static_cast<int64_t>(m_.grads.size()));
   s.grad_norm = clip_grad_norm({m_.grads.data()}, {static_cast<int64_t>(m_.grads.size())},
                                c_.clip > 0 ? c_.clip : INFINITY);
   if (std::isfinite(s.grad_norm)) opt_.step(s.lr);
   return s;
 }
 
-EvalStats Trainer::evaluate() { return train::evaluate(task_, m_); }
+EvalStats Trainer::evaluate() { return train::evaluate(task_, m_, &comm_); }
 
 LmTaskConfig lm_task_config(const TrainOptions& o, int64_t vocab_size, const LmText& text) {
   LmTaskConfig c;
@@ -72,7 +91,7 @@ std::string TrainOptions::to_json() const {
             {"clip", clip}, {"seed", seed}, {"eval_every", eval_every}, {"eval_batches", eval_batches},
             {"save_every", save_every}, {"val_fraction", val_fraction}, {"mask_prob", mask_prob},
             {"sample_tokens", sample_tokens}, {"sample_prompt", sample_prompt}, {"temperature", temperature},
-            {"top_k", top_k}, {"threads", threads}};
+            {"top_k", top_k}, {"grad_accum", grad_accum}, {"threads", threads}};
   return j.dump(2) + "\n";
 }
 
@@ -107,6 +126,7 @@ TrainOptions TrainOptions::from_json(const std::string& text) {
     o.sample_prompt = j.at("sample_prompt");
     o.temperature = j.at("temperature");
     o.top_k = j.at("top_k");
+    o.grad_accum = j.value("grad_accum", int64_t{1});  // absent in runs from before data parallelism
     o.threads = j.at("threads");
   } catch (const json::exception& e) {
     throw io::Error(std::string("training options: ") + e.what());
@@ -139,6 +159,7 @@ void TrainOptions::validate() const {
   if (eval_every < 0 || save_every < 0 || eval_batches < 1) fail("bad --eval-every / --save-every / --eval-batches");
   if (!(mask_prob > 0 && mask_prob < 1)) fail("--mask-prob must be in (0, 1)");
   if (threads < 0) fail("--threads must be >= 0");
+  if (grad_accum < 1 || grad_accum > batch) fail("--grad-accum must be in [1, --batch]");
   model.validate();
 }
 

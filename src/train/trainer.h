@@ -18,6 +18,7 @@
 #include "data/corpus.h"
 #include "model/config.h"
 #include "model/roformer.h"
+#include "train/comm.h"
 #include "train/lm_task.h"
 #include "train/lm_text.h"
 #include "train/optim.h"
@@ -46,7 +47,8 @@ struct TrainOptions {
   std::string sample_prompt = "\n";
   double temperature = 0.8;
   int64_t top_k = 40;
-  int threads = 0;                  // OpenMP threads (0: all cores)
+  int64_t grad_accum = 1;           // micro-batches per rank and step (--batch stays the global batch)
+  int threads = 0;                  // OpenMP threads per process (0: all cores)
   bool progress = true;             // the live progress line (on a terminal)
 
   std::string to_json() const;  // everything but `out` and `progress`, which belong to the invocation
@@ -71,22 +73,34 @@ struct TrainerConfig {
   AdamWConfig adamw;
   double clip = 1.0;   // global gradient-norm clip (0: off)
   uint64_t seed = 1337;  // dropout masks of step s: stream_seed(seed, kDropoutStream, s)
+  int64_t grad_accum = 1;  // micro-batches each rank splits its rows into (same result, less memory)
+  Communicator* comm = nullptr;  // the data-parallel group (null: world())
 };
 
-// Optimises a model on a task. The model and the task must outlive the trainer.
+// Optimises a model on a task, data-parallel over a communicator (comm.h). The model and the task
+// must outlive the trainer.
+//
+// Data parallelism. Every rank builds the same global batch (it is a pure function of the seed and
+// the step) and takes a contiguous share of its rows, rank r rows [B·r/N, B·(r+1)/N), split further
+// into grad_accum micro-batches. Each micro-batch's loss is normalised by the global batch's count,
+// so the ranks' summed gradients are the gradient of the global mean; the data, masks and dropout
+// a row sees are keyed by its global row, so they do not depend on N or grad_accum. Gradients are
+// summed with one allreduce after the backward; every rank then clips and steps identically.
 class Trainer {
  public:
   Trainer(Model& m, Task& task, const TrainerConfig& c);
 
-  // Optimiser step `step` (0-based) on task.train_batch(step), the loss normalised by its own count.
+  // Optimiser step `step` (0-based) on task.train_batch(step), the loss normalised by its count.
   StepStats step(int64_t step);
-  // Optimiser step `step` on a given batch, the loss normalised by `normaliser` (e.g. the count
-  // summed over every process holding a shard of the global batch): zero the gradients, the task's
-  // loss_and_grad, clip, AdamW at the schedule's rate. A non-finite loss or gradient norm skips the
-  // update.
+  // Optimiser step `step` on a given global batch, the loss normalised by `normaliser`: zero the
+  // gradients, the task's loss_and_grad over this rank's micro-batches, the allreduce, clip, AdamW at
+  // the schedule's rate. StepStats hold the global loss and count. A non-finite loss or gradient norm
+  // skips the update (on every rank: both are reduced first).
   StepStats step(const Batch& batch, int64_t step, int64_t normaliser);
-  // The validation loss and metrics on the task's validation batches (train::evaluate).
+  // The validation loss and metrics on the task's validation batches, each rank evaluating every
+  // N-th batch (train::evaluate).
   EvalStats evaluate();
+  Communicator& comm() { return comm_; }
 
   AdamW& optimizer() { return opt_; }  // for checkpoints
   Model& model() { return m_; }
@@ -96,6 +110,7 @@ class Trainer {
   Model& m_;
   Task& task_;
   TrainerConfig c_;
+  Communicator& comm_;
   AdamW opt_;
 };
 

@@ -1,5 +1,6 @@
 // The training step API: per-row MLM masks independent of how a batch is split, the task's loss
-// against the model's own, a normaliser passed in, and Trainer::step / evaluate.
+// against the model's own, a normaliser passed in, Trainer::step / evaluate, and gradient
+// accumulation (micro-batches of a batch's rows give the whole batch's step).
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -141,6 +142,64 @@ TEST(Trainer, StepsAndEvaluates) {
   EXPECT_LT(last, first);  // it learns the batch
   EXPECT_EQ(trainer.optimizer().steps(), 10);
   EXPECT_LT(trainer.evaluate().loss, before.loss);
+}
+
+TEST(Batch, RowsCutsEveryPerRowField) {
+  train::Batch b;
+  b.B = 3, b.T = 2, b.row0 = 10;
+  b.ids = {1, 2, 3, 4, 5, 6};
+  b.attention_mask = {1, 1, 1, 0, 1, 1};
+  b.targets = {7, 8, 9};  // one per row
+  b.values = {0.5f, 1.5f, 2.5f, 3.5f, 4.5f, 5.5f};
+  const train::Batch r = b.rows(1, 3);
+  EXPECT_EQ(r.B, 2);
+  EXPECT_EQ(r.row0, 11);
+  EXPECT_EQ(r.ids, (std::vector<int64_t>{3, 4, 5, 6}));
+  EXPECT_EQ(r.attention_mask, (std::vector<int64_t>{1, 0, 1, 1}));
+  EXPECT_TRUE(r.token_types.empty());
+  EXPECT_EQ(r.targets, (std::vector<int64_t>{8, 9}));
+  EXPECT_EQ(r.values, (std::vector<float>{2.5f, 3.5f, 4.5f, 5.5f}));
+  EXPECT_THROW(b.rows(2, 4), std::out_of_range);
+}
+
+// K micro-batches of one MLM batch, with dropout on: the same losses and weights for K = 1, 2, 3, 6.
+TEST(Trainer, GradientAccumulationGivesTheWholeBatchStep) {
+  train::LmTaskConfig c;
+  c.vocab_size = kV;
+  c.causal = false;
+  c.mask_prob = 0.3;
+  train::LmTask task(nullptr, c, {});
+  const train::Batch b = train::lm_batch(windows(6, 8, 21), c, 5);
+  auto cfg = tiny(false);
+  cfg.hidden_dropout_prob = cfg.attention_probs_dropout_prob = 0.1;
+  std::vector<std::vector<float>> weights;
+  std::vector<std::vector<double>> losses;
+  for (const int64_t K : {1, 2, 3, 6}) {
+    train::Model m(cfg);
+    m.init_weights(4);
+    train::TrainerConfig tc;
+    tc.schedule = {.peak_lr = 1e-2, .min_lr = 0, .warmup_steps = 0, .total_steps = 5, .decay = train::Decay::linear};
+    tc.grad_accum = K;
+    train::Trainer trainer(m, task, tc);
+    losses.emplace_back();
+    for (int64_t s = 0; s < 5; ++s) {
+      const train::StepStats st = trainer.step(b, s, task.loss_count(b));
+      EXPECT_EQ(st.counted, task.loss_count(b));
+      losses.back().push_back(st.loss);
+    }
+    weights.push_back(m.params);
+  }
+  for (size_t k = 1; k < weights.size(); ++k) {
+    for (size_t s = 0; s < losses[0].size(); ++s) EXPECT_NEAR(losses[k][s], losses[0][s], 1e-5 * losses[0][s]) << k;
+    for (size_t i = 0; i < weights[0].size(); ++i) {
+      ASSERT_NEAR(weights[k][i], weights[0][i], 2e-5 + 1e-4 * std::fabs(weights[0][i])) << "K index " << k << " param " << i;
+    }
+  }
+  train::Model m(cfg);
+  train::TrainerConfig too_many;
+  too_many.grad_accum = 7;  // 6 rows cannot make 7 micro-batches
+  train::Trainer trainer(m, task, too_many);
+  EXPECT_THROW(trainer.step(b, 0, task.loss_count(b)), std::invalid_argument);
 }
 
 }  // namespace

@@ -182,7 +182,9 @@ std::function<int()> add_model_commands(CLI::App& app) {
       ->check(CLI::PositiveNumber)->capture_default_str();
   tr->add_option("--dropout", o->dropout, "Hidden dropout")->check(CLI::Range(0.0, 0.99))->capture_default_str();
   tr->add_option("--attention-dropout", o->attention_dropout, "Attention-probability dropout (default: --dropout)");
-  tr->add_option("--batch", t.batch, "Sequences per step")->check(CLI::PositiveNumber)->capture_default_str();
+  tr->add_option("--batch", t.batch, "Sequences per step, over all processes")->check(CLI::PositiveNumber)->capture_default_str();
+  tr->add_option("--grad-accum", t.grad_accum, "Micro-batches each process splits its rows into (same result, less memory)")
+      ->check(CLI::PositiveNumber)->capture_default_str();
   tr->add_option("--seq", t.seq, "Tokens per sequence")->check(CLI::PositiveNumber)->capture_default_str();
   tr->add_option("--steps", t.steps, "Optimizer steps")->check(CLI::PositiveNumber)->capture_default_str();
   tr->add_option("--lr", t.schedule.peak_lr, "Peak learning rate")->capture_default_str();
@@ -201,7 +203,7 @@ std::function<int()> add_model_commands(CLI::App& app) {
   tr->add_option("--sample-prompt", t.sample_prompt, "Prompt of the final sample");
   tr->add_option("--temperature", t.temperature, "Sampling temperature")->capture_default_str();
   tr->add_option("--top-k", t.top_k, "Sampling top-k (0: all)")->capture_default_str();
-  tr->add_option("--threads", t.threads, "OpenMP threads (0: all cores)")->check(CLI::NonNegativeNumber);
+  tr->add_option("--threads", t.threads, "OpenMP threads per process (0: all cores)")->check(CLI::NonNegativeNumber);
   tr->add_flag("--no-progress", o->no_progress, "No live progress line (log lines instead)");
   tr->callback([tr, o] {
     if (!o->resume && o->train.data.empty()) throw CLI::RequiredError("--data");

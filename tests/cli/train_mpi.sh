@@ -1,0 +1,140 @@
+#!/usr/bin/env bash
+# Data-parallel training (docs/distributed.md), run by ctest in the mpi preset. A masked LM with
+# dropout (so that MLM masks and dropout masks are both exercised) trains for 60 steps:
+# - with 1 process, with mpirun -np 2 and -np 4, and with 1 process and --grad-accum 4: the loss
+#   trajectories and the final weights agree within fp32 tolerance (the ranks' gradients are summed in
+#   another order, nothing else differs);
+# - -np 2 twice: identical losses and weights, byte for byte;
+# - a run saved by -np 2 at step 30 resumes with -np 4 and with 1 process and ends as the
+#   uninterrupted run does, within the same tolerance;
+# - a rank killed with SIGKILL ends the whole job with a non-zero status within seconds, and the last
+#   checkpoint stays loadable.
+# Usage: train_mpi.sh ROFORMER_BINARY MPIEXEC WORK_DIR
+set -euo pipefail
+roformer="$1"
+mpiexec="$2"
+work="$3"
+rm -rf "$work"
+mkdir -p "$work"
+source "$(dirname "$0")/resume_lib.sh"
+# Root needs --allow-run-as-root; more ranks than cores needs --oversubscribe. Shared memory and TCP
+# on loopback only (a CI container has no other network to probe).
+mpirun=("$mpiexec" --oversubscribe --mca btl self,vader,tcp --mca btl_tcp_if_include lo --mca oob_tcp_if_include lo)
+[ "$(id -u)" = 0 ] && mpirun+=(--allow-run-as-root)
+
+awk 'BEGIN { srand(11); split("the a river mountain city old young bright quiet garden road stone light dark sea", w, " ");
+             for (i = 0; i < 4000; i++) { s = ""; n = 4 + int(rand() * 8);
+               for (j = 0; j < n; j++) s = s w[1 + int(rand() * 16)] " ";
+               print s "and " i % 89 "." } }' > "$work/corpus.txt"
+model=(--data "$work/corpus.txt" --task mlm --layers 2 --hidden 64 --heads 2 --ff 128 --seq 32 --batch 8 --lr 3e-3
+       --warmup 6 --eval-every 20 --eval-batches 4 --dropout 0.1 --threads 1 --no-progress)
+opts=("${model[@]}" --steps 60 --save-every 30)
+
+run() {  # NAME NPROCS [extra options]: trains into $work/NAME
+  local name="$1" n="$2"
+  shift 2
+  if [ "$n" = 1 ]; then
+    "$roformer" train "${opts[@]}" "$@" --out "$work/$name" 2> "$work/$name.log"
+  else
+    "${mpirun[@]}" -np "$n" "$roformer" train "${opts[@]}" "$@" --out "$work/$name" > "$work/$name.log" 2>&1
+  fi
+}
+# compare A B: the per-step training and validation losses agree within 1e-5 (relative), and every
+# weight of the final checkpoints within 2e-3 of its tensor's largest value. The losses agree to
+# ~1e-8; the weights less closely, because AdamW turns a tiny difference in a near-zero gradient
+# into a difference of up to the learning rate.
+compare() {
+  python3 - "$work/$1" "$work/$2" <<'PY'
+import array, json, struct, sys
+a, b = sys.argv[1], sys.argv[2]
+loss_tol, weight_tol = 1e-5, 2e-3
+def log(d):
+    return [json.loads(l) for l in open(d + "/metrics.jsonl")]
+la, lb = log(a), log(b)
+assert len(la) == len(lb) == 60, (len(la), len(lb))
+worst = max(abs(x[k] - y[k]) / abs(x[k]) for x, y in zip(la, lb) for k in ("loss", "val_loss") if k in x)
+def tensors(d):
+    raw = open(d + "/step-000060/model.safetensors", "rb").read()
+    n = struct.unpack("<Q", raw[:8])[0]
+    head = json.loads(raw[8:8 + n])
+    out = {}
+    for name, t in head.items():
+        if name == "__metadata__": continue
+        lo, hi = t["data_offsets"]
+        out[name] = array.array("f", raw[8 + n + lo:8 + n + hi])
+    return out
+ta, tb = tensors(a), tensors(b)
+assert ta.keys() == tb.keys()
+wworst = max(max(abs(x - y) for x, y in zip(ta[k], tb[k])) / max(max(abs(x) for x in ta[k]), 1e-30) for k in ta)
+print(f"{b} vs {a}: largest relative loss difference {worst:.2e}, weights {wworst:.2e}")
+sys.exit(0 if worst <= loss_tol and wworst <= weight_tol else 1)
+PY
+}
+
+echo "== 1 process, -np 2, -np 4, 1 process with --grad-accum 4"
+run one 1
+run two 2
+run four 4
+run accum 1 --grad-accum 4
+grep -q "2 processes (mpi) × 1 threads" "$work/two.log" || { cat "$work/two.log" >&2; exit 1; }
+compare one two
+compare one four
+compare one accum
+
+echo "== -np 2 again: bit-identical"
+run two_again 2
+cmp <(grep -o '"loss":[^,]*' "$work/two/metrics.jsonl") <(grep -o '"loss":[^,]*' "$work/two_again/metrics.jsonl")
+cmp "$work/two/step-000060/model.safetensors" "$work/two_again/step-000060/model.safetensors"
+
+echo "== saved by -np 2 at step 30, resumed by -np 4 and by 1 process"
+for n in 4 1; do
+  cp -r "$work/two" "$work/resume$n"
+  rm -rf "$work/resume$n/step-000060"
+  echo step-000030 > "$work/resume$n/latest"
+  if [ "$n" = 1 ]; then
+    "$roformer" train --resume --out "$work/resume$n" --no-progress 2>> "$work/resume$n.log"
+  else
+    "${mpirun[@]}" -np "$n" "$roformer" train --resume --out "$work/resume$n" --no-progress >> "$work/resume$n.log" 2>&1
+  fi
+  compare one "resume$n"
+done
+
+echo "== SIGINT to the launcher (Ctrl-C): every rank stops after the same step, rank 0 saves once"
+"${mpirun[@]}" -np 2 "$roformer" train "${model[@]}" --steps 100000 --save-every 0 --out "$work/interrupted" \
+  > "$work/interrupted.log" 2>&1 &
+launcher=$!
+wait_for_steps "$work/interrupted" 25
+kill -INT "$launcher"
+status=0
+wait "$launcher" || status=$?
+[ "$status" -ne 0 ] || { echo "an interrupted job exited 0" >&2; exit 1; }
+[ "$(grep -c "interrupted at step" "$work/interrupted.log")" = 1 ] || { cat "$work/interrupted.log" >&2; exit 1; }
+saved=$(cat "$work/interrupted/latest")
+[ "$saved" = "step-$(printf %06d "$(steps_logged "$work/interrupted")")" ] || { echo "latest $saved" >&2; exit 1; }
+[ "$(grep -c "^training masked LM" "$work/interrupted.log")" = 1 ] && [ "$(grep -c "^step 20/" "$work/interrupted.log")" = 1 ] ||
+  { echo "a rank other than 0 printed" >&2; cat "$work/interrupted.log" >&2; exit 1; }
+echo "SIGINT: $saved saved once, the job exited with status $status"
+
+echo "== a killed rank ends the job"
+"${mpirun[@]}" -np 2 "$roformer" train "${model[@]}" --steps 100000 --save-every 5 --out "$work/killed" \
+  > "$work/killed.log" 2>&1 &
+launcher=$!
+wait_for_steps "$work/killed" 8
+victim=$(pgrep -f -n -- "--out $work/killed")
+kill -KILL "$victim"
+status=0
+for _ in $(seq 1 300); do  # at most 30 s
+  kill -0 "$launcher" 2> /dev/null || break
+  sleep 0.1
+done
+if kill -0 "$launcher" 2> /dev/null; then
+  echo "the job still runs 30 s after a rank was killed" >&2
+  pkill -KILL -f -- "--out $work/killed" || true
+  exit 1
+fi
+wait "$launcher" || status=$?
+[ "$status" -ne 0 ] || { echo "the job exited 0 after a rank was killed" >&2; exit 1; }
+"$roformer" eval --model "$work/killed/$(cat "$work/killed/latest")" --data "$work/corpus.txt" --batch 4 --seq 32 \
+  > "$work/killed.eval"
+echo "killed rank: job ended with status $status; $(cat "$work/killed/latest") still evaluates"
+echo "all data-parallel checks passed"
