@@ -41,6 +41,15 @@ template <typename T>
 RoFormer<T>::RoFormer(const RoFormerConfig& cfg) : cfg_(cfg) {
   cfg_.validate();
   layout_ = param_layout(cfg_);
+  for (int64_t l = 0; l < cfg_.num_hidden_layers; ++l) {
+    const std::string first = "roformer.encoder.layer." + std::to_string(l) + ".";
+    for (const ParamInfo& info : layout_) {
+      if (info.name.rfind(first, 0) == 0) {
+        layer_offsets_.push_back(info.offset);
+        break;
+      }
+    }
+  }
   params.assign(param_count(layout_), T(0));
   p = bind_params(cfg_, layout_, params.data());
   if (cfg_.position_encoding == PositionEncoding::rope) {
@@ -299,8 +308,10 @@ void RoFormer<T>::backward_from_hidden(const T* d_hidden, const T* d_pooled) {
     self_attention_backward(d_in, g.layers[l].attn, d_mid, L.attn, p.layers[l].attn, attention_context(l),
                             a.input_of(l).data(), a.B, a.S, s);
     std::swap(d_out, d_in);
+    if (on_grads_final) on_grads_final(layer_offsets_[l]);
   }
   embeddings_backward(cfg_, g.emb, d_out, a.emb, p.emb, a.dropout, s);
+  if (on_grads_final) on_grads_final(0);
 }
 
 template <typename T>

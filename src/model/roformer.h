@@ -9,6 +9,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -92,6 +93,12 @@ class RoFormer {
   // d(loss)/d(pooler output) (B, H) when d_pooled is given.
   void backward_from_hidden(const T* d_hidden, const T* d_pooled = nullptr);
   void zero_grad();
+  // When set, called during the backward with an arena offset: every gradient at or above it is now
+  // final (after layer l's backward: layer l's first parameter, the head's and the pooler's lying
+  // above it; after the embeddings: 0). Data-parallel training starts reducing those gradients while
+  // the backward goes on (train/trainer.cc).
+  std::function<void(int64_t offset)> on_grads_final;
+  const std::vector<int64_t>& layer_offsets() const { return layer_offsets_; }  // each layer's first parameter
 
   // Views of the last forward.
   const T* embedding_output() const;      // (B, T, E) after the embedding LayerNorm (before dropout)
@@ -111,6 +118,7 @@ class RoFormer {
   AttentionContext<T> attention_context(int64_t layer) const;
   RoFormerConfig cfg_;
   std::vector<ParamInfo> layout_;
+  std::vector<int64_t> layer_offsets_;  // arena offset of each layer's first parameter
   std::unique_ptr<Activations> act_;
   std::unique_ptr<rope::Plan> rope_;  // RoPE models; dynamic NTK follows the batch length
   bool rope_dynamic_ = false;

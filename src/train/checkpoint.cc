@@ -42,11 +42,13 @@ void make_dirs(const std::string& dir) {
 
 }  // namespace
 
-AdamW make_adamw(model::RoFormer<float>& m, const AdamWConfig& cfg) {
+AdamW make_adamw(model::RoFormer<float>& m, const AdamWConfig& cfg, int64_t begin, int64_t end) {
   m.allocate_grads();
+  if (end < 0) end = static_cast<int64_t>(m.params.size());
   std::vector<ParamRef> refs;
   for (const auto& info : m.layout()) {
-    refs.push_back({m.params.data() + info.offset, m.grads.data() + info.offset, info.size, info.decay});
+    const int64_t lo = std::max(begin, info.offset), hi = std::min(end, info.offset + info.size);
+    if (lo < hi) refs.push_back({m.params.data() + lo, m.grads.data() + lo, hi - lo, info.decay});
   }
   return AdamW(std::move(refs), cfg);
 }

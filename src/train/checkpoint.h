@@ -55,7 +55,8 @@ LoadedModel load_model(const std::string& dir);
 // have been built over the same layout. Throws io::Error.
 TrainerState load_optimizer(const std::string& dir, const model::RoFormer<float>& m, AdamW& opt);
 
-// AdamW over the model's arena: one ParamRef per layout tensor, decay as the layout says.
-AdamW make_adamw(model::RoFormer<float>& m, const AdamWConfig& cfg);
+// AdamW over the model's arena: one ParamRef per layout tensor, decay as the layout says. With an
+// arena range [begin, end), only the parts of the tensors inside it (a ZeRO-1 shard; end -1: the end).
+AdamW make_adamw(model::RoFormer<float>& m, const AdamWConfig& cfg, int64_t begin = 0, int64_t end = -1);
 
 }  // namespace train

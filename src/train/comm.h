@@ -23,6 +23,12 @@ class Communicator {
   // rank calls with the same n, in the same order of calls.
   virtual void allreduce_sum(float* data, int64_t n) = 0;
   virtual void allreduce_sum(double* data, int64_t n) = 0;
+  // The same, in the background: starts summing data, which must stay untouched until wait_all()
+  // returns, when every started sum is done. No other collective may be called in between.
+  virtual void start_allreduce_sum(float* data, int64_t n) = 0;
+  virtual void wait_all() = 0;
+  // data (n elements) on every rank becomes root's.
+  virtual void broadcast(float* data, int64_t n, int root) = 0;
 
   // The run ended normally on this rank: the group shuts down in order at exit. Without it (an
   // error on one rank) the exit aborts the whole group, so that no rank waits for it forever.

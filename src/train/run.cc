@@ -188,11 +188,19 @@ void TrainingRun::build_model() {
   }
   m_ = std::make_unique<Model>(o_.model);
   trainer_ = std::make_unique<Trainer>(
-      *m_, *task_, TrainerConfig{o_.schedule, o_.adamw, o_.clip, o_.seed, o_.grad_accum, &comm_});
+      *m_, *task_,
+      TrainerConfig{o_.schedule, o_.adamw, o_.clip, o_.seed, o_.grad_accum, &comm_,
+                    static_cast<int64_t>(o_.bucket_mb * 1048576.0), o_.zero1});
   state_.options_json = o_.to_json();
   if (resume_) {
     m_->load(io::SafeTensors(resume_dir_ + "/model.safetensors"));
-    state_ = load_optimizer(resume_dir_, *m_, trainer_->optimizer());
+    if (trainer_->sharded()) {  // the checkpoint holds every moment; this rank keeps its shard
+      AdamW whole = make_adamw(*m_, o_.adamw);
+      state_ = load_optimizer(resume_dir_, *m_, whole);
+      trainer_->set_optimizer(whole);
+    } else {
+      state_ = load_optimizer(resume_dir_, *m_, trainer_->optimizer());
+    }
     state_.options_json = o_.to_json();
     result_.checkpoint = resume_dir_;
   } else {
@@ -225,6 +233,7 @@ void TrainingRun::print_header() const {
   std::string parallel = std::to_string(omp_get_max_threads()) + " threads";
   if (comm_.size() > 1) parallel = std::to_string(comm_.size()) + " processes (" + comm_.name() + ") × " + parallel;
   if (o.grad_accum > 1) parallel += ", " + std::to_string(o.grad_accum) + " micro-batches";
+  if (trainer_->sharded()) parallel += ", AdamW moments sharded (ZeRO-1)";
   std::fprintf(stderr,
                "%s %s: %lld parameters (%lld layers, hidden %lld, %lld heads, ff %lld, %s positions), vocab %lld (%s)\n"
                "data %s: %s; unigram baseline %.4f nats/token\n"
@@ -336,9 +345,10 @@ void TrainingRun::stop_interrupted() {
 }
 
 void TrainingRun::checkpoint() {
+  const AdamW& optimizer = trainer_->gather_optimizer();  // every rank: with ZeRO-1 a collective
   if (!writer_) return;
   state_.elapsed_s = elapsed();
-  result_.checkpoint = save_checkpoint(o_.out, *m_, trainer_->optimizer(), text_->writer(), state_);
+  result_.checkpoint = save_checkpoint(o_.out, *m_, optimizer, text_->writer(), state_);
   report();
 }
 

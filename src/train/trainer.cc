@@ -2,6 +2,7 @@
 // training run's driver is in run.cc.
 #include "trainer.h"
 
+#include <chrono>
 #include <cmath>
 #include <stdexcept>
 #include <nlohmann/json.hpp>
@@ -15,9 +16,49 @@ namespace train {
 
 using nlohmann::json;
 
+namespace {
+
+// ZeRO-1's shards: the arena split into `ranks` contiguous ranges (a single range without ZeRO-1).
+std::vector<std::pair<int64_t, int64_t>> zero1_shards(int64_t total, int ranks, bool zero1) {
+  if (!zero1 || ranks == 1) return {{0, total}};
+  std::vector<std::pair<int64_t, int64_t>> shards;
+  for (int r = 0; r < ranks; ++r) shards.emplace_back(total * r / ranks, total * (r + 1) / ranks);
+  return shards;
+}
+
+
+// This rank's range of the arena (all of it without ZeRO-1).
+std::pair<int64_t, int64_t> own_shard(const std::vector<std::pair<int64_t, int64_t>>& shards, int rank) {
+  return shards.size() > 1 ? shards[static_cast<size_t>(rank)] : shards[0];
+}
+
+}  // namespace
+
 Trainer::Trainer(Model& m, Task& task, const TrainerConfig& c)
-    : m_(m), task_(task), c_(c), comm_(c.comm ? *c.comm : world()), opt_(make_adamw(m, c.adamw)) {
+    : m_(m), task_(task), c_(c), comm_(c.comm ? *c.comm : world()),
+      shards_(zero1_shards(static_cast<int64_t>(m.params.size()), comm_.size(), c.zero1)),
+      opt_(make_adamw(m, c.adamw, own_shard(shards_, comm_.rank()).first, own_shard(shards_, comm_.rank()).second)) {
   if (c_.grad_accum < 1) throw std::invalid_argument("--grad-accum must be at least 1");
+  // Buckets follow the backward: from the top of the arena (head, last layer) down to the embeddings,
+  // layers merged until a bucket holds bucket_bytes. Every rank makes the same list from the layout.
+  const int64_t total = static_cast<int64_t>(m_.params.size());
+  const int64_t min_size = c_.bucket_bytes > 0 ? c_.bucket_bytes / static_cast<int64_t>(sizeof(float)) : total;
+  int64_t end = total;
+  const std::vector<int64_t>& layers = m_.layer_offsets();
+  for (auto it = layers.rbegin(); it != layers.rend(); ++it) {
+    if (end - *it >= min_size) {
+      buckets_.emplace_back(*it, end);
+      end = *it;
+    }
+  }
+  if (end > 0) buckets_.emplace_back(0, end);
+}
+
+void Trainer::start_buckets(int64_t ready_from) {
+  for (; started_ < buckets_.size() && buckets_[started_].first >= ready_from; ++started_) {
+    const auto [begin, end] = buckets_[started_];
+    comm_.start_allreduce_sum(m_.grads.data() + begin, end - begin);
+  }
 }
 
 StepStats Trainer::step(int64_t step) {
@@ -34,26 +75,89 @@ StepStats Trainer::step(const Batch& batch, int64_t step, int64_t normaliser) {
   StepStats s;
   s.tokens = batch.tokens();
   s.lr = learning_rate(c_.schedule, step);
+  gathered_.reset();
   m_.zero_grad();
   const uint64_t dropout_seed = stream_seed(c_.seed, kDropoutStream, step);
   const int64_t lo = batch.B * rank / ranks, hi = batch.B * (rank + 1) / ranks;
   double totals[2] = {0, 0};  // this rank's Σ micro-batch losses (each already / normaliser), counted targets
+  const bool parallel = ranks > 1;
+  started_ = 0;
   for (int64_t k = 0; k < K; ++k) {
     const int64_t r0 = lo + (hi - lo) * k / K, r1 = lo + (hi - lo) * (k + 1) / K;
     const bool whole = r0 == 0 && r1 == batch.B;
+    // The last micro-batch's backward finishes each gradient: reduce as it goes.
+    if (parallel && k == K - 1) m_.on_grads_final = [this](int64_t offset) { start_buckets(offset); };
     const LossStats l = task_.loss_and_grad(m_, whole ? batch : batch.rows(r0, r1), dropout_seed, normaliser);
+    m_.on_grads_final = nullptr;
     totals[0] += l.loss;
     totals[1] += static_cast<double>(l.count);
+  }
+  if (parallel) {
+    // Whatever the backward did not start (all of it when this rank's loss was not finite and it
+    // skipped the backward): every rank starts the same buckets in the same order.
+    const auto t0 = std::chrono::steady_clock::now();
+    start_buckets(0);
+    comm_.wait_all();
+    s.comm_wait_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   }
   comm_.allreduce_sum(totals, 2);
   s.loss = totals[0];
   s.counted = static_cast<int64_t>(totals[1]);
   if (!std::isfinite(s.loss)) return s;
-  comm_.allreduce_sum(m_.grads.data(), static_cast<int64_t>(m_.grads.size()));
   s.grad_norm = clip_grad_norm({m_.grads.data()}, {static_cast<int64_t>(m_.grads.size())},
                                c_.clip > 0 ? c_.clip : INFINITY);
-  if (std::isfinite(s.grad_norm)) opt_.step(s.lr);
+  if (!std::isfinite(s.grad_norm)) return s;
+  opt_.step(s.lr);
+  // ZeRO-1: each rank updated its own shard; every rank gets every shard.
+  if (sharded()) {
+    for (size_t r = 0; r < shards_.size(); ++r) {
+      comm_.broadcast(m_.params.data() + shards_[r].first, shards_[r].second - shards_[r].first, static_cast<int>(r));
+    }
+  }
   return s;
+}
+
+const AdamW& Trainer::gather_optimizer() {
+  if (!sharded()) return opt_;
+  const int64_t total = static_cast<int64_t>(m_.params.size());
+  std::vector<float> m(static_cast<size_t>(total)), v(static_cast<size_t>(total));
+  int64_t at = shards_[static_cast<size_t>(comm_.rank())].first;  // this rank's pieces, in arena order
+  for (size_t k = 0; k < opt_.first_moments().size(); ++k) {
+    std::copy(opt_.first_moments()[k].begin(), opt_.first_moments()[k].end(), m.begin() + at);
+    std::copy(opt_.second_moments()[k].begin(), opt_.second_moments()[k].end(), v.begin() + at);
+    at += static_cast<int64_t>(opt_.first_moments()[k].size());
+  }
+  for (size_t r = 0; r < shards_.size(); ++r) {
+    const auto [begin, end] = shards_[r];
+    comm_.broadcast(m.data() + begin, end - begin, static_cast<int>(r));
+    comm_.broadcast(v.data() + begin, end - begin, static_cast<int>(r));
+  }
+  gathered_ = std::make_unique<AdamW>(make_adamw(m_, c_.adamw));
+  const auto& layout = m_.layout();
+  for (size_t i = 0; i < layout.size(); ++i) {
+    gathered_->first_moments()[i].assign(m.begin() + layout[i].offset, m.begin() + layout[i].offset + layout[i].size);
+    gathered_->second_moments()[i].assign(v.begin() + layout[i].offset, v.begin() + layout[i].offset + layout[i].size);
+  }
+  gathered_->set_steps(opt_.steps());
+  return *gathered_;
+}
+
+void Trainer::set_optimizer(const AdamW& whole) {
+  const int64_t total = static_cast<int64_t>(m_.params.size());
+  std::vector<float> m(static_cast<size_t>(total)), v(static_cast<size_t>(total));  // as flat arenas
+  const auto& layout = m_.layout();
+  for (size_t i = 0; i < layout.size(); ++i) {
+    std::copy(whole.first_moments()[i].begin(), whole.first_moments()[i].end(), m.begin() + layout[i].offset);
+    std::copy(whole.second_moments()[i].begin(), whole.second_moments()[i].end(), v.begin() + layout[i].offset);
+  }
+  int64_t at = own_shard(shards_, comm_.rank()).first;
+  for (size_t k = 0; k < opt_.first_moments().size(); ++k) {
+    const int64_t n = static_cast<int64_t>(opt_.first_moments()[k].size());
+    opt_.first_moments()[k].assign(m.begin() + at, m.begin() + at + n);
+    opt_.second_moments()[k].assign(v.begin() + at, v.begin() + at + n);
+    at += n;
+  }
+  opt_.set_steps(whole.steps());
 }
 
 EvalStats Trainer::evaluate() { return train::evaluate(task_, m_, &comm_); }
@@ -91,7 +195,8 @@ std::string TrainOptions::to_json() const {
             {"clip", clip}, {"seed", seed}, {"eval_every", eval_every}, {"eval_batches", eval_batches},
             {"save_every", save_every}, {"val_fraction", val_fraction}, {"mask_prob", mask_prob},
             {"sample_tokens", sample_tokens}, {"sample_prompt", sample_prompt}, {"temperature", temperature},
-            {"top_k", top_k}, {"grad_accum", grad_accum}, {"threads", threads}};
+            {"top_k", top_k}, {"grad_accum", grad_accum}, {"bucket_mb", bucket_mb}, {"zero1", zero1},
+            {"threads", threads}};
   return j.dump(2) + "\n";
 }
 
@@ -127,6 +232,8 @@ TrainOptions TrainOptions::from_json(const std::string& text) {
     o.temperature = j.at("temperature");
     o.top_k = j.at("top_k");
     o.grad_accum = j.value("grad_accum", int64_t{1});  // absent in runs from before data parallelism
+    o.bucket_mb = j.value("bucket_mb", 4.0);
+    o.zero1 = j.value("zero1", false);
     o.threads = j.at("threads");
   } catch (const json::exception& e) {
     throw io::Error(std::string("training options: ") + e.what());
@@ -160,6 +267,7 @@ void TrainOptions::validate() const {
   if (!(mask_prob > 0 && mask_prob < 1)) fail("--mask-prob must be in (0, 1)");
   if (threads < 0) fail("--threads must be >= 0");
   if (grad_accum < 1 || grad_accum > batch) fail("--grad-accum must be in [1, --batch]");
+  if (!(bucket_mb >= 0 && bucket_mb <= 65536)) fail("--bucket-mb must be in [0, 65536]");
   model.validate();
 }
 

@@ -12,7 +12,9 @@
 #include <cmath>
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "data/corpus.h"
@@ -48,6 +50,8 @@ struct TrainOptions {
   double temperature = 0.8;
   int64_t top_k = 40;
   int64_t grad_accum = 1;           // micro-batches per rank and step (--batch stays the global batch)
+  double bucket_mb = 4;             // data-parallel gradient buckets (MiB; 0: one allreduce after the backward)
+  bool zero1 = false;               // data-parallel: shard the AdamW moments over the ranks (ZeRO-1)
   int threads = 0;                  // OpenMP threads per process (0: all cores)
   bool progress = true;             // the live progress line (on a terminal)
 
@@ -64,6 +68,7 @@ struct StepStats {
   double lr = 0;           // the learning rate of the step
   int64_t counted = 0;     // targets of this batch counted in the loss (the task's loss_count)
   int64_t tokens = 0;      // input tokens processed
+  double comm_wait_s = 0;  // time spent summing gradients that the backward did not hide
   // False: the loss or the gradient is NaN/inf, and the parameters were left unchanged.
   bool finite() const { return std::isfinite(loss) && std::isfinite(grad_norm); }
 };
@@ -75,6 +80,12 @@ struct TrainerConfig {
   uint64_t seed = 1337;  // dropout masks of step s: stream_seed(seed, kDropoutStream, s)
   int64_t grad_accum = 1;  // micro-batches each rank splits its rows into (same result, less memory)
   Communicator* comm = nullptr;  // the data-parallel group (null: world())
+  // Gradients are summed in buckets of about this many bytes, each started as soon as the backward
+  // has finished its layers (0: one allreduce after the backward).
+  int64_t bucket_bytes = int64_t{4} << 20;
+  // ZeRO-1: each rank keeps and updates only its 1/N of the AdamW moments (a contiguous range of the
+  // arena), then every rank broadcasts its updated parameters. Same results, bit for bit.
+  bool zero1 = false;
 };
 
 // Optimises a model on a task, data-parallel over a communicator (comm.h). The model and the task
@@ -85,7 +96,9 @@ struct TrainerConfig {
 // into grad_accum micro-batches. Each micro-batch's loss is normalised by the global batch's count,
 // so the ranks' summed gradients are the gradient of the global mean; the data, masks and dropout
 // a row sees are keyed by its global row, so they do not depend on N or grad_accum. Gradients are
-// summed with one allreduce after the backward; every rank then clips and steps identically.
+// summed over the ranks in buckets of consecutive layers, each started (non-blocking) as soon as the
+// last micro-batch's backward has finished those layers, so that communication overlaps the rest of
+// the backward; every rank then clips and steps identically.
 class Trainer {
  public:
   Trainer(Model& m, Task& task, const TrainerConfig& c);
@@ -102,7 +115,13 @@ class Trainer {
   EvalStats evaluate();
   Communicator& comm() { return comm_; }
 
-  AdamW& optimizer() { return opt_; }  // for checkpoints
+  AdamW& optimizer() { return opt_; }  // this rank's (with ZeRO-1, a shard)
+  bool sharded() const { return shards_.size() > 1; }
+  // The whole model's optimiser state, for a checkpoint: optimizer(), or with ZeRO-1 every rank's
+  // shard gathered (a collective: every rank calls it; kept until the next step).
+  const AdamW& gather_optimizer();
+  // Takes a whole-model optimiser state (make_adamw + load_optimizer): with ZeRO-1 this rank's shard.
+  void set_optimizer(const AdamW& whole);
   Model& model() { return m_; }
   Task& task() { return task_; }
 
@@ -110,8 +129,14 @@ class Trainer {
   Model& m_;
   Task& task_;
   TrainerConfig c_;
+  void start_buckets(int64_t ready_from);  // starts every bucket lying at or above ready_from
+
   Communicator& comm_;
+  std::vector<std::pair<int64_t, int64_t>> shards_;   // ZeRO-1: rank r's [begin, end) of the arena
   AdamW opt_;
+  std::vector<std::pair<int64_t, int64_t>> buckets_;  // [begin, end) of the arena, in reduction order
+  size_t started_ = 0;                                // buckets started this step
+  std::unique_ptr<AdamW> gathered_;                   // gather_optimizer()'s result
 };
 
 // One line of the metrics log; val_loss is NaN on steps without evaluation.

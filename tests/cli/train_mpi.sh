@@ -1,19 +1,26 @@
 #!/usr/bin/env bash
 # Data-parallel training (docs/distributed.md), run by ctest in the mpi preset. A masked LM with
 # dropout (so that MLM masks and dropout masks are both exercised) trains for 60 steps:
-# - with 1 process, with mpirun -np 2 and -np 4, and with 1 process and --grad-accum 4: the loss
-#   trajectories and the final weights agree within fp32 tolerance (the ranks' gradients are summed in
-#   another order, nothing else differs);
-# - -np 2 twice: identical losses and weights, byte for byte;
-# - a run saved by -np 2 at step 30 resumes with -np 4 and with 1 process and ends as the
+# - with 1 process, with mpirun -np 2 and -np 4, with 1 process and --grad-accum 4, and with -np 2
+#   and buckets small enough that each layer is reduced during the backward: the loss trajectories
+#   and the final weights agree within fp32 tolerance (the ranks' gradients are summed in another
+#   order, nothing else differs);
+# - -np 2 twice, and -np 2 with ZeRO-1 (sharded AdamW moments): identical losses, weights and
+#   optimizer checkpoints, byte for byte;
+# - a ZeRO-1 run saved by -np 2 at step 30 resumes with -np 4 and with 1 process and ends as the
 #   uninterrupted run does, within the same tolerance;
+# - SIGINT to mpirun (Ctrl-C): every rank stops after the same step and rank 0 saves once;
 # - a rank killed with SIGKILL ends the whole job with a non-zero status within seconds, and the last
 #   checkpoint stays loadable.
-# Usage: train_mpi.sh ROFORMER_BINARY MPIEXEC WORK_DIR
+# - roformer finetune (the roformer-hf case1 fixture, a generated sentiment task) with -np 2 gives
+#   the 1-process run's losses and validation metrics within the same tolerance, and rank 0 alone
+#   writes.
+# Usage: train_mpi.sh ROFORMER_BINARY MPIEXEC WORK_DIR FIXTURES
 set -euo pipefail
 roformer="$1"
 mpiexec="$2"
 work="$3"
+fixtures="$4"
 rm -rf "$work"
 mkdir -p "$work"
 source "$(dirname "$0")/resume_lib.sh"
@@ -71,24 +78,48 @@ sys.exit(0 if worst <= loss_tol and wworst <= weight_tol else 1)
 PY
 }
 
+# same_tensors A B: two safetensors files hold the same tensors, bit for bit (their metadata, which
+# records the options, may differ).
+same_tensors() {
+  python3 - "$1" "$2" <<'PY'
+import json, struct, sys
+def tensors(path):
+    raw = open(path, "rb").read()
+    n = struct.unpack("<Q", raw[:8])[0]
+    head = json.loads(raw[8:8 + n])
+    return {k: raw[8 + n + t["data_offsets"][0]:8 + n + t["data_offsets"][1]] for k, t in head.items() if k != "__metadata__"}
+a, b = tensors(sys.argv[1]), tensors(sys.argv[2])
+bad = [k for k in a if a[k] != b.get(k)] + [k for k in b if k not in a]
+if bad: sys.exit(f"{sys.argv[2]} differs from {sys.argv[1]} in {len(bad)} tensors, e.g. {bad[0]}")
+PY
+}
+
 echo "== 1 process, -np 2, -np 4, 1 process with --grad-accum 4"
 run one 1
 run two 2
 run four 4
 run accum 1 --grad-accum 4
+run buckets 2 --bucket-mb 0.02  # 20 KiB buckets: the gradients reduced layer by layer during the backward
 grep -q "2 processes (mpi) × 1 threads" "$work/two.log" || { cat "$work/two.log" >&2; exit 1; }
 compare one two
 compare one four
 compare one accum
+compare one buckets
 
-echo "== -np 2 again: bit-identical"
+echo "== -np 2 again, and -np 2 with ZeRO-1: bit-identical"
 run two_again 2
-cmp <(grep -o '"loss":[^,]*' "$work/two/metrics.jsonl") <(grep -o '"loss":[^,]*' "$work/two_again/metrics.jsonl")
-cmp "$work/two/step-000060/model.safetensors" "$work/two_again/step-000060/model.safetensors"
+run two_zero1 2 --zero1
+grep -q "AdamW moments sharded (ZeRO-1)" "$work/two_zero1.log" || { cat "$work/two_zero1.log" >&2; exit 1; }
+for other in two_again two_zero1; do
+  cmp <(grep -o '"loss":[^,]*' "$work/two/metrics.jsonl") <(grep -o '"loss":[^,]*' "$work/$other/metrics.jsonl")
+  for f in step-000030/optimizer.safetensors step-000060/model.safetensors step-000060/optimizer.safetensors; do
+    same_tensors "$work/two/$f" "$work/$other/$f"
+  done
+done
 
-echo "== saved by -np 2 at step 30, resumed by -np 4 and by 1 process"
+echo "== saved by -np 2 with ZeRO-1 at step 30, resumed by -np 4 (ZeRO-1: 4 shards) and by 1 process"
 for n in 4 1; do
-  cp -r "$work/two" "$work/resume$n"
+  cp -r "$work/two_zero1" "$work/resume$n"
   rm -rf "$work/resume$n/step-000060"
   echo step-000030 > "$work/resume$n/latest"
   if [ "$n" = 1 ]; then
@@ -137,4 +168,33 @@ wait "$launcher" || status=$?
 "$roformer" eval --model "$work/killed/$(cat "$work/killed/latest")" --data "$work/corpus.txt" --batch 4 --seq 32 \
   > "$work/killed.eval"
 echo "killed rank: job ended with status $status; $(cat "$work/killed/latest") still evaluates"
+echo "== roformer finetune: -np 2 as 1 process"
+python3 - "$work" <<'PY'
+import json, random, sys
+rng = random.Random(3)
+POS, NEG, FILL = ["love", "yes", "good"], ["stop", "no", "bad"], ["the", "quick", "brown", "fox", "lazy", "world", "he"]
+for name, n in (("train", 96), ("val", 24)):
+    with open(f"{sys.argv[1]}/{name}.jsonl", "w") as f:
+        for _ in range(n):
+            y = rng.randint(0, 1)
+            w = [rng.choice(FILL) for _ in range(rng.randint(2, 8))]
+            w.insert(rng.randint(0, len(w)), rng.choice(POS if y else NEG))
+            f.write(json.dumps({"sentence": " ".join(w), "label": "positive" if y else "negative"}) + "\n")
+PY
+ft=(--model "$fixtures/case1_mlm_basic" --train "$work/train.jsonl" --validation "$work/val.jsonl" --max-length 16
+    --batch 8 --epochs 2 --eval-every 6 --lr 5e-4 --dropout 0.1 --threads 1 --no-progress)
+"$roformer" finetune "${ft[@]}" --out "$work/ft_one" > "$work/ft_one.log" 2>&1
+"${mpirun[@]}" -np 2 "$roformer" finetune "${ft[@]}" --out "$work/ft_two" > "$work/ft_two.log" 2>&1
+[ "$(grep -c "^best " "$work/ft_two.log")" = "$(grep -c "^best " "$work/ft_one.log")" ] ||
+  { echo "finetune: rank 0 alone should print the results" >&2; cat "$work/ft_two.log" >&2; exit 1; }
+python3 - "$work/ft_one/metrics.jsonl" "$work/ft_two/metrics.jsonl" <<'PY'
+import json, sys
+a, b = ([json.loads(l) for l in open(p)] for p in sys.argv[1:3])
+assert len(a) == len(b) == 24, (len(a), len(b))
+keys = [k for k in a[-1] if k == "loss" or k.startswith("val_")]
+worst = max(abs(x[k] - y[k]) / max(abs(x[k]), 1e-3) for x, y in zip(a, b) for k in keys if k in x)
+print(f"finetune -np 2 vs 1 process: largest relative difference {worst:.2e} over {keys}")
+sys.exit(0 if worst <= 1e-5 else 1)
+PY
+
 echo "all data-parallel checks passed"

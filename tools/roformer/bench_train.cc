@@ -2,7 +2,9 @@
 // (bench/peers/roformer_torch.py): random tokens, causal or masked LM, AdamW, clipping, fp32, through
 // train::Trainer::step as `roformer train` runs it.
 // Reports tokens/s, ms/step, model GFLOP/s (the peer's FLOP formula), this machine's sgemm rate
-// at the same thread count, and peak RSS, as a table or as JSON for the peer's --ours.
+// at the same thread count, and peak RSS, as a table or as JSON for the peer's --ours. Under mpirun
+// the step is data-parallel (--batch stays the global batch) and rank 0 also reports the time per
+// step spent waiting for the gradient reduction after the backward (what the buckets did not hide).
 #include <fmt/core.h>
 #include <omp.h>
 
@@ -84,14 +86,15 @@ int bench_train(const BenchTrainOptions& o) {
   tc.schedule = {.peak_lr = 1e-3, .min_lr = 0, .warmup_steps = 0, .total_steps = 1, .decay = train::Decay::constant};
   tc.adamw = {};
   tc.clip = 1.0;
+  tc.bucket_bytes = static_cast<int64_t>(o.bucket_mb * 1048576.0);
   train::Trainer trainer(m, task, tc);
-  auto step = [&](int64_t s) { return trainer.step(s).loss; };
-  for (int64_t s = 0; s < o.warmup; ++s) step(s);
-  std::vector<double> times;
+  train::Communicator& comm = trainer.comm();
+  for (int64_t s = 0; s < o.warmup; ++s) trainer.step(s);
+  std::vector<double> times, waits;
   const auto t0 = bench_clock::now();
   for (int64_t s = 0; s < o.steps; ++s) {
     const auto ts = bench_clock::now();
-    step(o.warmup + s);
+    waits.push_back(trainer.step(o.warmup + s).comm_wait_s);
     times.push_back(seconds_since(ts));
   }
   const double wall = seconds_since(t0);
@@ -101,8 +104,12 @@ int bench_train(const BenchTrainOptions& o) {
   const double flops_per_token = 3 * (2 * matmul_params + 4.0 * L * T * H);
   const double tokens_per_s = N * o.steps / wall;
   const double gflops = tokens_per_s * flops_per_token * 1e-9;
+  const bool prints = comm.rank() == 0;
+  comm.finish();
+  if (!prints) return 0;
   const double sgemm = o.sgemm ? sgemm_gflops(large ? 2048 : 1024) : 0;
   std::sort(times.begin(), times.end());
+  std::sort(waits.begin(), waits.end());
   const nlohmann::json run = {{"preset", o.preset},
                               {"task", o.task},
                               {"threads", omp_get_max_threads()},
@@ -119,7 +126,10 @@ int bench_train(const BenchTrainOptions& o) {
                               {"gflops", gflops},
                               {"sgemm_gflops", sgemm},
                               {"sgemm_fraction", sgemm > 0 ? gflops / sgemm : 0.0},
-                              {"peak_rss_mib", peak_rss}};
+                              {"peak_rss_mib", peak_rss},
+                              {"processes", comm.size()},
+                              {"bucket_mb", o.bucket_mb},
+                              {"comm_wait_ms_median", waits[waits.size() / 2] * 1e3}};
   if (o.json) {
     fmt::print("{}\n", nlohmann::json{{"tool", "roformer bench train"}, {"runs", {run}}}.dump(2));
   } else {
@@ -127,7 +137,12 @@ int bench_train(const BenchTrainOptions& o) {
                o.preset, o.task, B, T, omp_get_max_threads(), tokens_per_s, wall * 1e3 / o.steps,
                times[times.size() / 2] * 1e3, gflops);
     if (sgemm > 0) fmt::print(" = {:.0f}% of sgemm {:.1f} GFLOP/s", 100 * gflops / sgemm, sgemm);
-    fmt::print(", peak RSS {:.0f} MiB\n", peak_rss);
+    fmt::print(", peak RSS {:.0f} MiB", peak_rss);
+    if (comm.size() > 1) {
+      fmt::print("; {} processes, buckets {} MiB: {:.2f} ms/step waiting for the gradient sum (median)", comm.size(),
+                 o.bucket_mb, waits[waits.size() / 2] * 1e3);
+    }
+    fmt::print("\n");
   }
   return 0;
 }

@@ -33,9 +33,17 @@ struct BenchTrainOptions {
   int64_t batch = 8, seq = 256, vocab = 256, steps = 20, warmup = 3;
   int threads = 0;
   bool sgemm = true;  // also measure this machine's sgemm rate
+  double bucket_mb = 4;  // under mpirun: gradient buckets (0: one allreduce after the backward)
   bool json = false;
 };
 int bench_train(const BenchTrainOptions& options);
+
+struct BenchCommOptions {
+  int64_t min_bytes = 4096, max_bytes = int64_t{64} << 20;  // sizes go up by 4×
+  double min_time = 0.5;                                     // seconds per size
+  bool json = false;
+};
+int bench_comm(const BenchCommOptions& options);
 
 struct BenchInferOptions {
   std::string model;             // a Hugging Face RoFormer model directory

@@ -50,6 +50,15 @@ int main(int argc, char** argv) {
   bench_train_cmd->add_option("--threads", bench_train.threads, "OpenMP threads (0: all)")->check(CLI::NonNegativeNumber);
   bench_train_cmd->add_flag("!--no-sgemm", bench_train.sgemm, "Skip the sgemm rate probe");
   bench_train_cmd->add_flag("--json", bench_train.json, "Print JSON (for bench/peers/roformer_torch.py --ours)");
+  bench_train_cmd->add_option("--bucket-mb", bench_train.bucket_mb, "Under mpirun: gradient buckets in MiB (0: one "
+                              "allreduce after the backward)")->check(CLI::Range(0.0, 65536.0));
+
+  roformer::BenchCommOptions bench_comm;
+  CLI::App* bench_comm_cmd = bench->add_subcommand("comm", "Allreduce time by message size (run it under mpirun)");
+  bench_comm_cmd->add_option("--min-bytes", bench_comm.min_bytes, "Smallest message")->check(CLI::Range(4, 1 << 30));
+  bench_comm_cmd->add_option("--max-bytes", bench_comm.max_bytes, "Largest message")->check(CLI::Range(4, 1 << 30));
+  bench_comm_cmd->add_option("--min-time", bench_comm.min_time, "Seconds per size")->check(CLI::Range(0.001, 60.0));
+  bench_comm_cmd->add_flag("--json", bench_comm.json, "Print JSON");
 
   roformer::DecayOptions decay;
   CLI::App* decay_cmd = app.add_subcommand("decay", "RoPE's long-term decay bound vs relative distance (paper Fig. 2)");
@@ -118,6 +127,7 @@ int main(int argc, char** argv) {
     if (plot_runs_cmd->parsed()) return roformer::plot_runs(plot_runs);
     if (bench_att_cmd->parsed()) return roformer::bench_attention(bench_att);
     if (bench_train_cmd->parsed()) return roformer::bench_train(bench_train);
+    if (bench_comm_cmd->parsed()) return roformer::bench_comm(bench_comm);
     if (bench_infer_cmd->parsed()) return roformer::bench_infer(bench_infer);
     return 0;
   };

@@ -185,6 +185,9 @@ std::function<int()> add_model_commands(CLI::App& app) {
   tr->add_option("--batch", t.batch, "Sequences per step, over all processes")->check(CLI::PositiveNumber)->capture_default_str();
   tr->add_option("--grad-accum", t.grad_accum, "Micro-batches each process splits its rows into (same result, less memory)")
       ->check(CLI::PositiveNumber)->capture_default_str();
+  tr->add_option("--bucket-mb", t.bucket_mb, "Data-parallel gradient buckets in MiB, reduced during the backward "
+                 "(0: one allreduce after it)")->capture_default_str();
+  tr->add_flag("--zero1", t.zero1, "Data-parallel: each process keeps 1/N of the AdamW moments (ZeRO-1)");
   tr->add_option("--seq", t.seq, "Tokens per sequence")->check(CLI::PositiveNumber)->capture_default_str();
   tr->add_option("--steps", t.steps, "Optimizer steps")->check(CLI::PositiveNumber)->capture_default_str();
   tr->add_option("--lr", t.schedule.peak_lr, "Peak learning rate")->capture_default_str();
