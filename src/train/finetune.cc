@@ -279,7 +279,7 @@ void FinetuneRun::prepare() {
   sched.decay = Decay::linear;
   AdamWConfig adamw;
   adamw.weight_decay = o_.weight_decay;
-  trainer_ = std::make_unique<Trainer>(*m_, *task_, TrainerConfig{sched, adamw, o_.clip, o_.seed});
+  trainer_ = std::make_unique<Trainer>(*m_, *task_, TrainerConfig{sched, adamw, o_.clip, o_.seed, o_.grad_accum});
   state_.options_json = o_.to_json();
   if (!resume_dir_.empty()) {
     state_ = load_optimizer(resume_dir_, *m_, trainer_->optimizer());
@@ -496,7 +496,7 @@ std::string FinetuneOptions::to_json() const {
                   {"batch", batch}, {"epochs", epochs}, {"eval_every", eval_every}, {"patience", patience},
                   {"metric", metric}, {"lr", lr}, {"warmup_ratio", warmup_ratio}, {"weight_decay", weight_decay},
                   {"clip", clip}, {"dropout", dropout}, {"rope_scaling", rope_scaling}, {"seed", seed},
-                  {"predict", predict}, {"threads", threads}};
+                  {"predict", predict}, {"grad_accum", grad_accum}, {"threads", threads}};
   return j.dump(2) + "\n";
 }
 
@@ -511,6 +511,7 @@ FinetuneOptions FinetuneOptions::from_json(const std::string& text) {
     o.metric = j.at("metric"), o.lr = j.at("lr"), o.warmup_ratio = j.at("warmup_ratio");
     o.weight_decay = j.at("weight_decay"), o.clip = j.at("clip"), o.dropout = j.at("dropout");
     o.rope_scaling = j.at("rope_scaling"), o.seed = j.at("seed"), o.predict = j.at("predict"), o.threads = j.at("threads");
+    o.grad_accum = j.value("grad_accum", int64_t{1});  // absent in runs from before gradient accumulation
   } catch (const json::exception& e) {
     throw io::Error(std::string("fine-tuning options: ") + e.what());
   }
@@ -529,6 +530,7 @@ void FinetuneOptions::validate() const {
        "--problem-type must be single_label_classification, multi_label_classification or regression");
   need(max_length >= 2, "--max-length must be at least 2");
   need(batch > 0 && epochs > 0, "--batch and --epochs must be positive");
+  need(grad_accum >= 1 && grad_accum <= batch, "--grad-accum must be in [1, --batch]");
   need(eval_every >= 0 && patience >= 0, "--eval-every and --patience must not be negative");
   need(lr > 0 && std::isfinite(lr), "--lr must be positive");
   need(warmup_ratio >= 0 && warmup_ratio <= 1, "--warmup-ratio must be in [0, 1]");

@@ -37,6 +37,7 @@ struct FinetuneOptions {
   data::LabeledColumns columns;
   std::string problem_type;          // "" = inferred from the training labels
   int64_t max_length = 128, batch = 32, epochs = 3;
+  int64_t grad_accum = 1;            // micro-batches per process and step (--batch stays the batch of a step)
   int64_t eval_every = 0;            // steps between evaluations; 0 = at the end of each epoch
   int64_t patience = 0;              // evaluations without improvement before stopping; 0 = never stop early
   std::string metric;                // the best checkpoint's metric; "" = accuracy, pearson or f1_micro by problem type

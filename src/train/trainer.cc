@@ -67,11 +67,7 @@ StepStats Trainer::step(int64_t step) {
 }
 
 StepStats Trainer::step(const Batch& batch, int64_t step, int64_t normaliser) {
-  const int64_t ranks = comm_.size(), rank = comm_.rank(), K = c_.grad_accum;
-  if (batch.B < ranks * K) {
-    throw std::invalid_argument("a batch of " + std::to_string(batch.B) + " rows cannot feed " + std::to_string(ranks) +
-                                " processes × " + std::to_string(K) + " micro-batches");
-  }
+  const int64_t ranks = comm_.size(), rank = comm_.rank();
   StepStats s;
   s.tokens = batch.tokens();
   s.lr = learning_rate(c_.schedule, step);
@@ -79,6 +75,8 @@ StepStats Trainer::step(const Batch& batch, int64_t step, int64_t normaliser) {
   m_.zero_grad();
   const uint64_t dropout_seed = stream_seed(c_.seed, kDropoutStream, step);
   const int64_t lo = batch.B * rank / ranks, hi = batch.B * (rank + 1) / ranks;
+  // A short batch (an epoch's last) may leave a rank fewer rows than micro-batches, or none.
+  const int64_t K = std::min(c_.grad_accum, hi - lo);
   double totals[2] = {0, 0};  // this rank's Σ micro-batch losses (each already / normaliser), counted targets
   const bool parallel = ranks > 1;
   started_ = 0;

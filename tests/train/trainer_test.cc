@@ -162,7 +162,8 @@ TEST(Batch, RowsCutsEveryPerRowField) {
   EXPECT_THROW(b.rows(2, 4), std::out_of_range);
 }
 
-// K micro-batches of one MLM batch, with dropout on: the same losses and weights for K = 1, 2, 3, 6.
+// K micro-batches of one MLM batch, with dropout on: the same losses and weights for K = 1, 2, 3, 6;
+// K = 9 > 6 rows (an epoch's short last batch) runs as 6.
 TEST(Trainer, GradientAccumulationGivesTheWholeBatchStep) {
   train::LmTaskConfig c;
   c.vocab_size = kV;
@@ -174,7 +175,7 @@ TEST(Trainer, GradientAccumulationGivesTheWholeBatchStep) {
   cfg.hidden_dropout_prob = cfg.attention_probs_dropout_prob = 0.1;
   std::vector<std::vector<float>> weights;
   std::vector<std::vector<double>> losses;
-  for (const int64_t K : {1, 2, 3, 6}) {
+  for (const int64_t K : {1, 2, 3, 6, 9}) {
     train::Model m(cfg);
     m.init_weights(4);
     train::TrainerConfig tc;
@@ -195,11 +196,6 @@ TEST(Trainer, GradientAccumulationGivesTheWholeBatchStep) {
       ASSERT_NEAR(weights[k][i], weights[0][i], 2e-5 + 1e-4 * std::fabs(weights[0][i])) << "K index " << k << " param " << i;
     }
   }
-  train::Model m(cfg);
-  train::TrainerConfig too_many;
-  too_many.grad_accum = 7;  // 6 rows cannot make 7 micro-batches
-  train::Trainer trainer(m, task, too_many);
-  EXPECT_THROW(trainer.step(b, 0, task.loss_count(b)), std::invalid_argument);
 }
 
 }  // namespace

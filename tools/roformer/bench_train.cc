@@ -69,11 +69,11 @@ class RandomTokenTask : public train::TokenTask {
 int bench_train(const BenchTrainOptions& o) {
   if (o.threads > 0) omp_set_num_threads(o.threads);
   model::RoFormerConfig c;
-  const bool large = o.preset == "large";
-  c.hidden_size = c.embedding_size = large ? 512 : 256;
-  c.num_hidden_layers = large ? 6 : 4;
-  c.num_attention_heads = large ? 8 : 4;
-  c.intermediate_size = large ? 2048 : 1024;
+  const bool large = o.preset == "large", base = o.preset == "base";
+  c.hidden_size = c.embedding_size = base ? 768 : large ? 512 : 256;
+  c.num_hidden_layers = base ? 12 : large ? 6 : 4;
+  c.num_attention_heads = base ? 12 : large ? 8 : 4;
+  c.intermediate_size = base ? 3072 : large ? 2048 : 1024;
   c.vocab_size = o.vocab;
   c.max_position_embeddings = std::max<int64_t>(512, o.seq);
   c.hidden_dropout_prob = c.attention_probs_dropout_prob = 0;
@@ -107,7 +107,7 @@ int bench_train(const BenchTrainOptions& o) {
   const bool prints = comm.rank() == 0;
   comm.finish();
   if (!prints) return 0;
-  const double sgemm = o.sgemm ? sgemm_gflops(large ? 2048 : 1024) : 0;
+  const double sgemm = o.sgemm ? sgemm_gflops(large || base ? 2048 : 1024) : 0;
   std::sort(times.begin(), times.end());
   std::sort(waits.begin(), waits.end());
   const nlohmann::json run = {{"preset", o.preset},

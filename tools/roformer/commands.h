@@ -28,7 +28,8 @@ struct BenchRopeOptions {
 int bench_rope(const BenchRopeOptions& options);
 
 struct BenchTrainOptions {
-  std::string preset = "small";  // small: 256 wide, 4 layers, 4 heads, ff 1024; large: 512, 6, 8, 2048
+  std::string preset = "small";  // small: 256 wide, 4 layers, 4 heads, ff 1024; large: 512, 6, 8, 2048;
+                                 // base: 768, 12, 12, 3072 (RoFormer-base, with --vocab 50000)
   std::string task = "clm";
   int64_t batch = 8, seq = 256, vocab = 256, steps = 20, warmup = 3;
   int threads = 0;

@@ -64,7 +64,9 @@ std::function<int()> add_finetune_command(CLI::App& app) {
       ->check(CLI::IsMember({"single_label_classification", "multi_label_classification", "regression"}));
   ft->add_option("--max-length", o->max_length, "Tokens per example after truncation (longest_first for pairs)")
       ->capture_default_str();
-  ft->add_option("--batch", o->batch, "Examples per step")->check(CLI::PositiveNumber)->capture_default_str();
+  ft->add_option("--batch", o->batch, "Examples per step, over all processes")->check(CLI::PositiveNumber)->capture_default_str();
+  ft->add_option("--grad-accum", o->grad_accum, "Micro-batches each process splits its rows into (same result, less memory)")
+      ->check(CLI::PositiveNumber)->capture_default_str();
   ft->add_option("--epochs", o->epochs, "Passes over the training set")->check(CLI::PositiveNumber)->capture_default_str();
   ft->add_option("--eval-every", o->eval_every, "Steps between evaluations (0: each epoch)")->capture_default_str();
   ft->add_option("--patience", o->patience, "Stop after this many evaluations without improvement (0: never)")

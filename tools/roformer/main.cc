@@ -40,7 +40,8 @@ int main(int argc, char** argv) {
 
   roformer::BenchTrainOptions bench_train;
   CLI::App* bench_train_cmd = bench->add_subcommand("train", "Training tokens/s on the PyTorch peer's model shapes");
-  bench_train_cmd->add_option("--preset", bench_train.preset, "small or large")->check(CLI::IsMember({"small", "large"}));
+  bench_train_cmd->add_option("--preset", bench_train.preset, "small, large or base (RoFormer-base: 12 × 768)")
+      ->check(CLI::IsMember({"small", "large", "base"}));
   bench_train_cmd->add_option("--task", bench_train.task, "clm or mlm")->check(CLI::IsMember({"clm", "mlm"}));
   bench_train_cmd->add_option("--batch", bench_train.batch, "Sequences per step")->check(CLI::PositiveNumber);
   bench_train_cmd->add_option("--seq", bench_train.seq, "Tokens per sequence")->check(CLI::PositiveNumber);
