@@ -2,10 +2,12 @@
 // training run's driver is in run.cc.
 #include "trainer.h"
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
-#include <stdexcept>
 #include <nlohmann/json.hpp>
+#include <stdexcept>
+#include <utility>
 
 #include "data/corpus.h"
 #include "io/atomic_file.h"
@@ -25,7 +27,6 @@ std::vector<std::pair<int64_t, int64_t>> zero1_shards(int64_t total, int ranks, 
   for (int r = 0; r < ranks; ++r) shards.emplace_back(total * r / ranks, total * (r + 1) / ranks);
   return shards;
 }
-
 
 // This rank's range of the arena (all of it without ZeRO-1).
 std::pair<int64_t, int64_t> own_shard(const std::vector<std::pair<int64_t, int64_t>>& shards, int rank) {
