@@ -5,6 +5,8 @@
 // × forward/backward × interleaved/half × f32/bf16 × in/out of place × table/on the fly × 1/2 threads.
 // Bytes = q and k read plus written. Floor: in-place scale (for in place) or streaming copy (out of
 // place) over the same bytes and threads; the fraction printed is floor time / our time.
+// --simd-target caps Highway's dispatch (librope's kernels and the floor alike), so an AVX-512 CPU
+// can measure the AVX2 paths.
 #include <benchmark/benchmark.h>
 #include <fmt/core.h>
 
@@ -14,8 +16,11 @@
 #include <nlohmann/json.hpp>
 #include <random>
 
+#include <strings.h>  // strcasecmp
+
 #include "commands.h"
 #include "hwy/aligned_allocator.h"
+#include "hwy/targets.h"
 #include "memory_floor.h"
 #include "rope/rope.hpp"
 
@@ -67,6 +72,18 @@ class CollectingReporter : public benchmark::BenchmarkReporter {
 
 const char* dtype_name(rope_dtype d) { return d == ROPE_DTYPE_F32 ? "f32" : "bf16"; }
 
+// Disables every Highway target better than `name` (lower bits are better targets). False if the
+// CPU does not support that target.
+bool cap_simd_target(const std::string& name) {
+  for (int64_t target : hwy::SupportedAndGeneratedTargets()) {
+    if (strcasecmp(hwy::TargetName(target), name.c_str()) == 0) {
+      hwy::DisableTargets(target - 1);
+      return true;
+    }
+  }
+  return false;
+}
+
 std::string floor_key(const std::string& shape, const std::string& dtype, bool in_place, int threads) {
   return fmt::format("floor/{}/{}/{}/t{}", shape, dtype, in_place ? "inplace_scale" : "stream_copy", threads);
 }
@@ -74,6 +91,10 @@ std::string floor_key(const std::string& shape, const std::string& dtype, bool i
 }  // namespace
 
 int bench_rope(const BenchRopeOptions& options) {
+  if (!options.simd_target.empty() && !cap_simd_target(options.simd_target)) {
+    fmt::print(stderr, "--simd-target {}: not a Highway target this CPU supports\n", options.simd_target);
+    return 2;
+  }
   const std::vector<Shape> shapes = options.quick
                                         ? std::vector<Shape>{{"prefill", 256, 0, 8, 128, false}, {"decode", 16, 4000, 8, 128, false}}
                                         : std::vector<Shape>{{"prefill", 4096, 0, 32, 128, false},

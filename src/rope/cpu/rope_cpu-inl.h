@@ -111,18 +111,13 @@ HWY_INLINE void StoreOut(D d, hn::Vec<D> v, T* p, bool stream) {
   }
 }
 
-// ---- fp32 lanes from/to each storage type.
+// ---- fp32 lanes from/to f32 and f16 storage (bf16 has kernels of its own, below).
 template <class DF>
 HWY_INLINE hn::Vec<DF> LoadF(DF df, const float* p) {
   return hn::LoadU(df, p);
 }
 template <class DF>
 HWY_INLINE hn::Vec<DF> LoadF(DF df, const hwy::float16_t* p);  // after kNativeF16
-template <class DF>
-HWY_INLINE hn::Vec<DF> LoadF(DF df, const hwy::bfloat16_t* p) {
-  const hn::Rebind<hwy::bfloat16_t, DF> dh;
-  return hn::PromoteTo(df, hn::LoadU(dh, p));
-}
 template <class DF>
 HWY_INLINE void StoreF(DF df, hn::Vec<DF> v, float* p, bool stream) {
   StoreOut(df, v, p, stream);
@@ -165,20 +160,6 @@ HWY_INLINE void StoreF(DF df, hn::Vec<DF> v, hwy::float16_t* p, bool stream) {
     }
   }
 }
-template <class DF>
-HWY_INLINE void StoreF(DF /*df*/, hn::Vec<DF> v, hwy::bfloat16_t* p, bool stream) {
-  // Round to nearest even (Highway 1.0's DemoteTo truncates); NaN stays a quiet NaN.
-  const hn::Rebind<uint32_t, DF> du;
-  const hn::Rebind<int32_t, DF> di;
-  const hn::Rebind<uint16_t, DF> du16;
-  const auto bits = hn::BitCast(du, v);
-  const auto lsb = hn::And(hn::ShiftRight<16>(bits), hn::Set(du, 1u));
-  const auto rounded = hn::ShiftRight<16>(hn::Add(bits, hn::Add(hn::Set(du, 0x7fffu), lsb)));
-  const auto nan = hn::Or(hn::ShiftRight<16>(bits), hn::Set(du, 0x40u));
-  const auto out = hn::IfThenElse(hn::RebindMask(du, hn::IsNaN(v)), nan, rounded);
-  StoreOut(du16, hn::DemoteTo(du16, hn::BitCast(di, out)), reinterpret_cast<uint16_t*>(p), stream);
-}
-
 HWY_INLINE float ScalarLoad(const float* p) { return *p; }
 HWY_INLINE float ScalarLoad(const hwy::float16_t* p) {
   uint16_t b;
@@ -286,22 +267,28 @@ HWY_INLINE void RotateHalf(const Heads& heads, int32_t offset, int32_t n_pairs, 
 
 // ---- bf16 in u32 lanes: lane k holds elements (2k, 2k+1) as (low, high) halves, so the even
 // element is lane << 16 and the odd one lane & 0xffff0000 as fp32, and no shuffles are needed.
+// fp32 → bf16 with round to nearest even: bits + 0x7fff + (bit 16), the bf16 in the high half
+// (the low half is left over). No NaN case: every NaN rounded here is an fp32 result of bf16 inputs
+// and finite cos/sin, i.e. the quieted payload of a bf16 input or the default NaN, so its low half
+// is zero, the add cannot carry out of it, and the high half already is the quiet NaN that
+// f32_to_bf16 gives.
 template <class DU>
 HWY_INLINE hn::Vec<DU> RoundToBf16High(DU du, hn::Vec<hn::Rebind<float, DU>> v) {
-  // fp32 → bf16 bits in the high half (low half zero), round to nearest even, NaN kept quiet.
-  const hn::Rebind<float, DU> df;
   const auto bits = hn::BitCast(du, v);
-  const auto lsb = hn::And(hn::ShiftRight<16>(bits), hn::Set(du, 1u));
-  const auto rounded = hn::Add(bits, hn::Add(hn::Set(du, 0x7fffu), lsb));
-  const auto nan = hn::Or(bits, hn::Set(du, 0x00400000u));
-  const auto out = hn::IfThenElse(hn::RebindMask(du, hn::IsNaN(v)), nan, rounded);
-  (void)df;
-  return hn::And(out, hn::Set(du, 0xffff0000u));
+  return hn::Add(hn::Add(bits, hn::Set(du, 0x7fffu)), hn::And(hn::ShiftRight<16>(bits), hn::Set(du, 1u)));
 }
 
+// Rounds (even, odd) results and packs them into u32 lanes as bf16 (even low, odd high): the odd
+// one's high half and the even one's high half shifted down, merged by a 16-bit blend.
 template <class DU>
 HWY_INLINE hn::Vec<DU> PackBf16Pairs(DU du, hn::Vec<hn::Rebind<float, DU>> even, hn::Vec<hn::Rebind<float, DU>> odd) {
-  return hn::Or(RoundToBf16High(du, odd), hn::ShiftRight<16>(RoundToBf16High(du, even)));
+  const auto hi = RoundToBf16High(du, odd), lo = hn::ShiftRight<16>(RoundToBf16High(du, even));
+#if HWY_TARGET == HWY_SCALAR
+  return hn::Or(hn::And(hi, hn::Set(du, 0xffff0000u)), lo);  // one lane has no 16-bit view
+#else
+  const hn::Repartition<uint16_t, DU> d16;
+  return hn::BitCast(du, hn::OddEven(hn::BitCast(d16, hi), hn::BitCast(d16, lo)));
+#endif
 }
 
 // AVX-512 targets use the native bf16 conversion where the CPU has it (bf16_avx512.cc); the pairs
