@@ -223,20 +223,39 @@ template <typename T>
 HWY_INLINE void RotateInterleaved(const Heads& heads, int32_t offset, int32_t n_pairs, const TokenCosSin& cs) {
   const hn::ScalableTag<float> df;
   const hn::RebindToUnsigned<decltype(df)> du;
+  using V = hn::Vec<decltype(df)>;
   const int32_t lanes = static_cast<int32_t>(hn::Lanes(df));
   const auto negate_even = hn::BitCast(df, hn::OddEven(hn::Zero(du), hn::Set(du, 0x80000000u)));
+  const auto rotate = [&](const T* in, T* out, V c, V s) {
+    const auto x = LoadF(df, in);
+    StoreF(df, hn::MulAdd(x, c, hn::Xor(hn::Mul(hn::Reverse2(df, x), s), negate_even)), out, heads.stream);
+  };
+  // Four vectors of cos/sin stay in registers while the block's heads pass under them: per vector
+  // rotated, no cos/sin load or shuffle and a quarter of the loop overhead, whether the block is
+  // one head (streaming) or all of them (cache-resident).
+  const int32_t tile = 4 * lanes;
   int32_t j = 0;
   // A pair must sit inside one vector: single-lane targets take the scalar loop.
   for (int64_t h0 = 0; lanes >= 2 && h0 < heads.n; h0 += heads.block) {
     const int64_t h1 = std::min(heads.n, h0 + heads.block);
-    for (j = 0; j + lanes <= 2 * n_pairs; j += lanes) {
-      const auto f = hn::LoadU(df, cs.xcs.data() + j);
-      const auto c = hn::DupEven(f), s = DupOddLanes(f);
+    for (j = 0; j + tile <= 2 * n_pairs; j += tile) {
+      const V f0 = hn::LoadU(df, cs.xcs.data() + j), f1 = hn::LoadU(df, cs.xcs.data() + j + lanes);
+      const V f2 = hn::LoadU(df, cs.xcs.data() + j + 2 * lanes), f3 = hn::LoadU(df, cs.xcs.data() + j + 3 * lanes);
+      const V c0 = hn::DupEven(f0), s0 = DupOddLanes(f0), c1 = hn::DupEven(f1), s1 = DupOddLanes(f1);
+      const V c2 = hn::DupEven(f2), s2 = DupOddLanes(f2), c3 = hn::DupEven(f3), s3 = DupOddLanes(f3);
       for (int64_t h = h0; h < h1; ++h) {
-        const auto x = LoadF(df, InHead<T>(heads, h, offset + j));
-        const auto t = hn::Xor(hn::Mul(hn::Reverse2(df, x), s), negate_even);
-        StoreF(df, hn::MulAdd(x, c, t), OutHead<T>(heads, h, offset + j), heads.stream);
+        const T* in = InHead<T>(heads, h, offset + j);
+        T* out = OutHead<T>(heads, h, offset + j);
+        rotate(in, out, c0, s0);
+        rotate(in + lanes, out + lanes, c1, s1);
+        rotate(in + 2 * lanes, out + 2 * lanes, c2, s2);
+        rotate(in + 3 * lanes, out + 3 * lanes, c3, s3);
       }
+    }
+    for (; j + lanes <= 2 * n_pairs; j += lanes) {
+      const V f = hn::LoadU(df, cs.xcs.data() + j);
+      const V c = hn::DupEven(f), s = DupOddLanes(f);
+      for (int64_t h = h0; h < h1; ++h) rotate(InHead<T>(heads, h, offset + j), OutHead<T>(heads, h, offset + j), c, s);
     }
   }
   RotatePairsScalar<T>(heads, offset, j / 2, n_pairs, true, cs);
@@ -413,7 +432,7 @@ HWY_INLINE void RotateTensorRow(const rope_plan& plan, const TensorJob& tj, int6
                     h1 - h0,
                     static_cast<int64_t>(es) * tj.in_head_stride, static_cast<int64_t>(es) * tj.out_head_stride,
                     tj.head_block, tj.stream_out};
-  if (!tj.in_place) {  // pass-through dims
+  if (!tj.in_place && cfg.rot_dim != cfg.head_dim) {  // pass-through dims
     const int32_t tail_begin = cfg.rot_offset + cfg.rot_dim;
     for (int64_t h = 0; h < heads.n; ++h) {
       const uint8_t* in = heads.in + h * heads.in_stride;
