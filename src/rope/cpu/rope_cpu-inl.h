@@ -5,7 +5,8 @@
 //    the shapes each kernel reads (TokenCosSin); then, chunk by chunk with cos/sin in registers,
 //    a block of heads: interleaved f32/f16 in the complex-multiply form, half split as lo/hi
 //    vectors, all in fp32 lanes. bf16 works in u32 lanes (a pair per lane): the native AVX512-BF16
-//    conversion where the CPU has it (bf16_avx512.cc), integer round-to-nearest-even otherwise.
+//    conversion where the CPU has it (bf16_avx512.cc), integer round-to-nearest-even otherwise
+//    (head by head, cos/sin loaded with each vector).
 // Include guard per target, as Highway requires.
 #if defined(ROPE_CPU_INL_H_) == defined(HWY_TARGET_TOGGLE)
 #ifdef ROPE_CPU_INL_H_
@@ -353,15 +354,15 @@ HWY_INLINE void RotateHalfBf16(const Heads& heads, int32_t offset, int32_t n_pai
   const auto high = hn::Set(du, 0xffff0000u);
   const int32_t first = kTryNativeBf16 ? rotate_half_bf16_avx512(heads, offset, n_pairs, cs) : 0;
   if (first == n_pairs) return;
+  // Heads one after the other, cos/sin from L1 per vector, as RotateInterleavedBf16.
+  const float *ec = cs.ec.data(), *es = cs.es.data();
   int32_t k = first / 2;  // u32 lane index within the low half: pairs 2k, 2k+1
-  for (int64_t h0 = 0; h0 < heads.n; h0 += heads.block) {
-   const int64_t h1 = std::min(heads.n, h0 + heads.block);
-   for (k = first / 2; 2 * (k + lanes) <= n_pairs; k += lanes) {
-    const auto ce = hn::LoadU(df, cs.ec.data() + k), se = hn::LoadU(df, cs.es.data() + k);
-    const auto co = hn::LoadU(df, cs.ec.data() + n_even + k), so = hn::LoadU(df, cs.es.data() + n_even + k);
-    for (int64_t h = h0; h < h1; ++h) {
-      const auto* in = InHead<hwy::bfloat16_t>(heads, h, offset);
-      auto* out = OutHead<hwy::bfloat16_t>(heads, h, offset);
+  for (int64_t h = 0; h < heads.n; ++h) {
+    const auto* in = InHead<hwy::bfloat16_t>(heads, h, offset);
+    auto* out = OutHead<hwy::bfloat16_t>(heads, h, offset);
+    for (k = first / 2; 2 * (k + lanes) <= n_pairs; k += lanes) {
+      const auto ce = hn::LoadU(df, ec + k), se = hn::LoadU(df, es + k);
+      const auto co = hn::LoadU(df, ec + n_even + k), so = hn::LoadU(df, es + n_even + k);
       const auto lo = hn::LoadU(du, reinterpret_cast<const uint32_t*>(in + 2 * k));
       const auto hi = hn::LoadU(du, reinterpret_cast<const uint32_t*>(in + n_pairs + 2 * k));
       const auto lo_e = hn::BitCast(df, hn::ShiftLeft<16>(lo)), lo_o = hn::BitCast(df, hn::And(lo, high));
@@ -371,7 +372,6 @@ HWY_INLINE void RotateHalfBf16(const Heads& heads, int32_t offset, int32_t n_pai
       StoreOut(du, PackBf16Pairs(du, hn::MulAdd(hi_e, ce, hn::Mul(lo_e, se)), hn::MulAdd(hi_o, co, hn::Mul(lo_o, so))),
                reinterpret_cast<uint32_t*>(out + n_pairs + 2 * k), heads.stream);
     }
-   }
   }
   RotatePairsScalar<hwy::bfloat16_t>(heads, offset, 2 * k, n_pairs, false, cs);
 }
