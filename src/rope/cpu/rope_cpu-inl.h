@@ -262,23 +262,35 @@ HWY_INLINE void RotateInterleaved(const Heads& heads, int32_t offset, int32_t n_
   RotatePairsScalar<T>(heads, offset, j / 2, n_pairs, true, cs);
 }
 
-// f32/f16 half split: pairs (j, j + n): y_lo = lo·c − hi·s, y_hi = hi·c + lo·s.
+// f32/f16 half split: pairs (j, j + n): y_lo = lo·c − hi·s, y_hi = hi·c + lo·s. Two chunks of
+// cos/sin in registers per pass over the block's heads, as RotateInterleaved (four vectors rotated).
 template <typename T>
 HWY_INLINE void RotateHalf(const Heads& heads, int32_t offset, int32_t n_pairs, const TokenCosSin& cs) {
   const hn::ScalableTag<float> df;
+  using V = hn::Vec<decltype(df)>;
   const int32_t lanes = static_cast<int32_t>(hn::Lanes(df));
+  const auto rotate = [&](const T* in, T* out, V c, V s) {
+    const auto lo = LoadF(df, in), hi = LoadF(df, in + n_pairs);
+    StoreF(df, hn::MulSub(lo, c, hn::Mul(hi, s)), out, heads.stream);
+    StoreF(df, hn::MulAdd(hi, c, hn::Mul(lo, s)), out + n_pairs, heads.stream);
+  };
+  const float *pc = cs.pc.data(), *ps = cs.ps.data();
   int32_t j = 0;
   for (int64_t h0 = 0; h0 < heads.n; h0 += heads.block) {
     const int64_t h1 = std::min(heads.n, h0 + heads.block);
-    for (j = 0; j + lanes <= n_pairs; j += lanes) {
-      const auto c = hn::LoadU(df, cs.pc.data() + j), s = hn::LoadU(df, cs.ps.data() + j);
+    for (j = 0; j + 2 * lanes <= n_pairs; j += 2 * lanes) {
+      const V c0 = hn::LoadU(df, pc + j), s0 = hn::LoadU(df, ps + j);
+      const V c1 = hn::LoadU(df, pc + j + lanes), s1 = hn::LoadU(df, ps + j + lanes);
       for (int64_t h = h0; h < h1; ++h) {
-        const T* in = InHead<T>(heads, h, offset);
-        T* out = OutHead<T>(heads, h, offset);
-        const auto lo = LoadF(df, in + j), hi = LoadF(df, in + n_pairs + j);
-        StoreF(df, hn::MulSub(lo, c, hn::Mul(hi, s)), out + j, heads.stream);
-        StoreF(df, hn::MulAdd(hi, c, hn::Mul(lo, s)), out + n_pairs + j, heads.stream);
+        const T* in = InHead<T>(heads, h, offset + j);
+        T* out = OutHead<T>(heads, h, offset + j);
+        rotate(in, out, c0, s0);
+        rotate(in + lanes, out + lanes, c1, s1);
       }
+    }
+    for (; j + lanes <= n_pairs; j += lanes) {
+      const V c = hn::LoadU(df, pc + j), s = hn::LoadU(df, ps + j);
+      for (int64_t h = h0; h < h1; ++h) rotate(InHead<T>(heads, h, offset + j), OutHead<T>(heads, h, offset + j), c, s);
     }
   }
   // Half-split tails: pairs [j, n_pairs), still (i, i + n_pairs).
