@@ -231,17 +231,32 @@ HWY_INLINE void RotateInterleaved(const Heads& heads, int32_t offset, int32_t n_
     const auto x = LoadF(df, in);
     StoreF(df, hn::MulAdd(x, c, hn::Xor(hn::Mul(hn::Reverse2(df, x), s), negate_even)), out, heads.stream);
   };
-  // Four vectors of cos/sin stay in registers while the block's heads pass under them: per vector
-  // rotated, no cos/sin load or shuffle and a quarter of the loop overhead, whether the block is
-  // one head (streaming) or all of them (cache-resident).
-  const int32_t tile = 4 * lanes;
+  const float* xcs = cs.xcs.data();  // in a local: the compiler cannot tell the stores from cs's members
   int32_t j = 0;
+  if (heads.block == 1) {
+    // Streaming, head after head: cos/sin come from L1 with each vector, so the loop is one load,
+    // two shuffles and the rotation per vector, with no set-up per chunk.
+    for (int64_t h = 0; lanes >= 2 && h < heads.n; ++h) {
+      const T* in = InHead<T>(heads, h, offset);
+      T* out = OutHead<T>(heads, h, offset);
+      for (j = 0; j + lanes <= 2 * n_pairs; j += lanes) {
+        const V f = hn::LoadU(df, xcs + j);
+        rotate(in + j, out + j, hn::DupEven(f), DupOddLanes(f));
+      }
+    }
+    RotatePairsScalar<T>(heads, offset, j / 2, n_pairs, true, cs);
+    return;
+  }
+  // Cache-resident, all heads per chunk: four vectors of cos/sin stay in registers while the heads
+  // pass under them, so a rotated vector costs no cos/sin load or shuffle and a quarter of the
+  // loop overhead.
+  const int32_t tile = 4 * lanes;
   // A pair must sit inside one vector: single-lane targets take the scalar loop.
   for (int64_t h0 = 0; lanes >= 2 && h0 < heads.n; h0 += heads.block) {
     const int64_t h1 = std::min(heads.n, h0 + heads.block);
     for (j = 0; j + tile <= 2 * n_pairs; j += tile) {
-      const V f0 = hn::LoadU(df, cs.xcs.data() + j), f1 = hn::LoadU(df, cs.xcs.data() + j + lanes);
-      const V f2 = hn::LoadU(df, cs.xcs.data() + j + 2 * lanes), f3 = hn::LoadU(df, cs.xcs.data() + j + 3 * lanes);
+      const V f0 = hn::LoadU(df, xcs + j), f1 = hn::LoadU(df, xcs + j + lanes);
+      const V f2 = hn::LoadU(df, xcs + j + 2 * lanes), f3 = hn::LoadU(df, xcs + j + 3 * lanes);
       const V c0 = hn::DupEven(f0), s0 = DupOddLanes(f0), c1 = hn::DupEven(f1), s1 = DupOddLanes(f1);
       const V c2 = hn::DupEven(f2), s2 = DupOddLanes(f2), c3 = hn::DupEven(f3), s3 = DupOddLanes(f3);
       for (int64_t h = h0; h < h1; ++h) {
@@ -254,7 +269,7 @@ HWY_INLINE void RotateInterleaved(const Heads& heads, int32_t offset, int32_t n_
       }
     }
     for (; j + lanes <= 2 * n_pairs; j += lanes) {
-      const V f = hn::LoadU(df, cs.xcs.data() + j);
+      const V f = hn::LoadU(df, xcs + j);
       const V c = hn::DupEven(f), s = DupOddLanes(f);
       for (int64_t h = h0; h < h1; ++h) rotate(InHead<T>(heads, h, offset + j), OutHead<T>(heads, h, offset + j), c, s);
     }
