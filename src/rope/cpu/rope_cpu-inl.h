@@ -208,8 +208,9 @@ HWY_INLINE void RotatePairsScalar(const Heads& heads, int32_t offset, int32_t fi
 }
 
 // f32/f16 interleaved, the complex-multiply form: F = (c0, s0, c1, s1, ...) is one load per vector;
-// C = DupEven(F), S = DupOdd(F), and y = x·C + (Reverse2(x)·S with the even lanes negated), i.e.
-// (x0·c − x1·s, x1·c + x0·s). One cos/sin stream instead of two expanded ones (fewer loads, which
+// C = DupEven(F), S = DupOdd(F) with its even lanes negated, and y = x·C + Reverse2(x)·S, i.e.
+// (x0·c − x1·s, x1·c + x0·s); negating s instead of the product is exact and is done once per
+// cos/sin vector, not per rotated one. One cos/sin stream instead of two expanded ones (fewer loads, which
 // matters even when streaming from DRAM). cos/sin are shared by a block of heads (see Heads).
 template <class V>
 HWY_INLINE V DupOddLanes(V v) {
@@ -227,21 +228,22 @@ HWY_INLINE void RotateInterleaved(const Heads& heads, int32_t offset, int32_t n_
   using V = hn::Vec<decltype(df)>;
   const int32_t lanes = static_cast<int32_t>(hn::Lanes(df));
   const auto negate_even = hn::BitCast(df, hn::OddEven(hn::Zero(du), hn::Set(du, 0x80000000u)));
+  const auto signed_sin = [&](V f) { return hn::Xor(DupOddLanes(f), negate_even); };
   const auto rotate = [&](const T* in, T* out, V c, V s) {
     const auto x = LoadF(df, in);
-    StoreF(df, hn::MulAdd(x, c, hn::Xor(hn::Mul(hn::Reverse2(df, x), s), negate_even)), out, heads.stream);
+    StoreF(df, hn::MulAdd(x, c, hn::Mul(hn::Reverse2(df, x), s)), out, heads.stream);
   };
   const float* xcs = cs.xcs.data();  // in a local: the compiler cannot tell the stores from cs's members
   int32_t j = 0;
   if (heads.block == 1) {
     // Streaming, head after head: cos/sin come from L1 with each vector, so the loop is one load,
-    // two shuffles and the rotation per vector, with no set-up per chunk.
+    // two shuffles, the sign and the rotation per vector, with no set-up per chunk.
     for (int64_t h = 0; lanes >= 2 && h < heads.n; ++h) {
       const T* in = InHead<T>(heads, h, offset);
       T* out = OutHead<T>(heads, h, offset);
       for (j = 0; j + lanes <= 2 * n_pairs; j += lanes) {
         const V f = hn::LoadU(df, xcs + j);
-        rotate(in + j, out + j, hn::DupEven(f), DupOddLanes(f));
+        rotate(in + j, out + j, hn::DupEven(f), signed_sin(f));
       }
     }
     RotatePairsScalar<T>(heads, offset, j / 2, n_pairs, true, cs);
@@ -257,8 +259,8 @@ HWY_INLINE void RotateInterleaved(const Heads& heads, int32_t offset, int32_t n_
     for (j = 0; j + tile <= 2 * n_pairs; j += tile) {
       const V f0 = hn::LoadU(df, xcs + j), f1 = hn::LoadU(df, xcs + j + lanes);
       const V f2 = hn::LoadU(df, xcs + j + 2 * lanes), f3 = hn::LoadU(df, xcs + j + 3 * lanes);
-      const V c0 = hn::DupEven(f0), s0 = DupOddLanes(f0), c1 = hn::DupEven(f1), s1 = DupOddLanes(f1);
-      const V c2 = hn::DupEven(f2), s2 = DupOddLanes(f2), c3 = hn::DupEven(f3), s3 = DupOddLanes(f3);
+      const V c0 = hn::DupEven(f0), s0 = signed_sin(f0), c1 = hn::DupEven(f1), s1 = signed_sin(f1);
+      const V c2 = hn::DupEven(f2), s2 = signed_sin(f2), c3 = hn::DupEven(f3), s3 = signed_sin(f3);
       for (int64_t h = h0; h < h1; ++h) {
         const T* in = InHead<T>(heads, h, offset + j);
         T* out = OutHead<T>(heads, h, offset + j);
@@ -270,7 +272,7 @@ HWY_INLINE void RotateInterleaved(const Heads& heads, int32_t offset, int32_t n_
     }
     for (; j + lanes <= 2 * n_pairs; j += lanes) {
       const V f = hn::LoadU(df, xcs + j);
-      const V c = hn::DupEven(f), s = DupOddLanes(f);
+      const V c = hn::DupEven(f), s = signed_sin(f);
       for (int64_t h = h0; h < h1; ++h) rotate(InHead<T>(heads, h, offset + j), OutHead<T>(heads, h, offset + j), c, s);
     }
   }
