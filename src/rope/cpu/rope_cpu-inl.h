@@ -436,19 +436,39 @@ HWY_INLINE void FoldCosSin(const rope_plan& plan, bool backward, const float* co
                            const float* scale, TokenCosSin& cs) {
   const int32_t n = plan.n_pairs, n_even = (n + 1) / 2;
   const bool interleaved = plan.cfg.layout == ROPE_LAYOUT_INTERLEAVED;
-  for (int32_t i = 0; i < n; ++i) {
+  float *pc = cs.pc.data(), *ps = cs.ps.data(), *xcs = cs.xcs.data();
+  // Whole vectors first (cos_m/sin_m may be a table row: nothing past n is read). sin·(±1)·scale
+  // has the bits of ±(sin·scale).
+  const hn::ScalableTag<float> df;
+  const int32_t lanes = static_cast<int32_t>(hn::Lanes(df));
+  const auto sign = hn::Set(df, backward ? -1.0f : 1.0f);
+  int32_t i = 0;
+  for (; i + lanes <= n; i += lanes) {
+    auto c = hn::LoadU(df, cos_m + i), s = hn::Mul(hn::LoadU(df, sin_m + i), sign);
+    if (scale) {
+      const auto k = hn::LoadU(df, scale + i);
+      c = hn::Mul(c, k);
+      s = hn::Mul(s, k);
+    }
+    hn::StoreU(c, df, pc + i);
+    hn::StoreU(s, df, ps + i);
+    if (interleaved) hn::StoreInterleaved2(c, s, df, xcs + 2 * i);  // f32/f16 interleaved read (c, s) pairs
+  }
+  for (; i < n; ++i) {
     const float c = scale ? cos_m[i] * scale[i] : cos_m[i];
     const float s0 = scale ? sin_m[i] * scale[i] : sin_m[i];
-    const float s = backward ? -s0 : s0;
-    cs.pc[i] = c;
-    cs.ps[i] = s;
-    if (interleaved) {  // f32/f16 interleaved read (c, s) pairs
-      cs.xcs[2 * i] = c;
-      cs.xcs[2 * i + 1] = s;
-    } else {  // bf16 half reads even pairs, then odd pairs
+    pc[i] = c;
+    ps[i] = backward ? -s0 : s0;
+    if (interleaved) {
+      xcs[2 * i] = c;
+      xcs[2 * i + 1] = ps[i];
+    }
+  }
+  if (!interleaved) {  // bf16 half reads even pairs, then odd pairs
+    for (i = 0; i < n; ++i) {
       const int32_t e = (i % 2 == 0) ? i / 2 : n_even + i / 2;
-      cs.ec[e] = c;
-      cs.es[e] = s;
+      cs.ec[e] = pc[i];
+      cs.es[e] = ps[i];
     }
   }
 }
