@@ -279,8 +279,8 @@ HWY_INLINE void RotateInterleaved(const Heads& heads, int32_t offset, int32_t n_
   RotatePairsScalar<T>(heads, offset, j / 2, n_pairs, true, cs);
 }
 
-// f32/f16 half split: pairs (j, j + n): y_lo = lo·c − hi·s, y_hi = hi·c + lo·s. Two chunks of
-// cos/sin in registers per pass over the block's heads, as RotateInterleaved (four vectors rotated).
+// f32/f16 half split: pairs (j, j + n): y_lo = lo·c − hi·s, y_hi = hi·c + lo·s. Cache-resident
+// blocks keep two chunks of cos/sin in registers per pass over the heads (four vectors rotated).
 template <typename T>
 HWY_INLINE void RotateHalf(const Heads& heads, int32_t offset, int32_t n_pairs, const TokenCosSin& cs) {
   const hn::ScalableTag<float> df;
@@ -293,6 +293,15 @@ HWY_INLINE void RotateHalf(const Heads& heads, int32_t offset, int32_t n_pairs, 
   };
   const float *pc = cs.pc.data(), *ps = cs.ps.data();
   int32_t j = 0;
+  if (heads.block == 1) {  // streaming, head after head, cos/sin from L1 (as RotateInterleaved)
+    for (int64_t h = 0; h < heads.n; ++h) {
+      const T* in = InHead<T>(heads, h, offset);
+      T* out = OutHead<T>(heads, h, offset);
+      for (j = 0; j + lanes <= n_pairs; j += lanes) rotate(in + j, out + j, hn::LoadU(df, pc + j), hn::LoadU(df, ps + j));
+    }
+    RotatePairsScalar<T>(heads, offset, j, n_pairs, false, cs);
+    return;
+  }
   for (int64_t h0 = 0; h0 < heads.n; h0 += heads.block) {
     const int64_t h1 = std::min(heads.n, h0 + heads.block);
     for (j = 0; j + 2 * lanes <= n_pairs; j += 2 * lanes) {
