@@ -258,34 +258,38 @@ int bench_rope(const BenchRopeOptions& options) {
     fmt::print("{:<58}{:>12.4f}{:>10.1f}{:>9.0f}%\n", name, r.seconds * 1e3, r.bytes / r.seconds / 1e9,
                100.0 * floor_of(r).seconds / r.seconds);
   }
-  // The issue's targets, from the forward interleaved runs.
+  // Issue 17's targets, from the forward interleaved table-mode runs: fractions of the floor for
+  // prefill (f32 85% with AVX2, 90% with AVX-512; bf16 75%), time over the floor for decode q+k.
   auto get = [&](const std::string& name) -> const Result* {
     auto it = results.find(name);
     return it == results.end() ? nullptr : &it->second;
   };
-  fmt::print("\ntargets (prefill/decode forward, interleaved, table mode unless noted)\n");
-  auto line = [&](const std::string& what, const std::string& name, double want, bool decode_us = false) {
+  const bool avx2 = std::string(rope_cpu_target()) == "AVX2";
+  fmt::print("\ntargets (forward, interleaved, table mode unless noted; SIMD target {})\n", rope_cpu_target());
+  auto line = [&](const std::string& what, const std::string& name, double want, bool times_floor = false) {
     const Result* r = get(name);
     if (r == nullptr) return;
-    if (decode_us) {
-      const double us = r->seconds * 1e6;
-      fmt::print("  {:<52} {:>8.2f} us   target <= {:.0f} us   {}\n", what, us, want, us <= want ? "met" : "MISSED");
+    const double frac = floor_of(*r).seconds / r->seconds;
+    if (times_floor) {
+      fmt::print("  {:<52} {:>8.2f}x floor      target <= {:.1f}x   {}\n", what, 1 / frac, want,
+                 1 / frac <= want ? "met" : "MISSED");
       return;
     }
-    const double frac = floor_of(*r).seconds / r->seconds;
     fmt::print("  {:<52} {:>8.0f}% of floor   target >= {:.0f}%   {}\n", what, 100 * frac, 100 * want,
                frac >= want ? "met" : "MISSED");
   };
   for (const char* dt : {"f32", "bf16"}) {
-    line(fmt::format("prefill {} in place, 2 threads", dt), fmt::format("prefill/{}/interleaved/fwd/inplace/table/t2", dt), 0.9);
-    line(fmt::format("prefill {} in place, 1 thread", dt), fmt::format("prefill/{}/interleaved/fwd/inplace/table/t1", dt), 0.9);
-    line(fmt::format("prefill {} out of place, 2 threads", dt), fmt::format("prefill/{}/interleaved/fwd/outofplace/table/t2", dt), 0.8);
-    line(fmt::format("prefill {} out of place, 1 thread", dt), fmt::format("prefill/{}/interleaved/fwd/outofplace/table/t1", dt), 0.8);
+    const double want = std::string(dt) == "bf16" ? 0.75 : avx2 ? 0.85 : 0.9;
+    for (const char* place : {"inplace", "outofplace"}) {
+      for (int t : {1, 2}) {
+        line(fmt::format("prefill {} {}, {} thread{}", dt, place == std::string("inplace") ? "in place" : "out of place", t,
+                         t > 1 ? "s" : ""),
+             fmt::format("prefill/{}/interleaved/fwd/{}/table/t{}", dt, place, t), want);
+      }
+    }
   }
-  line("decode q+k f32 in place, 1 thread", "decode/f32/interleaved/fwd/inplace/table/t1", 8, true);
-  line("decode q+k f32 in place, 1 thread, on the fly", "decode/f32/interleaved/fwd/inplace/on_the_fly/t1", 8, true);
-  line("decode q only f32 in place, 1 thread", "decode_q/f32/interleaved/fwd/inplace/table/t1", 8, true);
-  line("decode q only f32 in place, 1 thread, on the fly", "decode_q/f32/interleaved/fwd/inplace/on_the_fly/t1", 8, true);
+  line("decode q+k f32 in place, 1 thread", "decode/f32/interleaved/fwd/inplace/table/t1", 1.3, true);
+  line("decode q+k bf16 in place, 1 thread", "decode/bf16/interleaved/fwd/inplace/table/t1", 2.0, true);
   for (const char* t : {"t1", "t2"}) {
     const Result* a = get(fmt::format("prefill/f32/interleaved/fwd/inplace/on_the_fly/{}", t));
     const Result* b = get(fmt::format("prefill/f32/interleaved/fwd/inplace/table/{}", t));
