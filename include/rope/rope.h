@@ -176,7 +176,7 @@ typedef struct rope_positions {
 } rope_positions;
 
 typedef struct rope_exec {
-  int32_t n_threads; /* 0 = OpenMP default; threads split tokens */
+  int32_t n_threads; /* 0 = OpenMP default; threads split tokens, at most one per 64 KiB moved */
   rope_backend backend;
 } rope_exec;
 

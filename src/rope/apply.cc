@@ -284,6 +284,12 @@ rope_status run(const rope_plan* plan, rope_direction direction, const rope_posi
 #ifdef _OPENMP
   threads = ex.n_threads > 0 ? ex.n_threads : omp_get_max_threads();
 #endif
+  // Opening and joining a parallel region costs about a microsecond even with spinning workers
+  // (tens with OMP_WAIT_POLICY=PASSIVE); one thread rotates 32 KiB in about that time, so each
+  // thread gets at least 64 KiB: a one-token decode runs on the calling thread. Measured with
+  // AVX2 kernels on Zen 4 (docs/perf.md).
+  constexpr uintptr_t kMinBytesPerThread = uintptr_t{64} << 10;
+  threads = std::min(threads, static_cast<int64_t>(std::max<uintptr_t>(1, bytes / kMinBytesPerThread)));
   // Threads split rows; with fewer rows than threads they split each row's heads too.
   int64_t max_heads = 1;
   for (int i = 0; i < n_ops; ++i) max_heads = std::max(max_heads, ops[i].in->n_heads);

@@ -235,19 +235,21 @@ TEST(RopeModes, TableAndOnTheFlyGiveTheSameBits) {
 namespace {
 
 TEST(RopeThreads, HeadsSplitAcrossThreadsGiveTheSameBits) {
-  // One decode token with 32 q heads and 8 k heads: 3 threads split each row's heads.
+  // One decode token with 384 q heads and 96 k heads: 240 KiB, enough work for 3 threads (librope
+  // gives each at least 64 KiB), which split the row's heads.
   std::mt19937_64 rng(22);
   rope_config cfg = rope::default_config(128);
   rope::Plan plan(cfg);
-  const Vec q = random_vec(rng, 32 * 128), k = random_vec(rng, 8 * 128);
+  const int hq = 384, hk = 96;
+  const Vec q = random_vec(rng, hq * 128), k = random_vec(rng, hk * 128);
   for (rope_backend backend : {ROPE_BACKEND_AUTO, ROPE_BACKEND_REFERENCE}) {
     Vec q1 = q, k1 = k, q3 = q, k3 = k;
     const rope_exec one{1, backend}, three{3, backend};
     const rope_positions pos = rope::offset_positions(777777);
-    plan.apply_qk(ROPE_FORWARD, pos, rope::bshd(q1.data(), ROPE_DTYPE_F32, 1, 1, 32, 128),
-                  rope::bshd(k1.data(), ROPE_DTYPE_F32, 1, 1, 8, 128), nullptr, nullptr, &one);
-    plan.apply_qk(ROPE_FORWARD, pos, rope::bshd(q3.data(), ROPE_DTYPE_F32, 1, 1, 32, 128),
-                  rope::bshd(k3.data(), ROPE_DTYPE_F32, 1, 1, 8, 128), nullptr, nullptr, &three);
+    plan.apply_qk(ROPE_FORWARD, pos, rope::bshd(q1.data(), ROPE_DTYPE_F32, 1, 1, hq, 128),
+                  rope::bshd(k1.data(), ROPE_DTYPE_F32, 1, 1, hk, 128), nullptr, nullptr, &one);
+    plan.apply_qk(ROPE_FORWARD, pos, rope::bshd(q3.data(), ROPE_DTYPE_F32, 1, 1, hq, 128),
+                  rope::bshd(k3.data(), ROPE_DTYPE_F32, 1, 1, hk, 128), nullptr, nullptr, &three);
     EXPECT_EQ(q1, q3);
     EXPECT_EQ(k1, k3);
     EXPECT_NE(q1, q);

@@ -24,6 +24,7 @@ struct BenchRopeOptions {
   int repetitions = 3;     // the fastest repetition is reported
   std::string filter;      // substring of the benchmark name
   bool quick = false;      // tiny shapes, for smoke tests
+  std::string simd_target;  // e.g. AVX2: dispatch to no better Highway target (the CPU's best if empty)
 };
 int bench_rope(const BenchRopeOptions& options);
 

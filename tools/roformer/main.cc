@@ -37,6 +37,8 @@ int main(int argc, char** argv) {
   bench_cmd->add_option("--repetitions", bench_rope.repetitions, "Repetitions (fastest kept)")->check(CLI::Range(1, 100));
   bench_cmd->add_option("--filter", bench_rope.filter, "Only benchmarks whose name contains this");
   bench_cmd->add_flag("--quick", bench_rope.quick, "Small shapes and short runs (smoke test)");
+  bench_cmd->add_option("--simd-target", bench_rope.simd_target,
+                        "Cap the SIMD dispatch at this Highway target (e.g. AVX2 on an AVX-512 CPU)");
 
   roformer::BenchTrainOptions bench_train;
   CLI::App* bench_train_cmd = bench->add_subcommand("train", "Training tokens/s on the PyTorch peer's model shapes");
