@@ -26,6 +26,20 @@ if [ "$(id -u)" = 0 ] && ip netns add rfbench1 2> /dev/null; then
   ip -n rfbench1 addr add 10.78.0.1/24 dev rfb1 && ip -n rfbench2 addr add 10.78.0.2/24 dev rfb2
   for n in 1 2; do ip -n rfbench$n link set lo up; ip -n rfbench$n link set rfb$n up; done
   printf "10.78.0.1 slots=1\n10.78.0.2 slots=1\n" > /tmp/rfbench.hosts
+  echo "## plain TCP round trip between the namespaces (16 bytes, TCP_NODELAY), for comparison"
+  ip netns exec rfbench2 python3 -c '
+import socket
+s = socket.socket(); s.bind(("10.78.0.2", 7777)); s.listen(1); c, _ = s.accept()
+c.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+while (d := c.recv(64)): c.sendall(d)' &
+  sleep 0.5
+  ip netns exec rfbench1 python3 -c '
+import socket, time
+c = socket.create_connection(("10.78.0.2", 7777)); c.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+t = time.perf_counter()
+for _ in range(2000): c.sendall(b"x" * 16); c.recv(64)
+print(f"round trip {1e6 * (time.perf_counter() - t) / 2000:.1f} us")'
+  wait
   echo "## allreduce, 2 network namespaces, TCP over veth"
   ROFORMER_NETNS_MAP="10.78.0.1=rfbench1 10.78.0.2=rfbench2" ip netns exec rfbench1 mpirun --allow-run-as-root \
     --hostfile /tmp/rfbench.hosts -np 2 --mca plm_rsh_agent "$here/tests/cli/netns_agent.sh" --mca btl self,tcp \

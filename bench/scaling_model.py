@@ -6,7 +6,7 @@ its compute time per step T_c stays what one machine measures. The gradient sum 
     T_ar(N) = 2(N-1)/N * bytes / bandwidth + 2(N-1) * latency   (per bucket; buckets add latency only)
 Without overlap a step takes T_c + T_ar; with the backward's buckets the sum hides behind the backward
 (about 2/3 of T_c) except for the last bucket, so a step takes T_c + max(T_ar - 2/3 T_c, T_ar / buckets).
-Efficiency = T_c / step time. ZeRO-1 (ours) adds a parameter broadcast of (N-1)/N * bytes / bandwidth.
+Efficiency = T_c / step time.
 
 Usage: bench/scaling_model.py [--small-ms MS] [--base-ms MS]  (compute ms per step on one machine)
 """
@@ -22,11 +22,9 @@ def allreduce_s(n, nbytes, bandwidth, buckets):
     return 2 * (n - 1) / n * nbytes / bandwidth + 2 * (n - 1) * LATENCY * buckets
 
 
-def step_s(t_c, n, nbytes, bandwidth, buckets, overlap, zero1=False):
+def step_s(t_c, n, nbytes, bandwidth, buckets, overlap):
     t_ar = allreduce_s(n, nbytes, bandwidth, buckets)
     exposed = max(t_ar - 2 / 3 * t_c, t_ar / buckets) if overlap else t_ar
-    if zero1 and n > 1:
-        exposed += (n - 1) / n * nbytes / bandwidth
     return t_c + exposed
 
 
@@ -45,12 +43,12 @@ def main():
     ap.add_argument("--base-params", type=int, default=124099664)
     ap.add_argument("--bucket-mb", type=float, default=4)
     args = ap.parse_args()
-    models = [("small", args.small_params, args.small_ms / 1e3), ("base", args.base_params, args.base_ms / 1e3)]
+    # (name, parameters, compute s per step, gradient bytes, buckets)
+    models = [(name, params, ms / 1e3, 4 * params, max(1, int(4 * params / (args.bucket_mb * 2**20))))
+              for name, params, ms in (("small", args.small_params, args.small_ms), ("base", args.base_params, args.base_ms))]
     print("| model | link | N | allreduce ms | step ms, no overlap | efficiency | step ms, buckets | efficiency |")
     print("|---|---|---|---|---|---|---|---|")
-    for name, params, t_c in models:
-        nbytes = 4 * params
-        buckets = max(1, int(nbytes / (args.bucket_mb * 2**20)))
+    for name, _, t_c, nbytes, buckets in models:
         for link, bw in LINKS.items():
             for n in (2, 8, 64):
                 plain = step_s(t_c, n, nbytes, bw, buckets, False)
@@ -60,9 +58,7 @@ def main():
     print()
     print("| model | link | efficiency < 90% from N (no overlap) | (buckets) |")
     print("|---|---|---|---|")
-    for name, params, t_c in models:
-        nbytes = 4 * params
-        buckets = max(1, int(nbytes / (args.bucket_mb * 2**20)))
+    for name, _, t_c, nbytes, buckets in models:
         for link, bw in LINKS.items():
             a = first_below(t_c, nbytes, bw, buckets, False)
             b = first_below(t_c, nbytes, bw, buckets, True)
@@ -70,7 +66,7 @@ def main():
     print()
     print("| model | parameters | per rank: params + grads + AdamW moments | with ZeRO-1, N = 8 | N = 64 |")
     print("|---|---|---|---|---|")
-    for name, params, _ in models:
+    for name, params, *_ in models:
         full = 16 * params
         z = lambda n: 8 * params + 8 * params / n
         print(f"| {name} | {params / 1e6:.1f} M | {full / 2**20:.0f} MiB | {z(8) / 2**20:.0f} MiB | {z(64) / 2**20:.0f} MiB |")

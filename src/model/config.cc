@@ -64,6 +64,44 @@ void read_classifier(const json& j, const std::string& origin, RoFormerConfig* c
   }
 }
 
+// Every size field is positive and at most a bound far above any published RoFormer (and any
+// model this engine can hold), and so is the parameter count as a whole: a corrupt or hostile
+// config.json fails here with the field's name instead of in an allocation.
+void check_sizes(const RoFormerConfig& c) {
+  const struct {
+    const char* field;
+    int64_t value, max;
+  } sizes[] = {{"vocab_size", c.vocab_size, int64_t{1} << 24},
+               {"embedding_size", c.embedding_size, int64_t{1} << 16},
+               {"hidden_size", c.hidden_size, int64_t{1} << 16},
+               {"num_hidden_layers", c.num_hidden_layers, 1024},
+               {"num_attention_heads", c.num_attention_heads, c.hidden_size},
+               {"intermediate_size", c.intermediate_size, int64_t{1} << 18},
+               {"max_position_embeddings", c.max_position_embeddings, int64_t{1} << 24},
+               {"type_vocab_size", c.type_vocab_size, int64_t{1} << 16}};
+  for (const auto& s : sizes) {
+    if (s.value <= 0) throw std::invalid_argument(std::string(s.field) + " must be positive, got " + std::to_string(s.value));
+  }
+  for (const auto& s : sizes) {
+    if (s.value > s.max) {
+      throw std::invalid_argument(std::string(s.field) + " " + std::to_string(s.value) + " is beyond the supported " +
+                                  std::to_string(s.max));
+    }
+  }
+  // The whole: at most 2^33 parameters (32 GiB in fp32), counted in floating point so that nothing
+  // overflows; param_layout has the exact count.
+  const double h = static_cast<double>(c.hidden_size), e = static_cast<double>(c.embedding_size);
+  const double params =
+      static_cast<double>(c.num_hidden_layers) * (4 * h * h + 2 * h * static_cast<double>(c.intermediate_size)) +
+      e * static_cast<double>(c.vocab_size + c.type_vocab_size) +
+      (c.position_encoding == PositionEncoding::learned ? e * static_cast<double>(c.max_position_embeddings) : 0);
+  if (params > 8589934592.0) {
+    throw std::invalid_argument("the sizes ask for " + std::to_string(static_cast<int64_t>(params / 1e9)) +
+                                "e9 parameters, beyond the supported 8.6e9 (check hidden_size, intermediate_size, "
+                                "num_hidden_layers and vocab_size)");
+  }
+}
+
 }  // namespace
 
 const char* position_encoding_name(PositionEncoding pe) {
@@ -85,43 +123,7 @@ PositionEncoding parse_position_encoding(const std::string& name) {
 }
 
 void RoFormerConfig::validate() const {
-  auto positive = [](const char* field, int64_t v) {
-    if (v <= 0) throw std::invalid_argument(std::string(field) + " must be positive, got " + std::to_string(v));
-  };
-  positive("vocab_size", vocab_size);
-  positive("embedding_size", embedding_size);
-  positive("hidden_size", hidden_size);
-  positive("num_hidden_layers", num_hidden_layers);
-  positive("num_attention_heads", num_attention_heads);
-  positive("intermediate_size", intermediate_size);
-  positive("max_position_embeddings", max_position_embeddings);
-  positive("type_vocab_size", type_vocab_size);
-  // Sane bounds, far above any published RoFormer (and any model this engine can hold), so that a
-  // corrupt or hostile config.json fails here with the field's name instead of in an allocation.
-  auto at_most = [](const char* field, int64_t v, int64_t max) {
-    if (v > max) {
-      throw std::invalid_argument(std::string(field) + " " + std::to_string(v) + " is beyond the supported " +
-                                  std::to_string(max));
-    }
-  };
-  at_most("vocab_size", vocab_size, int64_t{1} << 24);
-  at_most("embedding_size", embedding_size, int64_t{1} << 16);
-  at_most("hidden_size", hidden_size, int64_t{1} << 16);
-  at_most("num_hidden_layers", num_hidden_layers, 1024);
-  at_most("num_attention_heads", num_attention_heads, hidden_size);
-  at_most("intermediate_size", intermediate_size, int64_t{1} << 18);
-  at_most("max_position_embeddings", max_position_embeddings, int64_t{1} << 24);
-  at_most("type_vocab_size", type_vocab_size, int64_t{1} << 16);
-  // And the whole: at most 2^33 parameters (32 GiB in fp32).
-  const double h = static_cast<double>(hidden_size), e = static_cast<double>(embedding_size);
-  const double params = static_cast<double>(num_hidden_layers) * (4 * h * h + 2 * h * static_cast<double>(intermediate_size)) +
-                        e * static_cast<double>(vocab_size + type_vocab_size) +
-                        (position_encoding == PositionEncoding::learned ? e * static_cast<double>(max_position_embeddings) : 0);
-  if (params > 8589934592.0) {
-    throw std::invalid_argument("the sizes ask for " + std::to_string(static_cast<int64_t>(params / 1e9)) +
-                                "e9 parameters, beyond the supported 8.6e9 (check hidden_size, intermediate_size, "
-                                "num_hidden_layers and vocab_size)");
-  }
+  check_sizes(*this);
   if (hidden_size % num_attention_heads != 0 || head_dim() % 2 != 0) {
     throw std::invalid_argument("hidden_size " + std::to_string(hidden_size) + " must split into " +
                                 std::to_string(num_attention_heads) + " heads of even size");

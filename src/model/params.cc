@@ -127,9 +127,16 @@ Params<T> bind_params(const RoFormerConfig& c, const std::vector<ParamInfo>& lay
 template Params<float> bind_params<float>(const RoFormerConfig&, const std::vector<ParamInfo>&, float*);
 template Params<double> bind_params<double>(const RoFormerConfig&, const std::vector<ParamInfo>&, double*);
 
+bool stores_bare_encoder(const io::WeightStore& w) {
+  return !w.contains("roformer.embeddings.word_embeddings.weight") && w.contains("embeddings.word_embeddings.weight");
+}
+
+std::string stored_name(const std::string& layout_name, bool bare_encoder) {
+  return bare_encoder && layout_name.rfind("roformer.", 0) == 0 ? layout_name.substr(9) : layout_name;
+}
+
 void check_config_against_weights(const RoFormerConfig& c, const io::WeightStore& w, const std::string& config_path) {
-  const bool bare = !w.contains("roformer.embeddings.word_embeddings.weight") &&
-                    w.contains("embeddings.word_embeddings.weight");
+  const bool bare = stores_bare_encoder(w);
   // The size fields a tensor's shape can follow; the one to blame is the field that, set to the
   // stored size, makes the config imply the stored shape.
   int64_t RoFormerConfig::*const fields[] = {
@@ -144,7 +151,7 @@ void check_config_against_weights(const RoFormerConfig& c, const io::WeightStore
     return std::vector<int64_t>{};
   };
   for (const ParamInfo& info : param_layout(c)) {
-    const std::string name = bare && info.name.rfind("roformer.", 0) == 0 ? info.name.substr(9) : info.name;
+    const std::string name = stored_name(info.name, bare);
     if (!w.contains(name)) continue;  // missing tensors are the loader's to report
     const std::vector<int64_t>& stored = w.at(name).shape;
     if (stored == info.shape) continue;

@@ -31,6 +31,11 @@ struct ParamInfo {
 std::vector<ParamInfo> param_layout(const RoFormerConfig& c);
 int64_t param_count(const std::vector<ParamInfo>& layout);
 
+// RoFormerModel checkpoints store the encoder without the "roformer." prefix: whether w is one, and
+// the name a layout tensor has in it.
+bool stores_bare_encoder(const io::WeightStore& w);
+std::string stored_name(const std::string& layout_name, bool bare_encoder);
+
 // Before a model is allocated from a config.json: every tensor of c's layout that the checkpoint
 // holds (under its name, or without "roformer." for a RoFormerModel checkpoint) must have the
 // layout's shape. Throws io::Error naming config_path, the config field behind the mismatch (when

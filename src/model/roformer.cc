@@ -94,12 +94,7 @@ template <typename T>
 void RoFormer<T>::load(const io::WeightStore& w, const std::vector<std::string>& other_heads, bool mlm_head,
                        const std::vector<std::string>& optional) {
   *act_ = Activations();  // the head may change: the next forward sizes its buffers afresh
-  // RoFormerModel checkpoints store the encoder without the "roformer." prefix.
-  const bool bare = !w.contains("roformer.embeddings.word_embeddings.weight") &&
-                    w.contains("embeddings.word_embeddings.weight");
-  auto stored_name = [&](const std::string& name) {
-    return bare && name.rfind("roformer.", 0) == 0 ? name.substr(9) : name;
-  };
+  const bool bare = stores_bare_encoder(w);
   const std::string head = "cls.predictions.";
   // The head is there when stored, or when the caller lets it keep its initialisation (optional).
   const bool head_optional = std::any_of(optional.begin(), optional.end(),
@@ -112,7 +107,7 @@ void RoFormer<T>::load(const io::WeightStore& w, const std::vector<std::string>&
   if (!mlm_head) skipped.push_back(head);
   for (const ParamInfo& info : layout_) {
     if (!has_mlm_head_ && info.name.rfind(head, 0) == 0) continue;  // an encoder-only checkpoint
-    const std::string name = stored_name(info.name);
+    const std::string name = stored_name(info.name, bare);
     const bool may_miss = std::any_of(optional.begin(), optional.end(),
                                       [&](const std::string& prefix) { return info.name.rfind(prefix, 0) == 0; });
     if (!w.contains(name) && may_miss) continue;  // keeps its value (e.g. a new head's initialisation)
@@ -124,8 +119,8 @@ void RoFormer<T>::load(const io::WeightStore& w, const std::vector<std::string>&
   for (const auto& entry : w.tensors()) {
     const std::string& name = entry.first;  // not a structured binding: clang < 16 cannot capture one
     const bool known = std::any_of(layout_.begin(), layout_.end(),
-                                   [&](const ParamInfo& i) { return stored_name(i.name) == name; });
-    if (known || name == stored_name("roformer.encoder.embed_positions.weight")) continue;
+                                   [&](const ParamInfo& i) { return stored_name(i.name, bare) == name; });
+    if (known || name == stored_name("roformer.encoder.embed_positions.weight", bare)) continue;
     if (std::any_of(skipped.begin(), skipped.end(), [&](const std::string& p) { return name.rfind(p, 0) == 0; })) {
       continue;  // a head the caller loads itself (classifier., pooler., ...) or did not ask for
     }

@@ -155,12 +155,4 @@ Communicator& world() {
   return *group;
 }
 
-bool built_with_mpi() {
-#ifdef ROFORMER_WITH_MPI
-  return true;
-#else
-  return false;
-#endif
-}
-
 }  // namespace train

@@ -38,7 +38,4 @@ class Communicator {
 // This process's group (created on first use; MPI is initialised then and shut down at exit).
 Communicator& world();
 
-// Whether this binary can run data-parallel (built with MPI).
-bool built_with_mpi();
-
 }  // namespace train

@@ -31,6 +31,12 @@ StopSignals::~StopSignals() {
 
 bool stop_requested() { return g_stop_signal != 0; }
 
+bool stop_requested(Communicator& group) {
+  double stopping = stop_requested() ? 1 : 0;
+  group.allreduce_sum(&stopping, 1);
+  return stopping > 0;
+}
+
 std::string format_duration(double s) {
   const int64_t t = static_cast<int64_t>(std::max(0.0, s) + 0.5);
   char buf[32];

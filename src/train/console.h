@@ -6,6 +6,8 @@
 #include <cstdint>
 #include <string>
 
+#include "train/comm.h"
+
 namespace train {
 
 // While alive, SIGINT and SIGTERM set the stop request instead of ending the process; the previous
@@ -23,6 +25,9 @@ class StopSignals {
 
 // Whether a stop signal arrived since the current StopSignals was made.
 bool stop_requested();
+// Whether one arrived on any rank of the group: a collective, called by every rank after the same
+// step, so that a signal reaching the ranks between two different steps stops them all at one step.
+bool stop_requested(Communicator& group);
 
 // "m:ss" or "h:mm:ss".
 std::string format_duration(double seconds);

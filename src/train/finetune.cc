@@ -404,9 +404,7 @@ bool FinetuneRun::step() {
   const double eta = (total_steps_ - state_.step) * (elapsed() - elapsed_before_) / static_cast<double>(state_.step - result_.steps_done);
   progress_.update(state_.step, total_steps_, st.loss, last_metric_, rec.tokens_per_s, elapsed(), eta, eval);
   const bool early = eval && o_.patience > 0 && bad_evals_ >= o_.patience;
-  double stopping = stop_requested() ? 1 : 0;  // every rank stops after the same step
-  comm_.allreduce_sum(&stopping, 1);
-  const bool stop = stopping > 0;
+  const bool stop = stop_requested(comm_);
   if (eval || last || stop) checkpoint();
   if (early) {
     result_.stopped_early = true;

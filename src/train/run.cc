@@ -190,7 +190,7 @@ void TrainingRun::build_model() {
   trainer_ = std::make_unique<Trainer>(
       *m_, *task_,
       TrainerConfig{o_.schedule, o_.adamw, o_.clip, o_.seed, o_.grad_accum, &comm_,
-                    static_cast<int64_t>(o_.bucket_mb * 1048576.0), o_.zero1});
+                    o_.bucket_mb, o_.zero1});
   state_.options_json = o_.to_json();
   if (resume_) {
     m_->load(io::SafeTensors(resume_dir_ + "/model.safetensors"));
@@ -308,10 +308,7 @@ bool TrainingRun::train_step() {
   }
   const double eta = (o_.steps - state_.step) * (elapsed() - elapsed_before_) / (state_.step - first_step_);
   progress_.update(state_.step, o_.steps, s.loss, last_val_, session_tok_s, elapsed(), eta, std::isfinite(rec.val_loss));
-  // Every rank stops after the same step: a signal may reach the ranks between two different steps.
-  double stopping = stop_requested() ? 1 : 0;
-  comm_.allreduce_sum(&stopping, 1);
-  const bool stop = stopping > 0;
+  const bool stop = stop_requested(comm_);
   if ((o_.save_every > 0 && state_.step % o_.save_every == 0) || last || stop) {
     checkpoint();
   } else if (std::isfinite(rec.val_loss)) {

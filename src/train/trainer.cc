@@ -41,9 +41,9 @@ Trainer::Trainer(Model& m, Task& task, const TrainerConfig& c)
       opt_(make_adamw(m, c.adamw, own_shard(shards_, comm_.rank()).first, own_shard(shards_, comm_.rank()).second)) {
   if (c_.grad_accum < 1) throw std::invalid_argument("--grad-accum must be at least 1");
   // Buckets follow the backward: from the top of the arena (head, last layer) down to the embeddings,
-  // layers merged until a bucket holds bucket_bytes. Every rank makes the same list from the layout.
+  // layers merged until a bucket holds bucket_mb MiB. Every rank makes the same list from the layout.
   const int64_t total = static_cast<int64_t>(m_.params.size());
-  const int64_t min_size = c_.bucket_bytes > 0 ? c_.bucket_bytes / static_cast<int64_t>(sizeof(float)) : total;
+  const int64_t min_size = c_.bucket_mb > 0 ? static_cast<int64_t>(c_.bucket_mb * 1048576.0 / sizeof(float)) : total;
   int64_t end = total;
   const std::vector<int64_t>& layers = m_.layer_offsets();
   for (auto it = layers.rbegin(); it != layers.rend(); ++it) {

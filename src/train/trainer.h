@@ -80,9 +80,9 @@ struct TrainerConfig {
   uint64_t seed = 1337;  // dropout masks of step s: stream_seed(seed, kDropoutStream, s)
   int64_t grad_accum = 1;  // micro-batches each rank splits its rows into (same result, less memory)
   Communicator* comm = nullptr;  // the data-parallel group (null: world())
-  // Gradients are summed in buckets of about this many bytes, each started as soon as the backward
+  // Gradients are summed in buckets of about this many MiB, each started as soon as the backward
   // has finished its layers (0: one allreduce after the backward).
-  int64_t bucket_bytes = int64_t{4} << 20;
+  double bucket_mb = 4;
   // ZeRO-1: each rank keeps and updates only its 1/N of the AdamW moments (a contiguous range of the
   // arena), then every rank broadcasts its updated parameters. Same results, bit for bit.
   bool zero1 = false;

@@ -86,7 +86,7 @@ int bench_train(const BenchTrainOptions& o) {
   tc.schedule = {.peak_lr = 1e-3, .min_lr = 0, .warmup_steps = 0, .total_steps = 1, .decay = train::Decay::constant};
   tc.adamw = {};
   tc.clip = 1.0;
-  tc.bucket_bytes = static_cast<int64_t>(o.bucket_mb * 1048576.0);
+  tc.bucket_mb = o.bucket_mb;
   train::Trainer trainer(m, task, tc);
   train::Communicator& comm = trainer.comm();
   for (int64_t s = 0; s < o.warmup; ++s) trainer.step(s);
