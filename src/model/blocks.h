@@ -48,6 +48,7 @@ struct FeedForwardParams {
 template <typename T>
 struct LayerParams {
   AttentionParams<T> attn;
+  AttentionParams<T> cross;  // a decoder's cross-attention (add_cross_attention), else null
   FeedForwardParams<T> ffn;
 };
 // HF RoFormerLMPredictionHead: dense H → E, activation, norm, decoder tied to the word embeddings.
@@ -72,7 +73,8 @@ struct ClassifierParams {
 // The dropout state of one forward: hidden dropout on the embeddings and on each sub-layer output,
 // attention dropout on the probabilities. Masks are keyed by (seed, site, global row), so a row gets
 // the same masks however a batch is split. Sites: 0 embeddings; layer l: 1 + 3l probabilities,
-// 2 + 3l attention output, 3 + 3l feed-forward output.
+// 2 + 3l attention output, 3 + 3l feed-forward output; a decoder's cross-attention in layer l uses
+// the sites of layer L + l (its context's `layer`), which no self-attention uses.
 struct Dropout {
   double hidden = 0, attention = 0;  // probabilities; 0 = off (inference)
   uint64_t seed = 0;

@@ -23,7 +23,7 @@ const std::set<std::string>& generic_fields() {
       "architectures", "model_type", "torch_dtype", "dtype", "transformers_version", "_name_or_path",
       "use_cache", "bos_token_id", "eos_token_id", "sep_token_id", "tie_word_embeddings", "id2label",
       "label2id", "num_labels", "classifier_dropout", "gradient_checkpointing", "output_hidden_states",
-      "output_attentions", "return_dict", "problem_type", "add_cross_attention", "tokenizer_class",
+      "output_attentions", "return_dict", "problem_type", "tokenizer_class",
       "chunk_size_feed_forward", "torchscript", "pruned_heads", "finetuning_task", "directionality",
       "pooler_fc_size", "pooler_num_attention_heads", "pooler_num_fc_layers", "pooler_size_per_head",
       "pooler_type", "position_embedding_type", "is_encoder_decoder"};
@@ -134,6 +134,13 @@ void RoFormerConfig::validate() const {
   if (pad_token_id < 0 || pad_token_id >= vocab_size) {
     throw std::invalid_argument("pad_token_id " + std::to_string(pad_token_id) + " is outside the vocabulary");
   }
+  if (add_cross_attention && (!is_decoder || attention_type != "softmax" || !pooler_activation.empty() ||
+                              sequence_classifier())) {
+    throw std::invalid_argument("add_cross_attention needs a causal softmax decoder (is_decoder, attention_type softmax)");
+  }
+  if (rotate_cross_attention && (!add_cross_attention || position_encoding != PositionEncoding::rope)) {
+    throw std::invalid_argument("rotate_cross_attention needs add_cross_attention and position_encoding rope");
+  }
   if (hidden_act != "gelu" && hidden_act != "relu") {
     throw std::invalid_argument("unknown activation '" + hidden_act + "' (supported: gelu, relu)");
   }
@@ -224,6 +231,8 @@ RoFormerConfig RoFormerConfig::from_json_text(const std::string& text, const std
   get_double("layer_norm_eps", &c.layer_norm_eps);
   get_bool("rotary_value", &c.rotary_value);
   get_bool("is_decoder", &c.is_decoder);
+  get_bool("add_cross_attention", &c.add_cross_attention);
+  get_bool("rotate_cross_attention", &c.rotate_cross_attention);
   std::string pe = position_encoding_name(c.position_encoding), layout = "interleaved";
   get_string("position_encoding", &pe);
   get_double("rope_theta", &c.rope_theta);
@@ -243,7 +252,7 @@ RoFormerConfig RoFormerConfig::from_json_text(const std::string& text, const std
       "vocab_size", "hidden_size", "embedding_size", "num_hidden_layers", "num_attention_heads",
       "intermediate_size", "max_position_embeddings", "type_vocab_size", "pad_token_id", "hidden_act",
       "hidden_dropout_prob", "attention_probs_dropout_prob", "initializer_range", "layer_norm_eps",
-      "rotary_value", "is_decoder", "position_encoding", "rope_theta", "rope_layout", "rope_scaling", "attention_type", "performer_features", "norm_type", "use_bias", "pooler_activation"};
+      "rotary_value", "is_decoder", "add_cross_attention", "rotate_cross_attention", "position_encoding", "rope_theta", "rope_layout", "rope_scaling", "attention_type", "performer_features", "norm_type", "use_bias", "pooler_activation"};
   for (const auto& [key, value] : j.items()) {
     if (!own.count(key) && !generic_fields().count(key)) {
       throw io::Error(origin + ": unknown config field '" + key + "'");
@@ -290,6 +299,8 @@ std::string RoFormerConfig::to_json() const {
       {"rope_theta", rope_theta},
       {"rope_layout", rope_half_layout ? "half" : "interleaved"},
   };
+  if (add_cross_attention) j["add_cross_attention"] = true;
+  if (rotate_cross_attention) j["rotate_cross_attention"] = true;
   if (rope_scaling != "none") j["rope_scaling"] = rope_scaling;
   if (norm_type != "layer_norm") j["norm_type"] = norm_type;
   if (!use_bias) j["use_bias"] = false;

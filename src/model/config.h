@@ -30,6 +30,13 @@ struct RoFormerConfig {
          layer_norm_eps = 1e-12;
   bool rotary_value = false;
   bool is_decoder = false;  // causal LM: causal attention mask
+  // The decoder of an encoder-decoder (HF RoFormerForCausalLM inside an EncoderDecoderModel): each
+  // layer has a cross-attention sub-layer (crossattention.*) between self-attention and the
+  // feed-forward, over the encoder's output (RoFormer::set_memory). Softmax attention only.
+  bool add_cross_attention = false;
+  // Engine field: rotate cross-attention queries (0..T−1) and keys (0..Tk−1) too. Off by default, as
+  // in HF RoFormer, which rotates self-attention only: two sequences' positions are not comparable.
+  bool rotate_cross_attention = false;
   // Not in HF RoFormer (which always uses interleaved RoPE, base 10000): written to config.json
   // under these names, which transformers keeps as plain attributes and otherwise ignores.
   PositionEncoding position_encoding = PositionEncoding::rope;

@@ -1,9 +1,11 @@
 // The parameter layout and its binding to a struct of pointers (see params.h).
 #include "params.h"
 
+#include <cmath>
 #include <stdexcept>
 #include <unordered_map>
 
+#include "base/random.h"
 #include "io/weights.h"
 
 namespace model {
@@ -49,6 +51,13 @@ std::vector<ParamInfo> param_layout(const RoFormerConfig& c) {
     linear("attention.self.value", H, H);
     linear("attention.output.dense", H, H);
     norm("attention.output.LayerNorm");
+    if (c.add_cross_attention) {  // HF RoFormerLayer.crossattention, between attention and intermediate
+      linear("crossattention.self.query", H, H);
+      linear("crossattention.self.key", H, H);
+      linear("crossattention.self.value", H, H);
+      linear("crossattention.output.dense", H, H);
+      norm("crossattention.output.LayerNorm");
+    }
     linear("intermediate.dense", I, H);
     linear("output.dense", H, I);
     norm("output.LayerNorm");
@@ -80,6 +89,28 @@ int64_t param_count(const std::vector<ParamInfo>& layout) {
 }
 
 template <typename T>
+void init_params(const std::vector<ParamInfo>& layout, T* arena, double initializer_range, uint64_t seed) {
+  for (size_t t = 0; t < layout.size(); ++t) {
+    const ParamInfo& info = layout[t];
+    T* w = arena + info.offset;
+    if (info.name.find("LayerNorm.weight") != std::string::npos) {
+      std::fill(w, w + info.size, T(1));
+    } else if (info.shape.size() == 1) {
+      std::fill(w, w + info.size, T(0));
+    } else {
+      const uint64_t stream = base::mix64(seed ^ base::mix64(t + 1));
+      for (int64_t i = 0; i < info.size; ++i) {  // Box–Muller on counter-based uniforms
+        const double u1 = 1.0 - base::uniform01(stream, 2 * i), u2 = base::uniform01(stream, 2 * i + 1);
+        const double z = std::sqrt(-2.0 * std::log(u1)) * std::cos(2.0 * M_PI * u2);
+        w[i] = static_cast<T>(initializer_range * z);
+      }
+    }
+  }
+}
+template void init_params<float>(const std::vector<ParamInfo>&, float*, double, uint64_t);
+template void init_params<double>(const std::vector<ParamInfo>&, double*, double, uint64_t);
+
+template <typename T>
 Params<T> bind_params(const RoFormerConfig& c, const std::vector<ParamInfo>& layout, T* arena) {
   std::unordered_map<std::string, T*> at;
   for (const auto& p : layout) at[p.name] = arena + p.offset;
@@ -108,6 +139,13 @@ Params<T> bind_params(const RoFormerConfig& c, const std::vector<ParamInfo>& lay
     L.attn.v = linear(q + "attention.self.value");
     L.attn.out = linear(q + "attention.output.dense");
     L.attn.norm = norm(q + "attention.output.LayerNorm");
+    if (c.add_cross_attention) {
+      L.cross.q = linear(q + "crossattention.self.query");
+      L.cross.k = linear(q + "crossattention.self.key");
+      L.cross.v = linear(q + "crossattention.self.value");
+      L.cross.out = linear(q + "crossattention.output.dense");
+      L.cross.norm = norm(q + "crossattention.output.LayerNorm");
+    }
     L.ffn.in = linear(q + "intermediate.dense");
     L.ffn.out = linear(q + "output.dense");
     L.ffn.norm = norm(q + "output.LayerNorm");

@@ -5,7 +5,9 @@
 // safetensors file of the arena. The decoder weight is tied to the word embeddings (not stored).
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -43,6 +45,33 @@ std::string stored_name(const std::string& layout_name, bool bare_encoder);
 void check_config_against_weights(const RoFormerConfig& c, const io::WeightStore& weights,
                                   const std::string& config_path);
 
+// What an optimiser trains (train::Trainer, AdamW, checkpoints): one parameter arena, its gradients
+// and its layout. Models (RoFormer, Seq2Seq) derive from it and bind their pointer structs to the
+// arenas. The layout's entries may leave gaps (a shared tensor's unused slot); param_count spans them.
+template <typename T>
+class Trainable {
+ public:
+  virtual ~Trainable() = default;
+  std::vector<T> params, grads;  // arenas (grads: once allocated)
+  const std::vector<ParamInfo>& layout() const { return layout_; }
+  // The arena offset of each layer's first parameter, in arena order (gradient buckets follow them).
+  const std::vector<int64_t>& layer_offsets() const { return layer_offsets_; }
+  // When set, called during the backward with an arena offset: every gradient at or above it is now
+  // final. Data-parallel training starts reducing those gradients while the backward goes on.
+  std::function<void(int64_t offset)> on_grads_final;
+  // The gradient arena is allocated on first use (zero_grad, backward) or by this call, for code that
+  // keeps pointers into it (the optimizer): an inference-only model never holds it.
+  virtual void allocate_grads() = 0;
+  void zero_grad() {
+    allocate_grads();
+    std::fill(grads.begin(), grads.end(), T(0));
+  }
+
+ protected:
+  std::vector<ParamInfo> layout_;
+  std::vector<int64_t> layer_offsets_;
+};
+
 // The whole model's parameters, one block params struct each (blocks.h). Biases are null without
 // use_bias, norm parameters null with RMS norms, and the head's transform and decoder bias null for
 // RoFormer-V2's tied-only head. The MLM decoder weight is the word embeddings (tied).
@@ -54,6 +83,12 @@ struct Params {
   MlmHeadParams<T> head;        // null with a sequence classifier
   ClassifierParams<T> classifier;  // null without one
 };
+
+// HF's initialisation of an arena: N(0, initializer_range²) for matrices and embeddings, zero
+// biases, unit LayerNorm weights; tensor t of the layout draws from stream (seed, t), so the values
+// are a pure function of the seed and the layout.
+template <typename T>
+void init_params(const std::vector<ParamInfo>& layout, T* arena, double initializer_range, uint64_t seed);
 
 // Pointers into arena (param_count(layout) elements) for every tensor of the layout.
 template <typename T>

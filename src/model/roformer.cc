@@ -24,6 +24,8 @@ struct RoFormer<T>::Activations {
   struct Layer {
     AttentionActs<T> attn;
     std::vector<T> mid;  // (N, H) the attention sub-layer's output, the feed-forward's input
+    AttentionActs<T> cross;
+    std::vector<T> crossed;  // (N, H) with cross-attention: its output, then the feed-forward's input
     FeedForwardActs<T> ffn;
   };
   std::vector<Layer> layers;  // L; Keep::outputs: 1, shared by every layer
@@ -65,27 +67,23 @@ RoFormer<T>::RoFormer(const RoFormerConfig& cfg) : cfg_(cfg) {
 }
 
 template <typename T>
+RoFormer<T>::RoFormer(const RoFormerConfig& cfg, T* params_base, T* grads_base, bool mlm_head) : RoFormer(cfg) {
+  params.clear();
+  params.shrink_to_fit();
+  view_ = true;
+  p = bind_params(cfg_, layout_, params_base);
+  if (grads_base) g = bind_params(cfg_, layout_, grads_base);
+  has_mlm_head_ = mlm_head && !cfg_.sequence_classifier();
+  if (!has_mlm_head_) p.head = g.head = MlmHeadParams<T>{};
+}
+
+template <typename T>
 RoFormer<T>::~RoFormer() = default;
 
 template <typename T>
 void RoFormer<T>::init_weights(uint64_t seed) {
-  for (size_t t = 0; t < layout_.size(); ++t) {
-    const ParamInfo& info = layout_[t];
-    T* w = params.data() + info.offset;
-    const bool norm_weight = info.name.find("LayerNorm.weight") != std::string::npos;
-    if (norm_weight) {
-      std::fill(w, w + info.size, T(1));
-    } else if (info.shape.size() == 1) {
-      std::fill(w, w + info.size, T(0));
-    } else {
-      const uint64_t stream = base::mix64(seed ^ base::mix64(t + 1));
-      for (int64_t i = 0; i < info.size; ++i) {  // Box–Muller on counter-based uniforms
-        const double u1 = 1.0 - base::uniform01(stream, 2 * i), u2 = base::uniform01(stream, 2 * i + 1);
-        const double z = std::sqrt(-2.0 * std::log(u1)) * std::cos(2.0 * M_PI * u2);
-        w[i] = static_cast<T>(cfg_.initializer_range * z);
-      }
-    }
-  }
+  if (view_) throw std::logic_error("init_weights: a view's owner initialises the arena");
+  init_params(layout_, params.data(), cfg_.initializer_range, seed);
   std::fill(p.emb.word + cfg_.pad_token_id * cfg_.embedding_size, p.emb.word + (cfg_.pad_token_id + 1) * cfg_.embedding_size,
             T(0));
 }
@@ -93,6 +91,7 @@ void RoFormer<T>::init_weights(uint64_t seed) {
 template <typename T>
 void RoFormer<T>::load(const io::WeightStore& w, const std::vector<std::string>& other_heads, bool mlm_head,
                        const std::vector<std::string>& optional) {
+  if (view_) throw std::logic_error("load: a view's owner loads the arena");
   *act_ = Activations();  // the head may change: the next forward sizes its buffers afresh
   const bool bare = stores_bare_encoder(w);
   const std::string head = "cls.predictions.";
@@ -206,15 +205,46 @@ AttentionContext<T> RoFormer<T>::attention_context(int64_t layer) const {
 }
 
 template <typename T>
+AttentionContext<T> RoFormer<T>::cross_attention_context(int64_t layer) const {
+  AttentionContext<T> ctx = attention_context(cfg_.num_hidden_layers + layer);  // dropout sites of layer L + l
+  ctx.rope = cfg_.rotate_cross_attention ? rope_.get() : nullptr;
+  ctx.favor = nullptr;
+  ctx.causal = false;
+  ctx.key_mask = memory_mask_;
+  ctx.row_limit = nullptr;
+  return ctx;
+}
+
+template <typename T>
+void RoFormer<T>::set_memory(const T* memory, const int64_t* memory_mask, int64_t Tk) {
+  if (!cfg_.add_cross_attention) throw std::logic_error("set_memory: this model has no cross-attention");
+  if (!memory || Tk <= 0) throw std::invalid_argument("set_memory: empty memory");
+  memory_ = memory, memory_mask_ = memory_mask, memory_len_ = Tk;
+}
+
+template <typename T>
+const T* RoFormer<T>::memory_grad() const {
+  return d_memory_.data();
+}
+
+template <typename T>
 void RoFormer<T>::encode() {
   Activations& a = *act_;
+  if (cfg_.add_cross_attention && !memory_) throw std::logic_error("a decoder with cross-attention needs set_memory");
   const int64_t N = a.N, H = cfg_.hidden_size;
   for (int64_t l = 0; l < cfg_.num_hidden_layers; ++l) {
     auto& L = a.layer(l);
     L.mid.resize(N * H);
     self_attention_forward(L.mid.data(), L.attn, p.layers[l].attn, attention_context(l), a.input_of(l).data(), a.B,
                            a.S, 0);
-    feed_forward_forward(cfg_, a.input_of(l + 1).data(), L.ffn, p.layers[l].ffn, L.mid.data(), N, l, a.dropout);
+    const T* ffn_in = L.mid.data();
+    if (cfg_.add_cross_attention) {
+      L.crossed.resize(N * H);
+      cross_attention_forward(L.crossed.data(), L.cross, p.layers[l].cross, cross_attention_context(l), L.mid.data(),
+                              memory_, a.B, a.S, memory_len_);
+      ffn_in = L.crossed.data();
+    }
+    feed_forward_forward(cfg_, a.input_of(l + 1).data(), L.ffn, p.layers[l].ffn, ffn_in, N, l, a.dropout);
   }
 }
 
@@ -297,9 +327,18 @@ void RoFormer<T>::backward_from_hidden(const T* d_hidden, const T* d_pooled) {
   T *d_out = s.get(51, N * H), *d_mid = s.get(52, N * H), *d_in = s.get(53, N * H);  // (N, H) each
   std::copy(d_hidden, d_hidden + N * H, d_out);
   if (d_pooled && p.pooler.dense.w) pooler_backward(cfg_, d_out, g.pooler, d_pooled, a.pooler, p.pooler, a.B, a.S);
+  if (cfg_.add_cross_attention) d_memory_.assign(a.B * memory_len_ * H, T(0));
   for (int64_t l = cfg_.num_hidden_layers - 1; l >= 0; --l) {  // d_out: d(loss)/d(block l's output)
     auto& L = a.layers[l];
-    feed_forward_backward(cfg_, d_mid, g.layers[l].ffn, d_out, L.ffn, p.layers[l].ffn, L.mid.data(), N, l, a.dropout, s);
+    if (cfg_.add_cross_attention) {  // d_out → d(cross output) in d_in → d(self-attention output) in d_mid
+      feed_forward_backward(cfg_, d_in, g.layers[l].ffn, d_out, L.ffn, p.layers[l].ffn, L.crossed.data(), N, l,
+                            a.dropout, s);
+      cross_attention_backward(d_mid, d_memory_.data(), g.layers[l].cross, d_in, L.cross, p.layers[l].cross,
+                               cross_attention_context(l), L.mid.data(), memory_, a.B, a.S, memory_len_, s);
+    } else {
+      feed_forward_backward(cfg_, d_mid, g.layers[l].ffn, d_out, L.ffn, p.layers[l].ffn, L.mid.data(), N, l, a.dropout,
+                            s);
+    }
     self_attention_backward(d_in, g.layers[l].attn, d_mid, L.attn, p.layers[l].attn, attention_context(l),
                             a.input_of(l).data(), a.B, a.S, s);
     std::swap(d_out, d_in);
@@ -316,16 +355,11 @@ void RoFormer<T>::set_keep(Keep keep) {
 
 template <typename T>
 void RoFormer<T>::allocate_grads() {
-  if (grads.size() == params.size()) return;
+  if (view_ || grads.size() == params.size()) return;
   grads.assign(params.size(), T(0));
   g = bind_params(cfg_, layout_, grads.data());
 }
 
-template <typename T>
-void RoFormer<T>::zero_grad() {
-  allocate_grads();
-  std::fill(grads.begin(), grads.end(), T(0));
-}
 
 template <typename T>
 const T* RoFormer<T>::embedding_output() const {

@@ -1,8 +1,10 @@
 // The RoFormer encoder models, composed from the blocks of blocks.h: embeddings → L × (self-attention,
 // feed-forward) → heads (MLM, RoFormer-Sim's pooler). The masked LM (RoFormerForMaskedLM), the causal
 // LM (is_decoder: causal mask, next-token targets), RoFormer-V2 (RMS norms, tied-only head) and
-// RoFormer-Sim (UniLM mask, pooler) are the same composition with different configs. llm.c style:
-// parameters and gradients are arenas (params.h), activations are kept for the backward.
+// RoFormer-Sim (UniLM mask, pooler) are the same composition with different configs. A decoder with
+// add_cross_attention (the decoder of an encoder-decoder, seq2seq.h) also attends over a memory
+// (set_memory) in every layer. llm.c style: parameters and gradients are arenas (params.h),
+// activations are kept for the backward.
 //
 // Templated on float (the engine) and double (whole-model gradient checks). Shapes: B batch,
 // T tokens, N = B·T, E embedding size, H hidden size, V vocabulary, L layers.
@@ -44,20 +46,24 @@ constexpr int64_t kIgnoreIndex = -100;
 enum class Keep { all, outputs };
 
 template <typename T>
-class RoFormer {
+class RoFormer : public Trainable<T> {
  public:
+  using Trainable<T>::params;
+  using Trainable<T>::grads;
+  using Trainable<T>::on_grads_final;
   explicit RoFormer(const RoFormerConfig& cfg);  // validates cfg (std::invalid_argument)
+  // A view over another model's arenas (an encoder-decoder's encoder and decoder): p and g are
+  // bound to params_base and grads_base with this config's layout (param_layout(cfg)), whose
+  // offsets the owner keeps; params and grads stay empty, and init_weights, load, allocate_grads
+  // and zero_grad are the owner's. mlm_head false: no head (the encoder); its pointers are null.
+  RoFormer(const RoFormerConfig& cfg, T* params_base, T* grads_base, bool mlm_head);
   ~RoFormer();
   RoFormer(const RoFormer&) = delete;  // the pointer structs point into this object's arenas
   RoFormer& operator=(const RoFormer&) = delete;
 
   const RoFormerConfig& config() const { return cfg_; }
-  const std::vector<ParamInfo>& layout() const { return layout_; }
-  std::vector<T> params, grads;  // arenas, param_count(layout()) elements each (grads: once allocated)
-  Params<T> p, g;                // pointers into params / grads
-  // The gradient arena is allocated on first use (zero_grad, backward) or by this call, for code that
-  // keeps pointers into it (the optimizer): an inference-only model never holds it.
-  void allocate_grads();
+  Params<T> p, g;  // pointers into params / grads (Trainable: param_count(layout()) elements each)
+  void allocate_grads() override;
 
   // HF's initialisation: N(0, initializer_range) for matrices and embeddings (the padding row 0),
   // zero biases, unit LayerNorm weights. A pure function of seed.
@@ -76,6 +82,12 @@ class RoFormer {
             const std::vector<std::string>& optional = {});
   bool has_mlm_head() const { return has_mlm_head_; }
 
+  // The memory of a decoder's cross-attention (add_cross_attention) for the next forward and its
+  // backward: memory (B, Tk, H), held by the caller until the backward is done; memory_mask (B, Tk)
+  // 1 real / 0 padding, or null. The backward writes d(loss)/d(memory) to memory_grad().
+  void set_memory(const T* memory, const int64_t* memory_mask, int64_t Tk);
+  const T* memory_grad() const;  // (B, Tk, H) of the last backward
+
   void set_keep(Keep keep);  // takes effect with the next forward
   Keep keep() const { return keep_; }
 
@@ -92,13 +104,8 @@ class RoFormer {
   // Adds the gradients given d(loss)/d(last hidden state) (B, T, H) (heads outside the model), plus
   // d(loss)/d(pooler output) (B, H) when d_pooled is given.
   void backward_from_hidden(const T* d_hidden, const T* d_pooled = nullptr);
-  void zero_grad();
-  // When set, called during the backward with an arena offset: every gradient at or above it is now
-  // final (after layer l's backward: layer l's first parameter, the head's and the pooler's lying
-  // above it; after the embeddings: 0). Data-parallel training starts reducing those gradients while
-  // the backward goes on (train/trainer.cc).
-  std::function<void(int64_t offset)> on_grads_final;
-  const std::vector<int64_t>& layer_offsets() const { return layer_offsets_; }  // each layer's first parameter
+  // on_grads_final (Trainable) is called after layer l's backward with layer l's first parameter
+  // (the head's and the pooler's lie above it), and after the embeddings with 0.
 
   // Views of the last forward.
   const T* embedding_output() const;      // (B, T, E) after the embedding LayerNorm (before dropout)
@@ -116,9 +123,10 @@ class RoFormer {
   void encode();                                                      // the blocks over h[0]
   void run_heads();
   AttentionContext<T> attention_context(int64_t layer) const;
+  AttentionContext<T> cross_attention_context(int64_t layer) const;
+  using Trainable<T>::layout_;
+  using Trainable<T>::layer_offsets_;
   RoFormerConfig cfg_;
-  std::vector<ParamInfo> layout_;
-  std::vector<int64_t> layer_offsets_;  // arena offset of each layer's first parameter
   std::unique_ptr<Activations> act_;
   std::unique_ptr<rope::Plan> rope_;  // RoPE models; dynamic NTK follows the batch length
   bool rope_dynamic_ = false;
@@ -127,6 +135,11 @@ class RoFormer {
   bool has_mlm_head_ = true;
   Keep keep_ = Keep::all;
   std::vector<std::vector<T>> favor_;  // performer: L × (performer_features, D) random features
+  bool view_ = false;                  // p and g point into an owner's arenas
+  const T* memory_ = nullptr;          // (B, Tk, H) cross-attention memory
+  const int64_t* memory_mask_ = nullptr;
+  int64_t memory_len_ = 0;
+  std::vector<T> d_memory_;            // (B, Tk, H)
 };
 
 extern template class RoFormer<float>;

@@ -42,7 +42,7 @@ void make_dirs(const std::string& dir) {
 
 }  // namespace
 
-AdamW make_adamw(model::RoFormer<float>& m, const AdamWConfig& cfg, int64_t begin, int64_t end) {
+AdamW make_adamw(model::Trainable<float>& m, const AdamWConfig& cfg, int64_t begin, int64_t end) {
   m.allocate_grads();
   if (end < 0) end = static_cast<int64_t>(m.params.size());
   std::vector<ParamRef> refs;
@@ -79,8 +79,16 @@ void save_model(const std::string& dir, const model::RoFormer<float>& m, const T
 
 std::string save_checkpoint(const std::string& out_dir, const model::RoFormer<float>& m, const AdamW& opt,
                             const TokenizerWriter& write_tokenizer, const TrainerState& state, int keep) {
+  return save_checkpoint(
+      out_dir, m, opt, [&](const std::string& dir) { save_model(dir, m, write_tokenizer); }, state, keep);
+}
+
+std::string save_checkpoint(const std::string& out_dir, const model::Trainable<float>& m, const AdamW& opt,
+                            const std::function<void(const std::string& dir)>& write_model, const TrainerState& state,
+                            int keep) {
   const std::string name = step_name(state.step), dir = out_dir + "/" + name;
-  save_model(dir, m, write_tokenizer);
+  make_dirs(dir);
+  write_model(dir);
   std::vector<io::TensorView> tensors;
   const auto& layout = m.layout();
   for (size_t i = 0; i < layout.size(); ++i) {
@@ -135,7 +143,7 @@ LoadedModel load_model(const std::string& dir) {
   return {cfg, std::move(m), std::move(text)};
 }
 
-TrainerState load_optimizer(const std::string& dir, const model::RoFormer<float>& m, AdamW& opt) {
+TrainerState load_optimizer(const std::string& dir, const model::Trainable<float>& m, AdamW& opt) {
   const std::string path = dir + "/optimizer.safetensors";
   const io::SafeTensors st(path);
   const auto& layout = m.layout();

@@ -34,6 +34,11 @@ struct TrainerState {
 // `keep` checkpoints and removes older ones. Returns the checkpoint directory. Throws io::Error.
 std::string save_checkpoint(const std::string& out_dir, const model::RoFormer<float>& m, const AdamW& opt,
                             const TokenizerWriter& write_tokenizer, const TrainerState& state, int keep = 2);
+// The same for any trainable model: write_model(dir) writes its inference part (config, weights,
+// tokenizer) into the new checkpoint directory.
+std::string save_checkpoint(const std::string& out_dir, const model::Trainable<float>& m, const AdamW& opt,
+                            const std::function<void(const std::string& dir)>& write_model, const TrainerState& state,
+                            int keep = 2);
 
 // Writes config.json, model.safetensors and tokenizer.json into dir (created if needed): the
 // inference part of a checkpoint.
@@ -53,10 +58,10 @@ LoadedModel load_model(const std::string& dir);
 
 // Restores AdamW moments and step, and returns the trainer state of a checkpoint. The optimizer must
 // have been built over the same layout. Throws io::Error.
-TrainerState load_optimizer(const std::string& dir, const model::RoFormer<float>& m, AdamW& opt);
+TrainerState load_optimizer(const std::string& dir, const model::Trainable<float>& m, AdamW& opt);
 
 // AdamW over the model's arena: one ParamRef per layout tensor, decay as the layout says. With an
 // arena range [begin, end), only the parts of the tensors inside it (a ZeRO-1 shard; end -1: the end).
-AdamW make_adamw(model::RoFormer<float>& m, const AdamWConfig& cfg, int64_t begin = 0, int64_t end = -1);
+AdamW make_adamw(model::Trainable<float>& m, const AdamWConfig& cfg, int64_t begin = 0, int64_t end = -1);
 
 }  // namespace train

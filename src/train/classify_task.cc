@@ -121,14 +121,17 @@ LossStats ClassifyTask::loss(const Model& m, const Batch& batch, int64_t normali
   return s;
 }
 
-LossStats ClassifyTask::loss_and_grad(Model& m, const Batch& batch, uint64_t dropout_seed, int64_t normaliser) {
+LossStats ClassifyTask::loss_and_grad(Trainable& trained, const Batch& batch, uint64_t dropout_seed,
+                                      int64_t normaliser) {
+  Model& m = roformer_of(trained);
   m.forward(batch.inputs(), true, dropout_seed);
   LossStats s = loss(m, batch, normaliser, true);
   if (std::isfinite(s.loss)) m.backward_from_class_logits(d_logits_.data());
   return s;
 }
 
-LossStats ClassifyTask::evaluate(Model& m, const Batch& batch, int64_t normaliser) {
+LossStats ClassifyTask::evaluate(Trainable& trained, const Batch& batch, int64_t normaliser) {
+  Model& m = roformer_of(trained);
   m.forward(batch.inputs(), false, 0);
   LossStats s = loss(m, batch, normaliser, false);
   if (c_.problem_type == "single_label_classification") {

@@ -52,8 +52,8 @@ class ClassifyTask : public Task {
   Batch train_batch(int64_t step) override;
   const std::vector<Batch>& validation_batches() override { return val_; }
   int64_t loss_count(const Batch& batch) const override { return batch.B; }
-  LossStats loss_and_grad(Model& m, const Batch& batch, uint64_t dropout_seed, int64_t normaliser) override;
-  LossStats evaluate(Model& m, const Batch& batch, int64_t normaliser) override;
+  LossStats loss_and_grad(Trainable& m, const Batch& batch, uint64_t dropout_seed, int64_t normaliser) override;
+  LossStats evaluate(Trainable& m, const Batch& batch, int64_t normaliser) override;
   std::vector<std::string> metric_names() const override;
 
   int64_t steps_per_epoch() const;

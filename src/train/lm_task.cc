@@ -28,7 +28,8 @@ LossStats TokenTask::loss(const Model& m, const Batch& batch, int64_t normaliser
   return s;
 }
 
-LossStats TokenTask::loss_and_grad(Model& m, const Batch& batch, uint64_t dropout_seed, int64_t normaliser) {
+LossStats TokenTask::loss_and_grad(Trainable& trained, const Batch& batch, uint64_t dropout_seed, int64_t normaliser) {
+  Model& m = roformer_of(trained);
   m.forward(batch.inputs(), true, dropout_seed);
   LossStats s = loss(m, batch, normaliser);
   if (!std::isfinite(s.loss)) return s;
@@ -40,7 +41,8 @@ LossStats TokenTask::loss_and_grad(Model& m, const Batch& batch, uint64_t dropou
   return s;
 }
 
-LossStats TokenTask::evaluate(Model& m, const Batch& batch, int64_t normaliser) {
+LossStats TokenTask::evaluate(Trainable& trained, const Batch& batch, int64_t normaliser) {
+  Model& m = roformer_of(trained);
   m.forward(batch.inputs(), false, 0);
   LossStats s = loss(m, batch, normaliser);
   const int64_t N = batch.B * batch.T, V = m.config().vocab_size;

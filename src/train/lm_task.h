@@ -19,8 +19,8 @@ namespace train {
 class TokenTask : public Task {
  public:
   int64_t loss_count(const Batch& batch) const override;
-  LossStats loss_and_grad(Model& m, const Batch& batch, uint64_t dropout_seed, int64_t normaliser) override;
-  LossStats evaluate(Model& m, const Batch& batch, int64_t normaliser) override;
+  LossStats loss_and_grad(Trainable& m, const Batch& batch, uint64_t dropout_seed, int64_t normaliser) override;
+  LossStats evaluate(Trainable& m, const Batch& batch, int64_t normaliser) override;
   std::vector<std::string> metric_names() const override { return {"accuracy"}; }
 
  private:

@@ -41,7 +41,13 @@ Batch Batch::rows(int64_t r0, int64_t r1) const {
   return out;
 }
 
-EvalStats evaluate(Task& task, Model& m, Communicator* comm) {
+Model& roformer_of(Trainable& m) {
+  auto* r = dynamic_cast<Model*>(&m);
+  if (!r) throw std::logic_error("this task trains a RoFormer encoder or language model");
+  return *r;
+}
+
+EvalStats evaluate(Task& task, Trainable& m, Communicator* comm) {
   const int rank = comm ? comm->rank() : 0, ranks = comm ? comm->size() : 1;
   const std::vector<std::string> names = task.metric_names();
   // (loss sum, count, metric sums...)

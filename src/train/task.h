@@ -24,6 +24,10 @@
 namespace train {
 
 using Model = model::RoFormer<float>;
+using Trainable = model::Trainable<float>;  // what the Trainer optimises: a RoFormer or a Seq2Seq
+
+// The RoFormer a task over RoFormer models was given; std::logic_error for another kind of model.
+Model& roformer_of(Trainable& m);
 
 // Seeds of the independent random streams of a run: stream_seed(seed, purpose, index), e.g. the
 // dropout masks of step s are stream_seed(seed, kDropoutStream, s).
@@ -80,9 +84,9 @@ class Task {
   // Training forward (dropout on, masks from dropout_seed) and loss Σ/normaliser; when the loss is
   // finite, also the backward: adds d(loss)/d(params) to m.grads (the caller zeroes them). A
   // non-finite loss leaves the gradients alone.
-  virtual LossStats loss_and_grad(Model& m, const Batch& batch, uint64_t dropout_seed, int64_t normaliser) = 0;
+  virtual LossStats loss_and_grad(Trainable& m, const Batch& batch, uint64_t dropout_seed, int64_t normaliser) = 0;
   // Inference forward (no dropout), loss Σ/normaliser and the metric sums; no gradients.
-  virtual LossStats evaluate(Model& m, const Batch& batch, int64_t normaliser) = 0;
+  virtual LossStats evaluate(Trainable& m, const Batch& batch, int64_t normaliser) = 0;
   // The metrics evaluate() reports besides the loss (e.g. "accuracy"); their sums come in
   // LossStats::metric_sums in this order.
   virtual std::vector<std::string> metric_names() const { return {}; }
@@ -91,6 +95,6 @@ class Task {
 // The validation loss and metrics of m on task.validation_batches(): each batch evaluated under its
 // own count, weighted by it (the mean over all counted targets). With a group of N, rank r evaluates
 // batches r, r + N, ... and the sums are reduced: every rank gets the result.
-EvalStats evaluate(Task& task, Model& m, Communicator* comm = nullptr);
+EvalStats evaluate(Task& task, Trainable& m, Communicator* comm = nullptr);
 
 }  // namespace train

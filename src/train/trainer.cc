@@ -35,7 +35,7 @@ std::pair<int64_t, int64_t> own_shard(const std::vector<std::pair<int64_t, int64
 
 }  // namespace
 
-Trainer::Trainer(Model& m, Task& task, const TrainerConfig& c)
+Trainer::Trainer(Trainable& m, Task& task, const TrainerConfig& c)
     : m_(m), task_(task), c_(c), comm_(c.comm ? *c.comm : world()),
       shards_(zero1_shards(static_cast<int64_t>(m.params.size()), comm_.size(), c.zero1)),
       opt_(make_adamw(m, c.adamw, own_shard(shards_, comm_.rank()).first, own_shard(shards_, comm_.rank()).second)) {

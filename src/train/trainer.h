@@ -101,7 +101,7 @@ struct TrainerConfig {
 // the backward; every rank then clips and steps identically.
 class Trainer {
  public:
-  Trainer(Model& m, Task& task, const TrainerConfig& c);
+  Trainer(Trainable& m, Task& task, const TrainerConfig& c);
 
   // Optimiser step `step` (0-based) on task.train_batch(step), the loss normalised by its count.
   StepStats step(int64_t step);
@@ -122,11 +122,11 @@ class Trainer {
   const AdamW& gather_optimizer();
   // Takes a whole-model optimiser state (make_adamw + load_optimizer): with ZeRO-1 this rank's shard.
   void set_optimizer(const AdamW& whole);
-  Model& model() { return m_; }
+  Trainable& model() { return m_; }
   Task& task() { return task_; }
 
  private:
-  Model& m_;
+  Trainable& m_;
   Task& task_;
   TrainerConfig c_;
   void start_buckets(int64_t ready_from);  // starts every bucket lying at or above ready_from
