@@ -382,6 +382,19 @@ void self_attention_backward(T* dx, const AttentionParams<T>& g, const T* dout, 
 }
 
 template <typename T>
+void cross_attention_memory(std::vector<T>& k, std::vector<T>& v, const AttentionParams<T>& p,
+                            const AttentionContext<T>& ctx, const T* memory, int64_t B, int64_t Tk) {
+  const RoFormerConfig& c = *ctx.config;
+  const int64_t H = c.hidden_size, n = c.num_attention_heads, D = c.head_dim();
+  resize(k, B * Tk * H);
+  resize(v, B * Tk * H);
+  ops::linear_forward(k.data(), memory, p.k.w, p.k.b, B * Tk, H, H);
+  ops::linear_forward(v.data(), memory, p.v.w, p.v.b, B * Tk, H, H);
+  if (ctx.rope) rotate(*ctx.rope, ROPE_FORWARD, ROPE_ROLE_KEY, k.data(), B, Tk, n, D, 0);
+  if (ctx.rope && c.rotary_value) rotate(*ctx.rope, ROPE_FORWARD, ROPE_ROLE_KEY, v.data(), B, Tk, n, D, 0);
+}
+
+template <typename T>
 void cross_attention_forward(T* out, AttentionActs<T>& a, const AttentionParams<T>& p, const AttentionContext<T>& ctx,
                              const T* x, const T* memory, int64_t B, int64_t T_, int64_t Tk, KVCache<T>* cache) {
   const RoFormerConfig& c = *ctx.config;
@@ -393,15 +406,8 @@ void cross_attention_forward(T* out, AttentionActs<T>& a, const AttentionParams<
   if (ctx.rope) rotate(*ctx.rope, ROPE_FORWARD, ROPE_ROLE_QUERY, a.q.data(), B, T_, n, D, 0);
   std::vector<T>& k = cache ? cache->k : a.k;
   std::vector<T>& v = cache ? cache->v : a.v;
-  if (!cache || cache->length == 0) {  // keys and values of the memory, computed once per source
-    resize(k, B * Tk * H);
-    resize(v, B * Tk * H);
-    ops::linear_forward(k.data(), memory, p.k.w, p.k.b, B * Tk, H, H);
-    ops::linear_forward(v.data(), memory, p.v.w, p.v.b, B * Tk, H, H);
-    if (ctx.rope) rotate(*ctx.rope, ROPE_FORWARD, ROPE_ROLE_KEY, k.data(), B, Tk, n, D, 0);
-    if (ctx.rope && c.rotary_value) rotate(*ctx.rope, ROPE_FORWARD, ROPE_ROLE_KEY, v.data(), B, Tk, n, D, 0);
-    if (cache) cache->B = B, cache->capacity = cache->length = Tk;
-  }
+  if (!cache || cache->length == 0) cross_attention_memory(k, v, p, ctx, memory, B, Tk);  // once per source
+  if (cache) cache->B = B, cache->capacity = cache->length = Tk;
   attend(a, ctx, k.data(), v.data(), B, T_, Tk, 0, Tk, static_cast<KVCache<T>*>(nullptr));
   attention_output(out, a, p, ctx, x, B, T_);
 }
@@ -569,6 +575,8 @@ void classifier_backward(const RoFormerConfig& c, T* dh, const ClassifierParams<
   template void self_attention_backward<T>(T*, const AttentionParams<T>&, const T*, const AttentionActs<T>&,        \
                                            const AttentionParams<T>&, const AttentionContext<T>&, const T*, int64_t, \
                                            int64_t, Scratch<T>&);                                                    \
+  template void cross_attention_memory<T>(std::vector<T>&, std::vector<T>&, const AttentionParams<T>&,              \
+                                          const AttentionContext<T>&, const T*, int64_t, int64_t);                 \
   template void cross_attention_forward<T>(T*, AttentionActs<T>&, const AttentionParams<T>&,                        \
                                            const AttentionContext<T>&, const T*, const T*, int64_t, int64_t,         \
                                            int64_t, KVCache<T>*);                                                    \

@@ -203,6 +203,11 @@ template <typename T>
 void cross_attention_forward(T* out, AttentionActs<T>& a, const AttentionParams<T>& p, const AttentionContext<T>& ctx,
                              const T* x, const T* memory, int64_t B, int64_t T_, int64_t Tk,
                              KVCache<T>* cache = nullptr);
+// The keys and values (B, Tk, H) each of a memory (B, Tk, H), rotated when ctx.rope is set: what a
+// cross-attention cache holds.
+template <typename T>
+void cross_attention_memory(std::vector<T>& k, std::vector<T>& v, const AttentionParams<T>& p,
+                            const AttentionContext<T>& ctx, const T* memory, int64_t B, int64_t Tk);
 // dx (B, T, H) written; dmemory (B, Tk, H) accumulated.
 template <typename T>
 void cross_attention_backward(T* dx, T* dmemory, const AttentionParams<T>& g, const T* dout, const AttentionActs<T>& a,

@@ -16,6 +16,11 @@ struct Generator::State {
   std::unique_ptr<rope::Plan> rope;          // RoPE models
   std::vector<std::vector<float>> favor;     // performer: L × (features, D)
   std::vector<KVCache<float>> cache;         // L
+  std::vector<KVCache<float>> cross;         // L: cross-attention keys and values, (batch, Tk, H) each
+  std::vector<int64_t> cross_mask;           // (batch, Tk)
+  std::vector<int64_t> memory_row;           // (batch) the source whose keys and values each row holds
+  AttentionActs<float> cross_attn;
+  std::vector<float> crossed;                // (batch·n, H)
   std::vector<int64_t> segment;              // (batch, capacity) cumsum of token types (UniLM)
   std::vector<int64_t> row_limit;            // (batch, n) of the current feed
   EmbeddingActs<float> emb;
@@ -95,6 +100,50 @@ void Generator::reorder(const std::vector<int64_t>& rows) {
     permute(kv.v, capacity_ * H);
   }
   permute(st_->segment, capacity_);
+  // Cross-attention rows: copied only where a row now continues another source's row.
+  const int64_t Tk = st_->cross.empty() ? 0 : st_->cross[0].length;
+  if (Tk == 0) return;
+  const std::vector<int64_t> held = st_->memory_row;
+  std::vector<int64_t> wanted(batch_);
+  for (int64_t b = 0; b < batch_; ++b) wanted[b] = held[rows[b]];
+  if (wanted == held) return;
+  for (auto& kv : st_->cross) {
+    permute(kv.k, Tk * H);
+    permute(kv.v, Tk * H);
+  }
+  permute(st_->cross_mask, Tk);
+  st_->memory_row = wanted;
+}
+
+void Generator::set_memory(const float* memory, const int64_t* mask, int64_t sources, int64_t Tk) {
+  const auto& c = m_.config();
+  if (!c.add_cross_attention) throw std::invalid_argument("set_memory: this decoder has no cross-attention");
+  if (sources < 1 || Tk < 1 || batch_ % sources != 0) {
+    throw std::invalid_argument("set_memory: the batch must be a whole number of rows per source");
+  }
+  const int64_t H = c.hidden_size, copies = batch_ / sources;
+  AttentionContext<float> ctx;
+  ctx.config = &c;
+  ctx.rope = c.rotate_cross_attention ? st_->rope.get() : nullptr;
+  st_->cross.assign(c.num_hidden_layers, KVCache<float>{});
+  std::vector<float> k, v;
+  for (int64_t l = 0; l < c.num_hidden_layers; ++l) {
+    cross_attention_memory(k, v, m_.p.layers[l].cross, ctx, memory, sources, Tk);  // once per source
+    KVCache<float>& kv = st_->cross[l];
+    kv.B = batch_, kv.capacity = kv.length = Tk;
+    kv.k.resize(batch_ * Tk * H);
+    kv.v.resize(batch_ * Tk * H);
+    for (int64_t b = 0; b < batch_; ++b) {  // shared by the source's rows
+      std::copy_n(k.begin() + (b / copies) * Tk * H, Tk * H, kv.k.begin() + b * Tk * H);
+      std::copy_n(v.begin() + (b / copies) * Tk * H, Tk * H, kv.v.begin() + b * Tk * H);
+    }
+  }
+  st_->cross_mask.assign(batch_ * Tk, 1);
+  st_->memory_row.resize(batch_);
+  for (int64_t b = 0; b < batch_; ++b) {
+    st_->memory_row[b] = b / copies;
+    if (mask) std::copy_n(mask + (b / copies) * Tk, Tk, st_->cross_mask.begin() + b * Tk);
+  }
 }
 
 const std::vector<float>& Generator::feed(const std::vector<int64_t>& ids, const std::vector<int64_t>& types) {
@@ -105,6 +154,7 @@ const std::vector<float>& Generator::feed(const std::vector<int64_t>& ids, const
     throw std::invalid_argument("feed: ids (and types) must be (batch, n)");
   }
   if (n == 0) return s.logits;
+  if (c.add_cross_attention && s.cross.empty()) throw std::logic_error("feed: a decoder with cross-attention needs set_memory");
   if (pos_ + n > capacity_) {
     throw std::length_error("context of " + std::to_string(pos_ + n) + " tokens exceeds the generator's capacity " +
                             std::to_string(capacity_));
@@ -122,7 +172,20 @@ const std::vector<float>& Generator::feed(const std::vector<int64_t>& ids, const
     ctx.layer = l;
     ctx.favor = s.favor.empty() ? nullptr : s.favor[l].data();
     self_attention_forward(s.mid.data(), s.attn, m_.p.layers[l].attn, ctx, s.x.data(), B, n, pos_, &s.cache[l]);
-    feed_forward_forward(c, s.x.data(), s.ffn, m_.p.layers[l].ffn, s.mid.data(), N, l, Dropout{});
+    const float* ffn_in = s.mid.data();
+    if (c.add_cross_attention) {  // over the cached keys and values of the memory
+      AttentionContext<float> cross = ctx;
+      cross.rope = c.rotate_cross_attention ? s.rope.get() : nullptr;
+      cross.causal = false;
+      cross.row_limit = nullptr;
+      cross.key_mask = s.cross_mask.data();
+      s.crossed.resize(N * H);
+      cross_attention_forward(s.crossed.data(), s.cross_attn, m_.p.layers[l].cross, cross, s.mid.data(),
+                              static_cast<const float*>(nullptr), B,
+                              n, s.cross[l].length, &s.cross[l]);
+      ffn_in = s.crossed.data();
+    }
+    feed_forward_forward(c, s.x.data(), s.ffn, m_.p.layers[l].ffn, ffn_in, N, l, Dropout{});
   }
   pos_ += n;
   s.last.resize(B * H);  // (B, H) each row's last token

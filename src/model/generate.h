@@ -2,7 +2,9 @@
 // new tokens run through the same blocks as training (blocks.h), attending to the cached (already
 // rotated) keys and values of every earlier token. RoPE rotates the new q and k at their absolute
 // positions through librope's position offsets, so the cache never needs re-rotation. The cache is
-// batched and rows can be reordered, for beam search. Sampling: temperature and top-k, seeded.
+// batched and rows can be reordered, for beam search. Sampling: temperature and top-k, seeded. The
+// decoder of an encoder-decoder (add_cross_attention) also attends over a memory (set_memory), whose
+// cross-attention keys and values are computed once per source and shared by that source's rows.
 #pragma once
 
 #include <cstdint>
@@ -33,6 +35,11 @@ class Generator {
   void reset();
   // Beam search: row b continues from the state row rows[b] had (rows.size() == batch).
   void reorder(const std::vector<int64_t>& rows);
+  // A decoder with cross-attention: the encoder's output for `sources` sources, memory (sources, Tk, H)
+  // and its mask (sources, Tk) (1 real, 0 padding; null: all real). Row b of the batch attends over
+  // source b / (batch / sources), so a source's beams are consecutive rows. The keys and values of
+  // every layer are computed here, once per source.
+  void set_memory(const float* memory, const int64_t* mask, int64_t sources, int64_t Tk);
 
  private:
   struct State;

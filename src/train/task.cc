@@ -27,6 +27,7 @@ Batch Batch::rows(int64_t r0, int64_t r1) const {
   Batch out;
   out.B = r1 - r0;
   out.T = T;
+  out.S = S;
   out.row0 = row0 + r0;
   auto cut = [&](const auto& all, auto& part) {
     if (all.empty()) return;
@@ -38,6 +39,8 @@ Batch Batch::rows(int64_t r0, int64_t r1) const {
   cut(attention_mask, out.attention_mask);
   cut(targets, out.targets);
   cut(values, out.values);
+  cut(source, out.source);
+  cut(source_mask, out.source_mask);
   return out;
 }
 

@@ -44,12 +44,15 @@ struct Batch {
   // classifier, ... Entries equal to model::kIgnoreIndex are not counted.
   std::vector<int64_t> targets;
   std::vector<float> values;  // real-valued targets, e.g. (B, labels): regression scores, multi-label 0/1
+  // A sequence-to-sequence batch's source side (then ids are the decoder's input): (B, S) each.
+  int64_t S = 0;
+  std::vector<int64_t> source, source_mask;
 
   model::Inputs inputs() const;  // the model's view, without targets (the task owns the loss)
   // Rows [r0, r1) as a batch of their own (row0 + r0 its global first row). Every per-row field,
   // whatever its width, is cut the same way.
   Batch rows(int64_t r0, int64_t r1) const;
-  int64_t tokens() const { return B * T; }  // input tokens processed
+  int64_t tokens() const { return B * (T + S); }  // input tokens processed (both sides of a seq2seq batch)
 };
 
 // The loss of one batch under a given normaliser.
