@@ -7,7 +7,10 @@
 #include <stdexcept>
 
 #include "base/random.h"
+#include "io/atomic_file.h"
 #include "io/mapped_file.h"
+#include "io/safetensors.h"
+#include "rope/rope.h"
 #include "io/weights.h"
 
 namespace model {
@@ -254,5 +257,38 @@ void Seq2Seq<T>::backward_from_logits(const T* d_logits) {
 
 template class Seq2Seq<float>;
 template class Seq2Seq<double>;
+
+void save_seq2seq(const std::string& dir, const Seq2Seq<float>& m) {
+  const Seq2SeqConfig& c = m.config();
+  std::vector<io::TensorView> tensors;
+  for (const ParamInfo& info : m.layout()) {
+    tensors.push_back({info.name, io::DType::F32, info.shape, m.params.data() + info.offset});
+  }
+  if (c.shared_embeddings) {
+    tensors.push_back({std::string("decoder.") + kDecoderWordEmbeddings, io::DType::F32,
+                       {c.decoder.vocab_size, c.decoder.embedding_size}, m.decoder().p.emb.word});
+  }
+  std::vector<std::vector<float>> tables;  // HF RoFormer keeps its rotary table (frozen) in the state dict
+  tables.reserve(2);                       // the views point into them
+  for (const auto& [name, stack] : {std::pair<const char*, const RoFormerConfig*>{"encoder.encoder.embed_positions.weight", &c.encoder},
+                                    {"decoder.roformer.encoder.embed_positions.weight", &c.decoder}}) {
+    if (stack->position_encoding != PositionEncoding::rope) continue;
+    const int64_t P = stack->max_position_embeddings, D = stack->head_dim();
+    tables.emplace_back(P * D);
+    if (rope_hf_roformer_table(P, static_cast<int32_t>(D), tables.back().data()) != ROPE_OK) {
+      throw io::Error(std::string("rotary table: ") + rope_last_error());
+    }
+    tensors.push_back({name, io::DType::F32, {P, D}, tables.back().data()});
+  }
+  io::write_file_atomic(dir + "/model.safetensors", io::safetensors_bytes(tensors, {{"format", "pt"}}));
+  io::write_file_atomic(dir + "/config.json", c.to_json());
+}
+
+std::unique_ptr<Seq2Seq<float>> load_seq2seq(const std::string& dir) {
+  const Seq2SeqConfig c = Seq2SeqConfig::from_json_file(dir + "/config.json");
+  auto m = std::make_unique<Seq2Seq<float>>(c);
+  m->load(*io::open_weights(dir));
+  return m;
+}
 
 }  // namespace model

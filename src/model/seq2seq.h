@@ -87,6 +87,13 @@ class Seq2Seq : public Trainable<T> {
   void bind();  // (re)binds the two views to params / grads
 };
 
+// An HF EncoderDecoderModel directory: config.json and model.safetensors (the arena under its names,
+// plus what HF's state dict holds besides: the decoder's copy of shared embeddings and each stack's
+// rotary table), written atomically. transformers' EncoderDecoderModel.from_pretrained loads it.
+void save_seq2seq(const std::string& dir, const Seq2Seq<float>& m);
+// The model of such a directory (ours, or one transformers saved). Throws io::Error naming the file.
+std::unique_ptr<Seq2Seq<float>> load_seq2seq(const std::string& dir);
+
 extern template class Seq2Seq<float>;
 extern template class Seq2Seq<double>;
 

@@ -28,6 +28,7 @@
 #include "train/classify_task.h"
 #include "train/console.h"
 #include "train/metrics.h"
+#include "train/run_log.h"
 #include "train/trainer.h"
 
 namespace train {
@@ -143,43 +144,6 @@ std::string default_metric(const std::string& problem_type) {
   return problem_type == "regression" ? "pearson" : problem_type == "multi_label_classification" ? "f1_micro" : "accuracy";
 }
 
-json record_json(const FinetuneRecord& r) {
-  json j = {{"step", r.step}, {"epoch", r.epoch}, {"loss", r.loss}, {"lr", r.lr}, {"grad_norm", r.grad_norm},
-            {"tokens_per_s", r.tokens_per_s}, {"elapsed_s", r.elapsed_s}};
-  if (std::isfinite(r.val_loss)) j["val_loss"] = r.val_loss;
-  for (const auto& [k, v] : r.metrics) j["val_" + k] = std::isfinite(v) ? json(v) : json(nullptr);
-  return j;
-}
-
-FinetuneRecord record_from_json(const json& j) {
-  FinetuneRecord r{j.at("step"), j.at("epoch"), j.at("loss"), j.at("lr"), j.at("grad_norm"), j.at("tokens_per_s"),
-                   j.at("elapsed_s"), j.contains("val_loss") ? j["val_loss"].get<double>() : NAN, {}};
-  for (const auto& [k, v] : j.items()) {
-    if (k.rfind("val_", 0) == 0 && k != "val_loss") r.metrics[k.substr(4)] = v.is_null() ? NAN : v.get<double>();
-  }
-  return r;
-}
-
-void write_csv(const std::string& out, const std::vector<FinetuneRecord>& history) {
-  std::set<std::string> names;
-  for (const auto& r : history) for (const auto& [k, v] : r.metrics) names.insert(k);
-  std::ostringstream csv;
-  csv << "step,epoch,loss,lr,grad_norm,tokens_per_s,elapsed_s,val_loss";
-  for (const auto& n : names) csv << ",val_" << n;
-  csv << '\n';
-  for (const auto& r : history) {
-    csv << r.step << ',' << r.epoch << ',' << r.loss << ',' << r.lr << ',' << r.grad_norm << ',' << r.tokens_per_s << ','
-        << r.elapsed_s << ',';
-    if (std::isfinite(r.val_loss)) csv << r.val_loss;
-    for (const auto& n : names) {
-      csv << ',';
-      if (r.metrics.count(n) && std::isfinite(r.metrics.at(n))) csv << r.metrics.at(n);
-    }
-    csv << '\n';
-  }
-  io::write_file_atomic(out + "/metrics.csv", csv.str());
-}
-
 // One invocation of `roformer finetune`.
 class FinetuneRun {
  public:
@@ -188,9 +152,6 @@ class FinetuneRun {
         writer_(comm_.rank() == 0), progress_(ProgressLine::choose(o_.progress, writer_)) {
     prepare();
     open_log();
-  }
-  ~FinetuneRun() {
-    if (log_) std::fclose(log_);
   }
   FinetuneRun(const FinetuneRun&) = delete;
   FinetuneRun& operator=(const FinetuneRun&) = delete;
@@ -201,7 +162,7 @@ class FinetuneRun {
   void build_model(const std::vector<data::LabeledExample>& train_rows);
   void open_log();
   bool step();  // false: the run ends here
-  void evaluate(FinetuneRecord& rec);
+  void evaluate(EvalRecord& rec);
   void save_best();
   void checkpoint();
   void write_predictions();
@@ -222,8 +183,7 @@ class FinetuneRun {
   std::unique_ptr<Trainer> trainer_;
   model::RoFormerConfig cfg_;
   TrainerState state_;
-  std::vector<FinetuneRecord> history_;
-  std::FILE* log_ = nullptr;
+  std::unique_ptr<RunLog> log_;
   std::string metric_;
   int64_t total_steps_ = 0, bad_evals_ = 0;
   double best_ = NAN;
@@ -298,29 +258,11 @@ void FinetuneRun::prepare() {
   result_.best_dir = o_.out + "/best";
 }
 
-// metrics.jsonl: a resumed log keeps the lines up to the checkpoint; then opened for appending.
 void FinetuneRun::open_log() {
-  const std::string path = o_.out + "/metrics.jsonl";
-  if (!resume_dir_.empty()) {
-    std::ifstream in(path);
-    for (std::string line; std::getline(in, line);) {
-      try {
-        FinetuneRecord r = record_from_json(json::parse(line));
-        if (r.step <= state_.step) history_.push_back(std::move(r));
-      } catch (const json::exception&) {
-        break;  // a line torn by a crash ends the log
-      }
-    }
-  }
-  if (!writer_) return;
-  std::string text;
-  for (const auto& r : history_) text += record_json(r).dump() + "\n";
-  io::write_file_atomic(path, text);
-  log_ = std::fopen(path.c_str(), "a");
-  if (!log_) throw io::Error(path + ": cannot open for appending");
+  log_ = std::make_unique<RunLog>(o_.out, resume_dir_.empty() ? -1 : state_.step, writer_);
 }
 
-void FinetuneRun::evaluate(FinetuneRecord& rec) {
+void FinetuneRun::evaluate(EvalRecord& rec) {
   std::vector<float> logits;
   std::vector<int64_t> classes;
   std::vector<float> values;
@@ -368,8 +310,8 @@ void FinetuneRun::checkpoint() {
   state_.task_json = json{{"best", std::isnan(best_) ? json(nullptr) : json(best_)}, {"best_step", result_.best_step},
                           {"bad_evals", bad_evals_}}.dump();
   last_checkpoint_ = save_checkpoint(o_.out, *m_, trainer_->optimizer(), copy_tokenizer_files(o_.model), state_);
-  write_csv(o_.out, history_);
-  if (hook_) hook_(o_.out, history_, metric_);
+  log_->write_csv();
+  if (hook_) hook_(o_.out, log_->history(), metric_);
 }
 
 bool FinetuneRun::step() {
@@ -387,7 +329,7 @@ bool FinetuneRun::step() {
   state_.step = s + 1;
   state_.tokens_seen += st.tokens;
   const int64_t per_epoch = task_->steps_per_epoch();
-  FinetuneRecord rec;
+  EvalRecord rec;
   rec.step = state_.step;
   rec.epoch = static_cast<double>(state_.step) / static_cast<double>(per_epoch);
   rec.loss = st.loss, rec.lr = st.lr, rec.grad_norm = st.grad_norm;
@@ -396,11 +338,7 @@ bool FinetuneRun::step() {
   const bool last = state_.step == total_steps_;
   const bool eval = last || (o_.eval_every > 0 ? state_.step % o_.eval_every == 0 : state_.step % per_epoch == 0);
   if (eval) evaluate(rec);
-  history_.push_back(rec);
-  if (log_) {
-    std::fprintf(log_, "%s\n", record_json(rec).dump().c_str());
-    std::fflush(log_);
-  }
+  log_->append(rec);
   const double eta = (total_steps_ - state_.step) * (elapsed() - elapsed_before_) / static_cast<double>(state_.step - result_.steps_done);
   progress_.update(state_.step, total_steps_, st.loss, last_metric_, rec.tokens_per_s, elapsed(), eta, eval);
   const bool early = eval && o_.patience > 0 && bad_evals_ >= o_.patience;
@@ -475,7 +413,7 @@ FinetuneResult FinetuneRun::run() {
   result_.steps_done = state_.step;
   if (result_.exit_code != 0) return result_;
   if (!writer_) return result_;  // the best metrics are printed once, by rank 0
-  for (const auto& r : history_) {
+  for (const auto& r : log_->history()) {
     if (r.step == result_.best_step) result_.best_metrics = r.metrics;
   }
   std::fprintf(stderr, "%s after %lld steps: best %s %.4f at step %lld, saved in %s\n",

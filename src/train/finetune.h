@@ -27,6 +27,7 @@
 #include <vector>
 
 #include "data/labeled.h"
+#include "train/run_log.h"
 
 namespace train {
 
@@ -54,15 +55,8 @@ struct FinetuneOptions {
   void validate() const;        // std::invalid_argument naming the option
 };
 
-// One evaluation (or a training step without one: metrics empty, val_loss NaN).
-struct FinetuneRecord {
-  int64_t step = 0;
-  double epoch = 0, loss = 0, lr = 0, grad_norm = 0, tokens_per_s = 0, elapsed_s = 0, val_loss = NAN;
-  std::map<std::string, double> metrics;
-};
-
 // Called after each metrics.csv write with the run directory, the history and the chosen metric.
-using FinetuneHook = std::function<void(const std::string& out, const std::vector<FinetuneRecord>& history,
+using FinetuneHook = std::function<void(const std::string& out, const std::vector<EvalRecord>& history,
                                         const std::string& metric)>;
 
 struct FinetuneResult {

@@ -46,7 +46,9 @@ Decay Schedule::parse_decay(const std::string& name) {
 }
 
 double learning_rate(const Schedule& s, int64_t step) {
-  if (step < s.warmup_steps) return s.peak_lr * static_cast<double>(step + 1) / s.warmup_steps;
+  if (step < s.warmup_steps) {
+    return s.warmup_init_lr + (s.peak_lr - s.warmup_init_lr) * static_cast<double>(step + 1) / s.warmup_steps;
+  }
   switch (s.decay) {
     case Decay::constant:
       return s.peak_lr;

@@ -47,13 +47,15 @@ enum class Decay { constant, linear, cosine, inverse_sqrt };
 
 struct Schedule {
   double peak_lr = 1e-3, min_lr = 0.0;
+  double warmup_init_lr = 0.0;  // the warm-up rises linearly from here (fairseq's --warmup-init-lr)
   int64_t warmup_steps = 0, total_steps = 1;
   Decay decay = Decay::cosine;
   // Parses "constant", "linear", "cosine" or "inverse_sqrt"; throws std::invalid_argument otherwise.
   static Decay parse_decay(const std::string& name);
 };
 
-// Learning rate at step (0-based): linear warmup from peak/warmup to peak over warmup_steps, then
+// Learning rate at step (0-based): linear warmup from warmup_init_lr to peak over warmup_steps (step
+// s at init + (peak − init)·(s + 1)/warmup), then
 // constant; linear or cosine from peak down to min_lr at total_steps; or peak·√(warmup/step).
 double learning_rate(const Schedule& s, int64_t step);
 

@@ -1,0 +1,47 @@
+// Translation with a trained encoder-decoder directory (roformer translate-train's checkpoints, or
+// `roformer average`'s output): config.json + model.safetensors (HF EncoderDecoderModel) + spm.model.
+// Texts are encoded with the SentencePiece model, decoded in batches of similar lengths (sorted by
+// subword count, so padding stays small), and returned in input order, detokenised.
+//
+//   auto t = serve::Translator::load("runs/kjv-rv/step-020000");
+//   auto out = t->translate({"In the beginning God created the heaven and the earth."}, {.beam_size = 4});
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "model/seq2seq.h"
+#include "model/translate.h"
+#include "text/sentencepiece.h"
+
+namespace serve {
+
+struct Translation {
+  std::string text;  // detokenised
+  double score = 0;  // the hypothesis's length-normalised log-probability (model/translate.h)
+  std::vector<int64_t> tokens;
+};
+
+class Translator {
+ public:
+  // Throws io::Error / base::Error naming the file.
+  static std::unique_ptr<Translator> load(const std::string& dir);
+
+  // The nbest translations of each text (best first), in input order. batch: sources decoded together.
+  // A text that encodes to no subwords translates to nothing (an empty hypothesis, score 0).
+  std::vector<std::vector<Translation>> translate(const std::vector<std::string>& texts, const model::DecodeOptions& o,
+                                                  int64_t batch = 32);
+
+  model::Seq2Seq<float>& model() { return *m_; }
+  const text::SentencePiece& subwords() const { return *sp_; }
+
+ private:
+  Translator(std::unique_ptr<model::Seq2Seq<float>> m, std::unique_ptr<text::SentencePiece> sp)
+      : m_(std::move(m)), sp_(std::move(sp)) {}
+  std::unique_ptr<model::Seq2Seq<float>> m_;
+  std::unique_ptr<text::SentencePiece> sp_;
+};
+
+}  // namespace serve

@@ -1,0 +1,374 @@
+// The translation training run (see translate_run.h): data and subwords, the encoder-decoder, then
+// the loop of Trainer::step with evaluations (loss, BLEU), checkpoints and the metrics log.
+#include "translate_run.h"
+
+#include <omp.h>
+
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+#include <memory>
+#include <nlohmann/json.hpp>
+
+#include "data/parallel.h"
+#include "io/atomic_file.h"
+#include "io/mapped_file.h"
+#include "io/safetensors.h"
+#include "model/seq2seq.h"
+#include "model/translate.h"
+#include "text/bleu.h"
+#include "text/sentencepiece.h"
+#include "train/checkpoint.h"
+#include "train/console.h"
+#include "train/run_log.h"
+#include "train/seq2seq_task.h"
+#include "train/trainer.h"
+
+namespace train {
+namespace {
+
+using nlohmann::json;
+namespace fs = std::filesystem;
+using Clock = std::chrono::steady_clock;
+
+// Both sides of every pair as subword ids; pairs longer than the limits are dropped (counted).
+std::vector<TokenizedPair> encode_pairs(const std::vector<data::SentencePair>& pairs, const text::SentencePiece& sp,
+                                        int64_t max_source, int64_t max_target, int64_t* dropped) {
+  std::vector<TokenizedPair> out;
+  *dropped = 0;
+  for (const auto& p : pairs) {
+    TokenizedPair t{sp.encode(p.source), sp.encode(p.target)};
+    if (t.source.empty() || t.target.empty() || static_cast<int64_t>(t.source.size()) > max_source ||
+        static_cast<int64_t>(t.target.size()) > max_target) {
+      ++*dropped;
+      continue;
+    }
+    out.push_back(std::move(t));
+  }
+  return out;
+}
+
+class TranslateRun {
+ public:
+  TranslateRun(TranslateTrainOptions o, std::string resume_dir, FinetuneHook hook)
+      : o_(std::move(o)), resume_dir_(std::move(resume_dir)), hook_(std::move(hook)),
+        writer_(comm_.rank() == 0), progress_(ProgressLine::choose(o_.progress, writer_)) {
+    prepare();
+    log_ = std::make_unique<RunLog>(o_.out, resume_dir_.empty() ? -1 : state_.step, writer_);
+  }
+  TranslateTrainResult run();
+
+ private:
+  void prepare();
+  void subwords(const std::vector<data::SentencePair>& train_pairs);
+  bool step();
+  void evaluate(EvalRecord& rec);
+  double validation_bleu();
+  void checkpoint();
+  double elapsed() const {
+    return elapsed_before_ + std::chrono::duration<double>(Clock::now() - session_start_).count();
+  }
+
+  TranslateTrainOptions o_;
+  std::string resume_dir_;
+  FinetuneHook hook_;
+  Communicator& comm_ = world();
+  bool writer_;
+  ProgressLine progress_;
+  TranslateTrainResult result_;
+  std::unique_ptr<text::SentencePiece> sp_;
+  std::unique_ptr<Seq2SeqModel> m_;
+  std::unique_ptr<Seq2SeqTask> task_;
+  std::unique_ptr<Trainer> trainer_;
+  std::vector<data::SentencePair> bleu_pairs_;
+  TrainerState state_;
+  std::unique_ptr<RunLog> log_;
+  Clock::time_point session_start_;
+  double elapsed_before_ = 0, last_bleu_ = NAN;
+};
+
+// The vocabulary: the checkpoint's (resume), the given model, or one trained on both sides of the
+// training pairs and written to out/spm.model.
+void TranslateRun::subwords(const std::vector<data::SentencePair>& train_pairs) {
+  if (!resume_dir_.empty()) {
+    sp_ = std::make_unique<text::SentencePiece>(text::SentencePiece::load(resume_dir_ + "/spm.model"));
+    return;
+  }
+  if (!o_.spm.empty()) {
+    sp_ = std::make_unique<text::SentencePiece>(text::SentencePiece::load(o_.spm));
+    return;
+  }
+  text::SentencePieceTrainOptions so;
+  for (const auto& p : train_pairs) {
+    so.sentences.push_back(p.source);
+    so.sentences.push_back(p.target);
+  }
+  so.data_name = o_.train;
+  so.vocab_size = o_.vocab_size;
+  so.model_type = o_.spm_type;
+  so.seed = static_cast<uint32_t>(o_.seed);
+  const text::SentencePieceTrainResult r = text::train_sentencepiece(so);  // every rank: the same bytes
+  sp_ = std::make_unique<text::SentencePiece>(text::SentencePiece::from_serialized(r.serialized, o_.out + "/spm.model"));
+  if (writer_) io::write_file_atomic(o_.out + "/spm.model", r.serialized);
+}
+
+void TranslateRun::prepare() {
+  if (resume_dir_.empty() && !latest_checkpoint(o_.out).empty()) {
+    throw io::Error(o_.out + " already holds a run; continue it with --resume or choose another --out");
+  }
+  if (writer_) fs::create_directories(o_.out);
+  const auto train_pairs = data::read_parallel(o_.train, o_.source_key, o_.target_key);
+  const auto val_pairs = data::read_parallel(o_.validation, o_.source_key, o_.target_key);
+  if (train_pairs.empty()) throw io::Error(o_.train + ": no sentence pairs");
+  if (val_pairs.empty()) throw io::Error(o_.validation + ": no sentence pairs");
+  subwords(train_pairs);
+  if (sp_->pad_id() < 0 || sp_->bos_id() < 0 || sp_->eos_id() < 0) {
+    throw io::Error((o_.spm.empty() ? o_.out + "/spm.model" : o_.spm) + ": the SentencePiece model needs pad, bos and eos pieces");
+  }
+  int64_t dropped = 0, val_dropped = 0;
+  auto train = encode_pairs(train_pairs, *sp_, o_.max_source_length, o_.max_target_length, &dropped);
+  // Validation pairs are never dropped for length: the limits exist for memory, and RoPE reads on.
+  const auto val = encode_pairs(val_pairs, *sp_, INT64_MAX, INT64_MAX, &val_dropped);
+  if (train.empty()) throw io::Error(o_.train + ": every pair is longer than --max-source-length/--max-target-length");
+  if (writer_ && dropped > 0) {
+    std::fprintf(stderr, "%s: skipped %lld of %zu pairs longer than %lld/%lld subwords\n", o_.train.c_str(),
+                 static_cast<long long>(dropped), train_pairs.size(), static_cast<long long>(o_.max_source_length),
+                 static_cast<long long>(o_.max_target_length));
+  }
+  for (int64_t i = 0; i < std::min<int64_t>(o_.bleu_sentences, static_cast<int64_t>(val_pairs.size())); ++i) {
+    bleu_pairs_.push_back(val_pairs[i]);
+  }
+  model::Seq2SeqConfig cfg;
+  if (!resume_dir_.empty()) {
+    cfg = model::Seq2SeqConfig::from_json_file(resume_dir_ + "/config.json");
+  } else {
+    model::RoFormerConfig base = o_.model;
+    base.vocab_size = sp_->vocab_size();
+    base.pad_token_id = sp_->pad_id();
+    cfg = model::Seq2SeqConfig::symmetric(base);
+    cfg.shared_embeddings = o_.shared_embeddings;
+    cfg.decoder_start_token_id = sp_->bos_id();
+    cfg.eos_token_id = sp_->eos_id();
+    cfg.pad_token_id = sp_->pad_id();
+  }
+  m_ = std::make_unique<Seq2SeqModel>(cfg);
+  if (resume_dir_.empty()) {
+    m_->init_weights(o_.seed);
+  } else {
+    m_->load(*io::open_weights(resume_dir_));
+  }
+  Seq2SeqTaskConfig tc{o_.max_tokens, o_.label_smoothing, cfg.pad_token_id, cfg.eos_token_id,
+                       cfg.decoder_start_token_id, o_.seed};
+  task_ = std::make_unique<Seq2SeqTask>(std::move(train), val, tc);
+  Schedule sched;
+  sched.peak_lr = o_.lr;
+  sched.warmup_init_lr = o_.warmup_init_lr;
+  sched.warmup_steps = o_.warmup;
+  sched.total_steps = o_.steps;
+  sched.decay = Decay::inverse_sqrt;
+  AdamWConfig adamw;
+  adamw.beta1 = o_.beta1, adamw.beta2 = o_.beta2, adamw.weight_decay = o_.weight_decay;
+  TrainerConfig trainer_cfg{sched, adamw, o_.clip, o_.seed, o_.grad_accum};
+  trainer_ = std::make_unique<Trainer>(*m_, *task_, trainer_cfg);
+  state_.options_json = o_.to_json();
+  if (!resume_dir_.empty()) {
+    state_ = load_optimizer(resume_dir_, *m_, trainer_->optimizer());
+    state_.options_json = o_.to_json();
+    result_.checkpoint = resume_dir_;
+  }
+}
+
+// Corpus BLEU of the model's translations of the first bleu_sentences validation pairs.
+double TranslateRun::validation_bleu() {
+  if (bleu_pairs_.empty()) return NAN;
+  model::DecodeOptions d;
+  d.beam_size = o_.bleu_beam;
+  d.max_len_a = 1.5, d.max_len_b = 10;
+  std::vector<std::string> hyps, refs;
+  const int64_t batch = 32;
+  for (size_t start = 0; start < bleu_pairs_.size(); start += batch) {
+    std::vector<std::vector<int64_t>> sources;
+    for (size_t i = start; i < std::min(bleu_pairs_.size(), start + batch); ++i) {
+      sources.push_back(sp_->encode(bleu_pairs_[i].source));
+      if (sources.back().empty()) sources.back().push_back(sp_->unk_id());
+      refs.push_back(bleu_pairs_[i].target);
+    }
+    for (const auto& best : model::translate(*m_, sources, d)) hyps.push_back(sp_->decode(best[0].tokens));
+  }
+  return text::corpus_bleu(hyps, {refs}).score;
+}
+
+void TranslateRun::evaluate(EvalRecord& rec) {
+  const EvalStats e = trainer_->evaluate();
+  rec.val_loss = e.loss;
+  rec.metrics["nll"] = e.metrics.at(0);
+  rec.metrics["ppl"] = std::exp(e.metrics.at(0));
+  rec.metrics["accuracy"] = e.metrics.at(1);
+  rec.metrics["bleu"] = last_bleu_ = validation_bleu();
+  result_.val_loss = e.loss;
+  result_.val_bleu = last_bleu_;
+}
+
+void TranslateRun::checkpoint() {
+  if (!writer_) return;
+  state_.elapsed_s = elapsed();
+  const std::string out = o_.out;
+  const std::string spm_bytes = sp_->serialized();
+  result_.checkpoint = save_checkpoint(
+      o_.out, *m_, trainer_->optimizer(),
+      [&](const std::string& dir) {
+        model::save_seq2seq(dir, *m_);
+        io::write_file_atomic(dir + "/spm.model", spm_bytes);
+      },
+      state_, static_cast<int>(o_.keep_checkpoints));
+  log_->write_csv();
+  if (hook_) hook_(o_.out, log_->history(), "bleu");
+}
+
+bool TranslateRun::step() {
+  const int64_t s = state_.step;
+  const auto t0 = Clock::now();
+  const StepStats st = trainer_->step(s);
+  if (!st.finite()) {
+    progress_.finish();
+    if (writer_) std::fprintf(stderr, "error: the %s became non-finite at step %lld; stopping. The last good checkpoint is %s\n",
+                              std::isfinite(st.loss) ? "gradient norm" : "loss", static_cast<long long>(s + 1),
+                              result_.checkpoint.empty() ? "(none yet)" : result_.checkpoint.c_str());
+    result_.exit_code = 3;
+    return false;
+  }
+  state_.step = s + 1;
+  state_.tokens_seen += st.tokens;
+  EvalRecord rec;
+  rec.step = state_.step;
+  rec.epoch = static_cast<double>(state_.step) / static_cast<double>(task_->steps_per_epoch());
+  rec.loss = st.loss, rec.lr = st.lr, rec.grad_norm = st.grad_norm;
+  rec.tokens_per_s = static_cast<double>(st.tokens) / std::chrono::duration<double>(Clock::now() - t0).count();
+  rec.elapsed_s = elapsed();
+  const bool last = state_.step == o_.steps;
+  const bool eval = last || state_.step % o_.eval_every == 0;
+  if (eval) evaluate(rec);
+  log_->append(rec);
+  const double eta = (o_.steps - state_.step) * (elapsed() - elapsed_before_) /
+                     static_cast<double>(state_.step - result_.steps_done);
+  progress_.update(state_.step, o_.steps, st.loss, last_bleu_, rec.tokens_per_s, elapsed(), eta, eval);
+  const bool stop = stop_requested(comm_);
+  if (eval || stop) checkpoint();
+  if (stop && !last) {
+    progress_.finish();
+    if (writer_) std::fprintf(stderr, "interrupted at step %lld: checkpoint saved to %s; continue with --resume --out %s\n",
+                              static_cast<long long>(state_.step), result_.checkpoint.c_str(), o_.out.c_str());
+    result_.exit_code = 130;
+    return false;
+  }
+  return true;
+}
+
+TranslateTrainResult TranslateRun::run() {
+  StopSignals signals;
+  session_start_ = Clock::now();
+  elapsed_before_ = state_.elapsed_s;
+  result_.steps_done = state_.step;
+  const auto& c = m_->config();
+  if (writer_) {
+    std::fprintf(stderr, "%s a %s encoder-decoder (%lld+%lld layers, hidden %lld, %lld parameters, vocabulary %lld): "
+                 "%lld steps of %lld batches per epoch, %lld tokens per batch, lr %.2g, %d threads × %d processes\n",
+                 resume_dir_.empty() ? "training" : "resuming", model::position_encoding_name(c.encoder.position_encoding),
+                 static_cast<long long>(c.encoder.num_hidden_layers), static_cast<long long>(c.decoder.num_hidden_layers),
+                 static_cast<long long>(c.encoder.hidden_size), static_cast<long long>(model::param_count(m_->layout())),
+                 static_cast<long long>(c.decoder.vocab_size), static_cast<long long>(o_.steps),
+                 static_cast<long long>(task_->steps_per_epoch()), static_cast<long long>(o_.max_tokens), o_.lr,
+                 omp_get_max_threads(), comm_.size());
+  }
+  while (state_.step < o_.steps) {
+    if (!step()) break;
+  }
+  progress_.finish();
+  result_.steps_done = state_.step;
+  if (result_.exit_code == 0 && writer_) {
+    std::fprintf(stderr, "done after %lld steps: validation loss %.4f, BLEU %.2f; last checkpoint %s\n",
+                 static_cast<long long>(state_.step), result_.val_loss, result_.val_bleu, result_.checkpoint.c_str());
+  }
+  return result_;
+}
+
+}  // namespace
+
+std::string TranslateTrainOptions::to_json() const {
+  const json j = {{"train", train}, {"validation", validation}, {"source_key", source_key}, {"target_key", target_key},
+                  {"spm", spm}, {"vocab_size", vocab_size}, {"spm_type", spm_type},
+                  {"model", json::parse(model.to_json())}, {"shared_embeddings", shared_embeddings},
+                  {"max_tokens", max_tokens}, {"max_source_length", max_source_length},
+                  {"max_target_length", max_target_length}, {"steps", steps}, {"warmup", warmup}, {"lr", lr},
+                  {"warmup_init_lr", warmup_init_lr}, {"label_smoothing", label_smoothing}, {"beta1", beta1},
+                  {"beta2", beta2}, {"weight_decay", weight_decay}, {"clip", clip}, {"seed", seed},
+                  {"eval_every", eval_every}, {"keep_checkpoints", keep_checkpoints},
+                  {"bleu_sentences", bleu_sentences}, {"bleu_beam", bleu_beam}, {"grad_accum", grad_accum},
+                  {"threads", threads}};
+  return j.dump(2) + "\n";
+}
+
+TranslateTrainOptions TranslateTrainOptions::from_json(const std::string& text) {
+  TranslateTrainOptions o;
+  try {
+    const json j = json::parse(text);
+    o.train = j.at("train"), o.validation = j.at("validation"), o.source_key = j.at("source_key");
+    o.target_key = j.at("target_key"), o.spm = j.at("spm"), o.vocab_size = j.at("vocab_size");
+    o.spm_type = j.at("spm_type");
+    o.model = model::RoFormerConfig::from_json_text(j.at("model").dump(), "translation options: model");
+    o.shared_embeddings = j.at("shared_embeddings"), o.max_tokens = j.at("max_tokens");
+    o.max_source_length = j.at("max_source_length"), o.max_target_length = j.at("max_target_length");
+    o.steps = j.at("steps"), o.warmup = j.at("warmup"), o.lr = j.at("lr"), o.warmup_init_lr = j.at("warmup_init_lr");
+    o.label_smoothing = j.at("label_smoothing"), o.beta1 = j.at("beta1"), o.beta2 = j.at("beta2");
+    o.weight_decay = j.at("weight_decay"), o.clip = j.at("clip"), o.seed = j.at("seed");
+    o.eval_every = j.at("eval_every"), o.keep_checkpoints = j.at("keep_checkpoints");
+    o.bleu_sentences = j.at("bleu_sentences"), o.bleu_beam = j.at("bleu_beam"), o.grad_accum = j.at("grad_accum");
+    o.threads = j.at("threads");
+  } catch (const json::exception& e) {
+    throw io::Error(std::string("translation options: ") + e.what());
+  }
+  return o;
+}
+
+void TranslateTrainOptions::validate() const {
+  auto need = [](bool ok, const std::string& what) {
+    if (!ok) throw std::invalid_argument(what);
+  };
+  need(!train.empty() && !validation.empty(), "--train and --validation are required");
+  need(spm_type == "unigram" || spm_type == "bpe", "--spm-type must be unigram or bpe");
+  need(!spm.empty() || vocab_size >= 8, "--vocab-size must be at least 8");
+  need(max_tokens > 0, "--max-tokens must be positive");
+  need(max_source_length > 0 && max_target_length > 0, "--max-source-length and --max-target-length must be positive");
+  need(steps > 0 && warmup >= 0, "--steps must be positive and --warmup not negative");
+  need(lr > 0 && std::isfinite(lr) && warmup_init_lr >= 0, "--lr must be positive and --warmup-init-lr not negative");
+  need(label_smoothing >= 0 && label_smoothing < 1, "--label-smoothing must be in [0, 1)");
+  need(beta1 >= 0 && beta1 < 1 && beta2 >= 0 && beta2 < 1, "--beta1 and --beta2 must be in [0, 1)");
+  need(weight_decay >= 0 && clip >= 0, "--weight-decay and --clip must not be negative");
+  need(eval_every > 0, "--eval-every must be positive");
+  need(keep_checkpoints >= 1, "--keep-checkpoints must be at least 1");
+  need(bleu_sentences >= 0 && bleu_beam >= 1, "--bleu-sentences must not be negative and --bleu-beam positive");
+  need(grad_accum >= 1, "--grad-accum must be at least 1");
+}
+
+TranslateTrainResult run_translate_training(TranslateTrainOptions o, bool resume, const FinetuneHook& on_report) {
+  std::string resume_dir;
+  if (resume) {
+    resume_dir = latest_checkpoint(o.out);
+    if (resume_dir.empty()) throw io::Error(o.out + ": no checkpoint to resume from (no 'latest')");
+    const io::SafeTensors st(resume_dir + "/optimizer.safetensors");
+    if (!st.metadata().count("options")) throw io::Error(resume_dir + ": no translation options in the checkpoint");
+    const std::string out = o.out;
+    const bool progress = o.progress;
+    o = TranslateTrainOptions::from_json(st.metadata().at("options"));
+    o.out = out, o.progress = progress;
+  }
+  o.validate();
+  if (o.threads > 0) omp_set_num_threads(o.threads);
+  TranslateRun run(std::move(o), resume_dir, on_report);
+  const TranslateTrainResult r = run.run();
+  world().finish();
+  return r;
+}
+
+}  // namespace train
