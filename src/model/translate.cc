@@ -102,6 +102,10 @@ std::vector<std::vector<Hypothesis>> translate(Seq2Seq<float>& m, const std::vec
     src[b * S + n] = c.eos_token_id;
     std::fill_n(mask.begin() + b * S, n + 1, 1);
     limit[b] = std::max<int64_t>(1, static_cast<int64_t>(std::floor(o.max_len_a * static_cast<double>(n + 1))) + o.max_len_b);
+    // Learned positions end at max_position_embeddings: the decoder start takes one of them.
+    if (c.decoder.position_encoding == PositionEncoding::learned) {
+      limit[b] = std::min(limit[b], c.decoder.max_position_embeddings - 1);
+    }
     longest = std::max(longest, limit[b]);
   }
   Inputs in;

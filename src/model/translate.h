@@ -14,7 +14,8 @@
 //     running beam can beat the worst of them by HF's estimate (best Σ log p / current length^lp);
 //   - at the length limit the running beams are finished as they are (no eos, not counted).
 // The length limit of a source is max_len_a · (its tokens + eos) + max_len_b new tokens (fairseq's
-// convention); HF's max_length for the same limit is that plus one (the decoder start token).
+// convention), and with learned positions at most max_position_embeddings − 1; HF's max_length for
+// the same limit is that plus one (the decoder start token).
 #pragma once
 
 #include <cstdint>

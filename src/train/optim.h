@@ -47,9 +47,9 @@ enum class Decay { constant, linear, cosine, inverse_sqrt };
 
 struct Schedule {
   double peak_lr = 1e-3, min_lr = 0.0;
-  double warmup_init_lr = 0.0;  // the warm-up rises linearly from here (fairseq's --warmup-init-lr)
   int64_t warmup_steps = 0, total_steps = 1;
   Decay decay = Decay::cosine;
+  double warmup_init_lr = 0.0;  // the warm-up rises linearly from here (fairseq's --warmup-init-lr)
   // Parses "constant", "linear", "cosine" or "inverse_sqrt"; throws std::invalid_argument otherwise.
   static Decay parse_decay(const std::string& name);
 };

@@ -126,10 +126,19 @@ void TranslateRun::prepare() {
   if (sp_->pad_id() < 0 || sp_->bos_id() < 0 || sp_->eos_id() < 0) {
     throw io::Error((o_.spm.empty() ? o_.out + "/spm.model" : o_.spm) + ": the SentencePiece model needs pad, bos and eos pieces");
   }
+  // Learned positions end at max_position_embeddings (a row carries eos or the decoder start too);
+  // the other encodings read on, so validation pairs are then never dropped for length.
+  const bool learned = o_.model.position_encoding == model::PositionEncoding::learned;
+  const int64_t room = learned ? o_.model.max_position_embeddings - 1 : INT64_MAX;
   int64_t dropped = 0, val_dropped = 0;
-  auto train = encode_pairs(train_pairs, *sp_, o_.max_source_length, o_.max_target_length, &dropped);
-  // Validation pairs are never dropped for length: the limits exist for memory, and RoPE reads on.
-  const auto val = encode_pairs(val_pairs, *sp_, INT64_MAX, INT64_MAX, &val_dropped);
+  auto train = encode_pairs(train_pairs, *sp_, std::min(room, o_.max_source_length), std::min(room, o_.max_target_length),
+                            &dropped);
+  const auto val = encode_pairs(val_pairs, *sp_, room, room, &val_dropped);
+  if (val.empty()) throw io::Error(o_.validation + ": every pair is longer than the learned positions");
+  if (writer_ && val_dropped > 0) {
+    std::fprintf(stderr, "%s: skipped %lld of %zu pairs longer than the %lld learned positions\n", o_.validation.c_str(),
+                 static_cast<long long>(val_dropped), val_pairs.size(), static_cast<long long>(room + 1));
+  }
   if (train.empty()) throw io::Error(o_.train + ": every pair is longer than --max-source-length/--max-target-length");
   if (writer_ && dropped > 0) {
     std::fprintf(stderr, "%s: skipped %lld of %zu pairs longer than %lld/%lld subwords\n", o_.train.c_str(),

@@ -57,6 +57,14 @@ TEST(AdamW, MatchesTorchAlgorithmOverSteps) {
   EXPECT_EQ(opt.steps(), steps);
 }
 
+// fairseq's inverse_sqrt: a linear warm-up from warmup_init_lr, then peak · √(warmup / step).
+TEST(Schedule, InverseSqrtFromAnInitialLearningRate) {
+  train::Schedule s{5e-4, 0.0, 4, 100, train::Decay::inverse_sqrt, 1e-7};
+  EXPECT_NEAR(train::learning_rate(s, 0), 1e-7 + (5e-4 - 1e-7) / 4, 1e-18);
+  EXPECT_NEAR(train::learning_rate(s, 3), 5e-4, 1e-18);
+  EXPECT_NEAR(train::learning_rate(s, 15), 5e-4 * 0.5, 1e-18);  // √(4 / 16)
+}
+
 TEST(Schedule, WarmupThenDecayShapes) {
   train::Schedule s{1e-3, 1e-4, 10, 110, train::Decay::cosine};
   EXPECT_NEAR(train::learning_rate(s, 0), 1e-4, 1e-15);   // (0 + 1)/10 of the peak

@@ -97,6 +97,10 @@ std::function<int()> add_bleu_command(CLI::App& app);
 // whichever was parsed (-1: none).
 std::function<int()> add_spm_commands(CLI::App& app);
 
+// Adds translate-train, translate and average (src/train/translate_run.h, src/serve/translator.h); the
+// returned function runs whichever was parsed (-1: none).
+std::function<int()> add_translate_commands(CLI::App& app);
+
 // Adds finetune (src/train/finetune.h); the returned function runs it when parsed (-1: not parsed).
 std::function<int()> add_finetune_command(CLI::App& app);
 

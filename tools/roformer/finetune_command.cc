@@ -14,7 +14,7 @@
 namespace roformer {
 namespace {
 
-void render_curves_png(const std::string& out, const std::vector<train::FinetuneRecord>& history,
+void render_curves_png(const std::string& out, const std::vector<train::EvalRecord>& history,
                        const std::string& metric) {
   if (history.empty()) return;
   plot::Series loss{"train loss (smoothed)", {}, {}}, val_loss{"validation loss", {}, {}}, val{"validation " + metric, {}, {}};

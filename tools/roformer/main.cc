@@ -7,6 +7,8 @@
 //   roformer eval              validation loss and perplexity of a checkpoint
 //   roformer generate          sample from a causal-LM checkpoint
 //   roformer finetune          fine-tune a RoFormer into a sequence classifier or regressor
+//   roformer translate-train | translate | average
+//                              train the encoder-decoder, translate with beam search, average checkpoints
 //   roformer bleu              corpus BLEU as sacreBLEU computes it
 //   roformer vocab             learn a BERT WordPiece vocabulary
 //   roformer spm-train | spm-encode | spm-decode   SentencePiece subwords (translation)
@@ -116,6 +118,7 @@ int main(int argc, char** argv) {
   const auto run_infer_command = roformer::add_infer_commands(app);
   const auto run_finetune_command = roformer::add_finetune_command(app);
   const auto run_bleu_command = roformer::add_bleu_command(app);
+  const auto run_translate_command = roformer::add_translate_commands(app);
   const auto run_vocab_command = roformer::add_vocab_command(app);
   const auto run_spm_command = roformer::add_spm_commands(app);
 
@@ -125,6 +128,7 @@ int main(int argc, char** argv) {
     if (const int status = run_infer_command(); status >= 0) return status;
     if (const int status = run_finetune_command(); status >= 0) return status;
     if (const int status = run_bleu_command(); status >= 0) return status;
+    if (const int status = run_translate_command(); status >= 0) return status;
     if (const int status = run_vocab_command(); status >= 0) return status;
     if (const int status = run_spm_command(); status >= 0) return status;
     if (check_cmd->parsed()) return roformer::rope_check(check);

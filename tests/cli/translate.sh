@@ -1,0 +1,124 @@
+#!/usr/bin/env bash
+# `roformer translate-train`, `translate` and `average` as a user runs them, on a generated toy
+# corpus (number words, English -> Spanish, reversed):
+#  - resume is bit-exact: runs killed with SIGKILL, or stopped with SIGINT (checkpoint, exit 130),
+#    then resumed end with the losses and the weights of an uninterrupted run, byte for byte;
+#  - the run keeps --keep-checkpoints checkpoints; `average --run --last` and `average DIR DIR` write
+#    a directory `translate` reads, the average of identical checkpoints is the checkpoint;
+#  - translate keeps the input order (text and JSONL, n-best lines), and RoPE models translate
+#    sources longer than max_position_embeddings while learned positions refuse them clearly;
+#  - bad inputs end with one error line naming the file (and line) and status 1.
+# Usage: translate.sh ROFORMER_BINARY WORK_DIR
+set -euo pipefail
+roformer="$1"
+work="$2"
+rm -rf "$work"
+mkdir -p "$work"
+export OMP_NUM_THREADS=2
+source "$(dirname "$0")/resume_lib.sh"
+
+python3 - "$work" <<'PY'
+import random, sys
+work = sys.argv[1]
+EN = "zero one two three four five six seven eight nine ten eleven twelve".split()
+ES = "cero uno dos tres cuatro cinco seis siete ocho nueve diez once doce".split()
+for name, n, seed in (("train", 800, 1), ("valid", 30, 2)):
+    rng = random.Random(seed)
+    with open(f"{work}/{name}.tsv", "w") as f:
+        for _ in range(n):
+            idx = [rng.randrange(len(EN)) for _ in range(rng.randint(2, 7))]
+            f.write(" ".join(EN[i] for i in idx) + "\t" + " ".join(ES[i] for i in reversed(idx)) + "\n")
+PY
+
+common=(--train "$work/train.tsv" --validation "$work/valid.tsv" --vocab-size 40 --layers 2 --hidden 32 --heads 4
+        --ff 64 --max-positions 32 --warmup 10 --lr 3e-3 --max-tokens 256 --eval-every 5 --keep-checkpoints 3
+        --bleu-sentences 8 --dropout 0.1 --no-progress)
+opts=("${common[@]}" --steps 30)
+losses() { python3 -c "import json,sys; [print(json.loads(l)['loss']) for l in open(sys.argv[1] + '/metrics.jsonl')]" "$1"; }
+
+echo "== uninterrupted run"
+"$roformer" translate-train "${opts[@]}" --out "$work/a" 2> "$work/a.log"
+[ "$(ls -d "$work/a"/step-* | wc -l)" -eq 3 ] || { echo "expected 3 checkpoints kept" >&2; ls "$work/a" >&2; exit 1; }
+grep -q '"val_bleu"' "$work/a/metrics.jsonl"
+[ -s "$work/a/curves.png" ] && [ -s "$work/a/metrics.csv" ] && [ -s "$work/a/spm.model" ]
+
+for signal in KILL INT; do
+  echo "== SIG$signal part-way, then --resume"
+  interrupt_and_resume "$signal" 12 "$work/b$signal" translate-train "${opts[@]}"
+  diff <(losses "$work/a") <(losses "$work/b$signal")
+  cmp "$work/a/step-000030/model.safetensors" "$work/b$signal/step-000030/model.safetensors"
+  cmp "$work/a/step-000030/optimizer.safetensors" "$work/b$signal/step-000030/optimizer.safetensors"
+done
+echo "resume: loss trajectories and final weights identical"
+
+echo "== a run without --resume refuses to overwrite an existing run"
+if "$roformer" translate-train "${opts[@]}" --out "$work/a" 2> "$work/refuse.log"; then echo "expected a refusal" >&2; exit 1; fi
+grep -q "already holds a run" "$work/refuse.log"
+
+echo "== average"
+"$roformer" average --run "$work/a" --last 3 --out "$work/avg" 2> /dev/null
+"$roformer" average "$work/a/step-000030" "$work/a/step-000030" --out "$work/same" 2> /dev/null
+cmp "$work/same/model.safetensors" <(cat "$work/a/step-000030/model.safetensors") > /dev/null ||
+  python3 - "$work" <<'PY'
+import json, struct, sys
+# Same tensors, same values (the header's key order may differ): compare tensor by tensor.
+def tensors(path):
+    raw = open(path, "rb").read()
+    n = struct.unpack("<Q", raw[:8])[0]
+    head = json.loads(raw[8:8 + n])
+    head.pop("__metadata__", None)
+    return {k: raw[8 + n + v["data_offsets"][0]:8 + n + v["data_offsets"][1]] for k, v in head.items()}
+a, b = tensors(sys.argv[1] + "/same/model.safetensors"), tensors(sys.argv[1] + "/a/step-000030/model.safetensors")
+assert a == b, "the average of a checkpoint with itself differs from it"
+PY
+if "$roformer" average --run "$work/a" --last 9 --out "$work/x" 2> "$work/avg.err"; then echo "expected --last 9 to fail" >&2; exit 1; fi
+grep -q "fewer than --last 9" "$work/avg.err"
+
+echo "== translate: order, formats, n-best"
+cut -f1 "$work/valid.tsv" > "$work/src.txt"
+"$roformer" translate --model "$work/avg" --input "$work/src.txt" --beam 4 > "$work/hyp.txt"
+[ "$(wc -l < "$work/hyp.txt")" -eq "$(wc -l < "$work/src.txt")" ]
+# Each line translated alone gives the same line (batching and sorting keep the order).
+for i in 1 7 19; do
+  sed -n "${i}p" "$work/src.txt" | "$roformer" translate --model "$work/avg" --beam 4 > "$work/one.txt"
+  diff "$work/one.txt" <(sed -n "${i}p" "$work/hyp.txt")
+done
+"$roformer" translate --model "$work/avg" --input "$work/src.txt" --beam 4 --nbest 3 > "$work/nbest.txt"
+[ "$(wc -l < "$work/nbest.txt")" -eq $((3 * $(wc -l < "$work/src.txt"))) ]
+head -3 "$work/src.txt" | python3 -c "import json,sys; [print(json.dumps({'text': l.rstrip()})) for l in sys.stdin]" |
+  "$roformer" translate --model "$work/avg" --format jsonl --source-key text --nbest 2 > "$work/out.jsonl"
+python3 - "$work/out.jsonl" <<'PY'
+import json, sys
+rows = [json.loads(l) for l in open(sys.argv[1])]
+assert len(rows) == 3 and all(len(r["nbest"]) == 2 and r["nbest"][0]["score"] >= r["nbest"][1]["score"] for r in rows)
+PY
+cut -f2 "$work/valid.tsv" > "$work/ref.txt"
+"$roformer" bleu --ref "$work/ref.txt" < "$work/hyp.txt"
+
+echo "== RoPE translates sources longer than max_position_embeddings (32); learned positions refuse"
+long="$(python3 -c "print(' '.join(['one two three four five six seven'] * 8))")"
+echo "$long" | "$roformer" translate --model "$work/avg" --max-len-b 5 > /dev/null
+"$roformer" translate-train "${common[@]}" --steps 2 --position learned --out "$work/learned" 2> /dev/null
+if echo "$long" | "$roformer" translate --model "$work/learned/step-000002" 2> "$work/learned.err"; then
+  echo "learned positions accepted a source past max_position_embeddings" >&2; exit 1
+fi
+grep -q "learned positions" "$work/learned.err"
+[ "$(wc -l < "$work/learned.err")" -eq 1 ]
+
+echo "== bad inputs: one error line, status 1"
+expect_error() {  # PATTERN COMMAND...: the command fails with status 1 and one line matching PATTERN
+  local pattern="$1" status=0
+  shift
+  "$@" > /dev/null 2> "$work/err.txt" || status=$?
+  [ "$status" -eq 1 ] || { echo "expected status 1, got $status: $*" >&2; cat "$work/err.txt" >&2; exit 1; }
+  [ "$(wc -l < "$work/err.txt")" -eq 1 ] && grep -q "$pattern" "$work/err.txt" ||
+    { echo "expected one line matching '$pattern':" >&2; cat "$work/err.txt" >&2; exit 1; }
+}
+printf 'one two\tuno dos\nthree four\n' > "$work/bad.tsv"
+expect_error "bad.tsv:2: expected two tab-separated fields" "$roformer" translate-train --train "$work/bad.tsv" \
+  --validation "$work/valid.tsv" --out "$work/bad" --no-progress
+expect_error "no_such_dir/config.json" "$roformer" translate --model "$work/no_such_dir"
+echo '{"text": "x"}' > "$work/in.jsonl"
+expect_error "in.jsonl:1: no string field 'source'" "$roformer" translate --model "$work/avg" --format jsonl --input "$work/in.jsonl"
+expect_error "at most the beam size" "$roformer" translate --model "$work/avg" --input "$work/src.txt" --beam 2 --nbest 3
+echo "translate CLI: ok"
