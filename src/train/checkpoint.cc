@@ -79,8 +79,9 @@ void save_model(const std::string& dir, const model::RoFormer<float>& m, const T
 
 std::string save_checkpoint(const std::string& out_dir, const model::RoFormer<float>& m, const AdamW& opt,
                             const TokenizerWriter& write_tokenizer, const TrainerState& state, int keep) {
+  const model::Trainable<float>& trained = m;  // the general overload (the same call with m would recurse)
   return save_checkpoint(
-      out_dir, m, opt, [&](const std::string& dir) { save_model(dir, m, write_tokenizer); }, state, keep);
+      out_dir, trained, opt, [&](const std::string& dir) { save_model(dir, m, write_tokenizer); }, state, keep);
 }
 
 std::string save_checkpoint(const std::string& out_dir, const model::Trainable<float>& m, const AdamW& opt,
