@@ -36,7 +36,7 @@ std::vector<std::vector<Translation>> Translator::translate(const std::vector<st
     for (size_t i = at; i < end; ++i) sources.push_back(ids[order[i]]);
     const auto hyps = model::translate(*m_, sources, o);
     for (size_t i = at; i < end; ++i) {
-      for (const model::Hypothesis& h : hyps[i - at]) out[order[i]].push_back({sp_->decode(h.tokens), h.score, h.tokens});
+      for (const model::Hypothesis& h : hyps[i - at]) out[order[i]].push_back({sp_->decode(h.tokens), h.score, h.tokens, h.finished});
     }
   }
   return out;

@@ -22,6 +22,7 @@ struct Translation {
   std::string text;  // detokenised
   double score = 0;  // the hypothesis's length-normalised log-probability (model/translate.h)
   std::vector<int64_t> tokens;
+  bool finished = false;  // ended with eos (false: cut at the length limit)
 };
 
 class Translator {

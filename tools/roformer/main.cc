@@ -83,7 +83,8 @@ int main(int argc, char** argv) {
   CLI::App* plot_runs_cmd = plot->add_subcommand("runs", "Compare training runs' metrics in one PNG, with a Markdown table");
   plot_runs_cmd->add_option("--runs", plot_runs.runs, "Run directories (holding metrics.jsonl)")->required();
   plot_runs_cmd->add_option("--labels", plot_runs.labels, "Legend labels, one per run");
-  plot_runs_cmd->add_option("--metric", plot_runs.metric, "val_loss or loss")->check(CLI::IsMember({"val_loss", "loss"}));
+  plot_runs_cmd->add_option("--metric", plot_runs.metric, "val_loss, loss or val_bleu (translate-train)")
+      ->check(CLI::IsMember({"val_loss", "loss", "val_bleu"}));
   plot_runs_cmd->add_option("--out", plot_runs.out, "PNG file")->capture_default_str();
   plot_runs_cmd->add_option("--table", plot_runs.table, "Also write the Markdown table here");
   plot_runs_cmd->add_option("--title", plot_runs.title, "Chart title");

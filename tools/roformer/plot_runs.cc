@@ -22,7 +22,10 @@ int plot_runs(const PlotRunsOptions& o) {
   plot::Chart chart;
   chart.title = o.title;
   chart.x_label = "step";
-  chart.y_label = o.metric == "val_loss" ? "validation cross-entropy (nats/token)" : "training cross-entropy (nats/token)";
+  const bool higher_better = o.metric == "val_bleu";
+  chart.y_label = o.metric == "val_loss"   ? "validation cross-entropy (nats/token)"
+                  : o.metric == "val_bleu" ? "validation BLEU"
+                                           : "training cross-entropy (nats/token)";
   std::string table = "| run | steps | final " + o.metric + " | best " + o.metric + " | training time |\n|---|---|---|---|---|\n";
   for (size_t i = 0; i < o.runs.size(); ++i) {
     const std::string path = o.runs[i] + "/metrics.jsonl";
@@ -30,7 +33,7 @@ int plot_runs(const PlotRunsOptions& o) {
     if (!in) throw io::Error(path + ": cannot open");
     plot::Series s;
     s.label = o.labels.empty() ? std::filesystem::path(o.runs[i]).filename().string() : o.labels[i];
-    double best = INFINITY, last = NAN, elapsed = 0;
+    double best = higher_better ? -INFINITY : INFINITY, last = NAN, elapsed = 0;
     int64_t steps = 0;
     std::string line;
     for (int64_t n = 1; std::getline(in, line); ++n) {
@@ -47,10 +50,10 @@ int plot_runs(const PlotRunsOptions& o) {
       s.x.push_back(static_cast<double>(steps));
       s.y.push_back(v);
       last = v;
-      best = std::min(best, v);
+      best = higher_better ? std::max(best, v) : std::min(best, v);
     }
     if (s.x.empty()) throw io::Error(path + ": no '" + o.metric + "' values");
-    s.markers = o.metric == "val_loss";
+    s.markers = o.metric != "loss";
     table += fmt::format("| {} | {} | {:.4f} | {:.4f} | {:.0f} s |\n", s.label, steps, last, best, elapsed);
     chart.series.push_back(std::move(s));
   }

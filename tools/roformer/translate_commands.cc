@@ -6,6 +6,7 @@
 #include <CLI/CLI.hpp>
 #include <fmt/core.h>
 
+#include <chrono>
 #include <cmath>
 #include <filesystem>
 #include <iostream>
@@ -71,7 +72,7 @@ struct TranslateCli {
   std::string format = "text";  // text or jsonl
   model::DecodeOptions decode;
   int64_t batch = 32;
-  bool with_scores = false;
+  bool with_scores = false, timing = false;
   int threads = 0;
   // average
   std::vector<std::string> checkpoints;
@@ -125,14 +126,22 @@ int run_translate(TranslateCli& c) {
   if (c.threads > 0) omp_set_num_threads(c.threads);
   auto translator = serve::Translator::load(c.model_dir);
   const std::vector<std::string> inputs = read_inputs(c);
+  const auto t0 = std::chrono::steady_clock::now();
   const auto results = translator->translate(inputs, c.decode, c.batch);
+  if (c.timing) {  // decoding alone (the model is loaded): generated tokens, eos included, of the best hypotheses
+    const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    int64_t tokens = 0;
+    for (const auto& r : results) tokens += r.empty() ? 0 : static_cast<int64_t>(r[0].tokens.size()) + r[0].finished;
+    fmt::print(stderr, "{}\n", nlohmann::json{{"sentences", results.size()}, {"tokens", tokens}, {"seconds", s},
+                                               {"tokens_per_s", static_cast<double>(tokens) / s}}.dump());
+  }
   std::string text;
   for (size_t i = 0; i < results.size(); ++i) {
     if (c.format == "jsonl") {
       nlohmann::json j = {{"source", inputs[i]}, {"translation", results[i].empty() ? "" : results[i][0].text}};
       if (c.with_scores || c.decode.nbest > 1) {  // with the subword ids, for checks against other engines
         nlohmann::json nbest = nlohmann::json::array();
-        for (const auto& t : results[i]) nbest.push_back({{"translation", t.text}, {"score", t.score}, {"tokens", t.tokens}});
+        for (const auto& t : results[i]) nbest.push_back({{"translation", t.text}, {"score", t.score}, {"tokens", t.tokens}, {"finished", t.finished}});
         j["nbest"] = nbest;
         j["source_tokens"] = translator->subwords().encode(inputs[i]);
       }
@@ -285,6 +294,7 @@ std::function<int()> add_translate_commands(CLI::App& app) {
   tr->add_option("--seed", d.seed, "Sampling seed")->capture_default_str();
   tr->add_option("--batch", c->batch, "Sources decoded together")->check(CLI::PositiveNumber)->capture_default_str();
   tr->add_flag("--scores", c->with_scores, "Print each hypothesis's score");
+  tr->add_flag("--timing", c->timing, "Print decoding time and tokens/s (a JSON line on stderr)");
   tr->add_option("--threads", c->threads, "OpenMP threads (0: all cores)")->check(CLI::NonNegativeNumber);
 
   CLI::App* av = app.add_subcommand("average", "Average the weights of checkpoints (config and subwords from the newest)");
