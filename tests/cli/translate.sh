@@ -7,6 +7,7 @@
 #    a directory `translate` reads, the average of identical checkpoints is the checkpoint;
 #  - translate keeps the input order (text and JSONL, n-best lines), and RoPE models translate
 #    sources longer than max_position_embeddings while learned positions refuse them clearly;
+#  - a non-finite loss stops the run with status 3;
 #  - bad inputs end with one error line naming the file (and line) and status 1.
 # Usage: translate.sh ROFORMER_BINARY WORK_DIR
 set -euo pipefail
@@ -31,9 +32,8 @@ for name, n, seed in (("train", 800, 1), ("valid", 30, 2)):
 PY
 
 common=(--train "$work/train.tsv" --validation "$work/valid.tsv" --vocab-size 40 --layers 2 --hidden 32 --heads 4
-        --ff 64 --max-positions 32 --warmup 10 --lr 3e-3 --max-tokens 256 --eval-every 5 --keep-checkpoints 3
-        --bleu-sentences 8 --dropout 0.1 --no-progress)
-opts=("${common[@]}" --steps 30)
+        --ff 64 --max-positions 32 --max-tokens 256 --keep-checkpoints 3 --bleu-sentences 8 --dropout 0.1 --no-progress)
+opts=("${common[@]}" --warmup 10 --lr 3e-3 --eval-every 5 --steps 30)
 losses() { python3 -c "import json,sys; [print(json.loads(l)['loss']) for l in open(sys.argv[1] + '/metrics.jsonl')]" "$1"; }
 
 echo "== uninterrupted run"
@@ -54,6 +54,12 @@ echo "resume: loss trajectories and final weights identical"
 echo "== a run without --resume refuses to overwrite an existing run"
 if "$roformer" translate-train "${opts[@]}" --out "$work/a" 2> "$work/refuse.log"; then echo "expected a refusal" >&2; exit 1; fi
 grep -q "already holds a run" "$work/refuse.log"
+
+echo "== divergence: a non-finite loss stops with status 3 and keeps the last good checkpoint"
+status=0
+"$roformer" translate-train "${common[@]}" --steps 20 --lr 1e30 --warmup 0 --eval-every 1 --out "$work/d" 2> "$work/d.log" || status=$?
+[ "$status" -eq 3 ] || { echo "divergence: expected status 3, got $status" >&2; cat "$work/d.log" >&2; exit 1; }
+grep -q "became non-finite at step" "$work/d.log"
 
 echo "== average"
 "$roformer" average --run "$work/a" --last 3 --out "$work/avg" 2> /dev/null
@@ -98,7 +104,7 @@ cut -f2 "$work/valid.tsv" > "$work/ref.txt"
 echo "== RoPE translates sources longer than max_position_embeddings (32); learned positions refuse"
 long="$(python3 -c "print(' '.join(['one two three four five six seven'] * 8))")"
 echo "$long" | "$roformer" translate --model "$work/avg" --max-len-b 5 > /dev/null
-"$roformer" translate-train "${common[@]}" --steps 2 --position learned --out "$work/learned" 2> /dev/null
+"$roformer" translate-train "${common[@]}" --eval-every 5 --steps 2 --position learned --out "$work/learned" 2> /dev/null
 if echo "$long" | "$roformer" translate --model "$work/learned/step-000002" 2> "$work/learned.err"; then
   echo "learned positions accepted a source past max_position_embeddings" >&2; exit 1
 fi
