@@ -129,6 +129,14 @@ std::string latest_checkpoint(const std::string& out_dir) {
   return out_dir + "/" + name;
 }
 
+ResumePoint resume_point(const std::string& out_dir, const std::string& what) {
+  const std::string dir = latest_checkpoint(out_dir);
+  if (dir.empty()) throw io::Error(out_dir + ": no checkpoint to resume from (no 'latest')");
+  const io::SafeTensors st(dir + "/optimizer.safetensors");
+  if (!st.metadata().count("options")) throw io::Error(dir + ": no " + what + " options in the checkpoint");
+  return {dir, st.metadata().at("options")};
+}
+
 LoadedModel load_model(const std::string& dir) {
   auto cfg = model::RoFormerConfig::from_json_file(dir + "/config.json");
   const auto weights = io::open_weights(dir);  // model.safetensors, its sharded index, or pytorch_model.bin

@@ -47,6 +47,14 @@ void save_model(const std::string& dir, const model::RoFormer<float>& m, const T
 // The directory `latest` points at in out_dir, or "" when there is none.
 std::string latest_checkpoint(const std::string& out_dir);
 
+// Where `--resume` continues a run directory: its latest checkpoint and the options JSON stored in it
+// (`what` names the run kind in the error). Throws io::Error when out has no checkpoint or it holds
+// no options.
+struct ResumePoint {
+  std::string dir, options_json;
+};
+ResumePoint resume_point(const std::string& out_dir, const std::string& what);
+
 // Loads the model config, weights and tokenizer of a checkpoint (or any HF-format directory with a
 // tokenizer.json). Throws io::Error naming the file.
 struct LoadedModel {

@@ -478,13 +478,11 @@ void FinetuneOptions::validate() const {
 FinetuneResult run_finetune(FinetuneOptions o, bool resume, const FinetuneHook& on_report) {
   std::string resume_dir;
   if (resume) {
-    resume_dir = latest_checkpoint(o.out);
-    if (resume_dir.empty()) throw io::Error(o.out + ": no checkpoint to resume from (no 'latest')");
-    const io::SafeTensors st(resume_dir + "/optimizer.safetensors");
-    if (!st.metadata().count("options")) throw io::Error(resume_dir + ": no fine-tuning options in the checkpoint");
+    const ResumePoint at = resume_point(o.out, "fine-tuning");
+    resume_dir = at.dir;
     const std::string out = o.out;
     const bool progress = o.progress;
-    o = FinetuneOptions::from_json(st.metadata().at("options"));
+    o = FinetuneOptions::from_json(at.options_json);
     o.out = out, o.progress = progress;
   }
   o.validate();

@@ -73,16 +73,13 @@ void write_metrics_csv(const std::string& out, const std::vector<Record>& histor
 // Reads a resumed run's options from its latest checkpoint, keeping the invocation's `out` and
 // `progress`; returns the checkpoint directory.
 std::string resume_options(TrainOptions& o) {
-  const std::string dir = latest_checkpoint(o.out);
-  if (dir.empty()) throw io::Error(o.out + ": no checkpoint to resume from (no 'latest')");
-  const io::SafeTensors opt_file(dir + "/optimizer.safetensors");
-  if (!opt_file.metadata().count("options")) throw io::Error(dir + ": no training options in the checkpoint");
+  const ResumePoint at = resume_point(o.out, "training");
   const bool progress = o.progress;
   const std::string out = o.out;
-  o = TrainOptions::from_json(opt_file.metadata().at("options"));
+  o = TrainOptions::from_json(at.options_json);
   o.progress = progress;
   o.out = out;
-  return dir;
+  return at.dir;
 }
 
 using Clock = std::chrono::steady_clock;

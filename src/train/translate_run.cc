@@ -363,13 +363,11 @@ void TranslateTrainOptions::validate() const {
 TranslateTrainResult run_translate_training(TranslateTrainOptions o, bool resume, const FinetuneHook& on_report) {
   std::string resume_dir;
   if (resume) {
-    resume_dir = latest_checkpoint(o.out);
-    if (resume_dir.empty()) throw io::Error(o.out + ": no checkpoint to resume from (no 'latest')");
-    const io::SafeTensors st(resume_dir + "/optimizer.safetensors");
-    if (!st.metadata().count("options")) throw io::Error(resume_dir + ": no translation options in the checkpoint");
+    const ResumePoint at = resume_point(o.out, "translation");
+    resume_dir = at.dir;
     const std::string out = o.out;
     const bool progress = o.progress;
-    o = TranslateTrainOptions::from_json(st.metadata().at("options"));
+    o = TranslateTrainOptions::from_json(at.options_json);
     o.out = out, o.progress = progress;
   }
   o.validate();
