@@ -8,7 +8,8 @@
 # hidden 256, 4 heads, ff 1024, label smoothing 0.1, Adam (0.9, 0.98), inverse-sqrt after a warm-up,
 # dropout 0.1). Each run has one thread; the two run side by side.
 # Then, on the test set, with sacreBLEU's defaults (roformer bleu): greedy and beam 4 (length penalty
-# 0.6, the paper's) with the last checkpoint, and beam 4 with the average of the last 5 checkpoints.
+# 0.6, the paper's) with the last checkpoint, and beam 4 with the average of the last 5 checkpoints;
+# each cell is BLEU / chrF2.
 # Writes runs/mt/ and docs/results/translation_{bleu,loss}.png, translation_runs.md, translation_test.md.
 # Usage: experiments/translate_bible.sh [STEPS (1200)] [SEEDS ("1")]
 set -euo pipefail
@@ -39,17 +40,19 @@ for seed in $seeds; do
 done
 
 table="docs/results/translation_test.md"
-echo "| model | seed | greedy, last | beam 4, last | beam 4, average of last 5 |" > "$table"
+echo "Test BLEU / chrF2 ($(wc -l < "$out/test.ref") verses)" > "$table"
+echo >> "$table"
+echo "| model | seed | greedy, last | beam 4, last | beam 4, average of last 5 |" >> "$table"
 echo "|---|---|---|---|---|" >> "$table"
 for seed in $seeds; do
   for pe in rope sinusoidal; do
     run="$out/$pe-s$seed"
     last="$run/$(cat "$run/latest")"
     "$roformer" average --run "$run" --last 5 --out "$run/avg5" 2> /dev/null
-    score() {  # MODEL BEAM: test BLEU
+    score() {  # MODEL BEAM: test BLEU / chrF2
       "$roformer" translate --model "$1" --input "$out/test.src" --beam "$2" --length-penalty 0.6 --max-len-a 1.5 \
         --max-len-b 10 --threads 2 > "$run/test.beam$2.$(basename "$1").hyp"
-      "$roformer" bleu --ref "$out/test.ref" --score-only < "$run/test.beam$2.$(basename "$1").hyp"
+      "$roformer" bleu --ref "$out/test.ref" --score-only --chrf < "$run/test.beam$2.$(basename "$1").hyp" | paste -sd/ -
     }
     echo "| $pe | $seed | $(score "$last" 1) | $(score "$last" 4) | $(score "$run/avg5" 4) |" >> "$table"
   done

@@ -183,4 +183,83 @@ BleuScore corpus_bleu(const std::vector<std::string>& hyps, const std::vector<st
   return s;
 }
 
+
+namespace {
+
+constexpr int kChrfOrder = 6;
+constexpr double kChrfBeta = 2;
+
+// Per order: hypothesis n-grams, reference n-grams, matches (sacreBLEU's [hyp, ref, match] triplets).
+using ChrfStats = std::array<int64_t, 3 * kChrfOrder>;
+
+std::vector<std::map<std::u32string, int64_t>> char_ngrams(const std::string& line) {
+  std::u32string chars;
+  for (const char32_t c : base::utf8_decode(line)) {
+    if (!is_py_space(c)) chars.push_back(c);  // ''.join(line.split())
+  }
+  std::vector<std::map<std::u32string, int64_t>> out(kChrfOrder);
+  for (int n = 1; n <= kChrfOrder; ++n) {
+    for (size_t i = 0; i + n <= chars.size(); ++i) ++out[n - 1][chars.substr(i, n)];
+  }
+  return out;
+}
+
+double chrf_f_score(const ChrfStats& st) {
+  const double eps = 1e-16, factor = kChrfBeta * kChrfBeta;
+  double avg_prec = 0, avg_rec = 0;
+  int effective = 0;
+  for (int i = 0; i < kChrfOrder; ++i) {
+    const int64_t n_hyp = st[3 * i], n_ref = st[3 * i + 1], n_match = st[3 * i + 2];
+    const double prec = n_hyp > 0 ? static_cast<double>(n_match) / n_hyp : eps;
+    const double rec = n_ref > 0 ? static_cast<double>(n_match) / n_ref : eps;
+    if (n_hyp > 0 && n_ref > 0) avg_prec += prec, avg_rec += rec, ++effective;
+  }
+  if (effective == 0) return 0.0;
+  avg_prec /= effective, avg_rec /= effective;
+  if (avg_prec + avg_rec == 0) return 0.0;
+  return 100 * (1 + factor) * avg_prec * avg_rec / (factor * avg_prec + avg_rec);
+}
+
+}  // namespace
+
+std::string ChrfScore::format(int64_t n_refs) const {
+  char buf[64];
+  std::snprintf(buf, sizeof buf, " = %.2f", score);
+  return "chrF2|nrefs:" + std::to_string(n_refs) + "|case:mixed|eff:yes|nc:6|nw:0|space:no|version:" +
+         kSacreBleuVersion + buf;
+}
+
+ChrfScore corpus_chrf(const std::vector<std::string>& hyps, const std::vector<std::vector<std::string>>& refs) {
+  if (refs.empty()) throw std::invalid_argument("chrF needs at least one reference stream");
+  for (const auto& r : refs) {
+    if (r.size() != hyps.size()) throw std::invalid_argument("every reference stream needs one line per hypothesis");
+  }
+  ChrfStats total{};
+  for (size_t i = 0; i < hyps.size(); ++i) {
+    const auto hyp = char_ngrams(hyps[i]);
+    ChrfStats best{};
+    double best_f = -1;
+    for (const auto& stream : refs) {  // the reference of best segment chrF
+      const auto ref = char_ngrams(stream[i]);
+      ChrfStats st{};
+      for (int n = 0; n < kChrfOrder; ++n) {
+        int64_t hyp_count = 0, match = 0, ref_count = 0;
+        for (const auto& [g, c] : hyp[n]) {
+          hyp_count += c;
+          const auto it = ref[n].find(g);
+          if (it != ref[n].end()) match += std::min(c, it->second);
+        }
+        for (const auto& [g, c] : ref[n]) ref_count += c;
+        st[3 * n] = ref[n].empty() ? 0 : hyp_count;  // sacreBLEU counts no hypothesis n-grams against none
+        st[3 * n + 1] = ref_count;
+        st[3 * n + 2] = match;
+      }
+      const double f = chrf_f_score(st);
+      if (f > best_f) best_f = f, best = st;
+    }
+    for (size_t k = 0; k < total.size(); ++k) total[k] += best[k];
+  }
+  return {chrf_f_score(total)};
+}
+
 }  // namespace text

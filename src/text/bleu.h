@@ -2,6 +2,10 @@
 // (mteval-v13a's, on Unicode code points), mixed case, n-grams up to 4, the closest reference length
 // (ties: the shorter), the brevity penalty, and 'exp' smoothing (NIST: the k-th order without a match
 // gets precision 1 / (2^k · total)). Several references per segment take each n-gram's largest count.
+// chrF as sacreBLEU's CHRF() defaults compute it (Popović 2015): character n-grams of orders 1..6
+// over each segment with whitespace removed, β = 2, statistics summed over the corpus, precision and
+// recall averaged over the orders where both sides have n-grams ("eff:yes"); with several references
+// a segment takes the reference of best segment-level chrF.
 // Checked against the sacrebleu package on random and real cases (tests/cli/bleu_vs_sacrebleu.py).
 #pragma once
 
@@ -34,5 +38,14 @@ std::string bleu_signature(int64_t n_refs);
 // Corpus BLEU of hypotheses against references: refs[r][i] is reference r of segment i (every
 // refs[r] as long as hyps; std::invalid_argument otherwise). Lines are rstrip()ped of whitespace.
 BleuScore corpus_bleu(const std::vector<std::string>& hyps, const std::vector<std::vector<std::string>>& refs);
+
+struct ChrfScore {
+  double score = 0;  // 0..100
+  // sacreBLEU's text line: "chrF2|nrefs:1|case:mixed|eff:yes|nc:6|nw:0|space:no|version:2.6.0 = 52.40".
+  std::string format(int64_t n_refs) const;
+};
+
+// Corpus chrF2 (refs as for corpus_bleu).
+ChrfScore corpus_chrf(const std::vector<std::string>& hyps, const std::vector<std::vector<std::string>>& refs);
 
 }  // namespace text

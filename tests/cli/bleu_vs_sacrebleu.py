@@ -2,14 +2,14 @@
 included, on random corpora built to exercise the 13a tokeniser (punctuation, digits with . , -, HTML
 entities, <skipped>, Unicode spaces and scripts, empty lines), one to three references, short and long
 outputs, and on real text (the roformer-hf tokenizer cases against perturbed copies); and scores equal
-to 0.01 BLEU. Usage: bleu_vs_sacrebleu.py ROFORMER_BINARY WORK_DIR FIXTURES"""
+to 0.01 BLEU. `--chrf` prints sacrebleu's CHRF() line (signature and score) on the same corpora. Usage: bleu_vs_sacrebleu.py ROFORMER_BINARY WORK_DIR FIXTURES"""
 import json
 import os
 import random
 import subprocess
 import sys
 
-from sacrebleu.metrics import BLEU
+from sacrebleu.metrics import BLEU, CHRF
 
 roformer, work, fixtures = sys.argv[1:4]
 os.makedirs(work, exist_ok=True)
@@ -39,10 +39,16 @@ def check(name, hyps, refs):
     for i, lines in enumerate([hyps] + refs):
         with open(f"{work}/{name}.{i}", "w", encoding="utf-8", newline="\n") as f:
             f.write("".join(line + "\n" for line in lines))
-    args = [roformer, "bleu", "--input", f"{work}/{name}.0"]
+    args = [roformer, "bleu", "--chrf", "--input", f"{work}/{name}.0"]
     for i in range(len(refs)):
         args += ["--ref", f"{work}/{name}.{i + 1}"]
-    ours = subprocess.run(args, capture_output=True, text=True, check=True).stdout.strip()
+    ours, ours_chrf = subprocess.run(args, capture_output=True, text=True, check=True).stdout.strip().split("\n")
+    chrf = CHRF()
+    chrf_score = chrf.corpus_score(hyps, refs).score
+    theirs_chrf = f"chrF2|{chrf.get_signature()} = {chrf_score:.2f}"
+    if ours_chrf != theirs_chrf:
+        print(f"FAIL {name} (chrF):\n  ours   {ours_chrf}\n  theirs {theirs_chrf}")
+        return 1
     bleu = BLEU()
     score = bleu.corpus_score(hyps, refs)
     theirs = f"BLEU|{bleu.get_signature()} = {score.score:.2f} {score._verbose}"
@@ -66,6 +72,6 @@ texts = [t.replace("\n", " ") for t in texts]
 failures += check("real", [perturb(t) for t in texts], [texts])
 failures += check("no_match", ["aaa bbb"], [["ccc ddd"]])
 failures += check("empty_hyp", [""], [["a b c"]])
-print(f"153 corpora compared with sacrebleu (scores {min(SCORES):.2f}..{max(SCORES):.2f}, "
+print(f"153 corpora compared with sacrebleu, BLEU and chrF (BLEU scores {min(SCORES):.2f}..{max(SCORES):.2f}, "
       f"mean {sum(SCORES) / len(SCORES):.2f}): {failures} differ")
 sys.exit(1 if failures else 0)

@@ -18,6 +18,7 @@ struct BleuOptions {
   std::vector<std::string> refs;
   std::string input;  // "" = stdin
   bool score_only = false;
+  bool chrf = false;
 };
 
 std::vector<std::string> read_lines(std::istream& in) {
@@ -48,6 +49,14 @@ int run_bleu(const BleuOptions& o) {
   } else {
     fmt::print("{}\n", s.format(static_cast<int64_t>(refs.size())));
   }
+  if (o.chrf) {  // a second line, as `sacrebleu -m bleu chrf` prints
+    const text::ChrfScore c = text::corpus_chrf(hyps, refs);
+    if (o.score_only) {
+      fmt::print("{:.2f}\n", c.score);
+    } else {
+      fmt::print("{}\n", c.format(static_cast<int64_t>(refs.size())));
+    }
+  }
   return 0;
 }
 
@@ -59,6 +68,7 @@ std::function<int()> add_bleu_command(CLI::App& app) {
   cmd->add_option("--ref", o->refs, "Reference file(s), one segment per line, aligned with the output")->required();
   cmd->add_option("--input", o->input, "System output (default: stdin)");
   cmd->add_flag("--score-only", o->score_only, "Print the score alone (sacrebleu -b)");
+  cmd->add_flag("--chrf", o->chrf, "Also print chrF2 (sacreBLEU's CHRF defaults) on a second line");
   return [cmd, o]() -> int { return cmd->parsed() ? run_bleu(*o) : -1; };
 }
 
