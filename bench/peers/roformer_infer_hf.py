@@ -62,11 +62,14 @@ def parse_args(argv=None):
     ap.add_argument("--rounds", type=int, default=3, help="runner sequences per shape, interleaved")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--onnx", action="store_true", help="add ONNX Runtime (pip install onnxruntime)")
-    ap.add_argument("--runners", default="ours,torch", help="comma-separated: ours, torch, onnx")
+    ap.add_argument("--runners", default="ours,torch",
+                    help="comma-separated: ours, ours-int8 (roformer --quantize int8), torch, onnx, onnx-int8 "
+                         "(onnxruntime.quantization.quantize_dynamic of the same graph, per-channel s8 weights)")
+    ap.add_argument("--int8", action="store_true", help="add ours-int8 and onnx-int8")
     ap.add_argument("--json", help="write every run and the ratios here")
     ap.add_argument("--profile-torch", action="store_true",
                     help="print torch.profiler's op table for 3 PyTorch forwards of the first shape, and stop")
-    ap.add_argument("--child", choices=["torch", "onnx"], help=argparse.SUPPRESS)
+    ap.add_argument("--child", choices=["torch", "onnx", "onnx-int8"], help=argparse.SUPPRESS)
     ap.add_argument("--shape", help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
     if args.model_dir is None:
@@ -151,8 +154,17 @@ def child_torch(args):
     return run
 
 
-def onnx_path(model_dir):
-    return os.path.join(model_dir, "model.onnx")
+def onnx_path(model_dir, int8=False):
+    return os.path.join(model_dir, "model.int8.onnx" if int8 else "model.onnx")
+
+
+def quantize_onnx(model_dir):
+    """Writes model_dir/model.int8.onnx: ONNX Runtime's dynamic quantisation of model.onnx (once), with
+    per-channel s8 weights as ours (u8 activations with a zero point, computed per call, as ours)."""
+    from onnxruntime.quantization import QuantType, quantize_dynamic
+    tmp = onnx_path(model_dir, True) + ".tmp.onnx"
+    quantize_dynamic(onnx_path(model_dir), tmp, per_channel=True, weight_type=QuantType.QInt8)
+    os.replace(tmp, onnx_path(model_dir, True))
 
 
 def export_onnx(model_dir):
@@ -171,7 +183,7 @@ def export_onnx(model_dir):
     os.replace(tmp, onnx_path(model_dir))
 
 
-def child_onnx(args):
+def child_onnx(args, int8=False):
     import numpy as np
     import onnxruntime as ort
     import torch
@@ -184,13 +196,13 @@ def child_onnx(args):
     opts.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
     opts.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
     t0 = time.perf_counter()
-    sess = ort.InferenceSession(onnx_path(args.model_dir), opts, providers=["CPUExecutionProvider"])
+    sess = ort.InferenceSession(onnx_path(args.model_dir, int8), opts, providers=["CPUExecutionProvider"])
     load_s = time.perf_counter() - t0
     rss_load = peak_rss_mib()
     ids = batch_ids(B, T, V).numpy()
     feeds = {"input_ids": ids, "attention_mask": np.ones_like(ids), "token_type_ids": np.zeros_like(ids)}
     out, run = time_forwards(lambda: sess.run(["last_hidden_state"], feeds)[0], args, B, T)
-    run.update({"runner": "onnx", "version": "onnxruntime " + ort.__version__, "load_s": load_s,
+    run.update({"runner": "onnx-int8" if int8 else "onnx", "version": "onnxruntime " + ort.__version__, "load_s": load_s,
                 "rss_after_load_mib": rss_load, "peak_rss_mib": peak_rss_mib(),
                 "checksum": checksum(torch.from_numpy(out))})
     return run
@@ -221,9 +233,9 @@ def run_child(args, runner, shape):
     common = ["--warmup", str(args.warmup), "--min-reps", str(args.min_reps), "--min-time", str(args.min_time),
               "--threads", str(args.threads)]
     B, T = parse_shape(shape)
-    if runner == "ours":
+    if runner in ("ours", "ours-int8"):
         cmd = [args.roformer, "bench", "infer", "--model", args.model_dir, "--batch", str(B), "--seq", str(T),
-               "--json"] + common
+               "--json"] + common + (["--quantize", "int8"] if runner == "ours-int8" else [])
     else:
         cmd = [sys.executable, os.path.abspath(__file__), "--child", runner, "--shape", shape,
                "--model-dir", args.model_dir, "--preset", args.preset] + common
@@ -232,7 +244,7 @@ def run_child(args, runner, shape):
         sys.stderr.write(res.stderr)
         sys.exit("%s failed (exit %d): %s" % (runner, res.returncode, " ".join(cmd)))
     doc = json.loads(res.stdout)
-    run = dict(doc["runs"][0], runner="ours") if runner == "ours" else doc
+    run = dict(doc["runs"][0], runner=runner) if runner.startswith("ours") else doc
     run["shape"] = shape
     return run
 
@@ -253,7 +265,7 @@ def agree(a, b, tol=1e-4):
 
 def main(args):
     if args.child:
-        run = child_torch(args) if args.child == "torch" else child_onnx(args)
+        run = child_torch(args) if args.child == "torch" else child_onnx(args, args.child == "onnx-int8")
         print(json.dumps(run))
         return 0
     if args.profile_torch:
@@ -263,11 +275,15 @@ def main(args):
     runners = [r for r in args.runners.split(",") if r]
     if args.onnx and "onnx" not in runners:
         runners.append("onnx")
+    if args.int8:
+        runners += [r for r in ("ours-int8", "onnx-int8") if r not in runners]
     if "ours" in runners and not args.roformer:
         sys.exit("--roformer is required to run ours")
     ensure_model(args)
-    if "onnx" in runners and not os.path.exists(onnx_path(args.model_dir)):
+    if any(r.startswith("onnx") for r in runners) and not os.path.exists(onnx_path(args.model_dir)):
         export_onnx(args.model_dir)
+    if "onnx-int8" in runners and not os.path.exists(onnx_path(args.model_dir, True)):
+        quantize_onnx(args.model_dir)
     import torch
     print("%s, %d threads, python %s, torch %s, model %s (%s)" % (platform.machine(), args.threads,
           platform.python_version(), torch.__version__, args.model_dir, args.preset), flush=True)
@@ -288,7 +304,9 @@ def main(args):
             for run in rs:
                 same, worst = agree(ref, run)
                 run["checksum_rel_diff_vs_" + ref["runner"]] = worst
-                if not same:
+                if r.endswith("int8"):  # quantised: reported (accuracy), not required to agree to 1e-4
+                    print("  %s vs %s: checksum differs by %.2e (relative)" % (r, ref["runner"], worst))
+                elif not same:
                     ok = False
                     print("  MISMATCH: %s vs %s output differs by %.2e (relative)" % (r, ref["runner"], worst))
         if "ours" in by and "torch" in by:
@@ -302,6 +320,11 @@ def main(args):
                 row["onnx_peak_mib"] = by["onnx"]["peak_rss_mib"]
                 row["speedup_vs_onnx"] = o["tokens_per_s"] / by["onnx"]["tokens_per_s"]
                 row["memory_vs_onnx"] = o["peak_rss_mib"] / by["onnx"]["peak_rss_mib"]
+            if "ours-int8" in by and "onnx-int8" in by:
+                oi, ni = by["ours-int8"], by["onnx-int8"]
+                row.update({"ours_int8_tok_s": oi["tokens_per_s"], "onnx_int8_tok_s": ni["tokens_per_s"],
+                            "int8_speedup_vs_onnx_int8": oi["tokens_per_s"] / ni["tokens_per_s"],
+                            "ours_int8_peak_mib": oi["peak_rss_mib"], "onnx_int8_peak_mib": ni["peak_rss_mib"]})
             rows.append(row)
     if rows:
         print("\n| shape | " + " | ".join(k for k in rows[0] if k != "shape") + " |")

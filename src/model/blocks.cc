@@ -31,6 +31,22 @@ void zero(T* x, int64_t n) {
   std::fill(x, x + n, T(0));
 }
 
+// out (N, OC) = x (N, IC)·Wᵀ + b: through the layer's packed weights when the model is packed for
+// inference (RoFormer::pack), else on the arena (ops/linear.h). A packed layer's fused activation,
+// if any, is applied too: callers check fuses_activation.
+template <typename T>
+void linear(T* out, const T* x, const LinearParams<T>& p, int64_t N, int64_t IC, int64_t OC) {
+  if constexpr (std::is_same_v<T, float>) {
+    if (p.packed) return p.packed->forward(out, x, N);
+  }
+  ops::linear_forward(out, x, p.w, p.b, N, IC, OC);
+}
+
+template <typename T>
+bool fuses_activation(const LinearParams<T>& p) {
+  return p.packed && p.packed->epilogue() != ops::Epilogue::none;
+}
+
 template <typename T>
 void resize(std::vector<T>& v, int64_t n) {
   if (static_cast<int64_t>(v.size()) != n) v.resize(n);
@@ -163,7 +179,7 @@ void embeddings_forward(const RoFormerConfig& c, T* out, EmbeddingActs<T>& a, co
     ops::dropout_forward(a.dropped.data(), a.dropped.data(), N * E, d.hidden, d.site_seed(0), d.first(E));
   }
   if (p.project.w) {
-    ops::linear_forward(out, a.dropped.data(), p.project.w, p.project.b, N, E, H);  // (N, H)
+    linear(out, a.dropped.data(), p.project, N, E, H);  // (N, H)
   } else {
     std::copy(a.dropped.begin(), a.dropped.end(), out);
   }
@@ -249,7 +265,7 @@ void attention_output(T* out, AttentionActs<T>& a, const AttentionParams<T>& p, 
   const RoFormerConfig& c = *ctx.config;
   const int64_t N = B * T_, H = c.hidden_size;
   resize(a.sum, N * H);
-  ops::linear_forward(a.sum.data(), a.ctx.data(), p.out.w, p.out.b, N, H, H);
+  linear(a.sum.data(), a.ctx.data(), p.out, N, H, H);
   dropout_residual(a.sum.data(), x, N, H, ctx.dropout, 2 + 3 * ctx.layer);
   norm_forward(c, out, a.norm, a.sum.data(), p.norm, N, H);
 }
@@ -308,7 +324,6 @@ void self_attention_forward(T* out, AttentionActs<T>& a, const AttentionParams<T
   const int64_t N = B * T_, H = c.hidden_size, n = c.num_attention_heads, D = c.head_dim();
   const bool softmax = c.attention_type == "softmax";
   resize(a.q, N * H);
-  ops::linear_forward(a.q.data(), x, p.q.w, p.q.b, N, H, H);
   // Keys and values: the block's own buffers, or the cache's rows [start, start + T) of each batch row.
   T *k = nullptr, *v = nullptr;
   int64_t stride = T_;
@@ -319,17 +334,39 @@ void self_attention_forward(T* out, AttentionActs<T>& a, const AttentionParams<T
     }
     stride = cache->capacity;
     k = cache->k.data(), v = cache->v.data();
-    std::vector<T> tmp(N * H);
-    for (auto [dst, w] : {std::pair{k, p.k}, std::pair{v, p.v}}) {
-      ops::linear_forward(tmp.data(), x, w.w, w.b, N, H, H);
-      for (int64_t b = 0; b < B; ++b) std::copy_n(tmp.data() + b * T_ * H, T_ * H, dst + (b * stride + start) * H);
-    }
   } else {
     resize(a.k, N * H);
     resize(a.v, N * H);
     k = a.k.data(), v = a.v.data();
-    ops::linear_forward(k, x, p.k.w, p.k.b, N, H, H);
-    ops::linear_forward(v, x, p.v.w, p.v.b, N, H, H);
+  }
+  // Token i of batch row b goes to row b · stride + first + t of k and v (first = start with a cache).
+  const int64_t first_row = cache ? start : 0;
+  auto kv_row = [&](int64_t i) { return (i / T_) * stride + first_row + i % T_; };
+  if constexpr (std::is_same_v<T, float>) {
+    if (p.qkv) {  // one packed (N, 3H) product, split into q, k and v
+      resize(a.qkv, N * 3 * H);
+      p.qkv->forward(a.qkv.data(), x, N);
+#pragma omp parallel for schedule(static) if (N * H >= (1 << 15))
+      for (int64_t i = 0; i < N; ++i) {
+        const T* row = a.qkv.data() + i * 3 * H;
+        std::copy_n(row, H, a.q.data() + i * H);
+        std::copy_n(row + H, H, k + kv_row(i) * H);
+        std::copy_n(row + 2 * H, H, v + kv_row(i) * H);
+      }
+    }
+  }
+  if (!p.qkv) {
+    linear(a.q.data(), x, p.q, N, H, H);
+    if (cache) {
+      std::vector<T> tmp(N * H);
+      for (auto [dst, w] : {std::pair{k, p.k}, std::pair{v, p.v}}) {
+        linear(tmp.data(), x, w, N, H, H);
+        for (int64_t b = 0; b < B; ++b) std::copy_n(tmp.data() + b * T_ * H, T_ * H, dst + (b * stride + start) * H);
+      }
+    } else {
+      linear(k, x, p.k, N, H, H);
+      linear(v, x, p.v, N, H, H);
+    }
   }
   // RoPE on the new rows only (cached keys stay rotated at their own positions). A cache's batch rows
   // are strided by its capacity, so they are rotated one by one.
@@ -388,8 +425,8 @@ void cross_attention_memory(std::vector<T>& k, std::vector<T>& v, const Attentio
   const int64_t H = c.hidden_size, n = c.num_attention_heads, D = c.head_dim();
   resize(k, B * Tk * H);
   resize(v, B * Tk * H);
-  ops::linear_forward(k.data(), memory, p.k.w, p.k.b, B * Tk, H, H);
-  ops::linear_forward(v.data(), memory, p.v.w, p.v.b, B * Tk, H, H);
+  linear(k.data(), memory, p.k, B * Tk, H, H);
+  linear(v.data(), memory, p.v, B * Tk, H, H);
   if (ctx.rope) rotate(*ctx.rope, ROPE_FORWARD, ROPE_ROLE_KEY, k.data(), B, Tk, n, D, 0);
   if (ctx.rope && c.rotary_value) rotate(*ctx.rope, ROPE_FORWARD, ROPE_ROLE_KEY, v.data(), B, Tk, n, D, 0);
 }
@@ -402,7 +439,7 @@ void cross_attention_forward(T* out, AttentionActs<T>& a, const AttentionParams<
   if (c.attention_type != "softmax") throw std::invalid_argument("cross-attention supports softmax attention only");
   if (ctx.causal) throw std::invalid_argument("cross-attention is not causal");
   resize(a.q, N * H);
-  ops::linear_forward(a.q.data(), x, p.q.w, p.q.b, N, H, H);
+  linear(a.q.data(), x, p.q, N, H, H);
   if (ctx.rope) rotate(*ctx.rope, ROPE_FORWARD, ROPE_ROLE_QUERY, a.q.data(), B, T_, n, D, 0);
   std::vector<T>& k = cache ? cache->k : a.k;
   std::vector<T>& v = cache ? cache->v : a.v;
@@ -439,12 +476,16 @@ template <typename T>
 void feed_forward_forward(const RoFormerConfig& c, T* out, FeedForwardActs<T>& a, const FeedForwardParams<T>& p,
                           const T* x, int64_t N, int64_t layer, const Dropout& d) {
   const int64_t H = c.hidden_size, I = c.intermediate_size;
-  resize(a.pre, N * I);
   resize(a.act, N * I);
   resize(a.sum, N * H);
-  ops::linear_forward(a.pre.data(), x, p.in.w, p.in.b, N, H, I);  // (N, I)
-  activation_forward(c, a.act.data(), a.pre.data(), N * I);
-  ops::linear_forward(a.sum.data(), a.act.data(), p.out.w, p.out.b, N, I, H);  // (N, H)
+  if (fuses_activation(p.in)) {  // packed for inference: no pre-activation kept
+    linear(a.act.data(), x, p.in, N, H, I);  // (N, I)
+  } else {
+    resize(a.pre, N * I);
+    linear(a.pre.data(), x, p.in, N, H, I);  // (N, I)
+    activation_forward(c, a.act.data(), a.pre.data(), N * I);
+  }
+  linear(a.sum.data(), a.act.data(), p.out, N, I, H);  // (N, H)
   dropout_residual(a.sum.data(), x, N, H, d, 3 + 3 * layer);
   norm_forward(c, out, a.norm, a.sum.data(), p.norm, N, H);
 }
@@ -471,14 +512,14 @@ void mlm_head_forward(const RoFormerConfig& c, T* logits, MlmHeadActs<T>& a, con
                       int64_t N) {
   const int64_t E = c.embedding_size, H = c.hidden_size, V = c.vocab_size;
   if (!p.dense.w) {  // RoFormer-V2: the tied matmul only
-    ops::linear_forward(logits, h, p.decoder_w, static_cast<const T*>(nullptr), N, H, V);
+    linear(logits, h, LinearParams<T>{p.decoder_w, nullptr, p.decoder_packed}, N, H, V);
     return;
   }
   for (auto* v : {&a.dense, &a.act, &a.normed}) resize(*v, N * E);
-  ops::linear_forward(a.dense.data(), h, p.dense.w, p.dense.b, N, H, E);  // (N, E)
+  linear(a.dense.data(), h, p.dense, N, H, E);  // (N, E)
   activation_forward(c, a.act.data(), a.dense.data(), N * E);
   norm_forward(c, a.normed.data(), a.norm, a.act.data(), p.norm, N, E);
-  ops::linear_forward(logits, a.normed.data(), p.decoder_w, p.decoder_b, N, E, V);  // (N, V)
+  linear(logits, a.normed.data(), LinearParams<T>{p.decoder_w, p.decoder_b, p.decoder_packed}, N, E, V);  // (N, V)
 }
 
 template <typename T>
@@ -505,7 +546,7 @@ void pooler_forward(const RoFormerConfig& c, PoolerActs<T>& a, const PoolerParam
   resize(a.cls, B * H);
   resize(a.out, B * H);
   for (int64_t b = 0; b < B; ++b) std::copy_n(h + b * T_ * H, H, a.cls.data() + b * H);  // (B, H) [CLS] states
-  ops::linear_forward(a.out.data(), a.cls.data(), p.dense.w, p.dense.b, B, H, H);
+  linear(a.out.data(), a.cls.data(), p.dense, B, H, H);
   if (c.pooler_activation == "tanh") {
     for (T& x : a.out) x = std::tanh(x);
   }
@@ -531,10 +572,10 @@ void classifier_forward(const RoFormerConfig& c, T* logits, ClassifierActs<T>& a
   for (int64_t b = 0; b < B; ++b) std::copy_n(h + b * T_ * H, H, a.cls.data() + b * H);  // (B, H)
   const uint64_t first = static_cast<uint64_t>(d.row0 * H);
   if (d.hidden > 0) ops::dropout_forward(a.cls.data(), a.cls.data(), B * H, d.hidden, d.site_seed(0), first);
-  ops::linear_forward(a.dense.data(), a.cls.data(), p.dense.w, p.dense.b, B, H, H);
+  linear(a.dense.data(), a.cls.data(), p.dense, B, H, H);
   activation_forward(c, a.act.data(), a.dense.data(), B * H);
   if (d.hidden > 0) ops::dropout_forward(a.act.data(), a.act.data(), B * H, d.hidden, d.site_seed(1), first);
-  ops::linear_forward(logits, a.act.data(), p.out.w, p.out.b, B, H, labels);  // (B, labels)
+  linear(logits, a.act.data(), p.out, B, H, labels);  // (B, labels)
 }
 
 template <typename T>

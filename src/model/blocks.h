@@ -15,6 +15,7 @@
 
 #include "model/config.h"
 #include "ops/linear_attention.h"
+#include "ops/packed_linear.h"
 #include "rope/rope.hpp"
 
 namespace model {
@@ -22,6 +23,9 @@ namespace model {
 template <typename T>
 struct LinearParams {
   T *w = nullptr, *b = nullptr;  // (out, in) PyTorch layout, (out)
+  // Inference (RoFormer::pack): the same layer packed for oneDNN, which the forward then runs instead
+  // of w and b (fp32 models only). Its epilogue may hold the activation that follows the layer.
+  const ops::PackedLinear* packed = nullptr;
 };
 template <typename T>
 struct NormParams {
@@ -38,6 +42,9 @@ template <typename T>
 struct AttentionParams {
   LinearParams<T> q, k, v, out;  // (H, H) each
   NormParams<T> norm;            // (H)
+  // Inference (RoFormer::pack): q, k and v as one packed (3H, H) layer, so the input is read (and for
+  // int8 quantised) once and the GEMM is 3× wider; the three outputs are then split.
+  const ops::PackedLinear* qkv = nullptr;
 };
 // HF RoFormerIntermediate + RoFormerOutput: dense H → I, activation, dense I → H, residual, norm.
 template <typename T>
@@ -58,6 +65,7 @@ struct MlmHeadParams {
   LinearParams<T> dense;  // (E, H)
   NormParams<T> norm;     // (E)
   T *decoder_w = nullptr, *decoder_b = nullptr;  // (V, E) = the word embeddings, (V)
+  const ops::PackedLinear* decoder_packed = nullptr;  // inference: decoder_w and decoder_b packed
 };
 // RoFormer-Sim's pooler: act(h[:, 0]·Wᵀ + b) with pooler_activation linear or tanh.
 template <typename T>
@@ -177,6 +185,7 @@ struct AttentionContext {
 template <typename T>
 struct AttentionActs {
   std::vector<T> q, k, v, ctx, sum;  // (N, H); q, k (v) after RoPE; sum = residual + output dense
+  std::vector<T> qkv;                // (N, 3H): a packed qkv layer's output, before the split
   std::vector<T> att;                // (B, n, T, Tk) softmax probabilities
   std::vector<T> saved;              // linear attention: (B, T, n, 2F + 2)
   NormActs<T> norm;

@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cmath>
 #include <stdexcept>
+#include <type_traits>
 
 #include "ops/loss.h"
 #include "base/random.h"
@@ -83,6 +84,7 @@ RoFormer<T>::~RoFormer() = default;
 template <typename T>
 void RoFormer<T>::init_weights(uint64_t seed) {
   if (view_) throw std::logic_error("init_weights: a view's owner initialises the arena");
+  unpack();
   init_params(layout_, params.data(), cfg_.initializer_range, seed);
   std::fill(p.emb.word + cfg_.pad_token_id * cfg_.embedding_size, p.emb.word + (cfg_.pad_token_id + 1) * cfg_.embedding_size,
             T(0));
@@ -92,6 +94,7 @@ template <typename T>
 void RoFormer<T>::load(const io::WeightStore& w, const std::vector<std::string>& other_heads, bool mlm_head,
                        const std::vector<std::string>& optional) {
   if (view_) throw std::logic_error("load: a view's owner loads the arena");
+  unpack();
   *act_ = Activations();  // the head may change: the next forward sizes its buffers afresh
   const bool bare = stores_bare_encoder(w);
   const std::string head = "cls.predictions.";
@@ -290,6 +293,7 @@ template <typename T>
 void RoFormer<T>::backward_from_logits(const T* d_logits) {
   Activations& a = *act_;
   if (a.N == 0 || !has_mlm_head_) throw std::logic_error("backward_from_logits needs a forward with an MLM head");
+  require_unpacked("backward_from_logits");
   if (a.keep != Keep::all) throw std::logic_error("backward needs a forward with Keep::all");
   allocate_grads();
   if (!scratch_) scratch_ = std::make_unique<Scratch<T>>();
@@ -305,6 +309,7 @@ void RoFormer<T>::backward_from_class_logits(const T* d_logits) {
   if (a.N == 0 || !cfg_.sequence_classifier()) {
     throw std::logic_error("backward_from_class_logits needs a forward of a sequence classifier");
   }
+  require_unpacked("backward_from_class_logits");
   if (a.keep != Keep::all) throw std::logic_error("backward needs a forward with Keep::all");
   allocate_grads();
   if (!scratch_) scratch_ = std::make_unique<Scratch<T>>();
@@ -320,6 +325,7 @@ void RoFormer<T>::backward_from_hidden(const T* d_hidden, const T* d_pooled) {
   Activations& a = *act_;
   if (a.N == 0) throw std::logic_error("backward needs a forward");
   if (a.keep != Keep::all) throw std::logic_error("backward needs a forward with Keep::all");
+  require_unpacked("backward");
   allocate_grads();
   if (!scratch_) scratch_ = std::make_unique<Scratch<T>>();
   Scratch<T>& s = *scratch_;
@@ -346,6 +352,76 @@ void RoFormer<T>::backward_from_hidden(const T* d_hidden, const T* d_pooled) {
   }
   embeddings_backward(cfg_, g.emb, d_out, a.emb, p.emb, a.dropout, s);
   if (on_grads_final) on_grads_final(0);
+}
+
+template <typename T>
+void RoFormer<T>::pack(ops::Precision precision) {
+  if constexpr (!std::is_same_v<T, float>) {
+    throw std::logic_error("pack: only fp32 models are packed for inference");
+  } else {
+    unpack();
+    const ops::Epilogue activation = cfg_.hidden_act == "gelu"   ? ops::Epilogue::gelu
+                                     : cfg_.hidden_act == "relu" ? ops::Epilogue::relu
+                                                                 : ops::Epilogue::none;
+    auto pack_one = [&](const T* w, const T* b, int64_t out, int64_t in, ops::Epilogue e = ops::Epilogue::none) {
+      packed_.push_back(std::make_unique<ops::PackedLinear>(w, b, out, in, precision, e));
+      return packed_.back().get();
+    };
+    auto pack_linear = [&](LinearParams<T>& l, int64_t out, int64_t in, ops::Epilogue e = ops::Epilogue::none) {
+      if (l.w) l.packed = pack_one(l.w, l.b, out, in, e);
+    };
+    const int64_t H = cfg_.hidden_size, I = cfg_.intermediate_size, E = cfg_.embedding_size, V = cfg_.vocab_size;
+    pack_linear(p.emb.project, H, E);
+    for (LayerParams<T>& layer : p.layers) {
+      // Self-attention's q, k and v as one (3H, H) layer: [Wq; Wk; Wv] and [bq; bk; bv].
+      std::vector<T> w(3 * H * H), b(cfg_.use_bias ? 3 * H : 0);
+      const LinearParams<T>* parts[] = {&layer.attn.q, &layer.attn.k, &layer.attn.v};
+      for (int64_t i = 0; i < 3; ++i) {
+        std::copy_n(parts[i]->w, H * H, w.data() + i * H * H);
+        if (!b.empty()) std::copy_n(parts[i]->b, H, b.data() + i * H);
+      }
+      layer.attn.qkv = pack_one(w.data(), b.empty() ? nullptr : b.data(), 3 * H, H);
+      pack_linear(layer.attn.out, H, H);
+      for (LinearParams<T>* l : {&layer.cross.q, &layer.cross.k, &layer.cross.v, &layer.cross.out}) {
+        pack_linear(*l, H, H);
+      }
+      pack_linear(layer.ffn.in, I, H, activation);
+      pack_linear(layer.ffn.out, H, I);
+    }
+    if (has_mlm_head_ && p.head.decoder_w) {
+      pack_linear(p.head.dense, E, H);
+      p.head.decoder_packed = pack_one(p.head.decoder_w, p.head.decoder_b, V, p.head.dense.w ? E : H);
+    }
+  }
+}
+
+template <typename T>
+void RoFormer<T>::unpack() {
+  auto clear = [](LinearParams<T>& l) { l.packed = nullptr; };
+  clear(p.emb.project);
+  for (LayerParams<T>& layer : p.layers) {
+    for (AttentionParams<T>* attn : {&layer.attn, &layer.cross}) {
+      for (LinearParams<T>* l : {&attn->q, &attn->k, &attn->v, &attn->out}) clear(*l);
+      attn->qkv = nullptr;
+    }
+    clear(layer.ffn.in);
+    clear(layer.ffn.out);
+  }
+  clear(p.head.dense);
+  p.head.decoder_packed = nullptr;
+  packed_.clear();
+}
+
+template <typename T>
+size_t RoFormer<T>::packed_bytes() const {
+  size_t bytes = 0;
+  for (const auto& l : packed_) bytes += l->packed_bytes();
+  return bytes;
+}
+
+template <typename T>
+void RoFormer<T>::require_unpacked(const char* what) const {
+  if (packed()) throw std::logic_error(std::string(what) + ": a model packed for inference has no backward");
 }
 
 template <typename T>

@@ -88,6 +88,15 @@ class RoFormer : public Trainable<T> {
   void set_memory(const T* memory, const int64_t* memory_mask, int64_t Tk);
   const T* memory_grad() const;  // (B, Tk, H) of the last backward
 
+  // Inference: packs every layer's linear weights once for oneDNN (ops/packed_linear.h) in `precision`
+  // (attention, cross-attention, feed-forward with its activation fused, embedding projection, MLM
+  // head); the forward then runs them. The arena keeps the fp32 weights, so save and the parameter
+  // views are unchanged. A packed model has no backward; load and init_weights drop the packing.
+  // fp32 models only (std::logic_error for double).
+  void pack(ops::Precision precision);
+  bool packed() const { return !packed_.empty(); }
+  size_t packed_bytes() const;  // what the packed weights take besides the arena
+
   void set_keep(Keep keep);  // takes effect with the next forward
   Keep keep() const { return keep_; }
 
@@ -140,6 +149,9 @@ class RoFormer : public Trainable<T> {
   const int64_t* memory_mask_ = nullptr;
   int64_t memory_len_ = 0;
   std::vector<T> d_memory_;            // (B, Tk, H)
+  std::vector<std::unique_ptr<ops::PackedLinear>> packed_;  // what p's packed pointers point to
+  void unpack();
+  void require_unpacked(const char* what) const;
 };
 
 extern template class RoFormer<float>;

@@ -4,6 +4,9 @@
 // gradient checks.
 #include "activation.h"
 
+#include <algorithm>
+#include <cmath>
+
 #include "vmath.h"
 
 #undef HWY_TARGET_INCLUDE
@@ -59,6 +62,24 @@ void GeluBackwardKernel(float* dx, const float* x, const float* dy, int64_t n) {
   });
 }
 
+bool FiniteRangeKernel(const float* x, int64_t n, float* lo, float* hi) {
+  const hn::ScalableTag<float> d;
+  const int64_t lanes = static_cast<int64_t>(hn::Lanes(d));
+  auto vlo = hn::Set(d, HUGE_VALF), vhi = hn::Set(d, -HUGE_VALF), vbad = hn::Zero(d);
+  int64_t i = 0;
+  for (; i + lanes <= n; i += lanes) {
+    const auto v = hn::LoadU(d, x + i);
+    vlo = hn::Min(vlo, v);
+    vhi = hn::Max(vhi, v);
+    vbad = hn::Add(vbad, hn::Mul(v, hn::Zero(d)));  // x·0 is NaN for NaN and ±inf
+  }
+  float l = hn::GetLane(hn::MinOfLanes(d, vlo)), h = hn::GetLane(hn::MaxOfLanes(d, vhi));
+  float bad = hn::GetLane(hn::SumOfLanes(d, vbad));
+  for (; i < n; ++i) l = std::min(l, x[i]), h = std::max(h, x[i]), bad += x[i] * 0.0f;
+  *lo = l, *hi = h;
+  return bad == 0.0f;
+}
+
 const char* TargetKernel() { return hwy::TargetName(HWY_TARGET); }
 
 }  // namespace HWY_NAMESPACE
@@ -79,11 +100,15 @@ HWY_EXPORT(ErfcKernel);
 HWY_EXPORT(GeluForwardKernel);
 HWY_EXPORT(GeluBackwardKernel);
 HWY_EXPORT(TargetKernel);
+HWY_EXPORT(FiniteRangeKernel);
 
 void exp_f32(float* out, const float* x, int64_t n) { HWY_DYNAMIC_DISPATCH(ExpKernel)(out, x, n); }
 void erf_f32(float* out, const float* x, int64_t n) { HWY_DYNAMIC_DISPATCH(ErfKernel)(out, x, n); }
 void erfc_f32(float* out, const float* x, int64_t n) { HWY_DYNAMIC_DISPATCH(ErfcKernel)(out, x, n); }
 const char* vmath_target() { return HWY_DYNAMIC_DISPATCH(TargetKernel)(); }
+bool finite_range_f32(const float* x, int64_t n, float* lo, float* hi) {
+  return HWY_DYNAMIC_DISPATCH(FiniteRangeKernel)(x, n, lo, hi);
+}
 
 namespace {
 

@@ -19,6 +19,10 @@ void erf_f32(float* out, const float* x, int64_t n);
 // x ≥ 0.875 (relative error ≤ 5e-6 up to 2, ≤ 1.5e-4 up to 4; 0 beyond 4). NaN → NaN.
 void erfc_f32(float* out, const float* x, int64_t n);
 
+// The smallest and largest of x[0, n) into lo and hi (+inf and −inf for n = 0); false when some x is
+// NaN or infinite (lo and hi are then unspecified). The int8 layers' activation range.
+bool finite_range_f32(const float* x, int64_t n, float* lo, float* hi);
+
 // Name of the SIMD target the dispatch picked (e.g. "AVX3"), for logs and tests.
 const char* vmath_target();
 

@@ -62,7 +62,16 @@ struct LoadOptions {
   // ("linear:F", "ntk:F", "dynamic-ntk:F:ORIG", "yarn:F:ORIG", "llama3:F:ORIG"; "" = the checkpoint's
   // own). Inputs may then be F · max_position_embeddings tokens long.
   std::string rope_scaling;
+  // The linear layers (prepare_for_inference): quantize "none" or "int8" (oneDNN dynamic int8,
+  // ops/packed_linear.h); for fp32, gemm "packed" (oneDNN weights packed at load), "blas" (OpenBLAS on
+  // the arena, as training runs) or "auto" (packed where oneDNN has its own fp32 kernel, else blas).
+  std::string quantize = "none";
+  std::string gemm = "auto";
 };
+
+// Packs m's linear layers as options.quantize and options.gemm ask (see LoadOptions); io::Error
+// names the option when a value is not one of those.
+void prepare_for_inference(model::RoFormer<float>& m, const LoadOptions& options);
 
 struct EmbedOptions {
   Pooling pooling = Pooling::cls;

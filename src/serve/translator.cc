@@ -8,7 +8,7 @@
 
 namespace serve {
 
-std::unique_ptr<Translator> Translator::load(const std::string& dir) {
+std::unique_ptr<Translator> Translator::load(const std::string& dir, const LoadOptions& options) {
   auto m = model::load_seq2seq(dir);
   auto sp = std::make_unique<text::SentencePiece>(text::SentencePiece::load(dir + "/spm.model"));
   if (sp->vocab_size() > m->config().encoder.vocab_size) {
@@ -16,6 +16,8 @@ std::unique_ptr<Translator> Translator::load(const std::string& dir) {
                     std::to_string(m->config().encoder.vocab_size));
   }
   m->encoder().set_keep(model::Keep::outputs);  // inference: activation memory independent of depth
+  prepare_for_inference(m->encoder(), options);
+  prepare_for_inference(m->decoder(), options);
   return std::unique_ptr<Translator>(new Translator(std::move(m), std::move(sp)));
 }
 

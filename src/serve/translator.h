@@ -14,6 +14,7 @@
 
 #include "model/seq2seq.h"
 #include "model/translate.h"
+#include "serve/pipeline.h"
 #include "text/sentencepiece.h"
 
 namespace serve {
@@ -28,7 +29,9 @@ struct Translation {
 class Translator {
  public:
   // Throws io::Error / base::Error naming the file.
-  static std::unique_ptr<Translator> load(const std::string& dir);
+  // options.quantize and options.gemm choose the linear layers of both stacks (prepare_for_inference);
+  // the other fields are the encoder pipelines' and are not read.
+  static std::unique_ptr<Translator> load(const std::string& dir, const LoadOptions& options = {});
 
   // The nbest translations of each text (best first), in input order. batch: sources decoded together.
   // A text that encodes to no subwords translates to nothing (an empty hypothesis, score 0).

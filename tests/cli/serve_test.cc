@@ -6,6 +6,8 @@
 #include <gtest/gtest.h>
 #include <sys/wait.h>
 
+#include <algorithm>
+#include <cmath>
 #include <cstdlib>
 #include <fstream>
 #include <nlohmann/json.hpp>
@@ -149,6 +151,38 @@ TEST(Cli, FillMaskEmbedSimilarityClassifyAndForwardRun) {
   const io::SafeTensors o(out);
   EXPECT_EQ(o.at("hidden_states").shape, (std::vector<int64_t>{3, 2, 16, 64}));
   EXPECT_EQ(o.at("logits").shape, (std::vector<int64_t>{2, 16, 129}));
+}
+
+// --gemm packed (oneDNN, weights packed at load) gives OpenBLAS's embeddings to fp32 rounding, and
+// --quantize int8 stays close to them (the fixture encoder: hidden 64, random weights); bad values of
+// either are refused by the parser.
+TEST(Cli, PackedAndInt8LinearLayersAgreeWithOpenBlas) {
+  const std::string m = model_dir("m");
+  const std::string texts = "今天天气非常好。\nhello, world!\nthe quick brown fox jumps over the lazy dog\n";
+  auto embeddings = [&](const std::string& flags) {
+    const Result r = run("embed --pooling mean --model " + m + " " + flags, texts);
+    EXPECT_EQ(r.status, 0) << r.err;
+    std::vector<std::vector<float>> e;
+    for (const json& line : r.lines()) e.push_back(line["embedding"].get<std::vector<float>>());
+    return e;
+  };
+  const auto blas = embeddings("--gemm blas"), packed = embeddings("--gemm packed"),
+             int8 = embeddings("--quantize int8");
+  ASSERT_EQ(blas.size(), 3u);
+  ASSERT_EQ(packed.size(), 3u);
+  ASSERT_EQ(int8.size(), 3u);
+  for (size_t i = 0; i < 3; ++i) {
+    double dot = 0, a2 = 0, b2 = 0, worst = 0, scale = 0;
+    for (size_t k = 0; k < blas[i].size(); ++k) {
+      worst = std::max(worst, std::fabs(double(packed[i][k]) - blas[i][k]));
+      scale = std::max(scale, std::fabs(double(blas[i][k])));
+      dot += double(int8[i][k]) * blas[i][k], a2 += double(int8[i][k]) * int8[i][k], b2 += double(blas[i][k]) * blas[i][k];
+    }
+    EXPECT_LE(worst, 1e-5 * scale) << "text " << i;
+    EXPECT_GE(dot / std::sqrt(a2 * b2), 0.99) << "text " << i;
+  }
+  EXPECT_NE(run("embed --quantize int4 --model " + m, "x\n").status, 0);
+  EXPECT_NE(run("embed --gemm mkl --model " + m, "x\n").status, 0);
 }
 
 TEST(Cli, BadInputsGiveOneErrorLineAndAFailingStatus) {

@@ -572,3 +572,107 @@ TEST(RoFormerModel, LoadWithoutTheMlmHead) {
 }
 
 }  // namespace
+
+// ---- inference packing (RoFormer::pack, ops/packed_linear.h) ----
+
+// The largest |a − b| relative to the largest |b|.
+double relative_error(const float* a, const float* b, int64_t n) {
+  double err = 0, scale = 1e-30;
+  for (int64_t i = 0; i < n; ++i) {
+    err = std::max(err, std::fabs(double(a[i]) - b[i]));
+    scale = std::max(scale, std::fabs(double(b[i])));
+  }
+  return err / scale;
+}
+
+std::vector<model::RoFormerConfig> packing_configs() {
+  auto projected = tiny(model::PositionEncoding::rope);  // E ≠ H, GELU fused into the feed-forward
+  projected.embedding_size = 6;
+  projected.rotary_value = true;
+  auto v2 = tiny(model::PositionEncoding::none);  // RoFormer-V2: RMS norms, no biases, ReLU, tied-only head
+  v2.norm_type = "rms_norm";
+  v2.use_bias = false;
+  v2.hidden_act = "relu";
+  auto causal = tiny(model::PositionEncoding::sinusoidal);
+  causal.is_decoder = true;
+  return {projected, v2, causal};
+}
+
+TEST(RoFormerModel, PackedF32ForwardMatchesTheArenaForward) {
+  for (const auto& c : packing_configs()) {
+    model::RoFormer<float> m(c);
+    randomise(m, 21);
+    const Batch batch = random_batch(c, 3, 6, 2);
+    m.forward(batch.inputs());
+    const std::vector<float> logits(m.logits(), m.logits() + 3 * 6 * c.vocab_size);
+    const std::vector<float> hidden(m.hidden_state(2), m.hidden_state(2) + 3 * 6 * c.hidden_size);
+    m.pack(ops::Precision::f32);
+    ASSERT_TRUE(m.packed());
+    EXPECT_GT(m.packed_bytes(), 0u);
+    m.forward(batch.inputs());
+    EXPECT_LE(relative_error(m.hidden_state(2), hidden.data(), hidden.size()), 1e-5) << c.norm_type;
+    EXPECT_LE(relative_error(m.logits(), logits.data(), logits.size()), 1e-5) << c.norm_type;
+  }
+}
+
+TEST(RoFormerGenerate, PackedCachedDecodingMatchesTheArenaForward) {
+  auto c = tiny(model::PositionEncoding::rope);
+  c.is_decoder = true;
+  model::RoFormer<float> m(c);
+  randomise(m, 8);
+  const Batch batch = random_batch(c, 1, 7, 4);
+  m.forward({.ids = batch.ids.data(), .B = 1, .T = 7});
+  const std::vector<float> expected(m.logits(), m.logits() + 7 * c.vocab_size);
+  m.pack(ops::Precision::f32);
+  model::Generator one(m);
+  for (int64_t t = 0; t < 7; ++t) {
+    const auto& logits = one.feed({batch.ids[t]});
+    EXPECT_LE(relative_error(logits.data(), expected.data() + t * c.vocab_size, c.vocab_size), 1e-5) << "t=" << t;
+  }
+}
+
+TEST(RoFormerModel, Int8ForwardStaysCloseToFp32) {
+  auto c = tiny(model::PositionEncoding::rope);  // wide enough for 8-bit steps to average out
+  c.hidden_size = c.embedding_size = 64;
+  c.num_attention_heads = 4;
+  c.intermediate_size = 128;
+  c.vocab_size = 50;
+  c.max_position_embeddings = 32;
+  model::RoFormer<float> m(c);
+  m.init_weights(5);
+  const Batch batch = random_batch(c, 2, 32, 3);
+  m.forward(batch.inputs());
+  const int64_t N = 2 * 32, H = c.hidden_size;
+  const std::vector<float> fp32(m.hidden_state(2), m.hidden_state(2) + N * H);
+  m.pack(ops::Precision::int8);
+  m.forward(batch.inputs());
+  const float* int8 = m.hidden_state(2);
+  double worst = 1;
+  for (int64_t n = 0; n < N; ++n) {  // the cosine of every token's last hidden state
+    double dot = 0, a2 = 0, b2 = 0;
+    for (int64_t h = 0; h < H; ++h) {
+      dot += double(int8[n * H + h]) * fp32[n * H + h];
+      a2 += double(int8[n * H + h]) * int8[n * H + h];
+      b2 += double(fp32[n * H + h]) * fp32[n * H + h];
+    }
+    worst = std::min(worst, dot / std::sqrt(a2 * b2));
+  }
+  EXPECT_GE(worst, 0.99);
+  EXPECT_LT(worst, 1.0 - 1e-9);  // it did run in int8
+}
+
+TEST(RoFormerModel, PackedModelHasNoBackwardAndReloadingUnpacks) {
+  const auto c = tiny(model::PositionEncoding::rope);
+  model::RoFormer<float> m(c);
+  randomise(m, 4);
+  const Batch batch = random_batch(c, 2, 5, 6);
+  m.pack(ops::Precision::f32);
+  m.forward(batch.inputs());
+  EXPECT_THROW(m.backward(), std::logic_error);
+  m.init_weights(4);
+  EXPECT_FALSE(m.packed());
+  m.forward(batch.inputs());
+  EXPECT_NO_THROW(m.backward());
+  model::RoFormer<double> d(c);
+  EXPECT_THROW(d.pack(ops::Precision::f32), std::logic_error);
+}

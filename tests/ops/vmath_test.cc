@@ -2,6 +2,7 @@
 // tails, subnormals and specials, on every SIMD target.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <limits>
@@ -106,3 +107,26 @@ TEST(Vmath, ExpMatchesStdExpOverTheFloatRangeAndTails) {
 }
 
 }  // namespace
+
+TEST(Vmath, FiniteRangeIsTheMinAndMaxAndFlagsNanAndInfinity) {
+  for_each_simd_target([] {
+    std::mt19937_64 rng(7);
+    std::normal_distribution<float> z(0.5f, 3.0f);
+    for (int64_t n : {0, 1, 5, 16, 17, 100, 1000}) {  // partial vectors at the end
+      std::vector<float> x(n);
+      for (float& v : x) v = z(rng);
+      float lo = 0, hi = 0;
+      ASSERT_TRUE(ops::finite_range_f32(x.data(), n, &lo, &hi)) << n;
+      EXPECT_EQ(lo, n ? *std::min_element(x.begin(), x.end()) : INFINITY) << n;
+      EXPECT_EQ(hi, n ? *std::max_element(x.begin(), x.end()) : -INFINITY) << n;
+      for (float bad : {NAN, INFINITY, -INFINITY}) {
+        for (int64_t at : {int64_t{0}, n / 2, n - 1}) {
+          if (n == 0) continue;
+          std::vector<float> y = x;
+          y[at] = bad;
+          EXPECT_FALSE(ops::finite_range_f32(y.data(), n, &lo, &hi)) << n << " at " << at;
+        }
+      }
+    }
+  });
+}

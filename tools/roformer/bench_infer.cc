@@ -23,6 +23,8 @@ int bench_infer(const BenchInferOptions& o) {
   serve::LoadOptions load_options;
   load_options.tokenizer = false;
   load_options.mlm_head = o.head == "mlm";
+  load_options.quantize = o.quantize;
+  load_options.gemm = o.gemm;
   auto pipeline = serve::Pipeline::load(o.model, load_options);
   const double load_s = seconds_since(t_load);
   const double rss_after_load = peak_rss_mib();
@@ -30,6 +32,7 @@ int bench_infer(const BenchInferOptions& o) {
   m.set_keep(o.keep == "all" ? model::Keep::all : model::Keep::outputs);
   const model::RoFormerConfig& c = m.config();
   const int64_t B = o.batch, T = o.seq, N = B * T;
+  const std::string linears = m.packed() ? (o.quantize == "int8" ? "int8 (oneDNN)" : "f32 packed (oneDNN)") : "f32 (OpenBLAS)";
   if (T > c.max_position_embeddings) {
     fmt::print(stderr, "error: --seq {} exceeds max_position_embeddings {} of {}\n", T, c.max_position_embeddings, o.model);
     return 2;
@@ -71,6 +74,7 @@ int bench_infer(const BenchInferOptions& o) {
   const nlohmann::json run = {{"model", o.model},
                               {"head", o.head},
                               {"keep", o.keep},
+                              {"linears", linears},
                               {"threads", omp_get_max_threads()},
                               {"batch", B},
                               {"seq", T},
@@ -89,9 +93,9 @@ int bench_infer(const BenchInferOptions& o) {
   if (o.json) {
     fmt::print("{}\n", nlohmann::json{{"tool", "roformer bench infer"}, {"runs", {run}}}.dump(2));
   } else {
-    fmt::print("{} B={} T={} threads={} ({}): {:.2f} ms median, {:.2f} ms min over {} runs, {:.0f} tok/s, "
+    fmt::print("{} B={} T={} threads={} ({}, {}): {:.2f} ms median, {:.2f} ms min over {} runs, {:.0f} tok/s, "
                "{:.1f} GFLOP/s, load {:.2f} s, peak RSS {:.0f} MiB\n",
-               o.model, B, T, omp_get_max_threads(), o.keep, median * 1e3, best * 1e3, times.size(), tokens_per_s,
+               o.model, B, T, omp_get_max_threads(), o.keep, linears, median * 1e3, best * 1e3, times.size(), tokens_per_s,
                tokens_per_s * flops_per_token * 1e-9, load_s, peak);
   }
   return 0;

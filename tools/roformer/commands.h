@@ -51,6 +51,7 @@ struct BenchInferOptions {
   std::string model;             // a Hugging Face RoFormer model directory
   std::string head = "none";     // none: last hidden state; mlm: + the MLM head's logits
   std::string keep = "outputs";  // outputs: inference mode; all: keep every activation (as for training)
+  std::string quantize = "none", gemm = "auto";  // serve::LoadOptions
   int64_t batch = 1, seq = 128, warmup = 2, min_reps = 5;
   double min_time = 3.0;         // seconds of timed forwards, at least min_reps of them
   int threads = 0;
@@ -84,6 +85,13 @@ struct BenchAttentionOptions {
 };
 int bench_attention(const BenchAttentionOptions& options);
 
+struct BenchGemmOptions {
+  std::vector<int64_t> rows = {128, 4096};  // M: batch 1 × 128 and batch 8 × 512 tokens
+  int repetitions = 3, threads = 0;
+  double min_time = 0.3;
+};
+int bench_gemm(const BenchGemmOptions& options);
+
 // Adds train, eval and generate to app; the returned function runs whichever was parsed (-1: none).
 std::function<int()> add_model_commands(CLI::App& app);
 
@@ -107,5 +115,8 @@ std::function<int()> add_finetune_command(CLI::App& app);
 // Adds tokenize, fill-mask, embed, similarity, classify and forward (Hugging Face model directories,
 // src/serve); the returned function runs whichever was parsed (-1: none).
 std::function<int()> add_infer_commands(CLI::App& app);
+
+// --quantize none|int8 and --gemm auto|packed|blas (serve::LoadOptions) for a command that runs a model.
+void add_linear_options(CLI::App* command, std::string& quantize, std::string& gemm);
 
 }  // namespace roformer

@@ -23,6 +23,7 @@ namespace {
 
 struct InferOptions {
   std::string model_dir, input, format = "auto", jieba_dict, pooling = "cls", rope_scaling;
+  std::string quantize = "none", gemm = "auto";  // serve::LoadOptions
   std::string inputs, out;  // forward
   int64_t batch_size = 16, top_k = 5;
   bool normalize = false;
@@ -52,6 +53,8 @@ std::unique_ptr<serve::Pipeline> load(const InferOptions& o, bool weights = true
   lo.weights = weights;
   lo.mlm_head = mlm_head;
   lo.rope_scaling = o.rope_scaling;
+  lo.quantize = o.quantize;
+  lo.gemm = o.gemm;
   return serve::Pipeline::load(o.model_dir, lo);
 }
 
@@ -152,6 +155,14 @@ int run_forward(const InferOptions& o) {
 
 }  // namespace
 
+void add_linear_options(CLI::App* command, std::string& quantize, std::string& gemm) {
+  command->add_option("--quantize", quantize, "none (fp32) or int8 (dynamic int8 linear layers, oneDNN)")
+      ->check(CLI::IsMember({"none", "int8"}))->capture_default_str();
+  command->add_option("--gemm", gemm, "fp32 linear layers: packed (oneDNN, weights packed at load), blas (OpenBLAS) "
+                                      "or auto (packed where oneDNN has its own kernel)")
+      ->check(CLI::IsMember({"auto", "packed", "blas"}))->capture_default_str();
+}
+
 std::function<int()> add_infer_commands(CLI::App& app) {
   auto o = std::make_shared<InferOptions>();
   auto common = [&](CLI::App* c, bool batched) {
@@ -167,6 +178,7 @@ std::function<int()> add_infer_commands(CLI::App& app) {
       c->add_option("--rope-scaling", o->rope_scaling,
                     "Accept inputs up to F x max_position_embeddings: linear:F, ntk:F, dynamic-ntk:F:ORIG, "
                     "yarn:F:ORIG, llama3:F:ORIG");
+      add_linear_options(c, o->quantize, o->gemm);
     }
     return c;
   };

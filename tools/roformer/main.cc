@@ -1,7 +1,7 @@
 // roformer: the command line of roformer.cpp.
 //   roformer rope check        accuracy of librope against a __float128 oracle
 //   roformer bench rope        speed of librope against this machine's memory floor
-//   roformer bench train|infer|attention   engine speed (PyTorch peers in bench/peers/)
+//   roformer bench train|infer|attention|gemm   engine speed (PyTorch peers in bench/peers/)
 //   roformer decay             RoPE's long-term decay bound (paper Fig. 2) as PNG/CSV
 //   roformer train             train a RoFormer causal or masked LM on a text file
 //   roformer eval              validation loss and perplexity of a checkpoint
@@ -16,12 +16,36 @@
 //                              inference on Hugging Face RoFormer model directories
 #include <CLI/CLI.hpp>
 #include <fmt/core.h>
+#include <unistd.h>
+
+#include <cstdlib>
 
 #include "commands.h"
 #include "plot/plot.h"
 #include "rope/rope.h"
 
+namespace {
+
+// OpenMP workers that wait for the next parallel region spin (libgomp: 300,000 turns, about a
+// millisecond) before they sleep. On a machine whose cores are all ours that is fastest, but when another
+// process holds a core the spinning workers take the time slices the working ones need, and 2 threads
+// ran slower than 1 (docs/perf.md, "Threads that share the machine"). A short spin keeps most of the
+// fast hand-off of small regions (librope's decode calls) and sleeps before it starves anyone.
+// libgomp reads its environment when it is loaded, before main, so the default is set by executing
+// the program once more with it; OMP_WAIT_POLICY or GOMP_SPINCOUNT in the environment win.
+constexpr const char* kDefaultSpinCount = "1000";
+
+void apply_default_wait_policy(char** argv) {
+  if (std::getenv("OMP_WAIT_POLICY") || std::getenv("GOMP_SPINCOUNT")) return;
+  setenv("GOMP_SPINCOUNT", kDefaultSpinCount, 1);
+  execv("/proc/self/exe", argv);  // returns only on failure: then the runtime's own default stays
+  unsetenv("GOMP_SPINCOUNT");
+}
+
+}  // namespace
+
 int main(int argc, char** argv) {
+  apply_default_wait_policy(argv);
   CLI::App app{"roformer: RoFormer and rotary position embedding (RoPE) in C++"};
   app.require_subcommand(1);
   app.set_version_flag("--version", std::string("roformer ") + rope_version());
@@ -99,6 +123,7 @@ int main(int argc, char** argv) {
       ->check(CLI::IsMember({"none", "mlm"}));
   bench_infer_cmd->add_option("--keep", bench_infer.keep, "outputs (inference) or all (every activation)")
       ->check(CLI::IsMember({"outputs", "all"}));
+  roformer::add_linear_options(bench_infer_cmd, bench_infer.quantize, bench_infer.gemm);
   bench_infer_cmd->add_option("--warmup", bench_infer.warmup, "Untimed forwards first")->check(CLI::Range(0, 1000));
   bench_infer_cmd->add_option("--min-reps", bench_infer.min_reps, "Timed forwards, at least")->check(CLI::Range(1, 100000));
   bench_infer_cmd->add_option("--min-time", bench_infer.min_time, "Seconds of timed forwards, at least")
@@ -114,6 +139,13 @@ int main(int argc, char** argv) {
   bench_att_cmd->add_option("--performer-features", bench_att.performer_features, "FAVOR+ features (even)");
   bench_att_cmd->add_option("--repetitions", bench_att.repetitions, "Best of")->check(CLI::Range(1, 100));
   bench_att_cmd->add_option("--threads", bench_att.threads, "OpenMP threads (0: all)")->check(CLI::NonNegativeNumber);
+
+  roformer::BenchGemmOptions bench_gemm;
+  CLI::App* bench_gemm_cmd = bench->add_subcommand("gemm", "RoFormer-base's linear layers: OpenBLAS vs oneDNN packed fp32 vs int8");
+  bench_gemm_cmd->add_option("--rows", bench_gemm.rows, "Row counts M (tokens per call)")->delimiter(',');
+  bench_gemm_cmd->add_option("--repetitions", bench_gemm.repetitions, "Best of")->check(CLI::Range(1, 100));
+  bench_gemm_cmd->add_option("--min-time", bench_gemm.min_time, "Seconds per timing")->check(CLI::Range(0.001, 60.0));
+  bench_gemm_cmd->add_option("--threads", bench_gemm.threads, "OpenMP threads (0: all)")->check(CLI::NonNegativeNumber);
 
   const auto run_model_command = roformer::add_model_commands(app);
   const auto run_infer_command = roformer::add_infer_commands(app);
@@ -137,6 +169,7 @@ int main(int argc, char** argv) {
     if (decay_cmd->parsed()) return roformer::rope_decay(decay);
     if (plot_runs_cmd->parsed()) return roformer::plot_runs(plot_runs);
     if (bench_att_cmd->parsed()) return roformer::bench_attention(bench_att);
+    if (bench_gemm_cmd->parsed()) return roformer::bench_gemm(bench_gemm);
     if (bench_train_cmd->parsed()) return roformer::bench_train(bench_train);
     if (bench_comm_cmd->parsed()) return roformer::bench_comm(bench_comm);
     if (bench_infer_cmd->parsed()) return roformer::bench_infer(bench_infer);

@@ -74,6 +74,7 @@ struct TranslateCli {
   int64_t batch = 32;
   bool with_scores = false, timing = false;
   int threads = 0;
+  serve::LoadOptions linears;  // --quantize, --gemm
   // average
   std::vector<std::string> checkpoints;
   std::string run_dir, average_out;
@@ -124,7 +125,7 @@ std::vector<std::string> read_inputs(const TranslateCli& c) {
 
 int run_translate(TranslateCli& c) {
   if (c.threads > 0) omp_set_num_threads(c.threads);
-  auto translator = serve::Translator::load(c.model_dir);
+  auto translator = serve::Translator::load(c.model_dir, c.linears);
   const std::vector<std::string> inputs = read_inputs(c);
   const auto t0 = std::chrono::steady_clock::now();
   const auto results = translator->translate(inputs, c.decode, c.batch);
@@ -296,6 +297,7 @@ std::function<int()> add_translate_commands(CLI::App& app) {
   tr->add_flag("--scores", c->with_scores, "Print each hypothesis's score");
   tr->add_flag("--timing", c->timing, "Print decoding time and tokens/s (a JSON line on stderr)");
   tr->add_option("--threads", c->threads, "OpenMP threads (0: all cores)")->check(CLI::NonNegativeNumber);
+  add_linear_options(tr, c->linears.quantize, c->linears.gemm);
 
   CLI::App* av = app.add_subcommand("average", "Average the weights of checkpoints (config and subwords from the newest)");
   av->add_option("checkpoints", c->checkpoints, "Checkpoint directories");

@@ -1,0 +1,252 @@
+// PackedLinear on oneDNN's matmul primitive. oneDNN chooses the weight layout for the machine
+// (format_tag::any; brgemm's blocked layout on AVX-512, which does not depend on the batch size), the
+// weights are reordered into it once, and one primitive per batch size N is made on first use and
+// cached (oneDNN's runtime-dimension matmul falls back to its reference kernel, so shapes stay fixed).
+#include "packed_linear.h"
+
+#include "vmath.h"
+
+#include <omp.h>
+
+#include <oneapi/dnnl/dnnl.hpp>
+
+#include <algorithm>
+#include <cmath>
+#include <map>
+#include <mutex>
+#include <stdexcept>
+#include <unordered_map>
+#include <vector>
+
+namespace ops {
+namespace {
+
+using dnnl::memory;
+using tag = memory::format_tag;
+using dt = memory::data_type;
+
+const dnnl::engine& cpu_engine() {
+  static const dnnl::engine engine(dnnl::engine::kind::cpu, 0);
+  return engine;
+}
+
+// The activations of one int8 call: one scale and zero point for the whole (N, IC) tensor, so that
+// x ≈ scale · (q − zero_point) with q in [0, 255] and 0 exactly representable (padding stays 0).
+struct ActivationQuantization {
+  float scale = 1;
+  int32_t zero_point = 0;
+};
+
+ActivationQuantization activation_quantization(const float* x, int64_t n) {
+  float lo = 0, hi = 0;
+  if (!finite_range_f32(x, n, &lo, &hi)) throw std::domain_error("int8 linear: the input holds a NaN or infinite value");
+  lo = std::min(lo, 0.0f), hi = std::max(hi, 0.0f);  // the range always includes 0
+  ActivationQuantization q;
+  if (hi > lo) {
+    q.scale = (hi - lo) / 255.0f;
+    q.zero_point = static_cast<int32_t>(std::clamp(std::nearbyint(-lo / q.scale), 0.0f, 255.0f));
+  }
+  return q;
+}
+
+}  // namespace
+
+// u8 × s8 products are summed in pairs into 16 bits, saturating, by CPUs without VNNI dot products
+// (vpmaddubsw: 2 · 255 · 127 > 32767). There the weights take 7 bits, [−63, 63], as ONNX Runtime's
+// reduce_range does; with AVX-512 VNNI or AVX-VNNI they take the full [−127, 127].
+int int8_weight_levels() {
+  switch (dnnl::get_effective_cpu_isa()) {
+    case dnnl::cpu_isa::avx2_vnni:
+    case dnnl::cpu_isa::avx512_core_vnni:
+    case dnnl::cpu_isa::avx512_core_bf16:
+    case dnnl::cpu_isa::avx512_core_amx:
+      return 127;
+    default:
+      return 63;
+  }
+}
+
+namespace {
+
+dnnl::algorithm eltwise_of(Epilogue e) {
+  return e == Epilogue::gelu ? dnnl::algorithm::eltwise_gelu_erf : dnnl::algorithm::eltwise_relu;
+}
+
+}  // namespace
+
+const char* precision_name(Precision p) { return p == Precision::int8 ? "int8" : "f32"; }
+
+Precision parse_precision(const std::string& name) {
+  if (name == "f32") return Precision::f32;
+  if (name == "int8") return Precision::int8;
+  throw std::invalid_argument("unknown precision '" + name + "' (f32 or int8)");
+}
+
+struct PackedLinear::Impl {
+  int64_t OC = 0, IC = 0;
+  Precision precision = Precision::f32;
+  Epilogue epilogue = Epilogue::none;
+  bool has_bias = false;
+  memory weights;                   // oneDNN's layout for this machine
+  memory bias;                      // (1, OC) f32
+  std::vector<float> weight_scale;  // int8: (OC), w ≈ weight_scale[o] · q
+
+  // The primitives for one batch size.
+  struct Shape {
+    dnnl::matmul matmul;
+    dnnl::reorder quantize;  // int8: (N, IC) f32 → u8 with a runtime scale and zero point
+    std::string implementation;
+  };
+  mutable std::mutex mutex;
+  mutable std::map<int64_t, std::shared_ptr<const Shape>> shapes;
+
+  dnnl::primitive_attr matmul_attr() const {
+    dnnl::primitive_attr attr;
+    dnnl::post_ops ops;
+    if (precision == Precision::int8) {
+      // int32 product · s_w[o] (fixed), then · s_x (this call's, a (1, 1) runtime operand): oneDNN 2.6
+      // leaves its brgemm kernels for a slower GEMM when the output scales themselves are runtime.
+      attr.set_output_scales(1 << 1, weight_scale);
+      attr.set_zero_points(DNNL_ARG_SRC, 0, {DNNL_RUNTIME_S32_VAL});
+      ops.append_binary(dnnl::algorithm::binary_mul, memory::desc({1, 1}, dt::f32, tag::ab));
+      // oneDNN 2.x adds an int8 matmul's bias before the output scales; added after them instead.
+      if (has_bias) ops.append_binary(dnnl::algorithm::binary_add, bias.get_desc());
+    }
+    if (epilogue != Epilogue::none) ops.append_eltwise(1.0f, eltwise_of(epilogue), 0.0f, 0.0f);
+    attr.set_post_ops(ops);
+    return attr;
+  }
+
+  dnnl::matmul::primitive_desc matmul_desc(int64_t N, const memory::desc& weights_desc) const {
+    const memory::desc src({N, IC}, precision == Precision::int8 ? dt::u8 : dt::f32, tag::ab);
+    const memory::desc dst({N, OC}, dt::f32, tag::ab);
+    const bool bias_arg = has_bias && precision == Precision::f32;
+    const auto desc = bias_arg ? dnnl::matmul::desc(src, weights_desc, bias.get_desc(), dst)
+                               : dnnl::matmul::desc(src, weights_desc, dst);
+    return dnnl::matmul::primitive_desc(desc, matmul_attr(), cpu_engine());
+  }
+
+  std::shared_ptr<const Shape> shape(int64_t N) const {
+    std::lock_guard<std::mutex> lock(mutex);
+    auto it = shapes.find(N);
+    if (it != shapes.end()) return it->second;
+    if (shapes.size() >= 64) shapes.clear();  // a bound for callers whose batch sizes keep changing
+    auto s = std::make_shared<Shape>();
+    const auto pd = matmul_desc(N, weights.get_desc());
+    s->matmul = dnnl::matmul(pd);
+    s->implementation = pd.impl_info_str();
+    if (precision == Precision::int8) {
+      dnnl::primitive_attr attr;
+      attr.set_output_scales(0, {DNNL_RUNTIME_F32_VAL});
+      attr.set_zero_points(DNNL_ARG_DST, 0, {DNNL_RUNTIME_S32_VAL});
+      const memory::desc from({N, IC}, dt::f32, tag::ab), to({N, IC}, dt::u8, tag::ab);
+      s->quantize = dnnl::reorder(dnnl::reorder::primitive_desc(cpu_engine(), from, cpu_engine(), to, attr));
+    }
+    shapes.emplace(N, s);
+    return s;
+  }
+};
+
+PackedLinear::PackedLinear(const float* weight, const float* bias, int64_t OC, int64_t IC, Precision precision,
+                           Epilogue epilogue)
+    : impl_(std::make_unique<Impl>()) {
+  if (OC <= 0 || IC <= 0) throw std::invalid_argument("PackedLinear: empty weight");
+  Impl& m = *impl_;
+  m.OC = OC, m.IC = IC, m.precision = precision, m.epilogue = epilogue, m.has_bias = bias != nullptr;
+  const dnnl::engine& engine = cpu_engine();
+  dnnl::stream stream(engine);
+  m.bias = memory({{1, OC}, dt::f32, tag::ab}, engine);
+  if (bias) std::copy(bias, bias + OC, static_cast<float*>(m.bias.get_data_handle()));
+  // The weight as oneDNN's (K, N) = (IC, OC) matrix: PyTorch's (OC, IC) row-major is its "ba".
+  const dt weight_type = precision == Precision::int8 ? dt::s8 : dt::f32;
+  const memory::desc plain({IC, OC}, weight_type, tag::ba), any({IC, OC}, weight_type, tag::any);
+  memory source;
+  std::vector<int8_t> quantized;
+  if (precision == Precision::int8) {
+    const int levels = int8_weight_levels();
+    m.weight_scale.resize(OC);
+    quantized.resize(OC * IC);
+    for (int64_t o = 0; o < OC; ++o) {
+      const float* row = weight + o * IC;
+      float max_abs = 0;
+      for (int64_t i = 0; i < IC; ++i) max_abs = std::max(max_abs, std::fabs(row[i]));
+      if (!std::isfinite(max_abs)) throw std::domain_error("PackedLinear: the weight holds a NaN or infinite value");
+      const float scale = max_abs > 0 ? max_abs / static_cast<float>(levels) : 1.0f;
+      m.weight_scale[o] = scale;
+      for (int64_t i = 0; i < IC; ++i) quantized[o * IC + i] = static_cast<int8_t>(std::nearbyint(row[i] / scale));
+    }
+    source = memory(plain, engine, quantized.data());
+  } else {
+    source = memory(plain, engine, const_cast<float*>(weight));
+  }
+  const auto pd = m.matmul_desc(128, any);  // the packed layout does not depend on N
+  m.weights = memory(pd.weights_desc(), engine);
+  dnnl::reorder(source, m.weights).execute(stream, source, m.weights);
+  stream.wait();
+}
+
+PackedLinear::~PackedLinear() = default;
+PackedLinear::PackedLinear(PackedLinear&&) noexcept = default;
+PackedLinear& PackedLinear::operator=(PackedLinear&&) noexcept = default;
+
+void PackedLinear::forward(float* out, const float* inp, int64_t N) const {
+  if (N <= 0) return;
+  const Impl& m = *impl_;
+  const auto shape = m.shape(N);
+  const dnnl::engine& engine = cpu_engine();
+  dnnl::stream stream(engine);
+  memory dst({{N, m.OC}, dt::f32, tag::ab}, engine, out);
+  if (m.precision == Precision::f32) {
+    memory src({{N, m.IC}, dt::f32, tag::ab}, engine, const_cast<float*>(inp));
+    std::unordered_map<int, memory> args{{DNNL_ARG_SRC, src}, {DNNL_ARG_WEIGHTS, m.weights}, {DNNL_ARG_DST, dst}};
+    if (m.has_bias) args.emplace(DNNL_ARG_BIAS, m.bias);
+    shape->matmul.execute(stream, args);
+    stream.wait();
+    return;
+  }
+  // int8: quantise the activations, then scale the int32 product by s_w[o] and s_x.
+  const ActivationQuantization q = activation_quantization(inp, N * m.IC);
+  thread_local std::vector<uint8_t> quantized;
+  quantized.resize(N * m.IC);
+  float inverse_scale = 1.0f / q.scale, scale = q.scale;
+  int32_t zero_point = q.zero_point;
+  memory src_f32({{N, m.IC}, dt::f32, tag::ab}, engine, const_cast<float*>(inp));
+  memory src_u8({{N, m.IC}, dt::u8, tag::ab}, engine, quantized.data());
+  memory inverse_scale_mem({{1}, dt::f32, tag::a}, engine, &inverse_scale);
+  memory scale_mem({{1, 1}, dt::f32, tag::ab}, engine, &scale);
+  memory zero_point_mem({{1}, dt::s32, tag::a}, engine, &zero_point);
+  shape->quantize.execute(stream, {{DNNL_ARG_FROM, src_f32},
+                                   {DNNL_ARG_TO, src_u8},
+                                   {DNNL_ARG_ATTR_OUTPUT_SCALES, inverse_scale_mem},
+                                   {DNNL_ARG_ATTR_ZERO_POINTS | DNNL_ARG_DST, zero_point_mem}});
+  std::unordered_map<int, memory> args{{DNNL_ARG_SRC, src_u8},
+                                       {DNNL_ARG_WEIGHTS, m.weights},
+                                       {DNNL_ARG_DST, dst},
+                                       {DNNL_ARG_ATTR_ZERO_POINTS | DNNL_ARG_SRC, zero_point_mem},
+                                       {DNNL_ARG_ATTR_MULTIPLE_POST_OP(0) | DNNL_ARG_SRC_1, scale_mem}};
+  if (m.has_bias) args.emplace(DNNL_ARG_ATTR_MULTIPLE_POST_OP(1) | DNNL_ARG_SRC_1, m.bias);
+  shape->matmul.execute(stream, args);
+  stream.wait();
+}
+
+int64_t PackedLinear::in_features() const { return impl_->IC; }
+int64_t PackedLinear::out_features() const { return impl_->OC; }
+Precision PackedLinear::precision() const { return impl_->precision; }
+Epilogue PackedLinear::epilogue() const { return impl_->epilogue; }
+
+size_t PackedLinear::packed_bytes() const {
+  return impl_->weights.get_desc().get_size() + impl_->bias.get_desc().get_size() +
+         impl_->weight_scale.size() * sizeof(float);
+}
+
+std::string PackedLinear::implementation(int64_t N) const { return impl_->shape(N)->implementation; }
+
+bool packed_f32_is_native() {
+  static const bool native = [] {
+    const std::vector<float> w(64 * 64, 0.0f);
+    return PackedLinear(w.data(), nullptr, 64, 64, Precision::f32).implementation(128).rfind("brg", 0) == 0;
+  }();
+  return native;
+}
+
+}  // namespace ops

@@ -1,0 +1,62 @@
+// Inference-only linear layers whose weights are packed once, at load, by oneDNN (libdnnl) into the
+// blocked layout its matmul kernels read, instead of being re-packed by BLAS on every call (OpenBLAS
+// spent 12.5% of a batch-1 RoFormer-base forward in sgemm_incopy). Two precisions:
+//   f32  — the same product as linear_forward (linear.h), to fp32 rounding;
+//   int8 — dynamic quantisation as ONNX Runtime's quantize_dynamic and CTranslate2 do it: weights s8,
+//          symmetric, one scale per output channel (7 bits on CPUs without VNNI, int8_weight_levels);
+//          activations u8, q = round(x / s + z), with one scale s and zero point z per call (from
+//          the tensor's min and max, so 0 is exact); int32 accumulation; fp32 bias, epilogue, output.
+// The bias and, optionally, the activation that follows the layer (exact-erf GELU or ReLU) are fused
+// into the GEMM's epilogue. Forward only: training keeps linear.h on the parameter arena.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+
+namespace ops {
+
+enum class Precision { f32, int8 };
+enum class Epilogue { none, gelu, relu };  // applied to x·Wᵀ + b
+
+// "f32" / "int8"; parse_precision throws std::invalid_argument naming the accepted values.
+const char* precision_name(Precision p);
+Precision parse_precision(const std::string& name);
+
+// The largest int8 weight level on this CPU: 127 where it has VNNI dot products (AVX-512 VNNI,
+// AVX-VNNI); 63 where u8 × s8 pairs are summed into saturating 16 bits (AVX2, AVX-512 without VNNI).
+int int8_weight_levels();
+
+// Whether oneDNN packs fp32 weights for a kernel of its own on this CPU (brgemm, AVX-512): there it beats
+// OpenBLAS at every RoFormer-base shape; elsewhere it falls back to a plain GEMM that does not
+// (docs/perf.md, `roformer bench gemm`).
+bool packed_f32_is_native();
+
+class PackedLinear {
+ public:
+  // weight (OC, IC) PyTorch layout, bias (OC) or null. Packs (and for int8 quantises) a copy: the
+  // caller's arrays are not referenced afterwards.
+  PackedLinear(const float* weight, const float* bias, int64_t OC, int64_t IC, Precision precision,
+               Epilogue epilogue = Epilogue::none);
+  ~PackedLinear();
+  PackedLinear(PackedLinear&&) noexcept;
+  PackedLinear& operator=(PackedLinear&&) noexcept;
+
+  // out (N, OC) = epilogue(inp (N, IC)·Wᵀ + b), written. Safe to call from several threads at once.
+  void forward(float* out, const float* inp, int64_t N) const;
+
+  int64_t in_features() const;
+  int64_t out_features() const;
+  Precision precision() const;
+  Epilogue epilogue() const;
+  size_t packed_bytes() const;  // the packed weights (and int8 scales and bias)
+  // oneDNN's implementation for a batch of N rows, e.g. "brg:avx512_core" or "gemm:jit".
+  std::string implementation(int64_t N) const;
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace ops
