@@ -34,4 +34,4 @@ if [ ! -d "$out/ft/best" ]; then
     --seed 1 --no-progress --out "$out/ft" 2> "$out/ft.log"
 fi
 "$python" bench/peers/int8_accuracy.py --roformer "$roformer" --model "$out/ft/best" \
-  --test data/vader-movies/test.jsonl --max-length 64 | tee docs/results/int8_accuracy.md
+  --test data/vader-movies/test.jsonl | tee docs/results/int8_accuracy.md

@@ -102,6 +102,20 @@ std::vector<float> WeightStore::f32(const std::string& name, const std::vector<i
         out[i] = t.dtype == DType::F16 ? f16_to_f32(v) : bf16_to_f32(v);
       }
       break;
+    case DType::I8: {
+      const auto scale = row_scales_.find(name);
+      if (scale == row_scales_.end()) {
+        throw Error(path_ + ": tensor '" + name + "' has dtype I8 without row scales ('" + name + kRowScaleSuffix +
+                    "'), expected F32, F16 or BF16");
+      }
+      const int64_t cols = t.shape[1];
+      for (size_t i = 0; i < out.size(); ++i) {
+        float row_scale;
+        std::memcpy(&row_scale, scale->second.data + 4 * (i / cols), 4);
+        out[i] = static_cast<float>(static_cast<int8_t>(t.data[i])) * row_scale;
+      }
+      break;
+    }
     default:
       throw Error(path_ + ": tensor '" + name + "' has dtype " + dtype_name(t.dtype) + ", expected F32, F16 or BF16");
   }
@@ -127,6 +141,27 @@ std::vector<std::string> WeightStore::names() const {
 }
 
 void WeightStore::apply_names(Names names) {
+  rename(names);
+  const std::string suffix = kRowScaleSuffix;
+  for (auto it = tensors_.begin(); it != tensors_.end();) {
+    const std::string& name = it->first;
+    const bool scale_name = name.size() > suffix.size() && name.ends_with(suffix);
+    const auto of = scale_name ? tensors_.find(name.substr(0, name.size() - suffix.size())) : tensors_.end();
+    if (of == tensors_.end() || of->second.dtype != DType::I8) {
+      ++it;
+      continue;
+    }
+    const Tensor& q = of->second;
+    if (q.shape.size() != 2 || it->second.dtype != DType::F32 || it->second.shape != std::vector<int64_t>{q.shape[0]}) {
+      throw Error(path_ + ": tensor '" + name + "' must be F32 " + shape_str({q.shape.empty() ? 0 : q.shape[0]}) +
+                  ", the row scales of the 2-D I8 tensor '" + of->first + "'");
+    }
+    row_scales_.emplace(of->first, it->second);
+    it = tensors_.erase(it);
+  }
+}
+
+void WeightStore::rename(Names names) {
   if (names == Names::kAsStored) return;
   std::map<std::string, Tensor> renamed;
   std::map<std::string, std::string> origin;  // new name → stored name

@@ -48,9 +48,15 @@ class WeightStore {
   bool contains(const std::string& name) const { return tensors_.count(name) != 0; }
   // The tensor `name`; throws io::Error if it is missing.
   const Tensor& at(const std::string& name) const;
-  // `name` as fp32 values: F32 is copied, F16 and BF16 are widened exactly; other dtypes, or a shape
-  // other than `shape` (when given), throw io::Error.
+  // `name` as fp32 values: F32 is copied, F16 and BF16 are widened exactly, and an int8 tensor with a
+  // row scale (below) is dequantised; other dtypes, or a shape other than `shape` (when given), throw
+  // io::Error.
   std::vector<float> f32(const std::string& name, const std::vector<int64_t>& shape = {}) const;
+  // Int8 tensors as `roformer quantize` writes them: an I8 matrix W (rows, cols) stored with an F32
+  // tensor named W's name + kRowScaleSuffix, shape (rows), such that W[r][c] ≈ q[r][c] · scale[r].
+  // The scales are not tensors of the store (names() and tensors() do not list them).
+  static constexpr const char* kRowScaleSuffix = "_row_scale";
+  bool has_int8_tensors() const { return !row_scales_.empty(); }
   // `name` as int64 values (dtype I64).
   std::vector<int64_t> i64(const std::string& name, const std::vector<int64_t>& shape = {}) const;
   const std::map<std::string, Tensor>& tensors() const { return tensors_; }
@@ -68,9 +74,15 @@ class WeightStore {
   explicit WeightStore(std::string path) : path_(std::move(path)) {}
   WeightStore(const WeightStore&) = delete;  // tensors point into the store
   WeightStore& operator=(const WeightStore&) = delete;
-  void apply_names(Names names);  // renames tensors_ per `names`
+  // Renames tensors_ per `names`, then takes the row scales of int8 tensors out of tensors_ (every
+  // store's constructor ends with it).
+  void apply_names(Names names);
   std::string path_;
   std::map<std::string, Tensor> tensors_;
+  std::map<std::string, Tensor> row_scales_;  // int8 tensor name → its (rows) F32 scales
+
+ private:
+  void rename(Names names);
 };
 
 // fp16 / bf16 bits → fp32 (exact, including subnormals, infinities and NaN payloads).

@@ -4,6 +4,8 @@
 #include <algorithm>
 #include <cmath>
 #include <stdexcept>
+#include <sys/mman.h>
+#include <unistd.h>
 #include <type_traits>
 
 #include "ops/loss.h"
@@ -85,6 +87,7 @@ template <typename T>
 void RoFormer<T>::init_weights(uint64_t seed) {
   if (view_) throw std::logic_error("init_weights: a view's owner initialises the arena");
   unpack();
+  arena_released_ = false;
   init_params(layout_, params.data(), cfg_.initializer_range, seed);
   std::fill(p.emb.word + cfg_.pad_token_id * cfg_.embedding_size, p.emb.word + (cfg_.pad_token_id + 1) * cfg_.embedding_size,
             T(0));
@@ -95,6 +98,7 @@ void RoFormer<T>::load(const io::WeightStore& w, const std::vector<std::string>&
                        const std::vector<std::string>& optional) {
   if (view_) throw std::logic_error("load: a view's owner loads the arena");
   unpack();
+  arena_released_ = false;
   *act_ = Activations();  // the head may change: the next forward sizes its buffers afresh
   const bool bare = stores_bare_encoder(w);
   const std::string head = "cls.predictions.";
@@ -354,23 +358,46 @@ void RoFormer<T>::backward_from_hidden(const T* d_hidden, const T* d_pooled) {
   if (on_grads_final) on_grads_final(0);
 }
 
+namespace {
+
+// Hands the whole pages inside [data, data + bytes) back to the operating system (they read as zeros
+// afterwards): the arena's copy of a weight that serving only reads packed.
+void release_pages(void* data, int64_t bytes) {
+  const uintptr_t page = static_cast<uintptr_t>(sysconf(_SC_PAGESIZE));
+  const uintptr_t begin = (reinterpret_cast<uintptr_t>(data) + page - 1) / page * page;
+  const uintptr_t end = (reinterpret_cast<uintptr_t>(data) + static_cast<uintptr_t>(bytes)) / page * page;
+  if (end > begin) madvise(reinterpret_cast<void*>(begin), end - begin, MADV_DONTNEED);
+}
+
+}  // namespace
+
 template <typename T>
-void RoFormer<T>::pack(ops::Precision precision) {
+void RoFormer<T>::pack(ops::Precision precision, bool release_arena) {
   if constexpr (!std::is_same_v<T, float>) {
     throw std::logic_error("pack: only fp32 models are packed for inference");
   } else {
+    if (arena_released_) throw std::logic_error("pack: the arena's linear weights were released; load them again");
     unpack();
+    packed_precision_ = precision;
     const ops::Epilogue activation = cfg_.hidden_act == "gelu"   ? ops::Epilogue::gelu
                                      : cfg_.hidden_act == "relu" ? ops::Epilogue::relu
                                                                  : ops::Epilogue::none;
+    // Each matrix's arena copy is released (release_arena) as soon as it is packed, so the peak holds
+    // the arena and one layer's packed copy, not two copies of everything.
+    auto release = [&](const T* w, int64_t count) {
+      if (release_arena && w) release_pages(const_cast<T*>(w), count * static_cast<int64_t>(sizeof(T)));
+    };
     auto pack_one = [&](const T* w, const T* b, int64_t out, int64_t in, ops::Epilogue e = ops::Epilogue::none) {
       packed_.push_back(std::make_unique<ops::PackedLinear>(w, b, out, in, precision, e));
       return packed_.back().get();
     };
     auto pack_linear = [&](LinearParams<T>& l, int64_t out, int64_t in, ops::Epilogue e = ops::Epilogue::none) {
-      if (l.w) l.packed = pack_one(l.w, l.b, out, in, e);
+      if (!l.w) return;
+      l.packed = pack_one(l.w, l.b, out, in, e);
+      release(l.w, out * in);
     };
     const int64_t H = cfg_.hidden_size, I = cfg_.intermediate_size, E = cfg_.embedding_size, V = cfg_.vocab_size;
+    arena_released_ = release_arena;
     pack_linear(p.emb.project, H, E);
     for (LayerParams<T>& layer : p.layers) {
       // Self-attention's q, k and v as one (3H, H) layer: [Wq; Wk; Wv] and [bq; bk; bv].
@@ -381,6 +408,7 @@ void RoFormer<T>::pack(ops::Precision precision) {
         if (!b.empty()) std::copy_n(parts[i]->b, H, b.data() + i * H);
       }
       layer.attn.qkv = pack_one(w.data(), b.empty() ? nullptr : b.data(), 3 * H, H);
+      for (const LinearParams<T>* part : parts) release(part->w, H * H);
       pack_linear(layer.attn.out, H, H);
       for (LinearParams<T>* l : {&layer.cross.q, &layer.cross.k, &layer.cross.v, &layer.cross.out}) {
         pack_linear(*l, H, H);
@@ -388,7 +416,7 @@ void RoFormer<T>::pack(ops::Precision precision) {
       pack_linear(layer.ffn.in, I, H, activation);
       pack_linear(layer.ffn.out, H, I);
     }
-    if (has_mlm_head_ && p.head.decoder_w) {
+    if (has_mlm_head_ && p.head.decoder_w) {  // the decoder is the word embedding table: never released
       pack_linear(p.head.dense, E, H);
       p.head.decoder_packed = pack_one(p.head.decoder_w, p.head.decoder_b, V, p.head.dense.w ? E : H);
     }

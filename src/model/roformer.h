@@ -92,9 +92,13 @@ class RoFormer : public Trainable<T> {
   // (attention, cross-attention, feed-forward with its activation fused, embedding projection, MLM
   // head); the forward then runs them. The arena keeps the fp32 weights, so save and the parameter
   // views are unchanged. A packed model has no backward; load and init_weights drop the packing.
-  // fp32 models only (std::logic_error for double).
-  void pack(ops::Precision precision);
+  // fp32 models only (std::logic_error for double). release_arena (serving): the arena's copies of
+  // the packed weights are handed back to the operating system, so the process holds each weight
+  // once; those arena entries then read as zeros, and pack again or a backward throw until load or
+  // init_weights fill the arena again.
+  void pack(ops::Precision precision, bool release_arena = false);
   bool packed() const { return !packed_.empty(); }
+  ops::Precision packed_precision() const { return packed_precision_; }  // when packed()
   size_t packed_bytes() const;  // what the packed weights take besides the arena
 
   void set_keep(Keep keep);  // takes effect with the next forward
@@ -150,6 +154,8 @@ class RoFormer : public Trainable<T> {
   int64_t memory_len_ = 0;
   std::vector<T> d_memory_;            // (B, Tk, H)
   std::vector<std::unique_ptr<ops::PackedLinear>> packed_;  // what p's packed pointers point to
+  ops::Precision packed_precision_ = ops::Precision::f32;
+  bool arena_released_ = false;  // pack(…, release_arena): the packed weights' arena pages are gone
   void unpack();
   void require_unpacked(const char* what) const;
 };

@@ -138,17 +138,18 @@ std::vector<double> apply_classifier(Classifier& c, const model::RoFormerConfig&
   return z;
 }
 
-void prepare_for_inference(model::RoFormer<float>& m, const LoadOptions& options) {
-  if (options.quantize != "none" && options.quantize != "int8") {
-    throw io::Error("--quantize " + options.quantize + ": expected none or int8");
+void prepare_for_inference(model::RoFormer<float>& m, const LoadOptions& options, bool int8_checkpoint,
+                           bool release_arena) {
+  if (options.quantize != "auto" && options.quantize != "none" && options.quantize != "int8") {
+    throw io::Error("--quantize " + options.quantize + ": expected auto, none or int8");
   }
   if (options.gemm != "auto" && options.gemm != "packed" && options.gemm != "blas") {
     throw io::Error("--gemm " + options.gemm + ": expected auto, packed or blas");
   }
-  if (options.quantize == "int8") {
-    m.pack(ops::Precision::int8);
+  if (options.quantize == "int8" || (options.quantize == "auto" && int8_checkpoint)) {
+    m.pack(ops::Precision::int8, release_arena);
   } else if (options.gemm == "packed" || (options.gemm == "auto" && ops::packed_f32_is_native())) {
-    m.pack(ops::Precision::f32);
+    m.pack(ops::Precision::f32, release_arena);
   }
 }
 
@@ -190,7 +191,7 @@ std::unique_ptr<Pipeline> Pipeline::load(const std::string& dir, const LoadOptio
     p->classifier_ = load_classifier(*weights, config_path, p->config_.hidden_size);
     // The pipelines read only the last hidden state, logits and pooler: one layer's activations.
     p->model_->set_keep(model::Keep::outputs);
-    prepare_for_inference(*p->model_, options);
+    prepare_for_inference(*p->model_, options, weights->has_int8_tensors(), options.release_packed_arena);
   }
   return p;
 }

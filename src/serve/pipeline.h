@@ -63,15 +63,21 @@ struct LoadOptions {
   // own). Inputs may then be F · max_position_embeddings tokens long.
   std::string rope_scaling;
   // The linear layers (prepare_for_inference): quantize "none" or "int8" (oneDNN dynamic int8,
-  // ops/packed_linear.h); for fp32, gemm "packed" (oneDNN weights packed at load), "blas" (OpenBLAS on
-  // the arena, as training runs) or "auto" (packed where oneDNN has its own fp32 kernel, else blas).
-  std::string quantize = "none";
+  // ops/packed_linear.h), or "auto": int8 for a checkpoint `roformer quantize` wrote, else none; for
+  // fp32, gemm "packed" (oneDNN weights packed at load), "blas" (OpenBLAS on the arena, as training
+  // runs) or "auto" (packed where oneDNN has its own fp32 kernel, else blas).
+  std::string quantize = "auto";
   std::string gemm = "auto";
+  // Hold packed weights once (RoFormer::pack's release_arena): the arena's copies of the packed
+  // matrices are released, so model().params reads zeros there. The command line sets it.
+  bool release_packed_arena = false;
 };
 
-// Packs m's linear layers as options.quantize and options.gemm ask (see LoadOptions); io::Error
-// names the option when a value is not one of those.
-void prepare_for_inference(model::RoFormer<float>& m, const LoadOptions& options);
+// Packs m's linear layers as options.quantize and options.gemm ask (see LoadOptions); int8_checkpoint:
+// the weights came from an int8 checkpoint (io::WeightStore::has_int8_tensors); release_arena: see
+// RoFormer::pack. io::Error names the option when a value is not one of those.
+void prepare_for_inference(model::RoFormer<float>& m, const LoadOptions& options, bool int8_checkpoint,
+                           bool release_arena);
 
 struct EmbedOptions {
   Pooling pooling = Pooling::cls;

@@ -9,10 +9,12 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdlib>
+#include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <sstream>
 
+#include "io/safetensors.h"
 #include "serve/pipeline.h"
 #include "serve_fixtures.h"
 
@@ -183,6 +185,42 @@ TEST(Cli, PackedAndInt8LinearLayersAgreeWithOpenBlas) {
   }
   EXPECT_NE(run("embed --quantize int4 --model " + m, "x\n").status, 0);
   EXPECT_NE(run("embed --gemm mkl --model " + m, "x\n").status, 0);
+}
+
+// `roformer quantize` writes the packed layers as I8 with row scales and copies the rest; the copy
+// serves in int8 without flags (--quantize auto), as the original does with --quantize int8, and
+// dequantised with --quantize none.
+TEST(Cli, QuantizeWritesAnInt8DirectoryThatServesInInt8) {
+  const std::string m = model_dir("m"), out = temp_dir() + "/quantized";
+  Result r = run("quantize --model " + m + " --out " + out);
+  ASSERT_EQ(r.status, 0) << r.err;
+  EXPECT_NE(r.out.find("linear weights in int8"), std::string::npos) << r.out;
+  const io::SafeTensors st(out + "/model.safetensors");
+  EXPECT_TRUE(st.has_int8_tensors());
+  EXPECT_EQ(st.at("roformer.encoder.layer.0.attention.self.query.weight").dtype, io::DType::I8);
+  EXPECT_EQ(st.at("roformer.embeddings.word_embeddings.weight").dtype, io::DType::F32);
+  EXPECT_TRUE(std::filesystem::exists(out + "/vocab.txt"));
+  const std::string texts = "hello, world!\n今天天气非常好。\n";
+  auto embeddings = [&](const std::string& args) {
+    const Result e = run("embed --pooling mean " + args, texts);
+    EXPECT_EQ(e.status, 0) << e.err;
+    std::vector<std::vector<float>> v;
+    for (const json& line : e.lines()) v.push_back(line["embedding"].get<std::vector<float>>());
+    return v;
+  };
+  const auto original = embeddings("--quantize int8 --model " + m), served = embeddings("--model " + out),
+             fp32 = embeddings("--quantize none --model " + m), dequantised = embeddings("--quantize none --model " + out);
+  ASSERT_EQ(served.size(), 2u);
+  auto cosine = [](const std::vector<float>& a, const std::vector<float>& b) {
+    double dot = 0, a2 = 0, b2 = 0;
+    for (size_t k = 0; k < a.size(); ++k) dot += double(a[k]) * b[k], a2 += double(a[k]) * a[k], b2 += double(b[k]) * b[k];
+    return dot / std::sqrt(a2 * b2);
+  };
+  for (size_t i = 0; i < 2; ++i) {
+    EXPECT_GE(cosine(served[i], original[i]), 0.9999) << i;
+    EXPECT_GE(cosine(dequantised[i], fp32[i]), 0.99) << i;
+  }
+  expect_fails(run("quantize --model " + temp_dir() + "/absent --out " + out + "2"), {"absent"});
 }
 
 TEST(Cli, BadInputsGiveOneErrorLineAndAFailingStatus) {

@@ -394,3 +394,38 @@ TEST(WeightStore, LegacyRenamesFollowTransformersAndRejectCollisions) {
 }
 
 }  // namespace
+
+// Int8 tensors with row scales (what `roformer quantize` writes): f32() dequantises them, the scales
+// are not tensors of the store, and a scale that does not fit its matrix, or an I8 tensor without
+// scales read as floats, is an error naming the tensor.
+TEST(WeightStore, Int8TensorsWithRowScalesDequantise) {
+  const std::string dir = std::filesystem::temp_directory_path() / ("int8_" + std::to_string(getpid()));
+  std::filesystem::create_directories(dir);
+  const std::vector<int8_t> q = {1, -2, 127, -127, 0, 5};  // (2, 3)
+  const std::vector<float> scale = {0.5f, 0.25f}, bad_scale = {1.0f, 2.0f, 3.0f};
+  const std::vector<int8_t> raw = {3, 4};
+  auto write = [&](const std::string& name, const std::vector<float>& s) {
+    const std::string path = dir + "/" + name;
+    io::write_file_atomic(path, io::safetensors_bytes({{"w", io::DType::I8, {2, 3}, q.data()},
+                                                       {"w_row_scale", io::DType::F32, {int64_t(s.size())}, s.data()},
+                                                       {"raw", io::DType::I8, {2}, raw.data()}}));
+    return path;
+  };
+  const io::SafeTensors st(write("good.safetensors", scale));
+  EXPECT_TRUE(st.has_int8_tensors());
+  EXPECT_EQ(st.names(), (std::vector<std::string>{"raw", "w"}));
+  EXPECT_EQ(st.f32("w", {2, 3}), (std::vector<float>{0.5f, -1.0f, 63.5f, -31.75f, 0.0f, 1.25f}));
+  try {
+    st.f32("raw");
+    ADD_FAILURE() << "an I8 tensor without scales read as floats";
+  } catch (const io::Error& e) {
+    EXPECT_NE(std::string(e.what()).find("'raw' has dtype I8"), std::string::npos) << e.what();
+  }
+  try {
+    io::SafeTensors bad(write("bad.safetensors", bad_scale));
+    ADD_FAILURE() << "a (3) scale of a (2, 3) matrix was accepted";
+  } catch (const io::Error& e) {
+    EXPECT_NE(std::string(e.what()).find("'w_row_scale' must be F32 [2]"), std::string::npos) << e.what();
+  }
+  std::filesystem::remove_all(dir);
+}

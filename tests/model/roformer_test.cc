@@ -676,3 +676,23 @@ TEST(RoFormerModel, PackedModelHasNoBackwardAndReloadingUnpacks) {
   model::RoFormer<double> d(c);
   EXPECT_THROW(d.pack(ops::Precision::f32), std::logic_error);
 }
+
+TEST(RoFormerModel, ReleasingTheArenaKeepsThePackedForwardAndForbidsRepacking) {
+  auto c = tiny(model::PositionEncoding::rope);
+  c.hidden_size = c.embedding_size = 128;  // weights of whole pages, so that some are released
+  c.num_attention_heads = 4;
+  c.intermediate_size = 256;
+  model::RoFormer<float> m(c);
+  randomise(m, 9);
+  const Batch batch = random_batch(c, 2, 5, 1);
+  m.pack(ops::Precision::f32);
+  m.forward(batch.inputs());
+  const std::vector<float> kept(m.logits(), m.logits() + 2 * 5 * c.vocab_size);
+  m.pack(ops::Precision::f32, true);
+  m.forward(batch.inputs());
+  EXPECT_EQ(std::vector<float>(m.logits(), m.logits() + kept.size()), kept);
+  EXPECT_EQ(m.p.layers[0].ffn.in.w[c.hidden_size * 64], 0.0f);  // the arena's copy is gone
+  EXPECT_THROW(m.pack(ops::Precision::int8), std::logic_error);
+  m.init_weights(9);
+  EXPECT_NO_THROW(m.pack(ops::Precision::int8));
+}

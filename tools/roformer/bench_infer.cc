@@ -25,6 +25,7 @@ int bench_infer(const BenchInferOptions& o) {
   load_options.mlm_head = o.head == "mlm";
   load_options.quantize = o.quantize;
   load_options.gemm = o.gemm;
+  load_options.release_packed_arena = true;  // as the inference commands load
   auto pipeline = serve::Pipeline::load(o.model, load_options);
   const double load_s = seconds_since(t_load);
   const double rss_after_load = peak_rss_mib();
@@ -32,7 +33,9 @@ int bench_infer(const BenchInferOptions& o) {
   m.set_keep(o.keep == "all" ? model::Keep::all : model::Keep::outputs);
   const model::RoFormerConfig& c = m.config();
   const int64_t B = o.batch, T = o.seq, N = B * T;
-  const std::string linears = m.packed() ? (o.quantize == "int8" ? "int8 (oneDNN)" : "f32 packed (oneDNN)") : "f32 (OpenBLAS)";
+  const std::string linears = !m.packed() ? "f32 (OpenBLAS)"
+                              : m.packed_precision() == ops::Precision::int8 ? "int8 (oneDNN)"
+                                                                             : "f32 packed (oneDNN)";
   if (T > c.max_position_embeddings) {
     fmt::print(stderr, "error: --seq {} exceeds max_position_embeddings {} of {}\n", T, c.max_position_embeddings, o.model);
     return 2;

@@ -51,7 +51,7 @@ struct BenchInferOptions {
   std::string model;             // a Hugging Face RoFormer model directory
   std::string head = "none";     // none: last hidden state; mlm: + the MLM head's logits
   std::string keep = "outputs";  // outputs: inference mode; all: keep every activation (as for training)
-  std::string quantize = "none", gemm = "auto";  // serve::LoadOptions
+  std::string quantize = "auto", gemm = "auto";  // serve::LoadOptions
   int64_t batch = 1, seq = 128, warmup = 2, min_reps = 5;
   double min_time = 3.0;         // seconds of timed forwards, at least min_reps of them
   int threads = 0;
@@ -98,6 +98,9 @@ std::function<int()> add_model_commands(CLI::App& app);
 // Adds vocab (src/text/wordpiece_trainer.h); the returned function runs it when parsed (-1: not parsed).
 std::function<int()> add_vocab_command(CLI::App& app);
 
+// Adds quantize (an int8 copy of a model directory); runs it when parsed (-1: not parsed).
+std::function<int()> add_quantize_command(CLI::App& app);
+
 // Adds bleu (src/text/bleu.h); the returned function runs it when parsed (-1: not parsed).
 std::function<int()> add_bleu_command(CLI::App& app);
 
@@ -116,7 +119,7 @@ std::function<int()> add_finetune_command(CLI::App& app);
 // src/serve); the returned function runs whichever was parsed (-1: none).
 std::function<int()> add_infer_commands(CLI::App& app);
 
-// --quantize none|int8 and --gemm auto|packed|blas (serve::LoadOptions) for a command that runs a model.
+// --quantize auto|none|int8 and --gemm auto|packed|blas (serve::LoadOptions) for a command that runs a model.
 void add_linear_options(CLI::App* command, std::string& quantize, std::string& gemm);
 
 }  // namespace roformer

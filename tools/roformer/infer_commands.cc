@@ -23,7 +23,7 @@ namespace {
 
 struct InferOptions {
   std::string model_dir, input, format = "auto", jieba_dict, pooling = "cls", rope_scaling;
-  std::string quantize = "none", gemm = "auto";  // serve::LoadOptions
+  std::string quantize = "auto", gemm = "auto";  // serve::LoadOptions
   std::string inputs, out;  // forward
   int64_t batch_size = 16, top_k = 5;
   bool normalize = false;
@@ -55,6 +55,7 @@ std::unique_ptr<serve::Pipeline> load(const InferOptions& o, bool weights = true
   lo.rope_scaling = o.rope_scaling;
   lo.quantize = o.quantize;
   lo.gemm = o.gemm;
+  lo.release_packed_arena = true;  // only forwards run here: hold the packed weights once
   return serve::Pipeline::load(o.model_dir, lo);
 }
 
@@ -156,8 +157,10 @@ int run_forward(const InferOptions& o) {
 }  // namespace
 
 void add_linear_options(CLI::App* command, std::string& quantize, std::string& gemm) {
-  command->add_option("--quantize", quantize, "none (fp32) or int8 (dynamic int8 linear layers, oneDNN)")
-      ->check(CLI::IsMember({"none", "int8"}))->capture_default_str();
+  command->add_option("--quantize", quantize,
+                      "int8 (dynamic int8 linear layers, oneDNN), none (fp32) or auto (int8 for a checkpoint "
+                      "`roformer quantize` wrote, else fp32)")
+      ->check(CLI::IsMember({"auto", "none", "int8"}))->capture_default_str();
   command->add_option("--gemm", gemm, "fp32 linear layers: packed (oneDNN, weights packed at load), blas (OpenBLAS) "
                                       "or auto (packed where oneDNN has its own kernel)")
       ->check(CLI::IsMember({"auto", "packed", "blas"}))->capture_default_str();

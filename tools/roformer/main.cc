@@ -12,6 +12,7 @@
 //   roformer bleu              corpus BLEU as sacreBLEU computes it
 //   roformer vocab             learn a BERT WordPiece vocabulary
 //   roformer spm-train | spm-encode | spm-decode   SentencePiece subwords (translation)
+//   roformer quantize          write an int8 copy of a model directory
 //   roformer tokenize | fill-mask | embed | similarity | classify | forward
 //                              inference on Hugging Face RoFormer model directories
 #include <CLI/CLI.hpp>
@@ -154,6 +155,7 @@ int main(int argc, char** argv) {
   const auto run_translate_command = roformer::add_translate_commands(app);
   const auto run_vocab_command = roformer::add_vocab_command(app);
   const auto run_spm_command = roformer::add_spm_commands(app);
+  const auto run_quantize_command = roformer::add_quantize_command(app);
 
   CLI11_PARSE(app, argc, argv);
   auto run = [&]() -> int {
@@ -164,6 +166,7 @@ int main(int argc, char** argv) {
     if (const int status = run_translate_command(); status >= 0) return status;
     if (const int status = run_vocab_command(); status >= 0) return status;
     if (const int status = run_spm_command(); status >= 0) return status;
+    if (const int status = run_quantize_command(); status >= 0) return status;
     if (check_cmd->parsed()) return roformer::rope_check(check);
     if (bench_cmd->parsed()) return roformer::bench_rope(bench_rope);
     if (decay_cmd->parsed()) return roformer::rope_decay(decay);
