@@ -12,6 +12,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <deque>
 #include <filesystem>
 #include <memory>
 #include <vector>
@@ -51,8 +52,9 @@ int run_quantize(const QuantizeOptions& o) {
   fs::create_directories(o.out);
   if (fs::equivalent(o.model, o.out)) throw std::runtime_error("--out " + o.out + ": is the model directory itself");
   std::vector<io::TensorView> views;
-  std::vector<std::vector<float>> floats;  // kept alive until the file is written
-  std::vector<std::vector<int8_t>> int8s;
+  // Kept alive until the file is written; deques, so that references to their elements stay valid.
+  std::deque<std::vector<float>> floats;
+  std::deque<std::vector<int8_t>> int8s;
   size_t bytes_in = 0, bytes_out = 0, quantized = 0;
   for (const std::string& name : weights->names()) {
     const io::Tensor& t = weights->at(name);
