@@ -6,8 +6,6 @@
 
 #include "vmath.h"
 
-#include <omp.h>
-
 #include <oneapi/dnnl/dnnl.hpp>
 
 #include <algorithm>
@@ -54,6 +52,18 @@ ActivationQuantization activation_quantization(const float* x, int64_t n) {
 // u8 × s8 products are summed in pairs into 16 bits, saturating, by CPUs without VNNI dot products
 // (vpmaddubsw: 2 · 255 · 127 > 32767). There the weights take 7 bits, [−63, 63], as ONNX Runtime's
 // reduce_range does; with AVX-512 VNNI or AVX-VNNI they take the full [−127, 127].
+bool quantize_rows(const float* w, int64_t rows, int64_t cols, int levels, int8_t* q, float* scale) {
+  for (int64_t r = 0; r < rows; ++r) {
+    const float* row = w + r * cols;
+    float max_abs = 0;
+    for (int64_t c = 0; c < cols; ++c) max_abs = std::max(max_abs, std::fabs(row[c]));
+    if (!std::isfinite(max_abs)) return false;
+    scale[r] = max_abs > 0 ? max_abs / static_cast<float>(levels) : 1.0f;
+    for (int64_t c = 0; c < cols; ++c) q[r * cols + c] = static_cast<int8_t>(std::nearbyint(row[c] / scale[r]));
+  }
+  return true;
+}
+
 int int8_weight_levels() {
   switch (dnnl::get_effective_cpu_isa()) {
     case dnnl::cpu_isa::avx2_vnni:
@@ -163,17 +173,10 @@ PackedLinear::PackedLinear(const float* weight, const float* bias, int64_t OC, i
   memory source;
   std::vector<int8_t> quantized;
   if (precision == Precision::int8) {
-    const int levels = int8_weight_levels();
     m.weight_scale.resize(OC);
     quantized.resize(OC * IC);
-    for (int64_t o = 0; o < OC; ++o) {
-      const float* row = weight + o * IC;
-      float max_abs = 0;
-      for (int64_t i = 0; i < IC; ++i) max_abs = std::max(max_abs, std::fabs(row[i]));
-      if (!std::isfinite(max_abs)) throw std::domain_error("PackedLinear: the weight holds a NaN or infinite value");
-      const float scale = max_abs > 0 ? max_abs / static_cast<float>(levels) : 1.0f;
-      m.weight_scale[o] = scale;
-      for (int64_t i = 0; i < IC; ++i) quantized[o * IC + i] = static_cast<int8_t>(std::nearbyint(row[i] / scale));
+    if (!quantize_rows(weight, OC, IC, int8_weight_levels(), quantized.data(), m.weight_scale.data())) {
+      throw std::domain_error("PackedLinear: the weight holds a NaN or infinite value");
     }
     source = memory(plain, engine, quantized.data());
   } else {

@@ -33,6 +33,11 @@ int int8_weight_levels();
 // (docs/perf.md, `roformer bench gemm`).
 bool packed_f32_is_native();
 
+// Symmetric per-row int8: for each row r of w (rows, cols), scale[r] = max|w[r]| / levels (1 for an
+// all-zero row) and q[r][c] = round(w[r][c] / scale[r]). Returns false (q and scale unspecified) when
+// w holds a NaN or an infinity. PackedLinear's weights and `roformer quantize`'s files.
+bool quantize_rows(const float* w, int64_t rows, int64_t cols, int levels, int8_t* q, float* scale);
+
 class PackedLinear {
  public:
   // weight (OC, IC) PyTorch layout, bias (OC) or null. Packs (and for int8 quantises) a copy: the

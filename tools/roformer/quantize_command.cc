@@ -11,7 +11,6 @@
 #include <fmt/core.h>
 
 #include <algorithm>
-#include <cmath>
 #include <deque>
 #include <filesystem>
 #include <memory>
@@ -21,6 +20,7 @@
 #include "io/atomic_file.h"
 #include "io/safetensors.h"
 #include "io/weights.h"
+#include "ops/packed_linear.h"
 
 namespace roformer {
 namespace {
@@ -78,12 +78,8 @@ int run_quantize(const QuantizeOptions& o) {
     std::vector<float>& scale = floats.back();
     int8s.emplace_back(w.size());
     std::vector<int8_t>& q = int8s.back();
-    for (int64_t r = 0; r < rows; ++r) {
-      float max_abs = 0;
-      for (int64_t c = 0; c < cols; ++c) max_abs = std::max(max_abs, std::fabs(w[r * cols + c]));
-      if (!std::isfinite(max_abs)) throw std::runtime_error(weights->path() + ": tensor '" + name + "' holds a NaN or infinity");
-      scale[r] = max_abs > 0 ? max_abs / 127.0f : 1.0f;
-      for (int64_t c = 0; c < cols; ++c) q[r * cols + c] = static_cast<int8_t>(std::nearbyint(w[r * cols + c] / scale[r]));
+    if (!ops::quantize_rows(w.data(), rows, cols, 127, q.data(), scale.data())) {
+      throw std::runtime_error(weights->path() + ": tensor '" + name + "' holds a NaN or infinity");
     }
     views.push_back({name, io::DType::I8, t.shape, q.data()});
     views.push_back({name + io::WeightStore::kRowScaleSuffix, io::DType::F32, {rows}, scale.data()});
