@@ -63,13 +63,16 @@ def parse_args(argv=None):
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--onnx", action="store_true", help="add ONNX Runtime (pip install onnxruntime)")
     ap.add_argument("--runners", default="ours,torch",
-                    help="comma-separated: ours, ours-int8 (roformer --quantize int8), torch, onnx, onnx-int8 "
-                         "(onnxruntime.quantization.quantize_dynamic of the same graph, per-channel s8 weights)")
+                    help="comma-separated: ours, ours-int8 (roformer --quantize int8), ours-bf16 (roformer "
+                         "--quantize bf16), torch, torch-bf16 (torch.autocast to bfloat16, oneDNN's bf16 "
+                         "matmuls), onnx, onnx-int8 (onnxruntime.quantization.quantize_dynamic of the same graph, "
+                         "per-channel s8 weights)")
     ap.add_argument("--int8", action="store_true", help="add ours-int8 and onnx-int8")
+    ap.add_argument("--bf16", action="store_true", help="add ours-bf16 and torch-bf16 (CPUs with AVX512-BF16 or AMX)")
     ap.add_argument("--json", help="write every run and the ratios here")
     ap.add_argument("--profile-torch", action="store_true",
                     help="print torch.profiler's op table for 3 PyTorch forwards of the first shape, and stop")
-    ap.add_argument("--child", choices=["torch", "onnx", "onnx-int8"], help=argparse.SUPPRESS)
+    ap.add_argument("--child", choices=["torch", "torch-bf16", "onnx", "onnx-int8"], help=argparse.SUPPRESS)
     ap.add_argument("--shape", help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
     if args.model_dir is None:
@@ -111,8 +114,8 @@ def time_forwards(forward, args, B, T):
 
 # ---- children: one runner, one shape, JSON on stdout ----
 
-def torch_forward(args, B, T):
-    """The loaded model's forward on the benchmark batch, and the load time."""
+def torch_forward(args, B, T, bf16=False):
+    """The loaded model's forward on the benchmark batch (under bf16 autocast if bf16), and the load time."""
     import torch
     from transformers import RoFormerModel
     torch.set_num_threads(args.threads)
@@ -125,8 +128,8 @@ def torch_forward(args, B, T):
     types = torch.zeros_like(ids)
 
     def forward():
-        with torch.inference_mode():
-            return model(input_ids=ids, attention_mask=mask, token_type_ids=types).last_hidden_state
+        with torch.inference_mode(), torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16):
+            return model(input_ids=ids, attention_mask=mask, token_type_ids=types).last_hidden_state.float()
 
     return forward, load_s
 
@@ -142,13 +145,13 @@ def profile_torch(args):
     print(prof.key_averages().table(sort_by="self_cpu_time_total", row_limit=15))
 
 
-def child_torch(args):
+def child_torch(args, bf16=False):
     import torch
     B, T = parse_shape(args.shape)
-    forward, load_s = torch_forward(args, B, T)
+    forward, load_s = torch_forward(args, B, T, bf16)
     rss_load = peak_rss_mib()
     out, run = time_forwards(forward, args, B, T)
-    run.update({"runner": "torch", "version": "torch %s, transformers %s" % (torch.__version__, __import__("transformers").__version__),
+    run.update({"runner": "torch-bf16" if bf16 else "torch", "version": "torch %s, transformers %s" % (torch.__version__, __import__("transformers").__version__),
                 "load_s": load_s, "rss_after_load_mib": rss_load, "peak_rss_mib": peak_rss_mib(),
                 "checksum": checksum(out)})
     return run
@@ -233,9 +236,9 @@ def run_child(args, runner, shape):
     common = ["--warmup", str(args.warmup), "--min-reps", str(args.min_reps), "--min-time", str(args.min_time),
               "--threads", str(args.threads)]
     B, T = parse_shape(shape)
-    if runner in ("ours", "ours-int8"):
+    if runner.startswith("ours"):
         cmd = [args.roformer, "bench", "infer", "--model", args.model_dir, "--batch", str(B), "--seq", str(T),
-               "--json"] + common + (["--quantize", "int8"] if runner == "ours-int8" else [])
+               "--json"] + common + (["--quantize", runner[len("ours-"):]] if runner != "ours" else [])
     else:
         cmd = [sys.executable, os.path.abspath(__file__), "--child", runner, "--shape", shape,
                "--model-dir", args.model_dir, "--preset", args.preset] + common
@@ -265,7 +268,8 @@ def agree(a, b, tol=1e-4):
 
 def main(args):
     if args.child:
-        run = child_torch(args) if args.child == "torch" else child_onnx(args, args.child == "onnx-int8")
+        run = (child_torch(args, args.child == "torch-bf16") if args.child.startswith("torch")
+               else child_onnx(args, args.child == "onnx-int8"))
         print(json.dumps(run))
         return 0
     if args.profile_torch:
@@ -277,6 +281,8 @@ def main(args):
         runners.append("onnx")
     if args.int8:
         runners += [r for r in ("ours-int8", "onnx-int8") if r not in runners]
+    if args.bf16:
+        runners += [r for r in ("ours-bf16", "torch-bf16") if r not in runners]
     if "ours" in runners and not args.roformer:
         sys.exit("--roformer is required to run ours")
     ensure_model(args)
@@ -304,7 +310,7 @@ def main(args):
             for run in rs:
                 same, worst = agree(ref, run)
                 run["checksum_rel_diff_vs_" + ref["runner"]] = worst
-                if r.endswith("int8"):  # quantised: reported (accuracy), not required to agree to 1e-4
+                if r.endswith(("int8", "bf16")):  # reduced: reported (accuracy), not required to agree to 1e-4
                     print("  %s vs %s: checksum differs by %.2e (relative)" % (r, ref["runner"], worst))
                 elif not same:
                     ok = False
@@ -325,6 +331,11 @@ def main(args):
                 row.update({"ours_int8_tok_s": oi["tokens_per_s"], "onnx_int8_tok_s": ni["tokens_per_s"],
                             "int8_speedup_vs_onnx_int8": oi["tokens_per_s"] / ni["tokens_per_s"],
                             "ours_int8_peak_mib": oi["peak_rss_mib"], "onnx_int8_peak_mib": ni["peak_rss_mib"]})
+            if "ours-bf16" in by and "torch-bf16" in by:
+                ob, tb = by["ours-bf16"], by["torch-bf16"]
+                row.update({"ours_bf16_tok_s": ob["tokens_per_s"], "torch_bf16_tok_s": tb["tokens_per_s"],
+                            "bf16_speedup_vs_torch_bf16": ob["tokens_per_s"] / tb["tokens_per_s"],
+                            "ours_bf16_peak_mib": ob["peak_rss_mib"], "torch_bf16_peak_mib": tb["peak_rss_mib"]})
             rows.append(row)
     if rows:
         print("\n| shape | " + " | ".join(k for k in rows[0] if k != "shape") + " |")

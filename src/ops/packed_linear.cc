@@ -76,6 +76,25 @@ int int8_weight_levels() {
   }
 }
 
+bool bf16_is_native() {
+  const dnnl::cpu_isa isa = dnnl::get_effective_cpu_isa();
+  return isa == dnnl::cpu_isa::avx512_core_bf16 || isa == dnnl::cpu_isa::avx512_core_amx;
+}
+
+std::string cpu_isa_name() {
+  switch (dnnl::get_effective_cpu_isa()) {
+    case dnnl::cpu_isa::sse41: return "sse41";
+    case dnnl::cpu_isa::avx: return "avx";
+    case dnnl::cpu_isa::avx2: return "avx2";
+    case dnnl::cpu_isa::avx2_vnni: return "avx2_vnni";
+    case dnnl::cpu_isa::avx512_core: return "avx512_core";
+    case dnnl::cpu_isa::avx512_core_vnni: return "avx512_core_vnni";
+    case dnnl::cpu_isa::avx512_core_bf16: return "avx512_core_bf16";
+    case dnnl::cpu_isa::avx512_core_amx: return "avx512_core_amx";
+    default: return "other";
+  }
+}
+
 namespace {
 
 dnnl::algorithm eltwise_of(Epilogue e) {
@@ -84,13 +103,27 @@ dnnl::algorithm eltwise_of(Epilogue e) {
 
 }  // namespace
 
-const char* precision_name(Precision p) { return p == Precision::int8 ? "int8" : "f32"; }
+const char* precision_name(Precision p) {
+  return p == Precision::int8 ? "int8" : p == Precision::bf16 ? "bf16" : "f32";
+}
 
 Precision parse_precision(const std::string& name) {
   if (name == "f32") return Precision::f32;
+  if (name == "bf16") return Precision::bf16;
   if (name == "int8") return Precision::int8;
-  throw std::invalid_argument("unknown precision '" + name + "' (f32 or int8)");
+  throw std::invalid_argument("unknown precision '" + name + "' (f32, bf16 or int8)");
 }
+
+namespace {
+
+// The data type of the GEMM's source and weights for a precision (accumulation and output are f32 or,
+// for int8, s32 then f32).
+dt operand_type(Precision p, bool weights) {
+  if (p == Precision::int8) return weights ? dt::s8 : dt::u8;
+  return p == Precision::bf16 ? dt::bf16 : dt::f32;
+}
+
+}  // namespace
 
 struct PackedLinear::Impl {
   int64_t OC = 0, IC = 0;
@@ -104,7 +137,7 @@ struct PackedLinear::Impl {
   // The primitives for one batch size.
   struct Shape {
     dnnl::matmul matmul;
-    dnnl::reorder quantize;  // int8: (N, IC) f32 → u8 with a runtime scale and zero point
+    dnnl::reorder convert;  // (N, IC) f32 → bf16 (nearest even), or → u8 with a runtime scale and zero point
     std::string implementation;
   };
   mutable std::mutex mutex;
@@ -128,9 +161,9 @@ struct PackedLinear::Impl {
   }
 
   dnnl::matmul::primitive_desc matmul_desc(int64_t N, const memory::desc& weights_desc) const {
-    const memory::desc src({N, IC}, precision == Precision::int8 ? dt::u8 : dt::f32, tag::ab);
+    const memory::desc src({N, IC}, operand_type(precision, false), tag::ab);
     const memory::desc dst({N, OC}, dt::f32, tag::ab);
-    const bool bias_arg = has_bias && precision == Precision::f32;
+    const bool bias_arg = has_bias && precision != Precision::int8;
     const auto desc = bias_arg ? dnnl::matmul::desc(src, weights_desc, bias.get_desc(), dst)
                                : dnnl::matmul::desc(src, weights_desc, dst);
     return dnnl::matmul::primitive_desc(desc, matmul_attr(), cpu_engine());
@@ -145,12 +178,14 @@ struct PackedLinear::Impl {
     const auto pd = matmul_desc(N, weights.get_desc());
     s->matmul = dnnl::matmul(pd);
     s->implementation = pd.impl_info_str();
-    if (precision == Precision::int8) {
+    if (precision != Precision::f32) {
       dnnl::primitive_attr attr;
-      attr.set_output_scales(0, {DNNL_RUNTIME_F32_VAL});
-      attr.set_zero_points(DNNL_ARG_DST, 0, {DNNL_RUNTIME_S32_VAL});
-      const memory::desc from({N, IC}, dt::f32, tag::ab), to({N, IC}, dt::u8, tag::ab);
-      s->quantize = dnnl::reorder(dnnl::reorder::primitive_desc(cpu_engine(), from, cpu_engine(), to, attr));
+      if (precision == Precision::int8) {
+        attr.set_output_scales(0, {DNNL_RUNTIME_F32_VAL});
+        attr.set_zero_points(DNNL_ARG_DST, 0, {DNNL_RUNTIME_S32_VAL});
+      }
+      const memory::desc from({N, IC}, dt::f32, tag::ab), to({N, IC}, operand_type(precision, false), tag::ab);
+      s->convert = dnnl::reorder(dnnl::reorder::primitive_desc(cpu_engine(), from, cpu_engine(), to, attr));
     }
     shapes.emplace(N, s);
     return s;
@@ -161,6 +196,9 @@ PackedLinear::PackedLinear(const float* weight, const float* bias, int64_t OC, i
                            Epilogue epilogue)
     : impl_(std::make_unique<Impl>()) {
   if (OC <= 0 || IC <= 0) throw std::invalid_argument("PackedLinear: empty weight");
+  if (precision == Precision::bf16 && !bf16_is_native()) {
+    throw std::invalid_argument("bf16 linear layers need a CPU with AVX512-BF16 or AMX; oneDNN finds " + cpu_isa_name());
+  }
   Impl& m = *impl_;
   m.OC = OC, m.IC = IC, m.precision = precision, m.epilogue = epilogue, m.has_bias = bias != nullptr;
   const dnnl::engine& engine = cpu_engine();
@@ -168,7 +206,8 @@ PackedLinear::PackedLinear(const float* weight, const float* bias, int64_t OC, i
   m.bias = memory({{1, OC}, dt::f32, tag::ab}, engine);
   if (bias) std::copy(bias, bias + OC, static_cast<float*>(m.bias.get_data_handle()));
   // The weight as oneDNN's (K, N) = (IC, OC) matrix: PyTorch's (OC, IC) row-major is its "ba".
-  const dt weight_type = precision == Precision::int8 ? dt::s8 : dt::f32;
+  // bf16 weights are rounded from the f32 ones by the reorder into the packed layout.
+  const dt weight_type = operand_type(precision, true);
   const memory::desc plain({IC, OC}, weight_type, tag::ba), any({IC, OC}, weight_type, tag::any);
   memory source;
   std::vector<int8_t> quantized;
@@ -180,7 +219,7 @@ PackedLinear::PackedLinear(const float* weight, const float* bias, int64_t OC, i
     }
     source = memory(plain, engine, quantized.data());
   } else {
-    source = memory(plain, engine, const_cast<float*>(weight));
+    source = memory({{IC, OC}, dt::f32, tag::ba}, engine, const_cast<float*>(weight));
   }
   const auto pd = m.matmul_desc(128, any);  // the packed layout does not depend on N
   m.weights = memory(pd.weights_desc(), engine);
@@ -207,6 +246,18 @@ void PackedLinear::forward(float* out, const float* inp, int64_t N) const {
     stream.wait();
     return;
   }
+  if (m.precision == Precision::bf16) {
+    thread_local std::vector<uint16_t> converted;
+    converted.resize(N * m.IC);
+    memory src_f32({{N, m.IC}, dt::f32, tag::ab}, engine, const_cast<float*>(inp));
+    memory src_bf16({{N, m.IC}, dt::bf16, tag::ab}, engine, converted.data());
+    shape->convert.execute(stream, src_f32, src_bf16);
+    std::unordered_map<int, memory> args{{DNNL_ARG_SRC, src_bf16}, {DNNL_ARG_WEIGHTS, m.weights}, {DNNL_ARG_DST, dst}};
+    if (m.has_bias) args.emplace(DNNL_ARG_BIAS, m.bias);
+    shape->matmul.execute(stream, args);
+    stream.wait();
+    return;
+  }
   // int8: quantise the activations, then scale the int32 product by s_w[o] and s_x.
   const ActivationQuantization q = activation_quantization(inp, N * m.IC);
   thread_local std::vector<uint8_t> quantized;
@@ -218,7 +269,7 @@ void PackedLinear::forward(float* out, const float* inp, int64_t N) const {
   memory inverse_scale_mem({{1}, dt::f32, tag::a}, engine, &inverse_scale);
   memory scale_mem({{1, 1}, dt::f32, tag::ab}, engine, &scale);
   memory zero_point_mem({{1}, dt::s32, tag::a}, engine, &zero_point);
-  shape->quantize.execute(stream, {{DNNL_ARG_FROM, src_f32},
+  shape->convert.execute(stream, {{DNNL_ARG_FROM, src_f32},
                                    {DNNL_ARG_TO, src_u8},
                                    {DNNL_ARG_ATTR_OUTPUT_SCALES, inverse_scale_mem},
                                    {DNNL_ARG_ATTR_ZERO_POINTS | DNNL_ARG_DST, zero_point_mem}});

@@ -7,6 +7,9 @@
 //          activations u8, q = round(x / s + z), with one scale s and zero point z per call (from
 //          the tensor's min and max, so 0 is exact); int32 accumulation; fp32 bias, epilogue, output.
 // The bias and, optionally, the activation that follows the layer (exact-erf GELU or ReLU) are fused
+// bf16  — weights rounded to bfloat16 (nearest even) once, activations per call, fp32 accumulation,
+//          bias, epilogue and output; only where the CPU has native bf16 dot products (bf16_is_native).
+// The bias and, optionally, the activation that follows the layer (exact-erf GELU or ReLU) are fused
 // into the GEMM's epilogue. Forward only: training keeps linear.h on the parameter arena.
 #pragma once
 
@@ -17,10 +20,10 @@
 
 namespace ops {
 
-enum class Precision { f32, int8 };
+enum class Precision { f32, bf16, int8 };
 enum class Epilogue { none, gelu, relu };  // applied to x·Wᵀ + b
 
-// "f32" / "int8"; parse_precision throws std::invalid_argument naming the accepted values.
+// "f32" / "bf16" / "int8"; parse_precision throws std::invalid_argument naming the accepted values.
 const char* precision_name(Precision p);
 Precision parse_precision(const std::string& name);
 
@@ -33,6 +36,12 @@ int int8_weight_levels();
 // (docs/perf.md, `roformer bench gemm`).
 bool packed_f32_is_native();
 
+// Whether this CPU multiplies bf16 natively (AVX512-BF16 dot products or AMX tiles), which
+// Precision::bf16 needs: elsewhere oneDNN would emulate it, slower than fp32. The CPU's kernel family,
+// as oneDNN reports it ("avx512_core_amx", "avx2", ...), names what it found in error messages.
+bool bf16_is_native();
+std::string cpu_isa_name();
+
 // Symmetric per-row int8: for each row r of w (rows, cols), scale[r] = max|w[r]| / levels (1 for an
 // all-zero row) and q[r][c] = round(w[r][c] / scale[r]). Returns false (q and scale unspecified) when
 // w holds a NaN or an infinity. PackedLinear's weights and `roformer quantize`'s files.
@@ -41,7 +50,8 @@ bool quantize_rows(const float* w, int64_t rows, int64_t cols, int levels, int8_
 class PackedLinear {
  public:
   // weight (OC, IC) PyTorch layout, bias (OC) or null. Packs (and for int8 quantises) a copy: the
-  // caller's arrays are not referenced afterwards.
+  // caller's arrays are not referenced afterwards. bf16 where !bf16_is_native() throws
+  // std::invalid_argument naming the CPU's kernel family.
   PackedLinear(const float* weight, const float* bias, int64_t OC, int64_t IC, Precision precision,
                Epilogue epilogue = Epilogue::none);
   ~PackedLinear();

@@ -62,8 +62,9 @@ struct LoadOptions {
   // ("linear:F", "ntk:F", "dynamic-ntk:F:ORIG", "yarn:F:ORIG", "llama3:F:ORIG"; "" = the checkpoint's
   // own). Inputs may then be F · max_position_embeddings tokens long.
   std::string rope_scaling;
-  // The linear layers (prepare_for_inference): quantize "none" or "int8" (oneDNN dynamic int8,
-  // ops/packed_linear.h), or "auto": int8 for a checkpoint `roformer quantize` wrote, else none; for
+  // The linear layers (prepare_for_inference): quantize "none", "int8" (oneDNN dynamic int8,
+  // ops/packed_linear.h), "bf16" (oneDNN bf16 GEMMs with fp32 accumulation; CPUs with AVX512-BF16 or
+  // AMX only), or "auto": int8 for a checkpoint `roformer quantize` wrote, else none; for
   // fp32, gemm "packed" (oneDNN weights packed at load), "blas" (OpenBLAS on the arena, as training
   // runs) or "auto" (packed where oneDNN has its own fp32 kernel, else blas).
   std::string quantize = "auto";

@@ -15,6 +15,7 @@
 #include <sstream>
 
 #include "io/safetensors.h"
+#include "ops/packed_linear.h"
 #include "serve/pipeline.h"
 #include "serve_fixtures.h"
 
@@ -185,6 +186,33 @@ TEST(Cli, PackedAndInt8LinearLayersAgreeWithOpenBlas) {
   }
   EXPECT_NE(run("embed --quantize int4 --model " + m, "x\n").status, 0);
   EXPECT_NE(run("embed --gemm mkl --model " + m, "x\n").status, 0);
+}
+
+// --quantize bf16 keeps the embeddings' cosine ≥ 0.99 to fp32 where the CPU multiplies bf16 natively,
+// and elsewhere is one error line that names what is missing.
+TEST(Cli, Bf16LinearLayersStayCloseToFp32OrAreRefusedClearly) {
+  const std::string m = model_dir("m");
+  const std::string texts = "今天天气非常好。\nhello, world!\n";
+  const Result bf16 = run("embed --pooling mean --quantize bf16 --model " + m, texts);
+  if (!ops::bf16_is_native()) {
+    EXPECT_NE(bf16.status, 0);
+    EXPECT_NE(bf16.err.find("--quantize bf16: this CPU has no native bf16"), std::string::npos) << bf16.err;
+    EXPECT_EQ(std::count(bf16.err.begin(), bf16.err.end(), '\n'), 1) << bf16.err;
+    return;
+  }
+  ASSERT_EQ(bf16.status, 0) << bf16.err;
+  const Result fp32 = run("embed --pooling mean --gemm blas --model " + m, texts);
+  ASSERT_EQ(fp32.status, 0) << fp32.err;
+  const auto a = bf16.lines(), b = fp32.lines();
+  ASSERT_EQ(a.size(), 2u);
+  ASSERT_EQ(b.size(), 2u);
+  for (size_t i = 0; i < 2; ++i) {
+    const auto x = a[i]["embedding"].get<std::vector<double>>(), y = b[i]["embedding"].get<std::vector<double>>();
+    double dot = 0, x2 = 0, y2 = 0;
+    for (size_t k = 0; k < x.size(); ++k) dot += x[k] * y[k], x2 += x[k] * x[k], y2 += y[k] * y[k];
+    EXPECT_GE(dot / std::sqrt(x2 * y2), 0.99) << "text " << i;
+    EXPECT_NE(x, y) << "text " << i;  // it did run in bf16
+  }
 }
 
 // `roformer quantize` writes the packed layers as I8 with row scales and copies the rest; the copy

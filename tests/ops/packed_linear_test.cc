@@ -1,7 +1,8 @@
 // The packed inference linear layer (src/ops/packed_linear.cc) against plain references on random
 // shapes: f32 against the fp64 product (as linear_forward is), int8 against an fp64 emulation of the
 // documented quantisation (same scales, zero point and rounding: the only difference left is fp32
-// rounding of the epilogue), and int8 against f32 within the error that quantisation allows.
+// rounding of the epilogue), int8 against f32 within the error that quantisation allows, and bf16
+// (where the CPU multiplies bf16 natively) against the fp64 product of the bf16-rounded operands.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -14,6 +15,7 @@
 #include "ops/activation.h"
 #include "ops/ops_testing.h"
 #include "ops/packed_linear.h"
+#include "rope/convert.h"
 
 namespace {
 
@@ -127,10 +129,48 @@ TEST(PackedLinear, Int8IsTheDocumentedQuantisationAndCloseToF32) {
   }
 }
 
+// The operands as bf16 rounds them (nearest even), back in fp64.
+Vec rounded_to_bf16(const std::vector<float>& v) {
+  Vec r(v.size());
+  for (size_t i = 0; i < v.size(); ++i) r[i] = rope::bf16_to_f32(rope::f32_to_bf16(v[i]));
+  return r;
+}
+
+// The precisions this CPU can run: bf16 only with native bf16 dot products.
+std::vector<Precision> precisions() {
+  std::vector<Precision> p = {Precision::f32, Precision::int8};
+  if (ops::bf16_is_native()) p.push_back(Precision::bf16);
+  return p;
+}
+
+TEST(PackedLinear, Bf16IsTheFp32ProductOfRoundedOperands) {
+  if (!ops::bf16_is_native()) {
+    // The other half of the contract: a clear refusal, not an emulation slower than fp32.
+    const std::vector<float> w(4, 1.0f);
+    EXPECT_THROW(PackedLinear(w.data(), nullptr, 2, 2, Precision::bf16), std::invalid_argument);
+    GTEST_SKIP() << "no native bf16 on this CPU (" << ops::cpu_isa_name() << "); the refusal was checked";
+  }
+  std::mt19937_64 rng(13);
+  for (const Case& c : random_cases()) {
+    SCOPED_TRACE(testing::Message() << "N " << c.N << " IC " << c.IC << " OC " << c.OC << " bias " << c.bias
+                                    << " epilogue " << int(c.epilogue));
+    const auto x = to_f32(random_f32_vec(rng, c.N * c.IC)), w = to_f32(random_f32_vec(rng, c.OC * c.IC, 0.1));
+    const Vec b = random_f32_vec(rng, c.OC);
+    const PackedLinear layer(w.data(), c.bias ? to_f32(b).data() : nullptr, c.OC, c.IC, Precision::bf16, c.epilogue);
+    std::vector<float> y(c.N * c.OC, NAN);
+    layer.forward(y.data(), x.data(), c.N);
+    // bf16 products are exact in fp32; what is left is fp32 accumulation and the epilogue.
+    EXPECT_LE(relative_max_error(y, reference(rounded_to_bf16(x), rounded_to_bf16(w), c.bias ? &b : nullptr, c)), 1e-5);
+    // And against the unrounded product: 8-bit mantissas, relative to the largest output.
+    EXPECT_LE(relative_max_error(y, reference(Vec(x.begin(), x.end()), Vec(w.begin(), w.end()), c.bias ? &b : nullptr, c)),
+              0.02);
+  }
+}
+
 TEST(PackedLinear, AllZeroInputAndWeightsAreExact) {
   const int64_t N = 4, IC = 16, OC = 8;
   const std::vector<float> x(N * IC, 0.0f), w(OC * IC, 0.0f), b = {1, -2, 3, -4, 5, -6, 7, -8};
-  for (Precision p : {Precision::f32, Precision::int8}) {
+  for (Precision p : precisions()) {
     const PackedLinear layer(w.data(), b.data(), OC, IC, p);
     std::vector<float> y(N * OC);
     layer.forward(y.data(), x.data(), N);
@@ -142,7 +182,7 @@ TEST(PackedLinear, ConcurrentCallsOfDifferentBatchSizesAgreeWithSerialOnes) {
   std::mt19937_64 rng(8);
   const int64_t IC = 96, OC = 80;
   const auto w = to_f32(random_f32_vec(rng, OC * IC, 0.1)), b = to_f32(random_f32_vec(rng, OC));
-  for (Precision p : {Precision::f32, Precision::int8}) {
+  for (Precision p : precisions()) {
     const PackedLinear layer(w.data(), b.data(), OC, IC, p, Epilogue::gelu);
     std::vector<std::vector<float>> inputs, serial, parallel;
     for (int64_t t = 0; t < 4; ++t) {
@@ -171,6 +211,7 @@ TEST(PackedLinear, BadInputsAreRejected) {
   EXPECT_THROW(layer.forward(y.data(), x.data(), 1), std::domain_error);
   EXPECT_THROW(ops::parse_precision("int4"), std::invalid_argument);
   EXPECT_EQ(ops::parse_precision("int8"), Precision::int8);
+  EXPECT_EQ(ops::parse_precision("bf16"), Precision::bf16);
 }
 
 }  // namespace

@@ -34,8 +34,9 @@ int bench_infer(const BenchInferOptions& o) {
   const model::RoFormerConfig& c = m.config();
   const int64_t B = o.batch, T = o.seq, N = B * T;
   const std::string linears = !m.packed() ? "f32 (OpenBLAS)"
-                              : m.packed_precision() == ops::Precision::int8 ? "int8 (oneDNN)"
-                                                                             : "f32 packed (oneDNN)";
+                              : m.packed_precision() == ops::Precision::f32
+                                  ? "f32 packed (oneDNN)"
+                                  : fmt::format("{} (oneDNN)", ops::precision_name(m.packed_precision()));
   if (T > c.max_position_embeddings) {
     fmt::print(stderr, "error: --seq {} exceeds max_position_embeddings {} of {}\n", T, c.max_position_embeddings, o.model);
     return 2;

@@ -158,9 +158,10 @@ int run_forward(const InferOptions& o) {
 
 void add_linear_options(CLI::App* command, std::string& quantize, std::string& gemm) {
   command->add_option("--quantize", quantize,
-                      "int8 (dynamic int8 linear layers, oneDNN), none (fp32) or auto (int8 for a checkpoint "
+                      "int8 (dynamic int8 linear layers, oneDNN), bf16 (bf16 linear layers with fp32 "
+                      "accumulation; CPUs with AVX512-BF16 or AMX), none (fp32) or auto (int8 for a checkpoint "
                       "`roformer quantize` wrote, else fp32)")
-      ->check(CLI::IsMember({"auto", "none", "int8"}))->capture_default_str();
+      ->check(CLI::IsMember({"auto", "none", "int8", "bf16"}))->capture_default_str();
   command->add_option("--gemm", gemm, "fp32 linear layers: packed (oneDNN, weights packed at load), blas (OpenBLAS) "
                                       "or auto (packed where oneDNN has its own kernel)")
       ->check(CLI::IsMember({"auto", "packed", "blas"}))->capture_default_str();
