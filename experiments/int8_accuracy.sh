@@ -3,7 +3,8 @@
 # (VADER's movie snippets, sign of the rating), one RoPE encoder pre-trained and fine-tuned as there,
 # then its test accuracy with fp32 and with dynamic int8 linear layers, ours (`roformer classify
 # --quantize int8`) beside ONNX Runtime's quantize_dynamic of the same checkpoint
-# (bench/peers/int8_accuracy.py). Writes runs/int8/ and docs/results/int8_accuracy.md.
+# (bench/peers/int8_accuracy.py); on CPUs with AVX512-BF16 (or AMX), bf16 too (--quantize bf16 beside
+# PyTorch's bf16 autocast). Writes runs/int8/ and docs/results/int8_accuracy.md.
 # Usage: experiments/int8_accuracy.sh [pre-training steps (600)]
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -33,5 +34,7 @@ if [ ! -d "$out/ft/best" ]; then
     --label-column label --metric accuracy --epochs 3 --batch 32 --lr 2e-4 --warmup-ratio 0.1 --max-length 64 \
     --seed 1 --no-progress --out "$out/ft" 2> "$out/ft.log"
 fi
+bf16=()
+grep -qw avx512_bf16 /proc/cpuinfo && bf16=(--bf16)
 "$python" bench/peers/int8_accuracy.py --roformer "$roformer" --model "$out/ft/best" \
-  --test data/vader-movies/test.jsonl | tee docs/results/int8_accuracy.md
+  --test data/vader-movies/test.jsonl "${bf16[@]}" | tee docs/results/int8_accuracy.md

@@ -13,6 +13,8 @@ writes). Every engine classifies the same test sentences ({"sentence", "label"} 
 Printed as a Markdown table: test accuracy, the share of sentences whose int8 label equals the same
 engine's fp32 label, and for ours the cosine between fp32 and int8 sentence embeddings
 (`roformer embed`, [CLS]), smallest and mean. Inputs longer than the model's positions are cut there.
+With --bf16 (CPUs with AVX512-BF16 or AMX), the same for ours with `--quantize bf16` beside PyTorch under
+torch.autocast(bfloat16); ONNX Runtime's CPU provider has no bf16 matmul.
 """
 import argparse
 import json
@@ -31,6 +33,7 @@ def parse_args():
     ap.add_argument("--label-column", default="label")
     ap.add_argument("--max-length", type=int, help="default: the model's max_position_embeddings, where ours cuts")
     ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--bf16", action="store_true", help="add ours --quantize bf16 and PyTorch bf16 autocast")
     return ap.parse_args()
 
 
@@ -79,12 +82,15 @@ def main():
                    np.array([[1] * len(x) + [0] * (width - len(x)) for x in ids], dtype=np.int64))
 
     preds = {}
-    with torch.inference_mode():
-        out = []
-        for ids, mask in batches():
-            logits = model(input_ids=torch.from_numpy(ids), attention_mask=torch.from_numpy(mask)).logits
-            out += [id2label[int(k)] for k in logits.argmax(-1)]
-        preds["PyTorch fp32"] = out
+    for name, bf16 in (("PyTorch fp32", False), ("PyTorch bf16", True)):
+        if bf16 and not args.bf16:
+            continue
+        with torch.inference_mode(), torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16):
+            out = []
+            for ids, mask in batches():
+                logits = model(input_ids=torch.from_numpy(ids), attention_mask=torch.from_numpy(mask)).logits
+                out += [id2label[int(k)] for k in logits.float().argmax(-1)]
+            preds[name] = out
 
     with tempfile.TemporaryDirectory() as tmp:
         fp32_path, int8_path = os.path.join(tmp, "model.onnx"), os.path.join(tmp, "model.int8.onnx")
@@ -109,7 +115,11 @@ def main():
     preds["ours int8"] = [r["label"] for r in ours(args, texts, "classify", "int8")]
     e32 = np.array([r["embedding"] for r in ours(args, texts, "embed", "none")])
     e8 = np.array([r["embedding"] for r in ours(args, texts, "embed", "int8")])
-    cos = (e32 * e8).sum(1) / np.linalg.norm(e32, axis=1) / np.linalg.norm(e8, axis=1)
+    cosine = lambda a, b: (a * b).sum(1) / np.linalg.norm(a, axis=1) / np.linalg.norm(b, axis=1)
+    cos = cosine(e32, e8)
+    if args.bf16:
+        preds["ours bf16"] = [r["label"] for r in ours(args, texts, "classify", "bf16")]
+        cos16 = cosine(e32, np.array([r["embedding"] for r in ours(args, texts, "embed", "bf16")]))
 
     accuracy = {k: sum(p == g for p, g in zip(v, gold)) / len(gold) for k, v in preds.items()}
     agree = lambda a, b: sum(x == y for x, y in zip(preds[a], preds[b])) / len(gold)
@@ -124,8 +134,15 @@ def main():
         a32, a8 = accuracy[engine + " fp32"], accuracy[engine + " int8"]
         print("| %s fp32 | %.4f | | %.4f vs PyTorch |" % (engine, a32, agree(engine + " fp32", "PyTorch fp32")))
         print("| %s int8 | %.4f | %+.2f | %.4f |" % (engine, a8, 100 * (a8 - a32), agree(engine + " int8", engine + " fp32")))
+    if args.bf16:
+        for engine, ref in (("ours", "ours fp32"), ("PyTorch", "PyTorch fp32")):
+            a32, a16 = accuracy[ref], accuracy[engine + " bf16"]
+            print("| %s bf16 | %.4f | %+.2f (bf16 − fp32) | %.4f |" % (engine, a16, 100 * (a16 - a32),
+                                                                      agree(engine + " bf16", ref)))
     print("\nOurs, [CLS] embeddings of the same sentences, int8 against fp32: cosine min %.5f, mean %.5f."
           % (cos.min(), cos.mean()))
+    if args.bf16:
+        print("Ours, bf16 against fp32: cosine min %.5f, mean %.5f." % (cos16.min(), cos16.mean()))
 
 
 if __name__ == "__main__":
