@@ -52,11 +52,10 @@ void resize(std::vector<T>& v, int64_t n) {
   if (static_cast<int64_t>(v.size()) != n) v.resize(n);
 }
 
-// out (N, C) = x + dropout(out): the residual add after a sub-layer's output dense, in place.
+// out (N, C) = dropout(out), in place: the sub-layer's output before its residual add.
 template <typename T>
-void dropout_residual(T* out, const T* x, int64_t N, int64_t C, const Dropout& d, int64_t site) {
+void dropout_output(T* out, int64_t N, int64_t C, const Dropout& d, int64_t site) {
   if (d.hidden > 0) ops::dropout_forward(out, out, N * C, d.hidden, d.site_seed(site), d.first(C));
-  accumulate(out, x, N * C);
 }
 
 // dx (N, C) = dropout'(dy): the backward of a dropout site (dx and dy may alias).
@@ -86,6 +85,15 @@ void rotate(const rope::Plan& plan, rope_direction dir, rope_role role, T* x, in
   plan.apply(dir, role, rope::offset_positions(start), rope::bshd(x, rope_dtype_of<T>(), B, S, n, D));
 }
 
+// q and k (B, S, n, D) rotated as rotate's query and key roles do it, in one librope call (one
+// parallel region instead of two).
+template <typename T>
+void rotate_qk(const rope::Plan& plan, rope_direction dir, T* q, T* k, int64_t B, int64_t S, int64_t n, int64_t D,
+               int64_t start) {
+  plan.apply_qk(dir, rope::offset_positions(start), rope::bshd(q, rope_dtype_of<T>(), B, S, n, D),
+                rope::bshd(k, rope_dtype_of<T>(), B, S, n, D));
+}
+
 }  // namespace
 
 uint64_t Dropout::site_seed(int64_t site) const { return base::mix64(seed ^ base::mix64(0x5eed0000ull + site)); }
@@ -95,6 +103,19 @@ Dropout Dropout::training(const RoFormerConfig& c, uint64_t seed, int64_t row0, 
 }
 
 // ---- norm and activation ----
+
+// sum (N, C) += x, then out = norm(sum): a post-LN sub-layer's residual add and norm in one pass.
+template <typename T>
+void residual_norm_forward(const RoFormerConfig& c, T* out, NormActs<T>& a, T* sum, const T* x,
+                           const NormParams<T>& p, int64_t N, int64_t C) {
+  resize(a.rstd, N);
+  if (c.rms_norm()) {
+    ops::residual_rmsnorm_forward(out, a.rstd.data(), sum, x, static_cast<const T*>(nullptr), N, C, c.layer_norm_eps);
+  } else {
+    resize(a.mean, N);
+    ops::residual_layernorm_forward(out, a.mean.data(), a.rstd.data(), sum, x, p.w, p.b, N, C, c.layer_norm_eps);
+  }
+}
 
 template <typename T>
 void norm_forward(const RoFormerConfig& c, T* out, NormActs<T>& a, const T* in, const NormParams<T>& p, int64_t N,
@@ -266,8 +287,8 @@ void attention_output(T* out, AttentionActs<T>& a, const AttentionParams<T>& p, 
   const int64_t N = B * T_, H = c.hidden_size;
   resize(a.sum, N * H);
   linear(a.sum.data(), a.ctx.data(), p.out, N, H, H);
-  dropout_residual(a.sum.data(), x, N, H, ctx.dropout, 2 + 3 * ctx.layer);
-  norm_forward(c, out, a.norm, a.sum.data(), p.norm, N, H);
+  dropout_output(a.sum.data(), N, H, ctx.dropout, 2 + 3 * ctx.layer);
+  residual_norm_forward(c, out, a.norm, a.sum.data(), x, p.norm, N, H);
 }
 
 // d_ctx (N, H) written, dx (N, H) = the residual branch's gradient, from dout (N, H).
@@ -373,10 +394,7 @@ void self_attention_forward(T* out, AttentionActs<T>& a, const AttentionParams<T
   const int64_t rows = cache ? 1 : B, first = cache ? start : 0;
   for (int64_t b = 0; b < B && ctx.rope; b += rows) {
     T *qb = a.q.data() + b * T_ * H, *kb = k + (b * stride + first) * H, *vb = v + (b * stride + first) * H;
-    if (softmax) {
-      rotate(*ctx.rope, ROPE_FORWARD, ROPE_ROLE_QUERY, qb, rows, T_, n, D, start);
-      rotate(*ctx.rope, ROPE_FORWARD, ROPE_ROLE_KEY, kb, rows, T_, n, D, start);
-    }
+    if (softmax) rotate_qk(*ctx.rope, ROPE_FORWARD, qb, kb, rows, T_, n, D, start);
     if (c.rotary_value) rotate(*ctx.rope, ROPE_FORWARD, ROPE_ROLE_KEY, vb, rows, T_, n, D, start);
   }
   if (ctx.favor) {  // FAVOR+ scales the new keys (queries are scaled in attend)
@@ -486,8 +504,8 @@ void feed_forward_forward(const RoFormerConfig& c, T* out, FeedForwardActs<T>& a
     activation_forward(c, a.act.data(), a.pre.data(), N * I);
   }
   linear(a.sum.data(), a.act.data(), p.out, N, I, H);  // (N, H)
-  dropout_residual(a.sum.data(), x, N, H, d, 3 + 3 * layer);
-  norm_forward(c, out, a.norm, a.sum.data(), p.norm, N, H);
+  dropout_output(a.sum.data(), N, H, d, 3 + 3 * layer);
+  residual_norm_forward(c, out, a.norm, a.sum.data(), x, p.norm, N, H);
 }
 
 template <typename T>

@@ -80,6 +80,26 @@ bool FiniteRangeKernel(const float* x, int64_t n, float* lo, float* hi) {
   return bad == 0.0f;
 }
 
+// q[i] = clamp(nearest-even(x[i]·inv_scale + zero_point), 0, 255), the product and the sum each
+// rounded to fp32 (as oneDNN's reorder and the tests' emulation do it).
+void QuantizeU8Kernel(const float* x, int64_t n, float inv_scale, float zero_point, uint8_t* q) {
+  const hn::ScalableTag<float> d;
+  const hn::Rebind<int32_t, decltype(d)> di;
+  const hn::Rebind<uint8_t, decltype(d)> du8;
+  const int64_t lanes = static_cast<int64_t>(hn::Lanes(d));
+  const auto scale = hn::Set(d, inv_scale), zero = hn::Set(d, zero_point);
+  const auto lo = hn::Zero(d), hi = hn::Set(d, 255.0f);
+  int64_t i = 0;
+  for (; i + lanes <= n; i += lanes) {
+    const auto v = hn::Round(hn::Add(hn::Mul(hn::LoadU(d, x + i), scale), zero));
+    hn::StoreU(hn::DemoteTo(du8, hn::ConvertTo(di, hn::Min(hn::Max(v, lo), hi))), du8, q + i);
+  }
+  for (; i < n; ++i) {
+    const float scaled = x[i] * inv_scale + zero_point;
+    q[i] = static_cast<uint8_t>(std::clamp(std::nearbyint(scaled), 0.0f, 255.0f));
+  }
+}
+
 const char* TargetKernel() { return hwy::TargetName(HWY_TARGET); }
 
 }  // namespace HWY_NAMESPACE
@@ -101,6 +121,7 @@ HWY_EXPORT(GeluForwardKernel);
 HWY_EXPORT(GeluBackwardKernel);
 HWY_EXPORT(TargetKernel);
 HWY_EXPORT(FiniteRangeKernel);
+HWY_EXPORT(QuantizeU8Kernel);
 
 void exp_f32(float* out, const float* x, int64_t n) { HWY_DYNAMIC_DISPATCH(ExpKernel)(out, x, n); }
 void erf_f32(float* out, const float* x, int64_t n) { HWY_DYNAMIC_DISPATCH(ErfKernel)(out, x, n); }
@@ -108,6 +129,9 @@ void erfc_f32(float* out, const float* x, int64_t n) { HWY_DYNAMIC_DISPATCH(Erfc
 const char* vmath_target() { return HWY_DYNAMIC_DISPATCH(TargetKernel)(); }
 bool finite_range_f32(const float* x, int64_t n, float* lo, float* hi) {
   return HWY_DYNAMIC_DISPATCH(FiniteRangeKernel)(x, n, lo, hi);
+}
+void quantize_u8_f32(const float* x, int64_t n, float inv_scale, float zero_point, uint8_t* q) {
+  HWY_DYNAMIC_DISPATCH(QuantizeU8Kernel)(x, n, inv_scale, zero_point, q);
 }
 
 namespace {

@@ -49,26 +49,53 @@ struct Bands {
   int64_t width, count;
 };
 
+// One row of layernorm_forward.
+template <typename T>
+void layernorm_row(T* y, T* mean, T* rstd, const T* x, const T* weight, const T* bias, int64_t C, double eps) {
+  constexpr int K = kSums<T>;
+  const double m = row_sum<K>(C, [&](int64_t c) { return static_cast<double>(x[c]); }) / C;
+  const double var = row_sum<K>(C, [&](int64_t c) { return (x[c] - m) * (x[c] - m); });
+  const double s = 1.0 / std::sqrt(var / C + eps);
+  if (bias) {
+    for (int64_t c = 0; c < C; ++c) y[c] = static_cast<T>((x[c] - m) * s * weight[c] + bias[c]);
+  } else {
+    for (int64_t c = 0; c < C; ++c) y[c] = static_cast<T>((x[c] - m) * s * weight[c] + T(0));
+  }
+  *mean = static_cast<T>(m);
+  *rstd = static_cast<T>(s);
+}
+
+// One row of rmsnorm_forward.
+template <typename T>
+void rmsnorm_row(T* y, T* rrms, const T* x, const T* weight, int64_t C, double eps) {
+  constexpr int K = kSums<T>;
+  const double sq = row_sum<K>(C, [&](int64_t c) { return static_cast<double>(x[c]) * x[c]; });
+  const double r = 1.0 / std::sqrt(sq / C + eps);
+  for (int64_t c = 0; c < C; ++c) y[c] = static_cast<T>(x[c] * r * (weight ? weight[c] : T(1)));
+  *rrms = static_cast<T>(r);
+}
+
+template <typename T>
+void add_row(T* x, const T* residual, int64_t C) {
+  for (int64_t c = 0; c < C; ++c) x[c] += residual[c];
+}
+
 }  // namespace
 
 template <typename T>
 void layernorm_forward(T* out, T* mean, T* rstd, const T* inp, const T* weight, const T* bias, int64_t N,
                        int64_t C, double eps) {
-  constexpr int K = kSums<T>;
+#pragma omp parallel for schedule(static) if (N * C >= kParallelMin)
+  for (int64_t n = 0; n < N; ++n) layernorm_row(out + n * C, mean + n, rstd + n, inp + n * C, weight, bias, C, eps);
+}
+
+template <typename T>
+void residual_layernorm_forward(T* out, T* mean, T* rstd, T* inp, const T* residual, const T* weight, const T* bias,
+                                int64_t N, int64_t C, double eps) {
 #pragma omp parallel for schedule(static) if (N * C >= kParallelMin)
   for (int64_t n = 0; n < N; ++n) {
-    const T* x = inp + n * C;
-    const double m = row_sum<K>(C, [&](int64_t c) { return static_cast<double>(x[c]); }) / C;
-    const double var = row_sum<K>(C, [&](int64_t c) { return (x[c] - m) * (x[c] - m); });
-    const double s = 1.0 / std::sqrt(var / C + eps);
-    T* y = out + n * C;
-    if (bias) {
-      for (int64_t c = 0; c < C; ++c) y[c] = static_cast<T>((x[c] - m) * s * weight[c] + bias[c]);
-    } else {
-      for (int64_t c = 0; c < C; ++c) y[c] = static_cast<T>((x[c] - m) * s * weight[c] + T(0));
-    }
-    mean[n] = static_cast<T>(m);
-    rstd[n] = static_cast<T>(s);
+    add_row(inp + n * C, residual + n * C, C);
+    layernorm_row(out + n * C, mean + n, rstd + n, inp + n * C, weight, bias, C, eps);
   }
 }
 
@@ -118,15 +145,17 @@ void layernorm_backward(T* dinp, T* dweight, T* dbias, const T* dout, const T* i
 
 template <typename T>
 void rmsnorm_forward(T* out, T* rrms, const T* inp, const T* weight, int64_t N, int64_t C, double eps) {
-  constexpr int K = kSums<T>;
+#pragma omp parallel for schedule(static) if (N * C >= kParallelMin)
+  for (int64_t n = 0; n < N; ++n) rmsnorm_row(out + n * C, rrms + n, inp + n * C, weight, C, eps);
+}
+
+template <typename T>
+void residual_rmsnorm_forward(T* out, T* rrms, T* inp, const T* residual, const T* weight, int64_t N, int64_t C,
+                              double eps) {
 #pragma omp parallel for schedule(static) if (N * C >= kParallelMin)
   for (int64_t n = 0; n < N; ++n) {
-    const T* x = inp + n * C;
-    const double sq = row_sum<K>(C, [&](int64_t c) { return static_cast<double>(x[c]) * x[c]; });
-    const double r = 1.0 / std::sqrt(sq / C + eps);
-    T* y = out + n * C;
-    for (int64_t c = 0; c < C; ++c) y[c] = static_cast<T>(x[c] * r * (weight ? weight[c] : T(1)));
-    rrms[n] = static_cast<T>(r);
+    add_row(inp + n * C, residual + n * C, C);
+    rmsnorm_row(out + n * C, rrms + n, inp + n * C, weight, C, eps);
   }
 }
 
@@ -168,6 +197,9 @@ void rmsnorm_backward(T* dinp, T* dweight, const T* dout, const T* inp, const T*
   template void layernorm_backward<T>(T*, T*, T*, const T*, const T*, const T*, const T*, const T*,       \
                                       int64_t, int64_t);                                                  \
   template void rmsnorm_forward<T>(T*, T*, const T*, const T*, int64_t, int64_t, double);                 \
+  template void residual_layernorm_forward<T>(T*, T*, T*, T*, const T*, const T*, const T*, int64_t, int64_t,  \
+                                              double);                                                    \
+  template void residual_rmsnorm_forward<T>(T*, T*, T*, const T*, const T*, int64_t, int64_t, double);    \
   template void rmsnorm_backward<T>(T*, T*, const T*, const T*, const T*, const T*, int64_t, int64_t);
 OPS_INSTANTIATE(float)
 OPS_INSTANTIATE(double)

@@ -12,6 +12,13 @@ template <typename T>
 void layernorm_forward(T* out, T* mean, T* rstd, const T* inp, const T* weight, const T* bias, int64_t N,
                        int64_t C, double eps);
 
+// inp (N, C) += residual (N, C), then out = layernorm_forward(inp): a post-LN block's residual add
+// fused with its norm, in one pass over the rows (the same values as adding first). inp is written:
+// it is the sum the backward reads.
+template <typename T>
+void residual_layernorm_forward(T* out, T* mean, T* rstd, T* inp, const T* residual, const T* weight, const T* bias,
+                                int64_t N, int64_t C, double eps);
+
 // dinp (N, C), dweight (C), dbias (C, may be null) += the gradients given dout (N, C).
 template <typename T>
 void layernorm_backward(T* dinp, T* dweight, T* dbias, const T* dout, const T* inp, const T* weight,
@@ -21,6 +28,11 @@ void layernorm_backward(T* dinp, T* dweight, T* dbias, const T* dout, const T* i
 // (the parameter-free RMS norm of RoFormer-V2).
 template <typename T>
 void rmsnorm_forward(T* out, T* rrms, const T* inp, const T* weight, int64_t N, int64_t C, double eps);
+
+// inp (N, C) += residual (N, C), then out = rmsnorm_forward(inp), as residual_layernorm_forward.
+template <typename T>
+void residual_rmsnorm_forward(T* out, T* rrms, T* inp, const T* residual, const T* weight, int64_t N, int64_t C,
+                              double eps);
 
 // dinp (N, C), dweight (C, ignored when weight is null) += the gradients given dout (N, C).
 template <typename T>

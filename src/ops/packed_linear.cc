@@ -6,6 +6,7 @@
 
 #include "vmath.h"
 
+#include <omp.h>
 #include <oneapi/dnnl/dnnl.hpp>
 
 #include <algorithm>
@@ -35,9 +36,7 @@ struct ActivationQuantization {
   int32_t zero_point = 0;
 };
 
-ActivationQuantization activation_quantization(const float* x, int64_t n) {
-  float lo = 0, hi = 0;
-  if (!finite_range_f32(x, n, &lo, &hi)) throw std::domain_error("int8 linear: the input holds a NaN or infinite value");
+ActivationQuantization activation_quantization(float lo, float hi) {
   lo = std::min(lo, 0.0f), hi = std::max(hi, 0.0f);  // the range always includes 0
   ActivationQuantization q;
   if (hi > lo) {
@@ -45,6 +44,36 @@ ActivationQuantization activation_quantization(const float* x, int64_t n) {
     q.zero_point = static_cast<int32_t>(std::clamp(std::nearbyint(-lo / q.scale), 0.0f, 255.0f));
   }
   return q;
+}
+
+constexpr int64_t kParallelMin = 1 << 15;  // elements below which the quantisation stays on one thread
+
+// x (n) → q (n) u8 in one parallel region: each thread scans its part for the range, every thread
+// derives the same scale and zero point from the team's partial ranges, then each quantises its
+// part. A serial scan before a parallel reorder left a gap between regions in every int8 layer, long
+// enough for idle workers to fall asleep and be woken again (docs/perf.md, "Threads that share the
+// machine").
+ActivationQuantization quantize_activations(const float* x, int64_t n, uint8_t* q) {
+  const int threads = n >= kParallelMin ? omp_get_max_threads() : 1;
+  std::vector<float> lo(threads), hi(threads);
+  std::vector<char> finite(threads, 1);
+  ActivationQuantization result;
+  bool all_finite = true;
+#pragma omp parallel num_threads(threads)
+  {
+    const int t = omp_get_thread_num(), team = omp_get_num_threads();
+    const int64_t begin = n * t / team, end = n * (t + 1) / team;
+    finite[t] = finite_range_f32(x + begin, end - begin, &lo[t], &hi[t]);
+#pragma omp barrier
+    float l = lo[0], h = hi[0];
+    bool ok = finite[0] != 0;
+    for (int i = 1; i < team; ++i) l = std::min(l, lo[i]), h = std::max(h, hi[i]), ok = ok && finite[i] != 0;
+    const ActivationQuantization aq = activation_quantization(l, h);
+    if (ok) quantize_u8_f32(x + begin, end - begin, 1.0f / aq.scale, static_cast<float>(aq.zero_point), q + begin);
+    if (t == 0) result = aq, all_finite = ok;
+  }
+  if (!all_finite) throw std::domain_error("int8 linear: the input holds a NaN or infinite value");
+  return result;
 }
 
 }  // namespace
@@ -137,7 +166,7 @@ struct PackedLinear::Impl {
   // The primitives for one batch size.
   struct Shape {
     dnnl::matmul matmul;
-    dnnl::reorder convert;  // (N, IC) f32 → bf16 (nearest even), or → u8 with a runtime scale and zero point
+    dnnl::reorder convert;  // bf16: (N, IC) f32 → bf16 (nearest even)
     std::string implementation;
   };
   mutable std::mutex mutex;
@@ -178,14 +207,9 @@ struct PackedLinear::Impl {
     const auto pd = matmul_desc(N, weights.get_desc());
     s->matmul = dnnl::matmul(pd);
     s->implementation = pd.impl_info_str();
-    if (precision != Precision::f32) {
-      dnnl::primitive_attr attr;
-      if (precision == Precision::int8) {
-        attr.set_output_scales(0, {DNNL_RUNTIME_F32_VAL});
-        attr.set_zero_points(DNNL_ARG_DST, 0, {DNNL_RUNTIME_S32_VAL});
-      }
-      const memory::desc from({N, IC}, dt::f32, tag::ab), to({N, IC}, operand_type(precision, false), tag::ab);
-      s->convert = dnnl::reorder(dnnl::reorder::primitive_desc(cpu_engine(), from, cpu_engine(), to, attr));
+    if (precision == Precision::bf16) {
+      const memory::desc from({N, IC}, dt::f32, tag::ab), to({N, IC}, dt::bf16, tag::ab);
+      s->convert = dnnl::reorder(dnnl::reorder::primitive_desc(cpu_engine(), from, cpu_engine(), to));
     }
     shapes.emplace(N, s);
     return s;
@@ -259,20 +283,14 @@ void PackedLinear::forward(float* out, const float* inp, int64_t N) const {
     return;
   }
   // int8: quantise the activations, then scale the int32 product by s_w[o] and s_x.
-  const ActivationQuantization q = activation_quantization(inp, N * m.IC);
   thread_local std::vector<uint8_t> quantized;
   quantized.resize(N * m.IC);
-  float inverse_scale = 1.0f / q.scale, scale = q.scale;
+  const ActivationQuantization q = quantize_activations(inp, N * m.IC, quantized.data());
+  float scale = q.scale;
   int32_t zero_point = q.zero_point;
-  memory src_f32({{N, m.IC}, dt::f32, tag::ab}, engine, const_cast<float*>(inp));
   memory src_u8({{N, m.IC}, dt::u8, tag::ab}, engine, quantized.data());
-  memory inverse_scale_mem({{1}, dt::f32, tag::a}, engine, &inverse_scale);
   memory scale_mem({{1, 1}, dt::f32, tag::ab}, engine, &scale);
   memory zero_point_mem({{1}, dt::s32, tag::a}, engine, &zero_point);
-  shape->convert.execute(stream, {{DNNL_ARG_FROM, src_f32},
-                                   {DNNL_ARG_TO, src_u8},
-                                   {DNNL_ARG_ATTR_OUTPUT_SCALES, inverse_scale_mem},
-                                   {DNNL_ARG_ATTR_ZERO_POINTS | DNNL_ARG_DST, zero_point_mem}});
   std::unordered_map<int, memory> args{{DNNL_ARG_SRC, src_u8},
                                        {DNNL_ARG_WEIGHTS, m.weights},
                                        {DNNL_ARG_DST, dst},

@@ -23,6 +23,10 @@ void erfc_f32(float* out, const float* x, int64_t n);
 // NaN or infinite (lo and hi are then unspecified). The int8 layers' activation range.
 bool finite_range_f32(const float* x, int64_t n, float* lo, float* hi);
 
+// q[i] = clamp(round(x[i]·inv_scale + zero_point), 0, 255), to nearest even, the product and the sum
+// each rounded to fp32: the int8 layers' u8 activations (x finite).
+void quantize_u8_f32(const float* x, int64_t n, float inv_scale, float zero_point, uint8_t* q);
+
 // Name of the SIMD target the dispatch picked (e.g. "AVX3"), for logs and tests.
 const char* vmath_target();
 

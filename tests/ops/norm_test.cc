@@ -1,6 +1,7 @@
 // LayerNorm and RMSNorm (src/ops/norm.cc): gradients against central differences in float64, with and
 // without the optional parameters; fp32 against fp64 on wide threaded rows; fp64 parameter gradients
-// summed in row order.
+// summed in row order; the residual-fused forwards equal the residual add followed by the norm, bit
+// for bit.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -8,6 +9,7 @@
 #include <limits>
 #include <random>
 #include <stdexcept>
+#include <utility>
 #include <vector>
 
 #include "ops/norm.h"
@@ -90,6 +92,45 @@ TEST(Ops, LayerNormWideRowsFp32AgreesAndFp64ParameterGradientsKeepTheirSums) {
   expect_close_fp32(dxf, dx);
   expect_close_fp32(dwf, dw, 1e-6);
   expect_close_fp32(dbf, db, 1e-6);
+}
+
+// residual_*norm_forward: the sum is written as the add would write it, and the outputs and statistics
+// equal adding first and then normalising, exactly (same operations per element), in fp32 and fp64,
+// on one thread and across the team (N·C ≥ 2^15), for LayerNorm with and without bias and RMSNorm
+// with and without weight.
+template <typename T>
+void expect_fused_residual_norm_is_exact(int64_t N, int64_t C) {
+  std::mt19937_64 rng(N * 1000 + C);
+  auto cast = [](const Vec& v) { return std::vector<T>(v.begin(), v.end()); };
+  const auto x = cast(random_vec(rng, N * C, 2.0, 0.3)), r = cast(random_vec(rng, N * C)),
+             w = cast(random_vec(rng, C, 0.3, 1.0)), b = cast(random_vec(rng, C));
+  std::vector<T> added = x;
+  for (int64_t i = 0; i < N * C; ++i) added[i] += r[i];
+  for (const T* bias : {b.data(), static_cast<const T*>(nullptr)}) {
+    std::vector<T> y0(N * C), m0(N), s0(N), y1(N * C), m1(N), s1(N), sum = x;
+    ops::layernorm_forward(y0.data(), m0.data(), s0.data(), added.data(), w.data(), bias, N, C, 1e-5);
+    ops::residual_layernorm_forward(y1.data(), m1.data(), s1.data(), sum.data(), r.data(), w.data(), bias, N, C, 1e-5);
+    EXPECT_EQ(sum, added);
+    EXPECT_EQ(y1, y0);
+    EXPECT_EQ(m1, m0);
+    EXPECT_EQ(s1, s0);
+  }
+  for (const T* weight : {w.data(), static_cast<const T*>(nullptr)}) {
+    std::vector<T> y0(N * C), r0(N), y1(N * C), r1(N), sum = x;
+    ops::rmsnorm_forward(y0.data(), r0.data(), added.data(), weight, N, C, 1e-6);
+    ops::residual_rmsnorm_forward(y1.data(), r1.data(), sum.data(), r.data(), weight, N, C, 1e-6);
+    EXPECT_EQ(sum, added);
+    EXPECT_EQ(y1, y0);
+    EXPECT_EQ(r1, r0);
+  }
+}
+
+TEST(Ops, ResidualFusedNormsEqualTheAddThenTheNorm) {
+  for (auto [N, C] : {std::pair<int64_t, int64_t>{3, 7}, {1, 1}, {64, 768}, {5, 9000}}) {
+    SCOPED_TRACE(testing::Message() << "N " << N << " C " << C);
+    expect_fused_residual_norm_is_exact<float>(N, C);
+    expect_fused_residual_norm_is_exact<double>(N, C);
+  }
 }
 
 }  // namespace

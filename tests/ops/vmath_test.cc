@@ -108,11 +108,35 @@ TEST(Vmath, ExpMatchesStdExpOverTheFloatRangeAndTails) {
 
 }  // namespace
 
+// Every SIMD target quantises as the scalar formula does: x·(1/s) and + z each rounded to fp32, then
+// to the nearest integer (ties to even), clamped to [0, 255]; inputs include exact ties, values that
+// clamp at both ends, and lengths with partial vectors.
+TEST(Vmath, QuantizeU8IsTheRoundedClampedAffineMap) {
+  for_each_simd_target([] {
+    std::mt19937_64 rng(9);
+    std::normal_distribution<float> z(0.2f, 2.0f);
+    const float inv_scale = 255.0f / 9.0f, zero_point = 100.0f;
+    for (int64_t n : {1, 7, 16, 33, 1000}) {
+      std::vector<float> x(n);
+      for (float& v : x) v = z(rng);
+      if (n > 4) x[0] = 0.5f / inv_scale, x[1] = 1.5f / inv_scale, x[2] = -1e3f, x[3] = 1e3f;  // ties, clamps
+      std::vector<uint8_t> q(n);
+      ops::quantize_u8_f32(x.data(), n, inv_scale, zero_point, q.data());
+      for (int64_t i = 0; i < n; ++i) {
+        const float scaled = x[i] * inv_scale;
+        const float expected = std::clamp(std::nearbyint(scaled + zero_point), 0.0f, 255.0f);
+        ASSERT_EQ(q[i], static_cast<uint8_t>(expected)) << "n " << n << " i " << i << " x " << x[i];
+      }
+    }
+  });
+}
+
 TEST(Vmath, FiniteRangeIsTheMinAndMaxAndFlagsNanAndInfinity) {
   for_each_simd_target([] {
     std::mt19937_64 rng(7);
     std::normal_distribution<float> z(0.5f, 3.0f);
-    for (int64_t n : {0, 1, 5, 16, 17, 100, 1000}) {  // partial vectors at the end
+    // Partial vectors at the end; past 16,384 the scan is split into chunks across threads.
+    for (int64_t n : {0, 1, 5, 16, 17, 100, 1000, 16385, 70001}) {
       std::vector<float> x(n);
       for (float& v : x) v = z(rng);
       float lo = 0, hi = 0;
