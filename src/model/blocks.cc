@@ -314,8 +314,12 @@ void attend(AttentionActs<T>& a, const AttentionContext<T>& ctx, const T* k, con
   resize(a.ctx, N * H);
   if (c.attention_type == "softmax") {
     const ops::AttentionShape s = softmax_shape(ctx, B, T_, Tk, start, stride);
-    resize(a.att, B * n * T_ * Tk);
-    ops::attention_forward(a.ctx.data(), a.att.data(), a.q.data(), k, v, ctx.key_mask, s);
+    T* att = nullptr;
+    if (ctx.keep_probabilities) {
+      resize(a.att, B * n * T_ * Tk);
+      att = a.att.data();
+    }
+    ops::attention_forward(a.ctx.data(), att, a.q.data(), k, v, ctx.key_mask, s);
     return;
   }
   if (ctx.key_mask && std::find(ctx.key_mask, ctx.key_mask + B * Tk, 0) != ctx.key_mask + B * Tk) {

@@ -180,6 +180,9 @@ struct AttentionContext {
   const int64_t* key_mask = nullptr;   // (B, Tk) 1 real / 0 padding, or null
   const int64_t* row_limit = nullptr;  // (B, T) prefix limits (UniLM), or null
   Dropout dropout;
+  // Softmax probabilities kept in AttentionActs::att (the backward, attention maps); false for
+  // inference, where each thread holds one tile of rows instead of (B, n, T, Tk).
+  bool keep_probabilities = true;
 };
 
 template <typename T>

@@ -167,6 +167,7 @@ const std::vector<float>& Generator::feed(const std::vector<int64_t>& ids, const
   ctx.config = &c;
   ctx.rope = s.rope.get();
   ctx.causal = !c.unilm_mask();
+  ctx.keep_probabilities = false;  // decoding has no backward
   if (c.unilm_mask()) ctx.row_limit = s.unilm_limits(types, B, n, pos_, capacity_);
   for (int64_t l = 0; l < c.num_hidden_layers; ++l) {
     ctx.layer = l;

@@ -208,6 +208,7 @@ AttentionContext<T> RoFormer<T>::attention_context(int64_t layer) const {
   ctx.key_mask = a.has_mask ? a.mask.data() : nullptr;
   ctx.row_limit = a.row_limit.empty() ? nullptr : a.row_limit.data();
   ctx.dropout = a.dropout;
+  ctx.keep_probabilities = a.keep == Keep::all;
   return ctx;
 }
 

@@ -198,23 +198,26 @@ void attention_forward(T* out, T* att, const T* q, const T* k, const T* v, const
 #pragma omp parallel
   {
     std::vector<T> dropped(s.dropout_p > 0 ? kRowBlock * Tn : 0);  // a block of rows after dropout
+    std::vector<T> tile(att ? 0 : kRowBlock * Tn);                   // att null: one block of rows at a time
 #pragma omp for schedule(static)
     for (int64_t bh = 0; bh < s.B * s.H; ++bh) {
       const int64_t b = bh / s.H, h = bh % s.H;
       const int64_t off = b * Tq * C + h * s.D;                 // head h of query 0 in batch b
       const int64_t koff = b * s.key_stride() * C + h * s.D;  // head h of key 0 in batch b
-      T* a = att + bh * TT;                                    // (T, Tk)
       const uint64_t seed = s.dropout_p > 0 ? block_seed(s, b, h) : 0;
       for (int64_t r0 = 0; r0 < Tq; r0 += kRowBlock) {
         const int64_t rows = std::min(kRowBlock, Tq - r0);
         int64_t E = 0;  // key columns this block reads
         for (int64_t t = r0; t < r0 + rows; ++t) E = std::max(E, mask.row(b, t, s.causal).extent(Tn));
-        gemm(false, true, rows, E, s.D, scale, q + off + r0 * C, C, k + koff, C, T(0), a + r0 * Tn, Tn);  // q·kᵀ/√D
-        for (int64_t t = r0; t < r0 + rows; ++t) softmax_row(a + t * Tn, Tn, mask.row(b, t, s.causal), mask.keys(b));
-        const T* p = a + r0 * Tn;
+        T* a = att ? att + bh * TT + r0 * Tn : tile.data();  // (rows, Tk): rows r0 .. of the (T, Tk) block
+        gemm(false, true, rows, E, s.D, scale, q + off + r0 * C, C, k + koff, C, T(0), a, Tn);  // q·kᵀ/√D
+        for (int64_t t = r0; t < r0 + rows; ++t) {
+          softmax_row(a + (t - r0) * Tn, Tn, mask.row(b, t, s.causal), mask.keys(b));
+        }
+        const T* p = a;
         if (s.dropout_p > 0) {
           for (int64_t t = r0; t < r0 + rows; ++t) {
-            dropout_row(dropped.data() + (t - r0) * Tn, a + t * Tn, E, s.dropout_p, seed, t * Tn);
+            dropout_row(dropped.data() + (t - r0) * Tn, a + (t - r0) * Tn, E, s.dropout_p, seed, t * Tn);
           }
           p = dropped.data();
         }

@@ -6,8 +6,8 @@
 // before the forward, and rotates dq, dk (dv) back with ROPE_BACKWARD after the backward.
 //
 // Masked scores get −FLT_MAX added, as Hugging Face adds finfo(float32).min: a row whose keys are all
-// masked attends uniformly instead of producing NaN. This first version keeps the probabilities
-// (B, H, T, T) for the backward; a tiled (flash-style) version that does not is future work.
+// masked attends uniformly instead of producing NaN. Training keeps the probabilities (B, H, T, T) for
+// the backward; inference passes no att and keeps one tile of rows per thread.
 // (batch, head) pairs run in parallel on OpenMP, each with single-threaded BLAS calls; blocks of
 // query rows skip the key columns none of their rows can see (the causal upper triangle, trailing
 // padding), and the backward finds each row's extent from att, so it must get the forward's att.
@@ -38,7 +38,8 @@ struct AttentionShape {
   int64_t key_stride() const { return kv_stride > 0 ? kv_stride : keys(); }
 };
 
-// out (B, T, H·D) = softmax(q·kᵀ/√D + mask)·v per head; att (B, H, T, Tk) keeps the probabilities.
+// out (B, T, H·D) = softmax(q·kᵀ/√D + mask)·v per head; att (B, H, T, Tk) keeps the probabilities, or
+// is null (inference): each thread then holds one block of 64 query rows × Tk at a time, not B·H·T·Tk.
 // key_mask (B, Tk): 1 = real token, 0 = padding; may be null (all real). row_limit is (B, T).
 template <typename T>
 void attention_forward(T* out, T* att, const T* q, const T* k, const T* v, const int64_t* key_mask,

@@ -217,6 +217,11 @@ TEST(Ops, AttentionAcrossRowBlocksWithPaddingCausalAndEmptyRows) {
       return dot(out, g);
     };
     loss();
+    // Without att (inference), one tile of rows per thread: the same outputs, bit for bit.
+    Vec out_tiled(n);
+    ops::attention_forward(out_tiled.data(), static_cast<double*>(nullptr), q.data(), k.data(), v.data(),
+                           key_mask.data(), shape);
+    EXPECT_EQ(out_tiled, out);
     Vec att_ref, out_ref;
     reference_attention(att_ref, out_ref, q, k, v, key_mask.data(), shape);
     expect_all_near("att", att, att_ref, 1e-14);
@@ -243,6 +248,10 @@ TEST(Ops, AttentionAcrossRowBlocksWithPaddingCausalAndEmptyRows) {
       const auto qf = to_f32(q), kf = to_f32(k), vf = to_f32(v), gf = to_f32(g);
       ops::attention_forward(of.data(), af.data(), qf.data(), kf.data(), vf.data(), key_mask.data(), shape);
       expect_close_fp32(of, out);
+      std::vector<float> of_tiled(n);
+      ops::attention_forward(of_tiled.data(), static_cast<float*>(nullptr), qf.data(), kf.data(), vf.data(),
+                             key_mask.data(), shape);
+      EXPECT_EQ(of_tiled, of);
       expect_close_fp32(af, att);
       for (size_t i = 0; i < att.size(); ++i) {
         if (att_ref[i] == 0.0) {
