@@ -51,8 +51,7 @@ constexpr int64_t kParallelMin = 1 << 15;  // elements below which the quantisat
 // x (n) → q (n) u8 in one parallel region: each thread scans its part for the range, every thread
 // derives the same scale and zero point from the team's partial ranges, then each quantises its
 // part. A serial scan before a parallel reorder left a gap between regions in every int8 layer, long
-// enough for idle workers to fall asleep and be woken again (docs/perf.md, "Threads that share the
-// machine").
+// enough for idle workers to fall asleep and be woken again (docs/perf.md, "Fewer sleeping workers").
 ActivationQuantization quantize_activations(const float* x, int64_t n, uint8_t* q) {
   const int threads = n >= kParallelMin ? omp_get_max_threads() : 1;
   std::vector<float> lo(threads), hi(threads);
