@@ -77,9 +77,6 @@ ActivationQuantization quantize_activations(const float* x, int64_t n, uint8_t* 
 
 }  // namespace
 
-// u8 × s8 products are summed in pairs into 16 bits, saturating, by CPUs without VNNI dot products
-// (vpmaddubsw: 2 · 255 · 127 > 32767). There the weights take 7 bits, [−63, 63], as ONNX Runtime's
-// reduce_range does; with AVX-512 VNNI or AVX-VNNI they take the full [−127, 127].
 bool quantize_rows(const float* w, int64_t rows, int64_t cols, int levels, int8_t* q, float* scale) {
   for (int64_t r = 0; r < rows; ++r) {
     const float* row = w + r * cols;
@@ -92,6 +89,9 @@ bool quantize_rows(const float* w, int64_t rows, int64_t cols, int levels, int8_
   return true;
 }
 
+// u8 × s8 products are summed in pairs into 16 bits, saturating, by CPUs without VNNI dot products
+// (vpmaddubsw: 2 · 255 · 127 > 32767). There the weights take 7 bits, [−63, 63], as ONNX Runtime's
+// reduce_range does; with AVX-512 VNNI or AVX-VNNI they take the full [−127, 127].
 int int8_weight_levels() {
   switch (dnnl::get_effective_cpu_isa()) {
     case dnnl::cpu_isa::avx2_vnni:
@@ -261,21 +261,16 @@ void PackedLinear::forward(float* out, const float* inp, int64_t N) const {
   const dnnl::engine& engine = cpu_engine();
   dnnl::stream stream(engine);
   memory dst({{N, m.OC}, dt::f32, tag::ab}, engine, out);
-  if (m.precision == Precision::f32) {
+  if (m.precision != Precision::int8) {  // f32, or bf16 after converting the input
     memory src({{N, m.IC}, dt::f32, tag::ab}, engine, const_cast<float*>(inp));
+    if (m.precision == Precision::bf16) {
+      thread_local std::vector<uint16_t> converted;
+      converted.resize(N * m.IC);
+      memory src_bf16({{N, m.IC}, dt::bf16, tag::ab}, engine, converted.data());
+      shape->convert.execute(stream, src, src_bf16);
+      src = src_bf16;
+    }
     std::unordered_map<int, memory> args{{DNNL_ARG_SRC, src}, {DNNL_ARG_WEIGHTS, m.weights}, {DNNL_ARG_DST, dst}};
-    if (m.has_bias) args.emplace(DNNL_ARG_BIAS, m.bias);
-    shape->matmul.execute(stream, args);
-    stream.wait();
-    return;
-  }
-  if (m.precision == Precision::bf16) {
-    thread_local std::vector<uint16_t> converted;
-    converted.resize(N * m.IC);
-    memory src_f32({{N, m.IC}, dt::f32, tag::ab}, engine, const_cast<float*>(inp));
-    memory src_bf16({{N, m.IC}, dt::bf16, tag::ab}, engine, converted.data());
-    shape->convert.execute(stream, src_f32, src_bf16);
-    std::unordered_map<int, memory> args{{DNNL_ARG_SRC, src_bf16}, {DNNL_ARG_WEIGHTS, m.weights}, {DNNL_ARG_DST, dst}};
     if (m.has_bias) args.emplace(DNNL_ARG_BIAS, m.bias);
     shape->matmul.execute(stream, args);
     stream.wait();

@@ -6,8 +6,7 @@
 //          symmetric, one scale per output channel (7 bits on CPUs without VNNI, int8_weight_levels);
 //          activations u8, q = round(x / s + z), with one scale s and zero point z per call (from
 //          the tensor's min and max, so 0 is exact); int32 accumulation; fp32 bias, epilogue, output.
-// The bias and, optionally, the activation that follows the layer (exact-erf GELU or ReLU) are fused
-// bf16  — weights rounded to bfloat16 (nearest even) once, activations per call, fp32 accumulation,
+//   bf16  — weights rounded to bfloat16 (nearest even) once, activations per call, fp32 accumulation,
 //          bias, epilogue and output; only where the CPU has native bf16 dot products (bf16_is_native).
 // The bias and, optionally, the activation that follows the layer (exact-erf GELU or ReLU) are fused
 // into the GEMM's epilogue. Forward only: training keeps linear.h on the parameter arena.

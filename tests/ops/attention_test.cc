@@ -188,6 +188,16 @@ void expect_all_near(const char* what, const Vec& a, const Vec& b, double tol) {
   for (size_t i = 0; i < a.size(); ++i) ASSERT_NEAR(a[i], b[i], tol) << what << "[" << i << "]";
 }
 
+// Without att (inference), one tile of rows per thread: the same outputs as the forward that keeps the
+// probabilities, bit for bit.
+template <typename T>
+void expect_tiled_forward_equals(const std::vector<T>& out, const std::vector<T>& q, const std::vector<T>& k,
+                                 const std::vector<T>& v, const int64_t* key_mask, const ops::AttentionShape& shape) {
+  std::vector<T> tiled(out.size());
+  ops::attention_forward(tiled.data(), static_cast<T*>(nullptr), q.data(), k.data(), v.data(), key_mask, shape);
+  EXPECT_EQ(tiled, out);
+}
+
 TEST(Ops, AttentionAcrossRowBlocksWithPaddingCausalAndEmptyRows) {
   // T spans several row blocks (one partial). Batch 0 has an interior and a trailing run of padded
   // keys. Batch 1 is left-padded: with `empty`, its first 80 causal rows see no key at all and
@@ -217,11 +227,7 @@ TEST(Ops, AttentionAcrossRowBlocksWithPaddingCausalAndEmptyRows) {
       return dot(out, g);
     };
     loss();
-    // Without att (inference), one tile of rows per thread: the same outputs, bit for bit.
-    Vec out_tiled(n);
-    ops::attention_forward(out_tiled.data(), static_cast<double*>(nullptr), q.data(), k.data(), v.data(),
-                           key_mask.data(), shape);
-    EXPECT_EQ(out_tiled, out);
+    expect_tiled_forward_equals(out, q, k, v, key_mask.data(), shape);
     Vec att_ref, out_ref;
     reference_attention(att_ref, out_ref, q, k, v, key_mask.data(), shape);
     expect_all_near("att", att, att_ref, 1e-14);
@@ -248,10 +254,7 @@ TEST(Ops, AttentionAcrossRowBlocksWithPaddingCausalAndEmptyRows) {
       const auto qf = to_f32(q), kf = to_f32(k), vf = to_f32(v), gf = to_f32(g);
       ops::attention_forward(of.data(), af.data(), qf.data(), kf.data(), vf.data(), key_mask.data(), shape);
       expect_close_fp32(of, out);
-      std::vector<float> of_tiled(n);
-      ops::attention_forward(of_tiled.data(), static_cast<float*>(nullptr), qf.data(), kf.data(), vf.data(),
-                             key_mask.data(), shape);
-      EXPECT_EQ(of_tiled, of);
+      expect_tiled_forward_equals(of, qf, kf, vf, key_mask.data(), shape);
       expect_close_fp32(af, att);
       for (size_t i = 0; i < att.size(); ++i) {
         if (att_ref[i] == 0.0) {

@@ -16,6 +16,16 @@
 #include "serve/pipeline.h"
 
 namespace roformer {
+namespace {
+
+// How the model's linear layers run, as the report names it: "f32 (OpenBLAS)", "int8 (oneDNN)", ...
+std::string linears_name(const model::RoFormer<float>& m) {
+  if (!m.packed()) return "f32 (OpenBLAS)";
+  if (m.packed_precision() == ops::Precision::f32) return "f32 packed (oneDNN)";
+  return fmt::format("{} (oneDNN)", ops::precision_name(m.packed_precision()));
+}
+
+}  // namespace
 
 int bench_infer(const BenchInferOptions& o) {
   if (o.threads > 0) omp_set_num_threads(o.threads);
@@ -33,10 +43,7 @@ int bench_infer(const BenchInferOptions& o) {
   m.set_keep(o.keep == "all" ? model::Keep::all : model::Keep::outputs);
   const model::RoFormerConfig& c = m.config();
   const int64_t B = o.batch, T = o.seq, N = B * T;
-  const std::string linears = !m.packed() ? "f32 (OpenBLAS)"
-                              : m.packed_precision() == ops::Precision::f32
-                                  ? "f32 packed (oneDNN)"
-                                  : fmt::format("{} (oneDNN)", ops::precision_name(m.packed_precision()));
+  const std::string linears = linears_name(m);
   if (T > c.max_position_embeddings) {
     fmt::print(stderr, "error: --seq {} exceeds max_position_embeddings {} of {}\n", T, c.max_position_embeddings, o.model);
     return 2;
