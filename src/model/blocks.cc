@@ -276,6 +276,7 @@ ops::AttentionShape softmax_shape(const AttentionContext<T>& ctx, int64_t B, int
   s.dropout_p = ctx.dropout.attention;
   s.dropout_seed = ctx.dropout.attention > 0 ? ctx.dropout.site_seed(1 + 3 * ctx.layer) : 0;
   s.dropout_row0 = ctx.dropout.row0;
+  s.bf16_products = ctx.bf16_products;
   return s;
 }
 

@@ -183,6 +183,8 @@ struct AttentionContext {
   // Softmax probabilities kept in AttentionActs::att (the backward, attention maps); false for
   // inference, where each thread holds one tile of rows instead of (B, n, T, Tk).
   bool keep_probabilities = true;
+  // Inference in reduced precision: attention's two products with bf16 operands (ops::AttentionShape).
+  bool bf16_products = false;
 };
 
 template <typename T>

@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 
 #include "vmath.h"
 
@@ -100,6 +101,34 @@ void QuantizeU8Kernel(const float* x, int64_t n, float inv_scale, float zero_poi
   }
 }
 
+// out[i] = bfloat16 bits of x[i]·scale (the product rounded to fp32, then to nearest even); NaN stays
+// a quiet NaN of the same sign, ±inf stays ±inf. The bf16 attention products' operands.
+uint32_t Bf16BitsScalar(float v) {
+  uint32_t bits;
+  std::memcpy(&bits, &v, sizeof bits);
+  if (std::isnan(v)) return (bits >> 16) | 0x40u;
+  return (bits + 0x7fffu + ((bits >> 16) & 1u)) >> 16;
+}
+
+void Bf16FromF32Kernel(uint16_t* out, const float* x, int64_t n, float scale) {
+  const hn::ScalableTag<float> d;
+  const hn::RebindToUnsigned<decltype(d)> du;
+  const hn::Rebind<int32_t, decltype(d)> di;
+  const hn::Rebind<uint16_t, decltype(d)> d16;
+  const int64_t lanes = static_cast<int64_t>(hn::Lanes(d));
+  const auto vscale = hn::Set(d, scale);
+  const auto half = hn::Set(du, 0x7fffu), one = hn::Set(du, 1u), quiet = hn::Set(du, 0x40u);
+  int64_t i = 0;
+  for (; i + lanes <= n; i += lanes) {
+    const auto v = hn::Mul(hn::LoadU(d, x + i), vscale);
+    const auto bits = hn::BitCast(du, v), high = hn::ShiftRight<16>(bits);
+    const auto rounded = hn::ShiftRight<16>(hn::Add(hn::Add(bits, half), hn::And(high, one)));
+    const auto r = hn::IfThenElse(hn::RebindMask(du, hn::IsNaN(v)), hn::Or(high, quiet), rounded);
+    hn::StoreU(hn::DemoteTo(d16, hn::BitCast(di, r)), d16, out + i);
+  }
+  for (; i < n; ++i) out[i] = static_cast<uint16_t>(Bf16BitsScalar(x[i] * scale));
+}
+
 const char* TargetKernel() { return hwy::TargetName(HWY_TARGET); }
 
 }  // namespace HWY_NAMESPACE
@@ -122,6 +151,7 @@ HWY_EXPORT(GeluBackwardKernel);
 HWY_EXPORT(TargetKernel);
 HWY_EXPORT(FiniteRangeKernel);
 HWY_EXPORT(QuantizeU8Kernel);
+HWY_EXPORT(Bf16FromF32Kernel);
 
 void exp_f32(float* out, const float* x, int64_t n) { HWY_DYNAMIC_DISPATCH(ExpKernel)(out, x, n); }
 void erf_f32(float* out, const float* x, int64_t n) { HWY_DYNAMIC_DISPATCH(ErfKernel)(out, x, n); }
@@ -132,6 +162,9 @@ bool finite_range_f32(const float* x, int64_t n, float* lo, float* hi) {
 }
 void quantize_u8_f32(const float* x, int64_t n, float inv_scale, float zero_point, uint8_t* q) {
   HWY_DYNAMIC_DISPATCH(QuantizeU8Kernel)(x, n, inv_scale, zero_point, q);
+}
+void bf16_from_f32(uint16_t* out, const float* x, int64_t n, float scale) {
+  HWY_DYNAMIC_DISPATCH(Bf16FromF32Kernel)(out, x, n, scale);
 }
 
 namespace {

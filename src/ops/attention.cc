@@ -14,6 +14,8 @@
 // rows keep std::exp in double, as before, for the gradient checks.
 #include "attention.h"
 
+#include "attention_bf16.h"
+
 #undef HWY_TARGET_INCLUDE
 #define HWY_TARGET_INCLUDE "ops/attention.cc"
 #include "hwy/foreach_target.h"  // IWYU pragma: keep
@@ -62,6 +64,7 @@ HWY_AFTER_NAMESPACE();
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <stdexcept>
 #include <type_traits>
 #include <vector>
 
@@ -195,21 +198,37 @@ void attention_forward(T* out, T* att, const T* q, const T* k, const T* v, const
   const int64_t C = s.H * s.D, Tq = s.T, Tn = s.keys(), TT = Tq * Tn;
   const T scale = static_cast<T>(1.0 / std::sqrt(static_cast<double>(s.D)));
   const KeyMask mask(key_mask, s);
+  const bool bf16 = s.bf16_products;
+  if (bf16 && (!std::is_same_v<T, float> || att || s.dropout_p > 0)) {
+    throw std::invalid_argument("attention_forward: bf16 products are for fp32 inference (no att, no dropout)");
+  }
 #pragma omp parallel
   {
     std::vector<T> dropped(s.dropout_p > 0 ? kRowBlock * Tn : 0);  // a block of rows after dropout
     std::vector<T> tile(att ? 0 : kRowBlock * Tn);                   // att null: one block of rows at a time
+    Bf16AttentionProducts products;                                  // bf16: this thread's operands
 #pragma omp for schedule(static)
     for (int64_t bh = 0; bh < s.B * s.H; ++bh) {
       const int64_t b = bh / s.H, h = bh % s.H;
       const int64_t off = b * Tq * C + h * s.D;                 // head h of query 0 in batch b
       const int64_t koff = b * s.key_stride() * C + h * s.D;  // head h of key 0 in batch b
       const uint64_t seed = s.dropout_p > 0 ? block_seed(s, b, h) : 0;
+      if constexpr (std::is_same_v<T, float>) {
+        if (bf16) products.load_head(k + koff, v + koff, Tn, C, s.D);
+      }
       for (int64_t r0 = 0; r0 < Tq; r0 += kRowBlock) {
         const int64_t rows = std::min(kRowBlock, Tq - r0);
         int64_t E = 0;  // key columns this block reads
         for (int64_t t = r0; t < r0 + rows; ++t) E = std::max(E, mask.row(b, t, s.causal).extent(Tn));
         T* a = att ? att + bh * TT + r0 * Tn : tile.data();  // (rows, Tk): rows r0 .. of the (T, Tk) block
+        if constexpr (std::is_same_v<T, float>) {
+          if (bf16) {
+            products.scores(a, Tn, q + off + r0 * C, C, rows, E, scale);
+            for (int64_t t = r0; t < r0 + rows; ++t) softmax_row(a + (t - r0) * Tn, Tn, mask.row(b, t, s.causal), mask.keys(b));
+            products.mix(out + off + r0 * C, C, a, Tn, rows, E);
+            continue;
+          }
+        }
         gemm(false, true, rows, E, s.D, scale, q + off + r0 * C, C, k + koff, C, T(0), a, Tn);  // q·kᵀ/√D
         for (int64_t t = r0; t < r0 + rows; ++t) {
           softmax_row(a + (t - r0) * Tn, Tn, mask.row(b, t, s.causal), mask.keys(b));

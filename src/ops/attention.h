@@ -34,6 +34,10 @@ struct AttentionShape {
   // Global index of batch row 0: dropout masks are keyed by (seed, global row, head), so they do not
   // depend on how a batch is split into micro-batches or across processes.
   int64_t dropout_row0 = 0;
+  // Inference only (fp32, no att, no dropout): q·kᵀ and p·v with operands rounded to bf16 (nearest
+  // even) and fp32 accumulation; the scores, softmax and output stay fp32. Needs a CPU that multiplies
+  // bf16 natively (packed_linear.h's bf16_is_native); about twice the fp32 products' speed there.
+  bool bf16_products = false;
   int64_t keys() const { return Tk > 0 ? Tk : T; }
   int64_t key_stride() const { return kv_stride > 0 ? kv_stride : keys(); }
 };
@@ -41,6 +45,7 @@ struct AttentionShape {
 // out (B, T, H·D) = softmax(q·kᵀ/√D + mask)·v per head; att (B, H, T, Tk) keeps the probabilities, or
 // is null (inference): each thread then holds one block of 64 query rows × Tk at a time, not B·H·T·Tk.
 // key_mask (B, Tk): 1 = real token, 0 = padding; may be null (all real). row_limit is (B, T).
+// bf16_products with T = double, an att or dropout throws std::invalid_argument.
 template <typename T>
 void attention_forward(T* out, T* att, const T* q, const T* k, const T* v, const int64_t* key_mask,
                        const AttentionShape& s);

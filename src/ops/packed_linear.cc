@@ -4,6 +4,7 @@
 // cached (oneDNN's runtime-dimension matmul falls back to its reference kernel, so shapes stay fixed).
 #include "packed_linear.h"
 
+#include "onednn.h"
 #include "vmath.h"
 
 #include <omp.h>
@@ -18,16 +19,17 @@
 #include <vector>
 
 namespace ops {
+
+const dnnl::engine& onednn_engine() {
+  static const dnnl::engine engine(dnnl::engine::kind::cpu, 0);
+  return engine;
+}
+
 namespace {
 
 using dnnl::memory;
 using tag = memory::format_tag;
 using dt = memory::data_type;
-
-const dnnl::engine& cpu_engine() {
-  static const dnnl::engine engine(dnnl::engine::kind::cpu, 0);
-  return engine;
-}
 
 // The activations of one int8 call: one scale and zero point for the whole (N, IC) tensor, so that
 // x ≈ scale · (q − zero_point) with q in [0, 255] and 0 exactly representable (padding stays 0).
@@ -194,7 +196,7 @@ struct PackedLinear::Impl {
     const bool bias_arg = has_bias && precision != Precision::int8;
     const auto desc = bias_arg ? dnnl::matmul::desc(src, weights_desc, bias.get_desc(), dst)
                                : dnnl::matmul::desc(src, weights_desc, dst);
-    return dnnl::matmul::primitive_desc(desc, matmul_attr(), cpu_engine());
+    return dnnl::matmul::primitive_desc(desc, matmul_attr(), onednn_engine());
   }
 
   std::shared_ptr<const Shape> shape(int64_t N) const {
@@ -208,7 +210,7 @@ struct PackedLinear::Impl {
     s->implementation = pd.impl_info_str();
     if (precision == Precision::bf16) {
       const memory::desc from({N, IC}, dt::f32, tag::ab), to({N, IC}, dt::bf16, tag::ab);
-      s->convert = dnnl::reorder(dnnl::reorder::primitive_desc(cpu_engine(), from, cpu_engine(), to));
+      s->convert = dnnl::reorder(dnnl::reorder::primitive_desc(onednn_engine(), from, onednn_engine(), to));
     }
     shapes.emplace(N, s);
     return s;
@@ -224,7 +226,7 @@ PackedLinear::PackedLinear(const float* weight, const float* bias, int64_t OC, i
   }
   Impl& m = *impl_;
   m.OC = OC, m.IC = IC, m.precision = precision, m.epilogue = epilogue, m.has_bias = bias != nullptr;
-  const dnnl::engine& engine = cpu_engine();
+  const dnnl::engine& engine = onednn_engine();
   dnnl::stream stream(engine);
   m.bias = memory({{1, OC}, dt::f32, tag::ab}, engine);
   if (bias) std::copy(bias, bias + OC, static_cast<float*>(m.bias.get_data_handle()));
@@ -258,7 +260,7 @@ void PackedLinear::forward(float* out, const float* inp, int64_t N) const {
   if (N <= 0) return;
   const Impl& m = *impl_;
   const auto shape = m.shape(N);
-  const dnnl::engine& engine = cpu_engine();
+  const dnnl::engine& engine = onednn_engine();
   dnnl::stream stream(engine);
   memory dst({{N, m.OC}, dt::f32, tag::ab}, engine, out);
   if (m.precision != Precision::int8) {  // f32, or bf16 after converting the input

@@ -27,6 +27,11 @@ bool finite_range_f32(const float* x, int64_t n, float* lo, float* hi);
 // each rounded to fp32: the int8 layers' u8 activations (x finite).
 void quantize_u8_f32(const float* x, int64_t n, float inv_scale, float zero_point, uint8_t* q);
 
+// out[i] = the bfloat16 bits of x[i]·scale: the product rounded to fp32, then to nearest even (as
+// oneDNN's f32 → bf16 reorder); NaN → a quiet NaN of the same sign, ±inf → ±inf. The bf16 attention
+// products' operands (attention.h).
+void bf16_from_f32(uint16_t* out, const float* x, int64_t n, float scale = 1.0f);
+
 // Name of the SIMD target the dispatch picked (e.g. "AVX3"), for logs and tests.
 const char* vmath_target();
 

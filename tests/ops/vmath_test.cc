@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <cstring>
 #include <limits>
 #include <random>
 #include <stdexcept>
@@ -149,6 +150,49 @@ TEST(Vmath, FiniteRangeIsTheMinAndMaxAndFlagsNanAndInfinity) {
           std::vector<float> y = x;
           y[at] = bad;
           EXPECT_FALSE(ops::finite_range_f32(y.data(), n, &lo, &hi)) << n << " at " << at;
+        }
+      }
+    }
+  });
+}
+
+// Every SIMD target rounds x·scale to bf16 as an independent rule does: of the two bf16 values around
+// the fp32 product, the nearer, ties to the even one; NaN stays a NaN of its sign, ±inf stays. Inputs
+// include exact ties both ways, subnormals, the overflow to infinity and partial vectors.
+TEST(Vmath, Bf16FromF32RoundsToNearestEven) {
+  auto bits_of = [](float v) { uint32_t b; std::memcpy(&b, &v, 4); return b; };
+  auto value_of = [](uint32_t hi16) { const uint32_t b = hi16 << 16; float v; std::memcpy(&v, &b, 4); return v; };
+  auto from_bits = [](uint32_t b) { float v; std::memcpy(&v, &b, 4); return v; };
+  for_each_simd_target([&] {
+    std::mt19937_64 rng(5);
+    std::normal_distribution<float> z(0.0f, 3.0f);
+    for (int64_t n : {1, 9, 16, 37, 1000}) {
+      std::vector<float> x(n);
+      for (float& v : x) v = z(rng);
+      if (n > 8) {
+        x[0] = from_bits(0x3f808000u), x[1] = from_bits(0x3f818000u);  // ties: to 0x3f80 and to 0x3f82
+        x[2] = from_bits(0x00012345u), x[3] = std::numeric_limits<float>::max();
+        x[4] = -std::numeric_limits<float>::infinity(), x[5] = -std::numeric_limits<float>::quiet_NaN();
+        x[6] = from_bits(0x7f800001u), x[7] = -0.0f;  // a signalling NaN; negative zero
+      }
+      for (float scale : {1.0f, 0.125f, 0.3f}) {
+        std::vector<uint16_t> out(n);
+        ops::bf16_from_f32(out.data(), x.data(), n, scale);
+        for (int64_t i = 0; i < n; ++i) {
+          const float v = x[i] * scale;
+          SCOPED_TRACE(testing::Message() << "n " << n << " i " << i << " scale " << scale << " x " << x[i]);
+          if (std::isnan(v)) {
+            ASSERT_TRUE(std::isnan(value_of(out[i])));
+            ASSERT_EQ(out[i] >> 15, bits_of(v) >> 31);
+            continue;
+          }
+          const uint32_t down = bits_of(v) >> 16;  // toward zero; up is the next bf16 away from zero
+          const double d_down = std::fabs(static_cast<double>(v) - value_of(down));
+          // Past the largest finite bf16 the next value would be ±2^128 (it rounds to infinity).
+          const double up = ((down + 1) & 0x7fffu) == 0x7f80u ? std::copysign(std::ldexp(1.0, 128), v) : value_of(down + 1);
+          const double d_up = std::isinf(v) ? 1e300 : std::fabs(static_cast<double>(v) - up);
+          const uint32_t expected = d_down < d_up ? down : d_up < d_down ? down + 1 : (down % 2 == 0 ? down : down + 1);
+          ASSERT_EQ(out[i], expected);
         }
       }
     }
