@@ -210,7 +210,8 @@ AttentionContext<T> RoFormer<T>::attention_context(int64_t layer) const {
   ctx.dropout = a.dropout;
   ctx.keep_probabilities = a.keep == Keep::all;
   // A bf16 or int8 model also takes attention's products in bf16 where the CPU multiplies bf16 natively.
-  ctx.bf16_products = bf16_attention_ && !ctx.keep_probabilities && a.dropout.attention == 0;
+  ctx.bf16_products = packed() && packed_precision_ != ops::Precision::f32 && ops::bf16_is_native() &&
+                      !ctx.keep_probabilities && a.dropout.attention == 0;
   return ctx;
 }
 
@@ -382,7 +383,6 @@ void RoFormer<T>::pack(ops::Precision precision, bool release_arena) {
     if (arena_released_) throw std::logic_error("pack: the arena's linear weights were released; load them again");
     unpack();
     packed_precision_ = precision;
-    bf16_attention_ = precision != ops::Precision::f32 && ops::bf16_is_native();
     const ops::Epilogue activation = cfg_.hidden_act == "gelu"   ? ops::Epilogue::gelu
                                      : cfg_.hidden_act == "relu" ? ops::Epilogue::relu
                                                                  : ops::Epilogue::none;
@@ -442,7 +442,6 @@ void RoFormer<T>::unpack() {
   clear(p.head.dense);
   p.head.decoder_packed = nullptr;
   packed_.clear();
-  bf16_attention_ = false;
 }
 
 template <typename T>

@@ -155,7 +155,6 @@ class RoFormer : public Trainable<T> {
   std::vector<T> d_memory_;            // (B, Tk, H)
   std::vector<std::unique_ptr<ops::PackedLinear>> packed_;  // what p's packed pointers point to
   ops::Precision packed_precision_ = ops::Precision::f32;
-  bool bf16_attention_ = false;  // packed in bf16 or int8 on a CPU with native bf16 (attention_context)
   bool arena_released_ = false;  // pack(…, release_arena): the packed weights' arena pages are gone
   void unpack();
   void require_unpacked(const char* what) const;

@@ -190,6 +190,41 @@ void softmax_backward_row(const T* a, T* ds, int64_t n) {
   }
 }
 
+// One (batch, head)'s two products per block of query rows: BLAS in T, or, with bf16_products (fp32
+// only), bf16 operands through oneDNN, the head's keys and values converted once in load_head.
+template <typename T>
+class BlockProducts {
+ public:
+  BlockProducts(const T* k, const T* v, int64_t C, int64_t D, int64_t Tn, bool bf16)
+      : k_(k), v_(v), C_(C), D_(D), Tn_(Tn), bf16_(bf16) {}
+  void load_head(int64_t koff) {
+    koff_ = koff;
+    if constexpr (std::is_same_v<T, float>) {
+      if (bf16_) bf16_ops_.load_head(k_ + koff, v_ + koff, Tn_, C_, D_);
+    }
+  }
+  // a (rows, E), row stride Tn, written = scale · q (rows, D; row stride C) · kᵀ.
+  void scores(T* a, const T* q, int64_t rows, int64_t E, T scale) {
+    if constexpr (std::is_same_v<T, float>) {
+      if (bf16_) return bf16_ops_.scores(a, Tn_, q, C_, rows, E, scale);
+    }
+    gemm(false, true, rows, E, D_, scale, q, C_, k_ + koff_, C_, T(0), a, Tn_);
+  }
+  // out (rows, D), row stride C, written = p (rows, E; row stride Tn) · v.
+  void mix(T* out, const T* p, int64_t rows, int64_t E) {
+    if constexpr (std::is_same_v<T, float>) {
+      if (bf16_) return bf16_ops_.mix(out, C_, p, Tn_, rows, E);
+    }
+    gemm(false, false, rows, D_, E, T(1), p, Tn_, v_ + koff_, C_, T(0), out, C_);
+  }
+
+ private:
+  const T *k_, *v_;
+  int64_t C_, D_, Tn_, koff_ = 0;
+  bool bf16_;
+  Bf16AttentionProducts bf16_ops_;
+};
+
 }  // namespace
 
 template <typename T>
@@ -198,38 +233,26 @@ void attention_forward(T* out, T* att, const T* q, const T* k, const T* v, const
   const int64_t C = s.H * s.D, Tq = s.T, Tn = s.keys(), TT = Tq * Tn;
   const T scale = static_cast<T>(1.0 / std::sqrt(static_cast<double>(s.D)));
   const KeyMask mask(key_mask, s);
-  const bool bf16 = s.bf16_products;
-  if (bf16 && (!std::is_same_v<T, float> || att || s.dropout_p > 0)) {
+  if (s.bf16_products && (!std::is_same_v<T, float> || att || s.dropout_p > 0)) {
     throw std::invalid_argument("attention_forward: bf16 products are for fp32 inference (no att, no dropout)");
   }
 #pragma omp parallel
   {
     std::vector<T> dropped(s.dropout_p > 0 ? kRowBlock * Tn : 0);  // a block of rows after dropout
     std::vector<T> tile(att ? 0 : kRowBlock * Tn);                   // att null: one block of rows at a time
-    Bf16AttentionProducts products;                                  // bf16: this thread's operands
+    BlockProducts<T> products(k, v, C, s.D, Tn, s.bf16_products);
 #pragma omp for schedule(static)
     for (int64_t bh = 0; bh < s.B * s.H; ++bh) {
       const int64_t b = bh / s.H, h = bh % s.H;
-      const int64_t off = b * Tq * C + h * s.D;                 // head h of query 0 in batch b
-      const int64_t koff = b * s.key_stride() * C + h * s.D;  // head h of key 0 in batch b
+      const int64_t off = b * Tq * C + h * s.D;  // head h of query 0 in batch b
+      products.load_head(b * s.key_stride() * C + h * s.D);  // head h of key 0 in batch b
       const uint64_t seed = s.dropout_p > 0 ? block_seed(s, b, h) : 0;
-      if constexpr (std::is_same_v<T, float>) {
-        if (bf16) products.load_head(k + koff, v + koff, Tn, C, s.D);
-      }
       for (int64_t r0 = 0; r0 < Tq; r0 += kRowBlock) {
         const int64_t rows = std::min(kRowBlock, Tq - r0);
         int64_t E = 0;  // key columns this block reads
         for (int64_t t = r0; t < r0 + rows; ++t) E = std::max(E, mask.row(b, t, s.causal).extent(Tn));
         T* a = att ? att + bh * TT + r0 * Tn : tile.data();  // (rows, Tk): rows r0 .. of the (T, Tk) block
-        if constexpr (std::is_same_v<T, float>) {
-          if (bf16) {
-            products.scores(a, Tn, q + off + r0 * C, C, rows, E, scale);
-            for (int64_t t = r0; t < r0 + rows; ++t) softmax_row(a + (t - r0) * Tn, Tn, mask.row(b, t, s.causal), mask.keys(b));
-            products.mix(out + off + r0 * C, C, a, Tn, rows, E);
-            continue;
-          }
-        }
-        gemm(false, true, rows, E, s.D, scale, q + off + r0 * C, C, k + koff, C, T(0), a, Tn);  // q·kᵀ/√D
+        products.scores(a, q + off + r0 * C, rows, E, scale);  // q·kᵀ/√D
         for (int64_t t = r0; t < r0 + rows; ++t) {
           softmax_row(a + (t - r0) * Tn, Tn, mask.row(b, t, s.causal), mask.keys(b));
         }
@@ -240,7 +263,7 @@ void attention_forward(T* out, T* att, const T* q, const T* k, const T* v, const
           }
           p = dropped.data();
         }
-        gemm(false, false, rows, s.D, E, T(1), p, Tn, v + koff, C, T(0), out + off + r0 * C, C);  // att·v
+        products.mix(out + off + r0 * C, p, rows, E);  // att·v
       }
     }
   }

@@ -15,11 +15,10 @@ namespace {
 using dnnl::memory;
 using dt = memory::data_type;
 
-// (product, rows, keys, destination row stride, source row stride, head dim)
-using ShapeKey = std::tuple<int, int64_t, int64_t, int64_t, int64_t, int64_t>;
+// (product: 0 scores, 1 mix; rows, keys, destination row stride, head dim): the rest follows from them.
+using ShapeKey = std::tuple<int, int64_t, int64_t, int64_t, int64_t>;
 
-// src (M, K) bf16 row-major with row stride lda; weights (K, N) bf16 with the given strides; dst
-// (M, N) f32 with row stride ldc.
+// The primitive for src (M, K) bf16, weights (K, N) bf16 and dst (M, N) f32, each with its strides.
 const dnnl::matmul& matmul(const ShapeKey& key, const memory::desc& src, const memory::desc& weights,
                            const memory::desc& dst) {
   thread_local std::map<ShapeKey, dnnl::matmul> cache;
@@ -60,7 +59,7 @@ void Bf16AttentionProducts::scores(float* a, int64_t Tn, const float* q, int64_t
   // kᵀ as oneDNN's (K, N) = (D, E) weights: the (E, D) row-major keys read column by column.
   const memory::desc src({rows, D}, dt::bf16, memory::dims{D, 1}), weights({D, E}, dt::bf16, memory::dims{1, D});
   const memory::desc dst({rows, E}, dt::f32, memory::dims{Tn, 1});
-  execute(matmul({0, rows, E, Tn, D, D}, src, weights, dst), src, q_.data(), weights, k_.data(), dst, a);
+  execute(matmul({0, rows, E, Tn, D}, src, weights, dst), src, q_.data(), weights, k_.data(), dst, a);
 }
 
 void Bf16AttentionProducts::mix(float* out, int64_t C, const float* p, int64_t Tn, int64_t rows, int64_t E) {
@@ -69,7 +68,7 @@ void Bf16AttentionProducts::mix(float* out, int64_t C, const float* p, int64_t T
   for (int64_t r = 0; r < rows; ++r) bf16_from_f32(p_.data() + r * E, p + r * Tn, E);
   const memory::desc src({rows, E}, dt::bf16, memory::dims{E, 1}), weights({E, D}, dt::bf16, memory::dims{D, 1});
   const memory::desc dst({rows, D}, dt::f32, memory::dims{C, 1});
-  execute(matmul({1, rows, E, C, E, D}, src, weights, dst), src, p_.data(), weights, v_.data(), dst, out);
+  execute(matmul({1, rows, E, C, D}, src, weights, dst), src, p_.data(), weights, v_.data(), dst, out);
 }
 
 }  // namespace ops
