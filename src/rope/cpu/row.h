@@ -22,7 +22,8 @@ struct TokenCosSin {
 // The heads of one row. They are rotated in blocks of `block` heads, each chunk's cos/sin loaded
 // once per block: all heads when the call's data fits in cache (reuse wins), one at a time when it
 // streams from DRAM (one sequential stream per tensor is what the prefetchers follow best). The
-// portable bf16 kernels, bound by their rounding arithmetic rather than loads, walk heads one by one.
+// portable bf16 kernels, bound by their rounding arithmetic rather than loads, walk heads one by one;
+// the AVX512-BF16 ones pass the whole row under each tile of cos/sin held in registers.
 struct Heads {
   const uint8_t* in;
   uint8_t* out;
