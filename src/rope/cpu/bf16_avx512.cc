@@ -72,7 +72,7 @@ ROPE_BF16_TARGET inline __m512 odd_of(__m512i x) {
 // The heads of a row with Heads' fields in locals. The stores go through may_alias vector types, so
 // a kernel reading the struct itself would reload it after each of them (measured: half the
 // instructions of the inner loop were such reloads and their address arithmetic).
-struct HeadBlock {
+struct HeadRow {
   const uint8_t* in;
   uint8_t* out;
   int64_t n, in_stride, out_stride;
@@ -91,7 +91,7 @@ struct HeadBlock {
 struct InterleavedSteps {
   static constexpr int32_t kPairs = 16;
   template <int kTile, bool kStream>
-  ROPE_BF16_TARGET static void tile(const HeadBlock& heads, int32_t offset, int32_t /*n_pairs*/, int32_t step,
+  ROPE_BF16_TARGET static void tile(const HeadRow& heads, int32_t offset, int32_t /*n_pairs*/, int32_t step,
                                     const TokenCosSin& cs) {
     __m512 c[kTile], s[kTile];
     for (int v = 0; v < kTile; ++v) {
@@ -118,7 +118,7 @@ struct InterleavedSteps {
 struct HalfSteps {
   static constexpr int32_t kPairs = 32;
   template <int kTile, bool kStream>
-  ROPE_BF16_TARGET static void tile(const HeadBlock& heads, int32_t offset, int32_t n_pairs, int32_t step,
+  ROPE_BF16_TARGET static void tile(const HeadRow& heads, int32_t offset, int32_t n_pairs, int32_t step,
                                     const TokenCosSin& cs) {
     const int32_t n_even = (n_pairs + 1) / 2;
     __m512 ce[kTile], se[kTile], co[kTile], so[kTile];
@@ -154,7 +154,7 @@ struct HalfSteps {
 template <class Steps, bool kStream>
 ROPE_BF16_TARGET int32_t rotate_steps(const Heads& heads, int32_t offset, int32_t n_pairs, const TokenCosSin& cs) {
   const int32_t steps = n_pairs / Steps::kPairs;
-  const HeadBlock row{heads.in, heads.out, heads.n, heads.in_stride, heads.out_stride};
+  const HeadRow row{heads.in, heads.out, heads.n, heads.in_stride, heads.out_stride};
   int32_t step = 0;
   for (; step + 4 <= steps; step += 4) Steps::template tile<4, kStream>(row, offset, n_pairs, step, cs);
   switch (steps - step) {
