@@ -42,10 +42,8 @@ def main():
     print("# Chinese: pre-training, sentiment and long texts (paper §4.5, small scale)\n")
     print("Made by `experiments/chinese.sh` (this report: `experiments/chinese_report.py runs/zh`).\n")
     print("## Pre-training (masked LM, 4 × 256, 256 positions, WordPiece 8k: characters for Chinese)\n")
-    last = evals[-1] if evals else {}
-    print(f"- steps: {pre[-1]['step']}; last validation loss {last.get('val_loss', float('nan')):.4f} nats/token"
-          f" (unigram baseline {baseline.group(1) if baseline else '?'}); first {evals[0]['val_loss']:.4f}"
-          if evals else "- no evaluation recorded")
+    print(f"- steps: {pre[-1]['step']}; validation loss {evals[0]['val_loss']:.4f} → {evals[-1]['val_loss']:.4f}"
+          f" nats/token (unigram baseline {baseline.group(1)})")
     print(f"- speed: {statistics.median(r['tokens_per_s'] for r in pre[5:]):.0f} tokens/s\n")
     print("## Fine-tuning\n")
     print("| task | cut-off (tokens) | seeds | best validation accuracy | test accuracy | test rows | tok/s |")

@@ -173,7 +173,8 @@ elif name == "sanguo-eras":
                 f.write(json.dumps(r, ensure_ascii=False) + "\n")
         os.replace(f"{out}/{split}.jsonl.tmp", f"{out}/{split}.jsonl")
     print(f"{out}: passages of {window} characters, train {len(parts['train'])} / validation "
-          f"{len(parts['validation'])} / test {len(parts['test'])} (chapters 84 / 12 / 24, seed {seed}); "
+          f"{len(parts['validation'])} / test {len(parts['test'])} (chapters "
+          f"{' / '.join(str(list(split_of.values()).count(k)) for k in parts)}, seed {seed}); "
           f"corpus.txt {os.path.getsize(out + '/corpus.txt')} bytes")
 elif name == "bible-pairs":
     sys.path.insert(0, src)

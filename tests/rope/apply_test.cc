@@ -38,7 +38,8 @@ int64_t uniform(std::mt19937_64& rng, int64_t lo, int64_t hi) {  // inclusive
 RandomCase random_case(std::mt19937_64& rng) {
   RandomCase c;
   const bool typical = uniform(rng, 0, 1) == 0;
-  const int32_t head_dim = typical ? pick(rng, {64, 128, 96}) : static_cast<int32_t>(uniform(rng, 2, 150));
+  // 192 and 256: rows of 3 and 4 steps for the AVX512-BF16 half kernel, and more than one tile interleaved.
+  const int32_t head_dim = typical ? pick(rng, {64, 128, 96, 192, 256}) : static_cast<int32_t>(uniform(rng, 2, 150));
   rope_config_init(&c.cfg, head_dim);
   rope_config& cfg = c.cfg;
   if (!typical) {

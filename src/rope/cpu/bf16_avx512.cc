@@ -69,21 +69,6 @@ ROPE_BF16_TARGET inline __m512 odd_of(__m512i x) {
   return _mm512_castsi512_ps(_mm512_and_si512(x, _mm512_set1_epi32(static_cast<int>(0xffff0000u))));
 }
 
-// The heads of a row with Heads' fields in locals. The stores go through may_alias vector types, so
-// a kernel reading the struct itself would reload it after each of them (measured: half the
-// instructions of the inner loop were such reloads and their address arithmetic).
-struct HeadRow {
-  const uint8_t* in;
-  uint8_t* out;
-  int64_t n, in_stride, out_stride;
-  const uint16_t* in_head(int64_t h, int64_t element) const {
-    return reinterpret_cast<const uint16_t*>(in + h * in_stride) + element;
-  }
-  uint16_t* out_head(int64_t h, int64_t element) const {
-    return reinterpret_cast<uint16_t*>(out + h * out_stride) + element;
-  }
-};
-
 // A step is one vector's worth of pairs. tile<kTile> holds the cos/sin of kTile steps in registers
 // while every head of the row passes under them, so the inner loop is loads, arithmetic and stores.
 
@@ -91,17 +76,17 @@ struct HeadRow {
 struct InterleavedSteps {
   static constexpr int32_t kPairs = 16;
   template <int kTile, bool kStream>
-  ROPE_BF16_TARGET static void tile(const HeadRow& heads, int32_t offset, int32_t /*n_pairs*/, int32_t step,
+  ROPE_BF16_TARGET static void tile(const Heads& heads, int32_t offset, int32_t /*n_pairs*/, int32_t step,
                                     const TokenCosSin& cs) {
     __m512 c[kTile], s[kTile];
     for (int v = 0; v < kTile; ++v) {
       c[v] = _mm512_loadu_ps(cs.pc.data() + kPairs * (step + v));
       s[v] = _mm512_loadu_ps(cs.ps.data() + kPairs * (step + v));
     }
-    const int64_t first = offset + 2 * kPairs * step;  // element
+    const int32_t first = offset + 2 * kPairs * step;  // element
     for (int64_t h = 0; h < heads.n; ++h) {
-      const uint16_t* in = heads.in_head(h, first);
-      uint16_t* out = heads.out_head(h, first);
+      const uint16_t* in = InHead<uint16_t>(heads, h, first);  // per-head pointers in locals (row.h)
+      uint16_t* out = OutHead<uint16_t>(heads, h, first);
 #pragma GCC unroll 4  // kTile ≤ 4: cos/sin stay in registers instead of the stack
       for (int v = 0; v < kTile; ++v) {
         const __m512i x = _mm512_loadu_si512(in + 2 * kPairs * v);
@@ -118,7 +103,7 @@ struct InterleavedSteps {
 struct HalfSteps {
   static constexpr int32_t kPairs = 32;
   template <int kTile, bool kStream>
-  ROPE_BF16_TARGET static void tile(const HeadRow& heads, int32_t offset, int32_t n_pairs, int32_t step,
+  ROPE_BF16_TARGET static void tile(const Heads& heads, int32_t offset, int32_t n_pairs, int32_t step,
                                     const TokenCosSin& cs) {
     const int32_t n_even = (n_pairs + 1) / 2;
     __m512 ce[kTile], se[kTile], co[kTile], so[kTile];
@@ -129,10 +114,10 @@ struct HalfSteps {
       co[v] = _mm512_loadu_ps(cs.ec.data() + n_even + k);
       so[v] = _mm512_loadu_ps(cs.es.data() + n_even + k);
     }
-    const int64_t first = offset + kPairs * step;  // element of the low half
+    const int32_t first = offset + kPairs * step;  // element of the low half
     for (int64_t h = 0; h < heads.n; ++h) {
-      const uint16_t* in = heads.in_head(h, first);
-      uint16_t* out = heads.out_head(h, first);
+      const uint16_t* in = InHead<uint16_t>(heads, h, first);  // per-head pointers in locals (row.h)
+      uint16_t* out = OutHead<uint16_t>(heads, h, first);
 #pragma GCC unroll 4
       for (int v = 0; v < kTile; ++v) {
         const __m512i lo = _mm512_loadu_si512(in + kPairs * v), hi = _mm512_loadu_si512(in + n_pairs + kPairs * v);
@@ -154,13 +139,12 @@ struct HalfSteps {
 template <class Steps, bool kStream>
 ROPE_BF16_TARGET int32_t rotate_steps(const Heads& heads, int32_t offset, int32_t n_pairs, const TokenCosSin& cs) {
   const int32_t steps = n_pairs / Steps::kPairs;
-  const HeadRow row{heads.in, heads.out, heads.n, heads.in_stride, heads.out_stride};
   int32_t step = 0;
-  for (; step + 4 <= steps; step += 4) Steps::template tile<4, kStream>(row, offset, n_pairs, step, cs);
+  for (; step + 4 <= steps; step += 4) Steps::template tile<4, kStream>(heads, offset, n_pairs, step, cs);
   switch (steps - step) {
-    case 3: Steps::template tile<3, kStream>(row, offset, n_pairs, step, cs); break;
-    case 2: Steps::template tile<2, kStream>(row, offset, n_pairs, step, cs); break;
-    case 1: Steps::template tile<1, kStream>(row, offset, n_pairs, step, cs); break;
+    case 3: Steps::template tile<3, kStream>(heads, offset, n_pairs, step, cs); break;
+    case 2: Steps::template tile<2, kStream>(heads, offset, n_pairs, step, cs); break;
+    case 1: Steps::template tile<1, kStream>(heads, offset, n_pairs, step, cs); break;
     default: break;
   }
   return steps * Steps::kPairs;

@@ -182,15 +182,6 @@ HWY_INLINE void ScalarStore(float v, hwy::bfloat16_t* p) {
   std::memcpy(p, &b, 2);
 }
 
-template <typename T>
-HWY_INLINE const T* InHead(const Heads& h, int64_t i, int32_t offset) {
-  return reinterpret_cast<const T*>(h.in + i * h.in_stride) + offset;
-}
-template <typename T>
-HWY_INLINE T* OutHead(const Heads& h, int64_t i, int32_t offset) {
-  return reinterpret_cast<T*>(h.out + i * h.out_stride) + offset;
-}
-
 // Scalar pairs [first, n_pairs) of every head, any layout (tails and single-lane targets).
 template <typename T>
 HWY_INLINE void RotatePairsScalar(const Heads& heads, int32_t offset, int32_t first, int32_t n_pairs,

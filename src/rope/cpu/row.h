@@ -32,6 +32,17 @@ struct Heads {
   bool stream;  // non-temporal stores for vector-aligned outputs
 };
 
+// Element `offset` of head i, as T (the kernels take per-head pointers in locals: their vector stores
+// may alias anything, so a Heads field read after one would be reloaded).
+template <typename T>
+inline const T* InHead(const Heads& h, int64_t i, int32_t offset) {
+  return reinterpret_cast<const T*>(h.in + i * h.in_stride) + offset;
+}
+template <typename T>
+inline T* OutHead(const Heads& h, int64_t i, int32_t offset) {
+  return reinterpret_cast<T*>(h.out + i * h.out_stride) + offset;
+}
+
 // bf16 kernels with AVX512-BF16's native round-to-nearest-even conversion (bf16_avx512.cc).
 // Each rotates the first pairs of every head in whole vectors and returns how many pairs that was
 // (the caller does the rest); 0 when the CPU lacks AVX512-BF16.
