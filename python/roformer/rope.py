@@ -33,7 +33,9 @@ class Config:
     GPT-J, Meta Llama) or "half" pairs (i, i + rot_dim/2) (GPT-NeoX, Hugging Face Llama). base: θ_i =
     base^(-2i/rot_dim). scaling: "none", "linear:F", "ntk:F", "dynamic-ntk:F:ORIG", "yarn:F:ORIG" or
     "llama3:F:ORIG". attention_factor: overrides the scaling method's (YaRN's) factor on cos and sin.
-    seq_len: the sequence length for dynamic NTK. preset: start from a librope preset ("roformer",
+    seq_len: the sequence length for dynamic NTK. table_positions: N > 0 precomputes an fp32 cos/sin
+    table for positions [0, N) (librope's TABLE mode: the same results, faster for small calls;
+    positions from N on are an error); 0 computes cos/sin per call from the exact angle. preset: start from a librope preset ("roformer",
     "gptj", "neox", "llama", "llama3", "qwen2", "qwen2_vl"); fields left at None keep the preset's.
     """
 
@@ -45,6 +47,7 @@ class Config:
     scaling: Optional[str] = None
     attention_factor: float = 0.0
     seq_len: int = 0
+    table_positions: int = 0
     preset: Optional[str] = None
 
     @staticmethod
@@ -65,7 +68,7 @@ def _make_plan(c: Config) -> "_rope.Plan":
     scaling = c.scaling if c.scaling is not None else ("preset" if c.preset else "none")
     base = c.base if c.base is not None or c.preset else 10000.0
     return _rope.Plan(c.preset, c.head_dim, c.rot_dim, c.rot_offset, layout, base, scaling, c.attention_factor,
-                      c.seq_len)
+                      c.seq_len, c.table_positions)
 
 
 def _is_torch(x) -> bool:
