@@ -15,6 +15,7 @@ backward is the inverse rotation).
 from __future__ import annotations
 
 import dataclasses
+import json
 from typing import Optional
 
 import numpy as np
@@ -37,6 +38,7 @@ class Config:
     table for positions [0, N) (librope's TABLE mode: the same results, faster for small calls;
     positions from N on are an error); 0 computes cos/sin per call from the exact angle. preset: start from a librope preset ("roformer",
     "gptj", "neox", "llama", "llama3", "qwen2", "qwen2_vl"); fields left at None keep the preset's.
+    The attribute `spec` is the configuration as canonical JSON (Config.from_spec reads it back).
     """
 
     head_dim: int
@@ -50,9 +52,21 @@ class Config:
     table_positions: int = 0
     preset: Optional[str] = None
 
+    def __post_init__(self):
+        # `spec`: the configuration as canonical JSON, a string that names it (PyTorch custom ops take
+        # strings, not objects; roformer.rope_torch passes it). Made here, so reading it is plain
+        # attribute access, which torch.compile traces.
+        spec = json.dumps({f.name: getattr(self, f.name) for f in dataclasses.fields(self)}, sort_keys=True)
+        object.__setattr__(self, "spec", spec)
+
     @staticmethod
     def from_preset(name: str, head_dim: int, **overrides) -> "Config":
         return Config(head_dim=head_dim, preset=name, **overrides)
+
+    @staticmethod
+    def from_spec(spec: str) -> "Config":
+        """The Config whose `spec` is this string."""
+        return Config(**json.loads(spec))
 
     def plan(self) -> "_rope.Plan":
         """The compiled librope plan, made on first use and kept on the (immutable) config."""

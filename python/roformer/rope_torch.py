@@ -10,9 +10,12 @@ rope.Config (and positions) where the peers take precomputed cos/sin tables: lib
 angle m·θ_i exactly instead of rounding m and θ_i to float32 first, so at long positions the result is
 closer to the float64 formula than the peers' (tests/test_adapters.py measures it).
 
-torch.library.custom_op, register_fake and opcheck need PyTorch >= 2.4; Debian 12's PyTorch is 1.13,
-so `rope` is a torch.autograd.Function (gradcheck passes in float64) and torch.compile treats it as a
-graph break.
+On PyTorch >= 2.4, `rope` is the custom op torch.ops.roformer.rope (torch.library.custom_op) with a
+fake implementation and an autograd formula: it passes torch.library.opcheck, and torch.compile traces
+it without a graph break. On older PyTorch (Debian 12 has 1.13) it is a torch.autograd.Function with
+the same backward; torch.compile, where it exists (2.0-2.3), breaks the graph there. Either way
+gradcheck passes in float64. The custom op's dispatch costs about 22 µs a call (docs/python.md):
+calls that need no autograd are faster through roformer.rope.apply.
 """
 from __future__ import annotations
 
@@ -44,9 +47,53 @@ class _Rope(torch.autograd.Function):
         return dx, None, None, None, None, None
 
 
+# Custom ops take tensors, numbers and strings, so the op carries the Config's spec (its JSON); each
+# spec maps back to one Config, and so one cached librope plan, per process.
+_CONFIGS: dict = {}
+
+
+def _config_of(spec: str) -> _rope.Config:
+    config = _CONFIGS.get(spec)
+    if config is None:
+        config = _CONFIGS.setdefault(spec, _rope.Config.from_spec(spec))
+    return config
+
+
+def _index_tensor(a) -> Optional[torch.Tensor]:
+    return None if a is None else torch.as_tensor(a, dtype=torch.int64)
+
+
+if hasattr(torch.library, "custom_op"):  # PyTorch >= 2.4
+
+    @torch.library.custom_op("roformer::rope", mutates_args=())
+    def _rope_op(x: torch.Tensor, config: str, start: int, positions: Optional[torch.Tensor],
+                 cu_seqlens: Optional[torch.Tensor], key: bool, backward: bool) -> torch.Tensor:
+        return _rope.apply(_head_contiguous(x.detach()), config=_config_of(config), start=start, positions=positions,
+                           cu_seqlens=cu_seqlens, key=key, backward=backward)
+
+    @_rope_op.register_fake
+    def _(x, config, start, positions, cu_seqlens, key, backward):
+        return x.new_empty(x.shape)  # what rope.apply returns: a new contiguous tensor of x's shape and dtype
+
+    def _setup_context(ctx, inputs, output):
+        x, config, start, positions, cu_seqlens, key, backward = inputs
+        ctx.save_for_backward(positions, cu_seqlens)
+        ctx.args = (config, start, key, backward)
+
+    def _backward_op(ctx, grad):  # the inverse rotation, itself differentiable (double backward)
+        positions, cu_seqlens = ctx.saved_tensors
+        config, start, key, backward = ctx.args
+        return _rope_op(grad, config, start, positions, cu_seqlens, key, not backward), None, None, None, None, None, None
+
+    _rope_op.register_autograd(_backward_op, setup_context=_setup_context)
+
+
 def rope(x: torch.Tensor, config: _rope.Config, *, start: int = 0, positions=None, cu_seqlens=None,
          key: bool = False) -> torch.Tensor:
     """Differentiable rotation of x ([batch, seq, heads, dim], [seq, heads, dim] or packed with cu_seqlens)."""
+    if hasattr(torch.library, "custom_op"):
+        return torch.ops.roformer.rope(x, config.spec, start, _index_tensor(positions),
+                                       _index_tensor(cu_seqlens), key, False)
     return _Rope.apply(x, config, start, positions, cu_seqlens, key)
 
 

@@ -91,14 +91,20 @@ class Plan {
   int32_t head_dim_ = 0, rot_dim_ = 0, n_axes_ = 1;
 };
 
-// [batch, seq, heads, dim] or [seq, heads, dim] (batch 1), strides in elements, dim contiguous.
-rope_tensor describe(const char* name, void* data, rope_dtype dtype, size_t ndim, const int64_t* shape,
-                     const int64_t* strides) {
+// [batch, seq, heads, dim] or [seq, heads, dim] (batch 1), strides in elements, dim contiguous and equal
+// to the plan's head_dim (rope_tensor has no dim: librope reads head_dim elements a head).
+rope_tensor describe(const char* name, int32_t head_dim, void* data, rope_dtype dtype, size_t ndim,
+                     const int64_t* shape, const int64_t* strides) {
   if (ndim != 3 && ndim != 4) {
     throw nb::value_error((std::string(name) + " must be [batch, seq, heads, dim] or [seq, heads, dim]").c_str());
   }
   const size_t o = ndim == 4 ? 1 : 0;
-  if (shape[o + 2] > 1 && strides[o + 2] != 1) {
+  const bool empty = shape[0] == 0 || shape[1] == 0 || shape[2] == 0 || (o && shape[3] == 0);
+  if (shape[o + 2] != head_dim) {
+    throw nb::value_error((std::string(name) + ": the last dimension is " + std::to_string(shape[o + 2]) +
+                           ", the configuration's head_dim is " + std::to_string(head_dim)).c_str());
+  }
+  if (!empty && shape[o + 2] > 1 && strides[o + 2] != 1) {  // an empty array's strides mean nothing
     throw nb::value_error((std::string(name) + ": the last (head_dim) dimension must be contiguous").c_str());
   }
   rope_tensor t{};
@@ -144,7 +150,7 @@ rope_dtype torch_dtype(const Torch& torch, nb::handle d, const char* name) {
 }
 
 // A torch tensor described from its attributes: about 0.45 µs, where DLPack export costs 0.9 µs.
-rope_tensor torch_tensor(const Torch& torch, nb::handle x, const char* name) {
+rope_tensor torch_tensor(const Torch& torch, nb::handle x, const char* name, int32_t head_dim) {
   const std::string n(name);
   if (!nb::cast<bool>(x.attr("is_cpu"))) throw nb::value_error((n + " must be a CPU tensor").c_str());
   if (!x.attr("layout").is(torch.strided)) throw nb::value_error((n + " must be a dense (strided) tensor").c_str());
@@ -161,7 +167,7 @@ rope_tensor torch_tensor(const Torch& torch, nb::handle x, const char* name) {
     for (size_t i = 0; i < ndim; ++i) sizes[i] = nb::cast<int64_t>(shape[i]), strides[i] = nb::cast<int64_t>(stride[i]);
   }
   void* data = reinterpret_cast<void*>(nb::cast<uintptr_t>(x.attr("data_ptr")()));
-  return describe(name, data, dtype, ndim, sizes.data(), strides.data());
+  return describe(name, head_dim, data, dtype, ndim, sizes.data(), strides.data());
 }
 
 rope_dtype dtype_of(const Array& a, const char* name) {
@@ -179,12 +185,12 @@ struct Operand {
   std::optional<Array> array;
 };
 
-Operand operand_of(nb::handle x, const char* name) {
+Operand operand_of(nb::handle x, const char* name, int32_t head_dim) {
   Operand r;
   // A type test (subclasses such as nn.Parameter included) rather than isinstance(): no __instancecheck__.
   const Torch* torch = torch_if_imported();
   if (torch != nullptr && PyObject_TypeCheck(x.ptr(), reinterpret_cast<PyTypeObject*>(torch->tensor.ptr()))) {
-    r.t = torch_tensor(*torch, x, name);
+    r.t = torch_tensor(*torch, x, name, head_dim);
     return r;
   }
   r.array.emplace();
@@ -196,7 +202,7 @@ Operand operand_of(nb::handle x, const char* name) {
   if (a.ndim() == 3 || a.ndim() == 4) {
     for (size_t i = 0; i < a.ndim(); ++i) sizes[i] = static_cast<int64_t>(a.shape(i)), strides[i] = a.stride(i);
   }
-  r.t = describe(name, a.data(), dtype_of(a, name), a.ndim(), sizes.data(), strides.data());
+  r.t = describe(name, head_dim, a.data(), dtype_of(a, name), a.ndim(), sizes.data(), strides.data());
   return r;
 }
 
@@ -244,9 +250,9 @@ void run(Call&& call) {
 void apply(const Plan& plan, nb::handle x, nb::handle out, bool backward, bool key, int64_t start,
            std::optional<Index> starts, std::optional<IndexN> ids, std::optional<Index> cu_seqlens,
            std::optional<Index> seq_starts, int32_t threads) {
-  const Operand in = operand_of(x, "x");
+  const Operand in = operand_of(x, "x", plan.head_dim());
   std::optional<Operand> dst;
-  if (!out.is_none()) dst = operand_of(out, "out");
+  if (!out.is_none()) dst = operand_of(out, "out", plan.head_dim());
   if (is_empty(in.t)) return;
   const Positions pos = positions_of(start, starts, ids, cu_seqlens, seq_starts);
   const rope_exec exec{threads, ROPE_BACKEND_AUTO};
@@ -259,10 +265,10 @@ void apply(const Plan& plan, nb::handle x, nb::handle out, bool backward, bool k
 void apply_qk(const Plan& plan, nb::handle q, nb::handle k, nb::handle q_out, nb::handle k_out, bool backward,
               int64_t start, std::optional<Index> starts, std::optional<IndexN> ids, std::optional<Index> cu_seqlens,
               std::optional<Index> seq_starts, int32_t threads) {
-  const Operand tq = operand_of(q, "q"), tk = operand_of(k, "k");
+  const Operand tq = operand_of(q, "q", plan.head_dim()), tk = operand_of(k, "k", plan.head_dim());
   std::optional<Operand> oq, ok;
-  if (!q_out.is_none()) oq = operand_of(q_out, "q_out");
-  if (!k_out.is_none()) ok = operand_of(k_out, "k_out");
+  if (!q_out.is_none()) oq = operand_of(q_out, "q_out", plan.head_dim());
+  if (!k_out.is_none()) ok = operand_of(k_out, "k_out", plan.head_dim());
   const Positions pos = positions_of(start, starts, ids, cu_seqlens, seq_starts);
   const rope_exec exec{threads, ROPE_BACKEND_AUTO};
   const rope_direction direction = backward ? ROPE_BACKWARD : ROPE_FORWARD;
@@ -285,6 +291,9 @@ void apply_qk(const Plan& plan, nb::handle q, nb::handle k, nb::handle q_out, nb
 
 NB_MODULE(_rope, m) {
   m.doc() = "librope's C ABI (roformer.rope is the Python API over it)";
+  // Plans are cached on rope.Config objects, and the configurations of roformer.rope_torch's custom op
+  // stay referenced from PyTorch's op registry, which outlives nanobind's leak check at exit.
+  nb::set_leak_warnings(false);
   nb::class_<Plan>(m, "Plan")
       .def(nb::init<std::optional<std::string>, int32_t, std::optional<int32_t>, int32_t, const std::string&,
                     std::optional<double>, const std::string&, double, int64_t, int64_t>(),

@@ -98,5 +98,9 @@ def test_errors_carry_librope_messages():
         rope.apply(np.zeros((1, 2, 1, 8), np.float32), config=rope.Config(8, scaling="bogus:2"))
     with pytest.raises(ValueError, match="layout"):
         rope.Config(8, layout="diagonal").plan()
-    with pytest.raises(ValueError):
-        rope.apply(np.zeros((1, 2, 1, 8), np.float32), config=rope.Config(16))
+    with pytest.raises(ValueError, match="x: the last dimension is 8, the configuration's head_dim is 16"):
+        rope.apply(np.zeros((1, 1, 1, 8), np.float32), config=rope.Config(16))  # librope would read past it
+    with pytest.raises(ValueError, match="out: the last dimension is 8"):
+        rope.apply(np.zeros((1, 2, 1, 16), np.float32), config=rope.Config(16), out=np.zeros((1, 2, 1, 8), np.float32))
+    with pytest.raises(ValueError, match="out"):
+        rope.apply(np.zeros((1, 2, 1, 16), np.float32), config=rope.Config(16), out=np.zeros((1, 1, 1, 16), np.float32))

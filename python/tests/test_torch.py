@@ -75,6 +75,8 @@ def test_tensor_errors_name_the_argument():
         rope.apply(torch.zeros(1, 2, 1, 16)[..., ::2], config=cfg)
     with pytest.raises(ValueError, match="batch, seq, heads, dim"):
         rope.apply(torch.zeros(2, 8), config=cfg)
+    with pytest.raises(ValueError, match="k: the last dimension is 4, the configuration's head_dim is 8"):
+        rope.apply_qk(torch.zeros(1, 2, 1, 8), torch.zeros(1, 2, 1, 4), config=cfg)
     with pytest.raises(TypeError, match="x must be a NumPy array"):
         rope.apply([[[[0.0] * 8]]], config=cfg, inplace=True)
     with pytest.raises(ValueError, match="overlaps"):  # an expanded view: heads and tokens share memory
