@@ -11,7 +11,8 @@ dtype (f32, bf16) and threads (1, 2), interleaved pairs, forward, q and k:
   python   roformer.rope.apply_qk(q, k, config=..., start=..., inplace=True, threads=T), with a table
            plan (rope.Config(128, table_positions=8192)) and computing cos/sin on the fly
   C        our in-place result for the same case in ours.json, same mode
-  torch    the fastest of rope_torch.py's PyTorch variants (out of place, as PyTorch has no in-place RoPE)
+  torch    the fastest of rope_torch.py's PyTorch variants (out of place, as PyTorch has no in-place RoPE),
+           torch.compile's among them with --compile
 `--overhead` prints the cost of a whole call on [1, 1, 1, 128] tensors (torch and NumPy) and of the
 decode case at threads=1 and 2 instead (best of 5 × 20,000 calls; OMP_WAIT_POLICY from the environment).
 Ratios: python/C, fastest repetition against the C benchmark's fastest, same mode (target: prefill
@@ -93,7 +94,10 @@ def main():
     ap.add_argument("--quick", action="store_true")
     ap.add_argument("--json", help="write the table as JSON here")
     ap.add_argument("--overhead", action="store_true", help="per-call cost only (see above)")
+    ap.add_argument("--compile", action="store_true", help="PyTorch's variants include torch.compile (>= 2.0)")
     args = ap.parse_args()
+    if args.compile:
+        peer.add_compiled_variants()
     if args.overhead:
         return overhead()
     args.reps, args.warmup, args.min_rep_s, args.max_config_s = (3, 1, 0.001, 0.5) if args.quick else (15, 3, 0.002, 3.0)

@@ -30,6 +30,8 @@ PyTorch variants (the best one per case is reported, and named):
                addcmul_ on the two halves / the even-odd lanes
   complex      (interleaved, fp32 only) Meta-Llama view_as_complex * freqs_cis
   complex_out  the same with torch.mul(..., out=) into a preallocated output
+  compiled     (--compile, PyTorch >= 2.0) torch.compile of the eager formula
+               (Inductor's fused C++ kernel); compiled during the warm-up calls
 With --bwd, the backward direction is also timed: `autograd` (autograd.grad
 through the eager graph, graph built outside the timed region) and the forward
 variants with sin negated (which is what the backward of RoPE is).
@@ -176,6 +178,16 @@ VARIANTS = {  # layout: [(name, fn, dtypes or None for all)]
                     ("complex_out", inter_complex_out, ("f32",))],
 }
 EAGER = {"half": half_eager, "interleaved": inter_eager}
+
+
+def add_compiled_variants():
+    """The `compiled` variant of each layout: torch.compile of its eager formula (one graph per shape
+    and dtype, so the cache holds every case of a run)."""
+    if not hasattr(torch, "compile"):
+        raise SystemExit("--compile needs PyTorch >= 2.0 (this is %s)" % torch.__version__)
+    torch._dynamo.config.cache_size_limit = 64
+    for layout, fn in EAGER.items():
+        VARIANTS[layout].append(("compiled", torch.compile(fn, dynamic=False), None))
 
 
 # ----------------------------------------------------------------------------
@@ -349,7 +361,10 @@ def main():
     ap.add_argument("--reps", type=int, default=20)
     ap.add_argument("--warmup", type=int, default=3)
     ap.add_argument("--no-check", action="store_true", help="skip the correctness check")
+    ap.add_argument("--compile", action="store_true", help="add the torch.compile variant (PyTorch >= 2.0)")
     args = ap.parse_args()
+    if args.compile:
+        add_compiled_variants()
     args.min_rep_s, args.max_config_s = 2e-3, 1.0
     if args.quick:
         args.reps, args.warmup, args.min_rep_s, args.max_config_s = 3, 1, 5e-4, 0.3
