@@ -1,4 +1,5 @@
-// GELU and ReLU, forward and backward (see activation.h), and the vectorised fp32 math of vmath.h.
+// GELU and ReLU, forward and backward (see activation.h), and the vectorised fp32 math of vmath.h
+// (elementary functions, quantisation, bf16 rounding, the AdamW step).
 // fp32 GELU runs on SIMD lanes (vmath-inl.h's NormalCdf and Exp, dispatched at run time to the
 // best target), split across OpenMP threads in fixed chunks; fp64 keeps std::erf/std::exp for the
 // gradient checks.
@@ -129,6 +130,24 @@ void Bf16FromF32Kernel(uint16_t* out, const float* x, int64_t n, float scale) {
   for (; i < n; ++i) out[i] = static_cast<uint16_t>(Bf16BitsScalar(x[i] * scale));
 }
 
+void AdamWStepKernel(float* p, float* m, float* v, const float* g, int64_t n, const AdamWStep& s) {
+  const hn::ScalableTag<float> d;
+  const auto b1 = hn::Set(d, s.beta1), c1 = hn::Set(d, s.one_minus_beta1);
+  const auto b2 = hn::Set(d, s.beta2), c2 = hn::Set(d, s.one_minus_beta2);
+  const auto decay = hn::Set(d, s.decay), step = hn::Set(d, s.step_size);
+  const auto sqrt_bc2 = hn::Set(d, s.sqrt_bias_correction2), eps = hn::Set(d, s.eps);
+  ForEachVector(d, n, [&](int64_t i, size_t c) {
+    const auto gi = LoadPart(d, g + i, c);
+    const auto mi = hn::Add(hn::Mul(b1, LoadPart(d, m + i, c)), hn::Mul(c1, gi));
+    const auto vi = hn::Add(hn::Mul(b2, LoadPart(d, v + i, c)), hn::Mul(hn::Mul(c2, gi), gi));
+    const auto denom = hn::Add(hn::Div(hn::Sqrt(vi), sqrt_bc2), eps);
+    const auto pi = hn::Sub(hn::Mul(LoadPart(d, p + i, c), decay), hn::Mul(step, hn::Div(mi, denom)));
+    StorePart(d, mi, m + i, c);
+    StorePart(d, vi, v + i, c);
+    StorePart(d, pi, p + i, c);
+  });
+}
+
 const char* TargetKernel() { return hwy::TargetName(HWY_TARGET); }
 
 }  // namespace HWY_NAMESPACE
@@ -152,6 +171,7 @@ HWY_EXPORT(TargetKernel);
 HWY_EXPORT(FiniteRangeKernel);
 HWY_EXPORT(QuantizeU8Kernel);
 HWY_EXPORT(Bf16FromF32Kernel);
+HWY_EXPORT(AdamWStepKernel);
 
 void exp_f32(float* out, const float* x, int64_t n) { HWY_DYNAMIC_DISPATCH(ExpKernel)(out, x, n); }
 void erf_f32(float* out, const float* x, int64_t n) { HWY_DYNAMIC_DISPATCH(ErfKernel)(out, x, n); }
@@ -165,6 +185,9 @@ void quantize_u8_f32(const float* x, int64_t n, float inv_scale, float zero_poin
 }
 void bf16_from_f32(uint16_t* out, const float* x, int64_t n, float scale) {
   HWY_DYNAMIC_DISPATCH(Bf16FromF32Kernel)(out, x, n, scale);
+}
+void adamw_step_f32(float* p, float* m, float* v, const float* g, int64_t n, const AdamWStep& s) {
+  HWY_DYNAMIC_DISPATCH(AdamWStepKernel)(p, m, v, g, n, s);
 }
 
 namespace {

@@ -32,6 +32,21 @@ void quantize_u8_f32(const float* x, int64_t n, float inv_scale, float zero_poin
 // products' operands (attention.h).
 void bf16_from_f32(uint16_t* out, const float* x, int64_t n, float scale = 1.0f);
 
+// The coefficients of one AdamW step (train/optim.h), each rounded to fp32 once per step.
+struct AdamWStep {
+  float decay;                      // 1 − lr·weight_decay (1 for parameters without decay)
+  float beta1, one_minus_beta1;     // first moment
+  float beta2, one_minus_beta2;     // second moment
+  float step_size;                  // lr / (1 − β1^t)
+  float sqrt_bias_correction2;      // √(1 − β2^t)
+  float eps;
+};
+
+// One AdamW step over n elements, in fp32 as torch.optim.AdamW computes it:
+//   m ← β1·m + (1 − β1)·g;  v ← β2·v + (1 − β2)·g·g;  p ← p·decay − step_size·(m / (√v / √bc2 + eps)).
+// Every operation rounds to fp32 (no fused multiply-add), so every SIMD target gives the same bits.
+void adamw_step_f32(float* p, float* m, float* v, const float* g, int64_t n, const AdamWStep& s);
+
 // Name of the SIMD target the dispatch picked (e.g. "AVX3"), for logs and tests.
 const char* vmath_target();
 

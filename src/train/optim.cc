@@ -1,9 +1,12 @@
 // AdamW, LR schedules and gradient clipping (see optim.h).
 #include "optim.h"
 
+#include <algorithm>
 #include <cmath>
 #include <numbers>
 #include <stdexcept>
+
+#include "ops/vmath.h"
 
 namespace train {
 
@@ -18,20 +21,24 @@ void AdamW::step(double lr) {
   ++t_;
   const double bc1 = 1.0 - std::pow(cfg_.beta1, static_cast<double>(t_));
   const double bc2 = 1.0 - std::pow(cfg_.beta2, static_cast<double>(t_));
-  const double step_size = lr / bc1, sqrt_bc2 = std::sqrt(bc2);
+  ops::AdamWStep s{};
+  s.beta1 = static_cast<float>(cfg_.beta1), s.one_minus_beta1 = static_cast<float>(1.0 - cfg_.beta1);
+  s.beta2 = static_cast<float>(cfg_.beta2), s.one_minus_beta2 = static_cast<float>(1.0 - cfg_.beta2);
+  s.step_size = static_cast<float>(lr / bc1);
+  s.sqrt_bias_correction2 = static_cast<float>(std::sqrt(bc2));
+  s.eps = static_cast<float>(cfg_.eps);
+  // Element-wise, so chunks of a tensor go to threads in any split without changing a bit; tensors
+  // of one chunk (norms, biases) stay on the calling thread.
+  constexpr int64_t kChunk = 16384;
   for (size_t i = 0; i < params_.size(); ++i) {
     const ParamRef& p = params_[i];
-    float* m = m_[i].data();
-    float* v = v_[i].data();
-    const float decay = p.decay ? static_cast<float>(1.0 - lr * cfg_.weight_decay) : 1.0f;
-    const float b1 = static_cast<float>(cfg_.beta1), b2 = static_cast<float>(cfg_.beta2);
-#pragma omp parallel for schedule(static)
-    for (int64_t j = 0; j < p.size; ++j) {
-      const float g = p.grad[j];
-      m[j] = b1 * m[j] + (1.0f - b1) * g;
-      v[j] = b2 * v[j] + (1.0f - b2) * g * g;
-      const double denom = std::sqrt(static_cast<double>(v[j])) / sqrt_bc2 + cfg_.eps;
-      p.value[j] = static_cast<float>(p.value[j] * decay - step_size * m[j] / denom);
+    float *m = m_[i].data(), *v = v_[i].data();
+    s.decay = p.decay ? static_cast<float>(1.0 - lr * cfg_.weight_decay) : 1.0f;
+    const int64_t chunks = (p.size + kChunk - 1) / kChunk;
+#pragma omp parallel for schedule(static) if (chunks > 1)
+    for (int64_t c = 0; c < chunks; ++c) {
+      const int64_t j = c * kChunk, n = std::min(kChunk, p.size - j);
+      ops::adamw_step_f32(p.value + j, m + j, v + j, p.grad + j, n, s);
     }
   }
 }

@@ -26,7 +26,8 @@ class AdamW {
  public:
   AdamW(std::vector<ParamRef> params, AdamWConfig cfg);
   // One step at learning rate lr: p ← p·(1 − lr·wd) [decay params only], then
-  // p ← p − lr · m̂ / (√v̂ + eps) with m̂, v̂ the bias-corrected moments.
+  // p ← p − lr · m̂ / (√v̂ + eps) with m̂, v̂ the bias-corrected moments. In fp32 SIMD lanes, as
+  // PyTorch computes it (ops::adamw_step_f32); the step's coefficients are formed in double.
   void step(double lr);
   int64_t steps() const { return t_; }
   // Moments, one vector per parameter (for checkpoints).

@@ -1,5 +1,6 @@
 // The fp32 vector maths (src/ops/vmath.h): exp, erf and erfc against the C library over dense ranges,
-// tails, subnormals and specials, on every SIMD target.
+// tails, subnormals and specials; quantisation, bf16 rounding and the AdamW step against their scalar
+// formulas; on every SIMD target.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -104,6 +105,39 @@ TEST(Vmath, ExpMatchesStdExpOverTheFloatRangeAndTails) {
     EXPECT_EQ(e[4], std::numeric_limits<float>::infinity());
     EXPECT_EQ(e[5], 0.0f);
     EXPECT_EQ(e[6], 0.0f);
+  });
+}
+
+// Every SIMD target takes the AdamW step as the scalar fp32 formula does, bit for bit (each operation
+// rounded to fp32, no fused multiply-add), over lengths with partial vectors; and that formula stays
+// within fp32 rounding of the step in double.
+TEST(Vmath, AdamWStepIsTheFp32FormulaOnEveryTarget) {
+  auto bits_of = [](float v) { uint32_t b; std::memcpy(&b, &v, 4); return b; };
+  ops::AdamWStep s{};
+  s.decay = 1.0f - 1e-3f * 0.01f, s.beta1 = 0.9f, s.one_minus_beta1 = 0.1f, s.beta2 = 0.999f;
+  s.one_minus_beta2 = 0.001f, s.step_size = 1e-3f / 0.19f, s.sqrt_bias_correction2 = std::sqrt(0.002f), s.eps = 1e-8f;
+  for_each_simd_target([&] {
+    std::mt19937_64 rng(11);
+    std::normal_distribution<float> z;
+    for (int64_t n : {1, 7, 16, 33, 1000}) {
+      std::vector<float> p(n), m(n), v(n), g(n);
+      for (int64_t i = 0; i < n; ++i) p[i] = z(rng), m[i] = 0.1f * z(rng), v[i] = 0.01f * std::fabs(z(rng)), g[i] = z(rng);
+      if (n > 2) g[0] = 0.0f, v[0] = 0.0f, m[0] = 0.0f;  // a parameter that has never had a gradient
+      const std::vector<float> p0 = p, m0 = m, v0 = v;
+      ops::adamw_step_f32(p.data(), m.data(), v.data(), g.data(), n, s);
+      for (int64_t i = 0; i < n; ++i) {
+        SCOPED_TRACE(testing::Message() << "n " << n << " i " << i);
+        const float mi = s.beta1 * m0[i] + s.one_minus_beta1 * g[i];
+        const float vi = s.beta2 * v0[i] + s.one_minus_beta2 * g[i] * g[i];
+        const float pi = p0[i] * s.decay - s.step_size * (mi / (std::sqrt(vi) / s.sqrt_bias_correction2 + s.eps));
+        ASSERT_EQ(bits_of(m[i]), bits_of(mi));
+        ASSERT_EQ(bits_of(v[i]), bits_of(vi));
+        ASSERT_EQ(bits_of(p[i]), bits_of(pi));
+        const double md = 0.9 * m0[i] + 0.1 * g[i], vd = 0.999 * v0[i] + 0.001 * double(g[i]) * g[i];
+        const double pd = p0[i] * (1 - 1e-5) - 1e-3 / 0.19 * md / (std::sqrt(vd) / std::sqrt(0.002) + 1e-8);
+        ASSERT_NEAR(p[i], pd, 1e-6 * std::max(1.0, std::fabs(pd)));
+      }
+    }
   });
 }
 
