@@ -5,6 +5,7 @@
 // windows) and train.
 #pragma once
 
+#include <cmath>
 #include <cstdint>
 
 namespace base {
@@ -20,5 +21,17 @@ inline uint64_t mix64(uint64_t x) {
 inline double uniform01(uint64_t seed, uint64_t index) {
   return static_cast<double>(mix64(mix64(seed) ^ index) >> 11) * 0x1.0p-53;
 }
+
+// Dropout's keep decision, uniform01(seed, i) ≥ p, in integers: uniform01 is k·2^-53 for the 53
+// random bits k, exactly, so it is ≥ p iff k ≥ ⌈p·2^53⌉. The same outcomes without the int-to-double
+// conversion and a compare of doubles in the masks' inner loops.
+class Keep {
+ public:
+  Keep(uint64_t seed, double p) : stream_(mix64(seed)), threshold_(static_cast<uint64_t>(std::ceil(std::ldexp(p, 53)))) {}
+  bool operator()(uint64_t index) const { return (mix64(stream_ ^ index) >> 11) >= threshold_; }
+
+ private:
+  uint64_t stream_, threshold_;
+};
 
 }  // namespace base

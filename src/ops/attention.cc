@@ -90,9 +90,8 @@ uint64_t block_seed(const AttentionShape& s, int64_t b, int64_t h) {
 template <typename T>
 void dropout_row(T* p, const T* a, int64_t n, double prob, uint64_t seed, int64_t first) {
   const T scale = static_cast<T>(1.0 / (1.0 - prob));
-  for (int64_t j = 0; j < n; ++j) {
-    p[j] = base::uniform01(seed, static_cast<uint64_t>(first + j)) >= prob ? a[j] * scale : T(0);
-  }
+  const base::Keep keep(seed, prob);
+  for (int64_t j = 0; j < n; ++j) p[j] = keep(static_cast<uint64_t>(first + j)) ? a[j] * scale : T(0);
 }
 
 // Which keys row t of a batch sees: [0, lim) minus padded keys; none → uniform over all Tk.

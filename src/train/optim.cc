@@ -5,6 +5,7 @@
 #include <cmath>
 #include <numbers>
 #include <stdexcept>
+#include <vector>
 
 #include "ops/vmath.h"
 
@@ -72,16 +73,45 @@ double learning_rate(const Schedule& s, int64_t step) {
   return s.peak_lr;
 }
 
+namespace {
+
+// Σ x² in double over fixed chunks, each summed by eight interleaved accumulators (lane j takes
+// elements j, j + 8, ...), the chunks and lanes then added in order: the same bits whatever the
+// thread count, and eight independent additions in flight instead of one chain.
+double sum_of_squares(const float* x, int64_t n) {
+  constexpr int64_t kChunk = 16384, kLanes = 8;
+  const int64_t chunks = (n + kChunk - 1) / kChunk;
+  std::vector<double> partial(static_cast<size_t>(chunks));
+#pragma omp parallel for schedule(static) if (chunks > 1)
+  for (int64_t c = 0; c < chunks; ++c) {
+    const int64_t begin = c * kChunk, end = std::min(n, begin + kChunk);
+    double acc[kLanes] = {};
+    int64_t i = begin;
+    for (; i + kLanes <= end; i += kLanes) {
+      for (int64_t j = 0; j < kLanes; ++j) acc[j] += static_cast<double>(x[i + j]) * x[i + j];
+    }
+    for (int64_t j = 0; i < end; ++i, ++j) acc[j] += static_cast<double>(x[i]) * x[i];
+    double sum = 0;
+    for (double a : acc) sum += a;
+    partial[static_cast<size_t>(c)] = sum;
+  }
+  double sum = 0;
+  for (double v : partial) sum += v;
+  return sum;
+}
+
+}  // namespace
+
 double clip_grad_norm(const std::vector<float*>& grads, const std::vector<int64_t>& sizes, double max_norm) {
   double sq = 0;
-  for (size_t i = 0; i < grads.size(); ++i) {
-    for (int64_t j = 0; j < sizes[i]; ++j) sq += static_cast<double>(grads[i][j]) * grads[i][j];
-  }
+  for (size_t i = 0; i < grads.size(); ++i) sq += sum_of_squares(grads[i], sizes[i]);
   const double norm = std::sqrt(sq);
   if (!std::isfinite(norm) || norm <= max_norm) return norm;
   const float scale = static_cast<float>(max_norm / (norm + 1e-6));
   for (size_t i = 0; i < grads.size(); ++i) {
-    for (int64_t j = 0; j < sizes[i]; ++j) grads[i][j] *= scale;
+    float* g = grads[i];
+#pragma omp parallel for schedule(static) if (sizes[i] > 16384)
+    for (int64_t j = 0; j < sizes[i]; ++j) g[j] *= scale;
   }
   return norm;
 }
