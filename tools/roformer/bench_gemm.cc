@@ -1,10 +1,16 @@
-// `roformer bench gemm`: the linear layers of RoFormer-base (hidden 768, ff 3072; q, k and v fused into
-// one 768 → 2304 layer) at a batch-1 and a batch-8 row count, three ways side by side in one run:
-// OpenBLAS sgemm on PyTorch-layout weights (ops::linear_forward, what training runs), oneDNN with fp32
-// weights packed once (ops::PackedLinear f32), oneDNN dynamic int8 (PackedLinear int8, including the
-// quantisation of its input) and, where the CPU multiplies bf16 natively, oneDNN bf16 (including the
-// conversion of its input). Each case is the best of --repetitions timings of at least --min-time
-// seconds; GFLOP/s count 2·M·N·K. The benchmark behind the choice of serve's `--gemm auto`.
+// `roformer bench gemm`, two tables side by side in one run. Each case is the best of --repetitions
+// timings of at least --min-time seconds; GFLOP/s count 2·M·N·K.
+// 1. The linear layers of RoFormer-base (hidden 768, ff 3072; q, k and v fused into one 768 → 2304
+//    layer) at a batch-1 and a batch-8 row count: sgemm on PyTorch-layout weights (ops::linear_forward,
+//    what training runs), oneDNN with fp32 weights packed once (ops::PackedLinear f32), oneDNN dynamic
+//    int8 (PackedLinear int8, including the quantisation of its input) and, where the CPU multiplies
+//    bf16 natively, oneDNN bf16 (including the conversion of its input). The benchmark behind the
+//    choice of serve's `--gemm auto`.
+// 2. Training's products (a fine-tuning batch of 960 tokens of a 256-wide model with ff 1024:
+//    forward, input gradient, weight gradient) and attention's per-head products: OpenBLAS's
+//    cblas_sgemm against ops::gemm (oneDNN's sgemm from 2^18 multiply-adds). The benchmark behind
+//    ops/blas.cc's choice.
+#include <cblas.h>
 #include <fmt/core.h>
 #include <omp.h>
 
@@ -16,10 +22,65 @@
 #include "base/random.h"
 #include "bench_util.h"
 #include "commands.h"
+#include "ops/blas.h"
 #include "ops/linear.h"
 #include "ops/packed_linear.h"
 
 namespace roformer {
+
+namespace {
+
+// Best GFLOP/s of run() over o.repetitions timings of at least o.min_time seconds (after a warm-up).
+template <class Run>
+double best_gflops(const BenchGemmOptions& o, double flops, const Run& run) {
+  double best = INFINITY;
+  run();
+  for (int r = 0; r < o.repetitions; ++r) {
+    int64_t calls = 0;
+    const auto t0 = bench_clock::now();
+    do {
+      run();
+      ++calls;
+    } while (seconds_since(t0) < o.min_time);
+    best = std::min(best, seconds_since(t0) / calls);
+  }
+  return flops / best * 1e-9;
+}
+
+void bench_training_products(const BenchGemmOptions& o) {
+  struct Product {
+    const char* name;
+    bool ta, tb;
+    int64_t M, N, K;
+  };
+  const int64_t T = 960;  // 32 rows of about 30 tokens
+  const Product products[] = {
+      {"forward, 256 → 256", false, true, T, 256, 256},      {"forward, 256 → 1024", false, true, T, 1024, 256},
+      {"forward, 1024 → 256", false, true, T, 256, 1024},    {"input gradient, 256 ← 256", false, false, T, 256, 256},
+      {"input gradient, 256 ← 1024", false, false, T, 256, 1024}, {"weight gradient, 256 × 256", true, false, 256, 256, T},
+      {"weight gradient, 1024 × 256", true, false, 1024, 256, T}, {"attention q·kᵀ, 128 tokens", false, true, 128, 128, 64},
+      {"attention p·v, 128 tokens", false, false, 128, 64, 128},   {"attention q·kᵀ, 30 tokens", false, true, 30, 30, 64},
+  };
+  fmt::print("\nTraining's and attention's products: OpenBLAS cblas_sgemm against ops::gemm (oneDNN's sgemm from 2^18 "
+             "multiply-adds)\n\n| product | M × N × K | OpenBLAS | ops::gemm | ops::gemm / OpenBLAS |\n|---|---|---|---|---|\n");
+  for (const Product& p : products) {
+    const int64_t lda = p.ta ? p.M : p.K, ldb = p.tb ? p.K : p.N;
+    std::vector<float> a(p.M * p.K), b(p.K * p.N), c(p.M * p.N, 0.0f);
+    for (size_t i = 0; i < a.size(); ++i) a[i] = static_cast<float>(base::uniform01(4, i) - 0.5);
+    for (size_t i = 0; i < b.size(); ++i) b[i] = static_cast<float>(base::uniform01(5, i) - 0.5);
+    const double flops = 2.0 * p.M * p.N * p.K;
+    const double blas = best_gflops(o, flops, [&] {
+      cblas_sgemm(CblasRowMajor, p.ta ? CblasTrans : CblasNoTrans, p.tb ? CblasTrans : CblasNoTrans, p.M, p.N, p.K, 1.0f,
+                  a.data(), lda, b.data(), ldb, 0.0f, c.data(), p.N);
+    });
+    const double ours = best_gflops(o, flops, [&] {
+      ops::gemm(p.ta, p.tb, p.M, p.N, p.K, 1.0f, a.data(), lda, b.data(), ldb, 0.0f, c.data(), p.N);
+    });
+    fmt::print("| {} | {} × {} × {} | {:.1f} | {:.1f} | {:.2f}× |\n", p.name, p.M, p.N, p.K, blas, ours, ours / blas);
+  }
+}
+
+}  // namespace
 
 int bench_gemm(const BenchGemmOptions& o) {
   if (o.threads > 0) omp_set_num_threads(o.threads);
@@ -27,9 +88,9 @@ int bench_gemm(const BenchGemmOptions& o) {
              o.repetitions);
   const bool bf16 = ops::bf16_is_native();
   fmt::print("oneDNN kernel family: {}\n\n", ops::cpu_isa_name());
-  fmt::print("| M × K → N | OpenBLAS f32 | oneDNN packed f32 (kernel) | oneDNN int8 (kernel) |{} packed / OpenBLAS | "
-             "int8 / OpenBLAS |{}\n",
-             bf16 ? " oneDNN bf16 (kernel) |" : "", bf16 ? " bf16 / OpenBLAS |" : "");
+  fmt::print("| M × K → N | sgemm f32 | oneDNN packed f32 (kernel) | oneDNN int8 (kernel) |{} packed / sgemm | "
+             "int8 / sgemm |{}\n",
+             bf16 ? " oneDNN bf16 (kernel) |" : "", bf16 ? " bf16 / sgemm |" : "");
   fmt::print("|---|---|---|---|---|---|{}\n", bf16 ? "---|---|" : "");
   const int64_t shapes[][2] = {{768, 2304}, {768, 768}, {768, 3072}, {3072, 768}};  // (K, N): qkv, out, ff in, ff out
   for (int64_t M : o.rows) {
@@ -42,20 +103,7 @@ int bench_gemm(const BenchGemmOptions& o) {
       const ops::PackedLinear int8(w.data(), b.data(), N, K, ops::Precision::int8);
       const auto half = bf16 ? std::optional<ops::PackedLinear>(std::in_place, w.data(), b.data(), N, K, ops::Precision::bf16)
                              : std::nullopt;
-      auto best_of = [&](auto&& run) {
-        double best = INFINITY;
-        run();  // warm-up (and oneDNN's primitive for this M)
-        for (int r = 0; r < o.repetitions; ++r) {
-          int64_t calls = 0;
-          const auto t0 = bench_clock::now();
-          do {
-            run();
-            ++calls;
-          } while (seconds_since(t0) < o.min_time);
-          best = std::min(best, seconds_since(t0) / calls);
-        }
-        return 2.0 * M * N * K / best * 1e-9;
-      };
+      auto best_of = [&](auto&& run) { return best_gflops(o, 2.0 * M * N * K, run); };
       const double blas = best_of([&] { ops::linear_forward(y.data(), x.data(), w.data(), b.data(), M, K, N); });
       const double packed = best_of([&] { f32.forward(y.data(), x.data(), M); });
       const double quantized = best_of([&] { int8.forward(y.data(), x.data(), M); });
@@ -70,6 +118,7 @@ int bench_gemm(const BenchGemmOptions& o) {
   }
   fmt::print("\noneDNN packs fp32 for its own kernel here: {}\n", ops::packed_f32_is_native() ? "yes (--gemm auto = packed)"
                                                                                            : "no (--gemm auto = blas)");
+  bench_training_products(o);
   return 0;
 }
 
