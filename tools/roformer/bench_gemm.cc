@@ -1,16 +1,16 @@
 // `roformer bench gemm`, two tables side by side in one run. Each case is the best of --repetitions
 // timings of at least --min-time seconds; GFLOP/s count 2·M·N·K.
 // 1. The linear layers of RoFormer-base (hidden 768, ff 3072; q, k and v fused into one 768 → 2304
-//    layer) at a batch-1 and a batch-8 row count: sgemm on PyTorch-layout weights (ops::linear_forward,
-//    what training runs), oneDNN with fp32 weights packed once (ops::PackedLinear f32), oneDNN dynamic
+//    layer) at a batch-1 and a batch-8 row count: OpenBLAS sgemm on PyTorch-layout weights
+//    (ops::linear_forward, what training runs), oneDNN with fp32 weights packed once (ops::PackedLinear f32), oneDNN dynamic
 //    int8 (PackedLinear int8, including the quantisation of its input) and, where the CPU multiplies
 //    bf16 natively, oneDNN bf16 (including the conversion of its input). The benchmark behind the
 //    choice of serve's `--gemm auto`.
 // 2. Training's products (a fine-tuning batch of 960 tokens of a 256-wide model with ff 1024:
 //    forward, input gradient, weight gradient) and attention's per-head products: OpenBLAS's
-//    cblas_sgemm against ops::gemm (oneDNN's sgemm from 2^18 multiply-adds). The benchmark behind
-//    ops/blas.cc's choice.
-#include <cblas.h>
+//    cblas_sgemm (ops::gemm, what training runs) against oneDNN's dnnl_sgemm. The benchmark behind
+//    keeping OpenBLAS there (docs/perf.md, "The fine-tuning step").
+#include <dnnl.h>
 #include <fmt/core.h>
 #include <omp.h>
 
@@ -61,8 +61,8 @@ void bench_training_products(const BenchGemmOptions& o) {
       {"weight gradient, 1024 × 256", true, false, 1024, 256, T}, {"attention q·kᵀ, 128 tokens", false, true, 128, 128, 64},
       {"attention p·v, 128 tokens", false, false, 128, 64, 128},   {"attention q·kᵀ, 30 tokens", false, true, 30, 30, 64},
   };
-  fmt::print("\nTraining's and attention's products: OpenBLAS cblas_sgemm against ops::gemm (oneDNN's sgemm from 2^18 "
-             "multiply-adds)\n\n| product | M × N × K | OpenBLAS | ops::gemm | ops::gemm / OpenBLAS |\n|---|---|---|---|---|\n");
+  fmt::print("\nTraining's and attention's products: OpenBLAS's cblas_sgemm (ops::gemm) against oneDNN's dnnl_sgemm, "
+             "GFLOP/s\n\n| product | M × N × K | OpenBLAS | oneDNN | oneDNN / OpenBLAS |\n|---|---|---|---|---|\n");
   for (const Product& p : products) {
     const int64_t lda = p.ta ? p.M : p.K, ldb = p.tb ? p.K : p.N;
     std::vector<float> a(p.M * p.K), b(p.K * p.N), c(p.M * p.N, 0.0f);
@@ -70,13 +70,13 @@ void bench_training_products(const BenchGemmOptions& o) {
     for (size_t i = 0; i < b.size(); ++i) b[i] = static_cast<float>(base::uniform01(5, i) - 0.5);
     const double flops = 2.0 * p.M * p.N * p.K;
     const double blas = best_gflops(o, flops, [&] {
-      cblas_sgemm(CblasRowMajor, p.ta ? CblasTrans : CblasNoTrans, p.tb ? CblasTrans : CblasNoTrans, p.M, p.N, p.K, 1.0f,
-                  a.data(), lda, b.data(), ldb, 0.0f, c.data(), p.N);
-    });
-    const double ours = best_gflops(o, flops, [&] {
       ops::gemm(p.ta, p.tb, p.M, p.N, p.K, 1.0f, a.data(), lda, b.data(), ldb, 0.0f, c.data(), p.N);
     });
-    fmt::print("| {} | {} × {} × {} | {:.1f} | {:.1f} | {:.2f}× |\n", p.name, p.M, p.N, p.K, blas, ours, ours / blas);
+    const double onednn = best_gflops(o, flops, [&] {
+      dnnl_sgemm(p.ta ? 'T' : 'N', p.tb ? 'T' : 'N', p.M, p.N, p.K, 1.0f, a.data(), lda, b.data(), ldb, 0.0f, c.data(),
+                 p.N);
+    });
+    fmt::print("| {} | {} × {} × {} | {:.1f} | {:.1f} | {:.2f}× |\n", p.name, p.M, p.N, p.K, blas, onednn, onednn / blas);
   }
 }
 
@@ -88,9 +88,9 @@ int bench_gemm(const BenchGemmOptions& o) {
              o.repetitions);
   const bool bf16 = ops::bf16_is_native();
   fmt::print("oneDNN kernel family: {}\n\n", ops::cpu_isa_name());
-  fmt::print("| M × K → N | sgemm f32 | oneDNN packed f32 (kernel) | oneDNN int8 (kernel) |{} packed / sgemm | "
-             "int8 / sgemm |{}\n",
-             bf16 ? " oneDNN bf16 (kernel) |" : "", bf16 ? " bf16 / sgemm |" : "");
+  fmt::print("| M × K → N | OpenBLAS f32 | oneDNN packed f32 (kernel) | oneDNN int8 (kernel) |{} packed / OpenBLAS | "
+             "int8 / OpenBLAS |{}\n",
+             bf16 ? " oneDNN bf16 (kernel) |" : "", bf16 ? " bf16 / OpenBLAS |" : "");
   fmt::print("|---|---|---|---|---|---|{}\n", bf16 ? "---|---|" : "");
   const int64_t shapes[][2] = {{768, 2304}, {768, 768}, {768, 3072}, {3072, 768}};  // (K, N): qkv, out, ff in, ff out
   for (int64_t M : o.rows) {

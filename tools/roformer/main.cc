@@ -142,7 +142,7 @@ int main(int argc, char** argv) {
   bench_att_cmd->add_option("--threads", bench_att.threads, "OpenMP threads (0: all)")->check(CLI::NonNegativeNumber);
 
   roformer::BenchGemmOptions bench_gemm;
-  CLI::App* bench_gemm_cmd = bench->add_subcommand("gemm", "RoFormer-base's linear layers (sgemm, oneDNN packed fp32, int8) and training's products (OpenBLAS vs oneDNN sgemm)");
+  CLI::App* bench_gemm_cmd = bench->add_subcommand("gemm", "RoFormer-base's linear layers (sgemm, oneDNN packed fp32, int8) and training's products (OpenBLAS vs oneDNN's sgemm)");
   bench_gemm_cmd->add_option("--rows", bench_gemm.rows, "Row counts M (tokens per call)")->delimiter(',');
   bench_gemm_cmd->add_option("--repetitions", bench_gemm.repetitions, "Best of")->check(CLI::Range(1, 100));
   bench_gemm_cmd->add_option("--min-time", bench_gemm.min_time, "Seconds per timing")->check(CLI::Range(0.001, 60.0));
