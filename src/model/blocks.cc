@@ -47,11 +47,6 @@ bool fuses_activation(const LinearParams<T>& p) {
   return p.packed && p.packed->epilogue() != ops::Epilogue::none;
 }
 
-template <typename T>
-void resize(std::vector<T>& v, int64_t n) {
-  if (static_cast<int64_t>(v.size()) != n) v.resize(n);
-}
-
 // out (N, C) = dropout(out), in place: the sub-layer's output before its residual add.
 template <typename T>
 void dropout_output(T* out, int64_t N, int64_t C, const Dropout& d, int64_t site) {
@@ -108,11 +103,11 @@ Dropout Dropout::training(const RoFormerConfig& c, uint64_t seed, int64_t row0, 
 template <typename T>
 void residual_norm_forward(const RoFormerConfig& c, T* out, NormActs<T>& a, T* sum, const T* x,
                            const NormParams<T>& p, int64_t N, int64_t C) {
-  resize(a.rstd, N);
+  grow_to(a.rstd, N);
   if (c.rms_norm()) {
     ops::residual_rmsnorm_forward(out, a.rstd.data(), sum, x, static_cast<const T*>(nullptr), N, C, c.layer_norm_eps);
   } else {
-    resize(a.mean, N);
+    grow_to(a.mean, N);
     ops::residual_layernorm_forward(out, a.mean.data(), a.rstd.data(), sum, x, p.w, p.b, N, C, c.layer_norm_eps);
   }
 }
@@ -120,11 +115,11 @@ void residual_norm_forward(const RoFormerConfig& c, T* out, NormActs<T>& a, T* s
 template <typename T>
 void norm_forward(const RoFormerConfig& c, T* out, NormActs<T>& a, const T* in, const NormParams<T>& p, int64_t N,
                   int64_t C) {
-  resize(a.rstd, N);
+  grow_to(a.rstd, N);
   if (c.rms_norm()) {
     ops::rmsnorm_forward(out, a.rstd.data(), in, static_cast<const T*>(nullptr), N, C, c.layer_norm_eps);
   } else {
-    resize(a.mean, N);
+    grow_to(a.mean, N);
     ops::layernorm_forward(out, a.mean.data(), a.rstd.data(), in, p.w, p.b, N, C, c.layer_norm_eps);
   }
 }
@@ -181,8 +176,8 @@ void embeddings_forward(const RoFormerConfig& c, T* out, EmbeddingActs<T>& a, co
   if (types) a.types.assign(types, types + N);
   a.positions.resize(N);
   for (int64_t i = 0; i < N; ++i) a.positions[i] = start + i % T_;
-  resize(a.sum, N * E);
-  resize(a.normed, N * E);
+  grow_to(a.sum, N * E);
+  grow_to(a.normed, N * E);
   std::vector<T> tmp(N * E);  // (N, E)
   ops::embedding_forward(a.sum.data(), a.ids.data(), p.word, N, c.vocab_size, E);
   ops::embedding_forward(tmp.data(), a.types.data(), p.token_type, N, c.type_vocab_size, E);
@@ -195,14 +190,15 @@ void embeddings_forward(const RoFormerConfig& c, T* out, EmbeddingActs<T>& a, co
     for (int64_t i = 0; i < N * E; ++i) a.sum[i] += static_cast<T>(table[i % (T_ * E)]);
   }
   norm_forward(c, a.normed.data(), a.norm, a.sum.data(), p.norm, N, E);
-  a.dropped = a.normed;
+  grow_to(a.dropped, N * E);
+  std::copy_n(a.normed.data(), N * E, a.dropped.data());
   if (d.hidden > 0) {
     ops::dropout_forward(a.dropped.data(), a.dropped.data(), N * E, d.hidden, d.site_seed(0), d.first(E));
   }
   if (p.project.w) {
     linear(out, a.dropped.data(), p.project, N, E, H);  // (N, H)
   } else {
-    std::copy(a.dropped.begin(), a.dropped.end(), out);
+    std::copy_n(a.dropped.data(), N * E, out);
   }
 }
 
@@ -286,7 +282,7 @@ void attention_output(T* out, AttentionActs<T>& a, const AttentionParams<T>& p, 
                       const T* x, int64_t B, int64_t T_) {
   const RoFormerConfig& c = *ctx.config;
   const int64_t N = B * T_, H = c.hidden_size;
-  resize(a.sum, N * H);
+  grow_to(a.sum, N * H);
   linear(a.sum.data(), a.ctx.data(), p.out, N, H, H);
   dropout_output(a.sum.data(), N, H, ctx.dropout, 2 + 3 * ctx.layer);
   residual_norm_forward(c, out, a.norm, a.sum.data(), x, p.norm, N, H);
@@ -312,12 +308,12 @@ void attend(AttentionActs<T>& a, const AttentionContext<T>& ctx, const T* k, con
             int64_t Tk, int64_t start, int64_t stride, KVCache<T>* cache) {
   const RoFormerConfig& c = *ctx.config;
   const int64_t N = B * T_, H = c.hidden_size, n = c.num_attention_heads, D = c.head_dim();
-  resize(a.ctx, N * H);
+  grow_to(a.ctx, N * H);
   if (c.attention_type == "softmax") {
     const ops::AttentionShape s = softmax_shape(ctx, B, T_, Tk, start, stride);
     T* att = nullptr;
     if (ctx.keep_probabilities) {
-      resize(a.att, B * n * T_ * Tk);
+      grow_to(a.att, B * n * T_ * Tk);
       att = a.att.data();
     }
     ops::attention_forward(a.ctx.data(), att, a.q.data(), k, v, ctx.key_mask, s);
@@ -337,7 +333,7 @@ void attend(AttentionActs<T>& a, const AttentionContext<T>& ctx, const T* k, con
     return;
   }
   const ops::LinearAttentionShape ls = linear_attention_shape(c, B, T_, start);
-  resize(a.saved, ops::linear_attention_saved_size(ls));
+  grow_to(a.saved, ops::linear_attention_saved_size(ls));
   ops::linear_attention_forward(a.ctx.data(), a.saved.data(), a.q.data(), k, v, ctx.favor, ls);
 }
 
@@ -349,7 +345,7 @@ void self_attention_forward(T* out, AttentionActs<T>& a, const AttentionParams<T
   const RoFormerConfig& c = *ctx.config;
   const int64_t N = B * T_, H = c.hidden_size, n = c.num_attention_heads, D = c.head_dim();
   const bool softmax = c.attention_type == "softmax";
-  resize(a.q, N * H);
+  grow_to(a.q, N * H);
   // Keys and values: the block's own buffers, or the cache's rows [start, start + T) of each batch row.
   T *k = nullptr, *v = nullptr;
   int64_t stride = T_;
@@ -361,8 +357,8 @@ void self_attention_forward(T* out, AttentionActs<T>& a, const AttentionParams<T
     stride = cache->capacity;
     k = cache->k.data(), v = cache->v.data();
   } else {
-    resize(a.k, N * H);
-    resize(a.v, N * H);
+    grow_to(a.k, N * H);
+    grow_to(a.v, N * H);
     k = a.k.data(), v = a.v.data();
   }
   // Token i of batch row b goes to row b · stride + first + t of k and v (first = start with a cache).
@@ -370,7 +366,7 @@ void self_attention_forward(T* out, AttentionActs<T>& a, const AttentionParams<T
   auto kv_row = [&](int64_t i) { return (i / T_) * stride + first_row + i % T_; };
   if constexpr (std::is_same_v<T, float>) {
     if (p.qkv) {  // one packed (N, 3H) product, split into q, k and v
-      resize(a.qkv, N * 3 * H);
+      grow_to(a.qkv, N * 3 * H);
       p.qkv->forward(a.qkv.data(), x, N);
 #pragma omp parallel for schedule(static) if (N * H >= (1 << 15))
       for (int64_t i = 0; i < N; ++i) {
@@ -446,8 +442,8 @@ void cross_attention_memory(std::vector<T>& k, std::vector<T>& v, const Attentio
                             const AttentionContext<T>& ctx, const T* memory, int64_t B, int64_t Tk) {
   const RoFormerConfig& c = *ctx.config;
   const int64_t H = c.hidden_size, n = c.num_attention_heads, D = c.head_dim();
-  resize(k, B * Tk * H);
-  resize(v, B * Tk * H);
+  grow_to(k, B * Tk * H);
+  grow_to(v, B * Tk * H);
   linear(k.data(), memory, p.k, B * Tk, H, H);
   linear(v.data(), memory, p.v, B * Tk, H, H);
   if (ctx.rope) rotate(*ctx.rope, ROPE_FORWARD, ROPE_ROLE_KEY, k.data(), B, Tk, n, D, 0);
@@ -461,7 +457,7 @@ void cross_attention_forward(T* out, AttentionActs<T>& a, const AttentionParams<
   const int64_t N = B * T_, H = c.hidden_size, n = c.num_attention_heads, D = c.head_dim();
   if (c.attention_type != "softmax") throw std::invalid_argument("cross-attention supports softmax attention only");
   if (ctx.causal) throw std::invalid_argument("cross-attention is not causal");
-  resize(a.q, N * H);
+  grow_to(a.q, N * H);
   linear(a.q.data(), x, p.q, N, H, H);
   if (ctx.rope) rotate(*ctx.rope, ROPE_FORWARD, ROPE_ROLE_QUERY, a.q.data(), B, T_, n, D, 0);
   std::vector<T>& k = cache ? cache->k : a.k;
@@ -499,12 +495,12 @@ template <typename T>
 void feed_forward_forward(const RoFormerConfig& c, T* out, FeedForwardActs<T>& a, const FeedForwardParams<T>& p,
                           const T* x, int64_t N, int64_t layer, const Dropout& d) {
   const int64_t H = c.hidden_size, I = c.intermediate_size;
-  resize(a.act, N * I);
-  resize(a.sum, N * H);
+  grow_to(a.act, N * I);
+  grow_to(a.sum, N * H);
   if (fuses_activation(p.in)) {  // packed for inference: no pre-activation kept
     linear(a.act.data(), x, p.in, N, H, I);  // (N, I)
   } else {
-    resize(a.pre, N * I);
+    grow_to(a.pre, N * I);
     linear(a.pre.data(), x, p.in, N, H, I);  // (N, I)
     activation_forward(c, a.act.data(), a.pre.data(), N * I);
   }
@@ -538,7 +534,7 @@ void mlm_head_forward(const RoFormerConfig& c, T* logits, MlmHeadActs<T>& a, con
     linear(logits, h, LinearParams<T>{p.decoder_w, nullptr, p.decoder_packed}, N, H, V);
     return;
   }
-  for (auto* v : {&a.dense, &a.act, &a.normed}) resize(*v, N * E);
+  for (auto* v : {&a.dense, &a.act, &a.normed}) grow_to(*v, N * E);
   linear(a.dense.data(), h, p.dense, N, H, E);  // (N, E)
   activation_forward(c, a.act.data(), a.dense.data(), N * E);
   norm_forward(c, a.normed.data(), a.norm, a.act.data(), p.norm, N, E);
@@ -566,8 +562,8 @@ template <typename T>
 void pooler_forward(const RoFormerConfig& c, PoolerActs<T>& a, const PoolerParams<T>& p, const T* h, int64_t B,
                     int64_t T_) {
   const int64_t H = c.hidden_size;
-  resize(a.cls, B * H);
-  resize(a.out, B * H);
+  grow_to(a.cls, B * H);
+  grow_to(a.out, B * H);
   for (int64_t b = 0; b < B; ++b) std::copy_n(h + b * T_ * H, H, a.cls.data() + b * H);  // (B, H) [CLS] states
   linear(a.out.data(), a.cls.data(), p.dense, B, H, H);
   if (c.pooler_activation == "tanh") {
@@ -591,7 +587,7 @@ template <typename T>
 void classifier_forward(const RoFormerConfig& c, T* logits, ClassifierActs<T>& a, const ClassifierParams<T>& p,
                         const T* h, int64_t B, int64_t T_, int64_t labels, const Dropout& d) {
   const int64_t H = c.hidden_size;
-  for (auto* v : {&a.cls, &a.dense, &a.act}) resize(*v, B * H);
+  for (auto* v : {&a.cls, &a.dense, &a.act}) grow_to(*v, B * H);
   for (int64_t b = 0; b < B; ++b) std::copy_n(h + b * T_ * H, H, a.cls.data() + b * H);  // (B, H)
   const uint64_t first = static_cast<uint64_t>(d.row0 * H);
   if (d.hidden > 0) ops::dropout_forward(a.cls.data(), a.cls.data(), B * H, d.hidden, d.site_seed(0), first);

@@ -96,6 +96,14 @@ struct Dropout {
 
 // Backward scratch shared by the blocks of one model: numbered buffers, grown on first use and
 // reused every step. A block uses buffers from its `first` on, so a caller keeps those below.
+// Sizes an activation buffer for n elements, growing it only: batches of varying length (dynamic
+// padding) reuse the largest buffer so far instead of zero-filling, and faulting in, a regrown one
+// each step. Every block writes the first n elements before it reads them.
+template <typename T>
+void grow_to(std::vector<T>& v, int64_t n) {
+  if (static_cast<int64_t>(v.size()) < n) v.resize(static_cast<size_t>(n));
+}
+
 template <typename T>
 struct Scratch {
   std::vector<std::vector<T>> bufs;
@@ -111,7 +119,7 @@ template <typename T>
 struct NormActs {
   std::vector<T> mean, rstd;  // (N)
 };
-// out (N, C) = norm(in). acts are resized to N.
+// out (N, C) = norm(in). acts hold at least N (grow_to).
 template <typename T>
 void norm_forward(const RoFormerConfig& c, T* out, NormActs<T>& a, const T* in, const NormParams<T>& p, int64_t N,
                   int64_t C);

@@ -160,10 +160,10 @@ void RoFormer<T>::embed(const Inputs& in, bool training, uint64_t dropout_seed) 
   }
   Activations& a = *act_;
   const int64_t L = cfg_.num_hidden_layers, H = cfg_.hidden_size;
-  if (a.B != B || a.S != S || a.keep != keep_) {  // new shapes: the blocks size their buffers afresh
-    a = Activations();
-    a.B = B, a.S = S, a.N = N, a.keep = keep_;
-    a.h.assign(keep_ == Keep::all ? L + 1 : 2, std::vector<T>(N * H));
+  if (a.B != B || a.S != S || a.keep != keep_) {  // new shapes: buffers only grow (grow_to), so batches
+    a.B = B, a.S = S, a.N = N, a.keep = keep_;      // of varying length reuse them
+    a.h.resize(keep_ == Keep::all ? L + 1 : 2);
+    for (std::vector<T>& h : a.h) grow_to(h, N * H);
     a.layers.resize(keep_ == Keep::all ? L : 1);
   }
   if (rope_dynamic_ && S != rope_length_) {  // dynamic NTK: frequencies for this length
@@ -245,12 +245,12 @@ void RoFormer<T>::encode() {
   const int64_t N = a.N, H = cfg_.hidden_size;
   for (int64_t l = 0; l < cfg_.num_hidden_layers; ++l) {
     auto& L = a.layer(l);
-    L.mid.resize(N * H);
+    grow_to(L.mid, N * H);
     self_attention_forward(L.mid.data(), L.attn, p.layers[l].attn, attention_context(l), a.input_of(l).data(), a.B,
                            a.S, 0);
     const T* ffn_in = L.mid.data();
     if (cfg_.add_cross_attention) {
-      L.crossed.resize(N * H);
+      grow_to(L.crossed, N * H);
       cross_attention_forward(L.crossed.data(), L.cross, p.layers[l].cross, cross_attention_context(l), L.mid.data(),
                               memory_, a.B, a.S, memory_len_);
       ffn_in = L.crossed.data();

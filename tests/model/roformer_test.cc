@@ -280,6 +280,47 @@ TEST(RoFormerModel, KeepOutputsMatchesTheFullForwardBitForBit) {
   }
 }
 
+// Activation buffers only grow (model::grow_to): a model that has run a longer and a wider batch
+// before gives, on a smaller one, the bits a fresh model gives: loss, hidden states, attention maps,
+// logits and gradients, with dropout on, for the block variants (softmax and linear attention, a
+// causal decoder, RoFormer-V2's norms, an embedding projection).
+TEST(RoFormerModel, ReusedBuffersGiveTheBitsOfFreshOnes) {
+  auto rope = tiny(model::PositionEncoding::rope);
+  rope.hidden_dropout_prob = 0.2, rope.attention_probs_dropout_prob = 0.1;
+  auto causal = rope;
+  causal.is_decoder = true;
+  auto v2 = rope;
+  v2.norm_type = "rms_norm", v2.use_bias = false, v2.hidden_act = "relu";
+  auto linear = rope;
+  linear.attention_type = "linear";
+  auto projected = tiny(model::PositionEncoding::learned);
+  projected.hidden_size = 12, projected.num_attention_heads = 3;
+  for (const auto& c : {rope, causal, v2, linear, projected}) {
+    SCOPED_TRACE(c.to_json());
+    model::RoFormer<float> used(c), fresh(c);
+    randomise(used, 5);
+    fresh.params = used.params;
+    Batch big = random_batch(c, 3, 8, 4), small = random_batch(c, 2, 5, 6);
+    if (c.attention_type != "softmax") big.mask.assign(3 * 8, 1), small.mask.assign(2 * 5, 1);
+    used.forward(big.inputs(), true, 11);
+    used.zero_grad();
+    used.backward();
+    const double l_used = used.forward(small.inputs(), true, 12), l_fresh = fresh.forward(small.inputs(), true, 12);
+    EXPECT_EQ(l_used, l_fresh);
+    const int64_t L = c.num_hidden_layers, N = 2 * 5;
+    for (int64_t l = 0; l <= L; ++l) {
+      for (int64_t i = 0; i < N * c.hidden_size; ++i) ASSERT_EQ(used.hidden_state(l)[i], fresh.hidden_state(l)[i]);
+    }
+    if (c.attention_type == "softmax") {
+      for (int64_t i = 0; i < 2 * c.num_attention_heads * 5 * 5; ++i) ASSERT_EQ(used.attention(0)[i], fresh.attention(0)[i]);
+    }
+    for (int64_t i = 0; i < N * c.vocab_size; ++i) ASSERT_EQ(used.logits()[i], fresh.logits()[i]);
+    used.zero_grad(), fresh.zero_grad();
+    used.backward(), fresh.backward();
+    for (size_t i = 0; i < used.grads.size(); ++i) ASSERT_EQ(used.grads[i], fresh.grads[i]) << "gradient " << i;
+  }
+}
+
 TEST(RoFormerModel, CausalLmNeverLooksAhead) {
   for (auto pe : {model::PositionEncoding::rope, model::PositionEncoding::learned}) {
     auto c = tiny(pe);
