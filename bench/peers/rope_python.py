@@ -74,9 +74,8 @@ def overhead():
               f"(OMP_WAIT_POLICY={os.environ.get('OMP_WAIT_POLICY')})")
 
 
-def row(case, dname, threads, mode, ours, args):
-    """One line of the table: our Python call, the C result in the same mode, PyTorch's best."""
-    t = peer.bench_config(case, dname, "interleaved", "fwd", threads, args)
+def row(case, dname, threads, mode, t, ours, args):
+    """One line of the table: our Python call, the C result in the same mode, PyTorch's best (t)."""
     py_med, py = time_ours(case, dname, threads, mode, args)
     same_mode = [r for r in ours["results"] if r.get("mode") == mode] if ours else []
     c = peer.match_ours({"results": same_mode}, t, True) if same_mode else None
@@ -105,11 +104,14 @@ def main():
     print(f"roformer.rope {rope.version()} on {rope.cpu_target()}, torch {torch.__version__}")
     print(f"{'case':<8} {'dtype':<5} {'thr':>3} {'mode':<10} {'py fastest':>10} {'C fastest':>9} {'py/C':>6} "
           f"{'py median':>9} {'torch med':>9} {'torch/py':>8}")
-    rows = [row(case, dname, threads, mode, ours, args)
-            # One thread first: with OMP_WAIT_POLICY=ACTIVE, workers left by a 2-thread call spin on
-            # the other core and would slow every 1-thread call after it.
-            for threads in (1, 2) for case in ("prefill", "decode") for dname in ("f32", "bf16")
-            for mode in MODES]
+    rows = []
+    # One thread first: with OMP_WAIT_POLICY=ACTIVE, workers left by a 2-thread call spin on the other
+    # core and would slow every 1-thread call after it. PyTorch is timed once per case, for both modes.
+    for threads in (1, 2):
+        for case in ("prefill", "decode"):
+            for dname in ("f32", "bf16"):
+                t = peer.bench_config(case, dname, "interleaved", "fwd", threads, args)
+                rows += [row(case, dname, threads, mode, t, ours, args) for mode in MODES]
     if args.json:
         with open(args.json, "w") as f:
             json.dump(rows, f, indent=2)
