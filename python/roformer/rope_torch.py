@@ -115,26 +115,32 @@ def hf_apply_rotary_pos_emb(q: torch.Tensor, k: torch.Tensor, position_ids: torc
     return q_out, k_out
 
 
+def _packed_positions(cu_seqlens: torch.Tensor, seqlen_offsets) -> torch.Tensor:
+    """[1, total] positions of packed sequences (token t of sequence s at seqlen_offsets(s) + t): the
+    explicit-positions form of librope's packed (varlen) call, which the autograd path takes."""
+    cu = torch.as_tensor(cu_seqlens, dtype=torch.int64)
+    lengths = cu[1:] - cu[:-1]
+    offsets = torch.as_tensor(seqlen_offsets, dtype=torch.int64).expand(lengths.numel()) - cu[:-1]
+    return (torch.arange(int(cu[-1]), dtype=torch.int64) + offsets.repeat_interleave(lengths))[None]
+
+
 def flash_apply_rotary_emb(x: torch.Tensor, config: _rope.Config, interleaved: bool = False, inplace: bool = False,
                            seqlen_offsets=0, cu_seqlens: Optional[torch.Tensor] = None) -> torch.Tensor:
     """FlashAttention's apply_rotary_emb(x, cos, sin, interleaved, inplace, seqlen_offsets, cu_seqlens) with
     the angles of `config`: x is [batch, seq, heads, dim], or [total, heads, dim] with cu_seqlens; the
     first config.rot_dim elements of each head rotate (the rest pass through); interleaved picks the
-    pairing (and must agree with config.layout); seqlen_offsets is an int or one offset per sequence.
-    inplace rotates x itself (not differentiable); otherwise the result is differentiable."""
+    pairing (and must agree with the config's layout, a preset's when config.layout is None);
+    seqlen_offsets is an int or one offset per sequence. inplace rotates x itself (not differentiable);
+    otherwise the result is differentiable, packed batches included."""
     layout = "interleaved" if interleaved else "half"
-    if (config.layout or "interleaved") != layout:
-        raise ValueError(f"interleaved={interleaved} needs config.layout '{layout}'")
-    if torch.is_tensor(seqlen_offsets) and seqlen_offsets.dim() > 0:
-        if cu_seqlens is not None:
-            return _rope.apply(x, config=config, cu_seqlens=cu_seqlens, seq_starts=seqlen_offsets, inplace=inplace)
-        if inplace:
-            return _rope.apply(x, config=config, positions=seqlen_offsets, inplace=True)
-        return rope(x, config, positions=seqlen_offsets)
-    start = int(seqlen_offsets)
+    if config.plan().layout != layout:
+        raise ValueError(f"interleaved={interleaved} needs the layout '{layout}', the config's is '{config.plan().layout}'")
     if cu_seqlens is not None:
-        starts = torch.full((cu_seqlens.numel() - 1,), start, dtype=torch.int64)
-        return _rope.apply(x, config=config, cu_seqlens=cu_seqlens, seq_starts=starts, inplace=inplace)
+        where = {"positions": _packed_positions(cu_seqlens, seqlen_offsets)}
+    elif torch.is_tensor(seqlen_offsets) and seqlen_offsets.dim() > 0:
+        where = {"positions": seqlen_offsets}  # one start per batch row
+    else:
+        where = {"start": int(seqlen_offsets)}
     if inplace:
-        return _rope.apply(x, config=config, start=start, inplace=True)
-    return rope(x, config, start=start)
+        return _rope.apply(x, config=config, inplace=True, **where)
+    return rope(x, config, **where)

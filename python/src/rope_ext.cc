@@ -69,6 +69,7 @@ class Plan {
     head_dim_ = cfg.head_dim;
     rot_dim_ = cfg.rot_dim;
     n_axes_ = cfg.n_axes;
+    layout_ = cfg.layout == ROPE_LAYOUT_HALF ? "half" : "interleaved";  // a preset's, when not given
   }
 
   std::vector<double> inv_freq() const {
@@ -85,10 +86,12 @@ class Plan {
   int32_t head_dim() const { return head_dim_; }
   int32_t rot_dim() const { return rot_dim_; }
   int32_t n_axes() const { return n_axes_; }
+  const std::string& layout() const { return layout_; }
 
  private:
   std::shared_ptr<rope_plan> plan_;
   int32_t head_dim_ = 0, rot_dim_ = 0, n_axes_ = 1;
+  std::string layout_;
 };
 
 // [batch, seq, heads, dim] or [seq, heads, dim] (batch 1), strides in elements, dim contiguous and equal
@@ -213,8 +216,22 @@ struct Positions {
   std::optional<IndexN> ids;
 };
 
-Positions positions_of(int64_t start, std::optional<Index> starts, std::optional<IndexN> ids,
-                       std::optional<Index> cu_seqlens, std::optional<Index> seq_starts) {
+// librope reads as many elements of a position array as the call needs (it has no size of its own):
+// a shorter one would be read past its end.
+template <class A>
+void check_size(const std::optional<A>& a, const char* name, int64_t n) {
+  if (a && static_cast<int64_t>(a->size()) != n) {
+    throw nb::value_error((std::string(name) + " has " + std::to_string(a->size()) + " elements, the call needs " +
+                           std::to_string(n)).c_str());
+  }
+}
+
+// x: the rotated tensor (q for apply_qk: k has the same batch and tokens, or librope rejects it).
+Positions positions_of(const Plan& plan, const rope_tensor& x, int64_t start, std::optional<Index> starts,
+                       std::optional<IndexN> ids, std::optional<Index> cu_seqlens, std::optional<Index> seq_starts) {
+  check_size(starts, "positions (one start per batch row)", x.n_batch);
+  check_size(ids, "positions", plan.n_axes() * x.n_batch * x.n_tokens);
+  if (cu_seqlens) check_size(seq_starts, "seq_starts", static_cast<int64_t>(cu_seqlens->size()) - 1);
   Positions r;
   r.starts = starts, r.ids = ids, r.cu_seqlens = cu_seqlens, r.seq_starts = seq_starts;
   if (ids) {
@@ -254,7 +271,7 @@ void apply(const Plan& plan, nb::handle x, nb::handle out, bool backward, bool k
   std::optional<Operand> dst;
   if (!out.is_none()) dst = operand_of(out, "out", plan.head_dim());
   if (is_empty(in.t)) return;
-  const Positions pos = positions_of(start, starts, ids, cu_seqlens, seq_starts);
+  const Positions pos = positions_of(plan, in.t, start, starts, ids, cu_seqlens, seq_starts);
   const rope_exec exec{threads, ROPE_BACKEND_AUTO};
   run([&] {
     return rope_apply(plan.get(), backward ? ROPE_BACKWARD : ROPE_FORWARD, key ? ROPE_ROLE_KEY : ROPE_ROLE_QUERY,
@@ -269,7 +286,7 @@ void apply_qk(const Plan& plan, nb::handle q, nb::handle k, nb::handle q_out, nb
   std::optional<Operand> oq, ok;
   if (!q_out.is_none()) oq = operand_of(q_out, "q_out", plan.head_dim());
   if (!k_out.is_none()) ok = operand_of(k_out, "k_out", plan.head_dim());
-  const Positions pos = positions_of(start, starts, ids, cu_seqlens, seq_starts);
+  const Positions pos = positions_of(plan, tq.t, start, starts, ids, cu_seqlens, seq_starts);
   const rope_exec exec{threads, ROPE_BACKEND_AUTO};
   const rope_direction direction = backward ? ROPE_BACKWARD : ROPE_FORWARD;
   if (is_empty(tq.t) || is_empty(tk.t)) {  // one of them (zero heads) or neither has work: one pass each
@@ -304,7 +321,8 @@ NB_MODULE(_rope, m) {
       .def("attention_factor", &Plan::attention_factor)
       .def_prop_ro("head_dim", &Plan::head_dim)
       .def_prop_ro("rot_dim", &Plan::rot_dim)
-      .def_prop_ro("n_axes", &Plan::n_axes);
+      .def_prop_ro("n_axes", &Plan::n_axes)
+      .def_prop_ro("layout", &Plan::layout);
   m.def("apply", &apply, nb::arg("plan"), nb::arg("x"), nb::arg("out").none(), nb::arg("backward"), nb::arg("key"),
         nb::arg("start"), nb::arg("starts").none(), nb::arg("ids").none(), nb::arg("cu_seqlens").none(),
         nb::arg("seq_starts").none(), nb::arg("threads"));

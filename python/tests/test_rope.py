@@ -104,3 +104,15 @@ def test_errors_carry_librope_messages():
         rope.apply(np.zeros((1, 2, 1, 16), np.float32), config=rope.Config(16), out=np.zeros((1, 2, 1, 8), np.float32))
     with pytest.raises(ValueError, match="out"):
         rope.apply(np.zeros((1, 2, 1, 16), np.float32), config=rope.Config(16), out=np.zeros((1, 1, 1, 16), np.float32))
+
+
+def test_position_arrays_must_have_the_calls_size():
+    x, cfg = np.zeros((2, 3, 1, 8), np.float32), rope.Config(8)  # librope would read past a shorter array
+    with pytest.raises(ValueError, match="positions has 5 elements, the call needs 6"):
+        rope.apply(x, config=cfg, positions=np.zeros((1, 5), np.int64))
+    with pytest.raises(ValueError, match=r"positions \(one start per batch row\) has 1 elements, the call needs 2"):
+        rope.apply_qk(x, x, config=cfg, positions=[4])
+    with pytest.raises(ValueError, match="seq_starts has 1 elements, the call needs 2"):
+        rope.apply(np.zeros((6, 1, 8), np.float32), config=cfg, cu_seqlens=[0, 3, 6], seq_starts=[1])
+    with pytest.raises(ValueError, match="positions has 6 elements, the call needs 18"):  # 3 axes (M-RoPE)
+        rope.apply(x, config=rope.Config.from_preset("qwen2_vl", 8), positions=np.zeros((2, 3), np.int64))
