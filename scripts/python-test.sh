@@ -5,7 +5,8 @@
 # Without TORCH_VERSION the venv sits on Debian's Python, NumPy and PyTorch (1.13: no custom ops, so
 # test_torch_ops.py is left out). With it, the venv is its own and gets that PyTorch from PyPI, for the
 # custom op, opcheck and torch.compile tests (CI uses 2.5.1).
-# The engine tests use ../shared's fixtures and, when built, build/release/tools/roformer (CI builds it first).
+# The engine tests use ../shared's fixtures and, when built, build/release/tools/roformer (CI builds it first
+# and sets ROFORMER_REQUIRE_CLI=1: then the tests that need the command line fail instead of skipping).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 venv="$(realpath -m "${1:-build/py-venv}")"

@@ -5,7 +5,7 @@ roformer.rope_torch  PyTorch autograd and drop-in adapters (transformers, FlashA
 roformer.Model, roformer.Tokenizer   the inference engine on Hugging Face RoFormer directories
 """
 from . import rope
-from .engine import Model, Tokenizer, set_threads
+from .engine import Model, Tokenizer, get_threads, set_threads
 
 __version__ = "0.1.0"
-__all__ = ["rope", "Model", "Tokenizer", "set_threads"]
+__all__ = ["rope", "Model", "Tokenizer", "set_threads", "get_threads"]

@@ -10,7 +10,10 @@ vocab.txt) with the command line's results.
     m.forward(input_ids, attention_mask)                # {"last_hidden_state", "logits"} as NumPy
     tok = roformer.Tokenizer.from_pretrained("path/to/roformer")
 
-The GIL is released while the engine runs; `threads` (or roformer.set_threads) sets its OpenMP threads.
+The GIL is released while the engine runs. A Model computes one call at a time: Python threads that
+share one Model take turns (its activation buffers are shared), threads with a Model each run at once.
+OpenMP threads: a Model's `threads` (from_pretrained or the attribute), else roformer.set_threads's
+count, for calls from any Python thread.
 """
 from __future__ import annotations
 
@@ -20,7 +23,7 @@ import numpy as np
 
 from . import _engine
 
-__all__ = ["Model", "Tokenizer", "set_threads"]
+__all__ = ["Model", "Tokenizer", "set_threads", "get_threads"]
 
 
 class Tokenizer:
@@ -92,7 +95,22 @@ class Model:
     def labels(self) -> list:
         return self._m.labels
 
+    @property
+    def threads(self) -> int:
+        """This model's OpenMP threads; 0 (the default): roformer.set_threads's count."""
+        return self._m.threads
+
+    @threads.setter
+    def threads(self, n: int) -> None:
+        self._m.threads = n
+
 
 def set_threads(n: int) -> None:
-    """The engine's OpenMP threads."""
+    """The engine's OpenMP threads for Models without their own count, from any Python thread; 0:
+    OpenMP's default (OMP_NUM_THREADS, else all cores). ValueError when n < 0."""
     _engine.set_threads(n)
+
+
+def get_threads() -> int:
+    """The OpenMP threads a Model without its own count uses."""
+    return _engine.get_threads()

@@ -2,8 +2,10 @@
 // wraps serve::Pipeline (a Hugging Face RoFormer directory: config, weights, tokenizer, optional
 // classification head) and Tokenizer wraps text::RoFormerTokenizer; results are the command line's
 // (`roformer embed|similarity|classify|fill-mask|forward`), as NumPy arrays and Python objects. Bad
-// input raises ValueError with the engine's message; the GIL is released while the engine runs.
-// The Python API over this module is roformer/engine.py.
+// input raises ValueError with the engine's message. The GIL is released while the engine runs, and
+// a Model's lock is held meanwhile: its activation buffers are shared, so two Python threads on one
+// Model take turns (on two Models they run at once). The Python API over this module is
+// roformer/engine.py.
 #include <nanobind/nanobind.h>
 #include <nanobind/ndarray.h>
 #include <nanobind/stl/optional.h>
@@ -12,7 +14,10 @@
 #include <nanobind/stl/vector.h>
 #include <omp.h>
 
+#include <atomic>
+#include <initializer_list>
 #include <memory>
+#include <mutex>
 #include <optional>
 #include <string>
 #include <vector>
@@ -39,18 +44,40 @@ auto engine_call(F&& f) {
   }
 }
 
-// A (rows, cols) float32 NumPy array that owns a copy of data.
-Floats numpy_array(const float* data, size_t rows, size_t cols) {
-  auto* copy = new std::vector<float>(data, data + rows * cols);
-  nb::capsule owner(copy, [](void* p) noexcept { delete static_cast<std::vector<float>*>(p); });
-  return Floats(copy->data(), {rows, cols}, owner);
+// A float32 NumPy array of this shape that owns data (moved in).
+Floats numpy_array(std::vector<float>&& data, std::initializer_list<size_t> shape) {
+  auto* owned = new std::vector<float>(std::move(data));
+  nb::capsule owner(owned, [](void* p) noexcept { delete static_cast<std::vector<float>*>(p); });
+  return Floats(owned->data(), shape, owner);
 }
 
-Floats numpy_array3(const float* data, size_t a, size_t b, size_t c) {
-  auto* copy = new std::vector<float>(data, data + a * b * c);
-  nb::capsule owner(copy, [](void* p) noexcept { delete static_cast<std::vector<float>*>(p); });
-  return Floats(copy->data(), {a, b, c}, owner);
+// The engine's OpenMP threads. OpenMP keeps the count per calling thread, so a count set from one
+// Python thread would not reach a call made from another: every engine call sets it on the thread
+// that runs the call, from the Model's own count, else roformer.set_threads's, else OpenMP's default
+// (taken at import, before anything changed it).
+std::atomic<int> g_threads{0};
+int g_default_threads = 1;
+
+int checked_threads(int n) {
+  if (n < 0) throw nb::value_error(("threads must be >= 0 (0: the default), got " + std::to_string(n)).c_str());
+  return n;
 }
+
+// The count for one engine call, restored after it: the thread's count is also what its other OpenMP
+// users (PyTorch, rope.apply's default) get.
+class ThreadsForCall {
+ public:
+  explicit ThreadsForCall(int model_threads) : saved_(omp_get_max_threads()) {
+    const int n = model_threads > 0 ? model_threads : g_threads.load();
+    omp_set_num_threads(n > 0 ? n : g_default_threads);
+  }
+  ~ThreadsForCall() { omp_set_num_threads(saved_); }
+  ThreadsForCall(const ThreadsForCall&) = delete;
+  ThreadsForCall& operator=(const ThreadsForCall&) = delete;
+
+ private:
+  int saved_;
+};
 
 nb::dict encoding_dict(const text::Encoding& e) {
   nb::dict d;
@@ -85,13 +112,25 @@ class Tokenizer {
 };
 
 class Model {
+  // Runs f with the GIL released and this model's lock held (defined first: its return type is deduced).
+  // The lock is taken after the GIL is released: a thread waiting for it must not hold up the
+  // interpreter (nor the thread that holds the lock).
+  template <class F>
+  auto locked(F&& f) {
+    return engine_call([&] {
+      std::lock_guard<std::mutex> lock(mu_);
+      const ThreadsForCall threads(threads_);
+      return f();
+    });
+  }
+
  public:
-  Model(const std::string& dir, const std::string& rope_scaling, const std::string& jieba_dict, int threads) {
-    if (threads > 0) omp_set_num_threads(threads);
+  Model(const std::string& dir, const std::string& rope_scaling, const std::string& jieba_dict, int threads)
+      : threads_(checked_threads(threads)) {
     serve::LoadOptions o;
     o.rope_scaling = rope_scaling;
     o.jieba_dict = jieba_dict;
-    p_ = engine_call([&] { return serve::Pipeline::load(dir, o); });
+    p_ = locked([&] { return serve::Pipeline::load(dir, o); });
   }
 
   Floats embed(const std::vector<std::string>& texts, const std::string& pooling, bool normalize, int64_t batch) {
@@ -99,11 +138,11 @@ class Model {
     o.pooling = engine_call([&] { return serve::parse_pooling(pooling); });
     o.normalize = normalize;
     o.batch_size = batch;
-    const auto rows = engine_call([&] { return p_->embed(texts, o); });
+    const auto rows = locked([&] { return p_->embed(texts, o); });
     const size_t H = static_cast<size_t>(p_->config().hidden_size);
     std::vector<float> flat;
     for (const auto& r : rows) flat.insert(flat.end(), r.begin(), r.end());
-    return numpy_array(flat.data(), rows.size(), H);
+    return numpy_array(std::move(flat), {rows.size(), H});
   }
 
   std::vector<double> similarity(const std::vector<std::pair<std::string, std::string>>& pairs,
@@ -111,11 +150,11 @@ class Model {
     serve::EmbedOptions o;
     o.pooling = engine_call([&] { return serve::parse_pooling(pooling); });
     o.batch_size = batch;
-    return engine_call([&] { return p_->similarity(pairs, o); });
+    return locked([&] { return p_->similarity(pairs, o); });
   }
 
   nb::list classify(const std::vector<std::string>& texts, int64_t batch) {
-    const auto out = engine_call([&] { return p_->classify(texts, batch); });
+    const auto out = locked([&] { return p_->classify(texts, batch); });
     nb::list result;
     for (const auto& c : out) {
       nb::dict d;
@@ -129,7 +168,7 @@ class Model {
   }
 
   nb::list fill_mask(const std::vector<std::string>& texts, int64_t top_k, int64_t batch) {
-    const auto out = engine_call([&] { return serve::fill_mask(*p_, texts, top_k, batch); });
+    const auto out = locked([&] { return serve::fill_mask(*p_, texts, top_k, batch); });
     nb::list result;
     for (const auto& masks : out) {
       nb::list per_text;
@@ -165,12 +204,22 @@ class Model {
     in.attention_mask = attention_mask ? attention_mask->data() : nullptr;
     in.token_types = token_type_ids ? token_type_ids->data() : nullptr;
     in.B = B, in.T = T;
-    model::RoFormer<float>& m = p_->model();
-    engine_call([&] { return m.forward(in); });
     const auto& c = p_->config();
+    const size_t b = static_cast<size_t>(B), t = static_cast<size_t>(T);
+    const size_t H = static_cast<size_t>(c.hidden_size), V = static_cast<size_t>(c.vocab_size);
+    std::vector<float> hidden, logits;
+    bool has_logits = false;
+    locked([&] {  // the outputs are the model's buffers: copied before another call can overwrite them
+      model::RoFormer<float>& m = p_->model();
+      m.forward(in);
+      const float* h = m.hidden_state(c.num_hidden_layers);
+      hidden.assign(h, h + b * t * H);
+      has_logits = m.logits() != nullptr;  // an encoder-only checkpoint has no MLM head
+      if (has_logits) logits.assign(m.logits(), m.logits() + b * t * V);
+    });
     nb::dict d;
-    d["last_hidden_state"] = numpy_array3(m.hidden_state(c.num_hidden_layers), B, T, c.hidden_size);
-    if (m.logits()) d["logits"] = numpy_array3(m.logits(), B, T, c.vocab_size);
+    d["last_hidden_state"] = numpy_array(std::move(hidden), {b, t, H});
+    if (has_logits) d["logits"] = numpy_array(std::move(logits), {b, t, V});
     return d;
   }
 
@@ -179,9 +228,13 @@ class Model {
   std::vector<std::string> labels() const {
     return p_->classifier() ? p_->classifier()->labels : std::vector<std::string>{};
   }
+  int threads() const { return threads_; }
+  void set_threads(int n) { threads_ = checked_threads(n); }
 
  private:
   std::unique_ptr<serve::Pipeline> p_;
+  std::mutex mu_;
+  std::atomic<int> threads_;  // 0: roformer.set_threads's count
 };
 
 }  // namespace
@@ -206,6 +259,12 @@ NB_MODULE(_engine, m) {
            nb::arg("token_type_ids").none() = nb::none())
       .def_prop_ro("hidden_size", &Model::hidden_size)
       .def_prop_ro("max_length", &Model::max_length)
-      .def_prop_ro("labels", &Model::labels);
-  m.def("set_threads", [](int n) { omp_set_num_threads(n); });
+      .def_prop_ro("labels", &Model::labels)
+      .def_prop_rw("threads", &Model::threads, &Model::set_threads);
+  g_default_threads = omp_get_max_threads();
+  m.def("set_threads", [](int n) { g_threads = checked_threads(n); }, nb::arg("n"));
+  m.def("get_threads", [] {
+    const int n = g_threads.load();
+    return n > 0 ? n : g_default_threads;
+  });
 }

@@ -1,11 +1,15 @@
 """roformer.Model and roformer.Tokenizer against the roformer-hf fixtures (transformers 4.40.2's outputs,
-within the fixtures' tolerance 1e-5 + 1e-4·|HF|) and against the command line (`roformer embed`,
-`fill-mask`, `classify`: the same numbers). ROFORMER_FIXTURES and ROFORMER_CLI locate them
-(scripts/python-test.sh sets both)."""
+within the fixtures' tolerance 1e-5 + 1e-4·|HF|: forward and embed) and against the command line
+(`roformer embed`, `similarity`, `fill-mask`, `classify`: the same numbers); threads (settable, the
+same results at 1 and 2, two Python threads on one Model, the GIL released during compute).
+ROFORMER_FIXTURES and ROFORMER_CLI locate them (scripts/python-test.sh sets both); the tests that need
+the command line skip without it, or fail when ROFORMER_REQUIRE_CLI is set (CI)."""
 import json
 import os
 import struct
 import subprocess
+import threading
+import time
 
 import numpy as np
 import pytest
@@ -36,9 +40,13 @@ def close(actual, expected):
     return np.all(np.abs(actual - expected) <= 1e-5 + 1e-4 * np.abs(expected))
 
 
+def fixture_io(case):
+    return read_safetensors(os.path.join(FIXTURES, case, "io.safetensors"))
+
+
 @pytest.mark.parametrize("case", ["case1_mlm_basic", "case2_embproj_rotary_value", "case3_seq_eq_max_positions"])
 def test_forward_matches_transformers(case):
-    io = read_safetensors(os.path.join(FIXTURES, case, "io.safetensors"))
+    io = fixture_io(case)
     m = roformer.Model.from_pretrained(os.path.join(FIXTURES, case))
     out = m.forward(io["input_ids"], io["attention_mask"], io["token_type_ids"])
     assert out["last_hidden_state"].shape == io["last_hidden_state"].shape
@@ -56,26 +64,60 @@ def test_tokenizer_matches_transformers():
     assert len(enc["input_ids"]) == 6 and enc["token_type_ids"][-1] == 1
 
 
+# Texts whose tokens are rows 0 and 1 of case1's inputs (single segments: token types 0).
+FIXTURE_TEXTS = ["brown l:？非常[MASK] ok world f中", "[MASK] 4 bo，"]
+
+
+def test_embed_matches_transformers():
+    io, m = fixture_io("case1_mlm_basic"), roformer.Model.from_pretrained(CASE1)
+    tok = roformer.Tokenizer.from_pretrained(CASE1)
+    hidden, mask = io["last_hidden_state"].astype(np.float64), io["attention_mask"]
+    for r, text in enumerate(FIXTURE_TEXTS):
+        assert tok(text)["input_ids"] == io["input_ids"][r][mask[r] == 1].tolist()  # the fixture's tokens
+    cls = m.embed(FIXTURE_TEXTS, pooling="cls")
+    assert close(cls, hidden[:2, 0])
+    mean = m.embed(FIXTURE_TEXTS, pooling="mean", normalize=True)
+    expected = np.stack([hidden[r][mask[r] == 1].mean(axis=0) for r in range(2)])  # over the real tokens
+    assert close(mean, expected / np.linalg.norm(expected, axis=1, keepdims=True))
+
+
+@pytest.fixture
+def cli():
+    """The roformer binary: the test skips without it, unless ROFORMER_REQUIRE_CLI is set (CI)."""
+    if not CLI:
+        if os.environ.get("ROFORMER_REQUIRE_CLI"):
+            pytest.fail("ROFORMER_REQUIRE_CLI is set but ROFORMER_CLI (the roformer binary) is not")
+        pytest.skip("ROFORMER_CLI (the roformer binary) is not set")
+    return CLI
+
+
 def run_cli(*args, stdin=""):
     return [json.loads(line) for line in subprocess.run([CLI, *args], input=stdin, capture_output=True, text=True,
                                                         check=True).stdout.splitlines()]
 
 
-@pytest.mark.skipif(not CLI, reason="ROFORMER_CLI (the roformer binary) is not set")
-def test_embed_fill_mask_and_classify_equal_the_command_line(tmp_path):
+def test_similarity_equals_the_command_line(cli):
+    pairs = [("hello world", "hello"), ("今天天气非常好", "今天天气不好"), ("the quick brown fox", "今天")]
+    m = roformer.Model.from_pretrained(CASE1)
+    ours = m.similarity(pairs, pooling="mean")
+    got = run_cli("similarity", "--model", CASE1, "--pooling", "mean", stdin="".join(f"{a}\t{b}\n" for a, b in pairs))
+    assert np.abs(np.array(ours) - [c["similarity"] for c in got]).max() < 1e-9
+    e = m.embed([t for p in pairs for t in p], pooling="mean", normalize=True).astype(np.float64)
+    assert np.abs(np.array(ours) - (e[0::2] * e[1::2]).sum(axis=1)).max() < 1e-6  # the cosine of the embeddings
+
+
+def test_embed_fill_mask_and_classify_equal_the_command_line(cli, tmp_path):
     texts = ["hello world", "今天天气非常好", "the quick brown fox"]
     m = roformer.Model.from_pretrained(CASE1)
     ours = m.embed(texts, pooling="mean", normalize=True)
-    cli = run_cli("embed", "--model", CASE1, "--pooling", "mean", "--normalize", stdin="\n".join(texts) + "\n")
-    assert np.abs(ours - np.array([c["embedding"] for c in cli])).max() < 1e-6
+    got = run_cli("embed", "--model", CASE1, "--pooling", "mean", "--normalize", stdin="\n".join(texts) + "\n")
+    assert np.abs(ours - np.array([c["embedding"] for c in got])).max() < 1e-6
     masked = ["今天[MASK]气非常好", "hello [MASK]"]
     ours = m.fill_mask(masked, top_k=3)
-    cli = run_cli("fill-mask", "--model", CASE1, "--top-k", "3", stdin="\n".join(masked) + "\n")
-    for o, k in zip(ours, cli):
+    got = run_cli("fill-mask", "--model", CASE1, "--top-k", "3", stdin="\n".join(masked) + "\n")
+    for o, k in zip(ours, got):
         assert [(p["token"], p["sequence"]) for p in o[0]] == [(p["token"], p["sequence"]) for p in k]
         assert max(abs(p["score"] - q["score"]) for p, q in zip(o[0], k)) < 1e-9
-    sims = m.similarity([("hello world", "hello")])
-    assert -1 <= sims[0] <= 1
     # A classifier fine-tuned by the command line, served from Python.
     data = tmp_path / "d.jsonl"
     data.write_text("".join(json.dumps({"sentence": t, "label": ["a", "b"][i % 2]}) + "\n"
@@ -86,8 +128,8 @@ def test_embed_fill_mask_and_classify_equal_the_command_line(tmp_path):
     c = roformer.Model.from_pretrained(str(tmp_path / "ft" / "best"))
     assert c.labels == ["a", "b"]
     ours = c.classify(texts)
-    cli = run_cli("classify", "--model", str(tmp_path / "ft" / "best"), stdin="\n".join(texts) + "\n")
-    for o, k in zip(ours, cli):
+    got = run_cli("classify", "--model", str(tmp_path / "ft" / "best"), stdin="\n".join(texts) + "\n")
+    for o, k in zip(ours, got):
         assert o["label"] == k["label"] and abs(o["score"] - k["score"]) < 1e-9
 
 
@@ -103,3 +145,98 @@ def test_errors_are_value_errors_with_the_engine_message(tmp_path):
         m.forward(np.zeros((2, 3), np.int64), np.ones((2, 4), np.int64))
     with pytest.raises(ValueError):
         m.forward(np.full((1, 3), 10**6, np.int64))
+
+
+def test_threads_are_settable_and_give_the_same_results():
+    io = fixture_io("case1_mlm_basic")
+    args = (io["input_ids"], io["attention_mask"], io["token_type_ids"])
+    m = roformer.Model.from_pretrained(CASE1, threads=1)
+    assert m.threads == 1
+    one = m.forward(*args)["last_hidden_state"]
+    m.threads = 2
+    assert close(m.forward(*args)["last_hidden_state"], one)
+    m.threads = 0  # the process-wide count, from any Python thread
+    default = roformer.get_threads()
+    try:
+        roformer.set_threads(2)
+        assert roformer.get_threads() == 2
+        assert close(m.forward(*args)["last_hidden_state"], one)
+        roformer.set_threads(0)
+        assert roformer.get_threads() == default
+    finally:
+        roformer.set_threads(0)
+    with pytest.raises(ValueError, match="threads must be >= 0"):
+        roformer.set_threads(-1)
+    with pytest.raises(ValueError, match="threads must be >= 0"):
+        m.threads = -2
+    with pytest.raises(ValueError, match="threads must be >= 0"):
+        roformer.Model.from_pretrained(CASE1, threads=-1)
+    with pytest.raises(TypeError):
+        roformer.set_threads("2")
+    assert roformer.get_threads() == default and m.threads == 0
+
+
+def test_an_engine_call_leaves_the_threads_openmp_count_as_it_was():
+    # Debian's PyTorch shares the engine's libgomp, so its count is the calling thread's OpenMP count.
+    torch = pytest.importorskip("torch")
+    saved = torch.get_num_threads()
+    try:
+        torch.set_num_threads(1)
+        roformer.Model.from_pretrained(CASE1, threads=2).embed(["hello"])
+        assert torch.get_num_threads() == 1
+    finally:
+        torch.set_num_threads(saved)
+
+
+def test_two_python_threads_share_one_model():
+    # The Model's lock: calls from two threads take turns on its activation buffers (without it, batches
+    # of other shapes would overwrite, or reallocate, each other's). Results equal the serial calls'.
+    io, m = fixture_io("case1_mlm_basic"), roformer.Model.from_pretrained(CASE1)
+    ids, mask = io["input_ids"], io["attention_mask"]
+    texts = ["hello world", "今天天气非常好", "the quick brown fox jump over the lazy dog"] * 5
+    serial_forward, serial_embed = m.forward(ids, mask)["logits"], m.embed(texts, batch_size=4)
+    results = {"forward": [], "embed": []}
+
+    def run(name, call):
+        for _ in range(20):
+            results[name].append(call())
+
+    threads = [threading.Thread(target=run, args=("forward", lambda: m.forward(ids, mask)["logits"])),
+               threading.Thread(target=run, args=("embed", lambda: m.embed(texts, batch_size=4)))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert len(results["forward"]) == 20 and all(np.array_equal(r, serial_forward) for r in results["forward"])
+    assert len(results["embed"]) == 20 and all(np.array_equal(r, serial_embed) for r in results["embed"])
+
+
+def test_the_gil_is_released_during_compute():
+    # While one thread runs a long forward, this one keeps running Python: its ticks fill the call's
+    # interval (with the GIL held, none would fall inside it but at its ends).
+    m = roformer.Model.from_pretrained(CASE1, threads=1)  # one thread: durations that busy cores do not scatter
+    ids = np.random.default_rng(0).integers(5, 129, size=(16, 64))
+    while True:  # a batch that takes at least 0.2 s, timed on its second call (the first grows the buffers)
+        m.forward(ids)
+        start = time.perf_counter()
+        m.forward(ids)
+        if time.perf_counter() - start >= 0.2:
+            break
+        ids = np.tile(ids, (2, 1))
+    span = {}
+
+    def call():
+        span["start"] = time.perf_counter()
+        m.forward(ids)
+        span["end"] = time.perf_counter()
+
+    t = threading.Thread(target=call)
+    ticks = []
+    t.start()
+    while t.is_alive():
+        ticks.append(time.perf_counter())
+    t.join()
+    inside = [x for x in ticks if span["start"] < x < span["end"]]
+    duration = span["end"] - span["start"]
+    assert duration > 0.05, f"the forward took {duration:.3f} s: too short to tell"
+    assert inside and inside[-1] - inside[0] > 0.5 * duration
