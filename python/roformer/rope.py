@@ -37,7 +37,8 @@ class Config:
     seq_len: the sequence length for dynamic NTK. table_positions: N > 0 precomputes an fp32 cos/sin
     table for positions [0, N) (librope's TABLE mode: the same results, faster for small calls;
     positions from N on are an error); 0 computes cos/sin per call from the exact angle. preset: start from a librope preset ("roformer",
-    "gptj", "neox", "llama", "llama3", "qwen2", "qwen2_vl"); fields left at None keep the preset's.
+    "gptj", "neox", "llama", "llama3", "qwen2", "qwen2_vl"); fields left at None keep the preset's
+    (config.plan().layout is the layout in effect).
     The attribute `spec` is the configuration as canonical JSON (Config.from_spec reads it back).
     """
 
