@@ -78,10 +78,14 @@ bool LineReader::next_pair(std::pair<std::string, std::string>* pair) {
   std::string line;
   bool json = false;
   if (!next_line(&line, &json)) return false;
-  constexpr const char* kExpected = "a JSON object {\"a\": \"...\", \"b\": \"...\"} or two texts separated by a tab";
+  constexpr const char* kExpected =
+      "a JSON object {\"a\": \"...\", \"b\": \"...\"} or {\"text\": \"...\", \"text_pair\": \"...\"}, or two texts "
+      "separated by a tab";
   if (json) {
     const nlohmann::json j = parse_object(*this, line, kExpected);
-    *pair = {string_field(*this, j, "a", kExpected), string_field(*this, j, "b", kExpected)};
+    const bool hf = j.contains("text");  // transformers' text-classification pipeline's pair form
+    *pair = {string_field(*this, j, hf ? "text" : "a", kExpected),
+             string_field(*this, j, hf ? "text_pair" : "b", kExpected)};
     return true;
   }
   const size_t tab = line.find('\t');

@@ -65,7 +65,11 @@ double cosine(const std::vector<float>& a, const std::vector<float>& b) {
   return dot / std::max(std::sqrt(na) * std::sqrt(nb), 1e-8);
 }
 
-std::optional<Classifier> load_classifier(const io::WeightStore& w, const std::string& config_path, int64_t H) {
+std::optional<Classifier> load_classifier(const io::WeightStore& w, const std::string& config_path, int64_t H,
+                                          const std::string& function) {
+  if (function != "auto" && function != "softmax" && function != "sigmoid" && function != "none") {
+    throw io::Error("--function " + function + ": expected auto, softmax, sigmoid or none");
+  }
   const std::string prefix = "classifier.";
   const std::vector<std::string> names = {"classifier.dense.weight", "classifier.dense.bias",
                                           "classifier.out_proj.weight", "classifier.out_proj.bias"};
@@ -117,8 +121,12 @@ std::optional<Classifier> load_classifier(const io::WeightStore& w, const std::s
   }
   std::string problem;
   if (j.contains("problem_type") && j["problem_type"].is_string()) problem = j["problem_type"].get<std::string>();
-  // transformers' TextClassificationPipeline default function_to_apply.
-  c.function = problem == "multi_label_classification" || c.num_labels == 1 ? "sigmoid" : "softmax";
+  // transformers' TextClassificationPipeline default function_to_apply, but a regression head's
+  // score is its raw output (the pipeline's sigmoid would map every score into (0, 1)).
+  c.function = problem == "regression"                                             ? "none"
+               : problem == "multi_label_classification" || c.num_labels == 1 ? "sigmoid"
+                                                                                  : "softmax";
+  if (function != "auto") c.function = function;
   return c;
 }
 
@@ -195,7 +203,7 @@ std::unique_ptr<Pipeline> Pipeline::load(const std::string& dir, const LoadOptio
     model::check_config_against_weights(encoder, *weights, config_path);
     p->model_ = std::make_unique<model::RoFormer<float>>(encoder);
     p->model_->load(*weights, {"classifier."}, options.mlm_head);
-    p->classifier_ = load_classifier(*weights, config_path, p->config_.hidden_size);
+    p->classifier_ = load_classifier(*weights, config_path, p->config_.hidden_size, options.classify_function);
     // The pipelines read only the last hidden state, logits and pooler: one layer's activations.
     p->model_->set_keep(model::Keep::outputs);
     prepare_for_inference(*p->model_, options, weights->has_int8_tensors(), options.release_packed_arena);
@@ -217,6 +225,14 @@ std::vector<text::Encoding> Pipeline::encode(const std::vector<std::string>& tex
   std::vector<text::Encoding> out;
   out.reserve(texts.size());
   for (const std::string& t : texts) out.push_back(tokenizer().encode(t));
+  check(out);
+  return out;
+}
+
+std::vector<text::Encoding> Pipeline::encode_pairs(const std::vector<std::pair<std::string, std::string>>& pairs) const {
+  std::vector<text::Encoding> out;
+  out.reserve(pairs.size());
+  for (const auto& [a, b] : pairs) out.push_back(tokenizer().encode_pair(a, b));
   check(out);
   return out;
 }
@@ -339,13 +355,21 @@ std::vector<double> Pipeline::similarity(const std::vector<std::pair<std::string
 }
 
 std::vector<Classification> Pipeline::classify(const std::vector<std::string>& texts, int64_t batch_size) {
+  return classify_encoded(encode(texts), batch_size);
+}
+
+std::vector<Classification> Pipeline::classify_pairs(const std::vector<std::pair<std::string, std::string>>& pairs,
+                                                     int64_t batch_size) {
+  return classify_encoded(encode_pairs(pairs), batch_size);
+}
+
+std::vector<Classification> Pipeline::classify_encoded(const std::vector<text::Encoding>& encodings, int64_t batch_size) {
   if (!classifier_) {
     throw io::Error(dir_ + ": the checkpoint has no sequence-classification head (the classifier.dense.* and "
                     "classifier.out_proj.* tensors that RoFormerForSequenceClassification saves)");
   }
-  const std::vector<text::Encoding> encodings = encode(texts);
   const int64_t H = config_.hidden_size, L = config_.num_hidden_layers;
-  std::vector<Classification> out(texts.size());
+  std::vector<Classification> out(encodings.size());
   run(encodings, batch_size, [&](const std::vector<size_t>& rows, int64_t T) {
     const float* h = model().hidden_state(L);
     for (size_t b = 0; b < rows.size(); ++b) {

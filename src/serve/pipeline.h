@@ -45,7 +45,10 @@ struct Classifier {
   int64_t num_labels = 0, hidden = 0;
   std::vector<float> dense_w, dense_b, out_w, out_b;
   std::vector<std::string> labels;      // id2label, or LABEL_i
-  std::string function = "softmax";     // HF text-classification: softmax, sigmoid (multi-label, 1 label), none (regression)
+  // What turns logits into scores: softmax, sigmoid or none. By default as transformers'
+  // text-classification pipeline (sigmoid for multi-label and for one label, else softmax), except
+  // that problem_type "regression" gives the raw score (none), which the pipeline would squash.
+  std::string function = "softmax";
   model::ClassifierParams<float> params() {  // the model's classification-head block over these tensors
     return {{dense_w.data(), dense_b.data()}, {out_w.data(), out_b.data()}};
   }
@@ -72,6 +75,9 @@ struct LoadOptions {
   // Hold packed weights once (RoFormer::pack's release_arena): the arena's copies of the packed
   // matrices are released, so model().params reads zeros there. The command line sets it.
   bool release_packed_arena = false;
+  // The classifier's Classifier::function: "auto" (its problem_type's default), "softmax", "sigmoid"
+  // or "none" (HF pipeline's function_to_apply).
+  std::string classify_function = "auto";
 };
 
 // Packs m's linear layers as options.quantize and options.gemm ask (see LoadOptions); int8_checkpoint:
@@ -120,6 +126,7 @@ class Pipeline {
   // Encodes each text with [CLS]/[SEP] (pairs: [CLS] a [SEP] b [SEP]); throws InputError for one
   // longer than max_position_embeddings or holding an id outside the model's vocabulary.
   std::vector<text::Encoding> encode(const std::vector<std::string>& texts) const;
+  std::vector<text::Encoding> encode_pairs(const std::vector<std::pair<std::string, std::string>>& pairs) const;
   void check(const std::vector<text::Encoding>& encodings) const;
 
   // Runs the encoder over the encodings in plan_batches order, right-padded to each batch's longest;
@@ -134,6 +141,9 @@ class Pipeline {
                                  const EmbedOptions& options);
   // Throws io::Error when the checkpoint has no classifier head.
   std::vector<Classification> classify(const std::vector<std::string>& texts, int64_t batch_size = 16);
+  // Sentence pairs, encoded [CLS] a [SEP] b [SEP] with token types 0 then 1, as the head was fine-tuned.
+  std::vector<Classification> classify_pairs(const std::vector<std::pair<std::string, std::string>>& pairs,
+                                             int64_t batch_size = 16);
 
  private:
   Pipeline() = default;
@@ -142,12 +152,14 @@ class Pipeline {
   std::unique_ptr<text::RoFormerTokenizer> tokenizer_;
   std::unique_ptr<model::RoFormer<float>> model_;
   std::optional<Classifier> classifier_;
+  std::vector<Classification> classify_encoded(const std::vector<text::Encoding>& encodings, int64_t batch_size);
 };
 
 // Reads the classifier head from weights (classifier.dense.*, classifier.out_proj.*) with labels and
-// problem_type from config.json; nullopt when the weights have no classifier.* tensors.
+// problem_type from config.json; nullopt when the weights have no classifier.* tensors. function:
+// LoadOptions::classify_function.
 std::optional<Classifier> load_classifier(const io::WeightStore& weights, const std::string& config_path,
-                                          int64_t hidden_size);
+                                          int64_t hidden_size, const std::string& function = "auto");
 // The head on one [CLS] hidden state (hidden floats) → scores per label (after `function`).
 std::vector<double> apply_classifier(Classifier& c, const model::RoFormerConfig& config, const float* cls);
 

@@ -213,6 +213,14 @@ void FinetuneRun::build_model(const std::vector<data::LabeledExample>& train_row
   }
   const auto weights = io::open_weights(from);
   model::check_config_against_weights(cfg_, *weights, from + "/config.json");
+  // Plain extrapolation: rotary (or sinusoidal, or no) positions have no table to outgrow, so a model
+  // fine-tuned past max_position_embeddings declares the length it was trained at. `roformer classify`
+  // and transformers (whose rotary table is computed from this field) then take such inputs, with the
+  // angles of training. With --rope-scaling the field stays and the factor gives the length.
+  if (cfg_.position_encoding != model::PositionEncoding::learned && cfg_.rope_scaling == "none" &&
+      o_.max_length > cfg_.max_position_embeddings) {
+    cfg_.max_position_embeddings = o_.max_length;
+  }
   m_ = std::make_unique<Model>(cfg_);
   m_->init_weights(o_.seed);  // the new head (and nothing else: the load below overwrites the encoder)
   // An MLM/causal-LM checkpoint's head and pooler are not part of a classifier; its classifier.* may be absent.

@@ -5,6 +5,7 @@
 #    uninterrupted run, byte for byte;
 #  - --grad-accum 3 gives the same losses within fp32 rounding;
 #  - TSV and CSV inputs with a sentence-pair column train; early stopping stops after --patience;
+#  - metrics.csv holds metrics.jsonl's rows; a non-finite loss stops the run with status 3;
 #  - bad rows and unknown labels end with one error line naming the file and line, and status 1.
 # Usage: finetune.sh ROFORMER_BINARY FIXTURES WORK_DIR
 set -euo pipefail
@@ -84,6 +85,27 @@ echo "== early stopping: no progress at lr 1e-12, patience 1"
 "$roformer" finetune "${common[@]}" --train "$work/train.jsonl" --validation "$work/val.jsonl" --lr 1e-12 \
   --epochs 10 --eval-every 5 --patience 1 --metric accuracy --out "$work/early" 2> "$work/early.log"
 grep -q "stopped early after 10 steps" "$work/early.log"
+
+echo "== metrics.csv holds the rows of metrics.jsonl"
+python3 - "$work/a" <<'PY'
+import csv, json, sys
+jsonl = [json.loads(l) for l in open(f"{sys.argv[1]}/metrics.jsonl")]
+rows = list(csv.DictReader(open(f"{sys.argv[1]}/metrics.csv")))
+assert len(rows) == len(jsonl) and rows, (len(rows), len(jsonl))
+for j, r in zip(jsonl, rows):
+    for k, v in j.items():
+        if isinstance(v, (int, float)) and r.get(k) not in (None, ""):
+            assert abs(float(r[k]) - v) <= 1e-5 * abs(v) + 1e-12, (k, r[k], v)  # CSV: 6 significant digits
+    assert int(r["step"]) == j["step"]
+print(f"metrics.csv: {len(rows)} rows equal metrics.jsonl")
+PY
+
+echo "== divergence: a non-finite loss stops fine-tuning with status 3"
+status=0
+"$roformer" finetune "${common[@]}" --train "$work/train.jsonl" --validation "$work/val.jsonl" --lr 1e30 \
+  --warmup-ratio 0 --clip 0 --epochs 2 --eval-every 5 --out "$work/nan" 2> "$work/nan.log" || status=$?
+[ "$status" -eq 3 ] || { echo "divergence: expected status 3, got $status" >&2; cat "$work/nan.log" >&2; exit 1; }
+grep -E "became non-finite at step [0-9]+; stopping. The last good checkpoint is " "$work/nan.log"
 
 expect_error() {  # expected message, then the arguments
   local want="$1" status=0

@@ -434,6 +434,51 @@ TEST(Classify, OneLabelIsSigmoidAndDefaultLabelsAreNumbered) {
   EXPECT_EQ(multi->classifier()->function, "sigmoid");
 }
 
+TEST(Classify, RegressionScoresAreRawAndTheFunctionCanBeChosen) {
+  // One label: sigmoid by default (transformers' pipeline); a regression head gives its raw score.
+  const auto squashed = serve::Pipeline::load(classifier_dir("one", 1, nlohmann::json::object()))->classify(kTexts);
+  auto reg = serve::Pipeline::load(
+      classifier_dir("reg", 1, {{"problem_type", "regression"}, {"id2label", {{"0", "LABEL_0"}}}}));
+  EXPECT_EQ(reg->classifier()->function, "none");
+  const auto raw = reg->classify(kTexts);
+  for (size_t i = 0; i < kTexts.size(); ++i) {
+    EXPECT_NEAR(1 / (1 + std::exp(-raw[i].score)), squashed[i].score, 1e-12) << "text " << i;
+  }
+  // --function none on a three-label head: the logits, whose softmax is the default's scores.
+  const auto soft = serve::Pipeline::load(classifier_dir("cls3", 3, nlohmann::json::object()))->classify(kTexts);
+  serve::LoadOptions lo;
+  lo.classify_function = "none";
+  const auto logits = serve::Pipeline::load(classifier_dir("cls3", 3, nlohmann::json::object()), lo)->classify(kTexts);
+  for (size_t i = 0; i < kTexts.size(); ++i) {
+    double sum = 0;
+    for (double z : logits[i].scores) sum += std::exp(z);
+    for (size_t o = 0; o < 3; ++o) EXPECT_NEAR(std::exp(logits[i].scores[o]) / sum, soft[i].scores[o], 1e-9);
+    EXPECT_EQ(logits[i].label_id, soft[i].label_id);
+  }
+  lo.classify_function = "tanh";
+  expect_error([&] { serve::Pipeline::load(classifier_dir("cls3", 3, nlohmann::json::object()), lo); },
+               {"--function tanh", "auto, softmax, sigmoid or none"});
+}
+
+TEST(Classify, PairsAreEncodedWithTokenTypesAndBatchedLikeOneByOne) {
+  auto p = serve::Pipeline::load(classifier_dir("cls3", 3, nlohmann::json::object()));
+  const std::vector<std::pair<std::string, std::string>> pairs = {
+      {"hello, world!", "ok"}, {"今天天气非常好。", "the quick brown fox"}, {"ok", "ok"}, {"a b c d e f g", "我们"}};
+  const auto encodings = p->encode_pairs(pairs);
+  const auto batched = p->classify_pairs(pairs, 3);
+  for (size_t i = 0; i < pairs.size(); ++i) {
+    const text::Encoding want = p->tokenizer().encode_pair(pairs[i].first, pairs[i].second);
+    EXPECT_EQ(encodings[i].input_ids, want.input_ids);
+    EXPECT_EQ(encodings[i].token_type_ids, want.token_type_ids);
+    EXPECT_EQ(encodings[i].token_type_ids.back(), 1) << "the second text has token type 1";
+    const auto alone = p->classify_pairs({pairs[i]}, 1)[0];
+    for (size_t o = 0; o < 3; ++o) EXPECT_NEAR(batched[i].scores[o], alone.scores[o], 1e-5) << "pair " << i;
+  }
+  // The second text matters: (a, b) is not classified as a alone.
+  const auto first_only = p->classify(std::vector<std::string>{pairs[1].first})[0];
+  EXPECT_GT(std::abs(first_only.scores[0] - batched[1].scores[0]), 1e-6);
+}
+
 TEST(Classify, Errors) {
   auto mlm = serve::Pipeline::load(model_dir("case1"));
   expect_error([&] { mlm->classify({"hello"}); }, {"no sequence-classification head", "classifier.out_proj"});

@@ -23,10 +23,10 @@ namespace {
 
 struct InferOptions {
   std::string model_dir, input, format = "auto", jieba_dict, pooling = "cls", rope_scaling;
-  std::string quantize = "auto", gemm = "auto";  // serve::LoadOptions
+  std::string quantize = "auto", gemm = "auto", function = "auto";  // serve::LoadOptions
   std::string inputs, out;  // forward
   int64_t batch_size = 16, top_k = 5;
-  bool normalize = false;
+  bool normalize = false, pairs = false;
   int threads = 0;
 };
 
@@ -55,6 +55,7 @@ std::unique_ptr<serve::Pipeline> load(const InferOptions& o, bool weights = true
   lo.rope_scaling = o.rope_scaling;
   lo.quantize = o.quantize;
   lo.gemm = o.gemm;
+  lo.classify_function = o.function;
   lo.release_packed_arena = true;  // only forwards run here: hold the packed weights once
   return serve::Pipeline::load(o.model_dir, lo);
 }
@@ -133,18 +134,29 @@ int run_similarity(const InferOptions& o) {
   return 0;
 }
 
+void print_classifications(const std::vector<serve::Classification>& out) {
+  for (const serve::Classification& c : out) {
+    nlohmann::ordered_json j;
+    j["label"] = c.label;
+    j["score"] = c.score;
+    j["scores"] = c.scores;
+    std::cout << j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) << '\n';
+  }
+}
+
 int run_classify(const InferOptions& o) {
   const auto p = load(o, true, false);
-  if (!p->classifier()) p->classify({});  // the clear "no classifier head" error before reading input
-  for_chunks<std::string>(o, read_text, [&](const std::vector<std::string>& texts) {
-    for (const serve::Classification& c : p->classify(texts, o.batch_size)) {
-      nlohmann::ordered_json j;
-      j["label"] = c.label;
-      j["score"] = c.score;
-      j["scores"] = c.scores;
-      std::cout << j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) << '\n';
-    }
-  });
+  // The clear "no classifier head" error before reading input.
+  if (!p->classifier()) p->classify({});
+  if (o.pairs) {
+    for_chunks<std::pair<std::string, std::string>>(o, read_pair, [&](const auto& pairs) {
+      print_classifications(p->classify_pairs(pairs, o.batch_size));
+    });
+  } else {
+    for_chunks<std::string>(o, read_text, [&](const std::vector<std::string>& texts) {
+      print_classifications(p->classify(texts, o.batch_size));
+    });
+  }
   return 0;
 }
 
@@ -197,6 +209,11 @@ std::function<int()> add_infer_commands(CLI::App& app) {
     c->add_flag("--normalize", o->normalize, "L2-normalise the embeddings");
   }
   CLI::App* cls = common(app.add_subcommand("classify", "Sequence classification (RoFormerForSequenceClassification head)"), true);
+  cls->add_flag("--pairs", o->pairs, "Sentence pairs: {\"text\", \"text_pair\"} or {\"a\", \"b\"} JSON, or a<TAB>b lines");
+  cls->add_option("--function", o->function,
+                  "Logits to scores: softmax, sigmoid, none, or auto (sigmoid for multi-label and single-label "
+                  "heads, none for regression, else softmax)")
+      ->check(CLI::IsMember({"auto", "softmax", "sigmoid", "none"}))->capture_default_str();
   CLI::App* fwd = app.add_subcommand("forward", "Run a safetensors batch; write every hidden state and attention map");
   fwd->add_option("--model", o->model_dir, "Hugging Face model directory (config.json, weights)")->required();
   fwd->add_option("--inputs", o->inputs, "safetensors with input_ids [, attention_mask, token_type_ids] (I64, (B, T))")->required();
