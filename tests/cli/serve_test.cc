@@ -2,8 +2,9 @@
 // the fixture tokenizer cases' ids through stdin (text lines with CRLF endings) and a JSONL file;
 // fill-mask, embed, similarity, classify and forward print/write what the library computes; every
 // command that runs a model (forward, eval and generate too) takes --quantize and stays close to fp32
-// in int8; and every bad input ends with exactly one "roformer: error: ..." line naming the problem
-// (and the input line) and a non-zero exit status.
+// in int8; and every bad input, a bad config.json size field included, ends with exactly one
+// "roformer: error: ..." line naming the problem (the file, field or input line) and a non-zero exit
+// status.
 #include <gtest/gtest.h>
 #include <sys/wait.h>
 
@@ -375,6 +376,47 @@ TEST(Cli, EvalAndGenerateTakeQuantizeAndStayCloseToFp32) {
     expect_fails(run(command + " --quantize bf16"), {"--quantize bf16: this CPU has no native bf16"});
   }
   unsetenv("ONEDNN_MAX_CPU_ISA");
+}
+
+// Every size field of config.json is checked against its bound and against the checkpoint's tensors
+// before anything is allocated: one error line naming the file and the field, non-zero status.
+TEST(Cli, BadConfigSizeFieldsAreNamedBeforeAllocation) {
+  int n = 0;
+  auto edited = [&](const json& change, const std::string& fixture_case = "case1_mlm_basic") {
+    const std::string dir = model_dir("config" + std::to_string(n++), fixture_case);
+    json cfg = json::parse(std::ifstream(dir + "/config.json"));
+    cfg.update(change);
+    std::ofstream(dir + "/config.json") << cfg.dump(2);
+    return dir;
+  };
+  const std::vector<std::pair<json, std::string>> cases = {
+      {{{"num_hidden_layers", 5}}, "num_hidden_layers 5 does not match the checkpoint"},
+      {{{"num_hidden_layers", 1}}, "num_hidden_layers 1 does not match the checkpoint"},
+      {{{"num_hidden_layers", 1000}}, "num_hidden_layers 1000 does not match the checkpoint"},
+      {{{"hidden_size", 128}}, "hidden_size 128 does not match the checkpoint"},
+      {{{"vocab_size", 4000}}, "vocab_size 4000 does not match the checkpoint"},
+      {{{"type_vocab_size", 3}}, "type_vocab_size 3 does not match the checkpoint"},
+      {{{"embedding_size", 32}}, "embedding_size 32 does not match the checkpoint"},
+      {{{"intermediate_size", 262144}}, "intermediate_size 262144 does not match the checkpoint"},
+      {{{"max_position_embeddings", 16777216}}, "max_position_embeddings 16777216 does not match the checkpoint"},
+      {{{"num_attention_heads", 8}}, "num_attention_heads 8 does not match the checkpoint"},
+      {{{"num_attention_heads", 128}}, "num_attention_heads 128 is beyond the supported"},
+      {{{"position_encoding", "learned"}}, "(check position_encoding)"},
+      {{{"vocab_size", 4000000000LL}}, "vocab_size 4000000000 is beyond the supported"},
+      {{{"max_position_embeddings", 1LL << 40}}, "max_position_embeddings 1099511627776 is beyond the supported"},
+      {{{"hidden_size", 0}}, "hidden_size must be positive"},
+      {{{"attention_type", "performer"}, {"performer_features", 3}}, "performer_features must be even"},
+      {{{"architectures", {"RoFormerForSequenceClassification"}}, {"num_labels", 1LL << 40}}, "'num_labels' must be an integer in [1, 1048576]"},
+      {{{"architectures", {"RoFormerForSequenceClassification"}}, {"num_labels", 3}, {"id2label", {{"0", "a"}, {"1", "b"}}}},
+       "'num_labels' is 3 but 'id2label' has 2 labels"},
+  };
+  for (const auto& [change, field] : cases) {
+    const std::string dir = edited(change);
+    expect_fails(run("embed --model " + dir, "x\n"), {"roformer: error: " + dir + "/config.json", field});
+  }
+  // The classifier head's rows against num_labels.
+  const std::string c = classifier_dir("labels3", 3, {{"num_labels", 5}});
+  expect_fails(run("classify --model " + c, "x\n"), {c + "/config.json", "num_labels is 5", "3 rows"});
 }
 
 }  // namespace

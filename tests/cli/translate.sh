@@ -7,6 +7,7 @@
 #    a directory `translate` reads, the average of identical checkpoints is the checkpoint;
 #  - translate keeps the input order (text and JSONL, n-best lines), and RoPE models translate
 #    sources longer than max_position_embeddings while learned positions refuse them clearly;
+#  - a config.json that does not match the checkpoint is named by stack and field before loading;
 #  - a non-finite loss stops the run with status 3;
 #  - bad inputs end with one error line naming the file (and line) and status 1.
 # Usage: translate.sh ROFORMER_BINARY WORK_DIR
@@ -127,4 +128,13 @@ expect_error "no_such_dir/config.json" "$roformer" translate --model "$work/no_s
 echo '{"text": "x"}' > "$work/in.jsonl"
 expect_error "in.jsonl:1: no string field 'source'" "$roformer" translate --model "$work/avg" --format jsonl --input "$work/in.jsonl"
 expect_error "at most the beam size" "$roformer" translate --model "$work/avg" --input "$work/src.txt" --beam 2 --nbest 3
+cp -r "$work/avg" "$work/badcfg"
+python3 - "$work/badcfg/config.json" <<'PY'
+import json, sys
+c = json.load(open(sys.argv[1]))
+c["decoder"]["num_hidden_layers"] += 1
+json.dump(c, open(sys.argv[1], "w"))
+PY
+expect_error "badcfg/config.json: decoder: num_hidden_layers 3 does not match the checkpoint" \
+  "$roformer" translate --model "$work/badcfg" --input "$work/src.txt"
 echo "translate CLI: ok"

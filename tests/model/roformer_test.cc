@@ -12,6 +12,7 @@
 #include "io/safetensors.h"
 #include "model/generate.h"
 #include "model/roformer.h"
+#include "serve_fixtures.h"
 
 namespace {
 
@@ -425,6 +426,54 @@ TEST(RoFormerModel, LoadRejectsMissingAndUnexpectedTensors) {
   EXPECT_THROW(extra.load(weights), io::Error);
 }
 
+// check_config_against_weights, before anything is allocated, names the field behind every
+// mismatch: the layer count, a size a tensor's shape records (the rotary table's for
+// max_position_embeddings and num_attention_heads, the classifier's for num_labels), and a tensor the
+// config implies that the checkpoint lacks.
+TEST(RoFormerModel, ConfigIsCheckedAgainstTheCheckpointByField) {
+  const std::string dir = std::string(ROFORMER_FIXTURES) + "/case1_mlm_basic";
+  const io::SafeTensors weights(dir + "/model.safetensors");
+  const auto cfg = model::RoFormerConfig::from_json_file(dir + "/config.json");
+  EXPECT_NO_THROW(model::check_config_against_weights(cfg, weights, "cfg.json"));
+  auto expect_named = [&](model::RoFormerConfig c, const std::string& what) {
+    try {
+      model::check_config_against_weights(c, weights, "cfg.json");
+      ADD_FAILURE() << "accepted: " << what;
+    } catch (const io::Error& e) {
+      EXPECT_EQ(std::string(e.what()).rfind("cfg.json: ", 0), 0u) << e.what();
+      EXPECT_NE(std::string(e.what()).find(what), std::string::npos) << e.what();
+    }
+  };
+  auto c = cfg;
+  c.num_hidden_layers = 3;  // layer 2 is not stored: refused before a 3-layer arena exists
+  expect_named(c, "num_hidden_layers 3 does not match the checkpoint");
+  c.num_hidden_layers = 1;
+  expect_named(c, "num_hidden_layers 1 does not match the checkpoint");
+  c = cfg;
+  c.max_position_embeddings = 1 << 24;
+  expect_named(c, "max_position_embeddings 16777216 does not match the checkpoint");
+  c = cfg;
+  c.num_attention_heads = 8;
+  expect_named(c, "num_attention_heads 8 does not match the checkpoint");
+  c = cfg;
+  c.hidden_size = 128;  // not embeddings_project, which hidden_size != embedding_size would imply
+  expect_named(c, "hidden_size 128 does not match the checkpoint");
+  c = cfg;
+  c.position_encoding = model::PositionEncoding::learned;
+  expect_named(c, "has no roformer.embeddings.position_embeddings.weight, which the config implies (check position_encoding)");
+  c = cfg;
+  c.labels = {"a", "b", "c"};
+  c.problem_type = "single_label_classification";
+  const std::string head = serve_fixtures::classifier_dir("head2", 2, nlohmann::json::object());
+  try {
+    model::check_config_against_weights(c, io::SafeTensors(head + "/model.safetensors"), "cfg.json");
+    ADD_FAILURE() << "three labels accepted against two classifier rows";
+  } catch (const io::Error& e) {
+    EXPECT_NE(std::string(e.what()).find("cfg.json: num_labels 3 does not match the checkpoint"), std::string::npos)
+        << e.what();
+  }
+}
+
 }  // namespace
 
 namespace {
@@ -743,4 +792,23 @@ TEST(RoFormerModel, ReleasingTheArenaKeepsThePackedForwardAndForbidsRepacking) {
   EXPECT_THROW(m.pack(ops::Precision::int8), std::logic_error);
   m.init_weights(9);
   EXPECT_NO_THROW(m.pack(ops::Precision::int8));
+}
+
+// generate() sizes the key/value cache by the request (prompt + max_new_tokens), not by
+// max_position_embeddings, which RoPE models may set as high as 2^24; a Generator asked for a
+// context that cannot fit in memory is refused with std::length_error, not std::bad_alloc.
+TEST(RoFormerGenerate, TheCacheIsSizedByTheRequest) {
+  auto c = tiny(model::PositionEncoding::rope);
+  c.is_decoder = true;
+  c.hidden_size = c.embedding_size = 256;
+  c.num_attention_heads = 4;
+  c.num_hidden_layers = 8;
+  c.max_position_embeddings = 1 << 24;  // a cache that long: 8 layers × 2 × 2^24 × 256 floats = 256 GiB
+  model::RoFormer<float> m(c);
+  m.init_weights(2);
+  model::SampleOptions opt;
+  opt.max_new_tokens = 5;
+  opt.temperature = 0;
+  EXPECT_EQ(model::generate(m, {1, 2, 3}, opt).size(), 5u);
+  EXPECT_THROW(model::Generator{m}, std::length_error);
 }
