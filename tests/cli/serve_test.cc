@@ -406,7 +406,7 @@ TEST(Cli, BadConfigSizeFieldsAreNamedBeforeAllocation) {
       {{{"max_position_embeddings", 1LL << 40}}, "max_position_embeddings 1099511627776 is beyond the supported"},
       {{{"hidden_size", 0}}, "hidden_size must be positive"},
       {{{"attention_type", "performer"}, {"performer_features", 3}}, "performer_features must be even"},
-      {{{"architectures", {"RoFormerForSequenceClassification"}}, {"num_labels", 1LL << 40}}, "'num_labels' must be an integer in [1, 1048576]"},
+      {{{"architectures", {"RoFormerForSequenceClassification"}}, {"num_labels", 1LL << 40}}, "'num_labels' must be an integer in [1, 65536]"},
       {{{"architectures", {"RoFormerForSequenceClassification"}}, {"num_labels", 3}, {"id2label", {{"0", "a"}, {"1", "b"}}}},
        "'num_labels' is 3 but 'id2label' has 2 labels"},
   };
