@@ -4,13 +4,63 @@
 // survives a round trip: to_json() is accepted again and gives the same config. With RoPE and
 // softmax attention, the RoPE settings the model derives from it (base, layout, scaling; as
 // rope_settings in src/model/blocks.cc) must make a valid rope::Plan: a config the reader accepts
-// must not fail later, when the model is built.
+// must not fail later, when the model is built. A loaded config is also checked against a checkpoint
+// (model::check_config_against_weights, which runs before any model is allocated; the checkpoint is
+// case1's layout, 2 layers of hidden 64, with HF's rotary table): it passes or throws io::Error, and
+// a pass means every tensor the arena would hold outside the heads is stored with its shape.
+#include <memory>
 #include <string>
+#include <vector>
 
 #include "fuzz_common.h"
+#include "io/safetensors.h"
 #include "io/weights.h"
 #include "model/config.h"
+#include "model/params.h"
 #include "rope/rope.hpp"
+
+namespace {
+
+// The roformer-hf case1 fixture's layout with zero weights, in a memfd (made once).
+const io::SafeTensors& checkpoint() {
+  static fuzz::MemFile file;
+  static const std::unique_ptr<io::SafeTensors> st = [] {
+    const model::RoFormerConfig c = model::RoFormerConfig::from_json_text(
+        R"({"vocab_size": 129, "hidden_size": 64, "embedding_size": 64, "num_hidden_layers": 2,
+            "num_attention_heads": 4, "intermediate_size": 128, "max_position_embeddings": 64})", "case1");
+    const std::vector<model::ParamInfo> layout = model::param_layout(c);
+    static std::vector<float> zeros(static_cast<size_t>(model::param_count(layout)) + 64 * 16);
+    std::vector<io::TensorView> views;
+    for (const model::ParamInfo& info : layout) views.push_back({info.name, io::DType::F32, info.shape, zeros.data()});
+    views.push_back({"roformer.encoder.embed_positions.weight", io::DType::F32, {64, 16}, zeros.data()});
+    const std::string bytes = io::safetensors_bytes(views);
+    return std::make_unique<io::SafeTensors>(file.write(reinterpret_cast<const uint8_t*>(bytes.data()), bytes.size()));
+  }();
+  return *st;
+}
+
+void check_against_checkpoint(const model::RoFormerConfig& c) {
+  const io::SafeTensors& w = checkpoint();
+  try {
+    model::check_config_against_weights(c, w, "config.json");
+  } catch (const io::Error& e) {
+    fuzz::note(std::string("against the checkpoint: io::Error: ") + e.what());
+    return;  // documented
+  } catch (const std::exception& e) {
+    fuzz::undocumented("check_config_against_weights", e);
+  }
+  for (const model::ParamInfo& info : model::param_layout(c)) {
+    if (info.name.rfind("cls.", 0) == 0 || info.name.rfind("classifier.", 0) == 0 ||
+        info.name.rfind("roformer.pooler.", 0) == 0) {
+      continue;  // heads: the loader's to decide
+    }
+    FUZZ_CHECK(w.contains(info.name) && w.at(info.name).shape == info.shape,
+               "check_config_against_weights passed a config that implies " + info.name + " " +
+                   io::shape_str(info.shape) + ", which the checkpoint does not hold");
+  }
+}
+
+}  // namespace
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const std::string text(reinterpret_cast<const char*>(data), size);
@@ -53,5 +103,6 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   } catch (const std::exception& e) {
     fuzz::finding(std::string("from_json_text rejects to_json()'s output: ") + e.what() + "\n" + json);
   }
+  check_against_checkpoint(c);
   return 0;
 }

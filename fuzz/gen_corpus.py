@@ -151,6 +151,8 @@ def config_seeds(fixtures):
         p = os.path.join(ROOT, "tests", "testdata", case, "config.json")
         if os.path.exists(p):
             shutil.copy(p, os.path.join(OUT, "config", "tests_" + case + ".json"))
+    CASE1 = {"vocab_size": 129, "hidden_size": 64, "embedding_size": 64, "num_hidden_layers": 2, "num_attention_heads": 4,
+             "intermediate_size": 128, "max_position_embeddings": 64}
     base = {"vocab_size": 97, "hidden_size": 32, "num_hidden_layers": 2, "num_attention_heads": 4,
             "intermediate_size": 64, "max_position_embeddings": 64, "model_type": "roformer"}
     variants = {
@@ -174,6 +176,27 @@ def config_seeds(fixtures):
         "bad_huge_intermediate": {"intermediate_size": 4000000000},
         "bad_huge_vocab": {"vocab_size": 9007199254740993},
         "bad_huge_total": {"hidden_size": 32768, "num_attention_heads": 64, "intermediate_size": 131072, "num_hidden_layers": 1000},
+        "bad_huge_hidden": {"hidden_size": 4294967296, "num_attention_heads": 4},
+        "bad_huge_embedding": {"embedding_size": 65537},
+        "bad_huge_layers": {"num_hidden_layers": 1025},
+        "bad_huge_heads": {"num_attention_heads": 33},
+        "bad_huge_positions": {"max_position_embeddings": 16777217},
+        "bad_huge_type_vocab": {"type_vocab_size": 65537},
+        "bad_huge_performer_features": {"attention_type": "performer", "performer_features": 65538},
+        "bad_huge_performer_total": {"attention_type": "performer", "performer_features": 65536, "hidden_size": 4096,
+                                     "num_attention_heads": 1, "intermediate_size": 64, "num_hidden_layers": 2},
+        "bad_huge_num_labels": {"architectures": ["RoFormerForSequenceClassification"], "num_labels": 65537},
+        "bad_num_labels_vs_id2label": {"architectures": ["RoFormerForSequenceClassification"], "num_labels": 3,
+                                       "id2label": {"0": "a", "1": "b"}},
+        "classifier": {"architectures": ["RoFormerForSequenceClassification"], "num_labels": 3,
+                       "problem_type": "multi_label_classification"},
+        "regression": {"architectures": ["RoFormerForSequenceClassification"], "num_labels": 1},
+        # case1's sizes (fuzz_config's checkpoint) with one field off.
+        "case1_layers": {**CASE1, "num_hidden_layers": 3},
+        "case1_positions": {**CASE1, "max_position_embeddings": 16777216},
+        "case1_heads": {**CASE1, "num_attention_heads": 8},
+        "case1_learned": {**CASE1, "position_encoding": "learned"},
+        "case1_classifier": {**CASE1, "architectures": ["RoFormerForSequenceClassification"], "num_labels": 2},
     }
     for name, extra in variants.items():
         put("config", name + ".json", json.dumps({**base, **extra}, indent=1))

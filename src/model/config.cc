@@ -16,6 +16,11 @@ namespace {
 
 using nlohmann::json;
 
+// The most labels a sequence classifier may have: far above any label set a sequence classifier is
+// trained on, and small enough that the label names, id2label / label2id in config.json and the
+// (num_labels, H) head stay cheap (2^20 labels took a minute to read and write back under the fuzzer).
+constexpr int64_t kMaxLabels = int64_t{1} << 16;
+
 // PretrainedConfig fields that HF writes into every config.json (and BERT-era fields that published
 // RoFormer checkpoints carry). They do not change the network, so they are accepted and ignored.
 const std::set<std::string>& generic_fields() {
@@ -37,8 +42,23 @@ const std::set<std::string>& generic_fields() {
 void read_classifier(const json& j, const std::string& origin, RoFormerConfig* c) {
   const json& arch = j.contains("architectures") ? j["architectures"] : json();
   if (!arch.is_array() || arch.empty() || arch[0] != "RoFormerForSequenceClassification") return;
+  // num_labels is checked before any label is made: a huge value fails here, not in an allocation.
+  int64_t n = 2;
+  const bool has_num_labels = j.contains("num_labels") && !j["num_labels"].is_null();
+  if (has_num_labels) {
+    const json& v = j["num_labels"];
+    if (!v.is_number_integer() || v.get<int64_t>() < 1 || v.get<int64_t>() > kMaxLabels) {
+      throw io::Error(origin + ": 'num_labels' must be an integer in [1, " + std::to_string(kMaxLabels) + "], got " +
+                      v.dump());
+    }
+    n = v.get<int64_t>();
+  }
   if (j.contains("id2label") && !j["id2label"].is_null()) {
     const json& id2label = j["id2label"];
+    if (id2label.is_object() && static_cast<int64_t>(id2label.size()) > kMaxLabels) {
+      throw io::Error(origin + ": 'id2label' has " + std::to_string(id2label.size()) + " labels, beyond the supported " +
+                      std::to_string(kMaxLabels));
+    }
     for (size_t i = 0; id2label.is_object() && i < id2label.size(); ++i) {
       const std::string key = std::to_string(i);
       if (!id2label.contains(key) || !id2label[key].is_string()) break;
@@ -47,14 +67,11 @@ void read_classifier(const json& j, const std::string& origin, RoFormerConfig* c
     if (!id2label.is_object() || id2label.empty() || c->labels.size() != id2label.size()) {
       throw io::Error(origin + ": 'id2label' must map \"0\", \"1\", ... to label names, got " + id2label.dump());
     }
-  } else {
-    int64_t n = 2;
-    if (j.contains("num_labels")) {
-      if (!j["num_labels"].is_number_integer() || j["num_labels"].get<int64_t>() < 1) {
-        throw io::Error(origin + ": 'num_labels' must be a positive integer, got " + j["num_labels"].dump());
-      }
-      n = j["num_labels"].get<int64_t>();
+    if (has_num_labels && n != static_cast<int64_t>(c->labels.size())) {  // as transformers' PretrainedConfig
+      throw io::Error(origin + ": 'num_labels' is " + std::to_string(n) + " but 'id2label' has " +
+                      std::to_string(c->labels.size()) + " labels");
     }
+  } else {
     for (int64_t i = 0; i < n; ++i) c->labels.push_back("LABEL_" + std::to_string(i));
   }
   c->problem_type = c->labels.size() == 1 ? "regression" : "single_label_classification";
@@ -78,7 +95,8 @@ void check_sizes(const RoFormerConfig& c) {
                {"num_attention_heads", c.num_attention_heads, c.hidden_size},
                {"intermediate_size", c.intermediate_size, int64_t{1} << 18},
                {"max_position_embeddings", c.max_position_embeddings, int64_t{1} << 24},
-               {"type_vocab_size", c.type_vocab_size, int64_t{1} << 16}};
+               {"type_vocab_size", c.type_vocab_size, int64_t{1} << 16},
+               {"num_labels", c.sequence_classifier() ? c.num_labels() : 1, kMaxLabels}};
   for (const auto& s : sizes) {
     if (s.value <= 0) throw std::invalid_argument(std::string(s.field) + " must be positive, got " + std::to_string(s.value));
   }
@@ -99,6 +117,16 @@ void check_sizes(const RoFormerConfig& c) {
     throw std::invalid_argument("the sizes ask for " + std::to_string(static_cast<int64_t>(params / 1e9)) +
                                 "e9 parameters, beyond the supported 8.6e9 (check hidden_size, intermediate_size, "
                                 "num_hidden_layers and vocab_size)");
+  }
+  // FAVOR+'s fixed random features, num_hidden_layers × (performer_features, head_dim) floats, are made
+  // with the model (and again by each Generator): at most 2^28 (1 GiB).
+  const double favor = static_cast<double>(c.num_hidden_layers) * static_cast<double>(c.performer_features) *
+                       static_cast<double>(c.head_dim());
+  if (c.attention_type == "performer" && favor > 268435456.0) {
+    throw std::invalid_argument("performer_features " + std::to_string(c.performer_features) + " asks for " +
+                                std::to_string(static_cast<int64_t>(favor)) +
+                                " random features (num_hidden_layers x performer_features x head_dim), beyond the "
+                                "supported 268435456");
   }
 }
 

@@ -7,6 +7,8 @@
 #include <numeric>
 #include <stdexcept>
 
+#include <unistd.h>
+
 #include "base/random.h"
 
 namespace model {
@@ -59,6 +61,17 @@ Generator::Generator(const RoFormer<float>& m, int64_t capacity, int64_t batch)
   }
   if (c.attention_type != "softmax" && batch != 1) {
     throw std::invalid_argument("linear attention decodes one row at a time");
+  }
+  // Keys and values of every layer, batch × capacity × H floats each: refused when they cannot fit
+  // in this machine's memory, instead of failing in the allocation.
+  const double cache_bytes = 2.0 * sizeof(float) * static_cast<double>(c.num_hidden_layers) *
+                             static_cast<double>(batch) * static_cast<double>(capacity_) * static_cast<double>(c.hidden_size);
+  const double memory = static_cast<double>(sysconf(_SC_PHYS_PAGES)) * static_cast<double>(sysconf(_SC_PAGESIZE));
+  if (memory > 0 && cache_bytes > memory) {
+    throw std::length_error("a key/value cache of " + std::to_string(capacity_) + " tokens x " + std::to_string(batch) +
+                            " rows needs " + std::to_string(static_cast<int64_t>(cache_bytes / 1073741824.0)) +
+                            " GiB, more than this machine's memory (a smaller context: max_position_embeddings, "
+                            "fewer tokens)");
   }
   if (c.position_encoding == PositionEncoding::rope) {
     st_->rope = std::make_unique<rope::Plan>(rope_settings(c));
@@ -225,9 +238,13 @@ int64_t sample_token(const std::vector<float>& logits, const SampleOptions& opt,
 std::vector<int64_t> generate(const RoFormer<float>& m, const std::vector<int64_t>& prompt, const SampleOptions& opt,
                               int64_t capacity) {
   if (prompt.empty()) throw std::invalid_argument("generation needs a prompt of at least one token");
-  Generator g(m, capacity);
-  const int64_t room = capacity > 0 ? capacity : m.config().max_position_embeddings;
-  std::vector<int64_t> context(prompt.end() - std::min<int64_t>(prompt.size(), room), prompt.end());
+  if (opt.max_new_tokens < 0) throw std::invalid_argument("max_new_tokens must be >= 0");
+  const int64_t limit = capacity > 0 ? capacity : m.config().max_position_embeddings;
+  std::vector<int64_t> context(prompt.end() - std::min<int64_t>(prompt.size(), limit), prompt.end());
+  // The cache holds what this request needs, not max_position_embeddings (up to 2^24) tokens.
+  const int64_t prompt_len = static_cast<int64_t>(context.size());
+  const int64_t room = capacity > 0 ? capacity : prompt_len + std::min<int64_t>(limit - prompt_len, opt.max_new_tokens);
+  Generator g(m, room);
   std::vector<int64_t> out;
   const std::vector<float>* logits = &g.feed(context);
   for (int64_t i = 0; i < opt.max_new_tokens && g.position() < room; ++i) {

@@ -61,7 +61,9 @@ struct SampleOptions {
 int64_t sample_token(const std::vector<float>& logits, const SampleOptions& opt, double u);
 
 // Continues `prompt` (at least one token) by up to max_new_tokens tokens, stopping early when the
-// context (capacity, 0: max_position_embeddings) is full; returns only the new tokens.
+// context (capacity, 0: max_position_embeddings) is full; returns only the new tokens. With capacity 0
+// the KV cache holds the prompt plus max_new_tokens (at most max_position_embeddings) tokens, and
+// dynamic NTK's frequencies are those of that length.
 std::vector<int64_t> generate(const RoFormer<float>& m, const std::vector<int64_t>& prompt, const SampleOptions& opt,
                               int64_t capacity = 0);
 

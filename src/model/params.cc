@@ -1,9 +1,12 @@
 // The parameter layout and its binding to a struct of pointers (see params.h).
 #include "params.h"
 
+#include <algorithm>
 #include <cmath>
+#include <iterator>
 #include <stdexcept>
 #include <unordered_map>
+#include <utility>
 
 #include "base/random.h"
 #include "io/weights.h"
@@ -165,50 +168,122 @@ Params<T> bind_params(const RoFormerConfig& c, const std::vector<ParamInfo>& lay
 template Params<float> bind_params<float>(const RoFormerConfig&, const std::vector<ParamInfo>&, float*);
 template Params<double> bind_params<double>(const RoFormerConfig&, const std::vector<ParamInfo>&, double*);
 
-bool stores_bare_encoder(const io::WeightStore& w) {
-  return !w.contains("roformer.embeddings.word_embeddings.weight") && w.contains("embeddings.word_embeddings.weight");
+bool stores_bare_encoder(const io::WeightStore& w, const std::string& prefix) {
+  return !w.contains(prefix + "roformer.embeddings.word_embeddings.weight") &&
+         w.contains(prefix + "embeddings.word_embeddings.weight");
 }
 
 std::string stored_name(const std::string& layout_name, bool bare_encoder) {
   return bare_encoder && layout_name.rfind("roformer.", 0) == 0 ? layout_name.substr(9) : layout_name;
 }
 
-void check_config_against_weights(const RoFormerConfig& c, const io::WeightStore& w, const std::string& config_path) {
-  const bool bare = stores_bare_encoder(w);
-  // The size fields a tensor's shape can follow; the one to blame is the field that, set to the
-  // stored size, makes the config imply the stored shape.
+namespace {
+
+// The number of layers a checkpoint stores: 1 + the largest N of its "<layers>N." tensor names.
+int64_t stored_layers(const io::WeightStore& w, const std::string& layers) {
+  int64_t count = 0;
+  for (const auto& entry : w.tensors()) {
+    const std::string& name = entry.first;
+    if (name.rfind(layers, 0) != 0) continue;
+    const size_t dot = name.find('.', layers.size());
+    const std::string index = name.substr(layers.size(), dot == std::string::npos ? 0 : dot - layers.size());
+    if (index.empty() || index.size() > 6 || index.find_first_not_of("0123456789") != std::string::npos) continue;
+    count = std::max<int64_t>(count, std::stoll(index) + 1);
+  }
+  return count;
+}
+
+// The config field that makes a layout tensor's shape what it is: the one that, set to the stored
+// size, makes the config imply the stored shape; "" when no single field explains it.
+std::string blame_shape(const RoFormerConfig& c, const std::string& layout_name, const std::vector<int64_t>& implied,
+                        const std::vector<int64_t>& stored) {
+  if (layout_name.rfind("classifier.out_proj.", 0) == 0 && !stored.empty() && stored[0] != c.num_labels()) {
+    return "num_labels " + std::to_string(c.num_labels());
+  }
   int64_t RoFormerConfig::*const fields[] = {
       &RoFormerConfig::vocab_size, &RoFormerConfig::intermediate_size, &RoFormerConfig::max_position_embeddings,
       &RoFormerConfig::type_vocab_size, &RoFormerConfig::embedding_size, &RoFormerConfig::hidden_size};
   const char* const field_names[] = {"vocab_size", "intermediate_size", "max_position_embeddings",
                                      "type_vocab_size", "embedding_size", "hidden_size"};
-  auto implied_shape = [](const RoFormerConfig& cfg, const std::string& name) {
-    for (const ParamInfo& info : param_layout(cfg)) {
-      if (info.name == name) return info.shape;
-    }
-    return std::vector<int64_t>{};
-  };
-  for (const ParamInfo& info : param_layout(c)) {
-    const std::string name = stored_name(info.name, bare);
-    if (!w.contains(name)) continue;  // missing tensors are the loader's to report
-    const std::vector<int64_t>& stored = w.at(name).shape;
-    if (stored == info.shape) continue;
-    std::string blame = "the sizes do not match the checkpoint: ";
-    for (size_t d = 0; d < info.shape.size() && d < stored.size(); ++d) {
-      if (info.shape[d] == stored[d]) continue;
-      for (size_t f = 0; f < std::size(fields); ++f) {
-        RoFormerConfig changed = c;
-        changed.*fields[f] = stored[d];
-        if (implied_shape(changed, info.name) == stored) {
-          blame = std::string(field_names[f]) + " " + std::to_string(c.*fields[f]) + " does not match the checkpoint: ";
-          break;
+  for (size_t d = 0; d < implied.size() && d < stored.size(); ++d) {
+    if (implied[d] == stored[d]) continue;
+    for (size_t f = 0; f < std::size(fields); ++f) {
+      RoFormerConfig changed = c;
+      changed.*fields[f] = stored[d];
+      for (const ParamInfo& info : param_layout(changed)) {
+        if (info.name == layout_name && info.shape == stored) {
+          return std::string(field_names[f]) + " " + std::to_string(c.*fields[f]);
         }
       }
-      break;
     }
-    throw io::Error(config_path + ": " + blame + name + " is " + io::shape_str(stored) + " in " + w.path() +
+    break;
+  }
+  return "";
+}
+
+// The field that makes the config imply a tensor the checkpoint lacks (layers are checked before).
+const char* blame_missing(const std::string& layout_name) {
+  static const std::pair<const char*, const char*> causes[] = {
+      {"position_embeddings", "position_encoding"}, {"embeddings_project", "embedding_size"},
+      {"crossattention", "add_cross_attention"},   {"LayerNorm", "norm_type"},
+      {".bias", "use_bias"}};
+  for (const auto& [fragment, field] : causes) {
+    if (layout_name.find(fragment) != std::string::npos) return field;
+  }
+  return nullptr;
+}
+
+// HF's rotary table (max_position_embeddings, head_dim), kept in RoPE checkpoints: its shape is the
+// only place a checkpoint records max_position_embeddings and num_attention_heads.
+void check_rotary_table(const RoFormerConfig& c, const io::WeightStore& w, const std::string& name,
+                        const std::string& config_path) {
+  if (c.position_encoding != PositionEncoding::rope || !w.contains(name)) return;
+  const std::vector<int64_t>& stored = w.at(name).shape;
+  const std::vector<int64_t> implied = {c.max_position_embeddings, c.head_dim()};
+  if (stored == implied) return;
+  const std::string field = stored.size() == 2 && stored[0] != implied[0]
+                                ? "max_position_embeddings " + std::to_string(c.max_position_embeddings)
+                                : "num_attention_heads " + std::to_string(c.num_attention_heads);
+  throw io::Error(config_path + ": " + field + " does not match the checkpoint: " + name + " is " +
+                  io::shape_str(stored) + " in " + w.path() + ", the config implies " + io::shape_str(implied));
+}
+
+}  // namespace
+
+void check_config_against_weights(const RoFormerConfig& c, const io::WeightStore& w, const std::string& config_path,
+                                  const std::string& prefix, const std::vector<std::string>& optional) {
+  const bool bare = stores_bare_encoder(w, prefix);
+  auto stored_as = [&](const std::string& layout_name) { return prefix + stored_name(layout_name, bare); };
+  const std::string layers = stored_as("roformer.encoder.layer.");
+  if (const int64_t n = stored_layers(w, layers); n != c.num_hidden_layers) {
+    throw io::Error(config_path + ": num_hidden_layers " + std::to_string(c.num_hidden_layers) +
+                    " does not match the checkpoint: " + w.path() + " holds " + std::to_string(n) + " layers (" +
+                    layers + "N.*)");
+  }
+  const std::vector<ParamInfo> layout = param_layout(c);
+  // Shapes first: a wrong size also makes tensors appear implied (embeddings_project when
+  // hidden_size no longer equals embedding_size), and the size is the better name.
+  for (const ParamInfo& info : layout) {
+    const std::string name = stored_as(info.name);
+    if (!w.contains(name) || w.at(name).shape == info.shape) continue;
+    const std::vector<int64_t>& stored = w.at(name).shape;
+    const std::string field = blame_shape(c, info.name, info.shape, stored);
+    throw io::Error(config_path + ": " + (field.empty() ? "the sizes" : field) + " do" + (field.empty() ? "" : "es") +
+                    " not match the checkpoint: " + name + " is " + io::shape_str(stored) + " in " + w.path() +
                     ", the config implies " + io::shape_str(info.shape));
   }
+  const std::vector<std::string> heads = {"cls.", "classifier.", "roformer.pooler."};
+  auto any_prefix = [](const std::vector<std::string>& prefixes, const std::string& name) {
+    return std::any_of(prefixes.begin(), prefixes.end(), [&](const std::string& p) { return name.rfind(p, 0) == 0; });
+  };
+  for (const ParamInfo& info : layout) {
+    const std::string name = stored_as(info.name);
+    if (w.contains(name) || any_prefix(heads, info.name) || any_prefix(optional, info.name)) continue;
+    const char* field = blame_missing(info.name);
+    throw io::Error(config_path + ": " + w.path() + " has no " + name + ", which the config implies" +
+                    (field ? std::string(" (check ") + field + ")" : std::string()));
+  }
+  check_rotary_table(c, w, stored_as("roformer.encoder.embed_positions.weight"), config_path);
 }
 
 }  // namespace model

@@ -33,17 +33,22 @@ struct ParamInfo {
 std::vector<ParamInfo> param_layout(const RoFormerConfig& c);
 int64_t param_count(const std::vector<ParamInfo>& layout);
 
-// RoFormerModel checkpoints store the encoder without the "roformer." prefix: whether w is one, and
-// the name a layout tensor has in it.
-bool stores_bare_encoder(const io::WeightStore& w);
+// RoFormerModel checkpoints store the encoder without the "roformer." prefix: whether w is one (its
+// tensors under `prefix`, e.g. "encoder." in an encoder-decoder), and the name a layout tensor has in it.
+bool stores_bare_encoder(const io::WeightStore& w, const std::string& prefix = "");
 std::string stored_name(const std::string& layout_name, bool bare_encoder);
 
-// Before a model is allocated from a config.json: every tensor of c's layout that the checkpoint
-// holds (under its name, or without "roformer." for a RoFormerModel checkpoint) must have the
-// layout's shape. Throws io::Error naming config_path, the config field behind the mismatch (when
-// one field's value explains it), the tensor and its stored shape.
+// Before a model is allocated from a config.json, so that a wrong or hostile size fails with its
+// field's name instead of in an allocation: the checkpoint (its tensors under `prefix`, under their
+// layout names or without "roformer." for a RoFormerModel checkpoint) must hold num_hidden_layers
+// layers, every tensor of c's layout with the layout's shape, and, where stored with RoPE, HF's
+// rotary table of (max_position_embeddings, head_dim). Heads (cls., classifier., roformer.pooler.)
+// and layout names starting with one of `optional` may be absent (the loader decides about those).
+// Throws io::Error naming config_path, the config field behind the mismatch (when one field's value
+// explains it), the tensor and its stored shape.
 void check_config_against_weights(const RoFormerConfig& c, const io::WeightStore& weights,
-                                  const std::string& config_path);
+                                  const std::string& config_path, const std::string& prefix = "",
+                                  const std::vector<std::string>& optional = {});
 
 // What an optimiser trains (train::Trainer, AdamW, checkpoints): one parameter arena, its gradients
 // and its layout. Models (RoFormer, Seq2Seq) derive from it and bind their pointer structs to the

@@ -506,4 +506,28 @@ int64_t RoFormer<T>::counted() const {
 template class RoFormer<float>;
 template class RoFormer<double>;
 
+void check_linear_options(const LinearOptions& o) {
+  if (o.quantize != "auto" && o.quantize != "none" && o.quantize != "int8" && o.quantize != "bf16") {
+    throw io::Error("--quantize " + o.quantize + ": expected auto, none, int8 or bf16");
+  }
+  if (o.quantize == "bf16" && !ops::bf16_is_native()) {
+    throw io::Error("--quantize bf16: this CPU has no native bf16 dot products (AVX512-BF16 or AMX; oneDNN finds " +
+                    ops::cpu_isa_name() + "); use int8 or none");
+  }
+  if (o.gemm != "auto" && o.gemm != "packed" && o.gemm != "blas") {
+    throw io::Error("--gemm " + o.gemm + ": expected auto, packed or blas");
+  }
+}
+
+void prepare_for_inference(RoFormer<float>& m, const LinearOptions& o, bool int8_checkpoint, bool release_arena) {
+  check_linear_options(o);
+  if (o.quantize == "int8" || (o.quantize == "auto" && int8_checkpoint)) {
+    m.pack(ops::Precision::int8, release_arena);
+  } else if (o.quantize == "bf16") {
+    m.pack(ops::Precision::bf16, release_arena);
+  } else if (o.gemm == "packed" || (o.gemm == "auto" && ops::packed_f32_is_native())) {
+    m.pack(ops::Precision::f32, release_arena);
+  }
+}
+
 }  // namespace model

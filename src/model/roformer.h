@@ -163,4 +163,26 @@ class RoFormer : public Trainable<T> {
 extern template class RoFormer<float>;
 extern template class RoFormer<double>;
 
+// How an inference run's linear layers compute: the --quantize and --gemm of every command that runs
+// a model (the encoder commands, forward, generate, eval, translate, finetune --predict, bench infer).
+//   quantize: "none" (fp32), "int8" (oneDNN dynamic int8, ops/packed_linear.h), "bf16" (oneDNN bf16
+//   GEMMs with fp32 accumulation; CPUs with AVX512-BF16 or AMX only), or "auto": int8 for a checkpoint
+//   `roformer quantize` wrote, else fp32;
+//   gemm, for fp32: "packed" (oneDNN, weights packed at load), "blas" (OpenBLAS on the arena, as
+//   training runs) or "auto" (packed where oneDNN has its own fp32 kernel, else blas).
+struct LinearOptions {
+  std::string quantize = "auto";
+  std::string gemm = "auto";
+};
+
+// Throws io::Error naming the option ("--quantize int4: expected auto, none, int8 or bf16"; bf16 on a
+// CPU without native bf16 names oneDNN's kernel family), so that a run fails before it loads or trains.
+void check_linear_options(const LinearOptions& options);
+
+// Packs m's linear layers as options ask (RoFormer::pack), after check_linear_options; int8_checkpoint:
+// the weights came from an int8 checkpoint (io::WeightStore::has_int8_tensors); release_arena: see
+// RoFormer::pack. The model then runs forwards only.
+void prepare_for_inference(RoFormer<float>& m, const LinearOptions& options, bool int8_checkpoint,
+                           bool release_arena = false);
+
 }  // namespace model

@@ -64,8 +64,10 @@ std::string forward_safetensors(model::RoFormer<float>& m, const io::WeightStore
   return io::safetensors_bytes(out, {{"format", "pt"}});
 }
 
-void forward_file(const std::string& model_dir, const std::string& inputs_path, const std::string& out_path) {
+void forward_file(const std::string& model_dir, const std::string& inputs_path, const std::string& out_path,
+                  const model::LinearOptions& linears) {
   LoadOptions lo;
+  static_cast<model::LinearOptions&>(lo) = linears;
   lo.tokenizer = false;
   const auto pipeline = Pipeline::load(model_dir, lo);
   const io::SafeTensors inputs(inputs_path);

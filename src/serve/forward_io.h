@@ -19,8 +19,9 @@ namespace serve {
 // mask value out of range, or T above max_position_embeddings.
 std::string forward_safetensors(model::RoFormer<float>& model, const io::WeightStore& inputs);
 
-// Loads the model of model_dir (config.json + weights), runs inputs_path and writes out_path
-// atomically (io::write_file_atomic).
-void forward_file(const std::string& model_dir, const std::string& inputs_path, const std::string& out_path);
+// Loads the model of model_dir (config.json + weights) with its linear layers as `linears` asks
+// (model::prepare_for_inference), runs inputs_path and writes out_path atomically (io::write_file_atomic).
+void forward_file(const std::string& model_dir, const std::string& inputs_path, const std::string& out_path,
+                  const model::LinearOptions& linears = {});
 
 }  // namespace serve

@@ -146,28 +146,6 @@ std::vector<double> apply_classifier(Classifier& c, const model::RoFormerConfig&
   return z;
 }
 
-void prepare_for_inference(model::RoFormer<float>& m, const LoadOptions& options, bool int8_checkpoint,
-                           bool release_arena) {
-  if (options.quantize != "auto" && options.quantize != "none" && options.quantize != "int8" &&
-      options.quantize != "bf16") {
-    throw io::Error("--quantize " + options.quantize + ": expected auto, none, int8 or bf16");
-  }
-  if (options.quantize == "bf16" && !ops::bf16_is_native()) {
-    throw io::Error("--quantize bf16: this CPU has no native bf16 dot products (AVX512-BF16 or AMX; oneDNN finds " +
-                    ops::cpu_isa_name() + "); use int8 or none");
-  }
-  if (options.gemm != "auto" && options.gemm != "packed" && options.gemm != "blas") {
-    throw io::Error("--gemm " + options.gemm + ": expected auto, packed or blas");
-  }
-  if (options.quantize == "int8" || (options.quantize == "auto" && int8_checkpoint)) {
-    m.pack(ops::Precision::int8, release_arena);
-  } else if (options.quantize == "bf16") {
-    m.pack(ops::Precision::bf16, release_arena);
-  } else if (options.gemm == "packed" || (options.gemm == "auto" && ops::packed_f32_is_native())) {
-    m.pack(ops::Precision::f32, release_arena);
-  }
-}
-
 std::unique_ptr<Pipeline> Pipeline::load(const std::string& dir, const LoadOptions& options) {
   if (!fs::is_directory(dir)) throw io::Error(dir + ": no such model directory" + kDirHint);
   std::unique_ptr<Pipeline> p(new Pipeline());
@@ -206,7 +184,7 @@ std::unique_ptr<Pipeline> Pipeline::load(const std::string& dir, const LoadOptio
     p->classifier_ = load_classifier(*weights, config_path, p->config_.hidden_size, options.classify_function);
     // The pipelines read only the last hidden state, logits and pooler: one layer's activations.
     p->model_->set_keep(model::Keep::outputs);
-    prepare_for_inference(*p->model_, options, weights->has_int8_tensors(), options.release_packed_arena);
+    model::prepare_for_inference(*p->model_, options, weights->has_int8_tensors(), options.release_packed_arena);
   }
   return p;
 }

@@ -54,7 +54,9 @@ struct Classifier {
   }
 };
 
-struct LoadOptions {
+// The linear layers' options (quantize, gemm) are model::LinearOptions (model/roformer.h), applied
+// by model::prepare_for_inference.
+struct LoadOptions : model::LinearOptions {
   std::string jieba_dict;  // "" → the tokenizer's default ($ROFORMER_JIEBA_DICT, Debian python3-jieba)
   bool tokenizer = true;   // read vocab.txt + tokenizer files
   bool weights = true;     // read the weights (false: tokenizer and config only)
@@ -65,13 +67,6 @@ struct LoadOptions {
   // ("linear:F", "ntk:F", "dynamic-ntk:F:ORIG", "yarn:F:ORIG", "llama3:F:ORIG"; "" = the checkpoint's
   // own). Inputs may then be F · max_position_embeddings tokens long.
   std::string rope_scaling;
-  // The linear layers (prepare_for_inference): quantize "none", "int8" (oneDNN dynamic int8,
-  // ops/packed_linear.h), "bf16" (oneDNN bf16 GEMMs with fp32 accumulation; CPUs with AVX512-BF16 or
-  // AMX only), or "auto": int8 for a checkpoint `roformer quantize` wrote, else none; for
-  // fp32, gemm "packed" (oneDNN weights packed at load), "blas" (OpenBLAS on the arena, as training
-  // runs) or "auto" (packed where oneDNN has its own fp32 kernel, else blas).
-  std::string quantize = "auto";
-  std::string gemm = "auto";
   // Hold packed weights once (RoFormer::pack's release_arena): the arena's copies of the packed
   // matrices are released, so model().params reads zeros there. The command line sets it.
   bool release_packed_arena = false;
@@ -79,12 +74,6 @@ struct LoadOptions {
   // or "none" (HF pipeline's function_to_apply).
   std::string classify_function = "auto";
 };
-
-// Packs m's linear layers as options.quantize and options.gemm ask (see LoadOptions); int8_checkpoint:
-// the weights came from an int8 checkpoint (io::WeightStore::has_int8_tensors); release_arena: see
-// RoFormer::pack. io::Error names the option when a value is not one of those.
-void prepare_for_inference(model::RoFormer<float>& m, const LoadOptions& options, bool int8_checkpoint,
-                           bool release_arena);
 
 struct EmbedOptions {
   Pooling pooling = Pooling::cls;

@@ -18,8 +18,8 @@ std::unique_ptr<Translator> Translator::load(const std::string& dir, const LoadO
   m->encoder().set_keep(model::Keep::outputs);  // inference: activation memory independent of depth
   const bool int8_checkpoint = io::open_weights(dir)->has_int8_tensors();
   // The arena is kept: the encoder and decoder views share the embeddings and their owner's arena.
-  prepare_for_inference(m->encoder(), options, int8_checkpoint, false);
-  prepare_for_inference(m->decoder(), options, int8_checkpoint, false);
+  model::prepare_for_inference(m->encoder(), options, int8_checkpoint, false);
+  model::prepare_for_inference(m->decoder(), options, int8_checkpoint, false);
   return std::unique_ptr<Translator>(new Translator(std::move(m), std::move(sp)));
 }
 

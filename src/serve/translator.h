@@ -29,7 +29,7 @@ struct Translation {
 class Translator {
  public:
   // Throws io::Error / base::Error naming the file.
-  // options.quantize and options.gemm choose the linear layers of both stacks (prepare_for_inference);
+  // options.quantize and options.gemm choose the linear layers of both stacks (model::prepare_for_inference);
   // the other fields are the encoder pipelines' and are not read.
   static std::unique_ptr<Translator> load(const std::string& dir, const LoadOptions& options = {});
 

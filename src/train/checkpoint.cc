@@ -149,7 +149,7 @@ LoadedModel load_model(const std::string& dir) {
     throw io::Error(dir + ": tokenizer vocabulary " + std::to_string(text.vocab_size()) + " does not fit model vocab_size " +
                     std::to_string(cfg.vocab_size));
   }
-  return {cfg, std::move(m), std::move(text)};
+  return {cfg, std::move(m), std::move(text), weights->has_int8_tensors()};
 }
 
 TrainerState load_optimizer(const std::string& dir, const model::Trainable<float>& m, AdamW& opt) {

@@ -56,11 +56,13 @@ struct ResumePoint {
 ResumePoint resume_point(const std::string& out_dir, const std::string& what);
 
 // Loads the model config, weights and tokenizer of a checkpoint (or any HF-format directory with a
-// tokenizer.json). Throws io::Error naming the file.
+// tokenizer.json). Throws io::Error naming the file. Inference packs the model with
+// model::prepare_for_inference(*model, options, int8_checkpoint).
 struct LoadedModel {
   model::RoFormerConfig config;
   std::unique_ptr<model::RoFormer<float>> model;
   LmText text;
+  bool int8_checkpoint = false;  // `roformer quantize` wrote it (--quantize auto runs it in int8)
 };
 LoadedModel load_model(const std::string& dir);
 

@@ -57,6 +57,7 @@ ExtrapolationResult evaluate_extrapolation(const ExtrapolationOptions& o) {
       cfg.rope_scaling = extrapolation_spec(method, L, r.train_length);
       model::RoFormer<float> m(cfg);
       std::copy(lm.model->params.begin(), lm.model->params.end(), m.params.begin());
+      model::prepare_for_inference(m, o.linears, lm.int8_checkpoint);
       const int64_t windows = std::max<int64_t>(1, o.tokens / L), B = std::min<int64_t>(windows, 4);
       const auto val = corpus->val_batches(B, L, (windows + B - 1) / B);
       if (val.empty()) throw io::Error(o.data + ": the validation split is shorter than " + std::to_string(L + 1) + " tokens");

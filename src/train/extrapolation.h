@@ -9,6 +9,8 @@
 #include <string>
 #include <vector>
 
+#include "model/roformer.h"
+
 namespace train {
 
 struct ExtrapolationOptions {
@@ -19,6 +21,7 @@ struct ExtrapolationOptions {
   int64_t tokens = 16384;        // validation targets per (method, length), at least one window
   double val_fraction = 0.05;
   std::string png, csv;          // optional outputs (png: rendered by the caller, render_extrapolation in the CLI)
+  model::LinearOptions linears;  // each window's model runs packed as these ask (model::prepare_for_inference)
 };
 
 struct ExtrapolationResult {

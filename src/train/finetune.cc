@@ -372,6 +372,7 @@ void FinetuneRun::write_predictions() {
   const auto rows = data::read_labeled(o_.test, cols);
   const auto examples = tokenize(rows, o_.test, *tok_, cfg_, o_.max_length, false);
   m_->load(io::SafeTensors(result_.best_dir + "/model.safetensors"));
+  model::prepare_for_inference(*m_, o_.linears, false);  // the classifier head stays fp32 (RoFormer::pack)
   const ClassifyTaskConfig unlabelled{cfg_.problem_type, 0, o_.batch, cfg_.pad_token_id, 0};  // labels 0: no targets
   std::string text;
   for (size_t start = 0; start < examples.size(); start += static_cast<size_t>(o_.batch)) {
@@ -481,6 +482,7 @@ void FinetuneOptions::validate() const {
   need(weight_decay >= 0 && clip >= 0, "--weight-decay and --clip must not be negative");
   need(dropout < 1, "--dropout must be below 1");
   need(!predict || !test.empty(), "--predict needs --test");
+  model::check_linear_options(linears);  // before training, not when the predictions are due
 }
 
 FinetuneResult run_finetune(FinetuneOptions o, bool resume, const FinetuneHook& on_report) {
@@ -490,8 +492,9 @@ FinetuneResult run_finetune(FinetuneOptions o, bool resume, const FinetuneHook& 
     resume_dir = at.dir;
     const std::string out = o.out;
     const bool progress = o.progress;
+    const model::LinearOptions linears = o.linears;
     o = FinetuneOptions::from_json(at.options_json);
-    o.out = out, o.progress = progress;
+    o.out = out, o.progress = progress, o.linears = linears;
   }
   o.validate();
   if (o.threads > 0) omp_set_num_threads(o.threads);

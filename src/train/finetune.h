@@ -27,6 +27,7 @@
 #include <vector>
 
 #include "data/labeled.h"
+#include "model/roformer.h"
 #include "train/run_log.h"
 
 namespace train {
@@ -47,10 +48,12 @@ struct FinetuneOptions {
   std::string rope_scaling;          // "" = the model's own; e.g. "linear:2" for inputs past the trained length
   uint64_t seed = 42;
   bool predict = false;              // write out/predictions.jsonl for the test file with the best model
+  model::LinearOptions linears;      // the predictions' linear layers (--quantize, --gemm)
   int threads = 0;
   bool progress = true;
 
-  std::string to_json() const;  // everything but `out` and `progress`
+  // Everything but `out`, `progress` and `linears`, which a resumed run takes from its command line.
+  std::string to_json() const;
   static FinetuneOptions from_json(const std::string& text);
   void validate() const;        // std::invalid_argument naming the option
 };

@@ -172,13 +172,14 @@ double validation_loss(model::RoFormer<float>& m, const std::vector<data::Batch>
                        const LmText& text, int64_t* tokens = nullptr);
 
 // Validation loss (nats/token) and the number of tokens it averages, of a model checkpoint on a
-// corpus's validation split: `roformer eval`.
+// corpus's validation split, its linear layers as `linears` asks: `roformer eval`.
 struct EvalResult {
   double loss = 0;
   int64_t tokens = 0;
   double unigram_baseline = 0;
 };
 EvalResult evaluate_checkpoint(const std::string& checkpoint_dir, const std::string& data, int64_t batch,
-                               int64_t seq, int64_t max_batches, double val_fraction, uint64_t seed);
+                               int64_t seq, int64_t max_batches, double val_fraction, uint64_t seed,
+                               const model::LinearOptions& linears = {});
 
 }  // namespace train

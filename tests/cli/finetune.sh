@@ -6,6 +6,9 @@
 #  - --grad-accum 3 gives the same losses within fp32 rounding;
 #  - TSV and CSV inputs with a sentence-pair column train; early stopping stops after --patience;
 #  - metrics.csv holds metrics.jsonl's rows; a non-finite loss stops the run with status 3;
+#  - --predict writes a prediction per test row, and with --quantize int8 the same labels as fp32
+#    for at least 95% of the rows and scores (logits) within 10% of the largest; a --quantize the CPU
+#    cannot run is refused before training;
 #  - bad rows and unknown labels end with one error line naming the file and line, and status 1.
 # Usage: finetune.sh ROFORMER_BINARY FIXTURES WORK_DIR
 set -euo pipefail
@@ -81,6 +84,23 @@ for fmt in tsv csv; do
 done
 cmp <(fields "$work/pair-tsv") <(fields "$work/pair-csv")  # the same rows give the same run
 
+echo "== --predict in fp32 and --quantize int8"
+for q in none int8; do
+  "$roformer" finetune "${common[@]}" --lr 5e-4 --train "$work/train.jsonl" --validation "$work/val.jsonl" --epochs 2 \
+    --test "$work/val.jsonl" --predict --quantize "$q" --gemm blas --out "$work/predict-$q" 2> "$work/predict-$q.log"
+done
+python3 - "$work/predict-none/predictions.jsonl" "$work/predict-int8/predictions.jsonl" <<'PY'
+import json, sys
+a, b = ([json.loads(l) for l in open(p)] for p in sys.argv[1:3])
+assert len(a) == len(b) == 40, (len(a), len(b))
+same = sum(x["label"] == y["label"] for x, y in zip(a, b)) / len(a)
+scale = max(abs(s) for x in a for s in x["scores"])
+worst = max(abs(s - t) for x, y in zip(a, b) for s, t in zip(x["scores"], y["scores"])) / scale
+print(f"--predict --quantize int8: {same:.0%} of the labels equal fp32's, scores within {worst:.1%} of the largest")
+assert a != b, "int8 predictions equal fp32's bit for bit: not run in int8?"
+sys.exit(0 if same >= 0.95 and worst <= 0.1 else 1)
+PY
+
 echo "== early stopping: no progress at lr 1e-12, patience 1"
 "$roformer" finetune "${common[@]}" --train "$work/train.jsonl" --validation "$work/val.jsonl" --lr 1e-12 \
   --epochs 10 --eval-every 5 --patience 1 --metric accuracy --out "$work/early" 2> "$work/early.log"
@@ -113,7 +133,7 @@ expect_error() {  # expected message, then the arguments
   "$roformer" finetune "${common[@]}" --epochs 1 "$@" > "$work/err.out" 2> "$work/err.log" || status=$?
   [ "$status" -eq 1 ] || { echo "expected status 1, got $status: $*" >&2; cat "$work/err.log" >&2; exit 1; }
   [ "$(wc -l < "$work/err.log")" -eq 1 ] || { echo "expected one error line:" >&2; cat "$work/err.log" >&2; exit 1; }
-  grep -qF "$want" "$work/err.log" || { echo "expected '$want' in:" >&2; cat "$work/err.log" >&2; exit 1; }
+  grep -qF -- "$want" "$work/err.log" || { echo "expected '$want' in:" >&2; cat "$work/err.log" >&2; exit 1; }
 }
 echo "== bad input"
 { head -2 "$work/train.jsonl"; echo '{"sentence": "broken'; } > "$work/bad.jsonl"
@@ -126,4 +146,8 @@ expect_error "unknown.jsonl:2: label 'maybe' is not one of the model's labels" \
 expect_error "the header has no column 'text'" --train "$work/train.tsv" --validation "$work/val.tsv" \
   --text-column text --out "$work/e4"
 expect_error "train.jsonl.txt: unknown data format" --train "$work/train.jsonl.txt" --validation "$work/val.jsonl" --out "$work/e5"
+# A precision this CPU cannot run is refused before training, not when the predictions are due.
+ONEDNN_MAX_CPU_ISA=AVX2 expect_error "--quantize bf16: this CPU has no native bf16" --train "$work/train.jsonl" \
+  --validation "$work/val.jsonl" --test "$work/val.jsonl" --predict --quantize bf16 --out "$work/e6"
+[ ! -e "$work/e6" ] || { echo "a refused run wrote $work/e6" >&2; exit 1; }
 echo "all finetune checks passed"

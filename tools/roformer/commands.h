@@ -92,7 +92,8 @@ struct BenchGemmOptions {
 };
 int bench_gemm(const BenchGemmOptions& options);
 
-// Adds train, eval and generate to app; the returned function runs whichever was parsed (-1: none).
+// Adds train, eval and generate (eval and generate with --quantize and --gemm) to app; the returned
+// function runs whichever was parsed (-1: none).
 std::function<int()> add_model_commands(CLI::App& app);
 
 // Adds vocab (src/text/wordpiece_trainer.h); the returned function runs it when parsed (-1: not parsed).
@@ -119,7 +120,8 @@ std::function<int()> add_finetune_command(CLI::App& app);
 // src/serve); the returned function runs whichever was parsed (-1: none).
 std::function<int()> add_infer_commands(CLI::App& app);
 
-// --quantize auto|none|int8 and --gemm auto|packed|blas (serve::LoadOptions) for a command that runs a model.
+// --quantize auto|none|int8|bf16 and --gemm auto|packed|blas (model::LinearOptions) for every command that
+// runs a model.
 void add_linear_options(CLI::App* command, std::string& quantize, std::string& gemm);
 
 }  // namespace roformer

@@ -162,7 +162,7 @@ int run_classify(const InferOptions& o) {
 
 int run_forward(const InferOptions& o) {
   if (o.threads > 0) omp_set_num_threads(o.threads);
-  serve::forward_file(o.model_dir, o.inputs, o.out);
+  serve::forward_file(o.model_dir, o.inputs, o.out, {o.quantize, o.gemm});
   return 0;
 }
 
@@ -219,6 +219,7 @@ std::function<int()> add_infer_commands(CLI::App& app) {
   fwd->add_option("--inputs", o->inputs, "safetensors with input_ids [, attention_mask, token_type_ids] (I64, (B, T))")->required();
   fwd->add_option("--out", o->out, "Output safetensors (written atomically)")->required();
   fwd->add_option("--threads", o->threads, "OpenMP threads (0: all)")->check(CLI::NonNegativeNumber);
+  add_linear_options(fwd, o->quantize, o->gemm);
 
   return [=]() -> int {
     if (tok->parsed()) return run_tokenize(*o);

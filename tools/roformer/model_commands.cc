@@ -1,5 +1,6 @@
 // `roformer train`, `roformer eval` and `roformer generate`: flags for the trainer (src/train) and
-// the KV-cache sampler (src/model/generate.h).
+// the KV-cache sampler (src/model/generate.h). eval and generate run the model packed for inference
+// (--quantize, --gemm: model::prepare_for_inference), as the other inference commands do.
 #include <CLI/CLI.hpp>
 #include <fmt/core.h>
 
@@ -30,6 +31,7 @@ struct ModelCommandOptions {
   double val_fraction = 0.05, temperature = 0.8;
   uint64_t seed = 1;
   train::ExtrapolationOptions extrapolation;  // eval --lengths
+  model::LinearOptions linears;               // eval, generate: --quantize, --gemm
 };
 
 // The training run's report hook: loss.png, the smoothed training loss and the validation loss
@@ -98,6 +100,7 @@ int run_eval(ModelCommandOptions& o) {
     x.checkpoint = o.model_dir;
     x.data = o.data;
     x.val_fraction = o.val_fraction;
+    x.linears = o.linears;
     const auto r = train::evaluate_extrapolation(x);
     if (!x.png.empty()) render_extrapolation_png(x.png, r);
     fmt::print("validation perplexity by window length (trained at {} tokens)\n\n| method |", r.train_length);
@@ -112,7 +115,8 @@ int run_eval(ModelCommandOptions& o) {
     }
     return 0;
   }
-  const auto r = train::evaluate_checkpoint(o.model_dir, o.data, o.batch, o.seq, o.max_batches, o.val_fraction, o.seed);
+  const auto r =
+      train::evaluate_checkpoint(o.model_dir, o.data, o.batch, o.seq, o.max_batches, o.val_fraction, o.seed, o.linears);
   fmt::print("validation loss {:.4f} nats/token, perplexity {:.3f}, {:.4f} bits/token over {} tokens "
              "(unigram baseline {:.4f})\n",
              r.loss, std::exp(r.loss), r.loss / std::log(2.0), r.tokens, r.unigram_baseline);
@@ -120,7 +124,8 @@ int run_eval(ModelCommandOptions& o) {
 }
 
 int run_generate(const ModelCommandOptions& o) {
-  const train::LoadedModel lm = train::load_model(o.model_dir);
+  train::LoadedModel lm = train::load_model(o.model_dir);
+  model::prepare_for_inference(*lm.model, o.linears, lm.int8_checkpoint);
   std::vector<int64_t> prompt;
   for (int32_t id : lm.text.encode(o.prompt)) prompt.push_back(id);
   if (prompt.empty()) throw std::invalid_argument("the prompt encodes to no tokens");
@@ -232,6 +237,7 @@ std::function<int()> add_model_commands(CLI::App& app) {
   ev->add_option("--tokens", o->extrapolation.tokens, "With --lengths: targets per cell")->check(CLI::PositiveNumber)->capture_default_str();
   ev->add_option("--png", o->extrapolation.png, "With --lengths: write the perplexity plot");
   ev->add_option("--csv", o->extrapolation.csv, "With --lengths: write the perplexity table");
+  add_linear_options(ev, o->linears.quantize, o->linears.gemm);
 
   CLI::App* gen = app.add_subcommand("generate", "Sample text from a causal-LM checkpoint (KV cache)");
   gen->add_option("--model", o->model_dir, "Checkpoint directory")->required();
@@ -240,6 +246,7 @@ std::function<int()> add_model_commands(CLI::App& app) {
   gen->add_option("--temperature", o->temperature, "0: greedy")->check(CLI::NonNegativeNumber)->capture_default_str();
   gen->add_option("--top-k", o->top_k, "0: whole vocabulary")->check(CLI::NonNegativeNumber)->capture_default_str();
   gen->add_option("--seed", o->seed, "Sampling seed")->capture_default_str();
+  add_linear_options(gen, o->linears.quantize, o->linears.gemm);
 
   return [tr, ev, gen, o]() -> int {
     if (tr->parsed()) return run_train(*o);
