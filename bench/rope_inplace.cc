@@ -2,9 +2,14 @@
 // alternation of q and k rows (rope_apply_qk walks token t's q row, then its k row) the reason?
 // One thread, q and k [4096 tokens, 32 heads, 128] f32 each (64 MiB), table mode, best of 15:
 // a vectorised in-place scale of q then k, the same scale in alternating 16 KiB rows, librope on q
-// alone, on q then k (two calls), and on both in one rope_apply_qk. Not part of the build
-// (docs/perf.md, "Zen 4 again, and the in-place question"):
-//   g++ -O3 -march=native -std=c++17 bench/rope_inplace.cc -Iinclude -Lbuild/release/src/rope -lrope \
+// alone, on q then k (two calls), and on both in one rope_apply_qk. Then the same questions out of
+// place, against the copy floor (non-temporal stores, as librope and the bench's floor use above
+// 1 MiB): a copy of q then k, a copy in alternating rows, and rope_apply_qk out of place. `AVX2=1`
+// caps librope's Highway dispatch at AVX2. The scale and copy loops are 256-bit AVX2 whatever librope
+// runs (they are memory-bound at these sizes). -march=native no longer builds on Zen 5: Highway 1.0.3's
+// hwy/targets.h rejects its baseline ("best baseline should be included in dynamic targets").
+// Not part of the build (docs/perf.md, "Zen 4 again, and the in-place question", "Zen 5"):
+//   g++ -O3 -mavx2 -mfma -std=c++17 bench/rope_inplace.cc -Iinclude -Lbuild/release/src/rope -lrope -lhwy \
 //       -Wl,-rpath,$PWD/build/release/src/rope -o build/rope_inplace && build/rope_inplace
 #include <rope/rope.hpp>
 
@@ -14,6 +19,10 @@
 #include <cstdlib>
 #include <functional>
 #include <random>
+
+#include <immintrin.h>
+
+#include "hwy/targets.h"
 
 namespace {
 
@@ -33,9 +42,16 @@ __attribute__((noinline)) void scale(float* x, size_t n) {
   for (size_t i = 0; i < n; ++i) x[i] *= 1.0001f;
 }
 
+// dst = src with non-temporal stores (dst 64-byte aligned, n a multiple of 8): the bench's copy floor.
+__attribute__((noinline)) void stream_copy(const float* src, float* dst, size_t n) {
+  for (size_t i = 0; i < n; i += 8) _mm256_stream_ps(dst + i, _mm256_loadu_ps(src + i));
+  _mm_sfence();
+}
+
 }  // namespace
 
 int main() {
+  if (std::getenv("AVX2")) hwy::DisableTargets(HWY_AVX2 - 1);  // every target better than AVX2
   const int64_t T = 4096, H = 32, D = 128, row = H * D;
   const size_t n = static_cast<size_t>(T * row);
   float* q = static_cast<float*>(std::aligned_alloc(4096, n * sizeof(float)));
@@ -64,6 +80,19 @@ int main() {
               }));
   std::printf("rope_apply_qk              %6.2f\n",
               best_ms([&] { plan.apply_qk(ROPE_FORWARD, pos, tq, tk, nullptr, nullptr, &one_thread); }));
+  float* qo = static_cast<float*>(std::aligned_alloc(4096, n * sizeof(float)));
+  float* ko = static_cast<float*>(std::aligned_alloc(4096, n * sizeof(float)));
+  std::fill(qo, qo + n, 0.0f), std::fill(ko, ko + n, 0.0f);  // pages touched before timing
+  const rope_tensor tqo = rope::bshd(qo, ROPE_DTYPE_F32, 1, T, H, D), tko = rope::bshd(ko, ROPE_DTYPE_F32, 1, T, H, D);
+  std::printf("out of place:\n");
+  std::printf("copy q then k (streaming)  %6.2f\n", best_ms([&] { stream_copy(q, qo, n), stream_copy(k, ko, n); }));
+  std::printf("copy alternating rows      %6.2f\n", best_ms([&] {
+                for (int64_t t = 0; t < T; ++t) stream_copy(q + t * row, qo + t * row, row), stream_copy(k + t * row, ko + t * row, row);
+              }));
+  std::printf("rope_apply_qk out of place %6.2f\n",
+              best_ms([&] { plan.apply_qk(ROPE_FORWARD, pos, tq, tk, &tqo, &tko, &one_thread); }));
   std::free(q);
   std::free(k);
+  std::free(qo);
+  std::free(ko);
 }

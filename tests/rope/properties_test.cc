@@ -293,6 +293,15 @@ TEST(RopeStreaming, LargeOutOfPlaceEqualsInPlace) {
                    rope::bshd(in_place.data(), dtype, 1, tokens, heads, d), nullptr, &exec);
         EXPECT_EQ(0, std::memcmp(base, in_place.data(), n * es)) << "dtype " << dtype << " layout " << layout
                                                                    << " misalign " << misalign;
+        // The streaming kernels (256-bit at most, head after head) against the cache-resident ones
+        // (full vectors, all heads per chunk), which the oracle tests check: one token at a time.
+        for (int64_t t : {int64_t{0}, int64_t{1}, tokens / 2, tokens - 1}) {
+          std::vector<uint8_t> row(x.begin() + t * heads * d * es, x.begin() + (t + 1) * heads * d * es);
+          plan.apply(ROPE_FORWARD, ROPE_ROLE_QUERY, rope::offset_positions(5 + t),
+                     rope::bshd(row.data(), dtype, 1, 1, heads, d), nullptr, &exec);
+          EXPECT_EQ(0, std::memcmp(row.data(), in_place.data() + t * heads * d * es, row.size()))
+              << "dtype " << dtype << " layout " << layout << " token " << t;
+        }
       }
     }
   }

@@ -212,6 +212,33 @@ HWY_INLINE V DupOddLanes(V v) {
 #endif
 }
 
+// Rows streamed from DRAM (Heads::block 1), head after head: cos/sin come from L1 with each vector,
+// so the loop is one load, two shuffles, the sign and the rotation per vector, with no set-up per
+// chunk. At most 256-bit vectors, also on AVX-512 targets: on Zen 5 the 512-bit loop reached half
+// the in-place floor (prefill f32 q+k, one thread: 8.7 ms against 4.4), the 256-bit one 81-88%
+// (docs/perf.md, "Zen 5"). Decode-sized calls keep full vectors (RotateInterleaved).
+template <typename T>
+HWY_INLINE void RotateInterleavedStream(const Heads& heads, int32_t offset, int32_t n_pairs, const TokenCosSin& cs) {
+  const hn::CappedTag<float, 8> df;
+  const hn::RebindToUnsigned<decltype(df)> du;
+  using V = hn::Vec<decltype(df)>;
+  const int32_t lanes = static_cast<int32_t>(hn::Lanes(df));
+  const auto negate_even = hn::BitCast(df, hn::OddEven(hn::Zero(du), hn::Set(du, 0x80000000u)));
+  const float* xcs = cs.xcs.data();
+  int32_t j = 0;
+  for (int64_t h = 0; lanes >= 2 && h < heads.n; ++h) {
+    const T* in = InHead<T>(heads, h, offset);
+    T* out = OutHead<T>(heads, h, offset);
+    for (j = 0; j + lanes <= 2 * n_pairs; j += lanes) {
+      const V f = hn::LoadU(df, xcs + j);
+      const V x = LoadF(df, in + j);
+      const V s = hn::Xor(DupOddLanes(f), negate_even);
+      StoreF(df, hn::MulAdd(x, hn::DupEven(f), hn::Mul(hn::Reverse2(df, x), s)), out + j, heads.stream);
+    }
+  }
+  RotatePairsScalar<T>(heads, offset, j / 2, n_pairs, true, cs);
+}
+
 template <typename T>
 HWY_INLINE void RotateInterleaved(const Heads& heads, int32_t offset, int32_t n_pairs, const TokenCosSin& cs) {
   const hn::ScalableTag<float> df;
@@ -227,17 +254,7 @@ HWY_INLINE void RotateInterleaved(const Heads& heads, int32_t offset, int32_t n_
   const float* xcs = cs.xcs.data();  // in a local: the compiler cannot tell the stores from cs's members
   int32_t j = 0;
   if (heads.block == 1) {
-    // Streaming, head after head: cos/sin come from L1 with each vector, so the loop is one load,
-    // two shuffles, the sign and the rotation per vector, with no set-up per chunk.
-    for (int64_t h = 0; lanes >= 2 && h < heads.n; ++h) {
-      const T* in = InHead<T>(heads, h, offset);
-      T* out = OutHead<T>(heads, h, offset);
-      for (j = 0; j + lanes <= 2 * n_pairs; j += lanes) {
-        const V f = hn::LoadU(df, xcs + j);
-        rotate(in + j, out + j, hn::DupEven(f), signed_sin(f));
-      }
-    }
-    RotatePairsScalar<T>(heads, offset, j / 2, n_pairs, true, cs);
+    RotateInterleavedStream<T>(heads, offset, n_pairs, cs);
     return;
   }
   // Cache-resident, all heads per chunk. Vectors narrower than a cache line keep four vectors of
@@ -285,11 +302,19 @@ HWY_INLINE void RotateHalf(const Heads& heads, int32_t offset, int32_t n_pairs, 
   };
   const float *pc = cs.pc.data(), *ps = cs.ps.data();
   int32_t j = 0;
-  if (heads.block == 1) {  // streaming, head after head, cos/sin from L1 (as RotateInterleaved)
+  if (heads.block == 1) {
+    // Streaming, head after head, cos/sin from L1; at most 256-bit vectors, as RotateInterleavedStream.
+    const hn::CappedTag<float, 8> ds;
+    const int32_t slanes = static_cast<int32_t>(hn::Lanes(ds));
     for (int64_t h = 0; h < heads.n; ++h) {
       const T* in = InHead<T>(heads, h, offset);
       T* out = OutHead<T>(heads, h, offset);
-      for (j = 0; j + lanes <= n_pairs; j += lanes) rotate(in + j, out + j, hn::LoadU(df, pc + j), hn::LoadU(df, ps + j));
+      for (j = 0; j + slanes <= n_pairs; j += slanes) {
+        const auto c = hn::LoadU(ds, pc + j), s = hn::LoadU(ds, ps + j);
+        const auto lo = LoadF(ds, in + j), hi = LoadF(ds, in + j + n_pairs);
+        StoreF(ds, hn::MulSub(lo, c, hn::Mul(hi, s)), out + j, heads.stream);
+        StoreF(ds, hn::MulAdd(hi, c, hn::Mul(lo, s)), out + j + n_pairs, heads.stream);
+      }
     }
     RotatePairsScalar<T>(heads, offset, j, n_pairs, false, cs);
     return;
