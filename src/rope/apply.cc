@@ -262,14 +262,15 @@ rope_status run(const rope_plan* plan, rope_direction direction, const rope_posi
   job.n_batch = n_batch;
   job.n_tokens = n_tokens;
   job.n_tensors = n_ops;
-  // Calls whose data fits in a core's L2 reuse each cos/sin chunk across all heads; larger ones
-  // stream from DRAM one head after the other. Measured on Zen 4 (docs/perf.md).
+  // Calls whose data fits in a core's L2 are rotated in full vectors; larger ones stream from DRAM
+  // (256-bit vectors on AVX-512 too, and non-temporal stores out of place). Measured on Zen 4 and
+  // Zen 5 (docs/perf.md).
   constexpr uintptr_t kCacheResidentBytes = uintptr_t{1} << 20;
   uintptr_t bytes = 0;
   for (int i = 0; i < n_ops; ++i) bytes += (reads[i].end - reads[i].begin) + (ops[i].out ? writes[i].end - writes[i].begin : 0);
   for (int i = 0; i < n_ops; ++i) {
     fill_tensor_job(*ops[i].in, ops[i].out, ops[i].is_key, &job.tensors[i]);
-    job.tensors[i].head_block = bytes <= kCacheResidentBytes ? ops[i].in->n_heads : 1;
+    job.tensors[i].from_dram = bytes > kCacheResidentBytes;
     // A separate output that streams from DRAM is written with non-temporal stores, so its lines
     // are not read first (read-for-ownership): 2/3 of the traffic of ordinary stores.
     job.tensors[i].stream_out = !job.tensors[i].in_place && bytes > kCacheResidentBytes;

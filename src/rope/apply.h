@@ -20,8 +20,8 @@ struct TensorJob {
   int64_t out_batch_stride, out_token_stride, out_head_stride;
   bool in_place;
   bool is_key;  // xPos: k is scaled by ζ^(-m) instead of ζ^(m)
-  int64_t head_block;  // heads sharing each cos/sin load (SIMD backend; see rope_cpu-inl.h)
-  bool stream_out;     // out of place and too big for cache: non-temporal stores where aligned
+  bool from_dram;   // the call is too big for cache: its rows stream from DRAM (SIMD backend's vector width)
+  bool stream_out;  // out of place and from DRAM: non-temporal stores where aligned
 };
 
 struct ApplyJob {

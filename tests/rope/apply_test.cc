@@ -227,38 +227,43 @@ TEST_P(RopeApplyTarget, RandomCasesMatchOracle) {
 TEST_P(RopeApplyTarget, SixteenBitStoresRoundToNearestEvenForEveryBitPattern) {
   // At position 0 (cos 1, sin 0) with attention factor 1.5, y = round(x·1.5 ∓ partner·0), where
   // x·1.5 is exact in fp32; so every output must equal the RNE of that value bit for bit.
-  const int head_dim = 64, heads = 65536 / head_dim;
-  for (rope_dtype dtype : {ROPE_DTYPE_BF16, ROPE_DTYPE_F16}) {
-    for (rope_layout layout : {ROPE_LAYOUT_INTERLEAVED, ROPE_LAYOUT_HALF}) {
-      rope_config cfg = rope::default_config(head_dim);
-      cfg.layout = layout;
-      cfg.scaling.attention_factor = 1.5;
-      rope::Plan plan(cfg);
-      std::vector<uint16_t> x(65536);
-      for (uint32_t i = 0; i < 65536; ++i) x[i] = static_cast<uint16_t>(i);
-      std::vector<uint16_t> y = x;
-      plan.apply(ROPE_FORWARD, ROPE_ROLE_QUERY, rope::offset_positions(0),
-                 rope::bshd(y.data(), dtype, 1, 1, heads, head_dim));
-      auto to_f32 = [&](uint16_t v) { return dtype == ROPE_DTYPE_BF16 ? rope::bf16_to_f32(v) : rope::f16_to_f32(v); };
-      auto to_16 = [&](float v) { return dtype == ROPE_DTYPE_BF16 ? rope::f32_to_bf16(v) : rope::f32_to_f16(v); };
-      int bad = 0;
-      for (int h = 0; h < heads; ++h) {
-        for (int i = 0; i < head_dim / 2; ++i) {
-          const int a = h * head_dim + (layout == ROPE_LAYOUT_INTERLEAVED ? 2 * i : i);
-          const int b = a + (layout == ROPE_LAYOUT_INTERLEAVED ? 1 : head_dim / 2);
-          const float xa = to_f32(x[a]), xb = to_f32(x[b]);
-          const float want[2] = {xa * 1.5f - xb * 0.0f, xb * 1.5f + xa * 0.0f};
-          const int idx[2] = {a, b};
-          for (int r = 0; r < 2; ++r) {
-            const bool ok = std::isnan(want[r]) ? std::isnan(to_f32(y[idx[r]])) : y[idx[r]] == to_16(want[r]);
-            if (!ok && ++bad <= 5) {
-              ADD_FAILURE() << "dtype " << dtype << " layout " << layout << " input 0x" << std::hex << x[idx[r]]
-                            << " got 0x" << y[idx[r]] << " want 0x" << to_16(want[r]);
+  // Head dims 64, 128 and 256: the AVX512-BF16 kernels test the packed words of all of a head's 2 or
+  // 4 vectors at once (interleaved), and 256 takes two tiles.
+  for (const int head_dim : {64, 128, 256}) {
+    const int heads = 65536 / head_dim;
+    for (rope_dtype dtype : {ROPE_DTYPE_BF16, ROPE_DTYPE_F16}) {
+      for (rope_layout layout : {ROPE_LAYOUT_INTERLEAVED, ROPE_LAYOUT_HALF}) {
+        rope_config cfg = rope::default_config(head_dim);
+        cfg.layout = layout;
+        cfg.scaling.attention_factor = 1.5;
+        rope::Plan plan(cfg);
+        std::vector<uint16_t> x(65536);
+        for (uint32_t i = 0; i < 65536; ++i) x[i] = static_cast<uint16_t>(i);
+        std::vector<uint16_t> y = x;
+        plan.apply(ROPE_FORWARD, ROPE_ROLE_QUERY, rope::offset_positions(0),
+                   rope::bshd(y.data(), dtype, 1, 1, heads, head_dim));
+        auto to_f32 = [&](uint16_t v) { return dtype == ROPE_DTYPE_BF16 ? rope::bf16_to_f32(v) : rope::f16_to_f32(v); };
+        auto to_16 = [&](float v) { return dtype == ROPE_DTYPE_BF16 ? rope::f32_to_bf16(v) : rope::f32_to_f16(v); };
+        int bad = 0;
+        for (int h = 0; h < heads; ++h) {
+          for (int i = 0; i < head_dim / 2; ++i) {
+            const int a = h * head_dim + (layout == ROPE_LAYOUT_INTERLEAVED ? 2 * i : i);
+            const int b = a + (layout == ROPE_LAYOUT_INTERLEAVED ? 1 : head_dim / 2);
+            const float xa = to_f32(x[a]), xb = to_f32(x[b]);
+            const float want[2] = {xa * 1.5f - xb * 0.0f, xb * 1.5f + xa * 0.0f};
+            const int idx[2] = {a, b};
+            for (int r = 0; r < 2; ++r) {
+              const bool ok = std::isnan(want[r]) ? std::isnan(to_f32(y[idx[r]])) : y[idx[r]] == to_16(want[r]);
+              if (!ok && ++bad <= 5) {
+                ADD_FAILURE() << "head_dim " << head_dim << " dtype " << dtype << " layout " << layout
+                              << " input 0x" << std::hex << x[idx[r]] << " got 0x" << y[idx[r]] << " want 0x"
+                              << to_16(want[r]);
+              }
             }
           }
         }
+        EXPECT_EQ(bad, 0);
       }
-      EXPECT_EQ(bad, 0);
     }
   }
 }

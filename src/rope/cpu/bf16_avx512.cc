@@ -33,14 +33,27 @@ namespace {
 
 // (even, odd) fp32 results of 16 pairs → 32 bf16 in element order. The instruction flushes
 // denormals to ±0, so a vector whose words include a zero is tested exactly and, if a result was a
-// denormal (rare: |y| < 1.2e-38), rounded lane by lane. Testing the packed words costs one integer
-// op; two vfpclassps per vector cost a quarter of the kernel's time on Zen 4 (a true zero, as in
-// zeroed padding, takes the exact test too).
-// kStream: a non-temporal store where `out` is aligned to the vector (Heads::stream).
+// denormal (rare: |y| < 1.2e-38), rounded lane by lane (a true zero, as in zeroed padding, takes the
+// exact test too). kStream: a non-temporal store where `out` is aligned to the vector (Heads::stream).
+ROPE_BF16_TARGET inline __m512i to_element_order(__m512i packed) {
+  // cvtne2ps: words 0..15 = bf16(even), 16..31 = bf16(odd); interleave them.
+  const __m512i order = _mm512_set_epi16(31, 15, 30, 14, 29, 13, 28, 12, 27, 11, 26, 10, 25, 9, 24, 8,
+                                         23, 7, 22, 6, 21, 5, 20, 4, 19, 3, 18, 2, 17, 1, 16, 0);
+  return _mm512_permutexvar_epi16(order, packed);
+}
+
+template <bool kStream>
+ROPE_BF16_TARGET inline void store_vector(__m512i v, uint16_t* out) {
+  if (kStream && reinterpret_cast<uintptr_t>(out) % 64 == 0) {
+    _mm512_stream_si512(reinterpret_cast<__m512i*>(out), v);  // fenced by the caller's FlushStream
+  } else {
+    _mm512_storeu_si512(out, v);
+  }
+}
+
 template <bool kStream>
 ROPE_BF16_TARGET inline void pack_store(__m512 even, __m512 odd, uint16_t* out) {
   constexpr int kDenormal = 0x20;
-  // cvtne2ps: words 0..15 = bf16(even), 16..31 = bf16(odd).
   const __m512i packed = (__m512i)_mm512_cvtne2ps_pbh(odd, even);
   if (__builtin_expect(_mm512_testn_epi16_mask(packed, _mm512_set1_epi16(0x7fff)) != 0, 0) &&
       !_kortestz_mask16_u8(_mm512_fpclass_ps_mask(even, kDenormal), _mm512_fpclass_ps_mask(odd, kDenormal))) {
@@ -53,15 +66,25 @@ ROPE_BF16_TARGET inline void pack_store(__m512 even, __m512 odd, uint16_t* out) 
     }
     return;
   }
-  // Interleave the two halves into element order.
-  const __m512i order = _mm512_set_epi16(31, 15, 30, 14, 29, 13, 28, 12, 27, 11, 26, 10, 25, 9, 24, 8,
-                                         23, 7, 22, 6, 21, 5, 20, 4, 19, 3, 18, 2, 17, 1, 16, 0);
-  const __m512i result = _mm512_permutexvar_epi16(order, packed);
-  if (kStream && reinterpret_cast<uintptr_t>(out) % 64 == 0) {
-    _mm512_stream_si512(reinterpret_cast<__m512i*>(out), result);  // fenced by the caller's FlushStream
-  } else {
-    _mm512_storeu_si512(out, result);
+  store_vector<kStream>(to_element_order(packed), out);
+}
+
+// pack_store of kOut vectors (a head's, or a step's), their packed words tested together: a chain
+// of masked vptestmw (the lanes with no ±0 word so far) is one op a vector and one branch for all,
+// where pack_store's test is a test, a mask test and a branch a vector (on Zen 5 those cost 0.8 of
+// a decode's 3.4 µs). Only when some word is ±0 do the vectors take pack_store's exact test.
+template <int kOut, bool kStream>
+ROPE_BF16_TARGET inline void pack_store_all(const __m512* even, const __m512* odd, uint16_t* const* out) {
+  const __m512i magnitude = _mm512_set1_epi16(0x7fff);
+  __m512i packed[kOut];
+  for (int v = 0; v < kOut; ++v) packed[v] = (__m512i)_mm512_cvtne2ps_pbh(odd[v], even[v]);
+  __mmask32 nonzero = _mm512_test_epi16_mask(packed[0], magnitude);
+  for (int v = 1; v < kOut; ++v) nonzero = _mm512_mask_test_epi16_mask(nonzero, packed[v], magnitude);
+  if (__builtin_expect(!_kortestc_mask32_u8(nonzero, nonzero), 0)) {
+    for (int v = 0; v < kOut; ++v) pack_store<kStream>(even[v], odd[v], out[v]);
+    return;
   }
+  for (int v = 0; v < kOut; ++v) store_vector<kStream>(to_element_order(packed[v]), out[v]);
 }
 
 ROPE_BF16_TARGET inline __m512 even_of(__m512i x) { return _mm512_castsi512_ps(_mm512_slli_epi32(x, 16)); }
@@ -84,16 +107,21 @@ struct InterleavedSteps {
       s[v] = _mm512_loadu_ps(cs.ps.data() + kPairs * (step + v));
     }
     const int32_t first = offset + 2 * kPairs * step;  // element
-    for (int64_t h = 0; h < heads.n; ++h) {
-      const uint16_t* in = InHead<uint16_t>(heads, h, first);  // per-head pointers in locals (row.h)
-      uint16_t* out = OutHead<uint16_t>(heads, h, first);
+    for (HeadWalk<uint16_t> w(heads, first); w.n > 0; w.next()) {
+      const uint16_t* in = w.in;
+      uint16_t* out = w.out;
+      __m512 even[kTile], odd[kTile];
+      uint16_t* to[kTile];
 #pragma GCC unroll 4  // kTile ≤ 4: cos/sin stay in registers instead of the stack
       for (int v = 0; v < kTile; ++v) {
-        const __m512i x = _mm512_loadu_si512(in + 2 * kPairs * v);
+        __m512i x = _mm512_loadu_si512(in + 2 * kPairs * v);
+        ROPE_IN_REGISTER(x);  // loaded once, not in both the shift and the mask
         const __m512 xe = even_of(x), xo = odd_of(x);
-        pack_store<kStream>(_mm512_fmsub_ps(xe, c[v], _mm512_mul_ps(xo, s[v])),
-                            _mm512_fmadd_ps(xo, c[v], _mm512_mul_ps(xe, s[v])), out + 2 * kPairs * v);
+        even[v] = _mm512_fmsub_ps(xe, c[v], _mm512_mul_ps(xo, s[v]));
+        odd[v] = _mm512_fmadd_ps(xo, c[v], _mm512_mul_ps(xe, s[v]));
+        to[v] = out + 2 * kPairs * v;
       }
+      pack_store_all<kTile, kStream>(even, odd, to);
     }
   }
 };
@@ -115,27 +143,31 @@ struct HalfSteps {
       so[v] = _mm512_loadu_ps(cs.es.data() + n_even + k);
     }
     const int32_t first = offset + kPairs * step;  // element of the low half
-    for (int64_t h = 0; h < heads.n; ++h) {
-      const uint16_t* in = InHead<uint16_t>(heads, h, first);  // per-head pointers in locals (row.h)
-      uint16_t* out = OutHead<uint16_t>(heads, h, first);
+    for (HeadWalk<uint16_t> w(heads, first); w.n > 0; w.next()) {
+      const uint16_t* in = w.in;
+      uint16_t* out = w.out;
 #pragma GCC unroll 4
       for (int v = 0; v < kTile; ++v) {
-        const __m512i lo = _mm512_loadu_si512(in + kPairs * v), hi = _mm512_loadu_si512(in + n_pairs + kPairs * v);
+        __m512i lo = _mm512_loadu_si512(in + kPairs * v), hi = _mm512_loadu_si512(in + n_pairs + kPairs * v);
+        ROPE_IN_REGISTER(lo);
+        ROPE_IN_REGISTER(hi);
         const __m512 lo_e = even_of(lo), lo_o = odd_of(lo), hi_e = even_of(hi), hi_o = odd_of(hi);
-        pack_store<kStream>(_mm512_fmsub_ps(lo_e, ce[v], _mm512_mul_ps(hi_e, se[v])),
-                            _mm512_fmsub_ps(lo_o, co[v], _mm512_mul_ps(hi_o, so[v])), out + kPairs * v);
-        pack_store<kStream>(_mm512_fmadd_ps(hi_e, ce[v], _mm512_mul_ps(lo_e, se[v])),
-                            _mm512_fmadd_ps(hi_o, co[v], _mm512_mul_ps(lo_o, so[v])), out + n_pairs + kPairs * v);
+        const __m512 even[2] = {_mm512_fmsub_ps(lo_e, ce[v], _mm512_mul_ps(hi_e, se[v])),
+                                _mm512_fmadd_ps(hi_e, ce[v], _mm512_mul_ps(lo_e, se[v]))};
+        const __m512 odd[2] = {_mm512_fmsub_ps(lo_o, co[v], _mm512_mul_ps(hi_o, so[v])),
+                               _mm512_fmadd_ps(hi_o, co[v], _mm512_mul_ps(lo_o, so[v]))};
+        uint16_t* const to[2] = {out + kPairs * v, out + n_pairs + kPairs * v};
+        pack_store_all<2, kStream>(even, odd, to);  // a step's low and high halves (a head's would spill)
       }
     }
   }
 };
 
 // Every head of the row under each tile of up to four steps; returns the pairs done (whole steps).
-// Heads::block is not followed: these kernels are bound by arithmetic, not by the order of memory
-// access, and a row is small enough (tens of KiB) that a second tile's pass finds it in cache. A
-// call per head instead (block 1, for rows streamed from DRAM) cost 50% more in prefill on Zen 4:
-// per call the tile's cos/sin set-up outweighs four vectors of work.
+// These kernels are bound by arithmetic, not by the order of memory access, and a row is small
+// enough (tens of KiB) that a second tile's pass finds it in cache. A call per head instead (for
+// rows streamed from DRAM) cost 50% more in prefill on Zen 4: per call the tile's cos/sin set-up
+// outweighs four vectors of work.
 template <class Steps, bool kStream>
 ROPE_BF16_TARGET int32_t rotate_steps(const Heads& heads, int32_t offset, int32_t n_pairs, const TokenCosSin& cs) {
   const int32_t steps = n_pairs / Steps::kPairs;

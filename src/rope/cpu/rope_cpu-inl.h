@@ -186,9 +186,9 @@ HWY_INLINE void ScalarStore(float v, hwy::bfloat16_t* p) {
 template <typename T>
 HWY_INLINE void RotatePairsScalar(const Heads& heads, int32_t offset, int32_t first, int32_t n_pairs,
                                   bool interleaved, const TokenCosSin& cs) {
-  for (int64_t h = 0; h < heads.n; ++h) {
-    const T* in = InHead<T>(heads, h, offset);
-    T* out = OutHead<T>(heads, h, offset);
+  for (HeadWalk<T> w(heads, offset); w.n > 0; w.next()) {
+    const T* in = w.in;
+    T* out = w.out;
     for (int32_t i = first; i < n_pairs; ++i) {
       const int32_t a = interleaved ? 2 * i : i, b = interleaved ? 2 * i + 1 : i + n_pairs;
       const float xa = ScalarLoad(in + a), xb = ScalarLoad(in + b);
@@ -198,146 +198,127 @@ HWY_INLINE void RotatePairsScalar(const Heads& heads, int32_t offset, int32_t fi
   }
 }
 
-// f32/f16 interleaved, the complex-multiply form: F = (c0, s0, c1, s1, ...) is one load per vector;
-// C = DupEven(F), S = DupOdd(F) with its even lanes negated, and y = x·C + Reverse2(x)·S, i.e.
-// (x0·c − x1·s, x1·c + x0·s); negating s instead of the product is exact and is done once per
-// cos/sin vector, not per rotated one. One cos/sin stream instead of two expanded ones (fewer loads, which
-// matters even when streaming from DRAM). cos/sin are shared by a block of heads (see Heads).
+// The vector kernels walk the heads one after the other, each head's vectors in order: one
+// sequential stream per tensor. (Visiting one chunk of every head before the next chunk strides by
+// a head: a load then meets, every 4096 / head-bytes heads, a store 4 KiB earlier in the store
+// buffer (4K aliasing), and on Zen 5 that order cost 2.6 cycles per 64-byte vector of an
+// L2-resident decode; this one, 1.6.)
+//  - Cache-resident rows hold a tile of cos/sin vectors in registers while the heads pass under it:
+//    up to 8 vectors with 32 registers (the whole of a 128-dim f32 head in 512-bit vectors), 4 with 16.
+//  - Rows streamed from DRAM (Heads::stream_row) read cos/sin from L1 with each vector (a row's are
+//    a few hundred bytes) and use at most 256-bit vectors, also on AVX-512 targets: on Zen 5 the
+//    512-bit loop reached half the in-place floor (prefill f32 q+k, one thread: 8.7 ms against 4.4),
+//    the 256-bit one 81-88% (docs/perf.md, "Zen 5").
+// Every x is loaded once (LoadedOnce).
+
+// x loaded once (row.h's ROPE_IN_REGISTER); scalar and emulated targets have no vector register.
 template <class V>
-HWY_INLINE V DupOddLanes(V v) {
-#if HWY_TARGET == HWY_SCALAR
-  return v;  // unused: single-lane targets take the scalar loop
-#else
-  return hn::DupOdd(v);
+HWY_INLINE V LoadedOnce(V x) {
+#if HWY_ARCH_X86 && HWY_TARGET <= HWY_SSSE3
+  ROPE_IN_REGISTER(x.raw);
 #endif
+  return x;
 }
 
-// Rows streamed from DRAM (Heads::block 1), head after head: cos/sin come from L1 with each vector,
-// so the loop is one load, two shuffles, the sign and the rotation per vector, with no set-up per
-// chunk. At most 256-bit vectors, also on AVX-512 targets: on Zen 5 the 512-bit loop reached half
-// the in-place floor (prefill f32 q+k, one thread: 8.7 ms against 4.4), the 256-bit one 81-88%
-// (docs/perf.md, "Zen 5"). Decode-sized calls keep full vectors (RotateInterleaved).
-template <typename T>
-HWY_INLINE void RotateInterleavedStream(const Heads& heads, int32_t offset, int32_t n_pairs, const TokenCosSin& cs) {
-  const hn::CappedTag<float, 8> df;
-  const hn::RebindToUnsigned<decltype(df)> du;
-  using V = hn::Vec<decltype(df)>;
-  const int32_t lanes = static_cast<int32_t>(hn::Lanes(df));
-  const auto negate_even = hn::BitCast(df, hn::OddEven(hn::Zero(du), hn::Set(du, 0x80000000u)));
-  const float* xcs = cs.xcs.data();
-  int32_t j = 0;
-  for (int64_t h = 0; lanes >= 2 && h < heads.n; ++h) {
-    const T* in = InHead<T>(heads, h, offset);
-    T* out = OutHead<T>(heads, h, offset);
-    for (j = 0; j + lanes <= 2 * n_pairs; j += lanes) {
-      const V f = hn::LoadU(df, xcs + j);
-      const V x = LoadF(df, in + j);
-      const V s = hn::Xor(DupOddLanes(f), negate_even);
-      StoreF(df, hn::MulAdd(x, hn::DupEven(f), hn::Mul(hn::Reverse2(df, x), s)), out + j, heads.stream);
-    }
+constexpr int kMaxTile = HWY_MAX_BYTES >= 64 ? 8 : 4;  // cos/sin vectors held in registers
+
+// Runs tile.template operator()<k>(first_vector) over vectors [0, n) in tiles of kMaxTile, then 4,
+// 2 and 1 vectors (a 64-dim head in 512-bit vectors is one tile of 4); returns n.
+template <class Tile>
+HWY_INLINE int32_t ForEachTile(int32_t n, const Tile& tile) {
+  int32_t v = 0;
+  for (; v + kMaxTile <= n; v += kMaxTile) tile.template operator()<kMaxTile>(v);
+  if constexpr (kMaxTile > 4) {
+    if (v + 4 <= n) tile.template operator()<4>(v), v += 4;
   }
-  RotatePairsScalar<T>(heads, offset, j / 2, n_pairs, true, cs);
+  if (v + 2 <= n) tile.template operator()<2>(v), v += 2;
+  if (v + 1 <= n) tile.template operator()<1>(v), v += 1;
+  return v;
+}
+
+// Interleaved, the complex-multiply form: y = x·C + Reverse2(x)·S with C = (c0, c0, c1, c1, ...) and
+// S = (−s0, s0, −s1, s1, ...) (TokenCosSin::xc, xs), i.e. (x0·c − x1·s, x1·c + x0·s); negating s
+// instead of the product is exact.
+template <class D, typename T>
+HWY_INLINE void RotateInterleavedVector(D df, const T* in, T* out, hn::Vec<D> c, hn::Vec<D> s, bool stream) {
+  const auto x = LoadedOnce(LoadF(df, in));
+  StoreF(df, hn::MulAdd(x, c, hn::Mul(hn::Reverse2(df, x), s)), out, stream);
 }
 
 template <typename T>
 HWY_INLINE void RotateInterleaved(const Heads& heads, int32_t offset, int32_t n_pairs, const TokenCosSin& cs) {
-  const hn::ScalableTag<float> df;
-  const hn::RebindToUnsigned<decltype(df)> du;
-  using V = hn::Vec<decltype(df)>;
-  const int32_t lanes = static_cast<int32_t>(hn::Lanes(df));
-  const auto negate_even = hn::BitCast(df, hn::OddEven(hn::Zero(du), hn::Set(du, 0x80000000u)));
-  const auto signed_sin = [&](V f) { return hn::Xor(DupOddLanes(f), negate_even); };
-  const auto rotate = [&](const T* in, T* out, V c, V s) {
-    const auto x = LoadF(df, in);
-    StoreF(df, hn::MulAdd(x, c, hn::Mul(hn::Reverse2(df, x), s)), out, heads.stream);
-  };
-  const float* xcs = cs.xcs.data();  // in a local: the compiler cannot tell the stores from cs's members
-  int32_t j = 0;
-  if (heads.block == 1) {
-    RotateInterleavedStream<T>(heads, offset, n_pairs, cs);
-    return;
-  }
-  // Cache-resident, all heads per chunk. Vectors narrower than a cache line keep four vectors of
-  // cos/sin in registers while the heads pass under them: no cos/sin load or shuffle per rotated
-  // vector and a quarter of the loop overhead (AVX2 on Zen 4, decode q+k: 7.3 µs against 9.5).
-  // 512-bit vectors are faster one per head visit (AVX-512 on Zen 4: 7.6 µs against 9.0).
-  const int32_t tile = HWY_MAX_BYTES >= 64 ? 0 : 4 * lanes;
-  // A pair must sit inside one vector: single-lane targets take the scalar loop.
-  for (int64_t h0 = 0; lanes >= 2 && h0 < heads.n; h0 += heads.block) {
-    const int64_t h1 = std::min(heads.n, h0 + heads.block);
-    for (j = 0; tile > 0 && j + tile <= 2 * n_pairs; j += tile) {
-      const V f0 = hn::LoadU(df, xcs + j), f1 = hn::LoadU(df, xcs + j + lanes);
-      const V f2 = hn::LoadU(df, xcs + j + 2 * lanes), f3 = hn::LoadU(df, xcs + j + 3 * lanes);
-      const V c0 = hn::DupEven(f0), s0 = signed_sin(f0), c1 = hn::DupEven(f1), s1 = signed_sin(f1);
-      const V c2 = hn::DupEven(f2), s2 = signed_sin(f2), c3 = hn::DupEven(f3), s3 = signed_sin(f3);
-      for (int64_t h = h0; h < h1; ++h) {
-        const T* in = InHead<T>(heads, h, offset + j);
-        T* out = OutHead<T>(heads, h, offset + j);
-        rotate(in, out, c0, s0);
-        rotate(in + lanes, out + lanes, c1, s1);
-        rotate(in + 2 * lanes, out + 2 * lanes, c2, s2);
-        rotate(in + 3 * lanes, out + 3 * lanes, c3, s3);
+  const float *xc = cs.xc.data(), *xs = cs.xs.data();  // locals: the stores may alias cs's members
+  int32_t done = 0;  // pairs
+  if (heads.stream_row) {
+    const hn::CappedTag<float, 8> df;
+    const int32_t lanes = static_cast<int32_t>(hn::Lanes(df)), n = 2 * n_pairs - 2 * n_pairs % lanes;
+    const bool stream = heads.stream;
+    for (HeadWalk<T> w(heads, offset); lanes >= 2 && w.n > 0; w.next()) {
+      for (int32_t j = 0; j < n; j += lanes) {
+        RotateInterleavedVector(df, w.in + j, w.out + j, hn::LoadU(df, xc + j), hn::LoadU(df, xs + j), stream);
       }
     }
-    for (; j + lanes <= 2 * n_pairs; j += lanes) {
-      const V f = hn::LoadU(df, xcs + j);
-      const V c = hn::DupEven(f), s = signed_sin(f);
-      for (int64_t h = h0; h < h1; ++h) rotate(InHead<T>(heads, h, offset + j), OutHead<T>(heads, h, offset + j), c, s);
-    }
+    done = lanes >= 2 ? n / 2 : 0;
+  } else {
+    const hn::ScalableTag<float> df;
+    using V = hn::Vec<decltype(df)>;
+    const int32_t lanes = static_cast<int32_t>(hn::Lanes(df));
+    // A pair must sit inside one vector: single-lane targets take the scalar loop.
+    const int32_t vectors = lanes >= 2 ? 2 * n_pairs / lanes : 0;
+    done = ForEachTile(vectors, [&]<int kTile>(int32_t v0) {
+      V c[kTile], s[kTile];
+      for (int v = 0; v < kTile; ++v) {
+        c[v] = hn::LoadU(df, xc + (v0 + v) * lanes);
+        s[v] = hn::LoadU(df, xs + (v0 + v) * lanes);
+      }
+      for (HeadWalk<T> w(heads, offset + v0 * lanes); w.n > 0; w.next()) {
+        HWY_UNROLL(8)  // kTile <= 8: C and S stay in registers
+        for (int v = 0; v < kTile; ++v) RotateInterleavedVector(df, w.in + v * lanes, w.out + v * lanes, c[v], s[v], false);
+      }
+    }) * lanes / 2;
   }
-  RotatePairsScalar<T>(heads, offset, j / 2, n_pairs, true, cs);
+  RotatePairsScalar<T>(heads, offset, done, n_pairs, true, cs);
 }
 
-// f32/f16 half split: pairs (j, j + n): y_lo = lo·c − hi·s, y_hi = hi·c + lo·s. Cache-resident
-// blocks keep two chunks of cos/sin in registers per pass over the heads (four vectors rotated).
+// Half split: pairs (j, j + n): y_lo = lo·c − hi·s, y_hi = hi·c + lo·s, cos/sin from pc/ps.
+template <class D, typename T>
+HWY_INLINE void RotateHalfVector(D df, const T* in, T* out, int32_t n_pairs, hn::Vec<D> c, hn::Vec<D> s, bool stream) {
+  const auto lo = LoadedOnce(LoadF(df, in)), hi = LoadedOnce(LoadF(df, in + n_pairs));
+  StoreF(df, hn::MulSub(lo, c, hn::Mul(hi, s)), out, stream);
+  StoreF(df, hn::MulAdd(hi, c, hn::Mul(lo, s)), out + n_pairs, stream);
+}
+
 template <typename T>
 HWY_INLINE void RotateHalf(const Heads& heads, int32_t offset, int32_t n_pairs, const TokenCosSin& cs) {
-  const hn::ScalableTag<float> df;
-  using V = hn::Vec<decltype(df)>;
-  const int32_t lanes = static_cast<int32_t>(hn::Lanes(df));
-  const auto rotate = [&](const T* in, T* out, V c, V s) {
-    const auto lo = LoadF(df, in), hi = LoadF(df, in + n_pairs);
-    StoreF(df, hn::MulSub(lo, c, hn::Mul(hi, s)), out, heads.stream);
-    StoreF(df, hn::MulAdd(hi, c, hn::Mul(lo, s)), out + n_pairs, heads.stream);
-  };
   const float *pc = cs.pc.data(), *ps = cs.ps.data();
-  int32_t j = 0;
-  if (heads.block == 1) {
-    // Streaming, head after head, cos/sin from L1; at most 256-bit vectors, as RotateInterleavedStream.
-    const hn::CappedTag<float, 8> ds;
-    const int32_t slanes = static_cast<int32_t>(hn::Lanes(ds));
-    for (int64_t h = 0; h < heads.n; ++h) {
-      const T* in = InHead<T>(heads, h, offset);
-      T* out = OutHead<T>(heads, h, offset);
-      for (j = 0; j + slanes <= n_pairs; j += slanes) {
-        const auto c = hn::LoadU(ds, pc + j), s = hn::LoadU(ds, ps + j);
-        const auto lo = LoadF(ds, in + j), hi = LoadF(ds, in + j + n_pairs);
-        StoreF(ds, hn::MulSub(lo, c, hn::Mul(hi, s)), out + j, heads.stream);
-        StoreF(ds, hn::MulAdd(hi, c, hn::Mul(lo, s)), out + j + n_pairs, heads.stream);
+  int32_t done = 0;
+  if (heads.stream_row) {
+    const hn::CappedTag<float, 8> df;
+    const int32_t lanes = static_cast<int32_t>(hn::Lanes(df)), n = n_pairs - n_pairs % lanes;
+    const bool stream = heads.stream;
+    for (HeadWalk<T> w(heads, offset); w.n > 0; w.next()) {
+      for (int32_t j = 0; j < n; j += lanes) {
+        RotateHalfVector(df, w.in + j, w.out + j, n_pairs, hn::LoadU(df, pc + j), hn::LoadU(df, ps + j), stream);
       }
     }
-    RotatePairsScalar<T>(heads, offset, j, n_pairs, false, cs);
-    return;
-  }
-  for (int64_t h0 = 0; h0 < heads.n; h0 += heads.block) {
-    const int64_t h1 = std::min(heads.n, h0 + heads.block);
-    for (j = 0; j + 2 * lanes <= n_pairs; j += 2 * lanes) {
-      const V c0 = hn::LoadU(df, pc + j), s0 = hn::LoadU(df, ps + j);
-      const V c1 = hn::LoadU(df, pc + j + lanes), s1 = hn::LoadU(df, ps + j + lanes);
-      for (int64_t h = h0; h < h1; ++h) {
-        const T* in = InHead<T>(heads, h, offset + j);
-        T* out = OutHead<T>(heads, h, offset + j);
-        rotate(in, out, c0, s0);
-        rotate(in + lanes, out + lanes, c1, s1);
+    done = n;
+  } else {
+    const hn::ScalableTag<float> df;
+    using V = hn::Vec<decltype(df)>;
+    const int32_t lanes = static_cast<int32_t>(hn::Lanes(df));
+    done = ForEachTile(n_pairs / lanes, [&]<int kTile>(int32_t v0) {
+      V c[kTile], s[kTile];
+      for (int v = 0; v < kTile; ++v) {
+        c[v] = hn::LoadU(df, pc + (v0 + v) * lanes);
+        s[v] = hn::LoadU(df, ps + (v0 + v) * lanes);
       }
-    }
-    for (; j + lanes <= n_pairs; j += lanes) {
-      const V c = hn::LoadU(df, pc + j), s = hn::LoadU(df, ps + j);
-      for (int64_t h = h0; h < h1; ++h) rotate(InHead<T>(heads, h, offset + j), OutHead<T>(heads, h, offset + j), c, s);
-    }
+      for (HeadWalk<T> w(heads, offset + v0 * lanes); w.n > 0; w.next()) {
+        HWY_UNROLL(8)
+        for (int v = 0; v < kTile; ++v) RotateHalfVector(df, w.in + v * lanes, w.out + v * lanes, n_pairs, c[v], s[v], false);
+      }
+    }) * lanes;
   }
-  // Half-split tails: pairs [j, n_pairs), still (i, i + n_pairs).
-  RotatePairsScalar<T>(heads, offset, j, n_pairs, false, cs);
+  RotatePairsScalar<T>(heads, offset, done, n_pairs, false, cs);  // pairs [done, n_pairs), still (i, i + n_pairs)
 }
 
 // ---- bf16 in u32 lanes: lane k holds elements (2k, 2k+1) as (low, high) halves, so the even
@@ -381,7 +362,7 @@ HWY_INLINE void RotateInterleavedBf16(const Heads& heads, int32_t offset, int32_
   const int32_t lanes = static_cast<int32_t>(hn::Lanes(du));  // pairs per vector
   const auto high = hn::Set(du, 0xffff0000u);
   const auto rotate = [&](const hwy::bfloat16_t* in, hwy::bfloat16_t* out, VF c, VF s) {
-    const auto x = hn::LoadU(du, reinterpret_cast<const uint32_t*>(in));
+    const auto x = LoadedOnce(hn::LoadU(du, reinterpret_cast<const uint32_t*>(in)));
     const auto xe = hn::BitCast(df, hn::ShiftLeft<16>(x)), xo = hn::BitCast(df, hn::And(x, high));
     StoreOut(du, PackBf16Pairs(du, hn::MulSub(xe, c, hn::Mul(xo, s)), hn::MulAdd(xo, c, hn::Mul(xe, s))),
              reinterpret_cast<uint32_t*>(out), heads.stream);
@@ -389,13 +370,13 @@ HWY_INLINE void RotateInterleavedBf16(const Heads& heads, int32_t offset, int32_
   const int32_t first = kTryNativeBf16 ? rotate_interleaved_bf16_avx512(heads, offset, n_pairs, cs) : 0;
   if (first == n_pairs) return;
   // The rounding arithmetic bounds this kernel, not loads: cos/sin come from L1 with each vector
-  // and the heads are walked one after the other, whatever the block (no loop overhead per chunk).
-  // (Pointers held in locals: the compiler cannot tell the stores from cs's own members.)
+  // (no tile to set up). (Pointers held in locals: the compiler cannot tell the stores from cs's
+  // own members.)
   const float *pc = cs.pc.data(), *ps = cs.ps.data();
   int32_t i = first;
-  for (int64_t h = 0; h < heads.n; ++h) {
-    const auto* in = InHead<hwy::bfloat16_t>(heads, h, offset);
-    auto* out = OutHead<hwy::bfloat16_t>(heads, h, offset);
+  for (HeadWalk<hwy::bfloat16_t> w(heads, offset); w.n > 0; w.next()) {
+    const hwy::bfloat16_t* in = w.in;
+    hwy::bfloat16_t* out = w.out;
     for (i = first; i + lanes <= n_pairs; i += lanes) rotate(in + 2 * i, out + 2 * i, hn::LoadU(df, pc + i), hn::LoadU(df, ps + i));
   }
   RotatePairsScalar<hwy::bfloat16_t>(heads, offset, i, n_pairs, true, cs);
@@ -412,14 +393,14 @@ HWY_INLINE void RotateHalfBf16(const Heads& heads, int32_t offset, int32_t n_pai
   // Heads one after the other, cos/sin from L1 per vector, as RotateInterleavedBf16.
   const float *ec = cs.ec.data(), *es = cs.es.data();
   int32_t k = first / 2;  // u32 lane index within the low half: pairs 2k, 2k+1
-  for (int64_t h = 0; h < heads.n; ++h) {
-    const auto* in = InHead<hwy::bfloat16_t>(heads, h, offset);
-    auto* out = OutHead<hwy::bfloat16_t>(heads, h, offset);
+  for (HeadWalk<hwy::bfloat16_t> w(heads, offset); w.n > 0; w.next()) {
+    const hwy::bfloat16_t* in = w.in;
+    hwy::bfloat16_t* out = w.out;
     for (k = first / 2; 2 * (k + lanes) <= n_pairs; k += lanes) {
       const auto ce = hn::LoadU(df, ec + k), se = hn::LoadU(df, es + k);
       const auto co = hn::LoadU(df, ec + n_even + k), so = hn::LoadU(df, es + n_even + k);
-      const auto lo = hn::LoadU(du, reinterpret_cast<const uint32_t*>(in + 2 * k));
-      const auto hi = hn::LoadU(du, reinterpret_cast<const uint32_t*>(in + n_pairs + 2 * k));
+      const auto lo = LoadedOnce(hn::LoadU(du, reinterpret_cast<const uint32_t*>(in + 2 * k)));
+      const auto hi = LoadedOnce(hn::LoadU(du, reinterpret_cast<const uint32_t*>(in + n_pairs + 2 * k)));
       const auto lo_e = hn::BitCast(df, hn::ShiftLeft<16>(lo)), lo_o = hn::BitCast(df, hn::And(lo, high));
       const auto hi_e = hn::BitCast(df, hn::ShiftLeft<16>(hi)), hi_o = hn::BitCast(df, hn::And(hi, high));
       StoreOut(du, PackBf16Pairs(du, hn::MulSub(lo_e, ce, hn::Mul(hi_e, se)), hn::MulSub(lo_o, co, hn::Mul(hi_o, so))),
@@ -462,7 +443,7 @@ HWY_INLINE void FoldCosSin(const rope_plan& plan, bool backward, const float* co
                            const float* scale, TokenCosSin& cs) {
   const int32_t n = plan.n_pairs, n_even = (n + 1) / 2;
   const bool interleaved = plan.cfg.layout == ROPE_LAYOUT_INTERLEAVED;
-  float *pc = cs.pc.data(), *ps = cs.ps.data(), *xcs = cs.xcs.data();
+  float *pc = cs.pc.data(), *ps = cs.ps.data(), *xc = cs.xc.data(), *xs = cs.xs.data();
   // Whole vectors first (cos_m/sin_m may be a table row: nothing past n is read). sin·(±1)·scale
   // has the bits of ±(sin·scale).
   const hn::ScalableTag<float> df;
@@ -478,7 +459,10 @@ HWY_INLINE void FoldCosSin(const rope_plan& plan, bool backward, const float* co
     }
     hn::StoreU(c, df, pc + i);
     hn::StoreU(s, df, ps + i);
-    if (interleaved) hn::StoreInterleaved2(c, s, df, xcs + 2 * i);  // f32/f16 interleaved read (c, s) pairs
+    if (interleaved) {  // f32/f16 interleaved read (c0, c0, c1, c1, ...) and (−s0, s0, −s1, s1, ...)
+      hn::StoreInterleaved2(c, c, df, xc + 2 * i);
+      hn::StoreInterleaved2(hn::Neg(s), s, df, xs + 2 * i);
+    }
   }
   for (; i < n; ++i) {
     const float c = scale ? cos_m[i] * scale[i] : cos_m[i];
@@ -486,8 +470,9 @@ HWY_INLINE void FoldCosSin(const rope_plan& plan, bool backward, const float* co
     pc[i] = c;
     ps[i] = backward ? -s0 : s0;
     if (interleaved) {
-      xcs[2 * i] = c;
-      xcs[2 * i + 1] = ps[i];
+      xc[2 * i] = xc[2 * i + 1] = c;
+      xs[2 * i] = -ps[i];
+      xs[2 * i + 1] = ps[i];
     }
   }
   if (!interleaved) {  // bf16 half reads even pairs, then odd pairs
@@ -508,7 +493,7 @@ HWY_INLINE void RotateTensorRow(const rope_plan& plan, const TensorJob& tj, int6
                     tj.out + es * (b * tj.out_batch_stride + t * tj.out_token_stride + h0 * tj.out_head_stride),
                     h1 - h0,
                     static_cast<int64_t>(es) * tj.in_head_stride, static_cast<int64_t>(es) * tj.out_head_stride,
-                    tj.head_block, tj.stream_out};
+                    tj.from_dram, tj.stream_out};
   if (!tj.in_place && cfg.rot_dim != cfg.head_dim) {  // pass-through dims
     const int32_t tail_begin = cfg.rot_offset + cfg.rot_dim;
     for (int64_t h = 0; h < heads.n; ++h) {
