@@ -439,8 +439,8 @@ HWY_NOINLINE RowScratch& ThreadScratch() {
 
 // Fills cs for one tensor from unscaled cos/sin: scale, direction, and the shapes this layout's
 // kernels read (pc/ps always: tails, bf16 interleaved, f32/f16 half).
-HWY_INLINE void FoldCosSin(const rope_plan& plan, bool backward, const float* cos_m, const float* sin_m,
-                           const float* scale, TokenCosSin& cs) {
+HWY_INLINE void FoldCosSin(const rope_plan& plan, bool backward, bool complex_form, const float* cos_m,
+                           const float* sin_m, const float* scale, TokenCosSin& cs) {
   const int32_t n = plan.n_pairs, n_even = (n + 1) / 2;
   const bool interleaved = plan.cfg.layout == ROPE_LAYOUT_INTERLEAVED;
   float *pc = cs.pc.data(), *ps = cs.ps.data(), *xc = cs.xc.data(), *xs = cs.xs.data();
@@ -459,7 +459,7 @@ HWY_INLINE void FoldCosSin(const rope_plan& plan, bool backward, const float* co
     }
     hn::StoreU(c, df, pc + i);
     hn::StoreU(s, df, ps + i);
-    if (interleaved) {  // f32/f16 interleaved read (c0, c0, c1, c1, ...) and (−s0, s0, −s1, s1, ...)
+    if (complex_form) {  // f32/f16 interleaved read (c0, c0, c1, c1, ...) and (−s0, s0, −s1, s1, ...)
       hn::StoreInterleaved2(c, c, df, xc + 2 * i);
       hn::StoreInterleaved2(hn::Neg(s), s, df, xs + 2 * i);
     }
@@ -469,7 +469,7 @@ HWY_INLINE void FoldCosSin(const rope_plan& plan, bool backward, const float* co
     const float s0 = scale ? sin_m[i] * scale[i] : sin_m[i];
     pc[i] = c;
     ps[i] = backward ? -s0 : s0;
-    if (interleaved) {
+    if (complex_form) {
       xc[2 * i] = xc[2 * i + 1] = c;
       xs[2 * i] = -ps[i];
       xs[2 * i + 1] = ps[i];
@@ -526,6 +526,10 @@ HWY_INLINE void ApplyRowsImpl(const ApplyJob& job, int64_t unit_begin, int64_t u
   const int32_t n_pairs = plan.n_pairs;
   const bool scaled = plan.attention_factor != 1.0 || cfg.xpos.enabled;
   RowScratch& sc = ThreadScratch();  // one TLS lookup per call, not per use
+  // xc/xs, the complex-multiply form, only for f32/f16 interleaved tensors (bf16 reads pc/ps).
+  bool complex_form = false;
+  for (int j = 0; j < job.n_tensors; ++j) complex_form |= job.tensors[j].dtype != ROPE_DTYPE_BF16;
+  complex_form &= cfg.layout == ROPE_LAYOUT_INTERLEAVED;
   sc.prepare(plan);
 
   for (int64_t unit = unit_begin; unit < unit_end; ++unit) {
@@ -556,7 +560,7 @@ HWY_INLINE void ApplyRowsImpl(const ApplyJob& job, int64_t unit_begin, int64_t u
       // q and k share cos/sin unless xPos scales them differently.
       if (j == 0 || cfg.xpos.enabled) {
         if (scaled) pair_scales(plan, tj.is_key, sc.pair_pos.data(), sc.scale.data());
-        FoldCosSin(plan, job.backward, cos_m, sin_m, scaled ? sc.scale.data() : nullptr, sc.cs);
+        FoldCosSin(plan, job.backward, complex_form, cos_m, sin_m, scaled ? sc.scale.data() : nullptr, sc.cs);
       }
       RotateTensorRow(plan, tj, b, t, part, job.head_parts, sc.cs);
     }
