@@ -418,11 +418,16 @@ struct RowScratch {
   std::vector<double> pos_d;
   std::vector<float> cos_m, sin_m, scale;
   TokenCosSin cs;
+  int32_t n_pairs = -1, n_axes = -1;  // what the buffers are sized for
   void prepare(const rope_plan& plan) {
+    // Decode calls repeat one plan's sizes: nothing to do (a tenth of a one-head call's time went here).
+    if (plan.n_pairs == n_pairs && plan.cfg.n_axes == n_axes) return;
+    n_pairs = plan.n_pairs;
+    n_axes = plan.cfg.n_axes;
     const size_t padded = static_cast<size_t>(plan.n_pairs) + kPairPadding;
     axis_pos.resize(plan.cfg.n_axes);
     pair_pos.resize(plan.n_pairs);
-    pos_d.assign(padded, 0.0);
+    pos_d.assign(padded, 0.0);  // the padding stays zero: rows write pairs [0, n_pairs) only
     cos_m.resize(padded);
     sin_m.resize(padded);
     scale.resize(padded);
