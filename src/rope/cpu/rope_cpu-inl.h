@@ -2,11 +2,12 @@
 //  - CosSinExact: cos/sin of m·θ in float64 lanes: exact two-product, Cody–Waite reduction by π/2
 //    with a two-double π/2, fdlibm minimax polynomials, quadrant fix-up, rounded to fp32.
 //  - ApplyRows: per row, per-pair cos/sin (table or on the fly) folded with scale and sign into
-//    the shapes each kernel reads (TokenCosSin); then, chunk by chunk with cos/sin in registers,
-//    a block of heads: interleaved f32/f16 in the complex-multiply form, half split as lo/hi
-//    vectors, all in fp32 lanes. bf16 works in u32 lanes (a pair per lane): the native AVX512-BF16
-//    conversion where the CPU has it (bf16_avx512.cc), integer round-to-nearest-even otherwise
-//    (head by head, cos/sin loaded with each vector).
+//    the shapes each kernel reads (TokenCosSin); then the row's heads one after the other, each
+//    head's vectors in order: interleaved f32/f16 in the complex-multiply form, half split as lo/hi
+//    vectors, all in fp32 lanes, with a tile of cos/sin in registers (cache-resident calls) or read
+//    from L1 (calls streamed from DRAM). bf16 works in u32 lanes (a pair per lane): the native
+//    AVX512-BF16 conversion where the CPU has it (bf16_avx512.cc), integer round-to-nearest-even
+//    otherwise (cos/sin loaded with each vector).
 // Include guard per target, as Highway requires.
 #if defined(ROPE_CPU_INL_H_) == defined(HWY_TARGET_TOGGLE)
 #ifdef ROPE_CPU_INL_H_
