@@ -199,17 +199,18 @@ HWY_INLINE void RotatePairsScalar(const Heads& heads, int32_t offset, int32_t fi
   }
 }
 
-// The vector kernels walk the heads one after the other, each head's vectors in order: one
-// sequential stream per tensor. (Visiting one chunk of every head before the next chunk strides by
-// a head: a load then meets, every 4096 / head-bytes heads, a store 4 KiB earlier in the store
-// buffer (4K aliasing), and on Zen 5 that order cost 2.6 cycles per 64-byte vector of an
-// L2-resident decode; this one, 1.6.)
-//  - Cache-resident rows hold a tile of cos/sin vectors in registers while the heads pass under it:
-//    up to 8 vectors with 32 registers (the whole of a 128-dim f32 head in 512-bit vectors), 4 with 16.
+// The f32/f16 kernels walk the heads one after the other, each head's vectors in order:
+//  - Cache-resident rows hold a tile of cos/sin vectors in registers while the heads pass under it,
+//    each head's tile of vectors in order: up to 8 vectors with 32 registers (the whole of a 128-dim
+//    f32 head at 512 bits), 4 with 16. (One vector of every head before the next vector strides by
+//    a head: a load then meets, every 4096 / head-bytes heads, a store 4 KiB earlier in the store
+//    buffer (4K aliasing), and the prefetchers see strides. On Zen 5 that order took 2.6 cycles per
+//    64-byte vector of an L2-resident decode; whole heads under a register tile, 1.6.)
 //  - Rows streamed from DRAM (Heads::stream_row) read cos/sin from L1 with each vector (a row's are
-//    a few hundred bytes) and use at most 256-bit vectors, also on AVX-512 targets: on Zen 5 the
-//    512-bit loop reached half the in-place floor (prefill f32 q+k, one thread: 8.7 ms against 4.4),
-//    the 256-bit one 81-88% (docs/perf.md, "Zen 5").
+//    a few hundred bytes), so each tensor is one sequential stream, and use at most 256-bit vectors,
+//    also on AVX-512 targets: on Zen 5 the 512-bit loop reached half the in-place floor (prefill f32
+//    q+k, one thread: 8.7 ms against 4.4; 72% against 94% with this loop), the 256-bit one 81-88%
+//    (docs/perf.md, "Zen 5").
 // Every x is loaded once (LoadedOnce).
 
 // x loaded once (row.h's ROPE_IN_REGISTER); scalar and emulated targets have no vector register.
