@@ -18,6 +18,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <type_traits>
 #include <vector>
 
 #include "../apply.h"
@@ -247,6 +248,24 @@ HWY_INLINE void RotateInterleavedVector(D df, const T* in, T* out, hn::Vec<D> c,
   StoreF(df, hn::MulAdd(x, c, hn::Mul(hn::Reverse2(df, x), s)), out, stream);
 }
 
+// Rows streamed from DRAM in place gain from a software prefetch 4 KiB ahead of the loads (Zen 5,
+// prefill f32 q+k interleaved in place, one thread, `build/rope_callgrind`, best of 5–10 alternating
+// runs: 3.97–4.48 ms against 4.39–4.53 with AVX3, 4.14–4.27 against 4.47–4.59 with AVX2; half 4.73
+// against 4.79). Out of place it costs (5.93 against 5.59 ms), so only in-place calls prefetch.
+// Calls body(std::true_type{}) to prefetch, body(std::false_type{}) not to.
+template <class Body>
+HWY_INLINE void WithPrefetchIfInPlace(const Heads& heads, const Body& body) {
+  if (heads.in == heads.out) {
+    body(std::true_type{});
+  } else {
+    body(std::false_type{});
+  }
+}
+template <bool kPrefetch, typename T>
+HWY_INLINE void PrefetchAhead(const T* p) {
+  if constexpr (kPrefetch) hwy::Prefetch(reinterpret_cast<const uint8_t*>(p) + 4096);
+}
+
 template <typename T>
 HWY_INLINE void RotateInterleaved(const Heads& heads, int32_t offset, int32_t n_pairs, const TokenCosSin& cs) {
   const float *xc = cs.xc.data(), *xs = cs.xs.data();  // locals: the stores may alias cs's members
@@ -255,11 +274,14 @@ HWY_INLINE void RotateInterleaved(const Heads& heads, int32_t offset, int32_t n_
     const hn::CappedTag<float, 8> df;
     const int32_t lanes = static_cast<int32_t>(hn::Lanes(df)), n = 2 * n_pairs - 2 * n_pairs % lanes;
     const bool stream = heads.stream;
-    for (HeadWalk<T> w(heads, offset); lanes >= 2 && w.n > 0; w.next()) {
-      for (int32_t j = 0; j < n; j += lanes) {
-        RotateInterleavedVector(df, w.in + j, w.out + j, hn::LoadU(df, xc + j), hn::LoadU(df, xs + j), stream);
+    WithPrefetchIfInPlace(heads, [&](auto prefetch) {
+      for (HeadWalk<T> w(heads, offset); lanes >= 2 && w.n > 0; w.next()) {
+        for (int32_t j = 0; j < n; j += lanes) {
+          PrefetchAhead<decltype(prefetch)::value>(w.in + j);
+          RotateInterleavedVector(df, w.in + j, w.out + j, hn::LoadU(df, xc + j), hn::LoadU(df, xs + j), stream);
+        }
       }
-    }
+    });
     done = lanes >= 2 ? n / 2 : 0;
   } else {
     const hn::ScalableTag<float> df;
@@ -298,11 +320,14 @@ HWY_INLINE void RotateHalf(const Heads& heads, int32_t offset, int32_t n_pairs, 
     const hn::CappedTag<float, 8> df;
     const int32_t lanes = static_cast<int32_t>(hn::Lanes(df)), n = n_pairs - n_pairs % lanes;
     const bool stream = heads.stream;
-    for (HeadWalk<T> w(heads, offset); w.n > 0; w.next()) {
-      for (int32_t j = 0; j < n; j += lanes) {
-        RotateHalfVector(df, w.in + j, w.out + j, n_pairs, hn::LoadU(df, pc + j), hn::LoadU(df, ps + j), stream);
+    WithPrefetchIfInPlace(heads, [&](auto prefetch) {
+      for (HeadWalk<T> w(heads, offset); w.n > 0; w.next()) {
+        for (int32_t j = 0; j < n; j += lanes) {
+          PrefetchAhead<decltype(prefetch)::value>(w.in + j);
+          RotateHalfVector(df, w.in + j, w.out + j, n_pairs, hn::LoadU(df, pc + j), hn::LoadU(df, ps + j), stream);
+        }
       }
-    }
+    });
     done = n;
   } else {
     const hn::ScalableTag<float> df;
