@@ -1,8 +1,9 @@
 // librope's decode case in a plain loop, for before/after comparisons of one kernel and for perf:
-// q and k [16 tokens, 32 heads, 128] at positions 4000..4015, table mode, one thread, in place,
+// q and k [16 tokens, 32 heads, 128] at positions from 4000, table mode, one thread, in place,
 // forward and backward alternating (so the data stay bounded); prints the best mean of 20 batches.
-// `AVX2=1` caps Highway's dispatch at AVX2. Not part of the build (docs/perf.md, "bf16 rotation on
-// AVX512-BF16"):
+// `AVX2=1` caps Highway's dispatch at AVX2. Optional arguments after the dtype: the number of calls,
+// tokens and heads (`f32 200000 1 1`: one head of q and k, the cost of a call itself). Not part of
+// the build (docs/perf.md, "bf16 rotation on AVX512-BF16", "Zen 5 again"):
 //   g++ -O2 -std=c++17 bench/rope_decode_loop.cc -Iinclude -Lbuild/release/src/rope -lrope -lhwy \
 //       -Wl,-rpath,$PWD/build/release/src/rope -o build/rope_decode_loop && build/rope_decode_loop bf16
 #include <rope/rope.hpp>
@@ -21,7 +22,7 @@ int main(int argc, char** argv) {
   if (std::getenv("AVX2")) hwy::DisableTargets(HWY_AVX2 - 1);  // every target better than AVX2
   const bool bf16 = argc < 2 || std::strcmp(argv[1], "f32") != 0;
   const long calls = argc > 2 ? std::atol(argv[2]) : 200000;
-  const int64_t T = 16, H = 32, D = 128;
+  const int64_t T = argc > 3 ? std::atol(argv[3]) : 16, H = argc > 4 ? std::atol(argv[4]) : 32, D = 128;
   const size_t n = static_cast<size_t>(T * H * D), bytes = n * (bf16 ? 2 : 4);
   auto* q = static_cast<uint16_t*>(std::aligned_alloc(64, bytes));
   auto* k = static_cast<uint16_t*>(std::aligned_alloc(64, bytes));
@@ -47,7 +48,8 @@ int main(int argc, char** argv) {
     best = std::min(best, std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count() /
                               static_cast<double>(calls / 20));
   }
-  std::printf("%s %s decode q+k in place, one thread: %.2f us per call\n", rope_cpu_target(), bf16 ? "bf16" : "f32", best);
+  std::printf("%s %s decode q+k [%lld, %lld, %lld] in place, one thread: %.3f us per call\n", rope_cpu_target(),
+              bf16 ? "bf16" : "f32", static_cast<long long>(T), static_cast<long long>(H), static_cast<long long>(D), best);
   std::free(q);
   std::free(k);
 }

@@ -273,7 +273,7 @@ rope_status run(const rope_plan* plan, rope_direction direction, const rope_posi
     job.tensors[i].from_dram = bytes > kCacheResidentBytes;
     // A separate output that streams from DRAM is written with non-temporal stores, so its lines
     // are not read first (read-for-ownership): 2/3 of the traffic of ordinary stores.
-    job.tensors[i].stream_out = !job.tensors[i].in_place && bytes > kCacheResidentBytes;
+    job.tensors[i].stream_out = !job.tensors[i].in_place && job.tensors[i].from_dram;
   }
 
   // The SIMD kernels compute in fp32; fp64 storage (any operand) runs the scalar reference.

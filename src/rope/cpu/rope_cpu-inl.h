@@ -447,7 +447,7 @@ struct RowScratch {
   TokenCosSin cs;
   int32_t n_pairs = -1, n_axes = -1;  // what the buffers are sized for
   void prepare(const rope_plan& plan) {
-    // Decode calls repeat one plan's sizes: nothing to do (a tenth of a one-head call's time went here).
+    // Decode calls repeat one plan's sizes: nothing to do (7% of a one-head call's samples went here).
     if (plan.n_pairs == n_pairs && plan.cfg.n_axes == n_axes) return;
     n_pairs = plan.n_pairs;
     n_axes = plan.cfg.n_axes;

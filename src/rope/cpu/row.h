@@ -32,16 +32,6 @@ struct Heads {
   bool stream;      // non-temporal stores for vector-aligned outputs
 };
 
-// Element `offset` of head i, as T.
-template <typename T>
-inline const T* InHead(const Heads& h, int64_t i, int32_t offset) {
-  return reinterpret_cast<const T*>(h.in + i * h.in_stride) + offset;
-}
-template <typename T>
-inline T* OutHead(const Heads& h, int64_t i, int32_t offset) {
-  return reinterpret_cast<T*>(h.out + i * h.out_stride) + offset;
-}
-
 // The heads from element `offset` of the first, one after the other: pointers stepped by a head
 // (an add, no multiplication) and held in locals, since the kernels' vector stores may alias
 // anything they read from memory (a Heads field read after a store is reloaded).
@@ -53,8 +43,8 @@ struct HeadWalk {
   int64_t in_step, out_step;  // elements
   int64_t n;                  // heads left, this one included
   HeadWalk(const Heads& heads, int32_t offset)
-      : in(InHead<T>(heads, 0, offset)),
-        out(OutHead<T>(heads, 0, offset)),
+      : in(reinterpret_cast<const T*>(heads.in) + offset),
+        out(reinterpret_cast<T*>(heads.out) + offset),
         in_step(heads.in_stride / static_cast<int64_t>(sizeof(T))),
         out_step(heads.out_stride / static_cast<int64_t>(sizeof(T))),
         n(heads.n) {}
