@@ -73,7 +73,7 @@ int main(int argc, char** argv) {
   const rope_tensor q = rope::bshd(buf[0], dtype, 1, T, H, D), k = rope::bshd(buf[1], dtype, 1, T, H, D);
   const rope_tensor qo = rope::bshd(buf[2], dtype, 1, T, H, D), ko = rope::bshd(buf[3], dtype, 1, T, H, D);
   const rope_positions pos = rope::offset_positions(start);
-  const rope_exec one_thread{1, ROPE_BACKEND_AUTO};
+  const rope_exec one_thread{1, ROPE_BACKEND_AUTO, nullptr};
   const size_t floats = bytes / 4;
   const bool stream = 4 * bytes > (size_t{1} << 20);  // the bench's rule: read + written, q and k
   volatile float one = 1.0f;

@@ -38,7 +38,7 @@ int main(int argc, char** argv) {
   const rope_dtype dtype = bf16 ? ROPE_DTYPE_BF16 : ROPE_DTYPE_F32;
   const rope_tensor tq = rope::bshd(q, dtype, 1, T, H, D), tk = rope::bshd(k, dtype, 1, T, H, D);
   const rope_positions pos = rope::offset_positions(4000);
-  const rope_exec one_thread{1, ROPE_BACKEND_AUTO};
+  const rope_exec one_thread{1, ROPE_BACKEND_AUTO, nullptr};
   double best = 1e30;
   for (int r = 0; r < 20; ++r) {
     const auto t0 = std::chrono::steady_clock::now();

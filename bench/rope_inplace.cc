@@ -66,7 +66,7 @@ int main() {
   const rope::Plan plan(cfg);
   const rope_tensor tq = rope::bshd(q, ROPE_DTYPE_F32, 1, T, H, D), tk = rope::bshd(k, ROPE_DTYPE_F32, 1, T, H, D);
   const rope_positions pos = rope::offset_positions(0);
-  const rope_exec one_thread{1, ROPE_BACKEND_AUTO};
+  const rope_exec one_thread{1, ROPE_BACKEND_AUTO, nullptr};
   std::printf("librope target %s, one thread, ms (best of 15)\n", rope_cpu_target());
   std::printf("scale q then k             %6.2f\n", best_ms([&] { scale(q, n), scale(k, n); }));
   std::printf("scale alternating q/k rows %6.2f\n", best_ms([&] {

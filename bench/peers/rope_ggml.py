@@ -158,7 +158,7 @@ int main(int argc, char** argv) {
       rope_positions rp{};
       rp.kind = ROPE_POSITIONS_OFFSET;
       rp.start = c.start;
-      const rope_exec exec{c.threads, ROPE_BACKEND_AUTO};
+      const rope_exec exec{c.threads, ROPE_BACKEND_AUTO, nullptr};
       auto ours = [&](int m) {
         const rope_status st = rope_apply_qk(plans[m], ROPE_FORWARD, &rp, &tq, c.in_place ? nullptr : &tqo, &tk,
                                              c.in_place ? nullptr : &tko, &exec);

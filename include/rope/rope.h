@@ -49,7 +49,8 @@ typedef ROPE_ENUM(rope_status) {
   ROPE_ERR_BAD_POSITION = 5,     /* negative position, beyond the table, or >= ROPE_MAX_POSITION */
   ROPE_ERR_OVERLAP = 6,          /* out-of-place input and output memory overlap */
   ROPE_ERR_OUT_OF_MEMORY = 7,
-  ROPE_ERR_UNSUPPORTED = 8       /* a valid request this build cannot serve */
+  ROPE_ERR_UNSUPPORTED = 8,      /* a valid request this build cannot serve */
+  ROPE_ERR_DEVICE = 9            /* the GPU runtime reported an error (the message names it) */
 } rope_status;
 
 /* Pairing of the rotated coordinates inside the rotary part of a head. */
@@ -102,6 +103,13 @@ typedef ROPE_ENUM(rope_direction) {
 /* Which tensor a single-tensor call rotates. Only xPos treats them differently (q·ζ^m, k·ζ^-m). */
 typedef ROPE_ENUM(rope_role) { ROPE_ROLE_QUERY = 0, ROPE_ROLE_KEY = 1 } rope_role;
 
+/* Element type of the position arrays (starts, ids, cu_seqlens, seq_starts). The fields are declared
+ * int64_t*; with ROPE_INDEX_I32 pass int32_t arrays cast to that type (PyTorch/FlashAttention's int32). */
+typedef ROPE_ENUM(rope_index_type) {
+  ROPE_INDEX_I64 = 0,
+  ROPE_INDEX_I32 = 1
+} rope_index_type;
+
 typedef ROPE_ENUM(rope_position_kind) {
   ROPE_POSITIONS_OFFSET = 0, /* pos(b, t) = start + (starts ? starts[b] : 0) + t */
   ROPE_POSITIONS_IDS = 1,    /* pos(a, b, t) = ids[(a · n_batch + b) · n_tokens + t], a < n_axes */
@@ -109,8 +117,10 @@ typedef ROPE_ENUM(rope_position_kind) {
 } rope_position_kind;
 
 typedef ROPE_ENUM(rope_backend) {
-  ROPE_BACKEND_AUTO = 0,     /* best SIMD target of this CPU (runtime dispatch) */
-  ROPE_BACKEND_REFERENCE = 1 /* the plain scalar reference: the readable specification */
+  ROPE_BACKEND_AUTO = 0,      /* best SIMD target of this CPU (runtime dispatch) */
+  ROPE_BACKEND_REFERENCE = 1, /* the plain scalar reference: the readable specification */
+  ROPE_BACKEND_CUDA = 2       /* an NVIDIA GPU: tensors and position arrays in device memory, launched
+                                 on exec->stream; see "CUDA" below */
 } rope_backend;
 
 typedef struct rope_scaling {
@@ -173,11 +183,13 @@ typedef struct rope_positions {
   const int64_t* cu_seqlens;   /* VARLEN: [n_seqs + 1], 0 = cu[0] <= ... <= cu[n_seqs] = n_tokens */
   int64_t n_seqs;              /* VARLEN */
   const int64_t* seq_starts;   /* VARLEN: optional [n_seqs] first position of each sequence */
+  rope_index_type index_type;  /* of starts, ids, cu_seqlens and seq_starts; 0 = int64_t */
 } rope_positions;
 
 typedef struct rope_exec {
   int32_t n_threads; /* 0 = OpenMP default; threads split tokens, at most one per 64 KiB moved */
   rope_backend backend;
+  void* stream;      /* ROPE_BACKEND_CUDA: the cudaStream_t to launch on (NULL = the default stream) */
 } rope_exec;
 
 typedef struct rope_plan rope_plan;
@@ -233,6 +245,25 @@ ROPE_API rope_status rope_apply_qk(const rope_plan* plan, rope_direction directi
 ROPE_API rope_status rope_permute_rows(const void* in, void* out, size_t row_bytes, int64_t n_heads,
                                        int32_t head_dim, int32_t rot_dim, int32_t rot_offset,
                                        rope_layout from, rope_layout to);
+
+/* CUDA (ROPE_BACKEND_CUDA). The call checks everything it can on the host (plan, shapes, strides,
+ * overlap, dtypes, that every pointer is device memory of one GPU) and returns an error as the CPU
+ * backends do; then it launches on exec->stream and returns without waiting. Positions held in device
+ * arrays (starts, ids, cu_seqlens, seq_starts) are checked by the kernel: a token whose position is
+ * out of range (or malformed cu_seqlens) gets NaN in its rotated elements, never an out-of-bounds
+ * read, and is recorded in the plan; rope_cuda_check reports it. cos/sin are the CPU's bits (TABLE:
+ * the plan's table copied to the GPU once; ON_THE_FLY: the same double-double reduction and
+ * polynomials evaluated on the GPU); q and k are rotated in fp32 exactly as the reference backend
+ * does, stored once in their dtype. F64 tensors are not supported on the GPU; q and k share one dtype.
+ * The first call with a plan on a GPU (and the first after rope_plan_set_seq_len changed θ) copies the
+ * plan there and waits for the copy: make it before capturing a CUDA graph; later calls only launch. */
+
+/* ROPE_OK when this build has CUDA and a GPU is present; else ROPE_ERR_UNSUPPORTED with the reason. */
+ROPE_API rope_status rope_cuda_available(void);
+/* Waits for `stream` (a cudaStream_t; NULL = the default stream), then reports the first bad device-side
+ * position that any CUDA call with this plan met since the last check (ROPE_ERR_BAD_POSITION, naming
+ * the array and index), and clears the record. Do not call it while other streams use the plan. */
+ROPE_API rope_status rope_cuda_check(const rope_plan* plan, void* stream);
 
 /* Hugging Face RoFormerSinusoidalPositionalEmbedding weight, built as HF builds it:
  * out[p, j] = sin(p / 10000^(2j/dim)) for j < dim/2, cos(p / 10000^(2(j-dim/2)/dim)) after. */

@@ -4,8 +4,11 @@
     q = torch.randn(2, 128, 8, 64)                      # [batch, seq, heads, head_dim]
     q_rot = rope.apply(q, config=rope.Config(64))        # RoFormer's pairs (2i, 2i+1), base 10000
 
-Arrays are NumPy arrays or PyTorch CPU tensors (any strides whose last dimension is contiguous;
+Arrays are NumPy arrays or PyTorch tensors (any strides whose last dimension is contiguous;
 float32, float16, bfloat16 or float64), shaped [batch, seq, heads, head_dim] or [seq, heads, head_dim].
+PyTorch CUDA tensors (float32, float16, bfloat16) are rotated on their GPU by librope's CUDA backend, on
+the device's current stream and without waiting for it; their position arrays (int64 or int32) may be
+CUDA tensors on the same device, and a bad position held there gives NaN rows that cuda_check reports.
 Nothing is copied: `inplace=True` rotates the input itself, otherwise the result goes into a new array
 of the same type (or `out=`). Angles m·θ_i are computed exactly (librope's own range reduction), so a
 rotation at position 10^6 is as accurate as at position 1. Errors raise ValueError/TypeError with
@@ -22,7 +25,8 @@ import numpy as np
 
 from . import _rope
 
-__all__ = ["Config", "apply", "apply_qk", "inv_freq", "attention_factor", "version", "cpu_target"]
+__all__ = ["Config", "apply", "apply_qk", "inv_freq", "attention_factor", "version", "cpu_target", "cuda_available",
+           "cuda_check"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -97,9 +101,19 @@ def _empty_like(x):
 
 
 def _index(a, name: str):
-    """An int64 C-contiguous NumPy view of positions (NumPy array, torch tensor or sequence)."""
+    """An int64 C-contiguous NumPy view of positions (NumPy array, CPU torch tensor or sequence); a CUDA
+    tensor stays on its device, contiguous, as int32 or int64."""
     if a is None:
         return None
+    if _is_torch(a) and a.is_cuda:
+        import torch  # only reached with torch tensors
+
+        a = a.detach()
+        if a.dtype not in (torch.int32, torch.int64):
+            a = a.long()
+        if a.dim() == 0:
+            raise ValueError(f"{name} must be an array")
+        return a.contiguous()
     if _is_torch(a):
         a = a.detach().cpu().numpy()
     out = np.ascontiguousarray(np.asarray(a, dtype=np.int64))
@@ -165,3 +179,14 @@ def version() -> str:
 def cpu_target() -> str:
     """The SIMD target librope dispatches to on this CPU (e.g. "AVX2")."""
     return _rope.cpu_target()
+
+
+def cuda_available() -> bool:
+    """Whether librope's CUDA backend can run here (built with CUDA, and a GPU present)."""
+    return _rope.cuda_unavailable_reason() == ""
+
+
+def cuda_check(config: Config, device: int = 0) -> None:
+    """Waits for the current stream of cuda:`device`, then raises ValueError if a CUDA call with this
+    config met a bad position in a device-side position array since the last check (its rows are NaN)."""
+    _rope.cuda_check(config.plan(), device)

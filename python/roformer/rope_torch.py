@@ -120,8 +120,8 @@ def _packed_positions(cu_seqlens: torch.Tensor, seqlen_offsets) -> torch.Tensor:
     explicit-positions form of librope's packed (varlen) call, which the autograd path takes."""
     cu = torch.as_tensor(cu_seqlens, dtype=torch.int64)
     lengths = cu[1:] - cu[:-1]
-    offsets = torch.as_tensor(seqlen_offsets, dtype=torch.int64).expand(lengths.numel()) - cu[:-1]
-    return (torch.arange(int(cu[-1]), dtype=torch.int64) + offsets.repeat_interleave(lengths))[None]
+    offsets = torch.as_tensor(seqlen_offsets, dtype=torch.int64, device=cu.device).expand(lengths.numel()) - cu[:-1]
+    return (torch.arange(int(cu[-1]), dtype=torch.int64, device=cu.device) + offsets.repeat_interleave(lengths))[None]
 
 
 def flash_apply_rotary_emb(x: torch.Tensor, config: _rope.Config, interleaved: bool = False, inplace: bool = False,

@@ -1,9 +1,10 @@
 // roformer._rope: librope's C ABI for Python (nanobind). Arrays are rotated where they lie: no copy, any
 // strides whose last (head_dim) stride is 1, dtypes float32, float16, bfloat16 and float64. PyTorch
 // tensors are read through their own attributes (data_ptr, shape, stride, dtype); anything else
-// (NumPy arrays, any DLPack producer) comes in as nb::ndarray. A librope error status becomes a
-// ValueError carrying librope's message. The GIL is released while librope runs. The Python API over
-// this module is roformer/rope.py.
+// (NumPy arrays, any DLPack producer) comes in as nb::ndarray. PyTorch CUDA tensors run on librope's
+// CUDA backend, on the current stream of their device, with position arrays (int64 or int32) on the same
+// device. A librope error status becomes a ValueError carrying librope's message. The GIL is released
+// while librope runs. The Python API over this module is roformer/rope.py.
 #include <nanobind/nanobind.h>
 #include <nanobind/ndarray.h>
 #include <nanobind/stl/optional.h>
@@ -22,8 +23,10 @@ namespace nb = nanobind;
 namespace {
 
 using Array = nb::ndarray<nb::device::cpu>;
-using Index = nb::ndarray<const int64_t, nb::ndim<1>, nb::device::cpu, nb::c_contig>;
-using IndexN = nb::ndarray<const int64_t, nb::device::cpu, nb::c_contig>;  // ids: [batch, seq] or [axes, batch, seq]
+// Position arrays: int64 or int32, C-contiguous, on the CPU or (for CUDA tensors) on their GPU; ids are
+// [batch, seq] or [axes, batch, seq], the others 1-D.
+using Index = nb::ndarray<nb::c_contig>;
+using IndexN = Index;
 
 void check(rope_status s) {
   if (s != ROPE_OK) throw nb::value_error(rope_last_error());
@@ -129,7 +132,7 @@ rope_tensor describe(const char* name, int32_t head_dim, void* data, rope_dtype 
 // PyTorch's tensor type and dtypes, looked up once torch has been imported (this module never imports
 // it). Kept for the life of the process: they must outlive every call, and torch is never unloaded.
 struct Torch {
-  nb::object tensor, strided, f32, f16, bf16, f64;
+  nb::object tensor, strided, f32, f16, bf16, f64, current_stream;
 };
 
 const Torch* torch_if_imported() {
@@ -138,8 +141,9 @@ const Torch* torch_if_imported() {
     PyObject* module = PyImport_GetModule(nb::str("torch").ptr());  // new reference, or null: not imported
     if (module == nullptr) return nullptr;
     nb::object m = nb::steal(module);
-    torch = new Torch{m.attr("Tensor"),  m.attr("strided"), m.attr("float32"),
-                      m.attr("float16"), m.attr("bfloat16"), m.attr("float64")};
+    torch = new Torch{m.attr("Tensor"),  m.attr("strided"),  m.attr("float32"),
+                      m.attr("float16"), m.attr("bfloat16"), m.attr("float64"),
+                      m.attr("cuda").attr("current_stream")};
   }
   return torch;
 }
@@ -153,9 +157,15 @@ rope_dtype torch_dtype(const Torch& torch, nb::handle d, const char* name) {
 }
 
 // A torch tensor described from its attributes: about 0.45 µs, where DLPack export costs 0.9 µs.
-rope_tensor torch_tensor(const Torch& torch, nb::handle x, const char* name, int32_t head_dim) {
+// *device: -1 for a CPU tensor, the CUDA device index for a GPU one.
+rope_tensor torch_tensor(const Torch& torch, nb::handle x, const char* name, int32_t head_dim, int* device) {
   const std::string n(name);
-  if (!nb::cast<bool>(x.attr("is_cpu"))) throw nb::value_error((n + " must be a CPU tensor").c_str());
+  *device = -1;
+  if (nb::cast<bool>(x.attr("is_cuda"))) {
+    *device = nb::cast<int>(x.attr("get_device")());
+  } else if (!nb::cast<bool>(x.attr("is_cpu"))) {
+    throw nb::value_error((n + " must be a CPU or CUDA tensor").c_str());
+  }
   if (!x.attr("layout").is(torch.strided)) throw nb::value_error((n + " must be a dense (strided) tensor").c_str());
   if (nb::cast<bool>(x.attr("requires_grad"))) {
     throw nb::value_error((n + " requires grad: roformer.rope records no autograd (use roformer.rope_torch.rope, "
@@ -186,6 +196,7 @@ rope_dtype dtype_of(const Array& a, const char* name) {
 struct Operand {
   rope_tensor t{};
   std::optional<Array> array;
+  int device = -1;  // CUDA device of a torch CUDA tensor; -1 on the CPU
 };
 
 Operand operand_of(nb::handle x, const char* name, int32_t head_dim) {
@@ -193,7 +204,7 @@ Operand operand_of(nb::handle x, const char* name, int32_t head_dim) {
   // A type test (subclasses such as nn.Parameter included) rather than isinstance(): no __instancecheck__.
   const Torch* torch = torch_if_imported();
   if (torch != nullptr && PyObject_TypeCheck(x.ptr(), reinterpret_cast<PyTypeObject*>(torch->tensor.ptr()))) {
-    r.t = torch_tensor(*torch, x, name, head_dim);
+    r.t = torch_tensor(*torch, x, name, head_dim, &r.device);
     return r;
   }
   r.array.emplace();
@@ -226,28 +237,77 @@ void check_size(const std::optional<A>& a, const char* name, int64_t n) {
   }
 }
 
-// x: the rotated tensor (q for apply_qk: k has the same batch and tokens, or librope rejects it).
-Positions positions_of(const Plan& plan, const rope_tensor& x, int64_t start, std::optional<Index> starts,
+// The element type of a call's position arrays (one for all of them), checked against the tensors' device
+// (-1: CPU).
+rope_index_type index_type_of(const std::optional<Index>* arrays[4], const char* const names[4], int device) {
+  std::optional<rope_index_type> type;
+  for (int i = 0; i < 4; ++i) {
+    if (!*arrays[i]) continue;
+    const Index& a = **arrays[i];
+    const std::string n(names[i]);
+    rope_index_type t;
+    if (a.dtype() == nb::dtype<int64_t>()) t = ROPE_INDEX_I64;
+    else if (a.dtype() == nb::dtype<int32_t>()) t = ROPE_INDEX_I32;
+    else throw nb::type_error((n + " must hold int64 or int32 values").c_str());
+    if (type && *type != t) throw nb::type_error("the position arrays of one call must share one dtype (int64 or int32)");
+    type = t;
+    const bool on_gpu = a.device_type() == nb::device::cuda::value;
+    if (device < 0 && a.device_type() != nb::device::cpu::value) {
+      throw nb::value_error((n + " must be on the CPU, as the tensors are").c_str());
+    }
+    if (device >= 0 && (!on_gpu || a.device_id() != device)) {
+      throw nb::value_error((n + " must be on the tensors' GPU (cuda:" + std::to_string(device) + ")").c_str());
+    }
+  }
+  return type.value_or(ROPE_INDEX_I64);
+}
+
+// x: the rotated tensor (q for apply_qk: k has the same batch and tokens, or librope rejects it); device:
+// the tensors' CUDA device, -1 on the CPU.
+Positions positions_of(const Plan& plan, const rope_tensor& x, int device, int64_t start, std::optional<Index> starts,
                        std::optional<IndexN> ids, std::optional<Index> cu_seqlens, std::optional<Index> seq_starts) {
+  const std::optional<Index>* arrays[4] = {&starts, &ids, &cu_seqlens, &seq_starts};
+  const char* const names[4] = {"positions", "positions", "cu_seqlens", "seq_starts"};
+  const rope_index_type index_type = index_type_of(arrays, names, device);
+  for (int i = 0; i < 4; ++i) {
+    if (*arrays[i] && i != 1 && (*arrays[i])->ndim() != 1) throw nb::value_error((std::string(names[i]) + " must be 1-D").c_str());
+  }
   check_size(starts, "positions (one start per batch row)", x.n_batch);
   check_size(ids, "positions", plan.n_axes() * x.n_batch * x.n_tokens);
   if (cu_seqlens) check_size(seq_starts, "seq_starts", static_cast<int64_t>(cu_seqlens->size()) - 1);
   Positions r;
   r.starts = starts, r.ids = ids, r.cu_seqlens = cu_seqlens, r.seq_starts = seq_starts;
+  r.p.index_type = index_type;
+  const auto data = [](const std::optional<Index>& a) { return a ? static_cast<const int64_t*>(a->data()) : nullptr; };
   if (ids) {
     r.p.kind = ROPE_POSITIONS_IDS;
-    r.p.ids = ids->data();
+    r.p.ids = data(ids);
   } else if (cu_seqlens) {
     r.p.kind = ROPE_POSITIONS_VARLEN;
-    r.p.cu_seqlens = cu_seqlens->data();
+    r.p.cu_seqlens = data(cu_seqlens);
     r.p.n_seqs = static_cast<int64_t>(cu_seqlens->shape(0)) - 1;
-    r.p.seq_starts = seq_starts ? seq_starts->data() : nullptr;
+    r.p.seq_starts = data(seq_starts);
   } else {
     r.p.kind = ROPE_POSITIONS_OFFSET;
     r.p.start = start;
-    r.p.starts = starts ? starts->data() : nullptr;
+    r.p.starts = data(starts);
   }
   return r;
+}
+
+// The exec of a call: the CPU with `threads`, or the CUDA backend on the current stream of the tensors'
+// device (every operand must be on that device).
+rope_exec exec_of(std::initializer_list<const Operand*> operands, int32_t threads) {
+  const int device = (*operands.begin())->device;
+  for (const Operand* o : operands) {
+    if (o != nullptr && o->device != device) {
+      throw nb::value_error(device < 0 ? "all tensors of a call must be on the CPU, or all on one GPU"
+                                       : ("all tensors of a call must be on cuda:" + std::to_string(device)).c_str());
+    }
+  }
+  if (device < 0) return rope_exec{threads, ROPE_BACKEND_AUTO, nullptr};
+  const nb::object stream = torch_if_imported()->current_stream(device);
+  return rope_exec{0, ROPE_BACKEND_CUDA, reinterpret_cast<void*>(nb::cast<uintptr_t>(stream.attr("cuda_stream")))};
 }
 
 // librope rejects empty tensors; like PyTorch's own ops, the binding treats them as nothing to do.
@@ -271,8 +331,8 @@ void apply(const Plan& plan, nb::handle x, nb::handle out, bool backward, bool k
   std::optional<Operand> dst;
   if (!out.is_none()) dst = operand_of(out, "out", plan.head_dim());
   if (is_empty(in.t)) return;
-  const Positions pos = positions_of(plan, in.t, start, starts, ids, cu_seqlens, seq_starts);
-  const rope_exec exec{threads, ROPE_BACKEND_AUTO};
+  const rope_exec exec = exec_of({&in, dst ? &*dst : nullptr}, threads);
+  const Positions pos = positions_of(plan, in.t, in.device, start, starts, ids, cu_seqlens, seq_starts);
   run([&] {
     return rope_apply(plan.get(), backward ? ROPE_BACKWARD : ROPE_FORWARD, key ? ROPE_ROLE_KEY : ROPE_ROLE_QUERY,
                       &pos.p, &in.t, dst ? &dst->t : nullptr, &exec);
@@ -286,8 +346,8 @@ void apply_qk(const Plan& plan, nb::handle q, nb::handle k, nb::handle q_out, nb
   std::optional<Operand> oq, ok;
   if (!q_out.is_none()) oq = operand_of(q_out, "q_out", plan.head_dim());
   if (!k_out.is_none()) ok = operand_of(k_out, "k_out", plan.head_dim());
-  const Positions pos = positions_of(plan, tq.t, start, starts, ids, cu_seqlens, seq_starts);
-  const rope_exec exec{threads, ROPE_BACKEND_AUTO};
+  const rope_exec exec = exec_of({&tq, &tk, oq ? &*oq : nullptr, ok ? &*ok : nullptr}, threads);
+  const Positions pos = positions_of(plan, tq.t, tq.device, start, starts, ids, cu_seqlens, seq_starts);
   const rope_direction direction = backward ? ROPE_BACKWARD : ROPE_FORWARD;
   if (is_empty(tq.t) || is_empty(tk.t)) {  // one of them (zero heads) or neither has work: one pass each
     if (!is_empty(tq.t)) {
@@ -330,5 +390,16 @@ NB_MODULE(_rope, m) {
         nb::arg("k_out").none(), nb::arg("backward"), nb::arg("start"), nb::arg("starts").none(), nb::arg("ids").none(),
         nb::arg("cu_seqlens").none(), nb::arg("seq_starts").none(), nb::arg("threads"));
   m.def("version", &rope_version);
+  // "" when librope's CUDA backend can run here, else the reason it cannot.
+  m.def("cuda_unavailable_reason", [] { return std::string(rope_cuda_available() == ROPE_OK ? "" : rope_last_error()); });
+  // Waits for the current stream of `device`, then raises ValueError if a CUDA call with this plan met a
+  // bad position held in a device array since the last check (rope_cuda_check).
+  m.def("cuda_check", [](const Plan& plan, int device) {
+    const Torch* torch = torch_if_imported();
+    if (torch == nullptr) throw nb::value_error("cuda_check needs torch");
+    const nb::object stream = torch->current_stream(device);
+    void* s = reinterpret_cast<void*>(nb::cast<uintptr_t>(stream.attr("cuda_stream")));
+    run([&] { return rope_cuda_check(plan.get(), s); });
+  }, nb::arg("plan"), nb::arg("device"));
   m.def("cpu_target", &rope_cpu_target);
 }

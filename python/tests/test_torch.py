@@ -65,7 +65,7 @@ def test_tensor_errors_name_the_argument():
     cfg = rope.Config(8)
     with pytest.raises(ValueError, match="x requires grad"):
         rope.apply(torch.zeros(1, 2, 1, 8, requires_grad=True), config=cfg)
-    with pytest.raises(ValueError, match="x must be a CPU tensor"):
+    with pytest.raises(ValueError, match="x must be a CPU or CUDA tensor"):
         rope.apply(torch.zeros(1, 2, 1, 8, device="meta"), config=cfg, out=torch.zeros(1, 2, 1, 8))
     with pytest.raises(ValueError, match="out must be a dense"):
         rope.apply(torch.zeros(1, 2, 1, 8), config=cfg, out=torch.zeros(1, 2, 1, 8).to_sparse())

@@ -120,7 +120,7 @@ class Rotator {
     const rope_tensor in{const_cast<T*>(x), kDtype, 1, n, 1, 0, ldx, 0};
     const rope_tensor out{y, kDtype, 1, n, 1, 0, ldy, 0};
     const rope_positions pos = rope::offset_positions(p0);
-    const rope_exec exec{1, ROPE_BACKEND_AUTO};
+    const rope_exec exec{1, ROPE_BACKEND_AUTO, nullptr};
     const bool in_place = y == x && ldy == ldx;
     if (rope_apply(plan_->get(), dir, role, &pos, &in, in_place ? nullptr : &out, &exec) != ROPE_OK) {
       if (!failed_.exchange(true)) error_ = rope_last_error();  // first failure only

@@ -9,6 +9,7 @@
 
 #include "convert.h"
 #include "cpu/rope_cpu.h"
+#include "cuda/rope_cuda.h"
 #include "error.h"
 
 #ifdef _OPENMP
@@ -23,16 +24,20 @@ void row_positions(const ApplyJob& job, int64_t b, int64_t t, int64_t* pos) {
   int64_t m = 0;
   switch (p.kind) {
     case ROPE_POSITIONS_OFFSET:
-      m = p.start + (p.starts ? p.starts[b] : 0) + t;
+      m = p.start + (p.starts ? index_at(p, p.starts, b) : 0) + t;
       break;
     case ROPE_POSITIONS_IDS:
-      for (int a = 0; a < n_axes; ++a) pos[a] = p.ids[(a * job.n_batch + b) * job.n_tokens + t];
+      for (int a = 0; a < n_axes; ++a) pos[a] = index_at(p, p.ids, (a * job.n_batch + b) * job.n_tokens + t);
       return;
     case ROPE_POSITIONS_VARLEN: {
-      // Sequence s holds tokens [cu[s], cu[s+1]); find the last s with cu[s] <= t.
-      const int64_t* cu = p.cu_seqlens;
-      const int64_t s = std::upper_bound(cu, cu + p.n_seqs + 1, t) - cu - 1;
-      m = (p.seq_starts ? p.seq_starts[s] : 0) + t - cu[s];
+      // Sequence s holds tokens [cu[s], cu[s+1]); find the last s with cu[s] <= t (cu[0] = 0 <= t).
+      int64_t lo = 0, hi = p.n_seqs;  // invariant: cu[lo] <= t, and cu[hi + 1] > t or hi = n_seqs
+      while (lo < hi) {
+        const int64_t mid = (lo + hi + 1) / 2;
+        if (index_at(p, p.cu_seqlens, mid) <= t) lo = mid; else hi = mid - 1;
+      }
+      const int64_t s = std::min(lo, p.n_seqs - 1);  // cu[n_seqs] = n_tokens > t
+      m = (p.seq_starts ? index_at(p, p.seq_starts, s) : 0) + t - index_at(p, p.cu_seqlens, s);
       break;
     }
   }
@@ -145,7 +150,7 @@ rope_status check_positions(const rope_plan& plan, const rope_positions& p, int6
   switch (p.kind) {
     case ROPE_POSITIONS_OFFSET:
       for (int64_t b = 0; b < n_batch; ++b) {
-        const int64_t s = p.starts ? p.starts[b] : 0;
+        const int64_t s = p.starts ? index_at(p, p.starts, b) : 0;
         if (s < 0 || p.start < 0) return check_position(plan, std::min(s, p.start), "sequence", b);
         if (s > ROPE_MAX_POSITION || p.start > ROPE_MAX_POSITION - s) {
           return check_position(plan, ROPE_MAX_POSITION, "sequence", b);
@@ -157,21 +162,22 @@ rope_status check_positions(const rope_plan& plan, const rope_positions& p, int6
     case ROPE_POSITIONS_IDS: {
       if (p.ids == nullptr) return fail(ROPE_ERR_NULL_POINTER, "positions.ids is NULL");
       const int64_t n = plan.cfg.n_axes * n_batch * n_tokens;
-      for (int64_t i = 0; i < n; ++i) ROPE_TRY(check_position(plan, p.ids[i], "id", i));
+      for (int64_t i = 0; i < n; ++i) ROPE_TRY(check_position(plan, index_at(p, p.ids, i), "id", i));
       return ROPE_OK;
     }
     case ROPE_POSITIONS_VARLEN: {
       if (p.cu_seqlens == nullptr) return fail(ROPE_ERR_NULL_POINTER, "positions.cu_seqlens is NULL");
       if (n_batch != 1) return fail(ROPE_ERR_BAD_SHAPE, "VARLEN positions need n_batch == 1 (packed tokens)");
       if (p.n_seqs <= 0) return fail(ROPE_ERR_BAD_SHAPE, "VARLEN n_seqs %lld must be > 0", static_cast<long long>(p.n_seqs));
-      if (p.cu_seqlens[0] != 0 || p.cu_seqlens[p.n_seqs] != n_tokens) {
+      const auto cu = [&](int64_t s) { return index_at(p, p.cu_seqlens, s); };
+      if (cu(0) != 0 || cu(p.n_seqs) != n_tokens) {
         return fail(ROPE_ERR_BAD_SHAPE, "cu_seqlens must start at 0 and end at n_tokens (%lld)",
                     static_cast<long long>(n_tokens));
       }
       for (int64_t s = 0; s < p.n_seqs; ++s) {
-        const int64_t len = p.cu_seqlens[s + 1] - p.cu_seqlens[s];
+        const int64_t len = cu(s + 1) - cu(s);
         if (len < 0) return fail(ROPE_ERR_BAD_SHAPE, "cu_seqlens decreases at %lld", static_cast<long long>(s));
-        const int64_t first = p.seq_starts ? p.seq_starts[s] : 0;
+        const int64_t first = p.seq_starts ? index_at(p, p.seq_starts, s) : 0;
         ROPE_TRY(check_position(plan, first, "first token of sequence", s));
         if (len > 0) {
           if (first > ROPE_MAX_POSITION - len) return check_position(plan, ROPE_MAX_POSITION, "sequence", s);
@@ -180,6 +186,31 @@ rope_status check_positions(const rope_plan& plan, const rope_positions& p, int6
       }
       return ROPE_OK;
     }
+  }
+  return fail(ROPE_ERR_INVALID_ARGUMENT, "unknown positions kind %d", static_cast<int>(p.kind));
+}
+
+// The checks of check_positions that read no position array: what a CUDA call can verify on the host
+// before its kernel checks the values (OFFSET without starts is checked in full).
+rope_status check_positions_on_host(const rope_plan& plan, const rope_positions& p, int64_t n_batch,
+                                    int64_t n_tokens) {
+  switch (p.kind) {
+    case ROPE_POSITIONS_OFFSET:
+      if (p.starts == nullptr) return check_positions(plan, p, n_batch, n_tokens);
+      if (p.start < 0 || p.start > position_limit(plan) - n_tokens) {
+        return fail(ROPE_ERR_BAD_POSITION, "positions.start %lld + %lld tokens is outside [0, %lld)",
+                    static_cast<long long>(p.start), static_cast<long long>(n_tokens),
+                    static_cast<long long>(position_limit(plan)));
+      }
+      return ROPE_OK;
+    case ROPE_POSITIONS_IDS:
+      if (p.ids == nullptr) return fail(ROPE_ERR_NULL_POINTER, "positions.ids is NULL");
+      return ROPE_OK;
+    case ROPE_POSITIONS_VARLEN:
+      if (p.cu_seqlens == nullptr) return fail(ROPE_ERR_NULL_POINTER, "positions.cu_seqlens is NULL");
+      if (n_batch != 1) return fail(ROPE_ERR_BAD_SHAPE, "VARLEN positions need n_batch == 1 (packed tokens)");
+      if (p.n_seqs <= 0) return fail(ROPE_ERR_BAD_SHAPE, "VARLEN n_seqs %lld must be > 0", static_cast<long long>(p.n_seqs));
+      return ROPE_OK;
   }
   return fail(ROPE_ERR_INVALID_ARGUMENT, "unknown positions kind %d", static_cast<int>(p.kind));
 }
@@ -214,11 +245,15 @@ rope_status run(const rope_plan* plan, rope_direction direction, const rope_posi
   if (direction != ROPE_FORWARD && direction != ROPE_BACKWARD) {
     return fail(ROPE_ERR_INVALID_ARGUMENT, "unknown direction %d", static_cast<int>(direction));
   }
-  const rope_exec ex = exec ? *exec : rope_exec{0, ROPE_BACKEND_AUTO};
+  const rope_exec ex = exec ? *exec : rope_exec{0, ROPE_BACKEND_AUTO, nullptr};
   if (ex.n_threads < 0) return fail(ROPE_ERR_INVALID_ARGUMENT, "n_threads %d < 0", ex.n_threads);
-  if (ex.backend != ROPE_BACKEND_AUTO && ex.backend != ROPE_BACKEND_REFERENCE) {
+  if (ex.backend != ROPE_BACKEND_AUTO && ex.backend != ROPE_BACKEND_REFERENCE && ex.backend != ROPE_BACKEND_CUDA) {
     return fail(ROPE_ERR_INVALID_ARGUMENT, "unknown backend %d", static_cast<int>(ex.backend));
   }
+  if (positions->index_type != ROPE_INDEX_I64 && positions->index_type != ROPE_INDEX_I32) {
+    return fail(ROPE_ERR_INVALID_ARGUMENT, "unknown positions.index_type %d", static_cast<int>(positions->index_type));
+  }
+  const bool on_gpu = ex.backend == ROPE_BACKEND_CUDA;
   const int32_t head_dim = plan->cfg.head_dim;
 
   // Shapes, strides and the memory each operand reads (in) and writes (out).
@@ -253,7 +288,19 @@ rope_status run(const rope_plan* plan, rope_direction direction, const rope_posi
     }
   }
   const int64_t n_batch = ops[0].in->n_batch, n_tokens = ops[0].in->n_tokens;
-  ROPE_TRY(check_positions(*plan, *positions, n_batch, n_tokens));
+  if (on_gpu) {
+    for (int i = 0; i < n_ops; ++i) {
+      if (ops[i].in->dtype == ROPE_DTYPE_F64) {
+        return fail(ROPE_ERR_UNSUPPORTED, "%s: fp64 tensors are rotated on the CPU only", ops[i].name);
+      }
+      if (ops[i].in->dtype != ops[0].in->dtype) {
+        return fail(ROPE_ERR_UNSUPPORTED, "q and k must have the same dtype on the GPU");
+      }
+    }
+    ROPE_TRY(check_positions_on_host(*plan, *positions, n_batch, n_tokens));
+  } else {
+    ROPE_TRY(check_positions(*plan, *positions, n_batch, n_tokens));
+  }
 
   ApplyJob job{};
   job.plan = plan;
@@ -274,6 +321,11 @@ rope_status run(const rope_plan* plan, rope_direction direction, const rope_posi
     // A separate output that streams from DRAM is written with non-temporal stores, so its lines
     // are not read first (read-for-ownership): 2/3 of the traffic of ordinary stores.
     job.tensors[i].stream_out = !job.tensors[i].in_place && job.tensors[i].from_dram;
+  }
+
+  if (on_gpu) {
+    job.head_parts = 1;
+    return cuda_apply(job, ex.stream);
   }
 
   // The SIMD kernels compute in fp32; fp64 storage (any operand) runs the scalar reference.
@@ -325,6 +377,17 @@ extern "C" rope_status rope_apply(const rope_plan* plan, rope_direction directio
   }
   const rope::Operand op{in, out, "x", role == ROPE_ROLE_KEY};
   return rope::run(plan, direction, positions, &op, 1, exec);
+}
+
+extern "C" rope_status rope_cuda_available(void) {
+  rope::clear_error();
+  return rope::cuda_available();
+}
+
+extern "C" rope_status rope_cuda_check(const rope_plan* plan, void* stream) {
+  rope::clear_error();
+  if (plan == nullptr) return fail(ROPE_ERR_NULL_POINTER, "plan is NULL");
+  return rope::cuda_check(*plan, stream);
 }
 
 extern "C" rope_status rope_apply_qk(const rope_plan* plan, rope_direction direction,

@@ -34,6 +34,11 @@ struct ApplyJob {
   int64_t head_parts;  // units per row
 };
 
+// Element i of a position array (starts, ids, cu_seqlens, seq_starts), stored as int64 or int32.
+inline int64_t index_at(const rope_positions& p, const int64_t* array, int64_t i) {
+  return p.index_type == ROPE_INDEX_I32 ? reinterpret_cast<const int32_t*>(array)[i] : array[i];
+}
+
 // Heads [begin, end) of a tensor with n heads in slice `part` of `parts`.
 inline int64_t part_begin(int64_t n, int64_t part, int64_t parts) { return n * part / parts; }
 

@@ -34,6 +34,7 @@ extern "C" const char* rope_status_string(rope_status status) {
     case ROPE_ERR_OVERLAP: return "overlapping buffers";
     case ROPE_ERR_OUT_OF_MEMORY: return "out of memory";
     case ROPE_ERR_UNSUPPORTED: return "unsupported";
+    case ROPE_ERR_DEVICE: return "device error";
   }
   return "unknown status";
 }

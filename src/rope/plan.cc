@@ -7,6 +7,7 @@
 #include <new>
 
 #include "cpu/rope_cpu.h"
+#include "cuda/rope_cuda.h"
 #include "error.h"
 #include "freqs.h"
 
@@ -203,6 +204,7 @@ rope_status derive_theta(rope_plan* plan) {
 }  // namespace
 
 rope_status plan_derive(rope_plan* plan) {
+  ++plan->generation;
   ROPE_TRY(derive_theta(plan));
   const rope_config& cfg = plan->cfg;
   plan->xpos_log_zeta.clear();
@@ -333,7 +335,10 @@ extern "C" rope_status rope_plan_create(const rope_config* cfg, rope_plan** out)
   return ROPE_OK;
 }
 
-extern "C" void rope_plan_destroy(rope_plan* plan) { delete plan; }
+extern "C" void rope_plan_destroy(rope_plan* plan) {
+  if (plan != nullptr) rope::cuda_release_plan(plan);
+  delete plan;
+}
 
 extern "C" rope_status rope_plan_set_seq_len(rope_plan* plan, int64_t seq_len) {
   rope::clear_error();

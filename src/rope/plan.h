@@ -3,9 +3,14 @@
 #pragma once
 
 #include <cstdint>
+#include <mutex>
 #include <vector>
 
 #include "rope/rope.h"
+
+namespace rope {
+struct CudaPlanState;  // the plan's copies on each GPU (cuda/rope_cuda.cu)
+}
 
 // Lanes the SIMD code may read past n_pairs in per-pair arrays; they are padded with zeros.
 inline constexpr int kPairPadding = 64;
@@ -26,6 +31,10 @@ struct rope_plan {
   // TABLE mode: cos/sin of m·θ_i rounded to fp32, (table_positions, n_pairs) each.
   std::vector<float> table_cos;
   std::vector<float> table_sin;
+
+  uint64_t generation = 0;  // bumped by every plan_derive: GPU copies of θ and the table follow it
+  mutable std::mutex cuda_mutex;               // guards `cuda`
+  mutable rope::CudaPlanState* cuda = nullptr;  // created by the first CUDA call, freed with the plan
 };
 
 namespace rope {

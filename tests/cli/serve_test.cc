@@ -252,8 +252,12 @@ TEST(Cli, QuantizeWritesAnInt8DirectoryThatServesInInt8) {
     for (size_t k = 0; k < a.size(); ++k) dot += double(a[k]) * b[k], a2 += double(a[k]) * a[k], b2 += double(b[k]) * b[k];
     return dot / std::sqrt(a2 * b2);
   };
+  // The directory stores 8-bit weights (127 levels); CPUs without VNNI products take 7 bits
+  // (int8_weight_levels), so serving it there rounds twice where --quantize int8 rounds once: cosine
+  // 0.99973–0.99977 on Zen 3, against ≥ 0.9999 where both keep 8 bits.
+  const double same_int8 = ops::int8_weight_levels() == 127 ? 0.9999 : 0.999;
   for (size_t i = 0; i < 2; ++i) {
-    EXPECT_GE(cosine(served[i], original[i]), 0.9999) << i;
+    EXPECT_GE(cosine(served[i], original[i]), same_int8) << i << " (" << ops::cpu_isa_name() << ")";
     EXPECT_GE(cosine(dequantised[i], fp32[i]), 0.99) << i;
   }
   expect_fails(run("quantize --model " + temp_dir() + "/absent --out " + out + "2"), {"absent"});

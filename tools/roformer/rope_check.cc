@@ -89,7 +89,7 @@ double output_error(const rope::Plan& plan, const rope_config& cfg, rope_dtype d
   rope_positions pos{};
   pos.kind = ROPE_POSITIONS_IDS;
   pos.ids = ids.data();
-  const rope_exec exec{1, backend};
+  const rope_exec exec{1, backend, nullptr};
   plan.apply(ROPE_FORWARD, ROPE_ROLE_QUERY, pos, rope::bshd(buf.data(), dtype, 1, tokens, heads, kHeadDim), nullptr, &exec);
 
   const std::vector<double> theta = plan.inv_freq();
