@@ -22,6 +22,7 @@
 #include <string>
 #include <vector>
 
+#include "base/threads.h"
 #include "serve/fill_mask.h"
 #include "serve/pipeline.h"
 #include "text/roformer_tokenizer.h"
@@ -60,6 +61,7 @@ int g_default_threads = 1;
 
 int checked_threads(int n) {
   if (n < 0) throw nb::value_error(("threads must be >= 0 (0: the default), got " + std::to_string(n)).c_str());
+  if (n > base::kMaxThreads) throw nb::value_error(("threads: " + base::thread_count_problem(n)).c_str());
   return n;
 }
 

@@ -39,6 +39,12 @@ ExtrapolationResult evaluate_extrapolation(const ExtrapolationOptions& o) {
     r.train_length = nlohmann::json::parse(opt.metadata().at("options")).at("seq").get<int64_t>();
   }
   for (const auto& method : o.methods) extrapolation_spec(method, 2 * r.train_length, r.train_length);  // validate
+  for (int64_t L : o.lengths) {
+    if (L < 1 || L > kMaxExtrapolationLength) {
+      throw std::invalid_argument("--lengths: a window of " + std::to_string(L) + " tokens; lengths go from 1 to " +
+                                  std::to_string(kMaxExtrapolationLength));
+    }
+  }
   r.methods = o.methods;
   r.lengths = o.lengths;
   const auto corpus = lm.text.corpus(o.data, o.val_fraction, lm.config.vocab_size);

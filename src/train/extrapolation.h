@@ -13,6 +13,9 @@
 
 namespace train {
 
+// The longest window --lengths takes (the attention of one window holds heads × length² scores).
+inline constexpr int64_t kMaxExtrapolationLength = int64_t{1} << 20;
+
 struct ExtrapolationOptions {
   std::string checkpoint, data;
   std::vector<int64_t> lengths = {256, 512, 1024, 2048, 4096};

@@ -19,6 +19,7 @@
 #include <set>
 #include <sstream>
 
+#include "base/threads.h"
 #include "io/atomic_file.h"
 #include "io/mapped_file.h"
 #include "io/safetensors.h"
@@ -72,7 +73,7 @@ bool parse_number(const std::string& s, double* v) {
 std::string infer_problem_type(const std::vector<data::LabeledExample>& rows) {
   bool numbers = true, integers = true;
   for (const auto& r : rows) {
-    if (r.labels.size() > 1) return "multi_label_classification";
+    if (r.labels.size() != 1) return "multi_label_classification";  // [] too: a row with no label set
     double d;
     int64_t i;
     numbers = numbers && parse_number(r.labels[0], &d);
@@ -198,6 +199,7 @@ void FinetuneRun::build_model(const std::vector<data::LabeledExample>& train_row
   if (resume_dir_.empty()) {
     cfg_.problem_type = o_.problem_type.empty() ? infer_problem_type(train_rows) : o_.problem_type;
     cfg_.labels = label_names(train_rows, cfg_.problem_type);
+    if (cfg_.labels.empty()) throw io::Error(o_.train + ": no row has a label (every label list is empty)");
     cfg_.is_decoder = false;  // a classifier reads the whole text
     if (o_.dropout >= 0) cfg_.hidden_dropout_prob = cfg_.attention_probs_dropout_prob = o_.dropout;
     if (!o_.rope_scaling.empty()) cfg_.rope_scaling = o_.rope_scaling;
@@ -497,6 +499,7 @@ FinetuneResult run_finetune(FinetuneOptions o, bool resume, const FinetuneHook& 
     o.out = out, o.progress = progress, o.linears = linears;
   }
   o.validate();
+  base::check_thread_count(o.threads, resume_dir.empty() ? "threads" : resume_dir + ": the run's saved threads");
   if (o.threads > 0) omp_set_num_threads(o.threads);
   FinetuneRun run(std::move(o), resume_dir, on_report);
   const FinetuneResult r = run.run();

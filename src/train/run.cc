@@ -13,6 +13,7 @@
 #include <nlohmann/json.hpp>
 #include <sstream>
 
+#include "base/threads.h"
 #include "data/corpus.h"
 #include "data/tokenizer.h"
 #include "io/weights.h"
@@ -375,6 +376,7 @@ TrainResult run_training(TrainOptions o, bool resume, const ReportHook& on_repor
   if (resume) resume_dir = resume_options(o);
   o.schedule.total_steps = o.steps;
   o.model.is_decoder = o.task == "clm";
+  base::check_thread_count(o.threads, resume ? resume_dir + ": the run's saved threads" : "threads");
   if (o.threads > 0) omp_set_num_threads(o.threads);
   TrainingRun run(std::move(o), resume_dir, on_report);
   const TrainResult r = run.run();

@@ -146,6 +146,9 @@ expect_error "unknown.jsonl:2: label 'maybe' is not one of the model's labels" \
 expect_error "the header has no column 'text'" --train "$work/train.tsv" --validation "$work/val.tsv" \
   --text-column text --out "$work/e4"
 expect_error "train.jsonl.txt: unknown data format" --train "$work/train.jsonl.txt" --validation "$work/val.jsonl" --out "$work/e5"
+# Empty label lists (a multi-label row with no label set) no longer crash; a file with no label at all is refused.
+sed 's/"label": "[a-z]*"/"label": []/' "$work/train.jsonl" > "$work/nolabels.jsonl"
+expect_error "nolabels.jsonl: no row has a label" --train "$work/nolabels.jsonl" --validation "$work/val.jsonl" --out "$work/e7"
 # A precision this CPU cannot run is refused before training, not when the predictions are due.
 ONEDNN_MAX_CPU_ISA=AVX2 expect_error "--quantize bf16: this CPU has no native bf16" --train "$work/train.jsonl" \
   --validation "$work/val.jsonl" --test "$work/val.jsonl" --predict --quantize bf16 --out "$work/e6"

@@ -263,6 +263,21 @@ TEST(Cli, QuantizeWritesAnInt8DirectoryThatServesInInt8) {
   expect_fails(run("quantize --model " + temp_dir() + "/absent --out " + out + "2"), {"absent"});
 }
 
+TEST(Cli, ThreadCountsAndWindowLengthsAreBounded) {
+  // --threads 100000 (or OMP_NUM_THREADS=100000) crashed inside the OpenMP runtime; eval --lengths 0
+  // divided by zero.
+  const std::string m = model_dir("m");
+  expect_refused(run("embed --threads 100000 --model " + m, "x\n"), "at most 1024");
+  expect_refused(run("embed --threads -1 --model " + m, "x\n"), "--threads");
+  setenv("OMP_NUM_THREADS", "100000", 1);
+  expect_fails(run("embed --model " + m, "x\n"), {"OMP_NUM_THREADS=100000", "at most 1024"});
+  setenv("OMP_NUM_THREADS", "2,100000", 1);
+  expect_fails(run("embed --model " + m, "x\n"), {"OMP_NUM_THREADS=2,100000"});
+  unsetenv("OMP_NUM_THREADS");
+  EXPECT_EQ(run("embed --threads 2 --model " + m, "x\n").status, 0);
+  expect_refused(run("eval --model " + m + " --data " + m + "/vocab.txt --lengths 256,0"), "--lengths");
+}
+
 TEST(Cli, BadInputsGiveOneErrorLineAndAFailingStatus) {
   const std::string m = model_dir("m");
   expect_fails(run("embed --model " + temp_dir() + "/absent", "x\n"), {"roformer: error:", "absent: no such model directory"});

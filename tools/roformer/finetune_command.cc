@@ -7,6 +7,7 @@
 #include <memory>
 
 #include "commands.h"
+#include "thread_option.h"
 #include "io/atomic_file.h"
 #include "plot/plot.h"
 #include "train/finetune.h"
@@ -85,7 +86,7 @@ std::function<int()> add_finetune_command(CLI::App& app) {
   ft->add_option("--seed", o->seed, "Seed of the head's initialisation, data order and dropout")->capture_default_str();
   ft->add_flag("--predict", o->predict, "Write out/predictions.jsonl for --test with the best checkpoint");
   add_linear_options(ft, o->linears.quantize, o->linears.gemm);  // the predictions' linear layers
-  ft->add_option("--threads", o->threads, "OpenMP threads (0: all cores)")->check(CLI::NonNegativeNumber);
+  ft->add_option("--threads", o->threads, "OpenMP threads (0: all cores)")->check(roformer::thread_count());
   ft->add_flag("--no-progress", *no_progress, "No live progress line (log lines instead)");
   return [ft, o, resume, no_progress]() -> int {
     if (!ft->parsed()) return -1;

@@ -13,6 +13,7 @@
 #include <nlohmann/json.hpp>
 
 #include "commands.h"
+#include "thread_option.h"
 #include "serve/fill_mask.h"
 #include "serve/forward_io.h"
 #include "serve/input.h"
@@ -190,7 +191,7 @@ std::function<int()> add_infer_commands(CLI::App& app) {
     if (batched) {
       c->add_option("--batch-size", o->batch_size, "Sequences per forward (sorted by length, padded)")
           ->check(CLI::Range(int64_t{1}, int64_t{1} << 20))->capture_default_str();
-      c->add_option("--threads", o->threads, "OpenMP threads (0: all)")->check(CLI::NonNegativeNumber);
+      c->add_option("--threads", o->threads, "OpenMP threads (0: all)")->check(roformer::thread_count());
       c->add_option("--rope-scaling", o->rope_scaling,
                     "Accept inputs up to F x max_position_embeddings: linear:F, ntk:F, dynamic-ntk:F:ORIG, "
                     "yarn:F:ORIG, llama3:F:ORIG");
@@ -218,7 +219,7 @@ std::function<int()> add_infer_commands(CLI::App& app) {
   fwd->add_option("--model", o->model_dir, "Hugging Face model directory (config.json, weights)")->required();
   fwd->add_option("--inputs", o->inputs, "safetensors with input_ids [, attention_mask, token_type_ids] (I64, (B, T))")->required();
   fwd->add_option("--out", o->out, "Output safetensors (written atomically)")->required();
-  fwd->add_option("--threads", o->threads, "OpenMP threads (0: all)")->check(CLI::NonNegativeNumber);
+  fwd->add_option("--threads", o->threads, "OpenMP threads (0: all)")->check(roformer::thread_count());
   add_linear_options(fwd, o->quantize, o->gemm);
 
   return [=]() -> int {

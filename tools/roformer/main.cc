@@ -22,6 +22,7 @@
 #include <cstdlib>
 
 #include "commands.h"
+#include "thread_option.h"
 #include "plot/plot.h"
 #include "rope/rope.h"
 
@@ -46,6 +47,11 @@ void apply_default_wait_policy(char** argv) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  // OpenMP reads OMP_NUM_THREADS itself and would crash on a huge count at its first parallel region.
+  if (const std::string problem = roformer::omp_num_threads_problem(); !problem.empty()) {
+    fmt::print(stderr, "roformer: {}\n", problem);
+    return 2;
+  }
   apply_default_wait_policy(argv);
   CLI::App app{"roformer: RoFormer and rotary position embedding (RoPE) in C++"};
   app.require_subcommand(1);
@@ -78,7 +84,7 @@ int main(int argc, char** argv) {
   bench_train_cmd->add_option("--vocab", bench_train.vocab, "Vocabulary")->check(CLI::Range(2, 1000000));
   bench_train_cmd->add_option("--steps", bench_train.steps, "Timed steps")->check(CLI::PositiveNumber);
   bench_train_cmd->add_option("--warmup", bench_train.warmup, "Untimed steps first")->check(CLI::NonNegativeNumber);
-  bench_train_cmd->add_option("--threads", bench_train.threads, "OpenMP threads (0: all)")->check(CLI::NonNegativeNumber);
+  bench_train_cmd->add_option("--threads", bench_train.threads, "OpenMP threads (0: all)")->check(roformer::thread_count());
   bench_train_cmd->add_flag("!--no-sgemm", bench_train.sgemm, "Skip the sgemm rate probe");
   bench_train_cmd->add_flag("--json", bench_train.json, "Print JSON (for bench/peers/roformer_torch.py --ours)");
   bench_train_cmd->add_option("--bucket-mb", bench_train.bucket_mb, "Under mpirun: gradient buckets in MiB (0: one "
@@ -129,7 +135,7 @@ int main(int argc, char** argv) {
   bench_infer_cmd->add_option("--min-reps", bench_infer.min_reps, "Timed forwards, at least")->check(CLI::Range(1, 100000));
   bench_infer_cmd->add_option("--min-time", bench_infer.min_time, "Seconds of timed forwards, at least")
       ->check(CLI::Range(0.0, 3600.0));
-  bench_infer_cmd->add_option("--threads", bench_infer.threads, "OpenMP threads (0: all)")->check(CLI::NonNegativeNumber);
+  bench_infer_cmd->add_option("--threads", bench_infer.threads, "OpenMP threads (0: all)")->check(roformer::thread_count());
   bench_infer_cmd->add_flag("--json", bench_infer.json, "Print JSON (for bench/peers/roformer_infer_hf.py)");
 
   roformer::BenchAttentionOptions bench_att;
@@ -139,14 +145,14 @@ int main(int argc, char** argv) {
   bench_att_cmd->add_option("--head-dim", bench_att.head_dim, "Head dimension (even)")->check(CLI::PositiveNumber);
   bench_att_cmd->add_option("--performer-features", bench_att.performer_features, "FAVOR+ features (even)");
   bench_att_cmd->add_option("--repetitions", bench_att.repetitions, "Best of")->check(CLI::Range(1, 100));
-  bench_att_cmd->add_option("--threads", bench_att.threads, "OpenMP threads (0: all)")->check(CLI::NonNegativeNumber);
+  bench_att_cmd->add_option("--threads", bench_att.threads, "OpenMP threads (0: all)")->check(roformer::thread_count());
 
   roformer::BenchGemmOptions bench_gemm;
   CLI::App* bench_gemm_cmd = bench->add_subcommand("gemm", "RoFormer-base's linear layers (sgemm, oneDNN packed fp32, int8) and training's products (OpenBLAS vs oneDNN's sgemm)");
   bench_gemm_cmd->add_option("--rows", bench_gemm.rows, "Row counts M (tokens per call)")->delimiter(',');
   bench_gemm_cmd->add_option("--repetitions", bench_gemm.repetitions, "Best of")->check(CLI::Range(1, 100));
   bench_gemm_cmd->add_option("--min-time", bench_gemm.min_time, "Seconds per timing")->check(CLI::Range(0.001, 60.0));
-  bench_gemm_cmd->add_option("--threads", bench_gemm.threads, "OpenMP threads (0: all)")->check(CLI::NonNegativeNumber);
+  bench_gemm_cmd->add_option("--threads", bench_gemm.threads, "OpenMP threads (0: all)")->check(roformer::thread_count());
 
   const auto run_model_command = roformer::add_model_commands(app);
   const auto run_infer_command = roformer::add_infer_commands(app);

@@ -9,6 +9,7 @@
 #include <memory>
 
 #include "commands.h"
+#include "thread_option.h"
 #include "io/atomic_file.h"
 #include "model/generate.h"
 #include "plot/plot.h"
@@ -211,7 +212,7 @@ std::function<int()> add_model_commands(CLI::App& app) {
   tr->add_option("--sample-prompt", t.sample_prompt, "Prompt of the final sample");
   tr->add_option("--temperature", t.temperature, "Sampling temperature")->capture_default_str();
   tr->add_option("--top-k", t.top_k, "Sampling top-k (0: all)")->capture_default_str();
-  tr->add_option("--threads", t.threads, "OpenMP threads per process (0: all cores)")->check(CLI::NonNegativeNumber);
+  tr->add_option("--threads", t.threads, "OpenMP threads per process (0: all cores)")->check(roformer::thread_count());
   tr->add_flag("--no-progress", o->no_progress, "No live progress line (log lines instead)");
   tr->callback([tr, o] {
     if (!o->resume && o->train.data.empty()) throw CLI::RequiredError("--data");
@@ -229,7 +230,7 @@ std::function<int()> add_model_commands(CLI::App& app) {
   o->extrapolation.lengths.clear();
   ev->add_option("--lengths", o->extrapolation.lengths,
                  "Length extrapolation: window lengths to evaluate (e.g. 256,512,1024), one table row per --rope-scaling")
-      ->delimiter(',');
+      ->delimiter(',')->check(CLI::Range(int64_t{1}, train::kMaxExtrapolationLength));
   ev->add_option("--rope-scaling", o->extrapolation.methods,
                  "With --lengths: none, linear, ntk, dynamic-ntk, yarn, llama3 (scaled to each window)")
       ->delimiter(',')->capture_default_str();

@@ -16,6 +16,7 @@
 #include <omp.h>
 
 #include "commands.h"
+#include "thread_option.h"
 #include "data/parallel.h"
 #include "io/atomic_file.h"
 #include "io/mapped_file.h"
@@ -267,7 +268,7 @@ std::function<int()> add_translate_commands(CLI::App& app) {
   tt->add_option("--bleu-sentences", t.bleu_sentences, "Validation pairs translated for BLEU at each evaluation (0: none)")
       ->capture_default_str();
   tt->add_option("--bleu-beam", t.bleu_beam, "Beam of those translations (1: greedy)")->capture_default_str();
-  tt->add_option("--threads", t.threads, "OpenMP threads per process (0: all cores)")->check(CLI::NonNegativeNumber);
+  tt->add_option("--threads", t.threads, "OpenMP threads per process (0: all cores)")->check(roformer::thread_count());
   tt->add_flag("--no-progress", c->no_progress, "No live progress line (log lines instead)");
   tt->callback([c] {
     if (!c->resume && (c->train.train.empty() || c->train.validation.empty())) throw CLI::RequiredError("--train and --validation");
@@ -296,7 +297,7 @@ std::function<int()> add_translate_commands(CLI::App& app) {
   tr->add_option("--batch", c->batch, "Sources decoded together")->check(CLI::PositiveNumber)->capture_default_str();
   tr->add_flag("--scores", c->with_scores, "Print each hypothesis's score");
   tr->add_flag("--timing", c->timing, "Print decoding time and tokens/s (a JSON line on stderr)");
-  tr->add_option("--threads", c->threads, "OpenMP threads (0: all cores)")->check(CLI::NonNegativeNumber);
+  tr->add_option("--threads", c->threads, "OpenMP threads (0: all cores)")->check(roformer::thread_count());
   add_linear_options(tr, c->linears.quantize, c->linears.gemm);
 
   CLI::App* av = app.add_subcommand("average", "Average the weights of checkpoints (config and subwords from the newest)");
