@@ -1,14 +1,15 @@
 // librope's CUDA backend: one kernel rotates q and k of a call.
 //
-// A block takes one token (row = b·n_tokens + t) at a time. Phase A: threads of the block compute the
-// row's per-pair (cos, sin) — read from the plan's fp32 table copied to the GPU, or on the fly with the
-// CPU's exact double-double reduction and polynomials (CosSinExact in cpu/rope_cpu-inl.h, operation for
-// operation, so the bits are the CPU's) — fold in the attention factor, xPos and the direction, and
-// leave them in shared memory (two buffers, so one barrier per row suffices). Phase B: every thread
-// rotates units of q's and k's heads: 16-byte vectors when alignment allows, single elements otherwise,
-// in fp32 without contraction (y_a = x_a·c − x_p·s, y_p = x_p·c + x_a·s, as reference.cc), stored once
-// in the dtype. Positions in device arrays are checked here: a token whose position is out of range gets
-// NaN in its rotated elements and is recorded for rope_cuda_check; nothing is read out of bounds.
+// A block takes a step of up to 8 consecutive tokens (rows, row = b·n_tokens + t) at a time. Phase A:
+// its threads compute each row's per-pair (cos, sin) — read from the plan's fp32 table copied to the
+// GPU, or on the fly with the CPU's exact double-double reduction and polynomials (CosSinExact in
+// cpu/rope_cpu-inl.h, operation for operation, so the bits are the CPU's) — fold in the attention
+// factor, xPos and the direction, and leave them in shared memory (two buffers, so one barrier per
+// step suffices). Phase B: every thread rotates units of q's and k's heads: 16-byte vectors when
+// alignment allows, single elements otherwise, in fp32 without contraction (y_a = x_a·c − x_p·s,
+// y_p = x_p·c + x_a·s, as reference.cc), stored once in the dtype. Positions in device arrays are
+// checked here: a pair whose position is out of range gets NaN in its rotated elements and is recorded
+// for rope_cuda_check; nothing is read out of bounds.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
