@@ -11,6 +11,13 @@
 # built here with the release preset when missing. The Python extension is built into a temporary site
 # directory with librope alone (ROFORMER_LIBROPE_ONLY; HWY_DIR points at Highway's CMake package when it is
 # not installed). BENCH_ARGS (e.g. --quick) go to the benchmark.
+#
+# On a GPU machine without the Debian packages (the lent H100 had nvcc, PyTorch and CMake, no Highway,
+# GoogleTest or Liger): build rope_tests and librope here, copy them with libhwy, libgomp, libquadmath and
+# Highway's headers and CMake package into .devcarry/ (git-ignored), carry it with .whl/ (Liger's wheel)
+# and .peers/ (FlashAttention's rotary.py), and run there with
+#   LD_LIBRARY_PATH=$PWD/.devcarry/lib:$PWD/.devcarry/usr/lib/x86_64-linux-gnu BUILD=.devcarry/build \
+#   HWY_DIR=$PWD/.devcarry/usr/lib/x86_64-linux-gnu/cmake/hwy scripts/cuda-check.sh /tmp/check
 set -uo pipefail
 cd "$(dirname "$0")/.."
 out="${1:-build/cuda-check}"
