@@ -26,7 +26,6 @@ using Array = nb::ndarray<nb::device::cpu>;
 // Position arrays: int64 or int32, C-contiguous, on the CPU or (for CUDA tensors) on their GPU; ids are
 // [batch, seq] or [axes, batch, seq], the others 1-D.
 using Index = nb::ndarray<nb::c_contig>;
-using IndexN = Index;
 
 void check(rope_status s) {
   if (s != ROPE_OK) throw nb::value_error(rope_last_error());
@@ -224,7 +223,7 @@ Operand operand_of(nb::handle x, const char* name, int32_t head_dim) {
 struct Positions {
   rope_positions p{};
   std::optional<Index> starts, cu_seqlens, seq_starts;
-  std::optional<IndexN> ids;
+  std::optional<Index> ids;
 };
 
 // librope reads as many elements of a position array as the call needs (it has no size of its own):
@@ -265,7 +264,7 @@ rope_index_type index_type_of(const std::optional<Index>* arrays[4], const char*
 // x: the rotated tensor (q for apply_qk: k has the same batch and tokens, or librope rejects it); device:
 // the tensors' CUDA device, -1 on the CPU.
 Positions positions_of(const Plan& plan, const rope_tensor& x, int device, int64_t start, std::optional<Index> starts,
-                       std::optional<IndexN> ids, std::optional<Index> cu_seqlens, std::optional<Index> seq_starts) {
+                       std::optional<Index> ids, std::optional<Index> cu_seqlens, std::optional<Index> seq_starts) {
   const std::optional<Index>* arrays[4] = {&starts, &ids, &cu_seqlens, &seq_starts};
   const char* const names[4] = {"positions", "positions", "cu_seqlens", "seq_starts"};
   const rope_index_type index_type = index_type_of(arrays, names, device);
@@ -325,7 +324,7 @@ void run(Call&& call) {
 }
 
 void apply(const Plan& plan, nb::handle x, nb::handle out, bool backward, bool key, int64_t start,
-           std::optional<Index> starts, std::optional<IndexN> ids, std::optional<Index> cu_seqlens,
+           std::optional<Index> starts, std::optional<Index> ids, std::optional<Index> cu_seqlens,
            std::optional<Index> seq_starts, int32_t threads) {
   const Operand in = operand_of(x, "x", plan.head_dim());
   std::optional<Operand> dst;
@@ -340,7 +339,7 @@ void apply(const Plan& plan, nb::handle x, nb::handle out, bool backward, bool k
 }
 
 void apply_qk(const Plan& plan, nb::handle q, nb::handle k, nb::handle q_out, nb::handle k_out, bool backward,
-              int64_t start, std::optional<Index> starts, std::optional<IndexN> ids, std::optional<Index> cu_seqlens,
+              int64_t start, std::optional<Index> starts, std::optional<Index> ids, std::optional<Index> cu_seqlens,
               std::optional<Index> seq_starts, int32_t threads) {
   const Operand tq = operand_of(q, "q", plan.head_dim()), tk = operand_of(k, "k", plan.head_dim());
   std::optional<Operand> oq, ok;
