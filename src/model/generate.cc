@@ -4,12 +4,9 @@
 
 #include <algorithm>
 #include <cmath>
-#include <numeric>
 #include <stdexcept>
 
 #include <unistd.h>
-
-#include "base/random.h"
 
 namespace model {
 
@@ -62,17 +59,7 @@ Generator::Generator(const RoFormer<float>& m, int64_t capacity, int64_t batch)
   if (c.attention_type != "softmax" && batch != 1) {
     throw std::invalid_argument("linear attention decodes one row at a time");
   }
-  // Keys and values of every layer, batch × capacity × H floats each: refused when they cannot fit
-  // in this machine's memory, instead of failing in the allocation.
-  const double cache_bytes = 2.0 * sizeof(float) * static_cast<double>(c.num_hidden_layers) *
-                             static_cast<double>(batch) * static_cast<double>(capacity_) * static_cast<double>(c.hidden_size);
-  const double memory = static_cast<double>(sysconf(_SC_PHYS_PAGES)) * static_cast<double>(sysconf(_SC_PAGESIZE));
-  if (memory > 0 && cache_bytes > memory) {
-    throw std::length_error("a key/value cache of " + std::to_string(capacity_) + " tokens x " + std::to_string(batch) +
-                            " rows needs " + std::to_string(static_cast<int64_t>(cache_bytes / 1073741824.0)) +
-                            " GiB, more than this machine's memory (a smaller context: max_position_embeddings, "
-                            "fewer tokens)");
-  }
+  check_cache_fits(batch);
   if (c.position_encoding == PositionEncoding::rope) {
     st_->rope = std::make_unique<rope::Plan>(rope_settings(c));
     if (rope_settings(c).scaling.type == ROPE_SCALING_DYNAMIC_NTK) st_->rope->set_seq_len(capacity_);
@@ -84,6 +71,21 @@ Generator::Generator(const RoFormer<float>& m, int64_t capacity, int64_t batch)
 }
 
 Generator::~Generator() = default;
+
+// Keys and values of every layer, batch × capacity × H floats each: refused when they cannot fit in
+// this machine's memory, instead of failing in the allocation.
+void Generator::check_cache_fits(int64_t batch) const {
+  const auto& c = m_.config();
+  const double cache_bytes = 2.0 * sizeof(float) * static_cast<double>(c.num_hidden_layers) *
+                             static_cast<double>(batch) * static_cast<double>(capacity_) * static_cast<double>(c.hidden_size);
+  const double memory = static_cast<double>(sysconf(_SC_PHYS_PAGES)) * static_cast<double>(sysconf(_SC_PAGESIZE));
+  if (memory > 0 && cache_bytes > memory) {
+    throw std::length_error("a key/value cache of " + std::to_string(capacity_) + " tokens x " + std::to_string(batch) +
+                            " rows needs " + std::to_string(static_cast<int64_t>(cache_bytes / 1073741824.0)) +
+                            " GiB, more than this machine's memory (a smaller context: max_position_embeddings, "
+                            "fewer tokens)");
+  }
+}
 
 void Generator::reset() {
   const auto& c = m_.config();
@@ -99,32 +101,40 @@ void Generator::reset() {
 }
 
 void Generator::reorder(const std::vector<int64_t>& rows) {
-  if (static_cast<int64_t>(rows.size()) != batch_) throw std::invalid_argument("reorder: one source row per row");
+  const int64_t R = static_cast<int64_t>(rows.size());  // the new batch
+  if (R < 1) throw std::invalid_argument("reorder: at least one row");
   for (int64_t r : rows) {
     if (r < 0 || r >= batch_) throw std::out_of_range("reorder: row " + std::to_string(r) + " of " + std::to_string(batch_));
   }
-  const int64_t H = m_.config().hidden_size;
-  auto permute = [&](auto& v, int64_t width) {  // row b of v (batch, width) ← row rows[b]
-    auto old = v;
-    for (int64_t b = 0; b < batch_; ++b) std::copy_n(old.begin() + rows[b] * width, width, v.begin() + b * width);
+  const auto& c = m_.config();
+  if (c.attention_type != "softmax" && R != 1) throw std::invalid_argument("linear attention decodes one row at a time");
+  if (R > batch_) check_cache_fits(R);
+  const int64_t H = c.hidden_size;
+  auto gather = [&](auto& v, int64_t width) {  // row b of v (R, width) ← row rows[b] of v (batch, width)
+    auto old = std::move(v);
+    v.resize(R * width);
+    for (int64_t b = 0; b < R; ++b) std::copy_n(old.begin() + rows[b] * width, width, v.begin() + b * width);
   };
   for (auto& kv : st_->cache) {
-    permute(kv.k, capacity_ * H);
-    permute(kv.v, capacity_ * H);
+    gather(kv.k, capacity_ * H);
+    gather(kv.v, capacity_ * H);
+    kv.B = R;
   }
-  permute(st_->segment, capacity_);
+  gather(st_->segment, capacity_);
+  batch_ = R;
   // Cross-attention rows: copied only where a row now continues another source's row.
   const int64_t Tk = st_->cross.empty() ? 0 : st_->cross[0].length;
   if (Tk == 0) return;
   const std::vector<int64_t> held = st_->memory_row;
-  std::vector<int64_t> wanted(batch_);
-  for (int64_t b = 0; b < batch_; ++b) wanted[b] = held[rows[b]];
+  std::vector<int64_t> wanted(R);
+  for (int64_t b = 0; b < R; ++b) wanted[b] = held[rows[b]];
   if (wanted == held) return;
   for (auto& kv : st_->cross) {
-    permute(kv.k, Tk * H);
-    permute(kv.v, Tk * H);
+    gather(kv.k, Tk * H);
+    gather(kv.v, Tk * H);
+    kv.B = R;
   }
-  permute(st_->cross_mask, Tk);
+  gather(st_->cross_mask, Tk);
   st_->memory_row = wanted;
 }
 
@@ -207,53 +217,6 @@ const std::vector<float>& Generator::feed(const std::vector<int64_t>& ids, const
   s.logits.resize(B * c.vocab_size);
   mlm_head_forward(c, s.logits.data(), s.head, m_.p.head, s.last.data(), B);
   return s.logits;
-}
-
-int64_t sample_token(const std::vector<float>& logits, const SampleOptions& opt, double u) {
-  if (!(opt.temperature >= 0)) throw std::invalid_argument("temperature must be >= 0");
-  const int64_t V = static_cast<int64_t>(logits.size());
-  std::vector<int64_t> order(V);
-  std::iota(order.begin(), order.end(), 0);
-  order.erase(std::remove_if(order.begin(), order.end(),
-                             [&](int64_t id) { return std::find(opt.banned.begin(), opt.banned.end(), id) != opt.banned.end(); }),
-              order.end());
-  if (order.empty()) throw std::invalid_argument("every token is banned");
-  std::stable_sort(order.begin(), order.end(), [&](int64_t a, int64_t b) { return logits[a] > logits[b]; });
-  if (opt.temperature == 0) return order[0];
-  if (opt.top_k > 0 && opt.top_k < static_cast<int64_t>(order.size())) order.resize(opt.top_k);
-  std::vector<double> w(order.size());
-  double sum = 0;
-  for (size_t i = 0; i < order.size(); ++i) {
-    w[i] = std::exp((logits[order[i]] - logits[order[0]]) / opt.temperature);
-    sum += w[i];
-  }
-  double acc = 0;
-  for (size_t i = 0; i < order.size(); ++i) {
-    acc += w[i] / sum;
-    if (u < acc) return order[i];
-  }
-  return order.back();
-}
-
-std::vector<int64_t> generate(const RoFormer<float>& m, const std::vector<int64_t>& prompt, const SampleOptions& opt,
-                              int64_t capacity) {
-  if (prompt.empty()) throw std::invalid_argument("generation needs a prompt of at least one token");
-  if (opt.max_new_tokens < 0) throw std::invalid_argument("max_new_tokens must be >= 0");
-  const int64_t limit = capacity > 0 ? capacity : m.config().max_position_embeddings;
-  std::vector<int64_t> context(prompt.end() - std::min<int64_t>(prompt.size(), limit), prompt.end());
-  // The cache holds what this request needs, not max_position_embeddings (up to 2^24) tokens.
-  const int64_t prompt_len = static_cast<int64_t>(context.size());
-  const int64_t room = capacity > 0 ? capacity : prompt_len + std::min<int64_t>(limit - prompt_len, opt.max_new_tokens);
-  Generator g(m, room);
-  std::vector<int64_t> out;
-  const std::vector<float>* logits = &g.feed(context);
-  for (int64_t i = 0; i < opt.max_new_tokens && g.position() < room; ++i) {
-    const int64_t next = sample_token(*logits, opt, base::uniform01(opt.seed, static_cast<uint64_t>(i)));
-    out.push_back(next);
-    if (g.position() + 1 > room) break;
-    logits = &g.feed({next});
-  }
-  return out;
 }
 
 }  // namespace model

@@ -18,7 +18,7 @@
 #include "data/tokenizer.h"
 #include "io/weights.h"
 #include "io/atomic_file.h"
-#include "model/generate.h"
+#include "model/decoding.h"
 #include "train/checkpoint.h"
 #include "train/console.h"
 #include "train/lm_task.h"
@@ -357,13 +357,15 @@ void TrainingRun::print_sample() const {
   std::vector<int64_t> prompt;
   for (int32_t id : text_->encode(o_.sample_prompt)) prompt.push_back(id);
   if (prompt.empty()) prompt.push_back(text_->sep_id());
-  model::SampleOptions so;
-  so.max_new_tokens = o_.sample_tokens;
+  model::DecodeOptions so;
+  so.beam_size = 1;
+  so.max_len_b = o_.sample_tokens;
+  so.sample = o_.temperature > 0;
   so.temperature = o_.temperature;
   so.top_k = o_.top_k;
   so.seed = stream_seed(o_.seed, kSampleStream, 0);
   for (const int32_t s : text_->special_ids()) so.banned.push_back(s);
-  const auto ids = model::generate(*m_, prompt, so);
+  const auto ids = model::generate(*m_, prompt, so)[0].tokens;
   std::printf("--- sample (temperature %.2g, top-k %lld) ---\n%s%s\n---\n", o_.temperature,
               static_cast<long long>(o_.top_k), o_.sample_prompt.c_str(),
               text_->decode(std::vector<int32_t>(ids.begin(), ids.end())).c_str());

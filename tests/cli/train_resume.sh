@@ -54,12 +54,18 @@ status=0
 grep -E "became (NaN|infinite) at step [0-9]+; stopping. The last good checkpoint is .*step-0000" "$work/d.log"
 # The kept checkpoint is complete and loads.
 "$roformer" generate --model "$work/d/$(cat "$work/d/latest")" --prompt "the " --tokens 5 > /dev/null
-echo "== eval and generate on a checkpoint; generate refuses a masked LM"
+echo "== eval and generate (sampling, beam search) on a checkpoint; generate refuses a masked LM"
 "$roformer" eval --model "$work/a/step-000040" --data "$work/corpus.txt" --seq 32 --max-batches 2 > "$work/eval.txt"
 grep -q "validation loss" "$work/eval.txt"
 "$roformer" generate --model "$work/a/step-000040" --prompt "the river " --tokens 20 --seed 3 > "$work/g1.txt"
 "$roformer" generate --model "$work/a/step-000040" --prompt "the river " --tokens 20 --seed 3 > "$work/g2.txt"
 cmp "$work/g1.txt" "$work/g2.txt"  # seeded
+"$roformer" generate --model "$work/a/step-000040" --prompt "the river " --tokens 12 --beam 4 > "$work/b1.txt"
+grep -q "^the river " "$work/b1.txt"
+if "$roformer" generate --model "$work/a/step-000040" --beam 4 --temperature 1 2> "$work/beam.err"; then
+  echo "generate accepted --beam 4 with --temperature" >&2; exit 1
+fi
+grep -q "beam search is deterministic" "$work/beam.err"
 "$roformer" train "${model[@]}" --steps 2 --task mlm --position learned --sample-tokens 0 --no-progress --out "$work/e" 2> "$work/e.log"
 if "$roformer" generate --model "$work/e/step-000002" --prompt "the" 2> "$work/e.err"; then
   echo "generate accepted a masked LM" >&2; exit 1

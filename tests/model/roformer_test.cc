@@ -10,7 +10,7 @@
 #include "grad_check.h"
 #include "io/atomic_file.h"
 #include "io/safetensors.h"
-#include "model/generate.h"
+#include "model/decoding.h"
 #include "model/roformer.h"
 #include "serve_fixtures.h"
 
@@ -539,19 +539,19 @@ TEST(RoFormerGenerate, LinearAttentionRecurrentDecodingMatchesTheFullForward) {
 
 TEST(RoFormerGenerate, SamplingHonoursTemperatureTopKAndBans) {
   const std::vector<float> logits = {0.0f, 3.0f, 1.0f, 2.5f};
-  model::SampleOptions greedy;
+  model::DecodeOptions greedy;
   greedy.temperature = 0;
   EXPECT_EQ(model::sample_token(logits, greedy, 0.9), 1);
-  model::SampleOptions top2;
+  model::DecodeOptions top2;
   top2.top_k = 2;
   for (double u = 0; u < 1; u += 0.01) {
     const int64_t t = model::sample_token(logits, top2, u);
     EXPECT_TRUE(t == 1 || t == 3);
   }
-  model::SampleOptions banned = greedy;
+  model::DecodeOptions banned = greedy;
   banned.banned = {1};
   EXPECT_EQ(model::sample_token(logits, banned, 0.5), 3);
-  model::SampleOptions bad;
+  model::DecodeOptions bad;
   bad.temperature = -1;
   EXPECT_THROW(model::sample_token(logits, bad, 0.5), std::invalid_argument);
   auto c = tiny(model::PositionEncoding::rope);
@@ -560,10 +560,11 @@ TEST(RoFormerGenerate, SamplingHonoursTemperatureTopKAndBans) {
   c.is_decoder = true;
   model::RoFormer<float> clm(c);
   clm.init_weights(1);
-  model::SampleOptions opt;
+  model::DecodeOptions opt;
+  opt.beam_size = 1, opt.sample = true;
   opt.seed = 3;
-  opt.max_new_tokens = 20;
-  const auto a = model::generate(clm, {5, 6}, opt), b = model::generate(clm, {5, 6}, opt);
+  opt.max_len_b = 20;
+  const auto a = model::generate(clm, {5, 6}, opt)[0].tokens, b = model::generate(clm, {5, 6}, opt)[0].tokens;
   EXPECT_EQ(a, b);                // seeded
   EXPECT_EQ(a.size(), 6u);        // stops when the 8-position context is full
 }
@@ -851,9 +852,9 @@ TEST(RoFormerGenerate, TheCacheIsSizedByTheRequest) {
   c.max_position_embeddings = 1 << 24;  // a cache that long: 8 layers × 2 × 2^24 × 256 floats = 256 GiB
   model::RoFormer<float> m(c);
   m.init_weights(2);
-  model::SampleOptions opt;
-  opt.max_new_tokens = 5;
-  opt.temperature = 0;
-  EXPECT_EQ(model::generate(m, {1, 2, 3}, opt).size(), 5u);
+  model::DecodeOptions opt;
+  opt.beam_size = 1;
+  opt.max_len_b = 5;
+  EXPECT_EQ(model::generate(m, {1, 2, 3}, opt)[0].tokens.size(), 5u);
   EXPECT_THROW(model::Generator{m}, std::length_error);
 }

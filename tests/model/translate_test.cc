@@ -5,34 +5,18 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
-#include <functional>
 #include <map>
-#include <random>
 
+#include "model/tiny_models.h"
 #include "model/translate.h"
 
 namespace {
 
 model::Seq2SeqConfig tiny(int64_t V, model::PositionEncoding pe = model::PositionEncoding::rope) {
-  model::RoFormerConfig c;
-  c.vocab_size = V;
-  c.embedding_size = c.hidden_size = 16;
-  c.num_hidden_layers = 2;
-  c.num_attention_heads = 2;
-  c.intermediate_size = 24;
-  c.max_position_embeddings = 32;
-  c.hidden_dropout_prob = c.attention_probs_dropout_prob = 0;
-  c.position_encoding = pe;
-  return model::Seq2SeqConfig::symmetric(c);
+  return model::Seq2SeqConfig::symmetric(model_testing::tiny_config(V, pe));
 }
 
-// Weights scaled up so that the distributions are far from uniform (beam search then has choices).
-void randomise(model::Seq2Seq<float>& m, uint64_t seed, double sd = 0.5) {
-  m.init_weights(seed);
-  std::mt19937_64 rng(seed);
-  std::normal_distribution<double> z(0.0, sd);
-  for (auto& v : m.params) v += static_cast<float>(z(rng));
-}
+using model_testing::randomise;
 
 // Σ log p of each decoder token given the source (teacher forcing over start + tokens), plus eos.
 double teacher_forced(model::Seq2Seq<float>& m, const std::vector<int64_t>& src, const std::vector<int64_t>& toks,
@@ -47,13 +31,7 @@ double teacher_forced(model::Seq2Seq<float>& m, const std::vector<int64_t>& src,
   m.forward(in);
   const int64_t V = m.config().decoder.vocab_size;
   double sum = 0;
-  for (int64_t t = 0; t < in.T; ++t) {
-    const float* z = m.logits() + t * V;
-    double mx = z[0], se = 0;
-    for (int64_t v = 1; v < V; ++v) mx = std::max(mx, static_cast<double>(z[v]));
-    for (int64_t v = 0; v < V; ++v) se += std::exp(z[v] - mx);
-    sum += z[toks[t]] - mx - std::log(se);
-  }
+  for (int64_t t = 0; t < in.T; ++t) sum += model_testing::log_prob(m.logits() + t * V, V, toks[t]);
   return sum;
 }
 
@@ -62,23 +40,10 @@ TEST(Translate, BeamSearchWithAWideBeamFindsTheExhaustiveBest) {
   model::Seq2Seq<float> m(tiny(V));
   randomise(m, 11, 0.8);
   const std::vector<int64_t> src = {4, 5, 1};
-  // Every sequence: up to L − 1 non-eos tokens then eos, or L non-eos tokens cut at the limit.
-  double best = -INFINITY;
   std::vector<int64_t> best_tokens;
-  std::function<void(std::vector<int64_t>&)> visit = [&](std::vector<int64_t>& prefix) {
-    const bool cut = static_cast<int64_t>(prefix.size()) == L;
-    const double s = teacher_forced(m, src, prefix, !cut);
-    if (s > best) best = s, best_tokens = prefix;
-    if (cut) return;
-    for (int64_t t = 0; t < V; ++t) {
-      if (t == m.config().eos_token_id) continue;
-      prefix.push_back(t);
-      visit(prefix);
-      prefix.pop_back();
-    }
-  };
-  std::vector<int64_t> empty;
-  visit(empty);
+  const double best = model_testing::exhaustive_best(
+      V, L, m.config().eos_token_id,
+      [&](const std::vector<int64_t>& toks, bool eos) { return teacher_forced(m, src, toks, eos); }, best_tokens);
   model::DecodeOptions o;
   o.beam_size = 64, o.length_penalty = 0, o.max_len_b = L, o.max_len_a = 0;
   const auto out = model::translate(m, {src}, o);
@@ -102,7 +67,9 @@ TEST(Translate, ScoresEqualTeacherForcingSoReorderedCachesEqualRecomputation) {
       ASSERT_EQ(out[b].size(), 4u);
       for (size_t i = 0; i < out[b].size(); ++i) {
         const auto& h = out[b][i];
-        if (i > 0) EXPECT_GE(out[b][i - 1].score, h.score);  // best first
+        if (i > 0) {
+          EXPECT_GE(out[b][i - 1].score, h.score);  // best first
+        }
         const int64_t len = static_cast<int64_t>(h.tokens.size()) + (h.finished ? 1 : 0);
         EXPECT_LE(static_cast<int64_t>(h.tokens.size()), static_cast<int64_t>(sources[b].size()) + 1 + 4);
         const double sum = teacher_forced(m, sources[b], h.tokens, h.finished);

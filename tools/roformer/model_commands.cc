@@ -1,5 +1,5 @@
 // `roformer train`, `roformer eval` and `roformer generate`: flags for the trainer (src/train) and
-// the KV-cache sampler (src/model/generate.h). eval and generate run the model packed for inference
+// the decoder (src/model/decoding.h: sampling, greedy, beam search over the KV cache). eval and generate run the model packed for inference
 // (--quantize, --gemm: model::prepare_for_inference), as the other inference commands do.
 #include <CLI/CLI.hpp>
 #include <fmt/core.h>
@@ -11,7 +11,7 @@
 #include "commands.h"
 #include "thread_option.h"
 #include "io/atomic_file.h"
-#include "model/generate.h"
+#include "model/decoding.h"
 #include "plot/plot.h"
 #include "train/checkpoint.h"
 #include "train/extrapolation.h"
@@ -28,8 +28,8 @@ struct ModelCommandOptions {
   double dropout = 0.0, attention_dropout = -1;
   // eval / generate
   std::string model_dir, data, prompt = "\n";
-  int64_t batch = 16, seq = 128, max_batches = 50, tokens = 300, top_k = 40;
-  double val_fraction = 0.05, temperature = 0.8;
+  int64_t batch = 16, seq = 128, max_batches = 50, tokens = 300, top_k = 40, beam = 1, no_repeat_ngram = 0;
+  double val_fraction = 0.05, temperature = 0.8, top_p = 1.0, length_penalty = 1.0;
   uint64_t seed = 1;
   train::ExtrapolationOptions extrapolation;  // eval --lengths
   model::LinearOptions linears;               // eval, generate: --quantize, --gemm
@@ -130,13 +130,18 @@ int run_generate(const ModelCommandOptions& o) {
   std::vector<int64_t> prompt;
   for (int32_t id : lm.text.encode(o.prompt)) prompt.push_back(id);
   if (prompt.empty()) throw std::invalid_argument("the prompt encodes to no tokens");
-  model::SampleOptions so;
-  so.max_new_tokens = o.tokens;
+  model::DecodeOptions so;
+  so.beam_size = o.beam;
+  so.length_penalty = o.length_penalty;
+  so.no_repeat_ngram_size = o.no_repeat_ngram;
+  so.max_len_b = o.tokens;
+  so.sample = o.beam == 1 && o.temperature > 0;  // --temperature 0: greedy
   so.temperature = o.temperature;
   so.top_k = o.top_k;
+  so.top_p = o.top_p;
   so.seed = o.seed;
   for (const int32_t s : lm.text.special_ids()) so.banned.push_back(s);
-  const auto ids = model::generate(*lm.model, prompt, so);
+  const auto ids = model::generate(*lm.model, prompt, so)[0].tokens;
   fmt::print("{}{}\n", o.prompt, lm.text.decode(std::vector<int32_t>(ids.begin(), ids.end())));
   return 0;
 }
@@ -240,13 +245,29 @@ std::function<int()> add_model_commands(CLI::App& app) {
   ev->add_option("--csv", o->extrapolation.csv, "With --lengths: write the perplexity table");
   add_linear_options(ev, o->linears.quantize, o->linears.gemm);
 
-  CLI::App* gen = app.add_subcommand("generate", "Sample text from a causal-LM checkpoint (KV cache)");
+  CLI::App* gen = app.add_subcommand("generate", "Continue text with a causal-LM checkpoint: sampling, greedy or beam search");
   gen->add_option("--model", o->model_dir, "Checkpoint directory")->required();
   gen->add_option("--prompt", o->prompt, "Text to continue");
   gen->add_option("--tokens", o->tokens, "Tokens to generate")->check(CLI::NonNegativeNumber)->capture_default_str();
-  gen->add_option("--temperature", o->temperature, "0: greedy")->check(CLI::NonNegativeNumber)->capture_default_str();
-  gen->add_option("--top-k", o->top_k, "0: whole vocabulary")->check(CLI::NonNegativeNumber)->capture_default_str();
+  CLI::Option* temperature = gen->add_option("--temperature", o->temperature, "Sampling temperature (0: greedy)")
+                                 ->check(CLI::NonNegativeNumber)->capture_default_str();
+  CLI::Option* top_k = gen->add_option("--top-k", o->top_k, "Sampling: the k most probable tokens (0: all)")
+                           ->check(CLI::NonNegativeNumber)->capture_default_str();
+  CLI::Option* top_p = gen->add_option("--top-p", o->top_p, "Sampling: the most probable tokens of this much mass (1: all)")
+                           ->check(CLI::Range(0.0, 1.0))->capture_default_str();
   gen->add_option("--seed", o->seed, "Sampling seed")->capture_default_str();
+  gen->add_option("--beam", o->beam, "Beam search with this many beams (1: sampling or greedy)")
+      ->check(CLI::Range(int64_t{1}, int64_t{1024}))->capture_default_str();
+  gen->add_option("--length-penalty", o->length_penalty, "Beam search: exponent of the length normalisation")
+      ->check(CLI::Range(-100.0, 100.0))->capture_default_str();
+  gen->add_option("--no-repeat-ngram-size", o->no_repeat_ngram, "No n-gram of this size twice, prompt included (0: off)")
+      ->check(CLI::Range(int64_t{0}, int64_t{1} << 20))->capture_default_str();
+  gen->callback([o, temperature, top_k, top_p] {
+    if (o->beam > 1 && (temperature->count() + top_k->count() + top_p->count()) > 0) {
+      throw CLI::ValidationError("--beam", "beam search is deterministic: --temperature, --top-k and --top-p are for --beam 1");
+    }
+    if (o->top_p <= 0) throw CLI::ValidationError("--top-p", "must be in (0, 1]");
+  });
   add_linear_options(gen, o->linears.quantize, o->linears.gemm);
 
   return [tr, ev, gen, o]() -> int {

@@ -1,0 +1,178 @@
+// The one decoder (src/model/decoding.h) on a causal LM: beam search against an exhaustive search,
+// with and without an eos; every hypothesis's score against a full forward of prompt + tokens (the
+// prompt's cache copied to the beams and reordered equals recomputation); greedy = the argmax chain;
+// min_new_tokens, no-repeat n-grams and bans; top-p sampling against HF's nucleus rule; bad options.
+// translate_test.cc covers the same decoder behind the encoder-decoder.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <functional>
+#include <map>
+#include <memory>
+
+#include "model/decoding.h"
+#include "model/tiny_models.h"
+
+namespace {
+
+std::unique_ptr<model::RoFormer<float>> tiny_lm(int64_t V, uint64_t seed, double sd) {
+  model::RoFormerConfig c = model_testing::tiny_config(V);
+  c.is_decoder = true;
+  auto m = std::make_unique<model::RoFormer<float>>(c);
+  model_testing::randomise(*m, seed, sd);
+  return m;
+}
+
+// log p of every token of `tokens` (and then of eos, when eos >= 0) after the prompt, by one full
+// forward of the whole sequence.
+double full_forward_log_prob(model::RoFormer<float>& m, const std::vector<int64_t>& prompt,
+                             const std::vector<int64_t>& tokens, int64_t eos) {
+  std::vector<int64_t> seq = prompt;
+  seq.insert(seq.end(), tokens.begin(), tokens.end());
+  std::vector<int64_t> targets(tokens);
+  if (eos >= 0) targets.push_back(eos);
+  else seq.pop_back();  // the last token is not followed by anything
+  m.forward({.ids = seq.data(), .B = 1, .T = static_cast<int64_t>(seq.size())});
+  const int64_t V = m.config().vocab_size, P = static_cast<int64_t>(prompt.size());
+  double sum = 0;
+  for (size_t i = 0; i < targets.size(); ++i) {
+    sum += model_testing::log_prob(m.logits() + (P - 1 + static_cast<int64_t>(i)) * V, V, targets[i]);
+  }
+  return sum;
+}
+
+TEST(Decoding, CausalBeamSearchWithAWideBeamFindsTheExhaustiveBest) {
+  const int64_t V = 6, L = 3;
+  auto lm = tiny_lm(V, 11, 0.8);
+  auto& m = *lm;
+  const std::vector<int64_t> prompt = {4, 5, 1, 2};
+  for (const int64_t eos : {int64_t{3}, int64_t{-1}}) {
+    std::vector<int64_t> best_tokens;
+    const double best = model_testing::exhaustive_best(
+        V, L, eos,
+        [&](const std::vector<int64_t>& toks, bool ended) { return full_forward_log_prob(m, prompt, toks, ended ? eos : -1); },
+        best_tokens);
+    model::DecodeOptions o;
+    o.beam_size = 64, o.length_penalty = 0, o.max_len_b = L;
+    const auto out = model::generate(m, prompt, o, eos);
+    ASSERT_FALSE(out.empty());
+    EXPECT_EQ(out[0].tokens, best_tokens) << "eos " << eos;
+    EXPECT_NEAR(out[0].score, best, 1e-4) << "eos " << eos;
+    EXPECT_EQ(out[0].finished, eos >= 0 && static_cast<int64_t>(best_tokens.size()) < L);
+  }
+}
+
+TEST(Decoding, EveryBeamScoreEqualsAFullForwardSoCopiedAndReorderedCachesEqualRecomputation) {
+  for (const double lp : {0.0, 0.6, 1.0}) {
+    auto lm = tiny_lm(23, 5, 0.5);
+  auto& m = *lm;
+    m.p.head.decoder_b[7] += 4.0f;  // eos 7 comes up: some hypotheses finish, some are cut
+    const std::vector<int64_t> prompt = {4, 9, 12, 7, 5};
+    model::DecodeOptions o;
+    o.beam_size = 4, o.nbest = 4, o.length_penalty = lp, o.max_len_b = 6;
+    const auto out = model::generate(m, prompt, o, 7);
+    ASSERT_EQ(out.size(), 4u);
+    for (size_t i = 0; i < out.size(); ++i) {
+      const auto& h = out[i];
+      if (i > 0) {
+        EXPECT_GE(out[i - 1].score, h.score);  // best first
+      }
+      EXPECT_LE(h.tokens.size(), 6u);
+      const int64_t len = static_cast<int64_t>(h.tokens.size()) + (h.finished ? 1 : 0);
+      const double sum = full_forward_log_prob(m, prompt, h.tokens, h.finished ? 7 : -1);
+      EXPECT_NEAR(h.score, sum / std::pow(static_cast<double>(len), lp), 2e-4) << "lp " << lp << " hypothesis " << i;
+    }
+  }
+}
+
+TEST(Decoding, GreedyIsTheArgmaxChainAndBeamOneSamplesAtTemperatureZeroAlike) {
+  auto lm = tiny_lm(9, 3, 0.3);
+  auto& m = *lm;
+  const std::vector<int64_t> prompt = {1, 2};
+  std::vector<int64_t> chain, seq = prompt;
+  for (int i = 0; i < 10; ++i) {
+    m.forward({.ids = seq.data(), .B = 1, .T = static_cast<int64_t>(seq.size())});
+    const float* z = m.logits() + (seq.size() - 1) * 9;
+    const int64_t t = std::max_element(z, z + 9) - z;
+    chain.push_back(t), seq.push_back(t);
+  }
+  model::DecodeOptions o;
+  o.beam_size = 1, o.max_len_b = 10;
+  EXPECT_EQ(model::generate(m, prompt, o)[0].tokens, chain);
+  o.sample = true, o.temperature = 0;  // sampling at temperature 0 is greedy
+  EXPECT_EQ(model::generate(m, prompt, o)[0].tokens, chain);
+}
+
+TEST(Decoding, MinNewTokensNoRepeatNgramsAndBansHold) {
+  auto lm = tiny_lm(9, 3, 0.3);
+  auto& m = *lm;
+  m.p.head.decoder_b[4] += 8.0f;  // eos 4 is by far the likeliest next token
+  for (const int64_t beam : {int64_t{1}, int64_t{3}}) {
+    model::DecodeOptions o;
+    o.beam_size = beam, o.max_len_b = 12;
+    EXPECT_TRUE(model::generate(m, {1, 2}, o, 4)[0].tokens.empty()) << "beam " << beam;
+    o.min_new_tokens = 5;
+    const auto h = model::generate(m, {1, 2}, o, 4)[0];
+    EXPECT_EQ(h.tokens.size(), 5u) << "beam " << beam;  // eos as soon as it is allowed
+    EXPECT_TRUE(h.finished);
+    o.min_new_tokens = 0;
+    o.banned = {4, 0};
+    o.no_repeat_ngram_size = 2;
+    const auto g = model::generate(m, {1, 2}, o, 4)[0];
+    EXPECT_EQ(g.tokens.size(), 12u) << "beam " << beam;
+    std::vector<int64_t> seq = {1, 2};
+    seq.insert(seq.end(), g.tokens.begin(), g.tokens.end());
+    std::map<std::pair<int64_t, int64_t>, int> seen;
+    for (size_t i = 0; i + 1 < seq.size(); ++i) EXPECT_EQ(++seen[std::make_pair(seq[i], seq[i + 1])], 1) << "beam " << beam;
+    for (int64_t t : g.tokens) EXPECT_TRUE(t != 4 && t != 0);
+  }
+}
+
+TEST(Decoding, TopPKeepsTheSmallestNucleusReachingP) {
+  // Probabilities at temperature 1: softmax of log(0.5, 0.3, 0.15, 0.05).
+  const std::vector<float> logits = {std::log(0.15f), std::log(0.5f), std::log(0.05f), std::log(0.3f)};
+  model::DecodeOptions o;
+  o.top_p = 0.79;  // 0.5 + 0.3 reaches it: tokens 1 and 3, renormalised to 0.625 / 0.375
+  std::map<int64_t, int> drawn;
+  for (int i = 0; i < 1000; ++i) ++drawn[model::sample_token(logits, o, (i + 0.5) / 1000)];
+  EXPECT_EQ(drawn.size(), 2u);
+  EXPECT_NEAR(drawn[1], 625, 2);
+  EXPECT_NEAR(drawn[3], 375, 2);
+  o.top_p = 0.81;  // needs the third token
+  drawn.clear();
+  for (int i = 0; i < 1000; ++i) ++drawn[model::sample_token(logits, o, (i + 0.5) / 1000)];
+  EXPECT_EQ(drawn.size(), 3u);
+  o.top_p = 0.3;  // the most probable token alone
+  EXPECT_EQ(model::sample_token(logits, o, 0.99), 1);
+}
+
+TEST(Decoding, SamplingIsSeededAndBadOptionsAreRefused) {
+  auto lm = tiny_lm(15, 9, 0.1);
+  auto& m = *lm;
+  model::DecodeOptions o;
+  o.beam_size = 1, o.sample = true, o.temperature = 1.5, o.top_p = 0.9, o.seed = 4, o.max_len_b = 10;
+  const auto a = model::generate(m, {4, 5}, o)[0].tokens;
+  EXPECT_EQ(model::generate(m, {4, 5}, o)[0].tokens, a);
+  bool differs = false;
+  for (uint64_t seed = 5; seed < 15 && !differs; ++seed) {
+    o.seed = seed;
+    differs = model::generate(m, {4, 5}, o)[0].tokens != a;
+  }
+  EXPECT_TRUE(differs);
+  for (auto bad : std::vector<std::function<void(model::DecodeOptions&)>>{
+           [](auto& d) { d.top_p = 0; }, [](auto& d) { d.top_p = 1.5; }, [](auto& d) { d.top_k = -1; },
+           [](auto& d) { d.temperature = -1; }, [](auto& d) { d.min_new_tokens = -1; },
+           [](auto& d) { d.beam_size = 0; }, [](auto& d) { d.nbest = 5; },
+           [](auto& d) { d.length_penalty = NAN; }}) {
+    model::DecodeOptions d;
+    bad(d);
+    EXPECT_THROW(model::generate(m, {4}, d), std::invalid_argument);
+  }
+  model::DecodeOptions d;
+  d.banned = {15};
+  EXPECT_THROW(model::generate(m, {4}, d), std::out_of_range);
+  EXPECT_THROW(model::generate(m, {}, d), std::invalid_argument);
+  EXPECT_THROW(model::generate(m, {4}, model::DecodeOptions{}, 15), std::out_of_range);
+}
+
+}  // namespace
