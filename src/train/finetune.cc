@@ -27,9 +27,8 @@
 #include "text/roformer_tokenizer.h"
 #include "train/checkpoint.h"
 #include "train/classify_task.h"
-#include "train/console.h"
 #include "train/metrics.h"
-#include "train/run_log.h"
+#include "train/run_loop.h"
 #include "train/trainer.h"
 
 namespace train {
@@ -37,7 +36,6 @@ namespace {
 
 using nlohmann::json;
 namespace fs = std::filesystem;
-using Clock = std::chrono::steady_clock;
 
 // The HF tokenizer files a fine-tuned directory carries over from the model it started from.
 TokenizerWriter copy_tokenizer_files(const std::string& from) {
@@ -145,38 +143,27 @@ std::string default_metric(const std::string& problem_type) {
   return problem_type == "regression" ? "pearson" : problem_type == "multi_label_classification" ? "f1_micro" : "accuracy";
 }
 
-// One invocation of `roformer finetune`.
-class FinetuneRun {
+// One invocation of `roformer finetune`: the set-up in the constructor, then the loop.
+class FinetuneRun : public Recipe {
  public:
-  FinetuneRun(FinetuneOptions o, std::string resume_dir, FinetuneHook hook)
-      : o_(std::move(o)), resume_dir_(std::move(resume_dir)), hook_(std::move(hook)),
-        writer_(comm_.rank() == 0), progress_(ProgressLine::choose(o_.progress, writer_)) {
+  FinetuneRun(FinetuneOptions o, std::string resume_dir)
+      : o_(std::move(o)), resume_dir_(std::move(resume_dir)), writer_(comm_.rank() == 0) {
     prepare();
-    open_log();
   }
-  FinetuneRun(const FinetuneRun&) = delete;
-  FinetuneRun& operator=(const FinetuneRun&) = delete;
-  FinetuneResult run();
+  FinetuneResult run(const ReportHook& on_report);
+
+  void evaluate(EvalRecord& rec) override;
+  void write_model(const std::string& dir) override { save_model(dir, *m_, copy_tokenizer_files(o_.model)); }
 
  private:
   void prepare();
   void build_model(const std::vector<data::LabeledExample>& train_rows);
-  void open_log();
-  bool step();  // false: the run ends here
-  void evaluate(EvalRecord& rec);
-  void save_best();
-  void checkpoint();
   void write_predictions();
-  double elapsed() const {
-    return elapsed_before_ + std::chrono::duration<double>(Clock::now() - session_start_).count();
-  }
 
   FinetuneOptions o_;
   std::string resume_dir_;
-  FinetuneHook hook_;
   Communicator& comm_ = world();
   bool writer_;  // rank 0: writes the run directory and prints
-  ProgressLine progress_;
   FinetuneResult result_;
   std::unique_ptr<text::RoFormerTokenizer> tok_;
   std::unique_ptr<Model> m_;
@@ -184,13 +171,8 @@ class FinetuneRun {
   std::unique_ptr<Trainer> trainer_;
   model::RoFormerConfig cfg_;
   TrainerState state_;
-  std::unique_ptr<RunLog> log_;
   std::string metric_;
-  int64_t total_steps_ = 0, bad_evals_ = 0;
-  double best_ = NAN;
-  std::string last_checkpoint_;
-  Clock::time_point session_start_;
-  double elapsed_before_ = 0, last_metric_ = NAN;
+  int64_t total_steps_ = 0;
 };
 
 void FinetuneRun::build_model(const std::vector<data::LabeledExample>& train_rows) {
@@ -249,27 +231,15 @@ void FinetuneRun::prepare() {
   sched.decay = Decay::linear;
   AdamWConfig adamw;
   adamw.weight_decay = o_.weight_decay;
-  trainer_ = std::make_unique<Trainer>(*m_, *task_, TrainerConfig{sched, adamw, o_.clip, o_.seed, o_.grad_accum});
-  state_.options_json = o_.to_json();
+  trainer_ = std::make_unique<Trainer>(
+      *m_, *task_, TrainerConfig{sched, adamw, o_.clip, o_.seed, o_.grad_accum, &comm_, o_.bucket_mb, o_.zero1});
   if (!resume_dir_.empty()) {
-    state_ = load_optimizer(resume_dir_, *m_, trainer_->optimizer());
-    state_.options_json = o_.to_json();
-    const json t = json::parse(state_.task_json.empty() ? "{}" : state_.task_json);
-    best_ = t.value("best", NAN);
-    result_.best_step = t.value("best_step", int64_t{0});
-    bad_evals_ = t.value("bad_evals", int64_t{0});
-    last_checkpoint_ = resume_dir_;
+    state_ = restore_optimizer(resume_dir_, *trainer_, adamw);
   } else {
-    if (!latest_checkpoint(o_.out).empty()) {
-      throw io::Error(o_.out + " already holds a run; continue it with --resume or choose another --out");
-    }
-    if (writer_) fs::create_directories(o_.out);
+    claim_run_directory(o_.out, writer_);
   }
+  state_.options_json = o_.to_json();
   result_.best_dir = o_.out + "/best";
-}
-
-void FinetuneRun::open_log() {
-  log_ = std::make_unique<RunLog>(o_.out, resume_dir_.empty() ? -1 : state_.step, writer_);
 }
 
 void FinetuneRun::evaluate(EvalRecord& rec) {
@@ -289,83 +259,6 @@ void FinetuneRun::evaluate(EvalRecord& rec) {
   rec.metrics = classification_metrics(cfg_.problem_type, cfg_.num_labels(), logits, classes, values);
   rec.metrics["loss"] = rec.val_loss;
   if (!rec.metrics.count(metric_)) throw std::invalid_argument("--metric " + metric_ + " is not computed for " + cfg_.problem_type);
-  const double v = rec.metrics.at(metric_);
-  last_metric_ = v;
-  const bool better = std::isnan(best_) || (higher_is_better(metric_) ? v > best_ : v < best_);
-  if (better) {
-    best_ = v;
-    bad_evals_ = 0;
-    result_.best_step = rec.step;
-    save_best();
-  } else {
-    ++bad_evals_;
-  }
-}
-
-// out/best replaced as a whole: written beside it, then swapped in.
-void FinetuneRun::save_best() {
-  if (!writer_) return;
-  const std::string dir = o_.out + "/best", fresh = dir + ".new", old = dir + ".old";
-  fs::remove_all(fresh);
-  save_model(fresh, *m_, copy_tokenizer_files(o_.model));
-  fs::remove_all(old);
-  if (fs::exists(dir)) fs::rename(dir, old);
-  fs::rename(fresh, dir);
-  fs::remove_all(old);
-}
-
-void FinetuneRun::checkpoint() {
-  if (!writer_) return;
-  state_.elapsed_s = elapsed();
-  state_.task_json = json{{"best", std::isnan(best_) ? json(nullptr) : json(best_)}, {"best_step", result_.best_step},
-                          {"bad_evals", bad_evals_}}.dump();
-  last_checkpoint_ = save_checkpoint(o_.out, *m_, trainer_->optimizer(), copy_tokenizer_files(o_.model), state_);
-  log_->write_csv();
-  if (hook_) hook_(o_.out, log_->history(), metric_);
-}
-
-bool FinetuneRun::step() {
-  const int64_t s = state_.step;
-  const auto t0 = Clock::now();
-  const StepStats st = trainer_->step(s);
-  if (!st.finite()) {
-    progress_.finish();
-    if (writer_) std::fprintf(stderr, "error: the %s became non-finite at step %lld; stopping. The last good checkpoint is %s\n",
-                 std::isfinite(st.loss) ? "gradient norm" : "loss", static_cast<long long>(s + 1),
-                 last_checkpoint_.empty() ? "(none yet)" : last_checkpoint_.c_str());
-    result_.exit_code = 3;
-    return false;
-  }
-  state_.step = s + 1;
-  state_.tokens_seen += st.tokens;
-  const int64_t per_epoch = task_->steps_per_epoch();
-  EvalRecord rec;
-  rec.step = state_.step;
-  rec.epoch = static_cast<double>(state_.step) / static_cast<double>(per_epoch);
-  rec.loss = st.loss, rec.lr = st.lr, rec.grad_norm = st.grad_norm;
-  rec.tokens_per_s = static_cast<double>(st.tokens) / std::chrono::duration<double>(Clock::now() - t0).count();
-  rec.elapsed_s = elapsed();
-  const bool last = state_.step == total_steps_;
-  const bool eval = last || (o_.eval_every > 0 ? state_.step % o_.eval_every == 0 : state_.step % per_epoch == 0);
-  if (eval) evaluate(rec);
-  log_->append(rec);
-  const double eta = (total_steps_ - state_.step) * (elapsed() - elapsed_before_) / static_cast<double>(state_.step - result_.steps_done);
-  progress_.update(state_.step, total_steps_, st.loss, last_metric_, rec.tokens_per_s, elapsed(), eta, eval);
-  const bool early = eval && o_.patience > 0 && bad_evals_ >= o_.patience;
-  const bool stop = stop_requested(comm_);
-  if (eval || last || stop) checkpoint();
-  if (early) {
-    result_.stopped_early = true;
-    return false;
-  }
-  if (stop && !last) {
-    progress_.finish();
-    if (writer_) std::fprintf(stderr, "interrupted at step %lld: checkpoint saved to %s; continue with --resume --out %s\n",
-                 static_cast<long long>(state_.step), last_checkpoint_.c_str(), o_.out.c_str());
-    result_.exit_code = 130;
-    return false;
-  }
-  return true;
 }
 
 void FinetuneRun::write_predictions() {
@@ -405,11 +298,7 @@ void FinetuneRun::write_predictions() {
   io::write_file_atomic(o_.out + "/predictions.jsonl", text);
 }
 
-FinetuneResult FinetuneRun::run() {
-  StopSignals signals;
-  session_start_ = Clock::now();
-  elapsed_before_ = state_.elapsed_s;
-  result_.steps_done = state_.step;
+FinetuneResult FinetuneRun::run(const ReportHook& on_report) {
   if (writer_) std::fprintf(stderr, "%s %s with %lld labels on %s: %lld steps (%lld epochs of %lld), batch %lld, lr %.2g, "
                "max length %lld, %d threads × %d processes; best by %s\n",
                resume_dir_.empty() ? "fine-tuning" : "resuming", cfg_.problem_type.c_str(),
@@ -417,19 +306,27 @@ FinetuneResult FinetuneRun::run() {
                static_cast<long long>(o_.epochs), static_cast<long long>(task_->steps_per_epoch()),
                static_cast<long long>(o_.batch), o_.lr, static_cast<long long>(o_.max_length), omp_get_max_threads(),
                comm_.size(), metric_.c_str());
-  while (state_.step < total_steps_) {
-    if (!step()) break;
-  }
-  progress_.finish();
-  result_.steps_done = state_.step;
+  LoopOptions lo;
+  lo.out = o_.out;
+  lo.total_steps = total_steps_;
+  lo.steps_per_epoch = task_->steps_per_epoch();
+  lo.eval_every = o_.eval_every;
+  lo.metric = metric_;
+  lo.higher_is_better = higher_is_better(metric_);
+  lo.keep_best = true;
+  lo.patience = o_.patience;
+  lo.progress = o_.progress;
+  lo.report.title = "fine-tuning: loss and validation " + metric_;
+  RunLoop loop(std::move(lo), *trainer_, *this, state_, resume_dir_, on_report);
+  static_cast<LoopResult&>(result_) = loop.run();
   if (result_.exit_code != 0) return result_;
   if (!writer_) return result_;  // the best metrics are printed once, by rank 0
-  for (const auto& r : log_->history()) {
-    if (r.step == result_.best_step) result_.best_metrics = r.metrics;
+  for (const auto& rec : loop.history()) {
+    if (rec.step == result_.best_step) result_.best_metrics = rec.metrics;
   }
   std::fprintf(stderr, "%s after %lld steps: best %s %.4f at step %lld, saved in %s\n",
                result_.stopped_early ? "stopped early" : "done", static_cast<long long>(state_.step), metric_.c_str(),
-               best_, static_cast<long long>(result_.best_step), result_.best_dir.c_str());
+               result_.best, static_cast<long long>(result_.best_step), result_.best_dir.c_str());
   if (o_.predict && !o_.test.empty()) write_predictions();
   return result_;
 }
@@ -443,7 +340,8 @@ std::string FinetuneOptions::to_json() const {
                   {"batch", batch}, {"epochs", epochs}, {"eval_every", eval_every}, {"patience", patience},
                   {"metric", metric}, {"lr", lr}, {"warmup_ratio", warmup_ratio}, {"weight_decay", weight_decay},
                   {"clip", clip}, {"dropout", dropout}, {"rope_scaling", rope_scaling}, {"seed", seed},
-                  {"predict", predict}, {"grad_accum", grad_accum}, {"threads", threads}};
+                  {"predict", predict}, {"grad_accum", grad_accum}, {"bucket_mb", bucket_mb}, {"zero1", zero1},
+                  {"threads", threads}};
   return j.dump(2) + "\n";
 }
 
@@ -459,6 +357,7 @@ FinetuneOptions FinetuneOptions::from_json(const std::string& text) {
     o.weight_decay = j.at("weight_decay"), o.clip = j.at("clip"), o.dropout = j.at("dropout");
     o.rope_scaling = j.at("rope_scaling"), o.seed = j.at("seed"), o.predict = j.at("predict"), o.threads = j.at("threads");
     o.grad_accum = j.value("grad_accum", int64_t{1});  // absent in runs from before gradient accumulation
+    o.bucket_mb = j.value("bucket_mb", 4.0), o.zero1 = j.value("zero1", false);  // absent in older runs
   } catch (const json::exception& e) {
     throw io::Error(std::string("fine-tuning options: ") + e.what());
   }
@@ -478,6 +377,7 @@ void FinetuneOptions::validate() const {
   need(max_length >= 2, "--max-length must be at least 2");
   need(batch > 0 && epochs > 0, "--batch and --epochs must be positive");
   need(grad_accum >= 1 && grad_accum <= batch, "--grad-accum must be in [1, --batch]");
+  need(bucket_mb >= 0 && bucket_mb <= 65536, "--bucket-mb must be in [0, 65536]");
   need(eval_every >= 0 && patience >= 0, "--eval-every and --patience must not be negative");
   need(lr > 0 && std::isfinite(lr), "--lr must be positive");
   need(warmup_ratio >= 0 && warmup_ratio <= 1, "--warmup-ratio must be in [0, 1]");
@@ -487,22 +387,17 @@ void FinetuneOptions::validate() const {
   model::check_linear_options(linears);  // before training, not when the predictions are due
 }
 
-FinetuneResult run_finetune(FinetuneOptions o, bool resume, const FinetuneHook& on_report) {
+FinetuneResult run_finetune(FinetuneOptions o, bool resume, const ReportHook& on_report) {
   std::string resume_dir;
   if (resume) {
-    const ResumePoint at = resume_point(o.out, "fine-tuning");
-    resume_dir = at.dir;
-    const std::string out = o.out;
-    const bool progress = o.progress;
-    const model::LinearOptions linears = o.linears;
-    o = FinetuneOptions::from_json(at.options_json);
-    o.out = out, o.progress = progress, o.linears = linears;
+    resume_dir = resume_options<FinetuneOptions>(o, "fine-tuning", [](FinetuneOptions& saved, const FinetuneOptions& given) {
+      saved.linears = given.linears;  // the predictions' linear layers are the invocation's
+    });
   }
   o.validate();
-  base::check_thread_count(o.threads, resume_dir.empty() ? "threads" : resume_dir + ": the run's saved threads");
-  if (o.threads > 0) omp_set_num_threads(o.threads);
-  FinetuneRun run(std::move(o), resume_dir, on_report);
-  const FinetuneResult r = run.run();
+  apply_threads(o.threads, resume_dir);
+  FinetuneRun run(std::move(o), resume_dir);
+  const FinetuneResult r = run.run(on_report);
   world().finish();
   return r;
 }

@@ -40,6 +40,8 @@ struct FinetuneOptions {
   std::string problem_type;          // "" = inferred from the training labels
   int64_t max_length = 128, batch = 32, epochs = 3;
   int64_t grad_accum = 1;            // micro-batches per process and step (--batch stays the batch of a step)
+  double bucket_mb = 4;              // data-parallel: gradients summed in buckets of this many MiB (trainer.h)
+  bool zero1 = false;                // data-parallel: AdamW moments sharded over the ranks
   int64_t eval_every = 0;            // steps between evaluations; 0 = at the end of each epoch
   int64_t patience = 0;              // evaluations without improvement before stopping; 0 = never stop early
   std::string metric;                // the best checkpoint's metric; "" = accuracy, pearson or f1_micro by problem type
@@ -58,21 +60,14 @@ struct FinetuneOptions {
   void validate() const;        // std::invalid_argument naming the option
 };
 
-// Called after each metrics.csv write with the run directory, the history and the chosen metric.
-using FinetuneHook = std::function<void(const std::string& out, const std::vector<EvalRecord>& history,
-                                        const std::string& metric)>;
 
-struct FinetuneResult {
-  int exit_code = 0;       // 0 done (or stopped early), 130 interrupted (checkpoint saved), 3 non-finite loss
-  int64_t steps_done = 0;
-  bool stopped_early = false;
+struct FinetuneResult : LoopResult {
   std::string best_dir;    // out/best
-  int64_t best_step = 0;
   std::map<std::string, double> best_metrics;  // the validation metrics of the best checkpoint
 };
 
 // Runs (or with resume, continues from out's latest checkpoint) a fine-tuning run. Throws io::Error
 // naming the file and line for bad data, std::invalid_argument for bad options.
-FinetuneResult run_finetune(FinetuneOptions o, bool resume, const FinetuneHook& on_report = {});
+FinetuneResult run_finetune(FinetuneOptions o, bool resume, const ReportHook& on_report = {});
 
 }  // namespace train

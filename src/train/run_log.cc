@@ -1,4 +1,4 @@
-// The fine-tuning and translation metrics log (see run_log.h).
+// The metrics log of every training run (see run_log.h).
 #include "run_log.h"
 
 #include <fstream>
@@ -15,15 +15,16 @@ namespace {
 using nlohmann::json;
 
 json record_json(const EvalRecord& r) {
-  json j = {{"step", r.step}, {"epoch", r.epoch}, {"loss", r.loss}, {"lr", r.lr}, {"grad_norm", r.grad_norm},
+  json j = {{"step", r.step}, {"loss", r.loss}, {"lr", r.lr}, {"grad_norm", r.grad_norm},
             {"tokens_per_s", r.tokens_per_s}, {"elapsed_s", r.elapsed_s}};
+  if (std::isfinite(r.epoch)) j["epoch"] = r.epoch;
   if (std::isfinite(r.val_loss)) j["val_loss"] = r.val_loss;
   for (const auto& [k, v] : r.metrics) j["val_" + k] = std::isfinite(v) ? json(v) : json(nullptr);
   return j;
 }
 
 EvalRecord record_from_json(const json& j) {
-  EvalRecord r{j.at("step"), j.at("epoch"), j.at("loss"), j.at("lr"), j.at("grad_norm"), j.at("tokens_per_s"),
+  EvalRecord r{j.at("step"), j.value("epoch", static_cast<double>(NAN)), j.at("loss"), j.at("lr"), j.at("grad_norm"), j.at("tokens_per_s"),
                j.at("elapsed_s"), j.contains("val_loss") ? j["val_loss"].get<double>() : NAN, {}};
   for (const auto& [k, v] : j.items()) {
     if (k.rfind("val_", 0) == 0 && k != "val_loss") r.metrics[k.substr(4)] = v.is_null() ? NAN : v.get<double>();
@@ -74,7 +75,9 @@ void RunLog::write_csv() const {
   for (const auto& n : names) csv << ",val_" << n;
   csv << '\n';
   for (const auto& r : history_) {
-    csv << r.step << ',' << r.epoch << ',' << r.loss << ',' << r.lr << ',' << r.grad_norm << ',' << r.tokens_per_s << ','
+    csv << r.step << ',';
+    if (std::isfinite(r.epoch)) csv << r.epoch;
+    csv << ',' << r.loss << ',' << r.lr << ',' << r.grad_norm << ',' << r.tokens_per_s << ','
         << r.elapsed_s << ',';
     if (std::isfinite(r.val_loss)) csv << r.val_loss;
     for (const auto& n : names) {

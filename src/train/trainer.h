@@ -1,8 +1,8 @@
 // The trainer behind `roformer train`. Trainer is the step API: one optimiser step of a Task
 // (task.h) with AdamW, an LR schedule and gradient clipping, and evaluation on the task's validation
-// set. run_training drives it for a RoFormer masked LM or causal LM on a text corpus: periodic
-// validation, checkpoints, a metrics log (metrics.jsonl, metrics.csv), a report hook (the command
-// line renders loss.png there), a progress line, and a generated sample at the end. Everything
+// set. run_training is the pre-training recipe for a RoFormer masked LM or causal LM on a text
+// corpus, around the one training loop (run_loop.h: periodic validation, checkpoints, the metrics
+// log, the report hook, the progress line), with a generated sample at the end. Everything
 // random is a pure function of (seed, step, global row): the data windows, the MLM masks and the
 // dropout masks; so a run resumed from a checkpoint reproduces the uninterrupted run's losses bit
 // for bit (same thread count). SIGINT/SIGTERM save a checkpoint and stop; a non-finite loss or
@@ -24,6 +24,7 @@
 #include "train/lm_task.h"
 #include "train/lm_text.h"
 #include "train/optim.h"
+#include "train/run_log.h"
 #include "train/task.h"
 
 namespace train {
@@ -139,27 +140,13 @@ class Trainer {
   std::unique_ptr<AdamW> gathered_;                   // gather_optimizer()'s result
 };
 
-// One line of the metrics log; val_loss is NaN on steps without evaluation.
-struct Record {
-  int64_t step;
-  double loss, lr, grad_norm, tokens_per_s, elapsed_s, val_loss;
-};
-
-// Called by run_training whenever it rewrites metrics.csv (after evaluations and at checkpoints)
-// with the run directory, the whole metrics history and the unigram baseline: `roformer train`
-// renders loss.png here.
-using ReportHook = std::function<void(const std::string& out_dir, const std::vector<Record>& history,
-                                      double unigram_baseline, const TrainOptions& options)>;
-
-struct TrainResult {
-  int exit_code = 0;     // 0 done, 130 interrupted (checkpoint saved), 3 non-finite loss
-  int64_t steps_done = 0;
-  double train_loss = 0, val_loss = 0, unigram_baseline = 0;
-  std::string checkpoint;  // the last checkpoint written
+struct TrainResult : LoopResult {
+  double unigram_baseline = 0;
 };
 
 // Runs (or with resume, continues: options then come from the run directory) a training run.
-// on_report (optional) is called after each metrics.csv write. Throws io::Error /
+// on_report (optional) is called after each metrics.csv write (run_log.h), with the unigram
+// baseline. Throws io::Error /
 // std::invalid_argument on bad data, options or checkpoints.
 TrainResult run_training(TrainOptions opts, bool resume, const ReportHook& on_report = {});
 

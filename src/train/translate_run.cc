@@ -20,8 +20,7 @@
 #include "text/bleu.h"
 #include "text/sentencepiece.h"
 #include "train/checkpoint.h"
-#include "train/console.h"
-#include "train/run_log.h"
+#include "train/run_loop.h"
 #include "train/seq2seq_task.h"
 #include "train/trainer.h"
 
@@ -30,7 +29,6 @@ namespace {
 
 using nlohmann::json;
 namespace fs = std::filesystem;
-using Clock = std::chrono::steady_clock;
 
 // Both sides of every pair as subword ids; pairs longer than the limits are dropped (counted).
 std::vector<TokenizedPair> encode_pairs(const std::vector<data::SentencePair>& pairs, const text::SentencePiece& sp,
@@ -49,33 +47,30 @@ std::vector<TokenizedPair> encode_pairs(const std::vector<data::SentencePair>& p
   return out;
 }
 
-class TranslateRun {
+// One invocation of `roformer translate-train`: the set-up in the constructor, then the loop.
+class TranslateRun : public Recipe {
  public:
-  TranslateRun(TranslateTrainOptions o, std::string resume_dir, FinetuneHook hook)
-      : o_(std::move(o)), resume_dir_(std::move(resume_dir)), hook_(std::move(hook)),
-        writer_(comm_.rank() == 0), progress_(ProgressLine::choose(o_.progress, writer_)) {
+  TranslateRun(TranslateTrainOptions o, std::string resume_dir)
+      : o_(std::move(o)), resume_dir_(std::move(resume_dir)), writer_(comm_.rank() == 0) {
     prepare();
-    log_ = std::make_unique<RunLog>(o_.out, resume_dir_.empty() ? -1 : state_.step, writer_);
   }
-  TranslateTrainResult run();
+  TranslateTrainResult run(const ReportHook& on_report);
+
+  void evaluate(EvalRecord& rec) override;
+  void write_model(const std::string& dir) override {
+    model::save_seq2seq(dir, *m_);
+    io::write_file_atomic(dir + "/spm.model", sp_->serialized());
+  }
 
  private:
   void prepare();
   void subwords(const std::vector<data::SentencePair>& train_pairs);
-  bool step();
-  void evaluate(EvalRecord& rec);
   double validation_bleu();
-  void checkpoint();
-  double elapsed() const {
-    return elapsed_before_ + std::chrono::duration<double>(Clock::now() - session_start_).count();
-  }
 
   TranslateTrainOptions o_;
   std::string resume_dir_;
-  FinetuneHook hook_;
   Communicator& comm_ = world();
   bool writer_;
-  ProgressLine progress_;
   TranslateTrainResult result_;
   std::unique_ptr<text::SentencePiece> sp_;
   std::unique_ptr<Seq2SeqModel> m_;
@@ -83,9 +78,6 @@ class TranslateRun {
   std::unique_ptr<Trainer> trainer_;
   std::vector<data::SentencePair> bleu_pairs_;
   TrainerState state_;
-  std::unique_ptr<RunLog> log_;
-  Clock::time_point session_start_;
-  double elapsed_before_ = 0, last_bleu_ = NAN;
 };
 
 // The vocabulary: the checkpoint's (resume), the given model, or one trained on both sides of the
@@ -114,10 +106,7 @@ void TranslateRun::subwords(const std::vector<data::SentencePair>& train_pairs) 
 }
 
 void TranslateRun::prepare() {
-  if (resume_dir_.empty() && !latest_checkpoint(o_.out).empty()) {
-    throw io::Error(o_.out + " already holds a run; continue it with --resume or choose another --out");
-  }
-  if (writer_) fs::create_directories(o_.out);
+  if (resume_dir_.empty()) claim_run_directory(o_.out, writer_);
   const auto train_pairs = data::read_parallel(o_.train, o_.source_key, o_.target_key);
   const auto val_pairs = data::read_parallel(o_.validation, o_.source_key, o_.target_key);
   if (train_pairs.empty()) throw io::Error(o_.train + ": no sentence pairs");
@@ -178,14 +167,10 @@ void TranslateRun::prepare() {
   sched.decay = Decay::inverse_sqrt;
   AdamWConfig adamw;
   adamw.beta1 = o_.beta1, adamw.beta2 = o_.beta2, adamw.weight_decay = o_.weight_decay;
-  TrainerConfig trainer_cfg{sched, adamw, o_.clip, o_.seed, o_.grad_accum};
+  TrainerConfig trainer_cfg{sched, adamw, o_.clip, o_.seed, o_.grad_accum, &comm_, o_.bucket_mb, o_.zero1};
   trainer_ = std::make_unique<Trainer>(*m_, *task_, trainer_cfg);
+  if (!resume_dir_.empty()) state_ = restore_optimizer(resume_dir_, *trainer_, adamw);
   state_.options_json = o_.to_json();
-  if (!resume_dir_.empty()) {
-    state_ = load_optimizer(resume_dir_, *m_, trainer_->optimizer());
-    state_.options_json = o_.to_json();
-    result_.checkpoint = resume_dir_;
-  }
 }
 
 // Corpus BLEU of the model's translations of the first bleu_sentences validation pairs.
@@ -214,71 +199,10 @@ void TranslateRun::evaluate(EvalRecord& rec) {
   rec.metrics["nll"] = e.metrics.at(0);
   rec.metrics["ppl"] = std::exp(e.metrics.at(0));
   rec.metrics["accuracy"] = e.metrics.at(1);
-  rec.metrics["bleu"] = last_bleu_ = validation_bleu();
-  result_.val_loss = e.loss;
-  result_.val_bleu = last_bleu_;
+  rec.metrics["bleu"] = validation_bleu();
 }
 
-void TranslateRun::checkpoint() {
-  if (!writer_) return;
-  state_.elapsed_s = elapsed();
-  const std::string out = o_.out;
-  const std::string spm_bytes = sp_->serialized();
-  result_.checkpoint = save_checkpoint(
-      o_.out, *m_, trainer_->optimizer(),
-      [&](const std::string& dir) {
-        model::save_seq2seq(dir, *m_);
-        io::write_file_atomic(dir + "/spm.model", spm_bytes);
-      },
-      state_, static_cast<int>(o_.keep_checkpoints));
-  log_->write_csv();
-  if (hook_) hook_(o_.out, log_->history(), "bleu");
-}
-
-bool TranslateRun::step() {
-  const int64_t s = state_.step;
-  const auto t0 = Clock::now();
-  const StepStats st = trainer_->step(s);
-  if (!st.finite()) {
-    progress_.finish();
-    if (writer_) std::fprintf(stderr, "error: the %s became non-finite at step %lld; stopping. The last good checkpoint is %s\n",
-                              std::isfinite(st.loss) ? "gradient norm" : "loss", static_cast<long long>(s + 1),
-                              result_.checkpoint.empty() ? "(none yet)" : result_.checkpoint.c_str());
-    result_.exit_code = 3;
-    return false;
-  }
-  state_.step = s + 1;
-  state_.tokens_seen += st.tokens;
-  EvalRecord rec;
-  rec.step = state_.step;
-  rec.epoch = static_cast<double>(state_.step) / static_cast<double>(task_->steps_per_epoch());
-  rec.loss = st.loss, rec.lr = st.lr, rec.grad_norm = st.grad_norm;
-  rec.tokens_per_s = static_cast<double>(st.tokens) / std::chrono::duration<double>(Clock::now() - t0).count();
-  rec.elapsed_s = elapsed();
-  const bool last = state_.step == o_.steps;
-  const bool eval = last || state_.step % o_.eval_every == 0;
-  if (eval) evaluate(rec);
-  log_->append(rec);
-  const double eta = (o_.steps - state_.step) * (elapsed() - elapsed_before_) /
-                     static_cast<double>(state_.step - result_.steps_done);
-  progress_.update(state_.step, o_.steps, st.loss, last_bleu_, rec.tokens_per_s, elapsed(), eta, eval);
-  const bool stop = stop_requested(comm_);
-  if (eval || stop) checkpoint();
-  if (stop && !last) {
-    progress_.finish();
-    if (writer_) std::fprintf(stderr, "interrupted at step %lld: checkpoint saved to %s; continue with --resume --out %s\n",
-                              static_cast<long long>(state_.step), result_.checkpoint.c_str(), o_.out.c_str());
-    result_.exit_code = 130;
-    return false;
-  }
-  return true;
-}
-
-TranslateTrainResult TranslateRun::run() {
-  StopSignals signals;
-  session_start_ = Clock::now();
-  elapsed_before_ = state_.elapsed_s;
-  result_.steps_done = state_.step;
+TranslateTrainResult TranslateRun::run(const ReportHook& on_report) {
   const auto& c = m_->config();
   if (writer_) {
     std::fprintf(stderr, "%s a %s encoder-decoder (%lld+%lld layers, hidden %lld, %lld parameters, vocabulary %lld): "
@@ -290,14 +214,23 @@ TranslateTrainResult TranslateRun::run() {
                  static_cast<long long>(task_->steps_per_epoch()), static_cast<long long>(o_.max_tokens), o_.lr,
                  omp_get_max_threads(), comm_.size());
   }
-  while (state_.step < o_.steps) {
-    if (!step()) break;
-  }
-  progress_.finish();
-  result_.steps_done = state_.step;
+  LoopOptions lo;
+  lo.out = o_.out;
+  lo.total_steps = o_.steps;
+  lo.steps_per_epoch = task_->steps_per_epoch();
+  lo.eval_every = o_.eval_every;
+  lo.keep_checkpoints = static_cast<int>(o_.keep_checkpoints);
+  lo.metric = "bleu";
+  lo.higher_is_better = true;
+  lo.progress = o_.progress;
+  lo.report.title = "translation: loss and validation BLEU";
+  lo.report.metric_scale = 0.1;  // BLEU ÷ 10 on the loss's scale
+  RunLoop loop(std::move(lo), *trainer_, *this, state_, resume_dir_, on_report);
+  static_cast<LoopResult&>(result_) = loop.run();
   if (result_.exit_code == 0 && writer_) {
     std::fprintf(stderr, "done after %lld steps: validation loss %.4f, BLEU %.2f; last checkpoint %s\n",
-                 static_cast<long long>(state_.step), result_.val_loss, result_.val_bleu, result_.checkpoint.c_str());
+                 static_cast<long long>(state_.step), result_.last_eval.val_loss, result_.last_eval.metrics["bleu"],
+                 result_.checkpoint.c_str());
   }
   return result_;
 }
@@ -314,7 +247,7 @@ std::string TranslateTrainOptions::to_json() const {
                   {"beta2", beta2}, {"weight_decay", weight_decay}, {"clip", clip}, {"seed", seed},
                   {"eval_every", eval_every}, {"keep_checkpoints", keep_checkpoints},
                   {"bleu_sentences", bleu_sentences}, {"bleu_beam", bleu_beam}, {"grad_accum", grad_accum},
-                  {"threads", threads}};
+                  {"bucket_mb", bucket_mb}, {"zero1", zero1}, {"threads", threads}};
   return j.dump(2) + "\n";
 }
 
@@ -334,6 +267,7 @@ TranslateTrainOptions TranslateTrainOptions::from_json(const std::string& text) 
     o.eval_every = j.at("eval_every"), o.keep_checkpoints = j.at("keep_checkpoints");
     o.bleu_sentences = j.at("bleu_sentences"), o.bleu_beam = j.at("bleu_beam"), o.grad_accum = j.at("grad_accum");
     o.threads = j.at("threads");
+    o.bucket_mb = j.value("bucket_mb", 4.0), o.zero1 = j.value("zero1", false);  // absent in older runs
   } catch (const json::exception& e) {
     throw io::Error(std::string("translation options: ") + e.what());
   }
@@ -358,22 +292,16 @@ void TranslateTrainOptions::validate() const {
   need(keep_checkpoints >= 1, "--keep-checkpoints must be at least 1");
   need(bleu_sentences >= 0 && bleu_beam >= 1, "--bleu-sentences must not be negative and --bleu-beam positive");
   need(grad_accum >= 1, "--grad-accum must be at least 1");
+  need(bucket_mb >= 0 && bucket_mb <= 65536, "--bucket-mb must be in [0, 65536]");
 }
 
-TranslateTrainResult run_translate_training(TranslateTrainOptions o, bool resume, const FinetuneHook& on_report) {
+TranslateTrainResult run_translate_training(TranslateTrainOptions o, bool resume, const ReportHook& on_report) {
   std::string resume_dir;
-  if (resume) {
-    const ResumePoint at = resume_point(o.out, "translation");
-    resume_dir = at.dir;
-    const std::string out = o.out;
-    const bool progress = o.progress;
-    o = TranslateTrainOptions::from_json(at.options_json);
-    o.out = out, o.progress = progress;
-  }
+  if (resume) resume_dir = resume_options<TranslateTrainOptions>(o, "translation", {});
   o.validate();
-  if (o.threads > 0) omp_set_num_threads(o.threads);
-  TranslateRun run(std::move(o), resume_dir, on_report);
-  const TranslateTrainResult r = run.run();
+  apply_threads(o.threads, resume_dir);
+  TranslateRun run(std::move(o), resume_dir);
+  const TranslateTrainResult r = run.run(on_report);
   world().finish();
   return r;
 }

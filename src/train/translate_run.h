@@ -17,7 +17,7 @@
 #include <string>
 
 #include "model/config.h"
-#include "train/finetune.h"
+#include "train/run_log.h"
 
 namespace train {
 
@@ -39,6 +39,8 @@ struct TranslateTrainOptions {
   int64_t eval_every = 500, keep_checkpoints = 5;
   int64_t bleu_sentences = 200, bleu_beam = 1;  // 0 sentences: no BLEU during training
   int64_t grad_accum = 1;
+  double bucket_mb = 4;               // data-parallel: gradients summed in buckets of this many MiB (trainer.h)
+  bool zero1 = false;                 // data-parallel: AdamW moments sharded over the ranks
   int threads = 0;
   bool progress = true;
 
@@ -47,15 +49,10 @@ struct TranslateTrainOptions {
   void validate() const;        // std::invalid_argument naming the option
 };
 
-struct TranslateTrainResult {
-  int exit_code = 0;  // 0 done, 130 interrupted (checkpoint saved), 3 non-finite loss
-  int64_t steps_done = 0;
-  double val_loss = 0, val_bleu = 0;
-  std::string checkpoint;  // the last checkpoint written
-};
+struct TranslateTrainResult : LoopResult {};  // last_eval holds the validation loss and BLEU
 
 // Runs (or with resume, continues from out/latest: the options then come from the checkpoint) a
 // translation training run. on_report gets the history with "bleu" as the metric.
-TranslateTrainResult run_translate_training(TranslateTrainOptions o, bool resume, const FinetuneHook& on_report = {});
+TranslateTrainResult run_translate_training(TranslateTrainOptions o, bool resume, const ReportHook& on_report = {});
 
 }  // namespace train

@@ -124,4 +124,7 @@ std::function<int()> add_infer_commands(CLI::App& app);
 // runs a model.
 void add_linear_options(CLI::App* command, std::string& quantize, std::string& gemm);
 
+// --grad-accum, --bucket-mb and --zero1 (train::TrainerConfig) for every training command.
+void add_data_parallel_options(CLI::App* command, int64_t& grad_accum, double& bucket_mb, bool& zero1);
+
 }  // namespace roformer

@@ -1,5 +1,5 @@
-// `roformer finetune`: flags for the fine-tuning run (src/train/finetune.h), and its report hook,
-// which draws curves.png: the smoothed training loss and the validation metric over the steps.
+// `roformer finetune`: flags for the fine-tuning run (src/train/finetune.h); curves.png comes from
+// the report hook every training command shares (curves.h).
 #include <CLI/CLI.hpp>
 #include <fmt/core.h>
 
@@ -7,44 +7,13 @@
 #include <memory>
 
 #include "commands.h"
+#include "curves.h"
 #include "thread_option.h"
 #include "io/atomic_file.h"
 #include "plot/plot.h"
 #include "train/finetune.h"
 
 namespace roformer {
-namespace {
-
-void render_curves_png(const std::string& out, const std::vector<train::EvalRecord>& history,
-                       const std::string& metric) {
-  if (history.empty()) return;
-  plot::Series loss{"train loss (smoothed)", {}, {}}, val_loss{"validation loss", {}, {}}, val{"validation " + metric, {}, {}};
-  val_loss.markers = val.markers = true;
-  double smoothed = NAN;
-  for (const auto& r : history) {
-    smoothed = std::isfinite(smoothed) ? 0.9 * smoothed + 0.1 * r.loss : r.loss;
-    loss.x.push_back(static_cast<double>(r.step));
-    loss.y.push_back(smoothed);
-    if (std::isfinite(r.val_loss)) {
-      val_loss.x.push_back(static_cast<double>(r.step));
-      val_loss.y.push_back(r.val_loss);
-    }
-    if (r.metrics.count(metric) && std::isfinite(r.metrics.at(metric)) && metric != "loss") {
-      val.x.push_back(static_cast<double>(r.step));
-      val.y.push_back(r.metrics.at(metric));
-    }
-  }
-  plot::Chart chart;
-  chart.title = "fine-tuning: loss and validation " + metric;
-  chart.x_label = "step";
-  chart.y_label = "loss / " + metric;
-  chart.series.push_back(loss);
-  if (!val_loss.x.empty()) chart.series.push_back(val_loss);
-  if (!val.x.empty()) chart.series.push_back(val);
-  io::write_file_atomic(out + "/curves.png", plot::render_png(chart));
-}
-
-}  // namespace
 
 std::function<int()> add_finetune_command(CLI::App& app) {
   auto o = std::make_shared<train::FinetuneOptions>();
@@ -66,8 +35,7 @@ std::function<int()> add_finetune_command(CLI::App& app) {
   ft->add_option("--max-length", o->max_length, "Tokens per example after truncation (longest_first for pairs)")
       ->capture_default_str();
   ft->add_option("--batch", o->batch, "Examples per step, over all processes")->check(CLI::PositiveNumber)->capture_default_str();
-  ft->add_option("--grad-accum", o->grad_accum, "Micro-batches each process splits its rows into (same result, less memory)")
-      ->check(CLI::PositiveNumber)->capture_default_str();
+  add_data_parallel_options(ft, o->grad_accum, o->bucket_mb, o->zero1);
   ft->add_option("--epochs", o->epochs, "Passes over the training set")->check(CLI::PositiveNumber)->capture_default_str();
   ft->add_option("--eval-every", o->eval_every, "Steps between evaluations (0: each epoch)")->capture_default_str();
   ft->add_option("--patience", o->patience, "Stop after this many evaluations without improvement (0: never)")
@@ -91,7 +59,7 @@ std::function<int()> add_finetune_command(CLI::App& app) {
   return [ft, o, resume, no_progress]() -> int {
     if (!ft->parsed()) return -1;
     o->progress = !*no_progress;
-    const train::FinetuneResult r = train::run_finetune(*o, *resume, render_curves_png);
+    const train::FinetuneResult r = train::run_finetune(*o, *resume, render_curves);
     if (r.exit_code == 0) {
       for (const auto& [name, value] : r.best_metrics) fmt::print("best {}: {:.4f}\n", name, value);
     }

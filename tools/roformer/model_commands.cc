@@ -9,6 +9,7 @@
 #include <memory>
 
 #include "commands.h"
+#include "curves.h"
 #include "thread_option.h"
 #include "io/atomic_file.h"
 #include "model/decoding.h"
@@ -34,35 +35,6 @@ struct ModelCommandOptions {
   train::ExtrapolationOptions extrapolation;  // eval --lengths
   model::LinearOptions linears;               // eval, generate: --quantize, --gemm
 };
-
-// The training run's report hook: loss.png, the smoothed training loss and the validation loss
-// over the whole history, replaced atomically.
-void render_loss_png(const std::string& out, const std::vector<train::Record>& history, double baseline,
-                     const train::TrainOptions& o) {
-  if (history.empty()) return;
-  plot::Series train{"train loss", {}, {}}, val{"validation loss", {}, {}};
-  val.markers = true;
-  double smoothed = NAN;
-  for (const train::Record& r : history) {
-    if (std::isfinite(r.val_loss)) {
-      val.x.push_back(static_cast<double>(r.step));
-      val.y.push_back(r.val_loss);
-    }
-    smoothed = std::isfinite(smoothed) ? 0.9 * smoothed + 0.1 * r.loss : r.loss;  // EMA for a readable curve
-    train.x.push_back(static_cast<double>(r.step));
-    train.y.push_back(smoothed);
-  }
-  plot::Chart chart;
-  chart.title = "RoFormer " + o.task + " (" + model::position_encoding_name(o.model.position_encoding) + ", " +
-                std::to_string(o.model.num_hidden_layers) + "×" + std::to_string(o.model.hidden_size) + ") on " +
-                std::filesystem::path(o.data).filename().string();
-  chart.x_label = "step";
-  chart.y_label = "cross-entropy (nats/token)";
-  chart.series.push_back(train);
-  if (!val.x.empty()) chart.series.push_back(val);
-  if (std::isfinite(baseline)) chart.hlines.push_back({"unigram baseline", baseline});
-  io::write_file_atomic(out + "/loss.png", plot::render_png(chart));
-}
 
 // `roformer eval --lengths ... --png`: perplexity by window length, one series per method.
 void render_extrapolation_png(const std::string& png, const train::ExtrapolationResult& r) {
@@ -91,7 +63,7 @@ int run_train(ModelCommandOptions& o) {
   t.model.attention_probs_dropout_prob = o.attention_dropout >= 0 ? o.attention_dropout : o.dropout;
   t.schedule.decay = train::Schedule::parse_decay(o.decay);
   t.progress = !o.no_progress;
-  const train::TrainResult r = train::run_training(t, o.resume, render_loss_png);
+  const train::TrainResult r = train::run_training(t, o.resume, render_curves);
   return r.exit_code;
 }
 
@@ -148,6 +120,14 @@ int run_generate(const ModelCommandOptions& o) {
 
 }  // namespace
 
+void add_data_parallel_options(CLI::App* command, int64_t& grad_accum, double& bucket_mb, bool& zero1) {
+  command->add_option("--grad-accum", grad_accum, "Micro-batches each process splits its rows into (same result, less memory)")
+      ->check(CLI::PositiveNumber)->capture_default_str();
+  command->add_option("--bucket-mb", bucket_mb, "Data-parallel gradient buckets in MiB, reduced during the backward "
+                      "(0: one allreduce after it)")->check(CLI::Range(0.0, 65536.0))->capture_default_str();
+  command->add_flag("--zero1", zero1, "Data-parallel: each process keeps 1/N of the AdamW moments (ZeRO-1)");
+}
+
 std::function<int()> add_model_commands(CLI::App& app) {
   auto o = std::make_shared<ModelCommandOptions>();
   train::TrainOptions& t = o->train;
@@ -166,7 +146,7 @@ std::function<int()> add_model_commands(CLI::App& app) {
 
   CLI::App* tr = app.add_subcommand("train", "Train a RoFormer causal or masked LM on a text file");
   tr->add_option("--data", t.data, "UTF-8 text file (the last --val-fraction is validation)");
-  tr->add_option("--out", t.out, "Run directory: checkpoints, metrics.jsonl/csv, loss.png")->capture_default_str();
+  tr->add_option("--out", t.out, "Run directory: checkpoints, metrics.jsonl/csv, curves.png")->capture_default_str();
   tr->add_flag("--resume", o->resume, "Continue the run in --out from its latest checkpoint (options come from it)");
   tr->add_option("--task", t.task, "clm (causal LM) or mlm (masked LM)")->check(CLI::IsMember({"clm", "mlm"}))->capture_default_str();
   tr->add_option("--tokenizer", t.tokenizer, "char, byte or wordpiece (with --vocab)")
@@ -194,11 +174,7 @@ std::function<int()> add_model_commands(CLI::App& app) {
   tr->add_option("--dropout", o->dropout, "Hidden dropout")->check(CLI::Range(0.0, 0.99))->capture_default_str();
   tr->add_option("--attention-dropout", o->attention_dropout, "Attention-probability dropout (default: --dropout)");
   tr->add_option("--batch", t.batch, "Sequences per step, over all processes")->check(CLI::PositiveNumber)->capture_default_str();
-  tr->add_option("--grad-accum", t.grad_accum, "Micro-batches each process splits its rows into (same result, less memory)")
-      ->check(CLI::PositiveNumber)->capture_default_str();
-  tr->add_option("--bucket-mb", t.bucket_mb, "Data-parallel gradient buckets in MiB, reduced during the backward "
-                 "(0: one allreduce after it)")->capture_default_str();
-  tr->add_flag("--zero1", t.zero1, "Data-parallel: each process keeps 1/N of the AdamW moments (ZeRO-1)");
+  add_data_parallel_options(tr, t.grad_accum, t.bucket_mb, t.zero1);
   tr->add_option("--seq", t.seq, "Tokens per sequence")->check(CLI::PositiveNumber)->capture_default_str();
   tr->add_option("--steps", t.steps, "Optimizer steps")->check(CLI::PositiveNumber)->capture_default_str();
   tr->add_option("--lr", t.schedule.peak_lr, "Peak learning rate")->capture_default_str();

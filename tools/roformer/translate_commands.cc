@@ -16,6 +16,7 @@
 #include <omp.h>
 
 #include "commands.h"
+#include "curves.h"
 #include "thread_option.h"
 #include "data/parallel.h"
 #include "io/atomic_file.h"
@@ -32,36 +33,6 @@ namespace {
 
 namespace fs = std::filesystem;
 
-// curves.png: train loss (smoothed), validation loss and validation BLEU against the step.
-void render_translation_curves(const std::string& out, const std::vector<train::EvalRecord>& history,
-                               const std::string& metric) {
-  if (history.empty()) return;
-  plot::Series loss{"train loss (smoothed)", {}, {}}, val_loss{"validation loss", {}, {}},
-      bleu{"validation " + metric + " / 10", {}, {}};
-  val_loss.markers = bleu.markers = true;
-  double smoothed = NAN;
-  for (const auto& r : history) {
-    smoothed = std::isfinite(smoothed) ? 0.95 * smoothed + 0.05 * r.loss : r.loss;
-    loss.x.push_back(static_cast<double>(r.step));
-    loss.y.push_back(smoothed);
-    if (std::isfinite(r.val_loss)) {
-      val_loss.x.push_back(static_cast<double>(r.step));
-      val_loss.y.push_back(r.val_loss);
-    }
-    if (r.metrics.count(metric) && std::isfinite(r.metrics.at(metric))) {
-      bleu.x.push_back(static_cast<double>(r.step));
-      bleu.y.push_back(r.metrics.at(metric) / 10);  // on the loss's scale
-    }
-  }
-  plot::Chart chart;
-  chart.title = "translation: loss and validation BLEU";
-  chart.x_label = "step";
-  chart.y_label = "loss (nats/token) / BLEU ÷ 10";
-  chart.series.push_back(loss);
-  if (!val_loss.x.empty()) chart.series.push_back(val_loss);
-  if (!bleu.x.empty()) chart.series.push_back(bleu);
-  io::write_file_atomic(out + "/curves.png", plot::render_png(chart));
-}
 
 struct TranslateCli {
   train::TranslateTrainOptions train;
@@ -87,8 +58,11 @@ int run_translate_train(TranslateCli& c) {
   c.train.model.hidden_dropout_prob = c.train.model.attention_probs_dropout_prob = c.dropout;
   c.train.model.embedding_size = c.train.model.hidden_size;
   c.train.progress = !c.no_progress;
-  const train::TranslateTrainResult r = train::run_translate_training(c.train, c.resume, render_translation_curves);
-  if (r.exit_code == 0) fmt::print("validation loss {:.4f}, BLEU {:.2f}\n", r.val_loss, r.val_bleu);
+  const train::TranslateTrainResult r = train::run_translate_training(c.train, c.resume, render_curves);
+  if (r.exit_code == 0) {
+    const auto bleu = r.last_eval.metrics.find("bleu");
+    fmt::print("validation loss {:.4f}, BLEU {:.2f}\n", r.last_eval.val_loss, bleu == r.last_eval.metrics.end() ? NAN : bleu->second);
+  }
   return r.exit_code;
 }
 
@@ -261,7 +235,7 @@ std::function<int()> add_translate_commands(CLI::App& app) {
   tt->add_option("--beta2", t.beta2, "Adam β2")->capture_default_str();
   tt->add_option("--weight-decay", t.weight_decay, "AdamW decoupled weight decay")->capture_default_str();
   tt->add_option("--clip", t.clip, "Global gradient-norm clip (0: off)")->capture_default_str();
-  tt->add_option("--grad-accum", t.grad_accum, "Micro-batches per process and step")->check(CLI::PositiveNumber)->capture_default_str();
+  add_data_parallel_options(tt, t.grad_accum, t.bucket_mb, t.zero1);
   tt->add_option("--seed", t.seed, "Seed of initialisation, subwords, batch order and dropout")->capture_default_str();
   tt->add_option("--eval-every", t.eval_every, "Steps between evaluations and checkpoints")->capture_default_str();
   tt->add_option("--keep-checkpoints", t.keep_checkpoints, "Checkpoints kept (for roformer average)")->capture_default_str();

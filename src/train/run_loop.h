@@ -1,0 +1,96 @@
+// The one training loop of every workload. Pre-training (run.cc), fine-tuning (finetune.cc) and
+// translation (translate_run.cc) are recipes: each builds its data, model, task and Trainer, then
+// hands the loop a Recipe (its evaluation and how a model directory is written) and LoopOptions. The
+// loop owns everything around Trainer::step:
+//   - the run log (run_log.h: metrics.jsonl appended as it goes, metrics.csv) and the report hook;
+//   - evaluation cadence (every eval_every steps, or at each epoch's end, and at the last step);
+//   - checkpoints (every save_every steps and/or at evaluations, at the last step and on a stop;
+//     the newest keep_checkpoints kept; with ZeRO-1 the optimiser state is gathered first);
+//   - the best checkpoint by a metric (out/best, replaced as a whole) and early stopping after
+//     `patience` evaluations without improvement, both restored on --resume;
+//   - the progress line and its ETA, and the two stops: a non-finite loss or gradient norm (status 3,
+//     the last good checkpoint kept) and SIGINT/SIGTERM on any rank (checkpoint, status 130).
+// Data-parallel (comm.h): every rank runs the loop on the same options; rank 0 alone writes and
+// prints, and every rank evaluates, so that best/early-stopping decisions agree.
+// Also here: what --resume and --threads mean for every workload (resume_options, apply_threads,
+// restore_optimizer).
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "train/checkpoint.h"
+#include "train/run_log.h"
+#include "train/trainer.h"
+
+namespace train {
+
+// What a workload plugs into the loop.
+class Recipe {
+ public:
+  virtual ~Recipe() = default;
+  // Evaluates the current weights: fills rec.val_loss and rec.metrics. Every rank calls it.
+  virtual void evaluate(EvalRecord& rec) = 0;
+  // Writes the inference part of a checkpoint (config, weights, tokenizer) into dir.
+  virtual void write_model(const std::string& dir) = 0;
+};
+
+struct LoopOptions {
+  std::string out;
+  int64_t total_steps = 0;
+  int64_t steps_per_epoch = 0;     // 0: the data has no epochs (records' epoch is NaN)
+  int64_t eval_every = 0;          // 0: at each epoch's end (and the last step)
+  int64_t save_every = 0;          // > 0: a checkpoint every this many steps
+  bool save_at_eval = true;        // a checkpoint at each evaluation
+  int keep_checkpoints = 2;
+  std::string metric;              // "": the validation loss; else a key of EvalRecord::metrics
+  bool higher_is_better = false;   // the metric's direction
+  bool keep_best = false;          // out/best: the best evaluation's model directory
+  int64_t patience = 0;            // with keep_best: evaluations without improvement before stopping (0: never)
+  bool progress = true;
+  RunReport report;                // title, baseline and metric scale for the hook (out, history, metric filled in)
+};
+
+class RunLoop {
+ public:
+  // state: the trainer state (fresh, or load_optimizer's on --resume, when resumed_from names the
+  // checkpoint); its task_json carries the best/patience bookkeeping across a resume.
+  RunLoop(LoopOptions o, Trainer& trainer, Recipe& recipe, TrainerState& state, std::string resumed_from,
+          ReportHook hook);
+  ~RunLoop();
+  RunLoop(const RunLoop&) = delete;
+  RunLoop& operator=(const RunLoop&) = delete;
+
+  LoopResult run();
+  const std::vector<EvalRecord>& history() const;
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+// --resume: the run's options come from its latest checkpoint (`what` names the run kind in errors);
+// take(saved, given) keeps what the invocation decides (out, progress, ...). Returns the checkpoint.
+template <typename Options>
+std::string resume_options(Options& o, const std::string& what, const std::function<void(Options&, const Options&)>& take) {
+  const ResumePoint at = resume_point(o.out, what);
+  const Options given = o;
+  o = Options::from_json(at.options_json);
+  o.out = given.out, o.progress = given.progress;
+  if (take) take(o, given);
+  return at.dir;
+}
+
+// Checks a run's thread count (0: all cores) and applies it; `origin` names it in the error.
+void apply_threads(int threads, const std::string& resumed_from);
+
+// A new run refuses a directory that holds one; rank 0 creates it.
+void claim_run_directory(const std::string& out, bool writer);
+
+// Restores the checkpoint's optimiser state into the trainer (with ZeRO-1: this rank's shard of it)
+// and returns its trainer state.
+TrainerState restore_optimizer(const std::string& checkpoint, Trainer& trainer, const AdamWConfig& adamw);
+
+}  // namespace train
