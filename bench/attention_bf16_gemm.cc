@@ -2,8 +2,8 @@
 // 8 × 512 (64 query rows, head dim 64, 512 keys, rows of q, k, v 768 apart): oneDNN matmul with bf16
 // operands and fp32 output (what AttentionShape::bf16_products uses) against OpenBLAS sgemm (the fp32
 // path). Best of 200 calls, µs and GFLOP/s, and oneDNN's kernel names. The bf16 figures exclude the
-// conversion of the operands. Not part of the build (docs/perf.md, "Zen 4 again, and bf16 attention
-// products"):
+// conversion of the operands. Not part of the build (docs/perf.md, "Inference: fp32, int8
+// and bf16 against PyTorch and ONNX Runtime"):
 //   g++ -O2 -std=c++17 bench/attention_bf16_gemm.cc -ldnnl -lopenblas -o build/attention_bf16_gemm
 //   OMP_NUM_THREADS=1 build/attention_bf16_gemm
 #include <cblas.h>

@@ -3,7 +3,7 @@
 // forward and backward alternating (so the data stay bounded); prints the best mean of 20 batches.
 // `AVX2=1` caps Highway's dispatch at AVX2. Optional arguments after the dtype: the number of calls,
 // tokens and heads (`f32 200000 1 1`: one head of q and k, the cost of a call itself). Not part of
-// the build (docs/perf.md, "bf16 rotation on AVX512-BF16", "Zen 5 again"):
+// the build (docs/perf.md, "librope on CPU", "bf16 rotation on AVX512-BF16"):
 //   g++ -O2 -std=c++17 bench/rope_decode_loop.cc -Iinclude -Lbuild/release/src/rope -lrope -lhwy \
 //       -Wl,-rpath,$PWD/build/release/src/rope -o build/rope_decode_loop && build/rope_decode_loop bf16
 #include <rope/rope.hpp>

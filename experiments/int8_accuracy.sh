@@ -4,7 +4,7 @@
 # then its test accuracy with fp32 and with dynamic int8 linear layers, ours (`roformer classify
 # --quantize int8`) beside ONNX Runtime's quantize_dynamic of the same checkpoint
 # (bench/peers/int8_accuracy.py); on CPUs with AVX512-BF16 (or AMX), bf16 too (--quantize bf16 beside
-# PyTorch's bf16 autocast). Writes runs/int8/ and docs/results/int8_accuracy.md.
+# PyTorch's bf16 autocast). Writes runs/int8/ and docs/results/int8_accuracy/README.md.
 # Usage: experiments/int8_accuracy.sh [pre-training steps (600)]
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -15,7 +15,7 @@ python="${ROFORMER_PYTHON:-build/hf-venv/bin/python}"
 scripts/corpus.sh data/kjv.txt
 scripts/datasets.sh vader-movies
 out=runs/int8
-mkdir -p "$out" docs/results
+mkdir -p "$out" docs/results/int8_accuracy
 python3 -c "
 import json
 with open('$out/corpus.txt', 'w') as o:
@@ -37,4 +37,4 @@ fi
 bf16=()
 grep -qw avx512_bf16 /proc/cpuinfo && bf16=(--bf16)
 "$python" bench/peers/int8_accuracy.py --roformer "$roformer" --model "$out/ft/best" \
-  --test data/vader-movies/test.jsonl "${bf16[@]}" | tee docs/results/int8_accuracy.md
+  --test data/vader-movies/test.jsonl "${bf16[@]}" | tee docs/results/int8_accuracy/README.md

@@ -10,7 +10,8 @@
 # Then, on the test set, with sacreBLEU's defaults (roformer bleu): greedy and beam 4 (length penalty
 # 0.6, the paper's) with the last checkpoint, and beam 4 with the average of the last 5 checkpoints;
 # each cell is BLEU / chrF2.
-# Writes runs/mt/ and docs/results/translation_{bleu,loss}.png, translation_runs.md, translation_test.md.
+# Writes runs/mt/ and, in docs/results/translation/, translation_{bleu,loss}.png, translation_runs.md and
+# translation_test.md.
 # Usage: experiments/translate_bible.sh [STEPS (1200)] [SEEDS ("1")]
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -20,7 +21,7 @@ scripts/datasets.sh bible-en-es
 roformer=build/release/tools/roformer
 [ -x "$roformer" ] || { cmake --preset release && cmake --build --preset release; }
 out=runs/mt
-mkdir -p "$out" docs/results
+mkdir -p "$out" docs/results/translation
 data=data/bible-en-es
 cut -f1 "$data/test.tsv" > "$out/test.src"
 cut -f2 "$data/test.tsv" > "$out/test.ref"
@@ -39,7 +40,7 @@ for seed in $seeds; do
   wait
 done
 
-table="docs/results/translation_test.md"
+table="docs/results/translation/translation_test.md"
 echo "Test BLEU / chrF2 ($(wc -l < "$out/test.ref") verses)" > "$table"
 echo >> "$table"
 echo "| model | seed | greedy, last | beam 4, last | beam 4, average of last 5 |" >> "$table"
@@ -63,6 +64,6 @@ for seed in $seeds; do
   for pe in rope sinusoidal; do runs+=("$out/$pe-s$seed"); labels+=("$pe (seed $seed)"); done
 done
 "$roformer" plot runs --runs "${runs[@]}" --labels "${labels[@]}" --metric val_bleu --title "KJV → RV1909: validation BLEU (100 verses, greedy)" \
-  --out docs/results/translation_bleu.png --table docs/results/translation_runs.md
+  --out docs/results/translation/translation_bleu.png --table docs/results/translation/translation_runs.md
 "$roformer" plot runs --runs "${runs[@]}" --labels "${labels[@]}" --metric val_loss --title "KJV → RV1909: validation loss (label-smoothed)" \
-  --out docs/results/translation_loss.png > /dev/null
+  --out docs/results/translation/translation_loss.png > /dev/null

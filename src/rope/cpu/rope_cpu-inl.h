@@ -211,7 +211,7 @@ HWY_INLINE void RotatePairsScalar(const Heads& heads, int32_t offset, int32_t fi
 //    a few hundred bytes), so each tensor is one sequential stream, and use at most 256-bit vectors,
 //    also on AVX-512 targets: on Zen 5 the 512-bit loop reached half the in-place floor (prefill f32
 //    q+k, one thread: 8.7 ms against 4.4; 72% against 94% with this loop), the 256-bit one 81-88%
-//    (docs/perf.md, "Zen 5").
+//    (docs/perf.md, "librope on CPU").
 // Every x is loaded once (LoadedOnce).
 
 // x loaded once (row.h's ROPE_IN_REGISTER); scalar and emulated targets have no vector register.

@@ -54,8 +54,8 @@ struct HeadWalk {
 // Makes the vector variable `raw` (an x86 type, __m128 ... __m512i) a register value. GCC folds a
 // load into each instruction that uses it, and a rotation uses x twice (the shuffle and the FMA; for
 // bf16 the shift and the mask), so every vector was loaded twice: on Zen 5, which loads two 512-bit
-// vectors a cycle, an L2-resident f32 decode took 3.9 µs instead of 3.2 (docs/perf.md, "Zen 5
-// again"). The empty asm stops it. A macro: a function taking vectors by value would need
+// vectors a cycle, an L2-resident f32 decode took 3.9 µs instead of 3.2 (docs/perf.md,
+// "librope on CPU"). The empty asm stops it. A macro: a function taking vectors by value would need
 // each kernel's target attributes.
 #if defined(__GNUC__) && (defined(__x86_64__) || defined(__i386__))
 #define ROPE_IN_REGISTER(raw) asm("" : "+v"(raw))
