@@ -62,14 +62,14 @@ int run_bleu(const BleuOptions& o) {
 
 }  // namespace
 
-std::function<int()> add_bleu_command(CLI::App& app) {
+void add_bleu_command(CLI::App& app, CommandTable& commands) {
   auto o = std::make_shared<BleuOptions>();
   CLI::App* cmd = app.add_subcommand("bleu", "Corpus BLEU as sacreBLEU computes it (13a, exp smoothing, mixed case)");
   cmd->add_option("--ref", o->refs, "Reference file(s), one segment per line, aligned with the output")->required();
   cmd->add_option("--input", o->input, "System output (default: stdin)");
   cmd->add_flag("--score-only", o->score_only, "Print the score alone (sacrebleu -b)");
   cmd->add_flag("--chrf", o->chrf, "Also print chrF2 (sacreBLEU's CHRF defaults) on a second line");
-  return [cmd, o]() -> int { return cmd->parsed() ? run_bleu(*o) : -1; };
+  commands.add(cmd, [o] { return run_bleu(*o); });
 }
 
 }  // namespace roformer

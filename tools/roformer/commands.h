@@ -4,6 +4,7 @@
 #include <cstdint>
 #include <functional>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace CLI {
@@ -92,33 +93,30 @@ struct BenchGemmOptions {
 };
 int bench_gemm(const BenchGemmOptions& options);
 
-// Adds train, eval and generate (eval and generate with --quantize and --gemm) to app; the returned
-// function runs whichever was parsed (-1: none).
-std::function<int()> add_model_commands(CLI::App& app);
+// One way to register a subcommand: a command file adds its CLI11 subcommands (with their flags) to
+// the app and, for each, the function that runs it to the table; main parses once and runs the one
+// that was given.
+class CommandTable {
+ public:
+  void add(CLI::App* command, std::function<int()> run) { commands_.emplace_back(command, std::move(run)); }
+  // The exit status of the parsed command (-1: none of the table's was parsed).
+  int run_parsed() const;  // main.cc
 
-// Adds vocab (src/text/wordpiece_trainer.h); the returned function runs it when parsed (-1: not parsed).
-std::function<int()> add_vocab_command(CLI::App& app);
+ private:
+  std::vector<std::pair<CLI::App*, std::function<int()>>> commands_;
+};
 
-// Adds quantize (an int8 copy of a model directory); runs it when parsed (-1: not parsed).
-std::function<int()> add_quantize_command(CLI::App& app);
-
-// Adds bleu (src/text/bleu.h); the returned function runs it when parsed (-1: not parsed).
-std::function<int()> add_bleu_command(CLI::App& app);
-
-// Adds spm-train, spm-encode and spm-decode (src/text/sentencepiece.h); the returned function runs
-// whichever was parsed (-1: none).
-std::function<int()> add_spm_commands(CLI::App& app);
-
-// Adds translate-train, translate and average (src/train/translate_run.h, src/serve/translator.h); the
-// returned function runs whichever was parsed (-1: none).
-std::function<int()> add_translate_commands(CLI::App& app);
-
-// Adds finetune (src/train/finetune.h); the returned function runs it when parsed (-1: not parsed).
-std::function<int()> add_finetune_command(CLI::App& app);
-
-// Adds tokenize, fill-mask, embed, similarity, classify and forward (Hugging Face model directories,
-// src/serve); the returned function runs whichever was parsed (-1: none).
-std::function<int()> add_infer_commands(CLI::App& app);
+// The command files: what each adds.
+void add_analysis_commands(CLI::App& app, CommandTable& commands);  // rope check, decay, plot runs
+void add_bench_commands(CLI::App& app, CommandTable& commands);     // bench rope|train|comm|infer|attention|gemm
+void add_model_commands(CLI::App& app, CommandTable& commands);     // train, eval, generate
+void add_vocab_command(CLI::App& app, CommandTable& commands);      // vocab (text/wordpiece_trainer.h)
+void add_quantize_command(CLI::App& app, CommandTable& commands);   // quantize (an int8 copy of a model directory)
+void add_bleu_command(CLI::App& app, CommandTable& commands);       // bleu (text/bleu.h)
+void add_spm_commands(CLI::App& app, CommandTable& commands);       // spm-train, spm-encode, spm-decode
+void add_translate_commands(CLI::App& app, CommandTable& commands); // translate-train, translate, average
+void add_finetune_command(CLI::App& app, CommandTable& commands);   // finetune
+void add_infer_commands(CLI::App& app, CommandTable& commands);     // tokenize, fill-mask, embed, similarity, classify, forward
 
 // --quantize auto|none|int8|bf16 and --gemm auto|packed|blas (model::LinearOptions) for every command that
 // runs a model.

@@ -15,7 +15,7 @@
 
 namespace roformer {
 
-std::function<int()> add_finetune_command(CLI::App& app) {
+void add_finetune_command(CLI::App& app, CommandTable& commands) {
   auto o = std::make_shared<train::FinetuneOptions>();
   auto resume = std::make_shared<bool>(false);
   auto no_progress = std::make_shared<bool>(false);
@@ -56,15 +56,14 @@ std::function<int()> add_finetune_command(CLI::App& app) {
   add_linear_options(ft, o->linears.quantize, o->linears.gemm);  // the predictions' linear layers
   ft->add_option("--threads", o->threads, "OpenMP threads (0: all cores)")->check(roformer::thread_count());
   ft->add_flag("--no-progress", *no_progress, "No live progress line (log lines instead)");
-  return [ft, o, resume, no_progress]() -> int {
-    if (!ft->parsed()) return -1;
+  commands.add(ft, [o, resume, no_progress] {
     o->progress = !*no_progress;
     const train::FinetuneResult r = train::run_finetune(*o, *resume, render_curves);
     if (r.exit_code == 0) {
       for (const auto& [name, value] : r.best_metrics) fmt::print("best {}: {:.4f}\n", name, value);
     }
     return r.exit_code;
-  };
+  });
 }
 
 }  // namespace roformer

@@ -180,7 +180,7 @@ void add_linear_options(CLI::App* command, std::string& quantize, std::string& g
       ->check(CLI::IsMember({"auto", "packed", "blas"}))->capture_default_str();
 }
 
-std::function<int()> add_infer_commands(CLI::App& app) {
+void add_infer_commands(CLI::App& app, CommandTable& commands) {
   auto o = std::make_shared<InferOptions>();
   auto common = [&](CLI::App* c, bool batched) {
     c->add_option("--model", o->model_dir, "Hugging Face model directory (config.json, vocab.txt, weights)")->required();
@@ -222,15 +222,12 @@ std::function<int()> add_infer_commands(CLI::App& app) {
   fwd->add_option("--threads", o->threads, "OpenMP threads (0: all)")->check(roformer::thread_count());
   add_linear_options(fwd, o->quantize, o->gemm);
 
-  return [=]() -> int {
-    if (tok->parsed()) return run_tokenize(*o);
-    if (fill->parsed()) return run_fill_mask(*o);
-    if (emb->parsed()) return run_embed(*o);
-    if (sim->parsed()) return run_similarity(*o);
-    if (cls->parsed()) return run_classify(*o);
-    if (fwd->parsed()) return run_forward(*o);
-    return -1;
-  };
+  commands.add(tok, [o] { return run_tokenize(*o); });
+  commands.add(fill, [o] { return run_fill_mask(*o); });
+  commands.add(emb, [o] { return run_embed(*o); });
+  commands.add(sim, [o] { return run_similarity(*o); });
+  commands.add(cls, [o] { return run_classify(*o); });
+  commands.add(fwd, [o] { return run_forward(*o); });
 }
 
 }  // namespace roformer

@@ -128,7 +128,7 @@ void add_data_parallel_options(CLI::App* command, int64_t& grad_accum, double& b
   command->add_flag("--zero1", zero1, "Data-parallel: each process keeps 1/N of the AdamW moments (ZeRO-1)");
 }
 
-std::function<int()> add_model_commands(CLI::App& app) {
+void add_model_commands(CLI::App& app, CommandTable& commands) {
   auto o = std::make_shared<ModelCommandOptions>();
   train::TrainOptions& t = o->train;
   // Defaults: a 4-layer, 256-wide character-level causal LM that trains in about 5 minutes on 2 cores.
@@ -246,12 +246,9 @@ std::function<int()> add_model_commands(CLI::App& app) {
   });
   add_linear_options(gen, o->linears.quantize, o->linears.gemm);
 
-  return [tr, ev, gen, o]() -> int {
-    if (tr->parsed()) return run_train(*o);
-    if (ev->parsed()) return run_eval(*o);
-    if (gen->parsed()) return run_generate(*o);
-    return -1;
-  };
+  commands.add(tr, [o] { return run_train(*o); });
+  commands.add(ev, [o] { return run_eval(*o); });
+  commands.add(gen, [o] { return run_generate(*o); });
 }
 
 }  // namespace roformer

@@ -100,13 +100,13 @@ int run_quantize(const QuantizeOptions& o) {
 
 }  // namespace
 
-std::function<int()> add_quantize_command(CLI::App& app) {
+void add_quantize_command(CLI::App& app, CommandTable& commands) {
   auto o = std::make_shared<QuantizeOptions>();
   CLI::App* q = app.add_subcommand("quantize", "Write an int8 copy of a model directory (served with --quantize auto)");
   q->add_option("--model", o->model, "Hugging Face RoFormer model directory")->required();
   q->add_option("--out", o->out, "Output directory (config and tokenizer files copied, model.safetensors written)")
       ->required();
-  return [=]() -> int { return q->parsed() ? run_quantize(*o) : -1; };
+  commands.add(q, [o] { return run_quantize(*o); });
 }
 
 }  // namespace roformer

@@ -210,7 +210,7 @@ int run_spm_decode(const SpmCodeOptions& o) {
 
 }  // namespace
 
-std::function<int()> add_spm_commands(CLI::App& app) {
+void add_spm_commands(CLI::App& app, CommandTable& commands) {
   auto t = std::make_shared<SpmTrainOptions>();
   CLI::App* train = app.add_subcommand("spm-train", "Learn a SentencePiece model (unigram or BPE; pad 0, unk 1, bos 2, eos 3)");
   train->add_option("--input", t->inputs, "Text, TSV or JSONL file(s); TSV/JSONL give the --columns' text")->required();
@@ -249,12 +249,9 @@ std::function<int()> add_spm_commands(CLI::App& app) {
   decode->add_option("--input", d->input, "Space-separated ids, one sentence per line (default: stdin)");
   decode->add_flag("--pieces", d->pieces, "Read pieces instead of ids");
 
-  return [=]() -> int {
-    if (train->parsed()) return run_spm_train(*t);
-    if (encode->parsed()) return run_spm_encode(*e);
-    if (decode->parsed()) return run_spm_decode(*d);
-    return -1;
-  };
+  commands.add(train, [t] { return run_spm_train(*t); });
+  commands.add(encode, [e] { return run_spm_encode(*e); });
+  commands.add(decode, [d] { return run_spm_decode(*d); });
 }
 
 }  // namespace roformer

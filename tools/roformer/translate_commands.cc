@@ -191,7 +191,7 @@ int run_average(TranslateCli& c) {
 
 }  // namespace
 
-std::function<int()> add_translate_commands(CLI::App& app) {
+void add_translate_commands(CLI::App& app, CommandTable& commands) {
   auto c = std::make_shared<TranslateCli>();
   train::TranslateTrainOptions& t = c->train;
   t.model.num_hidden_layers = 3;
@@ -280,12 +280,9 @@ std::function<int()> add_translate_commands(CLI::App& app) {
   av->add_option("--last", c->last, "Checkpoints to average with --run")->check(CLI::PositiveNumber)->capture_default_str();
   av->add_option("--out", c->average_out, "Directory to write")->required();
 
-  return [tt, tr, av, c]() -> int {
-    if (tt->parsed()) return run_translate_train(*c);
-    if (tr->parsed()) return run_translate(*c);
-    if (av->parsed()) return run_average(*c);
-    return -1;
-  };
+  commands.add(tt, [c] { return run_translate_train(*c); });
+  commands.add(tr, [c] { return run_translate(*c); });
+  commands.add(av, [c] { return run_average(*c); });
 }
 
 }  // namespace roformer

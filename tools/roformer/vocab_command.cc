@@ -53,7 +53,7 @@ int run_vocab(VocabOptions& o) {
 
 }  // namespace
 
-std::function<int()> add_vocab_command(CLI::App& app) {
+void add_vocab_command(CLI::App& app, CommandTable& commands) {
   auto o = std::make_shared<VocabOptions>();
   CLI::App* cmd = app.add_subcommand("vocab", "Learn a BERT WordPiece vocabulary (vocab.txt) from text");
   cmd->add_option("--data", o->data, "UTF-8 text file(s)")->required();
@@ -67,7 +67,7 @@ std::function<int()> add_vocab_command(CLI::App& app) {
   cmd->add_flag("--cased", o->cased, "Keep case and accents (default: lower-case and strip accents, as uncased BERT)");
   cmd->add_option("--out", o->out, "vocab.txt to write")->capture_default_str();
   cmd->add_option("--out-dir", o->out_dir, "Write a tokenizer directory instead: vocab.txt + tokenizer configs");
-  return [cmd, o]() -> int { return cmd->parsed() ? run_vocab(*o) : -1; };
+  commands.add(cmd, [o] { return run_vocab(*o); });
 }
 
 }  // namespace roformer

@@ -1,0 +1,89 @@
+// `roformer bench rope|train|comm|infer|attention|gemm`: the flags of the benchmarks (each runs in its
+// own file: bench_rope.cc, bench_train.cc, ...). Peer scripts for side-by-side runs are in bench/peers/.
+#include <CLI/CLI.hpp>
+
+#include <memory>
+
+#include "commands.h"
+#include "thread_option.h"
+
+namespace roformer {
+
+void add_bench_commands(CLI::App& app, CommandTable& commands) {
+  CLI::App* bench = app.add_subcommand("bench", "Benchmarks")->require_subcommand(1);
+  auto bench_rope = std::make_shared<BenchRopeOptions>();
+  CLI::App* bench_cmd = bench->add_subcommand("rope", "RoPE prefill/decode speed vs the memory floor");
+  bench_cmd->add_flag("--json", bench_rope->json, "Print JSON (for bench/peers/rope_torch.py --ours)");
+  bench_cmd->add_option("--min-time", bench_rope->min_time, "Seconds per benchmark")->check(CLI::Range(0.001, 60.0));
+  bench_cmd->add_option("--repetitions", bench_rope->repetitions, "Repetitions (fastest kept)")->check(CLI::Range(1, 100));
+  bench_cmd->add_option("--filter", bench_rope->filter, "Only benchmarks whose name contains this");
+  bench_cmd->add_flag("--quick", bench_rope->quick, "Small shapes and short runs (smoke test)");
+  bench_cmd->add_option("--simd-target", bench_rope->simd_target,
+                        "Cap the SIMD dispatch at this Highway target (e.g. AVX2 on an AVX-512 CPU)");
+
+  auto bench_train = std::make_shared<BenchTrainOptions>();
+  CLI::App* bench_train_cmd = bench->add_subcommand("train", "Training tokens/s on the PyTorch peer's model shapes");
+  bench_train_cmd->add_option("--preset", bench_train->preset, "small, large or base (RoFormer-base: 12 × 768)")
+      ->check(CLI::IsMember({"small", "large", "base"}));
+  bench_train_cmd->add_option("--task", bench_train->task, "clm or mlm")->check(CLI::IsMember({"clm", "mlm"}));
+  bench_train_cmd->add_option("--batch", bench_train->batch, "Sequences per step")->check(CLI::PositiveNumber);
+  bench_train_cmd->add_option("--seq", bench_train->seq, "Tokens per sequence")->check(CLI::PositiveNumber);
+  bench_train_cmd->add_option("--vocab", bench_train->vocab, "Vocabulary")->check(CLI::Range(2, 1000000));
+  bench_train_cmd->add_option("--steps", bench_train->steps, "Timed steps")->check(CLI::PositiveNumber);
+  bench_train_cmd->add_option("--warmup", bench_train->warmup, "Untimed steps first")->check(CLI::NonNegativeNumber);
+  bench_train_cmd->add_option("--threads", bench_train->threads, "OpenMP threads (0: all)")->check(thread_count());
+  bench_train_cmd->add_flag("!--no-sgemm", bench_train->sgemm, "Skip the sgemm rate probe");
+  bench_train_cmd->add_flag("--json", bench_train->json, "Print JSON (for bench/peers/roformer_torch.py --ours)");
+  bench_train_cmd->add_option("--bucket-mb", bench_train->bucket_mb, "Under mpirun: gradient buckets in MiB (0: one "
+                              "allreduce after the backward)")->check(CLI::Range(0.0, 65536.0));
+
+  auto bench_comm = std::make_shared<BenchCommOptions>();
+  CLI::App* bench_comm_cmd = bench->add_subcommand("comm", "Allreduce time by message size (run it under mpirun)");
+  bench_comm_cmd->add_option("--min-bytes", bench_comm->min_bytes, "Smallest message")->check(CLI::Range(4, 1 << 30));
+  bench_comm_cmd->add_option("--max-bytes", bench_comm->max_bytes, "Largest message")->check(CLI::Range(4, 1 << 30));
+  bench_comm_cmd->add_option("--min-time", bench_comm->min_time, "Seconds per size")->check(CLI::Range(0.001, 60.0));
+  bench_comm_cmd->add_flag("--json", bench_comm->json, "Print JSON");
+
+  auto bench_infer = std::make_shared<BenchInferOptions>();
+  CLI::App* bench_infer_cmd = bench->add_subcommand("infer", "Inference tokens/s of a Hugging Face model directory");
+  bench_infer_cmd->add_option("--model", bench_infer->model, "Model directory (config.json + weights)")->required();
+  bench_infer_cmd->add_option("--batch", bench_infer->batch, "Sequences per forward")->check(CLI::Range(1, 4096));
+  bench_infer_cmd->add_option("--seq", bench_infer->seq, "Tokens per sequence")->check(CLI::Range(1, 1 << 20));
+  bench_infer_cmd->add_option("--head", bench_infer->head, "none (last hidden state) or mlm (+ logits)")
+      ->check(CLI::IsMember({"none", "mlm"}));
+  bench_infer_cmd->add_option("--keep", bench_infer->keep, "outputs (inference) or all (every activation)")
+      ->check(CLI::IsMember({"outputs", "all"}));
+  add_linear_options(bench_infer_cmd, bench_infer->quantize, bench_infer->gemm);
+  bench_infer_cmd->add_option("--warmup", bench_infer->warmup, "Untimed forwards first")->check(CLI::Range(0, 1000));
+  bench_infer_cmd->add_option("--min-reps", bench_infer->min_reps, "Timed forwards, at least")->check(CLI::Range(1, 100000));
+  bench_infer_cmd->add_option("--min-time", bench_infer->min_time, "Seconds of timed forwards, at least")
+      ->check(CLI::Range(0.0, 3600.0));
+  bench_infer_cmd->add_option("--threads", bench_infer->threads, "OpenMP threads (0: all)")->check(thread_count());
+  bench_infer_cmd->add_flag("--json", bench_infer->json, "Print JSON (for bench/peers/roformer_infer_hf.py)");
+
+  auto bench_att = std::make_shared<BenchAttentionOptions>();
+  CLI::App* bench_att_cmd = bench->add_subcommand("attention", "Softmax vs linear attention: time per token vs length");
+  bench_att_cmd->add_option("--lengths", bench_att->lengths, "Sequence lengths")->delimiter(',');
+  bench_att_cmd->add_option("--heads", bench_att->heads, "Heads")->check(CLI::PositiveNumber);
+  bench_att_cmd->add_option("--head-dim", bench_att->head_dim, "Head dimension (even)")->check(CLI::PositiveNumber);
+  bench_att_cmd->add_option("--performer-features", bench_att->performer_features, "FAVOR+ features (even)");
+  bench_att_cmd->add_option("--repetitions", bench_att->repetitions, "Best of")->check(CLI::Range(1, 100));
+  bench_att_cmd->add_option("--threads", bench_att->threads, "OpenMP threads (0: all)")->check(thread_count());
+
+  auto bench_gemm = std::make_shared<BenchGemmOptions>();
+  CLI::App* bench_gemm_cmd = bench->add_subcommand("gemm", "RoFormer-base's linear layers (sgemm, oneDNN packed fp32, int8) and training's products (OpenBLAS vs oneDNN's sgemm)");
+  bench_gemm_cmd->add_option("--rows", bench_gemm->rows, "Row counts M (tokens per call)")->delimiter(',');
+  bench_gemm_cmd->add_option("--repetitions", bench_gemm->repetitions, "Best of")->check(CLI::Range(1, 100));
+  bench_gemm_cmd->add_option("--min-time", bench_gemm->min_time, "Seconds per timing")->check(CLI::Range(0.001, 60.0));
+  bench_gemm_cmd->add_option("--threads", bench_gemm->threads, "OpenMP threads (0: all)")->check(thread_count());
+
+
+  commands.add(bench_cmd, [bench_rope] { return roformer::bench_rope(*bench_rope); });
+  commands.add(bench_train_cmd, [bench_train] { return roformer::bench_train(*bench_train); });
+  commands.add(bench_comm_cmd, [bench_comm] { return roformer::bench_comm(*bench_comm); });
+  commands.add(bench_infer_cmd, [bench_infer] { return roformer::bench_infer(*bench_infer); });
+  commands.add(bench_att_cmd, [bench_att] { return roformer::bench_attention(*bench_att); });
+  commands.add(bench_gemm_cmd, [bench_gemm] { return roformer::bench_gemm(*bench_gemm); });
+}
+
+}  // namespace roformer
