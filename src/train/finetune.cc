@@ -388,6 +388,7 @@ void FinetuneOptions::validate() const {
 }
 
 FinetuneResult run_finetune(FinetuneOptions o, bool resume, const ReportHook& on_report) {
+  const RunDirectoryLock lock(o.out, world().rank() == 0, !resume);
   std::string resume_dir;
   if (resume) {
     resume_dir = resume_options<FinetuneOptions>(o, "fine-tuning", [](FinetuneOptions& saved, const FinetuneOptions& given) {

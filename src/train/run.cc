@@ -201,6 +201,7 @@ void TrainingRun::print_sample() const {
 }  // namespace
 
 TrainResult run_training(TrainOptions o, bool resume, const ReportHook& on_report) {
+  const RunDirectoryLock lock(o.out, world().rank() == 0, !resume);
   std::string resume_dir;
   if (resume) resume_dir = resume_options<TrainOptions>(o, "training", {});
   o.schedule.total_steps = o.steps;

@@ -1,7 +1,10 @@
 // The training loop of every workload (see run_loop.h).
 #include "run_loop.h"
 
+#include <fcntl.h>
 #include <omp.h>
+#include <sys/file.h>
+#include <unistd.h>
 
 #include <chrono>
 #include <cmath>
@@ -211,6 +214,26 @@ LoopResult RunLoop::run() {
 void apply_threads(int threads, const std::string& resumed_from) {
   base::check_thread_count(threads, resumed_from.empty() ? "threads" : resumed_from + ": the run's saved threads");
   if (threads > 0) omp_set_num_threads(threads);
+}
+
+RunDirectoryLock::RunDirectoryLock(const std::string& out, bool writer, bool create) {
+  if (!writer) return;
+  if (create) fs::create_directories(out);
+  fd_ = ::open(out.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (fd_ < 0) {
+    if (create) throw io::Error(out + ": cannot open the run directory");
+    return;  // nothing to resume: resume_options says so
+  }
+  if (::flock(fd_, LOCK_EX | LOCK_NB) != 0) {
+    ::close(fd_);
+    fd_ = -1;
+    throw io::Error(out + ": another process is training in this run directory; wait for it to end or choose "
+                          "another --out");
+  }
+}
+
+RunDirectoryLock::~RunDirectoryLock() {
+  if (fd_ >= 0) ::close(fd_);  // releases the lock
 }
 
 void claim_run_directory(const std::string& out, bool writer) {

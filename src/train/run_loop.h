@@ -13,7 +13,7 @@
 // Data-parallel (comm.h): every rank runs the loop on the same options; rank 0 alone writes and
 // prints, and every rank evaluates, so that best/early-stopping decisions agree.
 // Also here: what --resume and --threads mean for every workload (resume_options, apply_threads,
-// restore_optimizer).
+// restore_optimizer), and the lock that keeps a second process out of a run directory.
 #pragma once
 
 #include <cstdint>
@@ -85,6 +85,22 @@ std::string resume_options(Options& o, const std::string& what, const std::funct
 
 // Checks a run's thread count (0: all cores) and applies it; `origin` names it in the error.
 void apply_threads(int threads, const std::string& resumed_from);
+
+// An advisory lock on a run directory (flock on the directory itself): while one process trains in
+// it, a second one (a new run or a --resume) is refused with an io::Error naming the directory. Rank 0
+// (writer) alone takes it; a new run (create) makes the directory first, a resumed one needs it to
+// exist (else resume_options names what is missing). The kernel drops the lock when the process ends,
+// however it ends.
+class RunDirectoryLock {
+ public:
+  RunDirectoryLock(const std::string& out, bool writer, bool create);
+  ~RunDirectoryLock();
+  RunDirectoryLock(const RunDirectoryLock&) = delete;
+  RunDirectoryLock& operator=(const RunDirectoryLock&) = delete;
+
+ private:
+  int fd_ = -1;
+};
 
 // A new run refuses a directory that holds one; rank 0 creates it.
 void claim_run_directory(const std::string& out, bool writer);

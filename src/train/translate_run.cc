@@ -296,6 +296,7 @@ void TranslateTrainOptions::validate() const {
 }
 
 TranslateTrainResult run_translate_training(TranslateTrainOptions o, bool resume, const ReportHook& on_report) {
+  const RunDirectoryLock lock(o.out, world().rank() == 0, !resume);
   std::string resume_dir;
   if (resume) resume_dir = resume_options<TranslateTrainOptions>(o, "translation", {});
   o.validate();

@@ -47,6 +47,21 @@ if "$roformer" train "${opts[@]}" --out "$work/a" 2> "$work/refuse.log"; then
 fi
 grep -q "already holds a run" "$work/refuse.log"
 
+echo "== --resume refuses options it would not apply; a second process on a run directory is refused"
+if "$roformer" train --resume --out "$work/a" --lr 1 2> "$work/resume_lr.log"; then
+  echo "--resume accepted --lr" >&2; exit 1
+fi
+grep -q -- "--lr cannot change them" "$work/resume_lr.log"
+"$roformer" train "${model[@]}" --steps 100000 --save-every 1000 --eval-every 0 --sample-tokens 0 --no-progress \
+  --out "$work/busy" 2> "$work/busy.log" &
+busy=$!
+wait_for_steps "$work/busy" 2
+for second in "train ${model[*]} --out $work/busy" "train --resume --out $work/busy"; do
+  if $roformer $second 2> "$work/second.log"; then echo "a second process trained in $work/busy" >&2; exit 1; fi
+  grep -q "another process is training in this run directory" "$work/second.log"
+done
+kill -KILL "$busy"; wait "$busy" || true
+
 echo "== divergence: NaN/inf loss stops the run with status 3 and keeps the last good checkpoint"
 status=0
 "$roformer" train "${model[@]}" --steps 40 --lr 1e30 --warmup 0 --save-every 1 --sample-tokens 0 --no-progress --out "$work/d" 2> "$work/d.log" || status=$?

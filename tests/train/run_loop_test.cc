@@ -1,7 +1,8 @@
 // The one training loop (src/train/run_loop.h) with a fake task and a fake recipe: evaluation and
 // checkpoint cadence (every N steps, at epochs' ends, the last step, retention), the run log and
 // report hook, the best checkpoint and early stopping, the non-finite stop, the SIGINT stop with
-// its checkpoint, and a resume that continues as an uninterrupted run (log, best, patience).
+// its checkpoint, a resume that continues as an uninterrupted run (log, best, patience), and the
+// run directory's lock.
 #include <gtest/gtest.h>
 
 #include <csignal>
@@ -206,6 +207,19 @@ TEST(RunLoop, AStopSignalCheckpointsAndTheResumedRunEndsAsAnUninterruptedOne) {
     return out;
   };
   EXPECT_EQ(without_timings(o.out + "/metrics.jsonl"), without_timings(test_files::temp_dir() + "whole/metrics.jsonl"));
+}
+
+TEST(RunLoop, ARunDirectoryIsLockedWhileARunHoldsIt) {
+  const std::string dir = test_files::temp_dir() + "locked";
+  {
+    const train::RunDirectoryLock first(dir, true, true);
+    EXPECT_THROW(train::RunDirectoryLock(dir, true, false), io::Error);  // a --resume beside it
+    EXPECT_THROW(train::RunDirectoryLock(dir, true, true), io::Error);   // a new run beside it
+    EXPECT_NO_THROW(train::RunDirectoryLock(dir, false, true));          // ranks other than 0 take none
+  }
+  EXPECT_NO_THROW(train::RunDirectoryLock(dir, true, false));  // released with its holder
+  EXPECT_NO_THROW(train::RunDirectoryLock(test_files::temp_dir() + "absent", true, false));  // nothing to lock yet
+  EXPECT_FALSE(fs::exists(test_files::temp_dir() + "absent"));
 }
 
 }  // namespace

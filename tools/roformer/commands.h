@@ -122,6 +122,11 @@ void add_infer_commands(CLI::App& app, CommandTable& commands);     // tokenize,
 // runs a model.
 void add_linear_options(CLI::App* command, std::string& quantize, std::string& gemm);
 
+// With --resume a training run continues with the options saved in its checkpoint: any other option
+// given (besides --resume, --out, --no-progress and `also_allowed`) is refused by name, instead of
+// being silently ignored. Call from the command's callback.
+void refuse_options_on_resume(const CLI::App* command, const std::vector<std::string>& also_allowed = {});
+
 // --grad-accum, --bucket-mb and --zero1 (train::TrainerConfig) for every training command.
 void add_data_parallel_options(CLI::App* command, int64_t& grad_accum, double& bucket_mb, bool& zero1);
 

@@ -56,6 +56,9 @@ void add_finetune_command(CLI::App& app, CommandTable& commands) {
   add_linear_options(ft, o->linears.quantize, o->linears.gemm);  // the predictions' linear layers
   ft->add_option("--threads", o->threads, "OpenMP threads (0: all cores)")->check(roformer::thread_count());
   ft->add_flag("--no-progress", *no_progress, "No live progress line (log lines instead)");
+  ft->callback([ft, resume] {
+    if (*resume) refuse_options_on_resume(ft, {"--quantize", "--gemm"});  // the predictions' linear layers
+  });
   commands.add(ft, [o, resume, no_progress] {
     o->progress = !*no_progress;
     const train::FinetuneResult r = train::run_finetune(*o, *resume, render_curves);

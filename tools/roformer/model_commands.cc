@@ -4,6 +4,7 @@
 #include <CLI/CLI.hpp>
 #include <fmt/core.h>
 
+#include <algorithm>
 #include <cmath>
 #include <filesystem>
 #include <memory>
@@ -120,6 +121,18 @@ int run_generate(const ModelCommandOptions& o) {
 
 }  // namespace
 
+void refuse_options_on_resume(const CLI::App* command, const std::vector<std::string>& also_allowed) {
+  for (const CLI::Option* option : command->get_options()) {
+    const std::string name = option->get_name();
+    if (option->count() == 0 || name == "--resume" || name == "--out" || name == "--no-progress" || name == "--help" ||
+        std::find(also_allowed.begin(), also_allowed.end(), name) != also_allowed.end()) {
+      continue;
+    }
+    throw CLI::ValidationError(name, "--resume continues the run with the options saved in its checkpoint; " + name +
+                                         " cannot change them (start a new run in another --out instead)");
+  }
+}
+
 void add_data_parallel_options(CLI::App* command, int64_t& grad_accum, double& bucket_mb, bool& zero1) {
   command->add_option("--grad-accum", grad_accum, "Micro-batches each process splits its rows into (same result, less memory)")
       ->check(CLI::PositiveNumber)->capture_default_str();
@@ -196,8 +209,8 @@ void add_model_commands(CLI::App& app, CommandTable& commands) {
   tr->add_option("--threads", t.threads, "OpenMP threads per process (0: all cores)")->check(roformer::thread_count());
   tr->add_flag("--no-progress", o->no_progress, "No live progress line (log lines instead)");
   tr->callback([tr, o] {
+    if (o->resume) refuse_options_on_resume(tr);
     if (!o->resume && o->train.data.empty()) throw CLI::RequiredError("--data");
-    (void)tr;
   });
 
   CLI::App* ev = app.add_subcommand("eval", "Validation loss and perplexity of a checkpoint");

@@ -244,7 +244,8 @@ void add_translate_commands(CLI::App& app, CommandTable& commands) {
   tt->add_option("--bleu-beam", t.bleu_beam, "Beam of those translations (1: greedy)")->capture_default_str();
   tt->add_option("--threads", t.threads, "OpenMP threads per process (0: all cores)")->check(roformer::thread_count());
   tt->add_flag("--no-progress", c->no_progress, "No live progress line (log lines instead)");
-  tt->callback([c] {
+  tt->callback([tt, c] {
+    if (c->resume) refuse_options_on_resume(tt);
     if (!c->resume && (c->train.train.empty() || c->train.validation.empty())) throw CLI::RequiredError("--train and --validation");
   });
 
