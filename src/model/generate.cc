@@ -12,38 +12,17 @@ namespace model {
 
 // The decoder's state: the model's fixed pieces, the caches and the activations of one feed.
 struct Generator::State {
-  std::unique_ptr<rope::Plan> rope;          // RoPE models
-  std::vector<std::vector<float>> favor;     // performer: L × (features, D)
+  std::unique_ptr<LayerStatics<float>> statics;  // RoPE plan (dynamic NTK: at the capacity), FAVOR+
   std::vector<KVCache<float>> cache;         // L
   std::vector<KVCache<float>> cross;         // L: cross-attention keys and values, (batch, Tk, H) each
   std::vector<int64_t> cross_mask;           // (batch, Tk)
   std::vector<int64_t> memory_row;           // (batch) the source whose keys and values each row holds
-  AttentionActs<float> cross_attn;
-  std::vector<float> crossed;                // (batch·n, H)
   std::vector<int64_t> segment;              // (batch, capacity) cumsum of token types (UniLM)
   std::vector<int64_t> row_limit;            // (batch, n) of the current feed
   EmbeddingActs<float> emb;
-  AttentionActs<float> attn;
-  FeedForwardActs<float> ffn;
+  LayerActs<float> layer;                    // shared by every layer
   MlmHeadActs<float> head;
-  std::vector<float> x, mid, last, logits;   // (batch·n, H), (batch·n, H), (batch, H), (batch, V)
-
-  // UniLM (RoFormer-Sim): query p sees key j iff segment[j] <= segment[p], segment = cumsum(type != 0),
-  // a prefix of the keys. Appends the new tokens' segments at pos and returns the (B, n) limits.
-  const int64_t* unilm_limits(const std::vector<int64_t>& types, int64_t B, int64_t n, int64_t pos, int64_t cap) {
-    row_limit.resize(B * n);
-    for (int64_t b = 0; b < B; ++b) {
-      int64_t* seg = segment.data() + b * cap;
-      for (int64_t i = 0; i < n; ++i) {
-        const int64_t before = pos + i > 0 ? seg[pos + i - 1] : 0;
-        seg[pos + i] = before + (!types.empty() && types[b * n + i] != 0);
-      }
-      for (int64_t i = 0; i < n; ++i) {
-        row_limit[b * n + i] = std::upper_bound(seg, seg + pos + n, seg[pos + i]) - seg;
-      }
-    }
-    return row_limit.data();
-  }
+  std::vector<float> x, last, logits;        // (batch·n, H), (batch, H), (batch, V)
 };
 
 Generator::Generator(const RoFormer<float>& m, int64_t capacity, int64_t batch)
@@ -60,13 +39,8 @@ Generator::Generator(const RoFormer<float>& m, int64_t capacity, int64_t batch)
     throw std::invalid_argument("linear attention decodes one row at a time");
   }
   check_cache_fits(batch);
-  if (c.position_encoding == PositionEncoding::rope) {
-    st_->rope = std::make_unique<rope::Plan>(rope_settings(c));
-    if (rope_settings(c).scaling.type == ROPE_SCALING_DYNAMIC_NTK) st_->rope->set_seq_len(capacity_);
-  }
-  for (int64_t l = 0; l < c.num_hidden_layers && c.attention_type == "performer"; ++l) {
-    st_->favor.push_back(performer_features<float>(c, l));
-  }
+  st_->statics = std::make_unique<LayerStatics<float>>(c);
+  st_->statics->set_length(capacity_);  // dynamic NTK: fixed for the whole generation, so cached keys stay valid
   reset();
 }
 
@@ -145,13 +119,11 @@ void Generator::set_memory(const float* memory, const int64_t* mask, int64_t sou
     throw std::invalid_argument("set_memory: the batch must be a whole number of rows per source");
   }
   const int64_t H = c.hidden_size, copies = batch_ / sources;
-  AttentionContext<float> ctx;
-  ctx.config = &c;
-  ctx.rope = c.rotate_cross_attention ? st_->rope.get() : nullptr;
   st_->cross.assign(c.num_hidden_layers, KVCache<float>{});
   std::vector<float> k, v;
   for (int64_t l = 0; l < c.num_hidden_layers; ++l) {
-    cross_attention_memory(k, v, m_.p.layers[l].cross, ctx, memory, sources, Tk);  // once per source
+    cross_attention_memory(k, v, m_.p.layers[l].cross, st_->statics->cross_context(l, AttentionCall{}), memory, sources,
+                           Tk);  // once per source
     KVCache<float>& kv = st_->cross[l];
     kv.B = batch_, kv.capacity = kv.length = Tk;
     kv.k.resize(batch_ * Tk * H);
@@ -183,33 +155,26 @@ const std::vector<float>& Generator::feed(const std::vector<int64_t>& ids, const
                             std::to_string(capacity_));
   }
   s.x.resize(N * H);
-  s.mid.resize(N * H);
   embeddings_forward(c, s.x.data(), s.emb, m_.p.emb, ids.data(), types.empty() ? nullptr : types.data(), B, n, pos_,
                      Dropout{});
-  AttentionContext<float> ctx;
-  ctx.config = &c;
-  ctx.rope = s.rope.get();
-  ctx.causal = !c.unilm_mask();
-  ctx.keep_probabilities = false;  // decoding has no backward
-  if (c.unilm_mask()) ctx.row_limit = s.unilm_limits(types, B, n, pos_, capacity_);
-  for (int64_t l = 0; l < c.num_hidden_layers; ++l) {
-    ctx.layer = l;
-    ctx.favor = s.favor.empty() ? nullptr : s.favor[l].data();
-    self_attention_forward(s.mid.data(), s.attn, m_.p.layers[l].attn, ctx, s.x.data(), B, n, pos_, &s.cache[l]);
-    const float* ffn_in = s.mid.data();
-    if (c.add_cross_attention) {  // over the cached keys and values of the memory
-      AttentionContext<float> cross = ctx;
-      cross.rope = c.rotate_cross_attention ? s.rope.get() : nullptr;
-      cross.causal = false;
-      cross.row_limit = nullptr;
-      cross.key_mask = s.cross_mask.data();
-      s.crossed.resize(N * H);
-      cross_attention_forward(s.crossed.data(), s.cross_attn, m_.p.layers[l].cross, cross, s.mid.data(),
-                              static_cast<const float*>(nullptr), B,
-                              n, s.cross[l].length, &s.cross[l]);
-      ffn_in = s.crossed.data();
-    }
-    feed_forward_forward(c, s.x.data(), s.ffn, m_.p.layers[l].ffn, ffn_in, N, l, Dropout{});
+  AttentionCall call;
+  call.keep_probabilities = false;  // decoding has no backward
+  call.memory_mask = s.cross_mask.empty() ? nullptr : s.cross_mask.data();
+  // Decoding keeps fp32 attention products for every model, also where the forward pass of a bf16 or
+  // int8 model takes them in bf16 (RoFormer::attention_call), so that cached decoding gives the same
+  // numbers on every CPU.
+  call.bf16_products = false;
+  if (c.unilm_mask()) {  // the new tokens' segments extend each row's
+    s.row_limit.resize(N);
+    unilm_row_limits(s.row_limit.data(), s.segment.data(), capacity_, types.empty() ? nullptr : types.data(), B, n,
+                     pos_);
+    call.row_limit = s.row_limit.data();
+  }
+  for (int64_t l = 0; l < c.num_hidden_layers; ++l) {  // x (N, H) in place, over the caches
+    const CrossMemory<float> memory{nullptr, s.cross.empty() ? 0 : s.cross[l].length,
+                                    s.cross.empty() ? nullptr : &s.cross[l]};
+    layer_forward(s.x.data(), s.layer, m_.p.layers[l], s.statics->self_context(l, call),
+                  s.statics->cross_context(l, call), s.x.data(), B, n, pos_, &s.cache[l], memory);
   }
   pos_ += n;
   s.last.resize(B * H);  // (B, H) each row's last token

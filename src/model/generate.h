@@ -1,7 +1,7 @@
 // Autoregressive decoding for the causal LM (and RoFormer-Sim's UniLM mask) with a key/value cache:
-// new tokens run through the same blocks as training (blocks.h), attending to the cached (already
-// rotated) keys and values of every earlier token. RoPE rotates the new q and k at their absolute
-// positions through librope's position offsets, so the cache never needs re-rotation. The cache is
+// new tokens run through the forward pass's own layer_forward (layer.h), attending to the cached
+// (already rotated) keys and values of every earlier token. RoPE rotates the new q and k at their
+// absolute positions through librope's position offsets, so the cache never needs re-rotation. The cache is
 // batched and rows can be reordered (and copied), for beam search; decoding.h decodes over it. The
 // decoder of an encoder-decoder (add_cross_attention) also attends over a memory (set_memory), whose
 // cross-attention keys and values are computed once per source and shared by that source's rows.
@@ -11,7 +11,7 @@
 #include <memory>
 #include <vector>
 
-#include "model/blocks.h"
+#include "model/layer.h"
 #include "model/roformer.h"
 #include "rope/rope.hpp"
 

@@ -24,15 +24,8 @@ struct RoFormer<T>::Activations {
   EmbeddingActs<T> emb;
   std::vector<std::vector<T>> h;  // L+1 × (N, H) block inputs and the last output; Keep::outputs: 2
   std::vector<T>& input_of(int64_t l) { return h[keep == Keep::all ? l : l % 2]; }  // (N, H) of block l
-  struct Layer {
-    AttentionActs<T> attn;
-    std::vector<T> mid;  // (N, H) the attention sub-layer's output, the feed-forward's input
-    AttentionActs<T> cross;
-    std::vector<T> crossed;  // (N, H) with cross-attention: its output, then the feed-forward's input
-    FeedForwardActs<T> ffn;
-  };
-  std::vector<Layer> layers;  // L; Keep::outputs: 1, shared by every layer
-  Layer& layer(int64_t l) { return layers[keep == Keep::all ? l : 0]; }
+  std::vector<LayerActs<T>> layers;  // L; Keep::outputs: 1, shared by every layer
+  LayerActs<T>& layer(int64_t l) { return layers[keep == Keep::all ? l : 0]; }
   MlmHeadActs<T> head;
   std::vector<T> logits, probs, d_logits;  // (N, V)
   PoolerActs<T> pooler;
@@ -57,14 +50,7 @@ RoFormer<T>::RoFormer(const RoFormerConfig& cfg) : cfg_(cfg) {
   }
   params.assign(param_count(layout_), T(0));
   p = bind_params(cfg_, layout_, params.data());
-  if (cfg_.position_encoding == PositionEncoding::rope) {
-    const rope_config rc = rope_settings(cfg_);
-    rope_ = std::make_unique<rope::Plan>(rc);
-    rope_dynamic_ = rc.scaling.type == ROPE_SCALING_DYNAMIC_NTK;
-  }
-  if (cfg_.attention_type == "performer") {
-    for (int64_t l = 0; l < cfg_.num_hidden_layers; ++l) favor_.push_back(performer_features<T>(cfg_, l));
-  }
+  statics_ = std::make_unique<LayerStatics<T>>(cfg_);
   act_ = std::make_unique<Activations>();
   has_mlm_head_ = !cfg_.sequence_classifier();
 }
@@ -166,10 +152,7 @@ void RoFormer<T>::embed(const Inputs& in, bool training, uint64_t dropout_seed) 
     for (std::vector<T>& h : a.h) grow_to(h, N * H);
     a.layers.resize(keep_ == Keep::all ? L : 1);
   }
-  if (rope_dynamic_ && S != rope_length_) {  // dynamic NTK: frequencies for this length
-    rope_->set_seq_len(S);
-    rope_length_ = S;
-  }
+  statics_->set_length(S);  // dynamic NTK: frequencies for this length
   a.has_mask = in.attention_mask != nullptr;
   a.mask.assign(N, 1);
   if (in.attention_mask) a.mask.assign(in.attention_mask, in.attention_mask + N);
@@ -184,46 +167,25 @@ void RoFormer<T>::embed(const Inputs& in, bool training, uint64_t dropout_seed) 
   a.row_limit.clear();
   if (cfg_.unilm_mask()) {  // UniLM: query i sees key j iff cumsum(tt)[j] <= cumsum(tt)[i], a prefix
     a.row_limit.resize(N);
-    for (int64_t b = 0; b < B; ++b) {
-      std::vector<int64_t> idx(S);
-      for (int64_t t = 0, sum = 0; t < S; ++t) idx[t] = sum += in.token_types && in.token_types[b * S + t] != 0;
-      for (int64_t t = 0, lim = 0; t < S; ++t) {
-        while (lim < S && idx[lim] <= idx[t]) ++lim;  // idx is non-decreasing: lim only grows
-        a.row_limit[b * S + t] = lim;
-      }
-    }
+    std::vector<int64_t> segment(N);  // (B, S)
+    unilm_row_limits(a.row_limit.data(), segment.data(), S, in.token_types, B, S, 0);
   }
   embeddings_forward(cfg_, a.input_of(0).data(), a.emb, p.emb, in.ids, in.token_types, B, S, 0, a.dropout);
 }
 
 template <typename T>
-AttentionContext<T> RoFormer<T>::attention_context(int64_t layer) const {
+AttentionCall RoFormer<T>::attention_call() const {
   const Activations& a = *act_;
-  AttentionContext<T> ctx;
-  ctx.config = &cfg_;
-  ctx.rope = rope_.get();
-  ctx.favor = favor_.empty() ? nullptr : favor_[layer].data();
-  ctx.layer = layer;
-  ctx.causal = cfg_.is_decoder && !cfg_.unilm_mask();
-  ctx.key_mask = a.has_mask ? a.mask.data() : nullptr;
-  ctx.row_limit = a.row_limit.empty() ? nullptr : a.row_limit.data();
-  ctx.dropout = a.dropout;
-  ctx.keep_probabilities = a.keep == Keep::all;
+  AttentionCall call;
+  call.key_mask = a.has_mask ? a.mask.data() : nullptr;
+  call.row_limit = a.row_limit.empty() ? nullptr : a.row_limit.data();
+  call.memory_mask = memory_mask_;
+  call.dropout = a.dropout;
+  call.keep_probabilities = a.keep == Keep::all;
   // A bf16 or int8 model also takes attention's products in bf16 where the CPU multiplies bf16 natively.
-  ctx.bf16_products = packed() && packed_precision_ != ops::Precision::f32 && ops::bf16_is_native() &&
-                      !ctx.keep_probabilities && a.dropout.attention == 0;
-  return ctx;
-}
-
-template <typename T>
-AttentionContext<T> RoFormer<T>::cross_attention_context(int64_t layer) const {
-  AttentionContext<T> ctx = attention_context(cfg_.num_hidden_layers + layer);  // dropout sites of layer L + l
-  ctx.rope = cfg_.rotate_cross_attention ? rope_.get() : nullptr;
-  ctx.favor = nullptr;
-  ctx.causal = false;
-  ctx.key_mask = memory_mask_;
-  ctx.row_limit = nullptr;
-  return ctx;
+  call.bf16_products = packed() && packed_precision_ != ops::Precision::f32 && ops::bf16_is_native() &&
+                       !call.keep_probabilities && a.dropout.attention == 0;
+  return call;
 }
 
 template <typename T>
@@ -242,20 +204,12 @@ template <typename T>
 void RoFormer<T>::encode() {
   Activations& a = *act_;
   if (cfg_.add_cross_attention && !memory_) throw std::logic_error("a decoder with cross-attention needs set_memory");
-  const int64_t N = a.N, H = cfg_.hidden_size;
-  for (int64_t l = 0; l < cfg_.num_hidden_layers; ++l) {
-    auto& L = a.layer(l);
-    grow_to(L.mid, N * H);
-    self_attention_forward(L.mid.data(), L.attn, p.layers[l].attn, attention_context(l), a.input_of(l).data(), a.B,
-                           a.S, 0);
-    const T* ffn_in = L.mid.data();
-    if (cfg_.add_cross_attention) {
-      grow_to(L.crossed, N * H);
-      cross_attention_forward(L.crossed.data(), L.cross, p.layers[l].cross, cross_attention_context(l), L.mid.data(),
-                              memory_, a.B, a.S, memory_len_);
-      ffn_in = L.crossed.data();
-    }
-    feed_forward_forward(cfg_, a.input_of(l + 1).data(), L.ffn, p.layers[l].ffn, ffn_in, N, l, a.dropout);
+  const AttentionCall call = attention_call();
+  const CrossMemory<T> memory{memory_, memory_len_};
+  KVCache<T>* const no_cache = nullptr;  // the whole sequence: the layers keep their keys and values
+  for (int64_t l = 0; l < cfg_.num_hidden_layers; ++l) {  // h[l + 1] (N, H) from h[l]
+    layer_forward(a.input_of(l + 1).data(), a.layer(l), p.layers[l], statics_->self_context(l, call),
+                  statics_->cross_context(l, call), a.input_of(l).data(), a.B, a.S, 0, no_cache, memory);
   }
 }
 
@@ -342,19 +296,12 @@ void RoFormer<T>::backward_from_hidden(const T* d_hidden, const T* d_pooled) {
   std::copy(d_hidden, d_hidden + N * H, d_out);
   if (d_pooled && p.pooler.dense.w) pooler_backward(cfg_, d_out, g.pooler, d_pooled, a.pooler, p.pooler, a.B, a.S);
   if (cfg_.add_cross_attention) d_memory_.assign(a.B * memory_len_ * H, T(0));
+  const AttentionCall call = attention_call();
+  const CrossMemory<T> memory{memory_, memory_len_};
   for (int64_t l = cfg_.num_hidden_layers - 1; l >= 0; --l) {  // d_out: d(loss)/d(block l's output)
-    auto& L = a.layers[l];
-    if (cfg_.add_cross_attention) {  // d_out → d(cross output) in d_in → d(self-attention output) in d_mid
-      feed_forward_backward(cfg_, d_in, g.layers[l].ffn, d_out, L.ffn, p.layers[l].ffn, L.crossed.data(), N, l,
-                            a.dropout, s);
-      cross_attention_backward(d_mid, d_memory_.data(), g.layers[l].cross, d_in, L.cross, p.layers[l].cross,
-                               cross_attention_context(l), L.mid.data(), memory_, a.B, a.S, memory_len_, s);
-    } else {
-      feed_forward_backward(cfg_, d_mid, g.layers[l].ffn, d_out, L.ffn, p.layers[l].ffn, L.mid.data(), N, l, a.dropout,
-                            s);
-    }
-    self_attention_backward(d_in, g.layers[l].attn, d_mid, L.attn, p.layers[l].attn, attention_context(l),
-                            a.input_of(l).data(), a.B, a.S, s);
+    layer_backward(d_in, d_mid, d_memory_.data(), g.layers[l], d_out, a.layers[l], p.layers[l],
+                   statics_->self_context(l, call), statics_->cross_context(l, call), a.input_of(l).data(), memory,
+                   a.B, a.S, s);
     std::swap(d_out, d_in);
     if (on_grads_final) on_grads_final(layer_offsets_[l]);
   }

@@ -1,10 +1,10 @@
-// The RoFormer encoder models, composed from the blocks of blocks.h: embeddings → L × (self-attention,
-// feed-forward) → heads (MLM, RoFormer-Sim's pooler). The masked LM (RoFormerForMaskedLM), the causal
-// LM (is_decoder: causal mask, next-token targets), RoFormer-V2 (RMS norms, tied-only head) and
-// RoFormer-Sim (UniLM mask, pooler) are the same composition with different configs. A decoder with
-// add_cross_attention (the decoder of an encoder-decoder, seq2seq.h) also attends over a memory
-// (set_memory) in every layer. llm.c style: parameters and gradients are arenas (params.h),
-// activations are kept for the backward.
+// The RoFormer encoder models, composed from the blocks of blocks.h: embeddings → L × layer_forward
+// (layer.h: self-attention, feed-forward) → heads (MLM, RoFormer-Sim's pooler). The masked LM
+// (RoFormerForMaskedLM), the causal LM (is_decoder: causal mask, next-token targets), RoFormer-V2 (RMS
+// norms, tied-only head) and RoFormer-Sim (UniLM mask, pooler) are the same composition with different
+// configs. A decoder with add_cross_attention (the decoder of an encoder-decoder, seq2seq.h) also
+// attends over a memory (set_memory) in every layer. llm.c style: parameters and gradients are arenas
+// (params.h), activations are kept for the backward.
 //
 // Templated on float (the engine) and double (whole-model gradient checks). Shapes: B batch,
 // T tokens, N = B·T, E embedding size, H hidden size, V vocabulary, L layers.
@@ -21,6 +21,7 @@
 #include "rope/rope.h"
 #include "model/blocks.h"
 #include "model/config.h"
+#include "model/layer.h"
 #include "model/params.h"
 
 namespace model {
@@ -135,19 +136,15 @@ class RoFormer : public Trainable<T> {
   void embed(const Inputs& in, bool training, uint64_t dropout_seed);  // masks, dropout, embeddings → h[0]
   void encode();                                                      // the blocks over h[0]
   void run_heads();
-  AttentionContext<T> attention_context(int64_t layer) const;
-  AttentionContext<T> cross_attention_context(int64_t layer) const;
+  AttentionCall attention_call() const;  // the last forward's masks, dropout and precision
   using Trainable<T>::layout_;
   using Trainable<T>::layer_offsets_;
   RoFormerConfig cfg_;
   std::unique_ptr<Activations> act_;
-  std::unique_ptr<rope::Plan> rope_;  // RoPE models; dynamic NTK follows the batch length
-  bool rope_dynamic_ = false;
-  int64_t rope_length_ = -1;             // the length the plan's dynamic-NTK frequencies are for
+  std::unique_ptr<LayerStatics<T>> statics_;  // RoPE plan (dynamic NTK follows the batch length), FAVOR+
   std::unique_ptr<Scratch<T>> scratch_;  // backward buffers, made on the first backward
   bool has_mlm_head_ = true;
   Keep keep_ = Keep::all;
-  std::vector<std::vector<T>> favor_;  // performer: L × (performer_features, D) random features
   bool view_ = false;                  // p and g point into an owner's arenas
   const T* memory_ = nullptr;          // (B, Tk, H) cross-attention memory
   const int64_t* memory_mask_ = nullptr;

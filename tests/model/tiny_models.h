@@ -1,6 +1,6 @@
-// Tiny models for the decoding tests (translate_test.cc, decoding_test.cc): a 2-layer, 16-wide
-// config, weights pushed far from uniform so that beam search has choices, and the log-probability
-// of one token under a row of logits (the tests' independent scoring).
+// Tiny models for the decoding tests (translate_test.cc, decoding_test.cc, layer_test.cc): a 2-layer,
+// 16-wide config, weights pushed far from uniform so that beam search has choices, and the
+// log-probability of one token under a row of logits (the tests' independent scoring).
 #pragma once
 
 #include <cmath>
