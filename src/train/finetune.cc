@@ -173,6 +173,7 @@ class FinetuneRun : public Recipe {
   TrainerState state_;
   std::string metric_;
   int64_t total_steps_ = 0;
+  RunDirectoryLock lock_;  // a new run's (a resumed one is locked by run_finetune)
 };
 
 void FinetuneRun::build_model(const std::vector<data::LabeledExample>& train_rows) {
@@ -236,7 +237,7 @@ void FinetuneRun::prepare() {
   if (!resume_dir_.empty()) {
     state_ = restore_optimizer(resume_dir_, *trainer_, adamw);
   } else {
-    claim_run_directory(o_.out, writer_);
+    lock_ = claim_run_directory(o_.out, writer_);
   }
   state_.options_json = o_.to_json();
   result_.best_dir = o_.out + "/best";
@@ -388,7 +389,7 @@ void FinetuneOptions::validate() const {
 }
 
 FinetuneResult run_finetune(FinetuneOptions o, bool resume, const ReportHook& on_report) {
-  const RunDirectoryLock lock(o.out, world().rank() == 0, !resume);
+  const RunDirectoryLock lock = resume ? RunDirectoryLock(o.out, world().rank() == 0) : RunDirectoryLock();
   std::string resume_dir;
   if (resume) {
     resume_dir = resume_options<FinetuneOptions>(o, "fine-tuning", [](FinetuneOptions& saved, const FinetuneOptions& given) {

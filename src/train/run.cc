@@ -66,6 +66,7 @@ class TrainingRun : public Recipe {
   std::unique_ptr<Model> m_;
   std::unique_ptr<Trainer> trainer_;
   TrainerState state_;
+  RunDirectoryLock lock_;  // a new run's (a resumed one is locked by run_training)
 };
 
 // Tokenizer (a resumed run reuses the saved one; --init-from takes the directory's), corpus,
@@ -117,7 +118,7 @@ void TrainingRun::build_model() {
     m_->load(io::SafeTensors(resume_dir_ + "/model.safetensors"));
     state_ = restore_optimizer(resume_dir_, *trainer_, o_.adamw);
   } else {
-    claim_run_directory(o_.out, writer_);
+    lock_ = claim_run_directory(o_.out, writer_);
     m_->init_weights(o_.seed);
     if (!o_.init_from.empty()) {
       m_->load(*init, {"roformer.pooler.", "pooler.", "classifier."}, true, {"cls."});
@@ -201,7 +202,7 @@ void TrainingRun::print_sample() const {
 }  // namespace
 
 TrainResult run_training(TrainOptions o, bool resume, const ReportHook& on_report) {
-  const RunDirectoryLock lock(o.out, world().rank() == 0, !resume);
+  const RunDirectoryLock lock = resume ? RunDirectoryLock(o.out, world().rank() == 0) : RunDirectoryLock();
   std::string resume_dir;
   if (resume) resume_dir = resume_options<TrainOptions>(o, "training", {});
   o.schedule.total_steps = o.steps;

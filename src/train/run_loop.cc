@@ -216,14 +216,11 @@ void apply_threads(int threads, const std::string& resumed_from) {
   if (threads > 0) omp_set_num_threads(threads);
 }
 
-RunDirectoryLock::RunDirectoryLock(const std::string& out, bool writer, bool create) {
+RunDirectoryLock::RunDirectoryLock(const std::string& out, bool writer) {
   if (!writer) return;
-  if (create) fs::create_directories(out);
   fd_ = ::open(out.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  if (fd_ < 0) {
-    if (create) throw io::Error(out + ": cannot open the run directory");
-    return;  // nothing to resume: resume_options says so
-  }
+  if (fd_ < 0) return;  // no directory: nothing to resume, which resume_options says
+
   if (::flock(fd_, LOCK_EX | LOCK_NB) != 0) {
     ::close(fd_);
     fd_ = -1;
@@ -236,11 +233,21 @@ RunDirectoryLock::~RunDirectoryLock() {
   if (fd_ >= 0) ::close(fd_);  // releases the lock
 }
 
-void claim_run_directory(const std::string& out, bool writer) {
+RunDirectoryLock& RunDirectoryLock::operator=(RunDirectoryLock&& other) noexcept {
+  if (this != &other) {
+    if (fd_ >= 0) ::close(fd_);
+    fd_ = std::exchange(other.fd_, -1);
+  }
+  return *this;
+}
+
+RunDirectoryLock claim_run_directory(const std::string& out, bool writer) {
+  if (writer) fs::create_directories(out);
+  RunDirectoryLock lock(out, writer);
   if (!latest_checkpoint(out).empty()) {
     throw io::Error(out + " already holds a run; continue it with --resume or choose another --out");
   }
-  if (writer) fs::create_directories(out);
+  return lock;
 }
 
 TrainerState restore_optimizer(const std::string& checkpoint, Trainer& trainer, const AdamWConfig& adamw) {

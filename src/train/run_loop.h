@@ -19,6 +19,7 @@
 #include <cstdint>
 #include <functional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "train/checkpoint.h"
@@ -88,22 +89,24 @@ void apply_threads(int threads, const std::string& resumed_from);
 
 // An advisory lock on a run directory (flock on the directory itself): while one process trains in
 // it, a second one (a new run or a --resume) is refused with an io::Error naming the directory. Rank 0
-// (writer) alone takes it; a new run (create) makes the directory first, a resumed one needs it to
-// exist (else resume_options names what is missing). The kernel drops the lock when the process ends,
+// (writer) alone takes it: a resumed run at its start (a directory that does not exist is left to
+// resume_options to name), a new run when it claims the directory (claim_run_directory), so that a
+// run refused before then leaves nothing behind. The kernel drops the lock when the process ends,
 // however it ends.
 class RunDirectoryLock {
  public:
-  RunDirectoryLock(const std::string& out, bool writer, bool create);
+  RunDirectoryLock() = default;  // none held
+  RunDirectoryLock(const std::string& out, bool writer);
   ~RunDirectoryLock();
-  RunDirectoryLock(const RunDirectoryLock&) = delete;
-  RunDirectoryLock& operator=(const RunDirectoryLock&) = delete;
+  RunDirectoryLock(RunDirectoryLock&& other) noexcept : fd_(std::exchange(other.fd_, -1)) {}
+  RunDirectoryLock& operator=(RunDirectoryLock&& other) noexcept;
 
  private:
   int fd_ = -1;
 };
 
-// A new run refuses a directory that holds one; rank 0 creates it.
-void claim_run_directory(const std::string& out, bool writer);
+// A new run: rank 0 creates the directory and locks it; a directory that holds a run is refused.
+RunDirectoryLock claim_run_directory(const std::string& out, bool writer);
 
 // Restores the checkpoint's optimiser state into the trainer (with ZeRO-1: this rank's shard of it)
 // and returns its trainer state.

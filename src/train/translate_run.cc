@@ -78,6 +78,7 @@ class TranslateRun : public Recipe {
   std::unique_ptr<Trainer> trainer_;
   std::vector<data::SentencePair> bleu_pairs_;
   TrainerState state_;
+  RunDirectoryLock lock_;  // a new run's (a resumed one is locked by run_translate_training)
 };
 
 // The vocabulary: the checkpoint's (resume), the given model, or one trained on both sides of the
@@ -106,7 +107,7 @@ void TranslateRun::subwords(const std::vector<data::SentencePair>& train_pairs) 
 }
 
 void TranslateRun::prepare() {
-  if (resume_dir_.empty()) claim_run_directory(o_.out, writer_);
+  if (resume_dir_.empty()) lock_ = claim_run_directory(o_.out, writer_);
   const auto train_pairs = data::read_parallel(o_.train, o_.source_key, o_.target_key);
   const auto val_pairs = data::read_parallel(o_.validation, o_.source_key, o_.target_key);
   if (train_pairs.empty()) throw io::Error(o_.train + ": no sentence pairs");
@@ -296,7 +297,7 @@ void TranslateTrainOptions::validate() const {
 }
 
 TranslateTrainResult run_translate_training(TranslateTrainOptions o, bool resume, const ReportHook& on_report) {
-  const RunDirectoryLock lock(o.out, world().rank() == 0, !resume);
+  const RunDirectoryLock lock = resume ? RunDirectoryLock(o.out, world().rank() == 0) : RunDirectoryLock();
   std::string resume_dir;
   if (resume) resume_dir = resume_options<TranslateTrainOptions>(o, "translation", {});
   o.validate();

@@ -212,13 +212,13 @@ TEST(RunLoop, AStopSignalCheckpointsAndTheResumedRunEndsAsAnUninterruptedOne) {
 TEST(RunLoop, ARunDirectoryIsLockedWhileARunHoldsIt) {
   const std::string dir = test_files::temp_dir() + "locked";
   {
-    const train::RunDirectoryLock first(dir, true, true);
-    EXPECT_THROW(train::RunDirectoryLock(dir, true, false), io::Error);  // a --resume beside it
-    EXPECT_THROW(train::RunDirectoryLock(dir, true, true), io::Error);   // a new run beside it
-    EXPECT_NO_THROW(train::RunDirectoryLock(dir, false, true));          // ranks other than 0 take none
+    const train::RunDirectoryLock first = train::claim_run_directory(dir, true);
+    EXPECT_THROW(train::RunDirectoryLock(dir, true), io::Error);      // a --resume beside it
+    EXPECT_THROW(train::claim_run_directory(dir, true), io::Error);   // a new run beside it
+    EXPECT_NO_THROW(train::RunDirectoryLock(dir, false));             // ranks other than 0 take none
   }
-  EXPECT_NO_THROW(train::RunDirectoryLock(dir, true, false));  // released with its holder
-  EXPECT_NO_THROW(train::RunDirectoryLock(test_files::temp_dir() + "absent", true, false));  // nothing to lock yet
+  EXPECT_NO_THROW(train::RunDirectoryLock(dir, true));  // released with its holder
+  EXPECT_NO_THROW(train::RunDirectoryLock(test_files::temp_dir() + "absent", true));  // nothing to lock
   EXPECT_FALSE(fs::exists(test_files::temp_dir() + "absent"));
 }
 
