@@ -79,7 +79,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   } catch (const std::exception& e) {
     fuzz::finding(std::string("a loaded config fails validate(): ") + e.what());
   }
-  if (c.position_encoding == model::PositionEncoding::rope && c.attention_type == "softmax" &&
+  if (c.position_encoding == model::PositionEncoding::rope && c.attention_type == model::AttentionType::softmax &&
       c.head_dim() <= 65536) {
     try {
       rope_config rc = rope::default_config(static_cast<int32_t>(c.head_dim()));

@@ -137,7 +137,7 @@ void norm_backward(const RoFormerConfig& c, T* din, const NormParams<T>& g, cons
 
 template <typename T>
 void activation_forward(const RoFormerConfig& c, T* out, const T* in, int64_t n) {
-  if (c.hidden_act == "gelu") {
+  if (c.hidden_act == Activation::gelu) {
     ops::gelu_forward(out, in, n);
   } else {
     ops::relu_forward(out, in, n);
@@ -147,7 +147,7 @@ void activation_forward(const RoFormerConfig& c, T* out, const T* in, int64_t n)
 template <typename T>
 void activation_backward(const RoFormerConfig& c, T* din, const T* in, const T* dout, int64_t n) {
   zero(din, n);
-  if (c.hidden_act == "gelu") {
+  if (c.hidden_act == Activation::gelu) {
     ops::gelu_backward(din, in, dout, n);
   } else {
     ops::relu_backward(din, in, dout, n);
@@ -236,8 +236,8 @@ rope_config rope_settings(const RoFormerConfig& c) {
 
 ops::LinearAttentionShape linear_attention_shape(const RoFormerConfig& c, int64_t B, int64_t T, int64_t start) {
   ops::LinearAttentionShape s{B, T, c.num_attention_heads, c.head_dim(), c.head_dim(), c.is_decoder};
-  s.feature_map = c.attention_type == "performer" ? ops::FeatureMap::favor : ops::FeatureMap::elu_plus_one;
-  s.favor_features = c.attention_type == "performer" ? c.performer_features : 0;
+  s.feature_map = c.attention_type == AttentionType::performer ? ops::FeatureMap::favor : ops::FeatureMap::elu_plus_one;
+  s.favor_features = c.attention_type == AttentionType::performer ? c.performer_features : 0;
   s.rope = c.position_encoding == PositionEncoding::rope;
   s.rope_cfg = rope_settings(c);  // linear attention sets head_dim = F itself
   s.start = start;
@@ -309,7 +309,7 @@ void attend(AttentionActs<T>& a, const AttentionContext<T>& ctx, const T* k, con
   const RoFormerConfig& c = *ctx.config;
   const int64_t N = B * T_, H = c.hidden_size, n = c.num_attention_heads, D = c.head_dim();
   grow_to(a.ctx, N * H);
-  if (c.attention_type == "softmax") {
+  if (c.attention_type == AttentionType::softmax) {
     const ops::AttentionShape s = softmax_shape(ctx, B, T_, Tk, start, stride);
     T* att = nullptr;
     if (ctx.keep_probabilities) {
@@ -344,7 +344,7 @@ void self_attention_forward(T* out, AttentionActs<T>& a, const AttentionParams<T
                             const T* x, int64_t B, int64_t T_, int64_t start, KVCache<T>* cache) {
   const RoFormerConfig& c = *ctx.config;
   const int64_t N = B * T_, H = c.hidden_size, n = c.num_attention_heads, D = c.head_dim();
-  const bool softmax = c.attention_type == "softmax";
+  const bool softmax = c.attention_type == AttentionType::softmax;
   grow_to(a.q, N * H);
   // Keys and values: the block's own buffers, or the cache's rows [start, start + T) of each batch row.
   T *k = nullptr, *v = nullptr;
@@ -416,7 +416,7 @@ void self_attention_backward(T* dx, const AttentionParams<T>& g, const T* dout, 
   T *d_ctx = s.get(12, N * H), *dq = s.get(13, N * H), *dk = s.get(14, N * H), *dv = s.get(15, N * H);
   attention_output_backward(d_ctx, dx, g, dout, a, p, ctx, B, T_, s);  // dx = the residual branch
   zero(dq, N * H), zero(dk, N * H), zero(dv, N * H);
-  if (c.attention_type == "softmax") {
+  if (c.attention_type == AttentionType::softmax) {
     const ops::AttentionShape shape = softmax_shape(ctx, B, T_, T_, 0, T_);
     ops::attention_backward(dq, dk, dv, d_ctx, a.att.data(), a.q.data(), a.k.data(), a.v.data(), shape);
     if (ctx.rope) {  // the rotation is orthogonal: its backward rotates by −θ
@@ -455,7 +455,7 @@ void cross_attention_forward(T* out, AttentionActs<T>& a, const AttentionParams<
                              const T* x, const T* memory, int64_t B, int64_t T_, int64_t Tk, KVCache<T>* cache) {
   const RoFormerConfig& c = *ctx.config;
   const int64_t N = B * T_, H = c.hidden_size, n = c.num_attention_heads, D = c.head_dim();
-  if (c.attention_type != "softmax") throw std::invalid_argument("cross-attention supports softmax attention only");
+  if (c.attention_type != AttentionType::softmax) throw std::invalid_argument("cross-attention supports softmax attention only");
   if (ctx.causal) throw std::invalid_argument("cross-attention is not causal");
   grow_to(a.q, N * H);
   linear(a.q.data(), x, p.q, N, H, H);

@@ -122,7 +122,7 @@ void check_sizes(const RoFormerConfig& c) {
   // with the model (and again by each Generator): at most 2^28 (1 GiB).
   const double favor = static_cast<double>(c.num_hidden_layers) * static_cast<double>(c.performer_features) *
                        static_cast<double>(c.head_dim());
-  if (c.attention_type == "performer" && favor > 268435456.0) {
+  if (c.attention_type == AttentionType::performer && favor > 268435456.0) {
     throw std::invalid_argument("performer_features " + std::to_string(c.performer_features) + " asks for " +
                                 std::to_string(static_cast<int64_t>(favor)) +
                                 " random features (num_hidden_layers x performer_features x head_dim), beyond the "
@@ -150,6 +150,38 @@ PositionEncoding parse_position_encoding(const std::string& name) {
   throw std::invalid_argument("unknown position encoding '" + name + "' (rope, sinusoidal, learned, none)");
 }
 
+const char* activation_name(Activation a) { return a == Activation::gelu ? "gelu" : "relu"; }
+
+Activation parse_activation(const std::string& name) {
+  if (name == "gelu") return Activation::gelu;
+  if (name == "relu") return Activation::relu;
+  throw std::invalid_argument("unknown activation '" + name + "' (supported: gelu, relu)");
+}
+
+const char* norm_type_name(NormType n) { return n == NormType::layer_norm ? "layer_norm" : "rms_norm"; }
+
+NormType parse_norm_type(const std::string& name) {
+  if (name == "layer_norm") return NormType::layer_norm;
+  if (name == "rms_norm") return NormType::rms_norm;
+  throw std::invalid_argument("unknown norm_type '" + name + "' (layer_norm, rms_norm)");
+}
+
+const char* attention_type_name(AttentionType a) {
+  switch (a) {
+    case AttentionType::softmax: return "softmax";
+    case AttentionType::linear: return "linear";
+    case AttentionType::performer: return "performer";
+  }
+  return "?";
+}
+
+AttentionType parse_attention_type(const std::string& name) {
+  for (AttentionType a : {AttentionType::softmax, AttentionType::linear, AttentionType::performer}) {
+    if (name == attention_type_name(a)) return a;
+  }
+  throw std::invalid_argument("unknown attention_type '" + name + "' (softmax, linear, performer)");
+}
+
 void RoFormerConfig::validate() const {
   check_sizes(*this);
   if (hidden_size % num_attention_heads != 0 || head_dim() % 2 != 0) {
@@ -162,15 +194,12 @@ void RoFormerConfig::validate() const {
   if (pad_token_id < 0 || pad_token_id >= vocab_size) {
     throw std::invalid_argument("pad_token_id " + std::to_string(pad_token_id) + " is outside the vocabulary");
   }
-  if (add_cross_attention && (!is_decoder || attention_type != "softmax" || !pooler_activation.empty() ||
+  if (add_cross_attention && (!is_decoder || attention_type != AttentionType::softmax || !pooler_activation.empty() ||
                               sequence_classifier())) {
     throw std::invalid_argument("add_cross_attention needs a causal softmax decoder (is_decoder, attention_type softmax)");
   }
   if (rotate_cross_attention && (!add_cross_attention || position_encoding != PositionEncoding::rope)) {
     throw std::invalid_argument("rotate_cross_attention needs add_cross_attention and position_encoding rope");
-  }
-  if (hidden_act != "gelu" && hidden_act != "relu") {
-    throw std::invalid_argument("unknown activation '" + hidden_act + "' (supported: gelu, relu)");
   }
   auto probability = [](const char* field, double p) {
     if (!(p >= 0 && p < 1)) throw std::invalid_argument(std::string(field) + " must be in [0, 1)");
@@ -180,19 +209,13 @@ void RoFormerConfig::validate() const {
   if (!(initializer_range > 0)) throw std::invalid_argument("initializer_range must be positive");
   if (!(layer_norm_eps > 0)) throw std::invalid_argument("layer_norm_eps must be positive");
   if (!(rope_theta > 1)) throw std::invalid_argument("rope_theta must be greater than 1");
-  if (norm_type != "layer_norm" && norm_type != "rms_norm") {
-    throw std::invalid_argument("unknown norm_type '" + norm_type + "' (layer_norm, rms_norm)");
-  }
   if (!pooler_activation.empty() && pooler_activation != "linear" && pooler_activation != "tanh") {
     throw std::invalid_argument("unknown pooler_activation '" + pooler_activation + "' (linear, tanh)");
   }
   if (rms_norm() && embedding_size != hidden_size) {
     throw std::invalid_argument("norm_type rms_norm (RoFormer-V2) needs embedding_size == hidden_size");
   }
-  if (attention_type != "softmax" && attention_type != "linear" && attention_type != "performer") {
-    throw std::invalid_argument("unknown attention_type '" + attention_type + "' (softmax, linear, performer)");
-  }
-  if (attention_type == "performer" && (performer_features < 2 || performer_features % 2 != 0 || performer_features > (1 << 16))) {
+  if (attention_type == AttentionType::performer && (performer_features < 2 || performer_features % 2 != 0 || performer_features > (1 << 16))) {
     throw std::invalid_argument("performer_features must be even, >= 2 and <= 65536");
   }
   if (sequence_classifier()) {
@@ -252,7 +275,9 @@ RoFormerConfig RoFormerConfig::from_json_text(const std::string& text, const std
   get_int("max_position_embeddings", &c.max_position_embeddings);
   get_int("type_vocab_size", &c.type_vocab_size);
   get_int("pad_token_id", &c.pad_token_id);
-  get_string("hidden_act", &c.hidden_act);
+  std::string act = activation_name(c.hidden_act), norm = norm_type_name(c.norm_type),
+              attention = attention_type_name(c.attention_type);
+  get_string("hidden_act", &act);
   get_double("hidden_dropout_prob", &c.hidden_dropout_prob);
   get_double("attention_probs_dropout_prob", &c.attention_probs_dropout_prob);
   get_double("initializer_range", &c.initializer_range);
@@ -266,8 +291,8 @@ RoFormerConfig RoFormerConfig::from_json_text(const std::string& text, const std
   get_double("rope_theta", &c.rope_theta);
   get_string("rope_layout", &layout);
   get_string("rope_scaling", &c.rope_scaling);
-  get_string("attention_type", &c.attention_type);
-  get_string("norm_type", &c.norm_type);
+  get_string("attention_type", &attention);
+  get_string("norm_type", &norm);
   get_bool("use_bias", &c.use_bias);
   get_string("pooler_activation", &c.pooler_activation);
   get_int("performer_features", &c.performer_features);
@@ -288,6 +313,9 @@ RoFormerConfig RoFormerConfig::from_json_text(const std::string& text, const std
   }
   try {
     c.position_encoding = parse_position_encoding(pe);
+    c.hidden_act = parse_activation(act);
+    c.norm_type = parse_norm_type(norm);
+    c.attention_type = parse_attention_type(attention);
     c.validate();
   } catch (const std::invalid_argument& e) {
     throw io::Error(origin + ": " + e.what());
@@ -311,7 +339,7 @@ std::string RoFormerConfig::to_json() const {
       {"num_hidden_layers", num_hidden_layers},
       {"num_attention_heads", num_attention_heads},
       {"intermediate_size", intermediate_size},
-      {"hidden_act", hidden_act},
+      {"hidden_act", activation_name(hidden_act)},
       {"hidden_dropout_prob", hidden_dropout_prob},
       {"attention_probs_dropout_prob", attention_probs_dropout_prob},
       {"max_position_embeddings", max_position_embeddings},
@@ -330,11 +358,11 @@ std::string RoFormerConfig::to_json() const {
   if (add_cross_attention) j["add_cross_attention"] = true;
   if (rotate_cross_attention) j["rotate_cross_attention"] = true;
   if (rope_scaling != "none") j["rope_scaling"] = rope_scaling;
-  if (norm_type != "layer_norm") j["norm_type"] = norm_type;
+  if (norm_type != NormType::layer_norm) j["norm_type"] = norm_type_name(norm_type);
   if (!use_bias) j["use_bias"] = false;
   if (!pooler_activation.empty()) j["pooler_activation"] = pooler_activation;
-  if (attention_type != "softmax") {
-    j["attention_type"] = attention_type;
+  if (attention_type != AttentionType::softmax) {
+    j["attention_type"] = attention_type_name(attention_type);
     j["performer_features"] = performer_features;
   }
   if (sequence_classifier()) {

@@ -11,15 +11,19 @@
 namespace model {
 
 enum class PositionEncoding { rope, sinusoidal, learned, none };
+// config.json's string fields, parsed once (config.cc) so that blocks compare enums, not strings.
+enum class Activation { gelu, relu };                     // hidden_act
+enum class NormType { layer_norm, rms_norm };             // norm_type
+enum class AttentionType { softmax, linear, performer };  // attention_type
 
 struct RoFormerConfig {
   int64_t vocab_size = 50000, embedding_size = 768, hidden_size = 768, num_hidden_layers = 12,
           num_attention_heads = 12, intermediate_size = 3072, max_position_embeddings = 1536,
           type_vocab_size = 2, pad_token_id = 0;
-  std::string hidden_act = "gelu";  // "gelu" (exact erf) or "relu"
+  Activation hidden_act = Activation::gelu;  // gelu (exact erf) or relu
   // RoFormer-V2 (junnyu's roformer package names): "rms_norm" = parameter-free RMS norms and an MLM
   // head that is the tied matmul only; use_bias false = no biases in any linear layer.
-  std::string norm_type = "layer_norm";
+  NormType norm_type = NormType::layer_norm;
   bool use_bias = true;
   // RoFormer-Sim (junnyu's roformer package): a pooler on the [CLS] state, "linear" or "tanh" ("" =
   // none); with is_decoder, attention follows UniLM's seq2seq mask built from token_type_ids
@@ -49,7 +53,7 @@ struct RoFormerConfig {
   // random features, performer_features of them per head, fixed per layer from a seed), both with
   // RoPE on the feature maps in the numerator only (eq. 19) when position_encoding is rope, with the
   // same librope settings (rope_theta, rope_half_layout, rope_scaling) as softmax attention.
-  std::string attention_type = "softmax";
+  AttentionType attention_type = AttentionType::softmax;
   int64_t performer_features = 64;
   // RoFormerForSequenceClassification: when labels is non-empty the model ends in HF's
   // RoFormerClassificationHead (classifier.* tensors, blocks.h classifier_*) instead of the MLM head.
@@ -62,7 +66,7 @@ struct RoFormerConfig {
   int64_t num_labels() const { return static_cast<int64_t>(labels.size()); }
 
   int64_t head_dim() const { return hidden_size / num_attention_heads; }
-  bool rms_norm() const { return norm_type == "rms_norm"; }
+  bool rms_norm() const { return norm_type == NormType::rms_norm; }
 
   // Checks sizes and ranges; throws std::invalid_argument naming the field.
   void validate() const;
@@ -79,5 +83,13 @@ struct RoFormerConfig {
 const char* position_encoding_name(PositionEncoding pe);
 // "rope", "sinusoidal", "learned" or "none"; throws std::invalid_argument otherwise.
 PositionEncoding parse_position_encoding(const std::string& name);
+// config.json's names ("gelu", "layer_norm", "softmax", ...); the parsers throw std::invalid_argument
+// naming the field and the names it takes.
+const char* activation_name(Activation a);
+Activation parse_activation(const std::string& name);
+const char* norm_type_name(NormType n);
+NormType parse_norm_type(const std::string& name);
+const char* attention_type_name(AttentionType a);
+AttentionType parse_attention_type(const std::string& name);
 
 }  // namespace model

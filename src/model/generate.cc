@@ -35,7 +35,7 @@ Generator::Generator(const RoFormer<float>& m, int64_t capacity, int64_t batch)
     throw std::invalid_argument("a context of " + std::to_string(capacity_) + " tokens exceeds the " +
                                 std::to_string(c.max_position_embeddings) + " learned positions");
   }
-  if (c.attention_type != "softmax" && batch != 1) {
+  if (c.attention_type != AttentionType::softmax && batch != 1) {
     throw std::invalid_argument("linear attention decodes one row at a time");
   }
   check_cache_fits(batch);
@@ -69,7 +69,7 @@ void Generator::reset() {
     kv.B = batch_, kv.capacity = capacity_;
     kv.k.assign(batch_ * capacity_ * c.hidden_size, 0.0f);
     kv.v = kv.k;
-    if (c.attention_type != "softmax") kv.linear = ops::linear_attention_state<float>(linear_attention_shape(c, 1, 1, 0));
+    if (c.attention_type != AttentionType::softmax) kv.linear = ops::linear_attention_state<float>(linear_attention_shape(c, 1, 1, 0));
   }
   st_->segment.assign(batch_ * capacity_, 0);
 }
@@ -81,7 +81,7 @@ void Generator::reorder(const std::vector<int64_t>& rows) {
     if (r < 0 || r >= batch_) throw std::out_of_range("reorder: row " + std::to_string(r) + " of " + std::to_string(batch_));
   }
   const auto& c = m_.config();
-  if (c.attention_type != "softmax" && R != 1) throw std::invalid_argument("linear attention decodes one row at a time");
+  if (c.attention_type != AttentionType::softmax && R != 1) throw std::invalid_argument("linear attention decodes one row at a time");
   if (R > batch_) check_cache_fits(R);
   const int64_t H = c.hidden_size;
   auto gather = [&](auto& v, int64_t width) {  // row b of v (R, width) ← row rows[b] of v (batch, width)

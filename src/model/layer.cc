@@ -13,7 +13,7 @@ LayerStatics<T>::LayerStatics(const RoFormerConfig& c) : c_(&c) {
     rope_ = std::make_unique<rope::Plan>(rc);
     rope_dynamic_ = rc.scaling.type == ROPE_SCALING_DYNAMIC_NTK;
   }
-  if (c.attention_type == "performer") {
+  if (c.attention_type == AttentionType::performer) {
     for (int64_t l = 0; l < c.num_hidden_layers; ++l) favor_.push_back(performer_features<T>(c, l));
   }
 }

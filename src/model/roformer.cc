@@ -330,8 +330,8 @@ void RoFormer<T>::pack(ops::Precision precision, bool release_arena) {
     if (arena_released_) throw std::logic_error("pack: the arena's linear weights were released; load them again");
     unpack();
     packed_precision_ = precision;
-    const ops::Epilogue activation = cfg_.hidden_act == "gelu"   ? ops::Epilogue::gelu
-                                     : cfg_.hidden_act == "relu" ? ops::Epilogue::relu
+    const ops::Epilogue activation = cfg_.hidden_act == Activation::gelu   ? ops::Epilogue::gelu
+                                     : cfg_.hidden_act == Activation::relu ? ops::Epilogue::relu
                                                                  : ops::Epilogue::none;
     // Each matrix's arena copy is released (release_arena) as soon as it is packed, so the peak holds
     // the arena and one layer's packed copy, not two copies of everything.

@@ -68,7 +68,7 @@ void expect_model_gradients(const model::RoFormerConfig& cfg, bool training) {
   model::RoFormer<double> m(cfg);
   randomise(m, 3);
   Batch batch = random_batch(cfg, 2, 5, 9);
-  if (cfg.attention_type != "softmax") batch.mask.assign(batch.mask.size(), 1);  // no padding in linear attention
+  if (cfg.attention_type != model::AttentionType::softmax) batch.mask.assign(batch.mask.size(), 1);  // no padding in linear attention
   const uint64_t dropout_seed = 77;
   m.zero_grad();
   m.forward(batch.inputs(), training, dropout_seed);
@@ -157,7 +157,7 @@ TEST(RoFormerModel, GradientsRopeHalfLayoutProjectionRotaryValueRelu) {
   c.embedding_size = 6;
   c.rotary_value = true;
   c.rope_half_layout = true;
-  c.hidden_act = "relu";
+  c.hidden_act = model::Activation::relu;
   expect_model_gradients(c, false);
 }
 
@@ -179,7 +179,7 @@ TEST(RoFormerModel, GradientsNoPositions) { expect_model_gradients(tiny(model::P
 TEST(RoFormerModel, GradientsLinearAttentionWithRope) {
   for (bool causal : {false, true}) {
     auto c = tiny(model::PositionEncoding::rope);
-    c.attention_type = "linear";
+    c.attention_type = model::AttentionType::linear;
     c.is_decoder = causal;
     expect_model_gradients(c, false);
   }
@@ -187,7 +187,7 @@ TEST(RoFormerModel, GradientsLinearAttentionWithRope) {
 
 TEST(RoFormerModel, GradientsPerformerAttentionWithRope) {
   auto c = tiny(model::PositionEncoding::rope);
-  c.attention_type = "performer";
+  c.attention_type = model::AttentionType::performer;
   c.performer_features = 6;
   c.is_decoder = true;
   c.rotary_value = true;
@@ -196,9 +196,9 @@ TEST(RoFormerModel, GradientsPerformerAttentionWithRope) {
 
 TEST(RoFormerModel, GradientsRoFormerV2) {  // parameter-free RMS norms, no biases, relu, tied-only head
   auto c = tiny(model::PositionEncoding::rope);
-  c.norm_type = "rms_norm";
+  c.norm_type = model::NormType::rms_norm;
   c.use_bias = false;
-  c.hidden_act = "relu";
+  c.hidden_act = model::Activation::relu;
   expect_model_gradients(c, false);
   c.is_decoder = true;
   c.hidden_dropout_prob = 0.1;
@@ -244,11 +244,11 @@ TEST(RoFormerModel, KeepOutputsMatchesTheFullForwardBitForBit) {
   three.num_hidden_layers = 3;
   three.is_decoder = true;
   auto v2 = rope;
-  v2.norm_type = "rms_norm";
+  v2.norm_type = model::NormType::rms_norm;
   v2.use_bias = false;
-  v2.hidden_act = "relu";
+  v2.hidden_act = model::Activation::relu;
   auto linear = tiny(model::PositionEncoding::rope);
-  linear.attention_type = "linear";
+  linear.attention_type = model::AttentionType::linear;
   auto projected = tiny(model::PositionEncoding::learned);
   projected.hidden_size = 12;
   projected.num_attention_heads = 3;
@@ -260,7 +260,7 @@ TEST(RoFormerModel, KeepOutputsMatchesTheFullForwardBitForBit) {
     lean.set_keep(model::Keep::outputs);
     for (const auto& [B, T] : {std::pair<int64_t, int64_t>{2, 7}, {1, 5}, {3, 8}}) {
       Batch batch = random_batch(c, B, T, 3);
-      if (c.attention_type != "softmax") batch.mask.assign(B * T, 1);
+      if (c.attention_type != model::AttentionType::softmax) batch.mask.assign(B * T, 1);
       const double l_full = full.forward(batch.inputs()), l_lean = lean.forward(batch.inputs());
       EXPECT_EQ(l_full, l_lean);
       const int64_t L = c.num_hidden_layers, N = B * T;
@@ -274,7 +274,7 @@ TEST(RoFormerModel, KeepOutputsMatchesTheFullForwardBitForBit) {
     EXPECT_THROW(lean.backward(), std::logic_error);
     lean.set_keep(model::Keep::all);  // back to training: backward works again
     Batch batch = random_batch(c, 2, 7, 3);
-    if (c.attention_type != "softmax") batch.mask.assign(2 * 7, 1);  // linear attention takes no padding
+    if (c.attention_type != model::AttentionType::softmax) batch.mask.assign(2 * 7, 1);  // linear attention takes no padding
     lean.forward(batch.inputs());
     lean.zero_grad();
     EXPECT_NO_THROW(lean.backward());
@@ -291,9 +291,9 @@ TEST(RoFormerModel, ReusedBuffersGiveTheBitsOfFreshOnes) {
   auto causal = rope;
   causal.is_decoder = true;
   auto v2 = rope;
-  v2.norm_type = "rms_norm", v2.use_bias = false, v2.hidden_act = "relu";
+  v2.norm_type = model::NormType::rms_norm, v2.use_bias = false, v2.hidden_act = model::Activation::relu;
   auto linear = rope;
-  linear.attention_type = "linear";
+  linear.attention_type = model::AttentionType::linear;
   auto projected = tiny(model::PositionEncoding::learned);
   projected.hidden_size = 12, projected.num_attention_heads = 3;
   for (const auto& c : {rope, causal, v2, linear, projected}) {
@@ -302,7 +302,7 @@ TEST(RoFormerModel, ReusedBuffersGiveTheBitsOfFreshOnes) {
     randomise(used, 5);
     fresh.params = used.params;
     Batch big = random_batch(c, 3, 8, 4), small = random_batch(c, 2, 5, 6);
-    if (c.attention_type != "softmax") big.mask.assign(3 * 8, 1), small.mask.assign(2 * 5, 1);
+    if (c.attention_type != model::AttentionType::softmax) big.mask.assign(3 * 8, 1), small.mask.assign(2 * 5, 1);
     used.forward(big.inputs(), true, 11);
     used.zero_grad();
     used.backward();
@@ -312,7 +312,7 @@ TEST(RoFormerModel, ReusedBuffersGiveTheBitsOfFreshOnes) {
     for (int64_t l = 0; l <= L; ++l) {
       for (int64_t i = 0; i < N * c.hidden_size; ++i) ASSERT_EQ(used.hidden_state(l)[i], fresh.hidden_state(l)[i]);
     }
-    if (c.attention_type == "softmax") {
+    if (c.attention_type == model::AttentionType::softmax) {
       for (int64_t i = 0; i < 2 * c.num_attention_heads * 5 * 5; ++i) ASSERT_EQ(used.attention(0)[i], fresh.attention(0)[i]);
     }
     for (int64_t i = 0; i < N * c.vocab_size; ++i) ASSERT_EQ(used.logits()[i], fresh.logits()[i]);
@@ -488,7 +488,7 @@ TEST(RoFormerGenerate, CachedDecodingMatchesTheFullForward) {
     c.embedding_size = 6;
     if (pe == model::PositionEncoding::none) {  // RoFormer-V2 layout
       c.embedding_size = 8;
-      c.norm_type = "rms_norm";
+      c.norm_type = model::NormType::rms_norm;
       c.use_bias = false;
     }
     model::RoFormer<float> m(c);
@@ -510,7 +510,7 @@ TEST(RoFormerGenerate, CachedDecodingMatchesTheFullForward) {
 }
 
 TEST(RoFormerGenerate, LinearAttentionRecurrentDecodingMatchesTheFullForward) {
-  for (const char* type : {"linear", "performer"}) {
+  for (const auto type : {model::AttentionType::linear, model::AttentionType::performer}) {
     auto c = tiny(model::PositionEncoding::rope);
     c.is_decoder = true;
     c.attention_type = type;
@@ -522,19 +522,17 @@ TEST(RoFormerGenerate, LinearAttentionRecurrentDecodingMatchesTheFullForward) {
     EXPECT_EQ(m.attention(0), nullptr);  // no (T, T) probabilities in linear attention
     model::Generator one(m), all(m);
     const auto last = all.feed(std::vector<int64_t>(batch.ids.begin(), batch.ids.end()));
-    for (int64_t v = 0; v < c.vocab_size; ++v) EXPECT_NEAR(last[v], m.logits()[7 * c.vocab_size + v], 3e-5) << type;
+    for (int64_t v = 0; v < c.vocab_size; ++v) EXPECT_NEAR(last[v], m.logits()[7 * c.vocab_size + v], 3e-5) << model::attention_type_name(type);
     for (int64_t t = 0; t < 8; ++t) {
       const auto& logits = one.feed({batch.ids[t]});
       for (int64_t v = 0; v < c.vocab_size; ++v) {
-        ASSERT_NEAR(logits[v], m.logits()[t * c.vocab_size + v], 3e-5) << type << " t=" << t;
+        ASSERT_NEAR(logits[v], m.logits()[t * c.vocab_size + v], 3e-5) << model::attention_type_name(type) << " t=" << t;
       }
     }
     Batch padded = random_batch(c, 1, 4, 1);  // the last token is padding
     EXPECT_THROW(m.forward(padded.inputs()), std::invalid_argument);
   }
-  auto bad = tiny(model::PositionEncoding::rope);
-  bad.attention_type = "cosformer";
-  EXPECT_THROW(model::RoFormer<float>{bad}, std::invalid_argument);
+  EXPECT_THROW(model::parse_attention_type("cosformer"), std::invalid_argument);
 }
 
 TEST(RoFormerGenerate, SamplingHonoursTemperatureTopKAndBans) {
@@ -707,9 +705,9 @@ std::vector<model::RoFormerConfig> packing_configs() {
   projected.embedding_size = 6;
   projected.rotary_value = true;
   auto v2 = tiny(model::PositionEncoding::none);  // RoFormer-V2: RMS norms, no biases, ReLU, tied-only head
-  v2.norm_type = "rms_norm";
+  v2.norm_type = model::NormType::rms_norm;
   v2.use_bias = false;
-  v2.hidden_act = "relu";
+  v2.hidden_act = model::Activation::relu;
   auto causal = tiny(model::PositionEncoding::sinusoidal);
   causal.is_decoder = true;
   return {projected, v2, causal};
@@ -727,8 +725,8 @@ TEST(RoFormerModel, PackedF32ForwardMatchesTheArenaForward) {
     ASSERT_TRUE(m.packed());
     EXPECT_GT(m.packed_bytes(), 0u);
     m.forward(batch.inputs());
-    EXPECT_LE(relative_error(m.hidden_state(2), hidden.data(), hidden.size()), 1e-5) << c.norm_type;
-    EXPECT_LE(relative_error(m.logits(), logits.data(), logits.size()), 1e-5) << c.norm_type;
+    EXPECT_LE(relative_error(m.hidden_state(2), hidden.data(), hidden.size()), 1e-5) << model::norm_type_name(c.norm_type);
+    EXPECT_LE(relative_error(m.logits(), logits.data(), logits.size()), 1e-5) << model::norm_type_name(c.norm_type);
   }
 }
 

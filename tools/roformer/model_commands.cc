@@ -24,7 +24,7 @@ namespace {
 
 struct ModelCommandOptions {
   train::TrainOptions train;
-  std::string position = "rope", decay = "cosine";
+  std::string position = "rope", decay = "cosine", attention = "softmax";
   bool resume = false, no_progress = false;
   int64_t embedding_size = 0;
   double dropout = 0.0, attention_dropout = -1;
@@ -59,6 +59,7 @@ void render_extrapolation_png(const std::string& png, const train::Extrapolation
 int run_train(ModelCommandOptions& o) {
   train::TrainOptions& t = o.train;
   t.model.position_encoding = model::parse_position_encoding(o.position);
+  t.model.attention_type = model::parse_attention_type(o.attention);
   t.model.embedding_size = o.embedding_size > 0 ? o.embedding_size : t.model.hidden_size;
   t.model.hidden_dropout_prob = o.dropout;
   t.model.attention_probs_dropout_prob = o.attention_dropout >= 0 ? o.attention_dropout : o.dropout;
@@ -172,7 +173,7 @@ void add_model_commands(CLI::App& app, CommandTable& commands) {
   tr->add_option("--position", o->position, "rope, sinusoidal, learned or none")
       ->check(CLI::IsMember({"rope", "sinusoidal", "learned", "none"}))->capture_default_str();
   tr->add_option("--rope-theta", t.model.rope_theta, "RoPE base")->capture_default_str();
-  tr->add_option("--attention", t.model.attention_type,
+  tr->add_option("--attention", o->attention,
                  "softmax; linear (elu+1) or performer (FAVOR+), with RoPE on the feature maps (paper eq. 19)")
       ->check(CLI::IsMember({"softmax", "linear", "performer"}))->capture_default_str();
   tr->add_option("--performer-features", t.model.performer_features, "FAVOR+ random features per head (even)")
