@@ -4,7 +4,7 @@
 //      a copy of ../shared/fixtures/roformer-hf/tokenizer): encode / encode_pair of the payload
 //      (a 0x1F byte splits a pair) with special tokens, truncation and padding from the option byte;
 //   1  the same in BERT mode (tokenizer_class BertTokenizer: no jieba);
-//   2  data::Tokenizer::load of the payload as our tokenizer.json; a tokenizer that loads must save
+//   2  text::CharTokenizer::load of the payload as our tokenizer.json; a tokenizer that loads must save
 //      and load back equal, encode any bytes into ids inside its vocabulary, agree with its streaming
 //      encode_some over any chunking, decode its ids, and (byte level) decode back the same bytes;
 //   3  the payload as tokenizer_config.json beside the fixture vocab.txt (RoFormerTokenizer::load,
@@ -21,10 +21,10 @@
 #include <memory>
 #include <string>
 
-#include "data/tokenizer.h"
 #include "encoding_checks.h"
 #include "fuzz_common.h"
 #include "io/weights.h"
+#include "text/char_tokenizer.h"
 #include "text/jieba.h"
 #include "text/roformer_tokenizer.h"
 
@@ -118,25 +118,25 @@ void encode_checked(const text::RoFormerTokenizer& tok, std::string_view payload
   }
 }
 
-void data_tokenizer(const uint8_t* data, size_t size, uint8_t opt) {
+void char_tokenizer(const uint8_t* data, size_t size, uint8_t opt) {
   static fuzz::MemFile mem;
-  std::unique_ptr<data::Tokenizer> tok;
+  std::unique_ptr<text::CharTokenizer> tok;
   try {
-    tok = std::make_unique<data::Tokenizer>(data::Tokenizer::load(mem.write(data, size)));
-    fuzz::note("data::Tokenizer accepted: vocabulary " + std::to_string(tok->vocab_size()));
+    tok = std::make_unique<text::CharTokenizer>(text::CharTokenizer::load(mem.write(data, size)));
+    fuzz::note("text::CharTokenizer accepted: vocabulary " + std::to_string(tok->vocab_size()));
   } catch (const io::Error& e) {
     fuzz::note(std::string("io::Error: ") + e.what());
     return;  // documented
   } catch (const std::exception& e) {
-    fuzz::undocumented("data::Tokenizer::load", e);
+    fuzz::undocumented("text::CharTokenizer::load", e);
   }
   try {
     const std::string json = tok->to_json();
-    const data::Tokenizer again =
-        data::Tokenizer::load(mem.write(reinterpret_cast<const uint8_t*>(json.data()), json.size()));
+    const text::CharTokenizer again =
+        text::CharTokenizer::load(mem.write(reinterpret_cast<const uint8_t*>(json.data()), json.size()));
     FUZZ_CHECK(again == *tok, "save → load changed the tokenizer");
     const std::string_view bytes(reinterpret_cast<const char*>(data), size);
-    const std::vector<int32_t> ids = tok->encode(bytes);
+    const std::vector<int32_t> ids = tok->encode_ids(bytes);
     for (int32_t id : ids) FUZZ_CHECK(id >= 0 && id < tok->vocab_size(), "id outside the vocabulary");
     // Streaming: any chunking gives the same ids.
     const size_t chunk = 1 + (opt & 7);
@@ -153,11 +153,11 @@ void data_tokenizer(const uint8_t* data, size_t size, uint8_t opt) {
       if (at_end && !pending.empty()) fuzz::finding("encode_some left bytes at the end");
       if (at_end) break;
     }
-    FUZZ_CHECK(streamed == ids, "encode_some over chunks of " + std::to_string(chunk) + " differs from encode");
-    const std::string decoded = tok->decode(ids);
-    if (tok->kind() == data::TokenizerKind::Byte) FUZZ_CHECK(decoded == bytes, "byte-level round trip");
+    FUZZ_CHECK(streamed == ids, "encode_some over chunks of " + std::to_string(chunk) + " differs from encode_ids");
+    const std::string decoded = tok->decode_ids(ids);
+    if (tok->level() == text::CharTokenizer::Level::Byte) FUZZ_CHECK(decoded == bytes, "byte-level round trip");
   } catch (const std::exception& e) {
-    fuzz::undocumented("data::Tokenizer of a loaded file", e);
+    fuzz::undocumented("text::CharTokenizer of a loaded file", e);
   }
 }
 
@@ -226,7 +226,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
         encode_checked(fixture(mode == 0), payload, opt);
         break;
       case 2:
-        data_tokenizer(data + 2, size - 2, opt);
+        char_tokenizer(data + 2, size - 2, opt);
         break;
       case 3:
         tokenizer_config(data + 2, size - 2);

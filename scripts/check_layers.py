@@ -24,9 +24,9 @@ LAYERS = {
     "plot": [],
     "analysis": ["rope"],
     "model": ["ops", "io", "rope"],
-    "data": ["io", "base"],
     "text": ["io", "base"],
-    "train": ["model", "data", "text"],  # text: fine-tuning tokenises with the HF tokenizer; plots are drawn by the command line (report hooks)
+    "data": ["text", "io", "base"],      # text: the corpus streams its file through text::CharTokenizer
+    "train": ["model", "data", "text"],  # text: every run's text::Tokenizer; plots are drawn by the command line (report hooks)
     "serve": ["model", "text"],
 }
 
@@ -155,7 +155,7 @@ def self_test(root):
             return 1
         expect = [
             (plant(tmp, "src/ops/dropout.cc", "#include", '#include "serve/pipeline.h"'), "layer ops includes serve/pipeline.h"),
-            (plant(tmp, "src/data/mlm.cc", "#include", '#include "../text/wordpiece.h"'), "layer data includes ../text/wordpiece.h"),
+            (plant(tmp, "src/data/mlm.cc", "#include", '#include "../model/config.h"'), "layer data includes ../model/config.h"),
             (plant(tmp, "src/base/random.h", "#pragma once", '#include "io/weights.h"'), "layer base includes io/weights.h"),
         ]
         with open(os.path.join(tmp, "src/text/CMakeLists.txt"), "a", encoding="utf-8") as f:

@@ -1,5 +1,5 @@
-// Scratch files for tests: a fresh per-process directory under GoogleTest's TempDir, and a writer
-// that creates parent directories as needed.
+// Scratch files for tests: a fresh per-process directory under GoogleTest's TempDir, a writer that
+// creates parent directories as needed, and a check that an error names its file.
 #pragma once
 
 #include <gtest/gtest.h>
@@ -29,6 +29,19 @@ inline std::string write(const std::string& name, const std::string& bytes) {
   std::filesystem::create_directories(std::filesystem::path(path).parent_path());
   std::ofstream(path, std::ios::binary) << bytes;
   return path;
+}
+
+// Expects f() to throw an E whose message names `path` and holds `fragment`.
+template <class E, class F>
+void expect_error_naming(F&& f, const std::string& path, const std::string& fragment) {
+  try {
+    f();
+    ADD_FAILURE() << "no error for " << path << " (expected '" << fragment << "')";
+  } catch (const E& e) {
+    const std::string what = e.what();
+    EXPECT_NE(what.find(path), std::string::npos) << what;
+    EXPECT_NE(what.find(fragment), std::string::npos) << what;
+  }
 }
 
 }  // namespace test_files

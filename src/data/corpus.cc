@@ -45,7 +45,7 @@ int64_t skip_continuations(const std::string& buf) {
 
 }  // namespace
 
-Corpus::Corpus(const std::string& path, const Tokenizer& tok, double val_fraction, size_t chunk_bytes)
+Corpus::Corpus(const std::string& path, const text::CharTokenizer& tok, double val_fraction, size_t chunk_bytes)
     : path_(path), tok_(tok), chunk_bytes_(std::max<size_t>(chunk_bytes, 1)) {
   if (!(val_fraction >= 0 && val_fraction < 1)) {
     throw std::invalid_argument("val_fraction must lie in [0, 1), got " + std::to_string(val_fraction));
@@ -144,7 +144,7 @@ std::vector<double> Corpus::val_unigram_counts() const { return unigram_counts(v
 
 bool Corpus::window(int64_t off, bool align, int64_t T, int32_t* out) const {
   const int64_t n_tokens = T + 1;
-  const int64_t per_token = tok_.kind() == TokenizerKind::Byte ? 1 : kMaxBytesPerChar;
+  const int64_t per_token = tok_.level() == text::CharTokenizer::Level::Byte ? 1 : kMaxBytesPerChar;
   const std::string buf = read(off, n_tokens * per_token + (align ? kMaxSkip : 0), val_begin_);
   const int64_t skip = align ? skip_continuations(buf) : 0;
   const bool at_end = off + static_cast<int64_t>(buf.size()) >= val_begin_;
@@ -163,7 +163,7 @@ int64_t Corpus::last_train_start(int64_t T) const {
     return base::Error(path_ + ": training part (" + std::to_string(end) + " bytes, " + holds +
                      ") is too small for one window of T + 1 = " + std::to_string(n_tokens) + " tokens");
   };
-  if (tok_.kind() == TokenizerKind::Byte) {
+  if (tok_.level() == text::CharTokenizer::Level::Byte) {
     if (end < n_tokens) throw too_small(std::to_string(end) + " tokens");
     // Step back onto the start of a character, so that any earlier offset, aligned forward, stays at
     // or before this one (for valid UTF-8; otherwise train_batch falls back to this offset unaligned).

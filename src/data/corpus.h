@@ -11,7 +11,7 @@
 #include <string>
 #include <vector>
 
-#include "data/tokenizer.h"
+#include "text/char_tokenizer.h"
 
 namespace data {
 
@@ -43,8 +43,8 @@ class Corpus : public WindowSource {
   // part. chunk_bytes is the read size for sequential scans (tests make it tiny). Throws base::Error
   // naming the file: missing or unreadable, empty, or a split with no bytes on one side (the file is
   // too small for val_fraction); std::invalid_argument for a val_fraction outside [0, 1).
-  Corpus(const std::string& path, const Tokenizer& tok, double val_fraction = 0.05,
-         size_t chunk_bytes = kDefaultChunkBytes);
+  Corpus(const std::string& path, const text::CharTokenizer& tok, double val_fraction = 0.05,
+         size_t chunk_bytes = text::kDefaultChunkBytes);
   ~Corpus();
   Corpus(Corpus&& other) noexcept;
   Corpus& operator=(Corpus&& other) noexcept;
@@ -76,7 +76,7 @@ class Corpus : public WindowSource {
   int64_t file_bytes() const { return file_bytes_; }
   int64_t train_bytes() const { return val_begin_; }
   int64_t val_bytes() const { return file_bytes_ - val_begin_; }
-  const Tokenizer& tokenizer() const { return tok_; }
+  const text::CharTokenizer& tokenizer() const { return tok_; }
   const std::string& path() const { return path_; }
 
  private:
@@ -92,11 +92,11 @@ class Corpus : public WindowSource {
   bool window(int64_t off, bool align, int64_t T, int32_t* out) const;
 
   std::string path_;
-  Tokenizer tok_;
+  text::CharTokenizer tok_;
   int fd_ = -1;
   int64_t file_bytes_ = 0;
   int64_t val_begin_ = 0;  // training part [0, val_begin_), validation part [val_begin_, file_bytes_)
-  size_t chunk_bytes_ = kDefaultChunkBytes;
+  size_t chunk_bytes_ = text::kDefaultChunkBytes;
 };
 
 // A corpus already tokenised, in memory: ids (N) in [0, vocab_size) and word_start (N, or empty when

@@ -5,7 +5,7 @@
 //   → spaces around CJK ideographs → NFC → split on Python whitespace
 //   → per word not in never_split: lower-case, strip accents (NFD, drop Mn) → split off punctuation.
 // Text is UTF-8; invalid UTF-8 is read as U+FFFD per maximal invalid subpart (Python's
-// errors="replace", the policy of data/tokenizer.h), which the cleaning step then drops.
+// errors="replace", the policy of text/char_tokenizer.h), which the cleaning step then drops.
 //
 // Agreement with Python: utf8proc 2.8 (Unicode 15.0) agrees with CPython 3.11 (Unicode 14.0) on the
 // category, isspace, per-character lower(), NFD and NFC of every code point assigned in Unicode 14

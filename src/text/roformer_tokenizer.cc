@@ -12,7 +12,9 @@
 #include <stdexcept>
 
 #include "base/error.h"
+#include "io/atomic_file.h"
 #include "io/mapped_file.h"
+#include "text/wordpiece_trainer.h"
 
 namespace text {
 
@@ -131,6 +133,13 @@ TokenizerConfig read_config(const std::string& dir) {
   return c;
 }
 
+// The vocabulary's lines, id order (save()'s vocab.txt).
+std::vector<std::string> lines_of(const Vocab& vocab) {
+  std::vector<std::string> lines;
+  for (int64_t i = 0; i < vocab.lines(); ++i) lines.push_back(vocab.token(static_cast<int32_t>(i)));
+  return lines;
+}
+
 std::u32string_view lstrip(std::u32string_view s) {
   while (!s.empty() && is_py_space(s.front())) s.remove_prefix(1);
   return s;
@@ -149,7 +158,25 @@ RoFormerTokenizer RoFormerTokenizer::load(const std::string& dir, const LoadOpti
   TokenizerConfig c = read_config(dir);
   if (!options.jieba_dict.empty()) c.jieba_dict = options.jieba_dict;
   if (options.use_jieba) c.use_jieba = *options.use_jieba;
-  return RoFormerTokenizer(std::move(vocab), std::move(c));
+  RoFormerTokenizer t(std::move(vocab), std::move(c));
+  std::map<std::string, std::string> files;
+  for (const char* name : {"vocab.txt", "tokenizer_config.json", "special_tokens_map.json"}) {
+    const std::string path = (fs::path(dir) / name).string();
+    if (fs::exists(path)) files[name] = io::read_file(path);
+  }
+  t.files_ = std::make_shared<const std::map<std::string, std::string>>(std::move(files));
+  return t;
+}
+
+RoFormerTokenizer RoFormerTokenizer::from_vocab_file(const std::string& vocab_txt) {
+  RoFormerTokenizer t(std::make_shared<const Vocab>(Vocab::load(vocab_txt)), {});
+  std::map<std::string, std::string> files;
+  for (auto& [name, content] : tokenizer_files(lines_of(t.vocab()), t.config().do_lower_case)) {
+    files[name] = std::move(content);
+  }
+  files["vocab.txt"] = io::read_file(vocab_txt);  // byte for byte
+  t.files_ = std::make_shared<const std::map<std::string, std::string>>(std::move(files));
+  return t;
 }
 
 RoFormerTokenizer::RoFormerTokenizer(std::shared_ptr<const Vocab> vocab, TokenizerConfig config)
@@ -224,6 +251,46 @@ std::vector<int32_t> RoFormerTokenizer::convert_tokens_to_ids(const std::vector<
   ids.reserve(tokens.size());
   for (const std::string& t : tokens) ids.push_back(token_to_id(t));
   return ids;
+}
+
+// ---- text::Tokenizer ----
+
+std::vector<int32_t> RoFormerTokenizer::special_ids() const {
+  std::vector<int32_t> ids = Tokenizer::special_ids();
+  for (const auto& a : config_.additional_special_tokens) ids.push_back(token_to_id(a.content));
+  std::sort(ids.begin(), ids.end());
+  ids.erase(std::unique(ids.begin(), ids.end()), ids.end());
+  return ids;
+}
+
+std::vector<int32_t> RoFormerTokenizer::encode_ids(std::string_view text) const {
+  return convert_tokens_to_ids(tokenize(text));
+}
+
+std::string RoFormerTokenizer::decode_ids(const std::vector<int32_t>& ids) const {
+  const std::vector<int32_t> specials = special_ids();
+  std::string out;
+  for (const int32_t id : ids) {
+    if (std::binary_search(specials.begin(), specials.end(), id)) continue;
+    const std::string token = id_to_token(id);
+    if (token.rfind("##", 0) == 0) {
+      out += token.substr(2);
+    } else {
+      if (!out.empty()) out += ' ';
+      out += token;
+    }
+  }
+  return out;
+}
+
+void RoFormerTokenizer::save(const std::string& dir) const {
+  if (files_) {
+    for (const auto& [name, content] : *files_) io::write_file_atomic(dir + "/" + name, content);
+    return;
+  }
+  for (const auto& [name, content] : tokenizer_files(lines_of(*vocab_), config_.do_lower_case)) {
+    io::write_file_atomic(dir + "/" + name, content);
+  }
 }
 
 // ---- tokenize ----

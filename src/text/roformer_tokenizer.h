@@ -23,9 +23,13 @@
 // assigned in a Unicode version newer than the Python's (utf8proc 2.8: 15.0; Python 3.11: 14.0,
 // 3.10: 13.0) are unassigned, hence dropped as control characters, in Python (basic_tokenizer.h);
 // the fast tokenizer (RoFormerTokenizerFast, which normalises before jieba) is not reproduced.
+//
+// It is the "wordpiece" text::Tokenizer (tokenizer.h): encode_ids is tokenize's ids, and save writes
+// the tokenizer's files (vocab.txt, tokenizer_config.json, special_tokens_map.json).
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <optional>
 #include <string>
@@ -37,6 +41,7 @@
 
 #include "text/basic_tokenizer.h"
 #include "text/jieba.h"
+#include "text/tokenizer.h"
 #include "text/wordpiece.h"
 
 namespace text {
@@ -110,13 +115,15 @@ struct LoadOptions {
   std::optional<bool> use_jieba;     // overrides tokenizer_class
 };
 
-class RoFormerTokenizer {
+class RoFormerTokenizer final : public Tokenizer {
  public:
   // Reads <dir>/vocab.txt (required), <dir>/tokenizer_config.json and <dir>/special_tokens_map.json
   // (optional; the latter overrides the special tokens of the former, as from_pretrained does).
   // Throws base::Error naming the file: unreadable, bad JSON, wrong value types, an unsupported
   // tokenizer_class. The jieba dictionary is not read here (see jieba.h).
   static RoFormerTokenizer load(const std::string& dir, const LoadOptions& options = {});
+  // A bare vocab.txt with HF's defaults (uncased, jieba on). Throws base::Error naming the file.
+  static RoFormerTokenizer from_vocab_file(const std::string& vocab_txt);
   // From a vocabulary and a configuration. Special tokens missing from both the vocabulary and
   // added_tokens get new ids after them, as HF's _add_tokens does.
   RoFormerTokenizer(std::shared_ptr<const Vocab> vocab, TokenizerConfig config);
@@ -144,12 +151,29 @@ class RoFormerTokenizer {
   int32_t pad_id() const { return pad_id_; }
   int32_t cls_id() const { return cls_id_; }
   int32_t mask_id() const { return mask_id_; }
-  // HF len(tokenizer): distinct tokens of vocab.txt and the added tokens.
+  // HF len(tokenizer): distinct tokens of vocab.txt and the added tokens (= vocab_size()).
   int64_t size() const { return size_; }
   const Vocab& vocab() const { return *vocab_; }
   const TokenizerConfig& config() const { return config_; }
   // The jieba segmenter (shared by copies of this tokenizer); null when use_jieba is off.
   const Jieba* jieba() const { return jieba_.get(); }
+
+  // ---- text::Tokenizer ----
+  std::string kind() const override { return "wordpiece"; }
+  int64_t vocab_size() const override { return size_; }
+  SpecialIds specials() const override { return {pad_id_, unk_id_, cls_id_, sep_id_, mask_id_}; }
+  // specials() and the additional special tokens.
+  std::vector<int32_t> special_ids() const override;
+  // The ids of tokenize(text).
+  std::vector<int32_t> encode_ids(std::string_view text) const override;
+  // Special ids dropped; a "##" piece joins the token before it, other tokens are separated by one
+  // space (HF's convert_tokens_to_string, without decode's clean-up).
+  std::string decode_ids(const std::vector<int32_t>& ids) const override;
+  // The files the tokenizer came from, byte for byte: load(dir)'s vocab.txt, tokenizer_config.json
+  // and special_tokens_map.json (those that exist); from_vocab_file's vocab.txt with the default
+  // configuration files of wordpiece_trainer.h's tokenizer_files. Built from a Vocab in memory, it
+  // writes the vocabulary's lines and tokenizer_files' configuration for its do_lower_case.
+  void save(const std::string& dir) const override;
 
  private:
   struct Piece {
@@ -183,6 +207,7 @@ class RoFormerTokenizer {
   std::unordered_set<std::string> special_set_;      // all_special_tokens (the BasicTokenizer's never_split)
   int32_t unk_id_ = -1, sep_id_ = -1, pad_id_ = -1, cls_id_ = -1, mask_id_ = -1;
   int64_t size_ = 0;
+  std::shared_ptr<const std::map<std::string, std::string>> files_;  // save()'s files by name; null: generated
 };
 
 }  // namespace text

@@ -227,6 +227,21 @@ float SentencePiece::score(int64_t id) const {
   return sp_->GetScore(static_cast<int>(id));
 }
 
+SpecialIds SentencePiece::specials() const {
+  return {sp_->pad_id(), sp_->unk_id(), sp_->bos_id(), sp_->eos_id(), -1};
+}
+
+std::vector<int32_t> SentencePiece::encode_ids(std::string_view text) const {
+  const std::vector<int64_t> ids = encode(text);
+  return std::vector<int32_t>(ids.begin(), ids.end());
+}
+
+std::string SentencePiece::decode_ids(const std::vector<int32_t>& ids) const {
+  return decode(std::vector<int64_t>(ids.begin(), ids.end()));
+}
+
+void SentencePiece::save(const std::string& dir) const { io::write_file_atomic(dir + "/spm.model", serialized_); }
+
 int64_t SentencePiece::piece_to_id(std::string_view piece) const {
   const int id = sp_->PieceToId(piece);  // unk_id for a piece it does not know
   return id >= 0 && sp_->IdToPiece(id) == piece ? id : -1;

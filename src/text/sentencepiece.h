@@ -13,6 +13,9 @@
 // leading/trailing spaces removed), so decode(encode(s)) is s after that normalisation; characters the
 // model never saw become unk and decode to " ⁇ ". libsentencepiece stays a PRIVATE dependency: this
 // header names none of its types.
+//
+// It is the "sentencepiece" text::Tokenizer (tokenizer.h): encode_ids / decode_ids are encode /
+// decode with int32 ids, bos and eos are its cls and sep, it has no mask, and save writes spm.model.
 #pragma once
 
 #include <cstdint>
@@ -21,13 +24,15 @@
 #include <string_view>
 #include <vector>
 
+#include "text/tokenizer.h"
+
 namespace sentencepiece {
 class SentencePieceProcessor;
 }
 
 namespace text {
 
-class SentencePiece {
+class SentencePiece final : public Tokenizer {
  public:
   // A model file written by train_sentencepiece or spm_train. Throws base::Error naming `path` when it
   // cannot be read or is not a SentencePiece model.
@@ -39,7 +44,7 @@ class SentencePiece {
   SentencePiece& operator=(SentencePiece&&) noexcept;
   SentencePiece(const SentencePiece&) = delete;
   SentencePiece& operator=(const SentencePiece&) = delete;
-  ~SentencePiece();
+  ~SentencePiece() override;
 
   // Ids of the text's pieces (no bos/eos added). Thread-safe (const).
   std::vector<int64_t> encode(std::string_view text) const;
@@ -51,7 +56,7 @@ class SentencePiece {
   // itself, so pieces of unseen characters survive the round trip that ids (unk) do not.
   std::string decode_pieces(const std::vector<std::string>& pieces) const;
 
-  int64_t vocab_size() const;
+  int64_t vocab_size() const override;
   // -1 when the model has no such symbol (models trained elsewhere may lack pad, bos or eos).
   int64_t pad_id() const;
   int64_t bos_id() const;
@@ -65,6 +70,14 @@ class SentencePiece {
   int64_t piece_to_id(std::string_view piece) const;
   // The model's proto bytes, exactly the .model file's contents.
   const std::string& serialized() const { return serialized_; }
+
+  // ---- text::Tokenizer ----
+  std::string kind() const override { return "sentencepiece"; }
+  SpecialIds specials() const override;
+  std::vector<int32_t> encode_ids(std::string_view text) const override;
+  std::string decode_ids(const std::vector<int32_t>& ids) const override;
+  // Writes dir/spm.model (serialized()) atomically.
+  void save(const std::string& dir) const override;
 
  private:
   SentencePiece(std::unique_ptr<sentencepiece::SentencePieceProcessor> sp, std::string serialized, std::string name);

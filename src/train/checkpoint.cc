@@ -54,7 +54,7 @@ AdamW make_adamw(model::Trainable<float>& m, const AdamWConfig& cfg, int64_t beg
 }
 
 
-void save_model(const std::string& dir, const model::RoFormer<float>& m, const TokenizerWriter& write_tokenizer) {
+void save_model(const std::string& dir, const model::RoFormer<float>& m, const text::Tokenizer& tok) {
   make_dirs(dir);
   const auto& cfg = m.config();
   std::vector<io::TensorView> tensors;
@@ -74,14 +74,14 @@ void save_model(const std::string& dir, const model::RoFormer<float>& m, const T
   }
   io::write_file_atomic(dir + "/model.safetensors", io::safetensors_bytes(tensors, {{"format", "pt"}}));
   io::write_file_atomic(dir + "/config.json", cfg.to_json());
-  write_tokenizer(dir);
+  tok.save(dir);
 }
 
 std::string save_checkpoint(const std::string& out_dir, const model::RoFormer<float>& m, const AdamW& opt,
-                            const TokenizerWriter& write_tokenizer, const TrainerState& state, int keep) {
+                            const text::Tokenizer& tok, const TrainerState& state, int keep) {
   const model::Trainable<float>& trained = m;  // the general overload (the same call with m would recurse)
   return save_checkpoint(
-      out_dir, trained, opt, [&](const std::string& dir) { save_model(dir, m, write_tokenizer); }, state, keep);
+      out_dir, trained, opt, [&](const std::string& dir) { save_model(dir, m, tok); }, state, keep);
 }
 
 std::string save_checkpoint(const std::string& out_dir, const model::Trainable<float>& m, const AdamW& opt,
@@ -143,13 +143,13 @@ LoadedModel load_model(const std::string& dir) {
   model::check_config_against_weights(cfg, *weights, dir + "/config.json");
   auto m = std::make_unique<model::RoFormer<float>>(cfg);
   m->load(*weights);
-  LmText text = LmText::load(dir);
+  auto tok = text::load_tokenizer(dir);
   // A char/byte tokenizer defines the vocabulary; an HF vocabulary may be padded to more rows.
-  if (text.kind() == "wordpiece" ? text.vocab_size() > cfg.vocab_size : text.vocab_size() != cfg.vocab_size) {
-    throw io::Error(dir + ": tokenizer vocabulary " + std::to_string(text.vocab_size()) + " does not fit model vocab_size " +
+  if (tok->kind() == "wordpiece" ? tok->vocab_size() > cfg.vocab_size : tok->vocab_size() != cfg.vocab_size) {
+    throw io::Error(dir + ": tokenizer vocabulary " + std::to_string(tok->vocab_size()) + " does not fit model vocab_size " +
                     std::to_string(cfg.vocab_size));
   }
-  return {cfg, std::move(m), std::move(text), weights->has_int8_tensors()};
+  return {cfg, std::move(m), std::move(tok), weights->has_int8_tensors()};
 }
 
 TrainerState load_optimizer(const std::string& dir, const model::Trainable<float>& m, AdamW& opt) {

@@ -1,7 +1,7 @@
 // Training checkpoints. A run directory holds numbered checkpoints and a `latest` pointer:
 //   out/step-000200/config.json           HF RoFormer config (RoFormerFor{MaskedLM,CausalLM})
 //   out/step-000200/model.safetensors     the parameters under HF names (+ HF's rotary table)
-//   out/step-000200/tokenizer.json        the tokenizer
+//   out/step-000200/tokenizer.json        the tokenizer (text::Tokenizer::save; WordPiece: vocab.txt and its configs)
 //   out/step-000200/optimizer.safetensors AdamW moments and step, with the trainer state as metadata
 //   out/step-000200/elapsed.json          training wall time so far (the one non-deterministic value)
 //   out/latest                            "step-000200"
@@ -12,11 +12,12 @@
 
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <string>
 #include <vector>
 
-#include "train/lm_text.h"
 #include "model/roformer.h"
+#include "text/tokenizer.h"
 #include "train/optim.h"
 
 namespace train {
@@ -33,16 +34,16 @@ struct TrainerState {
 // Writes checkpoint `step` of the run in `out_dir` and points `latest` at it; keeps the newest
 // `keep` checkpoints and removes older ones. Returns the checkpoint directory. Throws io::Error.
 std::string save_checkpoint(const std::string& out_dir, const model::RoFormer<float>& m, const AdamW& opt,
-                            const TokenizerWriter& write_tokenizer, const TrainerState& state, int keep = 2);
+                            const text::Tokenizer& tok, const TrainerState& state, int keep = 2);
 // The same for any trainable model: write_model(dir) writes its inference part (config, weights,
 // tokenizer) into the new checkpoint directory.
 std::string save_checkpoint(const std::string& out_dir, const model::Trainable<float>& m, const AdamW& opt,
                             const std::function<void(const std::string& dir)>& write_model, const TrainerState& state,
                             int keep = 2);
 
-// Writes config.json, model.safetensors and tokenizer.json into dir (created if needed): the
-// inference part of a checkpoint.
-void save_model(const std::string& dir, const model::RoFormer<float>& m, const TokenizerWriter& write_tokenizer);
+// Writes config.json, model.safetensors and the tokenizer's files (tok.save) into dir (created if
+// needed): the inference part of a checkpoint.
+void save_model(const std::string& dir, const model::RoFormer<float>& m, const text::Tokenizer& tok);
 
 // The directory `latest` points at in out_dir, or "" when there is none.
 std::string latest_checkpoint(const std::string& out_dir);
@@ -55,13 +56,13 @@ struct ResumePoint {
 };
 ResumePoint resume_point(const std::string& out_dir, const std::string& what);
 
-// Loads the model config, weights and tokenizer of a checkpoint (or any HF-format directory with a
-// tokenizer.json). Throws io::Error naming the file. Inference packs the model with
+// Loads the model config, weights and tokenizer (text::load_tokenizer) of a checkpoint or any
+// HF-format directory. Throws io::Error naming the file. Inference packs the model with
 // model::prepare_for_inference(*model, options, int8_checkpoint).
 struct LoadedModel {
   model::RoFormerConfig config;
   std::unique_ptr<model::RoFormer<float>> model;
-  LmText text;
+  std::shared_ptr<const text::Tokenizer> tokenizer;
   bool int8_checkpoint = false;  // `roformer quantize` wrote it (--quantize auto runs it in int8)
 };
 LoadedModel load_model(const std::string& dir);

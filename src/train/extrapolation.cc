@@ -12,6 +12,7 @@
 #include "io/safetensors.h"
 #include "model/roformer.h"
 #include "train/checkpoint.h"
+#include "train/lm_text.h"
 #include "train/trainer.h"
 
 namespace train {
@@ -47,7 +48,7 @@ ExtrapolationResult evaluate_extrapolation(const ExtrapolationOptions& o) {
   }
   r.methods = o.methods;
   r.lengths = o.lengths;
-  const auto corpus = lm.text.corpus(o.data, o.val_fraction, lm.config.vocab_size);
+  const auto corpus = lm_corpus(*lm.tokenizer, o.data, o.val_fraction, lm.config.vocab_size);
   TrainOptions eval;
   eval.task = "clm";
   for (const auto& method : o.methods) {
@@ -67,7 +68,7 @@ ExtrapolationResult evaluate_extrapolation(const ExtrapolationOptions& o) {
       const int64_t windows = std::max<int64_t>(1, o.tokens / L), B = std::min<int64_t>(windows, 4);
       const auto val = corpus->val_batches(B, L, (windows + B - 1) / B);
       if (val.empty()) throw io::Error(o.data + ": the validation split is shorter than " + std::to_string(L + 1) + " tokens");
-      row.push_back(validation_loss(m, val, eval, lm.text));
+      row.push_back(validation_loss(m, val, eval, *lm.tokenizer));
       std::fprintf(stderr, "%-12s length %6lld: loss %.4f, perplexity %.3f\n", method.c_str(), static_cast<long long>(L),
                    row.back(), std::exp(row.back()));
     }

@@ -12,7 +12,6 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
-#include <filesystem>
 #include <fstream>
 #include <memory>
 #include <nlohmann/json.hpp>
@@ -21,7 +20,6 @@
 
 #include "base/threads.h"
 #include "io/atomic_file.h"
-#include "io/mapped_file.h"
 #include "io/safetensors.h"
 #include "io/weights.h"
 #include "text/roformer_tokenizer.h"
@@ -35,17 +33,6 @@ namespace train {
 namespace {
 
 using nlohmann::json;
-namespace fs = std::filesystem;
-
-// The HF tokenizer files a fine-tuned directory carries over from the model it started from.
-TokenizerWriter copy_tokenizer_files(const std::string& from) {
-  return [from](const std::string& dir) {
-    for (const char* name : {"vocab.txt", "tokenizer_config.json", "special_tokens_map.json"}) {
-      const std::string src = from + "/" + name;
-      if (fs::exists(src)) io::write_file_atomic(dir + "/" + name, io::read_file(src));
-    }
-  };
-}
 
 bool parse_integer(const std::string& s, int64_t* v) {
   size_t used = 0;
@@ -153,7 +140,7 @@ class FinetuneRun : public Recipe {
   FinetuneResult run(const ReportHook& on_report);
 
   void evaluate(EvalRecord& rec) override;
-  void write_model(const std::string& dir) override { save_model(dir, *m_, copy_tokenizer_files(o_.model)); }
+  void write_model(const std::string& dir) override { save_model(dir, *m_, *tok_); }
 
  private:
   void prepare();

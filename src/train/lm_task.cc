@@ -5,7 +5,6 @@
 #include <cmath>
 #include <stdexcept>
 
-#include "data/tokenizer.h"
 #include "ops/loss.h"
 
 namespace train {

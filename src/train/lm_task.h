@@ -9,6 +9,7 @@
 
 #include "data/corpus.h"
 #include "data/mlm.h"
+#include "text/char_tokenizer.h"
 #include "train/task.h"
 
 namespace train {
@@ -37,7 +38,7 @@ struct LmTaskConfig {
   int64_t vocab_size = 0;
   // The vocabulary's [MASK] and the ids never selected for masking ([PAD], [CLS], ...): by default the
   // char/byte tokenizers' five specials, ids 0-4; an HF vocabulary gives its own.
-  int64_t mask_token_id = data::Tokenizer::kMask;
+  int64_t mask_token_id = text::CharTokenizer::kMask;
   std::vector<int32_t> special_ids = {0, 1, 2, 3, 4};
   bool whole_word_mask = false;  // select words as a whole (needs windows with word starts)
 };

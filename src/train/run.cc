@@ -14,13 +14,14 @@
 
 #include "base/threads.h"
 #include "data/corpus.h"
-#include "data/tokenizer.h"
 #include "io/weights.h"
 #include "io/atomic_file.h"
 #include "model/decoding.h"
+#include "text/char_tokenizer.h"
 #include "train/checkpoint.h"
 #include "train/run_loop.h"
 #include "train/lm_task.h"
+#include "train/lm_text.h"
 #include "train/trainer.h"
 
 namespace train {
@@ -45,7 +46,7 @@ class TrainingRun : public Recipe {
     rec.val_loss = trainer_->evaluate().loss;
     rec.metrics["ppl"] = std::exp(rec.val_loss);
   }
-  void write_model(const std::string& dir) override { save_model(dir, *m_, text_->writer()); }
+  void write_model(const std::string& dir) override { save_model(dir, *m_, *text_); }
 
  private:
   void load_data();
@@ -60,7 +61,7 @@ class TrainingRun : public Recipe {
   Communicator& comm_ = world();
   bool writer_;  // rank 0: writes the run directory and prints
   TrainResult result_;
-  std::unique_ptr<LmText> text_;
+  std::shared_ptr<const text::Tokenizer> text_;
   std::unique_ptr<data::WindowSource> corpus_;
   std::unique_ptr<LmTask> task_;
   std::unique_ptr<Model> m_;
@@ -74,23 +75,24 @@ class TrainingRun : public Recipe {
 void TrainingRun::load_data() {
   o_.validate_text();
   if (resume_) {
-    text_ = std::make_unique<LmText>(LmText::load(resume_dir_));
+    text_ = text::load_tokenizer(resume_dir_);
   } else if (!o_.init_from.empty()) {
-    text_ = std::make_unique<LmText>(LmText::load(o_.init_from));
+    text_ = text::load_tokenizer(o_.init_from);
     o_.tokenizer = text_->kind();
     // The architecture is the directory's; the task decides causal or masked.
     const bool causal = o_.model.is_decoder;
     o_.model = model::RoFormerConfig::from_json_file(o_.init_from + "/config.json");
     o_.model.is_decoder = causal;
   } else if (o_.tokenizer == "wordpiece") {
-    text_ = std::make_unique<LmText>(LmText::load(o_.vocab));
+    text_ = text::load_tokenizer(o_.vocab);
+  } else if (o_.tokenizer == "byte") {
+    text_ = std::make_shared<const text::CharTokenizer>(text::CharTokenizer::byte_level());
   } else {
-    text_ = std::make_unique<LmText>(o_.tokenizer == "byte" ? data::Tokenizer::byte_level()
-                                                            : data::Tokenizer::char_level_from_file(o_.data, o_.max_vocab));
+    text_ = std::make_shared<const text::CharTokenizer>(text::CharTokenizer::char_level_from_file(o_.data, o_.max_vocab));
   }
   if (!resume_ && o_.init_from.empty()) o_.model.vocab_size = text_->vocab_size();
   o_.validate();
-  corpus_ = text_->corpus(o_.data, o_.val_fraction, o_.model.vocab_size);
+  corpus_ = lm_corpus(*text_, o_.data, o_.val_fraction, o_.model.vocab_size);
   const auto val = corpus_->val_batches(o_.batch, o_.seq, o_.eval_batches);
   if (val.empty()) {
     throw io::Error(o_.data + ": the validation split is shorter than one window of " + std::to_string(o_.seq + 1) +
@@ -183,8 +185,8 @@ TrainResult TrainingRun::run(const ReportHook& on_report) {
 
 void TrainingRun::print_sample() const {
   std::vector<int64_t> prompt;
-  for (int32_t id : text_->encode(o_.sample_prompt)) prompt.push_back(id);
-  if (prompt.empty()) prompt.push_back(text_->sep_id());
+  for (int32_t id : text_->encode_ids(o_.sample_prompt)) prompt.push_back(id);
+  if (prompt.empty()) prompt.push_back(text_->specials().sep);
   model::DecodeOptions so;
   so.beam_size = 1;
   so.max_len_b = o_.sample_tokens;
@@ -196,7 +198,7 @@ void TrainingRun::print_sample() const {
   const auto ids = model::generate(*m_, prompt, so)[0].tokens;
   std::printf("--- sample (temperature %.2g, top-k %lld) ---\n%s%s\n---\n", o_.temperature,
               static_cast<long long>(o_.top_k), o_.sample_prompt.c_str(),
-              text_->decode(std::vector<int32_t>(ids.begin(), ids.end())).c_str());
+              text_->decode_ids(std::vector<int32_t>(ids.begin(), ids.end())).c_str());
 }
 
 }  // namespace

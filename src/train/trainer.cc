@@ -13,6 +13,7 @@
 #include "io/atomic_file.h"
 #include "train/checkpoint.h"
 #include "train/lm_task.h"
+#include "train/lm_text.h"
 
 namespace train {
 
@@ -161,10 +162,10 @@ void Trainer::set_optimizer(const AdamW& whole) {
 
 EvalStats Trainer::evaluate() { return train::evaluate(task_, m_, &comm_); }
 
-LmTaskConfig lm_task_config(const TrainOptions& o, int64_t vocab_size, const LmText& text) {
+LmTaskConfig lm_task_config(const TrainOptions& o, int64_t vocab_size, const text::Tokenizer& tok) {
   LmTaskConfig c;
-  c.mask_token_id = text.mask_id();
-  c.special_ids = text.special_ids();
+  c.mask_token_id = tok.specials().mask;
+  c.special_ids = tok.special_ids();
   c.whole_word_mask = o.whole_word_mask;
   c.causal = o.task == "clm";
   c.seed = o.seed;
@@ -176,8 +177,8 @@ LmTaskConfig lm_task_config(const TrainOptions& o, int64_t vocab_size, const LmT
 }
 
 double validation_loss(model::RoFormer<float>& m, const std::vector<data::Batch>& val, const TrainOptions& o,
-                       const LmText& text, int64_t* tokens) {
-  LmTask task(nullptr, lm_task_config(o, m.config().vocab_size, text), val);
+                       const text::Tokenizer& tok, int64_t* tokens) {
+  LmTask task(nullptr, lm_task_config(o, m.config().vocab_size, tok), val);
   const EvalStats s = evaluate(task, m);
   if (tokens) *tokens = s.count;
   return s.loss;
@@ -279,7 +280,7 @@ EvalResult evaluate_checkpoint(const std::string& dir, const std::string& data_p
     throw std::invalid_argument("--seq exceeds the model's max_position_embeddings " +
                                 std::to_string(lm.config.max_position_embeddings));
   }
-  const auto corpus_ptr = lm.text.corpus(data_path, val_fraction, lm.config.vocab_size);
+  const auto corpus_ptr = lm_corpus(*lm.tokenizer, data_path, val_fraction, lm.config.vocab_size);
   const data::WindowSource& corpus = *corpus_ptr;
   const auto val = corpus.val_batches(batch, seq, max_batches);
   if (val.empty()) throw io::Error(data_path + ": the validation split is shorter than one window");
@@ -287,7 +288,7 @@ EvalResult evaluate_checkpoint(const std::string& dir, const std::string& data_p
   o.task = lm.config.is_decoder ? "clm" : "mlm";
   o.seed = seed;
   EvalResult r;
-  r.loss = validation_loss(*lm.model, val, o, lm.text, &r.tokens);
+  r.loss = validation_loss(*lm.model, val, o, *lm.tokenizer, &r.tokens);
   r.unigram_baseline =
       data::unigram_cross_entropy(corpus.train_unigram_counts(), data::target_counts(val, corpus.vocab_size()));
   return r;

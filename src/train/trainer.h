@@ -20,9 +20,9 @@
 #include "data/corpus.h"
 #include "model/config.h"
 #include "model/roformer.h"
+#include "text/tokenizer.h"
 #include "train/comm.h"
 #include "train/lm_task.h"
-#include "train/lm_text.h"
 #include "train/optim.h"
 #include "train/run_log.h"
 #include "train/task.h"
@@ -151,12 +151,12 @@ struct TrainResult : LoopResult {
 TrainResult run_training(TrainOptions opts, bool resume, const ReportHook& on_report = {});
 
 // The LM task settings of a run's options (causal for task "clm").
-LmTaskConfig lm_task_config(const TrainOptions& o, int64_t vocab_size, const LmText& text);
+LmTaskConfig lm_task_config(const TrainOptions& o, int64_t vocab_size, const text::Tokenizer& tok);
 
 // Mean loss (nats/token) of m over fixed batches, weighted by counted targets, for o.task (MLM masks
 // drawn from o.seed per batch index, LmTask); *tokens (optional) gets the number of counted targets.
 double validation_loss(model::RoFormer<float>& m, const std::vector<data::Batch>& val, const TrainOptions& o,
-                       const LmText& text, int64_t* tokens = nullptr);
+                       const text::Tokenizer& tok, int64_t* tokens = nullptr);
 
 // Validation loss (nats/token) and the number of tokens it averages, of a model checkpoint on a
 // corpus's validation split, its linear layers as `linears` asks: `roformer eval`.

@@ -59,7 +59,7 @@ class TranslateRun : public Recipe {
   void evaluate(EvalRecord& rec) override;
   void write_model(const std::string& dir) override {
     model::save_seq2seq(dir, *m_);
-    io::write_file_atomic(dir + "/spm.model", sp_->serialized());
+    sp_->save(dir);
   }
 
  private:
@@ -103,7 +103,7 @@ void TranslateRun::subwords(const std::vector<data::SentencePair>& train_pairs) 
   so.seed = static_cast<uint32_t>(o_.seed);
   const text::SentencePieceTrainResult r = text::train_sentencepiece(so);  // every rank: the same bytes
   sp_ = std::make_unique<text::SentencePiece>(text::SentencePiece::from_serialized(r.serialized, o_.out + "/spm.model"));
-  if (writer_) io::write_file_atomic(o_.out + "/spm.model", r.serialized);
+  if (writer_) sp_->save(o_.out);
 }
 
 void TranslateRun::prepare() {

@@ -1,7 +1,6 @@
-// The text-data layer: UTF-8 decoding (maximal-subpart U+FFFD), byte/char tokenizers (round trips,
-// streaming = in-memory vocabulary, truncation, save/load and every corrupt file), atomic writes,
-// and the corpus (deterministic train batches that stay in the training part, the fixed validation
-// tiling, unigram counts, errors). Text files are written into a fresh temporary directory.
+// The data layer: UTF-8 decoding (maximal-subpart U+FFFD), atomic writes, and the corpus
+// (deterministic train batches that stay in the training part, the fixed validation tiling, unigram
+// counts, errors). Text files are written into a fresh temporary directory.
 #include <gtest/gtest.h>
 
 #include "temp_files.h"
@@ -20,7 +19,7 @@
 #include "base/error.h"
 #include "base/utf8.h"
 #include "data/corpus.h"
-#include "data/tokenizer.h"
+#include "text/char_tokenizer.h"
 #include "io/atomic_file.h"
 #include "io/safetensors.h"  // io::Error
 
@@ -28,7 +27,7 @@ namespace {
 
 namespace fs = std::filesystem;
 using data::Corpus;
-using data::Tokenizer;
+using text::CharTokenizer;
 
 // Mixed scripts: 1-, 2-, 3- and 4-byte characters.
 const std::string kText = "Hé said 中文 is fun 😀!\nnaïve café, 日本語 and emoji 🎉🎉 again.\n";
@@ -44,14 +43,7 @@ std::string repeat(const std::string& s, int n) {
 
 template <class F>
 void expect_io_error(F&& f, const std::string& path, const std::string& fragment) {
-  try {
-    f();
-    ADD_FAILURE() << "no error for " << path << " (expected '" << fragment << "')";
-  } catch (const io::Error& e) {
-    const std::string what = e.what();
-    EXPECT_NE(what.find(path), std::string::npos) << what;
-    EXPECT_NE(what.find(fragment), std::string::npos) << what;
-  }
+  test_files::expect_error_naming<io::Error>(f, path, fragment);
 }
 
 std::u32string decode_all(const std::string& s) {
@@ -66,7 +58,7 @@ std::u32string decode_all(const std::string& s) {
 }
 
 TEST(Utf8, MaximalSubpartReplacementLikePython) {
-  // Expected values from Python's bytes.decode("utf-8", errors="replace").
+  // Expected values from Python's bytes.decode_ids("utf-8", errors="replace").
   EXPECT_EQ(decode_all("a\xC3\xA9\xE4\xB8\xAD\xF0\x9F\x98\x80"), U"aé中😀");
   EXPECT_EQ(decode_all("\xE4\xB8" "a"), U"\uFFFDa");           // truncated 3-byte character
   EXPECT_EQ(decode_all("\xF0\x9F\x98"), U"\uFFFD");            // truncated at the end
@@ -76,127 +68,6 @@ TEST(Utf8, MaximalSubpartReplacementLikePython) {
   EXPECT_EQ(decode_all("\xF4\x90\x80\x80"), U"\uFFFD\uFFFD\uFFFD\uFFFD");  // above U+10FFFF
   char32_t cp;
   EXPECT_EQ(base::utf8_next(reinterpret_cast<const uint8_t*>("\xF0\x9F"), 2, false, &cp), 0) << "needs more bytes";
-}
-
-TEST(Tokenizer, ByteLevelRoundTripAndSpecials) {
-  const Tokenizer tok = Tokenizer::byte_level();
-  EXPECT_EQ(tok.vocab_size(), 261);
-  EXPECT_EQ(tok.kind(), data::TokenizerKind::Byte);
-  EXPECT_EQ(tok.pad_id(), 0);
-  EXPECT_EQ(tok.unk_id(), 1);
-  EXPECT_EQ(tok.cls_id(), 2);
-  EXPECT_EQ(tok.sep_id(), 3);
-  EXPECT_EQ(tok.mask_id(), 4);
-  EXPECT_TRUE(tok.is_special(4));
-  EXPECT_FALSE(tok.is_special(5));
-  const std::vector<int32_t> ids = tok.encode(kText);
-  ASSERT_EQ(ids.size(), kText.size());
-  for (size_t i = 0; i < ids.size(); ++i) EXPECT_EQ(ids[i], 5 + static_cast<uint8_t>(kText[i]));
-  EXPECT_EQ(tok.decode(ids), kText);
-  EXPECT_EQ(tok.decode({0, 2, 3, 4, 5 + 'x', 1}), "x\xEF\xBF\xBD");  // specials vanish, [UNK] → U+FFFD
-  try {
-    tok.decode({5, 261});
-    ADD_FAILURE() << "id 261 decoded";
-  } catch (const std::out_of_range& e) {
-    EXPECT_NE(std::string(e.what()).find("261"), std::string::npos) << e.what();
-  }
-  EXPECT_THROW(tok.decode({-1}), std::out_of_range);
-}
-
-TEST(Tokenizer, CharLevelRoundTrip) {
-  const Tokenizer tok = Tokenizer::char_level_from_text(kText);
-  EXPECT_EQ(tok.kind(), data::TokenizerKind::Char);
-  const std::u32string cps = decode_all(kText);
-  const std::set<char32_t> distinct(cps.begin(), cps.end());
-  EXPECT_EQ(tok.vocab_size(), 5 + static_cast<int64_t>(distinct.size()));
-  EXPECT_EQ(tok.code_points(), std::vector<char32_t>(distinct.begin(), distinct.end())) << "sorted by code point";
-  const std::vector<int32_t> ids = tok.encode(kText);
-  ASSERT_EQ(ids.size(), cps.size()) << "one token per code point";
-  for (int32_t id : ids) EXPECT_GE(id, 5);
-  EXPECT_EQ(tok.decode(ids), kText);
-  EXPECT_EQ(tok.encode("Z"), std::vector<int32_t>{tok.unk_id()}) << "unseen characters are [UNK]";
-  EXPECT_EQ(tok.decode(tok.encode("aZ")), "a\xEF\xBF\xBD");
-  EXPECT_THROW(tok.decode({static_cast<int32_t>(tok.vocab_size())}), std::out_of_range);
-}
-
-TEST(Tokenizer, StreamingVocabularyEqualsInMemory) {
-  // Invalid bytes included: they count as U+FFFD whichever chunk they fall in.
-  const std::string text = repeat(kText, 3) + "bad \xE4\xB8 tail \xF0\x9F\x98";
-  const std::string path = write("vocab.txt", text);
-  for (int64_t max_vocab : {0, 12}) {
-    const Tokenizer whole = Tokenizer::char_level_from_text(text, max_vocab);
-    for (size_t chunk : {1, 2, 3, 5, 7, 64, 1 << 20}) {
-      EXPECT_EQ(Tokenizer::char_level_from_file(path, max_vocab, chunk), whole) << "chunk " << chunk;
-    }
-  }
-  const Tokenizer tok = Tokenizer::char_level_from_text(text);
-  EXPECT_EQ(tok.code_points().back(), U'😀') << "U+1F600 is the largest code point";
-  EXPECT_NE(std::find(tok.code_points().begin(), tok.code_points().end(), U'\uFFFD'), tok.code_points().end());
-  EXPECT_EQ(tok.decode(tok.encode("\xE4\xB8")), "\xEF\xBF\xBD");
-}
-
-TEST(Tokenizer, MaxVocabKeepsMostFrequentTiesBySmallerCodePoint) {
-  const std::string text = "ccccbbbbaaa中中中 😀";  // c, b: 4; a, 中: 3; ' ', 😀: 1
-  const Tokenizer tok = Tokenizer::char_level_from_text(text, 5 + 3);
-  EXPECT_EQ(tok.code_points(), (std::vector<char32_t>{U'a', U'b', U'c'})) << "a beats 中 on the tie";
-  EXPECT_EQ(tok.vocab_size(), 8);
-  EXPECT_EQ(tok.encode("ab中c😀"), (std::vector<int32_t>{5, 6, 1, 7, 1}));
-  EXPECT_EQ(Tokenizer::char_level_from_text(text, 100).vocab_size(), 5 + 6) << "a large max_vocab keeps all";
-  EXPECT_THROW(Tokenizer::char_level_from_text(text, 5), std::invalid_argument);
-  EXPECT_THROW(Tokenizer::char_level_from_text(""), std::invalid_argument);
-  EXPECT_THROW(Tokenizer::char_level_from_code_points({U'a', U'a'}), std::invalid_argument);
-  EXPECT_THROW(Tokenizer::char_level_from_code_points({0xD800}), std::invalid_argument);
-  expect_io_error([] { Tokenizer::char_level_from_file(temp_dir() + "nope.txt"); }, "nope.txt", "cannot open");
-  const std::string empty = write("empty_vocab.txt", "");
-  expect_io_error([&] { Tokenizer::char_level_from_file(empty); }, empty, "empty");
-}
-
-TEST(Tokenizer, SaveLoadRoundTrip) {
-  const std::string text = kText + std::string("\"\\\t\x01", 4) + std::string(1, '\0');  // escapes and NUL
-  for (const Tokenizer& tok : {Tokenizer::byte_level(), Tokenizer::char_level_from_text(text)}) {
-    const std::string path = temp_dir() + "tok.json";
-    tok.save(path);
-    const Tokenizer back = Tokenizer::load(path);
-    EXPECT_EQ(back, tok);
-    EXPECT_EQ(back.encode(text), tok.encode(text));
-    tok.save(path);  // replacing an existing file
-    EXPECT_EQ(Tokenizer::load(path), tok);
-  }
-  EXPECT_EQ(Tokenizer::load(write("order.json", R"({"version": 1, "kind": "char", "tokens": ["b", "a"]})"))
-                .encode("ab"),
-            (std::vector<int32_t>{6, 5}))
-      << "ids follow the file's order";
-}
-
-TEST(Tokenizer, LoadRejectsCorruptFiles) {
-  const std::vector<std::pair<std::string, std::string>> cases = {
-      {R"({"version": 1, "kind": "char", "tokens": ["a", "b")", "not valid JSON"},
-      {R"([1, 2])", "not a JSON object"},
-      {R"({"version": 1, "kind": "char", "tokens": ["a"]} x)", "not valid JSON"},
-      {R"({"version": 1, "kind": "word", "tokens": []})", "unknown kind \"word\""},
-      {R"({"version": 1, "kind": 3, "tokens": []})", "'kind'"},
-      {R"({"version": 1, "kind": "char", "tokens": ["a", "é", "a"]})", "duplicate token \"a\""},
-      {R"({"version": 1, "kind": "char", "tokens": ["a", "ab"]})", "token 1 (id 6) \"ab\" is not a single code point"},
-      {R"({"version": 1, "kind": "char", "tokens": [""]})", "not a single code point"},
-      {R"({"version": 1, "kind": "char", "tokens": ["e\u0301"]})", "not a single code point"},
-      {R"({"version": 1, "kind": "char", "tokens": [7]})", "is not a string"},
-      {R"({"version": 1, "kind": "char", "tokens": "abc"})", "array of strings"},
-      {R"({"version": 1, "kind": "char", "tokens": []})", "at least one token"},
-      {R"({"version": 1, "kind": "byte", "tokens": ["a"]})", "byte tokenizer has no char tokens"},
-      {R"({"version": 1, "tokens": []})", "missing field 'kind'"},
-      {R"({"version": 1, "kind": "byte"})", "missing field 'tokens'"},
-      {R"({"kind": "byte", "tokens": []})", "missing field 'version'"},
-      {R"({"version": 2, "kind": "byte", "tokens": []})", "unsupported version 2"},
-      {R"({"version": 1, "kind": "byte", "tokens": [], "merges": []})", "unknown field 'merges'"},
-      {"", "not valid JSON"},
-  };
-  int i = 0;
-  for (const auto& [json, fragment] : cases) {
-    const std::string path = write("corrupt" + std::to_string(i++) + ".json", json);
-    expect_io_error([&] { Tokenizer::load(path); }, path, fragment);
-  }
-  const std::string missing = temp_dir() + "missing.json";
-  expect_io_error([&] { Tokenizer::load(missing); }, missing, "cannot open");
 }
 
 TEST(AtomicFile, WritesReplacesAndLeavesNoTemporaries) {
@@ -224,7 +95,7 @@ TEST(AtomicFile, WritesReplacesAndLeavesNoTemporaries) {
 TEST(Corpus, TrainBatchesArePureFunctionsOfSeedAndStep) {
   const std::string text = repeat(kText, 40);
   const std::string path = write("corpus.txt", text);
-  for (const Tokenizer& tok : {Tokenizer::byte_level(), Tokenizer::char_level_from_text(text)}) {
+  for (const CharTokenizer& tok : {CharTokenizer::byte_level(), CharTokenizer::char_level_from_text(text)}) {
     Corpus corpus(path, tok);
     const std::string train = text.substr(0, static_cast<size_t>(corpus.train_bytes()));
     const int64_t B = 6, T = 24;
@@ -244,7 +115,7 @@ TEST(Corpus, TrainBatchesArePureFunctionsOfSeedAndStep) {
       for (int64_t r = 0; r < B; ++r) {
         const std::vector<int32_t> row(b.tokens.begin() + r * (T + 1), b.tokens.begin() + (r + 1) * (T + 1));
         for (int32_t id : row) ASSERT_TRUE(id >= 5 && id < tok.vocab_size()) << id;
-        const std::string s = tok.decode(row);
+        const std::string s = tok.decode_ids(row);
         EXPECT_FALSE(base::utf8_is_continuation(static_cast<uint8_t>(s[0]))) << "windows start on a character";
         EXPECT_NE(train.find(s), std::string::npos) << "a window is a piece of the training text: " << s;
       }
@@ -257,20 +128,20 @@ TEST(Corpus, TrainBatchesArePureFunctionsOfSeedAndStep) {
 TEST(Corpus, WindowsStayInTheTrainingPartAndReachItsEnd) {
   // 950 bytes of 'a' then 50 of 'b': the 5% validation part is exactly the b's.
   const std::string path = write("ab.txt", std::string(950, 'a') + std::string(50, 'b'));
-  const Tokenizer tok = Tokenizer::char_level_from_text("ab");
+  const CharTokenizer tok = CharTokenizer::char_level_from_text("ab");
   const Corpus corpus(path, tok);
   EXPECT_EQ(corpus.train_bytes(), 950);
   EXPECT_EQ(corpus.val_bytes(), 50);
   for (int64_t step = 0; step < 200; ++step) {
-    for (int32_t id : corpus.train_batch(1, step, 8, 100).tokens) ASSERT_EQ(id, tok.encode("a")[0]);
+    for (int32_t id : corpus.train_batch(1, step, 8, 100).tokens) ASSERT_EQ(id, tok.encode_ids("a")[0]);
   }
   for (const auto& b : corpus.val_batches(4, 10, 100)) {
-    for (int32_t id : b.tokens) ASSERT_EQ(id, tok.encode("b")[0]);
+    for (int32_t id : b.tokens) ASSERT_EQ(id, tok.encode_ids("b")[0]);
   }
   // Distinct characters show the offsets drawn: every start from 0 to train_bytes − (T+1) occurs.
   const std::string train = "abcdefghijklmnopqrst";
   const std::string path2 = write("letters.txt", train + "XYZ");
-  const Corpus letters(path2, Tokenizer::byte_level(), 0.15);
+  const Corpus letters(path2, CharTokenizer::byte_level(), 0.15);
   ASSERT_EQ(letters.train_bytes(), 20);
   std::set<char> firsts;
   for (int64_t step = 0; step < 100; ++step) {
@@ -278,7 +149,7 @@ TEST(Corpus, WindowsStayInTheTrainingPartAndReachItsEnd) {
     for (int64_t r = 0; r < 4; ++r) firsts.insert(static_cast<char>(b.at(r, 0) - 5));
   }
   EXPECT_EQ(firsts, std::set<char>(train.begin(), train.begin() + 13));
-  EXPECT_EQ(letters.train_batch(5, 0, 3, 19).tokens, Tokenizer::byte_level().encode(repeat(train, 3)))
+  EXPECT_EQ(letters.train_batch(5, 0, 3, 19).tokens, CharTokenizer::byte_level().encode_ids(repeat(train, 3)))
       << "a window as long as the training part";
   expect_io_error([&] { letters.train_batch(5, 0, 1, 20); }, path2, "too small for one window");
 }
@@ -286,7 +157,7 @@ TEST(Corpus, WindowsStayInTheTrainingPartAndReachItsEnd) {
 TEST(Corpus, MultiByteTextAndSplitOnACharacter) {
   // 25 three-byte characters: a 5% split (75 → 71 bytes) lands inside one and moves to byte 72.
   const std::string path = write("cjk.txt", repeat("中", 25));
-  const Tokenizer chars = Tokenizer::char_level_from_text("中");
+  const CharTokenizer chars = CharTokenizer::char_level_from_text("中");
   const Corpus corpus(path, chars, 0.05);
   EXPECT_EQ(corpus.train_bytes(), 72);
   EXPECT_EQ(corpus.val_bytes(), 3);
@@ -294,7 +165,7 @@ TEST(Corpus, MultiByteTextAndSplitOnACharacter) {
   EXPECT_EQ(corpus.train_unigram_counts()[5], 24);
   EXPECT_EQ(corpus.train_batch(0, 0, 2, 23).tokens, std::vector<int32_t>(48, 5)) << "24 characters fit";
   expect_io_error([&] { corpus.train_batch(0, 0, 1, 24); }, path, "too small");
-  const Corpus bytes(path, Tokenizer::byte_level(), 0.05);
+  const Corpus bytes(path, CharTokenizer::byte_level(), 0.05);
   for (int64_t step = 0; step < 30; ++step) {
     const data::Batch b = bytes.train_batch(0, step, 4, 8);
     for (int64_t r = 0; r < 4; ++r) EXPECT_EQ(b.at(r, 0), 5 + 0xE4) << "byte windows start on a lead byte";
@@ -310,7 +181,7 @@ TEST(Corpus, InvalidUtf8StillGivesFullWindows) {
     junk.push_back(static_cast<char>(i % 3 ? (0x80 | (b & 0x3F)) : b));  // mostly continuation bytes
   }
   const std::string path = write("junk.bin", junk);
-  const Tokenizer tok = Tokenizer::char_level_from_file(path, 0, 100);
+  const CharTokenizer tok = CharTokenizer::char_level_from_file(path, 0, 100);
   const Corpus corpus(path, tok, 0.1, 100);
   for (int64_t T : {1, 5, 50, 500}) {
     for (int64_t step = 0; step < 20; ++step) {
@@ -324,9 +195,9 @@ TEST(Corpus, InvalidUtf8StillGivesFullWindows) {
 TEST(Corpus, ValidationBatchesTileTheValidationPart) {
   const std::string text = repeat(kText, 30);
   const std::string path = write("val.txt", text);
-  const Tokenizer tok = Tokenizer::char_level_from_text(text);
+  const CharTokenizer tok = CharTokenizer::char_level_from_text(text);
   const Corpus corpus(path, tok, 0.2, 16);  // tiny chunks: characters split across reads
-  const std::vector<int32_t> val = tok.encode(text.substr(static_cast<size_t>(corpus.train_bytes())));
+  const std::vector<int32_t> val = tok.encode_ids(text.substr(static_cast<size_t>(corpus.train_bytes())));
   const int64_t B = 3, T = 10;
   const std::vector<data::Batch> all = corpus.val_batches(B, T, 1 << 20);
   const auto windows = static_cast<int64_t>((val.size() - 1) / T);
@@ -359,11 +230,11 @@ TEST(Corpus, ValidationBatchesTileTheValidationPart) {
 TEST(Corpus, ChunkedScansMatchTheWholeText) {
   const std::string text = repeat(kText, 50) + "ä¸";  // ends in a truncated character
   const std::string path = write("big.txt", text);
-  for (const Tokenizer& tok : {Tokenizer::byte_level(), Tokenizer::char_level_from_file(path, 0, 5)}) {
+  for (const CharTokenizer& tok : {CharTokenizer::byte_level(), CharTokenizer::char_level_from_file(path, 0, 5)}) {
     const Corpus small(path, tok, 0.05, 5), large(path, tok, 0.05);
     ASSERT_GT(small.train_bytes(), 1000) << "many chunks";
     std::vector<double> expect(static_cast<size_t>(tok.vocab_size()), 0.0);
-    for (int32_t id : tok.encode(text.substr(0, static_cast<size_t>(small.train_bytes())))) ++expect[id];
+    for (int32_t id : tok.encode_ids(text.substr(0, static_cast<size_t>(small.train_bytes())))) ++expect[id];
     EXPECT_EQ(small.train_unigram_counts(), expect);
     EXPECT_EQ(large.train_unigram_counts(), expect);
     EXPECT_EQ(small.val_unigram_counts(), large.val_unigram_counts());
@@ -375,7 +246,7 @@ TEST(Corpus, ChunkedScansMatchTheWholeText) {
 }
 
 TEST(Corpus, Errors) {
-  const Tokenizer tok = Tokenizer::byte_level();
+  const CharTokenizer tok = CharTokenizer::byte_level();
   const std::string missing = temp_dir() + "no_corpus.txt";
   expect_io_error([&] { Corpus c(missing, tok); }, missing, "cannot open");
   const std::string empty = write("empty.txt", "");
@@ -404,7 +275,7 @@ TEST(Corpus, UnigramCrossEntropy) {
   EXPECT_THROW(data::unigram_cross_entropy({-1, 2}, {1, 0}), std::invalid_argument);
   // On a real corpus: the baseline lies between 0 and log(V).
   const std::string path = write("ce.txt", repeat(kText, 20));
-  const Corpus corpus(path, Tokenizer::byte_level(), 0.1);
+  const Corpus corpus(path, CharTokenizer::byte_level(), 0.1);
   const double ce = data::unigram_cross_entropy(corpus.train_unigram_counts(), corpus.val_unigram_counts());
   EXPECT_GT(ce, 1.0);
   EXPECT_LT(ce, std::log(261.0));

@@ -1,53 +1,32 @@
-// The text side of LM runs (src/train/lm_text.cc): a bare vocab.txt becomes a complete tokenizer
-// directory, WordPiece decoding joins "##" pieces, special ids, corpus tokenisation ([SEP] after each
-// line, word starts, the same for any thread count) and errors naming the path. Needs jieba's dict.txt.
+// The corpus of LM runs (src/train/lm_text.cc): WordPiece corpora end each line with [SEP], know
+// their word starts and are the same for any thread count; the model must have a row for every
+// token; char/byte tokenizers stream; other kinds and empty files are errors naming the path. Needs
+// jieba's dict.txt.
 #include <gtest/gtest.h>
 #include <omp.h>
 
-#include <filesystem>
-
 #include "base/error.h"
-#include "io/mapped_file.h"
 #include "temp_files.h"
+#include "text/char_tokenizer.h"
+#include "text/roformer_tokenizer.h"
 #include "train/lm_text.h"
 
 namespace {
 
-using test_files::temp_dir;
 using test_files::write;
 const std::string kVocab = "[PAD]\n[UNK]\n[CLS]\n[SEP]\n[MASK]\nthe\nrot\n##ary\n##s\nposition\n,\n.\n中\n文\n";
 
-TEST(LmText, BareVocabularyWritesACompleteTokenizerDirectory) {
-  const train::LmText t = train::LmText::load(write("lm_text/vocab.txt", kVocab));
-  EXPECT_EQ(t.kind(), "wordpiece");
-  EXPECT_EQ(t.vocab_size(), 14);
-  EXPECT_EQ(t.mask_id(), 4);
-  EXPECT_EQ(t.special_ids(), (std::vector<int32_t>{0, 1, 2, 3, 4}));
-  const std::vector<int32_t> ids = t.encode("The rotary positions, 中文!");
-  EXPECT_EQ(ids, (std::vector<int32_t>{5, 6, 7, 9, 8, 10, 12, 13, 1}));
-  EXPECT_EQ(t.decode(ids), "the rotary positions , 中 文");
-  EXPECT_EQ(t.decode({2, 6, 7, 3}), "rotary");
-  const std::string dir = temp_dir() + "lm_text_out";
-  std::filesystem::create_directories(dir);
-  t.writer()(dir);
-  EXPECT_EQ(io::read_file(dir + "/vocab.txt"), kVocab);
-  EXPECT_NE(io::read_file(dir + "/tokenizer_config.json").find("\"do_lower_case\": true"), std::string::npos);
-  EXPECT_TRUE(std::filesystem::exists(dir + "/special_tokens_map.json"));
-  // The written directory loads to the same tokenizer.
-  EXPECT_EQ(train::LmText::load(dir).encode("The rotary positions, 中文!"), ids);
-}
-
 TEST(LmText, CorpusLinesEndWithSepAndKnowWordStarts) {
-  const train::LmText t = train::LmText::load(write("lm_text2/vocab.txt", kVocab));
+  const auto t = text::RoFormerTokenizer::from_vocab_file(write("lm_text2/vocab.txt", kVocab));
   std::string text;
   for (int i = 0; i < 500; ++i) text += i % 3 ? "the rotary position.\n" : "\n  \nrotarys 中文\n";
   const std::string path = write("lm_text2/corpus.txt", text);
   std::vector<int32_t> ids, ids1;
   std::vector<uint8_t> starts, starts1;
-  train::tokenize_lines(path, *t.wordpiece(), &ids, &starts);
+  train::tokenize_lines(path, t, &ids, &starts);
   const int saved = omp_get_max_threads();
   omp_set_num_threads(1);
-  train::tokenize_lines(path, *t.wordpiece(), &ids1, &starts1);
+  train::tokenize_lines(path, t, &ids1, &starts1);
   omp_set_num_threads(saved);
   EXPECT_EQ(ids, ids1);
   EXPECT_EQ(starts, starts1);
@@ -56,24 +35,23 @@ TEST(LmText, CorpusLinesEndWithSepAndKnowWordStarts) {
   EXPECT_EQ(std::vector<int32_t>(ids.begin(), ids.begin() + 12), head);
   EXPECT_EQ(std::vector<uint8_t>(starts.begin(), starts.begin() + 12),
             (std::vector<uint8_t>{1, 0, 0, 1, 1, 1, 1, 1, 0, 1, 1, 1}));
-  const auto corpus = t.corpus(path, 0.1, 20);
+  const auto corpus = train::lm_corpus(t, path, 0.1, 20);
   EXPECT_EQ(corpus->vocab_size(), 20);  // the model's rows
-  EXPECT_THROW(t.corpus(path, 0.1, 10), base::Error);  // fewer rows than tokens
+  EXPECT_THROW(train::lm_corpus(t, path, 0.1, 10), base::Error);  // fewer rows than tokens
+}
+
+TEST(LmText, CharCorporaStream) {
+  const std::string path = write("lm_text4/corpus.txt", std::string(400, 'a') + "中文\n");
+  const auto chars = text::CharTokenizer::char_level_from_file(path);
+  const auto corpus = train::lm_corpus(chars, path, 0.1, chars.vocab_size());
+  EXPECT_NE(dynamic_cast<const data::Corpus*>(corpus.get()), nullptr);
+  EXPECT_EQ(corpus->vocab_size(), chars.vocab_size());
 }
 
 TEST(LmText, ErrorsNameThePath) {
-  const std::string missing = temp_dir() + "no/such/vocab.txt";
-  try {
-    train::LmText::load(missing);
-    FAIL();
-  } catch (const base::Error& e) {
-    EXPECT_NE(std::string(e.what()).find(missing), std::string::npos);
-  }
-  const std::string empty_dir = temp_dir() + "lm_text_empty";
-  std::filesystem::create_directories(empty_dir);
-  EXPECT_THROW(train::LmText::load(empty_dir), base::Error);
-  const train::LmText t = train::LmText::load(write("lm_text3/vocab.txt", kVocab));
-  EXPECT_THROW(t.corpus(write("lm_text3/blank.txt", "\n \n"), 0.1, 20), base::Error);
+  const auto t = text::RoFormerTokenizer::from_vocab_file(write("lm_text3/vocab.txt", kVocab));
+  const std::string blank = write("lm_text3/blank.txt", "\n \n");
+  test_files::expect_error_naming<base::Error>([&] { train::lm_corpus(t, blank, 0.1, 20); }, blank, "no text");
 }
 
 }  // namespace

@@ -6,8 +6,8 @@
 #include <cmath>
 #include <vector>
 
-#include "data/tokenizer.h"
 #include "base/random.h"
+#include "text/char_tokenizer.h"
 #include "train/lm_task.h"
 #include "train/trainer.h"
 #include "train/train_testing.h"
@@ -23,7 +23,9 @@ data::Batch windows(int64_t B, int64_t T, uint64_t seed) {
   w.T = T;
   for (int64_t i = 0; i < B * (T + 1); ++i) {
     const auto u = base::mix64(seed + static_cast<uint64_t>(i));
-    w.tokens.push_back(u % 11 == 0 ? data::Tokenizer::kSep : static_cast<int32_t>(data::Tokenizer::kNumSpecial + u % (kV - data::Tokenizer::kNumSpecial)));
+    using text::CharTokenizer;
+    w.tokens.push_back(u % 11 == 0 ? CharTokenizer::kSep
+                                   : static_cast<int32_t>(CharTokenizer::kNumSpecial + u % (kV - CharTokenizer::kNumSpecial)));
   }
   return w;
 }
@@ -127,7 +129,7 @@ TEST(Trainer, StepsAndEvaluates) {
   ASSERT_EQ(before.metrics.size(), 1u);
   EXPECT_GE(before.metrics[0], 0.0);
   EXPECT_LE(before.metrics[0], 1.0);
-  EXPECT_EQ(before.loss, train::validation_loss(m, val, train::TrainOptions{}, train::LmText(data::Tokenizer::byte_level())));
+  EXPECT_EQ(before.loss, train::validation_loss(m, val, train::TrainOptions{}, text::CharTokenizer::byte_level()));
   const train::Batch b = train::lm_batch(windows(2, 8, 11), c, 0);
   double first = NAN, last = NAN;
   for (int64_t s = 0; s < 10; ++s) {

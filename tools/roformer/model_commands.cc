@@ -102,7 +102,7 @@ int run_generate(const ModelCommandOptions& o) {
   train::LoadedModel lm = train::load_model(o.model_dir);
   model::prepare_for_inference(*lm.model, o.linears, lm.int8_checkpoint);
   std::vector<int64_t> prompt;
-  for (int32_t id : lm.text.encode(o.prompt)) prompt.push_back(id);
+  for (int32_t id : lm.tokenizer->encode_ids(o.prompt)) prompt.push_back(id);
   if (prompt.empty()) throw std::invalid_argument("the prompt encodes to no tokens");
   model::DecodeOptions so;
   so.beam_size = o.beam;
@@ -114,9 +114,9 @@ int run_generate(const ModelCommandOptions& o) {
   so.top_k = o.top_k;
   so.top_p = o.top_p;
   so.seed = o.seed;
-  for (const int32_t s : lm.text.special_ids()) so.banned.push_back(s);
+  for (const int32_t s : lm.tokenizer->special_ids()) so.banned.push_back(s);
   const auto ids = model::generate(*lm.model, prompt, so)[0].tokens;
-  fmt::print("{}{}\n", o.prompt, lm.text.decode(std::vector<int32_t>(ids.begin(), ids.end())));
+  fmt::print("{}{}\n", o.prompt, lm.tokenizer->decode_ids(std::vector<int32_t>(ids.begin(), ids.end())));
   return 0;
 }
 

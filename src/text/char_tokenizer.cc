@@ -1,5 +1,5 @@
-// Byte- and character-level tokenizers (see tokenizer.h).
-#include "tokenizer.h"
+// Byte- and character-level tokenizers (see char_tokenizer.h).
+#include "char_tokenizer.h"
 
 #include <algorithm>
 #include <fstream>
@@ -11,7 +11,7 @@
 #include "base/utf8.h"
 #include "io/atomic_file.h"
 
-namespace data {
+namespace text {
 namespace {
 
 using base::kReplacementChar;
@@ -44,7 +44,7 @@ struct CodePointCounts {
 };
 
 std::vector<char32_t> choose_vocab(const CodePointCounts& counts, int64_t max_vocab) {
-  if (max_vocab != 0 && max_vocab <= Tokenizer::kNumSpecial) {
+  if (max_vocab != 0 && max_vocab <= CharTokenizer::kNumSpecial) {
     throw std::invalid_argument("max_vocab must be 0 (keep every code point) or at least 6 (5 specials + 1), got " +
                                 std::to_string(max_vocab));
   }
@@ -52,7 +52,7 @@ std::vector<char32_t> choose_vocab(const CodePointCounts& counts, int64_t max_vo
   for (char32_t cp = 0; cp <= kMaxCodePoint; ++cp) {
     if (counts.n[cp] != 0) seen.push_back(cp);
   }
-  const auto keep = static_cast<size_t>(max_vocab - Tokenizer::kNumSpecial);
+  const auto keep = static_cast<size_t>(max_vocab - CharTokenizer::kNumSpecial);
   if (max_vocab != 0 && seen.size() > keep) {
     // Most frequent first; stable on the code-point order, so ties go to the smaller code point.
     std::stable_sort(seen.begin(), seen.end(), [&](char32_t a, char32_t b) { return counts.n[a] > counts.n[b]; });
@@ -64,12 +64,12 @@ std::vector<char32_t> choose_vocab(const CodePointCounts& counts, int64_t max_vo
 
 }  // namespace
 
-Tokenizer Tokenizer::byte_level() { return Tokenizer(); }
+CharTokenizer CharTokenizer::byte_level() { return CharTokenizer(); }
 
-Tokenizer Tokenizer::char_level_from_code_points(const std::vector<char32_t>& code_points) {
+CharTokenizer CharTokenizer::char_level_from_code_points(const std::vector<char32_t>& code_points) {
   if (code_points.empty()) throw std::invalid_argument("a char tokenizer needs at least one code point");
-  Tokenizer t;
-  t.kind_ = TokenizerKind::Char;
+  CharTokenizer t;
+  t.level_ = Level::Char;
   t.code_points_ = code_points;
   t.bmp_ids_.assign(0x10000, kUnk);
   for (size_t i = 0; i < code_points.size(); ++i) {
@@ -90,14 +90,14 @@ Tokenizer Tokenizer::char_level_from_code_points(const std::vector<char32_t>& co
   return t;
 }
 
-Tokenizer Tokenizer::char_level_from_text(std::string_view text, int64_t max_vocab) {
+CharTokenizer CharTokenizer::char_level_from_text(std::string_view text, int64_t max_vocab) {
   auto counts = std::make_unique<CodePointCounts>();
   counts->add(reinterpret_cast<const uint8_t*>(text.data()), text.size(), true);
   if (counts->total == 0) throw std::invalid_argument("cannot build a char vocabulary from empty text");
   return char_level_from_code_points(choose_vocab(*counts, max_vocab));
 }
 
-Tokenizer Tokenizer::char_level_from_file(const std::string& path, int64_t max_vocab, size_t chunk_bytes) {
+CharTokenizer CharTokenizer::char_level_from_file(const std::string& path, int64_t max_vocab, size_t chunk_bytes) {
   std::ifstream in(path, std::ios::binary);
   if (!in) throw base::Error(path + ": cannot open");
   chunk_bytes = std::max<size_t>(chunk_bytes, 1);
@@ -121,10 +121,10 @@ Tokenizer Tokenizer::char_level_from_file(const std::string& path, int64_t max_v
   return char_level_from_code_points(choose_vocab(*counts, max_vocab));
 }
 
-std::string Tokenizer::to_json() const {
+std::string CharTokenizer::to_json() const {
   nlohmann::json j;
   j["version"] = kFormatVersion;
-  j["kind"] = kind_ == TokenizerKind::Byte ? "byte" : "char";
+  j["kind"] = level_ == Level::Byte ? "byte" : "char";
   j["tokens"] = nlohmann::json::array();
   for (char32_t cp : code_points_) {
     std::string s;
@@ -134,9 +134,9 @@ std::string Tokenizer::to_json() const {
   return j.dump(1) + "\n";
 }
 
-void Tokenizer::save(const std::string& path) const { io::write_file_atomic(path, to_json()); }
+void CharTokenizer::save(const std::string& dir) const { io::write_file_atomic(dir + "/tokenizer.json", to_json()); }
 
-Tokenizer Tokenizer::load(const std::string& path) {
+CharTokenizer CharTokenizer::load(const std::string& path) {
   auto fail = [&](const std::string& what) { return base::Error(path + ": tokenizer file: " + what); };
   std::ifstream in(path, std::ios::binary);
   if (!in) throw base::Error(path + ": cannot open");
@@ -194,16 +194,16 @@ Tokenizer Tokenizer::load(const std::string& path) {
   return char_level_from_code_points(cps);
 }
 
-int32_t Tokenizer::char_id(char32_t cp) const {
+int32_t CharTokenizer::char_id(char32_t cp) const {
   if (cp < 0x10000) return bmp_ids_[cp];
   const auto it = astral_ids_.find(cp);
   return it == astral_ids_.end() ? kUnk : it->second;
 }
 
-size_t Tokenizer::encode_some(std::string_view bytes, bool at_end, size_t max_tokens,
+size_t CharTokenizer::encode_some(std::string_view bytes, bool at_end, size_t max_tokens,
                               std::vector<int32_t>* out) const {
   const auto* p = reinterpret_cast<const uint8_t*>(bytes.data());
-  if (kind_ == TokenizerKind::Byte) {
+  if (level_ == Level::Byte) {
     const size_t n = std::min(bytes.size(), max_tokens);
     for (size_t i = 0; i < n; ++i) out->push_back(kNumSpecial + p[i]);
     return n;
@@ -219,14 +219,14 @@ size_t Tokenizer::encode_some(std::string_view bytes, bool at_end, size_t max_to
   return i;
 }
 
-std::vector<int32_t> Tokenizer::encode(std::string_view utf8) const {
+std::vector<int32_t> CharTokenizer::encode_ids(std::string_view utf8) const {
   std::vector<int32_t> ids;
   ids.reserve(utf8.size());
   encode_some(utf8, true, utf8.size(), &ids);
   return ids;
 }
 
-std::string Tokenizer::decode(const std::vector<int32_t>& ids) const {
+std::string CharTokenizer::decode_ids(const std::vector<int32_t>& ids) const {
   const int64_t V = vocab_size();
   std::string s;
   for (int32_t id : ids) {
@@ -237,7 +237,7 @@ std::string Tokenizer::decode(const std::vector<int32_t>& ids) const {
     if (id == kUnk) {
       utf8_append(kReplacementChar, &s);
     } else if (id >= kNumSpecial) {
-      if (kind_ == TokenizerKind::Byte) {
+      if (level_ == Level::Byte) {
         s.push_back(static_cast<char>(id - kNumSpecial));
       } else {
         utf8_append(code_points_[static_cast<size_t>(id - kNumSpecial)], &s);
@@ -247,8 +247,8 @@ std::string Tokenizer::decode(const std::vector<int32_t>& ids) const {
   return s;
 }
 
-int64_t Tokenizer::vocab_size() const {
-  return kNumSpecial + (kind_ == TokenizerKind::Byte ? 256 : static_cast<int64_t>(code_points_.size()));
+int64_t CharTokenizer::vocab_size() const {
+  return kNumSpecial + (level_ == Level::Byte ? 256 : static_cast<int64_t>(code_points_.size()));
 }
 
-}  // namespace data
+}  // namespace text
