@@ -228,6 +228,7 @@ void Machine::reduce() {
   fail("unsupported REDUCE");
 }
 
+// Kept whole: one switch over the opcodes, a few lines per opcode; the dispatch table reads best in one piece.
 size_t Machine::run() {
   for (;;) {
     op_pos_ = pos_;

@@ -55,6 +55,167 @@ struct ZipCloser {
   void operator()(void* z) const { unzClose(static_cast<unzFile>(z)); }
 };
 
+// The members of a torch.save archive by full name, and the archive folder every name is in
+// ("<folder>/", taken from the first member).
+struct ZipIndex {
+  std::map<std::string, Member> members;
+  std::string prefix;
+};
+
+// The error for a problem `what` in the checkpoint at `path`.
+Error zip_error(const std::string& path, const std::string& what) { return Error(path + ": " + what); }
+
+// Walks the central directory of the archive open in zf (over a file of file_size bytes): every member
+// must be in one folder, unencrypted, stored or deflated, inside the file, and appear once.
+ZipIndex read_central_directory(unzFile zf, uint64_t file_size, const std::string& path) {
+  auto fail = [&](const std::string& what) { return zip_error(path, what); };
+  ZipIndex index;
+  std::map<std::string, Member>& members = index.members;
+  int rc = unzGoToFirstFile(zf);
+  while (rc == UNZ_OK) {
+    unz_file_info64 info{};
+    char name_buf[1024];
+    if (unzGetCurrentFileInfo64(zf, &info, name_buf, sizeof name_buf, nullptr, 0, nullptr, 0) != UNZ_OK) {
+      throw fail("corrupt zip central directory");
+    }
+    if (info.size_filename >= sizeof name_buf) throw fail("zip member name longer than 1023 bytes");
+    const std::string name(name_buf, info.size_filename);
+    if (members.empty()) {
+      const size_t slash = name.find('/');
+      if (slash == std::string::npos || slash == 0) throw fail("zip member '" + name + "' is not in an archive folder");
+      index.prefix = name.substr(0, slash + 1);
+    }
+    if (info.flag & 1u) throw fail("zip member '" + name + "' is encrypted");
+    if (info.compression_method != 0 && info.compression_method != Z_DEFLATED) {
+      throw fail("zip member '" + name + "' uses compression method " + std::to_string(info.compression_method) +
+                 " (only stored and deflate)");
+    }
+    Member m{info.compressed_size, info.uncompressed_size, 0, info.crc, info.compression_method, {}};
+    if (unzGetFilePos64(zf, &m.pos) != UNZ_OK) throw fail("corrupt zip central directory");
+    int method = 0, level = 0;
+    if (unzOpenCurrentFile2(zf, &method, &level, 1) != UNZ_OK) {
+      throw fail("zip member '" + name + "' has a bad local header");
+    }
+    m.data_offset = unzGetCurrentFileZStreamPos64(zf);
+    unzCloseCurrentFile(zf);
+    if (m.data_offset > file_size || m.compressed > file_size - m.data_offset) {
+      throw fail("zip member '" + name + "' extends past the end of the file");
+    }
+    if (!members.emplace(name, m).second) throw fail("zip member '" + name + "' appears twice");
+    rc = unzGoToNextFile(zf);
+  }
+  if (rc != UNZ_END_OF_LIST_OF_FILE) throw fail("corrupt zip central directory");
+  if (members.empty()) throw fail("empty zip archive");
+  return index;
+}
+
+// The bytes of stored member m (named `full`), in place in the mapped file once its CRC checks out.
+std::pair<const uint8_t*, size_t> stored_member(const MappedFile& file, const Member& m, const std::string& full,
+                                                const std::string& path) {
+  if (m.compressed != m.uncompressed) throw zip_error(path, "zip member '" + full + "' is stored but its sizes differ");
+  const uint8_t* p = file.data() + m.data_offset;
+  if (crc32_z(0, p, m.uncompressed) != m.crc) {
+    throw zip_error(path, "zip member '" + full + "' fails its CRC check (corrupt)");
+  }
+  file.release(p, m.uncompressed);  // checked: its pages come back when a tensor is read
+  return {p, m.uncompressed};
+}
+
+// Inflates deflated member m (named `full`) of the archive open in zf into a new buffer at the back of
+// *owned, checking its size and CRC; returns its bytes.
+std::pair<const uint8_t*, size_t> inflate_member(unzFile zf, const Member& m, const std::string& full,
+                                                 const std::string& path, std::vector<std::vector<uint8_t>>* owned) {
+  auto fail = [&](const std::string& what) { return zip_error(path, what); };
+  if (m.uncompressed > 1032 * m.compressed + 1024) {
+    throw fail("zip member '" + full + "' claims more bytes than deflate can produce from it");
+  }
+  try {
+    owned->emplace_back(m.uncompressed);
+  } catch (const std::bad_alloc&) {
+    throw fail("zip member '" + full + "': cannot allocate " + std::to_string(m.uncompressed) + " bytes");
+  }
+  std::vector<uint8_t>& buf = owned->back();
+  if (unzGoToFilePos64(zf, &m.pos) != UNZ_OK || unzOpenCurrentFile(zf) != UNZ_OK) {
+    throw fail("zip member '" + full + "' cannot be opened");
+  }
+  uint64_t got = 0;
+  for (;;) {
+    const unsigned chunk = static_cast<unsigned>(std::min<uint64_t>(buf.size() - got, 1u << 30));
+    const int r = unzReadCurrentFile(zf, buf.data() + got, chunk);
+    if (r < 0) {
+      unzCloseCurrentFile(zf);
+      throw fail("zip member '" + full + "' is corrupt (inflate error " + std::to_string(r) + ")");
+    }
+    if (r == 0) break;
+    got += static_cast<unsigned>(r);
+  }
+  const int close_rc = unzCloseCurrentFile(zf);
+  if (got != m.uncompressed) throw fail("zip member '" + full + "' inflates to fewer bytes than it declares");
+  if (close_rc == UNZ_CRCERROR) throw fail("zip member '" + full + "' fails its CRC check (corrupt)");
+  if (close_rc != UNZ_OK) throw fail("zip member '" + full + "' is corrupt");
+  return {buf.data(), buf.size()};
+}
+
+// The archive's <prefix>version member (size bytes at data) must be a number in [1, 20].
+void check_archive_version(const uint8_t* data, size_t size, const std::string& prefix, const std::string& path) {
+  std::string v(reinterpret_cast<const char*>(data), std::min<size_t>(size, 16));
+  while (!v.empty() && (v.back() == '\n' || v.back() == '\r' || v.back() == ' ')) v.pop_back();
+  if (v.empty() || v.size() > 2 || v.find_first_not_of("0123456789") != std::string::npos || std::stoi(v) < 1 ||
+      std::stoi(v) > 20) {
+    throw zip_error(path, "unsupported archive version '" + v + "' in '" + prefix + "version'");
+  }
+}
+
+// Every storage i must hold exactly its declared numel elements: storages[i] is (data, bytes).
+void check_storage_sizes(const pickle::StateDict& sd, const std::vector<std::pair<const uint8_t*, size_t>>& storages,
+                         const std::string& origin) {
+  for (size_t i = 0; i < sd.storages.size(); ++i) {
+    const pickle::Storage& s = sd.storages[i];
+    const uint64_t want = static_cast<uint64_t>(s.numel) * dtype_size(s.dtype);
+    if (storages[i].second != want) {
+      throw Error(origin + s.key + ": storage declares " + std::to_string(s.numel) + " " + dtype_name(s.dtype) +
+                  " elements (" + std::to_string(want) + " bytes) but holds " + std::to_string(storages[i].second) +
+                  " bytes");
+    }
+  }
+}
+
+// Whether the view is row-major contiguous (dimensions of size 1 may have any stride).
+bool is_contiguous(const pickle::TensorRef& ref) {
+  bool contiguous = true;
+  int64_t expect = 1;
+  for (size_t k = ref.size.size(); k-- > 0;) {
+    if (ref.size[k] != 1 && ref.stride[k] != expect) contiguous = false;
+    expect *= ref.size[k];
+  }
+  return contiguous;
+}
+
+// Copies the strided view `ref` of the storage at base (elements of es bytes) row-major into out
+// (count elements, count * es bytes): one memcpy per innermost row when it is contiguous, per element
+// otherwise.
+void gather_view(const pickle::TensorRef& ref, const uint8_t* base, size_t es, size_t count, uint8_t* out) {
+  const size_t nd = ref.size.size();
+  const int64_t inner = ref.size[nd - 1], inner_stride = ref.stride[nd - 1];
+  std::vector<int64_t> idx(nd, 0);
+  for (size_t row = 0; row < count / static_cast<size_t>(inner); ++row) {
+    int64_t off = ref.offset;
+    for (size_t k = 0; k + 1 < nd; ++k) off += idx[k] * ref.stride[k];
+    if (inner_stride == 1) {
+      std::memcpy(out, base + static_cast<size_t>(off) * es, static_cast<size_t>(inner) * es);
+      out += static_cast<size_t>(inner) * es;
+    } else {
+      for (int64_t j = 0; j < inner; ++j, out += es) {
+        std::memcpy(out, base + static_cast<size_t>(off + j * inner_stride) * es, es);
+      }
+    }
+    for (size_t k = nd - 1; k-- > 0;) {
+      if (++idx[k] < ref.size[k]) break;
+      idx[k] = 0;
+    }
+  }
+}
+
 constexpr uint8_t kLegacyMagic[] = {0x80, 0x02, 0x8a, 0x0a, 0x6c, 0xfc, 0x9c, 0x46, 0xf9, 0x20, 0x6a, 0xa8, 0x50, 0x19, 0x2e};
 constexpr uint8_t kLegacyProtocol[] = {0x80, 0x02, 0x4d, 0xe9, 0x03, 0x2e};  // 1001
 
@@ -83,96 +244,22 @@ void TorchBin::load_zip() {
   std::unique_ptr<void, ZipCloser> zip(unzOpen2_64(path_.c_str(), &funcs));
   unzFile zf = static_cast<unzFile>(zip.get());
   if (zf == nullptr) throw fail("not a readable zip archive (truncated or corrupt: no valid central directory)");
-
-  std::map<std::string, Member> members;
-  std::string prefix;
-  int rc = unzGoToFirstFile(zf);
-  while (rc == UNZ_OK) {
-    unz_file_info64 info{};
-    char name_buf[1024];
-    if (unzGetCurrentFileInfo64(zf, &info, name_buf, sizeof name_buf, nullptr, 0, nullptr, 0) != UNZ_OK) {
-      throw fail("corrupt zip central directory");
-    }
-    if (info.size_filename >= sizeof name_buf) throw fail("zip member name longer than 1023 bytes");
-    const std::string name(name_buf, info.size_filename);
-    if (members.empty()) {
-      const size_t slash = name.find('/');
-      if (slash == std::string::npos || slash == 0) throw fail("zip member '" + name + "' is not in an archive folder");
-      prefix = name.substr(0, slash + 1);
-    }
-    if (info.flag & 1u) throw fail("zip member '" + name + "' is encrypted");
-    if (info.compression_method != 0 && info.compression_method != Z_DEFLATED) {
-      throw fail("zip member '" + name + "' uses compression method " + std::to_string(info.compression_method) +
-                 " (only stored and deflate)");
-    }
-    Member m{info.compressed_size, info.uncompressed_size, 0, info.crc, info.compression_method, {}};
-    if (unzGetFilePos64(zf, &m.pos) != UNZ_OK) throw fail("corrupt zip central directory");
-    int method = 0, level = 0;
-    if (unzOpenCurrentFile2(zf, &method, &level, 1) != UNZ_OK) {
-      throw fail("zip member '" + name + "' has a bad local header");
-    }
-    m.data_offset = unzGetCurrentFileZStreamPos64(zf);
-    unzCloseCurrentFile(zf);
-    if (m.data_offset > file_.size() || m.compressed > file_.size() - m.data_offset) {
-      throw fail("zip member '" + name + "' extends past the end of the file");
-    }
-    if (!members.emplace(name, m).second) throw fail("zip member '" + name + "' appears twice");
-    rc = unzGoToNextFile(zf);
-  }
-  if (rc != UNZ_END_OF_LIST_OF_FILE) throw fail("corrupt zip central directory");
-  if (members.empty()) throw fail("empty zip archive");
+  const ZipIndex index = read_central_directory(zf, file_.size(), path_);
+  const std::string& prefix = index.prefix;
 
   // The bytes of member `name` (prefixed): in place when stored, inflated into owned_ otherwise.
   auto bytes_of = [&](const std::string& name) -> std::pair<const uint8_t*, size_t> {
     const std::string full = prefix + name;
-    auto it = members.find(full);
-    if (it == members.end()) throw fail("no zip member '" + full + "'");
+    auto it = index.members.find(full);
+    if (it == index.members.end()) throw fail("no zip member '" + full + "'");
     const Member& m = it->second;
-    if (m.method == 0) {
-      if (m.compressed != m.uncompressed) throw fail("zip member '" + full + "' is stored but its sizes differ");
-      const uint8_t* p = file_.data() + m.data_offset;
-      if (crc32_z(0, p, m.uncompressed) != m.crc) throw fail("zip member '" + full + "' fails its CRC check (corrupt)");
-      file_.release(p, m.uncompressed);  // checked: its pages come back when a tensor is read
-      return {p, m.uncompressed};
-    }
-    if (m.uncompressed > 1032 * m.compressed + 1024) {
-      throw fail("zip member '" + full + "' claims more bytes than deflate can produce from it");
-    }
-    try {
-      owned_.emplace_back(m.uncompressed);
-    } catch (const std::bad_alloc&) {
-      throw fail("zip member '" + full + "': cannot allocate " + std::to_string(m.uncompressed) + " bytes");
-    }
-    std::vector<uint8_t>& buf = owned_.back();
-    if (unzGoToFilePos64(zf, &m.pos) != UNZ_OK || unzOpenCurrentFile(zf) != UNZ_OK) {
-      throw fail("zip member '" + full + "' cannot be opened");
-    }
-    uint64_t got = 0;
-    for (;;) {
-      const unsigned chunk = static_cast<unsigned>(std::min<uint64_t>(buf.size() - got, 1u << 30));
-      const int r = unzReadCurrentFile(zf, buf.data() + got, chunk);
-      if (r < 0) {
-        unzCloseCurrentFile(zf);
-        throw fail("zip member '" + full + "' is corrupt (inflate error " + std::to_string(r) + ")");
-      }
-      if (r == 0) break;
-      got += static_cast<unsigned>(r);
-    }
-    const int close_rc = unzCloseCurrentFile(zf);
-    if (got != m.uncompressed) throw fail("zip member '" + full + "' inflates to fewer bytes than it declares");
-    if (close_rc == UNZ_CRCERROR) throw fail("zip member '" + full + "' fails its CRC check (corrupt)");
-    if (close_rc != UNZ_OK) throw fail("zip member '" + full + "' is corrupt");
-    return {buf.data(), buf.size()};
+    if (m.method == 0) return stored_member(file_, m, full, path_);
+    return inflate_member(zf, m, full, path_, &owned_);
   };
 
   const auto [version, version_size] = bytes_of("version");
-  std::string v(reinterpret_cast<const char*>(version), std::min<size_t>(version_size, 16));
-  while (!v.empty() && (v.back() == '\n' || v.back() == '\r' || v.back() == ' ')) v.pop_back();
-  if (v.empty() || v.size() > 2 || v.find_first_not_of("0123456789") != std::string::npos || std::stoi(v) < 1 ||
-      std::stoi(v) > 20) {
-    throw fail("unsupported archive version '" + v + "' in '" + prefix + "version'");
-  }
-  if (members.count(prefix + "byteorder")) {
+  check_archive_version(version, version_size, prefix, path_);
+  if (index.members.count(prefix + "byteorder")) {
     const auto [order, order_size] = bytes_of("byteorder");
     if (std::string(reinterpret_cast<const char*>(order), order_size) != "little") {
       throw fail("big-endian checkpoints (" + prefix + "byteorder) are not supported");
@@ -233,15 +320,7 @@ void TorchBin::load_legacy() {
 
 void TorchBin::add_tensors(const pickle::StateDict& sd, const std::vector<std::pair<const uint8_t*, size_t>>& storages,
                            const std::string& origin) {
-  for (size_t i = 0; i < sd.storages.size(); ++i) {
-    const pickle::Storage& s = sd.storages[i];
-    const uint64_t want = static_cast<uint64_t>(s.numel) * dtype_size(s.dtype);
-    if (storages[i].second != want) {
-      throw Error(origin + s.key + ": storage declares " + std::to_string(s.numel) + " " + dtype_name(s.dtype) +
-                  " elements (" + std::to_string(want) + " bytes) but holds " + std::to_string(storages[i].second) +
-                  " bytes");
-    }
-  }
+  check_storage_sizes(sd, storages, origin);
   for (const auto& [name, ref] : sd.tensors) {
     const pickle::Storage& s = sd.storages[ref.storage];
     const size_t es = dtype_size(s.dtype);
@@ -262,13 +341,7 @@ void TorchBin::add_tensors(const pickle::StateDict& sd, const std::vector<std::p
       }
       const size_t count = static_cast<size_t>(numel);
       t.bytes = count * es;
-      bool contiguous = true;
-      int64_t expect = 1;
-      for (size_t k = ref.size.size(); k-- > 0;) {
-        if (ref.size[k] != 1 && ref.stride[k] != expect) contiguous = false;
-        expect *= ref.size[k];
-      }
-      if (contiguous) {
+      if (is_contiguous(ref)) {
         t.data = base + static_cast<size_t>(ref.offset) * es;
       } else {  // gather row by row into a row-major copy
         // A view may repeat storage elements (stride 0: what torch.save writes for expand()), so its copy
@@ -287,27 +360,8 @@ void TorchBin::add_tensors(const pickle::StateDict& sd, const std::vector<std::p
         } catch (const std::bad_alloc&) {
           throw Error(path_ + ": tensor '" + name + "': cannot allocate " + std::to_string(t.bytes) + " bytes");
         }
-        uint8_t* out = owned_.back().data();
-        t.data = out;
-        const size_t nd = ref.size.size();
-        const int64_t inner = ref.size[nd - 1], inner_stride = ref.stride[nd - 1];
-        std::vector<int64_t> idx(nd, 0);
-        for (size_t row = 0; row < count / static_cast<size_t>(inner); ++row) {
-          int64_t off = ref.offset;
-          for (size_t k = 0; k + 1 < nd; ++k) off += idx[k] * ref.stride[k];
-          if (inner_stride == 1) {
-            std::memcpy(out, base + static_cast<size_t>(off) * es, static_cast<size_t>(inner) * es);
-            out += static_cast<size_t>(inner) * es;
-          } else {
-            for (int64_t j = 0; j < inner; ++j, out += es) {
-              std::memcpy(out, base + static_cast<size_t>(off + j * inner_stride) * es, es);
-            }
-          }
-          for (size_t k = nd - 1; k-- > 0;) {
-            if (++idx[k] < ref.size[k]) break;
-            idx[k] = 0;
-          }
-        }
+        t.data = owned_.back().data();
+        gather_view(ref, base, es, count, owned_.back().data());
       }
     }
     tensors_.emplace(name, std::move(t));

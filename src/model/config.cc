@@ -233,6 +233,7 @@ void RoFormerConfig::validate() const {
   rope::apply_scaling_spec(rope_scaling, &probe);  // throws on a bad spec
 }
 
+// Kept whole: a field table (one get_* line per JSON key) with its checks, which reads best in one piece.
 RoFormerConfig RoFormerConfig::from_json_text(const std::string& text, const std::string& origin) {
   json j;
   try {

@@ -372,6 +372,137 @@ void linear_attention_forward(T* out, T* saved, const T* q, const T* k, const T*
   R.throw_if_failed();
 }
 
+namespace {
+
+// One (batch, head) of the backward: its rows of the inputs and gradients, and of the forward's saved
+// buffer.
+template <typename T>
+struct HeadBackward {
+  const T* vh;   // v (T, Dv), row stride Cv = H * Dv
+  const T* gh;   // ∂L/∂out (T, Dv), row stride Cv
+  T* dvh;        // ∂L/∂v (T, Dv), row stride Cv: added to
+  const T* pq;   // φ(q), φ(k) (T, F), row stride CF = H * F
+  const T* pk;
+  const T* den;  // denominators d_t (T), stride H
+  const T* r;    // key shifts r_t (T), stride H
+};
+
+// A thread's scratch for the backward: dφ(q), dφ(k) (T, F); ∂L/∂den (T); S or G (F, Dv); z or u (F);
+// y (F); rotated φ(q) (non-causal: later scaled by 1/den) and φ(k) (T, F); causal: the unrotated
+// terms added after R_tᵀ (T, F).
+template <typename T>
+struct BackwardScratch {
+  BackwardScratch(int64_t N, int64_t F, int64_t Dv, bool causal)
+      : dpq(N * F), dpk(N * F), dd(N), S(F * Dv), z(F), y(F), ar(N * F), cr(N * F), extra(causal ? N * F : 0) {}
+  std::vector<T> dpq, dpk, dd, S, z, y, ar, cr, extra;
+};
+
+// The causal head's dφ(q) and dφ(k) into w.dpq and w.dpk (T, F), and its ∂L/∂v added into hd.dvh.
+// On entry w.ar, w.cr hold R_t φ(q_t), R_t φ(k_t) and w.S, w.z are zero.
+template <typename T>
+void causal_head_backward(const HeadBackward<T>& hd, BackwardScratch<T>& w, const Rotator<T>& R,
+                          const LinearAttentionShape& s, int64_t F) {
+  const int64_t N = s.T, H = s.H, Dv = s.Dv, Cv = H * Dv, CF = H * F;
+  const T *vh = hd.vh, *gh = hd.gh, *pq = hd.pq, *pk = hd.pk, *den = hd.den, *r = hd.r;
+  T* dvh = hd.dvh;
+  std::vector<T> &dpq = w.dpq, &dpk = w.dpk, &dd = w.dd, &S = w.S, &z = w.z, &ar = w.ar, &cr = w.cr;
+  std::vector<T>& extra = w.extra;
+  // Forward order: prefix sums S_t, z_t give dφ(q_t) = R_tᵀ S_t g_t/d_t + dd_t z_t; dpq holds
+  // S_t g_t/d_t until all rows are rotated at once, extra holds dd_t z_t.
+  T r_prev = -std::numeric_limits<T>::infinity();
+  for (int64_t t = 0; t < N; ++t) {
+    reshift(S.data(), z.data(), F, Dv, r_prev, r[t * H]);
+    r_prev = r[t * H];
+    const T* tc = cr.data() + t * F;
+    for (int64_t i = 0; i < F; ++i) {
+      z[i] += pk[t * CF + i];
+      for (int64_t j = 0; j < Dv; ++j) S[i * Dv + j] += tc[i] * vh[t * Cv + j];
+    }
+    const T* ta = ar.data() + t * F;
+    const T inv = T(1) / den[t * H];
+    T go = 0;  // g_t·out_t
+    for (int64_t i = 0; i < F; ++i) {
+      T yi = 0;
+      for (int64_t j = 0; j < Dv; ++j) yi += S[i * Dv + j] * gh[t * Cv + j];
+      dpq[t * F + i] = yi * inv;
+      go += ta[i] * dpq[t * F + i];
+    }
+    dd[t] = -go * inv;
+    for (int64_t i = 0; i < F; ++i) extra[t * F + i] = dd[t] * z[i];
+  }
+  R.rotate(dpq.data(), F, dpq.data(), F, N, s.start, ROPE_ROLE_QUERY, ROPE_BACKWARD);
+  for (int64_t i = 0; i < N * F; ++i) dpq[i] += extra[i];
+  // Reverse order: suffix sums G_t = Σ_{m≥t} e^{r_t − r_m} R_m φ(q_m) g_mᵀ/d_m (F, Dv) in S
+  // and u_t = Σ_{m≥t} e^{r_t − r_m} dd_m φ(q_m) (F) in z give dφ(k_t) = R_tᵀ G_t v_t + u_t and
+  // dv_t = G_tᵀ R_t φ(k_t); dpk holds G_t v_t until rotated, extra holds u_t.
+  std::fill(S.begin(), S.end(), T(0));
+  std::fill(z.begin(), z.end(), T(0));
+  for (int64_t t = N - 1; t >= 0; --t) {
+    if (t + 1 < N) reshift(S.data(), z.data(), F, Dv, r[t * H], r[(t + 1) * H]);
+    const T* ta = ar.data() + t * F;
+    const T* tc = cr.data() + t * F;
+    const T inv = T(1) / den[t * H];
+    for (int64_t i = 0; i < F; ++i) {
+      const T ai = ta[i] * inv;
+      z[i] += dd[t] * pq[t * CF + i];
+      T yi = 0;
+      for (int64_t j = 0; j < Dv; ++j) {
+        S[i * Dv + j] += ai * gh[t * Cv + j];
+        yi += S[i * Dv + j] * vh[t * Cv + j];
+        dvh[t * Cv + j] += S[i * Dv + j] * tc[i];
+      }
+      dpk[t * F + i] = yi;
+    }
+    std::copy(z.begin(), z.end(), extra.begin() + t * F);
+  }
+  R.rotate(dpk.data(), F, dpk.data(), F, N, s.start, ROPE_ROLE_KEY, ROPE_BACKWARD);
+  for (int64_t i = 0; i < N * F; ++i) dpk[i] += extra[i];
+}
+
+// The non-causal head's dφ(q) and dφ(k) into w.dpq and w.dpk (T, F), and its ∂L/∂v added into hd.dvh,
+// through BLAS on the whole-sequence summaries S = Σ c̃ vᵀ and G (F, Dv). On entry w.ar, w.cr hold
+// R_t φ(q_t), R_t φ(k_t) (w.ar is then scaled by 1/d_t) and w.z is zero.
+template <typename T>
+void noncausal_head_backward(const HeadBackward<T>& hd, BackwardScratch<T>& w, const Rotator<T>& R,
+                             const LinearAttentionShape& s, int64_t F) {
+  const int64_t N = s.T, H = s.H, Dv = s.Dv, Cv = H * Dv, CF = H * F;
+  const T *vh = hd.vh, *gh = hd.gh, *pq = hd.pq, *pk = hd.pk, *den = hd.den;
+  T* dvh = hd.dvh;
+  std::vector<T> &dpq = w.dpq, &dpk = w.dpk, &dd = w.dd, &S = w.S, &z = w.z, &ar = w.ar, &cr = w.cr;
+  for (int64_t t = 0; t < N; ++t) {
+    for (int64_t i = 0; i < F; ++i) z[i] += pk[t * CF + i];
+  }
+  gemm(true, false, F, Dv, N, T(1), cr.data(), F, vh, Cv, T(0), S.data(), Dv);   // S (F, Dv) = Σ c̃ vᵀ
+  gemm(false, true, N, F, Dv, T(1), gh, Cv, S.data(), Dv, T(0), dpq.data(), F);  // (T, F) g·Sᵀ
+  std::vector<T>& u = w.y;
+  std::fill(u.begin(), u.end(), T(0));  // u (F) = Σ_m dd_m φ(q_m)
+  for (int64_t t = 0; t < N; ++t) {
+    T* row = dpq.data() + t * F;
+    const T inv = T(1) / den[t * H];
+    T go = 0;
+    for (int64_t i = 0; i < F; ++i) {
+      row[i] *= inv;
+      go += ar[t * F + i] * row[i];
+      ar[t * F + i] *= inv;  // R_t φ(q_t)/d_t
+    }
+    dd[t] = -go * inv;
+    for (int64_t i = 0; i < F; ++i) u[i] += dd[t] * pq[t * CF + i];
+  }
+  R.rotate(dpq.data(), F, dpq.data(), F, N, s.start, ROPE_ROLE_QUERY, ROPE_BACKWARD);  // R_tᵀ S g_t/d_t
+  for (int64_t t = 0; t < N; ++t) {
+    for (int64_t i = 0; i < F; ++i) dpq[t * F + i] += dd[t] * z[i];
+  }
+  gemm(true, false, F, Dv, N, T(1), ar.data(), F, gh, Cv, T(0), S.data(), Dv);    // G (F, Dv)
+  gemm(false, false, N, Dv, F, T(1), cr.data(), F, S.data(), Dv, T(1), dvh, Cv);  // dv += c̃·G
+  gemm(false, true, N, F, Dv, T(1), vh, Cv, S.data(), Dv, T(0), dpk.data(), F);   // (T, F) v·Gᵀ
+  R.rotate(dpk.data(), F, dpk.data(), F, N, s.start, ROPE_ROLE_KEY, ROPE_BACKWARD);
+  for (int64_t t = 0; t < N; ++t) {
+    for (int64_t i = 0; i < F; ++i) dpk[t * F + i] += u[i];
+  }
+}
+
+}  // namespace
+
 template <typename T>
 void linear_attention_backward(T* dq, T* dk, T* dv, const T* dout, const T* saved, const T* q, const T* k, const T* v,
                                ProjectionPtr<T> W, const LinearAttentionShape& s) {
@@ -383,113 +514,32 @@ void linear_attention_backward(T* dq, T* dk, T* dv, const T* dout, const T* save
   const int64_t N = s.T, H = s.H, Dv = s.Dv, Ck = H * s.Dk, Cv = H * Dv, CF = H * F;
 #pragma omp parallel
   {
-    // dφ(q), dφ(k) (T, F); ∂L/∂den (T); S or G (F, Dv); z or u (F); y (F); rotated φ(q) (non-causal:
-    // later scaled by 1/den) and φ(k) (T, F); causal: the unrotated terms added after R_tᵀ (T, F).
-    std::vector<T> dpq(N * F), dpk(N * F), dd(N), S(F * Dv), z(F), y(F), ar(N * F), cr(N * F);
-    std::vector<T> extra(s.causal ? N * F : 0);
+    BackwardScratch<T> w(N, F, Dv, s.causal);
 #pragma omp for schedule(static)
     for (int64_t bh = 0; bh < s.B * H; ++bh) {
       const int64_t b = bh / H, h = bh % H;
       const T* qh = q + b * N * Ck + h * s.Dk;  // (T, Dk), row stride Ck
       const T* kh = k + b * N * Ck + h * s.Dk;
-      const T* vh = v + b * N * Cv + h * Dv;  // (T, Dv), row stride Cv
-      const T* gh = dout + b * N * Cv + h * Dv;
       T* dqh = dq + b * N * Ck + h * s.Dk;
       T* dkh = dk + b * N * Ck + h * s.Dk;
-      T* dvh = dv + b * N * Cv + h * Dv;
-      const T* pq = sv.phi_q + (b * N * H + h) * F;  // (T, F), row stride CF
-      const T* pk = sv.phi_k + (b * N * H + h) * F;
-      const T* den = sv.den + b * N * H + h;  // (T), stride H
-      const T* r = sv.shift + b * N * H + h;
-      R.rotate(ar.data(), F, pq, CF, N, s.start, ROPE_ROLE_QUERY);  // R_t φ(q_t)
-      R.rotate(cr.data(), F, pk, CF, N, s.start, ROPE_ROLE_KEY);    // R_t φ(k_t)
-      std::fill(S.begin(), S.end(), T(0));
-      std::fill(z.begin(), z.end(), T(0));
+      const HeadBackward<T> hd{.vh = v + b * N * Cv + h * Dv,
+                               .gh = dout + b * N * Cv + h * Dv,
+                               .dvh = dv + b * N * Cv + h * Dv,
+                               .pq = sv.phi_q + (b * N * H + h) * F,
+                               .pk = sv.phi_k + (b * N * H + h) * F,
+                               .den = sv.den + b * N * H + h,
+                               .r = sv.shift + b * N * H + h};
+      R.rotate(w.ar.data(), F, hd.pq, CF, N, s.start, ROPE_ROLE_QUERY);  // R_t φ(q_t)
+      R.rotate(w.cr.data(), F, hd.pk, CF, N, s.start, ROPE_ROLE_KEY);    // R_t φ(k_t)
+      std::fill(w.S.begin(), w.S.end(), T(0));
+      std::fill(w.z.begin(), w.z.end(), T(0));
       if (s.causal) {
-        // Forward order: prefix sums S_t, z_t give dφ(q_t) = R_tᵀ S_t g_t/d_t + dd_t z_t; dpq holds
-        // S_t g_t/d_t until all rows are rotated at once, extra holds dd_t z_t.
-        T r_prev = -std::numeric_limits<T>::infinity();
-        for (int64_t t = 0; t < N; ++t) {
-          reshift(S.data(), z.data(), F, Dv, r_prev, r[t * H]);
-          r_prev = r[t * H];
-          const T* tc = cr.data() + t * F;
-          for (int64_t i = 0; i < F; ++i) {
-            z[i] += pk[t * CF + i];
-            for (int64_t j = 0; j < Dv; ++j) S[i * Dv + j] += tc[i] * vh[t * Cv + j];
-          }
-          const T* ta = ar.data() + t * F;
-          const T inv = T(1) / den[t * H];
-          T go = 0;  // g_t·out_t
-          for (int64_t i = 0; i < F; ++i) {
-            T yi = 0;
-            for (int64_t j = 0; j < Dv; ++j) yi += S[i * Dv + j] * gh[t * Cv + j];
-            dpq[t * F + i] = yi * inv;
-            go += ta[i] * dpq[t * F + i];
-          }
-          dd[t] = -go * inv;
-          for (int64_t i = 0; i < F; ++i) extra[t * F + i] = dd[t] * z[i];
-        }
-        R.rotate(dpq.data(), F, dpq.data(), F, N, s.start, ROPE_ROLE_QUERY, ROPE_BACKWARD);
-        for (int64_t i = 0; i < N * F; ++i) dpq[i] += extra[i];
-        // Reverse order: suffix sums G_t = Σ_{m≥t} e^{r_t − r_m} R_m φ(q_m) g_mᵀ/d_m (F, Dv) in S
-        // and u_t = Σ_{m≥t} e^{r_t − r_m} dd_m φ(q_m) (F) in z give dφ(k_t) = R_tᵀ G_t v_t + u_t and
-        // dv_t = G_tᵀ R_t φ(k_t); dpk holds G_t v_t until rotated, extra holds u_t.
-        std::fill(S.begin(), S.end(), T(0));
-        std::fill(z.begin(), z.end(), T(0));
-        for (int64_t t = N - 1; t >= 0; --t) {
-          if (t + 1 < N) reshift(S.data(), z.data(), F, Dv, r[t * H], r[(t + 1) * H]);
-          const T* ta = ar.data() + t * F;
-          const T* tc = cr.data() + t * F;
-          const T inv = T(1) / den[t * H];
-          for (int64_t i = 0; i < F; ++i) {
-            const T ai = ta[i] * inv;
-            z[i] += dd[t] * pq[t * CF + i];
-            T yi = 0;
-            for (int64_t j = 0; j < Dv; ++j) {
-              S[i * Dv + j] += ai * gh[t * Cv + j];
-              yi += S[i * Dv + j] * vh[t * Cv + j];
-              dvh[t * Cv + j] += S[i * Dv + j] * tc[i];
-            }
-            dpk[t * F + i] = yi;
-          }
-          std::copy(z.begin(), z.end(), extra.begin() + t * F);
-        }
-        R.rotate(dpk.data(), F, dpk.data(), F, N, s.start, ROPE_ROLE_KEY, ROPE_BACKWARD);
-        for (int64_t i = 0; i < N * F; ++i) dpk[i] += extra[i];
+        causal_head_backward(hd, w, R, s, F);
       } else {
-        for (int64_t t = 0; t < N; ++t) {
-          for (int64_t i = 0; i < F; ++i) z[i] += pk[t * CF + i];
-        }
-        gemm(true, false, F, Dv, N, T(1), cr.data(), F, vh, Cv, T(0), S.data(), Dv);   // S (F, Dv) = Σ c̃ vᵀ
-        gemm(false, true, N, F, Dv, T(1), gh, Cv, S.data(), Dv, T(0), dpq.data(), F);  // (T, F) g·Sᵀ
-        std::vector<T>& u = y;
-        std::fill(u.begin(), u.end(), T(0));  // u (F) = Σ_m dd_m φ(q_m)
-        for (int64_t t = 0; t < N; ++t) {
-          T* row = dpq.data() + t * F;
-          const T inv = T(1) / den[t * H];
-          T go = 0;
-          for (int64_t i = 0; i < F; ++i) {
-            row[i] *= inv;
-            go += ar[t * F + i] * row[i];
-            ar[t * F + i] *= inv;  // R_t φ(q_t)/d_t
-          }
-          dd[t] = -go * inv;
-          for (int64_t i = 0; i < F; ++i) u[i] += dd[t] * pq[t * CF + i];
-        }
-        R.rotate(dpq.data(), F, dpq.data(), F, N, s.start, ROPE_ROLE_QUERY, ROPE_BACKWARD);  // R_tᵀ S g_t/d_t
-        for (int64_t t = 0; t < N; ++t) {
-          for (int64_t i = 0; i < F; ++i) dpq[t * F + i] += dd[t] * z[i];
-        }
-        gemm(true, false, F, Dv, N, T(1), ar.data(), F, gh, Cv, T(0), S.data(), Dv);    // G (F, Dv)
-        gemm(false, false, N, Dv, F, T(1), cr.data(), F, S.data(), Dv, T(1), dvh, Cv);  // dv += c̃·G
-        gemm(false, true, N, F, Dv, T(1), vh, Cv, S.data(), Dv, T(0), dpk.data(), F);   // (T, F) v·Gᵀ
-        R.rotate(dpk.data(), F, dpk.data(), F, N, s.start, ROPE_ROLE_KEY, ROPE_BACKWARD);
-        for (int64_t t = 0; t < N; ++t) {
-          for (int64_t i = 0; i < F; ++i) dpk[t * F + i] += u[i];
-        }
+        noncausal_head_backward(hd, w, R, s, F);
       }
-      feature_backward(dqh, Ck, dpq.data(), pq, CF, qh, N, W, s, F);
-      feature_backward(dkh, Ck, dpk.data(), pk, CF, kh, N, W, s, F);
+      feature_backward(dqh, Ck, w.dpq.data(), hd.pq, CF, qh, N, W, s, F);
+      feature_backward(dkh, Ck, w.dpk.data(), hd.pk, CF, kh, N, W, s, F);
     }
   }
   R.throw_if_failed();

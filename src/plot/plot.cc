@@ -167,72 +167,85 @@ int coverage(const Rect& box, const std::vector<std::vector<Run>>& all, const st
   return n;
 }
 
-}  // namespace
+// Sizes in pixels. Fonts and strokes grow with the image so a 2x figure looks like the default one,
+// only sharper: s is 1 at 900x560.
+struct Style {
+  double s;
+  double f_title, f_label, f_tick, f_legend;  // font sizes
+  double pad, tick_len, gap;
+};
 
-std::string render_png(const Chart& c) {
-  validate(c);
+Style style_for(const Chart& c) {
   const double W = c.width, H = c.height;
-  // Fonts and strokes grow with the image so a 2x figure looks like the default one, only sharper.
   const double s = std::clamp(std::sqrt(W * H / (900.0 * 560.0)), 0.5, 4.0);
-  const double f_title = 16 * s, f_label = 13 * s, f_tick = 11 * s, f_legend = 12 * s;
-  const double pad = 10 * s, tick_len = 5 * s, gap = 6 * s;
+  return Style{s, 16 * s, 13 * s, 11 * s, 12 * s, 10 * s, 5 * s, 6 * s};
+}
 
-  Surface surface(cairo_image_surface_create(CAIRO_FORMAT_RGB24, c.width, c.height), &cairo_surface_destroy);
-  check(cairo_surface_status(surface.get()), "create the image");
-  Context ctx(cairo_create(surface.get()), &cairo_destroy);
-  cairo_t* cr = ctx.get();
-  check(cairo_status(cr), "create a context");
-  cairo_set_antialias(cr, CAIRO_ANTIALIAS_GOOD);
-  set_rgb(cr, 0xffffff);
-  cairo_paint(cr);
+// The axes and the plot area (pixels) they map onto.
+struct Layout {
+  Axis ax, ay;
+  Rect pr;
+};
 
-  // Data ranges over finite points (and the reference lines, so a baseline is always in view).
+// Pixel of the point at fractions (fx, fy) of the plot area (y grows downwards in pixels).
+Point to_px(const Rect& pr, double fx, double fy) {
+  return Point{pr.x0 + fx * (pr.x1 - pr.x0), pr.y1 - fy * (pr.y1 - pr.y0)};
+}
+
+// Axes over the data ranges of the finite points (and the reference lines, so a baseline is always in
+// view), and the plot area left by the title, the tick labels and the axis labels. Margins depend on
+// tick-label sizes, tick counts on the plot size; one estimate suffices. Leaves the tick font set.
+Layout lay_out(cairo_t* cr, const Chart& c, const Style& st) {
+  const double W = c.width, H = c.height, s = st.s;
   detail::Range xr, yr;
   for (const Series& se : c.series)
     for (size_t i = 0; i < se.x.size(); ++i)
       if (std::isfinite(se.x[i]) && std::isfinite(se.y[i])) xr.add(se.x[i]), yr.add(se.y[i]);
   for (const auto& h : c.hlines) yr.add(h.second);
 
-  // Layout: margins depend on tick-label sizes, tick counts on the plot size; one estimate suffices.
-  set_font(cr, f_tick);
-  const double top = c.title.empty() ? pad + f_tick / 2 : pad + f_title * 1.6;
-  const double bottom = pad + tick_len + gap + f_tick * 1.2 + (c.x_label.empty() ? 0 : gap + f_label * 1.3);
+  set_font(cr, st.f_tick);
+  const double top = c.title.empty() ? st.pad + st.f_tick / 2 : st.pad + st.f_title * 1.6;
+  const double bottom =
+      st.pad + st.tick_len + st.gap + st.f_tick * 1.2 + (c.x_label.empty() ? 0 : st.gap + st.f_label * 1.3);
   const double est_h = std::max(10.0, H - top - bottom);
-  const Axis ay = detail::make_axis(c.log_y, yr, c.y_min, c.y_max, std::clamp<int>(est_h / (55 * s), 2, 10));
+  Axis ay = detail::make_axis(c.log_y, yr, c.y_min, c.y_max, std::clamp<int>(est_h / (55 * s), 2, 10));
   double ylab_w = 0;
   for (const auto& t : ay.ticks) ylab_w = std::max(ylab_w, text_width(cr, t.label));
-  const double left = pad + (c.y_label.empty() ? 0 : f_label * 1.3 + gap) + ylab_w + gap + tick_len;
+  const double left = st.pad + (c.y_label.empty() ? 0 : st.f_label * 1.3 + st.gap) + ylab_w + st.gap + st.tick_len;
   const double est_w = std::max(10.0, W - left - 20 * s);
-  const Axis ax = detail::make_axis(c.log_x, xr, std::nullopt, std::nullopt, std::clamp<int>(est_w / (95 * s), 2, 10));
+  Axis ax = detail::make_axis(c.log_x, xr, std::nullopt, std::nullopt, std::clamp<int>(est_w / (95 * s), 2, 10));
   const detail::Tick* last = nullptr;  // the rightmost labelled x tick may overhang the plot area
   for (const auto& t : ax.ticks)
     if (!t.label.empty() && (!last || t.frac > last->frac)) last = &t;
   const double last_xlab = last ? text_width(cr, last->label) : 0;
-  const double right = std::max(pad + 5 * s, last_xlab / 2 + 4 * s);
-  Rect pr{left, top, std::max(left + 10, W - right), std::max(top + 10, H - bottom)};
-  auto to_px = [&](double fx, double fy) {
-    return Point{pr.x0 + fx * (pr.x1 - pr.x0), pr.y1 - fy * (pr.y1 - pr.y0)};
-  };
+  const double right = std::max(st.pad + 5 * s, last_xlab / 2 + 4 * s);
+  const Rect pr{left, top, std::max(left + 10, W - right), std::max(top + 10, H - bottom)};
+  return Layout{std::move(ax), std::move(ay), pr};
+}
 
-  // Grid: light lines at every tick (fainter at unlabelled log minors) behind the data.
-  cairo_set_line_width(cr, 1 * s);
-  for (const auto& [axis, vertical] : {std::pair{&ax, true}, std::pair{&ay, false}})
+// Grid: light lines at every tick (fainter at unlabelled log minors) behind the data.
+void draw_grid(cairo_t* cr, const Style& st, const Layout& L) {
+  const Rect& pr = L.pr;
+  cairo_set_line_width(cr, 1 * st.s);
+  for (const auto& [axis, vertical] : {std::pair{&L.ax, true}, std::pair{&L.ay, false}})
     for (const auto& t : axis->ticks) {
       set_rgb(cr, t.label.empty() ? 0xf3f3f3 : 0xe3e3e3);
-      const auto p = to_px(t.frac, t.frac);
+      const auto p = to_px(pr, t.frac, t.frac);
       if (vertical) cairo_move_to(cr, p[0], pr.y0), cairo_line_to(cr, p[0], pr.y1);
       else cairo_move_to(cr, pr.x0, p[1]), cairo_line_to(cr, pr.x1, p[1]);
       cairo_stroke(cr);
     }
+}
 
-  // Everything data-bound is clipped to the plot area.
-  cairo_save(cr);
-  cairo_rectangle(cr, pr.x0, pr.y0, pr.x1 - pr.x0, pr.y1 - pr.y0);
-  cairo_clip(cr);
+// Dashed labelled reference lines (Chart::hlines) inside the plot area; returns the pixel row of each
+// one drawn, for the legend placement.
+std::vector<double> draw_hlines(cairo_t* cr, const Chart& c, const Style& st, const Layout& L) {
+  const Rect& pr = L.pr;
+  const double s = st.s;
   std::vector<double> hline_px;
   const double dash[] = {6 * s, 4 * s};
   for (const auto& [label, v] : c.hlines) {
-    const double y = to_px(0, ay.frac(v))[1];
+    const double y = to_px(pr, 0, L.ay.frac(v))[1];
     if (y < pr.y0 - 1 || y > pr.y1 + 1) continue;
     hline_px.push_back(y);
     set_rgb(cr, 0x555555);
@@ -242,10 +255,41 @@ std::string render_png(const Chart& c) {
     cairo_line_to(cr, pr.x1, y);
     cairo_stroke(cr);
     cairo_set_dash(cr, nullptr, 0, 0);
-    set_font(cr, f_tick);
-    const bool below = y - pr.y0 < f_tick * 1.5;  // no room above the line at the top edge
+    set_font(cr, st.f_tick);
+    const bool below = y - pr.y0 < st.f_tick * 1.5;  // no room above the line at the top edge
     draw_text(cr, label, pr.x1 - 4 * s, below ? y + 4 * s : y - 4 * s, 1, below ? 0 : 1);
   }
+  return hline_px;
+}
+
+// Strokes one run (pixels) with the current source and width, clipping each segment to cliprect
+// first; dots of radius `dot` go on every point inside cliprect when `markers`, and on a lone point
+// (which has no segment to show it).
+void draw_run(cairo_t* cr, const Run& run, const Rect& cliprect, bool markers, double dot) {
+  bool pen = false;
+  double pen_x = 0, pen_y = 0;
+  for (size_t i = 0; i + 1 < run.size(); ++i) {
+    double x0 = run[i][0], y0 = run[i][1], x1 = run[i + 1][0], y1 = run[i + 1][1];
+    if (!clip_segment(cliprect, x0, y0, x1, y1)) { pen = false; continue; }
+    if (!pen || x0 != pen_x || y0 != pen_y) cairo_move_to(cr, x0, y0);
+    cairo_line_to(cr, x1, y1);
+    pen = true, pen_x = x1, pen_y = y1;
+  }
+  cairo_stroke(cr);
+  for (const auto& p : run)
+    if ((run.size() == 1 || markers) && p[0] >= cliprect.x0 && p[0] <= cliprect.x1 && p[1] >= cliprect.y0 &&
+        p[1] <= cliprect.y1) {
+      cairo_new_sub_path(cr);
+      cairo_arc(cr, p[0], p[1], dot, 0, 2 * M_PI);
+      cairo_fill(cr);
+    }
+}
+
+// Draws every series in its palette colour; returns their runs in pixels (per series), for the
+// legend placement.
+std::vector<std::vector<Run>> draw_series(cairo_t* cr, const Chart& c, const Style& st, const Layout& L) {
+  const Rect& pr = L.pr;
+  const double s = st.s;
   // Segments are clipped to the plot area grown by a margin (so line caps at the edge are cut by
   // cairo's clip, not by us) before cairo sees them.
   const Rect cliprect{pr.x0 - 10 * s, pr.y0 - 10 * s, pr.x1 + 10 * s, pr.y1 + 10 * s};
@@ -253,50 +297,38 @@ std::string render_png(const Chart& c) {
   cairo_set_line_join(cr, CAIRO_LINE_JOIN_ROUND);
   cairo_set_line_cap(cr, CAIRO_LINE_CAP_ROUND);
   for (size_t si = 0; si < c.series.size(); ++si) {
-    all.push_back(runs_px(c.series[si], ax, ay, pr));
+    all.push_back(runs_px(c.series[si], L.ax, L.ay, pr));
     set_rgb(cr, kPalette[si % 10]);
     cairo_set_line_width(cr, 2 * s);
-    for (const auto& run : all.back()) {
-      bool pen = false;
-      double pen_x = 0, pen_y = 0;
-      for (size_t i = 0; i + 1 < run.size(); ++i) {
-        double x0 = run[i][0], y0 = run[i][1], x1 = run[i + 1][0], y1 = run[i + 1][1];
-        if (!clip_segment(cliprect, x0, y0, x1, y1)) { pen = false; continue; }
-        if (!pen || x0 != pen_x || y0 != pen_y) cairo_move_to(cr, x0, y0);
-        cairo_line_to(cr, x1, y1);
-        pen = true, pen_x = x1, pen_y = y1;
-      }
-      cairo_stroke(cr);
-      // A lone point has no segment to show it; markers put a dot on every point.
-      for (const auto& p : run)
-        if ((run.size() == 1 || c.series[si].markers) && p[0] >= cliprect.x0 && p[0] <= cliprect.x1 &&
-            p[1] >= cliprect.y0 && p[1] <= cliprect.y1) {
-          cairo_new_sub_path(cr);
-          cairo_arc(cr, p[0], p[1], 3 * s, 0, 2 * M_PI);
-          cairo_fill(cr);
-        }
-    }
+    for (const auto& run : all.back()) draw_run(cr, run, cliprect, c.series[si].markers, 3 * s);
   }
-  cairo_restore(cr);
+  return all;
+}
 
-  // Frame, ticks and tick labels.
+// Frame of the plot area, ticks and tick labels.
+void draw_axes(cairo_t* cr, const Style& st, const Layout& L) {
+  const Rect& pr = L.pr;
+  const double tick_len = st.tick_len, gap = st.gap;
   set_rgb(cr, 0x333333);
-  cairo_set_line_width(cr, 1 * s);
+  cairo_set_line_width(cr, 1 * st.s);
   cairo_rectangle(cr, pr.x0, pr.y0, pr.x1 - pr.x0, pr.y1 - pr.y0);
   cairo_stroke(cr);
-  set_font(cr, f_tick);
-  for (const auto& t : ax.ticks) {
-    const double x = to_px(t.frac, 0)[0], len = t.label.empty() ? tick_len / 2 : tick_len;
+  set_font(cr, st.f_tick);
+  for (const auto& t : L.ax.ticks) {
+    const double x = to_px(pr, t.frac, 0)[0], len = t.label.empty() ? tick_len / 2 : tick_len;
     cairo_move_to(cr, x, pr.y1), cairo_line_to(cr, x, pr.y1 + len), cairo_stroke(cr);
     if (!t.label.empty()) draw_text(cr, t.label, x, pr.y1 + tick_len + gap, 0.5, 0);
   }
-  for (const auto& t : ay.ticks) {
-    const double y = to_px(0, t.frac)[1], len = t.label.empty() ? tick_len / 2 : tick_len;
+  for (const auto& t : L.ay.ticks) {
+    const double y = to_px(pr, 0, t.frac)[1], len = t.label.empty() ? tick_len / 2 : tick_len;
     cairo_move_to(cr, pr.x0, y), cairo_line_to(cr, pr.x0 - len, y), cairo_stroke(cr);
     if (!t.label.empty()) draw_text(cr, t.label, pr.x0 - tick_len - gap, y, 1, 0.5);
   }
+}
 
-  // Axis labels and title.
+// Axis labels (the y label rotated) and the bold title.
+void draw_titles(cairo_t* cr, const Chart& c, const Style& st, const Rect& pr) {
+  const double H = c.height, pad = st.pad, f_label = st.f_label;
   set_rgb(cr, 0x000000);
   set_font(cr, f_label);
   if (!c.x_label.empty()) draw_text(cr, c.x_label, (pr.x0 + pr.x1) / 2, H - pad - f_label * 0.25, 0.5, 1);
@@ -308,50 +340,56 @@ std::string render_png(const Chart& c) {
     cairo_restore(cr);
   }
   if (!c.title.empty()) {
-    set_font(cr, f_title, true);
+    set_font(cr, st.f_title, true);
     draw_text(cr, c.title, (pr.x0 + pr.x1) / 2, pad, 0.5, 0);
   }
+}
 
-  // Legend: the corner of the plot area where it hides the least of the data (top right first,
-  // where a falling loss curve leaves room).
-  set_font(cr, f_legend);
+// Legend of the labelled series: in the corner of the plot area where it hides the least of the data
+// (`all`: runs per series, `hline_px`: reference lines; top right first, where a falling loss curve
+// leaves room). Nothing when no series has a label.
+void draw_legend(cairo_t* cr, const Chart& c, const Style& st, const Rect& pr,
+                 const std::vector<std::vector<Run>>& all, const std::vector<double>& hline_px) {
+  const double s = st.s, pad = st.pad, gap = st.gap;
+  set_font(cr, st.f_legend);
   double text_w = 0;
   int rows = 0;
   for (const Series& se : c.series)
     if (!se.label.empty()) text_w = std::max(text_w, text_width(cr, se.label)), ++rows;
-  if (rows > 0) {
-    const double row_h = f_legend * 1.5, sample = 24 * s, inset = 8 * s;
-    const double bw = pad + sample + gap + text_w + pad, bh = pad * 0.6 * 2 + rows * row_h;
-    Rect best{};
-    int best_cov = -1;
-    for (auto [right_side, top_side] : {std::pair{true, true}, {false, true}, {true, false}, {false, false}}) {
-      const double x0 = right_side ? pr.x1 - inset - bw : pr.x0 + inset;
-      const double y0 = top_side ? pr.y0 + inset : pr.y1 - inset - bh;
-      const Rect box{x0, y0, x0 + bw, y0 + bh};
-      const int cov = coverage(box, all, hline_px);
-      if (best_cov < 0 || cov < best_cov) best = box, best_cov = cov;
-    }
-    cairo_rectangle(cr, best.x0, best.y0, bw, bh);
-    set_rgb(cr, 0xffffff, 0.9);
-    cairo_fill_preserve(cr);
-    set_rgb(cr, 0xbbbbbb);
-    cairo_set_line_width(cr, 1 * s);
-    cairo_stroke(cr);
-    double y = best.y0 + pad * 0.6 + row_h / 2;
-    for (size_t si = 0; si < c.series.size(); ++si) {
-      if (c.series[si].label.empty()) continue;
-      set_rgb(cr, kPalette[si % 10]);
-      cairo_set_line_width(cr, 2 * s);
-      cairo_move_to(cr, best.x0 + pad, y), cairo_line_to(cr, best.x0 + pad + sample, y), cairo_stroke(cr);
-      if (c.series[si].markers) cairo_arc(cr, best.x0 + pad + sample / 2, y, 3 * s, 0, 2 * M_PI), cairo_fill(cr);
-      set_rgb(cr, 0x222222);
-      draw_text(cr, c.series[si].label, best.x0 + pad + sample + gap, y, 0, 0.5);
-      y += row_h;
-    }
+  if (rows == 0) return;
+  const double row_h = st.f_legend * 1.5, sample = 24 * s, inset = 8 * s;
+  const double bw = pad + sample + gap + text_w + pad, bh = pad * 0.6 * 2 + rows * row_h;
+  Rect best{};
+  int best_cov = -1;
+  for (auto [right_side, top_side] : {std::pair{true, true}, {false, true}, {true, false}, {false, false}}) {
+    const double x0 = right_side ? pr.x1 - inset - bw : pr.x0 + inset;
+    const double y0 = top_side ? pr.y0 + inset : pr.y1 - inset - bh;
+    const Rect box{x0, y0, x0 + bw, y0 + bh};
+    const int cov = coverage(box, all, hline_px);
+    if (best_cov < 0 || cov < best_cov) best = box, best_cov = cov;
   }
+  cairo_rectangle(cr, best.x0, best.y0, bw, bh);
+  set_rgb(cr, 0xffffff, 0.9);
+  cairo_fill_preserve(cr);
+  set_rgb(cr, 0xbbbbbb);
+  cairo_set_line_width(cr, 1 * s);
+  cairo_stroke(cr);
+  double y = best.y0 + pad * 0.6 + row_h / 2;
+  for (size_t si = 0; si < c.series.size(); ++si) {
+    if (c.series[si].label.empty()) continue;
+    set_rgb(cr, kPalette[si % 10]);
+    cairo_set_line_width(cr, 2 * s);
+    cairo_move_to(cr, best.x0 + pad, y), cairo_line_to(cr, best.x0 + pad + sample, y), cairo_stroke(cr);
+    if (c.series[si].markers) cairo_arc(cr, best.x0 + pad + sample / 2, y, 3 * s, 0, 2 * M_PI), cairo_fill(cr);
+    set_rgb(cr, 0x222222);
+    draw_text(cr, c.series[si].label, best.x0 + pad + sample + gap, y, 0, 0.5);
+    y += row_h;
+  }
+}
 
-  check(cairo_status(cr), "draw");
-  cairo_surface_flush(surface.get());
+// The finished image as PNG file bytes.
+std::string encode_png(cairo_surface_t* surface) {
+  cairo_surface_flush(surface);
   std::string png;
   // The callback runs inside C code: no exception may cross it, so allocation failure becomes a status.
   auto write = [](void* closure, const unsigned char* data, unsigned int n) -> cairo_status_t {
@@ -362,8 +400,39 @@ std::string render_png(const Chart& c) {
       return CAIRO_STATUS_NO_MEMORY;
     }
   };
-  check(cairo_surface_write_to_png_stream(surface.get(), write, &png), "encode the PNG");
+  check(cairo_surface_write_to_png_stream(surface, write, &png), "encode the PNG");
   return png;
+}
+
+}  // namespace
+
+std::string render_png(const Chart& c) {
+  validate(c);
+  const Style st = style_for(c);
+  Surface surface(cairo_image_surface_create(CAIRO_FORMAT_RGB24, c.width, c.height), &cairo_surface_destroy);
+  check(cairo_surface_status(surface.get()), "create the image");
+  Context ctx(cairo_create(surface.get()), &cairo_destroy);
+  cairo_t* cr = ctx.get();
+  check(cairo_status(cr), "create a context");
+  cairo_set_antialias(cr, CAIRO_ANTIALIAS_GOOD);
+  set_rgb(cr, 0xffffff);
+  cairo_paint(cr);
+
+  const Layout L = lay_out(cr, c, st);
+  draw_grid(cr, st, L);
+  // Everything data-bound is clipped to the plot area.
+  cairo_save(cr);
+  cairo_rectangle(cr, L.pr.x0, L.pr.y0, L.pr.x1 - L.pr.x0, L.pr.y1 - L.pr.y0);
+  cairo_clip(cr);
+  const std::vector<double> hline_px = draw_hlines(cr, c, st, L);
+  const std::vector<std::vector<Run>> all = draw_series(cr, c, st, L);
+  cairo_restore(cr);
+  draw_axes(cr, st, L);
+  draw_titles(cr, c, st, L.pr);
+  draw_legend(cr, c, st, L.pr, all, hline_px);
+
+  check(cairo_status(cr), "draw");
+  return encode_png(surface.get());
 }
 
 void release_font_caches() {

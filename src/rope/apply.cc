@@ -238,26 +238,30 @@ struct Operand {
   bool is_key;
 };
 
-rope_status run(const rope_plan* plan, rope_direction direction, const rope_positions* positions,
-                const Operand* ops, int n_ops, const rope_exec* exec) {
+// The call's own arguments: plan, positions, direction, exec and the positions' index type. *ex gets
+// the exec (defaults when exec is NULL: all threads, automatic backend).
+rope_status check_call(const rope_plan* plan, rope_direction direction, const rope_positions* positions,
+                       const rope_exec* exec, rope_exec* ex) {
   if (plan == nullptr) return fail(ROPE_ERR_NULL_POINTER, "plan is NULL");
   if (positions == nullptr) return fail(ROPE_ERR_NULL_POINTER, "positions is NULL");
   if (direction != ROPE_FORWARD && direction != ROPE_BACKWARD) {
     return fail(ROPE_ERR_INVALID_ARGUMENT, "unknown direction %d", static_cast<int>(direction));
   }
-  const rope_exec ex = exec ? *exec : rope_exec{0, ROPE_BACKEND_AUTO, nullptr};
-  if (ex.n_threads < 0) return fail(ROPE_ERR_INVALID_ARGUMENT, "n_threads %d < 0", ex.n_threads);
-  if (ex.backend != ROPE_BACKEND_AUTO && ex.backend != ROPE_BACKEND_REFERENCE && ex.backend != ROPE_BACKEND_CUDA) {
-    return fail(ROPE_ERR_INVALID_ARGUMENT, "unknown backend %d", static_cast<int>(ex.backend));
+  *ex = exec ? *exec : rope_exec{0, ROPE_BACKEND_AUTO, nullptr};
+  if (ex->n_threads < 0) return fail(ROPE_ERR_INVALID_ARGUMENT, "n_threads %d < 0", ex->n_threads);
+  if (ex->backend != ROPE_BACKEND_AUTO && ex->backend != ROPE_BACKEND_REFERENCE && ex->backend != ROPE_BACKEND_CUDA) {
+    return fail(ROPE_ERR_INVALID_ARGUMENT, "unknown backend %d", static_cast<int>(ex->backend));
   }
   if (positions->index_type != ROPE_INDEX_I64 && positions->index_type != ROPE_INDEX_I32) {
     return fail(ROPE_ERR_INVALID_ARGUMENT, "unknown positions.index_type %d", static_cast<int>(positions->index_type));
   }
-  const bool on_gpu = ex.backend == ROPE_BACKEND_CUDA;
-  const int32_t head_dim = plan->cfg.head_dim;
+  return ROPE_OK;
+}
 
-  // Shapes, strides and the memory each operand reads (in) and writes (out).
-  Span reads[2], writes[2];
+// Shapes, strides and the memory each of the n_ops (1: x, or 2: q and k) operands reads (reads[i], its
+// in) and writes (writes[i], its out, or its in when rotated in place); no write may overlap another
+// buffer, except an operand rotated in place onto itself.
+rope_status check_operands(const Operand* ops, int n_ops, int32_t head_dim, Span* reads, Span* writes) {
   char label[32];
   for (int i = 0; i < n_ops; ++i) {
     const Operand& op = ops[i];
@@ -287,52 +291,47 @@ rope_status run(const rope_plan* plan, rope_direction direction, const rope_posi
       return fail(ROPE_ERR_OVERLAP, "q and k buffers overlap");
     }
   }
-  const int64_t n_batch = ops[0].in->n_batch, n_tokens = ops[0].in->n_tokens;
-  if (on_gpu) {
-    for (int i = 0; i < n_ops; ++i) {
-      if (ops[i].in->dtype == ROPE_DTYPE_F64) {
-        return fail(ROPE_ERR_UNSUPPORTED, "%s: fp64 tensors are rotated on the CPU only", ops[i].name);
-      }
-      if (ops[i].in->dtype != ops[0].in->dtype) {
-        return fail(ROPE_ERR_UNSUPPORTED, "q and k must have the same dtype on the GPU");
-      }
-    }
-    ROPE_TRY(check_positions_on_host(*plan, *positions, n_batch, n_tokens));
-  } else {
-    ROPE_TRY(check_positions(*plan, *positions, n_batch, n_tokens));
-  }
+  return ROPE_OK;
+}
 
-  ApplyJob job{};
-  job.plan = plan;
-  job.backward = direction == ROPE_BACKWARD;
-  job.positions = positions;
-  job.n_batch = n_batch;
-  job.n_tokens = n_tokens;
-  job.n_tensors = n_ops;
+// What the CUDA backend cannot rotate: fp64 tensors, and q and k of different dtypes.
+rope_status check_gpu_operands(const Operand* ops, int n_ops) {
+  for (int i = 0; i < n_ops; ++i) {
+    if (ops[i].in->dtype == ROPE_DTYPE_F64) {
+      return fail(ROPE_ERR_UNSUPPORTED, "%s: fp64 tensors are rotated on the CPU only", ops[i].name);
+    }
+    if (ops[i].in->dtype != ops[0].in->dtype) {
+      return fail(ROPE_ERR_UNSUPPORTED, "q and k must have the same dtype on the GPU");
+    }
+  }
+  return ROPE_OK;
+}
+
+// Fills job.tensors[0, n_ops) from the checked operands; `bytes` (all reads plus separate writes)
+// decides whether the call streams from DRAM.
+void fill_tensor_jobs(const Operand* ops, int n_ops, uintptr_t bytes, ApplyJob* job) {
   // Calls whose data fits in a core's L2 are rotated in full vectors; larger ones stream from DRAM
   // (256-bit vectors on AVX-512 too, and non-temporal stores out of place). Measured on Zen 4 and
   // Zen 5 (docs/perf.md).
   constexpr uintptr_t kCacheResidentBytes = uintptr_t{1} << 20;
-  uintptr_t bytes = 0;
-  for (int i = 0; i < n_ops; ++i) bytes += (reads[i].end - reads[i].begin) + (ops[i].out ? writes[i].end - writes[i].begin : 0);
   for (int i = 0; i < n_ops; ++i) {
-    fill_tensor_job(*ops[i].in, ops[i].out, ops[i].is_key, &job.tensors[i]);
-    job.tensors[i].from_dram = bytes > kCacheResidentBytes;
+    fill_tensor_job(*ops[i].in, ops[i].out, ops[i].is_key, &job->tensors[i]);
+    job->tensors[i].from_dram = bytes > kCacheResidentBytes;
     // A separate output that streams from DRAM is written with non-temporal stores, so its lines
     // are not read first (read-for-ownership): 2/3 of the traffic of ordinary stores.
-    job.tensors[i].stream_out = !job.tensors[i].in_place && job.tensors[i].from_dram;
+    job->tensors[i].stream_out = !job->tensors[i].in_place && job->tensors[i].from_dram;
   }
+}
 
-  if (on_gpu) {
-    job.head_parts = 1;
-    return cuda_apply(job, ex.stream);
-  }
-
+// Rotates a checked job on the CPU: picks the backend, the thread count (from the call's `bytes`) and
+// how rows (n_batch * n_tokens) are split into units (rows × head_parts), then runs the units on
+// the calling thread or an OpenMP team.
+rope_status run_on_cpu(ApplyJob* job, const Operand* ops, int n_ops, const rope_exec& ex, uintptr_t bytes) {
   // The SIMD kernels compute in fp32; fp64 storage (any operand) runs the scalar reference.
   bool any_f64 = false;
   for (int i = 0; i < n_ops; ++i) any_f64 = any_f64 || ops[i].in->dtype == ROPE_DTYPE_F64;
   auto* backend = ex.backend == ROPE_BACKEND_REFERENCE || any_f64 ? &reference_apply : &simd_apply;
-  const int64_t rows = n_batch * n_tokens;
+  const int64_t rows = job->n_batch * job->n_tokens;
   int64_t threads = 1;
 #ifdef _OPENMP
   threads = ex.n_threads > 0 ? ex.n_threads : omp_get_max_threads();
@@ -346,21 +345,55 @@ rope_status run(const rope_plan* plan, rope_direction direction, const rope_posi
   // Threads split rows; with fewer rows than threads they split each row's heads too.
   int64_t max_heads = 1;
   for (int i = 0; i < n_ops; ++i) max_heads = std::max(max_heads, ops[i].in->n_heads);
-  job.head_parts = rows >= threads ? 1 : std::min(max_heads, (threads + rows - 1) / rows);
-  const int64_t units = rows * job.head_parts;
+  job->head_parts = rows >= threads ? 1 : std::min(max_heads, (threads + rows - 1) / rows);
+  const int64_t units = rows * job->head_parts;
   threads = std::clamp<int64_t>(threads, 1, units);
   if (threads == 1) {
-    backend(job, 0, units);
+    backend(*job, 0, units);
     return ROPE_OK;
   }
 #ifdef _OPENMP
 #pragma omp parallel num_threads(static_cast<int>(threads))
   {
     const int64_t n = omp_get_num_threads(), id = omp_get_thread_num();
-    backend(job, units * id / n, units * (id + 1) / n);
+    backend(*job, units * id / n, units * (id + 1) / n);
   }
 #endif
   return ROPE_OK;
+}
+
+// One rotation call: checks everything (check_call, check_operands, positions), builds the ApplyJob
+// and hands it to the CUDA backend or run_on_cpu.
+rope_status run(const rope_plan* plan, rope_direction direction, const rope_positions* positions,
+                const Operand* ops, int n_ops, const rope_exec* exec) {
+  rope_exec ex;
+  ROPE_TRY(check_call(plan, direction, positions, exec, &ex));
+  const bool on_gpu = ex.backend == ROPE_BACKEND_CUDA;
+  Span reads[2], writes[2];
+  ROPE_TRY(check_operands(ops, n_ops, plan->cfg.head_dim, reads, writes));
+  const int64_t n_batch = ops[0].in->n_batch, n_tokens = ops[0].in->n_tokens;
+  if (on_gpu) {
+    ROPE_TRY(check_gpu_operands(ops, n_ops));
+    ROPE_TRY(check_positions_on_host(*plan, *positions, n_batch, n_tokens));
+  } else {
+    ROPE_TRY(check_positions(*plan, *positions, n_batch, n_tokens));
+  }
+
+  ApplyJob job{};
+  job.plan = plan;
+  job.backward = direction == ROPE_BACKWARD;
+  job.positions = positions;
+  job.n_batch = n_batch;
+  job.n_tokens = n_tokens;
+  job.n_tensors = n_ops;
+  uintptr_t bytes = 0;
+  for (int i = 0; i < n_ops; ++i) bytes += (reads[i].end - reads[i].begin) + (ops[i].out ? writes[i].end - writes[i].begin : 0);
+  fill_tensor_jobs(ops, n_ops, bytes, &job);
+  if (on_gpu) {
+    job.head_parts = 1;
+    return cuda_apply(job, ex.stream);
+  }
+  return run_on_cpu(&job, ops, n_ops, ex, bytes);
 }
 
 }  // namespace
