@@ -25,7 +25,7 @@ if a != b:
 print(f"  metrics: {len(a)} records identical (timings aside)")
 PY
 }
-same() { cmp "$1" "$2" > /dev/null || { echo "differ: $1 $2" >&2; exit 1; }; echo "  $(basename "$(dirname "$1")")/$(basename "$1") identical"; }
+same() { cmp "$1" "$2" > /dev/null || { echo "differ: $1 $2" >&2; exit 1; }; echo "  ${3:-$(basename "$1")} identical"; }
 run() { local v="$1"; shift; "${!v}" "$@"; }
 
 python3 - "$w" <<'PY'
@@ -65,8 +65,11 @@ for task in clm mlm; do
 done
 echo "generate (greedy, beam 4)"
 for flags in "--temperature 0" "--beam 4"; do
-  for v in base new; do run $v generate --model "$w/clm-$v/step-000040" --prompt "the river " --tokens 40 $flags > "$w/g-$v.txt"; done
-  same "$w/g-base.txt" "$w/g-new.txt"
+  if ! run base generate --model "$w/clm-base/step-000040" --prompt "the river " --tokens 40 $flags > "$w/g-base.txt" 2> /dev/null; then
+    echo "  the base build does not take generate $flags: skipped"; continue
+  fi
+  run new generate --model "$w/clm-new/step-000040" --prompt "the river " --tokens 40 $flags > "$w/g-new.txt"
+  same "$w/g-base.txt" "$w/g-new.txt" "generate $flags"
 done
 if [ -d "$fixture" ]; then
   echo "finetune"
@@ -90,6 +93,6 @@ for flags in "--beam 4" "--beam 4 --nbest 3 --scores" "--beam 1 --scores" "--bea
              "--beam 4 --early-stopping --nbest 2 --scores" "--beam 1 --sample --temperature 1.3 --top-k 5 --seed 7 --scores" \
              "--beam 3 --batch 7 --scores"; do
   for v in base new; do run $v translate --model "$w/tr-base/step-000060" --input "$w/src.txt" $flags > "$w/t-$v.txt"; done
-  same "$w/t-base.txt" "$w/t-new.txt"
+  same "$w/t-base.txt" "$w/t-new.txt" "translate $flags"
 done
 echo "identical"
