@@ -263,6 +263,15 @@ TEST(Cli, QuantizeWritesAnInt8DirectoryThatServesInInt8) {
   expect_fails(run("quantize --model " + temp_dir() + "/absent --out " + out + "2"), {"absent"});
 }
 
+// A mistyped command is named, with the nearest command, instead of "A subcommand is required".
+TEST(Cli, AMistypedCommandSuggestsTheNearestOne) {
+  expect_refused(run("trian --data x"), "'trian' is not a command; did you mean 'train'?");
+  expect_refused(run("bench rpoe"), "roformer bench: 'rpoe' is not a command; did you mean 'rope'?");
+  const Result far = run("xyzzy");
+  expect_refused(far, "'xyzzy' is not a command (roformer --help lists them)");
+  EXPECT_EQ(far.err.find("did you mean"), std::string::npos) << far.err;
+}
+
 TEST(Cli, ThreadCountsAndWindowLengthsAreBounded) {
   // --threads 100000 (or OMP_NUM_THREADS=100000) crashed inside the OpenMP runtime; eval --lengths 0
   // divided by zero.

@@ -19,7 +19,11 @@
 #include <fmt/core.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <cstdint>
 #include <cstdlib>
+#include <string>
+#include <vector>
 
 #include "commands.h"
 #include "thread_option.h"
@@ -42,6 +46,51 @@ void apply_default_wait_policy(char** argv) {
   setenv("GOMP_SPINCOUNT", kDefaultSpinCount, 1);
   execv("/proc/self/exe", argv);  // returns only on failure: then the runtime's own default stays
   unsetenv("GOMP_SPINCOUNT");
+}
+
+// Edit distance (insertions, deletions, substitutions), for suggesting a command.
+size_t edit_distance(const std::string& a, const std::string& b) {
+  std::vector<size_t> row(b.size() + 1);
+  for (size_t j = 0; j <= b.size(); ++j) row[j] = j;
+  for (size_t i = 1; i <= a.size(); ++i) {
+    size_t diagonal = row[0];
+    row[0] = i;
+    for (size_t j = 1; j <= b.size(); ++j) {
+      const size_t above = row[j];
+      row[j] = std::min({row[j] + 1, row[j - 1] + 1, diagonal + (a[i - 1] == b[j - 1] ? 0 : 1)});
+      diagonal = above;
+    }
+  }
+  return row[b.size()];
+}
+
+// When the words of the command line name no command (a typo: `roformer trian`), the line that says
+// so and the nearest command; "" when the command line names its commands.
+std::string unknown_command_hint(const CLI::App& app, int argc, char** argv) {
+  const CLI::App* at = &app;
+  std::string path = "roformer";
+  for (int i = 1; i < argc; ++i) {
+    const std::string word = argv[i];
+    if (word.empty() || word[0] == '-') return "";
+    const auto subcommands = at->get_subcommands([](const CLI::App*) { return true; });
+    if (subcommands.empty()) return "";
+    const CLI::App* next = nullptr;
+    std::string nearest;
+    size_t best = SIZE_MAX;
+    for (const CLI::App* sub : subcommands) {
+      if (sub->get_name() == word) next = sub;
+      const size_t d = edit_distance(word, sub->get_name());
+      if (d < best) best = d, nearest = sub->get_name();
+    }
+    if (!next) {
+      std::string hint = path + ": '" + word + "' is not a command";
+      if (best <= std::max<size_t>(2, word.size() / 3)) hint += "; did you mean '" + nearest + "'?";
+      return hint + " (" + path + " --help lists them)";
+    }
+    at = next;
+    path += " " + word;
+  }
+  return "";
 }
 
 }  // namespace
@@ -76,7 +125,15 @@ int main(int argc, char** argv) {
   roformer::add_spm_commands(app, commands);
   roformer::add_quantize_command(app, commands);
 
-  CLI11_PARSE(app, argc, argv);
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    if (const std::string hint = unknown_command_hint(app, argc, argv); !hint.empty() && e.get_exit_code() != 0) {
+      fmt::print(stderr, "{}\n", hint);
+      return e.get_exit_code();
+    }
+    return app.exit(e);
+  }
   int status = 1;
   try {
     status = commands.run_parsed();
