@@ -9,16 +9,12 @@
 #include <omp.h>
 
 #include <algorithm>
-#include <chrono>
 #include <cmath>
 #include <cstdio>
-#include <fstream>
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <set>
-#include <sstream>
 
-#include "base/threads.h"
 #include "io/atomic_file.h"
 #include "io/safetensors.h"
 #include "io/weights.h"

@@ -3,19 +3,13 @@
 // (comm.h): every rank runs this same code on the same options; rank 0 alone writes and prints.
 #include <omp.h>
 
-#include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
-#include <fstream>
 #include <memory>
-#include <nlohmann/json.hpp>
-#include <sstream>
 
-#include "base/threads.h"
 #include "data/corpus.h"
 #include "io/weights.h"
-#include "io/atomic_file.h"
 #include "model/decoding.h"
 #include "text/char_tokenizer.h"
 #include "train/checkpoint.h"
@@ -27,7 +21,6 @@
 namespace train {
 namespace {
 
-using nlohmann::json;
 namespace fs = std::filesystem;
 
 // One invocation of `roformer train`: the set-up in the constructor, then the loop.

@@ -220,7 +220,6 @@ RunDirectoryLock::RunDirectoryLock(const std::string& out, bool writer) {
   if (!writer) return;
   fd_ = ::open(out.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
   if (fd_ < 0) return;  // no directory: nothing to resume, which resume_options says
-
   if (::flock(fd_, LOCK_EX | LOCK_NB) != 0) {
     ::close(fd_);
     fd_ = -1;

@@ -4,16 +4,12 @@
 
 #include <omp.h>
 
-#include <chrono>
 #include <cmath>
 #include <cstdio>
-#include <filesystem>
 #include <memory>
 #include <nlohmann/json.hpp>
 
 #include "data/parallel.h"
-#include "io/atomic_file.h"
-#include "io/mapped_file.h"
 #include "io/safetensors.h"
 #include "model/seq2seq.h"
 #include "model/translate.h"
@@ -28,7 +24,6 @@ namespace train {
 namespace {
 
 using nlohmann::json;
-namespace fs = std::filesystem;
 
 // Both sides of every pair as subword ids; pairs longer than the limits are dropped (counted).
 std::vector<TokenizedPair> encode_pairs(const std::vector<data::SentencePair>& pairs, const text::SentencePiece& sp,
@@ -222,7 +217,6 @@ TranslateTrainResult TranslateRun::run(const ReportHook& on_report) {
   lo.eval_every = o_.eval_every;
   lo.keep_checkpoints = static_cast<int>(o_.keep_checkpoints);
   lo.metric = "bleu";
-  lo.higher_is_better = true;
   lo.progress = o_.progress;
   lo.report.title = "translation: loss and validation BLEU";
   lo.report.metric_scale = 0.1;  // BLEU ÷ 10 on the loss's scale

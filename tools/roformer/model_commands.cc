@@ -120,32 +120,10 @@ int run_generate(const ModelCommandOptions& o) {
   return 0;
 }
 
-}  // namespace
-
-void refuse_options_on_resume(const CLI::App* command, const std::vector<std::string>& also_allowed) {
-  for (const CLI::Option* option : command->get_options()) {
-    const std::string name = option->get_name();
-    if (option->count() == 0 || name == "--resume" || name == "--out" || name == "--no-progress" || name == "--help" ||
-        std::find(also_allowed.begin(), also_allowed.end(), name) != also_allowed.end()) {
-      continue;
-    }
-    throw CLI::ValidationError(name, "--resume continues the run with the options saved in its checkpoint; " + name +
-                                         " cannot change them (start a new run in another --out instead)");
-  }
-}
-
-void add_data_parallel_options(CLI::App* command, int64_t& grad_accum, double& bucket_mb, bool& zero1) {
-  command->add_option("--grad-accum", grad_accum, "Micro-batches each process splits its rows into (same result, less memory)")
-      ->check(CLI::PositiveNumber)->capture_default_str();
-  command->add_option("--bucket-mb", bucket_mb, "Data-parallel gradient buckets in MiB, reduced during the backward "
-                      "(0: one allreduce after it)")->check(CLI::Range(0.0, 65536.0))->capture_default_str();
-  command->add_flag("--zero1", zero1, "Data-parallel: each process keeps 1/N of the AdamW moments (ZeRO-1)");
-}
-
-void add_model_commands(CLI::App& app, CommandTable& commands) {
-  auto o = std::make_shared<ModelCommandOptions>();
+// `roformer train`: the trainer's options, with the defaults of a 4-layer, 256-wide character-level
+// causal LM that trains in about 5 minutes on 2 cores.
+void add_train_command(CLI::App& app, CommandTable& commands, const std::shared_ptr<ModelCommandOptions>& o) {
   train::TrainOptions& t = o->train;
-  // Defaults: a 4-layer, 256-wide character-level causal LM that trains in about 5 minutes on 2 cores.
   t.model.num_hidden_layers = 4;
   t.model.hidden_size = 256;
   t.model.num_attention_heads = 4;
@@ -157,6 +135,7 @@ void add_model_commands(CLI::App& app, CommandTable& commands) {
   t.schedule.peak_lr = 2e-3;
   t.schedule.min_lr = 1e-4;
   t.schedule.warmup_steps = 50;
+
 
   CLI::App* tr = app.add_subcommand("train", "Train a RoFormer causal or masked LM on a text file");
   tr->add_option("--data", t.data, "UTF-8 text file (the last --val-fraction is validation)");
@@ -213,7 +192,11 @@ void add_model_commands(CLI::App& app, CommandTable& commands) {
     if (o->resume) refuse_options_on_resume(tr);
     if (!o->resume && o->train.data.empty()) throw CLI::RequiredError("--data");
   });
+  commands.add(tr, [o] { return run_train(*o); });
+}
 
+// `roformer eval`: validation loss of a checkpoint, or (--lengths) perplexity by window length.
+void add_eval_command(CLI::App& app, CommandTable& commands, const std::shared_ptr<ModelCommandOptions>& o) {
   CLI::App* ev = app.add_subcommand("eval", "Validation loss and perplexity of a checkpoint");
   ev->add_option("--model", o->model_dir, "Checkpoint directory (e.g. runs/x/step-001000)")->required();
   ev->add_option("--data", o->data, "Text file; its last --val-fraction is evaluated")->required();
@@ -234,7 +217,11 @@ void add_model_commands(CLI::App& app, CommandTable& commands) {
   ev->add_option("--png", o->extrapolation.png, "With --lengths: write the perplexity plot");
   ev->add_option("--csv", o->extrapolation.csv, "With --lengths: write the perplexity table");
   add_linear_options(ev, o->linears.quantize, o->linears.gemm);
+  commands.add(ev, [o] { return run_eval(*o); });
+}
 
+// `roformer generate`: sampling, greedy or beam search (model::decode).
+void add_generate_command(CLI::App& app, CommandTable& commands, const std::shared_ptr<ModelCommandOptions>& o) {
   CLI::App* gen = app.add_subcommand("generate", "Continue text with a causal-LM checkpoint: sampling, greedy or beam search");
   gen->add_option("--model", o->model_dir, "Checkpoint directory")->required();
   gen->add_option("--prompt", o->prompt, "Text to continue");
@@ -259,10 +246,36 @@ void add_model_commands(CLI::App& app, CommandTable& commands) {
     if (o->top_p <= 0) throw CLI::ValidationError("--top-p", "must be in (0, 1]");
   });
   add_linear_options(gen, o->linears.quantize, o->linears.gemm);
-
-  commands.add(tr, [o] { return run_train(*o); });
-  commands.add(ev, [o] { return run_eval(*o); });
   commands.add(gen, [o] { return run_generate(*o); });
+}
+
+}  // namespace
+
+void refuse_options_on_resume(const CLI::App* command, const std::vector<std::string>& also_allowed) {
+  for (const CLI::Option* option : command->get_options()) {
+    const std::string name = option->get_name();
+    if (option->count() == 0 || name == "--resume" || name == "--out" || name == "--no-progress" || name == "--help" ||
+        std::find(also_allowed.begin(), also_allowed.end(), name) != also_allowed.end()) {
+      continue;
+    }
+    throw CLI::ValidationError(name, "--resume continues the run with the options saved in its checkpoint; " + name +
+                                         " cannot change them (start a new run in another --out instead)");
+  }
+}
+
+void add_data_parallel_options(CLI::App* command, int64_t& grad_accum, double& bucket_mb, bool& zero1) {
+  command->add_option("--grad-accum", grad_accum, "Micro-batches each process splits its rows into (same result, less memory)")
+      ->check(CLI::PositiveNumber)->capture_default_str();
+  command->add_option("--bucket-mb", bucket_mb, "Data-parallel gradient buckets in MiB, reduced during the backward "
+                      "(0: one allreduce after it)")->check(CLI::Range(0.0, 65536.0))->capture_default_str();
+  command->add_flag("--zero1", zero1, "Data-parallel: each process keeps 1/N of the AdamW moments (ZeRO-1)");
+}
+
+void add_model_commands(CLI::App& app, CommandTable& commands) {
+  auto o = std::make_shared<ModelCommandOptions>();
+  add_train_command(app, commands, o);
+  add_eval_command(app, commands, o);
+  add_generate_command(app, commands, o);
 }
 
 }  // namespace roformer

@@ -189,16 +189,15 @@ int run_average(TranslateCli& c) {
   return 0;
 }
 
-}  // namespace
-
-void add_translate_commands(CLI::App& app, CommandTable& commands) {
-  auto c = std::make_shared<TranslateCli>();
+// `roformer translate-train`, with the defaults of a 3 + 3-layer, 256-wide encoder-decoder.
+void add_translate_train_command(CLI::App& app, CommandTable& commands, const std::shared_ptr<TranslateCli>& c) {
   train::TranslateTrainOptions& t = c->train;
   t.model.num_hidden_layers = 3;
   t.model.hidden_size = t.model.embedding_size = 256;
   t.model.num_attention_heads = 4;
   t.model.intermediate_size = 1024;
   t.model.max_position_embeddings = 512;
+
 
   CLI::App* tt = app.add_subcommand("translate-train", "Train a RoFormer encoder-decoder on parallel text");
   tt->add_option("--train", t.train, "Training pairs: .tsv (source<TAB>target) or .jsonl");
@@ -248,7 +247,11 @@ void add_translate_commands(CLI::App& app, CommandTable& commands) {
     if (c->resume) refuse_options_on_resume(tt);
     if (!c->resume && (c->train.train.empty() || c->train.validation.empty())) throw CLI::RequiredError("--train and --validation");
   });
+  commands.add(tt, [c] { return run_translate_train(*c); });
+}
 
+// `roformer translate`: decoding options (model::DecodeOptions) and the input/output formats.
+void add_translate_command(CLI::App& app, CommandTable& commands, const std::shared_ptr<TranslateCli>& c) {
   model::DecodeOptions& d = c->decode;
   d.max_len_a = 1.5, d.max_len_b = 10;
   CLI::App* tr = app.add_subcommand("translate", "Translate text with a translate-train checkpoint (beam search)");
@@ -274,16 +277,26 @@ void add_translate_commands(CLI::App& app, CommandTable& commands) {
   tr->add_flag("--timing", c->timing, "Print decoding time and tokens/s (a JSON line on stderr)");
   tr->add_option("--threads", c->threads, "OpenMP threads (0: all cores)")->check(roformer::thread_count());
   add_linear_options(tr, c->linears.quantize, c->linears.gemm);
+  commands.add(tr, [c] { return run_translate(*c); });
+}
 
+// `roformer average`: the mean of checkpoints' weights.
+void add_average_command(CLI::App& app, CommandTable& commands, const std::shared_ptr<TranslateCli>& c) {
   CLI::App* av = app.add_subcommand("average", "Average the weights of checkpoints (config and subwords from the newest)");
   av->add_option("checkpoints", c->checkpoints, "Checkpoint directories");
   av->add_option("--run", c->run_dir, "A run directory: average its newest --last checkpoints");
   av->add_option("--last", c->last, "Checkpoints to average with --run")->check(CLI::PositiveNumber)->capture_default_str();
   av->add_option("--out", c->average_out, "Directory to write")->required();
-
-  commands.add(tt, [c] { return run_translate_train(*c); });
-  commands.add(tr, [c] { return run_translate(*c); });
   commands.add(av, [c] { return run_average(*c); });
+}
+
+}  // namespace
+
+void add_translate_commands(CLI::App& app, CommandTable& commands) {
+  auto c = std::make_shared<TranslateCli>();
+  add_translate_train_command(app, commands, c);
+  add_translate_command(app, commands, c);
+  add_average_command(app, commands, c);
 }
 
 }  // namespace roformer
