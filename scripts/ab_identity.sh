@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Checks that two builds of the roformer command line train and decode identically with fixed seeds,
-# for refactors that must not change behaviour: pre-training (clm and mlm), fine-tuning (the
-# roformer-hf case1 fixture, early stopping), translation training, then translate with many decoding
-# flag sets and generate (greedy and beam) on the trained checkpoints. Metrics are compared value by
+# for refactors that must not change behaviour: pre-training (clm and mlm, and mlm from the roformer-hf
+# case1 fixture with --init-from), fine-tuning (case1, early stopping, test predictions), translation
+# training, then eval, generate (greedy and beam), classify and translate with many decoding flag sets
+# on the trained checkpoints. Metrics are compared value by
 # value with the timings (elapsed_s, tokens_per_s) left out; weights and outputs byte by byte.
 #   scripts/ab_identity.sh BASE_BINARY NEW_BINARY [WORK_DIR]
 # Exits non-zero at the first difference.
@@ -63,6 +64,9 @@ for task in clm mlm; do
   same_metrics "$w/$task-base/metrics.jsonl" "$w/$task-new/metrics.jsonl"
   same "$w/$task-base/step-000040/model.safetensors" "$w/$task-new/step-000040/model.safetensors"
 done
+echo "eval"
+for v in base new; do run $v eval --model "$w/clm-base/step-000040" --data "$w/lm.txt" --seq 64 > "$w/e-$v.txt"; done
+same "$w/e-base.txt" "$w/e-new.txt" "eval"
 echo "generate (greedy, beam 4)"
 for flags in "--temperature 0" "--beam 4"; do
   if ! run base generate --model "$w/clm-base/step-000040" --prompt "the river " --tokens 40 $flags > "$w/g-base.txt" 2> /dev/null; then
@@ -75,10 +79,32 @@ if [ -d "$fixture" ]; then
   echo "finetune"
   for v in base new; do
     run $v finetune --model "$fixture" --max-length 24 --batch 8 --dropout 0.1 --no-progress --lr 5e-4 --train "$w/ftrain.jsonl" \
-      --validation "$w/fval.jsonl" --epochs 4 --eval-every 10 --patience 3 --out "$w/ft-$v" > /dev/null 2> "$w/ft-$v.log"
+      --validation "$w/fval.jsonl" --test "$w/fval.jsonl" --predict --epochs 4 --eval-every 10 --patience 3 --out "$w/ft-$v" \
+      > /dev/null 2> "$w/ft-$v.log"
   done
   same_metrics "$w/ft-base/metrics.jsonl" "$w/ft-new/metrics.jsonl"
   same "$w/ft-base/best/model.safetensors" "$w/ft-new/best/model.safetensors"
+  same "$w/ft-base/predictions.jsonl" "$w/ft-new/predictions.jsonl"
+  echo "classify"
+  cut -c1-60 "$w/fval.jsonl" | sed 's/[{}"]//g' > "$w/ctext.txt"
+  for v in base new; do run $v classify --model "$w/ft-base/best" --input "$w/ctext.txt" > "$w/c-$v.txt"; done
+  # Scores to fp32 rounding, labels exactly: the sequence-classification head runs batched inside the
+  # model, where the base build may have run it one row at a time.
+  python3 - "$w/c-base.txt" "$w/c-new.txt" <<'PY'
+import json, sys
+a, b = ([json.loads(l) for l in open(p)] for p in sys.argv[1:])
+worst = max(abs(p - q) for x, y in zip(a, b) for p, q in zip(x["scores"], y["scores"]))
+if len(a) != len(b) or any(x["label"] != y["label"] for x, y in zip(a, b)) or worst > 1e-6:
+    sys.exit(f"classify differs: {len(a)} vs {len(b)} lines, largest score difference {worst:.3g}")
+print(f"  classify: {len(a)} labels identical, scores within {worst:.2g}")
+PY
+  echo "train mlm --init-from"
+  for v in base new; do
+    run $v train --data "$w/lm.txt" --out "$w/init-$v" --task mlm --init-from "$fixture" --steps 20 --batch 8 --seq 32 \
+      --eval-every 10 --sample-tokens 0 --no-progress 2> "$w/init-$v.log"
+  done
+  same_metrics "$w/init-base/metrics.jsonl" "$w/init-new/metrics.jsonl"
+  same "$w/init-base/step-000020/model.safetensors" "$w/init-new/step-000020/model.safetensors"
 fi
 echo "translate-train"
 for v in base new; do

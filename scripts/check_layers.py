@@ -26,8 +26,9 @@ LAYERS = {
     "model": ["ops", "io", "rope"],
     "text": ["io", "base"],
     "data": ["text", "io", "base"],      # text: the corpus streams its file through text::CharTokenizer
-    "train": ["model", "data", "text"],  # text: every run's text::Tokenizer; plots are drawn by the command line (report hooks)
-    "serve": ["model", "text"],
+    "load": ["model", "text"],           # the one loader of model directories: a model and its tokenizer
+    "train": ["load", "data"],           # every run's text::Tokenizer; plots are drawn by the command line (report hooks)
+    "serve": ["load"],
 }
 
 # CMake targets of src/ → their layer (for the link check).

@@ -53,7 +53,8 @@ void expect_error(F&& f, const std::vector<std::string>& fragments) {
   }
 }
 
-// A RoFormerForSequenceClassification checkpoint: case1's encoder plus a random head.
+// A RoFormerForSequenceClassification checkpoint: case1's encoder plus a random head of `labels`
+// rows; config.json says num_labels = labels unless config_extra gives num_labels or id2label.
 inline std::string classifier_dir(const std::string& name, int64_t labels, const nlohmann::json& config_extra,
                                   bool extra_tensor = false) {
   const std::string dir = temp_dir() + "/" + name;
@@ -63,7 +64,9 @@ inline std::string classifier_dir(const std::string& name, int64_t labels, const
   }
   nlohmann::json cfg = nlohmann::json::parse(std::ifstream(kFixtures + "/case1_mlm_basic/config.json"));
   cfg["architectures"] = {"RoFormerForSequenceClassification"};
+  cfg["num_labels"] = labels;  // as transformers' save_pretrained writes it (its default is 2)
   cfg.update(config_extra);
+  if (config_extra.contains("id2label") && !config_extra.contains("num_labels")) cfg.erase("num_labels");
   std::ofstream(dir + "/config.json") << cfg.dump(2);
   const io::SafeTensors full(kFixtures + "/case1_mlm_basic/model.safetensors");
   std::vector<io::TensorView> views;

@@ -284,18 +284,10 @@ void save_seq2seq(const std::string& dir, const Seq2Seq<float>& m) {
   io::write_file_atomic(dir + "/config.json", c.to_json());
 }
 
-std::unique_ptr<Seq2Seq<float>> load_seq2seq(const std::string& dir) {
-  const std::string path = dir + "/config.json";
-  const Seq2SeqConfig c = Seq2SeqConfig::from_json_file(path);
-  const auto weights = io::open_weights(dir);
-  // Each stack's sizes against its tensors before the arena is allocated; a decoder that shares the
-  // encoder's word embeddings stores none of its own.
-  check_config_against_weights(c.encoder, *weights, path + ": encoder", "encoder.");
-  check_config_against_weights(c.decoder, *weights, path + ": decoder", "decoder.",
+void check_seq2seq_against_weights(const Seq2SeqConfig& c, const io::WeightStore& weights, const std::string& path) {
+  check_config_against_weights(c.encoder, weights, path + ": encoder", "encoder.");
+  check_config_against_weights(c.decoder, weights, path + ": decoder", "decoder.",
                                c.shared_embeddings ? std::vector<std::string>{kDecoderWordEmbeddings} : std::vector<std::string>{});
-  auto m = std::make_unique<Seq2Seq<float>>(c);
-  m->load(*weights);
-  return m;
 }
 
 }  // namespace model

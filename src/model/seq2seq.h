@@ -91,8 +91,10 @@ class Seq2Seq : public Trainable<T> {
 // plus what HF's state dict holds besides: the decoder's copy of shared embeddings and each stack's
 // rotary table), written atomically. transformers' EncoderDecoderModel.from_pretrained loads it.
 void save_seq2seq(const std::string& dir, const Seq2Seq<float>& m);
-// The model of such a directory (ours, or one transformers saved). Throws io::Error naming the file.
-std::unique_ptr<Seq2Seq<float>> load_seq2seq(const std::string& dir);
+// Each stack's sizes against its tensors (check_config_against_weights), before an arena is
+// allocated; a decoder that shares the encoder's word embeddings stores none of its own. Throws
+// io::Error naming config_path, the stack and the field. load::seq2seq loads such directories.
+void check_seq2seq_against_weights(const Seq2SeqConfig& c, const io::WeightStore& weights, const std::string& config_path);
 
 extern template class Seq2Seq<float>;
 extern template class Seq2Seq<double>;

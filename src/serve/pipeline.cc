@@ -5,23 +5,16 @@
 #include <algorithm>
 #include <cmath>
 #include <filesystem>
-#include <fstream>
 #include <nlohmann/json.hpp>
 #include <numeric>
-#include <sstream>
 
-#include "io/weights.h"
+#include "io/mapped_file.h"
 #include "rope/rope.hpp"
 
 namespace serve {
 namespace {
 
 namespace fs = std::filesystem;
-
-constexpr const char* kDirHint =
-    " (a Hugging Face model directory holds config.json, vocab.txt and model.safetensors, "
-    "model.safetensors.index.json, pytorch_model.bin or pytorch_model.bin.index.json)";
-
 
 }  // namespace
 
@@ -65,79 +58,34 @@ double cosine(const std::vector<float>& a, const std::vector<float>& b) {
   return dot / std::max(std::sqrt(na) * std::sqrt(nb), 1e-8);
 }
 
-std::optional<Classifier> load_classifier(const io::WeightStore& w, const std::string& config_path, int64_t H,
+std::optional<Classifier> make_classifier(const model::RoFormerConfig& config, const std::string& config_path,
                                           const std::string& function) {
   if (function != "auto" && function != "softmax" && function != "sigmoid" && function != "none") {
     throw io::Error("--function " + function + ": expected auto, softmax, sigmoid or none");
   }
-  const std::string prefix = "classifier.";
-  const std::vector<std::string> names = {"classifier.dense.weight", "classifier.dense.bias",
-                                          "classifier.out_proj.weight", "classifier.out_proj.bias"};
-  bool any = false;
-  for (const auto& [name, tensor] : w.tensors()) {
-    if (name.rfind(prefix, 0) != 0) continue;
-    any = true;
-    if (std::find(names.begin(), names.end(), name) == names.end()) {
-      throw io::Error(w.path() + ": unexpected tensor " + name +
-                      " (a RoFormerForSequenceClassification head has classifier.dense and classifier.out_proj)");
-    }
-  }
-  if (!any) return std::nullopt;
+  if (!config.sequence_classifier()) return std::nullopt;
   Classifier c;
-  c.hidden = H;
-  const io::Tensor& out = w.at("classifier.out_proj.weight");
-  if (out.shape.size() != 2 || out.shape[1] != H || out.shape[0] < 1) {
-    throw io::Error(w.path() + ": classifier.out_proj.weight has shape " + io::shape_str(out.shape) +
-                    ", expected (num_labels, " + std::to_string(H) + ")");
-  }
-  c.num_labels = out.shape[0];
-  c.dense_w = w.f32("classifier.dense.weight", {H, H});
-  c.dense_b = w.f32("classifier.dense.bias", {H});
-  c.out_w = w.f32("classifier.out_proj.weight", {c.num_labels, H});
-  c.out_b = w.f32("classifier.out_proj.bias", {c.num_labels});
-
-  const nlohmann::json j = io::read_json_object(config_path);
-  const std::string n = std::to_string(c.num_labels);
-  for (int64_t i = 0; i < c.num_labels; ++i) c.labels.push_back("LABEL_" + std::to_string(i));
-  if (j.contains("id2label") && !j["id2label"].is_null()) {
-    const auto& m = j["id2label"];
-    if (!m.is_object()) throw io::Error(config_path + ": 'id2label' must be an object {\"0\": \"label\", ...}");
-    if (static_cast<int64_t>(m.size()) != c.num_labels) {
-      throw io::Error(config_path + ": id2label has " + std::to_string(m.size()) +
-                      " labels but classifier.out_proj.weight has " + n + " rows");
-    }
-    for (int64_t i = 0; i < c.num_labels; ++i) {
-      const std::string key = std::to_string(i);
-      if (!m.contains(key) || !m[key].is_string()) {
-        throw io::Error(config_path + ": id2label needs a string label for every id 0.." + std::to_string(c.num_labels - 1) +
-                        " (missing \"" + key + "\")");
-      }
-      c.labels[static_cast<size_t>(i)] = m[key].get<std::string>();
-    }
-  } else if (j.contains("num_labels") && j["num_labels"].is_number_integer() &&
-             j["num_labels"].get<int64_t>() != c.num_labels) {
-    throw io::Error(config_path + ": num_labels is " + j["num_labels"].dump() + " but classifier.out_proj.weight has " +
-                    n + " rows");
-  }
+  c.labels = config.labels;
+  // transformers' TextClassificationPipeline default function_to_apply reads the problem_type that
+  // config.json states (our config's default for one label is regression, the pipeline's is sigmoid),
+  // but a regression head's score is its raw output (the pipeline's sigmoid would map every score into (0, 1)).
   std::string problem;
-  if (j.contains("problem_type") && j["problem_type"].is_string()) problem = j["problem_type"].get<std::string>();
-  // transformers' TextClassificationPipeline default function_to_apply, but a regression head's
-  // score is its raw output (the pipeline's sigmoid would map every score into (0, 1)).
-  c.function = problem == "regression"                                             ? "none"
-               : problem == "multi_label_classification" || c.num_labels == 1 ? "sigmoid"
-                                                                                  : "softmax";
+  if (std::filesystem::exists(config_path)) {
+    const nlohmann::json j = io::read_json_object(config_path);
+    if (j.contains("problem_type") && j["problem_type"].is_string()) problem = j["problem_type"].get<std::string>();
+  }
+  c.function = problem == "regression"                                               ? "none"
+               : problem == "multi_label_classification" || c.num_labels() == 1 ? "sigmoid"
+                                                                                    : "softmax";
   if (function != "auto") c.function = function;
   return c;
 }
 
-std::vector<double> apply_classifier(Classifier& c, const model::RoFormerConfig& config, const float* cls) {
-  model::ClassifierActs<float> acts;
-  std::vector<float> logits(static_cast<size_t>(c.num_labels));
-  model::classifier_forward(config, logits.data(), acts, c.params(), cls, 1, 1, c.num_labels, model::Dropout{});
-  std::vector<double> z(logits.begin(), logits.end());
-  if (c.function == "sigmoid") {
+std::vector<double> Classifier::scores(const float* logits) const {
+  std::vector<double> z(logits, logits + num_labels());
+  if (function == "sigmoid") {
     for (double& v : z) v = 1.0 / (1.0 + std::exp(-v));
-  } else if (c.function == "softmax") {
+  } else if (function == "softmax") {
     const double m = *std::max_element(z.begin(), z.end());
     double sum = 0;
     for (double& v : z) sum += (v = std::exp(v - m));
@@ -147,45 +95,38 @@ std::vector<double> apply_classifier(Classifier& c, const model::RoFormerConfig&
 }
 
 std::unique_ptr<Pipeline> Pipeline::load(const std::string& dir, const LoadOptions& options) {
-  if (!fs::is_directory(dir)) throw io::Error(dir + ": no such model directory" + kDirHint);
-  std::unique_ptr<Pipeline> p(new Pipeline());
-  p->dir_ = dir;
-  const std::string config_path = dir + "/config.json";
-  if (fs::exists(config_path)) {
-    p->config_ = model::RoFormerConfig::from_json_file(config_path);
-  } else if (options.weights) {
-    throw io::Error(dir + ": no config.json" + kDirHint);
-  }
-  if (!options.rope_scaling.empty()) {
-    if (p->config_.position_encoding != model::PositionEncoding::rope) {
-      throw io::Error(config_path + ": --rope-scaling needs a RoPE model; this one has no rotary positions");
+  // The function is checked before anything is read.
+  make_classifier(model::RoFormerConfig(), "", options.classify_function);
+  load::Request r;
+  r.weights = options.weights;
+  r.tokenizer = options.tokenizer;
+  r.tokenizer_options.jieba_dict = options.jieba_dict;
+  r.mlm_head = options.mlm_head;
+  r.configure = [&](model::RoFormerConfig& c) {
+    if (options.rope_scaling.empty()) return;
+    if (c.position_encoding != model::PositionEncoding::rope) {
+      throw io::Error(dir + "/config.json: --rope-scaling needs a RoPE model; this one has no rotary positions");
     }
-    p->config_.rope_scaling = options.rope_scaling;
+    c.rope_scaling = options.rope_scaling;
     try {
-      p->config_.validate();
+      c.validate();
     } catch (const std::invalid_argument& e) {
       throw io::Error("--rope-scaling " + options.rope_scaling + ": " + e.what());
     }
+  };
+  // The pipelines read only the last hidden state, logits, pooler and class logits: one layer's activations.
+  r.inference = static_cast<const model::LinearOptions&>(options);
+  r.release_packed_arena = options.release_packed_arena;
+  load::Model m = load::roformer(dir, r);
+  std::unique_ptr<Pipeline> p(new Pipeline());
+  p->dir_ = dir;
+  p->config_ = m.config;
+  if (m.tokenizer) {
+    p->tokenizer_ = &m.wordpiece("the encoder commands");
+    p->tokenizer_holder_ = std::move(m.tokenizer);
   }
-  if (options.tokenizer) {
-    if (!fs::exists(dir + "/vocab.txt")) throw io::Error(dir + ": no vocab.txt" + kDirHint);
-    text::LoadOptions lo;
-    lo.jieba_dict = options.jieba_dict;
-    p->tokenizer_ = std::make_unique<text::RoFormerTokenizer>(text::RoFormerTokenizer::load(dir, lo));
-  }
-  if (options.weights) {
-    const auto weights = io::open_weights(dir);
-    // The encoder alone: the classification head is read and run by load_classifier / apply_classifier.
-    model::RoFormerConfig encoder = p->config_;
-    encoder.labels.clear();
-    model::check_config_against_weights(encoder, *weights, config_path);
-    p->model_ = std::make_unique<model::RoFormer<float>>(encoder);
-    p->model_->load(*weights, {"classifier."}, options.mlm_head);
-    p->classifier_ = load_classifier(*weights, config_path, p->config_.hidden_size, options.classify_function);
-    // The pipelines read only the last hidden state, logits and pooler: one layer's activations.
-    p->model_->set_keep(model::Keep::outputs);
-    model::prepare_for_inference(*p->model_, options, weights->has_int8_tensors(), options.release_packed_arena);
-  }
+  p->model_ = std::move(m.model);
+  if (p->model_) p->classifier_ = make_classifier(p->config_, dir + "/config.json", options.classify_function);
   return p;
 }
 
@@ -346,13 +287,13 @@ std::vector<Classification> Pipeline::classify_encoded(const std::vector<text::E
     throw io::Error(dir_ + ": the checkpoint has no sequence-classification head (the classifier.dense.* and "
                     "classifier.out_proj.* tensors that RoFormerForSequenceClassification saves)");
   }
-  const int64_t H = config_.hidden_size, L = config_.num_hidden_layers;
+  const int64_t labels = classifier_->num_labels();
   std::vector<Classification> out(encodings.size());
-  run(encodings, batch_size, [&](const std::vector<size_t>& rows, int64_t T) {
-    const float* h = model().hidden_state(L);
+  run(encodings, batch_size, [&](const std::vector<size_t>& rows, int64_t) {
+    const float* logits = model().class_logits();  // (B, labels)
     for (size_t b = 0; b < rows.size(); ++b) {
       Classification& c = out[rows[b]];
-      c.scores = apply_classifier(*classifier_, config_, h + static_cast<int64_t>(b) * T * H);
+      c.scores = classifier_->scores(logits + static_cast<int64_t>(b) * labels);
       c.label_id = std::max_element(c.scores.begin(), c.scores.end()) - c.scores.begin();
       c.label = classifier_->labels[static_cast<size_t>(c.label_id)];
       c.score = c.scores[static_cast<size_t>(c.label_id)];

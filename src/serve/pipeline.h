@@ -1,5 +1,5 @@
-// Inference on Hugging Face RoFormer model directories: load config.json + weights (any format
-// io::open_weights reads) + the tokenizer files, encode texts, run the encoder in length-sorted,
+// Inference on Hugging Face RoFormer model directories: load config.json + weights + the tokenizer
+// files (load::roformer), encode texts, run the encoder in length-sorted,
 // padded batches, and turn the outputs into embeddings (CLS or mean pooling), cosine similarities,
 // and sequence-classification labels (HF RoFormerForSequenceClassification's head). Fill-mask is in
 // serve/fill_mask.h, the raw forward of a safetensors batch in serve/forward_io.h.
@@ -20,6 +20,7 @@
 #include <utility>
 #include <vector>
 
+#include "load/model_dir.h"
 #include "model/config.h"
 #include "model/roformer.h"
 #include "text/roformer_tokenizer.h"
@@ -40,18 +41,16 @@ enum class Pooling { cls, mean, pooler };
 const char* pooling_name(Pooling p);
 Pooling parse_pooling(const std::string& name);  // "cls", "mean", "pooler"; std::invalid_argument otherwise
 
-// HF RoFormerClassificationHead: features = h[CLS] → dense (H, H) → hidden_act → out_proj (labels, H).
+// How a sequence classifier's logits (the model's own head, RoFormerClassificationHead:
+// h[CLS] → dense (H, H) → hidden_act → out_proj (labels, H)) become labels and scores.
 struct Classifier {
-  int64_t num_labels = 0, hidden = 0;
-  std::vector<float> dense_w, dense_b, out_w, out_b;
-  std::vector<std::string> labels;      // id2label, or LABEL_i
+  std::vector<std::string> labels;  // id2label, or LABEL_i
   // What turns logits into scores: softmax, sigmoid or none. By default as transformers'
   // text-classification pipeline (sigmoid for multi-label and for one label, else softmax), except
   // that problem_type "regression" gives the raw score (none), which the pipeline would squash.
   std::string function = "softmax";
-  model::ClassifierParams<float> params() {  // the model's classification-head block over these tensors
-    return {{dense_w.data(), dense_b.data()}, {out_w.data(), out_b.data()}};
-  }
+  int64_t num_labels() const { return static_cast<int64_t>(labels.size()); }
+  std::vector<double> scores(const float* logits) const;  // logits (num_labels) → scores after `function`
 };
 
 // The linear layers' options (quantize, gemm) are model::LinearOptions (model/roformer.h), applied
@@ -96,9 +95,9 @@ double cosine(const std::vector<float>& a, const std::vector<float>& b);
 
 class Pipeline {
  public:
-  // Reads DIR/config.json, the weights (io::open_weights) and, per options, the tokenizer
-  // (vocab.txt, tokenizer_config.json, special_tokens_map.json) and the classifier head when the
-  // weights hold classifier.* tensors. Throws io::Error naming what is missing or wrong.
+  // Loads DIR through load::roformer: config.json, the weights and, per options, the WordPiece
+  // tokenizer (vocab.txt, tokenizer_config.json, special_tokens_map.json) and the classifier head
+  // when the weights hold classifier.* tensors. Throws io::Error naming what is missing or wrong.
   static std::unique_ptr<Pipeline> load(const std::string& dir, const LoadOptions& options = {});
 
   const std::string& dir() const { return dir_; }
@@ -138,18 +137,16 @@ class Pipeline {
   Pipeline() = default;
   std::string dir_;
   model::RoFormerConfig config_;
-  std::unique_ptr<text::RoFormerTokenizer> tokenizer_;
+  std::shared_ptr<const text::Tokenizer> tokenizer_holder_;
+  const text::RoFormerTokenizer* tokenizer_ = nullptr;  // tokenizer_holder_ as WordPiece
   std::unique_ptr<model::RoFormer<float>> model_;
   std::optional<Classifier> classifier_;
   std::vector<Classification> classify_encoded(const std::vector<text::Encoding>& encodings, int64_t batch_size);
 };
 
-// Reads the classifier head from weights (classifier.dense.*, classifier.out_proj.*) with labels and
-// problem_type from config.json; nullopt when the weights have no classifier.* tensors. function:
-// LoadOptions::classify_function.
-std::optional<Classifier> load_classifier(const io::WeightStore& weights, const std::string& config_path,
-                                          int64_t hidden_size, const std::string& function = "auto");
-// The head on one [CLS] hidden state (hidden floats) → scores per label (after `function`).
-std::vector<double> apply_classifier(Classifier& c, const model::RoFormerConfig& config, const float* cls);
+// The classification of a model directory's config.json (labels, problem_type) for `function`
+// (LoadOptions::classify_function); nullopt when the model has no classifier head.
+std::optional<Classifier> make_classifier(const model::RoFormerConfig& config, const std::string& config_path,
+                                          const std::string& function = "auto");
 
 }  // namespace serve

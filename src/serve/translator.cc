@@ -4,23 +4,15 @@
 #include <algorithm>
 #include <numeric>
 
-#include "io/weights.h"
+#include "load/model_dir.h"
 
 namespace serve {
 
 std::unique_ptr<Translator> Translator::load(const std::string& dir, const LoadOptions& options) {
-  auto m = model::load_seq2seq(dir);
-  auto sp = std::make_unique<text::SentencePiece>(text::SentencePiece::load(dir + "/spm.model"));
-  if (sp->vocab_size() > m->config().encoder.vocab_size) {
-    throw io::Error(dir + "/spm.model: " + std::to_string(sp->vocab_size()) + " pieces do not fit the model's vocabulary of " +
-                    std::to_string(m->config().encoder.vocab_size));
-  }
-  m->encoder().set_keep(model::Keep::outputs);  // inference: activation memory independent of depth
-  const bool int8_checkpoint = io::open_weights(dir)->has_int8_tensors();
-  // The arena is kept: the encoder and decoder views share the embeddings and their owner's arena.
-  model::prepare_for_inference(m->encoder(), options, int8_checkpoint, false);
-  model::prepare_for_inference(m->decoder(), options, int8_checkpoint, false);
-  return std::unique_ptr<Translator>(new Translator(std::move(m), std::move(sp)));
+  load::Request r;
+  r.inference = static_cast<const model::LinearOptions&>(options);
+  load::Seq2Seq m = load::seq2seq(dir, r);
+  return std::unique_ptr<Translator>(new Translator(std::move(m.model), std::move(m.tokenizer)));
 }
 
 std::vector<std::vector<Translation>> Translator::translate(const std::vector<std::string>& texts,

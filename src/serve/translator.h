@@ -28,7 +28,7 @@ struct Translation {
 
 class Translator {
  public:
-  // Throws io::Error / base::Error naming the file.
+  // Loads dir through load::seq2seq. Throws io::Error / base::Error naming the file.
   // options.quantize and options.gemm choose the linear layers of both stacks (model::prepare_for_inference);
   // the other fields are the encoder pipelines' and are not read.
   static std::unique_ptr<Translator> load(const std::string& dir, const LoadOptions& options = {});
@@ -42,10 +42,10 @@ class Translator {
   const text::SentencePiece& subwords() const { return *sp_; }
 
  private:
-  Translator(std::unique_ptr<model::Seq2Seq<float>> m, std::unique_ptr<text::SentencePiece> sp)
+  Translator(std::unique_ptr<model::Seq2Seq<float>> m, std::shared_ptr<const text::SentencePiece> sp)
       : m_(std::move(m)), sp_(std::move(sp)) {}
   std::unique_ptr<model::Seq2Seq<float>> m_;
-  std::unique_ptr<text::SentencePiece> sp_;
+  std::shared_ptr<const text::SentencePiece> sp_;
 };
 
 }  // namespace serve

@@ -110,11 +110,6 @@ struct TokenizerConfig {
   std::string jieba_dict;                 // "" = default_jieba_dict_path()
 };
 
-struct LoadOptions {
-  std::string jieba_dict;            // overrides $ROFORMER_JIEBA_DICT and the Debian default
-  std::optional<bool> use_jieba;     // overrides tokenizer_class
-};
-
 class RoFormerTokenizer final : public Tokenizer {
  public:
   // Reads <dir>/vocab.txt (required), <dir>/tokenizer_config.json and <dir>/special_tokens_map.json

@@ -23,18 +23,22 @@ std::vector<int32_t> Tokenizer::special_ids() const {
   return ids;
 }
 
-std::shared_ptr<const Tokenizer> load_tokenizer(const std::string& path) {
+std::shared_ptr<const Tokenizer> load_tokenizer(const std::string& path, const LoadOptions& options) {
   namespace fs = std::filesystem;
   if (!fs::exists(path)) throw base::Error(path + ": no such vocabulary file or directory");
   if (!fs::is_directory(path)) return std::make_shared<const RoFormerTokenizer>(RoFormerTokenizer::from_vocab_file(path));
+  // vocab.txt first: a Hugging Face directory may hold the fast tokenizer's tokenizer.json beside it
+  // (the same WordPiece vocabulary); ours holds tokenizer.json only for a char/byte tokenizer.
+  if (fs::exists(path + "/vocab.txt")) {
+    return std::make_shared<const RoFormerTokenizer>(RoFormerTokenizer::load(path, options));
+  }
   if (fs::exists(path + "/tokenizer.json")) {
     return std::make_shared<const CharTokenizer>(CharTokenizer::load(path + "/tokenizer.json"));
   }
-  if (fs::exists(path + "/vocab.txt")) return std::make_shared<const RoFormerTokenizer>(RoFormerTokenizer::load(path));
   if (fs::exists(path + "/spm.model")) {
     return std::make_shared<const SentencePiece>(SentencePiece::load(path + "/spm.model"));
   }
-  throw base::Error(path + ": neither tokenizer.json (char/byte), vocab.txt (WordPiece) nor spm.model (SentencePiece)");
+  throw base::Error(path + ": no tokenizer: neither vocab.txt (WordPiece), tokenizer.json (char/byte) nor spm.model (SentencePiece)");
 }
 
 }  // namespace text

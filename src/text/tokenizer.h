@@ -27,6 +27,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -62,10 +63,16 @@ class Tokenizer {
   Tokenizer& operator=(Tokenizer&&) = default;
 };
 
-// The tokenizer of a model directory: tokenizer.json (char/byte) if present, else vocab.txt and its
-// configuration files (WordPiece), else spm.model (SentencePiece). `path` may also name a bare
-// vocab.txt (RoFormerTokenizer::from_vocab_file). Throws base::Error naming the path: missing, none
-// of those files, or a file that does not load.
-std::shared_ptr<const Tokenizer> load_tokenizer(const std::string& path);
+// How a WordPiece tokenizer is loaded (the other kinds take no options).
+struct LoadOptions {
+  std::string jieba_dict;         // overrides $ROFORMER_JIEBA_DICT and the Debian default
+  std::optional<bool> use_jieba;  // overrides tokenizer_class
+};
+
+// The tokenizer of a model directory: vocab.txt and its configuration files (WordPiece, with
+// `options`) if present, else tokenizer.json (char/byte), else spm.model (SentencePiece). `path` may also
+// name a bare vocab.txt (RoFormerTokenizer::from_vocab_file). Throws base::Error naming the path:
+// missing, none of those files, or a file that does not load.
+std::shared_ptr<const Tokenizer> load_tokenizer(const std::string& path, const LoadOptions& options = {});
 
 }  // namespace text

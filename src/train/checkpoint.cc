@@ -137,21 +137,6 @@ ResumePoint resume_point(const std::string& out_dir, const std::string& what) {
   return {dir, st.metadata().at("options")};
 }
 
-LoadedModel load_model(const std::string& dir) {
-  auto cfg = model::RoFormerConfig::from_json_file(dir + "/config.json");
-  const auto weights = io::open_weights(dir);  // model.safetensors, its sharded index, or pytorch_model.bin
-  model::check_config_against_weights(cfg, *weights, dir + "/config.json");
-  auto m = std::make_unique<model::RoFormer<float>>(cfg);
-  m->load(*weights);
-  auto tok = text::load_tokenizer(dir);
-  // A char/byte tokenizer defines the vocabulary; an HF vocabulary may be padded to more rows.
-  if (tok->kind() == "wordpiece" ? tok->vocab_size() > cfg.vocab_size : tok->vocab_size() != cfg.vocab_size) {
-    throw io::Error(dir + ": tokenizer vocabulary " + std::to_string(tok->vocab_size()) + " does not fit model vocab_size " +
-                    std::to_string(cfg.vocab_size));
-  }
-  return {cfg, std::move(m), std::move(tok), weights->has_int8_tensors()};
-}
-
 TrainerState load_optimizer(const std::string& dir, const model::Trainable<float>& m, AdamW& opt) {
   const std::string path = dir + "/optimizer.safetensors";
   const io::SafeTensors st(path);

@@ -56,17 +56,6 @@ struct ResumePoint {
 };
 ResumePoint resume_point(const std::string& out_dir, const std::string& what);
 
-// Loads the model config, weights and tokenizer (text::load_tokenizer) of a checkpoint or any
-// HF-format directory. Throws io::Error naming the file. Inference packs the model with
-// model::prepare_for_inference(*model, options, int8_checkpoint).
-struct LoadedModel {
-  model::RoFormerConfig config;
-  std::unique_ptr<model::RoFormer<float>> model;
-  std::shared_ptr<const text::Tokenizer> tokenizer;
-  bool int8_checkpoint = false;  // `roformer quantize` wrote it (--quantize auto runs it in int8)
-};
-LoadedModel load_model(const std::string& dir);
-
 // Restores AdamW moments and step, and returns the trainer state of a checkpoint. The optimizer must
 // have been built over the same layout. Throws io::Error.
 TrainerState load_optimizer(const std::string& dir, const model::Trainable<float>& m, AdamW& opt);

@@ -11,6 +11,7 @@
 #include "io/atomic_file.h"
 #include "io/safetensors.h"
 #include "model/roformer.h"
+#include "load/model_dir.h"
 #include "train/checkpoint.h"
 #include "train/lm_text.h"
 #include "train/trainer.h"
@@ -30,7 +31,7 @@ std::string extrapolation_spec(const std::string& method, int64_t length, int64_
 }
 
 ExtrapolationResult evaluate_extrapolation(const ExtrapolationOptions& o) {
-  LoadedModel lm = load_model(o.checkpoint);
+  load::Model lm = load::roformer(o.checkpoint);
   if (!lm.config.is_decoder) throw std::invalid_argument(o.checkpoint + ": extrapolation needs a causal-LM checkpoint");
   ExtrapolationResult r;
   r.train_length = o.train_length;

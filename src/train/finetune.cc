@@ -16,8 +16,7 @@
 #include <set>
 
 #include "io/atomic_file.h"
-#include "io/safetensors.h"
-#include "io/weights.h"
+#include "load/model_dir.h"
 #include "text/roformer_tokenizer.h"
 #include "train/checkpoint.h"
 #include "train/classify_task.h"
@@ -148,7 +147,8 @@ class FinetuneRun : public Recipe {
   Communicator& comm_ = world();
   bool writer_;  // rank 0: writes the run directory and prints
   FinetuneResult result_;
-  std::unique_ptr<text::RoFormerTokenizer> tok_;
+  std::shared_ptr<const text::Tokenizer> tokenizer_;
+  const text::RoFormerTokenizer* tok_ = nullptr;  // tokenizer_ as WordPiece
   std::unique_ptr<Model> m_;
   std::unique_ptr<ClassifyTask> task_;
   std::unique_ptr<Trainer> trainer_;
@@ -159,45 +159,47 @@ class FinetuneRun : public Recipe {
   RunDirectoryLock lock_;  // a new run's (a resumed one is locked by run_finetune)
 };
 
+// The model and tokenizer: the pre-trained directory (a new run: its encoder, a new classifier head
+// initialised from --seed, the config's labels and problem type from the data) or the checkpoint a
+// resumed run continues.
 void FinetuneRun::build_model(const std::vector<data::LabeledExample>& train_rows) {
-  const std::string from = resume_dir_.empty() ? o_.model : resume_dir_;
-  cfg_ = model::RoFormerConfig::from_json_file(from + "/config.json");
-  if (resume_dir_.empty()) {
-    cfg_.problem_type = o_.problem_type.empty() ? infer_problem_type(train_rows) : o_.problem_type;
-    cfg_.labels = label_names(train_rows, cfg_.problem_type);
-    if (cfg_.labels.empty()) throw io::Error(o_.train + ": no row has a label (every label list is empty)");
-    cfg_.is_decoder = false;  // a classifier reads the whole text
-    if (o_.dropout >= 0) cfg_.hidden_dropout_prob = cfg_.attention_probs_dropout_prob = o_.dropout;
-    if (!o_.rope_scaling.empty()) cfg_.rope_scaling = o_.rope_scaling;
-    try {
-      cfg_.validate();
-    } catch (const std::invalid_argument& e) {
-      throw io::Error(o_.train + ": " + e.what());
+  load::Request r;
+  r.mlm_head = false;  // an MLM/causal-LM checkpoint's head and pooler are not part of a classifier
+  r.skip = {"cls.", "roformer.pooler."};
+  r.optional = {"classifier."};  // a pre-trained encoder has none: the new head keeps its initialisation
+  r.init_seed = o_.seed;
+  r.configure = [&](model::RoFormerConfig& c) {
+    if (resume_dir_.empty()) {
+      c.problem_type = o_.problem_type.empty() ? infer_problem_type(train_rows) : o_.problem_type;
+      c.labels = label_names(train_rows, c.problem_type);
+      if (c.labels.empty()) throw io::Error(o_.train + ": no row has a label (every label list is empty)");
+      c.is_decoder = false;  // a classifier reads the whole text
+      if (o_.dropout >= 0) c.hidden_dropout_prob = c.attention_probs_dropout_prob = o_.dropout;
+      if (!o_.rope_scaling.empty()) c.rope_scaling = o_.rope_scaling;
+      try {
+        c.validate();
+      } catch (const std::invalid_argument& e) {
+        throw io::Error(o_.train + ": " + e.what());
+      }
     }
-  }
-  if (o_.max_length > cfg_.max_position_embeddings && cfg_.position_encoding == model::PositionEncoding::learned) {
-    throw std::invalid_argument("--max-length " + std::to_string(o_.max_length) + " exceeds the model's " +
-                                std::to_string(cfg_.max_position_embeddings) + " learned positions");
-  }
-  const auto weights = io::open_weights(from);
-  model::check_config_against_weights(cfg_, *weights, from + "/config.json");
+    if (o_.max_length > c.max_position_embeddings && c.position_encoding == model::PositionEncoding::learned) {
+      throw std::invalid_argument("--max-length " + std::to_string(o_.max_length) + " exceeds the model's " +
+                                  std::to_string(c.max_position_embeddings) + " learned positions");
+    }
+  };
   // Plain extrapolation: rotary (or sinusoidal, or no) positions have no table to outgrow, so a model
   // fine-tuned past max_position_embeddings declares the length it was trained at. `roformer classify`
   // and transformers (whose rotary table is computed from this field) then take such inputs, with the
   // angles of training. With --rope-scaling the field stays and the factor gives the length.
-  if (cfg_.position_encoding != model::PositionEncoding::learned && cfg_.rope_scaling == "none" &&
-      o_.max_length > cfg_.max_position_embeddings) {
-    cfg_.max_position_embeddings = o_.max_length;
-  }
-  m_ = std::make_unique<Model>(cfg_);
-  m_->init_weights(o_.seed);  // the new head (and nothing else: the load below overwrites the encoder)
-  // An MLM/causal-LM checkpoint's head and pooler are not part of a classifier; its classifier.* may be absent.
-  m_->load(*weights, {"cls.", "roformer.pooler."}, false, {"classifier."});
+  r.positions = o_.max_length;
+  load::Model loaded = load::roformer(resume_dir_.empty() ? o_.model : resume_dir_, r);
+  tok_ = &loaded.wordpiece("fine-tuning");
+  tokenizer_ = std::move(loaded.tokenizer);
+  cfg_ = loaded.config;
+  m_ = std::move(loaded.model);
 }
 
 void FinetuneRun::prepare() {
-  const std::string tok_dir = resume_dir_.empty() ? o_.model : resume_dir_;
-  tok_ = std::make_unique<text::RoFormerTokenizer>(text::RoFormerTokenizer::load(tok_dir));
   const auto train_rows = data::read_labeled(o_.train, o_.columns);
   const auto val_rows = data::read_labeled(o_.validation, o_.columns);
   if (train_rows.empty()) throw io::Error(o_.train + ": no examples");
@@ -250,8 +252,10 @@ void FinetuneRun::write_predictions() {
   cols.label.clear();
   const auto rows = data::read_labeled(o_.test, cols);
   const auto examples = tokenize(rows, o_.test, *tok_, cfg_, o_.max_length, false);
-  m_->load(io::SafeTensors(result_.best_dir + "/model.safetensors"));
-  model::prepare_for_inference(*m_, o_.linears, false);  // the classifier head stays fp32 (RoFormer::pack)
+  load::Request best;
+  best.tokenizer = false;
+  best.inference = o_.linears;  // the classifier head stays fp32 (RoFormer::pack)
+  m_ = load::roformer(result_.best_dir, best).model;
   const ClassifyTaskConfig unlabelled{cfg_.problem_type, 0, o_.batch, cfg_.pad_token_id, 0};  // labels 0: no targets
   std::string text;
   for (size_t start = 0; start < examples.size(); start += static_cast<size_t>(o_.batch)) {

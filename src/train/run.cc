@@ -9,7 +9,7 @@
 #include <memory>
 
 #include "data/corpus.h"
-#include "io/weights.h"
+#include "load/model_dir.h"
 #include "model/decoding.h"
 #include "text/char_tokenizer.h"
 #include "train/checkpoint.h"
@@ -68,14 +68,24 @@ class TrainingRun : public Recipe {
 void TrainingRun::load_data() {
   o_.validate_text();
   if (resume_) {
-    text_ = text::load_tokenizer(resume_dir_);
+    load::Model saved = load::roformer(resume_dir_);
+    text_ = std::move(saved.tokenizer);
+    m_ = std::move(saved.model);
   } else if (!o_.init_from.empty()) {
-    text_ = text::load_tokenizer(o_.init_from);
-    o_.tokenizer = text_->kind();
-    // The architecture is the directory's; the task decides causal or masked.
+    // The architecture, tokenizer and weights are the directory's; the task decides causal or masked.
+    // An MLM head it lacks keeps its initialisation; poolers and classifier heads are not used.
+    load::Request r;
+    r.classifier = false;
+    r.skip = {"roformer.pooler.", "pooler."};
+    r.optional = {"cls."};
+    r.init_seed = o_.seed;
     const bool causal = o_.model.is_decoder;
-    o_.model = model::RoFormerConfig::from_json_file(o_.init_from + "/config.json");
-    o_.model.is_decoder = causal;
+    r.configure = [causal](model::RoFormerConfig& c) { c.is_decoder = causal; };
+    load::Model init = load::roformer(o_.init_from, r);
+    text_ = std::move(init.tokenizer);
+    o_.tokenizer = text_->kind();
+    o_.model = init.config;
+    m_ = std::move(init.model);
   } else if (o_.tokenizer == "wordpiece") {
     text_ = text::load_tokenizer(o_.vocab);
   } else if (o_.tokenizer == "byte") {
@@ -97,27 +107,20 @@ void TrainingRun::load_data() {
 }
 
 // Model, trainer (with its optimiser) and state: fresh, or from the checkpoint being resumed, or from
-// --init-from's weights (an MLM head it lacks keeps its initialisation; poolers are not used).
+// --init-from's weights (both loaded with the tokenizer by load_data).
 void TrainingRun::build_model() {
-  std::unique_ptr<io::WeightStore> init;
-  if (!resume_ && !o_.init_from.empty()) {
-    init = io::open_weights(o_.init_from);
-    model::check_config_against_weights(o_.model, *init, o_.init_from + "/config.json");
+  if (!m_) {
+    m_ = std::make_unique<Model>(o_.model);
+    m_->init_weights(o_.seed);
   }
-  m_ = std::make_unique<Model>(o_.model);
   trainer_ = std::make_unique<Trainer>(
       *m_, *task_,
       TrainerConfig{o_.schedule, o_.adamw, o_.clip, o_.seed, o_.grad_accum, &comm_,
                     o_.bucket_mb, o_.zero1});
   if (resume_) {
-    m_->load(io::SafeTensors(resume_dir_ + "/model.safetensors"));
     state_ = restore_optimizer(resume_dir_, *trainer_, o_.adamw);
   } else {
     lock_ = claim_run_directory(o_.out, writer_);
-    m_->init_weights(o_.seed);
-    if (!o_.init_from.empty()) {
-      m_->load(*init, {"roformer.pooler.", "pooler.", "classifier."}, true, {"cls."});
-    }
   }
   state_.options_json = o_.to_json();
 }

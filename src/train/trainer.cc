@@ -11,6 +11,7 @@
 
 #include "data/corpus.h"
 #include "io/atomic_file.h"
+#include "load/model_dir.h"
 #include "train/checkpoint.h"
 #include "train/lm_task.h"
 #include "train/lm_text.h"
@@ -274,8 +275,9 @@ void TrainOptions::validate() const {
 EvalResult evaluate_checkpoint(const std::string& dir, const std::string& data_path, int64_t batch, int64_t seq,
                                int64_t max_batches, double val_fraction, uint64_t seed,
                                const model::LinearOptions& linears) {
-  LoadedModel lm = load_model(dir);
-  model::prepare_for_inference(*lm.model, linears, lm.int8_checkpoint);
+  load::Request request;
+  request.inference = linears;
+  load::Model lm = load::roformer(dir, request);
   if (seq > lm.config.max_position_embeddings) {
     throw std::invalid_argument("--seq exceeds the model's max_position_embeddings " +
                                 std::to_string(lm.config.max_position_embeddings));

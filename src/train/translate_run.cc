@@ -10,7 +10,7 @@
 #include <nlohmann/json.hpp>
 
 #include "data/parallel.h"
-#include "io/safetensors.h"
+#include "load/model_dir.h"
 #include "model/seq2seq.h"
 #include "model/translate.h"
 #include "text/bleu.h"
@@ -135,7 +135,11 @@ void TranslateRun::prepare() {
   }
   model::Seq2SeqConfig cfg;
   if (!resume_dir_.empty()) {
-    cfg = model::Seq2SeqConfig::from_json_file(resume_dir_ + "/config.json");
+    load::Request r;
+    r.tokenizer = false;  // the run's spm.model is read by subwords()
+    load::Seq2Seq saved = load::seq2seq(resume_dir_, r);
+    cfg = saved.config;
+    m_ = std::move(saved.model);
   } else {
     model::RoFormerConfig base = o_.model;
     base.vocab_size = sp_->vocab_size();
@@ -145,12 +149,8 @@ void TranslateRun::prepare() {
     cfg.decoder_start_token_id = sp_->bos_id();
     cfg.eos_token_id = sp_->eos_id();
     cfg.pad_token_id = sp_->pad_id();
-  }
-  m_ = std::make_unique<Seq2SeqModel>(cfg);
-  if (resume_dir_.empty()) {
+    m_ = std::make_unique<Seq2SeqModel>(cfg);
     m_->init_weights(o_.seed);
-  } else {
-    m_->load(*io::open_weights(resume_dir_));
   }
   Seq2SeqTaskConfig tc{o_.max_tokens, o_.label_smoothing, cfg.pad_token_id, cfg.eos_token_id,
                        cfg.decoder_start_token_id, o_.seed};

@@ -444,7 +444,7 @@ TEST(Cli, BadConfigSizeFieldsAreNamedBeforeAllocation) {
   }
   // The classifier head's rows against num_labels.
   const std::string c = classifier_dir("labels3", 3, {{"num_labels", 5}});
-  expect_fails(run("classify --model " + c, "x\n"), {c + "/config.json", "num_labels is 5", "3 rows"});
+  expect_fails(run("classify --model " + c, "x\n"), {c + "/config.json: num_labels 5 does not match", "classifier.out_proj.weight is [3, 64]"});
 }
 
 }  // namespace

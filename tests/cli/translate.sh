@@ -101,6 +101,12 @@ import json, sys
 rows = [json.loads(l) for l in open(sys.argv[1])]
 assert len(rows) == 3 and all(len(r["nbest"]) == 2 and r["nbest"][0]["score"] >= r["nbest"][1]["score"] for r in rows)
 PY
+# --top-p 0.01 samples the most probable token only, which is greedy decoding (decoding_test checks
+# --min-new-tokens and top-p against references; here, that the options reach the decoder).
+head -5 "$work/src.txt" > "$work/src5.txt"
+"$roformer" translate --model "$work/avg" --input "$work/src5.txt" --beam 1 > "$work/greedy.txt"
+"$roformer" translate --model "$work/avg" --input "$work/src5.txt" --beam 1 --sample --top-p 0.01 --seed 3 > "$work/top-p.txt"
+diff "$work/greedy.txt" "$work/top-p.txt"
 cut -f2 "$work/valid.tsv" > "$work/ref.txt"
 "$roformer" bleu --ref "$work/ref.txt" < "$work/hyp.txt"
 
@@ -147,10 +153,14 @@ expect_error() {  # PATTERN COMMAND...: the command fails with status 1 and one 
 printf 'one two\tuno dos\nthree four\n' > "$work/bad.tsv"
 expect_error "bad.tsv:2: expected two tab-separated fields" "$roformer" translate-train --train "$work/bad.tsv" \
   --validation "$work/valid.tsv" --out "$work/bad" --no-progress
-expect_error "no_such_dir/config.json" "$roformer" translate --model "$work/no_such_dir"
+expect_error "no_such_dir: no such model directory" "$roformer" translate --model "$work/no_such_dir"
 echo '{"text": "x"}' > "$work/in.jsonl"
 expect_error "in.jsonl:1: no string field 'source'" "$roformer" translate --model "$work/avg" --format jsonl --input "$work/in.jsonl"
 expect_error "at most the beam size" "$roformer" translate --model "$work/avg" --input "$work/src.txt" --beam 2 --nbest 3
+for bad in "--min-new-tokens -1" "--top-p 1.5"; do  # refused by the option's range check, which names it
+  if "$roformer" translate --model "$work/avg" --input "$work/src.txt" --sample $bad 2> "$work/err.txt"; then exit 1; fi
+  grep -q -- "${bad% *}" "$work/err.txt"
+done
 cp -r "$work/avg" "$work/badcfg"
 python3 - "$work/badcfg/config.json" <<'PY'
 import json, sys

@@ -124,7 +124,7 @@ TEST(Pipeline, ModelDirectoryErrorsNameTheMissingFile) {
   const std::string no_vocab = base + "/no_vocab";
   fs::create_directories(no_vocab);
   fs::copy_file(kFixtures + "/case1_mlm_basic/config.json", no_vocab + "/config.json");
-  expect_error([&] { serve::Pipeline::load(no_vocab); }, {"no_vocab: no vocab.txt"});
+  expect_error([&] { serve::Pipeline::load(no_vocab); }, {"no_vocab: no tokenizer: neither vocab.txt"});
   fs::copy_file(kFixtures + "/tokenizer/vocab.txt", no_vocab + "/vocab.txt");
   expect_error([&] { serve::Pipeline::load(no_vocab); }, {"no_vocab", "model.safetensors", "pytorch_model.bin"});
   serve::LoadOptions tokenizer_only;
@@ -296,13 +296,14 @@ TEST(Pipeline, TooLongTextsAndUnknownIdsAreInputErrors) {
     EXPECT_EQ(e.index, 1u);
     EXPECT_EQ(std::string(e.what()).rfind("text b: ", 0), 0u) << e.what();
   }
-  // A special token the tokenizer adds after vocab.txt gets id 129, outside case1's vocabulary.
+  // A special token the tokenizer adds after vocab.txt gets id 129, outside case1's vocabulary: the
+  // directory is refused when it loads, not on the first text that holds the token.
   const std::string extra = model_dir("extra_token");
   auto tc = nlohmann::json::parse(std::ifstream(extra + "/tokenizer_config.json"));
   tc["additional_special_tokens"] = {"[NEW]"};
   std::ofstream(extra + "/tokenizer_config.json") << tc.dump();
-  auto q = serve::Pipeline::load(extra);
-  expect_error([&] { q->embed({"hello [NEW]"}, {}); }, {"token '[NEW]' has id 129, outside the model's vocabulary of 129"});
+  expect_error([&] { serve::Pipeline::load(extra); },
+               {"extra_token: the wordpiece tokenizer has 130 tokens, which do not fit the model's vocab_size 129"});
 }
 
 // ---- fill-mask ----
@@ -386,14 +387,19 @@ TEST(Decode, FollowsHuggingFaceSlowTokenizer) {
 TEST(Classify, BatchedLabelsEqualTheHeadOnOneTextForwards) {
   const nlohmann::json labels = {{"id2label", {{"0", "neg"}, {"1", "neutral"}, {"2", "pos"}}},
                                  {"label2id", {{"neg", 0}, {"neutral", 1}, {"pos", 2}}}};
-  auto p = serve::Pipeline::load(classifier_dir("cls3", 3, labels));
+  const std::string dir = classifier_dir("cls3", 3, labels);
+  auto p = serve::Pipeline::load(dir);
   ASSERT_NE(p->classifier(), nullptr);
   EXPECT_FALSE(p->has_mlm_head());
   EXPECT_EQ(p->classifier()->function, "softmax");
   const auto out = p->classify(kTexts, 4);
   ASSERT_EQ(out.size(), kTexts.size());
-  const serve::Classifier& c = *p->classifier();
   const int64_t H = 64;
+  const io::SafeTensors head(dir + "/model.safetensors");
+  struct {
+    std::vector<float> dense_w, dense_b, out_w, out_b;
+  } c{head.f32("classifier.dense.weight", {H, H}), head.f32("classifier.dense.bias", {H}),
+      head.f32("classifier.out_proj.weight", {3, H}), head.f32("classifier.out_proj.bias", {3})};
   std::set<std::string> seen;
   for (size_t i = 0; i < kTexts.size(); ++i) {
     const Single s = single_forward(*p, kTexts[i]);
@@ -483,7 +489,7 @@ TEST(Classify, Errors) {
   auto mlm = serve::Pipeline::load(model_dir("case1"));
   expect_error([&] { mlm->classify({"hello"}); }, {"no sequence-classification head", "classifier.out_proj"});
   expect_error([&] { serve::Pipeline::load(classifier_dir("mismatch", 3, {{"id2label", {{"0", "a"}, {"1", "b"}}}})); },
-               {"id2label has 2 labels", "3 rows"});
+               {"config.json: num_labels 2 does not match the checkpoint", "classifier.out_proj.weight is [3, 64]"});
   expect_error([&] { serve::Pipeline::load(classifier_dir("extra", 2, nlohmann::json::object(), true)); },
                {"unexpected tensor classifier.extra"});
 }

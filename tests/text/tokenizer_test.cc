@@ -140,7 +140,7 @@ TEST(Tokenizer, LoadTokenizerErrorsNameThePath) {
   const std::string missing = temp_dir() + "no/such/vocab.txt";
   test_files::expect_error_naming<base::Error>([&] { text::load_tokenizer(missing); }, missing, "no such");
   const std::string empty = fresh_dir("iface_empty");
-  test_files::expect_error_naming<base::Error>([&] { text::load_tokenizer(empty); }, empty, "neither tokenizer.json");
+  test_files::expect_error_naming<base::Error>([&] { text::load_tokenizer(empty); }, empty, "no tokenizer: neither vocab.txt");
 }
 
 }  // namespace

@@ -13,6 +13,7 @@
 #include "curves.h"
 #include "thread_option.h"
 #include "io/atomic_file.h"
+#include "load/model_dir.h"
 #include "model/decoding.h"
 #include "plot/plot.h"
 #include "train/checkpoint.h"
@@ -99,8 +100,9 @@ int run_eval(ModelCommandOptions& o) {
 }
 
 int run_generate(const ModelCommandOptions& o) {
-  train::LoadedModel lm = train::load_model(o.model_dir);
-  model::prepare_for_inference(*lm.model, o.linears, lm.int8_checkpoint);
+  load::Request request;
+  request.inference = o.linears;
+  load::Model lm = load::roformer(o.model_dir, request);
   std::vector<int64_t> prompt;
   for (int32_t id : lm.tokenizer->encode_ids(o.prompt)) prompt.push_back(id);
   if (prompt.empty()) throw std::invalid_argument("the prompt encodes to no tokens");

@@ -267,10 +267,14 @@ void add_translate_command(CLI::App& app, CommandTable& commands, const std::sha
   tr->add_option("--nbest", d.nbest, "Hypotheses per input (at most --beam)")->check(CLI::PositiveNumber)->capture_default_str();
   tr->add_option("--max-len-a", d.max_len_a, "New tokens at most a · source length + b")->capture_default_str();
   tr->add_option("--max-len-b", d.max_len_b, "New tokens at most a · source length + b")->capture_default_str();
+  tr->add_option("--min-new-tokens", d.min_new_tokens, "Tokens before an end of sentence may be chosen")
+      ->check(CLI::Range(int64_t{0}, int64_t{1} << 20))->capture_default_str();
   tr->add_option("--no-repeat-ngram-size", d.no_repeat_ngram_size, "No n-gram of this size twice (0: off)")->capture_default_str();
   tr->add_flag("--sample", d.sample, "Sample (with --beam 1) instead of searching");
   tr->add_option("--temperature", d.temperature, "Sampling temperature")->capture_default_str();
   tr->add_option("--top-k", d.top_k, "Sampling top-k (0: all)")->capture_default_str();
+  tr->add_option("--top-p", d.top_p, "Sampling: the most probable tokens of this much mass (1: all)")
+      ->check(CLI::Range(0.0, 1.0))->capture_default_str();
   tr->add_option("--seed", d.seed, "Sampling seed")->capture_default_str();
   tr->add_option("--batch", c->batch, "Sources decoded together")->check(CLI::PositiveNumber)->capture_default_str();
   tr->add_flag("--scores", c->with_scores, "Print each hypothesis's score");

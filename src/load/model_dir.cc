@@ -1,0 +1,136 @@
+// The one loader of model directories (see model_dir.h): config, weights, tokenizer and heads, each
+// checked against the others once, then the model built, loaded and prepared as the caller asked.
+#include "load/model_dir.h"
+
+#include <filesystem>
+#include <stdexcept>
+
+#include "io/weights.h"
+
+namespace load {
+namespace {
+
+namespace fs = std::filesystem;
+
+constexpr const char* kDirHint =
+    " (a model directory holds config.json, the weights in model.safetensors, model.safetensors.index.json, "
+    "pytorch_model.bin or pytorch_model.bin.index.json, and its tokenizer: vocab.txt, tokenizer.json or spm.model)";
+
+void require_directory(const std::string& dir) {
+  if (!fs::is_directory(dir)) throw io::Error(dir + ": no such model directory" + kDirHint);
+}
+
+void require_config(const std::string& dir) {
+  if (!fs::exists(dir + "/config.json")) throw io::Error(dir + ": no config.json" + kDirHint);
+}
+
+// A config.json that does not declare RoFormerForSequenceClassification keeps no labels (HF writes
+// a default id2label into every config); weights that hold the head then say how many it has.
+void adopt_stored_classifier(model::RoFormerConfig& c, const io::WeightStore& w) {
+  const std::string out = "classifier.out_proj.weight";
+  if (c.sequence_classifier() || !w.contains(out) || w.at(out).shape.size() != 2 || w.at(out).shape[0] < 1) return;
+  c.labels.clear();
+  for (int64_t i = 0; i < w.at(out).shape[0]; ++i) c.labels.push_back("LABEL_" + std::to_string(i));
+  c.problem_type = c.labels.size() == 1 ? "regression" : "single_label_classification";
+}
+
+// A tokenizer gives ids below the model's vocabulary: a char/byte tokenizer defines the vocabulary
+// (equal sizes); an HF vocabulary may be padded to more embedding rows than vocab.txt has lines.
+void check_tokenizer_fits(const text::Tokenizer& tok, int64_t vocab_size, const std::string& dir) {
+  const bool defines_vocabulary = tok.kind() == "byte" || tok.kind() == "char";
+  if (defines_vocabulary ? tok.vocab_size() != vocab_size : tok.vocab_size() > vocab_size) {
+    throw io::Error(dir + ": the " + tok.kind() + " tokenizer has " + std::to_string(tok.vocab_size()) +
+                    " tokens, which do not fit the model's vocab_size " + std::to_string(vocab_size) +
+                    " (config.json)");
+  }
+}
+
+void validate(const model::RoFormerConfig& c, const std::string& config_path) {
+  try {
+    c.validate();
+  } catch (const std::invalid_argument& e) {
+    throw io::Error(config_path + ": " + e.what());
+  }
+}
+
+}  // namespace
+
+const text::RoFormerTokenizer& Model::wordpiece(const std::string& who) const {
+  const auto* wp = dynamic_cast<const text::RoFormerTokenizer*>(tokenizer.get());
+  if (!wp) {
+    throw io::Error(dir + ": " + who + " needs a WordPiece tokenizer (vocab.txt); this directory has " +
+                    (tokenizer ? "a " + tokenizer->kind() + " tokenizer" : std::string("none")));
+  }
+  return *wp;
+}
+
+Model roformer(const std::string& dir, const Request& r) {
+  require_directory(dir);
+  Model out;
+  out.dir = dir;
+  const std::string config_path = dir + "/config.json";
+  if (r.weights) require_config(dir);
+  const bool has_config = fs::exists(config_path);  // a tokenizer-only directory may lack one
+  if (has_config) out.config = model::RoFormerConfig::from_json_file(config_path);
+  if (!r.classifier) out.config.labels.clear();
+  if (r.configure) r.configure(out.config);
+  validate(out.config, config_path);
+  if (r.tokenizer) {
+    out.tokenizer = text::load_tokenizer(dir, r.tokenizer_options);
+    if (has_config) check_tokenizer_fits(*out.tokenizer, out.config.vocab_size, dir);
+  }
+  if (!r.weights) return out;
+
+  const auto weights = io::open_weights(dir);
+  if (r.classifier) adopt_stored_classifier(out.config, *weights);
+  model::check_config_against_weights(out.config, *weights, config_path, "", r.optional);
+  if (r.positions > out.config.max_position_embeddings && out.config.rope_scaling == "none" &&
+      out.config.position_encoding != model::PositionEncoding::learned) {
+    out.config.max_position_embeddings = r.positions;
+  }
+  out.model = std::make_unique<model::RoFormer<float>>(out.config);
+  if (r.init_seed) out.model->init_weights(*r.init_seed);
+  std::vector<std::string> skip = r.skip;
+  if (!r.classifier) skip.push_back("classifier.");
+  out.model->load(*weights, skip, r.mlm_head, r.optional);
+  out.int8_checkpoint = weights->has_int8_tensors();
+  if (r.inference) {
+    out.model->set_keep(model::Keep::outputs);
+    model::prepare_for_inference(*out.model, *r.inference, out.int8_checkpoint, r.release_packed_arena);
+  }
+  return out;
+}
+
+Seq2Seq seq2seq(const std::string& dir, const Request& r) {
+  require_directory(dir);
+  require_config(dir);
+  Seq2Seq out;
+  out.dir = dir;
+  const std::string config_path = dir + "/config.json";
+  out.config = model::Seq2SeqConfig::from_json_file(config_path);
+  if (r.tokenizer) {
+    if (!fs::exists(dir + "/spm.model")) throw io::Error(dir + ": no spm.model (the SentencePiece model of a translation directory)");
+    out.tokenizer = std::make_shared<const text::SentencePiece>(text::SentencePiece::load(dir + "/spm.model"));
+    if (out.tokenizer->vocab_size() > out.config.encoder.vocab_size) {
+      throw io::Error(dir + "/spm.model: " + std::to_string(out.tokenizer->vocab_size()) +
+                      " pieces do not fit the model's vocabulary of " + std::to_string(out.config.encoder.vocab_size));
+    }
+  }
+  if (!r.weights) return out;
+
+  const auto weights = io::open_weights(dir);
+  model::check_seq2seq_against_weights(out.config, *weights, config_path);
+  out.model = std::make_unique<model::Seq2Seq<float>>(out.config);
+  if (r.init_seed) out.model->init_weights(*r.init_seed);
+  out.model->load(*weights);
+  out.int8_checkpoint = weights->has_int8_tensors();
+  if (r.inference) {
+    out.model->encoder().set_keep(model::Keep::outputs);  // activation memory independent of depth
+    // The arena is kept: the encoder and decoder views share the embeddings and their owner's arena.
+    model::prepare_for_inference(out.model->encoder(), *r.inference, out.int8_checkpoint, false);
+    model::prepare_for_inference(out.model->decoder(), *r.inference, out.int8_checkpoint, false);
+  }
+  return out;
+}
+
+}  // namespace load
