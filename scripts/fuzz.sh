@@ -6,7 +6,7 @@
 # target crashed, leaked, timed out, ran out of memory, threw an undocumented exception or broke an
 # invariant (the inputs are kept under the work folder). docs/reliability.md has the details.
 #
-#   scripts/fuzz.sh [SECONDS] [TARGET...]     # default 600 s; targets: safetensors torch_bin config vocab tokenizer
+#   scripts/fuzz.sh [SECONDS] [TARGET...]     # default 600 s; targets: safetensors torch_bin config vocab tokenizer data
 #   FUZZ_PARALLEL=2 scripts/fuzz.sh 10        # the CI smoke run (.ci/run)
 #   FUZZ_PARALLEL=2 scripts/fuzz.sh 600       # two targets at a time
 #   FUZZ_WORK=dir                             # scratch folder (default build/fuzz-work/<date-time>)
@@ -17,7 +17,7 @@ cd "$(dirname "$0")/.."
 root=$(pwd)
 seconds="${1:-600}"
 shift || true
-all_targets=(safetensors torch_bin config vocab tokenizer)
+all_targets=(safetensors torch_bin config vocab tokenizer data)
 targets=("$@")
 [ ${#targets[@]} -eq 0 ] && targets=("${all_targets[@]}")
 parallel="${FUZZ_PARALLEL:-1}"

@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # Builds and runs the test suite. `scripts/test.sh` uses the release preset; `scripts/test.sh debug`
-# the AddressSanitizer + UBSan one; `scripts/test.sh mpi` installs Open MPI, builds the command line
+# the AddressSanitizer + UBSan one (without hf_vocab, whose 100 s are transformers' Python tokenizer over
+# a corpus; the release run has it, and `roformer vocab` runs under the sanitizers in
+# cli_train_resume_is_bit_exact); `scripts/test.sh mpi` installs Open MPI, builds the command line
 # with it and runs the data-parallel tests (ctest label mpi; the rest is the release suite's).
 set -euo pipefail
 cd "$(dirname "$0")/.."

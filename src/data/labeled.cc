@@ -1,7 +1,11 @@
 // Labelled examples from JSONL, TSV and CSV (see labeled.h).
 #include "labeled.h"
 
+#include <cctype>
+#include <cerrno>
+#include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <map>
 #include <nlohmann/json.hpp>
 
@@ -45,19 +49,57 @@ void for_each_line(const std::string& text, Fn fn) {
   }
 }
 
-std::vector<std::string> split_multi(const std::string& field) {
+// The label names of a TSV/CSV field: several separated by '|' (multi-label); an empty name ("a||b",
+// "a|") is an error, not a label called "".
+std::vector<std::string> split_multi(const std::string& field, const std::string& origin, int64_t line) {
   std::vector<std::string> out;
   size_t begin = 0;
   for (;;) {
     const size_t end = field.find('|', begin);
     out.push_back(field.substr(begin, end == std::string::npos ? std::string::npos : end - begin));
+    if (out.back().empty()) fail(origin, line, "an empty label name in '" + field + "' (names are separated by '|')");
     if (end == std::string::npos) return out;
     begin = end + 1;
   }
 }
 
+bool is_number(const std::string& s) {
+  if (s.empty() || std::isspace(static_cast<unsigned char>(s[0]))) return false;
+  char* end = nullptr;
+  errno = 0;
+  const double v = std::strtod(s.c_str(), &end);
+  return end == s.c_str() + s.size() && errno == 0 && std::isfinite(v);
+}
+
+// One label type per file: a file whose labels mix types (numbers and names, single labels and
+// lists in JSONL) was almost always written by mistake, and would silently train another task (a
+// name among scores makes a regression file a classification one). Integers and floats are one
+// type, numbers: a regression file may write 5 for 5.0. In TSV/CSV every field is text: a field that
+// parses as a number is a number, and a '|' list holds names or numbers as a single field does.
+class OneType {
+ public:
+  OneType(std::string origin, std::string what) : origin_(std::move(origin)), what_(std::move(what)) {}
+  void see(const std::string& type, int64_t line) {
+    if (first_line_ == 0) {
+      type_ = type, first_line_ = line;
+    } else if (type != type_) {
+      fail(origin_, line, what_ + " is " + type + ", but line " + std::to_string(first_line_) + "'s is " + type_ +
+                              " (a file holds one type of label)");
+    }
+  }
+
+ private:
+  std::string origin_, what_, type_;
+  int64_t first_line_ = 0;
+};
+
+std::string json_type(const json& v) {
+  return v.is_array() ? "a list" : v.is_number() ? "a number" : v.is_string() ? "a string" : v.is_boolean() ? "a boolean" : v.type_name();
+}
+
 std::vector<LabeledExample> parse_jsonl(const std::string& text, const LabeledColumns& cols, const std::string& origin) {
   std::vector<LabeledExample> out;
+  OneType labels(origin, "the label"), items(origin, "a list item");
   for_each_line(text, [&](const std::string& line, int64_t line_no) {
     if (line.find_first_not_of(" \t") == std::string::npos) return;
     json j;
@@ -79,6 +121,8 @@ std::vector<LabeledExample> parse_jsonl(const std::string& text, const LabeledCo
     if (!cols.label.empty()) {
       if (!j.contains(cols.label) || j[cols.label].is_null()) fail(origin, line_no, "no label '" + cols.label + "'");
       const json& v = j[cols.label];
+      labels.see(json_type(v), line_no);
+      for (const json& item : v.is_array() ? v : json::array()) items.see(json_type(item), line_no);
       if (v.is_array()) {
         for (const json& item : v) ex.labels.push_back(label_text(item, origin, line_no));
       } else {
@@ -175,6 +219,7 @@ std::vector<LabeledExample> parse_table(const std::vector<Row>& rows, const Labe
   const size_t pair_col = cols.text_pair.empty() ? 0 : column(cols.text_pair);
   const size_t label_col = cols.label.empty() ? 0 : column(cols.label);
   std::vector<LabeledExample> out;
+  OneType labels(origin, "the label");
   for (size_t r = 1; r < rows.size(); ++r) {
     const Row& row = rows[r];
     if (row.fields.size() != rows[0].fields.size()) {
@@ -187,7 +232,8 @@ std::vector<LabeledExample> parse_table(const std::vector<Row>& rows, const Labe
     if (!cols.text_pair.empty()) ex.text_pair = row.fields[pair_col];
     if (!cols.label.empty()) {
       if (row.fields[label_col].empty()) fail(origin, row.line, "the label '" + cols.label + "' is empty");
-      ex.labels = split_multi(row.fields[label_col]);
+      ex.labels = split_multi(row.fields[label_col], origin, row.line);
+      for (const std::string& name : ex.labels) labels.see(is_number(name) ? "a number" : "a name", row.line);
     }
     out.push_back(std::move(ex));
   }

@@ -9,6 +9,8 @@
 #include <string>
 #include <vector>
 
+#include "data/labeled.h"
+
 namespace data {
 
 struct SentencePair {
@@ -20,5 +22,9 @@ struct SentencePair {
 // (.tsv, .jsonl/.json); io::Error otherwise. target_key "" reads sources only (text to translate).
 std::vector<SentencePair> read_parallel(const std::string& path, const std::string& source_key = "source",
                                         const std::string& target_key = "target");
+
+// The same from text already in memory (format tsv or jsonl); origin names it in errors.
+std::vector<SentencePair> parse_parallel(const std::string& text, TableFormat format, const std::string& source_key,
+                                         const std::string& target_key, const std::string& origin);
 
 }  // namespace data

@@ -25,9 +25,9 @@ void expect_error(const std::string& text, TableFormat f, const LabeledColumns& 
 
 TEST(Labeled, TheThreeFormatsGiveTheSameExamples) {
   const LabeledColumns pair{"a", "b", "y"};
-  const std::string jsonl = "{\"a\": \"hello, world\", \"b\": \"x\", \"y\": \"pos\"}\n\n{\"a\": \"say \\\"hi\\\"\", \"b\": \"\", \"y\": 3}\n";
-  const std::string tsv = "y\ta\tb\npos\thello, world\tx\n\n3\tsay \"hi\"\t\n";
-  const std::string csv = "y,a,b\r\npos,\"hello, world\",x\r\n\r\n3,\"say \"\"hi\"\"\",\r\n";
+  const std::string jsonl = "{\"a\": \"hello, world\", \"b\": \"x\", \"y\": \"pos\"}\n\n{\"a\": \"say \\\"hi\\\"\", \"b\": \"\", \"y\": \"neg\"}\n";
+  const std::string tsv = "y\ta\tb\npos\thello, world\tx\n\nneg\tsay \"hi\"\t\n";
+  const std::string csv = "y,a,b\r\npos,\"hello, world\",x\r\n\r\nneg,\"say \"\"hi\"\"\",\r\n";
   for (const auto& [text, format] : {std::pair{jsonl, TableFormat::jsonl}, std::pair{tsv, TableFormat::tsv},
                                      std::pair{csv, TableFormat::csv}}) {
     const auto ex = data::parse_labeled(text, format, pair, "in.x");
@@ -37,18 +37,22 @@ TEST(Labeled, TheThreeFormatsGiveTheSameExamples) {
     EXPECT_EQ(ex[0].labels, std::vector<std::string>{"pos"});
     EXPECT_EQ(ex[1].text, "say \"hi\"");
     EXPECT_EQ(ex[1].text_pair, "");
-    EXPECT_EQ(ex[1].labels, std::vector<std::string>{"3"});
+    EXPECT_EQ(ex[1].labels, std::vector<std::string>{"neg"});
     EXPECT_EQ(ex[1].line, format == TableFormat::jsonl ? 3 : 4);  // blank lines (and the header) are counted
   }
 }
 
 TEST(Labeled, LabelTypesMultiLabelAndUnlabelled) {
   const LabeledColumns cols{"t", "", "l"};
-  const auto ex = data::parse_labeled(
-      "{\"t\": \"a\", \"l\": 2.5}\n{\"t\": \"b\", \"l\": true}\n{\"t\": \"c\", \"l\": [\"x\", 1]}\n", TableFormat::jsonl, cols, "f");
-  EXPECT_EQ(ex[0].labels[0], "2.5");
-  EXPECT_EQ(ex[1].labels[0], "1");
-  EXPECT_EQ(ex[2].labels, (std::vector<std::string>{"x", "1"}));
+  auto label_of = [&](const std::string& value) {
+    return data::parse_labeled("{\"t\": \"a\", \"l\": " + value + "}\n", TableFormat::jsonl, cols, "f")[0].labels;
+  };
+  EXPECT_EQ(label_of("2.5"), std::vector<std::string>{"2.5"});
+  EXPECT_EQ(label_of("7"), std::vector<std::string>{"7"});
+  EXPECT_EQ(label_of("true"), std::vector<std::string>{"1"});
+  EXPECT_EQ(label_of("[\"x\", \"y\"]"), (std::vector<std::string>{"x", "y"}));
+  // Integers and floats are one type (a regression file may write 5 for 5.0).
+  EXPECT_EQ(data::parse_labeled("{\"t\": \"a\", \"l\": 5}\n{\"t\": \"b\", \"l\": 0.5}\n", TableFormat::jsonl, cols, "f").size(), 2u);
   const auto multi = data::parse_labeled("t,l\nq,x|y\n", TableFormat::csv, cols, "f");
   EXPECT_EQ(multi[0].labels, (std::vector<std::string>{"x", "y"}));
   const auto unlabelled = data::parse_labeled("{\"t\": \"a\"}\n", TableFormat::jsonl, {"t", "", ""}, "f");
@@ -74,6 +78,26 @@ TEST(Labeled, BadRowsNameTheFileAndLine) {
   expect_error("t,l\n\"open,1\n", TableFormat::csv, cols, "in.x:2: a quoted field is not closed");
   expect_error("t,l\n\"a\"b,1\n", TableFormat::csv, cols, "in.x:2: characters after a closing quote");
   expect_error("", TableFormat::csv, cols, "in.x:1: no header line");
+  expect_error("t\tl\na\tx||y\n", TableFormat::tsv, cols, "in.x:2: an empty label name in 'x||y'");
+  expect_error("t,l\na,x|\n", TableFormat::csv, cols, "in.x:2: an empty label name in 'x|'");
+}
+
+// One type of label per file: a name among numbers (or a string among lists) is an error naming the
+// first line that differs and the line it differs from.
+TEST(Labeled, AFileMixingLabelTypesIsRefusedAtTheFirstDifferentLine) {
+  const LabeledColumns cols{"t", "", "l"};
+  expect_error("{\"t\": \"a\", \"l\": 0.5}\n{\"t\": \"b\", \"l\": 1}\n{\"t\": \"c\", \"l\": \"pos\"}\n", TableFormat::jsonl,
+               cols, "in.x:3: the label is a string, but line 1's is a number");
+  expect_error("{\"t\": \"a\", \"l\": [\"x\"]}\n{\"t\": \"b\", \"l\": \"y\"}\n", TableFormat::jsonl, cols,
+               "in.x:2: the label is a string, but line 1's is a list");
+  expect_error("{\"t\": \"a\", \"l\": [\"x\"]}\n{\"t\": \"b\", \"l\": []}\n{\"t\": \"c\", \"l\": [\"y\", 2]}\n",
+               TableFormat::jsonl, cols, "in.x:3: a list item is a number, but line 1's is a string");
+  expect_error("{\"t\": \"a\", \"l\": \"1\"}\n{\"t\": \"b\", \"l\": 1}\n", TableFormat::jsonl, cols,
+               "in.x:2: the label is a number, but line 1's is a string");
+  expect_error("t\tl\na\t0.5\nb\t4\nc\tgood\n", TableFormat::tsv, cols, "in.x:4: the label is a name, but line 2's is a number");
+  expect_error("t,l\na,x|y\nb,3\n", TableFormat::csv, cols, "in.x:3: the label is a number, but line 2's is a name");
+  // Names and lists of names go together in a table (a one-name row of a multi-label file).
+  EXPECT_EQ(data::parse_labeled("t\tl\na\tx|y\nb\tz\n", TableFormat::tsv, cols, "f").size(), 2u);
 }
 
 }  // namespace

@@ -1,0 +1,91 @@
+// libFuzzer target: the fine-tuning and translation data readers (data/labeled.h: JSONL, TSV and CSV
+// with labels; data/parallel.h: TSV and JSONL sentence pairs). The first byte picks the reader, the
+// format and the columns; the rest is the file. Contract: any bytes either give rows or throw
+// base::Error naming "file:line" (never another exception, a crash or a hang); rows come in file
+// order with 1-based, increasing lines within the file; a labelled row has at least one label and no
+// empty label name; sentence pairs have a non-empty source (and target, when one is read).
+#include <string>
+
+#include "base/error.h"
+#include "data/labeled.h"
+#include "data/parallel.h"
+#include "fuzz_common.h"
+
+namespace {
+
+const char kOrigin[] = "data.file";
+
+// The line count of the text (a last line without '\n' counts): every row's line is within it.
+int64_t line_count(const std::string& text) {
+  int64_t n = 1;
+  for (const char c : text) n += c == '\n';
+  return n;
+}
+
+void check_error(const base::Error& e) {
+  const std::string what = e.what();
+  FUZZ_CHECK(what.rfind(std::string(kOrigin) + ":", 0) == 0, "an error that does not name the file: " + what);
+  fuzz::note("base::Error: " + what);
+}
+
+void labeled(const std::string& text, uint8_t choice) {
+  const data::TableFormat format = static_cast<data::TableFormat>(choice % 3);
+  data::LabeledColumns cols;
+  if (choice & 4) cols.text_pair = "sentence2";
+  if (choice & 8) cols.label.clear();  // a test set: no labels
+  std::vector<data::LabeledExample> rows;
+  try {
+    rows = data::parse_labeled(text, format, cols, kOrigin);
+  } catch (const base::Error& e) {
+    return check_error(e);
+  } catch (const std::exception& e) {
+    fuzz::undocumented("data::parse_labeled", e);
+  }
+  const int64_t lines = line_count(text);
+  int64_t last = 0;
+  for (const data::LabeledExample& r : rows) {
+    FUZZ_CHECK(r.line > last && r.line <= lines, "row lines out of order or past the end");
+    last = r.line;
+    FUZZ_CHECK(cols.label.empty() ? r.labels.empty() : format == data::TableFormat::jsonl || !r.labels.empty(),
+               "labels where none were asked for, or a table row without one");
+    for (const std::string& name : r.labels) {
+      FUZZ_CHECK(format == data::TableFormat::jsonl || !name.empty(), "an empty label name from a table");
+    }
+  }
+  fuzz::note("labeled: " + std::to_string(rows.size()) + " rows");
+}
+
+void parallel(const std::string& text, uint8_t choice) {
+  const data::TableFormat format = choice & 1 ? data::TableFormat::jsonl : data::TableFormat::tsv;
+  const std::string target = choice & 2 ? "" : "target";  // "": sources only
+  std::vector<data::SentencePair> pairs;
+  try {
+    pairs = data::parse_parallel(text, format, "source", target, kOrigin);
+  } catch (const base::Error& e) {
+    return check_error(e);
+  } catch (const std::exception& e) {
+    fuzz::undocumented("data::parse_parallel", e);
+  }
+  const int64_t lines = line_count(text);
+  int64_t last = 0;
+  for (const data::SentencePair& p : pairs) {
+    FUZZ_CHECK(p.line > last && p.line <= lines, "pair lines out of order or past the end");
+    last = p.line;
+    FUZZ_CHECK(!p.source.empty() && (target.empty() ? p.target.empty() : !p.target.empty()), "an empty side");
+  }
+  fuzz::note("parallel: " + std::to_string(pairs.size()) + " pairs");
+}
+
+}  // namespace
+
+extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
+  if (size == 0) return 0;
+  const uint8_t choice = data[0];
+  const std::string text(reinterpret_cast<const char*>(data) + 1, size - 1);
+  if (choice & 16) {
+    parallel(text, choice);
+  } else {
+    labeled(text, choice);
+  }
+  return 0;
+}
