@@ -9,8 +9,9 @@
 #include <map>
 #include <nlohmann/json.hpp>
 
-#include "io/mapped_file.h"
 #include "base/error.h"
+#include "data/lines.h"
+#include "io/mapped_file.h"
 
 namespace data {
 namespace {
@@ -32,21 +33,6 @@ std::string label_text(const json& v, const std::string& origin, int64_t line) {
   }
   if (v.is_boolean()) return v.get<bool>() ? "1" : "0";
   fail(origin, line, "a label must be a string, a number or a boolean, got " + v.dump());
-}
-
-// fn(line, number) for each line of text: 1-based numbers, the CR of a CRLF dropped.
-template <class Fn>
-void for_each_line(const std::string& text, Fn fn) {
-  int64_t number = 0;
-  for (size_t pos = 0; pos < text.size();) {
-    size_t end = text.find('\n', pos);
-    if (end == std::string::npos) end = text.size();
-    std::string line = text.substr(pos, end - pos);
-    pos = end + 1;
-    ++number;
-    if (!line.empty() && line.back() == '\r') line.pop_back();
-    fn(line, number);
-  }
 }
 
 // The label names of a TSV/CSV field: several separated by '|' (multi-label); an empty name ("a||b",

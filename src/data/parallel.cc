@@ -3,6 +3,7 @@
 
 #include "base/error.h"
 #include "data/labeled.h"
+#include "data/lines.h"
 #include "io/mapped_file.h"
 
 namespace data {
@@ -21,15 +22,8 @@ void check_sides(const SentencePair& p, bool wants_target, const std::string& or
 
 std::vector<SentencePair> parse_tsv(const std::string& text, bool wants_target, const std::string& origin) {
   std::vector<SentencePair> out;
-  int64_t line_no = 0;
-  for (size_t at = 0; at < text.size();) {
-    size_t end = text.find('\n', at);
-    if (end == std::string::npos) end = text.size();
-    std::string line = text.substr(at, end - at);
-    at = end + 1;
-    ++line_no;
-    if (!line.empty() && line.back() == '\r') line.pop_back();
-    if (line.find_first_not_of(" \t") == std::string::npos) continue;
+  for_each_line(text, [&](const std::string& line, int64_t line_no) {
+    if (line.find_first_not_of(" \t") == std::string::npos) return;
     const size_t tab = line.find('\t');
     if (wants_target ? tab == std::string::npos || line.find('\t', tab + 1) != std::string::npos : tab != std::string::npos) {
       fail(origin, line_no, wants_target ? "expected two tab-separated fields, source and target"
@@ -38,7 +32,7 @@ std::vector<SentencePair> parse_tsv(const std::string& text, bool wants_target, 
     SentencePair p{line.substr(0, tab), wants_target ? line.substr(tab + 1) : "", line_no};
     check_sides(p, wants_target, origin);
     out.push_back(std::move(p));
-  }
+  });
   return out;
 }
 

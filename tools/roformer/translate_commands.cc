@@ -18,7 +18,7 @@
 #include "commands.h"
 #include "curves.h"
 #include "thread_option.h"
-#include "data/parallel.h"
+#include "data/lines.h"
 #include "io/atomic_file.h"
 #include "io/mapped_file.h"
 #include "io/safetensors.h"
@@ -70,31 +70,20 @@ int run_translate_train(TranslateCli& c) {
 std::vector<std::string> read_inputs(const TranslateCli& c) {
   const std::string text = c.input == "-" ? std::string(std::istreambuf_iterator<char>(std::cin), {}) : io::read_file(c.input);
   std::vector<std::string> out;
-  size_t at = 0;
-  int64_t line_no = 0;
-  while (at < text.size()) {
-    size_t end = text.find('\n', at);
-    if (end == std::string::npos) end = text.size();
-    std::string line = text.substr(at, end - at);
-    at = end + 1;
-    ++line_no;
-    if (!line.empty() && line.back() == '\r') line.pop_back();
-    if (c.format == "jsonl") {
-      if (line.find_first_not_of(" \t") == std::string::npos) continue;
-      nlohmann::json j;
-      try {
-        j = nlohmann::json::parse(line);
-      } catch (const nlohmann::json::exception& e) {
-        throw io::Error(c.input + ":" + std::to_string(line_no) + ": not valid JSON: " + e.what());
-      }
-      if (!j.is_object() || !j.contains(c.source_key) || !j[c.source_key].is_string()) {
-        throw io::Error(c.input + ":" + std::to_string(line_no) + ": no string field '" + c.source_key + "'");
-      }
-      out.push_back(j[c.source_key].get<std::string>());
-    } else {
-      out.push_back(line);
+  data::for_each_line(text, [&](const std::string& line, int64_t line_no) {
+    if (c.format != "jsonl") return out.push_back(line);  // an empty line translates to nothing
+    if (line.find_first_not_of(" \t") == std::string::npos) return;
+    nlohmann::json j;
+    try {
+      j = nlohmann::json::parse(line);
+    } catch (const nlohmann::json::exception& e) {
+      throw io::Error(c.input + ":" + std::to_string(line_no) + ": not valid JSON: " + e.what());
     }
-  }
+    if (!j.is_object() || !j.contains(c.source_key) || !j[c.source_key].is_string()) {
+      throw io::Error(c.input + ":" + std::to_string(line_no) + ": no string field '" + c.source_key + "'");
+    }
+    out.push_back(j[c.source_key].get<std::string>());
+  });
   return out;
 }
 
