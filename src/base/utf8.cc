@@ -89,4 +89,34 @@ bool utf8_valid(std::string_view s) {
   return true;
 }
 
+std::string printable(std::string_view s) {
+  std::string out;
+  out.reserve(s.size());
+  const auto* p = reinterpret_cast<const uint8_t*>(s.data());
+  auto escape = [&](size_t from, size_t n) {
+    static const char kHex[] = "0123456789abcdef";
+    for (size_t k = from; k < from + n; ++k) {
+      const uint8_t b = p[k];
+      if (b == '\n') out += "\\n";
+      else if (b == '\r') out += "\\r";
+      else if (b == '\t') out += "\\t";
+      else out += std::string{'\\', 'x', kHex[b >> 4], kHex[b & 15]};
+    }
+  };
+  for (size_t i = 0; i < s.size();) {
+    char32_t cp;
+    const int n = utf8_next(p + i, s.size() - i, true, &cp);
+    const std::string_view bytes(s.data() + i, static_cast<size_t>(n));
+    const bool valid = cp != kReplacementChar || bytes == "\xef\xbf\xbd";  // U+FFFD itself is valid
+    const bool control = cp < 0x20 || cp == 0x7F || (cp >= 0x80 && cp < 0xA0);
+    if (!valid || control) {
+      escape(i, static_cast<size_t>(n));
+    } else {
+      out.append(bytes);
+    }
+    i += static_cast<size_t>(n);
+  }
+  return out;
+}
+
 }  // namespace base

@@ -28,4 +28,10 @@ std::u32string utf8_decode(std::string_view s);
 std::string utf8_encode(std::u32string_view cps);
 bool utf8_valid(std::string_view s);
 
+// s made safe to print as one line of a terminal or log (error messages quote file contents): C0 and
+// C1 control characters, DEL and the bytes of invalid UTF-8 become escapes (\n, \r, \t, else \xNN
+// for each byte, C1 characters included); every other character, ideographs and emoji included,
+// passes unchanged. An escape sequence from a file can then neither recolour nor rewrite the terminal.
+std::string printable(std::string_view s);
+
 }  // namespace base

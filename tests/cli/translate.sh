@@ -154,6 +154,10 @@ printf 'one two\tuno dos\nthree four\n' > "$work/bad.tsv"
 expect_error "bad.tsv:2: expected two tab-separated fields" "$roformer" translate-train --train "$work/bad.tsv" \
   --validation "$work/valid.tsv" --out "$work/bad" --no-progress
 expect_error "no_such_dir: no such model directory" "$roformer" translate --model "$work/no_such_dir"
+# A control sequence in what an error quotes is escaped: one line, and the terminal's colour stays.
+"$roformer" translate --model "$work/no$(printf '\033')[31m_dir" < /dev/null 2> "$work/err.txt" && exit 1
+grep -qF 'no\x1b[31m_dir: no such model directory' "$work/err.txt"
+if grep -q "$(printf '\033')" "$work/err.txt"; then echo "an escape byte reached stderr" >&2; exit 1; fi
 echo '{"text": "x"}' > "$work/in.jsonl"
 expect_error "in.jsonl:1: no string field 'source'" "$roformer" translate --model "$work/avg" --format jsonl --input "$work/in.jsonl"
 expect_error "at most the beam size" "$roformer" translate --model "$work/avg" --input "$work/src.txt" --beam 2 --nbest 3

@@ -57,6 +57,16 @@ std::u32string decode_all(const std::string& s) {
   return out;
 }
 
+// Error messages quote file contents through base::printable: one line, no terminal control.
+TEST(Utf8, PrintableEscapesControlsAndInvalidBytesOnly) {
+  EXPECT_EQ(base::printable("plain 今天 😀 \xef\xbf\xbd \\ é"), "plain 今天 😀 \xef\xbf\xbd \\ é");
+  EXPECT_EQ(base::printable("a\nb\r\tc"), "a\\nb\\r\\tc");
+  EXPECT_EQ(base::printable("\x1b[31mred\x07\x7f"), "\\x1b[31mred\\x07\\x7f");
+  EXPECT_EQ(base::printable(std::string("nul\0here", 8)), "nul\\x00here");
+  EXPECT_EQ(base::printable("c1 \xc2\x9b"), "c1 \\xc2\\x9b");  // U+009B, the 8-bit CSI
+  EXPECT_EQ(base::printable("bad \xff\xc3 end \xe4\xb8"), "bad \\xff\\xc3 end \\xe4\\xb8");
+}
+
 TEST(Utf8, MaximalSubpartReplacementLikePython) {
   // Expected values from Python's bytes.decode_ids("utf-8", errors="replace").
   EXPECT_EQ(decode_all("a\xC3\xA9\xE4\xB8\xAD\xF0\x9F\x98\x80"), U"aé中😀");

@@ -27,6 +27,7 @@
 
 #include "commands.h"
 #include "thread_option.h"
+#include "base/utf8.h"
 #include "plot/plot.h"
 #include "rope/rope.h"
 
@@ -138,7 +139,7 @@ int main(int argc, char** argv) {
   try {
     status = commands.run_parsed();
   } catch (const std::exception& e) {
-    fmt::print(stderr, "roformer: error: {}\n", e.what());
+    fmt::print(stderr, "roformer: error: {}\n", base::printable(e.what()));  // file contents are quoted
   }
   // cairo and fontconfig keep font caches for the life of the process; free them so that the
   // sanitizer build's leak check sees a clean exit after a plot.
