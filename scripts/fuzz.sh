@@ -4,9 +4,12 @@
 # reproducers in fuzz/regressions/<target>/), niced, one libFuzzer job per target. Prints per target
 # the executions, coverage (cov = edges, ft = features), corpus size and findings; exits 1 if any
 # target crashed, leaked, timed out, ran out of memory, threw an undocumented exception or broke an
-# invariant (the inputs are kept under the work folder). docs/reliability.md has the details.
+# invariant (the inputs are kept under the work folder). The differential target tokenizer_diff is not
+# libFuzzer: random text through our tokenizer and transformers' (tests/hf/tokenizer_diff.py, a random
+# seed), which must give the same ids; without a Python that has transformers it is skipped (a failure
+# with ROFORMER_REQUIRE_HF=1, as in CI). docs/reliability.md has the details.
 #
-#   scripts/fuzz.sh [SECONDS] [TARGET...]     # default 600 s; targets: safetensors torch_bin config vocab tokenizer data
+#   scripts/fuzz.sh [SECONDS] [TARGET...]     # default 600 s; targets: safetensors torch_bin config vocab tokenizer data tokenizer_diff
 #   FUZZ_PARALLEL=2 scripts/fuzz.sh 10        # the CI smoke run (.ci/run)
 #   FUZZ_PARALLEL=2 scripts/fuzz.sh 600       # two targets at a time
 #   FUZZ_WORK=dir                             # scratch folder (default build/fuzz-work/<date-time>)
@@ -17,7 +20,7 @@ cd "$(dirname "$0")/.."
 root=$(pwd)
 seconds="${1:-600}"
 shift || true
-all_targets=(safetensors torch_bin config vocab tokenizer data)
+all_targets=(safetensors torch_bin config vocab tokenizer data tokenizer_diff)
 targets=("$@")
 [ ${#targets[@]} -eq 0 ] && targets=("${all_targets[@]}")
 parallel="${FUZZ_PARALLEL:-1}"
@@ -115,9 +118,25 @@ run_target() {
   done
 }
 
+# The differential tokenizer fuzzer for the time budget; its log (seed, texts, differences with the
+# text escaped) is tokenizer_diff/driver.log, its exit status tokenizer_diff/status (77: skipped).
+run_diff() {
+  local dir="$work/tokenizer_diff" status=0
+  mkdir -p "$dir"
+  nice -n 19 bash tests/hf/tokenizer_diff.sh "$root/$build/fuzz/tokenizer_diff" fuzz/data/roformer-tokenizer "$dir/run" \
+    --seconds "$seconds" >"$dir/driver.log" 2>&1 || status=$?
+  echo "$status" >"$dir/status"
+}
+
 echo "fuzzing ${targets[*]} for ${seconds} s each (parallel $parallel) in $work"
 pids=()
 for t in "${targets[@]}"; do
+  if [ "$t" = tokenizer_diff ]; then
+    run_diff &
+    pids+=($!)
+    while [ "$(jobs -rp | wc -l)" -ge "$parallel" ]; do wait -n || true; done
+    continue
+  fi
   [ -x "$build/fuzz/fuzz_$t" ] || { echo "no such target: $t" >&2; exit 2; }
   run_target "$t" &
   pids+=($!)
@@ -130,6 +149,22 @@ status=0
 printf '\n%-12s %12s %8s %8s %7s %10s  %s\n' target execs exec/s cov ft corpus findings
 for t in "${targets[@]}"; do
   dir="$work/$t"
+  if [ "$t" = tokenizer_diff ]; then
+    rc=$(cat "$dir/status" 2>/dev/null || echo "?")
+    summary=$(grep -E '^tokenizer_diff: [0-9]+ texts' "$dir/driver.log" || true)
+    texts=$(echo "$summary" | sed -nE 's/^tokenizer_diff: ([0-9]+) texts.*/\1/p')
+    rate=$(echo "$summary" | sed -nE 's/.*\(([0-9]+) texts\/s\).*/\1/p')
+    case "$rc" in
+      0) findings="none ($(grep -oE 'seed [0-9]+' "$dir/driver.log" | head -1))" ;;
+      77) findings="skipped: no Python with transformers (ROFORMER_PYTHON)" ;;  # with ROFORMER_REQUIRE_HF=1: status 1
+      *) findings="differences or errors: $dir/driver.log"; status=1 ;;
+    esac
+    printf '%-12s %12s %8s %8s %7s %10s  %s\n' "$t" "${texts:--}" "${rate:--}" - - - "$findings"
+    if [ "$rc" != 0 ] && [ "$rc" != 77 ]; then  # the differences (escaped texts, both sides' ids), else the log's end
+      grep -A6 '^DIFFERENCE' "$dir/driver.log" | head -40 || tail -5 "$dir/driver.log"
+    fi
+    continue
+  fi
   mapfile -t logs < <(ls -v "$dir"/seg-*.log 2>/dev/null || true)
   [ ${#logs[@]} -gt 0 ] || logs=("$dir/driver.log")
   log="${logs[$(( ${#logs[@]} - 1 ))]}"

@@ -285,17 +285,21 @@ std::vector<Hypothesis> generate(const RoFormer<float>& m, const std::vector<int
   check_decode_options(o);
   if (prompt.empty()) throw std::invalid_argument("generation needs a prompt of at least one token");
   const int64_t limit = capacity > 0 ? capacity : m.config().max_position_embeddings;
-  std::vector<int64_t> context(prompt.end() - std::min<int64_t>(static_cast<int64_t>(prompt.size()), limit), prompt.end());
+  const int64_t prompt_len = static_cast<int64_t>(prompt.size());
+  if (prompt_len >= limit) {
+    throw std::invalid_argument("the prompt is " + std::to_string(prompt_len) + " tokens, but the context (" +
+                                (capacity > 0 ? "capacity" : "max_position_embeddings") + ") is " +
+                                std::to_string(limit) + " tokens and must also hold the generated ones");
+  }
   // The cache holds what this request needs, not max_position_embeddings (up to 2^24) tokens.
-  const int64_t prompt_len = static_cast<int64_t>(context.size());
   const int64_t new_tokens = std::min<int64_t>(limit - prompt_len, o.max_len_b);
   Generator g(m, capacity > 0 ? capacity : prompt_len + new_tokens);
-  const std::vector<float> logits = g.feed(context);
+  const std::vector<float> logits = g.feed(prompt);
   // The prompt ran once; its cache and logits are copied to the beams.
   g.reorder(std::vector<int64_t>(o.beam_size, 0));
   std::vector<float> rows(o.beam_size * logits.size());
   for (int64_t k = 0; k < o.beam_size; ++k) std::copy(logits.begin(), logits.end(), rows.begin() + k * logits.size());
-  return decode(g, rows, {context}, {new_tokens}, eos, o)[0];
+  return decode(g, rows, {prompt}, {new_tokens}, eos, o)[0];
 }
 
 }  // namespace model

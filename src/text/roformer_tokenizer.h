@@ -17,8 +17,12 @@
 // All const methods may run concurrently (the jieba dictionary is read once, on first need).
 // Checked against transformers 4.40.2 + jieba 0.42.1: the fixture's cases, ~20k random mixed-script
 // strings (tokens and ids, RoFormer and BERT modes, several configurations) and 4k random
-// pair/truncation/padding/batch option sets give identical output. Known deviations (none met by
-// those checks): HF's Trie/regex pick the first listed added token when two overlap at a position,
+// pair/truncation/padding/batch option sets give identical output; the differential fuzzer
+// (tests/hf/tokenizer_diff.py, docs/reliability.md) compares the ids of random bytes (every Unicode
+// category, invalid UTF-8 read as U+FFFD per maximal subpart = Python's errors="replace", controls,
+// U+FFFD, NUL) in ctest and scripts/fuzz.sh. As in HF, a jieba word that is a vocab.txt token is kept
+// whole before any cleaning (U+FFFD or NUL in the vocabulary are then tokens). Known deviations (none
+// met by those checks): HF's Trie/regex pick the first listed added token when two overlap at a position,
 // we pick the longest; AddedToken.single_word is ignored (lstrip/rstrip are honoured); characters
 // assigned in a Unicode version newer than the Python's (utf8proc 2.8: 15.0; Python 3.11: 14.0,
 // 3.10: 13.0) are unassigned, hence dropped as control characters, in Python (basic_tokenizer.h);

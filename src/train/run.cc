@@ -183,6 +183,19 @@ void TrainingRun::print_sample() const {
   std::vector<int64_t> prompt;
   for (int32_t id : text_->encode_ids(o_.sample_prompt)) prompt.push_back(id);
   if (prompt.empty()) prompt.push_back(text_->specials().sep);
+  // As `roformer generate`: a prompt that fills the context gets no sample, fewer tokens a note.
+  const int64_t context = m_->config().max_position_embeddings, prompt_tokens = static_cast<int64_t>(prompt.size());
+  if (prompt_tokens >= context) {
+    std::fprintf(stderr, "no sample: --sample-prompt is %lld tokens, but the context (--max-positions) is %lld\n",
+                 static_cast<long long>(prompt_tokens), static_cast<long long>(context));
+    return;
+  }
+  if (prompt_tokens + o_.sample_tokens > context) {
+    std::fprintf(stderr, "sample: %lld tokens, not --sample-tokens %lld: the prompt's %lld tokens and the new ones "
+                 "must fit the context (--max-positions) of %lld\n", static_cast<long long>(context - prompt_tokens),
+                 static_cast<long long>(o_.sample_tokens), static_cast<long long>(prompt_tokens),
+                 static_cast<long long>(context));
+  }
   model::DecodeOptions so;
   so.beam_size = 1;
   so.max_len_b = o_.sample_tokens;

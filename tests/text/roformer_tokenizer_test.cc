@@ -11,6 +11,7 @@
 
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
@@ -264,6 +265,58 @@ TEST(HfTokenizerConfig, AddedTokensStripAndStayWhole) {
   EXPECT_EQ(t.tokenize("A [MASK]"), (Strings{"a", "[MASK]"}));
   EXPECT_EQ(t.tokenize("[mask]"), (Strings{"[UNK]", "[UNK]", "[UNK]"}));  // lower-case: not the token
   EXPECT_EQ(t.id_to_token(7), "<Extra>");
+}
+
+// ---- cleaning through the whole pipeline: U+FFFD, NUL, controls, invalid UTF-8 ----
+// The expected ids are transformers 4.40.2's slow RoFormerTokenizer (jieba) and BertTokenizer on
+// bytes.decode("utf-8", errors="replace") of the same bytes, as tests/hf/tokenizer_diff.py compares.
+
+template <size_t N>
+std::string bytes(const char (&s)[N]) {  // a literal with its NULs
+  return std::string(s, N - 1);
+}
+
+const char kMojibake[] = "caf\xc3\x83\xc2\xa9 \xef\xbf\xbd\xef\xbf\xbd \x01\x1b[31mhello\x7f\xc2\x85world";
+const char kNulInChinese[] = "\xe4\xbb\x8a\xe5\xa4\xa9\xef\xbf\xbd\xe5\xa4\xa9\xe6\xb0\x94\x00\xe5\xbe\x88\xe5\xa5\xbd";
+const char kSurrogateAndSpaces[] = "hello\xed\xa0\x80world \xe3\x80\x80 \xc2\xa0!";  // ED A0 80: three U+FFFD
+
+TEST(HfTokenizerCleaning, ReplacementCharacterNulAndControlsAreDropped) {
+  for (const RoFormerTokenizer* t : {&roformer(), &bert()}) {
+    EXPECT_EQ(t->encode(bytes("Hello\xef\xbf\xbd world\x00!")).input_ids, (Ids{2, 65, 66, 5, 3}));
+    EXPECT_EQ(t->encode(bytes("\xef\xbf\xbd")).input_ids, (Ids{2, 3}));
+    EXPECT_EQ(t->encode(bytes("\x00\x01\x02\x1b\x7f\xc2\x85\xc2\x9f\xe2\x80\x8b")).input_ids, (Ids{2, 3}));
+    EXPECT_EQ(t->encode(bytes("\xff\xfe\xed\xa0\x80\xf0\x9f\x98")).input_ids, (Ids{2, 3}));  // invalid bytes only
+  }
+  // RoFormer: jieba cuts words around the dropped characters before the BERT tokenizer sees them.
+  EXPECT_EQ(roformer().encode(bytes(kMojibake)).input_ids, (Ids{2, 1, 21, 1, 1, 1, 66, 3}));
+  EXPECT_EQ(bert().encode(bytes(kMojibake)).input_ids, (Ids{2, 1, 1, 1, 3}));
+  EXPECT_EQ(roformer().encode(bytes(kNulInChinese)).input_ids, (Ids{2, 123, 124, 1, 103, 3}));
+  EXPECT_EQ(bert().encode(bytes(kNulInChinese)).input_ids, (Ids{2, 98, 99, 99, 100, 1, 103, 3}));
+  EXPECT_EQ(roformer().encode(bytes(kSurrogateAndSpaces)).input_ids, (Ids{2, 65, 66, 5, 3}));
+  EXPECT_EQ(bert().encode(bytes(kSurrogateAndSpaces)).input_ids, (Ids{2, 1, 5, 3}));  // "helloworld": [UNK]
+}
+
+TEST(HfTokenizerCleaning, JiebaWordsInTheVocabularySkipCleaning) {
+  // HF's RoFormerTokenizer._tokenize keeps a jieba word found in vocab.txt as it is, uncleaned: with
+  // U+FFFD, " ", U+3000 and NUL in the vocabulary (ids 129-132) they become tokens in RoFormer mode
+  // and stay dropped in BERT mode.
+  auto read = [](const std::string& path) {
+    std::ifstream in(path, std::ios::binary);
+    return std::string(std::istreambuf_iterator<char>(in), {});
+  };
+  const std::string d = model_dir("clean_vocab", read(kDir + "/vocab.txt") + bytes("\xef\xbf\xbd\n \n\xe3\x80\x80\n\x00\n"),
+                                  read(kDir + "/tokenizer_config.json"), read(kDir + "/special_tokens_map.json"));
+  const RoFormerTokenizer r = RoFormerTokenizer::load(d), b = RoFormerTokenizer::load(d, LoadOptions{"", false});
+  ASSERT_EQ(r.token_to_id("\xef\xbf\xbd"), 129);
+  EXPECT_EQ(r.encode(bytes("Hello\xef\xbf\xbd world\x00!")).input_ids, (Ids{2, 65, 129, 130, 66, 132, 5, 3}));
+  EXPECT_EQ(b.encode(bytes("Hello\xef\xbf\xbd world\x00!")).input_ids, (Ids{2, 65, 66, 5, 3}));
+  EXPECT_EQ(r.encode(bytes(kMojibake)).input_ids, (Ids{2, 1, 21, 1, 130, 129, 129, 130, 1, 1, 66, 3}));
+  EXPECT_EQ(r.encode(bytes(kNulInChinese)).input_ids, (Ids{2, 123, 129, 124, 132, 1, 103, 3}));
+  // One U+FFFD per maximal invalid subpart, as Python's decoder: ED A0 80 is three.
+  EXPECT_EQ(r.encode(bytes(kSurrogateAndSpaces)).input_ids, (Ids{2, 65, 129, 129, 129, 66, 130, 131, 130, 5, 3}));
+  EXPECT_EQ(b.encode(bytes(kSurrogateAndSpaces)).input_ids, (Ids{2, 1, 5, 3}));
+  EXPECT_EQ(r.encode(bytes("\xef\xbf\xbd")).input_ids, (Ids{2, 129, 3}));
+  EXPECT_EQ(r.encode(bytes("\x00\x01\x02")).input_ids, (Ids{2, 132, 3}));
 }
 
 // ---- jieba ----

@@ -106,6 +106,22 @@ int run_generate(const ModelCommandOptions& o) {
   std::vector<int64_t> prompt;
   for (int32_t id : lm.tokenizer->encode_ids(o.prompt)) prompt.push_back(id);
   if (prompt.empty()) throw std::invalid_argument("the prompt encodes to no tokens");
+  // The prompt and the new tokens share the model's context. A prompt that fills it is refused (as
+  // transformers' generate fails past max_position_embeddings; cutting the prompt would silently
+  // change what is continued); fewer new tokens than --tokens are generated with a note on stderr.
+  const int64_t context = lm.model->config().max_position_embeddings;
+  const auto prompt_tokens = static_cast<int64_t>(prompt.size());
+  if (prompt_tokens >= context) {
+    throw std::invalid_argument(fmt::format(
+        "--prompt is {} tokens, but the model's context is {} tokens (max_position_embeddings in {}/config.json) and "
+        "must also hold the generated ones: shorten --prompt to at most {} tokens",
+        prompt_tokens, context, o.model_dir, context - 1));
+  }
+  if (prompt_tokens + o.tokens > context) {
+    fmt::print(stderr, "roformer generate: generating {} tokens, not --tokens {}: the prompt's {} tokens and the new "
+               "ones must fit the model's context of {} tokens (max_position_embeddings)\n",
+               context - prompt_tokens, o.tokens, prompt_tokens, context);
+  }
   model::DecodeOptions so;
   so.beam_size = o.beam;
   so.length_penalty = o.length_penalty;
@@ -227,7 +243,7 @@ void add_generate_command(CLI::App& app, CommandTable& commands, const std::shar
   CLI::App* gen = app.add_subcommand("generate", "Continue text with a causal-LM checkpoint: sampling, greedy or beam search");
   gen->add_option("--model", o->model_dir, "Checkpoint directory")->required();
   gen->add_option("--prompt", o->prompt, "Text to continue");
-  gen->add_option("--tokens", o->tokens, "Tokens to generate")->check(CLI::NonNegativeNumber)->capture_default_str();
+  gen->add_option("--tokens", o->tokens, "Tokens to generate (fewer, with a note, where the context ends)")->check(CLI::NonNegativeNumber)->capture_default_str();
   CLI::Option* temperature = gen->add_option("--temperature", o->temperature, "Sampling temperature (0: greedy)")
                                  ->check(CLI::NonNegativeNumber)->capture_default_str();
   CLI::Option* top_k = gen->add_option("--top-k", o->top_k, "Sampling: the k most probable tokens (0: all)")

@@ -1,0 +1,44 @@
+#!/usr/bin/env bash
+# `roformer generate` (and train's final sample) at the end of the model's context: a prompt that
+# fills max_position_embeddings is refused with one error line naming --prompt and the limit (nothing
+# on stdout); a prompt that leaves fewer positions than --tokens generates what fits and says so on
+# stderr; a request that fits prints no note. A 2-step character-level model with a 64-token context.
+# Usage: generate_context.sh ROFORMER_BINARY WORK_DIR
+set -euo pipefail
+roformer="$1"
+work="$2"
+rm -rf "$work"
+mkdir -p "$work"
+export OMP_NUM_THREADS=2
+awk 'BEGIN { for (i = 0; i < 400; i++) print "the river and the mountain " i }' > "$work/corpus.txt"
+long=$(printf 'the river %.0s' {1..8})  # 80 characters: 80 tokens of the character-level model
+"$roformer" train --data "$work/corpus.txt" --layers 1 --hidden 16 --heads 2 --ff 32 --seq 16 --batch 2 \
+  --max-positions 64 --steps 2 --sample-tokens 20 --sample-prompt "$long" --no-progress --out "$work/m" \
+  > "$work/train.out" 2> "$work/train.err"
+grep -q "^no sample: --sample-prompt is 80 tokens, but the context (--max-positions) is 64$" "$work/train.err"
+model="$work/m/step-000002"
+
+echo "== a prompt longer than the context: refused"
+if "$roformer" generate --model "$model" --prompt "$long" --tokens 5 > "$work/long.out" 2> "$work/long.err"; then
+  echo "generate accepted an 80-token prompt with a 64-token context" >&2; exit 1
+fi
+cat "$work/long.err"
+[ "$(wc -l < "$work/long.err")" -eq 1 ] && [ ! -s "$work/long.out" ]
+grep -q -- "--prompt is 80 tokens, but the model's context is 64 tokens (max_position_embeddings in $model/config.json).* at most 63 tokens" "$work/long.err"
+
+echo "== a prompt that fills the context exactly: refused (no room for one new token)"
+if "$roformer" generate --model "$model" --prompt "${long:0:64}" --tokens 1 2> "$work/full.err" > /dev/null; then
+  echo "generate accepted a 64-token prompt with a 64-token context" >&2; exit 1
+fi
+grep -q -- "--prompt is 64 tokens" "$work/full.err"
+
+echo "== fewer positions left than --tokens: what fits, with a note"
+"$roformer" generate --model "$model" --prompt "${long:0:50}" --tokens 20 --seed 1 > "$work/near.out" 2> "$work/near.err"
+cat "$work/near.err"
+grep -q "^roformer generate: generating 14 tokens, not --tokens 20: the prompt's 50 tokens and the new ones must fit the model's context of 64 tokens (max_position_embeddings)$" "$work/near.err"
+[ "$(head -c 50 "$work/near.out")" = "${long:0:50}" ]
+# The same 14 tokens as asking for 14: nothing else changed.
+"$roformer" generate --model "$model" --prompt "${long:0:50}" --tokens 14 --seed 1 > "$work/fits.out" 2> "$work/fits.err"
+cmp "$work/near.out" "$work/fits.out"
+[ ! -s "$work/fits.err" ]
+echo "ok"
