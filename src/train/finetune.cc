@@ -222,7 +222,7 @@ void FinetuneRun::prepare() {
   if (!resume_dir_.empty()) {
     state_ = restore_optimizer(resume_dir_, *trainer_, adamw);
   } else {
-    lock_ = claim_run_directory(o_.out, writer_);
+    lock_ = claim_run_directory(o_.out, writer_, {o_.model, o_.train, o_.validation, o_.test});
   }
   state_.options_json = o_.to_json();
   result_.best_dir = o_.out + "/best";

@@ -120,7 +120,7 @@ void TrainingRun::build_model() {
   if (resume_) {
     state_ = restore_optimizer(resume_dir_, *trainer_, o_.adamw);
   } else {
-    lock_ = claim_run_directory(o_.out, writer_);
+    lock_ = claim_run_directory(o_.out, writer_, {o_.data, o_.init_from, o_.vocab});
   }
   state_.options_json = o_.to_json();
 }

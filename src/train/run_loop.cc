@@ -14,6 +14,7 @@
 #include <nlohmann/json.hpp>
 
 #include "base/threads.h"
+#include "io/output_path.h"
 #include "train/console.h"
 
 namespace train {
@@ -240,7 +241,8 @@ RunDirectoryLock& RunDirectoryLock::operator=(RunDirectoryLock&& other) noexcept
   return *this;
 }
 
-RunDirectoryLock claim_run_directory(const std::string& out, bool writer) {
+RunDirectoryLock claim_run_directory(const std::string& out, bool writer, const std::vector<std::string>& inputs) {
+  io::check_output_path("--out", out, inputs);
   if (writer) fs::create_directories(out);
   RunDirectoryLock lock(out, writer);
   if (!latest_checkpoint(out).empty()) {

@@ -105,8 +105,9 @@ class RunDirectoryLock {
   int fd_ = -1;
 };
 
-// A new run: rank 0 creates the directory and locks it; a directory that holds a run is refused.
-RunDirectoryLock claim_run_directory(const std::string& out, bool writer);
+// A new run: rank 0 creates the directory and locks it; a directory that holds a run, or that is or
+// holds one of the run's inputs (data files, the model it starts from), is refused (io::check_output_path).
+RunDirectoryLock claim_run_directory(const std::string& out, bool writer, const std::vector<std::string>& inputs);
 
 // Restores the checkpoint's optimiser state into the trainer (with ZeRO-1: this rank's shard of it)
 // and returns its trainer state.

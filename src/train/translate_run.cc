@@ -102,7 +102,7 @@ void TranslateRun::subwords(const std::vector<data::SentencePair>& train_pairs) 
 }
 
 void TranslateRun::prepare() {
-  if (resume_dir_.empty()) lock_ = claim_run_directory(o_.out, writer_);
+  if (resume_dir_.empty()) lock_ = claim_run_directory(o_.out, writer_, {o_.train, o_.validation, o_.spm});
   const auto train_pairs = data::read_parallel(o_.train, o_.source_key, o_.target_key);
   const auto val_pairs = data::read_parallel(o_.validation, o_.source_key, o_.target_key);
   if (train_pairs.empty()) throw io::Error(o_.train + ": no sentence pairs");

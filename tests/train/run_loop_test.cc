@@ -96,7 +96,7 @@ struct Rig {
 std::string fresh_dir(const std::string& name) {
   const std::string dir = test_files::temp_dir() + name;
   fs::remove_all(dir);
-  train::claim_run_directory(dir, true);
+  train::claim_run_directory(dir, true, {});
   return dir;
 }
 
@@ -212,9 +212,9 @@ TEST(RunLoop, AStopSignalCheckpointsAndTheResumedRunEndsAsAnUninterruptedOne) {
 TEST(RunLoop, ARunDirectoryIsLockedWhileARunHoldsIt) {
   const std::string dir = test_files::temp_dir() + "locked";
   {
-    const train::RunDirectoryLock first = train::claim_run_directory(dir, true);
+    const train::RunDirectoryLock first = train::claim_run_directory(dir, true, {});
     EXPECT_THROW(train::RunDirectoryLock(dir, true), io::Error);      // a --resume beside it
-    EXPECT_THROW(train::claim_run_directory(dir, true), io::Error);   // a new run beside it
+    EXPECT_THROW(train::claim_run_directory(dir, true, {}), io::Error);   // a new run beside it
     EXPECT_NO_THROW(train::RunDirectoryLock(dir, false));             // ranks other than 0 take none
   }
   EXPECT_NO_THROW(train::RunDirectoryLock(dir, true));  // released with its holder

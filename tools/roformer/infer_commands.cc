@@ -14,6 +14,7 @@
 
 #include "commands.h"
 #include "thread_option.h"
+#include "io/output_path.h"
 #include "serve/fill_mask.h"
 #include "serve/forward_io.h"
 #include "serve/input.h"
@@ -163,6 +164,7 @@ int run_classify(const InferOptions& o) {
 
 int run_forward(const InferOptions& o) {
   if (o.threads > 0) omp_set_num_threads(o.threads);
+  io::check_output_path("--out", o.out, {o.model_dir, o.inputs});
   serve::forward_file(o.model_dir, o.inputs, o.out, {o.quantize, o.gemm});
   return 0;
 }

@@ -18,6 +18,7 @@
 
 #include "commands.h"
 #include "io/atomic_file.h"
+#include "io/output_path.h"
 #include "io/safetensors.h"
 #include "io/weights.h"
 #include "ops/packed_linear.h"
@@ -48,9 +49,14 @@ bool is_weight_file(const fs::path& p) {
 }
 
 int run_quantize(const QuantizeOptions& o) {
+  io::check_output_path("--out", o.out, {o.model});
+  std::vector<std::string> writes = {"model.safetensors"};  // and the model's other files, copied
+  for (const auto& entry : fs::directory_iterator(o.model)) {
+    if (entry.is_regular_file() && !is_weight_file(entry.path())) writes.push_back(entry.path().filename().string());
+  }
+  io::check_output_directory("--out", o.out, writes);
   const auto weights = io::open_weights(o.model);
   fs::create_directories(o.out);
-  if (fs::equivalent(o.model, o.out)) throw std::runtime_error("--out " + o.out + ": is the model directory itself");
   std::vector<io::TensorView> views;
   // Kept alive until the file is written; deques, so that references to their elements stay valid.
   std::deque<std::vector<float>> floats;

@@ -21,6 +21,7 @@
 #include "data/lines.h"
 #include "io/atomic_file.h"
 #include "io/mapped_file.h"
+#include "io/output_path.h"
 #include "io/safetensors.h"
 #include "io/weights.h"
 #include "plot/plot.h"
@@ -142,6 +143,11 @@ int run_average(TranslateCli& c) {
     dirs.insert(dirs.end(), steps.end() - c.last, steps.end());
   }
   if (dirs.size() < 2) throw std::invalid_argument("average needs at least two checkpoints (or --run with --last)");
+  std::vector<std::string> inputs = dirs, writes = {"model.safetensors"};  // and the newest checkpoint's other files
+  inputs.push_back(c.run_dir);
+  for (const auto& e : fs::directory_iterator(dirs.back())) writes.push_back(e.path().filename().string());
+  io::check_output_path("--out", c.average_out, inputs);
+  io::check_output_directory("--out", c.average_out, writes);
   std::map<std::string, std::pair<std::vector<int64_t>, std::vector<double>>> sums;
   for (size_t k = 0; k < dirs.size(); ++k) {
     const auto w = io::open_weights(dirs[k]);

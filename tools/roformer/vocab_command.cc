@@ -10,6 +10,7 @@
 
 #include "commands.h"
 #include "io/atomic_file.h"
+#include "io/output_path.h"
 #include "text/wordpiece_trainer.h"
 
 namespace roformer {
@@ -25,6 +26,11 @@ struct VocabOptions {
 int run_vocab(VocabOptions& o) {
   const auto t0 = std::chrono::steady_clock::now();
   o.trainer.lowercase = !o.cased;
+  if (o.out_dir.empty()) {
+    io::check_output_path("--out", o.out, o.data);
+  } else {
+    io::check_output_path("--out-dir", o.out_dir, o.data);
+  }
   text::WordPieceTrainer trainer(o.trainer);
   uintmax_t bytes = 0;
   for (const auto& path : o.data) {
