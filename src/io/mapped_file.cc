@@ -14,7 +14,14 @@
 
 namespace io {
 
-MappedFile::MappedFile(const std::string& path) {
+MappedFile::MappedFile(const std::string& path, size_t max_bytes, bool regular_only) {
+  auto too_big = [&] {
+    return Error(path + ": more than " + std::to_string(max_bytes) + " bytes, more than a file of its kind holds");
+  };
+  if (struct stat pre {}; regular_only && ::stat(path.c_str(), &pre) == 0 && !S_ISREG(pre.st_mode) && !S_ISDIR(pre.st_mode)) {
+    throw Error(path + ": not a regular file (" +
+                (S_ISFIFO(pre.st_mode) ? "a FIFO" : S_ISSOCK(pre.st_mode) ? "a socket" : "a device") + ")");
+  }
   const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
   if (fd < 0) throw Error(path + ": cannot open: " + std::strerror(errno));
   struct stat st {};
@@ -26,6 +33,10 @@ MappedFile::MappedFile(const std::string& path) {
   if (S_ISDIR(st.st_mode)) {
     ::close(fd);
     throw Error(path + ": cannot open: is a directory");
+  }
+  if (S_ISREG(st.st_mode) && static_cast<uint64_t>(st.st_size) > max_bytes) {
+    ::close(fd);
+    throw too_big();
   }
   if (S_ISREG(st.st_mode) && st.st_size > 0) {
     void* p = ::mmap(nullptr, static_cast<size_t>(st.st_size), PROT_READ, MAP_PRIVATE, fd, 0);
@@ -48,6 +59,10 @@ MappedFile::MappedFile(const std::string& path) {
       throw Error(path + ": read error: " + std::strerror(e));
     }
     if (n == 0) break;
+    if (static_cast<size_t>(n) > max_bytes - copy_.size()) {
+      ::close(fd);
+      throw too_big();
+    }
     copy_.insert(copy_.end(), buf, buf + n);
   }
   ::close(fd);
@@ -73,13 +88,15 @@ MappedFile::~MappedFile() {
   if (map_ != nullptr) ::munmap(map_, size_);
 }
 
-std::string read_file(const std::string& path) {
-  const MappedFile f(path);
+std::string read_file(const std::string& path, size_t max_bytes, bool regular_only) {
+  const MappedFile f(path, max_bytes, regular_only);
   return std::string(reinterpret_cast<const char*>(f.data()), f.size());
 }
 
+std::string read_config_file(const std::string& path) { return read_file(path, kMaxConfigBytes, true); }
+
 nlohmann::json read_json_object(const std::string& path) {
-  nlohmann::json j = nlohmann::json::parse(read_file(path), nullptr, /*allow_exceptions=*/false);
+  nlohmann::json j = nlohmann::json::parse(read_config_file(path), nullptr, /*allow_exceptions=*/false);
   if (j.is_discarded()) throw Error(path + ": not valid JSON");
   if (!j.is_object()) throw Error(path + ": expected a JSON object");
   return j;

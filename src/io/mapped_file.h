@@ -15,8 +15,11 @@ namespace io {
 
 class MappedFile {
  public:
-  // Throws io::Error naming `path` ("cannot open", "read error", ...).
-  explicit MappedFile(const std::string& path);
+  // Throws io::Error naming `path` ("cannot open", "read error", ...). max_bytes: a file (or stream)
+  // longer than this is an error ("more than N bytes") before it is read whole, so /dev/zero or a huge
+  // file given for a small one cannot exhaust memory. regular_only: a FIFO, device or socket is an
+  // error (checked before opening it: opening a FIFO would wait for a writer).
+  explicit MappedFile(const std::string& path, size_t max_bytes = SIZE_MAX, bool regular_only = false);
   ~MappedFile();
   MappedFile(MappedFile&& other) noexcept;
   MappedFile& operator=(MappedFile&&) = delete;
@@ -39,11 +42,18 @@ class MappedFile {
 };
 
 // The whole file as a string (through MappedFile, with its errors: "cannot open", "is a directory",
-// "read error", each naming the path).
-std::string read_file(const std::string& path);
+// "read error", "more than N bytes", each naming the path).
+std::string read_file(const std::string& path, size_t max_bytes = SIZE_MAX, bool regular_only = false);
 
-// A JSON object from a file (config.json, tokenizer_config.json, ...); io::Error naming the file when
-// it cannot be read, is not JSON or is not an object.
+// The most a configuration file (config.json, tokenizer_config.json, an index, our tokenizer.json)
+// may hold: they are kilobytes; a bigger one is the wrong file.
+constexpr size_t kMaxConfigBytes = size_t{64} << 20;
+
+// A configuration file's text: a regular file of at most kMaxConfigBytes (read_file's errors).
+std::string read_config_file(const std::string& path);
+
+// A JSON object from a configuration file (read_config_file); io::Error naming the file when it
+// cannot be read, is too big, is not JSON or is not an object.
 nlohmann::json read_json_object(const std::string& path);
 
 }  // namespace io

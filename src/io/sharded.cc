@@ -20,7 +20,7 @@ ShardedWeights::~ShardedWeights() = default;
 
 ShardedWeights::ShardedWeights(const std::string& index_path, Names names) : WeightStore(index_path) {
   auto fail = [&](const std::string& what) { return Error(index_path + ": " + what); };
-  const std::string text = read_file(index_path);
+  const std::string text = read_config_file(index_path);
   const nlohmann::json index = detail::parse_json_strict(text.begin(), text.end(), index_path, "the index");
   if (!index.is_object()) throw fail("the index is not a JSON object");
   if (index.contains("metadata")) {

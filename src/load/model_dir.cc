@@ -16,8 +16,20 @@ constexpr const char* kDirHint =
     " (a model directory holds config.json, the weights in model.safetensors, model.safetensors.index.json, "
     "pytorch_model.bin or pytorch_model.bin.index.json, and its tokenizer: vocab.txt, tokenizer.json or spm.model)";
 
+// A model directory and its files: every entry a loader may read must be a regular file (or a link
+// to one). A FIFO would block the reader until some process writes to it, a device such as /dev/zero
+// would never end: both are refused by name before anything is opened.
 void require_directory(const std::string& dir) {
   if (!fs::is_directory(dir)) throw io::Error(dir + ": no such model directory" + kDirHint);
+  std::error_code ec;
+  for (const auto& entry : fs::directory_iterator(dir, ec)) {
+    const std::string name = entry.path().filename().string();
+    const bool read_by_loaders = name.ends_with(".json") || name.ends_with(".safetensors") || name.ends_with(".bin") ||
+                                 name == "vocab.txt" || name == "spm.model";
+    if (read_by_loaders && !entry.is_regular_file(ec)) {
+      throw io::Error(entry.path().string() + ": not a regular file; a model directory holds regular files");
+    }
+  }
 }
 
 void require_config(const std::string& dir) {

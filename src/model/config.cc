@@ -325,7 +325,7 @@ RoFormerConfig RoFormerConfig::from_json_text(const std::string& text, const std
 }
 
 RoFormerConfig RoFormerConfig::from_json_file(const std::string& path) {
-  return from_json_text(io::read_file(path), path);
+  return from_json_text(io::read_config_file(path), path);
 }
 
 std::string RoFormerConfig::to_json() const {

@@ -127,7 +127,7 @@ Seq2SeqConfig Seq2SeqConfig::from_json_text(const std::string& text, const std::
 }
 
 Seq2SeqConfig Seq2SeqConfig::from_json_file(const std::string& path) {
-  return from_json_text(io::read_file(path), path);
+  return from_json_text(io::read_config_file(path), path);
 }
 
 template <typename T>

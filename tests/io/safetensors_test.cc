@@ -9,6 +9,7 @@
 #include <string>
 
 #include "io/atomic_file.h"
+#include "io/mapped_file.h"
 #include "io/safetensors.h"
 #include "model/roformer.h"
 
@@ -135,6 +136,28 @@ long rss_kib() {
 
 // release() drops a mapped tensor's pages from the resident set and keeps its bytes readable; on a
 // store that was read into memory (a pipe) it changes nothing.
+// MappedFile's bounds: a stream or file longer than max_bytes is an error before it is read whole,
+// and regular_only refuses a device or FIFO before opening it.
+TEST(MappedFile, MaxBytesAndRegularOnlyBoundWhatIsRead) {
+  EXPECT_EQ(io::read_file("/dev/null", 16).size(), 0u);
+  try {
+    io::read_file("/dev/zero", size_t{1} << 20);
+    ADD_FAILURE() << "/dev/zero was read";
+  } catch (const io::Error& e) {
+    EXPECT_NE(std::string(e.what()).find("/dev/zero: more than 1048576 bytes"), std::string::npos) << e.what();
+  }
+  try {
+    io::read_config_file("/dev/zero");
+    ADD_FAILURE() << "/dev/zero was read as a configuration file";
+  } catch (const io::Error& e) {
+    EXPECT_NE(std::string(e.what()).find("/dev/zero: not a regular file (a device)"), std::string::npos) << e.what();
+  }
+  const std::string path = ::testing::TempDir() + "/bounded.txt";
+  io::write_file_atomic(path, "0123456789");
+  EXPECT_EQ(io::read_file(path, 10), "0123456789");
+  EXPECT_THROW(io::read_file(path, 9), io::Error);
+}
+
 TEST(SafeTensors, ReleaseDropsMappedPagesAndKeepsTheBytes) {
   std::vector<float> big(8 << 20);  // 32 MiB
   for (size_t i = 0; i < big.size(); ++i) big[i] = static_cast<float>(i % 1000) - 500.0f;

@@ -3,6 +3,7 @@
 #include "load/model_dir.h"
 
 #include <gtest/gtest.h>
+#include <sys/stat.h>
 
 #include <filesystem>
 #include <fstream>
@@ -154,6 +155,22 @@ TEST(LoadRoformer, FilesAreCheckedAgainstEachOther) {
   expect_error([&] { load::roformer(layers); }, {layers + "/config.json: num_hidden_layers 3 does not match"});
   const std::string bad = edited_dir("load_bad_config", [](nlohmann::json& c) { c["num_attention_heads"] = 5; });
   expect_error([&] { load::roformer(bad); }, {bad + "/config.json"});
+}
+
+// Reading stays bounded: a FIFO would block the reader, a device never end, a huge config.json fill
+// memory; each is refused by name, at once.
+TEST(LoadRoformer, NonRegularAndOversizedFilesAreRefused) {
+  const std::string fifo = edited_dir("load_fifo", [](nlohmann::json&) {});
+  fs::remove(fifo + "/config.json");
+  ASSERT_EQ(::mkfifo((fifo + "/config.json").c_str(), 0600), 0);
+  expect_error([&] { load::roformer(fifo); }, {fifo + "/config.json: not a regular file"});
+  const std::string device = edited_dir("load_device", [](nlohmann::json&) {});
+  fs::remove(device + "/vocab.txt");
+  fs::create_symlink("/dev/zero", device + "/vocab.txt");
+  expect_error([&] { load::roformer(device); }, {device + "/vocab.txt: not a regular file"});
+  const std::string huge = edited_dir("load_huge_config", [](nlohmann::json&) {});
+  fs::resize_file(huge + "/config.json", (size_t{64} << 20) + 1);  // sparse: no 64 MiB written
+  expect_error([&] { load::roformer(huge); }, {huge + "/config.json: more than 67108864 bytes"});
 }
 
 TEST(LoadRoformer, AHuggingFaceTokenizerJsonBesideVocabTxtIsNotTakenForAByteTokenizer) {
