@@ -47,12 +47,6 @@ std::vector<std::string> texts(const json& request, const char* name) {
   return out;
 }
 
-std::vector<Item> singles(const std::vector<std::string>& texts) {
-  std::vector<Item> items;
-  for (const std::string& t : texts) items.push_back({t, "", false});
-  return items;
-}
-
 bool is_pair(const json& v) { return v.is_array() && v.size() == 2 && v[0].is_string() && v[1].is_string(); }
 
 // /predict's inputs as TEI reads them: a string, a pair [a, b], or a list of strings, [str] or pairs.
