@@ -297,7 +297,9 @@ std::vector<Classification> Pipeline::classify_encoded(const std::vector<text::E
     const float* logits = model().class_logits();  // (B, labels)
     for (size_t b = 0; b < rows.size(); ++b) {
       Classification& c = out[rows[b]];
-      c.scores = classifier_->scores(logits + static_cast<int64_t>(b) * labels);
+      const float* row = logits + static_cast<int64_t>(b) * labels;
+      c.scores = classifier_->scores(row);
+      c.logits.assign(row, row + labels);
       c.label_id = std::max_element(c.scores.begin(), c.scores.end()) - c.scores.begin();
       c.label = classifier_->labels[static_cast<size_t>(c.label_id)];
       c.score = c.scores[static_cast<size_t>(c.label_id)];

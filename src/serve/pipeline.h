@@ -85,6 +85,7 @@ struct Classification {
   std::string label;
   double score = 0;
   std::vector<double> scores;  // per label id, after `function`
+  std::vector<double> logits;  // per label id, the head's raw output (TEI's raw_scores)
 };
 
 // Batches of indices into `lengths`: sorted by length (stable), at most batch_size each.

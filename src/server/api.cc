@@ -82,12 +82,14 @@ void normalize(std::vector<float>& v) {  // torch F.normalize: v / max(|v|, 1e-1
   for (float& x : v) x = static_cast<float>(x / norm);
 }
 
-json sorted_scores(const serve::Classification& c, const std::vector<std::string>& labels) {
-  std::vector<size_t> order(c.scores.size());
+// TEI's [{"score", "label"}], highest first; raw: the head's logits instead of the scores.
+json sorted_scores(const serve::Classification& c, const std::vector<std::string>& labels, bool raw) {
+  const std::vector<double>& v = raw ? c.logits : c.scores;
+  std::vector<size_t> order(v.size());
   for (size_t i = 0; i < order.size(); ++i) order[i] = i;
-  std::stable_sort(order.begin(), order.end(), [&](size_t x, size_t y) { return c.scores[x] > c.scores[y]; });
+  std::stable_sort(order.begin(), order.end(), [&](size_t x, size_t y) { return v[x] > v[y]; });
   json out = json::array();
-  for (size_t i : order) out.push_back({{"score", c.scores[i]}, {"label", labels[i]}});
+  for (size_t i : order) out.push_back({{"score", v[i]}, {"label", labels[i]}});
   return out;
 }
 
@@ -200,7 +202,7 @@ json Api::predict(const json& request) {
     throw ApiError(424, "Backend", "model is not a classifier: " + options_.model_id +
                                        " has no sequence-classification head (use /embed)");
   }
-  if (flag(request, "raw_scores", false)) throw invalid("`raw_scores` is not supported yet");
+  const bool raw = flag(request, "raw_scores", false);
   bool batch = false;
   const std::vector<Item> items = predict_items(request, &batch);
   std::vector<std::string> a, b;
@@ -211,9 +213,9 @@ json Api::predict(const json& request) {
   const bool truncate = flag(request, "truncate", options_.auto_truncate);
   const auto classes = run(Task::classify, encode(a, b, truncate)).classes;
   const std::vector<std::string>& labels = pipeline_.classifier()->labels;
-  if (!batch) return sorted_scores(classes.at(0), labels);
+  if (!batch) return sorted_scores(classes.at(0), labels, raw);
   json out = json::array();
-  for (const auto& c : classes) out.push_back(sorted_scores(c, labels));
+  for (const auto& c : classes) out.push_back(sorted_scores(c, labels, raw));
   return out;
 }
 

@@ -6,7 +6,7 @@
 //   POST /v1/embeddings  {"input": str | [str], "model": str, "encoding_format": "float"|"base64"}
 //                        → {"object": "list", "data": [{"object": "embedding", "index", "embedding"}],
 //                           "model", "usage": {"prompt_tokens", "total_tokens"}}
-//   POST /predict        {"inputs": str | [a, b] | [str | [str] | [a, b]], "truncate"}
+//   POST /predict        {"inputs": str | [a, b] | [str | [str] | [a, b]], "truncate", "raw_scores"}
 //                        → [{"score", "label"}] sorted by score (a batch: one such list per input)
 //   POST /similarity     {"inputs": {"source_sentence": str, "sentences": [str]}}     → [float]
 //   POST /tokenize       {"inputs": str | [str], "add_special_tokens": true}

@@ -62,6 +62,13 @@ int64_t Scheduler::in_flight() const {
   return in_flight_;
 }
 
+// Before the answers go out: a client that sends its next request on receiving one is not refused
+// for the request it was just answered.
+void Scheduler::release(size_t jobs) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  in_flight_ -= static_cast<int64_t>(jobs);
+}
+
 void Scheduler::work() {
   // OpenMP's thread count is per thread: set it on the thread that runs the model.
   if (options_.threads > 0) omp_set_num_threads(options_.threads);
@@ -73,7 +80,6 @@ void Scheduler::work() {
     lock.unlock();
     run_batch(jobs);
     lock.lock();
-    in_flight_ -= static_cast<int64_t>(jobs.size());
   }
 }
 
@@ -120,11 +126,13 @@ void Scheduler::run_batch(std::vector<std::unique_ptr<Job>>& jobs) {
       out.classes = pipeline_.classify_encoded(all, batch_size);
     }
   } catch (...) {
+    release(jobs.size());
     for (auto& j : jobs) j->done.set_exception(std::current_exception());
     return;
   }
   const int64_t n = static_cast<int64_t>(all.size());
   metrics_.batch(n, tokens, n * T);
+  release(jobs.size());
   size_t at = 0;
   for (auto& j : jobs) {  // hand each job its slice, in its order
     Output mine;

@@ -69,6 +69,7 @@ class Scheduler {
   void work();
   std::vector<std::unique_ptr<Job>> next_batch(std::unique_lock<std::mutex>& lock);
   void run_batch(std::vector<std::unique_ptr<Job>>& jobs);
+  void release(size_t jobs);  // the jobs are answered: no longer in flight
 
   serve::Pipeline& pipeline_;
   const SchedulerOptions options_;

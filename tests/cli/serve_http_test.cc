@@ -1,7 +1,7 @@
 // `roformer serve` as a client sees it (the binary is ROFORMER_CLI): the server is started on a free
 // loopback port with the case1 fixture directory (and a classifier directory), and its answers are
 // held to the command line's: /embed, /v1/embeddings (float and base64) and POST / equal `roformer
-// embed`, /predict equals `roformer classify`, /similarity equals `roformer similarity` (1e-5); TEI's
+// embed`, /predict equals `roformer classify` (raw_scores: its logits), /similarity equals `roformer similarity` (1e-5); TEI's
 // error statuses and bodies (422, 413, 424, 401, 404, 429); /info, /v1/models, /tokenize, /metrics;
 // and SIGTERM / SIGINT end the server with status 0.
 #include <gtest/gtest.h>
@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <cmath>
 #include <cstring>
 #include <fcntl.h>
 #include <fstream>
@@ -198,6 +199,13 @@ TEST(ServeHttp, PredictAndSimilarityEqualTheCommandLine) {
   r = post(s, "/predict", json{{"inputs", batch}});
   ASSERT_EQ(r.body.size(), kTexts.size());
   for (size_t i = 0; i < kTexts.size(); ++i) check(r.body[i], want[i]);
+  r = post(s, "/predict", json{{"inputs", kTexts[0]}, {"raw_scores", true}});  // logits: their softmax is the score
+  ASSERT_EQ(r.body.size(), 3u) << r.body;
+  double total = 0;
+  for (const auto& e : r.body) total += std::exp(e["score"].get<double>());
+  json softmax = r.body;
+  for (auto& e : softmax) e["score"] = std::exp(e["score"].get<double>()) / total;
+  check(softmax, want[0]);
   r = post(s, "/", json{{"inputs", kTexts[2]}});  // a classifier answers POST / as /predict
   check(r.body, want[2]);
   const auto pair = cli("classify --pairs --model " + c, kTexts[0] + "\t" + kTexts[1] + "\n");
