@@ -1,9 +1,9 @@
 // `roformer serve` as a client sees it (the binary is ROFORMER_CLI): the server is started on a free
 // loopback port with the case1 fixture directory (and a classifier directory), and its answers are
 // held to the command line's: /embed, /v1/embeddings (float and base64) and POST / equal `roformer
-// embed`, /predict equals `roformer classify` (raw_scores: its logits), /similarity equals `roformer similarity` (1e-5); TEI's
-// error statuses and bodies (422, 413, 424, 401, 404, 429); /info, /v1/models, /tokenize, /metrics;
-// and SIGTERM / SIGINT end the server with status 0.
+// embed`, /predict equals `roformer classify` (raw_scores: the logits under its softmax), /similarity
+// equals `roformer similarity` (1e-5); TEI's error statuses and bodies (422, 413, 424, 401, 404, 429);
+// /info, /v1/models, /tokenize, /metrics; and SIGTERM / SIGINT end the server with status 0.
 #include <gtest/gtest.h>
 #include <httplib.h>
 #include <signal.h>
