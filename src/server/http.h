@@ -23,10 +23,12 @@ struct ServerOptions {
 // Throws std::invalid_argument for a host that is not a loopback name.
 void check_loopback(const std::string& host);
 
-// Serves until SIGINT or SIGTERM; returns the exit status (0 after a clean stop). Blocks both signals
-// in the calling thread first, so call it before any other thread starts (before loading the model,
-// whose OpenMP threads would otherwise take the signal's default action).
+// Blocks SIGINT and SIGTERM in the calling thread, and so in every thread it starts later: call it
+// before any other thread exists (before loading the model, whose OpenMP threads would otherwise take
+// the signal's default action), so that only serve_forever's signal thread receives them.
 void block_stop_signals();
+// Serves until SIGINT or SIGTERM; returns the exit status (0 after a clean stop: the listener closed,
+// every accepted request answered, the model thread joined).
 int serve_forever(serve::Pipeline& pipeline, const ServerOptions& options);
 
 // Constant-time comparison (the API key): the time depends on the lengths only.
