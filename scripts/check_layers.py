@@ -29,6 +29,7 @@ LAYERS = {
     "load": ["model", "text"],           # the one loader of model directories: a model and its tokenizer
     "train": ["load", "data"],           # every run's text::Tokenizer; plots are drawn by the command line (report hooks)
     "serve": ["load"],
+    "server": ["serve"],                 # roformer serve's HTTP server: one model thread over serve::Pipeline
 }
 
 # CMake targets of src/ → their layer (for the link check).

@@ -7,19 +7,19 @@
 # transformers 4.40.2 from PyPI: the version the roformer-hf fixtures were made with, known to run on
 # torch 1.13 (recent releases disable PyTorch < 2.1, e.g. the 4.57 in /work/venv-ref); sacrebleu 2.6.0,
 # the reference of `roformer bleu`; accelerate 0.30.1, which transformers' Trainer needs
-# (bench/peers/finetune_hf.py).
+# (bench/peers/finetune_hf.py); openai, whose client tests/hf/serve_openai.py runs against `roformer serve`.
 # Idempotent: a venv that already runs transformers' RoFormer and sacrebleu is kept as it is.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 venv="${1:-build/hf-venv}"
 pins=(transformers==4.40.2 tokenizers==0.19.1 safetensors==0.4.3 "huggingface-hub>=0.19.3,<0.24" sacrebleu==2.6.0
-      accelerate==0.30.1)
+      accelerate==0.30.1 openai requests)
 probe='import torch, safetensors.torch, transformers
 from transformers.utils import is_torch_available
 assert is_torch_available(), "transformers cannot use this torch"
 from transformers import RoFormerForMaskedLM, RoFormerForCausalLM
 assert "modeling_roformer" in RoFormerForMaskedLM.__module__
-import sacrebleu, accelerate'
+import sacrebleu, accelerate, openai, requests'
 
 mkdir -p "$(dirname "$venv")"
 venv="$(cd "$(dirname "$venv")" && pwd)/$(basename "$venv")"

@@ -216,13 +216,17 @@ void Pipeline::run(const std::vector<text::Encoding>& encodings, int64_t batch_s
 }
 
 std::vector<std::vector<float>> Pipeline::embed(const std::vector<std::string>& texts, const EmbedOptions& o) {
+  return embed_encoded(encode(texts), o);
+}
+
+std::vector<std::vector<float>> Pipeline::embed_encoded(const std::vector<text::Encoding>& encodings,
+                                                        const EmbedOptions& o) {
   if (o.pooling == Pooling::pooler && config_.pooler_activation.empty()) {
     throw io::Error(dir_ + "/config.json: --pooling pooler needs a checkpoint with a pooler (RoFormer-Sim's "
                     "\"pooler_activation\" and roformer.pooler.dense.*); this one has none: use cls or mean");
   }
-  const std::vector<text::Encoding> encodings = encode(texts);
   const int64_t H = config_.hidden_size, L = config_.num_hidden_layers;
-  std::vector<std::vector<float>> out(texts.size());
+  std::vector<std::vector<float>> out(encodings.size());
   run(encodings, o.batch_size, [&](const std::vector<size_t>& rows, int64_t T) {
     const float* h = model().hidden_state(L);  // (B, T, H)
     const float* pooled = model().pooler_output();  // (B, H) or null
@@ -293,7 +297,9 @@ std::vector<Classification> Pipeline::classify_encoded(const std::vector<text::E
     const float* logits = model().class_logits();  // (B, labels)
     for (size_t b = 0; b < rows.size(); ++b) {
       Classification& c = out[rows[b]];
-      c.scores = classifier_->scores(logits + static_cast<int64_t>(b) * labels);
+      const float* row = logits + static_cast<int64_t>(b) * labels;
+      c.scores = classifier_->scores(row);
+      c.logits.assign(row, row + labels);
       c.label_id = std::max_element(c.scores.begin(), c.scores.end()) - c.scores.begin();
       c.label = classifier_->labels[static_cast<size_t>(c.label_id)];
       c.score = c.scores[static_cast<size_t>(c.label_id)];

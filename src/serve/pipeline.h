@@ -85,6 +85,7 @@ struct Classification {
   std::string label;
   double score = 0;
   std::vector<double> scores;  // per label id, after `function`
+  std::vector<double> logits;  // per label id, the head's raw output (TEI's raw_scores)
 };
 
 // Batches of indices into `lengths`: sorted by length (stable), at most batch_size each.
@@ -124,6 +125,10 @@ class Pipeline {
            const std::function<void(const std::vector<size_t>& rows, int64_t T)>& visit);
 
   std::vector<std::vector<float>> embed(const std::vector<std::string>& texts, const EmbedOptions& options);
+  // embed and classify over encodings already made (and checked) by encode/encode_pairs: the HTTP
+  // server tokenizes on its request threads and runs only the forward on its one model thread.
+  std::vector<std::vector<float>> embed_encoded(const std::vector<text::Encoding>& encodings, const EmbedOptions& options);
+  std::vector<Classification> classify_encoded(const std::vector<text::Encoding>& encodings, int64_t batch_size);
   // Cosine similarity of the embeddings of each pair.
   std::vector<double> similarity(const std::vector<std::pair<std::string, std::string>>& pairs,
                                  const EmbedOptions& options);
@@ -141,7 +146,6 @@ class Pipeline {
   const text::RoFormerTokenizer* tokenizer_ = nullptr;  // tokenizer_holder_ as WordPiece
   std::unique_ptr<model::RoFormer<float>> model_;
   std::optional<Classifier> classifier_;
-  std::vector<Classification> classify_encoded(const std::vector<text::Encoding>& encodings, int64_t batch_size);
 };
 
 // The classification of a model directory's config.json (labels, problem_type) for `function`

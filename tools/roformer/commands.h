@@ -117,6 +117,7 @@ void add_spm_commands(CLI::App& app, CommandTable& commands);       // spm-train
 void add_translate_commands(CLI::App& app, CommandTable& commands); // translate-train, translate, average
 void add_finetune_command(CLI::App& app, CommandTable& commands);   // finetune
 void add_infer_commands(CLI::App& app, CommandTable& commands);     // tokenize, fill-mask, embed, similarity, classify, forward
+void add_serve_command(CLI::App& app, CommandTable& commands);      // serve (the HTTP server, src/server)
 
 // --quantize auto|none|int8|bf16 and --gemm auto|packed|blas (model::LinearOptions) for every command that
 // runs a model.

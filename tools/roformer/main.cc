@@ -119,6 +119,7 @@ int main(int argc, char** argv) {
   roformer::add_bench_commands(app, commands);
   roformer::add_model_commands(app, commands);
   roformer::add_infer_commands(app, commands);
+  roformer::add_serve_command(app, commands);
   roformer::add_finetune_command(app, commands);
   roformer::add_bleu_command(app, commands);
   roformer::add_translate_commands(app, commands);

@@ -1,0 +1,37 @@
+// `roformer serve`'s HTTP side (cpp-httplib): the routes of server/api.h on a loopback address,
+// Bearer authentication, the request-body limit, TEI's error bodies for every failure, request
+// metrics, and a clean stop on SIGINT/SIGTERM (stop accepting, answer what was accepted, return 0).
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "serve/pipeline.h"
+#include "server/api.h"
+
+namespace server {
+
+struct ServerOptions {
+  std::string host = "127.0.0.1";   // loopback only: 127.0.0.1, ::1 or localhost
+  int port = 8080;                   // 0: any free port (printed on the "listening" line)
+  std::string api_key;               // "": open; else every route but /health and /metrics needs it
+  int64_t payload_limit = 2 << 20;   // request body bytes; more: 413
+  int http_threads = 8;              // connections served at once (tokenization runs on them)
+  ApiOptions api;                    // with the scheduler's options
+};
+
+// Throws std::invalid_argument for a host that is not a loopback name.
+void check_loopback(const std::string& host);
+
+// Blocks SIGINT and SIGTERM in the calling thread, and so in every thread it starts later: call it
+// before any other thread exists (before loading the model, whose OpenMP threads would otherwise take
+// the signal's default action), so that only serve_forever's signal thread receives them.
+void block_stop_signals();
+// Serves until SIGINT or SIGTERM; returns the exit status (0 after a clean stop: the listener closed,
+// every accepted request answered, the model thread joined).
+int serve_forever(serve::Pipeline& pipeline, const ServerOptions& options);
+
+// Constant-time comparison (the API key): the time depends on the lengths only.
+bool same_secret(const std::string& a, const std::string& b);
+
+}  // namespace server

@@ -1,0 +1,85 @@
+// The one path from HTTP threads to the model. Requests arrive already tokenized (the HTTP threads
+// encode), wait in a bounded queue, and ONE model thread takes them in batches: consecutive requests
+// of the same task while the batch's padded size (sequences × longest) stays within max_batch_tokens
+// and its sequences within max_batch_requests; serve::Pipeline runs them sorted by length and padded
+// per forward. serve::Pipeline is not thread-safe, so nothing but that thread touches the model.
+//
+//   server::Scheduler s(pipeline, {.max_concurrent_requests = 64}, metrics);
+//   std::future<server::Output> f = s.submit(server::Task::embed, pipeline.encode(texts));  // Overloaded: 429
+//   f.get().embeddings;  // one vector per encoding, unnormalised
+#pragma once
+
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <future>
+#include <memory>
+#include <mutex>
+#include <stdexcept>
+#include <thread>
+#include <vector>
+
+#include "serve/pipeline.h"
+#include "server/metrics.h"
+
+namespace server {
+
+enum class Task { embed, classify };
+
+// More requests in flight than max_concurrent_requests, or the server is stopping: HTTP 429.
+class Overloaded : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
+struct SchedulerOptions {
+  int64_t max_concurrent_requests = 512;  // accepted and not yet answered (queued + running)
+  int64_t max_batch_tokens = 16384;       // per forward: sequences × the longest of them
+  int64_t max_batch_requests = 0;         // sequences per forward; 0: only the token budget bounds it
+  serve::Pooling pooling = serve::Pooling::cls;
+  int threads = 0;                        // OpenMP threads of the model thread (0: the default)
+};
+
+// What one request gets back, in the order of its encodings.
+struct Output {
+  std::vector<std::vector<float>> embeddings;      // Task::embed: pooled, not normalised
+  std::vector<serve::Classification> classes;      // Task::classify
+};
+
+class Scheduler {
+ public:
+  Scheduler(serve::Pipeline& pipeline, const SchedulerOptions& options, Metrics& metrics);
+  ~Scheduler();  // stop()
+  Scheduler(const Scheduler&) = delete;
+  Scheduler& operator=(const Scheduler&) = delete;
+
+  // Queues the request; throws Overloaded at once when max_concurrent_requests are in flight.
+  std::future<Output> submit(Task task, std::vector<text::Encoding> encodings);
+  // Refuses new requests, runs every accepted one to its answer, joins the model thread. Idempotent.
+  void stop();
+  int64_t queue_depth() const;
+  int64_t in_flight() const;
+
+ private:
+  struct Job {
+    Task task;
+    std::vector<text::Encoding> encodings;
+    std::promise<Output> done;
+  };
+  void work();
+  std::vector<std::unique_ptr<Job>> next_batch(std::unique_lock<std::mutex>& lock);
+  void run_batch(std::vector<std::unique_ptr<Job>>& jobs);
+  void release(size_t jobs);  // the jobs are answered: no longer in flight
+
+  serve::Pipeline& pipeline_;
+  const SchedulerOptions options_;
+  Metrics& metrics_;
+  mutable std::mutex mutex_;
+  std::condition_variable wake_;
+  std::deque<std::unique_ptr<Job>> queue_;
+  int64_t in_flight_ = 0;
+  bool stopping_ = false;
+  std::thread worker_;
+};
+
+}  // namespace server

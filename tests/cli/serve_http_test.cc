@@ -1,0 +1,309 @@
+// `roformer serve` as a client sees it (the binary is ROFORMER_CLI): the server is started on a free
+// loopback port with the case1 fixture directory (and a classifier directory), and its answers are
+// held to the command line's: /embed, /v1/embeddings (float and base64) and POST / equal `roformer
+// embed`, /predict equals `roformer classify` (raw_scores: the logits under its softmax), /similarity
+// equals `roformer similarity` (1e-5); TEI's error statuses and bodies (422, 413, 424, 401, 404, 429);
+// /info, /v1/models, /tokenize, /metrics; and SIGTERM / SIGINT end the server with status 0.
+#include <gtest/gtest.h>
+#include <httplib.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cmath>
+#include <cstring>
+#include <fcntl.h>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <regex>
+#include <sstream>
+#include <thread>
+
+#include "serve_fixtures.h"
+
+namespace {
+
+using namespace serve_fixtures;
+using nlohmann::json;
+
+std::string slurp(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  std::ostringstream s;
+  s << in.rdbuf();
+  return s.str();
+}
+
+// `roformer ARGS < input` → stdout lines as JSON.
+std::vector<json> cli(const std::string& args, const std::string& input) {
+  static int n = 0;
+  const std::string base = temp_dir() + "/http_cli" + std::to_string(n++);
+  std::ofstream(base + ".in", std::ios::binary) << input;
+  const std::string cmd = std::string(ROFORMER_CLI) + " " + args + " < " + base + ".in > " + base + ".out";
+  EXPECT_EQ(std::system(cmd.c_str()), 0) << cmd;
+  std::vector<json> v;
+  std::istringstream in(slurp(base + ".out"));
+  for (std::string line; std::getline(in, line);) v.push_back(json::parse(line));
+  return v;
+}
+
+// A running `roformer serve --port 0 ARGS`; the port is read from its "listening on" line.
+struct Server {
+  pid_t pid = -1;
+  int port = 0;
+  std::string log;
+
+  explicit Server(const std::string& args) {
+    static int n = 0;
+    log = temp_dir() + "/server" + std::to_string(n++) + ".log";
+    const std::string cmd = std::string("exec ") + ROFORMER_CLI + " serve --port 0 " + args + " 2> " + log;
+    pid = fork();
+    if (pid == 0) {
+      execl("/bin/sh", "sh", "-c", cmd.c_str(), static_cast<char*>(nullptr));
+      _exit(127);
+    }
+    const std::regex listening("listening on http://127\\.0\\.0\\.1:([0-9]+)");
+    for (int i = 0; i < 600 && port == 0; ++i) {  // up to 60 s on a loaded machine
+      std::smatch m;
+      const std::string text = slurp(log);
+      if (std::regex_search(text, m, listening)) port = std::stoi(m[1]);
+      else std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    }
+    EXPECT_NE(port, 0) << slurp(log);
+  }
+  ~Server() {
+    if (pid > 0) stop(SIGKILL);
+  }
+  httplib::Client client() const {
+    httplib::Client c("127.0.0.1", port);
+    c.set_read_timeout(60, 0);
+    return c;
+  }
+  // Sends the signal and returns the exit status (-1: killed by a signal).
+  int stop(int sig) {
+    kill(pid, sig);
+    int status = 0;
+    waitpid(pid, &status, 0);
+    pid = -1;
+    return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  }
+};
+
+struct Reply {
+  int status = 0;
+  json body;
+};
+
+Reply post(const Server& s, const std::string& path, const std::string& body, const httplib::Headers& headers = {}) {
+  auto res = s.client().Post(path.c_str(), headers, body, "application/json");
+  if (!res) return {0, nullptr};
+  return {res->status, json::parse(res->body, nullptr, false)};
+}
+Reply post(const Server& s, const std::string& path, const json& body) { return post(s, path, body.dump()); }
+
+void expect_close(const json& got, const json& want, double tol = 1e-5) {
+  ASSERT_EQ(got.size(), want.size());
+  for (size_t i = 0; i < got.size(); ++i) EXPECT_NEAR(got[i].get<double>(), want[i].get<double>(), tol) << i;
+}
+
+void expect_error(const Reply& r, int status, const std::string& type, const std::string& fragment) {
+  EXPECT_EQ(r.status, status) << r.body;
+  ASSERT_TRUE(r.body.is_object()) << r.body;
+  EXPECT_EQ(r.body.value("error_type", ""), type) << r.body;
+  EXPECT_NE(r.body.value("error", "").find(fragment), std::string::npos) << r.body << " lacks " << fragment;
+}
+
+const std::vector<std::string> kTexts = {"hello world", "今天天气非常好。", "a b c d e f", "x"};
+
+std::string lines(const std::vector<std::string>& texts) {
+  std::string s;
+  for (const auto& t : texts) s += t + "\n";
+  return s;
+}
+
+std::vector<float> from_base64(const std::string& s) {
+  std::string bytes;
+  int bits = 0;
+  uint32_t acc = 0;
+  for (char c : s) {
+    const char* a = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+    const char* p = std::strchr(a, c);
+    if (c == '=' || p == nullptr) break;
+    acc = (acc << 6) | static_cast<uint32_t>(p - a);
+    bits += 6;
+    if (bits >= 8) {
+      bits -= 8;
+      bytes += static_cast<char>((acc >> bits) & 0xff);
+    }
+  }
+  std::vector<float> v(bytes.size() / 4);
+  std::memcpy(v.data(), bytes.data(), v.size() * 4);
+  return v;
+}
+
+TEST(ServeHttp, EmbeddingRoutesEqualTheCommandLine) {
+  const std::string m = model_dir("http_mlm");
+  Server s("--model " + m + " --max-batch-tokens 64");
+  const auto want = cli("embed --normalize --model " + m, lines(kTexts));
+  const auto raw = cli("embed --model " + m, lines(kTexts));
+  ASSERT_EQ(want.size(), kTexts.size());
+
+  Reply r = post(s, "/embed", json{{"inputs", kTexts}});
+  ASSERT_EQ(r.status, 200) << r.body;
+  for (size_t i = 0; i < kTexts.size(); ++i) expect_close(r.body[i], want[i]["embedding"]);
+  r = post(s, "/embed", json{{"inputs", kTexts}, {"normalize", false}});
+  for (size_t i = 0; i < kTexts.size(); ++i) expect_close(r.body[i], raw[i]["embedding"]);
+  r = post(s, "/embed", json{{"inputs", kTexts[1]}});  // one string
+  ASSERT_EQ(r.body.size(), 1u);
+  expect_close(r.body[0], want[1]["embedding"]);
+  r = post(s, "/", json{{"inputs", kTexts}});  // an MLM model is an embedding model
+  for (size_t i = 0; i < kTexts.size(); ++i) expect_close(r.body[i], want[i]["embedding"]);
+
+  r = post(s, "/v1/embeddings", json{{"input", kTexts}, {"model", "m"}});
+  ASSERT_EQ(r.status, 200) << r.body;
+  EXPECT_EQ(r.body["object"], "list");
+  EXPECT_EQ(r.body["model"], "m");
+  EXPECT_GT(r.body["usage"]["prompt_tokens"].get<int>(), 8);
+  EXPECT_EQ(r.body["usage"]["total_tokens"], r.body["usage"]["prompt_tokens"]);
+  for (size_t i = 0; i < kTexts.size(); ++i) {
+    EXPECT_EQ(r.body["data"][i]["object"], "embedding");
+    EXPECT_EQ(r.body["data"][i]["index"], i);
+    expect_close(r.body["data"][i]["embedding"], want[i]["embedding"]);
+  }
+  r = post(s, "/v1/embeddings", json{{"input", kTexts[0]}, {"encoding_format", "base64"}});
+  expect_close(json(from_base64(r.body["data"][0]["embedding"].get<std::string>())), want[0]["embedding"]);
+  EXPECT_EQ(r.body["model"], "http_mlm");
+}
+
+TEST(ServeHttp, PredictAndSimilarityEqualTheCommandLine) {
+  const std::string c = classifier_dir("http_cls", 3, json{{"id2label", {{"0", "neg"}, {"1", "neu"}, {"2", "pos"}}}});
+  Server s("--model " + c);
+  const auto want = cli("classify --model " + c, lines(kTexts));
+  auto check = [&](const json& got, const json& w) {  // TEI's [{score, label}] sorted, vs {label, score, scores}
+    ASSERT_EQ(got.size(), 3u) << got;
+    EXPECT_EQ(got[0]["label"], w["label"]);
+    EXPECT_GE(got[0]["score"].get<double>(), got[1]["score"].get<double>());
+    EXPECT_GE(got[1]["score"].get<double>(), got[2]["score"].get<double>());
+    const std::vector<std::string> names = {"neg", "neu", "pos"};
+    for (const auto& e : got) {
+      const size_t id = std::find(names.begin(), names.end(), e["label"].get<std::string>()) - names.begin();
+      ASSERT_LT(id, 3u);
+      EXPECT_NEAR(e["score"].get<double>(), w["scores"][id].get<double>(), 1e-5);
+    }
+  };
+  Reply r = post(s, "/predict", json{{"inputs", kTexts[0]}});
+  ASSERT_EQ(r.status, 200) << r.body;
+  check(r.body, want[0]);
+  json batch = json::array();
+  for (const auto& t : kTexts) batch.push_back(json::array({t}));
+  r = post(s, "/predict", json{{"inputs", batch}});
+  ASSERT_EQ(r.body.size(), kTexts.size());
+  for (size_t i = 0; i < kTexts.size(); ++i) check(r.body[i], want[i]);
+  r = post(s, "/predict", json{{"inputs", kTexts[0]}, {"raw_scores", true}});  // logits: their softmax is the score
+  ASSERT_EQ(r.body.size(), 3u) << r.body;
+  double total = 0;
+  for (const auto& e : r.body) total += std::exp(e["score"].get<double>());
+  json softmax = r.body;
+  for (auto& e : softmax) e["score"] = std::exp(e["score"].get<double>()) / total;
+  check(softmax, want[0]);
+  r = post(s, "/", json{{"inputs", kTexts[2]}});  // a classifier answers POST / as /predict
+  check(r.body, want[2]);
+  const auto pair = cli("classify --pairs --model " + c, kTexts[0] + "\t" + kTexts[1] + "\n");
+  r = post(s, "/predict", json{{"inputs", {kTexts[0], kTexts[1]}}});
+  check(r.body, pair[0]);
+
+  std::string pairs;
+  for (size_t i = 1; i < kTexts.size(); ++i) pairs += kTexts[0] + "\t" + kTexts[i] + "\n";
+  const auto sims = cli("similarity --model " + c, pairs);
+  r = post(s, "/similarity", json{{"inputs", {{"source_sentence", kTexts[0]},
+                                              {"sentences", std::vector<std::string>(kTexts.begin() + 1, kTexts.end())}}}});
+  ASSERT_EQ(r.status, 200) << r.body;
+  ASSERT_EQ(r.body.size(), sims.size());
+  for (size_t i = 0; i < sims.size(); ++i) EXPECT_NEAR(r.body[i].get<double>(), sims[i]["similarity"].get<double>(), 1e-5);
+
+  r = post(s, "/info", json::object());
+  EXPECT_EQ(r.status, 404);  // /info is GET
+  auto info = s.client().Get("/info");
+  ASSERT_TRUE(info);
+  const json i = json::parse(info->body);
+  EXPECT_EQ(i["model_type"]["classifier"]["id2label"]["2"], "pos");
+  EXPECT_EQ(i["max_input_length"], 64);
+  EXPECT_EQ(s.stop(SIGINT), 0);
+}
+
+TEST(ServeHttp, ErrorsAreTeiStatusesAndBodies) {
+  const std::string m = model_dir("http_mlm");
+  Server s("--model " + m + " --max-client-batch-size 4");
+  expect_error(post(s, "/embed", std::string("{\"inputs\": [")), 422, "Validation", "malformed JSON");
+  expect_error(post(s, "/embed", json{{"inputs", 5}}), 422, "Validation", "`inputs` must be");
+  expect_error(post(s, "/embed", json{{"inputs", json::array()}}), 422, "Validation", "`inputs` cannot be empty");
+  expect_error(post(s, "/embed", json{{"inputs", {"a", 3}}}), 422, "Validation", "`inputs`[1] must be a string");
+  expect_error(post(s, "/embed", json{{"inputs", "a"}, {"normalize", "yes"}}), 422, "Validation", "`normalize`");
+  expect_error(post(s, "/v1/embeddings", json{{"inputs", "a"}}), 422, "Validation", "`input` is required");
+  expect_error(post(s, "/v1/embeddings", json{{"input", "a"}, {"encoding_format", "hex"}}), 422, "Validation",
+               "`encoding_format`");
+  expect_error(post(s, "/similarity", json{{"inputs", "a"}}), 422, "Validation", "source_sentence");
+  std::string long_text;
+  for (int i = 0; i < 100; ++i) long_text += "hello ";
+  expect_error(post(s, "/embed", json{{"inputs", long_text}}), 413, "Validation", "less than 64 tokens");
+  Reply r = post(s, "/embed", json{{"inputs", long_text}, {"truncate", true}});
+  EXPECT_EQ(r.status, 200) << r.body;
+  expect_error(post(s, "/embed", json{{"inputs", {"a", "b", "c", "d", "e"}}}), 413, "Validation", "batch size 5");
+  expect_error(post(s, "/predict", json{{"inputs", "a"}}), 424, "Backend", "not a classifier");
+  expect_error(post(s, "/nowhere", json::object()), 404, "NotFound", "/nowhere");
+
+  auto models = s.client().Get("/v1/models");
+  EXPECT_EQ(json::parse(models->body)["data"][0]["id"], "http_mlm");
+  r = post(s, "/tokenize", json{{"inputs", "hello"}});
+  ASSERT_EQ(r.status, 200) << r.body;
+  EXPECT_EQ(r.body[0][0]["text"], "[CLS]");
+  EXPECT_EQ(r.body[0][0]["special"], true);
+  auto metrics = s.client().Get("/metrics");
+  EXPECT_NE(metrics->body.find("roformer_requests_total{route=\"/embed\",status=\"422\"} 5"), std::string::npos)
+      << metrics->body;
+  EXPECT_NE(metrics->body.find("roformer_batch_size_count"), std::string::npos);
+  EXPECT_EQ(s.stop(SIGTERM), 0);
+}
+
+TEST(ServeHttp, ApiKeyGuardsEveryRouteButHealthAndMetrics) {
+  Server s("--model " + model_dir("http_mlm") + " --api-key s3cret");
+  expect_error(post(s, "/embed", json{{"inputs", "a"}}), 401, "Unauthorized", "API key");
+  expect_error(post(s, "/embed", json{{"inputs", "a"}}.dump(), {{"Authorization", "Bearer wrong"}}), 401,
+               "Unauthorized", "API key");
+  EXPECT_EQ(post(s, "/embed", json{{"inputs", "a"}}.dump(), {{"Authorization", "Bearer s3cret"}}).status, 200);
+  EXPECT_EQ(s.client().Get("/health")->status, 200);
+  EXPECT_EQ(s.client().Get("/metrics")->status, 200);
+  EXPECT_EQ(s.stop(SIGTERM), 0);
+}
+
+// With one request allowed in flight, concurrent requests are refused at once with 429, and every
+// accepted one is answered.
+TEST(ServeHttp, AFullQueueAnswers429) {
+  Server s("--model " + model_dir("http_mlm") + " --max-concurrent-requests 1 --http-threads 16");
+  std::string text;
+  for (int i = 0; i < 25; ++i) text += "hello world ";
+  const std::string body = json{{"inputs", std::vector<std::string>(32, text)}, {"truncate", true}}.dump();
+  int refused = 0, ok = 0, other = 0;
+  for (int round = 0; round < 10 && refused == 0; ++round) {
+    std::vector<Reply> replies(16);
+    std::vector<std::thread> threads;
+    for (auto& r : replies) threads.emplace_back([&] { r = post(s, "/embed", body); });
+    for (auto& t : threads) t.join();
+    for (const auto& r : replies) {
+      if (r.status == 429) {
+        ++refused;
+        EXPECT_EQ(r.body["error_type"], "Overloaded");
+      } else if (r.status == 200) {
+        ++ok;
+      } else {
+        ++other;
+      }
+    }
+  }
+  EXPECT_GT(refused, 0);
+  EXPECT_GT(ok, 0);
+  EXPECT_EQ(other, 0);
+  EXPECT_EQ(s.stop(SIGTERM), 0);
+}
+
+}  // namespace

@@ -1,0 +1,81 @@
+// `roformer serve --model DIR`: the HTTP server (src/server) for a RoFormer model directory, with
+// TEI's and OpenAI's embeddings routes (docs/serve.md). Loads the model as the other inference
+// commands do (--quantize, --gemm, --threads, --pooling), then serves on loopback until SIGINT/SIGTERM.
+#include <CLI/CLI.hpp>
+
+#include <filesystem>
+#include <memory>
+
+#include "commands.h"
+#include "thread_option.h"
+#include "serve/pipeline.h"
+#include "server/http.h"
+
+namespace roformer {
+namespace {
+
+struct ServeOptions {
+  std::string model_dir, model_id, jieba_dict, rope_scaling, pooling = "cls";
+  std::string quantize = "auto", gemm = "auto";
+  server::ServerOptions server;
+};
+
+int run_serve(ServeOptions& o) {
+  // Before any thread exists (OpenMP's start with the model): SIGINT/SIGTERM go to the signal thread.
+  server::block_stop_signals();
+  server::check_loopback(o.server.host);
+  serve::LoadOptions lo;
+  lo.jieba_dict = o.jieba_dict;
+  lo.mlm_head = false;  // embed and classify read the hidden states and the classifier head only
+  lo.rope_scaling = o.rope_scaling;
+  lo.quantize = o.quantize;
+  lo.gemm = o.gemm;
+  lo.release_packed_arena = true;
+  const std::unique_ptr<serve::Pipeline> p = serve::Pipeline::load(o.model_dir, lo);
+  server::ApiOptions& api = o.server.api;
+  api.scheduler.pooling = serve::parse_pooling(o.pooling);
+  api.model_id = !o.model_id.empty() ? o.model_id
+                                     : std::filesystem::path(o.model_dir).lexically_normal().filename().string();
+  if (api.model_id.empty()) api.model_id = std::filesystem::path(o.model_dir).parent_path().filename().string();
+  return server::serve_forever(*p, o.server);
+}
+
+}  // namespace
+
+void add_serve_command(CLI::App& app, CommandTable& commands) {
+  auto o = std::make_shared<ServeOptions>();
+  server::ServerOptions& s = o->server;
+  server::SchedulerOptions& q = s.api.scheduler;
+  CLI::App* c = app.add_subcommand("serve", "HTTP server with TEI- and OpenAI-compatible routes (docs/serve.md)");
+  c->add_option("--model", o->model_dir, "Hugging Face model directory (config.json, vocab.txt, weights)")->required();
+  c->add_option("--model-id", o->model_id, "The name /info and OpenAI's \"model\" report (default: the directory's name)");
+  c->add_option("--host", s.host, "Loopback address to listen on")
+      ->check(CLI::IsMember({"127.0.0.1", "::1", "localhost"}))->capture_default_str();
+  c->add_option("--port", s.port, "TCP port (0: any free one, printed at start)")
+      ->check(CLI::Range(0, 65535))->capture_default_str();
+  c->add_option("--api-key", s.api_key, "Require Authorization: Bearer KEY (all routes but /health and /metrics)");
+  c->add_option("--max-concurrent-requests", q.max_concurrent_requests,
+                "Requests accepted at once (queued or running); more get 429")
+      ->check(CLI::Range(int64_t{1}, int64_t{1} << 20))->capture_default_str();
+  c->add_option("--max-batch-tokens", q.max_batch_tokens, "Padded tokens (sequences x longest) per forward batch")
+      ->check(CLI::Range(int64_t{1}, int64_t{1} << 30))->capture_default_str();
+  c->add_option("--max-batch-requests", q.max_batch_requests, "Sequences per forward batch (0: no limit but the tokens)")
+      ->check(CLI::Range(int64_t{0}, int64_t{1} << 20))->capture_default_str();
+  c->add_option("--max-client-batch-size", s.api.max_client_batch_size, "Inputs per request; more get 413")
+      ->check(CLI::Range(int64_t{1}, int64_t{1} << 20))->capture_default_str();
+  c->add_flag("--auto-truncate", s.api.auto_truncate, "Truncate long inputs unless a request says truncate: false");
+  c->add_option("--payload-limit", s.payload_limit, "Request body bytes; larger bodies get 413")
+      ->check(CLI::Range(int64_t{1024}, int64_t{1} << 30))->capture_default_str();
+  c->add_option("--http-threads", s.http_threads, "Connections served at once (they tokenize)")
+      ->check(CLI::Range(1, 1024))->capture_default_str();
+  c->add_option("--pooling", o->pooling, "cls ([CLS] hidden state), mean (over the attention mask) or pooler")
+      ->check(CLI::IsMember({"cls", "mean", "pooler"}))->capture_default_str();
+  c->add_option("--threads", q.threads, "OpenMP threads of the model thread (0: all)")->check(roformer::thread_count());
+  c->add_option("--jieba-dict", o->jieba_dict, "jieba dict.txt (default: $ROFORMER_JIEBA_DICT, python3-jieba's)");
+  c->add_option("--rope-scaling", o->rope_scaling,
+                "Accept inputs up to F x max_position_embeddings: linear:F, ntk:F, dynamic-ntk:F:ORIG, yarn:F:ORIG, llama3:F:ORIG");
+  add_linear_options(c, o->quantize, o->gemm);
+  commands.add(c, [o] { return run_serve(*o); });
+}
+
+}  // namespace roformer
