@@ -13,7 +13,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 venv="${1:-build/hf-venv}"
 pins=(transformers==4.40.2 tokenizers==0.19.1 safetensors==0.4.3 "huggingface-hub>=0.19.3,<0.24" sacrebleu==2.6.0
-      accelerate==0.30.1 openai requests)
+      accelerate==0.30.1 openai==3.57.0 requests)
 probe='import torch, safetensors.torch, transformers
 from transformers.utils import is_torch_available
 assert is_torch_available(), "transformers cannot use this torch"
