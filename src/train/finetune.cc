@@ -369,7 +369,8 @@ void FinetuneOptions::validate() const {
   need(eval_every >= 0 && patience >= 0, "--eval-every and --patience must not be negative");
   need(lr > 0 && std::isfinite(lr), "--lr must be positive");
   need(warmup_ratio >= 0 && warmup_ratio <= 1, "--warmup-ratio must be in [0, 1]");
-  need(weight_decay >= 0 && clip >= 0, "--weight-decay and --clip must not be negative");
+  need(weight_decay >= 0 && clip >= 0 && std::isfinite(weight_decay) && std::isfinite(clip),
+       "--weight-decay and --clip must be finite and not negative");
   need(dropout < 1, "--dropout must be below 1");
   need(!predict || !test.empty(), "--predict needs --test");
   model::check_linear_options(linears);  // before training, not when the predictions are due

@@ -262,8 +262,16 @@ void TrainOptions::validate() const {
   if (seq > model.max_position_embeddings) {
     fail("--seq " + std::to_string(seq) + " exceeds max_position_embeddings " + std::to_string(model.max_position_embeddings));
   }
-  if (!(schedule.peak_lr > 0) || schedule.min_lr < 0 || schedule.warmup_steps < 0) fail("bad learning-rate schedule");
-  if (clip < 0) fail("--clip must be >= 0");
+  // Every real-valued option is finite: an infinite --lr or a NaN --weight-decay would train to NaN and
+  // stop late instead of being refused here; NaN fails each comparison below.
+  auto finite = [](double v) { return std::isfinite(v); };
+  if (!(finite(schedule.peak_lr) && schedule.peak_lr > 0)) fail("--lr must be a positive number, got " + std::to_string(schedule.peak_lr));
+  if (!(finite(schedule.min_lr) && schedule.min_lr >= 0)) fail("--min-lr must be a number >= 0");
+  if (schedule.warmup_steps < 0) fail("--warmup must be >= 0");
+  if (!(finite(clip) && clip >= 0)) fail("--clip must be a number >= 0 (0: off)");
+  if (!(finite(adamw.weight_decay) && adamw.weight_decay >= 0)) fail("--weight-decay must be a number >= 0");
+  if (!(finite(temperature) && temperature >= 0)) fail("--temperature must be a number >= 0");
+  if (top_k < 0) fail("--top-k must be >= 0 (0: all tokens)");
   if (eval_every < 0 || save_every < 0 || eval_batches < 1) fail("bad --eval-every / --save-every / --eval-batches");
   if (!(mask_prob > 0 && mask_prob < 1)) fail("--mask-prob must be in (0, 1)");
   if (threads < 0) fail("--threads must be >= 0");

@@ -279,10 +279,12 @@ void TranslateTrainOptions::validate() const {
   need(max_tokens > 0, "--max-tokens must be positive");
   need(max_source_length > 0 && max_target_length > 0, "--max-source-length and --max-target-length must be positive");
   need(steps > 0 && warmup >= 0, "--steps must be positive and --warmup not negative");
-  need(lr > 0 && std::isfinite(lr) && warmup_init_lr >= 0, "--lr must be positive and --warmup-init-lr not negative");
+  need(lr > 0 && std::isfinite(lr) && warmup_init_lr >= 0 && std::isfinite(warmup_init_lr),
+       "--lr must be positive and --warmup-init-lr not negative");
   need(label_smoothing >= 0 && label_smoothing < 1, "--label-smoothing must be in [0, 1)");
   need(beta1 >= 0 && beta1 < 1 && beta2 >= 0 && beta2 < 1, "--beta1 and --beta2 must be in [0, 1)");
-  need(weight_decay >= 0 && clip >= 0, "--weight-decay and --clip must not be negative");
+  need(weight_decay >= 0 && clip >= 0 && std::isfinite(weight_decay) && std::isfinite(clip),
+       "--weight-decay and --clip must be finite and not negative");
   need(eval_every > 0, "--eval-every must be positive");
   need(keep_checkpoints >= 1, "--keep-checkpoints must be at least 1");
   need(bleu_sentences >= 0 && bleu_beam >= 1, "--bleu-sentences must not be negative and --bleu-beam positive");

@@ -287,6 +287,19 @@ TEST(Cli, ThreadCountsAndWindowLengthsAreBounded) {
   expect_refused(run("eval --model " + m + " --data " + m + "/vocab.txt --lengths 256,0"), "--lengths");
 }
 
+TEST(Cli, RealValuedTrainingOptionsAreFinite) {
+  // An infinite learning rate or a NaN weight decay trained to NaN and stopped late (status 3); NaN
+  // --min-lr, --clip or --temperature were taken silently.
+  const std::string m = model_dir("m");
+  const std::string train = "train --data " + m + "/vocab.txt --layers 1 --hidden 16 --heads 2 --ff 32 --seq 8 "
+                            "--batch 2 --steps 1 --no-progress --out " + temp_dir() + "/finite ";
+  for (const char* bad : {"--lr inf", "--lr nan", "--min-lr nan", "--warmup -5", "--clip nan", "--clip inf",
+                          "--weight-decay nan", "--temperature nan", "--top-k -1"}) {
+    const std::string option = std::string(bad).substr(0, std::string(bad).find(' '));
+    expect_refused(run(train + bad), option);
+  }
+}
+
 TEST(Cli, BadInputsGiveOneErrorLineAndAFailingStatus) {
   const std::string m = model_dir("m");
   expect_fails(run("embed --model " + temp_dir() + "/absent", "x\n"), {"roformer: error:", "absent: no such model directory"});
