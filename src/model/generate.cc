@@ -6,7 +6,7 @@
 #include <cmath>
 #include <stdexcept>
 
-#include <unistd.h>
+#include "base/memory.h"
 
 namespace model {
 
@@ -52,7 +52,7 @@ void Generator::check_cache_fits(int64_t batch) const {
   const auto& c = m_.config();
   const double cache_bytes = 2.0 * sizeof(float) * static_cast<double>(c.num_hidden_layers) *
                              static_cast<double>(batch) * static_cast<double>(capacity_) * static_cast<double>(c.hidden_size);
-  const double memory = static_cast<double>(sysconf(_SC_PHYS_PAGES)) * static_cast<double>(sysconf(_SC_PAGESIZE));
+  const double memory = base::machine_memory_bytes();
   if (memory > 0 && cache_bytes > memory) {
     throw std::length_error("a key/value cache of " + std::to_string(capacity_) + " tokens x " + std::to_string(batch) +
                             " rows needs " + std::to_string(static_cast<int64_t>(cache_bytes / 1073741824.0)) +

@@ -287,6 +287,16 @@ TEST(Cli, ThreadCountsAndWindowLengthsAreBounded) {
   expect_refused(run("eval --model " + m + " --data " + m + "/vocab.txt --lengths 256,0"), "--lengths");
 }
 
+TEST(Cli, BenchSizesAreBoundedByOptionAndByMemory) {
+  // bench gemm --rows 0 divided by zero (SIGFPE); --rows -5 and bench attention --lengths 0 or 10^8
+  // ended in std::vector or librope errors or std::bad_alloc.
+  expect_refused(run("bench gemm --rows 0"), "--rows");
+  expect_refused(run("bench gemm --rows -5"), "--rows");
+  expect_refused(run("bench attention --lengths 0"), "--lengths");
+  expect_fails(run("bench attention --lengths 16777216 --heads 64"),
+               {"--lengths 16777216 with --heads 64 and --head-dim 64 needs 2048 GiB, more than this machine's"});
+}
+
 TEST(Cli, RealValuedTrainingOptionsAreFinite) {
   // An infinite learning rate or a NaN weight decay trained to NaN and stopped late (status 3); NaN
   // --min-lr, --clip or --temperature were taken silently.

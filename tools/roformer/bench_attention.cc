@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "bench_util.h"
+#include "base/memory.h"
 #include "base/random.h"
 #include "commands.h"
 #include "ops/attention.h"
@@ -28,6 +29,9 @@ int bench_attention(const BenchAttentionOptions& o) {
   std::vector<float> W(o.performer_features * D);
   ops::favor_projection(W.data(), o.performer_features, D, 7);
   for (int64_t T : o.lengths) {
+    base::check_fits_in_memory(8.0 * sizeof(float) * static_cast<double>(T) * static_cast<double>(C),
+                               "--lengths " + std::to_string(T) + " with --heads " + std::to_string(H) + " and --head-dim " +
+                                   std::to_string(D));
     std::vector<float> q(T * C), k(T * C), v(T * C), out(T * C), dq(T * C), dk(T * C), dv(T * C), g(T * C);
     for (int64_t i = 0; i < T * C; ++i) {
       q[i] = static_cast<float>(base::uniform01(1, i) - 0.5);

@@ -63,7 +63,8 @@ void add_bench_commands(CLI::App& app, CommandTable& commands) {
 
   auto bench_att = std::make_shared<BenchAttentionOptions>();
   CLI::App* bench_att_cmd = bench->add_subcommand("attention", "Softmax vs linear attention: time per token vs length");
-  bench_att_cmd->add_option("--lengths", bench_att->lengths, "Sequence lengths")->delimiter(',');
+  bench_att_cmd->add_option("--lengths", bench_att->lengths, "Sequence lengths")->delimiter(',')
+      ->check(CLI::Range(int64_t{1}, int64_t{1} << 24));
   bench_att_cmd->add_option("--heads", bench_att->heads, "Heads")->check(CLI::PositiveNumber);
   bench_att_cmd->add_option("--head-dim", bench_att->head_dim, "Head dimension (even)")->check(CLI::PositiveNumber);
   bench_att_cmd->add_option("--performer-features", bench_att->performer_features, "FAVOR+ features (even)");
@@ -72,7 +73,8 @@ void add_bench_commands(CLI::App& app, CommandTable& commands) {
 
   auto bench_gemm = std::make_shared<BenchGemmOptions>();
   CLI::App* bench_gemm_cmd = bench->add_subcommand("gemm", "RoFormer-base's linear layers (sgemm, oneDNN packed fp32, int8) and training's products (OpenBLAS vs oneDNN's sgemm)");
-  bench_gemm_cmd->add_option("--rows", bench_gemm->rows, "Row counts M (tokens per call)")->delimiter(',');
+  bench_gemm_cmd->add_option("--rows", bench_gemm->rows, "Row counts M (tokens per call)")->delimiter(',')
+      ->check(CLI::Range(int64_t{1}, int64_t{1} << 20));
   bench_gemm_cmd->add_option("--repetitions", bench_gemm->repetitions, "Best of")->check(CLI::Range(1, 100));
   bench_gemm_cmd->add_option("--min-time", bench_gemm->min_time, "Seconds per timing")->check(CLI::Range(0.001, 60.0));
   bench_gemm_cmd->add_option("--threads", bench_gemm->threads, "OpenMP threads (0: all)")->check(thread_count());

@@ -19,6 +19,7 @@
 #include <optional>
 #include <vector>
 
+#include "base/memory.h"
 #include "base/random.h"
 #include "bench_util.h"
 #include "commands.h"
@@ -95,6 +96,9 @@ int bench_gemm(const BenchGemmOptions& o) {
   const int64_t shapes[][2] = {{768, 2304}, {768, 768}, {768, 3072}, {3072, 768}};  // (K, N): qkv, out, ff in, ff out
   for (int64_t M : o.rows) {
     for (const auto& [K, N] : shapes) {
+      // x, y and the int8 and packed copies: about four times the activations.
+      base::check_fits_in_memory(4.0 * sizeof(float) * static_cast<double>(M) * static_cast<double>(K + N),
+                                 "--rows " + std::to_string(M));
       std::vector<float> x(M * K), w(N * K), b(N), y(M * N);
       for (int64_t i = 0; i < M * K; ++i) x[i] = static_cast<float>(base::uniform01(1, i) - 0.5);
       for (int64_t i = 0; i < N * K; ++i) w[i] = static_cast<float>((base::uniform01(2, i) - 0.5) * 0.07);

@@ -22,6 +22,7 @@
 #include <algorithm>
 #include <cstdint>
 #include <cstdlib>
+#include <new>
 #include <string>
 #include <vector>
 
@@ -139,6 +140,9 @@ int main(int argc, char** argv) {
   int status = 1;
   try {
     status = commands.run_parsed();
+  } catch (const std::bad_alloc&) {  // a size no check foresaw: still one line, not "std::bad_alloc"
+    fmt::print(stderr, "roformer: error: out of memory: the sizes asked for need more memory than this machine "
+                       "has (smaller lengths, batches or models)\n");
   } catch (const std::exception& e) {
     fmt::print(stderr, "roformer: error: {}\n", base::printable(e.what()));  // file contents are quoted
   }
