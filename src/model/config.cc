@@ -231,6 +231,19 @@ void RoFormerConfig::validate() const {
   }
   rope_config probe = rope::default_config(static_cast<int32_t>(head_dim()));
   rope::apply_scaling_spec(rope_scaling, &probe);  // throws on a bad spec
+  // The positions a scaled model accepts, factor x max_position_embeddings, become a token count: they
+  // stay within the positions any model may have (no double-to-integer overflow), as the original
+  // context of yarn, llama3 and dynamic NTK does.
+  if (rope_scaling != "none") {
+    constexpr double kMaxPositions = static_cast<double>(int64_t{1} << 24);
+    if (!(probe.scaling.factor * static_cast<double>(max_position_embeddings) <= kMaxPositions)) {
+      throw std::invalid_argument("rope_scaling '" + rope_scaling + "': the factor times max_position_embeddings (" +
+                                  std::to_string(max_position_embeddings) + ") exceeds the supported 16777216 positions");
+    }
+    if (static_cast<double>(probe.scaling.original_max_positions) > kMaxPositions) {
+      throw std::invalid_argument("rope_scaling '" + rope_scaling + "': the original context exceeds the supported 16777216 positions");
+    }
+  }
 }
 
 // Kept whole: a field table (one get_* line per JSON key) with its checks, which reads best in one piece.

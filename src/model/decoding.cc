@@ -210,14 +210,17 @@ class Search {
 }  // namespace
 
 void check_decode_options(const DecodeOptions& o) {
-  if (o.beam_size < 1 || o.nbest < 1 || o.nbest > o.beam_size) {
-    throw std::invalid_argument("beam size must be at least 1 and n-best at most the beam size");
+  if (o.beam_size < 1 || o.beam_size > kMaxBeamSize || o.nbest < 1 || o.nbest > o.beam_size) {
+    throw std::invalid_argument("the beam size (--beam) must be in [1, " + std::to_string(kMaxBeamSize) +
+                                "] and n-best at most the beam size");
   }
-  if (o.sample && o.beam_size != 1) throw std::invalid_argument("sampling decodes with beam size 1");
+  if (o.sample && o.beam_size != 1) throw std::invalid_argument("sampling decodes with beam size 1 (--beam 1)");
   if (o.max_len_a < 0 || o.max_len_b < 0 || o.min_new_tokens < 0 || o.no_repeat_ngram_size < 0) {
     throw std::invalid_argument("max length terms, min_new_tokens and no_repeat_ngram_size must not be negative");
   }
-  if (!(o.temperature >= 0)) throw std::invalid_argument("temperature must be >= 0");
+  // a · source length becomes a token count: a NaN or an astronomic a would not convert.
+  if (!(o.max_len_a <= kMaxLenA)) throw std::invalid_argument("max_len_a (--max-len-a) must be in [0, " + std::to_string(static_cast<int>(kMaxLenA)) + "]");
+  if (!(o.temperature >= 0 && std::isfinite(o.temperature))) throw std::invalid_argument("temperature must be a number >= 0");
   if (o.top_k < 0) throw std::invalid_argument("top_k must be >= 0");
   if (!(o.top_p > 0 && o.top_p <= 1)) throw std::invalid_argument("top_p must be in (0, 1]");
   if (!std::isfinite(o.length_penalty)) throw std::invalid_argument("length_penalty must be finite");

@@ -23,6 +23,11 @@
 
 namespace model {
 
+// Bounds check_decode_options holds every request to: far above any useful setting, low enough that
+// the beams' logits and the length limit stay finite, fast and in memory.
+inline constexpr int64_t kMaxBeamSize = 1024;
+inline constexpr double kMaxLenA = 1024.0;
+
 struct DecodeOptions {
   int64_t beam_size = 4;        // 1: greedy (or sampling)
   double length_penalty = 1.0;  // exponent of the length normalisation

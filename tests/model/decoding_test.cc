@@ -163,7 +163,9 @@ TEST(Decoding, SamplingIsSeededAndBadOptionsAreRefused) {
            [](auto& d) { d.top_p = 0; }, [](auto& d) { d.top_p = 1.5; }, [](auto& d) { d.top_k = -1; },
            [](auto& d) { d.temperature = -1; }, [](auto& d) { d.min_new_tokens = -1; },
            [](auto& d) { d.beam_size = 0; }, [](auto& d) { d.nbest = 5; },
-           [](auto& d) { d.length_penalty = NAN; }}) {
+           [](auto& d) { d.length_penalty = NAN; }, [](auto& d) { d.beam_size = 1025; },
+           [](auto& d) { d.max_len_a = NAN; }, [](auto& d) { d.max_len_a = 1e300; },
+           [](auto& d) { d.temperature = INFINITY; }, [](auto& d) { d.temperature = NAN; }}) {
     model::DecodeOptions d;
     bad(d);
     EXPECT_THROW(model::generate(m, {4}, d), std::invalid_argument);

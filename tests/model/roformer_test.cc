@@ -594,6 +594,14 @@ TEST(RoFormerGenerate, CachedDecodingBeyondTheTrainedLengthUnderEveryScaling) {
   auto c = tiny(model::PositionEncoding::rope);
   c.rope_scaling = "yarn:4";  // needs the original length
   EXPECT_THROW(model::RoFormer<float>{c}, std::invalid_argument);
+  // The scaled length is a token count: factor x max_position_embeddings, and the original context,
+  // stay within 2^24 positions (linear:1e300 read as a length of -2^63).
+  for (const char* spec : {"linear:1e300", "linear:3000000", "yarn:4:99999999999999"}) {
+    c.rope_scaling = spec;
+    EXPECT_THROW(c.validate(), std::invalid_argument) << spec;
+  }
+  c.rope_scaling = "linear:2097152";  // 8 x 2^21 = 2^24: the largest
+  EXPECT_NO_THROW(c.validate());
 }
 
 }  // namespace
