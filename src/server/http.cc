@@ -34,7 +34,7 @@ httplib::Server::Handler route(F f, bool post = true) {
       if (post) {
         try {
           body = json::parse(req.body);
-        } catch (const json::parse_error& e) {
+        } catch (const json::exception& e) {  // parse errors, and numbers beyond double (1e999: out_of_range)
           throw ApiError(422, "Validation", std::string("malformed JSON body: ") + e.what());
         }
       }

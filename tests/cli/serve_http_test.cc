@@ -235,6 +235,9 @@ TEST(ServeHttp, ErrorsAreTeiStatusesAndBodies) {
   const std::string m = model_dir("http_mlm");
   Server s("--model " + m + " --max-client-batch-size 4");
   expect_error(post(s, "/embed", std::string("{\"inputs\": [")), 422, "Validation", "malformed JSON");
+  // A number beyond double is malformed JSON too (nlohmann reports it as out_of_range: it was a 500).
+  expect_error(post(s, "/embed", std::string("{\"inputs\": \"a\", \"normalize\": 1e999}")), 422, "Validation",
+               "malformed JSON");
   expect_error(post(s, "/embed", json{{"inputs", 5}}), 422, "Validation", "`inputs` must be");
   expect_error(post(s, "/embed", json{{"inputs", json::array()}}), 422, "Validation", "`inputs` cannot be empty");
   expect_error(post(s, "/embed", json{{"inputs", {"a", 3}}}), 422, "Validation", "`inputs`[1] must be a string");
@@ -259,7 +262,7 @@ TEST(ServeHttp, ErrorsAreTeiStatusesAndBodies) {
   EXPECT_EQ(r.body[0][0]["text"], "[CLS]");
   EXPECT_EQ(r.body[0][0]["special"], true);
   auto metrics = s.client().Get("/metrics");
-  EXPECT_NE(metrics->body.find("roformer_requests_total{route=\"/embed\",status=\"422\"} 5"), std::string::npos)
+  EXPECT_NE(metrics->body.find("roformer_requests_total{route=\"/embed\",status=\"422\"} 6"), std::string::npos)
       << metrics->body;
   EXPECT_NE(metrics->body.find("roformer_batch_size_count"), std::string::npos);
   EXPECT_EQ(s.stop(SIGTERM), 0);
