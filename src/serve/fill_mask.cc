@@ -84,7 +84,7 @@ std::string decode(const text::RoFormerTokenizer& tok, const std::vector<int32_t
 }
 
 std::vector<std::vector<MaskPredictions>> fill_mask(Pipeline& p, const std::vector<std::string>& texts, int64_t top_k,
-                                                    int64_t batch_size) {
+                                                    int64_t batch_size, const Truncate& truncate) {
   if (top_k < 1) throw std::invalid_argument("top-k must be at least 1");
   if (!p.has_mlm_head()) {
     throw io::Error(p.dir() + ": the checkpoint has no masked-LM head (cls.predictions.*); fill-mask needs a "
@@ -98,7 +98,7 @@ std::vector<std::vector<MaskPredictions>> fill_mask(Pipeline& p, const std::vect
   if (mask_id < 0) throw io::Error(p.dir() + ": the tokenizer has no mask token");
   const std::string mask_token = tok.config().mask_token.content;
 
-  const std::vector<text::Encoding> encodings = p.encode(texts);
+  const std::vector<text::Encoding> encodings = p.encode(texts, truncate);
   std::vector<std::vector<int64_t>> positions(texts.size());
   for (size_t i = 0; i < encodings.size(); ++i) {
     for (size_t t = 0; t < encodings[i].size(); ++t) {

@@ -29,7 +29,7 @@ std::string decode(const text::RoFormerTokenizer& tokenizer, const std::vector<i
 // are dropped. Throws io::Error without an MLM head (or for a causal LM) and InputError for a text
 // without a mask token.
 std::vector<std::vector<MaskPredictions>> fill_mask(Pipeline& pipeline, const std::vector<std::string>& texts,
-                                                    int64_t top_k = 5, int64_t batch_size = 16);
+                                                    int64_t top_k = 5, int64_t batch_size = 16, const Truncate& truncate = {});
 
 // One line of JSON in HF's output shape: [{"score", "token", "token_str", "sequence"}, ...] for one
 // mask, a list of such lists (one per mask) for several.

@@ -140,18 +140,34 @@ model::RoFormer<float>& Pipeline::model() {
   return *model_;
 }
 
-std::vector<text::Encoding> Pipeline::encode(const std::vector<std::string>& texts) const {
+namespace {
+
+text::EncodeOptions encode_options(const Truncate& t, int64_t limit) {
+  text::EncodeOptions eo;
+  if (!t.enabled) return eo;
+  eo.truncation = text::Truncation::LongestFirst;
+  eo.max_length = t.max_length > 0 ? std::min(t.max_length, limit) : limit;
+  eo.truncation_side = t.side;
+  return eo;
+}
+
+}  // namespace
+
+std::vector<text::Encoding> Pipeline::encode(const std::vector<std::string>& texts, const Truncate& truncate) const {
+  const text::EncodeOptions eo = encode_options(truncate, max_length());
   std::vector<text::Encoding> out;
   out.reserve(texts.size());
-  for (const std::string& t : texts) out.push_back(tokenizer().encode(t));
+  for (const std::string& t : texts) out.push_back(tokenizer().encode(t, eo));
   check(out);
   return out;
 }
 
-std::vector<text::Encoding> Pipeline::encode_pairs(const std::vector<std::pair<std::string, std::string>>& pairs) const {
+std::vector<text::Encoding> Pipeline::encode_pairs(const std::vector<std::pair<std::string, std::string>>& pairs,
+                                                   const Truncate& truncate) const {
+  const text::EncodeOptions eo = encode_options(truncate, max_length());
   std::vector<text::Encoding> out;
   out.reserve(pairs.size());
-  for (const auto& [a, b] : pairs) out.push_back(tokenizer().encode_pair(a, b));
+  for (const auto& [a, b] : pairs) out.push_back(tokenizer().encode_pair(a, b, eo));
   check(out);
   return out;
 }
@@ -172,11 +188,11 @@ void Pipeline::check(const std::vector<text::Encoding>& encodings) const {
       throw InputError(i, std::to_string(e.size()) + " tokens, more than " +
                               (config_.rope_scaling == "none"
                                    ? "the model's max_position_embeddings (" + std::to_string(limit) +
-                                         "); inputs are not truncated (--rope-scaling extends RoPE models, e.g. "
+                                         "); --truncate cuts inputs to it (--rope-scaling extends RoPE models, e.g. "
                                          "--rope-scaling linear:2)"
                                    : std::to_string(limit) + " (max_position_embeddings " +
                                          std::to_string(config_.max_position_embeddings) + " x the factor of " +
-                                         config_.rope_scaling + "); inputs are not truncated"));
+                                         config_.rope_scaling + "); --truncate cuts inputs to it"));
     }
     for (size_t t = 0; t < e.size(); ++t) {
       if (e.input_ids[t] < 0 || e.input_ids[t] >= config_.vocab_size) {
@@ -215,8 +231,9 @@ void Pipeline::run(const std::vector<text::Encoding>& encodings, int64_t batch_s
   }
 }
 
-std::vector<std::vector<float>> Pipeline::embed(const std::vector<std::string>& texts, const EmbedOptions& o) {
-  return embed_encoded(encode(texts), o);
+std::vector<std::vector<float>> Pipeline::embed(const std::vector<std::string>& texts, const EmbedOptions& o,
+                                                const Truncate& truncate) {
+  return embed_encoded(encode(texts, truncate), o);
 }
 
 std::vector<std::vector<float>> Pipeline::embed_encoded(const std::vector<text::Encoding>& encodings,
@@ -259,7 +276,7 @@ std::vector<std::vector<float>> Pipeline::embed_encoded(const std::vector<text::
 }
 
 std::vector<double> Pipeline::similarity(const std::vector<std::pair<std::string, std::string>>& pairs,
-                                         const EmbedOptions& options) {
+                                         const EmbedOptions& options, const Truncate& truncate) {
   std::vector<std::string> texts;
   texts.reserve(2 * pairs.size());
   for (const auto& [a, b] : pairs) {
@@ -268,7 +285,7 @@ std::vector<double> Pipeline::similarity(const std::vector<std::pair<std::string
   }
   std::vector<std::vector<float>> e;
   try {
-    e = embed(texts, options);
+    e = embed(texts, options, truncate);
   } catch (const InputError& err) {
     throw InputError(err.index / 2, std::string(err.index % 2 ? "text b: " : "text a: ") + err.what());
   }
@@ -277,13 +294,14 @@ std::vector<double> Pipeline::similarity(const std::vector<std::pair<std::string
   return out;
 }
 
-std::vector<Classification> Pipeline::classify(const std::vector<std::string>& texts, int64_t batch_size) {
-  return classify_encoded(encode(texts), batch_size);
+std::vector<Classification> Pipeline::classify(const std::vector<std::string>& texts, int64_t batch_size,
+                                               const Truncate& truncate) {
+  return classify_encoded(encode(texts, truncate), batch_size);
 }
 
 std::vector<Classification> Pipeline::classify_pairs(const std::vector<std::pair<std::string, std::string>>& pairs,
-                                                     int64_t batch_size) {
-  return classify_encoded(encode_pairs(pairs), batch_size);
+                                                     int64_t batch_size, const Truncate& truncate) {
+  return classify_encoded(encode_pairs(pairs, truncate), batch_size);
 }
 
 std::vector<Classification> Pipeline::classify_encoded(const std::vector<text::Encoding>& encodings, int64_t batch_size) {

@@ -74,6 +74,15 @@ struct LoadOptions : model::LinearOptions {
   std::string classify_function = "auto";
 };
 
+// An input longer than the model: by default an InputError (nothing is silently cut); enabled, it is
+// cut to max_length tokens ([CLS]/[SEP] kept; a pair longest-first) from the right or the left, as
+// transformers' pipelines with truncation=True and TEI's truncate / truncation_direction.
+struct Truncate {
+  bool enabled = false;
+  int64_t max_length = 0;  // 0: the model's (Pipeline::max_length); larger values are the model's too
+  text::Side side = text::Side::Right;
+};
+
 struct EmbedOptions {
   Pooling pooling = Pooling::cls;
   bool normalize = false;   // L2-normalise (torch F.normalize, eps 1e-12)
@@ -112,10 +121,11 @@ class Pipeline {
   // tokenizer_config.json's clean_up_tokenization_spaces (HF default true), for decoding.
   bool clean_up_tokenization_spaces() const { return tokenizer().config().clean_up_tokenization_spaces; }
 
-  // Encodes each text with [CLS]/[SEP] (pairs: [CLS] a [SEP] b [SEP]); throws InputError for one
-  // longer than max_position_embeddings or holding an id outside the model's vocabulary.
-  std::vector<text::Encoding> encode(const std::vector<std::string>& texts) const;
-  std::vector<text::Encoding> encode_pairs(const std::vector<std::pair<std::string, std::string>>& pairs) const;
+  // Encodes each text with [CLS]/[SEP] (pairs: [CLS] a [SEP] b [SEP]), cut as `truncate` says; throws
+  // InputError for one longer than max_length() or holding an id outside the model's vocabulary.
+  std::vector<text::Encoding> encode(const std::vector<std::string>& texts, const Truncate& truncate = {}) const;
+  std::vector<text::Encoding> encode_pairs(const std::vector<std::pair<std::string, std::string>>& pairs,
+                                           const Truncate& truncate = {}) const;
   void check(const std::vector<text::Encoding>& encodings) const;
 
   // Runs the encoder over the encodings in plan_batches order, right-padded to each batch's longest;
@@ -124,19 +134,21 @@ class Pipeline {
   void run(const std::vector<text::Encoding>& encodings, int64_t batch_size,
            const std::function<void(const std::vector<size_t>& rows, int64_t T)>& visit);
 
-  std::vector<std::vector<float>> embed(const std::vector<std::string>& texts, const EmbedOptions& options);
+  std::vector<std::vector<float>> embed(const std::vector<std::string>& texts, const EmbedOptions& options,
+                                        const Truncate& truncate = {});
   // embed and classify over encodings already made (and checked) by encode/encode_pairs: the HTTP
   // server tokenizes on its request threads and runs only the forward on its one model thread.
   std::vector<std::vector<float>> embed_encoded(const std::vector<text::Encoding>& encodings, const EmbedOptions& options);
   std::vector<Classification> classify_encoded(const std::vector<text::Encoding>& encodings, int64_t batch_size);
   // Cosine similarity of the embeddings of each pair.
   std::vector<double> similarity(const std::vector<std::pair<std::string, std::string>>& pairs,
-                                 const EmbedOptions& options);
+                                 const EmbedOptions& options, const Truncate& truncate = {});
   // Throws io::Error when the checkpoint has no classifier head.
-  std::vector<Classification> classify(const std::vector<std::string>& texts, int64_t batch_size = 16);
+  std::vector<Classification> classify(const std::vector<std::string>& texts, int64_t batch_size = 16,
+                                       const Truncate& truncate = {});
   // Sentence pairs, encoded [CLS] a [SEP] b [SEP] with token types 0 then 1, as the head was fine-tuned.
   std::vector<Classification> classify_pairs(const std::vector<std::pair<std::string, std::string>>& pairs,
-                                             int64_t batch_size = 16);
+                                             int64_t batch_size = 16, const Truncate& truncate = {});
 
  private:
   Pipeline() = default;

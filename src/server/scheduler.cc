@@ -120,8 +120,10 @@ void Scheduler::run_batch(std::vector<std::unique_ptr<Job>>& jobs) {
   Output out;
   try {
     if (jobs.front()->task == Task::embed) {
-      out.embeddings = pipeline_.embed_encoded(all, {.pooling = options_.pooling, .normalize = false,
-                                                     .batch_size = batch_size});
+      serve::EmbedOptions eo;  // encoded (and truncated) on the HTTP threads already
+      eo.pooling = options_.pooling;
+      eo.batch_size = batch_size;
+      out.embeddings = pipeline_.embed_encoded(all, eo);
     } else {
       out.classes = pipeline_.classify_encoded(all, batch_size);
     }

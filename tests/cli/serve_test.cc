@@ -287,6 +287,25 @@ TEST(Cli, ThreadCountsAndWindowLengthsAreBounded) {
   expect_refused(run("eval --model " + m + " --data " + m + "/vocab.txt --lengths 256,0"), "--lengths");
 }
 
+TEST(Cli, TruncateLetsTheEncoderCommandsTakeLongInputs) {
+  // A review longer than the model used to stop `classify` at its line; --truncate cuts it as the
+  // fine-tuning did (transformers' truncation=True).
+  const std::string c = classifier_dir("trunc_cls", 2, {{"id2label", {{"0", "no"}, {"1", "yes"}}}});
+  std::string review;
+  for (int i = 0; i < 100; ++i) review += "good ";
+  expect_fails(run("classify --model " + c, review + "\n"), {"<stdin>:1: 402 tokens", "--truncate cuts inputs"});
+  const Result cut = run("classify --truncate --model " + c, review + "\n");
+  EXPECT_EQ(cut.status, 0) << cut.err;
+  const Result shorter = run("classify --truncate --max-length 16 --truncation-side left --model " + c, review + "\n");
+  EXPECT_EQ(shorter.status, 0) << shorter.err;
+  EXPECT_NE(cut.out, shorter.out);  // 64 against 16 tokens
+  for (const char* command : {"embed", "similarity", "fill-mask"}) {
+    const std::string input = std::string(command) == "similarity" ? review + "\tok\n" : review + " [MASK]\n";
+    const Result r = run(std::string(command) + " --truncate --truncation-side left --model " + model_dir("m"), input);
+    EXPECT_EQ(r.status, 0) << command << ": " << r.err;
+  }
+}
+
 TEST(Cli, BenchSizesAreBoundedByOptionAndByMemory) {
   // bench gemm --rows 0 divided by zero (SIGFPE); --rows -5 and bench attention --lengths 0 or 10^8
   // ended in std::vector or librope errors or std::bad_alloc.

@@ -274,6 +274,32 @@ TEST(Pipeline, RopeScalingExtendsTheInputLimit) {
   expect_error([&] { serve::Pipeline::load(model_dir("case1"), bad); }, {"--rope-scaling stretch:2", "unknown RoPE scaling"});
 }
 
+// Truncate: cut to the model's length (or a shorter --max-length) keeping [CLS] and [SEP], from the
+// right or the left; a pair loses tokens from its longer text first; the embedding of a cut text is
+// the embedding of the text it was cut to.
+TEST(Pipeline, TruncateCutsToTheModelLengthKeepingSpecialTokens) {
+  auto p = serve::Pipeline::load(model_dir("case3", "case3_seq_eq_max_positions"));  // 24 positions
+  std::string long_text;
+  for (int i = 0; i < 40; ++i) long_text += std::string(1, static_cast<char>('a' + i % 26)) + " ";
+  const serve::Truncate right{true, 0, text::Side::Right}, left{true, 0, text::Side::Left}, eight{true, 8};
+  const text::Encoding r = p->encode({long_text}, right)[0], l = p->encode({long_text}, left)[0];
+  ASSERT_EQ(r.size(), 24u);
+  ASSERT_EQ(l.size(), 24u);
+  EXPECT_EQ(r.tokens.front(), "[CLS]");
+  EXPECT_EQ(r.tokens.back(), "[SEP]");
+  EXPECT_EQ(r.tokens[1], "a");   // the start kept
+  EXPECT_EQ(l.tokens[22], "n");  // the end kept: the 40th letter is 'n'
+  EXPECT_EQ(p->encode({long_text}, eight)[0].size(), 8u);
+  EXPECT_EQ(p->encode({"a b"}, eight)[0].size(), 4u);  // short texts are untouched
+  const text::Encoding pair = p->encode_pairs({{long_text, "x y"}}, right)[0];
+  EXPECT_EQ(pair.size(), 24u);
+  EXPECT_EQ(pair.tokens[pair.size() - 3], "x");  // the short second text whole
+  std::string kept;
+  for (size_t t = 1; t + 1 < r.size(); ++t) kept += r.tokens[t] + " ";
+  EXPECT_EQ(p->embed({long_text}, {}, right)[0], p->embed({kept}, {})[0]);
+  EXPECT_THROW(p->embed({long_text}, {}), serve::InputError);  // the default stays an error
+}
+
 TEST(Pipeline, TooLongTextsAndUnknownIdsAreInputErrors) {
   auto p = serve::Pipeline::load(model_dir("case3", "case3_seq_eq_max_positions"));
   const std::string fits(22, 'a'), too_long(23, 'a');  // spaced out: one token per letter, plus [CLS] and [SEP]

@@ -27,8 +27,9 @@ struct InferOptions {
   std::string model_dir, input, format = "auto", jieba_dict, pooling = "cls", rope_scaling;
   std::string quantize = "auto", gemm = "auto", function = "auto";  // serve::LoadOptions
   std::string inputs, out;  // forward
-  int64_t batch_size = 16, top_k = 5;
-  bool normalize = false, pairs = false;
+  int64_t batch_size = 16, top_k = 5, max_length = 0;
+  bool normalize = false, pairs = false, truncate = false;
+  std::string truncation_side = "right";
   int threads = 0;
 };
 
@@ -100,10 +101,14 @@ int run_tokenize(const InferOptions& o) {
   return 0;
 }
 
+serve::Truncate truncation(const InferOptions& o) {
+  return {o.truncate, o.max_length, o.truncation_side == "left" ? text::Side::Left : text::Side::Right};
+}
+
 int run_fill_mask(const InferOptions& o) {
   const auto p = load(o);
   for_chunks<std::string>(o, read_text, [&](const std::vector<std::string>& texts) {
-    for (const auto& masks : serve::fill_mask(*p, texts, o.top_k, o.batch_size)) {
+    for (const auto& masks : serve::fill_mask(*p, texts, o.top_k, o.batch_size, truncation(o))) {
       std::cout << serve::fill_mask_json(masks) << '\n';
     }
   });
@@ -121,7 +126,7 @@ serve::EmbedOptions embed_options(const InferOptions& o) {
 int run_embed(const InferOptions& o) {
   const auto p = load(o, true, false);
   for_chunks<std::string>(o, read_text, [&](const std::vector<std::string>& texts) {
-    for (const auto& e : p->embed(texts, embed_options(o))) std::cout << serve::embedding_json(e) << '\n';
+    for (const auto& e : p->embed(texts, embed_options(o), truncation(o))) std::cout << serve::embedding_json(e) << '\n';
   });
   return 0;
 }
@@ -129,7 +134,7 @@ int run_embed(const InferOptions& o) {
 int run_similarity(const InferOptions& o) {
   const auto p = load(o, true, false);
   for_chunks<std::pair<std::string, std::string>>(o, read_pair, [&](const auto& pairs) {
-    for (double s : p->similarity(pairs, embed_options(o))) {
+    for (double s : p->similarity(pairs, embed_options(o), truncation(o))) {
       std::cout << "{\"similarity\": " << serve::json_number(s) << "}\n";
     }
   });
@@ -152,11 +157,11 @@ int run_classify(const InferOptions& o) {
   if (!p->classifier()) p->classify({});
   if (o.pairs) {
     for_chunks<std::pair<std::string, std::string>>(o, read_pair, [&](const auto& pairs) {
-      print_classifications(p->classify_pairs(pairs, o.batch_size));
+      print_classifications(p->classify_pairs(pairs, o.batch_size, truncation(o)));
     });
   } else {
     for_chunks<std::string>(o, read_text, [&](const std::vector<std::string>& texts) {
-      print_classifications(p->classify(texts, o.batch_size));
+      print_classifications(p->classify(texts, o.batch_size, truncation(o)));
     });
   }
   return 0;
@@ -194,6 +199,13 @@ void add_infer_commands(CLI::App& app, CommandTable& commands) {
       c->add_option("--batch-size", o->batch_size, "Sequences per forward (sorted by length, padded)")
           ->check(CLI::Range(int64_t{1}, int64_t{1} << 20))->capture_default_str();
       c->add_option("--threads", o->threads, "OpenMP threads (0: all)")->check(roformer::thread_count());
+      c->add_flag("--truncate", o->truncate,
+                  "Cut inputs longer than the model (or --max-length) instead of stopping with an error "
+                  "([CLS]/[SEP] kept; pairs longest-first), as transformers' truncation=True");
+      c->add_option("--max-length", o->max_length, "With --truncate: tokens per input (default and at most: the model's)")
+          ->check(CLI::Range(int64_t{2}, int64_t{1} << 24));
+      c->add_option("--truncation-side", o->truncation_side, "With --truncate: cut the right (end) or left (start)")
+          ->check(CLI::IsMember({"right", "left"}))->capture_default_str();
       c->add_option("--rope-scaling", o->rope_scaling,
                     "Accept inputs up to F x max_position_embeddings: linear:F, ntk:F, dynamic-ntk:F:ORIG, "
                     "yarn:F:ORIG, llama3:F:ORIG");
