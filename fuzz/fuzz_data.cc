@@ -15,10 +15,13 @@ namespace {
 
 const char kOrigin[] = "data.file";
 
-// The line count of the text (a last line without '\n' counts): every row's line is within it.
-int64_t line_count(const std::string& text) {
+// The line count of the text (a last line without a break counts): every row's line is within it.
+// Lines end at '\n'; in CSV also at a lone '\r' (RFC 4180 readers, Python's csv, take it as a break).
+int64_t line_count(const std::string& text, bool csv) {
   int64_t n = 1;
-  for (const char c : text) n += c == '\n';
+  for (size_t i = 0; i < text.size(); ++i) {
+    n += text[i] == '\n' || (csv && text[i] == '\r' && (i + 1 == text.size() || text[i + 1] != '\n'));
+  }
   return n;
 }
 
@@ -41,7 +44,7 @@ void labeled(const std::string& text, uint8_t choice) {
   } catch (const std::exception& e) {
     fuzz::undocumented("data::parse_labeled", e);
   }
-  const int64_t lines = line_count(text);
+  const int64_t lines = line_count(text, format == data::TableFormat::csv);
   int64_t last = 0;
   for (const data::LabeledExample& r : rows) {
     FUZZ_CHECK(r.line > last && r.line <= lines, "row lines out of order or past the end");
@@ -66,7 +69,7 @@ void parallel(const std::string& text, uint8_t choice) {
   } catch (const std::exception& e) {
     fuzz::undocumented("data::parse_parallel", e);
   }
-  const int64_t lines = line_count(text);
+  const int64_t lines = line_count(text, false);
   int64_t last = 0;
   for (const data::SentencePair& p : pairs) {
     FUZZ_CHECK(p.line > last && p.line <= lines, "pair lines out of order or past the end");
