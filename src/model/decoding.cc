@@ -219,8 +219,12 @@ void check_decode_options(const DecodeOptions& o) {
     throw std::invalid_argument("max length terms, min_new_tokens and no_repeat_ngram_size must not be negative");
   }
   // a · source length becomes a token count: a NaN or an astronomic a would not convert.
-  if (!(o.max_len_a <= kMaxLenA)) throw std::invalid_argument("max_len_a (--max-len-a) must be in [0, " + std::to_string(static_cast<int>(kMaxLenA)) + "]");
-  if (!(o.temperature >= 0 && std::isfinite(o.temperature))) throw std::invalid_argument("temperature must be a number >= 0");
+  if (!(o.max_len_a <= kMaxLenA)) {
+    throw std::invalid_argument("max_len_a (--max-len-a) must be in [0, " + std::to_string(static_cast<int>(kMaxLenA)) + "]");
+  }
+  if (!(o.temperature >= 0 && std::isfinite(o.temperature))) {
+    throw std::invalid_argument("temperature must be a number >= 0");
+  }
   if (o.top_k < 0) throw std::invalid_argument("top_k must be >= 0");
   if (!(o.top_p > 0 && o.top_p <= 1)) throw std::invalid_argument("top_p must be in (0, 1]");
   if (!std::isfinite(o.length_penalty)) throw std::invalid_argument("length_penalty must be finite");

@@ -74,8 +74,8 @@ std::vector<std::vector<Hypothesis>> decode(Generator& gen, const std::vector<fl
 // Continues `prompt` (at least one token) with a causal LM by up to max_len_b tokens, stopping early
 // when the context (capacity, 0: max_position_embeddings) is full, i.e. after min(max_len_b, context −
 // prompt tokens) new tokens; returns the nbest hypotheses of new tokens. A prompt that fills the context
-// (no room for one new token) is std::invalid_argument, not cut: callers say what they shorten. The prompt is fed once and its cache copied to
-// the beams. With capacity 0 the KV cache holds the prompt plus max_len_b tokens (at most
+// (no room for one new token) is std::invalid_argument, not cut: callers say what they shorten. The
+// prompt is fed once and its cache copied to the beams. With capacity 0 the KV cache holds the prompt plus max_len_b tokens (at most
 // max_position_embeddings), and dynamic NTK's frequencies are those of that length.
 std::vector<Hypothesis> generate(const RoFormer<float>& m, const std::vector<int64_t>& prompt, const DecodeOptions& o,
                                  int64_t eos = -1, int64_t capacity = 0);

@@ -58,11 +58,15 @@ double cosine(const std::vector<float>& a, const std::vector<float>& b) {
   return dot / std::max(std::sqrt(na) * std::sqrt(nb), 1e-8);
 }
 
-std::optional<Classifier> make_classifier(const model::RoFormerConfig& config, const std::string& config_path,
-                                          const std::string& function) {
+void check_classify_function(const std::string& function) {
   if (function != "auto" && function != "softmax" && function != "sigmoid" && function != "none") {
     throw io::Error("--function " + function + ": expected auto, softmax, sigmoid or none");
   }
+}
+
+std::optional<Classifier> make_classifier(const model::RoFormerConfig& config, const std::string& config_path,
+                                          const std::string& function) {
+  check_classify_function(function);
   if (!config.sequence_classifier()) return std::nullopt;
   Classifier c;
   c.labels = config.labels;
@@ -95,8 +99,7 @@ std::vector<double> Classifier::scores(const float* logits) const {
 }
 
 std::unique_ptr<Pipeline> Pipeline::load(const std::string& dir, const LoadOptions& options) {
-  // The function is checked before anything is read.
-  make_classifier(model::RoFormerConfig(), "", options.classify_function);
+  check_classify_function(options.classify_function);  // before anything is read
   load::Request r;
   r.weights = options.weights;
   r.tokenizer = options.tokenizer;
@@ -140,8 +143,6 @@ model::RoFormer<float>& Pipeline::model() {
   return *model_;
 }
 
-namespace {
-
 text::EncodeOptions encode_options(const Truncate& t, int64_t limit) {
   text::EncodeOptions eo;
   if (!t.enabled) return eo;
@@ -150,8 +151,6 @@ text::EncodeOptions encode_options(const Truncate& t, int64_t limit) {
   eo.truncation_side = t.side;
   return eo;
 }
-
-}  // namespace
 
 std::vector<text::Encoding> Pipeline::encode(const std::vector<std::string>& texts, const Truncate& truncate) const {
   const text::EncodeOptions eo = encode_options(truncate, max_length());

@@ -83,6 +83,10 @@ struct Truncate {
   text::Side side = text::Side::Right;
 };
 
+// The tokenizer's options for `truncate` on a model that takes `limit` tokens (Pipeline::encode's,
+// and the server's for its mixed batches of texts and pairs).
+text::EncodeOptions encode_options(const Truncate& truncate, int64_t limit);
+
 struct EmbedOptions {
   Pooling pooling = Pooling::cls;
   bool normalize = false;   // L2-normalise (torch F.normalize, eps 1e-12)
@@ -159,6 +163,9 @@ class Pipeline {
   std::unique_ptr<model::RoFormer<float>> model_;
   std::optional<Classifier> classifier_;
 };
+
+// Throws io::Error unless `function` is one LoadOptions::classify_function takes.
+void check_classify_function(const std::string& function);
 
 // The classification of a model directory's config.json (labels, problem_type) for `function`
 // (LoadOptions::classify_function); nullopt when the model has no classifier head.

@@ -105,11 +105,7 @@ std::vector<text::Encoding> Api::encode(const std::vector<std::string>& first, c
                                           std::to_string(options_.max_client_batch_size));
   }
   const int64_t limit = pipeline_.max_length();
-  text::EncodeOptions eo;
-  if (truncate) {
-    eo.truncation = text::Truncation::LongestFirst;
-    eo.max_length = limit;
-  }
+  const text::EncodeOptions eo = serve::encode_options({.enabled = truncate}, limit);
   std::vector<text::Encoding> out;
   for (size_t i = 0; i < first.size(); ++i) {
     const bool pair = i < second.size() && !second[i].empty();

@@ -106,12 +106,14 @@ std::vector<std::unique_ptr<Scheduler::Job>> Scheduler::next_batch(std::unique_l
 }
 
 void Scheduler::run_batch(std::vector<std::unique_ptr<Job>>& jobs) {
-  std::vector<text::Encoding> all;
+  std::vector<text::Encoding> all;  // the jobs' encodings, moved: each job keeps only its count
+  std::vector<size_t> counts;
   int64_t tokens = 0;
   for (const auto& j : jobs) {
-    for (const auto& e : j->encodings) {
+    counts.push_back(j->encodings.size());
+    for (auto& e : j->encodings) {
       tokens += static_cast<int64_t>(e.size());
-      all.push_back(e);
+      all.push_back(std::move(e));
     }
   }
   const int64_t T = std::max<int64_t>(longest(all), 1);
@@ -136,9 +138,9 @@ void Scheduler::run_batch(std::vector<std::unique_ptr<Job>>& jobs) {
   metrics_.batch(n, tokens, n * T);
   release(jobs.size());
   size_t at = 0;
-  for (auto& j : jobs) {  // hand each job its slice, in its order
+  for (size_t i = 0; i < jobs.size(); ++i) {  // hand each job its slice, in its order
     Output mine;
-    const size_t k = j->encodings.size();
+    const size_t k = counts[i];
     if (!out.embeddings.empty()) {
       mine.embeddings.assign(std::make_move_iterator(out.embeddings.begin() + at),
                              std::make_move_iterator(out.embeddings.begin() + at + k));
@@ -146,7 +148,7 @@ void Scheduler::run_batch(std::vector<std::unique_ptr<Job>>& jobs) {
       mine.classes.assign(out.classes.begin() + at, out.classes.begin() + at + k);
     }
     at += k;
-    j->done.set_value(std::move(mine));
+    jobs[i]->done.set_value(std::move(mine));
   }
 }
 

@@ -252,7 +252,7 @@ void add_generate_command(CLI::App& app, CommandTable& commands, const std::shar
                            ->check(CLI::Range(0.0, 1.0))->capture_default_str();
   gen->add_option("--seed", o->seed, "Sampling seed")->capture_default_str();
   gen->add_option("--beam", o->beam, "Beam search with this many beams (1: sampling or greedy)")
-      ->check(CLI::Range(int64_t{1}, int64_t{1024}))->capture_default_str();
+      ->check(CLI::Range(int64_t{1}, model::kMaxBeamSize))->capture_default_str();
   gen->add_option("--length-penalty", o->length_penalty, "Beam search: exponent of the length normalisation")
       ->check(CLI::Range(-100.0, 100.0))->capture_default_str();
   gen->add_option("--no-repeat-ngram-size", o->no_repeat_ngram, "No n-gram of this size twice, prompt included (0: off)")
