@@ -7,7 +7,7 @@
 # transformers 4.40.2 from PyPI: the version the roformer-hf fixtures were made with, known to run on
 # torch 1.13 (recent releases disable PyTorch < 2.1, e.g. the 4.57 in /work/venv-ref); sacrebleu 2.6.0,
 # the reference of `roformer bleu`; accelerate 0.30.1, which transformers' Trainer needs
-# (bench/peers/finetune_hf.py); openai, whose client tests/hf/serve_openai.py runs against `roformer serve`.
+# (bench/peers/finetune_hf.py); openai and huggingface_hub, whose clients tests/hf/serve_clients.py runs against `roformer serve`.
 # Idempotent: a venv that already runs transformers' RoFormer and sacrebleu is kept as it is.
 set -euo pipefail
 cd "$(dirname "$0")/.."

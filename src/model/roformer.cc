@@ -214,7 +214,7 @@ void RoFormer<T>::encode() {
 }
 
 template <typename T>
-void RoFormer<T>::run_heads() {
+void RoFormer<T>::run_heads(bool logits) {
   Activations& a = *act_;
   const T* last = a.input_of(cfg_.num_hidden_layers).data();  // (N, H)
   if (p.pooler.dense.w) pooler_forward(cfg_, a.pooler, p.pooler, last, a.B, a.S);
@@ -223,7 +223,10 @@ void RoFormer<T>::run_heads() {
     classifier_forward(cfg_, a.class_logits.data(), a.classifier, p.classifier, last, a.B, a.S, cfg_.num_labels(),
                        a.classifier_dropout);
   }
-  if (!has_mlm_head_) return;
+  if (!has_mlm_head_ || !logits) {
+    a.logits.clear();  // logits() is null rather than an earlier batch's
+    return;
+  }
   a.logits.resize(a.N * cfg_.vocab_size);
   mlm_head_forward(cfg_, a.logits.data(), a.head, p.head, last, a.N);
 }
@@ -231,9 +234,10 @@ void RoFormer<T>::run_heads() {
 template <typename T>
 double RoFormer<T>::forward(const Inputs& in, bool training, uint64_t dropout_seed) {
   if (in.targets && !has_mlm_head_) throw std::invalid_argument("this checkpoint has no MLM head: no logits, no loss");
+  if (in.targets && !in.logits) throw std::invalid_argument("a loss needs the logits (Inputs::logits)");
   embed(in, training, dropout_seed);
   encode();
-  run_heads();
+  run_heads(in.logits);
   Activations& a = *act_;
   if (!a.has_loss) return 0.0;
   a.probs.resize(a.N * cfg_.vocab_size);

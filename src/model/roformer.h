@@ -36,6 +36,9 @@ struct Inputs {
   // Global index of row 0 in the whole batch (across micro-batches and processes): dropout masks are
   // keyed by global row, so a row trains the same however the batch is split.
   int64_t row0 = 0;
+  // false: the forward stops before the MLM head, and logits() is null after it. Embeddings and
+  // classification read the hidden states only; a server that also fills masks keeps the head loaded.
+  bool logits = true;
 };
 
 constexpr int64_t kIgnoreIndex = -100;
@@ -135,7 +138,7 @@ class RoFormer : public Trainable<T> {
   struct Activations;
   void embed(const Inputs& in, bool training, uint64_t dropout_seed);  // masks, dropout, embeddings → h[0]
   void encode();                                                      // the blocks over h[0]
-  void run_heads();
+  void run_heads(bool logits);
   AttentionCall attention_call() const;  // the last forward's masks, dropout and precision
   using Trainable<T>::layout_;
   using Trainable<T>::layer_offsets_;

@@ -83,9 +83,7 @@ std::string decode(const text::RoFormerTokenizer& tok, const std::vector<int32_t
   return text;
 }
 
-std::vector<std::vector<MaskPredictions>> fill_mask(Pipeline& p, const std::vector<std::string>& texts, int64_t top_k,
-                                                    int64_t batch_size, const Truncate& truncate) {
-  if (top_k < 1) throw std::invalid_argument("top-k must be at least 1");
+void check_fill_mask(const Pipeline& p) {
   if (!p.has_mlm_head()) {
     throw io::Error(p.dir() + ": the checkpoint has no masked-LM head (cls.predictions.*); fill-mask needs a "
                     "RoFormerForMaskedLM checkpoint");
@@ -93,25 +91,40 @@ std::vector<std::vector<MaskPredictions>> fill_mask(Pipeline& p, const std::vect
   if (p.config().is_decoder) {
     throw io::Error(p.dir() + ": the checkpoint is a causal LM (is_decoder); fill-mask needs a masked LM");
   }
-  const text::RoFormerTokenizer& tok = p.tokenizer();
-  const int32_t mask_id = tok.mask_id();
-  if (mask_id < 0) throw io::Error(p.dir() + ": the tokenizer has no mask token");
-  const std::string mask_token = tok.config().mask_token.content;
+  if (p.tokenizer().mask_id() < 0) throw io::Error(p.dir() + ": the tokenizer has no mask token");
+}
 
-  const std::vector<text::Encoding> encodings = p.encode(texts, truncate);
-  std::vector<std::vector<int64_t>> positions(texts.size());
+std::vector<std::vector<int64_t>> mask_positions(const Pipeline& p, const std::vector<text::Encoding>& encodings) {
+  const int32_t mask_id = p.tokenizer().mask_id();
+  std::vector<std::vector<int64_t>> positions(encodings.size());
   for (size_t i = 0; i < encodings.size(); ++i) {
     for (size_t t = 0; t < encodings[i].size(); ++t) {
       if (encodings[i].input_ids[t] == mask_id) positions[i].push_back(static_cast<int64_t>(t));
     }
     if (positions[i].empty()) {
-      throw InputError(i, "no " + mask_token + " token in the text (fill-mask needs at least one)");
+      throw InputError(i, "no " + p.tokenizer().config().mask_token.content +
+                              " token in the text (fill-mask needs at least one)");
     }
   }
+  return positions;
+}
+
+std::vector<std::vector<MaskPredictions>> fill_mask(Pipeline& p, const std::vector<std::string>& texts, int64_t top_k,
+                                                    int64_t batch_size, const Truncate& truncate) {
+  check_fill_mask(p);
+  return fill_mask_encoded(p, p.encode(texts, truncate), top_k, batch_size);
+}
+
+std::vector<std::vector<MaskPredictions>> fill_mask_encoded(Pipeline& p, const std::vector<text::Encoding>& encodings,
+                                                            int64_t top_k, int64_t batch_size) {
+  if (top_k < 1) throw std::invalid_argument("top-k must be at least 1");
+  check_fill_mask(p);
+  const text::RoFormerTokenizer& tok = p.tokenizer();
+  const std::vector<std::vector<int64_t>> positions = mask_positions(p, encodings);
   const int64_t V = p.config().vocab_size, k = std::min(top_k, V);
   const int32_t pad = tok.pad_id();
   const bool clean = p.clean_up_tokenization_spaces();
-  std::vector<std::vector<MaskPredictions>> out(texts.size());
+  std::vector<std::vector<MaskPredictions>> out(encodings.size());
   std::vector<double> prob(static_cast<size_t>(V));
   std::vector<int32_t> order(static_cast<size_t>(V));
   p.run(encodings, batch_size, [&](const std::vector<size_t>& rows, int64_t T) {
@@ -145,7 +158,7 @@ std::vector<std::vector<MaskPredictions>> fill_mask(Pipeline& p, const std::vect
         out[i].push_back(std::move(preds));
       }
     }
-  });
+  }, /*logits=*/true);
   return out;
 }
 

@@ -30,6 +30,14 @@ std::string decode(const text::RoFormerTokenizer& tokenizer, const std::vector<i
 // without a mask token.
 std::vector<std::vector<MaskPredictions>> fill_mask(Pipeline& pipeline, const std::vector<std::string>& texts,
                                                     int64_t top_k = 5, int64_t batch_size = 16, const Truncate& truncate = {});
+// The same over encodings already made by Pipeline::encode (the server tokenizes on its own threads).
+std::vector<std::vector<MaskPredictions>> fill_mask_encoded(Pipeline& pipeline,
+                                                            const std::vector<text::Encoding>& encodings,
+                                                            int64_t top_k = 5, int64_t batch_size = 16);
+// Throws io::Error unless the model can fill masks: an MLM head, not a causal LM, a mask token.
+void check_fill_mask(const Pipeline& pipeline);
+// Per encoding, the positions of its mask tokens; InputError for one without any.
+std::vector<std::vector<int64_t>> mask_positions(const Pipeline& pipeline, const std::vector<text::Encoding>& encodings);
 
 // One line of JSON in HF's output shape: [{"score", "token", "token_str", "sequence"}, ...] for one
 // mask, a list of such lists (one per mask) for several.

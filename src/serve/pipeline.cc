@@ -207,7 +207,7 @@ void Pipeline::check(const std::vector<text::Encoding>& encodings) const {
 }
 
 void Pipeline::run(const std::vector<text::Encoding>& encodings, int64_t batch_size,
-                   const std::function<void(const std::vector<size_t>& rows, int64_t T)>& visit) {
+                   const std::function<void(const std::vector<size_t>& rows, int64_t T)>& visit, bool logits) {
   model::RoFormer<float>& m = model();
   std::vector<size_t> lengths;
   for (const auto& e : encodings) lengths.push_back(e.size());
@@ -225,7 +225,8 @@ void Pipeline::run(const std::vector<text::Encoding>& encodings, int64_t batch_s
         mask[b * T + t] = e.attention_mask[t];
       }
     }
-    m.forward({.ids = ids.data(), .token_types = types.data(), .attention_mask = mask.data(), .B = B, .T = T});
+    m.forward({.ids = ids.data(), .token_types = types.data(), .attention_mask = mask.data(), .B = B, .T = T,
+               .logits = logits});
     visit(rows, T);
   }
 }

@@ -134,9 +134,10 @@ class Pipeline {
 
   // Runs the encoder over the encodings in plan_batches order, right-padded to each batch's longest;
   // after each forward calls visit(rows, T): rows[b] is the index of batch row b, and model()'s views
-  // hold the batch's outputs (B = rows.size(), T tokens).
+  // hold the batch's outputs (B = rows.size(), T tokens). logits: run the MLM head too (fill-mask,
+  // forward); without it the forward stops at the hidden states, pooler and classifier.
   void run(const std::vector<text::Encoding>& encodings, int64_t batch_size,
-           const std::function<void(const std::vector<size_t>& rows, int64_t T)>& visit);
+           const std::function<void(const std::vector<size_t>& rows, int64_t T)>& visit, bool logits = false);
 
   std::vector<std::vector<float>> embed(const std::vector<std::string>& texts, const EmbedOptions& options,
                                         const Truncate& truncate = {});

@@ -1,22 +1,39 @@
 // server::Api: request validation (every refusal names its field), tokenization with TEI's
-// truncate / 413 rules, and the TEI and OpenAI response shapes.
+// truncate / 413 rules, and the TEI, OpenAI and fill-mask response shapes.
 #include "server/api.h"
 
 #include <algorithm>
+#include <cctype>
+#include <climits>
 #include <cmath>
 #include <cstring>
 
+#include "serve/fill_mask.h"
 
 namespace server {
 namespace {
 
 using nlohmann::json;
 
-// One input of /predict (or of every other route, with pair = false).
-struct Item {
-  std::string a, b;
-  bool pair = false;
-};
+Input text_input(std::string a) {
+  Input in;
+  in.a = std::move(a);
+  return in;
+}
+
+Input pair_input(std::string a, std::string b) {
+  Input in = text_input(std::move(a));
+  in.b = std::move(b);
+  in.pair = true;
+  return in;
+}
+
+Input ids_input(std::vector<int32_t> ids) {
+  Input in;
+  in.ids = std::move(ids);
+  in.tokens = true;
+  return in;
+}
 
 ApiError invalid(const std::string& message) { return ApiError(422, "Validation", message); }
 
@@ -25,24 +42,70 @@ const json& require_object(const json& request) {
   return request;
 }
 
+bool present(const json& request, const char* name) { return request.contains(name) && !request[name].is_null(); }
+
 bool flag(const json& request, const char* name, bool fallback) {
-  if (!request.contains(name) || request[name].is_null()) return fallback;
+  if (!present(request, name)) return fallback;
   if (!request[name].is_boolean()) throw invalid(std::string("`") + name + "` must be a boolean");
   return request[name].get<bool>();
 }
 
-// `name`: a string or a non-empty list of strings.
-std::vector<std::string> texts(const json& request, const char* name) {
+// TEI's truncate and truncation_direction ("Right" / "Left"; either case is taken).
+serve::Truncate truncation(const json& request, bool auto_truncate) {
+  serve::Truncate t;
+  t.enabled = flag(request, "truncate", auto_truncate);
+  if (present(request, "truncation_direction")) {
+    const json& d = request["truncation_direction"];
+    std::string side = d.is_string() ? d.get<std::string>() : "";
+    std::transform(side.begin(), side.end(), side.begin(), [](unsigned char c) { return std::tolower(c); });
+    if (side != "right" && side != "left") throw invalid("`truncation_direction` must be \"right\" or \"left\"");
+    t.side = side == "left" ? text::Side::Left : text::Side::Right;
+  }
+  return t;
+}
+
+bool is_ids(const json& v) {
+  return v.is_array() && !v.empty() &&
+         std::all_of(v.begin(), v.end(), [](const json& x) { return x.is_number_integer(); });
+}
+
+// A list of token ids, each within int32 (the model's own range is Pipeline::check's).
+std::vector<int32_t> token_ids(const json& v, const std::string& field) {
+  if (!v.is_array() || v.empty()) throw invalid(field + " must be a non-empty list of token ids");
+  std::vector<int32_t> ids;
+  for (size_t i = 0; i < v.size(); ++i) {
+    const json& x = v[i];
+    const bool fits = x.is_number_unsigned() ? x.get<uint64_t>() <= INT32_MAX
+                                             : x.is_number_integer() && x.get<int64_t>() >= INT32_MIN &&
+                                                   x.get<int64_t>() <= INT32_MAX;
+    if (!fits) throw invalid(field + "[" + std::to_string(i) + "] must be a token id (a 32-bit integer)");
+    ids.push_back(static_cast<int32_t>(x.get<int64_t>()));
+  }
+  return ids;
+}
+
+// `name`: a string or a non-empty list of strings; with ids, also a list of token ids or of such lists.
+std::vector<Input> inputs(const json& request, const char* name, bool ids = true) {
   const std::string field = std::string("`") + name + "`";
   if (!request.contains(name)) throw invalid(field + " is required");
   const json& v = request[name];
-  if (v.is_string()) return {v.get<std::string>()};
-  if (!v.is_array()) throw invalid(field + " must be a string or a list of strings");
+  if (v.is_string()) return {text_input(v.get<std::string>())};
+  if (!v.is_array()) {
+    throw invalid(field + (ids ? " must be a string, a list of strings, a list of token ids or a list of such lists"
+                               : " must be a string or a list of strings"));
+  }
   if (v.empty()) throw invalid(field + " cannot be empty");
-  std::vector<std::string> out;
+  if (ids && is_ids(v)) return {ids_input(token_ids(v, field))};
+  std::vector<Input> out;
   for (size_t i = 0; i < v.size(); ++i) {
-    if (!v[i].is_string()) throw invalid(field + "[" + std::to_string(i) + "] must be a string");
-    out.push_back(v[i].get<std::string>());
+    const std::string at = field + "[" + std::to_string(i) + "]";
+    if (v[i].is_string()) {
+      out.push_back(text_input(v[i].get<std::string>()));
+    } else if (ids && v[i].is_array()) {
+      out.push_back(ids_input(token_ids(v[i], at)));
+    } else {
+      throw invalid(at + (ids ? " must be a string or a list of token ids" : " must be a string"));
+    }
   }
   return out;
 }
@@ -50,29 +113,50 @@ std::vector<std::string> texts(const json& request, const char* name) {
 bool is_pair(const json& v) { return v.is_array() && v.size() == 2 && v[0].is_string() && v[1].is_string(); }
 
 // /predict's inputs as TEI reads them: a string, a pair [a, b], or a list of strings, [str] or pairs.
-std::vector<Item> predict_items(const json& request, bool* batch) {
+std::vector<Input> predict_inputs(const json& request, bool* batch) {
   if (!request.contains("inputs")) throw invalid("`inputs` is required");
   const json& v = request["inputs"];
   *batch = false;
-  if (v.is_string()) return {{v.get<std::string>(), "", false}};
-  if (is_pair(v)) return {{v[0].get<std::string>(), v[1].get<std::string>(), true}};
+  if (v.is_string()) return {text_input(v.get<std::string>())};
+  if (is_pair(v)) return {pair_input(v[0].get<std::string>(), v[1].get<std::string>())};
   if (!v.is_array()) throw invalid("`inputs` must be a string, a pair [a, b] or a list of them");
   if (v.empty()) throw invalid("`inputs` cannot be empty");
   *batch = true;
-  std::vector<Item> items;
+  std::vector<Input> out;
   for (size_t i = 0; i < v.size(); ++i) {
     const json& x = v[i];
     if (x.is_string()) {
-      items.push_back({x.get<std::string>(), "", false});
+      out.push_back(text_input(x.get<std::string>()));
     } else if (x.is_array() && x.size() == 1 && x[0].is_string()) {
-      items.push_back({x[0].get<std::string>(), "", false});
+      out.push_back(text_input(x[0].get<std::string>()));
     } else if (is_pair(x)) {
-      items.push_back({x[0].get<std::string>(), x[1].get<std::string>(), true});
+      out.push_back(pair_input(x[0].get<std::string>(), x[1].get<std::string>()));
     } else {
       throw invalid("`inputs`[" + std::to_string(i) + "] must be a string, [string] or a pair [a, b]");
     }
   }
-  return items;
+  return out;
+}
+
+// Client-given ids as one sequence: type 0, all attended, none marked special (nothing was added);
+// truncate cuts them to `limit` from its side.
+text::Encoding ids_encoding(const text::RoFormerTokenizer& tok, std::vector<int32_t> ids,
+                            const serve::Truncate& truncate, int64_t limit) {
+  if (truncate.enabled && static_cast<int64_t>(ids.size()) > limit) {
+    const auto cut = static_cast<std::ptrdiff_t>(ids.size() - static_cast<size_t>(limit));
+    if (truncate.side == text::Side::Left) {
+      ids.erase(ids.begin(), ids.begin() + cut);
+    } else {
+      ids.resize(static_cast<size_t>(limit));
+    }
+  }
+  text::Encoding e;
+  for (int32_t id : ids) e.tokens.push_back(tok.id_to_token(id));
+  e.input_ids = std::move(ids);
+  e.token_type_ids.assign(e.input_ids.size(), 0);
+  e.attention_mask.assign(e.input_ids.size(), 1);
+  e.special_tokens_mask.assign(e.input_ids.size(), 0);
+  return e;
 }
 
 void normalize(std::vector<float>& v) {  // torch F.normalize: v / max(|v|, 1e-12)
@@ -82,15 +166,33 @@ void normalize(std::vector<float>& v) {  // torch F.normalize: v / max(|v|, 1e-1
   for (float& x : v) x = static_cast<float>(x / norm);
 }
 
+// Indices of `scores`, highest first (ties: the earlier first).
+std::vector<size_t> best_first(const std::vector<double>& scores) {
+  std::vector<size_t> order(scores.size());
+  for (size_t i = 0; i < order.size(); ++i) order[i] = i;
+  std::stable_sort(order.begin(), order.end(), [&](size_t x, size_t y) { return scores[x] > scores[y]; });
+  return order;
+}
+
 // TEI's [{"score", "label"}], highest first; raw: the head's logits instead of the scores.
 json sorted_scores(const serve::Classification& c, const std::vector<std::string>& labels, bool raw) {
   const std::vector<double>& v = raw ? c.logits : c.scores;
-  std::vector<size_t> order(v.size());
-  for (size_t i = 0; i < order.size(); ++i) order[i] = i;
-  std::stable_sort(order.begin(), order.end(), [&](size_t x, size_t y) { return v[x] > v[y]; });
   json out = json::array();
-  for (size_t i : order) out.push_back({{"score", v[i]}, {"label", labels[i]}});
+  for (size_t i : best_first(v)) out.push_back({{"score", v[i]}, {"label", labels[i]}});
   return out;
+}
+
+// An integer field within [lo, hi], or fallback when absent.
+int64_t integer(const json& request, const char* name, int64_t fallback, int64_t lo, int64_t hi) {
+  if (!present(request, name)) return fallback;
+  const json& v = request[name];
+  const std::string range = "[" + std::to_string(lo) + ", " + std::to_string(hi) + "]";
+  if (!v.is_number_integer()) throw invalid(std::string("`") + name + "` must be an integer in " + range);
+  const bool too_large = v.is_number_unsigned() && v.get<uint64_t>() > static_cast<uint64_t>(INT64_MAX);
+  if (too_large || v.get<int64_t>() < lo || v.get<int64_t>() > hi) {
+    throw invalid(std::string("`") + name + "` must be in " + range);
+  }
+  return v.get<int64_t>();
 }
 
 }  // namespace
@@ -98,19 +200,19 @@ json sorted_scores(const serve::Classification& c, const std::vector<std::string
 Api::Api(serve::Pipeline& pipeline, Scheduler& scheduler, const ApiOptions& options)
     : pipeline_(pipeline), scheduler_(scheduler), options_(options) {}
 
-std::vector<text::Encoding> Api::encode(const std::vector<std::string>& first, const std::vector<std::string>& second,
-                                        bool truncate) const {
-  if (static_cast<int64_t>(first.size()) > options_.max_client_batch_size) {
-    throw ApiError(413, "Validation", "batch size " + std::to_string(first.size()) + " > maximum allowed batch size " +
+std::vector<text::Encoding> Api::encode(const std::vector<Input>& in, const serve::Truncate& truncate) const {
+  if (static_cast<int64_t>(in.size()) > options_.max_client_batch_size) {
+    throw ApiError(413, "Validation", "batch size " + std::to_string(in.size()) + " > maximum allowed batch size " +
                                           std::to_string(options_.max_client_batch_size));
   }
   const int64_t limit = pipeline_.max_length();
-  const text::EncodeOptions eo = serve::encode_options({.enabled = truncate}, limit);
+  const text::EncodeOptions eo = serve::encode_options(truncate, limit);
+  const text::RoFormerTokenizer& tok = pipeline_.tokenizer();
   std::vector<text::Encoding> out;
-  for (size_t i = 0; i < first.size(); ++i) {
-    const bool pair = i < second.size() && !second[i].empty();
-    out.push_back(pair ? pipeline_.tokenizer().encode_pair(first[i], second[i], eo)
-                       : pipeline_.tokenizer().encode(first[i], eo));
+  for (size_t i = 0; i < in.size(); ++i) {
+    out.push_back(in[i].tokens ? ids_encoding(tok, in[i].ids, truncate, limit)
+                  : in[i].pair ? tok.encode_pair(in[i].a, in[i].b, eo)
+                               : tok.encode(in[i].a, eo));
     if (static_cast<int64_t>(out.back().size()) > limit) {
       throw ApiError(413, "Validation", "input " + std::to_string(i) + " must have less than " +
                                             std::to_string(limit) + " tokens. Given: " +
@@ -125,23 +227,25 @@ std::vector<text::Encoding> Api::encode(const std::vector<std::string>& first, c
   return out;
 }
 
-Output Api::run(Task task, std::vector<text::Encoding> encodings) {
+Output Api::run(Task task, std::vector<text::Encoding> encodings, int64_t top_k) {
   std::future<Output> f;
   try {
-    f = scheduler_.submit(task, std::move(encodings));
+    f = scheduler_.submit(task, std::move(encodings), top_k);
   } catch (const Overloaded& e) {
     throw ApiError(429, "Overloaded", e.what());
   }
   try {
     return f.get();
+  } catch (const TimedOut& e) {
+    throw ApiError(503, "Overloaded", e.what());
   } catch (const std::exception& e) {
     throw ApiError(500, "Backend", e.what());
   }
 }
 
-std::vector<std::vector<float>> Api::embed_texts(const std::vector<std::string>& t, bool truncate, bool norm,
-                                                 int64_t* tokens) {
-  std::vector<text::Encoding> enc = encode(t, {}, truncate);
+std::vector<std::vector<float>> Api::embed_inputs(const std::vector<Input>& in, const serve::Truncate& truncate,
+                                                  bool norm, int64_t* tokens) {
+  std::vector<text::Encoding> enc = encode(in, truncate);
   if (tokens) {
     *tokens = 0;
     for (const auto& e : enc) *tokens += static_cast<int64_t>(e.size());
@@ -155,24 +259,26 @@ std::vector<std::vector<float>> Api::embed_texts(const std::vector<std::string>&
 
 json Api::embed(const json& request) {
   require_object(request);
-  const bool truncate = flag(request, "truncate", options_.auto_truncate);
   const bool norm = flag(request, "normalize", true);
-  return embed_texts(texts(request, "inputs"), truncate, norm);
+  return embed_inputs(inputs(request, "inputs"), truncation(request, options_.auto_truncate), norm);
 }
 
 json Api::openai_embeddings(const json& request) {
   require_object(request);
   std::string format = "float";
-  if (request.contains("encoding_format") && !request["encoding_format"].is_null()) {
+  if (present(request, "encoding_format")) {
     if (!request["encoding_format"].is_string()) throw invalid("`encoding_format` must be \"float\" or \"base64\"");
     format = request["encoding_format"].get<std::string>();
     if (format != "float" && format != "base64") throw invalid("`encoding_format` must be \"float\" or \"base64\"");
   }
-  if (request.contains("dimensions") && !request["dimensions"].is_null()) {
-    throw invalid("`dimensions` is not supported: the model gives " + std::to_string(pipeline_.config().hidden_size));
+  const int64_t H = pipeline_.config().hidden_size;
+  if (present(request, "dimensions") && (!request["dimensions"].is_number_integer() ||
+                                         request["dimensions"].get<int64_t>() != H)) {
+    throw invalid("`dimensions` must be the model's " + std::to_string(H) +
+                  " (its vectors are not trained to be cut shorter)");
   }
   int64_t tokens = 0;
-  const auto vectors = embed_texts(texts(request, "input"), options_.auto_truncate, true, &tokens);
+  const auto vectors = embed_inputs(inputs(request, "input"), {.enabled = options_.auto_truncate}, true, &tokens);
   json data = json::array();
   for (size_t i = 0; i < vectors.size(); ++i) {
     json e = {{"object", "embedding"}, {"index", i}};
@@ -200,18 +306,48 @@ json Api::predict(const json& request) {
   }
   const bool raw = flag(request, "raw_scores", false);
   bool batch = false;
-  const std::vector<Item> items = predict_items(request, &batch);
-  std::vector<std::string> a, b;
-  for (const Item& i : items) {
-    a.push_back(i.a);
-    b.push_back(i.pair ? i.b : "");
-  }
-  const bool truncate = flag(request, "truncate", options_.auto_truncate);
-  const auto classes = run(Task::classify, encode(a, b, truncate)).classes;
+  const std::vector<Input> in = predict_inputs(request, &batch);
+  const auto classes = run(Task::classify, encode(in, truncation(request, options_.auto_truncate))).classes;
   const std::vector<std::string>& labels = pipeline_.classifier()->labels;
   if (!batch) return sorted_scores(classes.at(0), labels, raw);
   json out = json::array();
   for (const auto& c : classes) out.push_back(sorted_scores(c, labels, raw));
+  return out;
+}
+
+json Api::rerank(const json& request) {
+  require_object(request);
+  const serve::Classifier* head = pipeline_.classifier();
+  if (head && head->num_labels() != 1) {
+    throw ApiError(424, "Backend", "model is not a re-ranker: " + options_.model_id + "'s classifier has " +
+                                       std::to_string(head->num_labels()) + " labels (a re-ranker has one)");
+  }
+  if (!present(request, "query") || !request["query"].is_string()) throw invalid("`query` must be a string");
+  if (present(request, "texts") && request["texts"].is_string()) throw invalid("`texts` must be a list of strings");
+  const std::string query = request["query"].get<std::string>();
+  const std::vector<Input> texts = inputs(request, "texts", false);
+  const bool raw = flag(request, "raw_scores", false), return_text = flag(request, "return_text", false);
+  const serve::Truncate truncate = truncation(request, options_.auto_truncate);
+  std::vector<double> scores;
+  if (head) {  // a cross-encoder: one logit per (query, text), its sigmoid unless raw_scores (as TEI)
+    std::vector<Input> pairs;
+    for (const Input& t : texts) pairs.push_back(pair_input(query, t.a));
+    for (const auto& c : run(Task::classify, encode(pairs, truncate)).classes) {
+      const double logit = c.logits.at(0);
+      scores.push_back(raw ? logit : 1 / (1 + std::exp(-logit)));
+    }
+  } else {  // an embedding model: the cosine of the query's and each text's vectors
+    std::vector<Input> all = {text_input(query)};
+    all.insert(all.end(), texts.begin(), texts.end());
+    const auto e = embed_inputs(all, truncate, false);
+    for (size_t i = 1; i < e.size(); ++i) scores.push_back(serve::cosine(e[0], e[i]));
+  }
+  json out = json::array();
+  for (size_t i : best_first(scores)) {
+    json r = {{"index", i}, {"score", scores[i]}};
+    if (return_text) r["text"] = texts[i].a;
+    out.push_back(std::move(r));
+  }
   return out;
 }
 
@@ -224,12 +360,37 @@ json Api::similarity(const json& request) {
   if (!in.contains("source_sentence") || !in["source_sentence"].is_string()) {
     throw invalid("`inputs.source_sentence` must be a string");
   }
-  std::vector<std::string> all = {in["source_sentence"].get<std::string>()};
-  for (std::string& s : texts(in, "sentences")) all.push_back(std::move(s));
-  const auto e = embed_texts(all, flag(request, "truncate", options_.auto_truncate), false);
+  if (in.contains("sentences") && in["sentences"].is_string()) throw invalid("`sentences` must be a list of strings");
+  std::vector<Input> all = {text_input(in["source_sentence"].get<std::string>())};
+  for (Input& s : inputs(in, "sentences", false)) all.push_back(std::move(s));
+  const auto e = embed_inputs(all, truncation(request, options_.auto_truncate), false);
   json out = json::array();
   for (size_t i = 1; i < e.size(); ++i) out.push_back(serve::cosine(e[0], e[i]));
   return out;
+}
+
+json Api::fill_mask(const json& request) {
+  require_object(request);
+  try {
+    serve::check_fill_mask(pipeline_);
+  } catch (const std::exception& e) {
+    throw ApiError(424, "Backend", std::string("model cannot fill masks: ") + e.what());
+  }
+  const json params = present(request, "parameters") ? request["parameters"] : json::object();
+  if (!params.is_object()) throw invalid("`parameters` must be an object");
+  if (present(params, "targets")) throw invalid("`parameters.targets` is not supported: every token is a candidate");
+  const int64_t top_k = integer(params, "top_k", integer(request, "top_k", 5, 1, 1000), 1, 1000);
+  const bool single = request.contains("inputs") && request["inputs"].is_string();
+  std::vector<text::Encoding> enc = encode(inputs(request, "inputs", false), truncation(request, options_.auto_truncate));
+  try {
+    serve::mask_positions(pipeline_, enc);
+  } catch (const serve::InputError& e) {
+    throw invalid("input " + std::to_string(e.index) + ": " + e.what());
+  }
+  const auto masks = run(Task::fill_mask, std::move(enc), top_k).masks;
+  json out = json::array();
+  for (const auto& m : masks) out.push_back(json::parse(serve::fill_mask_json(m)));
+  return single ? out.at(0) : out;
 }
 
 json Api::tokenize(const json& request) const {
@@ -237,8 +398,8 @@ json Api::tokenize(const json& request) const {
   text::EncodeOptions eo;
   eo.add_special_tokens = flag(request, "add_special_tokens", true);
   json out = json::array();
-  for (const std::string& t : texts(request, "inputs")) {
-    const text::Encoding e = pipeline_.tokenizer().encode(t, eo);
+  for (const Input& t : inputs(request, "inputs", false)) {
+    const text::Encoding e = pipeline_.tokenizer().encode(t.a, eo);
     json tokens = json::array();
     for (size_t i = 0; i < e.size(); ++i) {
       tokens.push_back({{"id", e.input_ids[i]}, {"text", e.tokens[i]}, {"special", e.special_tokens_mask[i] != 0}});
@@ -248,7 +409,42 @@ json Api::tokenize(const json& request) const {
   return out;
 }
 
-json Api::root(const json& request) { return is_classifier() ? predict(request) : embed(request); }
+json Api::decode(const json& request) const {
+  require_object(request);
+  if (!request.contains("ids")) throw invalid("`ids` is required");
+  const json& v = request["ids"];
+  std::vector<std::vector<int32_t>> lists;
+  if (is_ids(v)) {
+    lists.push_back(token_ids(v, "`ids`"));
+  } else if (v.is_array() && !v.empty()) {
+    for (size_t i = 0; i < v.size(); ++i) lists.push_back(token_ids(v[i], "`ids`[" + std::to_string(i) + "]"));
+  } else {
+    throw invalid("`ids` must be a non-empty list of token ids or a list of such lists");
+  }
+  if (static_cast<int64_t>(lists.size()) > options_.max_client_batch_size) {
+    throw ApiError(413, "Validation", "batch size " + std::to_string(lists.size()) + " > maximum allowed batch size " +
+                                          std::to_string(options_.max_client_batch_size));
+  }
+  const bool skip = flag(request, "skip_special_tokens", true);
+  const text::RoFormerTokenizer& tok = pipeline_.tokenizer();
+  json out = json::array();
+  for (size_t i = 0; i < lists.size(); ++i) {
+    for (int32_t id : lists[i]) {
+      if (id < 0 || id >= tok.vocab_size()) {
+        throw invalid("`ids`: input " + std::to_string(i) + " has id " + std::to_string(id) +
+                      ", outside the tokenizer's vocabulary of " + std::to_string(tok.vocab_size()));
+      }
+    }
+    out.push_back(serve::decode(tok, lists[i], skip, pipeline_.clean_up_tokenization_spaces()));
+  }
+  return out;
+}
+
+json Api::root(const json& request) {
+  if (is_classifier()) return predict(request);
+  if (request.is_object() && request.contains("inputs") && request["inputs"].is_object()) return similarity(request);
+  return embed(request);
+}
 
 json Api::info() const {
   json type;
@@ -258,7 +454,7 @@ json Api::info() const {
       id2label[std::to_string(i)] = c->labels[i];
       label2id[c->labels[i]] = i;
     }
-    type["classifier"] = {{"id2label", id2label}, {"label2id", label2id}};
+    type[c->num_labels() == 1 ? "reranker" : "classifier"] = {{"id2label", id2label}, {"label2id", label2id}};
   } else {
     type["embedding"] = {{"pooling", serve::pooling_name(options_.scheduler.pooling)}};
   }
@@ -267,6 +463,7 @@ json Api::info() const {
           {"model_sha", nullptr},
           {"model_dtype", "float32"},
           {"model_type", type},
+          {"fill_mask", pipeline_.has_mlm_head() && !pipeline_.config().is_decoder},
           {"max_concurrent_requests", s.max_concurrent_requests},
           {"max_input_length", pipeline_.max_length()},
           {"max_batch_tokens", s.max_batch_tokens},

@@ -1,17 +1,28 @@
 // The routes' logic, free of HTTP: a request's JSON body in, the response's JSON out, with the
-// shapes of Hugging Face text-embeddings-inference (TEI) and OpenAI's embeddings API. Inputs are
-// validated and tokenized here (on the calling HTTP thread); the forward goes through the Scheduler.
+// shapes of Hugging Face text-embeddings-inference (TEI), OpenAI's embeddings API and transformers'
+// fill-mask pipeline. Inputs are validated and tokenized here (on the calling HTTP thread); the
+// forward goes through the Scheduler. INPUTS below is a string, a list of strings, a list of token
+// ids or a list of such lists (ids go to the model as given: no [CLS]/[SEP] added, as TEI).
+// TRUNC is "truncate": bool and "truncation_direction": "right" | "left" (either case).
 //
-//   POST /embed          {"inputs": str | [str], "normalize": true, "truncate": false}   → [[float]]
-//   POST /v1/embeddings  {"input": str | [str], "model": str, "encoding_format": "float"|"base64"}
+//   POST /embed          {"inputs": INPUTS, "normalize": true, TRUNC}                  → [[float]]
+//   POST /v1/embeddings  {"input": INPUTS, "model": str, "encoding_format": "float"|"base64",
+//                         "dimensions": hidden size only}
 //                        → {"object": "list", "data": [{"object": "embedding", "index", "embedding"}],
 //                           "model", "usage": {"prompt_tokens", "total_tokens"}}
-//   POST /predict        {"inputs": str | [a, b] | [str | [str] | [a, b]], "truncate", "raw_scores"}
+//   POST /predict        {"inputs": str | [a, b] | [str | [str] | [a, b]], TRUNC, "raw_scores"}
 //                        → [{"score", "label"}] sorted by score (a batch: one such list per input)
-//   POST /similarity     {"inputs": {"source_sentence": str, "sentences": [str]}}     → [float]
+//   POST /rerank         {"query": str, "texts": [str], TRUNC, "raw_scores", "return_text"}
+//                        → [{"index", "score", "text"?}] best first: a one-label classifier scores
+//                          each (query, text) pair (TEI's re-rankers); an embedding model gives cosines
+//   POST /similarity     {"inputs": {"source_sentence": str, "sentences": [str]}, TRUNC} → [float]
+//   POST /fill-mask      {"inputs": str | [str], "parameters": {"top_k": 5}, TRUNC}
+//                        → HF's [{"score", "token", "token_str", "sequence"}] (per mask, per input)
 //   POST /tokenize       {"inputs": str | [str], "add_special_tokens": true}
 //                        → [[{"id", "text", "special"}]]
-//   GET /info, GET /v1/models; POST / runs /embed or /predict by the model's kind.
+//   POST /decode         {"ids": [int] | [[int]], "skip_special_tokens": true}           → [str]
+//   GET /info, GET /v1/models; POST / runs /predict for a classifier, /similarity for TEI's
+//   {"inputs": {"source_sentence", ...}}, else /embed (huggingface_hub's InferenceClient posts there).
 //
 // Every refusal is an ApiError: the HTTP status and TEI's {"error", "error_type"} body.
 #pragma once
@@ -42,6 +53,14 @@ struct ApiOptions {
   SchedulerOptions scheduler;       // reported by /info
 };
 
+// One input: a text, a sentence pair (pair: [CLS] a [SEP] b [SEP]) or token ids given by the client.
+struct Input {
+  std::string a, b;
+  bool pair = false;
+  std::vector<int32_t> ids;
+  bool tokens = false;  // ids holds the input, to be run as it is
+};
+
 class Api {
  public:
   Api(serve::Pipeline& pipeline, Scheduler& scheduler, const ApiOptions& options);
@@ -49,20 +68,22 @@ class Api {
   nlohmann::json embed(const nlohmann::json& request);
   nlohmann::json openai_embeddings(const nlohmann::json& request);
   nlohmann::json predict(const nlohmann::json& request);
+  nlohmann::json rerank(const nlohmann::json& request);
   nlohmann::json similarity(const nlohmann::json& request);
+  nlohmann::json fill_mask(const nlohmann::json& request);
   nlohmann::json tokenize(const nlohmann::json& request) const;
-  nlohmann::json root(const nlohmann::json& request);  // /embed or /predict by the model's kind
+  nlohmann::json decode(const nlohmann::json& request) const;
+  nlohmann::json root(const nlohmann::json& request);  // /predict, /similarity or /embed (see above)
   nlohmann::json info() const;
   nlohmann::json models() const;
   bool is_classifier() const { return pipeline_.classifier() != nullptr; }
 
  private:
-  // Texts (or pairs, second non-empty) → checked encodings; 413 past the length without truncate.
-  std::vector<text::Encoding> encode(const std::vector<std::string>& first, const std::vector<std::string>& second,
-                                     bool truncate) const;
-  Output run(Task task, std::vector<text::Encoding> encodings);
-  std::vector<std::vector<float>> embed_texts(const std::vector<std::string>& texts, bool truncate, bool normalize,
-                                              int64_t* tokens = nullptr);
+  // Inputs → checked encodings: 413 past the length without truncate, or past max_client_batch_size.
+  std::vector<text::Encoding> encode(const std::vector<Input>& inputs, const serve::Truncate& truncate) const;
+  Output run(Task task, std::vector<text::Encoding> encodings, int64_t top_k = 0);
+  std::vector<std::vector<float>> embed_inputs(const std::vector<Input>& inputs, const serve::Truncate& truncate,
+                                               bool normalize, int64_t* tokens = nullptr);
 
   serve::Pipeline& pipeline_;
   Scheduler& scheduler_;

@@ -4,11 +4,20 @@
 #include <httplib.h>
 #include <pthread.h>
 #include <signal.h>
+#include <sys/socket.h>
 
 #include <atomic>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <ctime>
+#include <functional>
 #include <iostream>
 #include <stdexcept>
 #include <thread>
+#include <vector>
+
+#include "server/openapi.h"
 
 
 namespace server {
@@ -47,36 +56,94 @@ httplib::Server::Handler route(F f, bool post = true) {
   };
 }
 
-const char* kRoutes[] = {"/", "/embed", "/v1/embeddings", "/v1/models", "/predict", "/similarity",
-                         "/tokenize", "/info", "/health", "/metrics"};
+using Call = std::function<json(Api&, const json&)>;
 
-std::string metric_route(const std::string& path) {
-  for (const char* r : kRoutes) {
-    if (path == r) return path;
-  }
-  return "other";  // unknown paths share one label, so /metrics stays bounded
+// Every route served, with its call; each must be in openapi.json (check_documented).
+struct Served {
+  const char* method;  // "get" or "post", as OpenAPI spells it
+  const char* path;
+  Call call;
+};
+
+const std::vector<Served>& served() {
+  static const std::vector<Served> routes = {
+      {"post", "/embed", [](Api& a, const json& r) { return a.embed(r); }},
+      {"post", "/v1/embeddings", [](Api& a, const json& r) { return a.openai_embeddings(r); }},
+      {"post", "/predict", [](Api& a, const json& r) { return a.predict(r); }},
+      {"post", "/rerank", [](Api& a, const json& r) { return a.rerank(r); }},
+      {"post", "/similarity", [](Api& a, const json& r) { return a.similarity(r); }},
+      {"post", "/fill-mask", [](Api& a, const json& r) { return a.fill_mask(r); }},
+      {"post", "/tokenize", [](Api& a, const json& r) { return a.tokenize(r); }},
+      {"post", "/decode", [](Api& a, const json& r) { return a.decode(r); }},
+      {"post", "/", [](Api& a, const json& r) { return a.root(r); }},
+      {"get", "/info", [](Api& a, const json&) { return a.info(); }},
+      {"get", "/v1/models", [](Api& a, const json&) { return a.models(); }},
+  };
+  return routes;
 }
 
-void add_routes(httplib::Server& svr, Api& api, Scheduler& scheduler, Metrics& metrics) {
-  svr.Post("/embed", route([&](const json& r) { return api.embed(r); }));
-  svr.Post("/v1/embeddings", route([&](const json& r) { return api.openai_embeddings(r); }));
-  svr.Post("/predict", route([&](const json& r) { return api.predict(r); }));
-  svr.Post("/similarity", route([&](const json& r) { return api.similarity(r); }));
-  svr.Post("/tokenize", route([&](const json& r) { return api.tokenize(r); }));
-  svr.Post("/", route([&](const json& r) { return api.root(r); }));
-  svr.Get("/info", route([&](const json&) { return api.info(); }, false));
-  svr.Get("/v1/models", route([&](const json&) { return api.models(); }, false));
+// The metrics label of a path: a served route, or "other" (so /metrics stays bounded).
+std::string metric_route(const std::string& path) {
+  for (const Served& r : served()) {
+    if (path == r.path) return path;
+  }
+  for (const char* p : {"/health", "/metrics", "/openapi.json"}) {
+    if (path == p) return path;
+  }
+  return "other";
+}
+
+void add_routes(httplib::Server& svr, Api& api, Scheduler& scheduler, Metrics& metrics, const json& openapi) {
+  for (const Served& r : served()) {
+    check_documented(openapi, r.method, r.path);
+    const bool post = std::string(r.method) == "post";
+    const auto handler = route([&api, call = r.call](const json& body) { return call(api, body); }, post);
+    if (post) {
+      svr.Post(r.path, handler);
+    } else {
+      svr.Get(r.path, handler);
+    }
+  }
+  for (const char* path : {"/health", "/metrics", "/openapi.json"}) check_documented(openapi, "get", path);
   svr.Get("/health", [](const httplib::Request&, httplib::Response& res) { res.status = 200; });
   svr.Get("/metrics", [&](const httplib::Request&, httplib::Response& res) {
     res.set_content(metrics.prometheus(scheduler.queue_depth(), scheduler.in_flight()), "text/plain; version=0.0.4");
   });
+  svr.Get("/openapi.json", [doc = openapi.dump()](const httplib::Request&, httplib::Response& res) {
+    res.set_content(doc, "application/json");
+  });
 }
 
-// Bearer authentication before routing; /health and /metrics stay open (probes, scrapers).
-void add_auth(httplib::Server& svr, const std::string& key) {
-  if (key.empty()) return;
+// When the request being served on this thread began (pre-routing), for the access log's duration.
+thread_local std::chrono::steady_clock::time_point request_start;
+
+// One JSON line per request on stderr, written with one call so that lines of concurrent requests
+// do not interleave.
+void access_log(const httplib::Request& req, const httplib::Response& res) {
+  const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - request_start).count();
+  const auto now = std::chrono::system_clock::now();
+  const std::time_t t = std::chrono::system_clock::to_time_t(now);
+  std::tm utc{};
+  gmtime_r(&t, &utc);
+  char stamp[32];
+  std::strftime(stamp, sizeof stamp, "%Y-%m-%dT%H:%M:%SZ", &utc);
+  json line = {{"time", stamp},       {"remote", req.remote_addr}, {"method", req.method},
+               {"path", req.path},    {"status", res.status},      {"ms", std::round(ms * 1000) / 1000},
+               {"bytes_in", req.body.size()}, {"bytes_out", res.body.size()}};
+  if (res.status >= 400) {
+    const json body = json::parse(res.body, nullptr, false);
+    if (body.is_object() && body.contains("error_type")) line["error_type"] = body["error_type"];
+  }
+  const std::string text = line.dump(-1, ' ', false, json::error_handler_t::replace) + "\n";
+  std::fwrite(text.data(), 1, text.size(), stderr);
+}
+
+// Before routing: the access log's clock starts; Bearer authentication (/health and /metrics stay
+// open for probes and scrapers).
+void add_pre_routing(httplib::Server& svr, const std::string& key) {
   svr.set_pre_routing_handler([key](const httplib::Request& req, httplib::Response& res) {
-    if (req.path == "/health" || req.path == "/metrics") return httplib::Server::HandlerResponse::Unhandled;
+    request_start = std::chrono::steady_clock::now();
+    if (key.empty() || req.path == "/health" || req.path == "/metrics") return httplib::Server::HandlerResponse::Unhandled;
     const std::string auth = req.get_header_value("Authorization");
     const std::string prefix = "Bearer ";
     if (auth.rfind(prefix, 0) == 0 && same_secret(auth.substr(prefix.size()), key)) {
@@ -136,14 +203,30 @@ int serve_forever(serve::Pipeline& pipeline, const ServerOptions& o) {
   const int threads = o.http_threads;
   svr.new_task_queue = [threads] { return new httplib::ThreadPool(static_cast<size_t>(threads)); };
   svr.set_payload_max_length(static_cast<size_t>(o.payload_limit));
-  add_auth(svr, o.api_key);
-  add_routes(svr, api, scheduler, metrics);
+  svr.set_tcp_nodelay(true);  // headers and body go out as separate writes: Nagle would hold the body ~40 ms
+  svr.set_read_timeout(o.read_timeout_s, 0);
+  svr.set_write_timeout(o.write_timeout_s, 0);
+  svr.set_keep_alive_timeout(o.keep_alive_timeout_s);
+  svr.set_keep_alive_max_count(static_cast<size_t>(o.keep_alive_max_requests));
+  add_pre_routing(svr, o.api_key);
+  add_routes(svr, api, scheduler, metrics, openapi_document(o.api.model_id));
   add_error_bodies(svr, o.payload_limit);
-  svr.set_logger([&](const httplib::Request& req, const httplib::Response& res) {
+  const bool log = o.access_log;
+  svr.set_logger([&metrics, log](const httplib::Request& req, const httplib::Response& res) {
     metrics.request(metric_route(req.path), res.status);
+    if (log) access_log(req, res);
+  });
+  // Debian's cpp-httplib is compiled with a listen backlog of 5: a burst of new connections would see
+  // SYNs dropped and retried a second later. The listening socket is kept to raise it after bind.
+  int listener = -1;
+  svr.set_socket_options([&listener](int sock) {
+    const int yes = 1;
+    setsockopt(sock, SOL_SOCKET, SO_REUSEADDR, &yes, sizeof yes);
+    listener = sock;
   });
   const int port = o.port == 0 ? svr.bind_to_any_port(o.host) : (svr.bind_to_port(o.host, o.port) ? o.port : -1);
   if (port < 0) throw std::runtime_error("cannot listen on " + o.host + ":" + std::to_string(o.port));
+  if (listener >= 0) ::listen(listener, SOMAXCONN);
   std::cerr << "roformer serve: " << o.api.model_id << " listening on http://" << o.host << ":" << port << std::endl;
   // The signal thread: waits for SIGINT/SIGTERM (blocked everywhere), then stops the listener.
   std::atomic<bool> done{false};

@@ -1,6 +1,7 @@
 // `roformer serve`'s HTTP side (cpp-httplib): the routes of server/api.h on a loopback address,
-// Bearer authentication, the request-body limit, TEI's error bodies for every failure, request
-// metrics, and a clean stop on SIGINT/SIGTERM (stop accepting, answer what was accepted, return 0).
+// Bearer authentication, the request-body limit and connection timeouts, TEI's error bodies for
+// every failure, request metrics, a JSON access log line per request, /openapi.json, and a clean
+// stop on SIGINT/SIGTERM (stop accepting, answer what was accepted, return 0).
 #pragma once
 
 #include <cstdint>
@@ -16,7 +17,14 @@ struct ServerOptions {
   int port = 8080;                   // 0: any free port (printed on the "listening" line)
   std::string api_key;               // "": open; else every route but /health and /metrics needs it
   int64_t payload_limit = 2 << 20;   // request body bytes; more: 413
-  int http_threads = 8;              // connections served at once (tokenization runs on them)
+  // Connections served at once (tokenization runs on them). cpp-httplib gives each open connection a
+  // thread, so this bounds the idle connections that can be held before new clients wait.
+  int http_threads = 256;
+  // A connection is closed when a read or write waits longer than these, or when it has been idle
+  // (between keep-alive requests) for keep_alive_timeout_s or served keep_alive_max_requests.
+  int read_timeout_s = 5, write_timeout_s = 5, keep_alive_timeout_s = 5;
+  int keep_alive_max_requests = 100;
+  bool access_log = true;            // one JSON line per request on stderr
   ApiOptions api;                    // with the scheduler's options
 };
 

@@ -1,5 +1,6 @@
-// The server's Prometheus counters (GET /metrics): requests by route and status, batches (a histogram
-// of sequences per batch), sequences and tokens run, and the queue depth the scheduler reports.
+// The server's Prometheus counters (GET /metrics): requests by route and status, batches (histograms
+// of sequences per batch and of the forward's seconds), each request's seconds in the queue, requests
+// dropped after --request-timeout, sequences and tokens run, and the queue depth the scheduler reports.
 // Every method is thread-safe: the HTTP threads count requests, the model thread counts batches.
 #pragma once
 
@@ -12,21 +13,34 @@
 
 namespace server {
 
+// A Prometheus histogram: cumulative counts of observations ≤ each bound, their sum and count.
+struct Histogram {
+  std::vector<double> bounds;
+  std::vector<int64_t> counts = std::vector<int64_t>(bounds.size(), 0);
+  double sum = 0;
+  int64_t count = 0;
+  void observe(double x);
+  void write(std::string& out, const std::string& name, const std::string& help) const;
+};
+
 class Metrics {
  public:
   void request(const std::string& route, int status);
-  // One forward batch of `sequences` sequences padded to `padded_tokens` (B · T) holding `tokens` real ones.
-  void batch(int64_t sequences, int64_t tokens, int64_t padded_tokens);
+  // One forward batch of `sequences` sequences padded to `padded_tokens` (B · T) holding `tokens` real
+  // ones, which took `seconds`.
+  void batch(int64_t sequences, int64_t tokens, int64_t padded_tokens, double seconds);
+  void queued(double seconds);  // a request's wait from submit to its batch's start
+  void timed_out();             // a request dropped after --request-timeout
   // The text exposition format (version 0.0.4); queue_depth is read at the call.
   std::string prometheus(int64_t queue_depth, int64_t in_flight) const;
 
  private:
   mutable std::mutex mutex_;
   std::map<std::pair<std::string, int>, int64_t> requests_;  // (route, status) → count
-  // Batch sizes in sequences: cumulative buckets as Prometheus histograms want them.
-  static constexpr int64_t kBuckets[] = {1, 2, 4, 8, 16, 32, 64, 128, 256};
-  std::vector<int64_t> batch_buckets_ = std::vector<int64_t>(std::size(kBuckets), 0);
-  int64_t batches_ = 0, sequences_ = 0, tokens_ = 0, padded_tokens_ = 0;
+  Histogram batch_size_{{1, 2, 4, 8, 16, 32, 64, 128, 256}};
+  Histogram batch_seconds_{{0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10}};
+  Histogram queue_seconds_{{0.0001, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10}};
+  int64_t sequences_ = 0, tokens_ = 0, padded_tokens_ = 0, timed_out_ = 0;
 };
 
 }  // namespace server

@@ -23,9 +23,16 @@ Scheduler::Scheduler(serve::Pipeline& pipeline, const SchedulerOptions& options,
 
 Scheduler::~Scheduler() { stop(); }
 
-std::future<Output> Scheduler::submit(Task task, std::vector<text::Encoding> encodings) {
+std::future<Output> Scheduler::submit(Task task, std::vector<text::Encoding> encodings, int64_t top_k) {
   auto job = std::make_unique<Job>();
   job->task = task;
+  job->top_k = top_k;
+  job->queued = std::chrono::steady_clock::now();
+  job->deadline = options_.request_timeout_s > 0
+                      ? std::chrono::steady_clock::now() +
+                            std::chrono::duration_cast<std::chrono::steady_clock::duration>(
+                                std::chrono::duration<double>(options_.request_timeout_s))
+                      : std::chrono::steady_clock::time_point::max();
   job->encodings = std::move(encodings);
   std::future<Output> f = job->done.get_future();
   {
@@ -77,6 +84,7 @@ void Scheduler::work() {
     wake_.wait(lock, [this] { return stopping_ || !queue_.empty(); });
     if (queue_.empty()) return;  // stopping, and every accepted request answered
     std::vector<std::unique_ptr<Job>> jobs = next_batch(lock);
+    if (jobs.empty()) continue;  // every queued request had timed out
     lock.unlock();
     run_batch(jobs);
     lock.lock();
@@ -89,11 +97,22 @@ void Scheduler::work() {
 std::vector<std::unique_ptr<Scheduler::Job>> Scheduler::next_batch(std::unique_lock<std::mutex>&) {
   std::vector<std::unique_ptr<Job>> jobs;
   int64_t sequences = 0, T = 0;
+  const auto now = std::chrono::steady_clock::now();
   while (!queue_.empty()) {
+    if (queue_.front()->deadline < now) {  // waited too long: answered TimedOut, never run
+      queue_.front()->done.set_exception(std::make_exception_ptr(
+          TimedOut("request timed out after " + std::to_string(options_.request_timeout_s) +
+                   " s in the queue (--request-timeout)")));
+      queue_.pop_front();
+      --in_flight_;
+      metrics_.timed_out();
+      continue;
+    }
     const Job& next = *queue_.front();
     const int64_t n = sequences + static_cast<int64_t>(next.encodings.size());
     const int64_t t = std::max(T, longest(next.encodings));
-    if (!jobs.empty() && (next.task != jobs.front()->task || n * t > options_.max_batch_tokens ||
+    const bool same = !jobs.empty() && next.task == jobs.front()->task && next.top_k == jobs.front()->top_k;
+    if (!jobs.empty() && (!same || n * t > options_.max_batch_tokens ||
                           (options_.max_batch_requests > 0 && n > options_.max_batch_requests))) {
       break;
     }
@@ -116,18 +135,23 @@ void Scheduler::run_batch(std::vector<std::unique_ptr<Job>>& jobs) {
       all.push_back(std::move(e));
     }
   }
+  const auto start = std::chrono::steady_clock::now();
+  for (const auto& j : jobs) metrics_.queued(std::chrono::duration<double>(start - j->queued).count());
   const int64_t T = std::max<int64_t>(longest(all), 1);
   int64_t batch_size = std::max<int64_t>(options_.max_batch_tokens / T, 1);
   if (options_.max_batch_requests > 0) batch_size = std::min(batch_size, options_.max_batch_requests);
   Output out;
   try {
-    if (jobs.front()->task == Task::embed) {
-      serve::EmbedOptions eo;  // encoded (and truncated) on the HTTP threads already
-      eo.pooling = options_.pooling;
-      eo.batch_size = batch_size;
-      out.embeddings = pipeline_.embed_encoded(all, eo);
-    } else {
-      out.classes = pipeline_.classify_encoded(all, batch_size);
+    switch (jobs.front()->task) {  // encoded (and truncated) on the HTTP threads already
+      case Task::embed: {
+        serve::EmbedOptions eo;
+        eo.pooling = options_.pooling;
+        eo.batch_size = batch_size;
+        out.embeddings = pipeline_.embed_encoded(all, eo);
+        break;
+      }
+      case Task::classify: out.classes = pipeline_.classify_encoded(all, batch_size); break;
+      case Task::fill_mask: out.masks = serve::fill_mask_encoded(pipeline_, all, jobs.front()->top_k, batch_size); break;
     }
   } catch (...) {
     release(jobs.size());
@@ -135,7 +159,7 @@ void Scheduler::run_batch(std::vector<std::unique_ptr<Job>>& jobs) {
     return;
   }
   const int64_t n = static_cast<int64_t>(all.size());
-  metrics_.batch(n, tokens, n * T);
+  metrics_.batch(n, tokens, n * T, std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
   release(jobs.size());
   size_t at = 0;
   for (size_t i = 0; i < jobs.size(); ++i) {  // hand each job its slice, in its order
@@ -146,6 +170,9 @@ void Scheduler::run_batch(std::vector<std::unique_ptr<Job>>& jobs) {
                              std::make_move_iterator(out.embeddings.begin() + at + k));
     } else if (!out.classes.empty()) {
       mine.classes.assign(out.classes.begin() + at, out.classes.begin() + at + k);
+    } else if (!out.masks.empty()) {
+      mine.masks.assign(std::make_move_iterator(out.masks.begin() + at),
+                        std::make_move_iterator(out.masks.begin() + at + k));
     }
     at += k;
     jobs[i]->done.set_value(std::move(mine));

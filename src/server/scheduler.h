@@ -1,6 +1,6 @@
 // The one path from HTTP threads to the model. Requests arrive already tokenized (the HTTP threads
 // encode), wait in a bounded queue, and ONE model thread takes them in batches: consecutive requests
-// of the same task while the batch's padded size (sequences × longest) stays within max_batch_tokens
+// of the same task (and top_k) while the batch's padded size (sequences × longest) stays within max_batch_tokens
 // and its sequences within max_batch_requests; serve::Pipeline runs them sorted by length and padded
 // per forward. serve::Pipeline is not thread-safe, so nothing but that thread touches the model.
 //
@@ -9,6 +9,7 @@
 //   f.get().embeddings;  // one vector per encoding, unnormalised
 #pragma once
 
+#include <chrono>
 #include <condition_variable>
 #include <cstdint>
 #include <deque>
@@ -19,15 +20,23 @@
 #include <thread>
 #include <vector>
 
+#include "serve/fill_mask.h"
 #include "serve/pipeline.h"
 #include "server/metrics.h"
 
 namespace server {
 
-enum class Task { embed, classify };
+enum class Task { embed, classify, fill_mask };
 
 // More requests in flight than max_concurrent_requests, or the server is stopping: HTTP 429.
 class Overloaded : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
+// A request still queued when its request_timeout_s passed: dropped unrun (HTTP 503). Its client has
+// most likely given up; the model's time goes to requests someone still waits for.
+class TimedOut : public std::runtime_error {
  public:
   using std::runtime_error::runtime_error;
 };
@@ -38,12 +47,14 @@ struct SchedulerOptions {
   int64_t max_batch_requests = 0;         // sequences per forward; 0: only the token budget bounds it
   serve::Pooling pooling = serve::Pooling::cls;
   int threads = 0;                        // OpenMP threads of the model thread (0: the default)
+  double request_timeout_s = 0;           // longest wait in the queue before TimedOut (0: none)
 };
 
 // What one request gets back, in the order of its encodings.
 struct Output {
   std::vector<std::vector<float>> embeddings;      // Task::embed: pooled, not normalised
   std::vector<serve::Classification> classes;      // Task::classify
+  std::vector<std::vector<serve::MaskPredictions>> masks;  // Task::fill_mask: per encoding, per mask
 };
 
 class Scheduler {
@@ -54,7 +65,8 @@ class Scheduler {
   Scheduler& operator=(const Scheduler&) = delete;
 
   // Queues the request; throws Overloaded at once when max_concurrent_requests are in flight.
-  std::future<Output> submit(Task task, std::vector<text::Encoding> encodings);
+  // top_k: Task::fill_mask's predictions per mask (requests batch together when they agree on it).
+  std::future<Output> submit(Task task, std::vector<text::Encoding> encodings, int64_t top_k = 0);
   // Refuses new requests, runs every accepted one to its answer, joins the model thread. Idempotent.
   void stop();
   int64_t queue_depth() const;
@@ -63,6 +75,8 @@ class Scheduler {
  private:
   struct Job {
     Task task;
+    int64_t top_k = 0;
+    std::chrono::steady_clock::time_point queued, deadline;  // deadline: max() without request_timeout_s
     std::vector<text::Encoding> encodings;
     std::promise<Output> done;
   };

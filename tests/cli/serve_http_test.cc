@@ -7,6 +7,9 @@
 #include <gtest/gtest.h>
 #include <httplib.h>
 #include <signal.h>
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -300,12 +303,219 @@ TEST(ServeHttp, AFullQueueAnswers429) {
         ++ok;
       } else {
         ++other;
+        ADD_FAILURE() << "status " << r.status << ": " << r.body;
       }
     }
   }
   EXPECT_GT(refused, 0);
   EXPECT_GT(ok, 0);
   EXPECT_EQ(other, 0);
+  EXPECT_EQ(s.stop(SIGTERM), 0);
+}
+
+// /rerank, /decode, /fill-mask, token-id inputs and truncation_direction on an MLM model directory,
+// held to the command line and to the other routes.
+TEST(ServeHttp, RerankDecodeFillMaskAndTokenIds) {
+  const std::string m = model_dir("http_mlm");
+  Server s("--model " + m);
+  const std::vector<std::string> others(kTexts.begin() + 1, kTexts.end());
+  // An embedding model reranks by cosine: /similarity's scores, best first, with their indices.
+  const Reply sim = post(s, "/similarity", json{{"inputs", {{"source_sentence", kTexts[0]}, {"sentences", others}}}});
+  Reply r = post(s, "/rerank", json{{"query", kTexts[0]}, {"texts", others}, {"return_text", true}});
+  ASSERT_EQ(r.status, 200) << r.body;
+  ASSERT_EQ(r.body.size(), others.size());
+  for (size_t i = 0; i < r.body.size(); ++i) {
+    const size_t index = r.body[i]["index"].get<size_t>();
+    EXPECT_NEAR(r.body[i]["score"].get<double>(), sim.body[index].get<double>(), 1e-6);
+    EXPECT_EQ(r.body[i]["text"], others[index]);
+    if (i) EXPECT_GE(r.body[i - 1]["score"].get<double>(), r.body[i]["score"].get<double>());
+  }
+  EXPECT_FALSE(post(s, "/rerank", json{{"query", "a"}, {"texts", {"b"}}}).body[0].contains("text"));
+  expect_error(post(s, "/rerank", json{{"query", "a"}, {"texts", "b"}}), 422, "Validation", "`texts`");
+  expect_error(post(s, "/rerank", json{{"texts", {"b"}}}), 422, "Validation", "`query`");
+
+  // Token ids go to the model as given: the ids of a tokenized text embed as the text does.
+  const Reply tok = post(s, "/tokenize", json{{"inputs", kTexts[0]}});
+  std::vector<int> ids;
+  for (const auto& t : tok.body[0]) ids.push_back(t["id"].get<int>());
+  const Reply text_vec = post(s, "/embed", json{{"inputs", kTexts[0]}});
+  r = post(s, "/embed", json{{"inputs", ids}});
+  ASSERT_EQ(r.status, 200) << r.body;
+  expect_close(r.body[0], text_vec.body[0], 1e-6);
+  r = post(s, "/v1/embeddings", json{{"input", {ids, ids}}});
+  ASSERT_EQ(r.status, 200) << r.body;
+  expect_close(r.body["data"][1]["embedding"], text_vec.body[0], 1e-6);
+  EXPECT_EQ(r.body["usage"]["prompt_tokens"], 2 * ids.size());
+  expect_error(post(s, "/embed", json{{"inputs", {1, 100000}}}), 422, "Validation", "outside the model's vocabulary");
+  expect_error(post(s, "/embed", json{{"inputs", {{1, 2}, json::array()}}}), 422, "Validation", "`inputs`[1]");
+  expect_error(post(s, "/embed", json{{"inputs", {1, 5000000000LL}}}), 422, "Validation", "`inputs`[1]");
+  const size_t H = text_vec.body[0].size();
+  EXPECT_EQ(post(s, "/v1/embeddings", json{{"input", "a"}, {"dimensions", H}}).status, 200);  // the model's own
+  expect_error(post(s, "/v1/embeddings", json{{"input", "a"}, {"dimensions", 8}}), 422, "Validation", "`dimensions`");
+
+  // /decode: the tokenizer's decode, special tokens skipped unless asked.
+  r = post(s, "/decode", json{{"ids", ids}});
+  ASSERT_EQ(r.status, 200) << r.body;
+  EXPECT_EQ(r.body, json::array({kTexts[0]}));
+  r = post(s, "/decode", json{{"ids", {ids, ids}}, {"skip_special_tokens", false}});
+  EXPECT_EQ(r.body[1], "[CLS] " + kTexts[0] + " [SEP]");
+  expect_error(post(s, "/decode", json{{"ids", {-1}}}), 422, "Validation", "outside the tokenizer's vocabulary");
+  expect_error(post(s, "/decode", json{{"ids", "x"}}), 422, "Validation", "`ids`");
+
+  // truncation_direction: the kept end of a long input, as `roformer embed --truncate --truncation-side`.
+  std::string long_text;
+  for (int i = 0; i < 40; ++i) long_text += (i < 20 ? "hello " : "world ");
+  for (const char* side : {"left", "right"}) {
+    const auto want = cli(std::string("embed --normalize --truncate --truncation-side ") + side + " --model " + m,
+                          long_text + "\n");
+    r = post(s, "/embed", json{{"inputs", long_text}, {"truncate", true},
+                               {"truncation_direction", side == std::string("left") ? "Left" : "right"}});
+    ASSERT_EQ(r.status, 200) << r.body;
+    expect_close(r.body[0], want[0]["embedding"]);
+  }
+  expect_error(post(s, "/embed", json{{"inputs", "a"}, {"truncation_direction", "up"}}), 422, "Validation",
+               "`truncation_direction`");
+
+  // /fill-mask: `roformer fill-mask`'s predictions (one mask: a list; several texts: a list each).
+  const std::vector<std::string> masked = {"hello [MASK] world", "[MASK] b [MASK]"};
+  const auto want = cli("fill-mask --top-k 3 --model " + m, lines(masked));
+  r = post(s, "/fill-mask", json{{"inputs", masked[0]}, {"parameters", {{"top_k", 3}}}});
+  ASSERT_EQ(r.status, 200) << r.body;
+  auto same_predictions = [](const json& got, const json& w) {
+    ASSERT_EQ(got.size(), w.size()) << got;
+    for (size_t k = 0; k < got.size(); ++k) {
+      EXPECT_EQ(got[k]["token"], w[k]["token"]);
+      EXPECT_EQ(got[k]["token_str"], w[k]["token_str"]);
+      EXPECT_EQ(got[k]["sequence"], w[k]["sequence"]);
+      EXPECT_NEAR(got[k]["score"].get<double>(), w[k]["score"].get<double>(), 1e-6);
+    }
+  };
+  same_predictions(r.body, want[0]);
+  r = post(s, "/fill-mask", json{{"inputs", masked}, {"top_k", 3}});
+  ASSERT_EQ(r.body.size(), 2u) << r.body;
+  same_predictions(r.body[0], want[0]);
+  ASSERT_EQ(r.body[1].size(), 2u);  // two masks: one list each
+  for (size_t k = 0; k < 2; ++k) same_predictions(r.body[1][k], want[1][k]);
+  expect_error(post(s, "/fill-mask", json{{"inputs", "no mask here"}}), 422, "Validation", "no [MASK] token");
+  expect_error(post(s, "/fill-mask", json{{"inputs", "[MASK]"}, {"parameters", {{"top_k", 0}}}}), 422, "Validation",
+               "`top_k`");
+  EXPECT_EQ(s.stop(SIGTERM), 0);
+}
+
+TEST(ServeHttp, RerankWithAOneLabelClassifierIsTeis) {
+  const std::string one = classifier_dir("http_reranker", 1, json::object());
+  Server s("--model " + one);
+  const std::vector<std::string> texts(kTexts.begin() + 1, kTexts.end());
+  Reply raw = post(s, "/rerank", json{{"query", kTexts[0]}, {"texts", texts}, {"raw_scores", true}});
+  Reply r = post(s, "/rerank", json{{"query", kTexts[0]}, {"texts", texts}});
+  ASSERT_EQ(r.status, 200) << r.body;
+  ASSERT_EQ(raw.body.size(), texts.size());
+  for (size_t i = 0; i < texts.size(); ++i) {  // the logit of the pair (query, text); the score its sigmoid
+    const size_t index = raw.body[i]["index"].get<size_t>();
+    const Reply p = post(s, "/predict", json{{"inputs", {kTexts[0], texts[index]}}, {"raw_scores", true}});
+    EXPECT_NEAR(raw.body[i]["score"].get<double>(), p.body[0]["score"].get<double>(), 1e-5);  // other padding
+    EXPECT_EQ(r.body[i]["index"], index);  // the sigmoid keeps the order
+    EXPECT_NEAR(r.body[i]["score"].get<double>(), 1 / (1 + std::exp(-raw.body[i]["score"].get<double>())), 1e-9);
+  }
+  EXPECT_TRUE(json::parse(s.client().Get("/info")->body)["model_type"].contains("reranker"));
+  expect_error(post(s, "/fill-mask", json{{"inputs", "[MASK]"}}), 424, "Backend", "cannot fill masks");
+  EXPECT_EQ(s.stop(SIGTERM), 0);
+  const std::string three = classifier_dir("http_cls3", 3, json::object());
+  Server c("--model " + three);
+  expect_error(post(c, "/rerank", json{{"query", "a"}, {"texts", {"b"}}}), 424, "Backend", "not a re-ranker");
+  EXPECT_EQ(c.stop(SIGTERM), 0);
+}
+
+// /openapi.json lists every route; each GET answers 200, and each POST's example body is answered as
+// its responses say (200, or 424 where the model lacks the head). The access log has a line per request.
+TEST(ServeHttp, OpenApiDocumentsEveryRouteAndItsExamplesWork) {
+  const std::string m = model_dir("http_mlm");
+  Server s("--model " + m);
+  auto doc_res = s.client().Get("/openapi.json");
+  ASSERT_TRUE(doc_res);
+  ASSERT_EQ(doc_res->status, 200);
+  const json doc = json::parse(doc_res->body);
+  EXPECT_EQ(doc["openapi"], "3.0.3");
+  for (const char* path : {"/embed", "/v1/embeddings", "/predict", "/rerank", "/similarity", "/fill-mask", "/tokenize",
+                           "/decode", "/", "/info", "/v1/models", "/health", "/metrics", "/openapi.json"}) {
+    EXPECT_TRUE(doc["paths"].contains(path)) << path;
+  }
+  for (const auto& [path, ops] : doc["paths"].items()) {
+    for (const auto& [method, op] : ops.items()) {
+      if (method == "get") {
+        EXPECT_EQ(s.client().Get(path.c_str())->status, 200) << path;
+        continue;
+      }
+      const json example = op["requestBody"]["content"]["application/json"]["example"];
+      const Reply r = post(s, path, example);
+      EXPECT_TRUE(r.status == 200 || (r.status == 424 && path == "/predict")) << path << " " << r.status << r.body;
+      EXPECT_TRUE(op["responses"].contains(std::to_string(r.status))) << path;
+    }
+  }
+  EXPECT_EQ(s.stop(SIGTERM), 0);
+  bool logged = false;
+  std::istringstream log(slurp(s.log));
+  for (std::string line; std::getline(log, line);) {
+    const json j = json::parse(line, nullptr, false);
+    if (j.is_object() && j.value("path", "") == "/rerank" && j.value("status", 0) == 200 && j.contains("ms")) logged = true;
+  }
+  EXPECT_TRUE(logged) << slurp(s.log);
+}
+
+// Hundreds of idle connections (opened, nothing sent) and clients that vanish mid-request do not stop
+// a normal client from being answered at once; the server keeps serving and stops cleanly.
+TEST(ServeHttp, IdleAndVanishingConnectionsDoNotStarveClients) {
+  Server s("--model " + model_dir("http_mlm") + " --no-access-log");
+  auto connect_to = [&] {
+    const int fd = socket(AF_INET, SOCK_STREAM, 0);
+    sockaddr_in a{};
+    a.sin_family = AF_INET;
+    a.sin_port = htons(static_cast<uint16_t>(s.port));
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    EXPECT_EQ(connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a), 0);
+    return fd;
+  };
+  std::vector<int> idle;
+  for (int i = 0; i < 200; ++i) idle.push_back(connect_to());
+  for (int i = 0; i < 20; ++i) {  // half a request, then gone
+    const int fd = connect_to();
+    const std::string head = "POST /embed HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                             "Content-Length: 1000\r\n\r\n{\"inputs\": \"hel";
+    EXPECT_GT(send(fd, head.data(), head.size(), MSG_NOSIGNAL), 0);
+    close(fd);
+  }
+  const auto start = std::chrono::steady_clock::now();
+  const Reply r = post(s, "/embed", json{{"inputs", "hello"}});
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  EXPECT_EQ(r.status, 200) << r.body;
+  EXPECT_LT(seconds, 2.0);  // not after the idle connections' 5-second timeouts
+  for (int fd : idle) close(fd);
+  EXPECT_EQ(post(s, "/embed", json{{"inputs", "world"}}).status, 200);
+  EXPECT_EQ(s.stop(SIGTERM), 0);
+}
+
+// With --request-timeout, requests that waited longer in the queue are dropped with 503, not run.
+TEST(ServeHttp, RequestsPastTheQueueTimeoutAre503) {
+  Server s("--model " + model_dir("http_mlm") + " --request-timeout 0.001 --max-batch-tokens 64 --no-access-log");
+  std::string text;
+  for (int i = 0; i < 25; ++i) text += "hello world ";
+  const std::string body = json{{"inputs", std::vector<std::string>(16, text)}, {"truncate", true}}.dump();
+  std::vector<Reply> replies(12);
+  std::vector<std::thread> threads;
+  for (auto& r : replies) threads.emplace_back([&] { r = post(s, "/embed", body); });
+  for (auto& t : threads) t.join();
+  int timed_out = 0;
+  for (const auto& r : replies) {
+    EXPECT_TRUE(r.status == 200 || r.status == 503) << r.status << r.body;
+    if (r.status == 503) {
+      ++timed_out;
+      EXPECT_EQ(r.body["error_type"], "Overloaded");
+    }
+  }
+  EXPECT_GT(timed_out, 0);
+  EXPECT_NE(s.client().Get("/metrics")->body.find("roformer_requests_timed_out_total " + std::to_string(timed_out)),
+            std::string::npos);
+  EXPECT_EQ(slurp(s.log).find("\"path\""), std::string::npos);  // --no-access-log
   EXPECT_EQ(s.stop(SIGTERM), 0);
 }
 

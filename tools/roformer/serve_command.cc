@@ -4,6 +4,7 @@
 #include <CLI/CLI.hpp>
 
 #include <filesystem>
+#include <stdexcept>
 #include <memory>
 
 #include "commands.h"
@@ -24,9 +25,13 @@ int run_serve(ServeOptions& o) {
   // Before any thread exists (OpenMP's start with the model): SIGINT/SIGTERM go to the signal thread.
   server::block_stop_signals();
   server::check_loopback(o.server.host);
+  const double timeout = o.server.api.scheduler.request_timeout_s;
+  if (!(timeout >= 0 && timeout <= 86400)) {  // CLI::Range lets NaN through
+    throw std::invalid_argument("--request-timeout must be a number of seconds in [0, 86400]");
+  }
   serve::LoadOptions lo;
   lo.jieba_dict = o.jieba_dict;
-  lo.mlm_head = false;  // embed and classify read the hidden states and the classifier head only
+  lo.mlm_head = true;  // for /fill-mask; embed and classify forwards stop before it (Pipeline::run)
   lo.rope_scaling = o.rope_scaling;
   lo.quantize = o.quantize;
   lo.gemm = o.gemm;
@@ -67,7 +72,19 @@ void add_serve_command(CLI::App& app, CommandTable& commands) {
   c->add_option("--payload-limit", s.payload_limit, "Request body bytes; larger bodies get 413")
       ->check(CLI::Range(int64_t{1024}, int64_t{1} << 30))->capture_default_str();
   c->add_option("--http-threads", s.http_threads, "Connections served at once (they tokenize)")
-      ->check(CLI::Range(1, 1024))->capture_default_str();
+      ->check(CLI::Range(1, 4096))->capture_default_str();
+  c->add_option("--read-timeout", s.read_timeout_s, "Seconds a connection may wait for the client's next bytes")
+      ->check(CLI::Range(1, 3600))->capture_default_str();
+  c->add_option("--write-timeout", s.write_timeout_s, "Seconds a response may wait for the client to read it")
+      ->check(CLI::Range(1, 3600))->capture_default_str();
+  c->add_option("--keep-alive-timeout", s.keep_alive_timeout_s, "Seconds an idle keep-alive connection stays open")
+      ->check(CLI::Range(1, 3600))->capture_default_str();
+  c->add_option("--keep-alive-max-requests", s.keep_alive_max_requests, "Requests per connection before it is closed")
+      ->check(CLI::Range(1, 1 << 20))->capture_default_str();
+  c->add_option("--request-timeout", q.request_timeout_s,
+                "Seconds a request may wait in the queue; later it is dropped with 503 (0: no limit)")
+      ->check(CLI::Range(0.0, 86400.0))->capture_default_str();
+  c->add_flag("--access-log,!--no-access-log", s.access_log, "One JSON line per request on stderr (default on)");
   c->add_option("--pooling", o->pooling, "cls ([CLS] hidden state), mean (over the attention mask) or pooler")
       ->check(CLI::IsMember({"cls", "mean", "pooler"}))->capture_default_str();
   c->add_option("--threads", q.threads, "OpenMP threads of the model thread (0: all)")->check(roformer::thread_count());

@@ -1,0 +1,154 @@
+// server::openapi_document: GET /openapi.json, the OpenAPI 3.0 description of every route of
+// server/api.h with its request schema, an example body and the statuses it answers. The HTTP side
+// refuses to start when a route it serves is missing here (check_documented), and the HTTP test
+// posts every example and checks the answer, so the document stays true.
+#include "server/openapi.h"
+
+#include <stdexcept>
+
+namespace server {
+namespace {
+
+using nlohmann::json;
+
+const char* kSchemas = R"({
+  "Error": {"type": "object", "required": ["error", "error_type"],
+            "properties": {"error": {"type": "string"}, "error_type": {"type": "string"}}},
+  "TokenIds": {"type": "array", "minItems": 1, "items": {"type": "integer", "minimum": -2147483648,
+               "maximum": 2147483647}},
+  "Inputs": {"oneOf": [{"type": "string"},
+                       {"type": "array", "minItems": 1, "items": {"type": "string"}},
+                       {"$ref": "#/components/schemas/TokenIds"},
+                       {"type": "array", "minItems": 1, "items": {"$ref": "#/components/schemas/TokenIds"}}]},
+  "Texts": {"oneOf": [{"type": "string"}, {"type": "array", "minItems": 1, "items": {"type": "string"}}]},
+  "TruncationDirection": {"type": "string", "enum": ["right", "left", "Right", "Left"]}
+})";
+
+// One route: its summary, request schema (null for GET), an example body, and success response schema.
+struct Route {
+  const char* method;
+  const char* path;
+  const char* summary;
+  const char* request;   // JSON schema of the body, or nullptr
+  const char* example;   // an example body, or nullptr
+  const char* response;  // JSON schema of the 200 body
+};
+
+const Route kRoutes[] = {
+    {"post", "/embed", "Embeddings (TEI)",
+     R"({"type": "object", "required": ["inputs"], "properties": {
+         "inputs": {"$ref": "#/components/schemas/Inputs"}, "normalize": {"type": "boolean", "default": true},
+         "truncate": {"type": "boolean"}, "truncation_direction": {"$ref": "#/components/schemas/TruncationDirection"}}})",
+     R"({"inputs": ["hello world", "a b c"]})",
+     R"({"type": "array", "items": {"type": "array", "items": {"type": "number"}}})"},
+    {"post", "/v1/embeddings", "Embeddings (OpenAI)",
+     R"({"type": "object", "required": ["input"], "properties": {
+         "input": {"$ref": "#/components/schemas/Inputs"}, "model": {"type": "string"},
+         "encoding_format": {"type": "string", "enum": ["float", "base64"]},
+         "dimensions": {"type": "integer"}, "user": {"type": "string"}}})",
+     R"({"input": "hello world", "model": "roformer"})",
+     R"({"type": "object", "required": ["object", "data", "model", "usage"]})"},
+    {"post", "/predict", "Sequence classification (TEI); 424 without a classifier head",
+     R"({"type": "object", "required": ["inputs"], "properties": {
+         "inputs": {"oneOf": [{"type": "string"}, {"type": "array", "minItems": 1, "items": {
+             "oneOf": [{"type": "string"}, {"type": "array", "minItems": 1, "maxItems": 2, "items": {"type": "string"}}]}}]},
+         "raw_scores": {"type": "boolean"}, "truncate": {"type": "boolean"},
+         "truncation_direction": {"$ref": "#/components/schemas/TruncationDirection"}}})",
+     R"({"inputs": "hello world"})",
+     R"({"type": "array"})"},
+    {"post", "/rerank", "Re-ranking (TEI): a one-label classifier scores (query, text); an embedding model, cosines",
+     R"({"type": "object", "required": ["query", "texts"], "properties": {
+         "query": {"type": "string"}, "texts": {"type": "array", "minItems": 1, "items": {"type": "string"}},
+         "raw_scores": {"type": "boolean"}, "return_text": {"type": "boolean"}, "truncate": {"type": "boolean"},
+         "truncation_direction": {"$ref": "#/components/schemas/TruncationDirection"}}})",
+     R"({"query": "hello", "texts": ["hello world", "a b c"], "return_text": true})",
+     R"({"type": "array", "items": {"type": "object", "required": ["index", "score"], "properties": {
+         "index": {"type": "integer"}, "score": {"type": "number"}, "text": {"type": "string"}}}})"},
+    {"post", "/similarity", "Cosine similarity of a sentence to others (TEI)",
+     R"({"type": "object", "required": ["inputs"], "properties": {
+         "inputs": {"type": "object", "required": ["source_sentence", "sentences"], "properties": {
+             "source_sentence": {"type": "string"},
+             "sentences": {"type": "array", "minItems": 1, "items": {"type": "string"}}}},
+         "truncate": {"type": "boolean"}, "truncation_direction": {"$ref": "#/components/schemas/TruncationDirection"}}})",
+     R"({"inputs": {"source_sentence": "hello world", "sentences": ["hello", "a b c"]}})",
+     R"({"type": "array", "items": {"type": "number"}})"},
+    {"post", "/fill-mask", "Fill-mask (transformers' pipeline); 424 without an MLM head",
+     R"({"type": "object", "required": ["inputs"], "properties": {
+         "inputs": {"$ref": "#/components/schemas/Texts"},
+         "parameters": {"type": "object", "properties": {"top_k": {"type": "integer", "minimum": 1, "maximum": 1000}}},
+         "truncate": {"type": "boolean"}, "truncation_direction": {"$ref": "#/components/schemas/TruncationDirection"}}})",
+     R"({"inputs": "hello [MASK] world", "parameters": {"top_k": 3}})",
+     R"({"type": "array"})"},
+    {"post", "/tokenize", "Tokens of each input (TEI)",
+     R"({"type": "object", "required": ["inputs"], "properties": {
+         "inputs": {"$ref": "#/components/schemas/Texts"}, "add_special_tokens": {"type": "boolean"}}})",
+     R"({"inputs": "hello world"})",
+     R"({"type": "array", "items": {"type": "array", "items": {"type": "object", "properties": {
+         "id": {"type": "integer"}, "text": {"type": "string"}, "special": {"type": "boolean"}}}}})"},
+    {"post", "/decode", "Text of token ids (TEI)",
+     R"({"type": "object", "required": ["ids"], "properties": {
+         "ids": {"oneOf": [{"$ref": "#/components/schemas/TokenIds"},
+                           {"type": "array", "minItems": 1, "items": {"$ref": "#/components/schemas/TokenIds"}}]},
+         "skip_special_tokens": {"type": "boolean", "default": true}}})",
+     R"({"ids": [1, 2, 3]})",
+     R"({"type": "array", "items": {"type": "string"}})"},
+    {"post", "/", "/predict for a classifier, /similarity for {inputs: {source_sentence, ...}}, else /embed",
+     R"({"type": "object", "required": ["inputs"]})",
+     R"({"inputs": "hello world"})",
+     R"({"type": "array"})"},
+    {"get", "/info", "The model and the server's limits (TEI)", nullptr, nullptr,
+     R"({"type": "object", "required": ["model_id", "model_type", "max_input_length"]})"},
+    {"get", "/v1/models", "The served model (OpenAI)", nullptr, nullptr,
+     R"({"type": "object", "required": ["object", "data"]})"},
+    {"get", "/health", "200 once the model is loaded", nullptr, nullptr, R"({})"},
+    {"get", "/metrics", "Prometheus text", nullptr, nullptr, R"({"type": "string"})"},
+    {"get", "/openapi.json", "This document", nullptr, nullptr, R"({"type": "object"})"},
+};
+
+json error_response(const char* description) {
+  return {{"description", description},
+          {"content", {{"application/json", {{"schema", {{"$ref", "#/components/schemas/Error"}}}}}}}};
+}
+
+}  // namespace
+
+json openapi_document(const std::string& model_id) {
+  json paths = json::object();
+  for (const Route& r : kRoutes) {
+    json op = {{"summary", r.summary}, {"operationId", std::string(r.method) + r.path}};
+    const bool text = std::string(r.path) == "/metrics";
+    op["responses"]["200"] = {{"description", "OK"},
+                              {"content", {{text ? "text/plain" : "application/json",
+                                            {{"schema", json::parse(r.response)}}}}}};
+    if (r.request) {
+      json media = {{"schema", json::parse(r.request)}};
+      if (r.example) media["example"] = json::parse(r.example);
+      op["requestBody"] = {{"required", true}, {"content", {{"application/json", media}}}};
+      op["responses"]["413"] = error_response("too many inputs, an input too long without truncate, a body too large");
+      op["responses"]["422"] = error_response("malformed JSON or a field of the wrong type or value");
+      op["responses"]["424"] = error_response("the model cannot do this (no classifier or MLM head)");
+      op["responses"]["429"] = error_response("--max-concurrent-requests requests in flight");
+      op["responses"]["503"] = error_response("waited longer than --request-timeout for the model");
+    }
+    if (std::string(r.path) != "/health" && std::string(r.path) != "/metrics") {
+      op["responses"]["401"] = error_response("--api-key is set and the request lacks it");
+    }
+    paths[r.path][r.method] = std::move(op);
+  }
+  return {{"openapi", "3.0.3"},
+          {"info", {{"title", "roformer serve"}, {"version", "1"},
+                    {"description", "RoFormer inference for " + model_id +
+                                        ": text-embeddings-inference, OpenAI embeddings and fill-mask routes"}}},
+          {"paths", std::move(paths)},
+          {"components", {{"schemas", json::parse(kSchemas)},
+                          {"securitySchemes", {{"bearer", {{"type", "http"}, {"scheme", "bearer"}}}}}}}};
+}
+
+void check_documented(const json& document, const std::string& method, const std::string& path) {
+  const json& paths = document.at("paths");
+  if (!paths.contains(path) || !paths[path].contains(method)) {
+    throw std::logic_error("server route " + method + " " + path + " is not in openapi.json (server/openapi.cc)");
+  }
+}
+
+}  // namespace server

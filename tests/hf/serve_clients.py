@@ -1,0 +1,126 @@
+# Real clients against `roformer serve`: OpenAI's client.embeddings.create and huggingface_hub's
+# InferenceClient give the command line's answers on the same inputs.
+# Usage: serve_clients.py ROFORMER_BINARY FIXTURES WORK_DIR
+import base64
+import json
+import os
+import re
+import shutil
+import signal
+import struct
+import subprocess
+import sys
+import time
+
+import huggingface_hub
+import openai
+import torch
+import transformers
+
+roformer, fixtures, work = sys.argv[1:4]
+model = os.path.join(work, "case1")
+os.makedirs(model, exist_ok=True)
+for f in ("config.json", "model.safetensors"):
+    shutil.copy(os.path.join(fixtures, "case1_mlm_basic", f), model)
+for f in ("vocab.txt", "tokenizer_config.json", "special_tokens_map.json"):
+    shutil.copy(os.path.join(fixtures, "tokenizer", f), model)
+
+# A sentiment-style classifier made by transformers from the same encoder (its head seeded).
+classifier = os.path.join(work, "classifier")
+torch.manual_seed(0)
+head = transformers.RoFormerForSequenceClassification.from_pretrained(
+    model, num_labels=2, id2label={0: "neg", 1: "pos"}, label2id={"neg": 0, "pos": 1})
+head.save_pretrained(classifier, safe_serialization=True)
+for f in ("vocab.txt", "tokenizer_config.json", "special_tokens_map.json"):
+    shutil.copy(os.path.join(model, f), classifier)
+
+texts = ["hello world", "今天天气非常好。", "a b c"]
+
+
+def cli(*args, lines):
+    out = subprocess.run([roformer, *args], input="\n".join(lines) + "\n", capture_output=True, text=True,
+                         check=True).stdout
+    return [json.loads(line) for line in out.splitlines()]
+
+
+def close(a, b, tol=1e-5):
+    assert len(a) == len(b) and max(abs(x - y) for x, y in zip(a, b)) <= tol, (a, b)
+
+
+class Server:
+    def __init__(self, *args):
+        self.log = open(os.path.join(work, f"server{abs(hash(args))}.log"), "w+")
+        self.process = subprocess.Popen([roformer, "serve", "--port", "0", *args], stderr=self.log)
+        self.port = None
+        for _ in range(600):
+            self.log.seek(0)
+            m = re.search(r"listening on http://127\.0\.0\.1:(\d+)", self.log.read())
+            if m:
+                self.port = int(m.group(1))
+                break
+            time.sleep(0.1)
+        assert self.port, "the server did not start"
+        self.url = f"http://127.0.0.1:{self.port}"
+
+    def stop(self):
+        self.process.send_signal(signal.SIGTERM)
+        status = self.process.wait(timeout=60)
+        assert status == 0, f"exit status {status}"
+
+
+want = [r["embedding"] for r in cli("embed", "--normalize", "--model", model, lines=texts)]
+
+# ---- OpenAI's client on /v1/embeddings ----
+server = Server("--model", model, "--api-key", "k")
+try:
+    client = openai.OpenAI(base_url=f"{server.url}/v1", api_key="k")
+    r = client.embeddings.create(model="case1", input=texts)
+    assert [d.index for d in r.data] == [0, 1, 2], r
+    assert r.model == "case1" and r.usage.prompt_tokens > 0, r
+    for d, w in zip(r.data, want):
+        close(d.embedding, w)
+    raw = client.embeddings.create(model="case1", input=texts[0], encoding_format="base64").data[0].embedding
+    if isinstance(raw, str):  # older clients hand base64 through as it is
+        raw = list(struct.unpack(f"<{len(base64.b64decode(raw)) // 4}f", base64.b64decode(raw)))
+    close(raw, want[0])
+    try:
+        openai.OpenAI(base_url=f"{server.url}/v1", api_key="wrong").embeddings.create(model="x", input="a")
+        raise AssertionError("a wrong key was accepted")
+    except openai.AuthenticationError:
+        pass
+
+    # ---- huggingface_hub's InferenceClient, pointed at the server's URLs ----
+    hub = huggingface_hub.InferenceClient(model=f"{server.url}/embed", token="k")
+    vector = hub.feature_extraction(texts[1])  # TEI normalises by default
+    close(list(vector.reshape(-1)), want[1])
+    root = huggingface_hub.InferenceClient(model=server.url, token="k")  # POST / dispatches by the body
+    sims = root.sentence_similarity(texts[0], other_sentences=texts[1:])
+    want_sims = [r["similarity"] for r in cli("similarity", "--model", model,
+                                                lines=[f"{texts[0]}\t{t}" for t in texts[1:]])]
+    close(sims, want_sims)
+    masked = "hello [MASK] world"
+    filled = huggingface_hub.InferenceClient(model=f"{server.url}/fill-mask", token="k").fill_mask(masked)
+    want_fill = cli("fill-mask", "--model", model, lines=[masked])[0]
+    assert [f.token for f in filled] == [w["token"] for w in want_fill], (filled, want_fill)
+    assert [f.sequence for f in filled] == [w["sequence"] for w in want_fill], (filled, want_fill)
+    close([f.score for f in filled], [w["score"] for w in want_fill])
+finally:
+    server.stop()
+
+server = Server("--model", classifier)
+try:
+    hub = huggingface_hub.InferenceClient(model=server.url)
+    want_cls = cli("classify", "--model", classifier, lines=texts)
+    for text, w in zip(texts, want_cls):
+        got = hub.text_classification(text)
+        top = got[0] if isinstance(got, list) else got  # hub 0.23 hands back TEI's best label
+        assert top.label == w["label"], (top, w)
+        assert abs(top.score - w["score"]) <= 1e-5, (top, w)
+    # transformers' own classifier on the same text agrees with the label.
+    tokenizer = transformers.BertTokenizer.from_pretrained(classifier)
+    with torch.no_grad():
+        logits = head(**tokenizer(texts[0], return_tensors="pt")).logits[0]
+    assert head.config.id2label[int(logits.argmax())] == want_cls[0]["label"], (logits, want_cls[0])
+finally:
+    server.stop()
+print(f"openai {openai.__version__}, huggingface_hub {huggingface_hub.__version__}: ok")
