@@ -30,16 +30,19 @@ def rss_kib(pid):
     return None
 
 
-def make_texts(n, words_lo, words_hi, seed, english):
+def make_texts(n, words_lo, words_hi, seed, english, words_file=None):
     rng = random.Random(seed)
     vocab = ["hello", "world", "the", "weather", "is", "fine", "today", "a", "b", "c", "model", "rotary",
              "position", "embedding"]
-    if not english:  # Chinese characters are a token each: a text is then longer than its word count
+    if words_file:  # e.g. the words of the model's vocab.txt: a token each
+        with open(words_file) as f:
+            vocab = [w.strip() for w in f if w.strip() and not w.startswith("[") and not w.startswith("##")]
+    elif not english:  # Chinese characters are a token each: a text is then longer than its word count
         vocab += ["今天", "天气", "非常", "好", "我", "要", "去", "上班"]
     return [" ".join(rng.choice(vocab) for _ in range(rng.randint(words_lo, words_hi))) for _ in range(n)]
 
 
-def run_level(url, route, texts, concurrency, seconds, extra, headers):
+def run_level(url, route, texts, concurrency, seconds, extra, headers, input_key="inputs", as_list=False):
     parsed = urllib.parse.urlparse(url)
     deadline = time.monotonic() + seconds
     lock = threading.Lock()
@@ -50,7 +53,7 @@ def run_level(url, route, texts, concurrency, seconds, extra, headers):
         i = k
         while time.monotonic() < deadline:
             body = dict(extra)
-            body["inputs"] = texts[i % len(texts)]
+            body[input_key] = [texts[i % len(texts)]] if as_list else texts[i % len(texts)]
             i += concurrency
             data = json.dumps(body)
             t0 = time.perf_counter()
@@ -110,23 +113,29 @@ def main():
     ap.add_argument("--sigterm-after", type=float, help="send SIGTERM to --pid this many seconds into the run")
     ap.add_argument("--json", help="write the results here")
     ap.add_argument("--truncate", action="store_true")
+    ap.add_argument("--input-key", default="inputs", help="the body's text field (OpenAI's: input)")
+    ap.add_argument("--as-list", action="store_true", help="send the text as a one-element list")
+    ap.add_argument("--body", default="{}", help="more fields of every body, as JSON (e.g. '{\"model\": \"m\"}')")
+    ap.add_argument("--words-file", help="draw the words from this file, one per line (e.g. a vocab.txt)")
     ap.add_argument("--english", action="store_true",
                     help="English words only (a word-level vocabulary gives a token per word: --words is the length)")
     args = ap.parse_args()
     if args.seconds <= 0 or args.seconds > 3600:
         sys.exit("--seconds must be in (0, 3600]")
-    texts = make_texts(512, args.words[0], args.words[1], seed=0, english=args.english)
+    texts = make_texts(512, args.words[0], args.words[1], seed=0, english=args.english, words_file=args.words_file)
     headers = {"Content-Type": "application/json"}
     if args.api_key:
         headers["Authorization"] = f"Bearer {args.api_key}"
-    extra = {"truncate": True} if args.truncate else {}
+    extra = json.loads(args.body)
+    if args.truncate:
+        extra["truncate"] = True
     if args.sigterm_after is not None:
         threading.Timer(args.sigterm_after, lambda: os.kill(args.pid, signal.SIGTERM)).start()
     results = {"route": args.route, "levels": []}
     rss0 = rss_kib(args.pid) if args.pid else None
     print(f"{'conc':>5} {'ok/s':>8} {'p50 ms':>8} {'p99 ms':>8} {'max ms':>8}  statuses  conn-errors  RSS MiB")
     for c in args.concurrency:
-        r = run_level(args.url, args.route, texts, c, args.seconds, extra, headers)
+        r = run_level(args.url, args.route, texts, c, args.seconds, extra, headers, args.input_key, args.as_list)
         r["rss_kib"] = rss_kib(args.pid) if args.pid else None
         results["levels"].append(r)
         rss = f"{r['rss_kib'] / 1024:.1f}" if r["rss_kib"] else "-"

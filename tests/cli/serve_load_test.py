@@ -2,9 +2,10 @@
 # seconds per level on the roformer-hf case1 fixture:
 # - below --max-concurrent-requests (concurrency 1 and 8 against a limit of 16) every request is 200,
 #   with no connection errors; above it (64) the answers are 200s and 429s only, some of each;
-# - the server's RSS grows by less than 64 MiB from the first level to the last (no leak per request);
+# - the server's RSS grows by less than 64 MiB from the first level to the last (no leak per request;
+#   not checked with --sanitized: AddressSanitizer's quarantine keeps freed memory);
 # - SIGTERM in the middle of a concurrency-16 run: no 5xx, every answer a 200 or 429, exit status 0.
-# Usage: serve_load_test.py ROFORMER_BINARY FIXTURES WORK_DIR
+# Usage: serve_load_test.py ROFORMER_BINARY FIXTURES WORK_DIR [--sanitized]
 import json
 import os
 import re
@@ -14,6 +15,7 @@ import sys
 import time
 
 roformer, fixtures, work = sys.argv[1:4]
+sanitized = "--sanitized" in sys.argv[4:]
 here = os.path.dirname(os.path.abspath(__file__))
 load = os.path.join(here, "..", "..", "bench", "serve_load.py")
 shutil.rmtree(work, ignore_errors=True)
@@ -47,6 +49,7 @@ def run(url, pid, levels, seconds, *extra):
 
 server, url, log = start("--max-concurrent-requests", "16")
 try:
+    run(url, server.pid, [2], 1)  # warm-up: the first forwards allocate the activations
     below = run(url, server.pid, [1, 8], 2)
     for level in below:
         assert level["statuses"] == {"200": level["statuses"].get("200", 0)} and level["statuses"]["200"] > 0, level
@@ -56,7 +59,7 @@ try:
     assert above["statuses"].get("200", 0) > 0 and above["statuses"].get("429", 0) > 0, above
     assert above["connection_errors"] == 0, above
     growth = (above["rss_kib"] - below[0]["rss_kib"]) / 1024
-    assert growth < 64, f"RSS grew by {growth:.1f} MiB"
+    assert sanitized or growth < 64, f"RSS grew by {growth:.1f} MiB"
 finally:
     server.terminate()
     assert server.wait(timeout=60) == 0
