@@ -34,15 +34,26 @@ Pooling parse_pooling(const std::string& name) {
   throw std::invalid_argument("unknown pooling '" + name + "' (cls, mean, pooler)");
 }
 
-std::vector<std::vector<size_t>> plan_batches(const std::vector<size_t>& lengths, int64_t batch_size) {
+std::vector<std::vector<size_t>> plan_batches(const std::vector<size_t>& lengths, int64_t batch_size,
+                                              double max_padding) {
   if (batch_size < 1) throw std::invalid_argument("batch size must be at least 1");
+  if (!(max_padding >= 0 && max_padding <= 1)) throw std::invalid_argument("max_padding must be in [0, 1]");
   std::vector<size_t> order(lengths.size());
   std::iota(order.begin(), order.end(), size_t{0});
   std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) { return lengths[a] < lengths[b]; });
   std::vector<std::vector<size_t>> batches;
-  for (size_t i = 0; i < order.size(); i += static_cast<size_t>(batch_size)) {
-    const size_t end = std::min(order.size(), i + static_cast<size_t>(batch_size));
-    batches.emplace_back(order.begin() + static_cast<std::ptrdiff_t>(i), order.begin() + static_cast<std::ptrdiff_t>(end));
+  double real = 0;  // tokens of the open batch; its longest is the last added (ascending order)
+  for (size_t i : order) {
+    const double n = batches.empty() ? 0 : static_cast<double>(batches.back().size());
+    const double padded = (n + 1) * static_cast<double>(lengths[i]);
+    const bool fits = n > 0 && n < static_cast<double>(batch_size) &&
+                      padded - (real + static_cast<double>(lengths[i])) <= max_padding * padded;
+    if (!fits) {
+      batches.emplace_back();
+      real = 0;
+    }
+    batches.back().push_back(i);
+    real += static_cast<double>(lengths[i]);
   }
   return batches;
 }
@@ -212,7 +223,7 @@ void Pipeline::run(const std::vector<text::Encoding>& encodings, int64_t batch_s
   std::vector<size_t> lengths;
   for (const auto& e : encodings) lengths.push_back(e.size());
   const int64_t pad = tokenizer_ && tokenizer_->pad_id() >= 0 ? tokenizer_->pad_id() : config_.pad_token_id;
-  for (const std::vector<size_t>& rows : plan_batches(lengths, batch_size)) {
+  for (const std::vector<size_t>& rows : plan_batches(lengths, batch_size, max_padding_)) {
     const int64_t B = static_cast<int64_t>(rows.size());
     int64_t T = 0;
     for (size_t r : rows) T = std::max<int64_t>(T, static_cast<int64_t>(lengths[r]));

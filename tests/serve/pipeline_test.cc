@@ -141,6 +141,14 @@ TEST(Pipeline, PlanBatchesSortsByLengthAndKeepsEveryIndexOnce) {
   EXPECT_EQ(b[1], (std::vector<size_t>{0, 4}));
   EXPECT_EQ(b[2], (std::vector<size_t>{2}));
   EXPECT_TRUE(serve::plan_batches({}, 4).empty());
+  // max_padding closes a batch before a much longer sequence: 10, 10 | 30, 31 (30 → 31 pads 1 of 62).
+  const auto p = serve::plan_batches({30, 10, 31, 10}, 8, 0.1);
+  ASSERT_EQ(p.size(), 2u);
+  EXPECT_EQ(p[0], (std::vector<size_t>{1, 3}));
+  EXPECT_EQ(p[1], (std::vector<size_t>{0, 2}));
+  EXPECT_EQ(serve::plan_batches({30, 10, 31, 10}, 8, 1).size(), 1u);
+  EXPECT_EQ(serve::plan_batches({5, 5, 5}, 8, 0).size(), 1u);  // equal lengths never pad
+  EXPECT_THROW(serve::plan_batches({1}, 1, std::nan("")), std::invalid_argument);
   EXPECT_THROW(serve::plan_batches({1}, 0), std::invalid_argument);
 }
 

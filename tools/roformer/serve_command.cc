@@ -18,6 +18,7 @@ namespace {
 struct ServeOptions {
   std::string model_dir, model_id, jieba_dict, rope_scaling, pooling = "cls";
   std::string quantize = "auto", gemm = "auto";
+  double max_padding = 0.1;
   server::ServerOptions server;
 };
 
@@ -29,6 +30,7 @@ int run_serve(ServeOptions& o) {
   if (!(timeout >= 0 && timeout <= 86400)) {  // CLI::Range lets NaN through
     throw std::invalid_argument("--request-timeout must be a number of seconds in [0, 86400]");
   }
+  if (!(o.max_padding >= 0 && o.max_padding <= 1)) throw std::invalid_argument("--max-padding must be in [0, 1]");
   serve::LoadOptions lo;
   lo.jieba_dict = o.jieba_dict;
   lo.mlm_head = true;  // for /fill-mask; embed and classify forwards stop before it (Pipeline::run)
@@ -37,6 +39,7 @@ int run_serve(ServeOptions& o) {
   lo.gemm = o.gemm;
   lo.release_packed_arena = true;
   const std::unique_ptr<serve::Pipeline> p = serve::Pipeline::load(o.model_dir, lo);
+  p->set_max_padding(o.max_padding);
   server::ApiOptions& api = o.server.api;
   api.scheduler.pooling = serve::parse_pooling(o.pooling);
   api.model_id = !o.model_id.empty() ? o.model_id
@@ -66,6 +69,9 @@ void add_serve_command(CLI::App& app, CommandTable& commands) {
       ->check(CLI::Range(int64_t{1}, int64_t{1} << 30))->capture_default_str();
   c->add_option("--max-batch-requests", q.max_batch_requests, "Sequences per forward batch (0: no limit but the tokens)")
       ->check(CLI::Range(int64_t{0}, int64_t{1} << 20))->capture_default_str();
+  c->add_option("--max-padding", o->max_padding,
+                "A batch is split into forwards whose padding stays within this share of their tokens")
+      ->check(CLI::Range(0.0, 1.0))->capture_default_str();
   c->add_option("--max-client-batch-size", s.api.max_client_batch_size, "Inputs per request; more get 413")
       ->check(CLI::Range(int64_t{1}, int64_t{1} << 20))->capture_default_str();
   c->add_flag("--auto-truncate", s.api.auto_truncate, "Truncate long inputs unless a request says truncate: false");
