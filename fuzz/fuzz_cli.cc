@@ -68,7 +68,8 @@ struct OptionInfo {
   std::vector<std::string> names;  // "--steps", "-s"; empty for a positional
   bool flag = false;               // takes no value
   bool numeric = false;            // INT, UINT, FLOAT (or vectors of them)
-  bool budget = false;             // sets an amount of work: small values only
+  bool budget = false;             // sets an amount of work or a size: small values (and huge sizes)
+  bool work = false;               // an amount of work (steps, samples, seconds): small values only
 };
 
 struct Command {
@@ -94,6 +95,7 @@ const std::map<std::string, std::string>& budget_defaults() {
       {"--max-len-a", "0"},    {"--patience", "0"},      {"--threads", "1"},       {"--keep-checkpoints", "1"},
       {"translate-train|--vocab-size", "30"},  // the joint subwords of parallel.tsv: at most 31
       {"translate-train|--eval-every", "2"},
+      {"eval|--lengths", ""},  // a mode (length extrapolation), not a size: not added
   };
   return m;
 }
@@ -102,6 +104,16 @@ const std::map<std::string, std::string>& budget_defaults() {
 // must be refused, quickly. bench train's --vocab is a vocabulary size, not a file.
 bool is_budget(const std::vector<std::string>& path, const std::string& name) {
   return budget_defaults().count(name) != 0 || (name == "--vocab" && path.size() == 2 && path[0] == "bench");
+}
+
+// Of those, the amounts of work: a large value is legitimate and runs long, so they never get one. The
+// others are sizes: a size past what the machine holds must be refused before anything is allocated,
+// so they get the huge boundary values too (2^31 - 1 ... 2^63), but no medium ones.
+bool is_work(const std::string& name) {
+  static const std::set<std::string> work = {"--steps", "--epochs", "--samples", "--min-time", "--repetitions",
+                                             "--min-reps", "--warmup", "--tokens", "--max-batches",
+                                             "--eval-batches"};
+  return work.count(name) != 0;
 }
 
 bool is_numeric_type(const std::string& type) {
@@ -123,6 +135,7 @@ void collect(const CLI::App* app, std::vector<std::string> path, std::vector<Com
       info.numeric = is_numeric_type(o->get_type_name());
       if (!info.names.empty()) {
         info.budget = is_budget(path, info.names[0]);
+        info.work = info.budget && is_work(info.names[0]);
         if (o->get_required()) c.required.insert(info.names[0]);
       }
       c.options.push_back(std::move(info));
@@ -273,7 +286,9 @@ void make_scratch() {
     for (size_t i = 0; i < g_commands->size(); ++i) {
       std::string path;
       for (const std::string& w : (*g_commands)[i].path) path += " " + w;
-      std::fprintf(stderr, "fuzz_cli: command %zu:%s, %zu options\n", i, path.c_str(), (*g_commands)[i].options.size());
+      std::string options;
+      for (const OptionInfo& o : (*g_commands)[i].options) options += " " + (o.names.empty() ? "(positional)" : o.names[0]);
+      std::fprintf(stderr, "fuzz_cli: command %zu:%s; options:%s\n", i, path.c_str(), options.c_str());
     }
     std::fprintf(stderr, "fuzz_cli: scratch %s, fixtures %s; clm '%s', spm '%s', translate '%s'\n", s->root.c_str(),
                  s->fix.c_str(), s->clm.c_str(), s->spm.c_str(), s->translate.c_str());
@@ -291,7 +306,14 @@ const std::vector<std::string>& numbers() {
   return v;
 }
 
-// Small or invalid: for options that set an amount of work.
+// Huge sizes, for the size options among them.
+const std::vector<std::string>& huge_numbers() {
+  static const std::vector<std::string> v = {"2147483647", "2147483648", "4294967296", "9223372036854775807",
+                                             "1e18", "100000000000000000000"};
+  return v;
+}
+
+// Small or invalid: for options that set an amount of work or a size.
 const std::vector<std::string>& small_numbers() {
   static const std::vector<std::string> v = {"0", "1", "2", "-1", "-0", "nan", "inf", "-inf", "", "x", "1e309",
                                              "0.5", "9223372036854775808", "1,2", "0.001", "1e-320", "0x1"};
@@ -390,7 +412,7 @@ std::string value(Bytes& in, const OptionInfo& o) {
   const uint8_t kind = in.byte();
   if (o.budget) {
     if (kind >= 224) return raw_value(in, true);
-    const auto& v = small_numbers();
+    const auto& v = !o.work && kind >= 192 ? huge_numbers() : small_numbers();
     return v[in.byte() % v.size()];
   }
   if (kind >= 200) return raw_value(in, o.numeric);
@@ -469,7 +491,8 @@ std::vector<std::string> decode(const uint8_t* data, size_t size) {
     if (o.names.empty() || !o.budget || given.count(o.names[0])) continue;
     auto it = budget_defaults().find(c.path[0] + "|" + o.names[0]);
     if (it == budget_defaults().end()) it = budget_defaults().find(o.names[0]);
-    args.insert(args.end(), {o.names[0], it != budget_defaults().end() ? it->second : "16"});
+    const std::string v = it != budget_defaults().end() ? it->second : "16";
+    if (!v.empty()) args.insert(args.end(), {o.names[0], v});
   }
   return args;
 }
