@@ -152,8 +152,13 @@ void collect(const CLI::App* app, std::vector<std::string> path, std::vector<Com
 
 // ---- the scratch folder and its fixtures ----
 
+// What a folder holds: each entry's relative path, size and modification time.
+using Snapshot = std::map<std::string, std::pair<uintmax_t, int64_t>>;
+
 struct Scratch {
   fs::path root, fix, run;  // run: the working directory of each input, emptied after it
+  fs::path pristine;        // a copy of fix, to restore it from
+  Snapshot fix_state;       // fix as made
   std::string text, jsonl, tsv, csv, parallel, refs, hyps, ids, model, tokenizer, inputs, readonly;
   std::string clm, spm, translate;  // made by the CLI itself at start-up ("" when that failed)
 };
@@ -167,6 +172,8 @@ void write_file(const fs::path& p, const std::string& content) {
 }
 
 int run_quiet(std::vector<std::string> args);
+Snapshot snapshot(const fs::path& dir);
+void clean_run_folder();
 
 std::string find_checkpoint(const fs::path& run_dir) {
   // The newest step-* folder with a config.json, else the folder itself when it has one.
@@ -252,7 +259,7 @@ void make_fixtures(Scratch& s, const fs::path& fix) {
   fs::create_directories(s.readonly);
   for (const auto& e : fs::recursive_directory_iterator(fix, ec)) {
     fs::permissions(e.path(), fs::perms::owner_write | fs::perms::group_write | fs::perms::others_write,
-                    fs::perm_options::remove, ec);
+                    fs::perm_options::remove | fs::perm_options::nofollow, ec);
   }
   set_paths(s, fix);
 }
@@ -282,6 +289,11 @@ void make_scratch() {
     }
     fs::permissions(s->fix, fs::perms::owner_write, fs::perm_options::remove, ec);
   }
+  std::error_code ec;
+  s->pristine = s->root / "pristine";
+  fs::copy(s->fix, s->pristine, fs::copy_options::recursive, ec);
+  s->fix_state = snapshot(s->fix);
+  clean_run_folder();
   if (verbose()) {
     for (size_t i = 0; i < g_commands->size(); ++i) {
       std::string path;
@@ -333,7 +345,7 @@ std::vector<std::string> strings() {
       std::string(5000, 'a'), std::string(300, '/'), "\x01\x02\x1b[31m\x7f", "\xff\xfe\xc0\x80", "a\nb", "\t",
       "\xe5\xa4\xa9\xe6\xb0\x94", "%s%n%x", "{}", "{\"a\":", "\\",
       // paths
-      "/nonexistent/x", "/dev/null", "/dev/full", ".", "..", "run-out", "run-out/sub/x.png", "x.png", "x.csv",
+      (s.run / "missing" / "x").string(), (s.run / "dev-null").string(), (s.run / "dev-full").string(), ".", "..", "run-out", "run-out/sub/x.png", "x.png", "x.csv",
       "x.txt", "x.jsonl", "x.safetensors", "x.model", s.root.string(), s.readonly, s.readonly + "/x",
       s.readonly + "/x.png", s.text, s.text + "/", s.jsonl, s.tsv, s.csv, s.parallel, s.refs, s.hyps, s.ids,
       s.model, s.model + "/config.json", s.model + "/vocab.txt", s.model + "/model.safetensors", s.tokenizer,
@@ -584,12 +596,55 @@ void initialize() {
   (void)dictionary();
 }
 
+Snapshot snapshot(const fs::path& dir) {
+  Snapshot out;
+  std::error_code ec;
+  for (const auto& e : fs::recursive_directory_iterator(dir, ec)) {
+    const auto status = e.symlink_status(ec);
+    const bool file = fs::is_regular_file(status);
+    const auto time = fs::last_write_time(e.path(), ec).time_since_epoch().count();
+    out[fs::relative(e.path(), dir, ec).string()] = {file ? fs::file_size(e.path(), ec) : 0,
+                                                     static_cast<int64_t>(time)};
+  }
+  return out;
+}
+
+void set_read_only(const fs::path& dir, bool read_only) {
+  std::error_code ec;
+  const auto write = fs::perms::owner_write | fs::perms::group_write | fs::perms::others_write;
+  const auto how = read_only ? fs::perm_options::remove : fs::perm_options::add;
+  if (!read_only) fs::permissions(dir, fs::perms::owner_write, how, ec);
+  for (const auto& e : fs::recursive_directory_iterator(dir, ec)) {
+    fs::permissions(e.path(), write, how | fs::perm_options::nofollow, ec);  // never a link's target
+  }
+  if (read_only) fs::permissions(dir, fs::perms::owner_write, how, ec);
+}
+
+// The run folder emptied, with its two device links: dev-null and dev-full stand for /dev/null and
+// /dev/full, so that an output path replaced by a renamed temporary is the link and never the device
+// (which it would be for root).
 void clean_run_folder() {
   std::error_code ec;
   for (const auto& e : fs::directory_iterator(g_scratch->run, ec)) {
-    fs::permissions(e.path(), fs::perms::owner_all, fs::perm_options::add, ec);
+    fs::permissions(e.path(), fs::perms::owner_all, fs::perm_options::add | fs::perm_options::nofollow, ec);
     fs::remove_all(e.path(), ec);
   }
+  fs::create_symlink("/dev/null", g_scratch->run / "dev-null", ec);
+  fs::create_symlink("/dev/full", g_scratch->run / "dev-full", ec);
+}
+
+// Read-only permissions do not stop root: when an input wrote into the fixtures, they are restored
+// from the pristine copy, so that every input sees the same ones.
+void restore_fixtures() {
+  Scratch& s = *g_scratch;
+  if (snapshot(s.fix) == s.fix_state) return;
+  if (verbose()) std::fprintf(stderr, "fuzz_cli: the input changed the fixtures; restoring them\n");
+  std::error_code ec;
+  set_read_only(s.fix, false);
+  fs::remove_all(s.fix, ec);
+  fs::copy(s.pristine, s.fix, fs::copy_options::recursive, ec);
+  set_read_only(s.fix, true);
+  s.fix_state = snapshot(s.fix);
 }
 
 void run_one(const uint8_t* data, size_t size) {
@@ -608,6 +663,7 @@ void run_one(const uint8_t* data, size_t size) {
     }
   }
   clean_run_folder();
+  restore_fixtures();
 }
 
 }  // namespace
@@ -678,7 +734,7 @@ int main(int argc, char** argv) {
   std::error_code ec;
   fs::permissions(g_scratch->fix, fs::perms::owner_all, fs::perm_options::add, ec);
   for (const auto& e : fs::recursive_directory_iterator(g_scratch->root, ec)) {
-    fs::permissions(e.path(), fs::perms::owner_all, fs::perm_options::add, ec);
+    fs::permissions(e.path(), fs::perms::owner_all, fs::perm_options::add | fs::perm_options::nofollow, ec);
   }
   fs::remove_all(g_scratch->root, ec);
   return 0;
