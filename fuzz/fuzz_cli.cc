@@ -4,21 +4,22 @@
 // folder. Checked: no crash or sanitizer report (the build's), no exception escaping the entry point,
 // and a non-zero status only after at least one line on stderr (the refusal's message).
 //
-// Decoding (fuzz_cli_input below): byte 0 picks a command (a leaf of the app's subcommand tree;
-// `serve` is left out: it listens), byte 1 whether each required option the fuzzer does not give
-// gets a working value (a fixture), then each further step picks one of that command's options (from
+// Decoding (decode below): byte 0 picks a command (a leaf of the app's subcommand tree; `serve` is
+// left out: it listens), byte 1 whether each required option the fuzzer does not give gets a working
+// value (a fixture), then each further step picks one of that command's options (from
 // CLI::App::get_options(): long or short name, `--name value` or `--name=value`) or an extra word,
 // with a value from the dictionary below (boundary numbers, non-numbers, empty, long and control-byte
-// strings, fixture files and directories, a missing path, /dev/null, /dev/full, a read-only folder) or
-// raw fuzzer bytes. Options that set an amount of work (steps, epochs, samples, benchmark times and
-// sizes, ...) take values from a short list of small and invalid ones, and get a small value when the
-// fuzzer does not give them, so that a run stays well inside the time limit; a raw value of a numeric
-// option is at most 2 characters. Paths in raw values lose their '/' (so every output lands in the
-// scratch folder); stdin is /dev/null.
+// strings, fixture files and directories, a missing path, links to /dev/null and /dev/full, a
+// read-only folder) or raw fuzzer bytes. Options that set an amount of work (steps, epochs, samples,
+// benchmark times, ...) take values from a short list of small and invalid ones; sizes (batch, seq,
+// hidden, ...) also the huge ones, which must be refused. Both get a small value when the fuzzer does
+// not give them, so that a run stays well inside the time limit; a raw value of a numeric option is at
+// most 2 characters. Paths in raw values lose their '/' (so every output lands in the scratch folder);
+// stdin is /dev/null.
 //
 // The same file builds two ways:
 //  - libFuzzer (clang, fuzz/CMakeLists.txt: fuzz_cli): LLVMFuzzerTestOneInput;
-//  - a standalone driver (FUZZ_CLI_STANDALONE, any compiler; the debug preset's ctest fuzz_cli_replay):
+//  - a standalone driver (FUZZ_CLI_STANDALONE, any compiler; ctest cli_fuzz):
 //      fuzz_cli_standalone FILE|DIR...          replay inputs (a folder: each file in it)
 //      fuzz_cli_standalone --random SECONDS [--seed N]   random inputs for that long
 #include <fcntl.h>
