@@ -2,6 +2,7 @@
 #include "atomic_file.h"
 
 #include <fcntl.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <atomic>
@@ -25,9 +26,36 @@ std::string directory_of(const std::string& path) {
   return path.substr(0, slash);
 }
 
+// Writes all of `bytes` to fd (false on an error; errno says which).
+bool write_all(int fd, std::string_view bytes) {
+  size_t done = 0;
+  while (done < bytes.size()) {
+    const ssize_t n = ::write(fd, bytes.data() + done, bytes.size() - done);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) return false;
+    done += static_cast<size_t>(n);
+  }
+  return true;
+}
+
 }  // namespace
 
 void write_file_atomic(const std::string& path, std::string_view bytes) {
+  // A device, FIFO or socket (/dev/null, /dev/stdout, a pipe) is written in place: a temporary renamed
+  // over it would replace the device with a regular file (for root, /dev/null itself), and elsewhere
+  // the temporary cannot be created beside it.
+  struct stat st {};
+  if (::stat(path.c_str(), &st) == 0 && !S_ISREG(st.st_mode) && !S_ISDIR(st.st_mode)) {
+    const int out = ::open(path.c_str(), O_WRONLY | O_CLOEXEC);
+    if (out < 0) throw Error(sys_error(path, "cannot open for writing"));
+    if (!write_all(out, bytes)) {
+      const std::string msg = sys_error(path, "write failed");
+      ::close(out);
+      throw Error(msg);
+    }
+    if (::close(out) != 0) throw Error(sys_error(path, "close failed"));
+    return;
+  }
   // A unique sibling name: pid + a process-wide counter + the clock, opened with O_EXCL so two writers
   // (threads or processes) never share a temporary. open() applies the umask, which mkstemp would not.
   static std::atomic<uint64_t> counter{0};
@@ -46,13 +74,7 @@ void write_file_atomic(const std::string& path, std::string_view bytes) {
     ::unlink(tmp.c_str());
     return Error(msg);
   };
-  size_t done = 0;
-  while (done < bytes.size()) {
-    const ssize_t n = ::write(fd, bytes.data() + done, bytes.size() - done);
-    if (n < 0 && errno == EINTR) continue;
-    if (n < 0) throw fail("write to " + tmp + " failed");
-    done += static_cast<size_t>(n);
-  }
+  if (!write_all(fd, bytes)) throw fail("write to " + tmp + " failed");
   if (::fsync(fd) != 0) throw fail("fsync of " + tmp + " failed");
   if (::close(fd) != 0) {
     const std::string msg = sys_error(path, "close of " + tmp + " failed");

@@ -11,7 +11,9 @@
 namespace io {
 
 // Throws io::Error (io/safetensors.h) naming `path` and the failing system call; the temporary file is
-// removed on failure. The new file gets the usual 0666 & ~umask permissions.
+// removed on failure. The new file gets the usual 0666 & ~umask permissions. A `path` that exists and is
+// neither a regular file nor a directory (a device such as /dev/null or /dev/full, a FIFO) is written in
+// place, not replaced.
 void write_file_atomic(const std::string& path, std::string_view bytes);
 
 }  // namespace io

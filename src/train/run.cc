@@ -95,6 +95,9 @@ void TrainingRun::load_data() {
   }
   if (!resume_ && o_.init_from.empty()) o_.model.vocab_size = text_->vocab_size();
   o_.validate();
+  // This process's share of a step's batch (a micro-batch of it with --grad-accum).
+  check_batch_fits_in_memory(o_.model, std::ceil(static_cast<double>(o_.batch) / comm_.size() / o_.grad_accum), o_.seq,
+                             true, "--batch " + std::to_string(o_.batch) + " with --seq " + std::to_string(o_.seq));
   corpus_ = lm_corpus(*text_, o_.data, o_.val_fraction, o_.model.vocab_size);
   const auto val = corpus_->val_batches(o_.batch, o_.seq, o_.eval_batches);
   if (val.empty()) {

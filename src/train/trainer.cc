@@ -9,6 +9,7 @@
 #include <stdexcept>
 #include <utility>
 
+#include "base/memory.h"
 #include "data/corpus.h"
 #include "io/atomic_file.h"
 #include "load/model_dir.h"
@@ -278,6 +279,17 @@ void TrainOptions::validate() const {
   if (grad_accum < 1 || grad_accum > batch) fail("--grad-accum must be in [1, --batch]");
   if (!(bucket_mb >= 0 && bucket_mb <= 65536)) fail("--bucket-mb must be in [0, 65536]");
   model.validate();
+}
+
+void check_batch_fits_in_memory(const model::RoFormerConfig& c, double rows, int64_t seq, bool backward,
+                                const std::string& what) {
+  const double T = static_cast<double>(seq);
+  const double per_token = static_cast<double>(c.num_hidden_layers) *
+                               (4.0 * static_cast<double>(c.hidden_size) + 2.0 * static_cast<double>(c.intermediate_size) +
+                                static_cast<double>(c.num_attention_heads) * T) +
+                           static_cast<double>(c.vocab_size);
+  const double activations = sizeof(float) * rows * T * per_token * (backward ? 3.0 : 1.0);
+  base::check_fits_in_memory(activations, what);
 }
 
 EvalResult evaluate_checkpoint(const std::string& dir, const std::string& data_path, int64_t batch, int64_t seq,

@@ -2,6 +2,7 @@
 // widen to fp32, and every malformed file gets io::Error naming the file and the problem (and never a
 // read outside the file; the debug preset runs this under ASan).
 #include <gtest/gtest.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cstdio>
@@ -138,6 +139,24 @@ long rss_kib() {
 // store that was read into memory (a pipe) it changes nothing.
 // MappedFile's bounds: a stream or file longer than max_bytes is an error before it is read whole,
 // and regular_only refuses a device or FIFO before opening it.
+// A device is written in place, never replaced by a regular file (found by the command-line fuzzer: as
+// root, `roformer decay --csv /dev/full` renamed its temporary over /dev/full); a failing device write is
+// an io::Error naming the path.
+TEST(AtomicFile, WritesDevicesInPlace) {
+  io::write_file_atomic("/dev/null", "discarded");
+  struct stat st {};
+  ASSERT_EQ(::stat("/dev/null", &st), 0);
+  EXPECT_TRUE(S_ISCHR(st.st_mode));
+  try {
+    io::write_file_atomic("/dev/full", "x");
+    FAIL() << "writing /dev/full succeeded";
+  } catch (const io::Error& e) {
+    EXPECT_NE(std::string(e.what()).find("/dev/full: write failed"), std::string::npos) << e.what();
+  }
+  ASSERT_EQ(::stat("/dev/full", &st), 0);
+  EXPECT_TRUE(S_ISCHR(st.st_mode));
+}
+
 TEST(MappedFile, MaxBytesAndRegularOnlyBoundWhatIsRead) {
   EXPECT_EQ(io::read_file("/dev/null", 16).size(), 0u);
   try {

@@ -6,6 +6,8 @@
 
 #include <algorithm>
 #include <nlohmann/json.hpp>
+#include <stdexcept>
+#include <string>
 #include <vector>
 
 #include "bench_util.h"
@@ -15,6 +17,11 @@
 namespace roformer {
 
 int bench_comm(const BenchCommOptions& o) {
+  // An empty range would print an empty table and succeed.
+  if (o.min_bytes > o.max_bytes) {
+    throw std::invalid_argument("--min-bytes " + std::to_string(o.min_bytes) + " is more than --max-bytes " +
+                                std::to_string(o.max_bytes));
+  }
   train::Communicator& comm = train::world();
   const int N = comm.size();
   nlohmann::json rows = nlohmann::json::array();

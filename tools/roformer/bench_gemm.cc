@@ -95,7 +95,8 @@ int bench_gemm(const BenchGemmOptions& o) {
   fmt::print("|---|---|---|---|---|---|{}\n", bf16 ? "---|---|" : "");
   const int64_t shapes[][2] = {{768, 2304}, {768, 768}, {768, 3072}, {3072, 768}};  // (K, N): qkv, out, ff in, ff out
   for (int64_t M : o.rows) {
-    for (const auto& [K, N] : shapes) {
+    for (const auto& shape : shapes) {
+      const int64_t K = shape[0], N = shape[1];  // not a structured binding: clang < 16 cannot capture one
       // x, y and the int8 and packed copies: about four times the activations.
       base::check_fits_in_memory(4.0 * sizeof(float) * static_cast<double>(M) * static_cast<double>(K + N),
                                  "--rows " + std::to_string(M));

@@ -78,6 +78,10 @@ int bench_train(const BenchTrainOptions& o) {
   c.max_position_embeddings = std::max<int64_t>(512, o.seq);
   c.hidden_dropout_prob = c.attention_probs_dropout_prob = 0;
   c.is_decoder = o.task == "clm";
+  // A huge --batch or --seq is refused by name before anything is allocated.
+  train::check_batch_fits_in_memory(c, static_cast<double>(o.batch), o.seq, true,
+                                    "--batch " + std::to_string(o.batch) + " with --seq " + std::to_string(o.seq) +
+                                        " and --preset " + o.preset);
   model::RoFormer<float> m(c);
   m.init_weights(1);
   const int64_t B = o.batch, T = o.seq, N = B * T;
