@@ -37,7 +37,8 @@ std::vector<std::vector<MaskPredictions>> fill_mask_encoded(Pipeline& pipeline,
 // Throws io::Error unless the model can fill masks: an MLM head, not a causal LM, a mask token.
 void check_fill_mask(const Pipeline& pipeline);
 // Per encoding, the positions of its mask tokens; InputError for one without any.
-std::vector<std::vector<int64_t>> mask_positions(const Pipeline& pipeline, const std::vector<text::Encoding>& encodings);
+std::vector<std::vector<int64_t>> mask_positions(const Pipeline& pipeline,
+                                                 const std::vector<text::Encoding>& encodings);
 
 // One line of JSON in HF's output shape: [{"score", "token", "token_str", "sequence"}, ...] for one
 // mask, a list of such lists (one per mask) for several.

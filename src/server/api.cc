@@ -381,7 +381,8 @@ json Api::fill_mask(const json& request) {
   if (present(params, "targets")) throw invalid("`parameters.targets` is not supported: every token is a candidate");
   const int64_t top_k = integer(params, "top_k", integer(request, "top_k", 5, 1, 1000), 1, 1000);
   const bool single = request.contains("inputs") && request["inputs"].is_string();
-  std::vector<text::Encoding> enc = encode(inputs(request, "inputs", false), truncation(request, options_.auto_truncate));
+  const serve::Truncate truncate = truncation(request, options_.auto_truncate);
+  std::vector<text::Encoding> enc = encode(inputs(request, "inputs", false), truncate);
   try {
     serve::mask_positions(pipeline_, enc);
   } catch (const serve::InputError& e) {

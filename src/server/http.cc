@@ -143,7 +143,9 @@ void access_log(const httplib::Request& req, const httplib::Response& res) {
 void add_pre_routing(httplib::Server& svr, const std::string& key) {
   svr.set_pre_routing_handler([key](const httplib::Request& req, httplib::Response& res) {
     request_start = std::chrono::steady_clock::now();
-    if (key.empty() || req.path == "/health" || req.path == "/metrics") return httplib::Server::HandlerResponse::Unhandled;
+    if (key.empty() || req.path == "/health" || req.path == "/metrics") {
+      return httplib::Server::HandlerResponse::Unhandled;
+    }
     const std::string auth = req.get_header_value("Authorization");
     const std::string prefix = "Bearer ";
     if (auth.rfind(prefix, 0) == 0 && same_secret(auth.substr(prefix.size()), key)) {

@@ -15,7 +15,9 @@ void Histogram::observe(double x) {
 
 void Histogram::write(std::string& out, const std::string& name, const std::string& help) const {
   out += fmt::format("# HELP {} {}\n# TYPE {} histogram\n", name, help, name);
-  for (size_t i = 0; i < bounds.size(); ++i) out += fmt::format("{}_bucket{{le=\"{}\"}} {}\n", name, bounds[i], counts[i]);
+  for (size_t i = 0; i < bounds.size(); ++i) {
+    out += fmt::format("{}_bucket{{le=\"{}\"}} {}\n", name, bounds[i], counts[i]);
+  }
   out += fmt::format("{}_bucket{{le=\"+Inf\"}} {}\n{}_sum {}\n{}_count {}\n", name, count, name, sum, name, count);
 }
 

@@ -151,7 +151,9 @@ void Scheduler::run_batch(std::vector<std::unique_ptr<Job>>& jobs) {
         break;
       }
       case Task::classify: out.classes = pipeline_.classify_encoded(all, batch_size); break;
-      case Task::fill_mask: out.masks = serve::fill_mask_encoded(pipeline_, all, jobs.front()->top_k, batch_size); break;
+      case Task::fill_mask:
+        out.masks = serve::fill_mask_encoded(pipeline_, all, jobs.front()->top_k, batch_size);
+        break;
     }
   } catch (...) {
     release(jobs.size());
