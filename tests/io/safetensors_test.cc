@@ -139,9 +139,9 @@ long rss_kib() {
 // store that was read into memory (a pipe) it changes nothing.
 // MappedFile's bounds: a stream or file longer than max_bytes is an error before it is read whole,
 // and regular_only refuses a device or FIFO before opening it.
-// A device is written in place, never replaced by a regular file (found by the command-line fuzzer: as
-// root, `roformer decay --csv /dev/full` renamed its temporary over /dev/full); a failing device write is
-// an io::Error naming the path.
+// A device is written in place, never replaced by a regular file (found with the command-line fuzzer's
+// output paths: as root, `roformer decay --csv /dev/full` renamed its temporary over /dev/full); a failing
+// device write is an io::Error naming the path.
 TEST(AtomicFile, WritesDevicesInPlace) {
   io::write_file_atomic("/dev/null", "discarded");
   struct stat st {};
