@@ -167,6 +167,15 @@ std::shared_ptr<const Jieba::Dict> Jieba::dict() const {
       throw base::Error(path_ + ":" + std::to_string(lineno) + ": invalid jieba dictionary entry '" +
                       std::string(line.substr(0, 200)) + "' (expected 'word frequency [tag]')");
     const std::string_view word = line.substr(0, sp);
+    // Each code-point prefix becomes an entry: a word of n characters costs O(n²) bytes, so a
+    // 20,000-character line would take a gigabyte. jieba's own dictionary's longest word has 16.
+    const size_t chars = static_cast<size_t>(std::count_if(
+        word.begin(), word.end(), [](char c) { return (static_cast<unsigned char>(c) & 0xC0) != 0x80; }));
+    if (chars > kMaxWordChars) {
+      throw base::Error(path_ + ":" + std::to_string(lineno) + ": a jieba dictionary word of " +
+                        std::to_string(chars) + " characters; at most " + std::to_string(kMaxWordChars) +
+                        " are taken (jieba's own dictionary's longest has 16)");
+    }
     d->find_or_insert(word, f).freq = f;
     d->total += f;
     // Every code-point prefix of the word gets frequency 0 unless already present.

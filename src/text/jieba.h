@@ -47,8 +47,11 @@ class Jieba {
   // Reads the dictionary unless already read. Throws base::Error naming the file: missing or
   // unreadable (with a hint to install python3-jieba or set ROFORMER_JIEBA_DICT), or
   // "<path>:<line>: invalid dictionary entry" (jieba's rule: "word freq" separated by one space;
-  // we also reject negative or overflowing frequencies).
+  // we also reject negative or overflowing frequencies, and words over kMaxWordChars characters).
   void load() const;
+  // The longest dictionary word taken, in code points: every prefix of a word is an entry, so a word's
+  // memory grows with its length squared.
+  static constexpr size_t kMaxWordChars = 256;
   bool loaded() const;
   const std::string& dict_path() const { return path_; }
 

@@ -347,6 +347,13 @@ TEST(HfJieba, DictionaryErrorsOnlyWhenNeeded) {
   expect_io_error([&] { Jieba(bad).load(); }, {bad + ":2", "invalid jieba dictionary entry"});
   const std::string neg = write("dict_neg.txt", "好 -3\n");
   expect_io_error([&] { Jieba(neg).load(); }, {neg + ":1"});
+  // Every prefix of a word is an entry: a 20,000-character word took a gigabyte. 256 characters pass.
+  std::string longest, too_long;
+  for (size_t i = 0; i < Jieba::kMaxWordChars; ++i) longest += "中";
+  for (int i = 0; i < 20000; ++i) too_long += "中";
+  EXPECT_EQ(Jieba(write("dict_256.txt", "好 3\n" + longest + " 1\n")).frequency(longest), 1);
+  const std::string huge = write("dict_huge.txt", "好 3\n" + too_long + " 5 n\n");
+  expect_io_error([&] { Jieba(huge).load(); }, {huge + ":2", "word of 20000 characters; at most 256"});
 
   // The tokenizer loads without the dictionary and fails only when segmenting word characters;
   // the BERT mode never needs it.
