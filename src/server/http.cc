@@ -156,11 +156,29 @@ void add_pre_routing(httplib::Server& svr, const std::string& key) {
   });
 }
 
-// Errors httplib produces itself (404 unknown route, 413 body too large, 400 bad request) get TEI's body.
+// The methods `path` is served with ("GET", "POST"; "" for no route), for 405's Allow header.
+std::string allowed_methods(const std::string& path) {
+  for (const Served& r : served()) {
+    if (path == r.path) return std::string(r.method) == "post" ? "POST" : "GET";
+  }
+  for (const char* p : {"/health", "/metrics", "/openapi.json"}) {
+    if (path == p) return "GET";
+  }
+  return "";
+}
+
+// Errors httplib produces itself (404 unknown route, 405 a route's other methods, 413 body too large,
+// 400 bad request) get TEI's body.
 void add_error_bodies(httplib::Server& svr, int64_t payload_limit) {
   svr.set_error_handler([payload_limit](const httplib::Request& req, httplib::Response& res) {
     if (!res.body.empty()) return;
-    if (res.status == 404) {
+    const std::string allow = allowed_methods(req.path);
+    // A route asked with another method: 404 from the router, or 400 for methods httplib does not parse.
+    if ((res.status == 404 || res.status == 400) && !allow.empty() && req.method != allow) {
+      res.set_header("Allow", allow);
+      reply(res, 405, error_body(req.method + " " + req.path + ": method not allowed (allowed: " + allow + ")",
+                                 "MethodNotAllowed"));
+    } else if (res.status == 404) {
       reply(res, 404, error_body("no route " + req.method + " " + req.path, "NotFound"));
     } else if (res.status == 413) {
       reply(res, 413, error_body("request body larger than the limit of " + std::to_string(payload_limit) +

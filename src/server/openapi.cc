@@ -31,7 +31,7 @@ struct Route {
   const char* summary;
   const char* request;   // JSON schema of the body, or nullptr
   const char* example;   // an example body, or nullptr
-  const char* response;  // JSON schema of the 200 body
+  const char* response;  // JSON schema of the 200 body, or nullptr for none
 };
 
 const Route kRoutes[] = {
@@ -100,7 +100,7 @@ const Route kRoutes[] = {
      R"({"type": "object", "required": ["model_id", "model_type", "max_input_length"]})"},
     {"get", "/v1/models", "The served model (OpenAI)", nullptr, nullptr,
      R"({"type": "object", "required": ["object", "data"]})"},
-    {"get", "/health", "200 once the model is loaded", nullptr, nullptr, R"({})"},
+    {"get", "/health", "200 (no body) once the model is loaded", nullptr, nullptr, nullptr},
     {"get", "/metrics", "Prometheus text", nullptr, nullptr, R"({"type": "string"})"},
     {"get", "/openapi.json", "This document", nullptr, nullptr, R"({"type": "object"})"},
 };
@@ -117,13 +117,16 @@ json openapi_document(const std::string& model_id) {
   for (const Route& r : kRoutes) {
     json op = {{"summary", r.summary}, {"operationId", std::string(r.method) + r.path}};
     const bool text = std::string(r.path) == "/metrics";
-    op["responses"]["200"] = {{"description", "OK"},
-                              {"content", {{text ? "text/plain" : "application/json",
-                                            {{"schema", json::parse(r.response)}}}}}};
+    op["responses"]["200"] = {{"description", "OK"}};
+    if (r.response) {  // /health answers 200 with no body
+      op["responses"]["200"]["content"] = {{text ? "text/plain" : "application/json",
+                                            {{"schema", json::parse(r.response)}}}};
+    }
     if (r.request) {
       json media = {{"schema", json::parse(r.request)}};
       if (r.example) media["example"] = json::parse(r.example);
       op["requestBody"] = {{"required", true}, {"content", {{"application/json", media}}}};
+      op["responses"]["400"] = error_response("an HTTP request the server cannot read (e.g. a POST without a body)");
       op["responses"]["413"] = error_response("too many inputs, an input too long without truncate, a body too large");
       op["responses"]["422"] = error_response("malformed JSON or a field of the wrong type or value");
       op["responses"]["424"] = error_response("the model cannot do this (no classifier or MLM head)");

@@ -224,8 +224,11 @@ TEST(ServeHttp, PredictAndSimilarityEqualTheCommandLine) {
   ASSERT_EQ(r.body.size(), sims.size());
   for (size_t i = 0; i < sims.size(); ++i) EXPECT_NEAR(r.body[i].get<double>(), sims[i]["similarity"].get<double>(), 1e-5);
 
-  r = post(s, "/info", json::object());
-  EXPECT_EQ(r.status, 404);  // /info is GET
+  expect_error(post(s, "/info", json::object()), 405, "MethodNotAllowed", "allowed: GET");  // /info is GET
+  auto put = s.client().Put("/embed", "{}", "application/json");
+  ASSERT_TRUE(put);
+  EXPECT_EQ(put->status, 405);
+  EXPECT_EQ(put->get_header_value("Allow"), "POST");
   auto info = s.client().Get("/info");
   ASSERT_TRUE(info);
   const json i = json::parse(info->body);

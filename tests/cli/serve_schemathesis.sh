@@ -1,0 +1,35 @@
+#!/usr/bin/env bash
+# schemathesis (PyPI) against `roformer serve`'s /openapi.json on the roformer-hf case1 fixture:
+# every route with its examples, its schema's boundary cases and generated bodies; no 5xx, every status
+# documented, every answer of the documented content type and schema.
+# Usage: serve_schemathesis.sh ROFORMER_BINARY FIXTURES WORK_DIR
+# schemathesis's `st`: $ROFORMER_SCHEMATHESIS (a path to st) or `st` on PATH; none: exit 77 (skip).
+#   python3 -m venv build/st-venv && build/st-venv/bin/pip install schemathesis==4.32.5
+#   ROFORMER_SCHEMATHESIS=build/st-venv/bin/st ctest --test-dir build/release -R serve_schemathesis
+set -euo pipefail
+roformer="$1" fixtures="$2" work="$3"
+st="${ROFORMER_SCHEMATHESIS:-$(command -v st || true)}"
+if [ -z "$st" ] || ! "$st" --version > /dev/null 2>&1; then
+  echo "schemathesis not found (set ROFORMER_SCHEMATHESIS): skipped"
+  exit 77
+fi
+case "$st" in */*) st="$(cd "$(dirname "$st")" && pwd)/$(basename "$st")" ;; esac  # the run below is in $work
+rm -rf "$work" && mkdir -p "$work/model"
+cp "$fixtures"/case1_mlm_basic/{config.json,model.safetensors} "$work/model/"
+cp "$fixtures"/tokenizer/{vocab.txt,tokenizer_config.json,special_tokens_map.json} "$work/model/"
+"$roformer" serve --model "$work/model" --port 0 --no-access-log 2> "$work/server.log" &
+server=$!
+trap 'kill $server 2> /dev/null || true' EXIT
+port=""
+for _ in $(seq 600); do
+  port=$(grep -o 'listening on http://127.0.0.1:[0-9]*' "$work/server.log" | grep -o '[0-9]*$' || true)
+  [ -n "$port" ] && break
+  sleep 0.1
+done
+[ -n "$port" ] || { cat "$work/server.log"; exit 1; }
+cd "$work"
+"$st" run "http://127.0.0.1:$port/openapi.json" --max-examples 50 --seed 1 \
+  --checks not_a_server_error,status_code_conformance,content_type_conformance,response_schema_conformance
+kill -TERM $server
+wait $server
+echo "schemathesis: ok, the server stopped cleanly"
