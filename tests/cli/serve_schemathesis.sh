@@ -9,7 +9,7 @@
 set -euo pipefail
 roformer="$1" fixtures="$2" work="$3"
 st="${ROFORMER_SCHEMATHESIS:-$(command -v st || true)}"
-if [ -z "$st" ] || ! "$st" --version > /dev/null 2>&1; then
+if [ -z "$st" ] || ! "$st" --version 2> /dev/null | grep -q '^st, version'; then  # schemathesis's, not another st
   echo "schemathesis not found (set ROFORMER_SCHEMATHESIS): skipped"
   exit 77
 fi
