@@ -110,6 +110,14 @@ std::vector<Input> inputs(const json& request, const char* name, bool ids = true
   return out;
 }
 
+// `name`: a non-empty list of strings (/rerank's texts, /similarity's sentences: a lone string is refused).
+std::vector<Input> text_list(const json& request, const char* name) {
+  if (present(request, name) && request[name].is_string()) {
+    throw invalid(std::string("`") + name + "` must be a list of strings");
+  }
+  return inputs(request, name, false);
+}
+
 bool is_pair(const json& v) { return v.is_array() && v.size() == 2 && v[0].is_string() && v[1].is_string(); }
 
 // /predict's inputs as TEI reads them: a string, a pair [a, b], or a list of strings, [str] or pairs.
@@ -200,11 +208,15 @@ int64_t integer(const json& request, const char* name, int64_t fallback, int64_t
 Api::Api(serve::Pipeline& pipeline, Scheduler& scheduler, const ApiOptions& options)
     : pipeline_(pipeline), scheduler_(scheduler), options_(options) {}
 
-std::vector<text::Encoding> Api::encode(const std::vector<Input>& in, const serve::Truncate& truncate) const {
-  if (static_cast<int64_t>(in.size()) > options_.max_client_batch_size) {
-    throw ApiError(413, "Validation", "batch size " + std::to_string(in.size()) + " > maximum allowed batch size " +
+void Api::check_batch_size(size_t inputs) const {
+  if (static_cast<int64_t>(inputs) > options_.max_client_batch_size) {
+    throw ApiError(413, "Validation", "batch size " + std::to_string(inputs) + " > maximum allowed batch size " +
                                           std::to_string(options_.max_client_batch_size));
   }
+}
+
+std::vector<text::Encoding> Api::encode(const std::vector<Input>& in, const serve::Truncate& truncate) const {
+  check_batch_size(in.size());
   const int64_t limit = pipeline_.max_length();
   const text::EncodeOptions eo = serve::encode_options(truncate, limit);
   const text::RoFormerTokenizer& tok = pipeline_.tokenizer();
@@ -323,9 +335,8 @@ json Api::rerank(const json& request) {
                                        std::to_string(head->num_labels()) + " labels (a re-ranker has one)");
   }
   if (!present(request, "query") || !request["query"].is_string()) throw invalid("`query` must be a string");
-  if (present(request, "texts") && request["texts"].is_string()) throw invalid("`texts` must be a list of strings");
   const std::string query = request["query"].get<std::string>();
-  const std::vector<Input> texts = inputs(request, "texts", false);
+  const std::vector<Input> texts = text_list(request, "texts");
   const bool raw = flag(request, "raw_scores", false), return_text = flag(request, "return_text", false);
   const serve::Truncate truncate = truncation(request, options_.auto_truncate);
   std::vector<double> scores;
@@ -360,9 +371,8 @@ json Api::similarity(const json& request) {
   if (!in.contains("source_sentence") || !in["source_sentence"].is_string()) {
     throw invalid("`inputs.source_sentence` must be a string");
   }
-  if (in.contains("sentences") && in["sentences"].is_string()) throw invalid("`sentences` must be a list of strings");
   std::vector<Input> all = {text_input(in["source_sentence"].get<std::string>())};
-  for (Input& s : inputs(in, "sentences", false)) all.push_back(std::move(s));
+  for (Input& s : text_list(in, "sentences")) all.push_back(std::move(s));
   const auto e = embed_inputs(all, truncation(request, options_.auto_truncate), false);
   json out = json::array();
   for (size_t i = 1; i < e.size(); ++i) out.push_back(serve::cosine(e[0], e[i]));
@@ -422,10 +432,7 @@ json Api::decode(const json& request) const {
   } else {
     throw invalid("`ids` must be a non-empty list of token ids or a list of such lists");
   }
-  if (static_cast<int64_t>(lists.size()) > options_.max_client_batch_size) {
-    throw ApiError(413, "Validation", "batch size " + std::to_string(lists.size()) + " > maximum allowed batch size " +
-                                          std::to_string(options_.max_client_batch_size));
-  }
+  check_batch_size(lists.size());
   const bool skip = flag(request, "skip_special_tokens", true);
   const text::RoFormerTokenizer& tok = pipeline_.tokenizer();
   json out = json::array();

@@ -79,6 +79,8 @@ class Api {
   bool is_classifier() const { return pipeline_.classifier() != nullptr; }
 
  private:
+  // 413 for more inputs than max_client_batch_size.
+  void check_batch_size(size_t inputs) const;
   // Inputs → checked encodings: 413 past the length without truncate, or past max_client_batch_size.
   std::vector<text::Encoding> encode(const std::vector<Input>& inputs, const serve::Truncate& truncate) const;
   Output run(Task task, std::vector<text::Encoding> encodings, int64_t top_k = 0);

@@ -82,16 +82,22 @@ const std::vector<Served>& served() {
   return routes;
 }
 
-// The metrics label of a path: a served route, or "other" (so /metrics stays bounded).
-std::string metric_route(const std::string& path) {
+// Routes answered outside Api (GET): probes, metrics and the OpenAPI document.
+constexpr const char* kServerRoutes[] = {"/health", "/metrics", "/openapi.json"};
+
+// The method `path` is served with ("GET" or "POST"; "" for no route), for 405's Allow header.
+std::string allowed_methods(const std::string& path) {
   for (const Served& r : served()) {
-    if (path == r.path) return path;
+    if (path == r.path) return std::string(r.method) == "post" ? "POST" : "GET";
   }
-  for (const char* p : {"/health", "/metrics", "/openapi.json"}) {
-    if (path == p) return path;
+  for (const char* p : kServerRoutes) {
+    if (path == p) return "GET";
   }
-  return "other";
+  return "";
 }
+
+// The metrics label of a path: a route, or "other" (so /metrics stays bounded).
+std::string metric_route(const std::string& path) { return allowed_methods(path).empty() ? "other" : path; }
 
 void add_routes(httplib::Server& svr, Api& api, Scheduler& scheduler, Metrics& metrics, const json& openapi) {
   for (const Served& r : served()) {
@@ -104,7 +110,7 @@ void add_routes(httplib::Server& svr, Api& api, Scheduler& scheduler, Metrics& m
       svr.Get(r.path, handler);
     }
   }
-  for (const char* path : {"/health", "/metrics", "/openapi.json"}) check_documented(openapi, "get", path);
+  for (const char* path : kServerRoutes) check_documented(openapi, "get", path);
   svr.Get("/health", [](const httplib::Request&, httplib::Response& res) { res.status = 200; });
   svr.Get("/metrics", [&](const httplib::Request&, httplib::Response& res) {
     res.set_content(metrics.prometheus(scheduler.queue_depth(), scheduler.in_flight()), "text/plain; version=0.0.4");
@@ -154,17 +160,6 @@ void add_pre_routing(httplib::Server& svr, const std::string& key) {
     reply(res, 401, error_body("missing or wrong API key (Authorization: Bearer KEY)", "Unauthorized"));
     return httplib::Server::HandlerResponse::Handled;
   });
-}
-
-// The methods `path` is served with ("GET", "POST"; "" for no route), for 405's Allow header.
-std::string allowed_methods(const std::string& path) {
-  for (const Served& r : served()) {
-    if (path == r.path) return std::string(r.method) == "post" ? "POST" : "GET";
-  }
-  for (const char* p : {"/health", "/metrics", "/openapi.json"}) {
-    if (path == p) return "GET";
-  }
-  return "";
 }
 
 // Errors httplib produces itself (404 unknown route, 405 a route's other methods, 413 body too large,
