@@ -273,6 +273,7 @@ ops::AttentionShape softmax_shape(const AttentionContext<T>& ctx, int64_t B, int
   s.dropout_seed = ctx.dropout.attention > 0 ? ctx.dropout.site_seed(1 + 3 * ctx.layer) : 0;
   s.dropout_row0 = ctx.dropout.row0;
   s.bf16_products = ctx.bf16_products;
+  s.saved = ctx.saved;
   return s;
 }
 
@@ -311,12 +312,12 @@ void attend(AttentionActs<T>& a, const AttentionContext<T>& ctx, const T* k, con
   grow_to(a.ctx, N * H);
   if (c.attention_type == AttentionType::softmax) {
     const ops::AttentionShape s = softmax_shape(ctx, B, T_, Tk, start, stride);
-    T* att = nullptr;
-    if (ctx.keep_probabilities) {
-      grow_to(a.att, B * n * T_ * Tk);
-      att = a.att.data();
+    T* saved = nullptr;
+    if (s.saved != ops::AttentionSaved::none) {
+      grow_to(a.att, ops::attention_saved_size(s));
+      saved = a.att.data();
     }
-    ops::attention_forward(a.ctx.data(), att, a.q.data(), k, v, ctx.key_mask, s);
+    ops::attention_forward(a.ctx.data(), saved, a.q.data(), k, v, ctx.key_mask, s);
     return;
   }
   if (ctx.key_mask && std::find(ctx.key_mask, ctx.key_mask + B * Tk, 0) != ctx.key_mask + B * Tk) {
@@ -418,7 +419,7 @@ void self_attention_backward(T* dx, const AttentionParams<T>& g, const T* dout, 
   zero(dq, N * H), zero(dk, N * H), zero(dv, N * H);
   if (c.attention_type == AttentionType::softmax) {
     const ops::AttentionShape shape = softmax_shape(ctx, B, T_, T_, 0, T_);
-    ops::attention_backward(dq, dk, dv, d_ctx, a.att.data(), a.q.data(), a.k.data(), a.v.data(), shape);
+    ops::attention_backward(dq, dk, dv, d_ctx, a.att.data(), a.q.data(), a.k.data(), a.v.data(), ctx.key_mask, shape);
     if (ctx.rope) {  // the rotation is orthogonal: its backward rotates by −θ
       rotate(*ctx.rope, ROPE_BACKWARD, ROPE_ROLE_QUERY, dq, B, T_, n, D, 0);
       rotate(*ctx.rope, ROPE_BACKWARD, ROPE_ROLE_KEY, dk, B, T_, n, D, 0);
@@ -477,7 +478,7 @@ void cross_attention_backward(T* dx, T* dmemory, const AttentionParams<T>& g, co
   T *d_ctx = s.get(12, N * H), *dq = s.get(13, N * H), *dk = s.get(14, M * H), *dv = s.get(15, M * H);
   attention_output_backward(d_ctx, dx, g, dout, a, p, ctx, B, T_, s);
   zero(dq, N * H), zero(dk, M * H), zero(dv, M * H);
-  ops::attention_backward(dq, dk, dv, d_ctx, a.att.data(), a.q.data(), a.k.data(), a.v.data(),
+  ops::attention_backward(dq, dk, dv, d_ctx, a.att.data(), a.q.data(), a.k.data(), a.v.data(), ctx.key_mask,
                           softmax_shape(ctx, B, T_, Tk, 0, Tk));
   if (ctx.rope) {
     rotate(*ctx.rope, ROPE_BACKWARD, ROPE_ROLE_QUERY, dq, B, T_, n, D, 0);

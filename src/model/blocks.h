@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "model/config.h"
+#include "ops/attention.h"
 #include "ops/linear_attention.h"
 #include "ops/packed_linear.h"
 #include "rope/rope.hpp"
@@ -188,9 +189,10 @@ struct AttentionContext {
   const int64_t* key_mask = nullptr;   // (B, Tk) 1 real / 0 padding, or null
   const int64_t* row_limit = nullptr;  // (B, T) prefix limits (UniLM), or null
   Dropout dropout;
-  // Softmax probabilities kept in AttentionActs::att (the backward, attention maps); false for
-  // inference, where each thread holds one tile of rows instead of (B, n, T, Tk).
-  bool keep_probabilities = true;
+  // What softmax attention keeps in AttentionActs::att for the backward: the probabilities (B, n, T, Tk)
+  // (also the attention maps), two statistics per row (memory linear in T), or nothing (inference:
+  // each thread holds one tile of rows).
+  ops::AttentionSaved saved = ops::AttentionSaved::probabilities;
   // Inference in reduced precision: attention's two products with bf16 operands (ops::AttentionShape).
   bool bf16_products = false;
 };
@@ -199,7 +201,7 @@ template <typename T>
 struct AttentionActs {
   std::vector<T> q, k, v, ctx, sum;  // (N, H); q, k (v) after RoPE; sum = residual + output dense
   std::vector<T> qkv;                // (N, 3H): a packed qkv layer's output, before the split
-  std::vector<T> att;                // (B, n, T, Tk) softmax probabilities
+  std::vector<T> att;                // softmax: (B, n, T, Tk) probabilities or (B, n, T, 2) row statistics
   std::vector<T> saved;              // linear attention: (B, T, n, 2F + 2)
   NormActs<T> norm;
 };

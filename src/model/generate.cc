@@ -158,7 +158,7 @@ const std::vector<float>& Generator::feed(const std::vector<int64_t>& ids, const
   embeddings_forward(c, s.x.data(), s.emb, m_.p.emb, ids.data(), types.empty() ? nullptr : types.data(), B, n, pos_,
                      Dropout{});
   AttentionCall call;
-  call.keep_probabilities = false;  // decoding has no backward
+  call.saved = ops::AttentionSaved::none;  // decoding has no backward
   call.memory_mask = s.cross_mask.empty() ? nullptr : s.cross_mask.data();
   // Decoding keeps fp32 attention products for every model, also where the forward pass of a bf16 or
   // int8 model takes them in bf16 (RoFormer::attention_call), so that cached decoding gives the same

@@ -36,7 +36,7 @@ AttentionContext<T> LayerStatics<T>::self_context(int64_t layer, const Attention
   ctx.key_mask = call.key_mask;
   ctx.row_limit = call.row_limit;
   ctx.dropout = call.dropout;
-  ctx.keep_probabilities = call.keep_probabilities;
+  ctx.saved = call.saved;
   ctx.bf16_products = call.bf16_products;
   return ctx;
 }
@@ -49,7 +49,7 @@ AttentionContext<T> LayerStatics<T>::cross_context(int64_t layer, const Attentio
   ctx.layer = c_->num_hidden_layers + layer;  // dropout sites no self-attention uses
   ctx.key_mask = call.memory_mask;
   ctx.dropout = call.dropout;
-  ctx.keep_probabilities = call.keep_probabilities;
+  ctx.saved = call.saved;
   ctx.bf16_products = call.bf16_products;
   return ctx;
 }

@@ -43,7 +43,7 @@ struct AttentionCall {
   const int64_t* row_limit = nullptr;    // (B, S) UniLM prefix limits (unilm_row_limits), or null
   const int64_t* memory_mask = nullptr;  // (B, Tk) cross-attention padding, or null
   Dropout dropout;                       // off at inference
-  bool keep_probabilities = true;        // false: inference (no backward, no attention maps)
+  ops::AttentionSaved saved = ops::AttentionSaved::probabilities;  // AttentionContext::saved; none: inference
   bool bf16_products = false;            // AttentionContext::bf16_products, self- and cross-attention alike
 };
 

@@ -17,15 +17,15 @@ namespace model {
 template <typename T>
 struct RoFormer<T>::Activations {
   int64_t B = 0, S = 0, N = 0;
-  Keep keep = Keep::all;
+  Keep keep = Keep::backward;
   std::vector<int64_t> mask, targets, row_limit;  // (B, T); row_limit: UniLM prefix limits (Sim)
   bool has_mask = false, has_loss = false;
   Dropout dropout;  // off at inference
   EmbeddingActs<T> emb;
   std::vector<std::vector<T>> h;  // L+1 × (N, H) block inputs and the last output; Keep::outputs: 2
-  std::vector<T>& input_of(int64_t l) { return h[keep == Keep::all ? l : l % 2]; }  // (N, H) of block l
+  std::vector<T>& input_of(int64_t l) { return h[keep != Keep::outputs ? l : l % 2]; }  // (N, H) of block l
   std::vector<LayerActs<T>> layers;  // L; Keep::outputs: 1, shared by every layer
-  LayerActs<T>& layer(int64_t l) { return layers[keep == Keep::all ? l : 0]; }
+  LayerActs<T>& layer(int64_t l) { return layers[keep != Keep::outputs ? l : 0]; }
   MlmHeadActs<T> head;
   std::vector<T> logits, probs, d_logits;  // (N, V)
   PoolerActs<T> pooler;
@@ -39,6 +39,7 @@ template <typename T>
 RoFormer<T>::RoFormer(const RoFormerConfig& cfg) : cfg_(cfg) {
   cfg_.validate();
   layout_ = param_layout(cfg_);
+  max_kept_keys_ = (4 * cfg_.hidden_size + 2 * cfg_.intermediate_size) / cfg_.num_attention_heads;
   for (int64_t l = 0; l < cfg_.num_hidden_layers; ++l) {
     const std::string first = "roformer.encoder.layer." + std::to_string(l) + ".";
     for (const ParamInfo& info : layout_) {
@@ -148,9 +149,9 @@ void RoFormer<T>::embed(const Inputs& in, bool training, uint64_t dropout_seed) 
   const int64_t L = cfg_.num_hidden_layers, H = cfg_.hidden_size;
   if (a.B != B || a.S != S || a.keep != keep_) {  // new shapes: buffers only grow (grow_to), so batches
     a.B = B, a.S = S, a.N = N, a.keep = keep_;      // of varying length reuse them
-    a.h.resize(keep_ == Keep::all ? L + 1 : 2);
+    a.h.resize(keep_ != Keep::outputs ? L + 1 : 2);
     for (std::vector<T>& h : a.h) grow_to(h, N * H);
-    a.layers.resize(keep_ == Keep::all ? L : 1);
+    a.layers.resize(keep_ != Keep::outputs ? L : 1);
   }
   statics_->set_length(S);  // dynamic NTK: frequencies for this length
   a.has_mask = in.attention_mask != nullptr;
@@ -181,10 +182,13 @@ AttentionCall RoFormer<T>::attention_call() const {
   call.row_limit = a.row_limit.empty() ? nullptr : a.row_limit.data();
   call.memory_mask = memory_mask_;
   call.dropout = a.dropout;
-  call.keep_probabilities = a.keep == Keep::all;
+  const int64_t keys = std::max(a.S, cfg_.add_cross_attention ? memory_len_ : int64_t{0});
+  call.saved = a.keep == Keep::all || (a.keep == Keep::backward && keys <= max_kept_keys_) ? ops::AttentionSaved::probabilities
+               : a.keep == Keep::backward                                                ? ops::AttentionSaved::row_stats
+                                                                                         : ops::AttentionSaved::none;
   // A bf16 or int8 model also takes attention's products in bf16 where the CPU multiplies bf16 natively.
   call.bf16_products = packed() && packed_precision_ != ops::Precision::f32 && ops::bf16_is_native() &&
-                       !call.keep_probabilities && a.dropout.attention == 0;
+                       call.saved == ops::AttentionSaved::none && a.dropout.attention == 0;
   return call;
 }
 
@@ -260,7 +264,7 @@ void RoFormer<T>::backward_from_logits(const T* d_logits) {
   Activations& a = *act_;
   if (a.N == 0 || !has_mlm_head_) throw std::logic_error("backward_from_logits needs a forward with an MLM head");
   require_unpacked("backward_from_logits");
-  if (a.keep != Keep::all) throw std::logic_error("backward needs a forward with Keep::all");
+  if (a.keep == Keep::outputs) throw std::logic_error("backward needs a forward that kept its activations");
   allocate_grads();
   if (!scratch_) scratch_ = std::make_unique<Scratch<T>>();
   T* d_h = scratch_->get(50, a.N * cfg_.hidden_size);
@@ -276,7 +280,7 @@ void RoFormer<T>::backward_from_class_logits(const T* d_logits) {
     throw std::logic_error("backward_from_class_logits needs a forward of a sequence classifier");
   }
   require_unpacked("backward_from_class_logits");
-  if (a.keep != Keep::all) throw std::logic_error("backward needs a forward with Keep::all");
+  if (a.keep == Keep::outputs) throw std::logic_error("backward needs a forward that kept its activations");
   allocate_grads();
   if (!scratch_) scratch_ = std::make_unique<Scratch<T>>();
   T* d_h = scratch_->get(50, a.N * cfg_.hidden_size);
@@ -290,7 +294,7 @@ template <typename T>
 void RoFormer<T>::backward_from_hidden(const T* d_hidden, const T* d_pooled) {
   Activations& a = *act_;
   if (a.N == 0) throw std::logic_error("backward needs a forward");
-  if (a.keep != Keep::all) throw std::logic_error("backward needs a forward with Keep::all");
+  if (a.keep == Keep::outputs) throw std::logic_error("backward needs a forward that kept its activations");
   require_unpacked("backward");
   allocate_grads();
   if (!scratch_) scratch_ = std::make_unique<Scratch<T>>();
@@ -429,7 +433,7 @@ const T* RoFormer<T>::hidden_state(int64_t l) const {
   Activations& a = *act_;
   const int64_t L = cfg_.num_hidden_layers;
   if (l < 0 || l > L) throw std::out_of_range("hidden_state: layer " + std::to_string(l) + " of " + std::to_string(L));
-  if (a.keep != Keep::all && l != L) throw std::logic_error("hidden_state: only the last layer is kept (Keep::outputs)");
+  if (a.keep == Keep::outputs && l != L) throw std::logic_error("hidden_state: only the last layer is kept (Keep::outputs)");
   return a.input_of(l).data();
 }
 template <typename T>

@@ -43,11 +43,16 @@ struct Inputs {
 
 constexpr int64_t kIgnoreIndex = -100;
 
-// What a forward keeps. all: every activation, for backward() and the per-layer views
-// (hidden_state(l) of every layer, attention(l)). outputs: inference only; the layers share one set
-// of scratch buffers, so activation memory does not grow with depth, and only embedding_output(),
-// the last hidden state, logits() and pooler_output() remain readable.
-enum class Keep { all, outputs };
+// What a forward keeps (default: backward). all: every activation, for backward() and the per-layer views
+// (hidden_state(l) of every layer, attention(l)); softmax attention keeps its probabilities
+// (B, n, T, T), memory quadratic in T. backward: the same, except that softmax attention over more
+// keys than max_kept_keys() keeps two statistics per query row instead, and the backward recomputes
+// the probabilities from them, bit for bit (ops::AttentionSaved::row_stats): memory linear in T, at
+// the price of one more q·kᵀ product; attention(l) is not readable.
+// outputs: inference only; the layers share one set of scratch buffers, so activation memory does
+// not grow with depth, and only embedding_output(), the last hidden state, logits() and
+// pooler_output() remain readable.
+enum class Keep { all, backward, outputs };
 
 template <typename T>
 class RoFormer : public Trainable<T> {
@@ -107,6 +112,12 @@ class RoFormer : public Trainable<T> {
 
   void set_keep(Keep keep);  // takes effect with the next forward
   Keep keep() const { return keep_; }
+  // Keep::backward keeps attention's probabilities over at most this many keys. Default: while they
+  // take no more memory than the layer's other saved activations, n·Tk ≤ 4H + 2I (12·D when I = 4H:
+  // 768 keys at D = 64), so that short sequences skip the recomputation and memory stays linear in T
+  // beyond. 0: always row statistics.
+  void set_max_kept_keys(int64_t keys) { max_kept_keys_ = keys; }
+  int64_t max_kept_keys() const { return max_kept_keys_; }
 
   // Runs the network on a batch; with targets, returns the mean cross-entropy over counted
   // positions (0 when none count). training turns dropout on, with masks drawn from dropout_seed.
@@ -147,7 +158,8 @@ class RoFormer : public Trainable<T> {
   std::unique_ptr<LayerStatics<T>> statics_;  // RoPE plan (dynamic NTK follows the batch length), FAVOR+
   std::unique_ptr<Scratch<T>> scratch_;  // backward buffers, made on the first backward
   bool has_mlm_head_ = true;
-  Keep keep_ = Keep::all;
+  Keep keep_ = Keep::backward;
+  int64_t max_kept_keys_ = 0;  // set from the config in the constructor
   bool view_ = false;                  // p and g point into an owner's arenas
   const T* memory_ = nullptr;          // (B, Tk, H) cross-attention memory
   const int64_t* memory_mask_ = nullptr;

@@ -7,8 +7,10 @@
 // last real key), so a causal pass does a little over half the products of the full one. Columns a
 // row cannot see get probability 0 exactly, as −FLT_MAX in the scores would give; a row that sees
 // no key at all attends uniformly to all T keys, as Hugging Face's finfo.min mask gives. The
-// backward reads each row's extent back from the probabilities (the last nonzero column), so it
-// needs no mask.
+// backward reads each row's extent back from the probabilities (the last nonzero column). With row
+// statistics instead of probabilities, the backward first remakes each block's probabilities: the
+// same product over the same columns and the same exponentials, scaled by the kept maximum and
+// 1/sum, so every later step, and the gradients, equal the kept-probabilities path bit for bit.
 //
 // fp32 rows go through a vectorised softmax (vmath-inl.h's Exp, runtime-dispatched SIMD); fp64
 // rows keep std::exp in double, as before, for the gradient checks.
@@ -27,7 +29,9 @@ namespace ops {
 namespace HWY_NAMESPACE {
 
 // row (n) = softmax(row), in place; −inf entries get probability 0. n ≥ 1 and some entry finite.
-void SoftmaxKernel(float* row, int64_t n) {
+// stats (2) = the largest entry and 1 / Σ exp(entry − largest): what ExpScaleKernel needs to make the
+// same row again.
+void SoftmaxKernel(float* row, int64_t n, float* stats) {
   const hn::ScalableTag<float> d;
   const float ninf = -std::numeric_limits<float>::infinity();
   auto vmax = hn::Set(d, ninf);
@@ -41,6 +45,19 @@ void SoftmaxKernel(float* row, int64_t n) {
   });
   const auto inv = hn::Div(hn::Set(d, 1.0f), hn::SumOfLanes(d, vsum));
   ForEachVector(d, n, [&](int64_t i, size_t c) { StorePart(d, hn::Mul(LoadPart(d, row + i, c), inv), row + i, c); });
+  stats[0] = hn::GetLane(mx);
+  stats[1] = hn::GetLane(inv);
+}
+
+// row (n) = exp(row − stats[0]) · stats[1], in place: SoftmaxKernel's probabilities again, bit for bit,
+// from the same scores and its stats.
+void ExpScaleKernel(float* row, int64_t n, const float* stats) {
+  const hn::ScalableTag<float> d;
+  const float ninf = -std::numeric_limits<float>::infinity();
+  const auto mx = hn::Set(d, stats[0]), inv = hn::Set(d, stats[1]);
+  ForEachVector(d, n, [&](int64_t i, size_t c) {
+    StorePart(d, hn::Mul(Exp(d, hn::Sub(LoadPart(d, row + i, c, ninf), mx)), inv), row + i, c);
+  });
 }
 
 // Softmax backward of one row: ds (n) = a ⊙ (ds − Σ a·ds), in place.
@@ -74,6 +91,7 @@ HWY_AFTER_NAMESPACE();
 namespace ops {
 
 HWY_EXPORT(SoftmaxKernel);
+HWY_EXPORT(ExpScaleKernel);
 HWY_EXPORT(SoftmaxBackwardKernel);
 
 namespace {
@@ -136,10 +154,12 @@ struct KeyMask {
   std::vector<int64_t> prefix_, end_;
 };
 
-// row (T): scores in [0, lim) → probabilities over the visible keys, 0 elsewhere (keys: the
-// batch's key mask or null).
+// row (Tn): scores in [0, lim) → probabilities over the visible keys, 0 elsewhere (keys: the batch's
+// key mask or null); a row that sees no key gets 1/Tn everywhere. stats (2), when given, get the
+// largest visible score and 1/Σexp; given those as `again`, a second call makes the first one's
+// probabilities again from the same scores, bit for bit.
 template <typename T>
-void softmax_row(T* row, int64_t Tn, const RowKeys& rk, const int64_t* keys) {
+void softmax_row(T* row, int64_t Tn, const RowKeys& rk, const int64_t* keys, T* stats, const T* again = nullptr) {
   if (rk.uniform) {  // every key masked: all scores equal −FLT_MAX, softmax is uniform
     std::fill(row, row + Tn, static_cast<T>(1.0 / static_cast<double>(Tn)));
     return;
@@ -151,10 +171,16 @@ void softmax_row(T* row, int64_t Tn, const RowKeys& rk, const int64_t* keys) {
         if (keys[j] == 0) row[j] = -std::numeric_limits<float>::infinity();
       }
     }
-    HWY_DYNAMIC_DISPATCH(SoftmaxKernel)(row, n);
+    float unused[2];
+    if (again) {
+      HWY_DYNAMIC_DISPATCH(ExpScaleKernel)(row, n, again);
+    } else {
+      HWY_DYNAMIC_DISPATCH(SoftmaxKernel)(row, n, stats ? stats : unused);
+    }
   } else {
     T mx = -std::numeric_limits<T>::infinity();
-    for (int64_t j = 0; j < n; ++j) {
+    if (again) mx = again[0];
+    for (int64_t j = 0; j < n && !again; ++j) {
       if (!keys || keys[j] != 0) mx = row[j] > mx ? row[j] : mx;
     }
     double sum = 0;
@@ -162,8 +188,9 @@ void softmax_row(T* row, int64_t Tn, const RowKeys& rk, const int64_t* keys) {
       row[j] = keys && keys[j] == 0 ? T(0) : static_cast<T>(std::exp(static_cast<double>(row[j] - mx)));
       sum += row[j];
     }
-    const T inv = static_cast<T>(1.0 / sum);
+    const T inv = again ? again[1] : static_cast<T>(1.0 / sum);
     for (int64_t j = 0; j < n; ++j) row[j] *= inv;
+    if (stats) stats[0] = mx, stats[1] = inv;
   }
   std::fill(row + n, row + Tn, T(0));
 }
@@ -226,19 +253,31 @@ class BlockProducts {
 
 }  // namespace
 
+int64_t attention_saved_size(const AttentionShape& s) {
+  switch (s.saved) {
+    case AttentionSaved::none: return 0;
+    case AttentionSaved::probabilities: return s.B * s.H * s.T * s.keys();
+    case AttentionSaved::row_stats: return s.B * s.H * s.T * 2;
+  }
+  return 0;
+}
+
 template <typename T>
-void attention_forward(T* out, T* att, const T* q, const T* k, const T* v, const int64_t* key_mask,
+void attention_forward(T* out, T* saved, const T* q, const T* k, const T* v, const int64_t* key_mask,
                        const AttentionShape& s) {
   const int64_t C = s.H * s.D, Tq = s.T, Tn = s.keys(), TT = Tq * Tn;
   const T scale = static_cast<T>(1.0 / std::sqrt(static_cast<double>(s.D)));
   const KeyMask mask(key_mask, s);
-  if (s.bf16_products && (!std::is_same_v<T, float> || att || s.dropout_p > 0)) {
-    throw std::invalid_argument("attention_forward: bf16 products are for fp32 inference (no att, no dropout)");
+  if (saved && s.saved == AttentionSaved::none) throw std::invalid_argument("attention_forward: a saved buffer for AttentionSaved::none");
+  if (s.bf16_products && (!std::is_same_v<T, float> || saved || s.dropout_p > 0)) {
+    throw std::invalid_argument("attention_forward: bf16 products are for fp32 inference (nothing saved, no dropout)");
   }
+  T* att = saved && s.saved == AttentionSaved::probabilities ? saved : nullptr;
+  T* stats = saved && s.saved == AttentionSaved::row_stats ? saved : nullptr;  // (B, H, T, 2)
 #pragma omp parallel
   {
     std::vector<T> dropped(s.dropout_p > 0 ? kRowBlock * Tn : 0);  // a block of rows after dropout
-    std::vector<T> tile(att ? 0 : kRowBlock * Tn);                   // att null: one block of rows at a time
+    std::vector<T> tile(att ? 0 : kRowBlock * Tn);                   // no att: one block of rows at a time
     BlockProducts<T> products(k, v, C, s.D, Tn, s.bf16_products);
 #pragma omp for schedule(static)
     for (int64_t bh = 0; bh < s.B * s.H; ++bh) {
@@ -253,7 +292,8 @@ void attention_forward(T* out, T* att, const T* q, const T* k, const T* v, const
         T* a = att ? att + bh * TT + r0 * Tn : tile.data();  // (rows, Tk): rows r0 .. of the (T, Tk) block
         products.scores(a, q + off + r0 * C, rows, E, scale);  // q·kᵀ/√D
         for (int64_t t = r0; t < r0 + rows; ++t) {
-          softmax_row(a + (t - r0) * Tn, Tn, mask.row(b, t, s.causal), mask.keys(b));
+          softmax_row(a + (t - r0) * Tn, Tn, mask.row(b, t, s.causal), mask.keys(b),
+                      stats ? stats + (bh * Tq + t) * 2 : nullptr);
         }
         const T* p = a;
         if (s.dropout_p > 0) {
@@ -269,31 +309,45 @@ void attention_forward(T* out, T* att, const T* q, const T* k, const T* v, const
 }
 
 template <typename T>
-void attention_backward(T* dq, T* dk, T* dv, const T* dout, const T* att, const T* q, const T* k, const T* v,
-                        const AttentionShape& s) {
+void attention_backward(T* dq, T* dk, T* dv, const T* dout, const T* saved, const T* q, const T* k, const T* v,
+                        const int64_t* key_mask, const AttentionShape& s) {
   const int64_t C = s.H * s.D, Tq = s.T, Tn = s.keys(), TT = Tq * Tn;
   const T scale = static_cast<T>(1.0 / std::sqrt(static_cast<double>(s.D)));
+  if (s.saved == AttentionSaved::none || !saved) throw std::invalid_argument("attention_backward: the forward saved nothing");
+  const bool recompute = s.saved == AttentionSaved::row_stats;
+  const KeyMask mask(recompute ? key_mask : nullptr, s);  // the probabilities carry the mask themselves
 #pragma omp parallel
   {
     std::vector<T> ds(kRowBlock * Tn), dropped(s.dropout_p > 0 ? kRowBlock * Tn : 0);  // a block of rows each
+    std::vector<T> tile(recompute ? kRowBlock * Tn : 0);  // row statistics: the block's probabilities again
 #pragma omp for schedule(static)
     for (int64_t bh = 0; bh < s.B * s.H; ++bh) {
       const int64_t b = bh / s.H, h = bh % s.H;
       const int64_t off = b * Tq * C + h * s.D;
       const int64_t koff = b * s.key_stride() * C + h * s.D;
-      const T* a = att + bh * TT;
       const uint64_t seed = s.dropout_p > 0 ? block_seed(s, b, h) : 0;
       for (int64_t r0 = 0; r0 < Tq; r0 += kRowBlock) {
         const int64_t rows = std::min(kRowBlock, Tq - r0);
-        int64_t E = 0;
+        const T* a = saved + bh * TT + r0 * Tn;  // (rows, Tk): the block's probabilities
+        if (recompute) {  // the forward's products and softmax over the same columns, bit for bit
+          int64_t E = 0;
+          for (int64_t t = r0; t < r0 + rows; ++t) E = std::max(E, mask.row(b, t, s.causal).extent(Tn));
+          gemm(false, true, rows, E, s.D, scale, q + off + r0 * C, C, k + koff, C, T(0), tile.data(), Tn);
+          for (int64_t t = r0; t < r0 + rows; ++t) {
+            softmax_row(tile.data() + (t - r0) * Tn, Tn, mask.row(b, t, s.causal), mask.keys(b), static_cast<T*>(nullptr),
+                        saved + (bh * Tq + t) * 2);
+          }
+          a = tile.data();
+        }
+        int64_t E = 0;  // from here on as with kept probabilities: the columns up to the last nonzero
         for (int64_t t = r0; t < r0 + rows; ++t) {
-          E = std::max(E, row_extent(a + t * Tn, s.q_start + t, Tn, s.causal));
+          E = std::max(E, row_extent(a + (t - r0) * Tn, s.q_start + t, Tn, s.causal));
         }
         if (E == 0) continue;
-        const T* p = a + r0 * Tn;  // the probabilities that multiplied v
+        const T* p = a;  // the probabilities that multiplied v
         if (s.dropout_p > 0) {
           for (int64_t t = r0; t < r0 + rows; ++t) {
-            dropout_row(dropped.data() + (t - r0) * Tn, a + t * Tn, E, s.dropout_p, seed, t * Tn);
+            dropout_row(dropped.data() + (t - r0) * Tn, a + (t - r0) * Tn, E, s.dropout_p, seed, t * Tn);
           }
           p = dropped.data();
         }
@@ -305,7 +359,7 @@ void attention_backward(T* dq, T* dk, T* dv, const T* dout, const T* att, const 
           if (s.dropout_p > 0) dropout_row(dr, dr, E, s.dropout_p, seed, t * Tn);  // datt = dropout'(dp)
           // Softmax backward: dscore = att ⊙ (datt − Σ_j att·datt). Columns past a row's extent have
           // att = 0, so [0, E) covers every row of the block.
-          softmax_backward_row(a + t * Tn, dr, E);
+          softmax_backward_row(a + (t - r0) * Tn, dr, E);
         }
         // dq += ds·k/√D; dk += dsᵀ·q/√D.
         gemm(false, false, rows, s.D, E, scale, ds.data(), Tn, k + koff, C, T(1), dq + off + r0 * C, C);
@@ -320,9 +374,9 @@ template void attention_forward<float>(float*, float*, const float*, const float
 template void attention_forward<double>(double*, double*, const double*, const double*, const double*,
                                         const int64_t*, const AttentionShape&);
 template void attention_backward<float>(float*, float*, float*, const float*, const float*, const float*,
-                                        const float*, const float*, const AttentionShape&);
+                                        const float*, const float*, const int64_t*, const AttentionShape&);
 template void attention_backward<double>(double*, double*, double*, const double*, const double*, const double*,
-                                         const double*, const double*, const AttentionShape&);
+                                         const double*, const double*, const int64_t*, const AttentionShape&);
 
 }  // namespace ops
 #endif  // HWY_ONCE

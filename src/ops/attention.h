@@ -6,8 +6,11 @@
 // before the forward, and rotates dq, dk (dv) back with ROPE_BACKWARD after the backward.
 //
 // Masked scores get −FLT_MAX added, as Hugging Face adds finfo(float32).min: a row whose keys are all
-// masked attends uniformly instead of producing NaN. Training keeps the probabilities (B, H, T, T) for
-// the backward; inference passes no att and keeps one tile of rows per thread.
+// masked attends uniformly instead of producing NaN. Training keeps, in `saved`, either the
+// probabilities (B, H, T, Tk) — the attention maps — or only two statistics per query row, from which
+// the backward recomputes each block of probabilities bit for bit as the forward made them (memory
+// linear in T: FlashAttention's recomputation, with blocks of query rows over all their keys);
+// inference passes no `saved` and keeps one tile of rows per thread.
 // (batch, head) pairs run in parallel on OpenMP, each with single-threaded BLAS calls; blocks of
 // query rows skip the key columns none of their rows can see (the causal upper triangle, trailing
 // padding), and the backward finds each row's extent from att, so it must get the forward's att.
@@ -16,6 +19,14 @@
 #include <cstdint>
 
 namespace ops {
+
+// What a forward keeps for its backward in `saved` (attention_saved_size elements).
+enum class AttentionSaved {
+  none,           // inference: no backward, no buffer
+  probabilities,  // (B, H, T, Tk) softmax probabilities: the attention maps; memory quadratic in T
+  row_stats,      // (B, H, T, 2) each row's largest visible score and 1 / Σ exp(score − largest); the
+                  // backward recomputes q·kᵀ once more per block (about a sixth more products)
+};
 
 struct AttentionShape {
   int64_t B, T, H, D;  // batch, query tokens, heads, head dim; q, out are (B, T, H·D)
@@ -38,21 +49,27 @@ struct AttentionShape {
   // even) and fp32 accumulation; the scores, softmax and output stay fp32. Needs a CPU that multiplies
   // bf16 natively (packed_linear.h's bf16_is_native); about twice the fp32 products' speed there.
   bool bf16_products = false;
+  AttentionSaved saved = AttentionSaved::probabilities;
   int64_t keys() const { return Tk > 0 ? Tk : T; }
   int64_t key_stride() const { return kv_stride > 0 ? kv_stride : keys(); }
 };
 
-// out (B, T, H·D) = softmax(q·kᵀ/√D + mask)·v per head; att (B, H, T, Tk) keeps the probabilities, or
-// is null (inference): each thread then holds one block of 64 query rows × Tk at a time, not B·H·T·Tk.
-// key_mask (B, Tk): 1 = real token, 0 = padding; may be null (all real). row_limit is (B, T).
-// bf16_products with T = double, an att or dropout throws std::invalid_argument.
+// Elements of a forward's `saved` buffer: B·H·T·Tk probabilities, B·H·T·2 row statistics or none.
+int64_t attention_saved_size(const AttentionShape& s);
+
+// out (B, T, H·D) = softmax(q·kᵀ/√D + mask)·v per head; saved (attention_saved_size) written with
+// what s.saved names, or null: nothing kept (inference). Unless it keeps the probabilities, each
+// thread holds one block of 64 query rows × Tk at a time. key_mask (B, Tk): 1 = real token,
+// 0 = padding; may be null (all real). row_limit is (B, T). A saved buffer with AttentionSaved::none,
+// and bf16_products with T = double, anything saved or dropout, throw std::invalid_argument.
 template <typename T>
-void attention_forward(T* out, T* att, const T* q, const T* k, const T* v, const int64_t* key_mask,
+void attention_forward(T* out, T* saved, const T* q, const T* k, const T* v, const int64_t* key_mask,
                        const AttentionShape& s);
 
-// dq (B, T, H·D), dk, dv (B, kv_stride, H·D) += gradients given dout (B, T, H·D) and the forward's att.
+// dq (B, T, H·D), dk, dv (B, kv_stride, H·D) += gradients given dout (B, T, H·D) and the forward's
+// saved buffer, shape and key_mask (read with row statistics; the probabilities carry the mask).
 template <typename T>
-void attention_backward(T* dq, T* dk, T* dv, const T* dout, const T* att, const T* q, const T* k,
-                        const T* v, const AttentionShape& s);
+void attention_backward(T* dq, T* dk, T* dv, const T* dout, const T* saved, const T* q, const T* k,
+                        const T* v, const int64_t* key_mask, const AttentionShape& s);
 
 }  // namespace ops

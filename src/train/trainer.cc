@@ -282,11 +282,11 @@ void TrainOptions::validate() const {
 }
 
 void check_batch_fits_in_memory(const model::RoFormerConfig& c, double rows, int64_t seq, bool backward,
-                                const std::string& what) {
+                                const std::string& what, bool probabilities) {
   const double T = static_cast<double>(seq);
   const double per_token = static_cast<double>(c.num_hidden_layers) *
                                (4.0 * static_cast<double>(c.hidden_size) + 2.0 * static_cast<double>(c.intermediate_size) +
-                                static_cast<double>(c.num_attention_heads) * T) +
+                                (probabilities ? static_cast<double>(c.num_attention_heads) * T : 0.0)) +
                            static_cast<double>(c.vocab_size);
   const double activations = sizeof(float) * rows * T * per_token * (backward ? 3.0 : 1.0);
   base::check_fits_in_memory(activations, what);

@@ -65,12 +65,13 @@ struct TrainOptions {
 // Refuses (base::Error "<what> needs N GiB, more than this machine's M GiB") a batch whose language-model
 // activations cannot fit in this machine's memory, before anything is allocated and before rows × seq is
 // formed in integers: `rows` sequences of `seq` tokens through `config` (per token and layer the block's
-// hidden- and intermediate-wide tensors and each head's attention probabilities, and the logits;
-// `backward`: kept for it). A lower bound of what a step needs: it catches sizes that cannot be meant,
-// not tight ones. (Validation batches are bounded by the data, not by --eval-batches / --max-batches.)
-// (evaluate_checkpoint needs none: its batches hold at most the validation windows there are.)
+// hidden- and intermediate-wide tensors, and the logits; `backward`: kept for it; `probabilities`:
+// each head's attention probabilities kept too, model::Keep::all). A lower bound of what a step
+// needs: it catches sizes that cannot be meant, not tight ones. (Validation batches are bounded by
+// the data, not by --eval-batches / --max-batches.) (evaluate_checkpoint needs none: its batches hold
+// at most the validation windows there are.)
 void check_batch_fits_in_memory(const model::RoFormerConfig& config, double rows, int64_t seq, bool backward,
-                                const std::string& what);
+                                const std::string& what, bool probabilities = false);
 
 // What one optimiser step did.
 struct StepStats {

@@ -67,7 +67,7 @@ TEST(LayerStack, CachedLayerEqualsTheWholeSequence) {
   const std::vector<float> x = uniform(B * S * H, 3);
   model::LayerStatics<float> statics(c);
   model::AttentionCall call;
-  call.keep_probabilities = false;
+  call.saved = ops::AttentionSaved::none;
   const auto self = statics.self_context(1, call), cross = statics.cross_context(1, call);
   EXPECT_TRUE(self.causal);
   std::vector<float> whole(B * S * H);
@@ -101,7 +101,7 @@ TEST(LayerStack, CachedCrossAttentionMemoryEqualsTheStates) {
   const std::vector<int64_t> mask = {1, 1, 1, 1, 1, 1, 1, 1, 0, 0};
   model::LayerStatics<float> statics(c);
   model::AttentionCall call;
-  call.keep_probabilities = false;
+  call.saved = ops::AttentionSaved::none;
   call.memory_mask = mask.data();
   const auto self = statics.self_context(0, call), cross = statics.cross_context(0, call);
   std::vector<float> direct(B * S * H), cached(B * S * H);
@@ -124,7 +124,7 @@ TEST(LayerStack, ContextsOfSelfAndCrossAttention) {
   const std::vector<int64_t> keys(4, 1), memory(4, 1), limits(4, 2);
   model::AttentionCall call;
   call.key_mask = keys.data(), call.memory_mask = memory.data(), call.row_limit = limits.data();
-  call.keep_probabilities = false, call.bf16_products = true;
+  call.saved = ops::AttentionSaved::none, call.bf16_products = true;
   call.dropout.hidden = 0.25;
   const auto self = statics.self_context(1, call), cross = statics.cross_context(1, call);
   EXPECT_EQ(self.layer, 1);
@@ -140,7 +140,7 @@ TEST(LayerStack, ContextsOfSelfAndCrossAttention) {
   EXPECT_EQ(cross.favor, nullptr);
   for (const auto* ctx : {&self, &cross}) {
     EXPECT_EQ(ctx->config, &c);
-    EXPECT_FALSE(ctx->keep_probabilities);
+    EXPECT_EQ(ctx->saved, ops::AttentionSaved::none);
     EXPECT_TRUE(ctx->bf16_products);
     EXPECT_EQ(ctx->dropout.hidden, 0.25);
   }

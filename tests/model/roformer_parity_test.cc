@@ -38,6 +38,7 @@ void expect_matches_hf(const std::string& dir) {
   const auto ids = ref.i64("input_ids"), types = ref.i64("token_type_ids"), mask = ref.i64("attention_mask");
   model::RoFormer<float> m(cfg);
   m.load(weights);
+  m.set_keep(model::Keep::all);  // the attention maps too
   m.forward({.ids = ids.data(), .token_types = types.data(), .attention_mask = mask.data(), .B = B, .T = T});
   const int64_t N = B * T, L = cfg.num_hidden_layers;
   auto view = [](const float* p, int64_t n) { return std::vector<float>(p, p + n); };

@@ -272,7 +272,7 @@ TEST(RoFormerModel, KeepOutputsMatchesTheFullForwardBitForBit) {
     EXPECT_THROW(lean.attention(0), std::logic_error);
     EXPECT_THROW(lean.hidden_state(c.num_hidden_layers + 1), std::out_of_range);
     EXPECT_THROW(lean.backward(), std::logic_error);
-    lean.set_keep(model::Keep::all);  // back to training: backward works again
+    lean.set_keep(model::Keep::backward);  // back to training: backward works again
     Batch batch = random_batch(c, 2, 7, 3);
     if (c.attention_type != model::AttentionType::softmax) batch.mask.assign(2 * 7, 1);  // linear attention takes no padding
     lean.forward(batch.inputs());
@@ -285,22 +285,33 @@ TEST(RoFormerModel, KeepOutputsMatchesTheFullForwardBitForBit) {
 // before gives, on a smaller one, the bits a fresh model gives: loss, hidden states, attention maps,
 // logits and gradients, with dropout on, for the block variants (softmax and linear attention, a
 // causal decoder, RoFormer-V2's norms, an embedding projection).
-TEST(RoFormerModel, ReusedBuffersGiveTheBitsOfFreshOnes) {
+// The softmax block variants with dropout on: RoPE, a causal decoder, RoFormer-V2's norms, learned
+// positions with an embedding projection; positions up to `positions`.
+std::vector<model::RoFormerConfig> softmax_variants(int64_t positions) {
   auto rope = tiny(model::PositionEncoding::rope);
+  rope.max_position_embeddings = positions;
   rope.hidden_dropout_prob = 0.2, rope.attention_probs_dropout_prob = 0.1;
   auto causal = rope;
   causal.is_decoder = true;
   auto v2 = rope;
   v2.norm_type = model::NormType::rms_norm, v2.use_bias = false, v2.hidden_act = model::Activation::relu;
-  auto linear = rope;
-  linear.attention_type = model::AttentionType::linear;
-  auto projected = tiny(model::PositionEncoding::learned);
+  auto projected = rope;
+  projected.position_encoding = model::PositionEncoding::learned;
   projected.hidden_size = 12, projected.num_attention_heads = 3;
-  for (const auto& c : {rope, causal, v2, linear, projected}) {
+  return {rope, causal, v2, projected};
+}
+
+TEST(RoFormerModel, ReusedBuffersGiveTheBitsOfFreshOnes) {
+  auto variants = softmax_variants(8);
+  auto linear = variants[0];
+  linear.attention_type = model::AttentionType::linear;
+  variants.push_back(linear);
+  for (const auto& c : variants) {
     SCOPED_TRACE(c.to_json());
     model::RoFormer<float> used(c), fresh(c);
     randomise(used, 5);
     fresh.params = used.params;
+    used.set_keep(model::Keep::all), fresh.set_keep(model::Keep::all);  // attention maps too
     Batch big = random_batch(c, 3, 8, 4), small = random_batch(c, 2, 5, 6);
     if (c.attention_type != model::AttentionType::softmax) big.mask.assign(3 * 8, 1), small.mask.assign(2 * 5, 1);
     used.forward(big.inputs(), true, 11);
@@ -319,6 +330,33 @@ TEST(RoFormerModel, ReusedBuffersGiveTheBitsOfFreshOnes) {
     used.zero_grad(), fresh.zero_grad();
     used.backward(), fresh.backward();
     for (size_t i = 0; i < used.grads.size(); ++i) ASSERT_EQ(used.grads[i], fresh.grads[i]) << "gradient " << i;
+  }
+}
+
+// Training keeps two statistics per attention row (Keep::backward, the default, past max_kept_keys)
+// and recomputes the probabilities in the backward: loss, hidden states and every gradient equal
+// those of the forward that keeps the (T, T) probabilities (Keep::all), bit for bit, with padding,
+// for each softmax block variant.
+TEST(RoFormerModel, RowStatisticsTrainBitForBitLikeKeptProbabilities) {
+  for (const auto& c : softmax_variants(80)) {
+    SCOPED_TRACE(c.to_json());
+    model::RoFormer<float> stats(c), kept(c);
+    randomise(stats, 9);
+    kept.params = stats.params;
+    EXPECT_EQ(stats.keep(), model::Keep::backward);  // what training gets unless it asks
+    EXPECT_EQ(stats.max_kept_keys(), (4 * c.hidden_size + 2 * c.intermediate_size) / c.num_attention_heads);
+    stats.set_max_kept_keys(0);  // row statistics at any length
+    kept.set_keep(model::Keep::all);
+    const Batch batch = random_batch(c, 3, 70, 8);  // past one 64-row block, with padding
+    EXPECT_EQ(stats.forward(batch.inputs(), true, 5), kept.forward(batch.inputs(), true, 5));
+    const int64_t L = c.num_hidden_layers, N = 3 * 70;
+    for (int64_t l = 0; l <= L; ++l) {
+      for (int64_t i = 0; i < N * c.hidden_size; ++i) ASSERT_EQ(stats.hidden_state(l)[i], kept.hidden_state(l)[i]);
+    }
+    EXPECT_THROW(stats.attention(0), std::logic_error);  // no maps without Keep::all
+    stats.zero_grad(), kept.zero_grad();
+    stats.backward(), kept.backward();
+    for (size_t i = 0; i < stats.grads.size(); ++i) ASSERT_EQ(stats.grads[i], kept.grads[i]) << "gradient " << i;
   }
 }
 
@@ -517,6 +555,7 @@ TEST(RoFormerGenerate, LinearAttentionRecurrentDecodingMatchesTheFullForward) {
     c.performer_features = 8;
     model::RoFormer<float> m(c);
     randomise(m, 10);
+    m.set_keep(model::Keep::all);
     const Batch batch = random_batch(c, 1, 8, 5);
     m.forward({.ids = batch.ids.data(), .B = 1, .T = 8});
     EXPECT_EQ(m.attention(0), nullptr);  // no (T, T) probabilities in linear attention

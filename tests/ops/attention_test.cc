@@ -1,7 +1,7 @@
 // Softmax attention (src/ops/attention.cc): forward against a per-element evaluation, backward against
 // central differences and a reference backward, padding and causal masks, probability dropout,
-// rows with no visible key (uniform, as Hugging Face), several row blocks, and fp32 on every SIMD
-// target.
+// rows with no visible key (uniform, as Hugging Face), several row blocks, fp32 on every SIMD
+// target, and the row-statistics path against the kept probabilities bit for bit.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -60,7 +60,7 @@ TEST(Ops, AttentionGradientsWithPaddingAndCausalMasks) {
     }
     Vec dq(n, 0.0), dk(n, 0.0), dv(n, 0.0);
     ops::attention_backward(dq.data(), dk.data(), dv.data(), g.data(), att.data(), q.data(), k.data(),
-                            v.data(), shape);
+                            v.data(), key_mask.data(), shape);
     expect_gradient("dq", q, dq, loss);
     expect_gradient("dk", k, dk, loss);
     expect_gradient("dv", v, dv, loss);
@@ -94,7 +94,8 @@ TEST(Ops, AttentionProbabilityDropoutGradients) {
   EXPECT_EQ(att, att_plain);      // the kept probabilities are the pre-dropout ones
   EXPECT_NE(out, plain);          // but the output used dropped ones
   Vec dq(n, 0.0), dk(n, 0.0), dv(n, 0.0);
-  ops::attention_backward(dq.data(), dk.data(), dv.data(), g.data(), att.data(), q.data(), k.data(), v.data(), shape);
+  ops::attention_backward(dq.data(), dk.data(), dv.data(), g.data(), att.data(), q.data(), k.data(), v.data(), nullptr,
+                          shape);
   expect_gradient("dq", q, dq, loss);
   expect_gradient("dk", k, dk, loss);
   expect_gradient("dv", v, dv, loss);
@@ -234,7 +235,7 @@ TEST(Ops, AttentionAcrossRowBlocksWithPaddingCausalAndEmptyRows) {
     expect_all_near("att", att, att_ref, 1e-14);
     Vec dq(n, 0.0), dk(n, 0.0), dv(n, 0.0);
     ops::attention_backward(dq.data(), dk.data(), dv.data(), g.data(), att.data(), q.data(), k.data(), v.data(),
-                            shape);
+                            key_mask.data(), shape);
     if (cfg.dropout == 0) {
       expect_all_near("out", out, out_ref, 1e-13);
       Vec dq_ref, dk_ref, dv_ref;
@@ -266,12 +267,78 @@ TEST(Ops, AttentionAcrossRowBlocksWithPaddingCausalAndEmptyRows) {
         for (int64_t j = 0; j < T; ++j) ASSERT_EQ(af[(T + t) * T + j], static_cast<float>(1.0 / T));
       }
       ops::attention_backward(dqf.data(), dkf.data(), dvf.data(), gf.data(), af.data(), qf.data(), kf.data(),
-                              vf.data(), shape);
+                              vf.data(), key_mask.data(), shape);
       expect_close_fp32(dqf, dq, 1e-5);
       expect_close_fp32(dkf, dk, 1e-5);
       expect_close_fp32(dvf, dv, 1e-5);
     });
   }
+}
+
+// Row statistics instead of probabilities (memory linear in T): the same output and, after the
+// backward remakes each block's probabilities, the same gradients as the kept-probabilities path, bit
+// for bit, in fp64 and in fp32 on every SIMD target; on random shapes across row blocks, with
+// padding (interior, trailing, whole rows), causal masks, prefix limits, cross-attention and dropout.
+template <typename T>
+void expect_row_stats_path_equals(std::mt19937_64& rng, const ops::AttentionShape& kept) {
+  const int64_t C = kept.H * kept.D, Tk = kept.keys(), nq = kept.B * kept.T * C, nk = kept.B * Tk * C;
+  std::vector<int64_t> key_mask(kept.B * Tk, 1);
+  for (int64_t& m : key_mask) m = rng() % 5 != 0;  // a fifth of the keys padded, anywhere
+  for (int64_t j = 0; j < Tk; ++j) key_mask[j] = 0;  // batch 0 sees no key: uniform rows
+  std::vector<T> q(nq), k(nk), v(nk), g(nq);
+  std::normal_distribution<double> normal(0, 2);
+  for (auto* x : {&q, &k, &v, &g}) {
+    for (T& e : *x) e = static_cast<T>(normal(rng));
+  }
+  ops::AttentionShape stats_shape = kept;
+  stats_shape.saved = ops::AttentionSaved::row_stats;
+  ASSERT_EQ(ops::attention_saved_size(stats_shape), kept.B * kept.H * kept.T * 2);
+  std::vector<T> out(nq), att(ops::attention_saved_size(kept)), out2(nq), stats(ops::attention_saved_size(stats_shape));
+  ops::attention_forward(out.data(), att.data(), q.data(), k.data(), v.data(), key_mask.data(), kept);
+  ops::attention_forward(out2.data(), stats.data(), q.data(), k.data(), v.data(), key_mask.data(), stats_shape);
+  EXPECT_EQ(out2, out);
+  std::vector<T> dq(nq, T(0.5)), dk(nk, T(-1)), dv(nk, T(2)), dq2 = dq, dk2 = dk, dv2 = dv;  // accumulated into
+  ops::attention_backward(dq.data(), dk.data(), dv.data(), g.data(), att.data(), q.data(), k.data(), v.data(),
+                          key_mask.data(), kept);
+  ops::attention_backward(dq2.data(), dk2.data(), dv2.data(), g.data(), stats.data(), q.data(), k.data(), v.data(),
+                          key_mask.data(), stats_shape);
+  EXPECT_EQ(dq2, dq);
+  EXPECT_EQ(dk2, dk);
+  EXPECT_EQ(dv2, dv);
+}
+
+TEST(Ops, AttentionRowStatisticsGiveTheKeptProbabilitiesGradientsBitForBit) {
+  std::mt19937_64 rng(77);
+  auto pick = [&](int64_t lo, int64_t hi) { return lo + static_cast<int64_t>(rng() % (hi - lo + 1)); };
+  std::vector<int64_t> limits;
+  for (int i = 0; i < 12; ++i) {
+    ops::AttentionShape s{pick(2, 3), pick(1, 150), pick(1, 3), pick(1, 24), i % 2 == 0};
+    if (i % 3 == 1) s.dropout_p = 0.25, s.dropout_seed = rng(), s.dropout_row0 = pick(0, 9);
+    if (i % 4 == 3 && !s.causal) s.Tk = pick(1, 90);  // cross-attention
+    if (i % 5 == 2) {                                  // UniLM prefix limits
+      limits.assign(s.B * s.T, 0);
+      for (int64_t& l : limits) l = pick(0, s.keys());
+      s.row_limit = limits.data();
+    }
+    SCOPED_TRACE(testing::Message() << "B " << s.B << " T " << s.T << " H " << s.H << " D " << s.D << " Tk "
+                                    << s.keys() << " causal " << s.causal << " dropout " << s.dropout_p
+                                    << " prefix " << (s.row_limit != nullptr));
+    expect_row_stats_path_equals<double>(rng, s);
+    for_each_simd_target([&] { expect_row_stats_path_equals<float>(rng, s); });
+    s.row_limit = nullptr;
+  }
+}
+
+TEST(Ops, AttentionBackwardRefusesAForwardThatSavedNothing) {
+  const ops::AttentionShape s{1, 2, 1, 2, false};
+  std::vector<float> x(4), dx(4);
+  ops::AttentionShape none = s;
+  none.saved = ops::AttentionSaved::none;
+  EXPECT_THROW(ops::attention_forward(x.data(), x.data(), x.data(), x.data(), x.data(), nullptr, none),
+               std::invalid_argument);
+  EXPECT_THROW(ops::attention_backward(dx.data(), dx.data(), dx.data(), x.data(), static_cast<const float*>(nullptr),
+                                       x.data(), x.data(), x.data(), nullptr, s),
+               std::invalid_argument);
 }
 
 }  // namespace

@@ -317,7 +317,8 @@ std::vector<OpCase> table_cases() {
 }
 
 // Softmax attention: self-attention, padding, causal masks, UniLM prefix limits, a KV cache (keys
-// strided by the capacity, queries at an offset), cross-attention (Tk ≠ T) and probability dropout.
+// strided by the capacity, queries at an offset), cross-attention (Tk ≠ T) and probability dropout;
+// every case twice, keeping the probabilities and keeping row statistics (the backward recomputes).
 struct AttentionCase {
   ops::AttentionShape s;
   bool padding = false, prefix_limits = false;
@@ -327,7 +328,7 @@ std::string attention_name(const AttentionCase& a) {
   const auto& s = a.s;
   return fields({{"B", s.B}, {"T", s.T}, {"H", s.H}, {"D", s.D}, {"Tk", s.keys()}, {"stride", s.key_stride()},
                  {"start", s.q_start}, {"causal", s.causal}, {"pad", a.padding}, {"prefix", a.prefix_limits},
-                 {"drop", s.dropout_p > 0}});
+                 {"drop", s.dropout_p > 0}, {"stats", s.saved == ops::AttentionSaved::row_stats}});
 }
 
 Body attention_body(const AttentionCase& a) {
@@ -346,10 +347,11 @@ Body attention_body(const AttentionCase& a) {
         for (int64_t t = 0; t < s.T; ++t) limits.push_back(std::max<int64_t>(3, s.q_start + t + 1));
       s.row_limit = limits.data();
     }
-    auto o = cast<T>(in.normal(s.B * s.T * C)), att = cast<T>(in.normal(s.B * s.H * s.T * Tk));
+    auto o = cast<T>(in.normal(s.B * s.T * C)), att = cast<T>(in.normal(ops::attention_saved_size(s)));
     auto dq = cast<T>(in.normal(s.B * s.T * C)), dk = cast<T>(in.normal(kv)), dv = cast<T>(in.normal(kv));
     ops::attention_forward(o.data(), att.data(), q.data(), k.data(), v.data(), key_mask.data(), s);
-    ops::attention_backward(dq.data(), dk.data(), dv.data(), g.data(), att.data(), q.data(), k.data(), v.data(), s);
+    ops::attention_backward(dq.data(), dk.data(), dv.data(), g.data(), att.data(), q.data(), k.data(), v.data(),
+                            key_mask.data(), s);
     out.add(o), out.add(att), out.add(dq), out.add(dk), out.add(dv);
   });
 }
@@ -388,7 +390,12 @@ std::vector<OpCase> attention_cases() {
     table.push_back(r);
   }
   std::vector<OpCase> cases;
-  for (const AttentionCase& a : table) cases.push_back({"attention", attention_name(a), attention_body(a), {{Dtype::f32, kF32}}});
+  for (AttentionCase a : table) {
+    for (const ops::AttentionSaved saved : {ops::AttentionSaved::probabilities, ops::AttentionSaved::row_stats}) {
+      a.s.saved = saved;
+      cases.push_back({"attention", attention_name(a), attention_body(a), {{Dtype::f32, kF32}}});
+    }
+  }
   return cases;
 }
 
@@ -612,7 +619,7 @@ TEST(BackendOpsThreads, Fp32ResultsDoNotDependOnTheThreadCount) {
     std::vector<float> out(na), att(shape.B * shape.H * shape.T * shape.T), dq(na, 0.0f), dk(na, 0.0f), dv(na, 0.0f);
     ops::attention_forward(out.data(), att.data(), q.data(), k.data(), v.data(), nullptr, shape);
     ops::attention_backward(dq.data(), dk.data(), dv.data(), da.data(), att.data(), q.data(), k.data(), v.data(),
-                            shape);
+                            nullptr, shape);
     r.insert(r.end(), {out, att, dq, dk, dv});
     omp_set_num_threads(saved);
     return r;

@@ -56,7 +56,8 @@ int bench_attention(const BenchAttentionOptions& o) {
         plan.apply_qk(ROPE_FORWARD, rope::offset_positions(0), rope::bshd(q.data(), ROPE_DTYPE_F32, 1, T, H, D),
                       rope::bshd(k.data(), ROPE_DTYPE_F32, 1, T, H, D));
         ops::attention_forward(out.data(), att.data(), q.data(), k.data(), v.data(), nullptr, s);
-        ops::attention_backward(dq.data(), dk.data(), dv.data(), g.data(), att.data(), q.data(), k.data(), v.data(), s);
+        ops::attention_backward(dq.data(), dk.data(), dv.data(), g.data(), att.data(), q.data(), k.data(), v.data(), nullptr,
+                                s);
         plan.apply_qk(ROPE_BACKWARD, rope::offset_positions(0), rope::bshd(dq.data(), ROPE_DTYPE_F32, 1, T, H, D),
                       rope::bshd(dk.data(), ROPE_DTYPE_F32, 1, T, H, D));
       }));

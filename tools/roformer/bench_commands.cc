@@ -33,6 +33,11 @@ void add_bench_commands(CLI::App& app, CommandTable& commands) {
   bench_train_cmd->add_option("--warmup", bench_train->warmup, "Untimed steps first")->check(CLI::NonNegativeNumber);
   bench_train_cmd->add_option("--threads", bench_train->threads, "OpenMP threads (0: all)")->check(thread_count());
   bench_train_cmd->add_flag("!--no-sgemm", bench_train->sgemm, "Skip the sgemm rate probe");
+  bench_train_cmd->add_option("--attention-memory", bench_train->attention_memory,
+                              "auto: as training runs (the (T, T) probabilities up to 12 × head dim keys, row "
+                              "statistics beyond); linear: two statistics per row at any length, the backward "
+                              "recomputing the probabilities; quadratic: the probabilities at any length")
+      ->check(CLI::IsMember({"auto", "linear", "quadratic"}));
   bench_train_cmd->add_flag("--json", bench_train->json, "Print JSON (for bench/peers/roformer_torch.py --ours)");
   bench_train_cmd->add_option("--bucket-mb", bench_train->bucket_mb, "Under mpirun: gradient buckets in MiB (0: one "
                               "allreduce after the backward)")->check(CLI::Range(0.0, 65536.0));

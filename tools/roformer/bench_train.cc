@@ -81,9 +81,12 @@ int bench_train(const BenchTrainOptions& o) {
   // A huge --batch or --seq is refused by name before anything is allocated.
   train::check_batch_fits_in_memory(c, static_cast<double>(o.batch), o.seq, true,
                                     "--batch " + std::to_string(o.batch) + " with --seq " + std::to_string(o.seq) +
-                                        " and --preset " + o.preset);
+                                        " and --preset " + o.preset,
+                                    o.attention_memory == "quadratic");  // auto keeps them only while they are small
   model::RoFormer<float> m(c);
   m.init_weights(1);
+  if (o.attention_memory == "quadratic") m.set_keep(model::Keep::all);
+  if (o.attention_memory == "linear") m.set_max_kept_keys(0);
   const int64_t B = o.batch, T = o.seq, N = B * T;
   RandomTokenTask task(o.task == "mlm", B, T, c.vocab_size);
   train::TrainerConfig tc;
@@ -133,6 +136,7 @@ int bench_train(const BenchTrainOptions& o) {
                               {"peak_rss_mib", peak_rss},
                               {"processes", comm.size()},
                               {"bucket_mb", o.bucket_mb},
+                              {"attention_memory", o.attention_memory},
                               {"comm_wait_ms_median", waits[waits.size() / 2] * 1e3}};
   if (o.json) {
     fmt::print("{}\n", nlohmann::json{{"tool", "roformer bench train"}, {"runs", {run}}}.dump(2));

@@ -37,6 +37,8 @@ struct BenchTrainOptions {
   int threads = 0;
   bool sgemm = true;  // also measure this machine's sgemm rate
   double bucket_mb = 4;  // under mpirun: gradient buckets (0: one allreduce after the backward)
+  std::string attention_memory = "auto";  // auto: what training does (model::Keep::backward); linear: row
+                                          // statistics at any length; quadratic: the probabilities
   bool json = false;
 };
 int bench_train(const BenchTrainOptions& options);
