@@ -3,13 +3,17 @@
 # every route with its examples, its schema's boundary cases and generated bodies; no 5xx, every status
 # documented, every answer of the documented content type and schema.
 # Usage: serve_schemathesis.sh ROFORMER_BINARY FIXTURES WORK_DIR
-# schemathesis's `st`: $ROFORMER_SCHEMATHESIS (a path to st) or `st` on PATH; none: exit 77 (skip).
-#   python3 -m venv build/st-venv && build/st-venv/bin/pip install schemathesis==4.32.5
-#   ROFORMER_SCHEMATHESIS=build/st-venv/bin/st ctest --test-dir build/release -R serve_schemathesis
+# schemathesis's `st`: $ROFORMER_SCHEMATHESIS (a path to st) or `st` on PATH; none: exit 77 (skip),
+# and a ROFORMER_SCHEMATHESIS that does not run fails (CI sets it: scripts/st-env.sh makes the venv).
+#   ROFORMER_SCHEMATHESIS="$(scripts/st-env.sh)" ctest --test-dir build/release -R serve_schemathesis
 set -euo pipefail
 roformer="$1" fixtures="$2" work="$3"
 st="${ROFORMER_SCHEMATHESIS:-$(command -v st || true)}"
 if [ -z "$st" ] || ! "$st" --version 2> /dev/null | grep -q '^st, version'; then  # schemathesis's, not another st
+  if [ -n "${ROFORMER_SCHEMATHESIS:-}" ]; then
+    echo "ROFORMER_SCHEMATHESIS=$ROFORMER_SCHEMATHESIS is not schemathesis's st" >&2
+    exit 1
+  fi
   echo "schemathesis not found (set ROFORMER_SCHEMATHESIS): skipped"
   exit 77
 fi
