@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """Inference peer: a RoFormer model in PyTorch + Hugging Face transformers (and optionally ONNX
-Runtime) side by side with `roformer bench infer`, on the same weights and threads.
+Runtime and OpenVINO) side by side with `roformer bench infer`, on the same weights and threads.
 
 Run it with the transformers environment (scripts/hf-env.sh makes build/hf-venv: Debian's torch
 1.13 + transformers 4.40.2):
@@ -8,13 +8,18 @@ Run it with the transformers environment (scripts/hf-env.sh makes build/hf-venv:
     build/hf-venv/bin/python bench/peers/roformer_infer_hf.py --roformer build/release/tools/roformer
     build/hf-venv/bin/python bench/peers/roformer_infer_hf.py --roformer ... --onnx --json infer.json
     build/hf-venv/bin/python bench/peers/roformer_infer_hf.py --roformer ... --preset tiny --min-time 0.2
+    build/peers-venv/bin/python bench/peers/roformer_infer_hf.py --roformer ... --onnx --openvino --int8
+
+(ONNX Runtime and OpenVINO need pip install onnx onnxruntime openvino nncf; build/peers-venv has them.)
 
 Model: --preset base is RoFormer-base with a 12,000-token vocabulary (hidden 768, 12 layers, 12 heads,
 ff 3072, max positions 1536): transformers' RoFormerModel (the encoder, no head) with its own random
 initialisation (torch.manual_seed(--seed)), saved once with save_pretrained(safe_serialization=True)
 to --model-dir. Every runner loads that model.safetensors: ours through `roformer bench infer
 --model DIR`, PyTorch through RoFormerModel.from_pretrained(DIR), ONNX Runtime through a graph that
-torch.onnx.export wrote from the same loaded model (opset 14, dynamic batch and sequence axes).
+torch.onnx.export wrote from the same loaded model (opset 14, dynamic batch and sequence axes), and
+OpenVINO through that same graph, reshaped to each run's static B x T (its fastest form; ours and ONNX
+Runtime take any shape) and compiled for the CPU.
 
 Batch: B x T ids (i * 7919 + 13) mod V over the flattened batch, attention mask all ones, token
 type 0; fp32. Each runner prints a checksum of last_hidden_state (mean, mean |x|, 8 values spread
@@ -29,7 +34,12 @@ median latency, tokens/s = B * T / median, peak RSS (VmHWM: weights, the load an
 after loading. PyTorch runs under torch.inference_mode() with torch.set_num_threads(--threads),
 set_num_interop_threads(1) and OMP_NUM_THREADS = OPENBLAS_NUM_THREADS = --threads (OMP_WAIT_POLICY as
 the environment gives it); ONNX Runtime with
-intra_op_num_threads = --threads, inter_op 1, sequential execution, all graph optimisations. Ours
+intra_op_num_threads = --threads, inter_op 1, sequential execution, all graph optimisations; OpenVINO
+with INFERENCE_NUM_THREADS = --threads, one stream, the LATENCY hint and INFERENCE_PRECISION_HINT f32
+(bf16 for openvino-bf16, refused on CPUs without AVX512-BF16 or AMX, where OpenVINO would quietly run
+fp32). openvino-int8 is NNCF's post-training quantisation of the same graph (nncf.quantize, the
+transformer model type: static int8 activations calibrated on 16 batches of 1 x 128 benchmark-like
+ids, s8 weights), OpenVINO's own int8 path. Ours
 runs with --threads OpenMP threads and the environment it is given.
 """
 import argparse
@@ -66,13 +76,17 @@ def parse_args(argv=None):
                     help="comma-separated: ours, ours-int8 (roformer --quantize int8), ours-bf16 (roformer "
                          "--quantize bf16), torch, torch-bf16 (torch.autocast to bfloat16, oneDNN's bf16 "
                          "matmuls), onnx, onnx-int8 (onnxruntime.quantization.quantize_dynamic of the same graph, "
-                         "per-channel s8 weights)")
+                         "per-channel s8 weights), openvino, openvino-int8 (NNCF's static int8 of the same graph), "
+                         "openvino-bf16 (INFERENCE_PRECISION_HINT bf16; CPUs with AVX512-BF16 or AMX)")
+    ap.add_argument("--openvino", action="store_true", help="add OpenVINO (pip install openvino nncf); with "
+                    "--int8 also openvino-int8, with --bf16 also openvino-bf16")
     ap.add_argument("--int8", action="store_true", help="add ours-int8 and onnx-int8")
     ap.add_argument("--bf16", action="store_true", help="add ours-bf16 and torch-bf16 (CPUs with AVX512-BF16 or AMX)")
     ap.add_argument("--json", help="write every run and the ratios here")
     ap.add_argument("--profile-torch", action="store_true",
                     help="print torch.profiler's op table for 3 PyTorch forwards of the first shape, and stop")
-    ap.add_argument("--child", choices=["torch", "torch-bf16", "onnx", "onnx-int8"], help=argparse.SUPPRESS)
+    ap.add_argument("--child", choices=["torch", "torch-bf16", "onnx", "onnx-int8", "openvino", "openvino-int8",
+                                        "openvino-bf16"], help=argparse.SUPPRESS)
     ap.add_argument("--shape", help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
     if args.model_dir is None:
@@ -211,6 +225,67 @@ def child_onnx(args, int8=False):
     return run
 
 
+def cpu_has_bf16():
+    with open("/proc/cpuinfo") as f:
+        flags = next((l.split(":", 1)[1].split() for l in f if l.startswith("flags")), [])
+    return "avx512_bf16" in flags or "amx_bf16" in flags
+
+
+def openvino_int8_path(model_dir):
+    return os.path.join(model_dir, "model.ov-int8.xml")
+
+
+def quantize_openvino(model_dir):
+    """Writes model_dir/model.ov-int8.xml (+ .bin): NNCF's post-training int8 quantisation of model.onnx
+    (once), calibrated on 16 batches of 1 x 128 ids drawn like the benchmark's."""
+    import nncf
+    import numpy as np
+    import openvino as ov
+    model = ov.Core().read_model(onnx_path(model_dir))
+    with open(os.path.join(model_dir, "config.json")) as f:
+        V = json.load(f)["vocab_size"]
+    rng = np.random.default_rng(0)
+    batches = []
+    for _ in range(16):
+        ids = rng.integers(0, V, size=(1, 128), dtype=np.int64)
+        batches.append({"input_ids": ids, "attention_mask": np.ones_like(ids), "token_type_ids": np.zeros_like(ids)})
+    quantized = nncf.quantize(model, nncf.Dataset(batches), model_type=nncf.ModelType.TRANSFORMER,
+                              subset_size=len(batches))
+    tmp = openvino_int8_path(model_dir).replace(".xml", ".tmp.xml")
+    ov.save_model(quantized, tmp)
+    os.replace(tmp.replace(".xml", ".bin"), openvino_int8_path(model_dir).replace(".xml", ".bin"))
+    os.replace(tmp, openvino_int8_path(model_dir))
+
+
+def child_openvino(args, variant):
+    """variant: "" (fp32), "int8" or "bf16"."""
+    import openvino as ov
+    import torch
+    B, T = parse_shape(args.shape)
+    with open(os.path.join(args.model_dir, "config.json")) as f:
+        V = json.load(f)["vocab_size"]
+    if variant == "bf16" and not cpu_has_bf16():
+        sys.exit("openvino-bf16: this CPU has neither AVX512-BF16 nor AMX (OpenVINO would run fp32)")
+    core = ov.Core()
+    t0 = time.perf_counter()
+    model = core.read_model(openvino_int8_path(args.model_dir) if variant == "int8" else onnx_path(args.model_dir))
+    model.reshape({name: [B, T] for name in ("input_ids", "attention_mask", "token_type_ids")})
+    compiled = core.compile_model(model, "CPU", {
+        "INFERENCE_NUM_THREADS": str(args.threads), "NUM_STREAMS": "1", "PERFORMANCE_HINT": "LATENCY",
+        "INFERENCE_PRECISION_HINT": "bf16" if variant == "bf16" else "f32"})
+    request = compiled.create_infer_request()
+    load_s = time.perf_counter() - t0
+    rss_load = peak_rss_mib()
+    ids = batch_ids(B, T, V).numpy()
+    feeds = {"input_ids": ids, "attention_mask": ids * 0 + 1, "token_type_ids": ids * 0}
+    output = compiled.output("last_hidden_state")
+    out, run = time_forwards(lambda: request.infer(feeds)[output], args, B, T)
+    run.update({"runner": "openvino" + ("-" + variant if variant else ""), "version": "openvino " + ov.__version__,
+                "load_s": load_s, "rss_after_load_mib": rss_load, "peak_rss_mib": peak_rss_mib(),
+                "checksum": checksum(torch.from_numpy(out.copy()))})
+    return run
+
+
 # ---- the parent: make the model, run every (runner, shape), compare ----
 
 def ensure_model(args):
@@ -268,8 +343,12 @@ def agree(a, b, tol=1e-4):
 
 def main(args):
     if args.child:
-        run = (child_torch(args, args.child == "torch-bf16") if args.child.startswith("torch")
-               else child_onnx(args, args.child == "onnx-int8"))
+        if args.child.startswith("torch"):
+            run = child_torch(args, args.child == "torch-bf16")
+        elif args.child.startswith("onnx"):
+            run = child_onnx(args, args.child == "onnx-int8")
+        else:
+            run = child_openvino(args, args.child[len("openvino-"):] if "-" in args.child else "")
         print(json.dumps(run))
         return 0
     if args.profile_torch:
@@ -279,15 +358,23 @@ def main(args):
     runners = [r for r in args.runners.split(",") if r]
     if args.onnx and "onnx" not in runners:
         runners.append("onnx")
+    if args.openvino and "openvino" not in runners:
+        runners.append("openvino")
     if args.int8:
         runners += [r for r in ("ours-int8", "onnx-int8") if r not in runners]
+        if args.openvino and "openvino-int8" not in runners:
+            runners.append("openvino-int8")
     if args.bf16:
         runners += [r for r in ("ours-bf16", "torch-bf16") if r not in runners]
+        if args.openvino and "openvino-bf16" not in runners:
+            runners.append("openvino-bf16")
     if "ours" in runners and not args.roformer:
         sys.exit("--roformer is required to run ours")
     ensure_model(args)
-    if any(r.startswith("onnx") for r in runners) and not os.path.exists(onnx_path(args.model_dir)):
+    if any(r.startswith(("onnx", "openvino")) for r in runners) and not os.path.exists(onnx_path(args.model_dir)):
         export_onnx(args.model_dir)
+    if "openvino-int8" in runners and not os.path.exists(openvino_int8_path(args.model_dir)):
+        quantize_openvino(args.model_dir)
     if "onnx-int8" in runners and not os.path.exists(onnx_path(args.model_dir, True)):
         quantize_onnx(args.model_dir)
     import torch
@@ -315,12 +402,14 @@ def main(args):
                 elif not same:
                     ok = False
                     print("  MISMATCH: %s vs %s output differs by %.2e (relative)" % (r, ref["runner"], worst))
-        if "ours" in by and "torch" in by:
-            o, t = by["ours"], by["torch"]
-            row = {"shape": shape, "ours_tok_s": o["tokens_per_s"], "torch_tok_s": t["tokens_per_s"],
-                   "ours_peak_mib": o["peak_rss_mib"], "torch_peak_mib": t["peak_rss_mib"],
-                   "speedup_vs_torch": o["tokens_per_s"] / t["tokens_per_s"],
-                   "memory_vs_torch": o["peak_rss_mib"] / t["peak_rss_mib"]}
+        if "ours" in by:
+            o = by["ours"]
+            row = {"shape": shape, "ours_tok_s": o["tokens_per_s"], "ours_peak_mib": o["peak_rss_mib"]}
+            if "torch" in by:
+                t = by["torch"]
+                row.update({"torch_tok_s": t["tokens_per_s"], "torch_peak_mib": t["peak_rss_mib"],
+                            "speedup_vs_torch": o["tokens_per_s"] / t["tokens_per_s"],
+                            "memory_vs_torch": o["peak_rss_mib"] / t["peak_rss_mib"]})
             if "onnx" in by:
                 row["onnx_tok_s"] = by["onnx"]["tokens_per_s"]
                 row["onnx_peak_mib"] = by["onnx"]["peak_rss_mib"]
@@ -331,6 +420,16 @@ def main(args):
                 row.update({"ours_int8_tok_s": oi["tokens_per_s"], "onnx_int8_tok_s": ni["tokens_per_s"],
                             "int8_speedup_vs_onnx_int8": oi["tokens_per_s"] / ni["tokens_per_s"],
                             "ours_int8_peak_mib": oi["peak_rss_mib"], "onnx_int8_peak_mib": ni["peak_rss_mib"]})
+            if "openvino" in by:
+                row["openvino_tok_s"] = by["openvino"]["tokens_per_s"]
+                row["openvino_peak_mib"] = by["openvino"]["peak_rss_mib"]
+                row["speedup_vs_openvino"] = o["tokens_per_s"] / by["openvino"]["tokens_per_s"]
+            if "ours-int8" in by and "openvino-int8" in by:
+                row["openvino_int8_tok_s"] = by["openvino-int8"]["tokens_per_s"]
+                row["int8_speedup_vs_openvino_int8"] = by["ours-int8"]["tokens_per_s"] / by["openvino-int8"]["tokens_per_s"]
+            if "ours-bf16" in by and "openvino-bf16" in by:
+                row["openvino_bf16_tok_s"] = by["openvino-bf16"]["tokens_per_s"]
+                row["bf16_speedup_vs_openvino_bf16"] = by["ours-bf16"]["tokens_per_s"] / by["openvino-bf16"]["tokens_per_s"]
             if "ours-bf16" in by and "torch-bf16" in by:
                 ob, tb = by["ours-bf16"], by["torch-bf16"]
                 row.update({"ours_bf16_tok_s": ob["tokens_per_s"], "torch_bf16_tok_s": tb["tokens_per_s"],
