@@ -29,6 +29,8 @@ class Keep {
  public:
   Keep(uint64_t seed, double p) : stream_(mix64(seed)), threshold_(static_cast<uint64_t>(std::ceil(std::ldexp(p, 53)))) {}
   bool operator()(uint64_t index) const { return (mix64(stream_ ^ index) >> 11) >= threshold_; }
+  uint64_t stream() const { return stream_; }        // mix64(seed): what a vectorised mask starts from
+  uint64_t threshold() const { return threshold_; }  // ⌈p·2^53⌉
 
  private:
   uint64_t stream_, threshold_;

@@ -308,7 +308,7 @@ template <typename T>
 void attend(AttentionActs<T>& a, const AttentionContext<T>& ctx, const T* k, const T* v, int64_t B, int64_t T_,
             int64_t Tk, int64_t start, int64_t stride, KVCache<T>* cache) {
   const RoFormerConfig& c = *ctx.config;
-  const int64_t N = B * T_, H = c.hidden_size, n = c.num_attention_heads, D = c.head_dim();
+  const int64_t N = B * T_, H = c.hidden_size, D = c.head_dim();
   grow_to(a.ctx, N * H);
   if (c.attention_type == AttentionType::softmax) {
     const ops::AttentionShape s = softmax_shape(ctx, B, T_, Tk, start, stride);

@@ -87,6 +87,7 @@ HWY_AFTER_NAMESPACE();
 
 #include "blas.h"
 #include "base/random.h"
+#include "dropout.h"
 
 namespace ops {
 
@@ -101,15 +102,6 @@ constexpr int64_t kRowBlock = 64;  // query rows per block of products
 // Seed of the dropout mask of one (global batch row, head) probability block.
 uint64_t block_seed(const AttentionShape& s, int64_t b, int64_t h) {
   return base::mix64(s.dropout_seed ^ base::mix64(static_cast<uint64_t>((s.dropout_row0 + b) * s.H + h)));
-}
-
-// p[j] = keep(seed, first + j) ? a[j] / (1 − prob) : 0 for j < n: dropout_forward's mask on a row
-// segment of the (T, Tk) block whose element index starts at first.
-template <typename T>
-void dropout_row(T* p, const T* a, int64_t n, double prob, uint64_t seed, int64_t first) {
-  const T scale = static_cast<T>(1.0 / (1.0 - prob));
-  const base::Keep keep(seed, prob);
-  for (int64_t j = 0; j < n; ++j) p[j] = keep(static_cast<uint64_t>(first + j)) ? a[j] * scale : T(0);
 }
 
 // Which keys row t of a batch sees: [0, lim) minus padded keys; none → uniform over all Tk.
@@ -298,7 +290,7 @@ void attention_forward(T* out, T* saved, const T* q, const T* k, const T* v, con
         const T* p = a;
         if (s.dropout_p > 0) {
           for (int64_t t = r0; t < r0 + rows; ++t) {
-            dropout_row(dropped.data() + (t - r0) * Tn, a + (t - r0) * Tn, E, s.dropout_p, seed, t * Tn);
+            dropout_apply(dropped.data() + (t - r0) * Tn, a + (t - r0) * Tn, E, s.dropout_p, seed, t * Tn, false);
           }
           p = dropped.data();
         }
@@ -347,7 +339,7 @@ void attention_backward(T* dq, T* dk, T* dv, const T* dout, const T* saved, cons
         const T* p = a;  // the probabilities that multiplied v
         if (s.dropout_p > 0) {
           for (int64_t t = r0; t < r0 + rows; ++t) {
-            dropout_row(dropped.data() + (t - r0) * Tn, a + (t - r0) * Tn, E, s.dropout_p, seed, t * Tn);
+            dropout_apply(dropped.data() + (t - r0) * Tn, a + (t - r0) * Tn, E, s.dropout_p, seed, t * Tn, false);
           }
           p = dropped.data();
         }
@@ -356,7 +348,7 @@ void attention_backward(T* dq, T* dk, T* dv, const T* dout, const T* saved, cons
         gemm(false, true, rows, E, s.D, T(1), dout_r, C, v + koff, C, T(0), ds.data(), Tn);  // dp = dout·vᵀ
         for (int64_t t = r0; t < r0 + rows; ++t) {
           T* dr = ds.data() + (t - r0) * Tn;
-          if (s.dropout_p > 0) dropout_row(dr, dr, E, s.dropout_p, seed, t * Tn);  // datt = dropout'(dp)
+          if (s.dropout_p > 0) dropout_apply(dr, dr, E, s.dropout_p, seed, t * Tn, false);  // datt = dropout'(dp)
           // Softmax backward: dscore = att ⊙ (datt − Σ_j att·datt). Columns past a row's extent have
           // att = 0, so [0, E) covers every row of the block.
           softmax_backward_row(a + (t - r0) * Tn, dr, E);

@@ -1,31 +1,145 @@
-// Dropout forward/backward (see dropout.h).
+// Dropout forward/backward (see dropout.h). The keep decision is base::Keep's, element by element:
+// fp32 takes it eight or sixteen lanes at a time (SplitMix64's finaliser on 64-bit lanes; AVX2 has
+// no 64-bit multiply, so it is built from 32-bit ones), fp64 and the tails one at a time; both give
+// the same mask bit for bit, which the tests check on every SIMD target.
 #include "dropout.h"
+
+#undef HWY_TARGET_INCLUDE
+#define HWY_TARGET_INCLUDE "ops/dropout.cc"
+#include "hwy/foreach_target.h"  // IWYU pragma: keep
+#include "hwy/highway.h"
 
 #include "base/random.h"
 
+HWY_BEFORE_NAMESPACE();
 namespace ops {
+namespace HWY_NAMESPACE {
+namespace hn = hwy::HWY_NAMESPACE;
+
+// The low 64 bits of a · c per 64-bit lane.
+template <class D64>
+HWY_INLINE hn::Vec<D64> Mul64(D64 d64, hn::Vec<D64> a, hn::Vec<D64> c) {
+#if HWY_TARGET <= HWY_AVX3
+  (void)d64;
+  return hn::Mul(a, c);
+#else
+  const hn::Repartition<uint32_t, D64> d32;
+  const auto lo = hn::MulEven(hn::BitCast(d32, a), hn::BitCast(d32, c));  // lo(a)·lo(c), 64 bits
+  const auto cross = hn::Add(hn::MulEven(hn::BitCast(d32, hn::ShiftRight<32>(a)), hn::BitCast(d32, c)),
+                             hn::MulEven(hn::BitCast(d32, a), hn::BitCast(d32, hn::ShiftRight<32>(c))));
+  (void)d64;
+  return hn::Add(lo, hn::ShiftLeft<32>(cross));
+#endif
+}
+
+// All ones where base::Keep keeps element `index` (one per 64-bit lane), else zero.
+template <class D64>
+HWY_INLINE hn::Vec<D64> KeepLanes(D64 d64, hn::Vec<D64> index, uint64_t stream, uint64_t threshold) {
+  auto x = hn::Add(hn::Xor(index, hn::Set(d64, stream)), hn::Set(d64, 0x9e3779b97f4a7c15ull));
+  x = Mul64(d64, hn::Xor(x, hn::ShiftRight<30>(x)), hn::Set(d64, 0xbf58476d1ce4e5b9ull));
+  x = Mul64(d64, hn::Xor(x, hn::ShiftRight<27>(x)), hn::Set(d64, 0x94d049bb133111ebull));
+  x = hn::ShiftRight<11>(hn::Xor(x, hn::ShiftRight<31>(x)));  // < 2^53: compares as signed
+  const hn::RebindToSigned<D64> di;  // x ≥ threshold ⟺ x > threshold − 1 (threshold ≤ 2^53)
+  const auto above = hn::Gt(hn::BitCast(di, x), hn::Set(di, static_cast<int64_t>(threshold) - 1));
+  return hn::BitCast(d64, hn::VecFromMask(di, above));
+}
+
+// out[i] (=, or += with accumulate) keep(first + i) ? in[i] · scale : 0 for i < n, whole vectors only;
+// returns how many elements it did (a multiple of the lane count).
+int64_t DropoutKernel(float* out, const float* in, int64_t n, uint64_t stream, uint64_t threshold, uint64_t first,
+                      float scale, bool accumulate) {
+#if HWY_TARGET == HWY_SCALAR  // one lane: no 64-bit half to split it into; the caller's loop does it all
+  (void)out, (void)in, (void)n, (void)stream, (void)threshold, (void)first, (void)scale, (void)accumulate;
+  return 0;
+#else
+  const hn::ScalableTag<float> df;
+  const hn::Repartition<uint64_t, decltype(df)> d64;  // half as many lanes
+  const hn::Repartition<uint32_t, decltype(df)> d32;
+  const int64_t N = static_cast<int64_t>(hn::Lanes(df)), half = N / 2;
+  auto index = hn::Add(hn::Iota(d64, 0), hn::Set(d64, first));
+  const auto step = hn::Set(d64, static_cast<uint64_t>(half));
+  const auto vscale = hn::Set(df, scale);
+  int64_t i = 0;
+  for (; i + N <= n; i += N) {
+    const auto lo = KeepLanes(d64, index, stream, threshold);
+    index = hn::Add(index, step);
+    const auto hi = KeepLanes(d64, index, stream, threshold);
+    index = hn::Add(index, step);
+    // The low 32 bits of each 64-bit flag, in element order: lo's lanes, then hi's.
+    const auto flags = hn::ConcatEven(d32, hn::BitCast(d32, hi), hn::BitCast(d32, lo));
+    const auto keep = hn::MaskFromVec(hn::BitCast(df, flags));
+    const auto scaled = hn::Mul(hn::LoadU(df, in + i), vscale);
+    if (accumulate) {  // dropped elements keep their value as it is (−0 stays −0)
+      const auto o = hn::LoadU(df, out + i);
+      hn::StoreU(hn::IfThenElse(keep, hn::Add(o, scaled), o), df, out + i);
+    } else {
+      hn::StoreU(hn::IfThenElseZero(keep, scaled), df, out + i);
+    }
+  }
+  return i;
+#endif
+}
+
+}  // namespace HWY_NAMESPACE
+}  // namespace ops
+HWY_AFTER_NAMESPACE();
+
+#if HWY_ONCE
+#include <algorithm>
+#include <type_traits>
+
+namespace ops {
+
+HWY_EXPORT(DropoutKernel);
+
+template <typename T>
+void dropout_apply(T* out, const T* inp, int64_t n, double p, uint64_t seed, uint64_t first, bool accumulate) {
+  const T scale = static_cast<T>(1.0 / (1.0 - p));
+  const base::Keep keep(seed, p);
+  int64_t i = 0;
+  if constexpr (std::is_same_v<T, float>) {
+    i = HWY_DYNAMIC_DISPATCH(DropoutKernel)(out, inp, n, keep.stream(), keep.threshold(), first, scale, accumulate);
+  }
+  for (; i < n; ++i) {
+    const bool kept = keep(first + static_cast<uint64_t>(i));
+    if (accumulate) {
+      if (kept) out[i] += inp[i] * scale;
+    } else {
+      out[i] = kept ? inp[i] * scale : T(0);
+    }
+  }
+}
+
+namespace {
+
+constexpr int64_t kChunk = 4096;  // elements per OpenMP work item
+
+template <typename T>
+void dropout_parallel(T* out, const T* inp, int64_t n, double p, uint64_t seed, uint64_t first, bool accumulate) {
+#pragma omp parallel for schedule(static)
+  for (int64_t c = 0; c < n; c += kChunk) {
+    dropout_apply(out + c, inp + c, std::min(kChunk, n - c), p, seed, first + static_cast<uint64_t>(c), accumulate);
+  }
+}
+
+}  // namespace
 
 template <typename T>
 void dropout_forward(T* out, const T* inp, int64_t n, double p, uint64_t seed, uint64_t first) {
-  const T scale = static_cast<T>(1.0 / (1.0 - p));
-  const base::Keep keep(seed, p);
-#pragma omp parallel for schedule(static)
-  for (int64_t i = 0; i < n; ++i) out[i] = keep(first + static_cast<uint64_t>(i)) ? inp[i] * scale : T(0);
+  dropout_parallel(out, inp, n, p, seed, first, false);
 }
 
 template <typename T>
 void dropout_backward(T* dinp, const T* dout, int64_t n, double p, uint64_t seed, uint64_t first) {
-  const T scale = static_cast<T>(1.0 / (1.0 - p));
-  const base::Keep keep(seed, p);
-#pragma omp parallel for schedule(static)
-  for (int64_t i = 0; i < n; ++i) {
-    if (keep(first + static_cast<uint64_t>(i))) dinp[i] += dout[i] * scale;
-  }
+  dropout_parallel(dinp, dout, n, p, seed, first, true);
 }
 
+template void dropout_apply<float>(float*, const float*, int64_t, double, uint64_t, uint64_t, bool);
+template void dropout_apply<double>(double*, const double*, int64_t, double, uint64_t, uint64_t, bool);
 template void dropout_forward<float>(float*, const float*, int64_t, double, uint64_t, uint64_t);
 template void dropout_forward<double>(double*, const double*, int64_t, double, uint64_t, uint64_t);
 template void dropout_backward<float>(float*, const float*, int64_t, double, uint64_t, uint64_t);
 template void dropout_backward<double>(double*, const double*, int64_t, double, uint64_t, uint64_t);
 
 }  // namespace ops
+#endif  // HWY_ONCE

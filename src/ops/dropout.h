@@ -8,6 +8,11 @@
 
 namespace ops {
 
+// One thread's share, for callers already inside a parallel region (attention's probability rows):
+// out (n) = inp · keep(seed, first + i) / (1 − p), or with accumulate out += that where kept.
+template <typename T>
+void dropout_apply(T* out, const T* inp, int64_t n, double p, uint64_t seed, uint64_t first, bool accumulate);
+
 // out (n) = inp · keep(seed, i) / (1 − p); p in [0, 1).
 template <typename T>
 void dropout_forward(T* out, const T* inp, int64_t n, double p, uint64_t seed, uint64_t first = 0);

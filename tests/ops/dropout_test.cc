@@ -1,5 +1,6 @@
 // Inverted dropout (src/ops/dropout.cc): the kept fraction, the scale, the mask regenerated in the
-// backward, and the identity at p = 0.
+// backward, the identity at p = 0, and the vectorised mask equal to base::Keep's element by element
+// on every SIMD target.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -56,6 +57,46 @@ TEST(Ops, KeepIsTheUniformDrawAgainstP) {
       const double p = std::ldexp(static_cast<double>(t), -53);
       ASSERT_EQ(base::Keep(seed, p)(i), base::uniform01(seed, i) >= p) << "k " << k << " t " << t;
     }
+  }
+}
+
+// The fp32 path decides eight or sixteen elements at a time: its outputs equal base::Keep's decision
+// applied one element at a time, bit for bit, for random seeds, rates, counter offsets (up to 2^64 − 1,
+// where the counter wraps) and lengths with tails, forward (written) and backward (accumulated; a
+// dropped element keeps its value, −0 included), on every SIMD target.
+TEST(Ops, VectorisedDropoutMaskIsKeepsElementByElement) {
+  std::mt19937_64 rng(8);
+  std::normal_distribution<float> z;
+  for (int trial = 0; trial < 40; ++trial) {
+    const int64_t n = 1 + static_cast<int64_t>(rng() % 300);
+    const double p = trial % 5 == 0 ? 0.5 : std::uniform_real_distribution<double>(0.01, 0.95)(rng);
+    const uint64_t seed = rng(), first = trial % 4 == 0 ? ~uint64_t{0} - rng() % 200 : rng() % 100000;
+    std::vector<float> x(n), acc0(n);
+    for (float& v : x) v = z(rng);
+    for (float& v : acc0) v = trial % 3 == 0 ? -0.0f : z(rng);
+    const base::Keep keep(seed, p);
+    const float scale = static_cast<float>(1.0 / (1.0 - p));
+    std::vector<float> want(n), want_acc = acc0;
+    for (int64_t i = 0; i < n; ++i) {
+      const bool kept = keep(first + static_cast<uint64_t>(i));
+      want[i] = kept ? x[i] * scale : 0.0f;
+      if (kept) want_acc[i] += x[i] * scale;
+    }
+    for_each_simd_target([&] {
+      SCOPED_TRACE(testing::Message() << "n " << n << " p " << p << " first " << first);
+      std::vector<float> got(n, 9.0f), got_acc = acc0;
+      ops::dropout_apply(got.data(), x.data(), n, p, seed, first, false);
+      ops::dropout_apply(got_acc.data(), x.data(), n, p, seed, first, true);
+      for (int64_t i = 0; i < n; ++i) {
+        ASSERT_EQ(std::signbit(got[i]), std::signbit(want[i])) << i;
+        ASSERT_EQ(got[i], want[i]) << i;
+        ASSERT_EQ(std::signbit(got_acc[i]), std::signbit(want_acc[i])) << i;
+        ASSERT_EQ(got_acc[i], want_acc[i]) << i;
+      }
+      std::vector<float> whole(n);  // the parallel forward: the same mask
+      ops::dropout_forward(whole.data(), x.data(), n, p, seed, first);
+      ASSERT_EQ(whole, want);
+    });
   }
 }
 
