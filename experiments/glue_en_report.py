@@ -80,13 +80,12 @@ def runs_by_lr(task, pe):
     return out
 
 
-def row(task, what, pe, lr, res, lr_column):
+def row(task, what, pe, lr, res):
     val = [r[0] for r in res]
     tests = " / ".join(fmt([r[1][i] for r in res]) for i in range(len(res[0][1])))
     name = "RoPE" if pe == "rope" else "BERT (learned)"
-    lr_cell = f" {lr} |" if lr_column else ""
     one = sum(r[3] for r in res)
-    return (f"| {task} ({what}) | {name} |{lr_cell} {len(res)} | {fmt(val)} | {tests} | {one} | "
+    return (f"| {task} ({what}) | {name} | {lr} | {len(res)} | {fmt(val)} | {tests} | {one} | "
             f"{statistics.fmean(r[2] for r in res):.0f} |")
 
 
@@ -100,7 +99,7 @@ if swept:
     for task, what in swept:
         for pe in ("rope", "learned"):
             for lr, res in sorted(found[(task, pe)].items(), key=lambda kv: float(kv[0])):
-                print(row(task, what, pe, lr, res, True))
+                print(row(task, what, pe, lr, res))
     print("\nEach encoder at the rate with its best mean validation metric:\n")
 print("| task | position encoding | lr | seeds | best validation | test | one class | fine-tuning tok/s (1 thread) |")
 print("|---|---|---|---|---|---|---|---|")
@@ -110,4 +109,4 @@ for task, what in TASKS:
         if not by_lr:
             continue
         lr, res = max(by_lr.items(), key=lambda kv: statistics.fmean(r[0] for r in kv[1]))
-        print(row(task, what, pe, lr, res, True))
+        print(row(task, what, pe, lr, res))

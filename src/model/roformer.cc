@@ -182,10 +182,15 @@ AttentionCall RoFormer<T>::attention_call() const {
   call.row_limit = a.row_limit.empty() ? nullptr : a.row_limit.data();
   call.memory_mask = memory_mask_;
   call.dropout = a.dropout;
-  const int64_t keys = std::max(a.S, cfg_.add_cross_attention ? memory_len_ : int64_t{0});
-  call.saved = a.keep == Keep::all || (a.keep == Keep::backward && keys <= max_kept_keys_) ? ops::AttentionSaved::probabilities
-               : a.keep == Keep::backward                                                ? ops::AttentionSaved::row_stats
-                                                                                         : ops::AttentionSaved::none;
+  switch (a.keep) {
+    case Keep::all: call.saved = ops::AttentionSaved::probabilities; break;
+    case Keep::outputs: call.saved = ops::AttentionSaved::none; break;
+    case Keep::backward: {  // the probabilities while they are small, row statistics past max_kept_keys_
+      const int64_t keys = std::max(a.S, cfg_.add_cross_attention ? memory_len_ : int64_t{0});
+      call.saved = keys <= max_kept_keys_ ? ops::AttentionSaved::probabilities : ops::AttentionSaved::row_stats;
+      break;
+    }
+  }
   // A bf16 or int8 model also takes attention's products in bf16 where the CPU multiplies bf16 natively.
   call.bf16_products = packed() && packed_precision_ != ops::Precision::f32 && ops::bf16_is_native() &&
                        call.saved == ops::AttentionSaved::none && a.dropout.attention == 0;

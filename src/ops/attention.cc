@@ -170,10 +170,11 @@ void softmax_row(T* row, int64_t Tn, const RowKeys& rk, const int64_t* keys, T* 
       HWY_DYNAMIC_DISPATCH(SoftmaxKernel)(row, n, stats ? stats : unused);
     }
   } else {
-    T mx = -std::numeric_limits<T>::infinity();
-    if (again) mx = again[0];
-    for (int64_t j = 0; j < n && !again; ++j) {
-      if (!keys || keys[j] != 0) mx = row[j] > mx ? row[j] : mx;
+    T mx = again ? again[0] : -std::numeric_limits<T>::infinity();
+    if (!again) {
+      for (int64_t j = 0; j < n; ++j) {
+        if (!keys || keys[j] != 0) mx = row[j] > mx ? row[j] : mx;
+      }
     }
     double sum = 0;
     for (int64_t j = 0; j < n; ++j) {
@@ -312,11 +313,13 @@ void attention_backward(T* dq, T* dk, T* dv, const T* dout, const T* saved, cons
   {
     std::vector<T> ds(kRowBlock * Tn), dropped(s.dropout_p > 0 ? kRowBlock * Tn : 0);  // a block of rows each
     std::vector<T> tile(recompute ? kRowBlock * Tn : 0);  // row statistics: the block's probabilities again
+    BlockProducts<T> products(k, v, C, s.D, Tn, false);   // the forward's q·kᵀ (training runs no bf16 products)
 #pragma omp for schedule(static)
     for (int64_t bh = 0; bh < s.B * s.H; ++bh) {
       const int64_t b = bh / s.H, h = bh % s.H;
       const int64_t off = b * Tq * C + h * s.D;
       const int64_t koff = b * s.key_stride() * C + h * s.D;
+      products.load_head(koff);
       const uint64_t seed = s.dropout_p > 0 ? block_seed(s, b, h) : 0;
       for (int64_t r0 = 0; r0 < Tq; r0 += kRowBlock) {
         const int64_t rows = std::min(kRowBlock, Tq - r0);
@@ -324,7 +327,7 @@ void attention_backward(T* dq, T* dk, T* dv, const T* dout, const T* saved, cons
         if (recompute) {  // the forward's products and softmax over the same columns, bit for bit
           int64_t E = 0;
           for (int64_t t = r0; t < r0 + rows; ++t) E = std::max(E, mask.row(b, t, s.causal).extent(Tn));
-          gemm(false, true, rows, E, s.D, scale, q + off + r0 * C, C, k + koff, C, T(0), tile.data(), Tn);
+          products.scores(tile.data(), q + off + r0 * C, rows, E, scale);
           for (int64_t t = r0; t < r0 + rows; ++t) {
             softmax_row(tile.data() + (t - r0) * Tn, Tn, mask.row(b, t, s.causal), mask.keys(b), static_cast<T*>(nullptr),
                         saved + (bh * Tq + t) * 2);

@@ -17,17 +17,15 @@ namespace HWY_NAMESPACE {
 namespace hn = hwy::HWY_NAMESPACE;
 
 // The low 64 bits of a · c per 64-bit lane.
-template <class D64>
-HWY_INLINE hn::Vec<D64> Mul64(D64 d64, hn::Vec<D64> a, hn::Vec<D64> c) {
+template <class V>
+HWY_INLINE V Mul64(V a, V c) {
 #if HWY_TARGET <= HWY_AVX3
-  (void)d64;
   return hn::Mul(a, c);
 #else
-  const hn::Repartition<uint32_t, D64> d32;
+  const hn::Repartition<uint32_t, hn::DFromV<V>> d32;
   const auto lo = hn::MulEven(hn::BitCast(d32, a), hn::BitCast(d32, c));  // lo(a)·lo(c), 64 bits
   const auto cross = hn::Add(hn::MulEven(hn::BitCast(d32, hn::ShiftRight<32>(a)), hn::BitCast(d32, c)),
                              hn::MulEven(hn::BitCast(d32, a), hn::BitCast(d32, hn::ShiftRight<32>(c))));
-  (void)d64;
   return hn::Add(lo, hn::ShiftLeft<32>(cross));
 #endif
 }
@@ -36,8 +34,8 @@ HWY_INLINE hn::Vec<D64> Mul64(D64 d64, hn::Vec<D64> a, hn::Vec<D64> c) {
 template <class D64>
 HWY_INLINE hn::Vec<D64> KeepLanes(D64 d64, hn::Vec<D64> index, uint64_t stream, uint64_t threshold) {
   auto x = hn::Add(hn::Xor(index, hn::Set(d64, stream)), hn::Set(d64, 0x9e3779b97f4a7c15ull));
-  x = Mul64(d64, hn::Xor(x, hn::ShiftRight<30>(x)), hn::Set(d64, 0xbf58476d1ce4e5b9ull));
-  x = Mul64(d64, hn::Xor(x, hn::ShiftRight<27>(x)), hn::Set(d64, 0x94d049bb133111ebull));
+  x = Mul64(hn::Xor(x, hn::ShiftRight<30>(x)), hn::Set(d64, 0xbf58476d1ce4e5b9ull));
+  x = Mul64(hn::Xor(x, hn::ShiftRight<27>(x)), hn::Set(d64, 0x94d049bb133111ebull));
   x = hn::ShiftRight<11>(hn::Xor(x, hn::ShiftRight<31>(x)));  // < 2^53: compares as signed
   const hn::RebindToSigned<D64> di;  // x ≥ threshold ⟺ x > threshold − 1 (threshold ≤ 2^53)
   const auto above = hn::Gt(hn::BitCast(di, x), hn::Set(di, static_cast<int64_t>(threshold) - 1));

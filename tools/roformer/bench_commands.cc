@@ -9,20 +9,12 @@
 
 namespace roformer {
 
-void add_bench_commands(CLI::App& app, CommandTable& commands) {
-  CLI::App* bench = app.add_subcommand("bench", "Benchmarks")->require_subcommand(1);
-  auto bench_rope = std::make_shared<BenchRopeOptions>();
-  CLI::App* bench_cmd = bench->add_subcommand("rope", "RoPE prefill/decode speed vs the memory floor");
-  bench_cmd->add_flag("--json", bench_rope->json, "Print JSON (for bench/peers/rope_torch.py --ours)");
-  bench_cmd->add_option("--min-time", bench_rope->min_time, "Seconds per benchmark")->check(CLI::Range(0.001, 60.0));
-  bench_cmd->add_option("--repetitions", bench_rope->repetitions, "Repetitions (fastest kept)")->check(CLI::Range(1, 100));
-  bench_cmd->add_option("--filter", bench_rope->filter, "Only benchmarks whose name contains this");
-  bench_cmd->add_flag("--quick", bench_rope->quick, "Small shapes and short runs (smoke test)");
-  bench_cmd->add_option("--simd-target", bench_rope->simd_target,
-                        "Cap the SIMD dispatch at this Highway target (e.g. AVX2 on an AVX-512 CPU)");
+namespace {
 
+// `roformer bench train`: the trainer's step on the PyTorch peer's model shapes.
+void add_bench_train_command(CLI::App& bench, CommandTable& commands) {
   auto bench_train = std::make_shared<BenchTrainOptions>();
-  CLI::App* bench_train_cmd = bench->add_subcommand("train", "Training tokens/s on the PyTorch peer's model shapes");
+  CLI::App* bench_train_cmd = bench.add_subcommand("train", "Training tokens/s on the PyTorch peer's model shapes");
   bench_train_cmd->add_option("--preset", bench_train->preset, "small, large or base (RoFormer-base: 12 × 768)")
       ->check(CLI::IsMember({"small", "large", "base"}));
   bench_train_cmd->add_option("--task", bench_train->task, "clm or mlm")->check(CLI::IsMember({"clm", "mlm"}));
@@ -41,6 +33,24 @@ void add_bench_commands(CLI::App& app, CommandTable& commands) {
   bench_train_cmd->add_flag("--json", bench_train->json, "Print JSON (for bench/peers/roformer_torch.py --ours)");
   bench_train_cmd->add_option("--bucket-mb", bench_train->bucket_mb, "Under mpirun: gradient buckets in MiB (0: one "
                               "allreduce after the backward)")->check(CLI::Range(0.0, 65536.0));
+  commands.add(bench_train_cmd, [bench_train] { return roformer::bench_train(*bench_train); });
+}
+
+}  // namespace
+
+void add_bench_commands(CLI::App& app, CommandTable& commands) {
+  CLI::App* bench = app.add_subcommand("bench", "Benchmarks")->require_subcommand(1);
+  auto bench_rope = std::make_shared<BenchRopeOptions>();
+  CLI::App* bench_cmd = bench->add_subcommand("rope", "RoPE prefill/decode speed vs the memory floor");
+  bench_cmd->add_flag("--json", bench_rope->json, "Print JSON (for bench/peers/rope_torch.py --ours)");
+  bench_cmd->add_option("--min-time", bench_rope->min_time, "Seconds per benchmark")->check(CLI::Range(0.001, 60.0));
+  bench_cmd->add_option("--repetitions", bench_rope->repetitions, "Repetitions (fastest kept)")->check(CLI::Range(1, 100));
+  bench_cmd->add_option("--filter", bench_rope->filter, "Only benchmarks whose name contains this");
+  bench_cmd->add_flag("--quick", bench_rope->quick, "Small shapes and short runs (smoke test)");
+  bench_cmd->add_option("--simd-target", bench_rope->simd_target,
+                        "Cap the SIMD dispatch at this Highway target (e.g. AVX2 on an AVX-512 CPU)");
+
+  add_bench_train_command(*bench, commands);
 
   auto bench_comm = std::make_shared<BenchCommOptions>();
   CLI::App* bench_comm_cmd = bench->add_subcommand("comm", "Allreduce time by message size (run it under mpirun)");
@@ -86,7 +96,6 @@ void add_bench_commands(CLI::App& app, CommandTable& commands) {
 
 
   commands.add(bench_cmd, [bench_rope] { return roformer::bench_rope(*bench_rope); });
-  commands.add(bench_train_cmd, [bench_train] { return roformer::bench_train(*bench_train); });
   commands.add(bench_comm_cmd, [bench_comm] { return roformer::bench_comm(*bench_comm); });
   commands.add(bench_infer_cmd, [bench_infer] { return roformer::bench_infer(*bench_infer); });
   commands.add(bench_att_cmd, [bench_att] { return roformer::bench_attention(*bench_att); });

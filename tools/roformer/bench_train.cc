@@ -64,10 +64,8 @@ class RandomTokenTask : public train::TokenTask {
   std::vector<train::Batch> val_;
 };
 
-}  // namespace
-
-int bench_train(const BenchTrainOptions& o) {
-  if (o.threads > 0) omp_set_num_threads(o.threads);
+// The --preset's model (as the PyTorch peer builds it), no dropout, for --task and --seq.
+model::RoFormerConfig preset_config(const BenchTrainOptions& o) {
   model::RoFormerConfig c;
   const bool large = o.preset == "large", base = o.preset == "base";
   c.hidden_size = c.embedding_size = base ? 768 : large ? 512 : 256;
@@ -78,6 +76,14 @@ int bench_train(const BenchTrainOptions& o) {
   c.max_position_embeddings = std::max<int64_t>(512, o.seq);
   c.hidden_dropout_prob = c.attention_probs_dropout_prob = 0;
   c.is_decoder = o.task == "clm";
+  return c;
+}
+
+}  // namespace
+
+int bench_train(const BenchTrainOptions& o) {
+  if (o.threads > 0) omp_set_num_threads(o.threads);
+  const model::RoFormerConfig c = preset_config(o);
   // A huge --batch or --seq is refused by name before anything is allocated.
   train::check_batch_fits_in_memory(c, static_cast<double>(o.batch), o.seq, true,
                                     "--batch " + std::to_string(o.batch) + " with --seq " + std::to_string(o.seq) +
@@ -114,7 +120,7 @@ int bench_train(const BenchTrainOptions& o) {
   const bool prints = comm.rank() == 0;
   comm.finish();
   if (!prints) return 0;
-  const double sgemm = o.sgemm ? sgemm_gflops(large || base ? 2048 : 1024) : 0;
+  const double sgemm = o.sgemm ? sgemm_gflops(o.preset == "small" ? 1024 : 2048) : 0;
   std::sort(times.begin(), times.end());
   std::sort(waits.begin(), waits.end());
   const nlohmann::json run = {{"preset", o.preset},
