@@ -130,6 +130,29 @@ void Bf16FromF32Kernel(uint16_t* out, const float* x, int64_t n, float scale) {
   for (; i < n; ++i) out[i] = static_cast<uint16_t>(Bf16BitsScalar(x[i] * scale));
 }
 
+void CountSmallKernel(const float* x, int64_t n, const float* below, int64_t* counts) {
+  const hn::ScalableTag<float> d;
+  const int64_t lanes = static_cast<int64_t>(hn::Lanes(d));
+  const auto zero = hn::Zero(d), b0 = hn::Set(d, below[0]), b1 = hn::Set(d, below[1]);
+  int64_t c0 = 0, c1 = 0, c2 = 0;
+  int64_t i = 0;
+  for (; i + lanes <= n; i += lanes) {
+    const auto v = hn::LoadU(d, x + i);
+    const auto nonzero = hn::Not(hn::Eq(v, zero));  // true for NaN, as the scalar tail
+    const auto a = hn::Abs(v);
+    c0 += static_cast<int64_t>(hn::CountTrue(d, nonzero));
+    c1 += static_cast<int64_t>(hn::CountTrue(d, hn::And(nonzero, hn::Lt(a, b0))));
+    c2 += static_cast<int64_t>(hn::CountTrue(d, hn::And(nonzero, hn::Lt(a, b1))));
+  }
+  for (; i < n; ++i) {
+    const bool nonzero = x[i] != 0.0f;
+    c0 += nonzero;
+    c1 += nonzero && std::fabs(x[i]) < below[0];
+    c2 += nonzero && std::fabs(x[i]) < below[1];
+  }
+  counts[0] += c0, counts[1] += c1, counts[2] += c2;
+}
+
 void AdamWStepKernel(float* p, float* m, float* v, const float* g, int64_t n, const AdamWStep& s) {
   const hn::ScalableTag<float> d;
   const auto b1 = hn::Set(d, s.beta1), c1 = hn::Set(d, s.one_minus_beta1);
@@ -171,6 +194,7 @@ HWY_EXPORT(TargetKernel);
 HWY_EXPORT(FiniteRangeKernel);
 HWY_EXPORT(QuantizeU8Kernel);
 HWY_EXPORT(Bf16FromF32Kernel);
+HWY_EXPORT(CountSmallKernel);
 HWY_EXPORT(AdamWStepKernel);
 
 void exp_f32(float* out, const float* x, int64_t n) { HWY_DYNAMIC_DISPATCH(ExpKernel)(out, x, n); }
@@ -185,6 +209,9 @@ void quantize_u8_f32(const float* x, int64_t n, float inv_scale, float zero_poin
 }
 void bf16_from_f32(uint16_t* out, const float* x, int64_t n, float scale) {
   HWY_DYNAMIC_DISPATCH(Bf16FromF32Kernel)(out, x, n, scale);
+}
+void count_small_f32(const float* x, int64_t n, const float below[2], int64_t counts[3]) {
+  HWY_DYNAMIC_DISPATCH(CountSmallKernel)(x, n, below, counts);
 }
 void adamw_step_f32(float* p, float* m, float* v, const float* g, int64_t n, const AdamWStep& s) {
   HWY_DYNAMIC_DISPATCH(AdamWStepKernel)(p, m, v, g, n, s);

@@ -1,18 +1,88 @@
-// Linear forward/backward on CBLAS (OpenBLAS, OpenMP build: one thread runtime with the rest).
+// Linear forward/backward on CBLAS (OpenBLAS, OpenMP build: one thread runtime with the rest), and
+// their bf16 mixed-precision twins on oneDNN's bf16 matmul.
 #include "linear.h"
 
 #include <omp.h>
 
 #include <algorithm>
+#include <atomic>
+#include <stdexcept>
+#include <string>
 #include <vector>
 
 #include "blas.h"
+#include "onednn.h"
+#include "packed_linear.h"
+#include "vmath.h"
 
 namespace ops {
 namespace {
 
 // Below this many elements a loop stays on the calling thread: a parallel region costs more.
 constexpr int64_t kParallelMin = 1 << 15;
+
+// dbias (OC) += Σ_n dout (N, OC), rows in order for every column (so the result does not depend on
+// the thread count): each thread takes a band of columns and walks the rows, reading a contiguous
+// segment of each into a band of running sums, instead of striding down one column at a time.
+template <typename T>
+void add_column_sums(T* dbias, const T* dout, int64_t N, int64_t OC) {
+  const bool parallel = N * OC >= kParallelMin;
+  const int64_t threads = parallel ? omp_get_max_threads() : 1;
+  const int64_t band = std::max<int64_t>(16, ((OC + threads - 1) / threads + 15) & ~int64_t{15});
+  const int64_t bands = (OC + band - 1) / band;
+#pragma omp parallel for schedule(static) if (parallel)
+  for (int64_t i = 0; i < bands; ++i) {
+    const int64_t o0 = i * band, width = std::min(OC, o0 + band) - o0;
+    std::vector<T> sum(width, T(0));
+    for (int64_t n = 0; n < N; ++n) {
+      const T* row = dout + n * OC + o0;
+      for (int64_t o = 0; o < width; ++o) sum[o] += row[o];
+    }
+    for (int64_t o = 0; o < width; ++o) dbias[o0 + o] += sum[o];
+  }
+}
+
+void require_native_bf16(const char* what) {
+  if (!bf16_is_native()) {
+    throw std::invalid_argument(std::string(what) + ": bf16 products need a CPU with AVX512-BF16 or AMX; oneDNN found " +
+                                cpu_isa_name());
+  }
+}
+
+// The census of GradientUnderflow, process-wide.
+std::atomic<int64_t> g_values{0}, g_nonzero{0}, g_below_bf16{0}, g_below_fp16{0};
+
+// x (n) rounded to bf16 into buf (grown to n), in parallel chunks; census: count x's small values.
+const uint16_t* rounded_to_bf16(std::vector<uint16_t>& buf, const float* x, int64_t n, bool census) {
+  constexpr int64_t kChunk = 16384;
+  if (static_cast<int64_t>(buf.size()) < n) buf.resize(static_cast<size_t>(n));
+  uint16_t* out = buf.data();
+  const int64_t chunks = (n + kChunk - 1) / kChunk;
+  static const float kBelow[2] = {0x1p-126f, 0x1p-24f};
+  int64_t counts[3] = {0, 0, 0};
+#pragma omp parallel for schedule(static) if (chunks > 1) reduction(+ : counts[:3])
+  for (int64_t c = 0; c < chunks; ++c) {
+    const int64_t begin = c * kChunk, count = std::min(n, begin + kChunk) - begin;
+    bf16_from_f32(out + begin, x + begin, count);
+    if (census) count_small_f32(x + begin, count, kBelow, counts);
+  }
+  if (census) {
+    g_values += n;
+    g_nonzero += counts[0];
+    g_below_bf16 += counts[1];
+    g_below_fp16 += counts[2];
+  }
+  return out;
+}
+
+using dnnl::memory;
+using dt = memory::data_type;
+
+// A row-major (rows, cols) matrix, or with transposed its transpose (cols, rows) read in place.
+memory::desc matrix(int64_t rows, int64_t cols, dt type, bool transposed = false) {
+  return transposed ? memory::desc({cols, rows}, type, memory::dims{1, cols})
+                    : memory::desc({rows, cols}, type, memory::dims{cols, 1});
+}
 
 }  // namespace
 
@@ -32,25 +102,37 @@ void linear_backward(T* dinp, T* dweight, T* dbias, const T* dout, const T* inp,
                      int64_t IC, int64_t OC) {
   if (dinp) gemm(false, false, N, IC, OC, T(1), dout, OC, weight, IC, T(1), dinp, IC);  // (N, OC)·(OC, IC)
   gemm(true, false, OC, IC, N, T(1), dout, OC, inp, IC, T(1), dweight, IC);             // (N, OC)ᵀ·(N, IC)
-  if (dbias) {
-    // Column sums of dout, rows in order for every column (so the result does not depend on the
-    // thread count): each thread takes a band of columns and walks the rows, reading a contiguous
-    // segment of each into a band of running sums, instead of striding down one column at a time.
-    const bool parallel = N * OC >= kParallelMin;
-    const int64_t threads = parallel ? omp_get_max_threads() : 1;
-    const int64_t band = std::max<int64_t>(16, ((OC + threads - 1) / threads + 15) & ~int64_t{15});
-    const int64_t bands = (OC + band - 1) / band;
-#pragma omp parallel for schedule(static) if (parallel)
-    for (int64_t i = 0; i < bands; ++i) {
-      const int64_t o0 = i * band, width = std::min(OC, o0 + band) - o0;
-      std::vector<T> sum(width, T(0));
-      for (int64_t n = 0; n < N; ++n) {
-        const T* row = dout + n * OC + o0;
-        for (int64_t o = 0; o < width; ++o) sum[o] += row[o];
-      }
-      for (int64_t o = 0; o < width; ++o) dbias[o0 + o] += sum[o];
-    }
+  if (dbias) add_column_sums(dbias, dout, N, OC);
+}
+
+void linear_forward_bf16(float* out, const float* inp, const uint16_t* weight16, const float* bias, int64_t N,
+                         int64_t IC, int64_t OC) {
+  require_native_bf16("linear_forward_bf16");
+  thread_local std::vector<uint16_t> inp16;
+  const uint16_t* x = rounded_to_bf16(inp16, inp, N * IC, false);
+  // (N, IC)·(OC, IC)ᵀ: the weight read as oneDNN's (K, N) = (IC, OC) weights.
+  onednn_matmul(matrix(N, IC, dt::bf16), x, matrix(OC, IC, dt::bf16, true), weight16, bias, matrix(N, OC, dt::f32),
+                out, false);
+}
+
+void linear_backward_bf16(float* dinp, float* dweight, float* dbias, const float* dout, const float* inp,
+                          const uint16_t* weight16, int64_t N, int64_t IC, int64_t OC) {
+  require_native_bf16("linear_backward_bf16");
+  thread_local std::vector<uint16_t> dout16, inp16;
+  const uint16_t* dy = rounded_to_bf16(dout16, dout, N * OC, true);
+  const uint16_t* x = rounded_to_bf16(inp16, inp, N * IC, false);
+  if (dinp) {  // (N, OC)·(OC, IC)
+    onednn_matmul(matrix(N, OC, dt::bf16), dy, matrix(OC, IC, dt::bf16), weight16, nullptr, matrix(N, IC, dt::f32),
+                  dinp, true);
   }
+  // (N, OC)ᵀ·(N, IC): dout read transposed in place.
+  onednn_matmul(matrix(N, OC, dt::bf16, true), dy, matrix(N, IC, dt::bf16), x, nullptr, matrix(OC, IC, dt::f32),
+                dweight, true);
+  if (dbias) add_column_sums(dbias, dout, N, OC);
+}
+
+GradientUnderflow bf16_gradient_underflow() {
+  return {g_values.load(), g_nonzero.load(), g_below_bf16.load(), g_below_fp16.load()};
 }
 
 template void linear_forward<float>(float*, const float*, const float*, const float*, int64_t, int64_t, int64_t);

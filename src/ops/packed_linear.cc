@@ -27,6 +27,53 @@ const dnnl::engine& onednn_engine() {
 
 namespace {
 
+// The cache key of a plain matmul: each descriptor's dims, strides and type, then the flags.
+void append_desc(std::vector<int64_t>& key, const dnnl::memory::desc& d) {
+  const dnnl_memory_desc_t& c = d.data;
+  key.push_back(c.ndims);
+  key.push_back(static_cast<int64_t>(c.data_type));
+  for (int i = 0; i < c.ndims; ++i) key.push_back(c.dims[i]), key.push_back(c.format_desc.blocking.strides[i]);
+}
+
+}  // namespace
+
+void onednn_matmul(const dnnl::memory::desc& src, const void* src_data, const dnnl::memory::desc& weights,
+                   const void* weights_data, const float* bias, dnnl::memory::desc dst, float* dst_data,
+                   bool accumulate) {
+  using dnnl::memory;
+  const int64_t N = dst.dims()[1];
+  const memory::desc bias_desc({1, N}, memory::data_type::f32, memory::format_tag::ab);
+  std::vector<int64_t> key;
+  append_desc(key, src);
+  append_desc(key, weights);
+  append_desc(key, dst);
+  key.push_back(bias != nullptr);
+  key.push_back(accumulate);
+  thread_local std::map<std::vector<int64_t>, dnnl::matmul> cache;
+  auto it = cache.find(key);
+  if (it == cache.end()) {
+    if (cache.size() >= 64) cache.clear();  // a bound for callers whose shapes keep changing
+    dnnl::primitive_attr attr;
+    if (accumulate) {
+      dnnl::post_ops ops;
+      ops.append_sum(1.0f);
+      attr.set_post_ops(ops);
+    }
+    const auto desc = bias ? dnnl::matmul::desc(src, weights, bias_desc, dst) : dnnl::matmul::desc(src, weights, dst);
+    it = cache.emplace(key, dnnl::matmul(dnnl::matmul::primitive_desc(desc, attr, onednn_engine()))).first;
+  }
+  thread_local dnnl::stream stream(onednn_engine());
+  const dnnl::engine& engine = onednn_engine();
+  std::unordered_map<int, memory> args = {{DNNL_ARG_SRC, memory(src, engine, const_cast<void*>(src_data))},
+                                          {DNNL_ARG_WEIGHTS, memory(weights, engine, const_cast<void*>(weights_data))},
+                                          {DNNL_ARG_DST, memory(dst, engine, dst_data)}};
+  if (bias) args.emplace(DNNL_ARG_BIAS, memory(bias_desc, engine, const_cast<float*>(bias)));
+  it->second.execute(stream, args);
+  stream.wait();
+}
+
+namespace {
+
 using dnnl::memory;
 using tag = memory::format_tag;
 using dt = memory::data_type;

@@ -32,6 +32,11 @@ void quantize_u8_f32(const float* x, int64_t n, float inv_scale, float zero_poin
 // products' operands (attention.h).
 void bf16_from_f32(uint16_t* out, const float* x, int64_t n, float scale = 1.0f);
 
+// Counts over x[0, n): counts[0] the nonzero values, counts[1 + j] those nonzero with |x| < below[j]
+// (j = 0, 1), added to what counts holds. NaN counts as nonzero and below nothing. bf16 training's
+// gradient census (linear.h's GradientUnderflow).
+void count_small_f32(const float* x, int64_t n, const float below[2], int64_t counts[3]);
+
 // The coefficients of one AdamW step (train/optim.h), each rounded to fp32 once per step.
 struct AdamWStep {
   float decay;                      // 1 − lr·weight_decay (1 for parameters without decay)

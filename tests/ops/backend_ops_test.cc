@@ -10,7 +10,8 @@
 // attention with caches, cross-attention, masks and dropout, linear attention and its recurrent step,
 // position tables, the vector maths) and librope's rotation. Columns (all_params): the CPU backend on
 // each SIMD target this machine supports and the build has (Highway's target selection), in fp32,
-// and fp16/bf16 for librope. A new backend adds its columns there; a new op adds rows below.
+// fp16/bf16 for librope, and bf16 for the linear layer's mixed-precision products where the CPU
+// has native bf16. A new backend adds its columns there; a new op adds rows below.
 // The last test checks that the fp32 results are the same bits whatever the thread count.
 #include <gtest/gtest.h>
 #include <omp.h>
@@ -35,6 +36,7 @@
 #include "ops/linear_attention.h"
 #include "ops/loss.h"
 #include "ops/norm.h"
+#include "ops/packed_linear.h"
 #include "ops/position.h"
 #include "ops/vmath.h"
 #include "hwy/targets.h"
@@ -158,23 +160,54 @@ std::string fields(std::initializer_list<std::pair<const char*, int64_t>> kv) {
 // fp32 against fp64: a few roundings per element. The worst case measured is 5e-14 (linear attention
 // with FAVOR+ features, whose exponentials amplify the rounding of the logits); rounding alone is 1e-15.
 constexpr double kF32 = 1e-12;
+// bf16 operands that bf16 holds exactly, products accumulated in fp32 by the bf16 dot-product
+// instructions (which flush subnormals and round each pair's sum): fp32 accumulation error, 2.5e-15 at worst measured.
+constexpr double kBf16Products = 1e-12;
 
 std::vector<OpCase> linear_cases() {
   std::vector<OpCase> cases;
   struct Shape { int64_t N, IC, OC; bool bias; };
   for (const Shape s : {Shape{1, 1, 1, true}, Shape{3, 7, 5, true}, Shape{17, 64, 33, false},
                         Shape{64, 256, 96, true}, Shape{5, 1030, 3, true}}) {
-    Body body = typed([s]<class T>(Inputs& in, Outputs& out) {
-      const auto x = cast<T>(in.normal(s.N * s.IC)), w = cast<T>(in.normal(s.OC * s.IC, 1 / std::sqrt(s.IC)));
-      const auto b = cast<T>(in.normal(s.OC)), g = cast<T>(in.normal(s.N * s.OC));
-      auto y = cast<T>(in.normal(s.N * s.OC)), dx = cast<T>(in.normal(s.N * s.IC));
-      auto dw = cast<T>(in.normal(s.OC * s.IC)), db = cast<T>(in.normal(s.OC));
-      ops::linear_forward(y.data(), x.data(), w.data(), s.bias ? b.data() : nullptr, s.N, s.IC, s.OC);
-      ops::linear_backward(dx.data(), dw.data(), s.bias ? db.data() : nullptr, g.data(), x.data(), w.data(), s.N,
-                           s.IC, s.OC);
-      out.add(y), out.add(dx), out.add(dw), out.add(db);
-    });
-    cases.push_back({"linear", fields({{"N", s.N}, {"IC", s.IC}, {"OC", s.OC}, {"bias", s.bias}}), body, {{Dtype::f32, kF32}}});
+    // bf16: the mixed-precision training products (fp32 tensors, bf16 operands, fp32 accumulation) on
+    // inputs bf16 holds, so that only the accumulation differs from the reference.
+    Body body = [s](const Variant& v, Inputs& in, Outputs& out) {
+      auto run = [&]<class T>(auto&& forward, auto&& backward) {
+        const auto x = cast<T>(in.normal(s.N * s.IC)), w = cast<T>(in.normal(s.OC * s.IC, 1 / std::sqrt(s.IC)));
+        const auto b = cast<T>(in.normal(s.OC)), g = cast<T>(in.normal(s.N * s.OC));
+        auto y = cast<T>(in.normal(s.N * s.OC)), dx = cast<T>(in.normal(s.N * s.IC));
+        auto dw = cast<T>(in.normal(s.OC * s.IC)), db = cast<T>(in.normal(s.OC));
+        forward(y.data(), x.data(), w, s.bias ? b.data() : nullptr);
+        backward(dx.data(), dw.data(), s.bias ? db.data() : nullptr, g.data(), x.data(), w);
+        out.add(y), out.add(dx), out.add(dw), out.add(db);
+      };
+      auto plain = [&]<class T>() {
+        run.template operator()<T>(
+            [&](T* y, const T* x, const std::vector<T>& w, const T* b) {
+              ops::linear_forward(y, x, w.data(), b, s.N, s.IC, s.OC);
+            },
+            [&](T* dx, T* dw, T* db, const T* g, const T* x, const std::vector<T>& w) {
+              ops::linear_backward(dx, dw, db, g, x, w.data(), s.N, s.IC, s.OC);
+            });
+      };
+      if (v.dtype == Dtype::f64) return plain.template operator()<double>();
+      if (v.dtype == Dtype::f32) return plain.template operator()<float>();
+      auto w16 = [](const std::vector<float>& w) {
+        std::vector<uint16_t> h(w.size());
+        for (size_t i = 0; i < w.size(); ++i) h[i] = rope::f32_to_bf16(w[i]);
+        return h;
+      };
+      run.template operator()<float>(
+          [&](float* y, const float* x, const std::vector<float>& w, const float* b) {
+            ops::linear_forward_bf16(y, x, w16(w).data(), b, s.N, s.IC, s.OC);
+          },
+          [&](float* dx, float* dw, float* db, const float* g, const float* x, const std::vector<float>& w) {
+            ops::linear_backward_bf16(dx, dw, db, g, x, w16(w).data(), s.N, s.IC, s.OC);
+          });
+    };
+    std::vector<std::pair<Dtype, double>> variants = {{Dtype::f32, kF32}};
+    if (ops::bf16_is_native()) variants.push_back({Dtype::bf16, kBf16Products});
+    cases.push_back({"linear", fields({{"N", s.N}, {"IC", s.IC}, {"OC", s.OC}, {"bias", s.bias}}), body, variants});
   }
   return cases;
 }

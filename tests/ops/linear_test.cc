@@ -1,9 +1,12 @@
 // The linear layer (src/ops/linear.cc): y = x·Wᵀ + b against a plain loop, gradients against central
-// differences, fp32 against fp64, and the bias gradient summed in row order.
+// differences, fp32 against fp64, and the bias gradient summed in row order; the bf16
+// mixed-precision products against fp64 on the operands rounded to bf16, and their gradient census.
 #include <gtest/gtest.h>
 
 #include <cmath>
 #include <cstdint>
+#include <string>
+#include <tuple>
 #include <limits>
 #include <random>
 #include <stdexcept>
@@ -11,6 +14,8 @@
 
 #include "ops/linear.h"
 #include "ops/ops_testing.h"
+#include "ops/packed_linear.h"
+#include "rope/convert.h"
 
 namespace {
 
@@ -59,6 +64,94 @@ TEST(Ops, LinearBiasGradientIsTheColumnSumInRowOrder) {
     expected[o] += sum;
   }
   EXPECT_EQ(db, expected);
+}
+
+double rounded_to_bf16(double x) { return rope::bf16_to_f32(rope::f32_to_bf16(static_cast<float>(x))); }
+
+// Σ(x − ref)² / Σ ref².
+double nmse(const std::vector<float>& x, const Vec& ref) {
+  double err = 0, norm = 0;
+  for (size_t i = 0; i < ref.size(); ++i) err += (x[i] - ref[i]) * (x[i] - ref[i]), norm += ref[i] * ref[i];
+  return err / norm;
+}
+
+// Arbitrary fp32 operands: the products equal fp64's on the operands rounded to nearest-even bf16, to
+// fp32 accumulation (1e-11), and differ from the unrounded fp64 products by bf16 rounding (~1e-5): so
+// every operand is rounded, and only once. Forward writes; both backward products accumulate.
+TEST(Ops, LinearBf16ProductsAreFp64OnTheOperandsRoundedToBf16) {
+  if (!ops::bf16_is_native()) {
+    std::vector<float> y(1), x(1);
+    std::vector<uint16_t> w(1);
+    try {
+      ops::linear_forward_bf16(y.data(), x.data(), w.data(), nullptr, 1, 1, 1);
+      FAIL() << "bf16 products on a CPU without native bf16";
+    } catch (const std::invalid_argument& e) {
+      EXPECT_NE(std::string(e.what()).find(ops::cpu_isa_name()), std::string::npos) << e.what();
+    }
+    return;
+  }
+  std::mt19937_64 rng(41);
+  for (const auto& [N, IC, OC] : {std::tuple<int64_t, int64_t, int64_t>{1, 1, 1}, {7, 33, 5}, {130, 200, 70},
+                                 {300, 64, 700}}) {
+    const auto x = to_f32(random_vec(rng, N * IC)), w = to_f32(random_vec(rng, OC * IC, 1 / std::sqrt(IC)));
+    const auto b = to_f32(random_vec(rng, OC)), g = to_f32(random_vec(rng, N * OC));
+    std::vector<uint16_t> w16(w.size());
+    for (size_t i = 0; i < w.size(); ++i) w16[i] = rope::f32_to_bf16(w[i]);
+    std::vector<float> y(N * OC), dx = to_f32(random_vec(rng, N * IC)), dw = to_f32(random_vec(rng, OC * IC));
+    std::vector<float> db = to_f32(random_vec(rng, OC));
+    const std::vector<float> dx0 = dx, dw0 = dw, db0 = db;
+    ops::linear_forward_bf16(y.data(), x.data(), w16.data(), b.data(), N, IC, OC);
+    ops::linear_backward_bf16(dx.data(), dw.data(), db.data(), g.data(), x.data(), w16.data(), N, IC, OC);
+    for (const bool rounded : {true, false}) {
+      auto r = [&](float v) { return rounded ? rounded_to_bf16(v) : double(v); };
+      Vec ry(N * OC), rdx(dx0.begin(), dx0.end()), rdw(dw0.begin(), dw0.end()), rdb(db0.begin(), db0.end());
+      for (int64_t n = 0; n < N; ++n) {
+        for (int64_t o = 0; o < OC; ++o) {
+          double s = b[o];
+          for (int64_t i = 0; i < IC; ++i) s += r(x[n * IC + i]) * r(w[o * IC + i]);
+          ry[n * OC + o] = s;
+          for (int64_t i = 0; i < IC; ++i) {
+            rdx[n * IC + i] += r(g[n * OC + o]) * r(w[o * IC + i]);
+            rdw[o * IC + i] += r(g[n * OC + o]) * r(x[n * IC + i]);
+          }
+          rdb[o] += g[n * OC + o];  // the bias gradient stays fp32
+        }
+      }
+      const std::string where = "N " + std::to_string(N) + " IC " + std::to_string(IC) + " OC " + std::to_string(OC);
+      if (rounded) {
+        EXPECT_LT(nmse(y, ry), 1e-11) << where;
+        EXPECT_LT(nmse(dx, rdx), 1e-11) << where;
+        EXPECT_LT(nmse(dw, rdw), 1e-11) << where;
+        EXPECT_LT(nmse(db, rdb), 1e-11) << where;
+      } else if (N * IC > 1) {
+        EXPECT_GT(nmse(y, ry), 1e-8) << where;
+      }
+    }
+  }
+}
+
+// The census counts the output gradients as they are rounded: nonzero, below bf16's normal range
+// (2^-126) and below fp16's smallest subnormal (2^-24), NaN as nonzero.
+TEST(Ops, LinearBf16GradientUnderflowCensus) {
+  if (!ops::bf16_is_native()) GTEST_SKIP() << "no native bf16 (" << ops::cpu_isa_name() << ")";
+  const int64_t N = 40, IC = 3, OC = 1;
+  std::vector<float> dout(N * OC, 0.0f), x(N * IC, 1.0f), dx(N * IC, 0.0f), dw(OC * IC, 0.0f);
+  const std::vector<uint16_t> w16(OC * IC, rope::f32_to_bf16(1.0f));
+  dout[0] = 1.0f;
+  dout[1] = -0x1p-30f;   // fp16 underflow only
+  dout[2] = 0x1p-127f;   // subnormal in fp32: lost in bf16 too
+  dout[3] = -0x1p-149f;  // the smallest fp32 subnormal
+  dout[4] = 0x1p-24f;    // fp16's smallest subnormal: held
+  dout[5] = -0.0f;
+  dout[6] = NAN;
+  for (int64_t i = 7; i < 30; ++i) dout[i] = 0x1p-100f;  // 23 more fp16 underflows
+  const ops::GradientUnderflow before = ops::bf16_gradient_underflow();
+  ops::linear_backward_bf16(dx.data(), dw.data(), nullptr, dout.data(), x.data(), w16.data(), N, IC, OC);
+  const ops::GradientUnderflow after = ops::bf16_gradient_underflow();
+  EXPECT_EQ(after.values - before.values, N * OC);
+  EXPECT_EQ(after.nonzero - before.nonzero, 29);
+  EXPECT_EQ(after.below_bf16 - before.below_bf16, 2);
+  EXPECT_EQ(after.below_fp16 - before.below_fp16, 26);
 }
 
 }  // namespace
