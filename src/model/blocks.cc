@@ -32,14 +32,27 @@ void zero(T* x, int64_t n) {
 }
 
 // out (N, OC) = x (N, IC)·Wᵀ + b: through the layer's packed weights when the model is packed for
-// inference (RoFormer::pack), else on the arena (ops/linear.h). A packed layer's fused activation,
-// if any, is applied too: callers check fuses_activation.
+// inference (RoFormer::pack), in bf16 products when it trains in bf16 (p.w16), else on the arena
+// (ops/linear.h). A packed layer's fused activation, if any, is applied too: callers check
+// fuses_activation.
 template <typename T>
 void linear(T* out, const T* x, const LinearParams<T>& p, int64_t N, int64_t IC, int64_t OC) {
   if constexpr (std::is_same_v<T, float>) {
     if (p.packed) return p.packed->forward(out, x, N);
+    if (p.w16) return ops::linear_forward_bf16(out, x, p.w16, p.b, N, IC, OC);
   }
   ops::linear_forward(out, x, p.w, p.b, N, IC, OC);
+}
+
+// dx (N, IC) += dout (N, OC)·W (dx may be null); g.w += doutᵀ·x; g.b += Σ dout: the backward of
+// linear(), in the forward's precision.
+template <typename T>
+void linear_back(T* dx, const LinearParams<T>& g, const T* dout, const T* x, const LinearParams<T>& p, int64_t N,
+                 int64_t IC, int64_t OC) {
+  if constexpr (std::is_same_v<T, float>) {
+    if (p.w16) return ops::linear_backward_bf16(dx, g.w, g.b, dout, x, p.w16, N, IC, OC);
+  }
+  ops::linear_backward(dx, g.w, g.b, dout, x, p.w, N, IC, OC);
 }
 
 template <typename T>
@@ -209,7 +222,7 @@ void embeddings_backward(const RoFormerConfig& c, const EmbeddingParams<T>& g, c
   T* d_dropped = s.get(0, N * E);  // (N, E)
   if (p.project.w) {
     zero(d_dropped, N * E);
-    ops::linear_backward(d_dropped, g.project.w, g.project.b, dout, a.dropped.data(), p.project.w, N, E, H);
+    linear_back(d_dropped, g.project, dout, a.dropped.data(), p.project, N, E, H);
   } else {
     std::copy(dout, dout + N * E, d_dropped);
   }
@@ -300,7 +313,7 @@ void attention_output_backward(T* d_ctx, T* dx, const AttentionParams<T>& g, con
   T* d_sum = s.get(10, N * H);
   dropout_back(d_sum, dx, N * H, ctx.dropout, 2 + 3 * ctx.layer, ctx.dropout.first(H), s, 11);
   zero(d_ctx, N * H);
-  ops::linear_backward(d_ctx, g.out.w, g.out.b, d_sum, a.ctx.data(), p.out.w, N, H, H);
+  linear_back(d_ctx, g.out, d_sum, a.ctx.data(), p.out, N, H, H);
 }
 
 // Softmax or linear attention of rotated q, k, v into a.ctx; keys (B, stride, H) with Tk valid.
@@ -433,9 +446,9 @@ void self_attention_backward(T* dx, const AttentionParams<T>& g, const T* dout, 
     }
   }
   if (ctx.rope && c.rotary_value) rotate(*ctx.rope, ROPE_BACKWARD, ROPE_ROLE_KEY, dv, B, T_, n, D, 0);
-  ops::linear_backward(dx, g.q.w, g.q.b, dq, x, p.q.w, N, H, H);
-  ops::linear_backward(dx, g.k.w, g.k.b, dk, x, p.k.w, N, H, H);
-  ops::linear_backward(dx, g.v.w, g.v.b, dv, x, p.v.w, N, H, H);
+  linear_back(dx, g.q, dq, x, p.q, N, H, H);
+  linear_back(dx, g.k, dk, x, p.k, N, H, H);
+  linear_back(dx, g.v, dv, x, p.v, N, H, H);
 }
 
 template <typename T>
@@ -485,9 +498,9 @@ void cross_attention_backward(T* dx, T* dmemory, const AttentionParams<T>& g, co
     rotate(*ctx.rope, ROPE_BACKWARD, ROPE_ROLE_KEY, dk, B, Tk, n, D, 0);
     if (c.rotary_value) rotate(*ctx.rope, ROPE_BACKWARD, ROPE_ROLE_KEY, dv, B, Tk, n, D, 0);
   }
-  ops::linear_backward(dx, g.q.w, g.q.b, dq, x, p.q.w, N, H, H);
-  ops::linear_backward(dmemory, g.k.w, g.k.b, dk, memory, p.k.w, M, H, H);
-  ops::linear_backward(dmemory, g.v.w, g.v.b, dv, memory, p.v.w, M, H, H);
+  linear_back(dx, g.q, dq, x, p.q, N, H, H);
+  linear_back(dmemory, g.k, dk, memory, p.k, M, H, H);
+  linear_back(dmemory, g.v, dv, memory, p.v, M, H, H);
 }
 
 // ---- feed-forward ----
@@ -520,9 +533,9 @@ void feed_forward_backward(const RoFormerConfig& c, T* dx, const FeedForwardPara
   dropout_back(d_sum, dx, N * H, d, 3 + 3 * layer, d.first(H), s, 21);
   T *d_act = s.get(22, N * I), *d_pre = s.get(23, N * I);
   zero(d_act, N * I);
-  ops::linear_backward(d_act, g.out.w, g.out.b, d_sum, a.act.data(), p.out.w, N, I, H);
+  linear_back(d_act, g.out, d_sum, a.act.data(), p.out, N, I, H);
   activation_backward(c, d_pre, a.pre.data(), d_act, N * I);
-  ops::linear_backward(dx, g.in.w, g.in.b, d_pre, x, p.in.w, N, H, I);
+  linear_back(dx, g.in, d_pre, x, p.in, N, H, I);
 }
 
 // ---- heads ----
@@ -532,14 +545,14 @@ void mlm_head_forward(const RoFormerConfig& c, T* logits, MlmHeadActs<T>& a, con
                       int64_t N) {
   const int64_t E = c.embedding_size, H = c.hidden_size, V = c.vocab_size;
   if (!p.dense.w) {  // RoFormer-V2: the tied matmul only
-    linear(logits, h, LinearParams<T>{p.decoder_w, nullptr, p.decoder_packed}, N, H, V);
+    linear(logits, h, p.decoder(), N, H, V);  // decoder_b is null
     return;
   }
   for (auto* v : {&a.dense, &a.act, &a.normed}) grow_to(*v, N * E);
   linear(a.dense.data(), h, p.dense, N, H, E);  // (N, E)
   activation_forward(c, a.act.data(), a.dense.data(), N * E);
   norm_forward(c, a.normed.data(), a.norm, a.act.data(), p.norm, N, E);
-  linear(logits, a.normed.data(), LinearParams<T>{p.decoder_w, p.decoder_b, p.decoder_packed}, N, E, V);  // (N, V)
+  linear(logits, a.normed.data(), p.decoder(), N, E, V);  // (N, V)
 }
 
 template <typename T>
@@ -548,15 +561,15 @@ void mlm_head_backward(const RoFormerConfig& c, T* dh, const MlmHeadParams<T>& g
   const int64_t E = c.embedding_size, H = c.hidden_size, V = c.vocab_size;
   zero(dh, N * H);
   if (!p.dense.w) {
-    ops::linear_backward(dh, g.decoder_w, static_cast<T*>(nullptr), dlogits, h, p.decoder_w, N, H, V);
+    linear_back(dh, LinearParams<T>{g.decoder_w}, dlogits, h, p.decoder(), N, H, V);
     return;
   }
   T *d_normed = s.get(30, N * E), *d_act = s.get(31, N * E), *d_dense = s.get(32, N * E);
   zero(d_normed, N * E);
-  ops::linear_backward(d_normed, g.decoder_w, g.decoder_b, dlogits, a.normed.data(), p.decoder_w, N, E, V);
+  linear_back(d_normed, g.decoder(), dlogits, a.normed.data(), p.decoder(), N, E, V);
   norm_backward(c, d_act, g.norm, d_normed, a.act.data(), p.norm, a.norm, N, E);
   activation_backward(c, d_dense, a.dense.data(), d_act, N * E);
-  ops::linear_backward(dh, g.dense.w, g.dense.b, d_dense, h, p.dense.w, N, H, E);
+  linear_back(dh, g.dense, d_dense, h, p.dense, N, H, E);
 }
 
 template <typename T>
@@ -580,7 +593,7 @@ void pooler_backward(const RoFormerConfig& c, T* dh, const PoolerParams<T>& g, c
   if (c.pooler_activation == "tanh") {
     for (int64_t i = 0; i < B * H; ++i) d_pre[i] *= T(1) - a.out[i] * a.out[i];
   }
-  ops::linear_backward(d_cls.data(), g.dense.w, g.dense.b, d_pre.data(), a.cls.data(), p.dense.w, B, H, H);
+  linear_back(d_cls.data(), g.dense, d_pre.data(), a.cls.data(), p.dense, B, H, H);
   for (int64_t b = 0; b < B; ++b) accumulate(dh + b * T_ * H, d_cls.data() + b * H, H);
 }
 
@@ -606,11 +619,11 @@ void classifier_backward(const RoFormerConfig& c, T* dh, const ClassifierParams<
   const uint64_t first = static_cast<uint64_t>(d.row0 * H);
   T *d_act = s.get(40, B * H), *d_dense = s.get(41, B * H), *d_cls = s.get(42, B * H);
   zero(d_act, B * H);
-  ops::linear_backward(d_act, g.out.w, g.out.b, dlogits, a.act.data(), p.out.w, B, H, labels);
+  linear_back(d_act, g.out, dlogits, a.act.data(), p.out, B, H, labels);
   dropout_back(d_act, d_act, B * H, d, 1, first, s, 43);
   activation_backward(c, d_dense, a.dense.data(), d_act, B * H);
   zero(d_cls, B * H);
-  ops::linear_backward(d_cls, g.dense.w, g.dense.b, d_dense, a.cls.data(), p.dense.w, B, H, H);
+  linear_back(d_cls, g.dense, d_dense, a.cls.data(), p.dense, B, H, H);
   dropout_back(d_cls, d_cls, B * H, d, 0, first, s, 43);
   for (int64_t b = 0; b < B; ++b) accumulate(dh + b * T_ * H, d_cls + b * H, H);
 }

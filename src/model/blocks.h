@@ -27,6 +27,9 @@ struct LinearParams {
   // Inference (RoFormer::pack): the same layer packed for oneDNN, which the forward then runs instead
   // of w and b (fp32 models only). Its epilogue may hold the activation that follows the layer.
   const ops::PackedLinear* packed = nullptr;
+  // bf16 mixed-precision training (RoFormer::set_precision): w's bf16 copy, (out, in). When set, the
+  // forward and both backward products run ops' bf16 GEMMs (ops/linear.h) on it, fp32 elsewhere.
+  const uint16_t* w16 = nullptr;
 };
 template <typename T>
 struct NormParams {
@@ -67,6 +70,8 @@ struct MlmHeadParams {
   NormParams<T> norm;     // (E)
   T *decoder_w = nullptr, *decoder_b = nullptr;  // (V, E) = the word embeddings, (V)
   const ops::PackedLinear* decoder_packed = nullptr;  // inference: decoder_w and decoder_b packed
+  const uint16_t* decoder_w16 = nullptr;              // bf16 training: decoder_w's bf16 copy
+  LinearParams<T> decoder() const { return {decoder_w, decoder_b, decoder_packed, decoder_w16}; }
 };
 // RoFormer-Sim's pooler: act(h[:, 0]·Wᵀ + b) with pooler_activation linear or tanh.
 template <typename T>

@@ -67,6 +67,9 @@ class Trainable {
   // The gradient arena is allocated on first use (zero_grad, backward) or by this call, for code that
   // keeps pointers into it (the optimizer): an inference-only model never holds it.
   virtual void allocate_grads() = 0;
+  // The precision of training forwards and their backward: f32, or bf16 mixed precision
+  // (RoFormer::set_precision). Throws std::invalid_argument naming the CPU where it lacks native bf16.
+  virtual void set_precision(ops::Precision precision) = 0;
   void zero_grad() {
     allocate_grads();
     std::fill(grads.begin(), grads.end(), T(0));

@@ -9,6 +9,7 @@
 #include <type_traits>
 
 #include "ops/loss.h"
+#include "ops/vmath.h"
 #include "base/random.h"
 
 namespace model {
@@ -244,6 +245,7 @@ template <typename T>
 double RoFormer<T>::forward(const Inputs& in, bool training, uint64_t dropout_seed) {
   if (in.targets && !has_mlm_head_) throw std::invalid_argument("this checkpoint has no MLM head: no logits, no loss");
   if (in.targets && !in.logits) throw std::invalid_argument("a loss needs the logits (Inputs::logits)");
+  use_bf16_weights(training && precision_ == ops::Precision::bf16);
   embed(in, training, dropout_seed);
   encode();
   run_heads(in.logits);
@@ -383,6 +385,79 @@ void RoFormer<T>::pack(ops::Precision precision, bool release_arena) {
     if (has_mlm_head_ && p.head.decoder_w) {  // the decoder is the word embedding table: never released
       pack_linear(p.head.dense, E, H);
       p.head.decoder_packed = pack_one(p.head.decoder_w, p.head.decoder_b, V, p.head.dense.w ? E : H);
+    }
+  }
+}
+
+template <typename T>
+std::vector<typename RoFormer<T>::LinearLayer> RoFormer<T>::linear_layers() {
+  const int64_t H = cfg_.hidden_size, I = cfg_.intermediate_size, E = cfg_.embedding_size;
+  std::vector<LinearLayer> all;
+  auto add = [&](LinearParams<T>& l, int64_t out, int64_t in) {
+    if (l.w) all.push_back({&l, out, in});
+  };
+  add(p.emb.project, H, E);
+  for (LayerParams<T>& layer : p.layers) {
+    for (AttentionParams<T>* attn : {&layer.attn, &layer.cross}) {
+      for (LinearParams<T>* l : {&attn->q, &attn->k, &attn->v, &attn->out}) add(*l, H, H);
+    }
+    add(layer.ffn.in, I, H);
+    add(layer.ffn.out, H, I);
+  }
+  add(p.head.dense, E, H);
+  add(p.pooler.dense, H, H);
+  add(p.classifier.dense, H, H);
+  add(p.classifier.out, cfg_.num_labels(), H);
+  return all;
+}
+
+template <typename T>
+void RoFormer<T>::set_precision(ops::Precision precision) {
+  if (precision == ops::Precision::int8) throw std::invalid_argument("set_precision: training runs in f32 or bf16");
+  if constexpr (!std::is_same_v<T, float>) {
+    if (precision != ops::Precision::f32) throw std::logic_error("set_precision: bf16 training is for fp32 models");
+  } else if (precision == ops::Precision::bf16 && !ops::bf16_is_native()) {
+    throw std::invalid_argument("bf16 training needs a CPU with AVX512-BF16 or AMX; oneDNN found " +
+                                ops::cpu_isa_name());
+  }
+  precision_ = precision;
+  use_bf16_weights(false);
+}
+
+template <typename T>
+void RoFormer<T>::use_bf16_weights(bool on) {
+  std::vector<LinearLayer> layers = linear_layers();
+  LinearParams<T> decoder = p.head.decoder();  // the word embeddings, (V, E or H)
+  const int64_t V = cfg_.vocab_size, decoder_in = p.head.dense.w ? cfg_.embedding_size : cfg_.hidden_size;
+  if (has_mlm_head_ && decoder.w) layers.push_back({&decoder, V, decoder_in});
+  for (LinearLayer& l : layers) l.params->w16 = nullptr;
+  p.head.decoder_w16 = nullptr;
+  if constexpr (std::is_same_v<T, float>) {
+    if (!on) return;
+    int64_t total = 0;
+    for (const LinearLayer& l : layers) total += l.out * l.in;
+    bf16_.resize(static_cast<size_t>(total));
+    // Chunks of whole layers' rows, spread over the threads: each element is rounded on its own.
+    std::vector<std::pair<const float*, int64_t>> from;
+    int64_t at = 0;
+    for (LinearLayer& l : layers) {
+      l.params->w16 = bf16_.data() + at;
+      from.push_back({l.params->w, at});
+      at += l.out * l.in;
+    }
+    p.head.decoder_w16 = decoder.w16;
+    constexpr int64_t kChunk = 1 << 16;
+#pragma omp parallel for schedule(dynamic)
+    for (int64_t c = 0; c < (total + kChunk - 1) / kChunk; ++c) {
+      // The layer holding element c·kChunk, then every layer overlapping the chunk.
+      const int64_t begin = c * kChunk, end = std::min(total, begin + kChunk);
+      auto it = std::upper_bound(from.begin(), from.end(), begin,
+                                 [](int64_t x, const std::pair<const float*, int64_t>& f) { return x < f.second; });
+      for (size_t i = static_cast<size_t>(it - from.begin()) - 1; i < from.size() && from[i].second < end; ++i) {
+        const int64_t layer_end = i + 1 < from.size() ? from[i + 1].second : total;
+        const int64_t lo = std::max(begin, from[i].second), hi = std::min(end, layer_end);
+        ops::bf16_from_f32(bf16_.data() + lo, from[i].first + (lo - from[i].second), hi - lo);
+      }
     }
   }
 }

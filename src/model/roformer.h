@@ -110,6 +110,17 @@ class RoFormer : public Trainable<T> {
   ops::Precision packed_precision() const { return packed_precision_; }  // when packed()
   size_t packed_bytes() const;  // what the packed weights take besides the arena
 
+  // Mixed-precision training: with bf16, every training forward (training = true) and its backward
+  // run each linear layer's three products (ops/linear.h: x·Wᵀ, dout·W, doutᵀ·x; the MLM decoder
+  // too) with bf16 operands and fp32 accumulation. The arena stays the fp32 master copy the optimiser
+  // updates; each training forward first rounds the layers' weights to bf16 copies (once per
+  // micro-batch). Norms, softmax, attention, losses, reductions, biases and gradients stay fp32, and
+  // forwards with training = false (validation, decoding) run fp32 on the master weights. f32 (the
+  // default) turns it off. bf16 on a CPU without native bf16 throws std::invalid_argument naming its
+  // kernel family; anything but f32 on a double model, std::logic_error.
+  void set_precision(ops::Precision precision) override;
+  ops::Precision precision() const { return precision_; }
+
   void set_keep(Keep keep);  // takes effect with the next forward
   Keep keep() const { return keep_; }
   // Keep::backward keeps attention's probabilities over at most this many keys. Default: while they
@@ -170,6 +181,15 @@ class RoFormer : public Trainable<T> {
   bool arena_released_ = false;  // pack(…, release_arena): the packed weights' arena pages are gone
   void unpack();
   void require_unpacked(const char* what) const;
+  // Every linear layer that has weights, with its (out, in) shape, and the MLM decoder (tied).
+  struct LinearLayer {
+    LinearParams<T>* params;
+    int64_t out, in;
+  };
+  std::vector<LinearLayer> linear_layers();
+  void use_bf16_weights(bool on);  // rounds the weights into bf16_ and points w16 at them, or clears w16
+  ops::Precision precision_ = ops::Precision::f32;
+  std::vector<uint16_t> bf16_;  // bf16 training: the linear layers' weights, rounded each training forward
 };
 
 extern template class RoFormer<float>;

@@ -162,6 +162,12 @@ Seq2Seq<T>::Seq2Seq(const Seq2SeqConfig& cfg) : cfg_(cfg) {
 }
 
 template <typename T>
+void Seq2Seq<T>::set_precision(ops::Precision precision) {
+  encoder_->set_precision(precision);
+  decoder_->set_precision(precision);
+}
+
+template <typename T>
 void Seq2Seq<T>::bind() {
   T* g = grads.empty() ? nullptr : grads.data();
   if (!encoder_) {

@@ -66,6 +66,7 @@ class Seq2Seq : public Trainable<T> {
   const RoFormer<T>& encoder() const { return *encoder_; }
   const RoFormer<T>& decoder() const { return *decoder_; }
   void allocate_grads() override;
+  void set_precision(ops::Precision precision) override;  // the encoder's and the decoder's (RoFormer::set_precision)
 
   void init_weights(uint64_t seed);  // HF's initialisation (RoFormer::init_weights), a pure function of seed
   // Loads an HF EncoderDecoderModel state dict (our checkpoints, or transformers' save_pretrained).

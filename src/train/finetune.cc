@@ -152,6 +152,7 @@ class FinetuneRun : public Recipe {
   std::unique_ptr<Model> m_;
   std::unique_ptr<ClassifyTask> task_;
   std::unique_ptr<Trainer> trainer_;
+  std::string precision_;  // the header's words for the training precision (apply_precision)
   model::RoFormerConfig cfg_;
   TrainerState state_;
   std::string metric_;
@@ -217,6 +218,7 @@ void FinetuneRun::prepare() {
   sched.decay = Decay::linear;
   AdamWConfig adamw;
   adamw.weight_decay = o_.weight_decay;
+  precision_ = apply_precision(*m_, o_.precision);
   trainer_ = std::make_unique<Trainer>(
       *m_, *task_, TrainerConfig{sched, adamw, o_.clip, o_.seed, o_.grad_accum, &comm_, o_.bucket_mb, o_.zero1});
   if (!resume_dir_.empty()) {
@@ -288,12 +290,12 @@ void FinetuneRun::write_predictions() {
 
 FinetuneResult FinetuneRun::run(const ReportHook& on_report) {
   if (writer_) std::fprintf(stderr, "%s %s with %lld labels on %s: %lld steps (%lld epochs of %lld), batch %lld, lr %.2g, "
-               "max length %lld, %d threads × %d processes; best by %s\n",
+               "max length %lld, %d threads × %d processes, %s; best by %s\n",
                resume_dir_.empty() ? "fine-tuning" : "resuming", cfg_.problem_type.c_str(),
                static_cast<long long>(cfg_.num_labels()), o_.model.c_str(), static_cast<long long>(total_steps_),
                static_cast<long long>(o_.epochs), static_cast<long long>(task_->steps_per_epoch()),
                static_cast<long long>(o_.batch), o_.lr, static_cast<long long>(o_.max_length), omp_get_max_threads(),
-               comm_.size(), metric_.c_str());
+               comm_.size(), precision_.c_str(), metric_.c_str());
   LoopOptions lo;
   lo.out = o_.out;
   lo.total_steps = total_steps_;
@@ -329,7 +331,7 @@ std::string FinetuneOptions::to_json() const {
                   {"metric", metric}, {"lr", lr}, {"warmup_ratio", warmup_ratio}, {"weight_decay", weight_decay},
                   {"clip", clip}, {"dropout", dropout}, {"rope_scaling", rope_scaling}, {"seed", seed},
                   {"predict", predict}, {"grad_accum", grad_accum}, {"bucket_mb", bucket_mb}, {"zero1", zero1},
-                  {"threads", threads}};
+                  {"threads", threads}, {"precision", precision}};
   return j.dump(2) + "\n";
 }
 
@@ -346,6 +348,7 @@ FinetuneOptions FinetuneOptions::from_json(const std::string& text) {
     o.rope_scaling = j.at("rope_scaling"), o.seed = j.at("seed"), o.predict = j.at("predict"), o.threads = j.at("threads");
     o.grad_accum = j.value("grad_accum", int64_t{1});  // absent in runs from before gradient accumulation
     o.bucket_mb = j.value("bucket_mb", 4.0), o.zero1 = j.value("zero1", false);  // absent in older runs
+    o.precision = j.value("precision", "fp32");
   } catch (const json::exception& e) {
     throw io::Error(std::string("fine-tuning options: ") + e.what());
   }
@@ -386,6 +389,7 @@ FinetuneResult run_finetune(FinetuneOptions o, bool resume, const ReportHook& on
   }
   o.validate();
   apply_threads(o.threads, resume_dir);
+  o.precision = resolve_precision(o.precision, resume_dir);
   FinetuneRun run(std::move(o), resume_dir);
   const FinetuneResult r = run.run(on_report);
   world().finish();

@@ -52,6 +52,7 @@ struct FinetuneOptions {
   bool predict = false;              // write out/predictions.jsonl for the test file with the best model
   model::LinearOptions linears;      // the predictions' linear layers (--quantize, --gemm)
   int threads = 0;
+  std::string precision = "fp32";    // training products: fp32, bf16 (mixed) or auto (run_loop.h's resolve_precision)
   bool progress = true;
 
   // Everything but `out`, `progress` and `linears`, which a resumed run takes from its command line.

@@ -59,6 +59,7 @@ class TrainingRun : public Recipe {
   std::unique_ptr<LmTask> task_;
   std::unique_ptr<Model> m_;
   std::unique_ptr<Trainer> trainer_;
+  std::string precision_;  // the header's words for the training precision (apply_precision)
   TrainerState state_;
   RunDirectoryLock lock_;  // a new run's (a resumed one is locked by run_training)
 };
@@ -116,6 +117,7 @@ void TrainingRun::build_model() {
     m_ = std::make_unique<Model>(o_.model);
     m_->init_weights(o_.seed);
   }
+  precision_ = apply_precision(*m_, o_.precision);
   trainer_ = std::make_unique<Trainer>(
       *m_, *task_,
       TrainerConfig{o_.schedule, o_.adamw, o_.clip, o_.seed, o_.grad_accum, &comm_,
@@ -135,6 +137,7 @@ void TrainingRun::print_header() const {
   if (comm_.size() > 1) parallel = std::to_string(comm_.size()) + " processes (" + comm_.name() + ") × " + parallel;
   if (o.grad_accum > 1) parallel += ", " + std::to_string(o.grad_accum) + " micro-batches";
   if (trainer_->sharded()) parallel += ", AdamW moments sharded (ZeRO-1)";
+  parallel += ", " + precision_;
   std::fprintf(stderr,
                "%s %s: %lld parameters (%lld layers, hidden %lld, %lld heads, ff %lld, %s positions), vocab %lld (%s)\n"
                "data %s: %s; unigram baseline %.4f nats/token\n"
@@ -222,6 +225,7 @@ TrainResult run_training(TrainOptions o, bool resume, const ReportHook& on_repor
   o.schedule.total_steps = o.steps;
   o.model.is_decoder = o.task == "clm";
   apply_threads(o.threads, resume_dir);
+  o.precision = resolve_precision(o.precision, resume_dir);
   TrainingRun run(std::move(o), resume_dir);
   const TrainResult r = run.run(on_report);
   world().finish();

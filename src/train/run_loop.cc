@@ -14,6 +14,7 @@
 #include <nlohmann/json.hpp>
 
 #include "base/threads.h"
+#include "ops/packed_linear.h"
 #include "io/output_path.h"
 #include "train/console.h"
 
@@ -215,6 +216,25 @@ LoopResult RunLoop::run() {
 void apply_threads(int threads, const std::string& resumed_from) {
   base::check_thread_count(threads, resumed_from.empty() ? "threads" : resumed_from + ": the run's saved threads");
   if (threads > 0) omp_set_num_threads(threads);
+}
+
+std::string resolve_precision(const std::string& precision, const std::string& resumed_from) {
+  const std::string origin = resumed_from.empty() ? "--precision" : resumed_from + ": the run's saved precision";
+  if (precision != "fp32" && precision != "bf16" && precision != "auto") {
+    throw io::Error(origin + " " + precision + ": expected fp32, bf16 or auto");
+  }
+  if (precision == "auto") return ops::bf16_is_native() ? "bf16" : "fp32";
+  if (precision == "bf16" && !ops::bf16_is_native()) {
+    throw io::Error(origin + " bf16: this CPU has no native bf16 dot products (AVX512-BF16 or AMX; oneDNN found " +
+                    ops::cpu_isa_name() + "); use fp32");
+  }
+  return precision;
+}
+
+std::string apply_precision(model::Trainable<float>& m, const std::string& precision) {
+  const bool bf16 = precision == "bf16";
+  m.set_precision(bf16 ? ops::Precision::bf16 : ops::Precision::f32);
+  return bf16 ? "bf16 mixed precision (" + ops::cpu_isa_name() + ")" : "fp32";
 }
 
 RunDirectoryLock::RunDirectoryLock(const std::string& out, bool writer) {

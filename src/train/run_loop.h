@@ -87,6 +87,16 @@ std::string resume_options(Options& o, const std::string& what, const std::funct
 // Checks a run's thread count (0: all cores) and applies it; `origin` names it in the error.
 void apply_threads(int threads, const std::string& resumed_from);
 
+// --precision of a training run: "fp32", "bf16" (mixed precision: model::Trainable::set_precision) or
+// "auto" (bf16 where the CPU multiplies bf16 natively, else fp32), resolved before anything is loaded
+// so that a run is refused at once where bf16 is missing, and so that its saved options hold what it
+// runs (a resumed run keeps its precision, and is bit-exact only within it). Throws io::Error naming
+// --precision, or the resumed run's saved precision.
+std::string resolve_precision(const std::string& precision, const std::string& resumed_from);
+// Sets m's training precision from a resolved --precision and says what it is for the run's header:
+// "fp32" or "bf16 mixed precision (<oneDNN's kernel family>)".
+std::string apply_precision(model::Trainable<float>& m, const std::string& precision);
+
 // An advisory lock on a run directory (flock on the directory itself): while one process trains in
 // it, a second one (a new run or a --resume) is refused with an io::Error naming the directory. Rank 0
 // (writer) alone takes it: a resumed run at its start (a directory that does not exist is left to

@@ -198,7 +198,7 @@ std::string TrainOptions::to_json() const {
             {"save_every", save_every}, {"val_fraction", val_fraction}, {"mask_prob", mask_prob},
             {"sample_tokens", sample_tokens}, {"sample_prompt", sample_prompt}, {"temperature", temperature},
             {"top_k", top_k}, {"grad_accum", grad_accum}, {"bucket_mb", bucket_mb}, {"zero1", zero1},
-            {"threads", threads}};
+            {"threads", threads}, {"precision", precision}};
   return j.dump(2) + "\n";
 }
 
@@ -237,6 +237,7 @@ TrainOptions TrainOptions::from_json(const std::string& text) {
     o.bucket_mb = j.value("bucket_mb", 4.0);
     o.zero1 = j.value("zero1", false);
     o.threads = j.at("threads");
+    o.precision = j.value("precision", "fp32");  // absent in runs from before bf16 training
   } catch (const json::exception& e) {
     throw io::Error(std::string("training options: ") + e.what());
   }

@@ -54,6 +54,7 @@ struct TrainOptions {
   double bucket_mb = 4;             // data-parallel gradient buckets (MiB; 0: one allreduce after the backward)
   bool zero1 = false;               // data-parallel: shard the AdamW moments over the ranks (ZeRO-1)
   int threads = 0;                  // OpenMP threads per process (0: all cores)
+  std::string precision = "fp32";   // training products: fp32, bf16 (mixed) or auto (run_loop.h's resolve_precision)
   bool progress = true;             // the live progress line (on a terminal)
 
   std::string to_json() const;  // everything but `out` and `progress`, which belong to the invocation

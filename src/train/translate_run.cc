@@ -71,6 +71,7 @@ class TranslateRun : public Recipe {
   std::unique_ptr<Seq2SeqModel> m_;
   std::unique_ptr<Seq2SeqTask> task_;
   std::unique_ptr<Trainer> trainer_;
+  std::string precision_;  // the header's words for the training precision (apply_precision)
   std::vector<data::SentencePair> bleu_pairs_;
   TrainerState state_;
   RunDirectoryLock lock_;  // a new run's (a resumed one is locked by run_translate_training)
@@ -164,6 +165,7 @@ void TranslateRun::prepare() {
   AdamWConfig adamw;
   adamw.beta1 = o_.beta1, adamw.beta2 = o_.beta2, adamw.weight_decay = o_.weight_decay;
   TrainerConfig trainer_cfg{sched, adamw, o_.clip, o_.seed, o_.grad_accum, &comm_, o_.bucket_mb, o_.zero1};
+  precision_ = apply_precision(*m_, o_.precision);
   trainer_ = std::make_unique<Trainer>(*m_, *task_, trainer_cfg);
   if (!resume_dir_.empty()) state_ = restore_optimizer(resume_dir_, *trainer_, adamw);
   state_.options_json = o_.to_json();
@@ -202,13 +204,13 @@ TranslateTrainResult TranslateRun::run(const ReportHook& on_report) {
   const auto& c = m_->config();
   if (writer_) {
     std::fprintf(stderr, "%s a %s encoder-decoder (%lld+%lld layers, hidden %lld, %lld parameters, vocabulary %lld): "
-                 "%lld steps of %lld batches per epoch, %lld tokens per batch, lr %.2g, %d threads × %d processes\n",
+                 "%lld steps of %lld batches per epoch, %lld tokens per batch, lr %.2g, %d threads × %d processes, %s\n",
                  resume_dir_.empty() ? "training" : "resuming", model::position_encoding_name(c.encoder.position_encoding),
                  static_cast<long long>(c.encoder.num_hidden_layers), static_cast<long long>(c.decoder.num_hidden_layers),
                  static_cast<long long>(c.encoder.hidden_size), static_cast<long long>(model::param_count(m_->layout())),
                  static_cast<long long>(c.decoder.vocab_size), static_cast<long long>(o_.steps),
                  static_cast<long long>(task_->steps_per_epoch()), static_cast<long long>(o_.max_tokens), o_.lr,
-                 omp_get_max_threads(), comm_.size());
+                 omp_get_max_threads(), comm_.size(), precision_.c_str());
   }
   LoopOptions lo;
   lo.out = o_.out;
@@ -242,7 +244,7 @@ std::string TranslateTrainOptions::to_json() const {
                   {"beta2", beta2}, {"weight_decay", weight_decay}, {"clip", clip}, {"seed", seed},
                   {"eval_every", eval_every}, {"keep_checkpoints", keep_checkpoints},
                   {"bleu_sentences", bleu_sentences}, {"bleu_beam", bleu_beam}, {"grad_accum", grad_accum},
-                  {"bucket_mb", bucket_mb}, {"zero1", zero1}, {"threads", threads}};
+                  {"bucket_mb", bucket_mb}, {"zero1", zero1}, {"threads", threads}, {"precision", precision}};
   return j.dump(2) + "\n";
 }
 
@@ -263,6 +265,7 @@ TranslateTrainOptions TranslateTrainOptions::from_json(const std::string& text) 
     o.bleu_sentences = j.at("bleu_sentences"), o.bleu_beam = j.at("bleu_beam"), o.grad_accum = j.at("grad_accum");
     o.threads = j.at("threads");
     o.bucket_mb = j.value("bucket_mb", 4.0), o.zero1 = j.value("zero1", false);  // absent in older runs
+    o.precision = j.value("precision", "fp32");
   } catch (const json::exception& e) {
     throw io::Error(std::string("translation options: ") + e.what());
   }
@@ -298,6 +301,7 @@ TranslateTrainResult run_translate_training(TranslateTrainOptions o, bool resume
   if (resume) resume_dir = resume_options<TranslateTrainOptions>(o, "translation", {});
   o.validate();
   apply_threads(o.threads, resume_dir);
+  o.precision = resolve_precision(o.precision, resume_dir);
   TranslateRun run(std::move(o), resume_dir);
   const TranslateTrainResult r = run.run(on_report);
   world().finish();

@@ -42,6 +42,7 @@ struct TranslateTrainOptions {
   double bucket_mb = 4;               // data-parallel: gradients summed in buckets of this many MiB (trainer.h)
   bool zero1 = false;                 // data-parallel: AdamW moments sharded over the ranks
   int threads = 0;
+  std::string precision = "fp32";     // training products: fp32, bf16 (mixed) or auto (run_loop.h's resolve_precision)
   bool progress = true;
 
   std::string to_json() const;  // everything but `out` and `progress`

@@ -41,6 +41,26 @@ for run in b c; do
 done
 echo "resume: loss trajectories and final weights identical ($(losses "$work/a" | wc -l) values)"
 
+echo "== --precision bf16: resumes bit for bit where the CPU multiplies bf16, and is refused by name elsewhere"
+if "$roformer" train "${model[@]}" --steps 2 --sample-tokens 0 --no-progress --precision bf16 --out "$work/p0" 2> "$work/p0.log"; then
+  grep -q "bf16 mixed precision" "$work/p0.log"
+  "$roformer" train "${opts[@]}" --precision bf16 --out "$work/pa" 2> "$work/pa.log"
+  interrupt_and_resume KILL 17 "$work/pb" train "${opts[@]}" --precision bf16
+  [ "$(grep -c "bf16 mixed precision" "$work/pb.log")" -eq 2 ]  # the run and its resumption, from the saved options
+  diff <(losses "$work/pa") <(losses "$work/pb")
+  cmp "$work/pa/step-000040/model.safetensors" "$work/pb/step-000040/model.safetensors"
+  cmp "$work/pa/step-000040/optimizer.safetensors" "$work/pb/step-000040/optimizer.safetensors"
+  if diff -q <(losses "$work/a") <(losses "$work/pa") > /dev/null; then
+    echo "--precision bf16 trained exactly as fp32" >&2; exit 1
+  fi
+  "$roformer" train "${model[@]}" --steps 1 --sample-tokens 0 --no-progress --precision auto --out "$work/pc" 2> "$work/pc.log"
+  grep -q "bf16 mixed precision" "$work/pc.log"
+else
+  grep -q -- "--precision bf16: this CPU has no native bf16" "$work/p0.log"
+  "$roformer" train "${model[@]}" --steps 1 --sample-tokens 0 --no-progress --precision auto --out "$work/pc" 2> "$work/pc.log"
+  grep -q "threads, fp32" "$work/pc.log"
+fi
+
 echo "== a run without --resume refuses to overwrite an existing run"
 if "$roformer" train "${opts[@]}" --out "$work/a" 2> "$work/refuse.log"; then
   echo "expected a refusal" >&2; exit 1

@@ -30,6 +30,7 @@ void add_bench_train_command(CLI::App& bench, CommandTable& commands) {
                               "statistics beyond); linear: two statistics per row at any length, the backward "
                               "recomputing the probabilities; quadratic: the probabilities at any length")
       ->check(CLI::IsMember({"auto", "linear", "quadratic"}));
+  add_precision_option(bench_train_cmd, bench_train->precision);
   bench_train_cmd->add_flag("--json", bench_train->json, "Print JSON (for bench/peers/roformer_torch.py --ours)");
   bench_train_cmd->add_option("--bucket-mb", bench_train->bucket_mb, "Under mpirun: gradient buckets in MiB (0: one "
                               "allreduce after the backward)")->check(CLI::Range(0.0, 65536.0));

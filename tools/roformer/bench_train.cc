@@ -17,8 +17,11 @@
 #include "commands.h"
 #include "model/roformer.h"
 #include "ops/blas.h"
+#include "ops/linear.h"
+#include "ops/packed_linear.h"
 #include "train/checkpoint.h"
 #include "train/lm_task.h"
+#include "train/run_loop.h"
 #include "train/trainer.h"
 
 namespace roformer {
@@ -93,6 +96,9 @@ int bench_train(const BenchTrainOptions& o) {
   m.init_weights(1);
   if (o.attention_memory == "quadratic") m.set_keep(model::Keep::all);
   if (o.attention_memory == "linear") m.set_max_kept_keys(0);
+  const std::string precision = train::resolve_precision(o.precision, "");
+  train::apply_precision(m, precision);
+  const ops::GradientUnderflow underflow0 = ops::bf16_gradient_underflow();
   const int64_t B = o.batch, T = o.seq, N = B * T;
   RandomTokenTask task(o.task == "mlm", B, T, c.vocab_size);
   train::TrainerConfig tc;
@@ -143,15 +149,23 @@ int bench_train(const BenchTrainOptions& o) {
                               {"processes", comm.size()},
                               {"bucket_mb", o.bucket_mb},
                               {"attention_memory", o.attention_memory},
+                              {"precision", precision},
+                              {"cpu_isa", ops::cpu_isa_name()},
                               {"comm_wait_ms_median", waits[waits.size() / 2] * 1e3}};
   if (o.json) {
     fmt::print("{}\n", nlohmann::json{{"tool", "roformer bench train"}, {"runs", {run}}}.dump(2));
   } else {
-    fmt::print("{} {} B={} T={} threads={}: {:.0f} tok/s, {:.1f} ms/step (median {:.1f}), {:.1f} GFLOP/s",
-               o.preset, o.task, B, T, omp_get_max_threads(), tokens_per_s, wall * 1e3 / o.steps,
+    fmt::print("{} {} B={} T={} threads={} {}: {:.0f} tok/s, {:.1f} ms/step (median {:.1f}), {:.1f} GFLOP/s",
+               o.preset, o.task, B, T, omp_get_max_threads(), precision, tokens_per_s, wall * 1e3 / o.steps,
                times[times.size() / 2] * 1e3, gflops);
     if (sgemm > 0) fmt::print(" = {:.0f}% of sgemm {:.1f} GFLOP/s", 100 * gflops / sgemm, sgemm);
     fmt::print(", peak RSS {:.0f} MiB", peak_rss);
+    if (precision == "bf16") {
+      const ops::GradientUnderflow u = ops::bf16_gradient_underflow();
+      fmt::print("; of {} gradient values rounded to bf16, {} below bf16's normal range (lost), {} below fp16's "
+                 "smallest subnormal", u.values - underflow0.values, u.below_bf16 - underflow0.below_bf16,
+                 u.below_fp16 - underflow0.below_fp16);
+    }
     if (comm.size() > 1) {
       fmt::print("; {} processes, buckets {} MiB: {:.2f} ms/step waiting for the gradient sum (median)", comm.size(),
                  o.bucket_mb, waits[waits.size() / 2] * 1e3);

@@ -39,6 +39,7 @@ struct BenchTrainOptions {
   double bucket_mb = 4;  // under mpirun: gradient buckets (0: one allreduce after the backward)
   std::string attention_memory = "auto";  // auto: what training does (model::Keep::backward); linear: row
                                           // statistics at any length; quadratic: the probabilities
+  std::string precision = "fp32";         // the training products (train::resolve_precision)
   bool json = false;
 };
 int bench_train(const BenchTrainOptions& options);
@@ -132,5 +133,8 @@ void refuse_options_on_resume(const CLI::App* command, const std::vector<std::st
 
 // --grad-accum, --bucket-mb and --zero1 (train::TrainerConfig) for every training command.
 void add_data_parallel_options(CLI::App* command, int64_t& grad_accum, double& bucket_mb, bool& zero1);
+
+// --precision fp32|bf16|auto (train::resolve_precision) for every training command and bench train.
+void add_precision_option(CLI::App* command, std::string& precision);
 
 }  // namespace roformer

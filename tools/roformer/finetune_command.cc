@@ -36,6 +36,7 @@ void add_finetune_command(CLI::App& app, CommandTable& commands) {
       ->capture_default_str();
   ft->add_option("--batch", o->batch, "Examples per step, over all processes")->check(CLI::PositiveNumber)->capture_default_str();
   add_data_parallel_options(ft, o->grad_accum, o->bucket_mb, o->zero1);
+  add_precision_option(ft, o->precision);
   ft->add_option("--epochs", o->epochs, "Passes over the training set")->check(CLI::PositiveNumber)->capture_default_str();
   ft->add_option("--eval-every", o->eval_every, "Steps between evaluations (0: each epoch)")->capture_default_str();
   ft->add_option("--patience", o->patience, "Stop after this many evaluations without improvement (0: never)")

@@ -186,6 +186,7 @@ void add_train_command(CLI::App& app, CommandTable& commands, const std::shared_
   tr->add_option("--attention-dropout", o->attention_dropout, "Attention-probability dropout (default: --dropout)");
   tr->add_option("--batch", t.batch, "Sequences per step, over all processes")->check(CLI::PositiveNumber)->capture_default_str();
   add_data_parallel_options(tr, t.grad_accum, t.bucket_mb, t.zero1);
+  add_precision_option(tr, t.precision);
   tr->add_option("--seq", t.seq, "Tokens per sequence")->check(CLI::PositiveNumber)->capture_default_str();
   tr->add_option("--steps", t.steps, "Optimizer steps")->check(CLI::PositiveNumber)->capture_default_str();
   tr->add_option("--lr", t.schedule.peak_lr, "Peak learning rate")->capture_default_str();
@@ -287,6 +288,12 @@ void add_data_parallel_options(CLI::App* command, int64_t& grad_accum, double& b
   command->add_option("--bucket-mb", bucket_mb, "Data-parallel gradient buckets in MiB, reduced during the backward "
                       "(0: one allreduce after it)")->check(CLI::Range(0.0, 65536.0))->capture_default_str();
   command->add_flag("--zero1", zero1, "Data-parallel: each process keeps 1/N of the AdamW moments (ZeRO-1)");
+}
+
+void add_precision_option(CLI::App* command, std::string& precision) {
+  command->add_option("--precision", precision, "The training products: fp32, bf16 (mixed precision: bf16 operands, "
+                      "fp32 accumulation, fp32 master weights; CPUs with AVX512-BF16 or AMX) or auto (bf16 where "
+                      "the CPU has it)")->check(CLI::IsMember({"fp32", "bf16", "auto"}))->capture_default_str();
 }
 
 void add_model_commands(CLI::App& app, CommandTable& commands) {

@@ -230,6 +230,7 @@ void add_translate_train_command(CLI::App& app, CommandTable& commands, const st
   tt->add_option("--weight-decay", t.weight_decay, "AdamW decoupled weight decay")->capture_default_str();
   tt->add_option("--clip", t.clip, "Global gradient-norm clip (0: off)")->capture_default_str();
   add_data_parallel_options(tt, t.grad_accum, t.bucket_mb, t.zero1);
+  add_precision_option(tt, t.precision);
   tt->add_option("--seed", t.seed, "Seed of initialisation, subwords, batch order and dropout")->capture_default_str();
   tt->add_option("--eval-every", t.eval_every, "Steps between evaluations and checkpoints")->capture_default_str();
   tt->add_option("--keep-checkpoints", t.keep_checkpoints, "Checkpoints kept (for roformer average)")->capture_default_str();
