@@ -16,6 +16,9 @@ loads. Its size is the small preset (4 × 256, ff 1024).
     scripts/datasets.sh vader-movies
     build/hf-venv/bin/python bench/peers/finetune_hf.py --roformer build/release/tools/roformer \
         --train data/vader-movies/train.jsonl --validation data/vader-movies/validation.jsonl --threads 2
+
+--precisions fp32,bf16 adds bf16 mixed precision on both sides: ours with `--precision bf16`, theirs
+with TrainingArguments(bf16=True) (torch.autocast on the CPU); each precision's runs interleaved by seed.
 """
 import argparse
 import json
@@ -45,9 +48,11 @@ def parse_args(argv=None):
     ap.add_argument("--max-length", type=int, default=64)
     ap.add_argument("--threads", type=int, default=len(os.sched_getaffinity(0)))
     ap.add_argument("--seeds", default="1,2,3")
+    ap.add_argument("--precisions", default="fp32", help="comma-separated: fp32, bf16")
     ap.add_argument("--json", help="write every run here")
     ap.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     ap.add_argument("--seed", type=int, default=1, help=argparse.SUPPRESS)
+    ap.add_argument("--precision", default="fp32", help=argparse.SUPPRESS)
     return ap.parse_args(argv)
 
 
@@ -79,13 +84,13 @@ def real_tokens(args):
     return sum(len(ids) for ids in tok(texts, truncation=True, max_length=args.max_length)["input_ids"])
 
 
-def run_ours(args, seed):
+def run_ours(args, seed, precision):
     out = tempfile.mkdtemp(prefix="ft-ours-")
     cmd = [args.roformer, "finetune", "--model", args.model_dir, "--train", args.train, "--validation",
            args.validation, "--text-column", args.text_column, "--label-column", args.label_column, "--epochs",
            str(args.epochs), "--batch", str(args.batch), "--lr", str(args.lr), "--warmup-ratio", "0.1",
            "--max-length", str(args.max_length), "--dropout", "0.1", "--seed", str(seed), "--threads",
-           str(args.threads), "--no-progress", "--out", out + "/run"]
+           str(args.threads), "--precision", precision, "--no-progress", "--out", out + "/run"]
     proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     peak = 0.0
     while proc.poll() is None:  # VmHWM of the child itself (ru_maxrss would carry this process's peak)
@@ -104,7 +109,8 @@ def run_ours(args, seed):
     n = len(recs)
     train_s = recs[-2]["elapsed_s"] * n / (n - 1)
     metric = next(v for k, v in recs[-1].items() if k in ("val_accuracy", "val_pearson"))
-    return {"runner": "ours", "seed": seed, "train_s": train_s, "metric": metric, "peak_rss_mib": peak, "steps": n}
+    return {"runner": "ours", "precision": precision, "seed": seed, "train_s": train_s, "metric": metric,
+            "val_loss": recs[-1]["val_loss"], "peak_rss_mib": peak, "steps": n}
 
 
 def child_hf(args):
@@ -132,24 +138,25 @@ def child_hf(args):
                               learning_rate=args.lr, weight_decay=0.01, warmup_ratio=0.1,
                               lr_scheduler_type="linear", group_by_length=True, seed=args.seed, use_cpu=True,
                               evaluation_strategy="no", save_strategy="no", logging_strategy="no", report_to=[],
-                              dataloader_num_workers=0, disable_tqdm=True)
+                              dataloader_num_workers=0, disable_tqdm=True, bf16=args.precision == "bf16")
     trainer = Trainer(model=model, args=targs, train_dataset=train, eval_dataset=val,
                       data_collator=DataCollatorWithPadding(tok),
                       compute_metrics=lambda p: {"accuracy": float(np.mean(p.predictions.argmax(-1) == p.label_ids))})
     t0 = time.perf_counter()
     trainer.train()
     train_s = time.perf_counter() - t0
-    metric = trainer.evaluate()["eval_accuracy"]
-    print(json.dumps({"runner": "hf", "seed": args.seed, "train_s": train_s, "metric": metric,
+    evaluation = trainer.evaluate()
+    print(json.dumps({"runner": "hf", "precision": args.precision, "seed": args.seed, "train_s": train_s,
+                      "metric": evaluation["eval_accuracy"], "val_loss": evaluation["eval_loss"],
                       "peak_rss_mib": peak_rss_mib(), "steps": trainer.state.global_step}))
 
 
-def run_hf(args, seed):
+def run_hf(args, seed, precision):
     cmd = [sys.executable, os.path.abspath(__file__), "--child", "--seed", str(seed), "--roformer", args.roformer,
            "--train", args.train, "--validation", args.validation, "--text-column", args.text_column,
            "--label-column", args.label_column, "--model-dir", args.model_dir, "--epochs", str(args.epochs),
            "--batch", str(args.batch), "--lr", str(args.lr), "--max-length", str(args.max_length),
-           "--threads", str(args.threads)]
+           "--threads", str(args.threads), "--precision", precision]
     out = subprocess.run(cmd, check=True, capture_output=True, text=True).stdout
     return json.loads(out.strip().splitlines()[-1])
 
@@ -160,32 +167,48 @@ def main():
         return child_hf(args)
     make_initial_checkpoint(args)
     tokens = real_tokens(args) * args.epochs
+    precisions = [p for p in args.precisions.split(",") if p]
+    if any(p not in ("fp32", "bf16") for p in precisions):
+        sys.exit("--precisions: fp32 and/or bf16")
     runs = []
     for seed in [int(s) for s in args.seeds.split(",")]:
-        for runner in (run_ours, run_hf):
-            r = runner(args, seed)
-            r["tokens_per_s"] = tokens / r["train_s"]
-            runs.append(r)
-            print(f"{r['runner']:5s} seed {seed}: {r['tokens_per_s']:8.0f} tok/s, {r['train_s']:7.1f} s over "
-                  f"{r['steps']} steps, accuracy {r['metric']:.4f}, peak RSS {r['peak_rss_mib']:.0f} MiB", flush=True)
+        for precision in precisions:
+            for runner in (run_ours, run_hf):
+                r = runner(args, seed, precision)
+                r["tokens_per_s"] = tokens / r["train_s"]
+                runs.append(r)
+                print(f"{r['runner']:5s} {precision} seed {seed}: {r['tokens_per_s']:8.0f} tok/s, {r['train_s']:7.1f} s "
+                      f"over {r['steps']} steps, accuracy {r['metric']:.4f}, validation loss {r['val_loss']:.4f}, "
+                      f"peak RSS {r['peak_rss_mib']:.0f} MiB", flush=True)
     import statistics as st
     summary = {}
-    for name in ("ours", "hf"):
-        rs = [r for r in runs if r["runner"] == name]
-        summary[name] = {k: (st.mean(r[k] for r in rs), st.stdev(r[k] for r in rs) if len(rs) > 1 else 0.0)
-                         for k in ("tokens_per_s", "metric", "peak_rss_mib")}
+    for precision in precisions:
+        for name in ("ours", "hf"):
+            rs = [r for r in runs if r["runner"] == name and r["precision"] == precision]
+            summary[f"{name} {precision}"] = {
+                k: (st.mean(r[k] for r in rs), st.stdev(r[k] for r in rs) if len(rs) > 1 else 0.0)
+                for k in ("tokens_per_s", "metric", "val_loss", "peak_rss_mib")}
     print(f"\n{args.threads} threads, batch {args.batch}, {args.epochs} epoch(s), max length {args.max_length}\n")
-    print("| runner | tokens/s | validation accuracy | peak RSS MiB |\n|---|---|---|---|")
-    for name, label in (("ours", "roformer finetune"), ("hf", "transformers Trainer")):
-        s = summary[name]
-        print(f"| {label} | {s['tokens_per_s'][0]:.0f} ± {s['tokens_per_s'][1]:.0f} | "
-              f"{s['metric'][0]:.4f} ± {s['metric'][1]:.4f} | {s['peak_rss_mib'][0]:.0f} |")
-    ratio = summary["ours"]["tokens_per_s"][0] / summary["hf"]["tokens_per_s"][0]
-    print(f"\nours / theirs: {ratio:.2f}× tokens/s, {summary['ours']['peak_rss_mib'][0] / summary['hf']['peak_rss_mib'][0]:.2f}× "
-          f"peak memory")
+    print("| runner | precision | tokens/s | validation accuracy | validation loss | peak RSS MiB |\n"
+          "|---|---|---|---|---|---|")
+    for precision in precisions:
+        for name, label in (("ours", "roformer finetune"), ("hf", "transformers Trainer")):
+            s = summary[f"{name} {precision}"]
+            print(f"| {label} | {precision} | {s['tokens_per_s'][0]:.0f} ± {s['tokens_per_s'][1]:.0f} | "
+                  f"{s['metric'][0]:.4f} ± {s['metric'][1]:.4f} | {s['val_loss'][0]:.4f} ± {s['val_loss'][1]:.4f} | "
+                  f"{s['peak_rss_mib'][0]:.0f} |")
+    ratios = {}
+    for precision in precisions:
+        ours, theirs = summary[f"ours {precision}"], summary[f"hf {precision}"]
+        ratios[precision] = ours["tokens_per_s"][0] / theirs["tokens_per_s"][0]
+        print(f"\n{precision}: ours / theirs {ratios[precision]:.2f}× tokens/s, "
+              f"{ours['peak_rss_mib'][0] / theirs['peak_rss_mib'][0]:.2f}× peak memory")
+    if "bf16" in precisions and "fp32" in precisions:
+        print(f"ours bf16 / ours fp32: {summary['ours bf16']['tokens_per_s'][0] / summary['ours fp32']['tokens_per_s'][0]:.2f}× "
+              f"tokens/s")
     if args.json:
         with open(args.json, "w") as f:
-            json.dump({"runs": runs, "summary": summary, "ratio_tokens_per_s": ratio}, f, indent=2)
+            json.dump({"runs": runs, "summary": summary, "ratio_tokens_per_s": ratios}, f, indent=2)
 
 
 if __name__ == "__main__":

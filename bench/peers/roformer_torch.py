@@ -14,6 +14,7 @@ machine), i.e. /usr/bin/python3, NOT the pyenv `python3` on PATH:
     /usr/bin/python3 bench/peers/roformer_torch.py --hidden 64 --layers 1 --heads 2 --ff 128 \
         --seq 32 --steps 3                                                      # tiny smoke run
     /usr/bin/python3 bench/peers/roformer_torch.py --self-test                 # RoPE/mask/loss checks
+    /usr/bin/python3 bench/peers/roformer_torch.py --sweep --precision bf16    # bf16 autocast
 
 Only torch and the standard library are used.
 
@@ -36,6 +37,10 @@ Loss: --task clm (default): cross-entropy of the logits at positions 0..T-1 agai
   each position selected with p 0.15; of those 80% -> [MASK] (id 0), 10% -> random id, 10% kept;
   cross-entropy over the selected positions (labels -100 elsewhere, ignore_index -100).
   Logits are computed at every position for both tasks.
+Precision: --precision fp32 (default) or bf16: the forward and the loss under
+  torch.autocast("cpu", dtype=torch.bfloat16), PyTorch's recommended CPU mixed precision (its linear
+  layers and matmuls run oneDNN's bf16 kernels, with bf16 outputs; softmax, LayerNorm and the loss in
+  fp32), the backward outside it, fp32 parameters, gradients and optimizer; no loss scaling.
 Optimizer: torch.optim.AdamW(lr 1e-3, betas (0.9, 0.999), eps 1e-8), weight_decay 0.01 on the
   weight matrices and embeddings, 0 on biases and LayerNorm parameters; foreach implementation
   (--optim-impl foreach, the faster one on CPU; `single` = the per-tensor loop); gradients
@@ -109,7 +114,7 @@ TORCH_FIGURES = {  # tok/s measured for PyTorch 1.13 (the requirement), seq 256,
     ("small", 2): 5716.0,
     ("large", 2): 1087.0,
 }
-MATCH_KEYS = ("task", "batch", "seq", "vocab", "hidden", "layers", "heads", "ff")
+MATCH_KEYS = ("task", "batch", "seq", "vocab", "hidden", "layers", "heads", "ff", "precision")
 _REEXEC_MARK = "ROFORMER_TORCH_PEER_REEXEC"
 
 
@@ -142,6 +147,8 @@ def parse_args(argv=None):
     ap.add_argument("--lr", type=float, default=1e-3)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--optim-impl", choices=("foreach", "single"), default="foreach")
+    ap.add_argument("--precision", choices=("fp32", "bf16"), default="fp32",
+                    help="bf16: forward and loss under torch.autocast('cpu', dtype=torch.bfloat16)")
     ap.add_argument("--repeat-batch", action="store_true",
                     help="train on the same batch every step (the loss must fall: a correctness check)")
     ap.add_argument("--print-losses", action="store_true", help="print the loss of every step")
@@ -265,7 +272,8 @@ class Block(nn.Module):
         v = v.transpose(1, 2).reshape(B * n, T, D)
         # scale and mask fused into the GEMM; for mlm (mask None) beta=0 ignores the input
         if mask is not None:
-            scores = torch.baddbmm(mask, q, kt, alpha=1.0 / math.sqrt(D))
+            # .to: a no-op but in the self-test's float64 (which PyTorch 2 no longer mixes with float32)
+            scores = torch.baddbmm(mask.to(q.dtype), q, kt, alpha=1.0 / math.sqrt(D))
         else:
             scores = torch.baddbmm(q.new_empty(1, 1, 1), q, kt, beta=0.0, alpha=1.0 / math.sqrt(D))
         probs = torch.softmax(scores, dim=-1)
@@ -322,7 +330,9 @@ class RoFormer(nn.Module):
             h = F.dropout(h, self.p, self.training)
         for layer in self.layers:
             h = layer(h, cos_pos, sin_pos, mask)
-        t = self.head_ln(F.gelu(self.head_dense(h)))
+        # .to(h.dtype): a no-op without autocast; under bf16 autocast it keeps the LayerNorm in fp32, as PyTorch 2's
+        # CPU autocast does by itself (1.13's refuses a bf16 input with fp32 weights).
+        t = self.head_ln(F.gelu(self.head_dense(h)).to(h.dtype))
         return F.linear(t, self.word.weight, self.decoder_bias)  # tied decoder
 
 
@@ -372,9 +382,10 @@ def build(args):
     return model, opt
 
 
-def train_step(model, opt, params, ids, labels, causal, V):
-    logits = model(ids, causal)
-    loss = F.cross_entropy(logits.view(-1, V), labels.view(-1), ignore_index=-100)
+def train_step(model, opt, params, ids, labels, causal, V, precision="fp32"):
+    with torch.autocast("cpu", dtype=torch.bfloat16, enabled=precision == "bf16"):
+        logits = model(ids, causal)
+        loss = F.cross_entropy(logits.view(-1, V), labels.view(-1), ignore_index=-100)
     loss.backward()
     torch.nn.utils.clip_grad_norm_(params, 1.0)
     opt.step()
@@ -396,12 +407,12 @@ def run_one(args):
     losses, step_s = [], []
     for i in range(args.warmup):
         ids, labels = batches[i]
-        losses.append(train_step(model, opt, params, ids, labels, causal, args.vocab))
+        losses.append(train_step(model, opt, params, ids, labels, causal, args.vocab, args.precision))
     t0 = time.perf_counter()
     for i in range(args.warmup, args.warmup + args.steps):
         ids, labels = batches[i]
         s0 = time.perf_counter()
-        losses.append(train_step(model, opt, params, ids, labels, causal, args.vocab))
+        losses.append(train_step(model, opt, params, ids, labels, causal, args.vocab, args.precision))
         step_s.append(time.perf_counter() - s0)
     wall = time.perf_counter() - t0
     if args.print_losses:
@@ -414,7 +425,7 @@ def run_one(args):
         "heads": args.heads, "ff": args.ff, "vocab": args.vocab, "batch": args.batch, "seq": args.seq,
         "threads": torch.get_num_threads(), "interop_threads": torch.get_num_interop_threads(),
         "steps": args.steps, "warmup": args.warmup, "dropout": args.dropout,
-        "optim_impl": args.optim_impl, "repeat_batch": args.repeat_batch,
+        "optim_impl": args.optim_impl, "repeat_batch": args.repeat_batch, "precision": args.precision,
         "params": sum(p.numel() for p in params),
         "matmul_params": matmul_params(args.hidden, args.layers, args.ff, args.vocab),
         "flops_per_token": fpt, "tokens_per_s": tps, "ms_per_step": wall * 1e3 / args.steps,
@@ -543,7 +554,7 @@ def report(runs, ours):
     rows = []
     for r in runs:
         cfg = "%s %d/%d/%d/%d V%d" % (r["preset"], r["hidden"], r["layers"], r["heads"], r["ff"], r["vocab"])
-        rows.append([cfg, r["task"], r["batch"], r["seq"], r["threads"], "%.2fM" % (r["params"] / 1e6),
+        rows.append([cfg, "%s %s" % (r["task"], r.get("precision", "fp32")), r["batch"], r["seq"], r["threads"], "%.2fM" % (r["params"] / 1e6),
                      "%.2f" % (r["flops_per_token"] / 1e6), "%.0f" % r["tokens_per_s"],
                      "%.1f" % r["ms_per_step"], "%.1f" % r["ms_per_step_min"], "%.1f" % r["gflops"],
                      "%.0f" % r["peak_rss_mib"], "%.3f -> %.3f" % (r["loss_first"], r["loss_last"])])
@@ -567,7 +578,7 @@ def report(runs, ours):
         o = match_ours(ours, r)
         r["ours"] = o
         ot, om = (_num(o.get("tokens_per_s")), _num(o.get("peak_rss_mib"))) if o else (None, None)
-        rows.append(["%s %s" % (r["preset"], r["task"]), r["threads"], "%.0f" % r["tokens_per_s"],
+        rows.append(["%s %s %s" % (r["preset"], r["task"], r.get("precision", "fp32")), r["threads"], "%.0f" % r["tokens_per_s"],
                      "%.0f" % ot if ot else "-", "%.2fx" % (ot / r["tokens_per_s"]) if ot else "-",
                      "%.0f" % r["peak_rss_mib"], "%.0f" % om if om else "-",
                      "%.2f" % (om / r["peak_rss_mib"]) if om else "-",
@@ -577,7 +588,8 @@ def report(runs, ours):
 
 def passthrough(args):
     out = []
-    for name in ("vocab", "batch", "seq", "steps", "warmup", "task", "dropout", "lr", "seed", "optim_impl"):
+    for name in ("vocab", "batch", "seq", "steps", "warmup", "task", "dropout", "lr", "seed", "optim_impl",
+                 "precision"):
         out += ["--" + name.replace("_", "-"), str(getattr(args, name))]
     if args.repeat_batch:
         out.append("--repeat-batch")
