@@ -192,9 +192,11 @@ AttentionCall RoFormer<T>::attention_call() const {
       break;
     }
   }
-  // A bf16 or int8 model also takes attention's products in bf16 where the CPU multiplies bf16 natively.
-  call.bf16_products = packed() && packed_precision_ != ops::Precision::f32 && ops::bf16_is_native() &&
-                       call.saved == ops::AttentionSaved::none && a.dropout.attention == 0;
+  // A bf16 or int8 model also takes attention's products in bf16 where the CPU multiplies bf16 natively;
+  // so does a training forward in bf16 mixed precision, and its backward.
+  call.bf16_products = bf16_training_ || (packed() && packed_precision_ != ops::Precision::f32 &&
+                                          ops::bf16_is_native() && call.saved == ops::AttentionSaved::none &&
+                                          a.dropout.attention == 0);
   return call;
 }
 
@@ -432,6 +434,7 @@ void RoFormer<T>::use_bf16_weights(bool on) {
   if (has_mlm_head_ && decoder.w) layers.push_back({&decoder, V, decoder_in});
   for (LinearLayer& l : layers) l.params->w16 = nullptr;
   p.head.decoder_w16 = nullptr;
+  bf16_training_ = on;
   if constexpr (std::is_same_v<T, float>) {
     if (!on) return;
     int64_t total = 0;

@@ -112,11 +112,11 @@ class RoFormer : public Trainable<T> {
 
   // Mixed-precision training: with bf16, every training forward (training = true) and its backward
   // run each linear layer's three products (ops/linear.h: x·Wᵀ, dout·W, doutᵀ·x; the MLM decoder
-  // too) with bf16 operands and fp32 accumulation. The arena stays the fp32 master copy the optimiser
-  // updates; each training forward first rounds the layers' weights to bf16 copies (once per
-  // micro-batch). Norms, softmax, attention, losses, reductions, biases and gradients stay fp32, and
-  // forwards with training = false (validation, decoding) run fp32 on the master weights. f32 (the
-  // default) turns it off. bf16 on a CPU without native bf16 throws std::invalid_argument naming its
+  // too) and softmax attention's six (ops/attention.h's bf16_products) with bf16 operands and fp32
+  // accumulation. The arena stays the fp32 master copy the optimiser updates; each training forward
+  // first rounds the layers' weights to bf16 copies (once per micro-batch). Norms, softmax, scores,
+  // losses, reductions, biases and gradients stay fp32, and forwards with training = false
+  // (validation, decoding) run fp32 on the master weights. f32 (the default) turns it off. bf16 on a CPU without native bf16 throws std::invalid_argument naming its
   // kernel family; anything but f32 on a double model, std::logic_error.
   void set_precision(ops::Precision precision) override;
   ops::Precision precision() const { return precision_; }
@@ -190,6 +190,7 @@ class RoFormer : public Trainable<T> {
   void use_bf16_weights(bool on);  // rounds the weights into bf16_ and points w16 at them, or clears w16
   ops::Precision precision_ = ops::Precision::f32;
   std::vector<uint16_t> bf16_;  // bf16 training: the linear layers' weights, rounded each training forward
+  bool bf16_training_ = false;  // the last forward ran in bf16 (its backward and attention products follow it)
 };
 
 extern template class RoFormer<float>;

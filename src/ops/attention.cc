@@ -236,6 +236,23 @@ class BlockProducts {
     }
     gemm(false, false, rows, D_, E, T(1), p, Tn_, v_ + koff_, C_, T(0), out, C_);
   }
+  // The backward: dv (E, D) += pᵀ·dout; dp (rows, E; row stride Tn) written = dout·vᵀ, for
+  // dout (rows, D; row stride C).
+  void value_grads(T* dv, T* dp, const T* p, const T* dout, int64_t rows, int64_t E) {
+    if constexpr (std::is_same_v<T, float>) {
+      if (bf16_) return bf16_ops_.value_grads(dv + koff_, dp, Tn_, p, dout, C_, rows, E);
+    }
+    gemm(true, false, E, D_, rows, T(1), p, Tn_, dout, C_, T(1), dv + koff_, C_);
+    gemm(false, true, rows, E, D_, T(1), dout, C_, v_ + koff_, C_, T(0), dp, Tn_);
+  }
+  // dq (rows, D) += scale · ds·k; dk (E, D) += scale · dsᵀ·q, for ds (rows, E; row stride Tn).
+  void query_key_grads(T* dq, T* dk, const T* ds, const T* q, int64_t rows, int64_t E, T scale) {
+    if constexpr (std::is_same_v<T, float>) {
+      if (bf16_) return bf16_ops_.query_key_grads(dq, dk + koff_, ds, Tn_, q, C_, rows, E, scale);
+    }
+    gemm(false, false, rows, D_, E, scale, ds, Tn_, k_ + koff_, C_, T(1), dq, C_);
+    gemm(true, false, E, D_, rows, scale, ds, Tn_, q, C_, T(1), dk + koff_, C_);
+  }
 
  private:
   const T *k_, *v_;
@@ -262,8 +279,8 @@ void attention_forward(T* out, T* saved, const T* q, const T* k, const T* v, con
   const T scale = static_cast<T>(1.0 / std::sqrt(static_cast<double>(s.D)));
   const KeyMask mask(key_mask, s);
   if (saved && s.saved == AttentionSaved::none) throw std::invalid_argument("attention_forward: a saved buffer for AttentionSaved::none");
-  if (s.bf16_products && (!std::is_same_v<T, float> || saved || s.dropout_p > 0)) {
-    throw std::invalid_argument("attention_forward: bf16 products are for fp32 inference (nothing saved, no dropout)");
+  if (s.bf16_products && !std::is_same_v<T, float>) {
+    throw std::invalid_argument("attention_forward: bf16 products are for fp32 tensors");
   }
   T* att = saved && s.saved == AttentionSaved::probabilities ? saved : nullptr;
   T* stats = saved && s.saved == AttentionSaved::row_stats ? saved : nullptr;  // (B, H, T, 2)
@@ -313,7 +330,7 @@ void attention_backward(T* dq, T* dk, T* dv, const T* dout, const T* saved, cons
   {
     std::vector<T> ds(kRowBlock * Tn), dropped(s.dropout_p > 0 ? kRowBlock * Tn : 0);  // a block of rows each
     std::vector<T> tile(recompute ? kRowBlock * Tn : 0);  // row statistics: the block's probabilities again
-    BlockProducts<T> products(k, v, C, s.D, Tn, false);   // the forward's q·kᵀ (training runs no bf16 products)
+    BlockProducts<T> products(k, v, C, s.D, Tn, s.bf16_products);  // recomputes the forward's q·kᵀ, bit for bit
 #pragma omp for schedule(static)
     for (int64_t bh = 0; bh < s.B * s.H; ++bh) {
       const int64_t b = bh / s.H, h = bh % s.H;
@@ -346,9 +363,7 @@ void attention_backward(T* dq, T* dk, T* dv, const T* dout, const T* saved, cons
           }
           p = dropped.data();
         }
-        const T* dout_r = dout + off + r0 * C;
-        gemm(true, false, E, s.D, rows, T(1), p, Tn, dout_r, C, T(1), dv + koff, C);          // dv += pᵀ·dout
-        gemm(false, true, rows, E, s.D, T(1), dout_r, C, v + koff, C, T(0), ds.data(), Tn);  // dp = dout·vᵀ
+        products.value_grads(dv, ds.data(), p, dout + off + r0 * C, rows, E);  // dv += pᵀ·dout; dp = dout·vᵀ
         for (int64_t t = r0; t < r0 + rows; ++t) {
           T* dr = ds.data() + (t - r0) * Tn;
           if (s.dropout_p > 0) dropout_apply(dr, dr, E, s.dropout_p, seed, t * Tn, false);  // datt = dropout'(dp)
@@ -356,9 +371,7 @@ void attention_backward(T* dq, T* dk, T* dv, const T* dout, const T* saved, cons
           // att = 0, so [0, E) covers every row of the block.
           softmax_backward_row(a + (t - r0) * Tn, dr, E);
         }
-        // dq += ds·k/√D; dk += dsᵀ·q/√D.
-        gemm(false, false, rows, s.D, E, scale, ds.data(), Tn, k + koff, C, T(1), dq + off + r0 * C, C);
-        gemm(true, false, E, s.D, rows, scale, ds.data(), Tn, q + off + r0 * C, C, T(1), dk + koff, C);
+        products.query_key_grads(dq + off + r0 * C, dk, ds.data(), q + off + r0 * C, rows, E, scale);  // ·k/√D, ·q/√D
       }
     }
   }

@@ -45,9 +45,11 @@ struct AttentionShape {
   // Global index of batch row 0: dropout masks are keyed by (seed, global row, head), so they do not
   // depend on how a batch is split into micro-batches or across processes.
   int64_t dropout_row0 = 0;
-  // Inference only (fp32, no att, no dropout): q·kᵀ and p·v with operands rounded to bf16 (nearest
-  // even) and fp32 accumulation; the scores, softmax and output stay fp32. Needs a CPU that multiplies
-  // bf16 natively (packed_linear.h's bf16_is_native); about twice the fp32 products' speed there.
+  // fp32 only: every product, q·kᵀ and p·v and in the backward pᵀ·dout, dout·vᵀ, ds·k and dsᵀ·q,
+  // with operands rounded to bf16 (nearest even) and fp32 accumulation; scores, softmax, dropout,
+  // outputs and gradients stay fp32 (bf16 inference and bf16 mixed-precision training). The backward
+  // must be told what the forward ran. Needs a CPU that multiplies bf16 natively (packed_linear.h's
+  // bf16_is_native); several times the fp32 products' speed there at these small shapes.
   bool bf16_products = false;
   AttentionSaved saved = AttentionSaved::probabilities;
   int64_t keys() const { return Tk > 0 ? Tk : T; }
@@ -61,7 +63,7 @@ int64_t attention_saved_size(const AttentionShape& s);
 // what s.saved names, or null: nothing kept (inference). Unless it keeps the probabilities, each
 // thread holds one block of 64 query rows × Tk at a time. key_mask (B, Tk): 1 = real token,
 // 0 = padding; may be null (all real). row_limit is (B, T). A saved buffer with AttentionSaved::none,
-// and bf16_products with T = double, anything saved or dropout, throw std::invalid_argument.
+// and bf16_products with T = double, throw std::invalid_argument.
 template <typename T>
 void attention_forward(T* out, T* saved, const T* q, const T* k, const T* v, const int64_t* key_mask,
                        const AttentionShape& s);

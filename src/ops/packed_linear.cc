@@ -52,7 +52,7 @@ void onednn_matmul(const dnnl::memory::desc& src, const void* src_data, const dn
   thread_local std::map<std::vector<int64_t>, dnnl::matmul> cache;
   auto it = cache.find(key);
   if (it == cache.end()) {
-    if (cache.size() >= 64) cache.clear();  // a bound for callers whose shapes keep changing
+    if (cache.size() >= 256) cache.clear();  // a bound for callers whose shapes keep changing
     dnnl::primitive_attr attr;
     if (accumulate) {
       dnnl::post_ops ops;

@@ -27,9 +27,10 @@ bool finite_range_f32(const float* x, int64_t n, float* lo, float* hi);
 // each rounded to fp32: the int8 layers' u8 activations (x finite).
 void quantize_u8_f32(const float* x, int64_t n, float inv_scale, float zero_point, uint8_t* q);
 
-// out[i] = the bfloat16 bits of x[i]·scale: the product rounded to fp32, then to nearest even (as
-// oneDNN's f32 → bf16 reorder); NaN → a quiet NaN of the same sign, ±inf → ±inf. The bf16 attention
-// products' operands (attention.h).
+// out[i] = the bfloat16 bits of x[i]·scale: the product rounded to fp32, then to nearest even; NaN →
+// a quiet NaN of the same sign, ±inf → ±inf, a subnormal product → ±0 (AVX512-BF16's vcvtneps2bf16,
+// which runs it where the CPU has it; the bf16 dot products treat subnormal inputs as zero anyway).
+// The operands of the bf16 products (attention.h, linear.h).
 void bf16_from_f32(uint16_t* out, const float* x, int64_t n, float scale = 1.0f);
 
 // Counts over x[0, n): counts[0] the nonzero values, counts[1 + j] those nonzero with |x| < below[j]

@@ -325,6 +325,11 @@ TEST(Ops, AttentionRowStatisticsGiveTheKeptProbabilitiesGradientsBitForBit) {
                                     << " prefix " << (s.row_limit != nullptr));
     expect_row_stats_path_equals<double>(rng, s);
     for_each_simd_target([&] { expect_row_stats_path_equals<float>(rng, s); });
+    if (ops::bf16_is_native()) {  // bf16 mixed-precision training: the recomputed products are bf16 too
+      s.bf16_products = true;
+      expect_row_stats_path_equals<float>(rng, s);
+      s.bf16_products = false;
+    }
     s.row_limit = nullptr;
   }
 }
@@ -343,8 +348,9 @@ TEST(Ops, AttentionBackwardRefusesAForwardThatSavedNothing) {
 
 }  // namespace
 
-// bf16 products (inference): refused with att on every CPU; against the fp64 reference within bf16's
+// bf16 products: refused for fp64 tensors on every CPU; against the fp64 reference within bf16's
 // rounding, on several row blocks with padding and a causal mask, where the CPU has native bf16.
+// (The op × dtype table checks their backward too.)
 TEST(Ops, AttentionBf16ProductsMatchTheReferenceWithinBf16Rounding) {
   std::mt19937_64 rng(31);
   const int64_t B = 2, T = 150, H = 3, D = 64, n = B * T * H * D;
@@ -352,8 +358,9 @@ TEST(Ops, AttentionBf16ProductsMatchTheReferenceWithinBf16Rounding) {
   for (int64_t j = 120; j < T; ++j) key_mask[T + j] = 0;
   ops::AttentionShape bf16_shape{B, T, H, D, false};
   bf16_shape.bf16_products = true;
-  std::vector<float> out(n), att(B * H * T * T), x(n);
-  EXPECT_THROW(ops::attention_forward(out.data(), att.data(), x.data(), x.data(), x.data(), key_mask.data(), bf16_shape),
+  std::vector<float> out(n);
+  std::vector<double> out64(n), att64(B * H * T * T), x(n);
+  EXPECT_THROW(ops::attention_forward(out64.data(), att64.data(), x.data(), x.data(), x.data(), key_mask.data(), bf16_shape),
                std::invalid_argument);
   if (!ops::bf16_is_native()) GTEST_SKIP() << "no native bf16 on this CPU (" << ops::cpu_isa_name() << ")";
   for (bool causal : {false, true}) {

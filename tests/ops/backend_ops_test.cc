@@ -163,6 +163,9 @@ constexpr double kF32 = 1e-12;
 // bf16 operands that bf16 holds exactly, products accumulated in fp32 by the bf16 dot-product
 // instructions (which flush subnormals and round each pair's sum): fp32 accumulation error, 2.5e-15 at worst measured.
 constexpr double kBf16Products = 1e-12;
+// Attention with bf16 products: the probabilities, output gradients and score gradients are rounded
+// to bf16 on their way into the next product (relative 2^-9 each).
+constexpr double kBf16Attention = 1e-5;  // 1.2e-6 at worst measured
 
 std::vector<OpCase> linear_cases() {
   std::vector<OpCase> cases;
@@ -364,9 +367,11 @@ std::string attention_name(const AttentionCase& a) {
                  {"drop", s.dropout_p > 0}, {"stats", s.saved == ops::AttentionSaved::row_stats}});
 }
 
+// bf16: fp32 tensors with every product in bf16 (AttentionShape::bf16_products), forward and backward.
 Body attention_body(const AttentionCase& a) {
-  return typed([a]<class T>(Inputs& in, Outputs& out) {
+  auto run = [a]<class T>(Inputs& in, Outputs& out, bool bf16) {
     ops::AttentionShape s = a.s;
+    s.bf16_products = bf16;
     const int64_t C = s.H * s.D, Tk = s.keys(), kv = s.B * s.key_stride() * C;
     const auto q = cast<T>(in.normal(s.B * s.T * C)), k = cast<T>(in.normal(kv)), v = cast<T>(in.normal(kv));
     const auto g = cast<T>(in.normal(s.B * s.T * C));
@@ -386,7 +391,11 @@ Body attention_body(const AttentionCase& a) {
     ops::attention_backward(dq.data(), dk.data(), dv.data(), g.data(), att.data(), q.data(), k.data(), v.data(),
                             key_mask.data(), s);
     out.add(o), out.add(att), out.add(dq), out.add(dk), out.add(dv);
-  });
+  };
+  return [run](const Variant& v, Inputs& in, Outputs& out) {
+    if (v.dtype == Dtype::f64) return run.template operator()<double>(in, out, false);
+    run.template operator()<float>(in, out, v.dtype == Dtype::bf16);
+  };
 }
 
 std::vector<OpCase> attention_cases() {
@@ -426,7 +435,9 @@ std::vector<OpCase> attention_cases() {
   for (AttentionCase a : table) {
     for (const ops::AttentionSaved saved : {ops::AttentionSaved::probabilities, ops::AttentionSaved::row_stats}) {
       a.s.saved = saved;
-      cases.push_back({"attention", attention_name(a), attention_body(a), {{Dtype::f32, kF32}}});
+      std::vector<std::pair<Dtype, double>> variants = {{Dtype::f32, kF32}};
+      if (ops::bf16_is_native()) variants.push_back({Dtype::bf16, kBf16Attention});
+      cases.push_back({"attention", attention_name(a), attention_body(a), variants});
     }
   }
   return cases;

@@ -168,3 +168,99 @@ TEST(Vmath, CountSmallCountsNonzeroValuesBelowEachBound) {
 }
 
 }  // namespace
+
+// Every SIMD target quantises as the scalar formula does: x·(1/s) and + z each rounded to fp32, then
+// to the nearest integer (ties to even), clamped to [0, 255]; inputs include exact ties, values that
+// clamp at both ends, and lengths with partial vectors.
+TEST(Vmath, QuantizeU8IsTheRoundedClampedAffineMap) {
+  for_each_simd_target([] {
+    std::mt19937_64 rng(9);
+    std::normal_distribution<float> z(0.2f, 2.0f);
+    const float inv_scale = 255.0f / 9.0f, zero_point = 100.0f;
+    for (int64_t n : {1, 7, 16, 33, 1000}) {
+      std::vector<float> x(n);
+      for (float& v : x) v = z(rng);
+      if (n > 4) x[0] = 0.5f / inv_scale, x[1] = 1.5f / inv_scale, x[2] = -1e3f, x[3] = 1e3f;  // ties, clamps
+      std::vector<uint8_t> q(n);
+      ops::quantize_u8_f32(x.data(), n, inv_scale, zero_point, q.data());
+      for (int64_t i = 0; i < n; ++i) {
+        const float scaled = x[i] * inv_scale;
+        const float expected = std::clamp(std::nearbyint(scaled + zero_point), 0.0f, 255.0f);
+        ASSERT_EQ(q[i], static_cast<uint8_t>(expected)) << "n " << n << " i " << i << " x " << x[i];
+      }
+    }
+  });
+}
+
+TEST(Vmath, FiniteRangeIsTheMinAndMaxAndFlagsNanAndInfinity) {
+  for_each_simd_target([] {
+    std::mt19937_64 rng(7);
+    std::normal_distribution<float> z(0.5f, 3.0f);
+    // Partial vectors at the end; past 16,384 the scan is split into chunks across threads.
+    for (int64_t n : {0, 1, 5, 16, 17, 100, 1000, 16385, 70001}) {
+      std::vector<float> x(n);
+      for (float& v : x) v = z(rng);
+      float lo = 0, hi = 0;
+      ASSERT_TRUE(ops::finite_range_f32(x.data(), n, &lo, &hi)) << n;
+      EXPECT_EQ(lo, n ? *std::min_element(x.begin(), x.end()) : INFINITY) << n;
+      EXPECT_EQ(hi, n ? *std::max_element(x.begin(), x.end()) : -INFINITY) << n;
+      for (float bad : {NAN, INFINITY, -INFINITY}) {
+        for (int64_t at : {int64_t{0}, n / 2, n - 1}) {
+          if (n == 0) continue;
+          std::vector<float> y = x;
+          y[at] = bad;
+          EXPECT_FALSE(ops::finite_range_f32(y.data(), n, &lo, &hi)) << n << " at " << at;
+        }
+      }
+    }
+  });
+}
+
+// Every SIMD target (and AVX512-BF16's conversion, under AVX3 where the CPU has it) rounds x·scale to
+// bf16 as an independent rule does: of the two bf16 values around the fp32 product, the nearer, ties
+// to the even one; NaN stays a NaN of its sign, ±inf stays, a subnormal product becomes ±0. Inputs
+// include exact ties both ways, subnormals, the overflow to infinity and partial vectors.
+TEST(Vmath, Bf16FromF32RoundsToNearestEven) {
+  auto bits_of = [](float v) { uint32_t b; std::memcpy(&b, &v, 4); return b; };
+  auto value_of = [](uint32_t hi16) { const uint32_t b = hi16 << 16; float v; std::memcpy(&v, &b, 4); return v; };
+  auto from_bits = [](uint32_t b) { float v; std::memcpy(&v, &b, 4); return v; };
+  for_each_simd_target([&] {
+    std::mt19937_64 rng(5);
+    std::normal_distribution<float> z(0.0f, 3.0f);
+    for (int64_t n : {1, 9, 16, 37, 1000}) {
+      std::vector<float> x(n);
+      for (float& v : x) v = z(rng);
+      if (n > 8) {
+        x[0] = from_bits(0x3f808000u), x[1] = from_bits(0x3f818000u);  // ties: to 0x3f80 and to 0x3f82
+        x[2] = from_bits(0x00012345u), x[3] = std::numeric_limits<float>::max();
+        x[4] = -std::numeric_limits<float>::infinity(), x[5] = -std::numeric_limits<float>::quiet_NaN();
+        x[6] = from_bits(0x7f800001u), x[7] = -0.0f;  // a signalling NaN; negative zero
+        x[8] = from_bits(0x80400000u);                 // a negative subnormal
+      }
+      for (float scale : {1.0f, 0.125f, 0.3f}) {
+        std::vector<uint16_t> out(n);
+        ops::bf16_from_f32(out.data(), x.data(), n, scale);
+        for (int64_t i = 0; i < n; ++i) {
+          const float v = x[i] * scale;
+          SCOPED_TRACE(testing::Message() << "n " << n << " i " << i << " scale " << scale << " x " << x[i]);
+          if (std::isnan(v)) {
+            ASSERT_TRUE(std::isnan(value_of(out[i])));
+            ASSERT_EQ(out[i] >> 15, bits_of(v) >> 31);
+            continue;
+          }
+          if (std::fabs(v) < std::numeric_limits<float>::min()) {  // subnormal (or zero): ±0
+            ASSERT_EQ(out[i], (bits_of(v) >> 16) & 0x8000u);
+            continue;
+          }
+          const uint32_t down = bits_of(v) >> 16;  // toward zero; up is the next bf16 away from zero
+          const double d_down = std::fabs(static_cast<double>(v) - value_of(down));
+          // Past the largest finite bf16 the next value would be ±2^128 (it rounds to infinity).
+          const double up = ((down + 1) & 0x7fffu) == 0x7f80u ? std::copysign(std::ldexp(1.0, 128), v) : value_of(down + 1);
+          const double d_up = std::isinf(v) ? 1e300 : std::fabs(static_cast<double>(v) - up);
+          const uint32_t expected = d_down < d_up ? down : d_up < d_down ? down + 1 : (down % 2 == 0 ? down : down + 1);
+          ASSERT_EQ(out[i], expected);
+        }
+      }
+    }
+  });
+}
