@@ -54,6 +54,21 @@ for signal in KILL INT; do
 done
 echo "resume: loss trajectories and final weights identical"
 
+echo "== --precision auto: bf16 mixed precision where the CPU has it (both stacks), close to fp32's losses"
+"$roformer" translate-train "${opts[@]}" --precision auto --out "$work/p" 2> "$work/p.log"
+if grep -q "bf16 mixed precision" "$work/p.log"; then
+  python3 - "$work/a/metrics.jsonl" "$work/p/metrics.jsonl" <<'PY'
+import json, sys
+fp32, bf16 = ([json.loads(l) for l in open(path)] for path in sys.argv[1:])
+a, b = fp32[-1]["loss"], bf16[-1]["loss"]
+assert a != b, "bf16 trained exactly as fp32"
+assert abs(a - b) < 0.1 * a, f"last loss {b} in bf16 against {a} in fp32"
+assert any("val_bleu" in r for r in bf16)
+PY
+else
+  grep -q "processes, fp32" "$work/p.log"
+fi
+
 echo "== a run without --resume refuses to overwrite an existing run"
 if "$roformer" translate-train "${opts[@]}" --out "$work/a" 2> "$work/refuse.log"; then echo "expected a refusal" >&2; exit 1; fi
 grep -q "already holds a run" "$work/refuse.log"
