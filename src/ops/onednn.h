@@ -13,8 +13,7 @@ const dnnl::engine& onednn_engine();
 // its own strides and type (bf16 operands: oneDNN accumulates in fp32). accumulate adds to what dst
 // holds (a sum post-op) instead of writing it. Primitives are made on first use and kept per thread,
 // keyed by the descriptors (oneDNN's runtime-dimension matmul falls back to its reference kernel, so
-// shapes stay fixed); a thread keeps at most 256 (attention's blocks
-// make a few per distinct key extent). Runs on the calling thread's stream and waits.
+// shapes stay fixed); a thread keeps the 64 it used last. Runs on the calling thread's stream and waits.
 void onednn_matmul(const dnnl::memory::desc& src, const void* src_data, const dnnl::memory::desc& weights,
                    const void* weights_data, const float* bias, dnnl::memory::desc dst, float* dst_data,
                    bool accumulate);
