@@ -440,7 +440,8 @@ void RoFormer<T>::use_bf16_weights(bool on) {
     int64_t total = 0;
     for (const LinearLayer& l : layers) total += l.out * l.in;
     bf16_.resize(static_cast<size_t>(total));
-    // Chunks of whole layers' rows, spread over the threads: each element is rounded on its own.
+    // The layers' weights laid end to end in bf16_, rounded in chunks of 64 Ki elements spread over the
+    // threads (a chunk may span layers; each element is rounded on its own, so the split is invisible).
     std::vector<std::pair<const float*, int64_t>> from;
     int64_t at = 0;
     for (LinearLayer& l : layers) {
