@@ -14,6 +14,7 @@
 #include "ops/linear.h"
 #include "ops/norm.h"
 #include "ops/position.h"
+#include "ops/vmath.h"
 #include "base/random.h"
 
 namespace model {
@@ -505,20 +506,50 @@ void cross_attention_backward(T* dx, T* dmemory, const AttentionParams<T>& g, co
 
 // ---- feed-forward ----
 
+// out (n) = the bf16 bits of activation(in): through one fp32 chunk per thread at a time, so the fp32
+// activation is never stored whole (bf16 training's FeedForwardActs::act16).
+void activation_to_bf16(const RoFormerConfig& c, uint16_t* out, const float* in, int64_t n) {
+  constexpr int64_t kChunk = 16384;
+  const int64_t chunks = (n + kChunk - 1) / kChunk;
+#pragma omp parallel if (chunks > 1)
+  {
+    std::vector<float> tmp(static_cast<size_t>(std::min(n, kChunk)));
+#pragma omp for schedule(static)
+    for (int64_t i = 0; i < chunks; ++i) {
+      const int64_t begin = i * kChunk, count = std::min(n, begin + kChunk) - begin;
+      activation_forward(c, tmp.data(), in + begin, count);
+      ops::bf16_from_f32(out + begin, tmp.data(), count);
+    }
+  }
+}
+
 template <typename T>
 void feed_forward_forward(const RoFormerConfig& c, T* out, FeedForwardActs<T>& a, const FeedForwardParams<T>& p,
                           const T* x, int64_t N, int64_t layer, const Dropout& d) {
   const int64_t H = c.hidden_size, I = c.intermediate_size;
-  grow_to(a.act, N * I);
   grow_to(a.sum, N * H);
-  if (fuses_activation(p.in)) {  // packed for inference: no pre-activation kept
-    linear(a.act.data(), x, p.in, N, H, I);  // (N, I)
-  } else {
-    grow_to(a.pre, N * I);
-    linear(a.pre.data(), x, p.in, N, H, I);  // (N, I)
-    activation_forward(c, a.act.data(), a.pre.data(), N * I);
+  bool done = false;
+  if constexpr (std::is_same_v<T, float>) {
+    if (p.out.w16) {  // bf16 training: the activation kept in bf16 only
+      grow_to(a.pre, N * I);
+      grow_to(a.act16, N * I);
+      linear(a.pre.data(), x, p.in, N, H, I);  // (N, I)
+      activation_to_bf16(c, a.act16.data(), a.pre.data(), N * I);
+      ops::linear_forward_bf16(a.sum.data(), a.act16.data(), p.out.w16, p.out.b, N, I, H);  // (N, H)
+      done = true;
+    }
   }
-  linear(a.sum.data(), a.act.data(), p.out, N, I, H);  // (N, H)
+  if (!done) {
+    grow_to(a.act, N * I);
+    if (fuses_activation(p.in)) {  // packed for inference: no pre-activation kept
+      linear(a.act.data(), x, p.in, N, H, I);  // (N, I)
+    } else {
+      grow_to(a.pre, N * I);
+      linear(a.pre.data(), x, p.in, N, H, I);  // (N, I)
+      activation_forward(c, a.act.data(), a.pre.data(), N * I);
+    }
+    linear(a.sum.data(), a.act.data(), p.out, N, I, H);  // (N, H)
+  }
   dropout_output(a.sum.data(), N, H, d, 3 + 3 * layer);
   residual_norm_forward(c, out, a.norm, a.sum.data(), x, p.norm, N, H);
 }
@@ -533,7 +564,14 @@ void feed_forward_backward(const RoFormerConfig& c, T* dx, const FeedForwardPara
   dropout_back(d_sum, dx, N * H, d, 3 + 3 * layer, d.first(H), s, 21);
   T *d_act = s.get(22, N * I), *d_pre = s.get(23, N * I);
   zero(d_act, N * I);
-  linear_back(d_act, g.out, d_sum, a.act.data(), p.out, N, I, H);
+  bool done = false;
+  if constexpr (std::is_same_v<T, float>) {
+    if (p.out.w16) {  // the forward kept the activation in bf16 only
+      ops::linear_backward_bf16(d_act, g.out.w, g.out.b, d_sum, a.act16.data(), p.out.w16, N, I, H);
+      done = true;
+    }
+  }
+  if (!done) linear_back(d_act, g.out, d_sum, a.act.data(), p.out, N, I, H);
   activation_backward(c, d_pre, a.pre.data(), d_act, N * I);
   linear_back(dx, g.in, d_pre, x, p.in, N, H, I);
 }

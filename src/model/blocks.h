@@ -247,6 +247,9 @@ void cross_attention_backward(T* dx, T* dmemory, const AttentionParams<T>& g, co
 template <typename T>
 struct FeedForwardActs {
   std::vector<T> pre, act, sum;  // (N, I), (N, I), (N, H) residual + output dense
+  // bf16 training (p.out.w16): act is kept only as the bf16 values the output dense reads, forward
+  // and backward alike (the same results as act rounded there, in half the memory); act stays empty.
+  std::vector<uint16_t> act16;   // (N, I)
   NormActs<T> norm;
 };
 // out (N, H) = norm(x + dropout(act(x·W1ᵀ + b1)·W2ᵀ + b2)); dropout site 3 + 3·layer.

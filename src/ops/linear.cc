@@ -109,7 +109,12 @@ void linear_forward_bf16(float* out, const float* inp, const uint16_t* weight16,
                          int64_t IC, int64_t OC) {
   require_native_bf16("linear_forward_bf16");
   thread_local std::vector<uint16_t> inp16;
-  const uint16_t* x = rounded_to_bf16(inp16, inp, N * IC, false);
+  linear_forward_bf16(out, rounded_to_bf16(inp16, inp, N * IC, false), weight16, bias, N, IC, OC);
+}
+
+void linear_forward_bf16(float* out, const uint16_t* x, const uint16_t* weight16, const float* bias, int64_t N,
+                         int64_t IC, int64_t OC) {
+  require_native_bf16("linear_forward_bf16");
   // (N, IC)·(OC, IC)ᵀ: the weight read as oneDNN's (K, N) = (IC, OC) weights.
   onednn_matmul(matrix(N, IC, dt::bf16), x, matrix(OC, IC, dt::bf16, true), weight16, bias, matrix(N, OC, dt::f32),
                 out, false);
@@ -118,9 +123,15 @@ void linear_forward_bf16(float* out, const float* inp, const uint16_t* weight16,
 void linear_backward_bf16(float* dinp, float* dweight, float* dbias, const float* dout, const float* inp,
                           const uint16_t* weight16, int64_t N, int64_t IC, int64_t OC) {
   require_native_bf16("linear_backward_bf16");
-  thread_local std::vector<uint16_t> dout16, inp16;
+  thread_local std::vector<uint16_t> inp16;
+  linear_backward_bf16(dinp, dweight, dbias, dout, rounded_to_bf16(inp16, inp, N * IC, false), weight16, N, IC, OC);
+}
+
+void linear_backward_bf16(float* dinp, float* dweight, float* dbias, const float* dout, const uint16_t* x,
+                          const uint16_t* weight16, int64_t N, int64_t IC, int64_t OC) {
+  require_native_bf16("linear_backward_bf16");
+  thread_local std::vector<uint16_t> dout16;
   const uint16_t* dy = rounded_to_bf16(dout16, dout, N * OC, true);
-  const uint16_t* x = rounded_to_bf16(inp16, inp, N * IC, false);
   if (dinp) {  // (N, OC)·(OC, IC)
     onednn_matmul(matrix(N, OC, dt::bf16), dy, matrix(OC, IC, dt::bf16), weight16, nullptr, matrix(N, IC, dt::f32),
                   dinp, true);

@@ -26,6 +26,12 @@ void linear_forward_bf16(float* out, const float* inp, const uint16_t* weight16,
                          int64_t IC, int64_t OC);
 void linear_backward_bf16(float* dinp, float* dweight, float* dbias, const float* dout, const float* inp,
                           const uint16_t* weight16, int64_t N, int64_t IC, int64_t OC);
+// The same with the input already rounded to bf16 (inp16, (N, IC)), for an activation that a model
+// keeps only in bf16: the results are those of the fp32 input it was rounded from.
+void linear_forward_bf16(float* out, const uint16_t* inp16, const uint16_t* weight16, const float* bias, int64_t N,
+                         int64_t IC, int64_t OC);
+void linear_backward_bf16(float* dinp, float* dweight, float* dbias, const float* dout, const uint16_t* inp16,
+                          const uint16_t* weight16, int64_t N, int64_t IC, int64_t OC);
 
 // What rounding to bf16 costs the gradients: the output gradients (dout) of every linear_backward_bf16
 // call in this process, counted as they are rounded (monotonic totals; a run reports its own

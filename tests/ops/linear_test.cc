@@ -130,6 +130,26 @@ TEST(Ops, LinearBf16ProductsAreFp64OnTheOperandsRoundedToBf16) {
   }
 }
 
+// A model that keeps an activation only in bf16 gets, from the overloads taking it, the bits that the
+// fp32 activation gives (forward and both backward products).
+TEST(Ops, LinearBf16OnARoundedInputIsTheFp32InputsResult) {
+  if (!ops::bf16_is_native()) GTEST_SKIP() << "no native bf16 (" << ops::cpu_isa_name() << ")";
+  std::mt19937_64 rng(43);
+  const int64_t N = 37, IC = 70, OC = 19;
+  const auto x = to_f32(random_vec(rng, N * IC)), w = to_f32(random_vec(rng, OC * IC)), g = to_f32(random_vec(rng, N * OC));
+  std::vector<uint16_t> w16(w.size()), x16(x.size());
+  for (size_t i = 0; i < w.size(); ++i) w16[i] = rope::f32_to_bf16(w[i]);
+  for (size_t i = 0; i < x.size(); ++i) x16[i] = rope::f32_to_bf16(x[i]);
+  std::vector<float> y(N * OC), y16(N * OC), dx(N * IC, 0.0f), dx16(N * IC, 0.0f), dw(OC * IC, 0.0f), dw16(OC * IC, 0.0f);
+  ops::linear_forward_bf16(y.data(), x.data(), w16.data(), nullptr, N, IC, OC);
+  ops::linear_forward_bf16(y16.data(), x16.data(), w16.data(), nullptr, N, IC, OC);
+  ops::linear_backward_bf16(dx.data(), dw.data(), nullptr, g.data(), x.data(), w16.data(), N, IC, OC);
+  ops::linear_backward_bf16(dx16.data(), dw16.data(), nullptr, g.data(), x16.data(), w16.data(), N, IC, OC);
+  EXPECT_EQ(y, y16);
+  EXPECT_EQ(dx, dx16);
+  EXPECT_EQ(dw, dw16);
+}
+
 // The census counts the output gradients as they are rounded: nonzero, below bf16's normal range
 // (2^-126) and below fp16's smallest subnormal (2^-24), NaN as nonzero.
 TEST(Ops, LinearBf16GradientUnderflowCensus) {
