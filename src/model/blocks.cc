@@ -506,6 +506,8 @@ void cross_attention_backward(T* dx, T* dmemory, const AttentionParams<T>& g, co
 
 // ---- feed-forward ----
 
+namespace {
+
 // out (n) = the bf16 bits of activation(in): through one fp32 chunk per thread at a time, so the fp32
 // activation is never stored whole (bf16 training's FeedForwardActs::act16).
 void activation_to_bf16(const RoFormerConfig& c, uint16_t* out, const float* in, int64_t n) {
@@ -523,33 +525,53 @@ void activation_to_bf16(const RoFormerConfig& c, uint16_t* out, const float* in,
   }
 }
 
+// a.sum (N, H) = act(x·W1ᵀ + b1)·W2ᵀ + b2, keeping what the backward needs: in bf16 training
+// (p.out.w16) the pre-activation and the activation in bf16 alone; else pre and act, or with a
+// packed layer that fuses the activation (inference), act alone.
 template <typename T>
-void feed_forward_forward(const RoFormerConfig& c, T* out, FeedForwardActs<T>& a, const FeedForwardParams<T>& p,
-                          const T* x, int64_t N, int64_t layer, const Dropout& d) {
+void feed_forward_dense(const RoFormerConfig& c, FeedForwardActs<T>& a, const FeedForwardParams<T>& p, const T* x,
+                        int64_t N) {
   const int64_t H = c.hidden_size, I = c.intermediate_size;
-  grow_to(a.sum, N * H);
-  bool done = false;
   if constexpr (std::is_same_v<T, float>) {
-    if (p.out.w16) {  // bf16 training: the activation kept in bf16 only
+    if (p.out.w16) {
       grow_to(a.pre, N * I);
       grow_to(a.act16, N * I);
       linear(a.pre.data(), x, p.in, N, H, I);  // (N, I)
       activation_to_bf16(c, a.act16.data(), a.pre.data(), N * I);
-      ops::linear_forward_bf16(a.sum.data(), a.act16.data(), p.out.w16, p.out.b, N, I, H);  // (N, H)
-      done = true;
+      return ops::linear_forward_bf16(a.sum.data(), a.act16.data(), p.out.w16, p.out.b, N, I, H);  // (N, H)
     }
   }
-  if (!done) {
-    grow_to(a.act, N * I);
-    if (fuses_activation(p.in)) {  // packed for inference: no pre-activation kept
-      linear(a.act.data(), x, p.in, N, H, I);  // (N, I)
-    } else {
-      grow_to(a.pre, N * I);
-      linear(a.pre.data(), x, p.in, N, H, I);  // (N, I)
-      activation_forward(c, a.act.data(), a.pre.data(), N * I);
-    }
-    linear(a.sum.data(), a.act.data(), p.out, N, I, H);  // (N, H)
+  grow_to(a.act, N * I);
+  if (fuses_activation(p.in)) {
+    linear(a.act.data(), x, p.in, N, H, I);  // (N, I)
+  } else {
+    grow_to(a.pre, N * I);
+    linear(a.pre.data(), x, p.in, N, H, I);  // (N, I)
+    activation_forward(c, a.act.data(), a.pre.data(), N * I);
   }
+  linear(a.sum.data(), a.act.data(), p.out, N, I, H);  // (N, H)
+}
+
+// d_act (N, I) += d_sum·W2; g.out += its gradients: the backward of feed_forward_dense's output dense,
+// on the activation it kept.
+template <typename T>
+void feed_forward_dense_back(const RoFormerConfig& c, T* d_act, const FeedForwardParams<T>& g, const T* d_sum,
+                             const FeedForwardActs<T>& a, const FeedForwardParams<T>& p, int64_t N) {
+  const int64_t H = c.hidden_size, I = c.intermediate_size;
+  if constexpr (std::is_same_v<T, float>) {
+    if (p.out.w16) return ops::linear_backward_bf16(d_act, g.out.w, g.out.b, d_sum, a.act16.data(), p.out.w16, N, I, H);
+  }
+  linear_back(d_act, g.out, d_sum, a.act.data(), p.out, N, I, H);
+}
+
+}  // namespace
+
+template <typename T>
+void feed_forward_forward(const RoFormerConfig& c, T* out, FeedForwardActs<T>& a, const FeedForwardParams<T>& p,
+                          const T* x, int64_t N, int64_t layer, const Dropout& d) {
+  const int64_t H = c.hidden_size;
+  grow_to(a.sum, N * H);
+  feed_forward_dense(c, a, p, x, N);
   dropout_output(a.sum.data(), N, H, d, 3 + 3 * layer);
   residual_norm_forward(c, out, a.norm, a.sum.data(), x, p.norm, N, H);
 }
@@ -564,14 +586,7 @@ void feed_forward_backward(const RoFormerConfig& c, T* dx, const FeedForwardPara
   dropout_back(d_sum, dx, N * H, d, 3 + 3 * layer, d.first(H), s, 21);
   T *d_act = s.get(22, N * I), *d_pre = s.get(23, N * I);
   zero(d_act, N * I);
-  bool done = false;
-  if constexpr (std::is_same_v<T, float>) {
-    if (p.out.w16) {  // the forward kept the activation in bf16 only
-      ops::linear_backward_bf16(d_act, g.out.w, g.out.b, d_sum, a.act16.data(), p.out.w16, N, I, H);
-      done = true;
-    }
-  }
-  if (!done) linear_back(d_act, g.out, d_sum, a.act.data(), p.out, N, I, H);
+  feed_forward_dense_back(c, d_act, g, d_sum, a, p, N);
   activation_backward(c, d_pre, a.pre.data(), d_act, N * I);
   linear_back(dx, g.in, d_pre, x, p.in, N, H, I);
 }

@@ -9,7 +9,7 @@
 #include <type_traits>
 
 #include "ops/loss.h"
-#include "ops/vmath.h"
+#include "ops/linear.h"
 #include "base/random.h"
 
 namespace model {
@@ -428,42 +428,28 @@ void RoFormer<T>::set_precision(ops::Precision precision) {
 
 template <typename T>
 void RoFormer<T>::use_bf16_weights(bool on) {
+  if (!on && !bf16_training_) return;  // fp32 forwards after fp32 ones: nothing bound
+  bf16_training_ = on;
   std::vector<LinearLayer> layers = linear_layers();
   LinearParams<T> decoder = p.head.decoder();  // the word embeddings, (V, E or H)
+  decoder.w16 = nullptr;
   const int64_t V = cfg_.vocab_size, decoder_in = p.head.dense.w ? cfg_.embedding_size : cfg_.hidden_size;
   if (has_mlm_head_ && decoder.w) layers.push_back({&decoder, V, decoder_in});
   for (LinearLayer& l : layers) l.params->w16 = nullptr;
-  p.head.decoder_w16 = nullptr;
-  bf16_training_ = on;
   if constexpr (std::is_same_v<T, float>) {
-    if (!on) return;
-    int64_t total = 0;
-    for (const LinearLayer& l : layers) total += l.out * l.in;
-    bf16_.resize(static_cast<size_t>(total));
-    // The layers' weights laid end to end in bf16_, rounded in chunks of 64 Ki elements spread over the
-    // threads (a chunk may span layers; each element is rounded on its own, so the split is invisible).
-    std::vector<std::pair<const float*, int64_t>> from;
-    int64_t at = 0;
-    for (LinearLayer& l : layers) {
-      l.params->w16 = bf16_.data() + at;
-      from.push_back({l.params->w, at});
-      at += l.out * l.in;
-    }
-    p.head.decoder_w16 = decoder.w16;
-    constexpr int64_t kChunk = 1 << 16;
-#pragma omp parallel for schedule(dynamic)
-    for (int64_t c = 0; c < (total + kChunk - 1) / kChunk; ++c) {
-      // The layer holding element c·kChunk, then every layer overlapping the chunk.
-      const int64_t begin = c * kChunk, end = std::min(total, begin + kChunk);
-      auto it = std::upper_bound(from.begin(), from.end(), begin,
-                                 [](int64_t x, const std::pair<const float*, int64_t>& f) { return x < f.second; });
-      for (size_t i = static_cast<size_t>(it - from.begin()) - 1; i < from.size() && from[i].second < end; ++i) {
-        const int64_t layer_end = i + 1 < from.size() ? from[i + 1].second : total;
-        const int64_t lo = std::max(begin, from[i].second), hi = std::min(end, layer_end);
-        ops::bf16_from_f32(bf16_.data() + lo, from[i].first + (lo - from[i].second), hi - lo);
+    if (on) {  // the layers' weights end to end in bf16_
+      int64_t total = 0;
+      for (const LinearLayer& l : layers) total += l.out * l.in;
+      bf16_.resize(static_cast<size_t>(total));
+      int64_t at = 0;
+      for (LinearLayer& l : layers) {
+        l.params->w16 = bf16_.data() + at;
+        ops::round_to_bf16(bf16_.data() + at, l.params->w, l.out * l.in);
+        at += l.out * l.in;
       }
     }
   }
+  p.head.decoder_w16 = decoder.w16;
 }
 
 template <typename T>

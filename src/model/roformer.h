@@ -116,8 +116,9 @@ class RoFormer : public Trainable<T> {
   // accumulation. The arena stays the fp32 master copy the optimiser updates; each training forward
   // first rounds the layers' weights to bf16 copies (once per micro-batch). Norms, softmax, scores,
   // losses, reductions, biases and gradients stay fp32, and forwards with training = false
-  // (validation, decoding) run fp32 on the master weights. f32 (the default) turns it off. bf16 on a CPU without native bf16 throws std::invalid_argument naming its
-  // kernel family; anything but f32 on a double model, std::logic_error.
+  // (validation, decoding) run fp32 on the master weights. f32 (the default) turns it off. bf16 on a
+  // CPU without native bf16 throws std::invalid_argument naming its kernel family; anything but f32 on
+  // a double model, std::logic_error.
   void set_precision(ops::Precision precision) override;
   ops::Precision precision() const { return precision_; }
 

@@ -52,11 +52,9 @@ void require_native_bf16(const char* what) {
 // The census of GradientUnderflow, process-wide.
 std::atomic<int64_t> g_values{0}, g_nonzero{0}, g_below_bf16{0}, g_below_fp16{0};
 
-// x (n) rounded to bf16 into buf (grown to n), in parallel chunks; census: count x's small values.
-const uint16_t* rounded_to_bf16(std::vector<uint16_t>& buf, const float* x, int64_t n, bool census) {
+// out (n) = x rounded to bf16 in parallel chunks; census: count x's small values into the totals.
+void round_chunks(uint16_t* out, const float* x, int64_t n, bool census) {
   constexpr int64_t kChunk = 16384;
-  if (static_cast<int64_t>(buf.size()) < n) buf.resize(static_cast<size_t>(n));
-  uint16_t* out = buf.data();
   const int64_t chunks = (n + kChunk - 1) / kChunk;
   static const float kBelow[2] = {0x1p-126f, 0x1p-24f};
   int64_t counts[3] = {0, 0, 0};
@@ -72,7 +70,13 @@ const uint16_t* rounded_to_bf16(std::vector<uint16_t>& buf, const float* x, int6
     g_below_bf16 += counts[1];
     g_below_fp16 += counts[2];
   }
-  return out;
+}
+
+// x (n) rounded to bf16 into buf, grown to n.
+const uint16_t* rounded_to_bf16(std::vector<uint16_t>& buf, const float* x, int64_t n, bool census) {
+  if (static_cast<int64_t>(buf.size()) < n) buf.resize(static_cast<size_t>(n));
+  round_chunks(buf.data(), x, n, census);
+  return buf.data();
 }
 
 using dnnl::memory;
@@ -107,7 +111,6 @@ void linear_backward(T* dinp, T* dweight, T* dbias, const T* dout, const T* inp,
 
 void linear_forward_bf16(float* out, const float* inp, const uint16_t* weight16, const float* bias, int64_t N,
                          int64_t IC, int64_t OC) {
-  require_native_bf16("linear_forward_bf16");
   thread_local std::vector<uint16_t> inp16;
   linear_forward_bf16(out, rounded_to_bf16(inp16, inp, N * IC, false), weight16, bias, N, IC, OC);
 }
@@ -122,7 +125,6 @@ void linear_forward_bf16(float* out, const uint16_t* x, const uint16_t* weight16
 
 void linear_backward_bf16(float* dinp, float* dweight, float* dbias, const float* dout, const float* inp,
                           const uint16_t* weight16, int64_t N, int64_t IC, int64_t OC) {
-  require_native_bf16("linear_backward_bf16");
   thread_local std::vector<uint16_t> inp16;
   linear_backward_bf16(dinp, dweight, dbias, dout, rounded_to_bf16(inp16, inp, N * IC, false), weight16, N, IC, OC);
 }
@@ -141,6 +143,8 @@ void linear_backward_bf16(float* dinp, float* dweight, float* dbias, const float
                 dweight, true);
   if (dbias) add_column_sums(dbias, dout, N, OC);
 }
+
+void round_to_bf16(uint16_t* out, const float* x, int64_t n) { round_chunks(out, x, n, false); }
 
 GradientUnderflow bf16_gradient_underflow() {
   return {g_values.load(), g_nonzero.load(), g_below_bf16.load(), g_below_fp16.load()};

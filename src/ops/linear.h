@@ -33,6 +33,10 @@ void linear_forward_bf16(float* out, const uint16_t* inp16, const uint16_t* weig
 void linear_backward_bf16(float* dinp, float* dweight, float* dbias, const float* dout, const uint16_t* inp16,
                           const uint16_t* weight16, int64_t N, int64_t IC, int64_t OC);
 
+// out (n) = x rounded to bf16 as the functions above round their operands (vmath.h's bf16_from_f32),
+// in chunks spread over the OpenMP threads: the weight copies a model hands them.
+void round_to_bf16(uint16_t* out, const float* x, int64_t n);
+
 // What rounding to bf16 costs the gradients: the output gradients (dout) of every linear_backward_bf16
 // call in this process, counted as they are rounded (monotonic totals; a run reports its own
 // difference). The bf16 dot products treat values below the smallest normal, 2^-126, as zero: those

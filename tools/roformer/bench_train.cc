@@ -82,6 +82,30 @@ model::RoFormerConfig preset_config(const BenchTrainOptions& o) {
   return c;
 }
 
+// The one-line summary of a run's JSON (bench_train without --json).
+void print_summary(const nlohmann::json& r) {
+  fmt::print("{} {} B={} T={} threads={} {}: {:.0f} tok/s, {:.1f} ms/step (median {:.1f}), {:.1f} GFLOP/s",
+             r["preset"].get<std::string>(), r["task"].get<std::string>(), r["batch"].get<int64_t>(),
+             r["seq"].get<int64_t>(), r["threads"].get<int>(), r["precision"].get<std::string>(),
+             r["tokens_per_s"].get<double>(), r["ms_per_step"].get<double>(), r["ms_per_step_median"].get<double>(),
+             r["gflops"].get<double>());
+  if (const double sgemm = r["sgemm_gflops"]; sgemm > 0) {
+    fmt::print(" = {:.0f}% of sgemm {:.1f} GFLOP/s", 100 * r["sgemm_fraction"].get<double>(), sgemm);
+  }
+  fmt::print(", peak RSS {:.0f} MiB", r["peak_rss_mib"].get<double>());
+  if (r.contains("bf16_gradient_values")) {
+    fmt::print("; of {} gradient values rounded to bf16, {} below bf16's normal range (lost), {} below fp16's "
+               "smallest subnormal", r["bf16_gradient_values"].get<int64_t>(),
+               r["bf16_gradients_below_bf16_normal"].get<int64_t>(),
+               r["bf16_gradients_below_fp16_subnormal"].get<int64_t>());
+  }
+  if (const int processes = r["processes"]; processes > 1) {
+    fmt::print("; {} processes, buckets {} MiB: {:.2f} ms/step waiting for the gradient sum (median)", processes,
+               r["bucket_mb"].get<double>(), r["comm_wait_ms_median"].get<double>());
+  }
+  fmt::print("\n");
+}
+
 }  // namespace
 
 int bench_train(const BenchTrainOptions& o) {
@@ -129,7 +153,7 @@ int bench_train(const BenchTrainOptions& o) {
   const double sgemm = o.sgemm ? sgemm_gflops(o.preset == "small" ? 1024 : 2048) : 0;
   std::sort(times.begin(), times.end());
   std::sort(waits.begin(), waits.end());
-  const nlohmann::json run = {{"preset", o.preset},
+  nlohmann::json run = {{"preset", o.preset},
                               {"task", o.task},
                               {"threads", omp_get_max_threads()},
                               {"batch", B},
@@ -152,25 +176,16 @@ int bench_train(const BenchTrainOptions& o) {
                               {"precision", precision},
                               {"cpu_isa", ops::cpu_isa_name()},
                               {"comm_wait_ms_median", waits[waits.size() / 2] * 1e3}};
+  if (precision == "bf16") {  // the output gradients the backward rounded to bf16, warm-up steps included
+    const ops::GradientUnderflow u = ops::bf16_gradient_underflow();
+    run["bf16_gradient_values"] = u.values - underflow0.values;
+    run["bf16_gradients_below_bf16_normal"] = u.below_bf16 - underflow0.below_bf16;
+    run["bf16_gradients_below_fp16_subnormal"] = u.below_fp16 - underflow0.below_fp16;
+  }
   if (o.json) {
     fmt::print("{}\n", nlohmann::json{{"tool", "roformer bench train"}, {"runs", {run}}}.dump(2));
   } else {
-    fmt::print("{} {} B={} T={} threads={} {}: {:.0f} tok/s, {:.1f} ms/step (median {:.1f}), {:.1f} GFLOP/s",
-               o.preset, o.task, B, T, omp_get_max_threads(), precision, tokens_per_s, wall * 1e3 / o.steps,
-               times[times.size() / 2] * 1e3, gflops);
-    if (sgemm > 0) fmt::print(" = {:.0f}% of sgemm {:.1f} GFLOP/s", 100 * gflops / sgemm, sgemm);
-    fmt::print(", peak RSS {:.0f} MiB", peak_rss);
-    if (precision == "bf16") {
-      const ops::GradientUnderflow u = ops::bf16_gradient_underflow();
-      fmt::print("; of {} gradient values rounded to bf16, {} below bf16's normal range (lost), {} below fp16's "
-                 "smallest subnormal", u.values - underflow0.values, u.below_bf16 - underflow0.below_bf16,
-                 u.below_fp16 - underflow0.below_fp16);
-    }
-    if (comm.size() > 1) {
-      fmt::print("; {} processes, buckets {} MiB: {:.2f} ms/step waiting for the gradient sum (median)", comm.size(),
-                 o.bucket_mb, waits[waits.size() / 2] * 1e3);
-    }
-    fmt::print("\n");
+    print_summary(run);
   }
   return 0;
 }
