@@ -5,6 +5,7 @@
 #include <filesystem>
 #include <stdexcept>
 
+#include "io/mapped_file.h"
 #include "io/weights.h"
 
 namespace load {
@@ -111,6 +112,14 @@ Model roformer(const std::string& dir, const Request& r) {
     model::prepare_for_inference(*out.model, *r.inference, out.int8_checkpoint, r.release_packed_arena);
   }
   return out;
+}
+
+bool is_seq2seq(const std::string& dir) {
+  try {
+    return io::read_json_object(dir + "/config.json").value("model_type", "") == "encoder-decoder";
+  } catch (const std::exception&) {  // no such file, not JSON, or "model_type" not a string
+    return false;
+  }
 }
 
 Seq2Seq seq2seq(const std::string& dir, const Request& r) {

@@ -90,6 +90,10 @@ struct Seq2Seq {
   bool int8_checkpoint = false;
 };
 
+// Whether dir's config.json declares an encoder-decoder (model_type "encoder-decoder", as seq2seq
+// reads); false when it is absent or unreadable (the loader then names the problem).
+bool is_seq2seq(const std::string& dir);
+
 // Loads an encoder-decoder directory (config.json with "encoder" and "decoder", model.safetensors,
 // spm.model). Of the Request it reads weights, tokenizer, init_seed and inference (both stacks packed;
 // the arena is kept: the stacks share the word embeddings and their owner's arena).

@@ -45,6 +45,7 @@ struct DecodeOptions {
   double top_p = 1.0;    // the most probable tokens whose probabilities sum to at least top_p (HF)
   uint64_t seed = 0;     // source b draws from the counter stream mix64(seed ^ b), one draw a step
   std::vector<int64_t> banned;  // never produced (special tokens)
+  bool operator==(const DecodeOptions&) const = default;  // requests decode together when equal (server)
 };
 
 struct Hypothesis {

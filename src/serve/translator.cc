@@ -17,9 +17,14 @@ std::unique_ptr<Translator> Translator::load(const std::string& dir, const LoadO
 
 std::vector<std::vector<Translation>> Translator::translate(const std::vector<std::string>& texts,
                                                             const model::DecodeOptions& o, int64_t batch) {
-  const size_t n = texts.size();
-  std::vector<std::vector<int64_t>> ids(n);
-  for (size_t i = 0; i < n; ++i) ids[i] = sp_->encode(texts[i]);
+  std::vector<std::vector<int64_t>> ids;
+  for (const std::string& t : texts) ids.push_back(encode(t));
+  return translate_encoded(ids, o, batch);
+}
+
+std::vector<std::vector<Translation>> Translator::translate_encoded(const std::vector<std::vector<int64_t>>& ids,
+                                                                    const model::DecodeOptions& o, int64_t batch) {
+  const size_t n = ids.size();
   std::vector<size_t> order(n);
   std::iota(order.begin(), order.end(), 0);
   std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) { return ids[a].size() < ids[b].size(); });

@@ -37,6 +37,13 @@ class Translator {
   // A text that encodes to no subwords translates to nothing (an empty hypothesis, score 0).
   std::vector<std::vector<Translation>> translate(const std::vector<std::string>& texts, const model::DecodeOptions& o,
                                                   int64_t batch = 32);
+  // The same on sources already encoded (encode below; the server encodes on its HTTP threads).
+  std::vector<std::vector<Translation>> translate_encoded(const std::vector<std::vector<int64_t>>& sources,
+                                                          const model::DecodeOptions& o, int64_t batch = 32);
+  // A text's subword ids, without the eos that decoding appends.
+  std::vector<int64_t> encode(const std::string& text) const { return sp_->encode(text); }
+  // The longest source in subwords, the eos not counted: the encoder's positions less the eos's.
+  int64_t max_source_length() const { return m_->config().encoder.max_position_embeddings - 1; }
 
   model::Seq2Seq<float>& model() { return *m_; }
   const text::SentencePiece& subwords() const { return *sp_; }

@@ -7,6 +7,7 @@
 #include <climits>
 #include <cmath>
 #include <cstring>
+#include <sstream>
 
 #include "serve/fill_mask.h"
 
@@ -203,10 +204,43 @@ int64_t integer(const json& request, const char* name, int64_t fallback, int64_t
   return v.get<int64_t>();
 }
 
+// A real-valued field within [lo, hi], or fallback when absent.
+double real(const json& request, const char* name, double fallback, double lo, double hi) {
+  if (!present(request, name)) return fallback;
+  const json& v = request[name];
+  if (!v.is_number() || !(v.get<double>() >= lo && v.get<double>() <= hi)) {
+    std::ostringstream range;  // 0 and 4, not 0.0 and 4.0
+    range << "[" << lo << ", " << hi << "]";
+    throw invalid(std::string("`") + name + "` must be a number in " + range.str());
+  }
+  return v.get<double>();
+}
+
+// The longest a translation request may ask the server to decode: a·(source + eos) + b new tokens
+// stay within these, so one request cannot hold the model thread for arbitrarily long.
+constexpr double kMaxLenA = 4;
+constexpr int64_t kMaxServedBeams = 32;
+
 }  // namespace
 
-Api::Api(serve::Pipeline& pipeline, Scheduler& scheduler, const ApiOptions& options)
-    : pipeline_(pipeline), scheduler_(scheduler), options_(options) {}
+Api::Api(Backend backend, Scheduler& scheduler, const ApiOptions& options)
+    : pipeline_(backend.pipeline), translator_(backend.translator), scheduler_(scheduler), options_(options) {}
+
+serve::Pipeline& Api::encoder() const {
+  if (!pipeline_) {
+    throw ApiError(424, "Backend", "model is a translation model: " + options_.model_id +
+                                       " (an encoder-decoder) answers /translate, /tokenize and /decode");
+  }
+  return *pipeline_;
+}
+
+serve::Translator& Api::translator() const {
+  if (!translator_) {
+    throw ApiError(424, "Backend", "model is not a translation model: " + options_.model_id +
+                                       " has no decoder (translate-train writes encoder-decoder directories)");
+  }
+  return *translator_;
+}
 
 void Api::check_batch_size(size_t inputs) const {
   if (static_cast<int64_t>(inputs) > options_.max_client_batch_size) {
@@ -217,9 +251,9 @@ void Api::check_batch_size(size_t inputs) const {
 
 std::vector<text::Encoding> Api::encode(const std::vector<Input>& in, const serve::Truncate& truncate) const {
   check_batch_size(in.size());
-  const int64_t limit = pipeline_.max_length();
+  const int64_t limit = encoder().max_length();
   const text::EncodeOptions eo = serve::encode_options(truncate, limit);
-  const text::RoFormerTokenizer& tok = pipeline_.tokenizer();
+  const text::RoFormerTokenizer& tok = encoder().tokenizer();
   std::vector<text::Encoding> out;
   for (size_t i = 0; i < in.size(); ++i) {
     out.push_back(in[i].tokens ? ids_encoding(tok, in[i].ids, truncate, limit)
@@ -232,7 +266,7 @@ std::vector<text::Encoding> Api::encode(const std::vector<Input>& in, const serv
     }
   }
   try {
-    pipeline_.check(out);
+    encoder().check(out);
   } catch (const serve::InputError& e) {
     throw invalid("input " + std::to_string(e.index) + ": " + e.what());
   }
@@ -246,6 +280,10 @@ Output Api::run(Task task, std::vector<text::Encoding> encodings, int64_t top_k)
   } catch (const Overloaded& e) {
     throw ApiError(429, "Overloaded", e.what());
   }
+  return wait(f);
+}
+
+Output Api::wait(std::future<Output>& f) {
   try {
     return f.get();
   } catch (const TimedOut& e) {
@@ -283,7 +321,7 @@ json Api::openai_embeddings(const json& request) {
     format = request["encoding_format"].get<std::string>();
     if (format != "float" && format != "base64") throw invalid("`encoding_format` must be \"float\" or \"base64\"");
   }
-  const int64_t H = pipeline_.config().hidden_size;
+  const int64_t H = encoder().config().hidden_size;
   if (present(request, "dimensions") && (!request["dimensions"].is_number_integer() ||
                                          request["dimensions"].get<int64_t>() != H)) {
     throw invalid("`dimensions` must be the model's " + std::to_string(H) +
@@ -312,7 +350,7 @@ json Api::openai_embeddings(const json& request) {
 
 json Api::predict(const json& request) {
   require_object(request);
-  if (!pipeline_.classifier()) {
+  if (!encoder().classifier()) {
     throw ApiError(424, "Backend", "model is not a classifier: " + options_.model_id +
                                        " has no sequence-classification head (use /embed)");
   }
@@ -320,7 +358,7 @@ json Api::predict(const json& request) {
   bool batch = false;
   const std::vector<Input> in = predict_inputs(request, &batch);
   const auto classes = run(Task::classify, encode(in, truncation(request, options_.auto_truncate))).classes;
-  const std::vector<std::string>& labels = pipeline_.classifier()->labels;
+  const std::vector<std::string>& labels = encoder().classifier()->labels;
   if (!batch) return sorted_scores(classes.at(0), labels, raw);
   json out = json::array();
   for (const auto& c : classes) out.push_back(sorted_scores(c, labels, raw));
@@ -329,7 +367,7 @@ json Api::predict(const json& request) {
 
 json Api::rerank(const json& request) {
   require_object(request);
-  const serve::Classifier* head = pipeline_.classifier();
+  const serve::Classifier* head = encoder().classifier();
   if (head && head->num_labels() != 1) {
     throw ApiError(424, "Backend", "model is not a re-ranker: " + options_.model_id + "'s classifier has " +
                                        std::to_string(head->num_labels()) + " labels (a re-ranker has one)");
@@ -381,8 +419,9 @@ json Api::similarity(const json& request) {
 
 json Api::fill_mask(const json& request) {
   require_object(request);
+  serve::Pipeline& pipeline = encoder();
   try {
-    serve::check_fill_mask(pipeline_);
+    serve::check_fill_mask(pipeline);
   } catch (const std::exception& e) {
     throw ApiError(424, "Backend", std::string("model cannot fill masks: ") + e.what());
   }
@@ -394,7 +433,7 @@ json Api::fill_mask(const json& request) {
   const serve::Truncate truncate = truncation(request, options_.auto_truncate);
   std::vector<text::Encoding> enc = encode(inputs(request, "inputs", false), truncate);
   try {
-    serve::mask_positions(pipeline_, enc);
+    serve::mask_positions(pipeline, enc);
   } catch (const serve::InputError& e) {
     throw invalid("input " + std::to_string(e.index) + ": " + e.what());
   }
@@ -404,13 +443,158 @@ json Api::fill_mask(const json& request) {
   return single ? out.at(0) : out;
 }
 
+namespace {
+
+// /translate's `parameters`, with huggingface_hub's `generate_parameters` merged in (the outer ones
+// win); a key that is not one of /translate's is refused, so that no option is silently ignored.
+json translation_parameters(const json& request) {
+  json params = present(request, "parameters") ? request["parameters"] : json::object();
+  if (!params.is_object()) throw invalid("`parameters` must be an object");
+  if (present(params, "generate_parameters")) {
+    if (!params["generate_parameters"].is_object()) throw invalid("`parameters.generate_parameters` must be an object");
+    json merged = params["generate_parameters"];
+    params.erase("generate_parameters");
+    merged.update(params);
+    params = std::move(merged);
+  }
+  static const char* kKnown[] = {"num_beams", "num_return_sequences", "length_penalty", "early_stopping",
+                                 "max_new_tokens", "max_len_a", "max_len_b", "min_new_tokens",
+                                 "no_repeat_ngram_size", "do_sample", "temperature", "top_k", "top_p", "seed",
+                                 "truncation", "clean_up_tokenization_spaces", "src_lang", "tgt_lang"};
+  for (const auto& [key, value] : params.items()) {
+    if (std::find_if(std::begin(kKnown), std::end(kKnown), [&](const char* k) { return key == k; }) == std::end(kKnown)) {
+      throw invalid("`parameters." + key + "` is not supported (see /openapi.json for /translate's parameters)");
+    }
+  }
+  return params;
+}
+
+// /translate's truncation: TEI's `truncate` / `truncation_direction`, or transformers' `truncation`
+// (a bool or a strategy name) in `parameters`.
+serve::Truncate translation_truncation(const json& request, bool auto_truncate) {
+  serve::Truncate truncate = truncation(request, auto_truncate);
+  const json params = translation_parameters(request);
+  if (!present(params, "truncation")) return truncate;
+  const json& v = params["truncation"];
+  if (v.is_boolean()) {
+    truncate.enabled = v.get<bool>();
+  } else if (v.is_string() && (v == "do_not_truncate" || v == "longest_first" || v == "only_first")) {
+    truncate.enabled = v != "do_not_truncate";
+  } else {
+    throw invalid("`parameters.truncation` must be a boolean, \"do_not_truncate\", \"longest_first\" or \"only_first\"");
+  }
+  return truncate;
+}
+
+// transformers' translation pipeline: [{"translation_text"}] for a text (nbest of them); for a list,
+// one such object per text, or a list of nbest objects per text when nbest > 1.
+json translation_json(const std::vector<std::vector<serve::Translation>>& translations, bool single, int64_t nbest) {
+  auto hypotheses = [](const std::vector<serve::Translation>& n) {
+    json out = json::array();
+    for (const serve::Translation& h : n) out.push_back({{"translation_text", h.text}});
+    return out;
+  };
+  if (single) return hypotheses(translations.at(0));
+  json out = json::array();
+  for (const auto& n : translations) out.push_back(nbest == 1 ? hypotheses(n).at(0) : hypotheses(n));
+  return out;
+}
+
+}  // namespace
+
+int64_t Api::max_new_tokens() const { return translator().model().config().decoder.max_position_embeddings - 1; }
+
+// /translate's decoding: `roformer translate`'s defaults (beam 4, a = 1.5, b = 10), then the request's
+// `parameters` under transformers' generate() names (or huggingface_hub's `generate_parameters`).
+model::DecodeOptions Api::decode_options(const json& request) const {
+  const json params = translation_parameters(request);
+  if (present(params, "src_lang") || present(params, "tgt_lang")) {
+    throw invalid("`parameters.src_lang` / `tgt_lang`: " + options_.model_id + " translates in one direction only");
+  }
+  flag(params, "clean_up_tokenization_spaces", false);  // checked; SentencePiece's detokenisation has none to clean
+  const int64_t cap = max_new_tokens();
+  model::DecodeOptions o;
+  o.beam_size = integer(params, "num_beams", 4, 1, kMaxServedBeams);
+  o.nbest = integer(params, "num_return_sequences", 1, 1, o.beam_size);
+  o.length_penalty = real(params, "length_penalty", 1.0, -100, 100);
+  o.early_stopping = flag(params, "early_stopping", false);
+  o.max_len_a = real(params, "max_len_a", 1.5, 0, kMaxLenA);
+  o.max_len_b = integer(params, "max_len_b", 10, 0, cap);
+  if (present(params, "max_new_tokens")) {
+    if (present(params, "max_len_a") || present(params, "max_len_b")) {
+      throw invalid("`parameters.max_new_tokens` replaces `max_len_a` and `max_len_b`: give one or the other");
+    }
+    o.max_len_a = 0;
+    o.max_len_b = integer(params, "max_new_tokens", 0, 1, cap);
+  }
+  o.min_new_tokens = integer(params, "min_new_tokens", 0, 0, cap);
+  o.no_repeat_ngram_size = integer(params, "no_repeat_ngram_size", 0, 0, cap);
+  o.sample = flag(params, "do_sample", false);
+  o.temperature = real(params, "temperature", 1.0, 0, 1e6);
+  o.top_k = integer(params, "top_k", 0, 0, INT32_MAX);
+  o.top_p = real(params, "top_p", 1.0, 0, 1);
+  o.seed = static_cast<uint64_t>(integer(params, "seed", 0, 0, INT64_MAX));
+  if (o.sample && o.beam_size != 1) {
+    if (present(params, "num_beams")) throw invalid("`parameters.do_sample` samples with `num_beams` 1");
+    o.beam_size = 1;  // generate()'s sampling default
+  }
+  try {
+    model::check_decode_options(o);
+  } catch (const std::invalid_argument& e) {
+    throw invalid(std::string("`parameters`: ") + e.what());
+  }
+  return o;
+}
+
+json Api::translate(const json& request) {
+  require_object(request);
+  serve::Translator& t = translator();
+  const model::DecodeOptions o = decode_options(request);
+  const serve::Truncate truncate = translation_truncation(request, options_.auto_truncate);
+  const std::vector<Input> in = inputs(request, "inputs", false);
+  check_batch_size(in.size());
+  const int64_t limit = t.max_source_length();
+  std::vector<std::vector<int64_t>> sources;
+  for (size_t i = 0; i < in.size(); ++i) {
+    std::vector<int64_t> ids = t.encode(in[i].a);
+    if (static_cast<int64_t>(ids.size()) > limit) {
+      if (!truncate.enabled) {
+        throw ApiError(413, "Validation", "input " + std::to_string(i) + " must have less than " + std::to_string(limit + 1) +
+                                              " subwords with its eos. Given: " + std::to_string(ids.size() + 1) +
+                                              " (set `truncate` to cut it)");
+      }
+      const auto cut = static_cast<std::ptrdiff_t>(ids.size()) - limit;
+      if (truncate.side == text::Side::Left) ids.erase(ids.begin(), ids.begin() + cut);
+      else ids.resize(static_cast<size_t>(limit));
+    }
+    sources.push_back(std::move(ids));
+  }
+  std::future<Output> f;
+  try {
+    f = scheduler_.submit_translation(std::move(sources), o);
+  } catch (const Overloaded& e) {
+    throw ApiError(429, "Overloaded", e.what());
+  }
+  return translation_json(wait(f).translations, request["inputs"].is_string(), o.nbest);
+}
+
 json Api::tokenize(const json& request) const {
   require_object(request);
   text::EncodeOptions eo;
   eo.add_special_tokens = flag(request, "add_special_tokens", true);
   json out = json::array();
+  if (translator_) {  // SentencePiece pieces; the special token added is the eos decoding appends
+    const text::SentencePiece& sp = translator_->subwords();
+    for (const Input& t : inputs(request, "inputs", false)) {
+      json tokens = json::array();
+      for (int64_t id : sp.encode(t.a)) tokens.push_back({{"id", id}, {"text", sp.piece(id)}, {"special", false}});
+      if (eo.add_special_tokens) tokens.push_back({{"id", sp.eos_id()}, {"text", sp.piece(sp.eos_id())}, {"special", true}});
+      out.push_back(std::move(tokens));
+    }
+    return out;
+  }
   for (const Input& t : inputs(request, "inputs", false)) {
-    const text::Encoding e = pipeline_.tokenizer().encode(t.a, eo);
+    const text::Encoding e = encoder().tokenizer().encode(t.a, eo);
     json tokens = json::array();
     for (size_t i = 0; i < e.size(); ++i) {
       tokens.push_back({{"id", e.input_ids[i]}, {"text", e.tokens[i]}, {"special", e.special_tokens_mask[i] != 0}});
@@ -434,29 +618,54 @@ json Api::decode(const json& request) const {
   }
   check_batch_size(lists.size());
   const bool skip = flag(request, "skip_special_tokens", true);
-  const text::RoFormerTokenizer& tok = pipeline_.tokenizer();
+  const int64_t vocab = translator_ ? translator_->subwords().vocab_size() : encoder().tokenizer().vocab_size();
   json out = json::array();
   for (size_t i = 0; i < lists.size(); ++i) {
     for (int32_t id : lists[i]) {
-      if (id < 0 || id >= tok.vocab_size()) {
+      if (id < 0 || id >= vocab) {
         throw invalid("`ids`: input " + std::to_string(i) + " has id " + std::to_string(id) +
-                      ", outside the tokenizer's vocabulary of " + std::to_string(tok.vocab_size()));
+                      ", outside the tokenizer's vocabulary of " + std::to_string(vocab));
       }
     }
-    out.push_back(serve::decode(tok, lists[i], skip, pipeline_.clean_up_tokenization_spaces()));
+    if (translator_) {  // control pieces (pad, bos, eos) decode to nothing either way
+      out.push_back(translator_->subwords().decode(std::vector<int64_t>(lists[i].begin(), lists[i].end())));
+    } else {
+      out.push_back(serve::decode(encoder().tokenizer(), lists[i], skip, encoder().clean_up_tokenization_spaces()));
+    }
   }
   return out;
 }
 
 json Api::root(const json& request) {
+  if (translator_) return translate(request);
   if (is_classifier()) return predict(request);
   if (request.is_object() && request.contains("inputs") && request["inputs"].is_object()) return similarity(request);
   return embed(request);
 }
 
 json Api::info() const {
+  const SchedulerOptions& s = options_.scheduler;
+  json info = {{"model_id", options_.model_id},
+               {"model_sha", nullptr},
+               {"model_dtype", "float32"},
+               {"max_concurrent_requests", s.max_concurrent_requests},
+               {"max_batch_tokens", s.max_batch_tokens},
+               {"max_batch_requests", s.max_batch_requests > 0 ? json(s.max_batch_requests) : json(nullptr)},
+               {"max_client_batch_size", options_.max_client_batch_size},
+               {"auto_truncate", options_.auto_truncate},
+               {"tokenization_workers", nullptr},
+               {"version", "roformer.cpp"}};
+  if (translator_) {
+    const model::Seq2SeqConfig& c = translator_->model().config();
+    info["model_type"] = {{"translation", {{"position_encoding", model::position_encoding_name(c.encoder.position_encoding)},
+                                           {"vocab_size", translator_->subwords().vocab_size()},
+                                           {"max_new_tokens", max_new_tokens()}}}};
+    info["fill_mask"] = false;
+    info["max_input_length"] = translator_->max_source_length();
+    return info;
+  }
   json type;
-  if (const serve::Classifier* c = pipeline_.classifier()) {
+  if (const serve::Classifier* c = encoder().classifier()) {
     json id2label = json::object(), label2id = json::object();
     for (size_t i = 0; i < c->labels.size(); ++i) {
       id2label[std::to_string(i)] = c->labels[i];
@@ -466,20 +675,10 @@ json Api::info() const {
   } else {
     type["embedding"] = {{"pooling", serve::pooling_name(options_.scheduler.pooling)}};
   }
-  const SchedulerOptions& s = options_.scheduler;
-  return {{"model_id", options_.model_id},
-          {"model_sha", nullptr},
-          {"model_dtype", "float32"},
-          {"model_type", type},
-          {"fill_mask", pipeline_.has_mlm_head() && !pipeline_.config().is_decoder},
-          {"max_concurrent_requests", s.max_concurrent_requests},
-          {"max_input_length", pipeline_.max_length()},
-          {"max_batch_tokens", s.max_batch_tokens},
-          {"max_batch_requests", s.max_batch_requests > 0 ? json(s.max_batch_requests) : json(nullptr)},
-          {"max_client_batch_size", options_.max_client_batch_size},
-          {"auto_truncate", options_.auto_truncate},
-          {"tokenization_workers", nullptr},
-          {"version", "roformer.cpp"}};
+  info["model_type"] = type;
+  info["fill_mask"] = encoder().has_mlm_head() && !encoder().config().is_decoder;
+  info["max_input_length"] = encoder().max_length();
+  return info;
 }
 
 json Api::models() const {

@@ -21,13 +21,18 @@
 //   POST /tokenize       {"inputs": str | [str], "add_special_tokens": true}
 //                        → [[{"id", "text", "special"}]]
 //   POST /decode         {"ids": [int] | [[int]], "skip_special_tokens": true}           → [str]
-//   GET /info, GET /v1/models; POST / runs /predict for a classifier, /similarity for TEI's
-//   {"inputs": {"source_sentence", ...}}, else /embed (huggingface_hub's InferenceClient posts there).
+//   POST /translate      {"inputs": str | [str], "parameters": {generate()'s num_beams, length_penalty,
+//                         num_return_sequences, max_new_tokens, ...; max_len_a, max_len_b}, TRUNC}
+//                        → transformers' [{"translation_text"}] (an encoder-decoder model only)
+//   GET /info, GET /v1/models; POST / runs /translate for a translation model, /predict for a
+//   classifier, /similarity for TEI's {"inputs": {"source_sentence", ...}}, else /embed
+//   (huggingface_hub's InferenceClient posts there).
 //
 // Every refusal is an ApiError: the HTTP status and TEI's {"error", "error_type"} body.
 #pragma once
 
 #include <cstdint>
+#include <future>
 #include <nlohmann/json.hpp>
 #include <stdexcept>
 #include <string>
@@ -63,7 +68,7 @@ struct Input {
 
 class Api {
  public:
-  Api(serve::Pipeline& pipeline, Scheduler& scheduler, const ApiOptions& options);
+  Api(Backend backend, Scheduler& scheduler, const ApiOptions& options);
 
   nlohmann::json embed(const nlohmann::json& request);
   nlohmann::json openai_embeddings(const nlohmann::json& request);
@@ -71,12 +76,13 @@ class Api {
   nlohmann::json rerank(const nlohmann::json& request);
   nlohmann::json similarity(const nlohmann::json& request);
   nlohmann::json fill_mask(const nlohmann::json& request);
+  nlohmann::json translate(const nlohmann::json& request);
   nlohmann::json tokenize(const nlohmann::json& request) const;
   nlohmann::json decode(const nlohmann::json& request) const;
   nlohmann::json root(const nlohmann::json& request);  // /predict, /similarity or /embed (see above)
   nlohmann::json info() const;
   nlohmann::json models() const;
-  bool is_classifier() const { return pipeline_.classifier() != nullptr; }
+  bool is_classifier() const { return pipeline_ && pipeline_->classifier() != nullptr; }
 
  private:
   // 413 for more inputs than max_client_batch_size.
@@ -84,10 +90,16 @@ class Api {
   // Inputs → checked encodings: 413 past the length without truncate, or past max_client_batch_size.
   std::vector<text::Encoding> encode(const std::vector<Input>& inputs, const serve::Truncate& truncate) const;
   Output run(Task task, std::vector<text::Encoding> encodings, int64_t top_k = 0);
+  Output wait(std::future<Output>& f);  // the scheduler's answer, its failures as ApiErrors
+  serve::Pipeline& encoder() const;     // 424 for a translation model
+  serve::Translator& translator() const;  // 424 for an encoder model
+  model::DecodeOptions decode_options(const nlohmann::json& request) const;
+  int64_t max_new_tokens() const;       // the decoder's positions less the decoder start token's
   std::vector<std::vector<float>> embed_inputs(const std::vector<Input>& inputs, const serve::Truncate& truncate,
                                                bool normalize, int64_t* tokens = nullptr);
 
-  serve::Pipeline& pipeline_;
+  serve::Pipeline* pipeline_;        // exactly one of these two is set (Backend)
+  serve::Translator* translator_;
   Scheduler& scheduler_;
   const ApiOptions options_;
 };

@@ -73,6 +73,7 @@ const std::vector<Served>& served() {
       {"post", "/rerank", [](Api& a, const json& r) { return a.rerank(r); }},
       {"post", "/similarity", [](Api& a, const json& r) { return a.similarity(r); }},
       {"post", "/fill-mask", [](Api& a, const json& r) { return a.fill_mask(r); }},
+      {"post", "/translate", [](Api& a, const json& r) { return a.translate(r); }},
       {"post", "/tokenize", [](Api& a, const json& r) { return a.tokenize(r); }},
       {"post", "/decode", [](Api& a, const json& r) { return a.decode(r); }},
       {"post", "/", [](Api& a, const json& r) { return a.root(r); }},
@@ -208,12 +209,12 @@ void block_stop_signals() {
   pthread_sigmask(SIG_BLOCK, &set, nullptr);
 }
 
-int serve_forever(serve::Pipeline& pipeline, const ServerOptions& o) {
+int serve_forever(Backend backend, const ServerOptions& o) {
   check_loopback(o.host);
   block_stop_signals();
   Metrics metrics;
-  Scheduler scheduler(pipeline, o.api.scheduler, metrics);
-  Api api(pipeline, scheduler, o.api);
+  Scheduler scheduler(backend, o.api.scheduler, metrics);
+  Api api(backend, scheduler, o.api);
   httplib::Server svr;
   const int threads = o.http_threads;
   svr.new_task_queue = [threads] { return new httplib::ThreadPool(static_cast<size_t>(threads)); };

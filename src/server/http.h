@@ -37,7 +37,7 @@ void check_loopback(const std::string& host);
 void block_stop_signals();
 // Serves until SIGINT or SIGTERM; returns the exit status (0 after a clean stop: the listener closed,
 // every accepted request answered, the model thread joined).
-int serve_forever(serve::Pipeline& pipeline, const ServerOptions& options);
+int serve_forever(Backend backend, const ServerOptions& options);
 
 // Constant-time comparison (the API key): the time depends on the lengths only.
 bool same_secret(const std::string& a, const std::string& b);

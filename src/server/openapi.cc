@@ -79,6 +79,25 @@ const Route kRoutes[] = {
          "truncate": {"type": "boolean"}, "truncation_direction": {"$ref": "#/components/schemas/TruncationDirection"}}})",
      R"({"inputs": "hello [MASK] world", "parameters": {"top_k": 3}})",
      R"({"type": "array"})"},
+    {"post", "/translate", "Translation (transformers' pipeline); 424 unless the model is an encoder-decoder",
+     R"({"type": "object", "required": ["inputs"], "properties": {
+         "inputs": {"$ref": "#/components/schemas/Texts"},
+         "parameters": {"type": "object", "properties": {
+             "num_beams": {"type": "integer", "minimum": 1, "maximum": 32, "default": 4},
+             "num_return_sequences": {"type": "integer", "minimum": 1, "default": 1},
+             "length_penalty": {"type": "number", "default": 1.0}, "early_stopping": {"type": "boolean"},
+             "max_new_tokens": {"type": "integer", "minimum": 1},
+             "max_len_a": {"type": "number", "minimum": 0, "maximum": 4, "default": 1.5},
+             "max_len_b": {"type": "integer", "minimum": 0, "default": 10},
+             "min_new_tokens": {"type": "integer", "minimum": 0}, "no_repeat_ngram_size": {"type": "integer", "minimum": 0},
+             "do_sample": {"type": "boolean"}, "temperature": {"type": "number", "minimum": 0},
+             "top_k": {"type": "integer", "minimum": 0}, "top_p": {"type": "number", "minimum": 0, "maximum": 1},
+             "seed": {"type": "integer", "minimum": 0},
+             "truncation": {"oneOf": [{"type": "boolean"}, {"type": "string", "enum": ["do_not_truncate", "longest_first", "only_first"]}]},
+             "clean_up_tokenization_spaces": {"type": "boolean"}, "generate_parameters": {"type": "object"}}},
+         "truncate": {"type": "boolean"}, "truncation_direction": {"$ref": "#/components/schemas/TruncationDirection"}}})",
+     R"({"inputs": "hello world", "parameters": {"num_beams": 2}})",
+     R"({"type": "array"})"},
     {"post", "/tokenize", "Tokens of each input (TEI)",
      R"({"type": "object", "required": ["inputs"], "properties": {
          "inputs": {"$ref": "#/components/schemas/Texts"}, "add_special_tokens": {"type": "boolean"}}})",
@@ -92,7 +111,7 @@ const Route kRoutes[] = {
          "skip_special_tokens": {"type": "boolean", "default": true}}})",
      R"({"ids": [1, 2, 3]})",
      R"({"type": "array", "items": {"type": "string"}})"},
-    {"post", "/", "/predict for a classifier, /similarity for {inputs: {source_sentence, ...}}, else /embed",
+    {"post", "/", "/translate for an encoder-decoder, /predict for a classifier, /similarity for {inputs: {source_sentence, ...}}, else /embed",
      R"({"type": "object", "required": ["inputs"]})",
      R"({"inputs": "hello world"})",
      R"({"type": "array"})"},
@@ -129,7 +148,7 @@ json openapi_document(const std::string& model_id) {
       op["responses"]["400"] = error_response("an HTTP request the server cannot read (e.g. a POST without a body)");
       op["responses"]["413"] = error_response("too many inputs, an input too long without truncate, a body too large");
       op["responses"]["422"] = error_response("malformed JSON or a field of the wrong type or value");
-      op["responses"]["424"] = error_response("the model cannot do this (no classifier or MLM head)");
+      op["responses"]["424"] = error_response("the model cannot do this (no classifier or MLM head; not an encoder-decoder)");
       op["responses"]["429"] = error_response("--max-concurrent-requests requests in flight");
       op["responses"]["503"] = error_response("waited longer than --request-timeout for the model");
     }
@@ -141,7 +160,7 @@ json openapi_document(const std::string& model_id) {
   return {{"openapi", "3.0.3"},
           {"info", {{"title", "roformer serve"}, {"version", "1"},
                     {"description", "RoFormer inference for " + model_id +
-                                        ": text-embeddings-inference, OpenAI embeddings and fill-mask routes"}}},
+                                        ": text-embeddings-inference, OpenAI embeddings, fill-mask and translation routes"}}},
           {"paths", std::move(paths)},
           {"components", {{"schemas", json::parse(kSchemas)},
                           {"securitySchemes", {{"bearer", {{"type", "http"}, {"scheme", "bearer"}}}}}}}};

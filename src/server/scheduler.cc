@@ -4,6 +4,7 @@
 #include <omp.h>
 
 #include <algorithm>
+#include <stdexcept>
 
 namespace server {
 namespace {
@@ -14,10 +15,43 @@ int64_t longest(const std::vector<text::Encoding>& encodings) {
   return t;
 }
 
+// The outputs [at, at + k) of a batch's, moved out of it.
+Output slice(Output& batch, size_t at, size_t k) {
+  auto take = [at, k](auto& all, auto& mine) {
+    if (all.empty()) return;
+    mine.assign(std::make_move_iterator(all.begin() + at), std::make_move_iterator(all.begin() + at + k));
+  };
+  Output mine;
+  take(batch.embeddings, mine.embeddings);
+  take(batch.classes, mine.classes);
+  take(batch.masks, mine.masks);
+  take(batch.translations, mine.translations);
+  return mine;
+}
+
 }  // namespace
 
-Scheduler::Scheduler(serve::Pipeline& pipeline, const SchedulerOptions& options, Metrics& metrics)
-    : pipeline_(pipeline), options_(options), metrics_(metrics) {
+int64_t Scheduler::Job::rows() const {
+  if (task == Task::translate) return static_cast<int64_t>(sources.size()) * decode.beam_size;
+  return static_cast<int64_t>(encodings.size());
+}
+
+int64_t Scheduler::Job::longest() const {
+  if (task != Task::translate) return server::longest(encodings);
+  int64_t t = 0;
+  for (const auto& s : sources) t = std::max<int64_t>(t, static_cast<int64_t>(s.size()) + 1);
+  return t;
+}
+
+bool Scheduler::Job::batches_with(const Job& other) const {
+  return task == other.task && top_k == other.top_k && (task != Task::translate || decode == other.decode);
+}
+
+Scheduler::Scheduler(Backend backend, const SchedulerOptions& options, Metrics& metrics)
+    : backend_(backend), options_(options), metrics_(metrics) {
+  if ((backend_.pipeline == nullptr) == (backend_.translator == nullptr)) {
+    throw std::invalid_argument("server::Scheduler: exactly one of Backend's pipeline and translator");
+  }
   worker_ = std::thread([this] { work(); });
 }
 
@@ -27,13 +61,25 @@ std::future<Output> Scheduler::submit(Task task, std::vector<text::Encoding> enc
   auto job = std::make_unique<Job>();
   job->task = task;
   job->top_k = top_k;
+  job->encodings = std::move(encodings);
+  return enqueue(std::move(job));
+}
+
+std::future<Output> Scheduler::submit_translation(std::vector<std::vector<int64_t>> sources,
+                                                  const model::DecodeOptions& o) {
+  auto job = std::make_unique<Job>();
+  job->task = Task::translate;
+  job->sources = std::move(sources);
+  job->decode = o;
+  return enqueue(std::move(job));
+}
+
+std::future<Output> Scheduler::enqueue(std::unique_ptr<Job> job) {
   job->queued = std::chrono::steady_clock::now();
   job->deadline = options_.request_timeout_s > 0
-                      ? std::chrono::steady_clock::now() +
-                            std::chrono::duration_cast<std::chrono::steady_clock::duration>(
-                                std::chrono::duration<double>(options_.request_timeout_s))
+                      ? job->queued + std::chrono::duration_cast<std::chrono::steady_clock::duration>(
+                                          std::chrono::duration<double>(options_.request_timeout_s))
                       : std::chrono::steady_clock::time_point::max();
-  job->encodings = std::move(encodings);
   std::future<Output> f = job->done.get_future();
   {
     std::lock_guard<std::mutex> lock(mutex_);
@@ -91,9 +137,9 @@ void Scheduler::work() {
   }
 }
 
-// The front job, then the jobs behind it of the same task while the batch stays within the budget:
-// (sequences) × (longest) ≤ max_batch_tokens and sequences ≤ max_batch_requests. The front job always
-// goes, however large; Pipeline::run then splits it into forwards within the budget.
+// The front job, then the jobs behind it that batch with it while the batch stays within the budget:
+// (rows) × (longest) ≤ max_batch_tokens and rows ≤ max_batch_requests. The front job always goes,
+// however large; Pipeline::run (or the Translator's batches) then split it within the budget.
 std::vector<std::unique_ptr<Scheduler::Job>> Scheduler::next_batch(std::unique_lock<std::mutex>&) {
   std::vector<std::unique_ptr<Job>> jobs;
   int64_t sequences = 0, T = 0;
@@ -109,10 +155,9 @@ std::vector<std::unique_ptr<Scheduler::Job>> Scheduler::next_batch(std::unique_l
       continue;
     }
     const Job& next = *queue_.front();
-    const int64_t n = sequences + static_cast<int64_t>(next.encodings.size());
-    const int64_t t = std::max(T, longest(next.encodings));
-    const bool same = !jobs.empty() && next.task == jobs.front()->task && next.top_k == jobs.front()->top_k;
-    if (!jobs.empty() && (!same || n * t > options_.max_batch_tokens ||
+    const int64_t n = sequences + next.rows();
+    const int64_t t = std::max(T, next.longest());
+    if (!jobs.empty() && (!next.batches_with(*jobs.front()) || n * t > options_.max_batch_tokens ||
                           (options_.max_batch_requests > 0 && n > options_.max_batch_requests))) {
       break;
     }
@@ -125,9 +170,38 @@ std::vector<std::unique_ptr<Scheduler::Job>> Scheduler::next_batch(std::unique_l
 }
 
 void Scheduler::run_batch(std::vector<std::unique_ptr<Job>>& jobs) {
-  std::vector<text::Encoding> all;  // the jobs' encodings, moved: each job keeps only its count
-  std::vector<size_t> counts;
+  const auto start = std::chrono::steady_clock::now();
+  for (const auto& j : jobs) metrics_.queued(std::chrono::duration<double>(start - j->queued).count());
+  int64_t rows = 0, T = 1;
+  for (const auto& j : jobs) {
+    rows += j->rows();
+    T = std::max(T, j->longest());
+  }
+  int64_t batch_size = std::max<int64_t>(options_.max_batch_tokens / T, 1);  // rows per forward
+  if (options_.max_batch_requests > 0) batch_size = std::min(batch_size, options_.max_batch_requests);
+  Output out;
+  std::vector<size_t> counts;  // each job's inputs, moved out of it into one list
   int64_t tokens = 0;
+  try {
+    out = jobs.front()->task == Task::translate ? translate(jobs, batch_size, counts, tokens)
+                                                : encode(jobs, batch_size, counts, tokens);
+  } catch (...) {
+    release(jobs.size());
+    for (auto& j : jobs) j->done.set_exception(std::current_exception());
+    return;
+  }
+  metrics_.batch(rows, tokens, rows * T, std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
+  release(jobs.size());
+  size_t at = 0;
+  for (size_t i = 0; i < jobs.size(); ++i) {  // hand each job its slice, in its order
+    jobs[i]->done.set_value(slice(out, at, counts[i]));
+    at += counts[i];
+  }
+}
+
+Output Scheduler::encode(std::vector<std::unique_ptr<Job>>& jobs, int64_t batch_size, std::vector<size_t>& counts,
+                         int64_t& tokens) {
+  std::vector<text::Encoding> all;  // encoded (and truncated) on the HTTP threads already
   for (const auto& j : jobs) {
     counts.push_back(j->encodings.size());
     for (auto& e : j->encodings) {
@@ -135,50 +209,37 @@ void Scheduler::run_batch(std::vector<std::unique_ptr<Job>>& jobs) {
       all.push_back(std::move(e));
     }
   }
-  const auto start = std::chrono::steady_clock::now();
-  for (const auto& j : jobs) metrics_.queued(std::chrono::duration<double>(start - j->queued).count());
-  const int64_t T = std::max<int64_t>(longest(all), 1);
-  int64_t batch_size = std::max<int64_t>(options_.max_batch_tokens / T, 1);
-  if (options_.max_batch_requests > 0) batch_size = std::min(batch_size, options_.max_batch_requests);
+  serve::Pipeline& pipeline = *backend_.pipeline;
   Output out;
-  try {
-    switch (jobs.front()->task) {  // encoded (and truncated) on the HTTP threads already
-      case Task::embed: {
-        serve::EmbedOptions eo;
-        eo.pooling = options_.pooling;
-        eo.batch_size = batch_size;
-        out.embeddings = pipeline_.embed_encoded(all, eo);
-        break;
-      }
-      case Task::classify: out.classes = pipeline_.classify_encoded(all, batch_size); break;
-      case Task::fill_mask:
-        out.masks = serve::fill_mask_encoded(pipeline_, all, jobs.front()->top_k, batch_size);
-        break;
+  switch (jobs.front()->task) {
+    case Task::embed: {
+      serve::EmbedOptions eo;
+      eo.pooling = options_.pooling;
+      eo.batch_size = batch_size;
+      out.embeddings = pipeline.embed_encoded(all, eo);
+      break;
     }
-  } catch (...) {
-    release(jobs.size());
-    for (auto& j : jobs) j->done.set_exception(std::current_exception());
-    return;
+    case Task::classify: out.classes = pipeline.classify_encoded(all, batch_size); break;
+    case Task::fill_mask: out.masks = serve::fill_mask_encoded(pipeline, all, jobs.front()->top_k, batch_size); break;
+    case Task::translate: throw std::logic_error("Scheduler::encode: a translation job");
   }
-  const int64_t n = static_cast<int64_t>(all.size());
-  metrics_.batch(n, tokens, n * T, std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
-  release(jobs.size());
-  size_t at = 0;
-  for (size_t i = 0; i < jobs.size(); ++i) {  // hand each job its slice, in its order
-    Output mine;
-    const size_t k = counts[i];
-    if (!out.embeddings.empty()) {
-      mine.embeddings.assign(std::make_move_iterator(out.embeddings.begin() + at),
-                             std::make_move_iterator(out.embeddings.begin() + at + k));
-    } else if (!out.classes.empty()) {
-      mine.classes.assign(out.classes.begin() + at, out.classes.begin() + at + k);
-    } else if (!out.masks.empty()) {
-      mine.masks.assign(std::make_move_iterator(out.masks.begin() + at),
-                        std::make_move_iterator(out.masks.begin() + at + k));
+  return out;
+}
+
+Output Scheduler::translate(std::vector<std::unique_ptr<Job>>& jobs, int64_t batch_size, std::vector<size_t>& counts,
+                            int64_t& tokens) {
+  std::vector<std::vector<int64_t>> all;
+  for (const auto& j : jobs) {
+    counts.push_back(j->sources.size());
+    for (auto& s : j->sources) {
+      tokens += static_cast<int64_t>(s.size()) + 1;  // with the eos
+      all.push_back(std::move(s));
     }
-    at += k;
-    jobs[i]->done.set_value(std::move(mine));
   }
+  const model::DecodeOptions& o = jobs.front()->decode;
+  Output out;
+  out.translations = backend_.translator->translate_encoded(all, o, std::max<int64_t>(batch_size / o.beam_size, 1));
+  return out;
 }
 
 }  // namespace server

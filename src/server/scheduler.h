@@ -1,10 +1,11 @@
 // The one path from HTTP threads to the model. Requests arrive already tokenized (the HTTP threads
 // encode), wait in a bounded queue, and ONE model thread takes them in batches: consecutive requests
-// of the same task (and top_k) while the batch's padded size (sequences × longest) stays within max_batch_tokens
-// and its sequences within max_batch_requests; serve::Pipeline runs them sorted by length and padded
-// per forward. serve::Pipeline is not thread-safe, so nothing but that thread touches the model.
+// of the same task (and top_k, or decoding options) while the batch's padded size (rows × longest)
+// stays within max_batch_tokens and its rows within max_batch_requests; serve::Pipeline (or the
+// Translator, whose rows are sources × beams) runs them sorted by length and padded per forward.
+// Neither is thread-safe, so nothing but that thread touches the model.
 //
-//   server::Scheduler s(pipeline, {.max_concurrent_requests = 64}, metrics);
+//   server::Scheduler s({.pipeline = &pipeline}, {.max_concurrent_requests = 64}, metrics);
 //   std::future<server::Output> f = s.submit(server::Task::embed, pipeline.encode(texts));  // Overloaded: 429
 //   f.get().embeddings;  // one vector per encoding, unnormalised
 #pragma once
@@ -21,12 +22,21 @@
 #include <vector>
 
 #include "serve/fill_mask.h"
+#include "model/decoding.h"
 #include "serve/pipeline.h"
+#include "serve/translator.h"
 #include "server/metrics.h"
 
 namespace server {
 
-enum class Task { embed, classify, fill_mask };
+enum class Task { embed, classify, fill_mask, translate };
+
+// The model a server runs: an encoder pipeline (embed, classify, fill-mask) or an encoder-decoder
+// (translate). Exactly one is set; the scheduler's thread is the only one to run it.
+struct Backend {
+  serve::Pipeline* pipeline = nullptr;
+  serve::Translator* translator = nullptr;
+};
 
 // More requests in flight than max_concurrent_requests, or the server is stopping: HTTP 429.
 class Overloaded : public std::runtime_error {
@@ -55,11 +65,12 @@ struct Output {
   std::vector<std::vector<float>> embeddings;      // Task::embed: pooled, not normalised
   std::vector<serve::Classification> classes;      // Task::classify
   std::vector<std::vector<serve::MaskPredictions>> masks;  // Task::fill_mask: per encoding, per mask
+  std::vector<std::vector<serve::Translation>> translations;  // Task::translate: per source, nbest
 };
 
 class Scheduler {
  public:
-  Scheduler(serve::Pipeline& pipeline, const SchedulerOptions& options, Metrics& metrics);
+  Scheduler(Backend backend, const SchedulerOptions& options, Metrics& metrics);
   ~Scheduler();  // stop()
   Scheduler(const Scheduler&) = delete;
   Scheduler& operator=(const Scheduler&) = delete;
@@ -67,6 +78,9 @@ class Scheduler {
   // Queues the request; throws Overloaded at once when max_concurrent_requests are in flight.
   // top_k: Task::fill_mask's predictions per mask (requests batch together when they agree on it).
   std::future<Output> submit(Task task, std::vector<text::Encoding> encodings, int64_t top_k = 0);
+  // Task::translate: subword ids of each source (Translator::encode), decoded with o (checked by the
+  // caller: model::check_decode_options); requests batch together when their options are equal.
+  std::future<Output> submit_translation(std::vector<std::vector<int64_t>> sources, const model::DecodeOptions& o);
   // Refuses new requests, runs every accepted one to its answer, joins the model thread. Idempotent.
   void stop();
   int64_t queue_depth() const;
@@ -77,15 +91,27 @@ class Scheduler {
     Task task;
     int64_t top_k = 0;
     std::chrono::steady_clock::time_point queued, deadline;  // deadline: max() without request_timeout_s
-    std::vector<text::Encoding> encodings;
+    std::vector<text::Encoding> encodings;      // the encoder tasks' inputs
+    std::vector<std::vector<int64_t>> sources;  // Task::translate's, with its decoding options
+    model::DecodeOptions decode;
     std::promise<Output> done;
+    int64_t rows() const;     // sequences in a forward: encodings, or sources × beams
+    int64_t longest() const;  // tokens of the longest sequence (a source with its eos)
+    bool batches_with(const Job& other) const;
   };
+  std::future<Output> enqueue(std::unique_ptr<Job> job);
   void work();
   std::vector<std::unique_ptr<Job>> next_batch(std::unique_lock<std::mutex>& lock);
   void run_batch(std::vector<std::unique_ptr<Job>>& jobs);
+  // The batch's outputs, its inputs moved out of the jobs: counts gets each job's count, tokens the
+  // real (unpadded) tokens. batch_size: rows per forward.
+  Output encode(std::vector<std::unique_ptr<Job>>& jobs, int64_t batch_size, std::vector<size_t>& counts,
+                int64_t& tokens);
+  Output translate(std::vector<std::unique_ptr<Job>>& jobs, int64_t batch_size, std::vector<size_t>& counts,
+                   int64_t& tokens);
   void release(size_t jobs);  // the jobs are answered: no longer in flight
 
-  serve::Pipeline& pipeline_;
+  const Backend backend_;
   const SchedulerOptions options_;
   Metrics& metrics_;
   mutable std::mutex mutex_;

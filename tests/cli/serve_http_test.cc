@@ -3,7 +3,8 @@
 // held to the command line's: /embed, /v1/embeddings (float and base64) and POST / equal `roformer
 // embed`, /predict equals `roformer classify` (raw_scores: the logits under its softmax), /similarity
 // equals `roformer similarity` (1e-5); TEI's error statuses and bodies (422, 413, 424, 401, 404, 429);
-// /info, /v1/models, /tokenize, /metrics; and SIGTERM / SIGINT end the server with status 0.
+// /info, /v1/models, /tokenize, /metrics; /translate on an encoder-decoder equals `roformer translate`;
+// and SIGTERM / SIGINT end the server with status 0.
 #include <gtest/gtest.h>
 #include <httplib.h>
 #include <signal.h>
@@ -17,8 +18,10 @@
 #include <cmath>
 #include <cstring>
 #include <fcntl.h>
+#include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
+#include <random>
 #include <regex>
 #include <sstream>
 #include <thread>
@@ -439,8 +442,8 @@ TEST(ServeHttp, OpenApiDocumentsEveryRouteAndItsExamplesWork) {
   ASSERT_EQ(doc_res->status, 200);
   const json doc = json::parse(doc_res->body);
   EXPECT_EQ(doc["openapi"], "3.0.3");
-  for (const char* path : {"/embed", "/v1/embeddings", "/predict", "/rerank", "/similarity", "/fill-mask", "/tokenize",
-                           "/decode", "/", "/info", "/v1/models", "/health", "/metrics", "/openapi.json"}) {
+  for (const char* path : {"/embed", "/v1/embeddings", "/predict", "/rerank", "/similarity", "/fill-mask", "/translate",
+                           "/tokenize", "/decode", "/", "/info", "/v1/models", "/health", "/metrics", "/openapi.json"}) {
     EXPECT_TRUE(doc["paths"].contains(path)) << path;
   }
   for (const auto& [path, ops] : doc["paths"].items()) {
@@ -451,7 +454,8 @@ TEST(ServeHttp, OpenApiDocumentsEveryRouteAndItsExamplesWork) {
       }
       const json example = op["requestBody"]["content"]["application/json"]["example"];
       const Reply r = post(s, path, example);
-      EXPECT_TRUE(r.status == 200 || (r.status == 424 && path == "/predict")) << path << " " << r.status << r.body;
+      EXPECT_TRUE(r.status == 200 || (r.status == 424 && (path == "/predict" || path == "/translate")))
+          << path << " " << r.status << r.body;
       EXPECT_TRUE(op["responses"].contains(std::to_string(r.status))) << path;
     }
   }
@@ -464,6 +468,146 @@ TEST(ServeHttp, OpenApiDocumentsEveryRouteAndItsExamplesWork) {
     if (rerank && j.value("status", 0) == 200 && j.contains("ms")) logged = true;
   }
   EXPECT_TRUE(logged) << slurp(s.log);
+}
+
+// A translate-train encoder-decoder on a toy English → Spanish number corpus (30 steps: its
+// translations are poor, but they are what `roformer translate` says, which is what is compared).
+std::string translation_dir() {
+  const std::string dir = temp_dir() + "/http_translation";
+  const std::string model = dir + "/run/step-000030";
+  if (fs::exists(model + "/model.safetensors")) return model;
+  fs::create_directories(dir);
+  const char* en[] = {"zero", "one", "two", "three", "four", "five", "six", "seven", "eight", "nine"};
+  const char* es[] = {"cero", "uno", "dos", "tres", "cuatro", "cinco", "seis", "siete", "ocho", "nueve"};
+  std::mt19937 rng(1);
+  for (const char* name : {"train", "valid"}) {
+    std::ofstream out(dir + "/" + name + ".tsv");
+    for (int line = 0; line < (std::string(name) == "train" ? 600 : 20); ++line) {
+      std::vector<int> idx(2 + rng() % 5);
+      for (int& i : idx) i = static_cast<int>(rng() % 10);
+      for (size_t i = 0; i < idx.size(); ++i) out << (i ? " " : "") << en[idx[i]];
+      out << "\t";
+      for (size_t i = idx.size(); i-- > 0;) out << es[idx[i]] << (i ? " " : "\n");
+    }
+  }
+  const std::string cmd = std::string(ROFORMER_CLI) + " translate-train --train " + dir + "/train.tsv --validation " + dir +
+                          "/valid.tsv --out " + dir + "/run --vocab-size 40 --layers 2 --hidden 32 --heads 4 --ff 64"
+                          " --max-positions 32 --max-tokens 256 --steps 30 --warmup 10 --lr 3e-3 --eval-every 30"
+                          " --bleu-sentences 4 --threads 1 --no-progress 2> " + dir + "/train.log";
+  EXPECT_EQ(std::system(cmd.c_str()), 0) << slurp(dir + "/train.log");
+  return model;
+}
+
+// `roformer translate ARGS` on texts: its output lines (nbest lines per text).
+std::vector<std::string> translate_cli(const std::string& args, const std::vector<std::string>& texts) {
+  static int n = 0;
+  const std::string base = temp_dir() + "/http_translate" + std::to_string(n++);
+  std::ofstream(base + ".in") << lines(texts);
+  const std::string cmd = std::string(ROFORMER_CLI) + " translate " + args + " --input " + base + ".in > " + base + ".out";
+  EXPECT_EQ(std::system(cmd.c_str()), 0) << cmd;
+  std::vector<std::string> out;
+  std::istringstream in(slurp(base + ".out"));
+  for (std::string line; std::getline(in, line);) out.push_back(line);
+  return out;
+}
+
+// /translate (and POST /) on an encoder-decoder equal `roformer translate` with the same options, also
+// when concurrent requests with different options share the model thread; transformers' pipeline
+// shapes; the encoder routes answer 424 and an encoder model's /translate 424; bad parameters 422,
+// long inputs 413 unless truncate.
+TEST(ServeHttp, TranslateEqualsTheCommandLine) {
+  const std::string m = translation_dir();
+  const std::vector<std::string> texts = {"one two three", "four", "nine eight seven six five four"};
+  const std::vector<std::string> beam4 = translate_cli("--model " + m, texts);
+  const std::vector<std::string> nbest = translate_cli("--model " + m + " --beam 3 --nbest 2 --length-penalty 0.6", texts);
+  const std::vector<std::string> greedy = translate_cli("--model " + m + " --beam 1 --max-len-a 0 --max-len-b 5", texts);
+  ASSERT_EQ(beam4.size(), 3u);
+  ASSERT_EQ(nbest.size(), 6u);
+  Server s("--model " + m + " --max-client-batch-size 8 --no-access-log");
+
+  Reply r = post(s, "/translate", json{{"inputs", texts[0]}});
+  ASSERT_EQ(r.status, 200) << r.body;
+  EXPECT_EQ(r.body, json::parse(json::array({{{"translation_text", beam4[0]}}}).dump()));
+  r = post(s, "/", json{{"inputs", texts}});  // POST / translates; a list: one object per text
+  ASSERT_EQ(r.status, 200) << r.body;
+  for (size_t i = 0; i < texts.size(); ++i) EXPECT_EQ(r.body[i]["translation_text"], beam4[i]) << i;
+
+  // Concurrent requests with three decoding settings: each equals the command line with its options.
+  const json p_nbest = {{"num_beams", 3}, {"num_return_sequences", 2}, {"length_penalty", 0.6}};
+  const json p_greedy = {{"generate_parameters", {{"num_beams", 1}, {"max_new_tokens", 5}}}};  // huggingface_hub's nesting
+  std::vector<Reply> replies(12);
+  std::vector<std::thread> threads;
+  for (size_t k = 0; k < replies.size(); ++k) {
+    threads.emplace_back([&, k] {
+      const json params = k % 3 == 0 ? json::object() : k % 3 == 1 ? p_nbest : p_greedy;
+      replies[k] = post(s, "/translate", json{{"inputs", texts}, {"parameters", params}});
+    });
+  }
+  for (auto& t : threads) t.join();
+  for (size_t k = 0; k < replies.size(); ++k) {
+    ASSERT_EQ(replies[k].status, 200) << replies[k].body;
+    for (size_t i = 0; i < texts.size(); ++i) {
+      const json& got = replies[k].body[i];
+      if (k % 3 == 1) {  // num_return_sequences 2: a list of two per text
+        ASSERT_EQ(got.size(), 2u) << got;
+        EXPECT_EQ(got[0]["translation_text"], nbest[2 * i]) << k << " " << i;
+        EXPECT_EQ(got[1]["translation_text"], nbest[2 * i + 1]) << k << " " << i;
+      } else {
+        EXPECT_EQ(got["translation_text"], (k % 3 == 0 ? beam4 : greedy)[i]) << k << " " << i;
+      }
+    }
+  }
+
+  std::string long_text;
+  for (int i = 0; i < 40; ++i) long_text += "one ";
+  expect_error(post(s, "/translate", json{{"inputs", long_text}}), 413, "Validation", "set `truncate`");
+  EXPECT_EQ(post(s, "/translate", json{{"inputs", long_text}, {"truncate", true}}).status, 200);
+  EXPECT_EQ(post(s, "/translate", json{{"inputs", long_text}, {"parameters", {{"truncation", "longest_first"}}}}).status, 200);
+  expect_error(post(s, "/translate", json{{"inputs", "one"}, {"parameters", {{"num_beams", 99}}}}), 422, "Validation",
+               "`num_beams` must be in [1, 32]");
+  expect_error(post(s, "/translate", json{{"inputs", "one"}, {"parameters", {{"num_beams", 2}, {"num_return_sequences", 3}}}}),
+               422, "Validation", "`num_return_sequences` must be in [1, 2]");
+  expect_error(post(s, "/translate", json{{"inputs", "one"}, {"parameters", {{"beam", 2}}}}), 422, "Validation",
+               "`parameters.beam` is not supported");
+  expect_error(post(s, "/translate", json{{"inputs", "one"}, {"parameters", {{"src_lang", "en"}, {"tgt_lang", "fr"}}}}),
+               422, "Validation", "one direction");
+  expect_error(post(s, "/translate", json{{"inputs", "one"}, {"parameters", {{"max_new_tokens", 5}, {"max_len_b", 3}}}}),
+               422, "Validation", "one or the other");
+  expect_error(post(s, "/translate", json{{"inputs", "one"}, {"parameters", {{"max_len_a", 1e9}}}}), 422, "Validation",
+               "`max_len_a` must be a number in [0, 4");
+  expect_error(post(s, "/translate", json{{"inputs", "one"}, {"parameters", {{"do_sample", true}, {"num_beams", 2}}}}),
+               422, "Validation", "num_beams");
+  r = post(s, "/translate", json{{"inputs", "one two"}, {"parameters", {{"do_sample", true}, {"seed", 7}}}});
+  EXPECT_EQ(r.status, 200) << r.body;
+  EXPECT_EQ(post(s, "/translate", json{{"inputs", "one two"}, {"parameters", {{"do_sample", true}, {"seed", 7}}}}).body, r.body);
+  expect_error(post(s, "/translate", json{{"inputs", std::vector<std::string>(9, "one")}}), 413, "Validation", "batch size 9");
+  expect_error(post(s, "/embed", json{{"inputs", "one"}}), 424, "Backend", "a translation model");
+  expect_error(post(s, "/fill-mask", json{{"inputs", "one"}}), 424, "Backend", "a translation model");
+
+  r = post(s, "/tokenize", json{{"inputs", "one two"}});  // SentencePiece pieces, then the eos
+  ASSERT_EQ(r.status, 200) << r.body;
+  EXPECT_EQ(r.body[0].back()["special"], true);
+  std::vector<int32_t> ids;
+  for (const json& t : r.body[0]) ids.push_back(t["id"]);
+  r = post(s, "/decode", json{{"ids", ids}});
+  ASSERT_EQ(r.status, 200) << r.body;
+  EXPECT_EQ(r.body[0], "one two");
+  // Every documented example: answered, or refused with 424 where an encoder model is needed.
+  const json doc = json::parse(s.client().Get("/openapi.json")->body);
+  for (const auto& [path, ops] : doc["paths"].items()) {
+    if (!ops.contains("post")) continue;
+    const int status = post(s, path, ops["post"]["requestBody"]["content"]["application/json"]["example"]).status;
+    const bool translation_route = path == "/translate" || path == "/" || path == "/tokenize" || path == "/decode";
+    EXPECT_EQ(status, translation_route ? 200 : 424) << path;
+  }
+  const json info = json::parse(s.client().Get("/info")->body);
+  EXPECT_EQ(info["model_type"]["translation"]["position_encoding"], "rope") << info;
+  EXPECT_EQ(info["max_input_length"], 31) << info;
+  EXPECT_EQ(s.stop(SIGTERM), 0);
+
+  Server encoder("--model " + model_dir("http_mlm") + " --no-access-log");
+  expect_error(post(encoder, "/translate", json{{"inputs", "one"}}), 424, "Backend", "not a translation model");
+  EXPECT_EQ(encoder.stop(SIGTERM), 0);
 }
 
 // Hundreds of idle connections (opened, nothing sent) and clients that vanish mid-request do not stop

@@ -1,5 +1,6 @@
 # Real clients against `roformer serve`: OpenAI's client.embeddings.create and huggingface_hub's
-# InferenceClient give the command line's answers on the same inputs.
+# InferenceClient (translation() too, on an encoder-decoder) give the command line's answers on the
+# same inputs.
 # Usage: serve_clients.py ROFORMER_BINARY FIXTURES WORK_DIR
 import base64
 import json
@@ -121,6 +122,29 @@ try:
     with torch.no_grad():
         logits = head(**tokenizer(texts[0], return_tensors="pt")).logits[0]
     assert head.config.id2label[int(logits.argmax())] == want_cls[0]["label"], (logits, want_cls[0])
+finally:
+    server.stop()
+# ---- huggingface_hub's translation() on an encoder-decoder (translate-train's, on a toy corpus) ----
+pairs = os.path.join(work, "pairs.tsv")
+with open(pairs, "w") as f:
+    en, es = "one two three four five".split(), "uno dos tres cuatro cinco".split()
+    for i in range(300):
+        idx = [(i * 7 + k * 3) % 5 for k in range(2 + i % 4)]
+        f.write(" ".join(en[j] for j in idx) + "\t" + " ".join(es[j] for j in idx) + "\n")
+subprocess.run([roformer, "translate-train", "--train", pairs, "--validation", pairs, "--out", os.path.join(work, "mt"),
+                "--vocab-size", "30", "--layers", "1", "--hidden", "32", "--heads", "2", "--ff", "64",
+                "--max-positions", "32", "--steps", "20", "--warmup", "5", "--lr", "3e-3", "--eval-every", "20",
+                "--bleu-sentences", "4", "--no-progress"], check=True, capture_output=True)
+mt = os.path.join(work, "mt", "step-000020")
+sources = ["one two three", "five four"]
+want_mt = subprocess.run([roformer, "translate", "--model", mt], input="\n".join(sources) + "\n", capture_output=True,
+                         text=True, check=True).stdout.splitlines()
+server = Server("--model", mt)
+try:
+    hub = huggingface_hub.InferenceClient(model=server.url)
+    for source, w in zip(sources, want_mt):
+        got = hub.translation(source)  # POST / with {"inputs": text}
+        assert got.translation_text == w, (got, w)
 finally:
     server.stop()
 print(f"openai {openai.__version__}, huggingface_hub {huggingface_hub.__version__}: ok")

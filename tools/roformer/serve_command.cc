@@ -1,5 +1,6 @@
 // `roformer serve --model DIR`: the HTTP server (src/server) for a RoFormer model directory, with
-// TEI's and OpenAI's embeddings routes (docs/serve.md). Loads the model as the other inference
+// TEI's and OpenAI's embeddings routes, or for a translate-train encoder-decoder with /translate
+// (docs/serve.md). Loads the model as the other inference
 // commands do (--quantize, --gemm, --threads, --pooling), then serves on loopback until SIGINT/SIGTERM.
 #include <CLI/CLI.hpp>
 
@@ -9,7 +10,9 @@
 
 #include "commands.h"
 #include "thread_option.h"
+#include "load/model_dir.h"
 #include "serve/pipeline.h"
+#include "serve/translator.h"
 #include "server/http.h"
 
 namespace roformer {
@@ -31,21 +34,25 @@ int run_serve(ServeOptions& o) {
     throw std::invalid_argument("--request-timeout must be a number of seconds in [0, 86400]");
   }
   if (!(o.max_padding >= 0 && o.max_padding <= 1)) throw std::invalid_argument("--max-padding must be in [0, 1]");
-  serve::LoadOptions lo;
-  lo.jieba_dict = o.jieba_dict;
-  lo.mlm_head = true;  // for /fill-mask; embed and classify forwards stop before it (Pipeline::run)
-  lo.rope_scaling = o.rope_scaling;
-  lo.quantize = o.quantize;
-  lo.gemm = o.gemm;
-  lo.release_packed_arena = true;
-  const std::unique_ptr<serve::Pipeline> p = serve::Pipeline::load(o.model_dir, lo);
-  p->set_max_padding(o.max_padding);
   server::ApiOptions& api = o.server.api;
   api.scheduler.pooling = serve::parse_pooling(o.pooling);
   api.model_id = !o.model_id.empty() ? o.model_id
                                      : std::filesystem::path(o.model_dir).lexically_normal().filename().string();
   if (api.model_id.empty()) api.model_id = std::filesystem::path(o.model_dir).parent_path().filename().string();
-  return server::serve_forever(*p, o.server);
+  serve::LoadOptions lo;
+  lo.quantize = o.quantize;
+  lo.gemm = o.gemm;
+  if (load::is_seq2seq(o.model_dir)) {  // translate-train's encoder-decoder: POST /translate
+    const std::unique_ptr<serve::Translator> t = serve::Translator::load(o.model_dir, lo);
+    return server::serve_forever({.translator = t.get()}, o.server);
+  }
+  lo.jieba_dict = o.jieba_dict;
+  lo.mlm_head = true;  // for /fill-mask; embed and classify forwards stop before it (Pipeline::run)
+  lo.rope_scaling = o.rope_scaling;
+  lo.release_packed_arena = true;
+  const std::unique_ptr<serve::Pipeline> p = serve::Pipeline::load(o.model_dir, lo);
+  p->set_max_padding(o.max_padding);
+  return server::serve_forever({.pipeline = p.get()}, o.server);
 }
 
 }  // namespace
@@ -55,7 +62,7 @@ void add_serve_command(CLI::App& app, CommandTable& commands) {
   server::ServerOptions& s = o->server;
   server::SchedulerOptions& q = s.api.scheduler;
   CLI::App* c = app.add_subcommand("serve", "HTTP server with TEI- and OpenAI-compatible routes (docs/serve.md)");
-  c->add_option("--model", o->model_dir, "Hugging Face model directory (config.json, vocab.txt, weights)")->required();
+  c->add_option("--model", o->model_dir, "Hugging Face model directory (config.json, vocab.txt, weights), or a translate-train checkpoint")->required();
   c->add_option("--model-id", o->model_id, "The name /info and OpenAI's \"model\" report (default: the directory's name)");
   c->add_option("--host", s.host, "Loopback address to listen on")
       ->check(CLI::IsMember({"127.0.0.1", "::1", "localhost"}))->capture_default_str();
