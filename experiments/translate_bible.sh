@@ -12,15 +12,19 @@
 # each cell is BLEU / chrF2.
 # Writes runs/mt/ and, in docs/results/translation/, translation_{bleu,loss}.png, translation_runs.md and
 # translation_test.md.
+# A run cut short (Ctrl-C, a killed session) is continued from its latest checkpoint by the next call
+# (translate-train --resume, bit-exact); finished runs are skipped. Runs of another step budget go to
+# runs/mt-STEPS/ and their tables to translation_*_STEPS.md, beside the 1,200-step ones.
 # Usage: experiments/translate_bible.sh [STEPS (1200)] [SEEDS ("1")]
 set -euo pipefail
 cd "$(dirname "$0")/.."
 steps="${1:-1200}"
 seeds="${2:-1}"
 scripts/datasets.sh bible-en-es
-roformer=build/release/tools/roformer
+roformer="${ROFORMER:-build/release/tools/roformer}"  # ROFORMER: a frozen copy, so rebuilding does not change a run mid-way
 [ -x "$roformer" ] || { cmake --preset release && cmake --build --preset release; }
-out=runs/mt
+suffix=""; [ "$steps" = 1200 ] || suffix="_$steps"
+out=runs/mt${suffix/_/-}
 mkdir -p "$out" docs/results/translation
 data=data/bible-en-es
 cut -f1 "$data/test.tsv" > "$out/test.src"
@@ -30,6 +34,11 @@ for seed in $seeds; do
   for pe in rope sinusoidal; do
     run="$out/$pe-s$seed"
     [ -f "$run/step-$(printf %06d "$steps")/model.safetensors" ] && continue  # done before
+    if [ -f "$run/latest" ]; then  # cut short: continue from its latest checkpoint
+      echo "== $pe, seed $seed ($steps steps): resuming from $(cat "$run/latest")"
+      "$roformer" translate-train --resume --out "$run" --no-progress 2>> "$run.log" &
+      continue
+    fi
     rm -rf "$run"
     echo "== $pe, seed $seed ($steps steps)"
     "$roformer" translate-train --train "$data/train.tsv" --validation "$data/valid.tsv" --out "$run" --position "$pe" \
@@ -40,7 +49,7 @@ for seed in $seeds; do
   wait
 done
 
-table="docs/results/translation/translation_test.md"
+table="docs/results/translation/translation_test$suffix.md"
 echo "Test BLEU / chrF2 ($(wc -l < "$out/test.ref") verses)" > "$table"
 echo >> "$table"
 echo "| model | seed | greedy, last | beam 4, last | beam 4, average of last 5 |" >> "$table"
@@ -64,6 +73,6 @@ for seed in $seeds; do
   for pe in rope sinusoidal; do runs+=("$out/$pe-s$seed"); labels+=("$pe (seed $seed)"); done
 done
 "$roformer" plot runs --runs "${runs[@]}" --labels "${labels[@]}" --metric val_bleu --title "KJV → RV1909: validation BLEU (100 verses, greedy)" \
-  --out docs/results/translation/translation_bleu.png --table docs/results/translation/translation_runs.md
+  --out "docs/results/translation/translation_bleu$suffix.png" --table "docs/results/translation/translation_runs$suffix.md"
 "$roformer" plot runs --runs "${runs[@]}" --labels "${labels[@]}" --metric val_loss --title "KJV → RV1909: validation loss (label-smoothed)" \
-  --out docs/results/translation/translation_loss.png > /dev/null
+  --out "docs/results/translation/translation_loss$suffix.png" > /dev/null
