@@ -3,6 +3,7 @@
 #include "server/api.h"
 
 #include <algorithm>
+#include <chrono>
 #include <cctype>
 #include <climits>
 #include <cmath>
@@ -274,18 +275,29 @@ std::vector<text::Encoding> Api::encode(const std::vector<Input>& in, const serv
 }
 
 Output Api::run(Task task, std::vector<text::Encoding> encodings, int64_t top_k) {
-  std::future<Output> f;
+  Ticket t;
   try {
-    f = scheduler_.submit(task, std::move(encodings), top_k);
+    t = scheduler_.submit(task, std::move(encodings), top_k);
   } catch (const Overloaded& e) {
     throw ApiError(429, "Overloaded", e.what());
   }
-  return wait(f);
+  return wait(t);
 }
 
-Output Api::wait(std::future<Output>& f) {
+// While the request is queued, its connection is probed every 50 ms: a client that has gone (closed
+// or reset) takes its request out of the queue, so the model's time goes to those still waiting.
+Output Api::wait(Ticket& t) {
+  bool probing = static_cast<bool>(options_.client_gone);
+  while (probing && t.answer.wait_for(std::chrono::milliseconds(50)) != std::future_status::ready) {
+    if (options_.client_gone()) {
+      scheduler_.cancel(t.id);  // queued: answered Cancelled at once; running already: its answer comes
+      probing = false;
+    }
+  }
   try {
-    return f.get();
+    return t.answer.get();
+  } catch (const Cancelled& e) {
+    throw ApiError(499, "ClientClosed", e.what());  // nginx's status; nobody reads it but the log
   } catch (const TimedOut& e) {
     throw ApiError(503, "Overloaded", e.what());
   } catch (const std::exception& e) {
@@ -569,13 +581,13 @@ json Api::translate(const json& request) {
     }
     sources.push_back(std::move(ids));
   }
-  std::future<Output> f;
+  Ticket ticket;
   try {
-    f = scheduler_.submit_translation(std::move(sources), o);
+    ticket = scheduler_.submit_translation(std::move(sources), o);
   } catch (const Overloaded& e) {
     throw ApiError(429, "Overloaded", e.what());
   }
-  return translation_json(wait(f).translations, request["inputs"].is_string(), o.nbest);
+  return translation_json(wait(ticket).translations, request["inputs"].is_string(), o.nbest);
 }
 
 json Api::tokenize(const json& request) const {

@@ -32,7 +32,7 @@
 #pragma once
 
 #include <cstdint>
-#include <future>
+#include <functional>
 #include <nlohmann/json.hpp>
 #include <stdexcept>
 #include <string>
@@ -56,6 +56,9 @@ struct ApiOptions {
   int64_t max_client_batch_size = 32;  // inputs per request (TEI's default); more: 413
   bool auto_truncate = false;       // truncate's default (TEI --auto-truncate)
   SchedulerOptions scheduler;       // reported by /info
+  // Called on the HTTP thread of a request waiting for the model: has its client closed the
+  // connection? Then the request is dropped from the queue (Scheduler::cancel). Null: never asked.
+  std::function<bool()> client_gone;
 };
 
 // One input: a text, a sentence pair (pair: [CLS] a [SEP] b [SEP]) or token ids given by the client.
@@ -90,7 +93,7 @@ class Api {
   // Inputs → checked encodings: 413 past the length without truncate, or past max_client_batch_size.
   std::vector<text::Encoding> encode(const std::vector<Input>& inputs, const serve::Truncate& truncate) const;
   Output run(Task task, std::vector<text::Encoding> encodings, int64_t top_k = 0);
-  Output wait(std::future<Output>& f);  // the scheduler's answer, its failures as ApiErrors
+  Output wait(Ticket& t);  // the scheduler's answer (cancelled if the client goes), failures as ApiErrors
   serve::Pipeline& encoder() const;     // 424 for a translation model
   serve::Translator& translator() const;  // 424 for an encoder model
   model::DecodeOptions decode_options(const nlohmann::json& request) const;

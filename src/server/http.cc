@@ -1,15 +1,19 @@
 // server::serve_forever: httplib::Server wiring, authentication, error bodies and the signal thread.
 #include "server/http.h"
 
+#include <dirent.h>
 #include <httplib.h>
+#include <netinet/in.h>
 #include <pthread.h>
 #include <signal.h>
 #include <sys/socket.h>
 
 #include <atomic>
+#include <cerrno>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <ctime>
 #include <functional>
 #include <iostream>
@@ -34,10 +38,59 @@ void reply(httplib::Response& res, int status, const json& body) {
   res.set_content(body.dump(-1, ' ', false, json::error_handler_t::replace), "application/json");
 }
 
+// The request a route is serving on this thread, for client_gone. cpp-httplib 0.11 does not hand a
+// handler its socket: it is found once, by the connection's two ports, among the process's sockets.
+thread_local const httplib::Request* serving = nullptr;
+thread_local int serving_fd = -2;  // -2: not looked up yet; -1: not found
+
+int port_of(const sockaddr_storage& a) {
+  if (a.ss_family == AF_INET) return ntohs(reinterpret_cast<const sockaddr_in&>(a).sin_port);
+  if (a.ss_family == AF_INET6) return ntohs(reinterpret_cast<const sockaddr_in6&>(a).sin6_port);
+  return -1;
+}
+
+// The socket whose local and peer ports are the request's (unique among loopback connections).
+int connection_of(const httplib::Request& req) {
+  DIR* dir = opendir("/proc/self/fd");
+  if (!dir) return -1;
+  int found = -1;
+  while (dirent* e = readdir(dir)) {
+    const int fd = std::atoi(e->d_name);
+    sockaddr_storage local{}, peer{};
+    socklen_t local_size = sizeof local, peer_size = sizeof peer;
+    if (e->d_name[0] == '.' || getsockname(fd, reinterpret_cast<sockaddr*>(&local), &local_size) != 0 ||
+        getpeername(fd, reinterpret_cast<sockaddr*>(&peer), &peer_size) != 0) {
+      continue;
+    }
+    if (port_of(local) == req.local_port && port_of(peer) == req.remote_port) {
+      found = fd;
+      break;
+    }
+  }
+  closedir(dir);
+  return found;
+}
+
+// ApiOptions::client_gone: whether the client of the request served on this thread has closed or
+// reset its connection (a peek that reads end-of-stream or an error; pending bytes or none: still there).
+bool client_gone() {
+  if (!serving) return false;
+  if (serving_fd == -2) serving_fd = connection_of(*serving);
+  if (serving_fd < 0) return false;
+  char c;
+  const ssize_t n = recv(serving_fd, &c, 1, MSG_PEEK | MSG_DONTWAIT);
+  return n == 0 || (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR);
+}
+
 // Runs a route: parses the body (POST), calls the Api, and turns every failure into TEI's error body.
 template <class F>
 httplib::Server::Handler route(F f, bool post = true) {
   return [f, post](const httplib::Request& req, httplib::Response& res) {
+    serving = &req;
+    serving_fd = -2;
+    struct Done {
+      ~Done() { serving = nullptr; }
+    } done;
     try {
       json body;
       if (post) {
@@ -214,7 +267,9 @@ int serve_forever(Backend backend, const ServerOptions& o) {
   block_stop_signals();
   Metrics metrics;
   Scheduler scheduler(backend, o.api.scheduler, metrics);
-  Api api(backend, scheduler, o.api);
+  ApiOptions api_options = o.api;
+  api_options.client_gone = client_gone;
+  Api api(backend, scheduler, api_options);
   httplib::Server svr;
   const int threads = o.http_threads;
   svr.new_task_queue = [threads] { return new httplib::ThreadPool(static_cast<size_t>(threads)); };

@@ -45,6 +45,11 @@ void Metrics::timed_out() {
   ++timed_out_;
 }
 
+void Metrics::cancelled() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  ++cancelled_;
+}
+
 std::string Metrics::prometheus(int64_t queue_depth, int64_t in_flight) const {
   std::lock_guard<std::mutex> lock(mutex_);
   std::string s = "# HELP roformer_requests_total HTTP requests by route and status.\n"
@@ -58,8 +63,10 @@ std::string Metrics::prometheus(int64_t queue_depth, int64_t in_flight) const {
       "# HELP roformer_requests_in_flight Requests accepted and not yet answered by the model thread.\n"
       "# TYPE roformer_requests_in_flight gauge\nroformer_requests_in_flight {}\n"
       "# HELP roformer_requests_timed_out_total Requests dropped unrun after --request-timeout in the queue.\n"
-      "# TYPE roformer_requests_timed_out_total counter\nroformer_requests_timed_out_total {}\n",
-      queue_depth, in_flight, timed_out_);
+      "# TYPE roformer_requests_timed_out_total counter\nroformer_requests_timed_out_total {}\n"
+      "# HELP roformer_requests_cancelled_total Requests dropped unrun because their client closed the connection.\n"
+      "# TYPE roformer_requests_cancelled_total counter\nroformer_requests_cancelled_total {}\n",
+      queue_depth, in_flight, timed_out_, cancelled_);
   batch_size_.write(s, "roformer_batch_size", "Sequences per forward batch.");
   batch_seconds_.write(s, "roformer_batch_seconds", "Seconds per forward batch on the model thread.");
   queue_seconds_.write(s, "roformer_queue_seconds", "Seconds a request waited from submit to its batch's start.");

@@ -57,7 +57,7 @@ Scheduler::Scheduler(Backend backend, const SchedulerOptions& options, Metrics& 
 
 Scheduler::~Scheduler() { stop(); }
 
-std::future<Output> Scheduler::submit(Task task, std::vector<text::Encoding> encodings, int64_t top_k) {
+Ticket Scheduler::submit(Task task, std::vector<text::Encoding> encodings, int64_t top_k) {
   auto job = std::make_unique<Job>();
   job->task = task;
   job->top_k = top_k;
@@ -65,7 +65,7 @@ std::future<Output> Scheduler::submit(Task task, std::vector<text::Encoding> enc
   return enqueue(std::move(job));
 }
 
-std::future<Output> Scheduler::submit_translation(std::vector<std::vector<int64_t>> sources,
+Ticket Scheduler::submit_translation(std::vector<std::vector<int64_t>> sources,
                                                   const model::DecodeOptions& o) {
   auto job = std::make_unique<Job>();
   job->task = Task::translate;
@@ -74,13 +74,13 @@ std::future<Output> Scheduler::submit_translation(std::vector<std::vector<int64_
   return enqueue(std::move(job));
 }
 
-std::future<Output> Scheduler::enqueue(std::unique_ptr<Job> job) {
+Ticket Scheduler::enqueue(std::unique_ptr<Job> job) {
   job->queued = std::chrono::steady_clock::now();
   job->deadline = options_.request_timeout_s > 0
                       ? job->queued + std::chrono::duration_cast<std::chrono::steady_clock::duration>(
                                           std::chrono::duration<double>(options_.request_timeout_s))
                       : std::chrono::steady_clock::time_point::max();
-  std::future<Output> f = job->done.get_future();
+  Ticket t{job->done.get_future()};
   {
     std::lock_guard<std::mutex> lock(mutex_);
     if (stopping_) throw Overloaded("the server is shutting down");
@@ -90,10 +90,26 @@ std::future<Output> Scheduler::enqueue(std::unique_ptr<Job> job) {
                        std::to_string(options_.max_concurrent_requests) + ")");
     }
     ++in_flight_;
+    t.id = job->id = next_id_++;
     queue_.push_back(std::move(job));
   }
   wake_.notify_one();
-  return f;
+  return t;
+}
+
+bool Scheduler::cancel(uint64_t id) {
+  std::unique_ptr<Job> job;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    const auto it = std::find_if(queue_.begin(), queue_.end(), [id](const auto& j) { return j->id == id; });
+    if (it == queue_.end()) return false;
+    job = std::move(*it);
+    queue_.erase(it);
+    --in_flight_;
+  }
+  metrics_.cancelled();
+  job->done.set_exception(std::make_exception_ptr(Cancelled("the client closed the connection")));
+  return true;
 }
 
 void Scheduler::stop() {

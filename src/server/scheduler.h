@@ -6,8 +6,9 @@
 // Neither is thread-safe, so nothing but that thread touches the model.
 //
 //   server::Scheduler s({.pipeline = &pipeline}, {.max_concurrent_requests = 64}, metrics);
-//   std::future<server::Output> f = s.submit(server::Task::embed, pipeline.encode(texts));  // Overloaded: 429
-//   f.get().embeddings;  // one vector per encoding, unnormalised
+//   server::Ticket t = s.submit(server::Task::embed, pipeline.encode(texts));  // Overloaded: 429
+//   t.answer.get().embeddings;  // one vector per encoding, unnormalised
+//   s.cancel(t.id);             // instead, when its client is gone: dropped if still queued
 #pragma once
 
 #include <chrono>
@@ -44,6 +45,12 @@ class Overloaded : public std::runtime_error {
   using std::runtime_error::runtime_error;
 };
 
+// A request dropped from the queue by cancel: its client closed the connection before the answer.
+class Cancelled : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
 // A request still queued when its request_timeout_s passed: dropped unrun (HTTP 503). Its client has
 // most likely given up; the model's time goes to requests someone still waits for.
 class TimedOut : public std::runtime_error {
@@ -68,6 +75,12 @@ struct Output {
   std::vector<std::vector<serve::Translation>> translations;  // Task::translate: per source, nbest
 };
 
+// An accepted request: its answer to come, and its id for cancel.
+struct Ticket {
+  std::future<Output> answer;
+  uint64_t id = 0;
+};
+
 class Scheduler {
  public:
   Scheduler(Backend backend, const SchedulerOptions& options, Metrics& metrics);
@@ -77,10 +90,13 @@ class Scheduler {
 
   // Queues the request; throws Overloaded at once when max_concurrent_requests are in flight.
   // top_k: Task::fill_mask's predictions per mask (requests batch together when they agree on it).
-  std::future<Output> submit(Task task, std::vector<text::Encoding> encodings, int64_t top_k = 0);
+  Ticket submit(Task task, std::vector<text::Encoding> encodings, int64_t top_k = 0);
   // Task::translate: subword ids of each source (Translator::encode), decoded with o (checked by the
   // caller: model::check_decode_options); requests batch together when their options are equal.
-  std::future<Output> submit_translation(std::vector<std::vector<int64_t>> sources, const model::DecodeOptions& o);
+  Ticket submit_translation(std::vector<std::vector<int64_t>> sources, const model::DecodeOptions& o);
+  // Drops request `id` if it is still queued (its client is gone): its answer becomes Cancelled and
+  // it is no longer in flight. Returns false when it is running or answered already.
+  bool cancel(uint64_t id);
   // Refuses new requests, runs every accepted one to its answer, joins the model thread. Idempotent.
   void stop();
   int64_t queue_depth() const;
@@ -88,6 +104,7 @@ class Scheduler {
 
  private:
   struct Job {
+    uint64_t id = 0;
     Task task;
     int64_t top_k = 0;
     std::chrono::steady_clock::time_point queued, deadline;  // deadline: max() without request_timeout_s
@@ -99,7 +116,7 @@ class Scheduler {
     int64_t longest() const;  // tokens of the longest sequence (a source with its eos)
     bool batches_with(const Job& other) const;
   };
-  std::future<Output> enqueue(std::unique_ptr<Job> job);
+  Ticket enqueue(std::unique_ptr<Job> job);
   void work();
   std::vector<std::unique_ptr<Job>> next_batch(std::unique_lock<std::mutex>& lock);
   void run_batch(std::vector<std::unique_ptr<Job>>& jobs);
@@ -118,6 +135,7 @@ class Scheduler {
   std::condition_variable wake_;
   std::deque<std::unique_ptr<Job>> queue_;
   int64_t in_flight_ = 0;
+  uint64_t next_id_ = 1;
   bool stopping_ = false;
   std::thread worker_;
 };

@@ -610,24 +610,26 @@ TEST(ServeHttp, TranslateEqualsTheCommandLine) {
   EXPECT_EQ(encoder.stop(SIGTERM), 0);
 }
 
+// A raw TCP connection to the server, for clients that misbehave.
+int connect_to(int port) {
+  const int fd = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_port = htons(static_cast<uint16_t>(port));
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  EXPECT_EQ(connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a), 0);
+  return fd;
+}
+
 // Hundreds of idle connections (opened, nothing sent) and clients that vanish mid-request do not stop
 // a normal client from being answered at once; the server keeps serving and stops cleanly.
 TEST(ServeHttp, IdleAndVanishingConnectionsDoNotStarveClients) {
   // Idle connections would hold their threads for 30 s: an answer within 10 s was not starved.
   Server s("--model " + model_dir("http_mlm") + " --no-access-log --read-timeout 30 --keep-alive-timeout 30");
-  auto connect_to = [&] {
-    const int fd = socket(AF_INET, SOCK_STREAM, 0);
-    sockaddr_in a{};
-    a.sin_family = AF_INET;
-    a.sin_port = htons(static_cast<uint16_t>(s.port));
-    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    EXPECT_EQ(connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a), 0);
-    return fd;
-  };
   std::vector<int> idle;
-  for (int i = 0; i < 200; ++i) idle.push_back(connect_to());
+  for (int i = 0; i < 200; ++i) idle.push_back(connect_to(s.port));
   for (int i = 0; i < 20; ++i) {  // half a request, then gone
-    const int fd = connect_to();
+    const int fd = connect_to(s.port);
     const std::string head = "POST /embed HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
                              "Content-Length: 1000\r\n\r\n{\"inputs\": \"hel";
     EXPECT_GT(send(fd, head.data(), head.size(), MSG_NOSIGNAL), 0);
@@ -641,6 +643,57 @@ TEST(ServeHttp, IdleAndVanishingConnectionsDoNotStarveClients) {
   for (int fd : idle) close(fd);
   EXPECT_EQ(post(s, "/embed", json{{"inputs", "world"}}).status, 200);
   EXPECT_EQ(s.stop(SIGTERM), 0);
+}
+
+// A metric's value in /metrics ("name value" lines; -1 when absent).
+double metric(const Server& s, const std::string& name) {
+  std::istringstream in(s.client().Get("/metrics")->body);
+  for (std::string line; std::getline(in, line);) {
+    if (line.rfind(name + " ", 0) == 0) return std::stod(line.substr(name.size() + 1));
+  }
+  return -1;
+}
+
+// Polls /metrics until `name` reads `value` (up to 60 s: debug builds on a loaded machine); its last value.
+double await_metric(const Server& s, const std::string& name, double value) {
+  const auto end = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+  double v = metric(s, name);
+  for (; v != value && std::chrono::steady_clock::now() < end; v = metric(s, name)) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(2));
+  }
+  return v;
+}
+
+// A request whose client closes the connection while it waits in the queue is dropped unrun (counted
+// in roformer_requests_cancelled_total and logged with 499); the one running meanwhile is answered.
+TEST(ServeHttp, RequestsWhoseClientLeftTheQueueAreDropped) {
+  Server s("--model " + model_dir("http_mlm") + " --max-client-batch-size 5000 --threads 1");
+  std::string text;
+  for (int i = 0; i < 30; ++i) text += "hello world ";
+  // About a second of the model thread: 4000 inputs of 62 tokens.
+  const std::string busy = json{{"inputs", std::vector<std::string>(4000, text)}, {"truncate", true}}.dump();
+  Reply busy_reply;
+  std::thread busy_client([&] { busy_reply = post(s, "/embed", busy); });
+  ASSERT_EQ(await_metric(s, "roformer_requests_in_flight", 1), 1);  // tokenized, and then taken by the model thread
+  ASSERT_EQ(await_metric(s, "roformer_queue_depth", 0), 0);
+  // The second request is sent whole, waits behind the first, and its client goes away.
+  const int fd = connect_to(s.port);
+  const std::string body = json{{"inputs", "gone"}}.dump();
+  const std::string request = "POST /embed HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: " +
+                              std::to_string(body.size()) + "\r\n\r\n" + body;
+  ASSERT_EQ(send(fd, request.data(), request.size(), MSG_NOSIGNAL), static_cast<ssize_t>(request.size()));
+  ASSERT_EQ(await_metric(s, "roformer_queue_depth", 1), 1);
+  close(fd);
+  await_metric(s, "roformer_requests_cancelled_total", 1);
+  busy_client.join();
+  EXPECT_EQ(busy_reply.status, 200);
+  EXPECT_EQ(busy_reply.body.size(), 4000u);
+  EXPECT_EQ(metric(s, "roformer_requests_cancelled_total"), 1);
+  EXPECT_EQ(metric(s, "roformer_sequences_total"), 4000);  // the dropped request never ran
+  EXPECT_EQ(metric(s, "roformer_requests_in_flight"), 0);
+  EXPECT_EQ(post(s, "/embed", json{{"inputs", "still serving"}}).status, 200);
+  EXPECT_EQ(s.stop(SIGTERM), 0);
+  EXPECT_NE(slurp(s.log).find("\"error_type\":\"ClientClosed\""), std::string::npos) << slurp(s.log).substr(0, 2000);
 }
 
 // With --request-timeout, requests that waited longer in the queue are dropped with 503, not run.
