@@ -10,6 +10,10 @@
 
 #include <atomic>
 #include <cerrno>
+#include <condition_variable>
+#include <deque>
+#include <mutex>
+#include <system_error>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -37,6 +41,64 @@ void reply(httplib::Response& res, int status, const json& body) {
   res.status = status;
   res.set_content(body.dump(-1, ' ', false, json::error_handler_t::replace), "application/json");
 }
+
+// cpp-httplib's task queue: a connection holds its thread while it is open, idle ones included. This
+// pool starts a thread whenever a connection arrives and none is free, up to `max` (then connections
+// wait for one), so that idle or slow connections cost a parked thread each instead of starving the
+// clients behind them. Threads stay (parked) until shutdown.
+class ConnectionPool : public httplib::TaskQueue {
+ public:
+  explicit ConnectionPool(size_t max) : max_(max) {}
+  ~ConnectionPool() override { shutdown(); }
+
+  void enqueue(std::function<void()> fn) override {
+    std::lock_guard<std::mutex> lock(mutex_);
+    jobs_.push_back(std::move(fn));
+    if (idle_ < jobs_.size() && threads_.size() < max_) {
+      try {
+        threads_.emplace_back([this] { work(); });
+        ++idle_;  // counted idle until it takes a job
+      } catch (const std::system_error&) {  // no more threads (ulimit): the connection waits for one
+      }
+    }
+    ready_.notify_one();
+  }
+
+  void shutdown() override {
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      stopping_ = true;
+    }
+    ready_.notify_all();
+    for (std::thread& t : threads_) {
+      if (t.joinable()) t.join();
+    }
+  }
+
+ private:
+  void work() {
+    std::unique_lock<std::mutex> lock(mutex_);
+    for (;;) {
+      ready_.wait(lock, [this] { return stopping_ || !jobs_.empty(); });
+      if (jobs_.empty()) return;  // stopping, every accepted connection served
+      std::function<void()> fn = std::move(jobs_.front());
+      jobs_.pop_front();
+      --idle_;
+      lock.unlock();
+      fn();
+      lock.lock();
+      ++idle_;
+    }
+  }
+
+  const size_t max_;
+  std::mutex mutex_;
+  std::condition_variable ready_;
+  std::deque<std::function<void()>> jobs_;
+  std::vector<std::thread> threads_;  // grows only: joined at shutdown
+  size_t idle_ = 0;
+  bool stopping_ = false;
+};
 
 // The request a route is serving on this thread, for client_gone. cpp-httplib 0.11 does not hand a
 // handler its socket: it is found once, by the connection's two ports, among the process's sockets.
@@ -272,7 +334,7 @@ int serve_forever(Backend backend, const ServerOptions& o) {
   Api api(backend, scheduler, api_options);
   httplib::Server svr;
   const int threads = o.http_threads;
-  svr.new_task_queue = [threads] { return new httplib::ThreadPool(static_cast<size_t>(threads)); };
+  svr.new_task_queue = [threads] { return new ConnectionPool(static_cast<size_t>(threads)); };
   svr.set_payload_max_length(static_cast<size_t>(o.payload_limit));
   svr.set_tcp_nodelay(true);  // headers and body go out as separate writes: Nagle would hold the body ~40 ms
   svr.set_read_timeout(o.read_timeout_s, 0);

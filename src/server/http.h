@@ -17,9 +17,10 @@ struct ServerOptions {
   int port = 8080;                   // 0: any free port (printed on the "listening" line)
   std::string api_key;               // "": open; else every route but /health and /metrics needs it
   int64_t payload_limit = 2 << 20;   // request body bytes; more: 413
-  // Connections served at once (tokenization runs on them). cpp-httplib gives each open connection a
-  // thread, so this bounds the idle connections that can be held before new clients wait.
-  int http_threads = 256;
+  // Connections served at once (tokenization runs on their threads). cpp-httplib gives each open
+  // connection a thread; threads start as connections need them, up to this many, so this bounds the
+  // idle connections that can be held before new clients wait.
+  int http_threads = 1024;
   // A connection is closed when a read or write waits longer than these, or when it has been idle
   // (between keep-alive requests) for keep_alive_timeout_s or served keep_alive_max_requests.
   int read_timeout_s = 5, write_timeout_s = 5, keep_alive_timeout_s = 5;

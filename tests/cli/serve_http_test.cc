@@ -627,7 +627,7 @@ TEST(ServeHttp, IdleAndVanishingConnectionsDoNotStarveClients) {
   // Idle connections would hold their threads for 30 s: an answer within 10 s was not starved.
   Server s("--model " + model_dir("http_mlm") + " --no-access-log --read-timeout 30 --keep-alive-timeout 30");
   std::vector<int> idle;
-  for (int i = 0; i < 200; ++i) idle.push_back(connect_to(s.port));
+  for (int i = 0; i < 500; ++i) idle.push_back(connect_to(s.port));
   for (int i = 0; i < 20; ++i) {  // half a request, then gone
     const int fd = connect_to(s.port);
     const std::string head = "POST /embed HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"

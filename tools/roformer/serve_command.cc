@@ -84,7 +84,7 @@ void add_serve_command(CLI::App& app, CommandTable& commands) {
   c->add_flag("--auto-truncate", s.api.auto_truncate, "Truncate long inputs unless a request says truncate: false");
   c->add_option("--payload-limit", s.payload_limit, "Request body bytes; larger bodies get 413")
       ->check(CLI::Range(int64_t{1024}, int64_t{1} << 30))->capture_default_str();
-  c->add_option("--http-threads", s.http_threads, "Connections served at once (they tokenize)")
+  c->add_option("--http-threads", s.http_threads, "Connections served at once (each holds a thread, started when needed; they tokenize)")
       ->check(CLI::Range(1, 4096))->capture_default_str();
   c->add_option("--read-timeout", s.read_timeout_s, "Seconds a connection may wait for the client's next bytes")
       ->check(CLI::Range(1, 3600))->capture_default_str();
