@@ -1,7 +1,10 @@
 // LayerNorm and RMSNorm, forward and backward (see norm.h). Rows are independent: OpenMP over N.
 // Statistics accumulate in double whatever T is, so fp32 rows of thousands of channels keep their
-// precision. fp32 rows sum into 8 running partial sums combined in a fixed order (the loops
-// vectorise, and the result does not depend on the thread count); fp64 keeps one running sum.
+// precision. fp32 LayerNorm runs on SIMD lanes of doubles (Google Highway, dispatched at run time):
+// each row's sums in two vector accumulators reduced in a fixed order, the element-wise parts in
+// double too, so a result depends on the input and the SIMD target only (not the thread count).
+// fp64 (the gradient checks' type) and RMSNorm keep the scalar loops: 8 running partial sums for
+// fp32, one sequential sum for fp64.
 // The parameter gradients reduce over rows: each thread takes a band of channels and walks the
 // rows in order, reading a contiguous segment of each (same sums as one channel at a time).
 #include "norm.h"
@@ -13,7 +16,117 @@
 #include <type_traits>
 #include <vector>
 
+#undef HWY_TARGET_INCLUDE
+#define HWY_TARGET_INCLUDE "ops/norm.cc"
+#include "hwy/foreach_target.h"  // IWYU pragma: keep
+#include "hwy/highway.h"
+
+HWY_BEFORE_NAMESPACE();
 namespace ops {
+namespace HWY_NAMESPACE {
+namespace hn = hwy::HWY_NAMESPACE;
+
+using DD = hn::ScalableTag<double>;
+using DF = hn::Rebind<float, DD>;  // as many floats as DD has doubles
+
+// Σ_{c < C} of a row's terms in double: term_v(c) for whole vectors, into two accumulators combined
+// by SumOfLanes, then term_s(c) for the tail, in order.
+template <class TermV, class TermS>
+HWY_INLINE double RowSum(int64_t C, const TermV& term_v, const TermS& term_s) {
+  const DD dd;
+  const int64_t L = static_cast<int64_t>(hn::Lanes(dd));
+  auto a0 = hn::Zero(dd), a1 = hn::Zero(dd);
+  int64_t c = 0;
+  for (; c + 2 * L <= C; c += 2 * L) {
+    a0 = hn::Add(a0, term_v(c));
+    a1 = hn::Add(a1, term_v(c + L));
+  }
+  if (c + L <= C) {
+    a0 = hn::Add(a0, term_v(c));
+    c += L;
+  }
+  double s = hn::GetLane(hn::SumOfLanes(dd, hn::Add(a0, a1)));
+  for (; c < C; ++c) s += term_s(c);
+  return s;
+}
+
+HWY_INLINE hn::Vec<DD> Load(const float* p) { return hn::PromoteTo(DD(), hn::LoadU(DF(), p)); }
+
+// One row of layernorm_forward: y = x̂ · w + b with x̂ = (x − mean) · rstd, all in double.
+void LayerNormRowKernel(float* y, float* mean, float* rstd, const float* x, const float* w, const float* b,
+                        int64_t C, double eps) {
+  const DD dd;
+  const int64_t L = static_cast<int64_t>(hn::Lanes(dd));
+  const double m = RowSum(C, [&](int64_t c) { return Load(x + c); }, [&](int64_t c) { return double{x[c]}; }) / C;
+  const auto vm = hn::Set(dd, m);
+  const double var = RowSum(
+      C, [&](int64_t c) { const auto v = hn::Sub(Load(x + c), vm); return hn::Mul(v, v); },
+      [&](int64_t c) { return (x[c] - m) * (x[c] - m); });
+  const double r = 1.0 / std::sqrt(var / C + eps);
+  const auto vr = hn::Set(dd, r);
+  int64_t c = 0;
+  for (; c + L <= C; c += L) {
+    const auto xhat = hn::Mul(hn::Sub(Load(x + c), vm), vr);
+    const auto out = hn::MulAdd(xhat, Load(w + c), b ? Load(b + c) : hn::Zero(dd));
+    hn::StoreU(hn::DemoteTo(DF(), out), DF(), y + c);
+  }
+  for (; c < C; ++c) y[c] = static_cast<float>(std::fma((x[c] - m) * r, double{w[c]}, b ? double{b[c]} : 0.0));
+  *mean = static_cast<float>(m);
+  *rstd = static_cast<float>(r);
+}
+
+// One row of layernorm_backward's input gradient: dx += r · (g − mean(g) − x̂ · mean(g · x̂)), g = dy · w.
+void LayerNormBackRowKernel(float* dx, const float* dy, const float* x, const float* w, double mu, double r,
+                            int64_t C) {
+  const DD dd;
+  const int64_t L = static_cast<int64_t>(hn::Lanes(dd));
+  const auto vmu = hn::Set(dd, mu), vr = hn::Set(dd, r);
+  auto g_v = [&](int64_t c) { return hn::Mul(Load(dy + c), Load(w + c)); };
+  auto xhat_v = [&](int64_t c) { return hn::Mul(hn::Sub(Load(x + c), vmu), vr); };
+  auto g_s = [&](int64_t c) { return double{dy[c]} * w[c]; };
+  auto xhat_s = [&](int64_t c) { return (x[c] - mu) * r; };
+  const double g_mean = RowSum(C, g_v, g_s) / C;
+  const double gx_mean =
+      RowSum(C, [&](int64_t c) { return hn::Mul(g_v(c), xhat_v(c)); }, [&](int64_t c) { return g_s(c) * xhat_s(c); }) / C;
+  const auto vgm = hn::Set(dd, g_mean), vgxm = hn::Set(dd, gx_mean);
+  int64_t c = 0;
+  for (; c + L <= C; c += L) {
+    const auto d = hn::Mul(vr, hn::Sub(hn::Sub(g_v(c), vgm), hn::Mul(xhat_v(c), vgxm)));
+    hn::StoreU(hn::Add(hn::LoadU(DF(), dx + c), hn::DemoteTo(DF(), d)), DF(), dx + c);
+  }
+  for (; c < C; ++c) dx[c] += static_cast<float>(r * (g_s(c) - g_mean - xhat_s(c) * gx_mean));
+}
+
+// One row's share of the parameter gradients over channels [0, width): dw += dy · x̂, db += dy (double).
+void LayerNormParamRowKernel(double* dw, double* db, const float* dy, const float* x, double mu, double r,
+                             int64_t width) {
+  const DD dd;
+  const int64_t L = static_cast<int64_t>(hn::Lanes(dd));
+  const auto vmu = hn::Set(dd, mu), vr = hn::Set(dd, r);
+  int64_t c = 0;
+  for (; c + L <= width; c += L) {
+    const auto g = Load(dy + c);
+    const auto xhat = hn::Mul(hn::Sub(Load(x + c), vmu), vr);
+    hn::StoreU(hn::MulAdd(g, xhat, hn::LoadU(dd, dw + c)), dd, dw + c);
+    hn::StoreU(hn::Add(hn::LoadU(dd, db + c), g), dd, db + c);
+  }
+  for (; c < width; ++c) {
+    dw[c] = std::fma(double{dy[c]}, (x[c] - mu) * r, dw[c]);
+    db[c] += dy[c];
+  }
+}
+
+}  // namespace HWY_NAMESPACE
+}  // namespace ops
+HWY_AFTER_NAMESPACE();
+
+#if HWY_ONCE
+
+namespace ops {
+HWY_EXPORT(LayerNormRowKernel);
+HWY_EXPORT(LayerNormBackRowKernel);
+HWY_EXPORT(LayerNormParamRowKernel);
+
 namespace {
 
 constexpr int64_t kParallelMin = 1 << 15;  // elements below which a loop stays on one thread
@@ -65,6 +178,43 @@ void layernorm_row(T* y, T* mean, T* rstd, const T* x, const T* weight, const T*
   *rstd = static_cast<T>(s);
 }
 
+void layernorm_row(float* y, float* mean, float* rstd, const float* x, const float* weight, const float* bias,
+                   int64_t C, double eps) {
+  HWY_DYNAMIC_DISPATCH(LayerNormRowKernel)(y, mean, rstd, x, weight, bias, C, eps);
+}
+
+// One row of layernorm_backward's dinp (see there).
+template <typename T>
+void layernorm_back_row(T* dx, const T* dy, const T* x, const T* weight, T mu, double r, int64_t C) {
+  constexpr int K = kSums<T>;
+  const double g_mean = row_sum<K>(C, [&](int64_t c) { return static_cast<double>(dy[c]) * weight[c]; }) / C;
+  const double gx_mean =
+      row_sum<K>(C, [&](int64_t c) { return static_cast<double>(dy[c]) * weight[c] * ((x[c] - mu) * r); }) / C;
+  for (int64_t c = 0; c < C; ++c) {
+    const double xhat = (x[c] - mu) * r;
+    const double g = static_cast<double>(dy[c]) * weight[c];
+    dx[c] += static_cast<T>(r * (g - g_mean - xhat * gx_mean));
+  }
+}
+
+void layernorm_back_row(float* dx, const float* dy, const float* x, const float* weight, float mu, double r, int64_t C) {
+  HWY_DYNAMIC_DISPATCH(LayerNormBackRowKernel)(dx, dy, x, weight, mu, r, C);
+}
+
+// One row's share of the weight and bias gradients over a band of `width` channels.
+template <typename T>
+void layernorm_param_row(double* dw, double* db, const T* dy, const T* x, T mu, double r, int64_t width) {
+  for (int64_t c = 0; c < width; ++c) {
+    const double xhat = (x[c] - mu) * r;
+    dw[c] += dy[c] * xhat;
+    db[c] += dy[c];
+  }
+}
+
+void layernorm_param_row(double* dw, double* db, const float* dy, const float* x, float mu, double r, int64_t width) {
+  HWY_DYNAMIC_DISPATCH(LayerNormParamRowKernel)(dw, db, dy, x, mu, r, width);
+}
+
 // One row of rmsnorm_forward.
 template <typename T>
 void rmsnorm_row(T* y, T* rrms, const T* x, const T* weight, int64_t C, double eps) {
@@ -102,23 +252,10 @@ void residual_layernorm_forward(T* out, T* mean, T* rstd, T* inp, const T* resid
 template <typename T>
 void layernorm_backward(T* dinp, T* dweight, T* dbias, const T* dout, const T* inp, const T* weight,
                         const T* mean, const T* rstd, int64_t N, int64_t C) {
-  constexpr int K = kSums<T>;
   // dx = rstd · (g − mean(g) − x̂ · mean(g · x̂)) with g = dout · weight and x̂ the normalised input.
 #pragma omp parallel for schedule(static) if (N * C >= kParallelMin)
   for (int64_t n = 0; n < N; ++n) {
-    const T* x = inp + n * C;
-    const T* dy = dout + n * C;
-    const T mu = mean[n];
-    const double r = rstd[n];
-    const double g_mean = row_sum<K>(C, [&](int64_t c) { return static_cast<double>(dy[c]) * weight[c]; }) / C;
-    const double gx_mean =
-        row_sum<K>(C, [&](int64_t c) { return static_cast<double>(dy[c]) * weight[c] * ((x[c] - mu) * r); }) / C;
-    T* dx = dinp + n * C;
-    for (int64_t c = 0; c < C; ++c) {
-      const double xhat = (x[c] - mu) * r;
-      const double g = static_cast<double>(dy[c]) * weight[c];
-      dx[c] += static_cast<T>(r * (g - g_mean - xhat * gx_mean));
-    }
+    layernorm_back_row(dinp + n * C, dout + n * C, inp + n * C, weight, mean[n], rstd[n], C);
   }
   const Bands bands(N, C);
 #pragma omp parallel for schedule(static) if (bands.parallel)
@@ -126,15 +263,7 @@ void layernorm_backward(T* dinp, T* dweight, T* dbias, const T* dout, const T* i
     const int64_t c0 = i * bands.width, width = std::min(C, c0 + bands.width) - c0;
     std::vector<double> dw(width, 0.0), db(width, 0.0);
     for (int64_t n = 0; n < N; ++n) {
-      const T* x = inp + n * C + c0;
-      const T* dy = dout + n * C + c0;
-      const T mu = mean[n];
-      const double r = rstd[n];
-      for (int64_t c = 0; c < width; ++c) {
-        const double xhat = (x[c] - mu) * r;
-        dw[c] += dy[c] * xhat;
-        db[c] += dy[c];
-      }
+      layernorm_param_row(dw.data(), db.data(), dout + n * C + c0, inp + n * C + c0, mean[n], rstd[n], width);
     }
     for (int64_t c = 0; c < width; ++c) {
       dweight[c0 + c] += static_cast<T>(dw[c]);
@@ -206,3 +335,4 @@ OPS_INSTANTIATE(double)
 #undef OPS_INSTANTIATE
 
 }  // namespace ops
+#endif  // HWY_ONCE
