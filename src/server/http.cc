@@ -4,6 +4,7 @@
 #include <dirent.h>
 #include <httplib.h>
 #include <netinet/in.h>
+#include <omp.h>
 #include <pthread.h>
 #include <signal.h>
 #include <sys/socket.h>
@@ -327,6 +328,11 @@ void block_stop_signals() {
 int serve_forever(Backend backend, const ServerOptions& o) {
   check_loopback(o.host);
   block_stop_signals();
+  // The OpenMP workers that loaded the model (this thread's team) end here. libgomp lets idle workers
+  // spin before they sleep only while it manages no more threads than there are CPUs; with this
+  // team alive beside the model thread's, every parallel region of a forward woke its workers from
+  // sleep (two cores: 16.1 ms instead of 9.6 ms per 64-token int8 forward).
+  omp_pause_resource_all(omp_pause_soft);
   Metrics metrics;
   Scheduler scheduler(backend, o.api.scheduler, metrics);
   ApiOptions api_options = o.api;
