@@ -4,7 +4,9 @@
 #   - infinity-emb (v2 CLI, torch engine), OpenAI-style /embeddings;
 #   - sentence-transformers behind FastAPI/uvicorn (bench/peers/st_fastapi_server.py).
 # Each runs alone: started, warmed up, loaded at concurrency 1 (latency) and 32 (throughput, with its
-# p99), stopped. Prints a table with ratios to the best peer and writes JSON.
+# p99), stopped. Prints a table with ratios to the best peer and writes JSON. For roformer serve also
+# the server's overhead: c=1 requests of exactly 64 tokens against `roformer bench infer --batch 1
+# --seq 64` (the forward alone) with the same threads and linear layers.
 #
 #   python3 -m venv build/peers-venv && build/peers-venv/bin/pip install torch==2.5.1 \
 #       "infinity-emb[server,torch]==0.0.78" fastapi uvicorn
@@ -64,7 +66,7 @@ def wait_ready(url, process, seconds=300):
     raise RuntimeError(f"{url}: not ready after {seconds} s")
 
 
-def run_peer(name, command, health, load_args, args, env):
+def run_peer(name, command, health, load_args, args, env, fixed_64=False):
     log = open(os.path.join(args.work, f"{name}.log"), "w")
     p = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True)
     try:
@@ -75,7 +77,13 @@ def run_peer(name, command, health, load_args, args, env):
         subprocess.run(base + ["--seconds", "3", "--concurrency", "4"], check=True, stdout=subprocess.DEVNULL)  # warm-up
         subprocess.run(base + ["--seconds", str(args.seconds), "--concurrency", "1", "32", "--json", out], check=True)
         with open(out) as f:
-            return json.load(f)["levels"]
+            levels = json.load(f)["levels"]
+        if fixed_64:  # 62 words of a word-level vocabulary + [CLS] and [SEP]: 64 tokens
+            fixed = base[:base.index("--words")] + ["--words", "62", "62"] + base[base.index("--words") + 3:]
+            subprocess.run(fixed + ["--seconds", str(args.seconds), "--concurrency", "1", "--json", out], check=True)
+            with open(out) as f:
+                levels.append(json.load(f)["levels"][0])
+        return levels
     finally:
         os.killpg(p.pid, signal.SIGTERM)
         try:
@@ -122,7 +130,14 @@ def main():
         command = [c.replace("{port}", str(port)) for c in command]
         url = f"http://127.0.0.1:{port}"
         try:
-            results["servers"][name] = run_peer(name, command, url + health, ["--url", url, *load_args], args, env)
+            ours = name.startswith("roformer")
+            results["servers"][name] = run_peer(name, command, url + health, ["--url", url, *load_args], args, env, ours)
+            if ours:  # the forward alone, at the fixed requests' shape
+                quantize = command[command.index("--quantize") + 1] if "--quantize" in command else "auto"
+                bench = subprocess.run([args.roformer, "bench", "infer", "--model", args.model, "--batch", "1", "--seq", "64",
+                                        "--threads", str(args.threads), "--quantize", quantize, "--min-time", "5",
+                                        "--json"], check=True, capture_output=True, text=True, env=env)
+                results["servers"][name].append({"bench_infer_ms": json.loads(bench.stdout)["runs"][0]["latency_ms_median"]})
         except Exception as e:  # a peer that does not run is reported, not fatal
             print(f"{name}: {e}", file=sys.stderr)
             results["servers"][name] = {"error": str(e)}
@@ -132,8 +147,12 @@ def main():
         if isinstance(levels, dict):
             print(f"{name:<15} error: {levels['error']}")
             continue
-        one, many = levels
+        one, many = levels[:2]
         print(f"{name:<15} {one['p50_ms']:>11} {many['ok_per_s']:>11} {many['p99_ms']:>12}  {json.dumps(many['statuses'])}")
+        if len(levels) == 4:
+            http, forward = levels[2]["p50_ms"], levels[3]["bench_infer_ms"]
+            print(f"{'':<15} 64-token requests at c=1: p50 {http} ms against bench infer's {forward:.1f} ms "
+                  f"(+{100 * (http / forward - 1):.1f}%)")
     if args.json:
         os.makedirs(os.path.dirname(os.path.abspath(args.json)), exist_ok=True)
         with open(args.json, "w") as f:
