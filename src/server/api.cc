@@ -224,8 +224,12 @@ constexpr int64_t kMaxServedBeams = 32;
 
 }  // namespace
 
-Api::Api(Backend backend, Scheduler& scheduler, const ApiOptions& options)
-    : pipeline_(backend.pipeline), translator_(backend.translator), scheduler_(scheduler), options_(options) {}
+Api::Api(Backend backend, Scheduler& scheduler, Metrics& metrics, const ApiOptions& options)
+    : pipeline_(backend.pipeline),
+      translator_(backend.translator),
+      scheduler_(scheduler),
+      metrics_(metrics),
+      options_(options) {}
 
 serve::Pipeline& Api::encoder() const {
   if (!pipeline_) {
@@ -252,6 +256,7 @@ void Api::check_batch_size(size_t inputs) const {
 
 std::vector<text::Encoding> Api::encode(const std::vector<Input>& in, const serve::Truncate& truncate) const {
   check_batch_size(in.size());
+  const auto start = std::chrono::steady_clock::now();
   const int64_t limit = encoder().max_length();
   const text::EncodeOptions eo = serve::encode_options(truncate, limit);
   const text::RoFormerTokenizer& tok = encoder().tokenizer();
@@ -271,6 +276,7 @@ std::vector<text::Encoding> Api::encode(const std::vector<Input>& in, const serv
   } catch (const serve::InputError& e) {
     throw invalid("input " + std::to_string(e.index) + ": " + e.what());
   }
+  metrics_.tokenized(std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
   return out;
 }
 
@@ -565,6 +571,7 @@ json Api::translate(const json& request) {
   const serve::Truncate truncate = translation_truncation(request, options_.auto_truncate);
   const std::vector<Input> in = inputs(request, "inputs", false);
   check_batch_size(in.size());
+  const auto start = std::chrono::steady_clock::now();
   const int64_t limit = t.max_source_length();
   std::vector<std::vector<int64_t>> sources;
   for (size_t i = 0; i < in.size(); ++i) {
@@ -581,6 +588,7 @@ json Api::translate(const json& request) {
     }
     sources.push_back(std::move(ids));
   }
+  metrics_.tokenized(std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
   Ticket ticket;
   try {
     ticket = scheduler_.submit_translation(std::move(sources), o);

@@ -71,7 +71,7 @@ struct Input {
 
 class Api {
  public:
-  Api(Backend backend, Scheduler& scheduler, const ApiOptions& options);
+  Api(Backend backend, Scheduler& scheduler, Metrics& metrics, const ApiOptions& options);
 
   nlohmann::json embed(const nlohmann::json& request);
   nlohmann::json openai_embeddings(const nlohmann::json& request);
@@ -104,6 +104,7 @@ class Api {
   serve::Pipeline* pipeline_;        // exactly one of these two is set (Backend)
   serve::Translator* translator_;
   Scheduler& scheduler_;
+  Metrics& metrics_;  // tokenization times
   const ApiOptions options_;
 };
 

@@ -337,7 +337,7 @@ int serve_forever(Backend backend, const ServerOptions& o) {
   Scheduler scheduler(backend, o.api.scheduler, metrics);
   ApiOptions api_options = o.api;
   api_options.client_gone = client_gone;
-  Api api(backend, scheduler, api_options);
+  Api api(backend, scheduler, metrics, api_options);
   httplib::Server svr;
   const int threads = o.http_threads;
   svr.new_task_queue = [threads] { return new ConnectionPool(static_cast<size_t>(threads)); };

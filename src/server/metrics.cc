@@ -40,6 +40,11 @@ void Metrics::queued(double seconds) {
   queue_seconds_.observe(seconds);
 }
 
+void Metrics::tokenized(double seconds) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  tokenize_seconds_.observe(seconds);
+}
+
 void Metrics::timed_out() {
   std::lock_guard<std::mutex> lock(mutex_);
   ++timed_out_;
@@ -70,6 +75,7 @@ std::string Metrics::prometheus(int64_t queue_depth, int64_t in_flight) const {
   batch_size_.write(s, "roformer_batch_size", "Sequences per forward batch.");
   batch_seconds_.write(s, "roformer_batch_seconds", "Seconds per forward batch on the model thread.");
   queue_seconds_.write(s, "roformer_queue_seconds", "Seconds a request waited from submit to its batch's start.");
+  tokenize_seconds_.write(s, "roformer_tokenize_seconds", "Seconds a request's inputs took to tokenize on its HTTP thread.");
   s += fmt::format(
       "# HELP roformer_tokens_total Real (unpadded) tokens run through the model.\n"
       "# TYPE roformer_tokens_total counter\nroformer_tokens_total {}\n"

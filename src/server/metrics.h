@@ -30,6 +30,7 @@ class Metrics {
   // ones, which took `seconds`.
   void batch(int64_t sequences, int64_t tokens, int64_t padded_tokens, double seconds);
   void queued(double seconds);  // a request's wait from submit to its batch's start
+  void tokenized(double seconds);  // a request's tokenization (and validation) on its HTTP thread
   void timed_out();             // a request dropped after --request-timeout
   void cancelled();             // a queued request dropped because its client closed the connection
   // The text exposition format (version 0.0.4); queue_depth is read at the call.
@@ -41,6 +42,7 @@ class Metrics {
   Histogram batch_size_{{1, 2, 4, 8, 16, 32, 64, 128, 256}};
   Histogram batch_seconds_{{0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10}};
   Histogram queue_seconds_{{0.0001, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10}};
+  Histogram tokenize_seconds_{{0.00001, 0.0001, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1}};
   int64_t sequences_ = 0, tokens_ = 0, padded_tokens_ = 0, timed_out_ = 0, cancelled_ = 0;
 };
 

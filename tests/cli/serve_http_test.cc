@@ -274,6 +274,8 @@ TEST(ServeHttp, ErrorsAreTeiStatusesAndBodies) {
   EXPECT_NE(metrics->body.find("roformer_requests_total{route=\"/embed\",status=\"422\"} 6"), std::string::npos)
       << metrics->body;
   EXPECT_NE(metrics->body.find("roformer_batch_size_count"), std::string::npos);
+  // Tokenization times are of requests that passed it: the one truncated /embed.
+  EXPECT_NE(metrics->body.find("roformer_tokenize_seconds_count 1\n"), std::string::npos) << metrics->body;
   EXPECT_EQ(s.stop(SIGTERM), 0);
 }
 
