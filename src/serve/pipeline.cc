@@ -236,8 +236,10 @@ void Pipeline::run(const std::vector<text::Encoding>& encodings, int64_t batch_s
         mask[b * T + t] = e.attention_mask[t];
       }
     }
-    m.forward({.ids = ids.data(), .token_types = types.data(), .attention_mask = mask.data(), .B = B, .T = T,
-               .logits = logits});
+    // A mask of ones masks nothing: without it attention takes its unmasked path (same values).
+    const bool masks = std::find(mask.begin(), mask.end(), 0) != mask.end();
+    m.forward({.ids = ids.data(), .token_types = types.data(), .attention_mask = masks ? mask.data() : nullptr,
+               .B = B, .T = T, .logits = logits});
     visit(rows, T);
   }
 }
