@@ -45,6 +45,32 @@ void linear(T* out, const T* x, const LinearParams<T>& p, int64_t N, int64_t IC,
   ops::linear_forward(out, x, p.w, p.b, N, IC, OC);
 }
 
+// In bf16 training (p.w16): x (n) rounded to bf16 into x16, once for every dense that reads x and
+// for their backward (the same bits each of them would round to); null, x16 emptied, otherwise.
+template <typename T>
+const uint16_t* bf16_input(std::vector<uint16_t>& x16, const T* x, const LinearParams<T>& p, int64_t n) {
+  if constexpr (std::is_same_v<T, float>) {
+    if (p.w16) {
+      grow_to(x16, n);
+      ops::round_to_bf16(x16.data(), x, n);
+      return x16.data();
+    }
+  }
+  x16.clear();
+  return nullptr;
+}
+
+const uint16_t* kept(const std::vector<uint16_t>& x16) { return x16.empty() ? nullptr : x16.data(); }
+
+// linear() on x, or on its bf16 rounding x16 when bf16_input made one.
+template <typename T>
+void linear(T* out, const T* x, const uint16_t* x16, const LinearParams<T>& p, int64_t N, int64_t IC, int64_t OC) {
+  if constexpr (std::is_same_v<T, float>) {
+    if (x16) return ops::linear_forward_bf16(out, x16, p.w16, p.b, N, IC, OC);
+  }
+  linear(out, x, p, N, IC, OC);
+}
+
 // dx (N, IC) += dout (N, OC)·W (dx may be null); g.w += doutᵀ·x; g.b += Σ dout: the backward of
 // linear(), in the forward's precision.
 template <typename T>
@@ -54,6 +80,16 @@ void linear_back(T* dx, const LinearParams<T>& g, const T* dout, const T* x, con
     if (p.w16) return ops::linear_backward_bf16(dx, g.w, g.b, dout, x, p.w16, N, IC, OC);
   }
   ops::linear_backward(dx, g.w, g.b, dout, x, p.w, N, IC, OC);
+}
+
+// linear_back() on x, or on its kept bf16 rounding x16.
+template <typename T>
+void linear_back(T* dx, const LinearParams<T>& g, const T* dout, const T* x, const uint16_t* x16,
+                 const LinearParams<T>& p, int64_t N, int64_t IC, int64_t OC) {
+  if constexpr (std::is_same_v<T, float>) {
+    if (x16) return ops::linear_backward_bf16(dx, g.w, g.b, dout, x16, p.w16, N, IC, OC);
+  }
+  linear_back(dx, g, dout, x, p, N, IC, OC);
 }
 
 template <typename T>
@@ -298,7 +334,7 @@ void attention_output(T* out, AttentionActs<T>& a, const AttentionParams<T>& p, 
   const RoFormerConfig& c = *ctx.config;
   const int64_t N = B * T_, H = c.hidden_size;
   grow_to(a.sum, N * H);
-  linear(a.sum.data(), a.ctx.data(), p.out, N, H, H);
+  linear(a.sum.data(), a.ctx.data(), bf16_input(a.ctx16, a.ctx.data(), p.out, N * H), p.out, N, H, H);
   dropout_output(a.sum.data(), N, H, ctx.dropout, 2 + 3 * ctx.layer);
   residual_norm_forward(c, out, a.norm, a.sum.data(), x, p.norm, N, H);
 }
@@ -314,7 +350,7 @@ void attention_output_backward(T* d_ctx, T* dx, const AttentionParams<T>& g, con
   T* d_sum = s.get(10, N * H);
   dropout_back(d_sum, dx, N * H, ctx.dropout, 2 + 3 * ctx.layer, ctx.dropout.first(H), s, 11);
   zero(d_ctx, N * H);
-  linear_back(d_ctx, g.out, d_sum, a.ctx.data(), p.out, N, H, H);
+  linear_back(d_ctx, g.out, d_sum, a.ctx.data(), kept(a.ctx16), p.out, N, H, H);
 }
 
 // Softmax or linear attention of rotated q, k, v into a.ctx; keys (B, stride, H) with Tk valid.
@@ -393,7 +429,8 @@ void self_attention_forward(T* out, AttentionActs<T>& a, const AttentionParams<T
     }
   }
   if (!p.qkv) {
-    linear(a.q.data(), x, p.q, N, H, H);
+    const uint16_t* x16 = bf16_input(a.x16, x, p.q, N * H);  // q, k and v read it (no w16 when decoding)
+    linear(a.q.data(), x, x16, p.q, N, H, H);
     if (cache) {
       std::vector<T> tmp(N * H);
       for (auto [dst, w] : {std::pair{k, p.k}, std::pair{v, p.v}}) {
@@ -401,8 +438,8 @@ void self_attention_forward(T* out, AttentionActs<T>& a, const AttentionParams<T
         for (int64_t b = 0; b < B; ++b) std::copy_n(tmp.data() + b * T_ * H, T_ * H, dst + (b * stride + start) * H);
       }
     } else {
-      linear(k, x, p.k, N, H, H);
-      linear(v, x, p.v, N, H, H);
+      linear(k, x, x16, p.k, N, H, H);
+      linear(v, x, x16, p.v, N, H, H);
     }
   }
   // RoPE on the new rows only (cached keys stay rotated at their own positions). A cache's batch rows
@@ -447,9 +484,9 @@ void self_attention_backward(T* dx, const AttentionParams<T>& g, const T* dout, 
     }
   }
   if (ctx.rope && c.rotary_value) rotate(*ctx.rope, ROPE_BACKWARD, ROPE_ROLE_KEY, dv, B, T_, n, D, 0);
-  linear_back(dx, g.q, dq, x, p.q, N, H, H);
-  linear_back(dx, g.k, dk, x, p.k, N, H, H);
-  linear_back(dx, g.v, dv, x, p.v, N, H, H);
+  linear_back(dx, g.q, dq, x, kept(a.x16), p.q, N, H, H);
+  linear_back(dx, g.k, dk, x, kept(a.x16), p.k, N, H, H);
+  linear_back(dx, g.v, dv, x, kept(a.x16), p.v, N, H, H);
 }
 
 template <typename T>
@@ -532,11 +569,12 @@ template <typename T>
 void feed_forward_dense(const RoFormerConfig& c, FeedForwardActs<T>& a, const FeedForwardParams<T>& p, const T* x,
                         int64_t N) {
   const int64_t H = c.hidden_size, I = c.intermediate_size;
+  const uint16_t* x16 = bf16_input(a.x16, x, p.in, N * H);
   if constexpr (std::is_same_v<T, float>) {
     if (p.out.w16) {
       grow_to(a.pre, N * I);
       grow_to(a.act16, N * I);
-      linear(a.pre.data(), x, p.in, N, H, I);  // (N, I)
+      linear(a.pre.data(), x, x16, p.in, N, H, I);  // (N, I)
       activation_to_bf16(c, a.act16.data(), a.pre.data(), N * I);
       return ops::linear_forward_bf16(a.sum.data(), a.act16.data(), p.out.w16, p.out.b, N, I, H);  // (N, H)
     }
@@ -588,7 +626,7 @@ void feed_forward_backward(const RoFormerConfig& c, T* dx, const FeedForwardPara
   zero(d_act, N * I);
   feed_forward_dense_back(c, d_act, g, d_sum, a, p, N);
   activation_backward(c, d_pre, a.pre.data(), d_act, N * I);
-  linear_back(dx, g.in, d_pre, x, p.in, N, H, I);
+  linear_back(dx, g.in, d_pre, x, kept(a.x16), p.in, N, H, I);
 }
 
 // ---- heads ----

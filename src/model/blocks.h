@@ -208,6 +208,9 @@ struct AttentionActs {
   std::vector<T> qkv;                // (N, 3H): a packed qkv layer's output, before the split
   std::vector<T> att;                // softmax: (B, n, T, Tk) probabilities or (B, n, T, 2) row statistics
   std::vector<T> saved;              // linear attention: (B, T, n, 2F + 2)
+  // bf16 training: the block input and ctx as the q/k/v and output denses read them (N, H), rounded
+  // once in the forward and read again by their backward; empty otherwise.
+  std::vector<uint16_t> x16, ctx16;
   NormActs<T> norm;
 };
 
@@ -250,6 +253,7 @@ struct FeedForwardActs {
   // bf16 training (p.out.w16): act is kept only as the bf16 values the output dense reads, forward
   // and backward alike (the same results as act rounded there, in half the memory); act stays empty.
   std::vector<uint16_t> act16;   // (N, I)
+  std::vector<uint16_t> x16;     // (N, H): the input as the input dense reads it (bf16 training), likewise
   NormActs<T> norm;
 };
 // out (N, H) = norm(x + dropout(act(x·W1ᵀ + b1)·W2ᵀ + b2)); dropout site 3 + 3·layer.
