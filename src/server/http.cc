@@ -9,7 +9,6 @@
 #include <signal.h>
 #include <sys/socket.h>
 
-#include <atomic>
 #include <cerrno>
 #include <condition_variable>
 #include <deque>
@@ -367,8 +366,11 @@ int serve_forever(Backend backend, const ServerOptions& o) {
   if (port < 0) throw std::runtime_error("cannot listen on " + o.host + ":" + std::to_string(o.port));
   if (listener >= 0) ::listen(listener, SOMAXCONN);
   std::cerr << "roformer serve: " << o.api.model_id << " listening on http://" << o.host << ":" << port << std::endl;
-  // The signal thread: waits for SIGINT/SIGTERM (blocked everywhere), then stops the listener.
-  std::atomic<bool> done{false};
+  // The signal thread: waits for SIGINT/SIGTERM (blocked everywhere), then stops the listener and
+  // gives what was accepted --shutdown-timeout to be answered; what is still queued then is dropped.
+  std::mutex done_mutex;
+  std::condition_variable done_cv;
+  bool done = false;
   std::thread signals([&] {
     sigset_t set;
     sigemptyset(&set);
@@ -376,12 +378,23 @@ int serve_forever(Backend backend, const ServerOptions& o) {
     sigaddset(&set, SIGTERM);
     int sig = 0;
     sigwait(&set, &sig);
+    std::unique_lock<std::mutex> lock(done_mutex);
     if (done) return;
     std::cerr << "roformer serve: " << (sig == SIGINT ? "SIGINT" : "SIGTERM") << ", stopping" << std::endl;
     svr.stop();
+    const auto timeout = std::chrono::duration<double>(o.shutdown_timeout_s);
+    if (!done_cv.wait_for(lock, timeout, [&] { return done; })) {
+      const int64_t n = scheduler.drop_queued("the server is shutting down: --shutdown-timeout passed before this "
+                                              "request reached the model");
+      std::cerr << "roformer serve: --shutdown-timeout passed, " << n << " queued requests answered 503" << std::endl;
+    }
   });
   const bool ok = svr.listen_after_bind();  // returns once stopped, its connections answered
-  done = true;
+  {
+    std::lock_guard<std::mutex> lock(done_mutex);
+    done = true;
+  }
+  done_cv.notify_all();
   pthread_kill(signals.native_handle(), SIGTERM);  // wakes the signal thread if no signal came
   signals.join();
   scheduler.stop();

@@ -25,6 +25,9 @@ struct ServerOptions {
   // (between keep-alive requests) for keep_alive_timeout_s or served keep_alive_max_requests.
   int read_timeout_s = 5, write_timeout_s = 5, keep_alive_timeout_s = 5;
   int keep_alive_max_requests = 100;
+  // After SIGINT/SIGTERM, seconds to answer what was accepted; then what is still queued is answered
+  // 503 unrun (the batch running finishes) and the server exits 0.
+  double shutdown_timeout_s = 30;
   bool access_log = true;            // one JSON line per request on stderr
   ApiOptions api;                    // with the scheduler's options
 };

@@ -97,6 +97,20 @@ Ticket Scheduler::enqueue(std::unique_ptr<Job> job) {
   return t;
 }
 
+int64_t Scheduler::drop_queued(const std::string& why) {
+  std::deque<std::unique_ptr<Job>> dropped;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    dropped.swap(queue_);
+    in_flight_ -= static_cast<int64_t>(dropped.size());
+  }
+  for (auto& job : dropped) {
+    metrics_.timed_out();
+    job->done.set_exception(std::make_exception_ptr(TimedOut(why)));
+  }
+  return static_cast<int64_t>(dropped.size());
+}
+
 bool Scheduler::cancel(uint64_t id) {
   std::unique_ptr<Job> job;
   {

@@ -19,6 +19,7 @@
 #include <memory>
 #include <mutex>
 #include <stdexcept>
+#include <string>
 #include <thread>
 #include <vector>
 
@@ -97,6 +98,9 @@ class Scheduler {
   // Drops request `id` if it is still queued (its client is gone): its answer becomes Cancelled and
   // it is no longer in flight. Returns false when it is running or answered already.
   bool cancel(uint64_t id);
+  // Answers every queued request TimedOut(why) unrun (the server's --shutdown-timeout passed); the
+  // batch running, if any, finishes. Returns how many were dropped.
+  int64_t drop_queued(const std::string& why);
   // Refuses new requests, runs every accepted one to its answer, joins the model thread. Idempotent.
   void stop();
   int64_t queue_depth() const;

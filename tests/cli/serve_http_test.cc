@@ -666,18 +666,31 @@ double await_metric(const Server& s, const std::string& name, double value) {
   return v;
 }
 
+// About a second of the model thread (4000 inputs of 62 tokens; servers with --threads 1 and
+// --max-client-batch-size 5000), posted from its own thread: constructed once the request is running.
+struct BusyRequest {
+  Reply reply;
+  std::thread client;
+  explicit BusyRequest(const Server& s) {
+    std::string text;
+    for (int i = 0; i < 30; ++i) text += "hello world ";
+    const std::string busy = json{{"inputs", std::vector<std::string>(4000, text)}, {"truncate", true}}.dump();
+    client = std::thread([this, &s, busy] { reply = post(s, "/embed", busy); });
+    EXPECT_EQ(await_metric(s, "roformer_requests_in_flight", 1), 1);  // tokenized,
+    EXPECT_EQ(await_metric(s, "roformer_queue_depth", 0), 0);         // then taken by the model thread
+  }
+  void answered() {  // joins the client: the request was answered in full
+    client.join();
+    EXPECT_EQ(reply.status, 200);
+    EXPECT_EQ(reply.body.size(), 4000u);
+  }
+};
+
 // A request whose client closes the connection while it waits in the queue is dropped unrun (counted
 // in roformer_requests_cancelled_total and logged with 499); the one running meanwhile is answered.
 TEST(ServeHttp, RequestsWhoseClientLeftTheQueueAreDropped) {
   Server s("--model " + model_dir("http_mlm") + " --max-client-batch-size 5000 --threads 1");
-  std::string text;
-  for (int i = 0; i < 30; ++i) text += "hello world ";
-  // About a second of the model thread: 4000 inputs of 62 tokens.
-  const std::string busy = json{{"inputs", std::vector<std::string>(4000, text)}, {"truncate", true}}.dump();
-  Reply busy_reply;
-  std::thread busy_client([&] { busy_reply = post(s, "/embed", busy); });
-  ASSERT_EQ(await_metric(s, "roformer_requests_in_flight", 1), 1);  // tokenized, and then taken by the model thread
-  ASSERT_EQ(await_metric(s, "roformer_queue_depth", 0), 0);
+  BusyRequest busy(s);
   // The second request is sent whole, waits behind the first, and its client goes away.
   const int fd = connect_to(s.port);
   const std::string body = json{{"inputs", "gone"}}.dump();
@@ -687,15 +700,29 @@ TEST(ServeHttp, RequestsWhoseClientLeftTheQueueAreDropped) {
   ASSERT_EQ(await_metric(s, "roformer_queue_depth", 1), 1);
   close(fd);
   await_metric(s, "roformer_requests_cancelled_total", 1);
-  busy_client.join();
-  EXPECT_EQ(busy_reply.status, 200);
-  EXPECT_EQ(busy_reply.body.size(), 4000u);
+  busy.answered();
   EXPECT_EQ(metric(s, "roformer_requests_cancelled_total"), 1);
   EXPECT_EQ(metric(s, "roformer_sequences_total"), 4000);  // the dropped request never ran
   EXPECT_EQ(metric(s, "roformer_requests_in_flight"), 0);
   EXPECT_EQ(post(s, "/embed", json{{"inputs", "still serving"}}).status, 200);
   EXPECT_EQ(s.stop(SIGTERM), 0);
   EXPECT_NE(slurp(s.log).find("\"error_type\":\"ClientClosed\""), std::string::npos) << slurp(s.log).substr(0, 2000);
+}
+
+// SIGTERM stops accepting and answers what was accepted; requests still queued when
+// --shutdown-timeout passes are answered 503 unrun, the one running is finished, and the exit is 0.
+TEST(ServeHttp, ShutdownTimeoutAnswersWhatIsStillQueued503) {
+  Server s("--model " + model_dir("http_mlm") + " --max-client-batch-size 5000 --threads 1 --shutdown-timeout 0.2");
+  BusyRequest busy(s);
+  std::vector<Reply> queued(3);
+  std::vector<std::thread> clients;
+  for (auto& r : queued) clients.emplace_back([&] { r = post(s, "/embed", json{{"inputs", "queued"}}); });
+  ASSERT_EQ(await_metric(s, "roformer_queue_depth", 3), 3);
+  EXPECT_EQ(s.stop(SIGTERM), 0);
+  busy.answered();
+  for (auto& c : clients) c.join();
+  for (const Reply& r : queued) expect_error(r, 503, "Overloaded", "--shutdown-timeout");
+  EXPECT_NE(slurp(s.log).find("3 queued requests answered 503"), std::string::npos) << slurp(s.log).substr(0, 2000);
 }
 
 // With --request-timeout, requests that waited longer in the queue are dropped with 503, not run.

@@ -34,6 +34,10 @@ int run_serve(ServeOptions& o) {
     throw std::invalid_argument("--request-timeout must be a number of seconds in [0, 86400]");
   }
   if (!(o.max_padding >= 0 && o.max_padding <= 1)) throw std::invalid_argument("--max-padding must be in [0, 1]");
+  const double shutdown = o.server.shutdown_timeout_s;
+  if (!(shutdown >= 0 && shutdown <= 86400)) {
+    throw std::invalid_argument("--shutdown-timeout must be a number of seconds in [0, 86400]");
+  }
   server::ApiOptions& api = o.server.api;
   api.scheduler.pooling = serve::parse_pooling(o.pooling);
   api.model_id = !o.model_id.empty() ? o.model_id
@@ -96,6 +100,9 @@ void add_serve_command(CLI::App& app, CommandTable& commands) {
       ->check(CLI::Range(1, 1 << 20))->capture_default_str();
   c->add_option("--request-timeout", q.request_timeout_s,
                 "Seconds a request may wait in the queue; later it is dropped with 503 (0: no limit)")
+      ->check(CLI::Range(0.0, 86400.0))->capture_default_str();
+  c->add_option("--shutdown-timeout", s.shutdown_timeout_s,
+                "Seconds after SIGINT/SIGTERM to answer accepted requests; then queued ones get 503 and it exits")
       ->check(CLI::Range(0.0, 86400.0))->capture_default_str();
   c->add_flag("--access-log,!--no-access-log", s.access_log, "One JSON line per request on stderr (default on)");
   c->add_option("--pooling", o->pooling, "cls ([CLS] hidden state), mean (over the attention mask) or pooler")
