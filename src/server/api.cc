@@ -488,10 +488,9 @@ json translation_parameters(const json& request) {
 }
 
 // /translate's truncation: TEI's `truncate` / `truncation_direction`, or transformers' `truncation`
-// (a bool or a strategy name) in `parameters`.
-serve::Truncate translation_truncation(const json& request, bool auto_truncate) {
+// (a bool or a strategy name) in `parameters` (translation_parameters').
+serve::Truncate translation_truncation(const json& request, const json& params, bool auto_truncate) {
   serve::Truncate truncate = truncation(request, auto_truncate);
-  const json params = translation_parameters(request);
   if (!present(params, "truncation")) return truncate;
   const json& v = params["truncation"];
   if (v.is_boolean()) {
@@ -523,9 +522,8 @@ json translation_json(const std::vector<std::vector<serve::Translation>>& transl
 int64_t Api::max_new_tokens() const { return translator().model().config().decoder.max_position_embeddings - 1; }
 
 // /translate's decoding: `roformer translate`'s defaults (beam 4, a = 1.5, b = 10), then the request's
-// `parameters` under transformers' generate() names (or huggingface_hub's `generate_parameters`).
-model::DecodeOptions Api::decode_options(const json& request) const {
-  const json params = translation_parameters(request);
+// `parameters` (translation_parameters) under transformers' generate() names.
+model::DecodeOptions Api::decode_options(const json& params) const {
   if (present(params, "src_lang") || present(params, "tgt_lang")) {
     throw invalid("`parameters.src_lang` / `tgt_lang`: " + options_.model_id + " translates in one direction only");
   }
@@ -567,8 +565,9 @@ model::DecodeOptions Api::decode_options(const json& request) const {
 json Api::translate(const json& request) {
   require_object(request);
   serve::Translator& t = translator();
-  const model::DecodeOptions o = decode_options(request);
-  const serve::Truncate truncate = translation_truncation(request, options_.auto_truncate);
+  const json params = translation_parameters(request);
+  const model::DecodeOptions o = decode_options(params);
+  const serve::Truncate truncate = translation_truncation(request, params, options_.auto_truncate);
   const std::vector<Input> in = inputs(request, "inputs", false);
   check_batch_size(in.size());
   const auto start = std::chrono::steady_clock::now();

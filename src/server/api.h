@@ -96,7 +96,7 @@ class Api {
   Output wait(Ticket& t);  // the scheduler's answer (cancelled if the client goes), failures as ApiErrors
   serve::Pipeline& encoder() const;     // 424 for a translation model
   serve::Translator& translator() const;  // 424 for an encoder model
-  model::DecodeOptions decode_options(const nlohmann::json& request) const;
+  model::DecodeOptions decode_options(const nlohmann::json& params) const;  // of translation_parameters
   int64_t max_new_tokens() const;       // the decoder's positions less the decoder start token's
   std::vector<std::vector<float>> embed_inputs(const std::vector<Input>& inputs, const serve::Truncate& truncate,
                                                bool normalize, int64_t* tokens = nullptr);

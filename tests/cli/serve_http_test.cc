@@ -515,8 +515,7 @@ std::vector<std::string> translate_cli(const std::string& args, const std::vecto
 
 // /translate (and POST /) on an encoder-decoder equal `roformer translate` with the same options, also
 // when concurrent requests with different options share the model thread; transformers' pipeline
-// shapes; the encoder routes answer 424 and an encoder model's /translate 424; bad parameters 422,
-// long inputs 413 unless truncate.
+// shapes; /tokenize, /decode, /info and the documented examples on a translation model.
 TEST(ServeHttp, TranslateEqualsTheCommandLine) {
   const std::string m = translation_dir();
   const std::vector<std::string> texts = {"one two three", "four", "nine eight seven six five four"};
@@ -560,32 +559,6 @@ TEST(ServeHttp, TranslateEqualsTheCommandLine) {
     }
   }
 
-  std::string long_text;
-  for (int i = 0; i < 40; ++i) long_text += "one ";
-  expect_error(post(s, "/translate", json{{"inputs", long_text}}), 413, "Validation", "set `truncate`");
-  EXPECT_EQ(post(s, "/translate", json{{"inputs", long_text}, {"truncate", true}}).status, 200);
-  EXPECT_EQ(post(s, "/translate", json{{"inputs", long_text}, {"parameters", {{"truncation", "longest_first"}}}}).status, 200);
-  expect_error(post(s, "/translate", json{{"inputs", "one"}, {"parameters", {{"num_beams", 99}}}}), 422, "Validation",
-               "`num_beams` must be in [1, 32]");
-  expect_error(post(s, "/translate", json{{"inputs", "one"}, {"parameters", {{"num_beams", 2}, {"num_return_sequences", 3}}}}),
-               422, "Validation", "`num_return_sequences` must be in [1, 2]");
-  expect_error(post(s, "/translate", json{{"inputs", "one"}, {"parameters", {{"beam", 2}}}}), 422, "Validation",
-               "`parameters.beam` is not supported");
-  expect_error(post(s, "/translate", json{{"inputs", "one"}, {"parameters", {{"src_lang", "en"}, {"tgt_lang", "fr"}}}}),
-               422, "Validation", "one direction");
-  expect_error(post(s, "/translate", json{{"inputs", "one"}, {"parameters", {{"max_new_tokens", 5}, {"max_len_b", 3}}}}),
-               422, "Validation", "one or the other");
-  expect_error(post(s, "/translate", json{{"inputs", "one"}, {"parameters", {{"max_len_a", 1e9}}}}), 422, "Validation",
-               "`max_len_a` must be a number in [0, 4");
-  expect_error(post(s, "/translate", json{{"inputs", "one"}, {"parameters", {{"do_sample", true}, {"num_beams", 2}}}}),
-               422, "Validation", "num_beams");
-  r = post(s, "/translate", json{{"inputs", "one two"}, {"parameters", {{"do_sample", true}, {"seed", 7}}}});
-  EXPECT_EQ(r.status, 200) << r.body;
-  EXPECT_EQ(post(s, "/translate", json{{"inputs", "one two"}, {"parameters", {{"do_sample", true}, {"seed", 7}}}}).body, r.body);
-  expect_error(post(s, "/translate", json{{"inputs", std::vector<std::string>(9, "one")}}), 413, "Validation", "batch size 9");
-  expect_error(post(s, "/embed", json{{"inputs", "one"}}), 424, "Backend", "a translation model");
-  expect_error(post(s, "/fill-mask", json{{"inputs", "one"}}), 424, "Backend", "a translation model");
-
   r = post(s, "/tokenize", json{{"inputs", "one two"}});  // SentencePiece pieces, then the eos
   ASSERT_EQ(r.status, 200) << r.body;
   EXPECT_EQ(r.body[0].back()["special"], true);
@@ -605,6 +578,40 @@ TEST(ServeHttp, TranslateEqualsTheCommandLine) {
   const json info = json::parse(s.client().Get("/info")->body);
   EXPECT_EQ(info["model_type"]["translation"]["position_encoding"], "rope") << info;
   EXPECT_EQ(info["max_input_length"], 31) << info;
+  EXPECT_EQ(s.stop(SIGTERM), 0);
+}
+
+// /translate's refusals: long inputs 413 unless truncated, bad or unknown parameters 422, too many
+// inputs 413, the encoder routes 424 on a translation model and /translate 424 on an encoder; a
+// sampled request with a seed gives the same answer twice.
+TEST(ServeHttp, TranslateRefusesWhatItCannotDo) {
+  Server s("--model " + translation_dir() + " --max-client-batch-size 8 --no-access-log");
+  std::string long_text;
+  for (int i = 0; i < 40; ++i) long_text += "one ";
+  expect_error(post(s, "/translate", json{{"inputs", long_text}}), 413, "Validation", "set `truncate`");
+  EXPECT_EQ(post(s, "/translate", json{{"inputs", long_text}, {"truncate", true}}).status, 200);
+  EXPECT_EQ(post(s, "/translate", json{{"inputs", long_text}, {"parameters", {{"truncation", "longest_first"}}}}).status, 200);
+  expect_error(post(s, "/translate", json{{"inputs", "one"}, {"parameters", {{"num_beams", 99}}}}), 422, "Validation",
+               "`num_beams` must be in [1, 32]");
+  expect_error(post(s, "/translate", json{{"inputs", "one"}, {"parameters", {{"num_beams", 2}, {"num_return_sequences", 3}}}}),
+               422, "Validation", "`num_return_sequences` must be in [1, 2]");
+  expect_error(post(s, "/translate", json{{"inputs", "one"}, {"parameters", {{"beam", 2}}}}), 422, "Validation",
+               "`parameters.beam` is not supported");
+  expect_error(post(s, "/translate", json{{"inputs", "one"}, {"parameters", {{"src_lang", "en"}, {"tgt_lang", "fr"}}}}),
+               422, "Validation", "one direction");
+  expect_error(post(s, "/translate", json{{"inputs", "one"}, {"parameters", {{"max_new_tokens", 5}, {"max_len_b", 3}}}}),
+               422, "Validation", "one or the other");
+  expect_error(post(s, "/translate", json{{"inputs", "one"}, {"parameters", {{"max_len_a", 1e9}}}}), 422, "Validation",
+               "`max_len_a` must be a number in [0, 4");
+  expect_error(post(s, "/translate", json{{"inputs", "one"}, {"parameters", {{"do_sample", true}, {"num_beams", 2}}}}),
+               422, "Validation", "num_beams");
+  const Reply r = post(s, "/translate", json{{"inputs", "one two"}, {"parameters", {{"do_sample", true}, {"seed", 7}}}});
+  EXPECT_EQ(r.status, 200) << r.body;
+  EXPECT_EQ(post(s, "/translate", json{{"inputs", "one two"}, {"parameters", {{"do_sample", true}, {"seed", 7}}}}).body, r.body);
+  expect_error(post(s, "/translate", json{{"inputs", std::vector<std::string>(9, "one")}}), 413, "Validation", "batch size 9");
+  expect_error(post(s, "/embed", json{{"inputs", "one"}}), 424, "Backend", "a translation model");
+  expect_error(post(s, "/fill-mask", json{{"inputs", "one"}}), 424, "Backend", "a translation model");
+
   EXPECT_EQ(s.stop(SIGTERM), 0);
 
   Server encoder("--model " + model_dir("http_mlm") + " --no-access-log");

@@ -127,7 +127,6 @@ int bench_train(const BenchTrainOptions& o) {
   RandomTokenTask task(o.task == "mlm", B, T, c.vocab_size);
   train::TrainerConfig tc;
   tc.schedule = {.peak_lr = 1e-3, .min_lr = 0, .warmup_steps = 0, .total_steps = 1, .decay = train::Decay::constant};
-  tc.adamw = {};
   tc.clip = 1.0;
   tc.bucket_mb = o.bucket_mb;
   train::Trainer trainer(m, task, tc);
