@@ -71,25 +71,26 @@ void linear(T* out, const T* x, const uint16_t* x16, const LinearParams<T>& p, i
   linear(out, x, p, N, IC, OC);
 }
 
-// dx (N, IC) += dout (N, OC)·W (dx may be null); g.w += doutᵀ·x; g.b += Σ dout: the backward of
-// linear(), in the forward's precision.
+// dx (N, IC) += dout (N, OC)·W (= with dx_mode overwrite; dx may be null); g.w += doutᵀ·x;
+// g.b += Σ dout: the backward of linear(), in the forward's precision.
 template <typename T>
 void linear_back(T* dx, const LinearParams<T>& g, const T* dout, const T* x, const LinearParams<T>& p, int64_t N,
-                 int64_t IC, int64_t OC) {
+                 int64_t IC, int64_t OC, ops::Grad dx_mode = ops::Grad::accumulate) {
   if constexpr (std::is_same_v<T, float>) {
-    if (p.w16) return ops::linear_backward_bf16(dx, g.w, g.b, dout, x, p.w16, N, IC, OC);
+    if (p.w16) return ops::linear_backward_bf16(dx, g.w, g.b, dout, x, p.w16, N, IC, OC, dx_mode);
   }
-  ops::linear_backward(dx, g.w, g.b, dout, x, p.w, N, IC, OC);
+  ops::linear_backward(dx, g.w, g.b, dout, x, p.w, N, IC, OC, dx_mode);
 }
 
 // linear_back() on x, or on its kept bf16 rounding x16.
 template <typename T>
 void linear_back(T* dx, const LinearParams<T>& g, const T* dout, const T* x, const uint16_t* x16,
-                 const LinearParams<T>& p, int64_t N, int64_t IC, int64_t OC) {
+                 const LinearParams<T>& p, int64_t N, int64_t IC, int64_t OC,
+                 ops::Grad dx_mode = ops::Grad::accumulate) {
   if constexpr (std::is_same_v<T, float>) {
-    if (x16) return ops::linear_backward_bf16(dx, g.w, g.b, dout, x16, p.w16, N, IC, OC);
+    if (x16) return ops::linear_backward_bf16(dx, g.w, g.b, dout, x16, p.w16, N, IC, OC, dx_mode);
   }
-  linear_back(dx, g, dout, x, p, N, IC, OC);
+  linear_back(dx, g, dout, x, p, N, IC, OC, dx_mode);
 }
 
 template <typename T>
@@ -103,15 +104,12 @@ void dropout_output(T* out, int64_t N, int64_t C, const Dropout& d, int64_t site
   if (d.hidden > 0) ops::dropout_forward(out, out, N * C, d.hidden, d.site_seed(site), d.first(C));
 }
 
-// dx (N, C) = dropout'(dy): the backward of a dropout site (dx and dy may alias).
+// dx (N, C) = dropout'(dy): the backward of a dropout site (dx and dy may alias). Written, not
+// accumulated, it is the forward's mask and scale applied to dy: dropout_forward, element-wise.
 template <typename T>
-void dropout_back(T* dx, const T* dy, int64_t count, const Dropout& d, int64_t site, uint64_t first, Scratch<T>& s,
-                  size_t buf) {
+void dropout_back(T* dx, const T* dy, int64_t count, const Dropout& d, int64_t site, uint64_t first) {
   if (d.hidden > 0) {
-    T* tmp = s.get(buf, count);
-    std::copy(dy, dy + count, tmp);
-    zero(dx, count);
-    ops::dropout_backward(dx, tmp, count, d.hidden, d.site_seed(site), first);
+    ops::dropout_forward(dx, dy, count, d.hidden, d.site_seed(site), first);
   } else if (dx != dy) {
     std::copy(dy, dy + count, dx);
   }
@@ -196,11 +194,10 @@ void activation_forward(const RoFormerConfig& c, T* out, const T* in, int64_t n)
 
 template <typename T>
 void activation_backward(const RoFormerConfig& c, T* din, const T* in, const T* dout, int64_t n) {
-  zero(din, n);
   if (c.hidden_act == Activation::gelu) {
-    ops::gelu_backward(din, in, dout, n);
+    ops::gelu_backward(din, in, dout, n, ops::Grad::overwrite);
   } else {
-    ops::relu_backward(din, in, dout, n);
+    ops::relu_backward(din, in, dout, n, ops::Grad::overwrite);
   }
 }
 
@@ -258,12 +255,11 @@ void embeddings_backward(const RoFormerConfig& c, const EmbeddingParams<T>& g, c
   const int64_t N = static_cast<int64_t>(a.ids.size()), E = c.embedding_size, H = c.hidden_size;
   T* d_dropped = s.get(0, N * E);  // (N, E)
   if (p.project.w) {
-    zero(d_dropped, N * E);
-    linear_back(d_dropped, g.project, dout, a.dropped.data(), p.project, N, E, H);
+    linear_back(d_dropped, g.project, dout, a.dropped.data(), p.project, N, E, H, ops::Grad::overwrite);
   } else {
     std::copy(dout, dout + N * E, d_dropped);
   }
-  dropout_back(d_dropped, d_dropped, N * E, d, 0, d.first(E), s, 2);
+  dropout_back(d_dropped, d_dropped, N * E, d, 0, d.first(E));
   T* d_sum = s.get(1, N * E);
   norm_backward(c, d_sum, g.norm, d_dropped, a.sum.data(), p.norm, a.norm, N, E);
   ops::embedding_backward(g.token_type, d_sum, a.types.data(), N, E);
@@ -348,9 +344,8 @@ void attention_output_backward(T* d_ctx, T* dx, const AttentionParams<T>& g, con
   const int64_t N = B * T_, H = c.hidden_size;
   norm_backward(c, dx, g.norm, dout, a.sum.data(), p.norm, a.norm, N, H);
   T* d_sum = s.get(10, N * H);
-  dropout_back(d_sum, dx, N * H, ctx.dropout, 2 + 3 * ctx.layer, ctx.dropout.first(H), s, 11);
-  zero(d_ctx, N * H);
-  linear_back(d_ctx, g.out, d_sum, a.ctx.data(), kept(a.ctx16), p.out, N, H, H);
+  dropout_back(d_sum, dx, N * H, ctx.dropout, 2 + 3 * ctx.layer, ctx.dropout.first(H));
+  linear_back(d_ctx, g.out, d_sum, a.ctx.data(), kept(a.ctx16), p.out, N, H, H, ops::Grad::overwrite);
 }
 
 // Softmax or linear attention of rotated q, k, v into a.ctx; keys (B, stride, H) with Tk valid.
@@ -590,16 +585,19 @@ void feed_forward_dense(const RoFormerConfig& c, FeedForwardActs<T>& a, const Fe
   linear(a.sum.data(), a.act.data(), p.out, N, I, H);  // (N, H)
 }
 
-// d_act (N, I) += d_sum·W2; g.out += its gradients: the backward of feed_forward_dense's output dense,
+// d_act (N, I) = d_sum·W2; g.out += its gradients: the backward of feed_forward_dense's output dense,
 // on the activation it kept.
 template <typename T>
 void feed_forward_dense_back(const RoFormerConfig& c, T* d_act, const FeedForwardParams<T>& g, const T* d_sum,
                              const FeedForwardActs<T>& a, const FeedForwardParams<T>& p, int64_t N) {
   const int64_t H = c.hidden_size, I = c.intermediate_size;
   if constexpr (std::is_same_v<T, float>) {
-    if (p.out.w16) return ops::linear_backward_bf16(d_act, g.out.w, g.out.b, d_sum, a.act16.data(), p.out.w16, N, I, H);
+    if (p.out.w16) {
+      return ops::linear_backward_bf16(d_act, g.out.w, g.out.b, d_sum, a.act16.data(), p.out.w16, N, I, H,
+                                       ops::Grad::overwrite);
+    }
   }
-  linear_back(d_act, g.out, d_sum, a.act.data(), p.out, N, I, H);
+  linear_back(d_act, g.out, d_sum, a.act.data(), p.out, N, I, H, ops::Grad::overwrite);
 }
 
 }  // namespace
@@ -621,9 +619,8 @@ void feed_forward_backward(const RoFormerConfig& c, T* dx, const FeedForwardPara
   const int64_t H = c.hidden_size, I = c.intermediate_size;
   norm_backward(c, dx, g.norm, dout, a.sum.data(), p.norm, a.norm, N, H);  // dx = the residual branch
   T* d_sum = s.get(20, N * H);
-  dropout_back(d_sum, dx, N * H, d, 3 + 3 * layer, d.first(H), s, 21);
+  dropout_back(d_sum, dx, N * H, d, 3 + 3 * layer, d.first(H));
   T *d_act = s.get(22, N * I), *d_pre = s.get(23, N * I);
-  zero(d_act, N * I);
   feed_forward_dense_back(c, d_act, g, d_sum, a, p, N);
   activation_backward(c, d_pre, a.pre.data(), d_act, N * I);
   linear_back(dx, g.in, d_pre, x, kept(a.x16), p.in, N, H, I);
@@ -656,8 +653,7 @@ void mlm_head_backward(const RoFormerConfig& c, T* dh, const MlmHeadParams<T>& g
     return;
   }
   T *d_normed = s.get(30, N * E), *d_act = s.get(31, N * E), *d_dense = s.get(32, N * E);
-  zero(d_normed, N * E);
-  linear_back(d_normed, g.decoder(), dlogits, a.normed.data(), p.decoder(), N, E, V);
+  linear_back(d_normed, g.decoder(), dlogits, a.normed.data(), p.decoder(), N, E, V, ops::Grad::overwrite);
   norm_backward(c, d_act, g.norm, d_normed, a.act.data(), p.norm, a.norm, N, E);
   activation_backward(c, d_dense, a.dense.data(), d_act, N * E);
   linear_back(dh, g.dense, d_dense, h, p.dense, N, H, E);
@@ -709,13 +705,11 @@ void classifier_backward(const RoFormerConfig& c, T* dh, const ClassifierParams<
   const int64_t H = c.hidden_size;
   const uint64_t first = static_cast<uint64_t>(d.row0 * H);
   T *d_act = s.get(40, B * H), *d_dense = s.get(41, B * H), *d_cls = s.get(42, B * H);
-  zero(d_act, B * H);
-  linear_back(d_act, g.out, dlogits, a.act.data(), p.out, B, H, labels);
-  dropout_back(d_act, d_act, B * H, d, 1, first, s, 43);
+  linear_back(d_act, g.out, dlogits, a.act.data(), p.out, B, H, labels, ops::Grad::overwrite);
+  dropout_back(d_act, d_act, B * H, d, 1, first);
   activation_backward(c, d_dense, a.dense.data(), d_act, B * H);
-  zero(d_cls, B * H);
-  linear_back(d_cls, g.dense, d_dense, a.cls.data(), p.dense, B, H, H);
-  dropout_back(d_cls, d_cls, B * H, d, 0, first, s, 43);
+  linear_back(d_cls, g.dense, d_dense, a.cls.data(), p.dense, B, H, H, ops::Grad::overwrite);
+  dropout_back(d_cls, d_cls, B * H, d, 0, first);
   for (int64_t b = 0; b < B; ++b) accumulate(dh + b * T_ * H, d_cls + b * H, H);
 }
 

@@ -58,14 +58,15 @@ void GeluForwardKernel(float* out, const float* x, int64_t n) {
   });
 }
 
-// dx += dy · (Φ(x) + x·φ(x)), φ(x) = e^(−x²/2)/√(2π).
-void GeluBackwardKernel(float* dx, const float* x, const float* dy, int64_t n) {
+// dx += dy · (Φ(x) + x·φ(x)), φ(x) = e^(−x²/2)/√(2π); dx = that without accumulate.
+void GeluBackwardKernel(float* dx, const float* x, const float* dy, int64_t n, bool accumulate) {
   const hn::ScalableTag<float> d;
   ForEachVector(d, n, [&](int64_t i, size_t c) {
     const auto v = LoadPart(d, x + i, c);
     const auto pdf = hn::Mul(Exp(d, hn::Mul(hn::Mul(v, v), hn::Set(d, -0.5f))), hn::Set(d, 0.398942280401432678f));
     const auto grad = hn::MulAdd(v, pdf, NormalCdf(d, v));
-    StorePart(d, hn::MulAdd(LoadPart(d, dy + i, c), grad, LoadPart(d, dx + i, c)), dx + i, c);
+    const auto g = LoadPart(d, dy + i, c);
+    StorePart(d, accumulate ? hn::MulAdd(g, grad, LoadPart(d, dx + i, c)) : hn::Mul(g, grad), dx + i, c);
   });
 }
 
@@ -290,10 +291,11 @@ void gelu_forward(T* out, const T* inp, int64_t n) {
 }
 
 template <typename T>
-void gelu_backward(T* dinp, const T* inp, const T* dout, int64_t n) {
+void gelu_backward(T* dinp, const T* inp, const T* dout, int64_t n, Grad mode) {
+  const bool accumulate = mode == Grad::accumulate;
   if constexpr (std::is_same_v<T, float>) {
     for_chunks(n, [&](int64_t i, int64_t c) {
-      HWY_DYNAMIC_DISPATCH(GeluBackwardKernel)(dinp + i, inp + i, dout + i, c);
+      HWY_DYNAMIC_DISPATCH(GeluBackwardKernel)(dinp + i, inp + i, dout + i, c, accumulate);
     });
   } else {
     constexpr double kInvSqrt2 = 0.70710678118654752440;
@@ -303,7 +305,8 @@ void gelu_backward(T* dinp, const T* inp, const T* dout, int64_t n) {
       const double x = inp[i];
       const double cdf = 0.5 * (1.0 + std::erf(x * kInvSqrt2));
       const double pdf = inv_sqrt_2pi * std::exp(-0.5 * x * x);
-      dinp[i] += static_cast<T>(dout[i] * (cdf + x * pdf));
+      const T grad = static_cast<T>(dout[i] * (cdf + x * pdf));
+      dinp[i] = accumulate ? dinp[i] + grad : grad;
     }
   }
 }
@@ -315,18 +318,20 @@ void relu_forward(T* out, const T* inp, int64_t n) {
 }
 
 template <typename T>
-void relu_backward(T* dinp, const T* inp, const T* dout, int64_t n) {
+void relu_backward(T* dinp, const T* inp, const T* dout, int64_t n, Grad mode) {
+  const bool accumulate = mode == Grad::accumulate;
 #pragma omp parallel for schedule(static) if (n > kChunk)
   for (int64_t i = 0; i < n; ++i) {
-    if (inp[i] > T(0)) dinp[i] += dout[i];
+    const T grad = inp[i] > T(0) ? dout[i] : T(0);
+    dinp[i] = accumulate ? dinp[i] + grad : grad;
   }
 }
 
 #define OPS_INSTANTIATE(T)                                                  \
   template void gelu_forward<T>(T*, const T*, int64_t);                      \
-  template void gelu_backward<T>(T*, const T*, const T*, int64_t);           \
+  template void gelu_backward<T>(T*, const T*, const T*, int64_t, Grad);     \
   template void relu_forward<T>(T*, const T*, int64_t);                      \
-  template void relu_backward<T>(T*, const T*, const T*, int64_t);
+  template void relu_backward<T>(T*, const T*, const T*, int64_t, Grad);
 OPS_INSTANTIATE(float)
 OPS_INSTANTIATE(double)
 #undef OPS_INSTANTIATE

@@ -5,6 +5,7 @@
 #include <omp.h>
 
 #include <algorithm>
+#include <array>
 #include <atomic>
 #include <stdexcept>
 #include <string>
@@ -24,8 +25,10 @@ constexpr int64_t kParallelMin = 1 << 15;
 // dbias (OC) += Σ_n dout (N, OC), rows in order for every column (so the result does not depend on
 // the thread count): each thread takes a band of columns and walks the rows, reading a contiguous
 // segment of each into a band of running sums, instead of striding down one column at a time.
-template <typename T>
-void add_column_sums(T* dbias, const T* dout, int64_t N, int64_t OC) {
+// Each segment is first handed to on_segment(band, row, first column, width), while it is in cache
+// (the bf16 backward rounds dout there: one pass over it instead of two).
+template <typename T, class OnSegment>
+void add_column_sums(T* dbias, const T* dout, int64_t N, int64_t OC, const OnSegment& on_segment) {
   const bool parallel = N * OC >= kParallelMin;
   const int64_t threads = parallel ? omp_get_max_threads() : 1;
   const int64_t band = std::max<int64_t>(16, ((OC + threads - 1) / threads + 15) & ~int64_t{15});
@@ -35,11 +38,17 @@ void add_column_sums(T* dbias, const T* dout, int64_t N, int64_t OC) {
     const int64_t o0 = i * band, width = std::min(OC, o0 + band) - o0;
     std::vector<T> sum(width, T(0));
     for (int64_t n = 0; n < N; ++n) {
+      on_segment(i, n, o0, width);
       const T* row = dout + n * OC + o0;
       for (int64_t o = 0; o < width; ++o) sum[o] += row[o];
     }
     for (int64_t o = 0; o < width; ++o) dbias[o0 + o] += sum[o];
   }
+}
+
+template <typename T>
+void add_column_sums(T* dbias, const T* dout, int64_t N, int64_t OC) {
+  add_column_sums(dbias, dout, N, OC, [](int64_t, int64_t, int64_t, int64_t) {});
 }
 
 void require_native_bf16(const char* what) {
@@ -79,6 +88,23 @@ const uint16_t* rounded_to_bf16(std::vector<uint16_t>& buf, const float* x, int6
   return buf.data();
 }
 
+// dout (N, OC) rounded to bf16 into buf with its census, as rounded_to_bf16, and dbias (OC) += Σ_n dout
+// as add_column_sums, in the one pass over dout that the column sums make.
+const uint16_t* rounded_with_column_sums(std::vector<uint16_t>& buf, float* dbias, const float* dout, int64_t N,
+                                         int64_t OC) {
+  if (static_cast<int64_t>(buf.size()) < N * OC) buf.resize(static_cast<size_t>(N * OC));
+  static const float kBelow[2] = {0x1p-126f, 0x1p-24f};
+  std::vector<std::array<int64_t, 3>> counts(static_cast<size_t>(OC));  // per band; at most OC bands
+  uint16_t* out = buf.data();
+  add_column_sums(dbias, dout, N, OC, [&](int64_t band, int64_t n, int64_t o0, int64_t width) {
+    bf16_from_f32(out + n * OC + o0, dout + n * OC + o0, width);
+    count_small_f32(dout + n * OC + o0, width, kBelow, counts[static_cast<size_t>(band)].data());
+  });
+  g_values += N * OC;
+  for (const auto& c : counts) g_nonzero += c[0], g_below_bf16 += c[1], g_below_fp16 += c[2];
+  return out;
+}
+
 using dnnl::memory;
 using dt = memory::data_type;
 
@@ -103,8 +129,9 @@ void linear_forward(T* out, const T* inp, const T* weight, const T* bias, int64_
 
 template <typename T>
 void linear_backward(T* dinp, T* dweight, T* dbias, const T* dout, const T* inp, const T* weight, int64_t N,
-                     int64_t IC, int64_t OC) {
-  if (dinp) gemm(false, false, N, IC, OC, T(1), dout, OC, weight, IC, T(1), dinp, IC);  // (N, OC)·(OC, IC)
+                     int64_t IC, int64_t OC, Grad dinp_mode) {
+  const T beta = dinp_mode == Grad::accumulate ? T(1) : T(0);
+  if (dinp) gemm(false, false, N, IC, OC, T(1), dout, OC, weight, IC, beta, dinp, IC);  // (N, OC)·(OC, IC)
   gemm(true, false, OC, IC, N, T(1), dout, OC, inp, IC, T(1), dweight, IC);             // (N, OC)ᵀ·(N, IC)
   if (dbias) add_column_sums(dbias, dout, N, OC);
 }
@@ -124,24 +151,26 @@ void linear_forward_bf16(float* out, const uint16_t* x, const uint16_t* weight16
 }
 
 void linear_backward_bf16(float* dinp, float* dweight, float* dbias, const float* dout, const float* inp,
-                          const uint16_t* weight16, int64_t N, int64_t IC, int64_t OC) {
+                          const uint16_t* weight16, int64_t N, int64_t IC, int64_t OC, Grad dinp_mode) {
   thread_local std::vector<uint16_t> inp16;
-  linear_backward_bf16(dinp, dweight, dbias, dout, rounded_to_bf16(inp16, inp, N * IC, false), weight16, N, IC, OC);
+  linear_backward_bf16(dinp, dweight, dbias, dout, rounded_to_bf16(inp16, inp, N * IC, false), weight16, N, IC, OC,
+                       dinp_mode);
 }
 
 void linear_backward_bf16(float* dinp, float* dweight, float* dbias, const float* dout, const uint16_t* x,
-                          const uint16_t* weight16, int64_t N, int64_t IC, int64_t OC) {
+                          const uint16_t* weight16, int64_t N, int64_t IC, int64_t OC, Grad dinp_mode) {
   require_native_bf16("linear_backward_bf16");
   thread_local std::vector<uint16_t> dout16;
-  const uint16_t* dy = rounded_to_bf16(dout16, dout, N * OC, true);
+  // dout rounded once for both products; the bias gradient summed from fp32 dout in the same pass.
+  const uint16_t* dy =
+      dbias ? rounded_with_column_sums(dout16, dbias, dout, N, OC) : rounded_to_bf16(dout16, dout, N * OC, true);
   if (dinp) {  // (N, OC)·(OC, IC)
     onednn_matmul(matrix(N, OC, dt::bf16), dy, matrix(OC, IC, dt::bf16), weight16, nullptr, matrix(N, IC, dt::f32),
-                  dinp, true);
+                  dinp, dinp_mode == Grad::accumulate);
   }
   // (N, OC)ᵀ·(N, IC): dout read transposed in place.
   onednn_matmul(matrix(N, OC, dt::bf16, true), dy, matrix(N, IC, dt::bf16), x, nullptr, matrix(OC, IC, dt::f32),
                 dweight, true);
-  if (dbias) add_column_sums(dbias, dout, N, OC);
 }
 
 void round_to_bf16(uint16_t* out, const float* x, int64_t n) { round_chunks(out, x, n, false); }
@@ -154,8 +183,8 @@ template void linear_forward<float>(float*, const float*, const float*, const fl
 template void linear_forward<double>(double*, const double*, const double*, const double*, int64_t, int64_t,
                                      int64_t);
 template void linear_backward<float>(float*, float*, float*, const float*, const float*, const float*, int64_t,
-                                     int64_t, int64_t);
+                                     int64_t, int64_t, Grad);
 template void linear_backward<double>(double*, double*, double*, const double*, const double*, const double*,
-                                      int64_t, int64_t, int64_t);
+                                      int64_t, int64_t, int64_t, Grad);
 
 }  // namespace ops

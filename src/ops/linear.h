@@ -1,9 +1,11 @@
 // Linear layer y = x·Wᵀ + b with PyTorch's weight layout W (out_features, in_features): on BLAS in
 // the model's type, or for bf16 mixed-precision training on oneDNN's bf16 matmul.
-// Forward writes, backward accumulates.
+// Forward writes; backward accumulates (dinp: or overwrites, with Grad::overwrite).
 #pragma once
 
 #include <cstdint>
+
+#include "gradient.h"
 
 namespace ops {
 
@@ -11,11 +13,11 @@ namespace ops {
 template <typename T>
 void linear_forward(T* out, const T* inp, const T* weight, const T* bias, int64_t N, int64_t IC, int64_t OC);
 
-// dinp (N, IC) += dout (N, OC) · weight (OC, IC); dweight (OC, IC) += doutᵀ · inp;
-// dbias (OC) += Σ_n dout. Any of dinp, dbias may be null (not needed).
+// dinp (N, IC) += dout (N, OC) · weight (OC, IC) (= with dinp_mode overwrite); dweight (OC, IC) +=
+// doutᵀ · inp; dbias (OC) += Σ_n dout. Any of dinp, dbias may be null (not needed).
 template <typename T>
 void linear_backward(T* dinp, T* dweight, T* dbias, const T* dout, const T* inp, const T* weight, int64_t N,
-                     int64_t IC, int64_t OC);
+                     int64_t IC, int64_t OC, Grad dinp_mode = Grad::accumulate);
 
 // bf16 mixed precision (training): the same three products with their operands rounded to bf16
 // (nearest even) and fp32 accumulation; bias, outputs and gradients stay fp32. weight16 (OC, IC) is
@@ -25,13 +27,15 @@ void linear_backward(T* dinp, T* dweight, T* dbias, const T* dout, const T* inp,
 void linear_forward_bf16(float* out, const float* inp, const uint16_t* weight16, const float* bias, int64_t N,
                          int64_t IC, int64_t OC);
 void linear_backward_bf16(float* dinp, float* dweight, float* dbias, const float* dout, const float* inp,
-                          const uint16_t* weight16, int64_t N, int64_t IC, int64_t OC);
+                          const uint16_t* weight16, int64_t N, int64_t IC, int64_t OC,
+                          Grad dinp_mode = Grad::accumulate);
 // The same with the input already rounded to bf16 (inp16, (N, IC)), for an activation that a model
 // keeps only in bf16: the results are those of the fp32 input it was rounded from.
 void linear_forward_bf16(float* out, const uint16_t* inp16, const uint16_t* weight16, const float* bias, int64_t N,
                          int64_t IC, int64_t OC);
 void linear_backward_bf16(float* dinp, float* dweight, float* dbias, const float* dout, const uint16_t* inp16,
-                          const uint16_t* weight16, int64_t N, int64_t IC, int64_t OC);
+                          const uint16_t* weight16, int64_t N, int64_t IC, int64_t OC,
+                          Grad dinp_mode = Grad::accumulate);
 
 // out (n) = x rounded to bf16 as the functions above round their operands (vmath.h's bf16_from_f32),
 // in chunks spread over the OpenMP threads: the weight copies a model hands them.

@@ -85,4 +85,28 @@ TEST(Ops, GeluFp32FastPathAgreesWithFp64) {
   });
 }
 
+// Grad::overwrite writes what accumulating into zeros gives, bit for bit, whatever the buffer held
+// (NaN here), on every SIMD target, fp32 and fp64, GELU and ReLU.
+template <typename T>
+void expect_overwrite_is_accumulate_into_zero() {
+  std::mt19937_64 rng(31);
+  const int64_t n = 40003;  // several chunks, and a partial vector at the end
+  std::vector<T> x(n), dy(n);
+  for (int64_t i = 0; i < n; ++i) {
+    x[i] = static_cast<T>(std::uniform_real_distribution<double>(-6, 6)(rng));
+    dy[i] = static_cast<T>(std::uniform_real_distribution<double>(-1, 1)(rng));
+  }
+  for (auto backward : {ops::gelu_backward<T>, ops::relu_backward<T>}) {
+    std::vector<T> added(n, T(0)), written(n, std::numeric_limits<T>::quiet_NaN());
+    backward(added.data(), x.data(), dy.data(), n, ops::Grad::accumulate);
+    backward(written.data(), x.data(), dy.data(), n, ops::Grad::overwrite);
+    EXPECT_EQ(written, added);
+  }
+}
+
+TEST(Ops, ActivationBackwardOverwritesAsItAccumulatesIntoZero) {
+  for_each_simd_target([] { expect_overwrite_is_accumulate_into_zero<float>(); });
+  expect_overwrite_is_accumulate_into_zero<double>();
+}
+
 }  // namespace

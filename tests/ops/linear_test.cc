@@ -174,4 +174,45 @@ TEST(Ops, LinearBf16GradientUnderflowCensus) {
   EXPECT_EQ(after.below_fp16 - before.below_fp16, 26);
 }
 
+// Grad::overwrite writes dinp as accumulating into zeros would, bit for bit, whatever it held (NaN
+// here), in fp32, fp64 and bf16; the weight and bias gradients still accumulate.
+template <typename T, class Backward>
+void expect_overwrite_is_accumulate_into_zero(int64_t N, int64_t IC, int64_t OC, const Backward& backward) {
+  std::mt19937_64 rng(47);
+  std::vector<T> dout(N * OC), dw0(OC * IC), db0(OC);
+  for (auto* v : {&dout, &dw0, &db0}) {
+    for (T& e : *v) e = static_cast<T>(std::uniform_real_distribution<double>(-1, 1)(rng));
+  }
+  std::vector<T> dx_added(N * IC, T(0)), dx_written(N * IC, std::numeric_limits<T>::quiet_NaN());
+  std::vector<T> dw_added = dw0, dw_written = dw0, db_added = db0, db_written = db0;
+  backward(dx_added.data(), dw_added.data(), db_added.data(), dout.data(), ops::Grad::accumulate);
+  backward(dx_written.data(), dw_written.data(), db_written.data(), dout.data(), ops::Grad::overwrite);
+  EXPECT_EQ(dx_written, dx_added);
+  EXPECT_EQ(dw_written, dw_added);
+  EXPECT_EQ(db_written, db_added);
+  EXPECT_NE(dw_written, dw0);
+}
+
+TEST(Ops, LinearBackwardOverwritesAsItAccumulatesIntoZero) {
+  std::mt19937_64 rng(53);
+  const int64_t N = 67, IC = 45, OC = 38;
+  const Vec x = random_vec(rng, N * IC), w = random_vec(rng, OC * IC);
+  expect_overwrite_is_accumulate_into_zero<double>(N, IC, OC, [&](double* dx, double* dw, double* db, const double* g,
+                                                                  ops::Grad mode) {
+    ops::linear_backward(dx, dw, db, g, x.data(), w.data(), N, IC, OC, mode);
+  });
+  const auto xf = to_f32(x), wf = to_f32(w);
+  expect_overwrite_is_accumulate_into_zero<float>(N, IC, OC, [&](float* dx, float* dw, float* db, const float* g,
+                                                                 ops::Grad mode) {
+    ops::linear_backward(dx, dw, db, g, xf.data(), wf.data(), N, IC, OC, mode);
+  });
+  if (!ops::bf16_is_native()) GTEST_SKIP() << "no native bf16 (" << ops::cpu_isa_name() << ")";
+  std::vector<uint16_t> w16(wf.size());
+  for (size_t i = 0; i < wf.size(); ++i) w16[i] = rope::f32_to_bf16(wf[i]);
+  expect_overwrite_is_accumulate_into_zero<float>(N, IC, OC, [&](float* dx, float* dw, float* db, const float* g,
+                                                                 ops::Grad mode) {
+    ops::linear_backward_bf16(dx, dw, db, g, xf.data(), w16.data(), N, IC, OC, mode);
+  });
+}
+
 }  // namespace
