@@ -11,6 +11,7 @@
 #include <oneapi/dnnl/dnnl.hpp>
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <list>
 #include <map>
@@ -34,13 +35,24 @@ const dnnl::engine& onednn_engine() {
 
 namespace {
 
-// The cache key of a plain matmul: each descriptor's dims, strides and type, then the flags.
-void append_desc(std::vector<int64_t>& key, const dnnl::memory::desc& d) {
+// The cache key of a plain matmul: each descriptor's dims, strides and type, then the flags; two
+// dimensions each, so a fixed array (no allocation on the per-call path).
+using MatmulKey = std::array<int64_t, 3 * 6 + 2>;
+
+void put_desc(MatmulKey& key, size_t& at, const dnnl::memory::desc& d) {
   const dnnl_memory_desc_t& c = d.data;
-  key.push_back(c.ndims);
-  key.push_back(static_cast<int64_t>(c.data_type));
-  for (int i = 0; i < c.ndims; ++i) key.push_back(c.dims[i]), key.push_back(c.format_desc.blocking.strides[i]);
+  if (c.ndims != 2) throw std::logic_error("onednn_matmul: matrices only");
+  key[at++] = static_cast<int64_t>(c.data_type);
+  for (int i = 0; i < 2; ++i) key[at++] = c.dims[i], key[at++] = c.format_desc.blocking.strides[i];
 }
+
+// A primitive with its argument memories, which each call points at its operands (set_data_handle:
+// cheaper than making memory objects per call, which the attention's small products felt).
+struct CachedMatmul {
+  MatmulKey key;
+  dnnl::matmul primitive;
+  std::unordered_map<int, dnnl::memory> args;
+};
 
 }  // namespace
 
@@ -48,44 +60,46 @@ void onednn_matmul(const dnnl::memory::desc& src, const void* src_data, const dn
                    const void* weights_data, const float* bias, dnnl::memory::desc dst, float* dst_data,
                    bool accumulate) {
   using dnnl::memory;
-  const int64_t N = dst.dims()[1];
-  const memory::desc bias_desc({1, N}, memory::data_type::f32, memory::format_tag::ab);
-  std::vector<int64_t> key;
-  append_desc(key, src);
-  append_desc(key, weights);
-  append_desc(key, dst);
-  key.push_back(bias != nullptr);
-  key.push_back(accumulate);
-  // Least recently used first; at most kCached per thread (each holds JIT code, about 0.25 MiB).
+  MatmulKey key{};
+  size_t at = 0;
+  put_desc(key, at, src);
+  put_desc(key, at, weights);
+  put_desc(key, at, dst);
+  key[at++] = bias != nullptr;
+  key[at++] = accumulate;
+  // Least recently used last; at most kCached per thread (each holds JIT code, about 0.25 MiB). A
+  // layer's products alternate among a few shapes, so the list is searched from its most recent end.
   constexpr size_t kCached = 64;
-  thread_local std::list<std::pair<std::vector<int64_t>, dnnl::matmul>> recent;
-  thread_local std::map<std::vector<int64_t>, decltype(recent)::iterator> cache;
-  auto found = cache.find(key);
-  if (found != cache.end()) {
-    recent.splice(recent.begin(), recent, found->second);  // now the most recent
+  thread_local std::list<CachedMatmul> recent;
+  auto found = std::find_if(recent.begin(), recent.end(), [&](const CachedMatmul& m) { return m.key == key; });
+  if (found != recent.end()) {
+    if (found != recent.begin()) recent.splice(recent.begin(), recent, found);  // now the most recent
   } else {
-    if (cache.size() >= kCached) {
-      cache.erase(recent.back().first);
-      recent.pop_back();
-    }
+    if (recent.size() >= kCached) recent.pop_back();
     dnnl::primitive_attr attr;
     if (accumulate) {
       dnnl::post_ops ops;
       ops.append_sum(1.0f);
       attr.set_post_ops(ops);
     }
+    const int64_t N = dst.dims()[1];
+    const memory::desc bias_desc({1, N}, memory::data_type::f32, memory::format_tag::ab);
     const auto desc = bias ? dnnl::matmul::desc(src, weights, bias_desc, dst) : dnnl::matmul::desc(src, weights, dst);
-    recent.emplace_front(key, dnnl::matmul(dnnl::matmul::primitive_desc(desc, attr, onednn_engine())));
-    cache.emplace(std::move(key), recent.begin());
+    const dnnl::engine& engine = onednn_engine();
+    CachedMatmul made{key, dnnl::matmul(dnnl::matmul::primitive_desc(desc, attr, engine)),
+                      {{DNNL_ARG_SRC, memory(src, engine, nullptr)},
+                       {DNNL_ARG_WEIGHTS, memory(weights, engine, nullptr)},
+                       {DNNL_ARG_DST, memory(dst, engine, nullptr)}}};
+    if (bias) made.args.emplace(DNNL_ARG_BIAS, memory(bias_desc, engine, nullptr));
+    recent.push_front(std::move(made));
   }
-  const dnnl::matmul& primitive = recent.front().second;
+  CachedMatmul& m = recent.front();
+  m.args.at(DNNL_ARG_SRC).set_data_handle(const_cast<void*>(src_data));
+  m.args.at(DNNL_ARG_WEIGHTS).set_data_handle(const_cast<void*>(weights_data));
+  m.args.at(DNNL_ARG_DST).set_data_handle(dst_data);
+  if (bias) m.args.at(DNNL_ARG_BIAS).set_data_handle(const_cast<float*>(bias));
   thread_local dnnl::stream stream(onednn_engine());
-  const dnnl::engine& engine = onednn_engine();
-  std::unordered_map<int, memory> args = {{DNNL_ARG_SRC, memory(src, engine, const_cast<void*>(src_data))},
-                                          {DNNL_ARG_WEIGHTS, memory(weights, engine, const_cast<void*>(weights_data))},
-                                          {DNNL_ARG_DST, memory(dst, engine, dst_data)}};
-  if (bias) args.emplace(DNNL_ARG_BIAS, memory(bias_desc, engine, const_cast<float*>(bias)));
-  primitive.execute(stream, args);
+  m.primitive.execute(stream, m.args);
   stream.wait();
 }
 
