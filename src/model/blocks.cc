@@ -647,16 +647,15 @@ template <typename T>
 void mlm_head_backward(const RoFormerConfig& c, T* dh, const MlmHeadParams<T>& g, const T* dlogits,
                        const MlmHeadActs<T>& a, const MlmHeadParams<T>& p, const T* h, int64_t N, Scratch<T>& s) {
   const int64_t E = c.embedding_size, H = c.hidden_size, V = c.vocab_size;
-  zero(dh, N * H);
   if (!p.dense.w) {
-    linear_back(dh, LinearParams<T>{g.decoder_w}, dlogits, h, p.decoder(), N, H, V);
+    linear_back(dh, LinearParams<T>{g.decoder_w}, dlogits, h, p.decoder(), N, H, V, ops::Grad::overwrite);
     return;
   }
   T *d_normed = s.get(30, N * E), *d_act = s.get(31, N * E), *d_dense = s.get(32, N * E);
   linear_back(d_normed, g.decoder(), dlogits, a.normed.data(), p.decoder(), N, E, V, ops::Grad::overwrite);
   norm_backward(c, d_act, g.norm, d_normed, a.act.data(), p.norm, a.norm, N, E);
   activation_backward(c, d_dense, a.dense.data(), d_act, N * E);
-  linear_back(dh, g.dense, d_dense, h, p.dense, N, H, E);
+  linear_back(dh, g.dense, d_dense, h, p.dense, N, H, E, ops::Grad::overwrite);
 }
 
 template <typename T>
