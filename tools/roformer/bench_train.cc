@@ -92,7 +92,8 @@ void print_summary(const nlohmann::json& r) {
   if (const double sgemm = r["sgemm_gflops"]; sgemm > 0) {
     fmt::print(" = {:.0f}% of sgemm {:.1f} GFLOP/s", 100 * r["sgemm_fraction"].get<double>(), sgemm);
   }
-  fmt::print(", peak RSS {:.0f} MiB", r["peak_rss_mib"].get<double>());
+  fmt::print(", peak RSS {:.0f} MiB ({:.0f} MiB on huge pages)", r["peak_rss_mib"].get<double>(),
+             r["huge_pages_mib"].get<double>());
   if (r.contains("bf16_gradient_values")) {
     fmt::print("; of {} gradient values rounded to bf16, {} below bf16's normal range (lost), {} below fp16's "
                "smallest subnormal", r["bf16_gradient_values"].get<int64_t>(),
@@ -140,7 +141,7 @@ int bench_train(const BenchTrainOptions& o) {
     times.push_back(seconds_since(ts));
   }
   const double wall = seconds_since(t0);
-  const double peak_rss = peak_rss_mib();  // before the sgemm probe allocates
+  const double peak_rss = peak_rss_mib(), huge_pages = huge_pages_mib();  // before the sgemm probe allocates
   const int64_t H = c.hidden_size, L = c.num_hidden_layers, I = c.intermediate_size, V = c.vocab_size;
   const double matmul_params = L * (4.0 * H * H + 2.0 * H * I) + H * H + H * V;
   const double flops_per_token = 3 * (2 * matmul_params + 4.0 * L * T * H);
@@ -169,6 +170,7 @@ int bench_train(const BenchTrainOptions& o) {
                               {"sgemm_gflops", sgemm},
                               {"sgemm_fraction", sgemm > 0 ? gflops / sgemm : 0.0},
                               {"peak_rss_mib", peak_rss},
+                              {"huge_pages_mib", huge_pages},
                               {"processes", comm.size()},
                               {"bucket_mb", o.bucket_mb},
                               {"attention_memory", o.attention_memory},

@@ -16,12 +16,13 @@ inline double seconds_since(bench_clock::time_point t0) {
   return std::chrono::duration<double>(bench_clock::now() - t0).count();
 }
 
-inline double peak_rss_mib() {
-  std::ifstream status("/proc/self/status");
-  std::string key;
+// The value of `key` (in kB) in a /proc file of "Key:  value kB" lines, in MiB; 0 when absent.
+inline double proc_field_mib(const char* path, const std::string& key) {
+  std::ifstream status(path);
+  std::string name;
   double kib = 0;
-  while (status >> key) {
-    if (key == "VmHWM:") {
+  while (status >> name) {
+    if (name == key) {
       status >> kib;
       break;
     }
@@ -29,5 +30,10 @@ inline double peak_rss_mib() {
   }
   return kib / 1024.0;
 }
+
+inline double peak_rss_mib() { return proc_field_mib("/proc/self/status", "VmHWM:"); }
+
+// The process's memory now on transparent huge pages (training asks for them: tools/roformer/main.cc).
+inline double huge_pages_mib() { return proc_field_mib("/proc/self/smaps_rollup", "AnonHugePages:"); }
 
 }  // namespace roformer
