@@ -1,23 +1,20 @@
 #!/usr/bin/env bash
-# Training runs on transparent huge pages by default: `roformer bench train` (a training command)
-# reports memory on them when the kernel gives them to those who ask (THP "madvise" or "always"), and
-# none when GLIBC_TUNABLES in the environment says otherwise under "madvise" (the environment wins).
-# Skipped (77) where the kernel has THP off. Usage: huge_pages.sh ROFORMER_BINARY
+# Training asks for transparent huge pages by default: `roformer bench train` (a training command) runs
+# with GLIBC_TUNABLES=glibc.malloc.hugetlb=1 unless the environment sets GLIBC_TUNABLES (then the
+# environment's value stays), and where the kernel gives huge pages to those who ask (THP "madvise")
+# the default run has memory on them. Usage: huge_pages.sh ROFORMER_BINARY
 set -euo pipefail
 roformer="$1"
-mode="$(cat /sys/kernel/mm/transparent_hugepage/enabled 2> /dev/null || true)"
-case "$mode" in
-  *"[always]"* | *"[madvise]"*) ;;
-  *) echo "transparent huge pages are off here ($mode): skipped"; exit 77 ;;
-esac
-huge_mib() {  # the run's huge_pages_mib, as an integer
-  "$@" bench train --preset small --steps 1 --warmup 0 --threads 1 --no-sgemm --json |
-    python3 -c 'import json, sys; print(int(json.load(sys.stdin)["runs"][0]["huge_pages_mib"]))'
+run() {  # ENV... : the run's JSON fields glibc_tunables and huge_pages_mib (an integer), one line
+  env "$@" "$roformer" bench train --preset small --steps 1 --warmup 0 --threads 1 --no-sgemm --json |
+    python3 -c 'import json, sys; r = json.load(sys.stdin)["runs"][0]; print(r["glibc_tunables"], int(r["huge_pages_mib"]))'
 }
-default="$(huge_mib env -u GLIBC_TUNABLES "$roformer")"
-[ "$default" -gt 0 ] || { echo "expected memory on huge pages by default, got $default MiB" >&2; exit 1; }
+read -r tunables default_mib <<< "$(run -u GLIBC_TUNABLES)"
+[ "$tunables" = glibc.malloc.hugetlb=1 ] || { echo "expected GLIBC_TUNABLES=glibc.malloc.hugetlb=1, got '$tunables'" >&2; exit 1; }
+read -r tunables off_mib <<< "$(run GLIBC_TUNABLES=glibc.malloc.hugetlb=0)"
+[ "$tunables" = glibc.malloc.hugetlb=0 ] || { echo "the environment's GLIBC_TUNABLES was replaced by '$tunables'" >&2; exit 1; }
+mode="$(cat /sys/kernel/mm/transparent_hugepage/enabled 2> /dev/null || true)"
+echo "THP mode: $mode; on huge pages: $default_mib MiB by default, $off_mib MiB with hugetlb=0"
 if [[ "$mode" == *"[madvise]"* ]]; then
-  off="$(huge_mib env GLIBC_TUNABLES=glibc.malloc.hugetlb=0 "$roformer")"
-  [ "$off" -eq 0 ] || { echo "expected no huge pages with GLIBC_TUNABLES=glibc.malloc.hugetlb=0, got $off MiB" >&2; exit 1; }
+  [ "$off_mib" -eq 0 ] || { echo "expected no huge pages with hugetlb=0 in madvise mode" >&2; exit 1; }
 fi
-echo "ok: $default MiB on huge pages by default"

@@ -9,6 +9,7 @@
 #include <omp.h>
 
 #include <algorithm>
+#include <cstdlib>
 #include <nlohmann/json.hpp>
 #include <vector>
 
@@ -171,6 +172,7 @@ int bench_train(const BenchTrainOptions& o) {
                               {"sgemm_fraction", sgemm > 0 ? gflops / sgemm : 0.0},
                               {"peak_rss_mib", peak_rss},
                               {"huge_pages_mib", huge_pages},
+                              {"glibc_tunables", std::getenv("GLIBC_TUNABLES") ? std::getenv("GLIBC_TUNABLES") : ""},
                               {"processes", comm.size()},
                               {"bucket_mb", o.bucket_mb},
                               {"attention_memory", o.attention_memory},
