@@ -83,6 +83,15 @@ model::RoFormerConfig preset_config(const BenchTrainOptions& o) {
   return c;
 }
 
+// Peak RSS, the memory on transparent huge pages now, and the GLIBC_TUNABLES the run started with
+// (training asks for huge pages through it: tools/roformer/main.cc).
+nlohmann::json memory_report() {
+  const char* tunables = std::getenv("GLIBC_TUNABLES");
+  return {{"peak_rss_mib", peak_rss_mib()},
+          {"huge_pages_mib", huge_pages_mib()},
+          {"glibc_tunables", tunables ? tunables : ""}};
+}
+
 // The one-line summary of a run's JSON (bench_train without --json).
 void print_summary(const nlohmann::json& r) {
   fmt::print("{} {} B={} T={} threads={} {}: {:.0f} tok/s, {:.1f} ms/step (median {:.1f}), {:.1f} GFLOP/s",
@@ -142,7 +151,7 @@ int bench_train(const BenchTrainOptions& o) {
     times.push_back(seconds_since(ts));
   }
   const double wall = seconds_since(t0);
-  const double peak_rss = peak_rss_mib(), huge_pages = huge_pages_mib();  // before the sgemm probe allocates
+  const nlohmann::json memory = memory_report();  // before the sgemm probe allocates
   const int64_t H = c.hidden_size, L = c.num_hidden_layers, I = c.intermediate_size, V = c.vocab_size;
   const double matmul_params = L * (4.0 * H * H + 2.0 * H * I) + H * H + H * V;
   const double flops_per_token = 3 * (2 * matmul_params + 4.0 * L * T * H);
@@ -170,15 +179,13 @@ int bench_train(const BenchTrainOptions& o) {
                               {"gflops", gflops},
                               {"sgemm_gflops", sgemm},
                               {"sgemm_fraction", sgemm > 0 ? gflops / sgemm : 0.0},
-                              {"peak_rss_mib", peak_rss},
-                              {"huge_pages_mib", huge_pages},
-                              {"glibc_tunables", std::getenv("GLIBC_TUNABLES") ? std::getenv("GLIBC_TUNABLES") : ""},
                               {"processes", comm.size()},
                               {"bucket_mb", o.bucket_mb},
                               {"attention_memory", o.attention_memory},
                               {"precision", precision},
                               {"cpu_isa", ops::cpu_isa_name()},
                               {"comm_wait_ms_median", waits[waits.size() / 2] * 1e3}};
+  run.update(memory);
   if (precision == "bf16") {  // the output gradients the backward rounded to bf16, warm-up steps included
     const ops::GradientUnderflow u = ops::bf16_gradient_underflow();
     run["bf16_gradient_values"] = u.values - underflow0.values;
