@@ -58,50 +58,59 @@ void require_native_bf16(const char* what) {
   }
 }
 
-// The census of GradientUnderflow, process-wide.
+// The census of GradientUnderflow, process-wide, and its two thresholds: bf16's smallest normal (the
+// bf16 dot products flush below it) and fp16's smallest subnormal.
 std::atomic<int64_t> g_values{0}, g_nonzero{0}, g_below_bf16{0}, g_below_fp16{0};
+constexpr float kCensusBelow[2] = {0x1p-126f, 0x1p-24f};
+
+// n values counted by count_small_f32 into counts (nonzero, below bf16, below fp16): added to the census.
+void add_to_census(int64_t n, const int64_t counts[3]) {
+  g_values += n;
+  g_nonzero += counts[0];
+  g_below_bf16 += counts[1];
+  g_below_fp16 += counts[2];
+}
+
+// buf grown to hold n values; its data.
+uint16_t* grown(std::vector<uint16_t>& buf, int64_t n) {
+  if (static_cast<int64_t>(buf.size()) < n) buf.resize(static_cast<size_t>(n));
+  return buf.data();
+}
 
 // out (n) = x rounded to bf16 in parallel chunks; census: count x's small values into the totals.
 void round_chunks(uint16_t* out, const float* x, int64_t n, bool census) {
   constexpr int64_t kChunk = 16384;
   const int64_t chunks = (n + kChunk - 1) / kChunk;
-  static const float kBelow[2] = {0x1p-126f, 0x1p-24f};
   int64_t counts[3] = {0, 0, 0};
 #pragma omp parallel for schedule(static) if (chunks > 1) reduction(+ : counts[:3])
   for (int64_t c = 0; c < chunks; ++c) {
     const int64_t begin = c * kChunk, count = std::min(n, begin + kChunk) - begin;
     bf16_from_f32(out + begin, x + begin, count);
-    if (census) count_small_f32(x + begin, count, kBelow, counts);
+    if (census) count_small_f32(x + begin, count, kCensusBelow, counts);
   }
-  if (census) {
-    g_values += n;
-    g_nonzero += counts[0];
-    g_below_bf16 += counts[1];
-    g_below_fp16 += counts[2];
-  }
+  if (census) add_to_census(n, counts);
 }
 
 // x (n) rounded to bf16 into buf, grown to n.
 const uint16_t* rounded_to_bf16(std::vector<uint16_t>& buf, const float* x, int64_t n, bool census) {
-  if (static_cast<int64_t>(buf.size()) < n) buf.resize(static_cast<size_t>(n));
-  round_chunks(buf.data(), x, n, census);
-  return buf.data();
+  uint16_t* out = grown(buf, n);
+  round_chunks(out, x, n, census);
+  return out;
 }
 
 // dout (N, OC) rounded to bf16 into buf with its census, as rounded_to_bf16, and dbias (OC) += Σ_n dout
 // as add_column_sums, in the one pass over dout that the column sums make.
 const uint16_t* rounded_with_column_sums(std::vector<uint16_t>& buf, float* dbias, const float* dout, int64_t N,
                                          int64_t OC) {
-  if (static_cast<int64_t>(buf.size()) < N * OC) buf.resize(static_cast<size_t>(N * OC));
-  static const float kBelow[2] = {0x1p-126f, 0x1p-24f};
+  uint16_t* out = grown(buf, N * OC);
   std::vector<std::array<int64_t, 3>> counts(static_cast<size_t>(OC));  // per band; at most OC bands
-  uint16_t* out = buf.data();
   add_column_sums(dbias, dout, N, OC, [&](int64_t band, int64_t n, int64_t o0, int64_t width) {
     bf16_from_f32(out + n * OC + o0, dout + n * OC + o0, width);
-    count_small_f32(dout + n * OC + o0, width, kBelow, counts[static_cast<size_t>(band)].data());
+    count_small_f32(dout + n * OC + o0, width, kCensusBelow, counts[static_cast<size_t>(band)].data());
   });
-  g_values += N * OC;
-  for (const auto& c : counts) g_nonzero += c[0], g_below_bf16 += c[1], g_below_fp16 += c[2];
+  int64_t total[3] = {0, 0, 0};
+  for (const auto& c : counts) total[0] += c[0], total[1] += c[1], total[2] += c[2];
+  add_to_census(N * OC, total);
   return out;
 }
 

@@ -14,7 +14,7 @@ const dnnl::engine& onednn_engine();
 // holds (a sum post-op) instead of writing it. Primitives are made on first use and kept per thread
 // with their argument memories, keyed by the descriptors (oneDNN's runtime-dimension matmul falls back
 // to its reference kernel, so shapes stay fixed); a thread keeps the 64 it used last. Matrices only
-// (two dimensions). Runs on the calling thread's stream and waits: about 0.1 µs beyond the primitive.
+// (two dimensions). Runs on the calling thread's stream and waits; it allocates nothing itself.
 void onednn_matmul(const dnnl::memory::desc& src, const void* src_data, const dnnl::memory::desc& weights,
                    const void* weights_data, const float* bias, dnnl::memory::desc dst, float* dst_data,
                    bool accumulate);

@@ -19,6 +19,7 @@
 
 #include <cstdlib>
 #include <string>
+#include <vector>
 
 #include "cli.h"
 
@@ -48,16 +49,18 @@ bool is_training(int argc, char** argv) {
 // libgomp and glibc read their environment when they are loaded, before main, so the defaults are set
 // by executing the program once more with them.
 void apply_default_environment(int argc, char** argv) {
-  bool changed = false;
+  std::vector<const char*> set;  // the variables given their default here
+  auto set_default = [&](const char* name, const char* value) {
+    setenv(name, value, 1);
+    set.push_back(name);
+  };
   if (!std::getenv("OMP_WAIT_POLICY") && !std::getenv("GOMP_SPINCOUNT")) {
-    setenv("GOMP_SPINCOUNT", kDefaultSpinCount, 1);
-    changed = true;
+    set_default("GOMP_SPINCOUNT", kDefaultSpinCount);
   }
-  if (!std::getenv("GLIBC_TUNABLES") && is_training(argc, argv)) {
-    setenv("GLIBC_TUNABLES", kTrainingTunables, 1);
-    changed = true;
-  }
-  if (changed) execv("/proc/self/exe", argv);  // returns only on failure: the runtimes' own defaults stay
+  if (!std::getenv("GLIBC_TUNABLES") && is_training(argc, argv)) set_default("GLIBC_TUNABLES", kTrainingTunables);
+  if (set.empty()) return;
+  execv("/proc/self/exe", argv);  // returns only on failure: then the runtimes' own defaults stay
+  for (const char* name : set) unsetenv(name);
 }
 
 }  // namespace
