@@ -321,9 +321,9 @@ TEST(ServeHttp, AFullQueueAnswers429) {
   EXPECT_EQ(s.stop(SIGTERM), 0);
 }
 
-// /rerank, /decode, /fill-mask, token-id inputs and truncation_direction on an MLM model directory,
-// held to the command line and to the other routes.
-TEST(ServeHttp, RerankDecodeFillMaskAndTokenIds) {
+// /rerank, /decode, token-id inputs and truncation_direction on an MLM model directory, held to the
+// command line and to the other routes.
+TEST(ServeHttp, RerankDecodeAndTokenIds) {
   const std::string m = model_dir("http_mlm");
   Server s("--model " + m);
   const std::vector<std::string> others(kTexts.begin() + 1, kTexts.end());
@@ -383,11 +383,17 @@ TEST(ServeHttp, RerankDecodeFillMaskAndTokenIds) {
   }
   expect_error(post(s, "/embed", json{{"inputs", "a"}, {"truncation_direction", "up"}}), 422, "Validation",
                "`truncation_direction`");
+  EXPECT_EQ(s.stop(SIGTERM), 0);
+}
 
-  // /fill-mask: `roformer fill-mask`'s predictions (one mask: a list; several texts: a list each).
+// /fill-mask on an MLM model directory: `roformer fill-mask`'s predictions (one mask: a list; several
+// texts: a list each).
+TEST(ServeHttp, FillMaskEqualsTheCommandLine) {
+  const std::string m = model_dir("http_mlm");
+  Server s("--model " + m);
   const std::vector<std::string> masked = {"hello [MASK] world", "[MASK] b [MASK]"};
   const auto want = cli("fill-mask --top-k 3 --model " + m, lines(masked));
-  r = post(s, "/fill-mask", json{{"inputs", masked[0]}, {"parameters", {{"top_k", 3}}}});
+  Reply r = post(s, "/fill-mask", json{{"inputs", masked[0]}, {"parameters", {{"top_k", 3}}}});
   ASSERT_EQ(r.status, 200) << r.body;
   auto same_predictions = [](const json& got, const json& w) {
     ASSERT_EQ(got.size(), w.size()) << got;
