@@ -540,40 +540,39 @@ void cross_attention_backward(T* dx, T* dmemory, const AttentionParams<T>& g, co
 
 namespace {
 
-// out (n) = the bf16 bits of activation(in): through one fp32 chunk per thread at a time, so the fp32
-// activation is never stored whole (bf16 training's FeedForwardActs::act16).
-void activation_to_bf16(const RoFormerConfig& c, uint16_t* out, const float* in, int64_t n) {
-  constexpr int64_t kChunk = 16384;
-  const int64_t chunks = (n + kChunk - 1) / kChunk;
-#pragma omp parallel if (chunks > 1)
-  {
-    std::vector<float> tmp(static_cast<size_t>(std::min(n, kChunk)));
-#pragma omp for schedule(static)
-    for (int64_t i = 0; i < chunks; ++i) {
-      const int64_t begin = i * kChunk, count = std::min(n, begin + kChunk) - begin;
-      activation_forward(c, tmp.data(), in + begin, count);
-      ops::bf16_from_f32(out + begin, tmp.data(), count);
-    }
+// out16 (n) and slope16 (n) = activation(in) and its slope, in bf16 (bf16 training's
+// FeedForwardActs::act16 and slope16).
+void activation_forward_bf16(const RoFormerConfig& c, uint16_t* out16, uint16_t* slope16, const float* in, int64_t n) {
+  if (c.hidden_act == Activation::gelu) {
+    ops::gelu_forward_bf16(out16, slope16, in, n);
+  } else {
+    ops::relu_forward_bf16(out16, slope16, in, n);
   }
 }
 
 // a.sum (N, H) = act(x·W1ᵀ + b1)·W2ᵀ + b2, keeping what the backward needs: in bf16 training
-// (p.out.w16) the pre-activation and the activation in bf16 alone; else pre and act, or with a
-// packed layer that fuses the activation (inference), act alone.
+// (p.out.w16) the activation and its slope in bf16 alone (the pre-activation is transient: one
+// buffer per thread serves every layer); else pre and act, or with a packed layer that fuses the
+// activation (inference), act alone.
 template <typename T>
 void feed_forward_dense(const RoFormerConfig& c, FeedForwardActs<T>& a, const FeedForwardParams<T>& p, const T* x,
                         int64_t N) {
   const int64_t H = c.hidden_size, I = c.intermediate_size;
   const uint16_t* x16 = bf16_input(a.x16, x, p.in, N * H);
   if constexpr (std::is_same_v<T, float>) {
-    if (p.out.w16) {
-      grow_to(a.pre, N * I);
+    if (p.in.w16 && p.out.w16) {
+      thread_local std::vector<float> pre;
+      grow_to(pre, N * I);
       grow_to(a.act16, N * I);
-      linear(a.pre.data(), x, x16, p.in, N, H, I);  // (N, I)
-      activation_to_bf16(c, a.act16.data(), a.pre.data(), N * I);
+      grow_to(a.slope16, N * I);
+      a.pre.clear();
+      linear(pre.data(), x, x16, p.in, N, H, I);  // (N, I)
+      activation_forward_bf16(c, a.act16.data(), a.slope16.data(), pre.data(), N * I);
       return ops::linear_forward_bf16(a.sum.data(), a.act16.data(), p.out.w16, p.out.b, N, I, H);  // (N, H)
     }
   }
+  a.act16.clear();
+  a.slope16.clear();
   grow_to(a.act, N * I);
   if (fuses_activation(p.in)) {
     linear(a.act.data(), x, p.in, N, H, I);  // (N, I)
@@ -592,7 +591,7 @@ void feed_forward_dense_back(const RoFormerConfig& c, T* d_act, const FeedForwar
                              const FeedForwardActs<T>& a, const FeedForwardParams<T>& p, int64_t N) {
   const int64_t H = c.hidden_size, I = c.intermediate_size;
   if constexpr (std::is_same_v<T, float>) {
-    if (p.out.w16) {
+    if (!a.act16.empty()) {
       return ops::linear_backward_bf16(d_act, g.out.w, g.out.b, d_sum, a.act16.data(), p.out.w16, N, I, H,
                                        ops::Grad::overwrite);
     }
@@ -620,8 +619,15 @@ void feed_forward_backward(const RoFormerConfig& c, T* dx, const FeedForwardPara
   norm_backward(c, dx, g.norm, dout, a.sum.data(), p.norm, a.norm, N, H);  // dx = the residual branch
   T* d_sum = s.get(20, N * H);
   dropout_back(d_sum, dx, N * H, d, 3 + 3 * layer, d.first(H));
-  T *d_act = s.get(22, N * I), *d_pre = s.get(23, N * I);
+  T* d_act = s.get(22, N * I);
   feed_forward_dense_back(c, d_act, g, d_sum, a, p, N);
+  if constexpr (std::is_same_v<T, float>) {
+    if (!a.slope16.empty()) {  // bf16 training: d_pre = d_act ⊙ slope, formed as it is rounded
+      return ops::linear_backward_bf16_with_slope(dx, g.in.w, g.in.b, d_act, a.slope16.data(), a.x16.data(),
+                                                  p.in.w16, N, H, I);
+    }
+  }
+  T* d_pre = s.get(23, N * I);
   activation_backward(c, d_pre, a.pre.data(), d_act, N * I);
   linear_back(dx, g.in, d_pre, x, kept(a.x16), p.in, N, H, I);
 }

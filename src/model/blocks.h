@@ -253,6 +253,8 @@ struct FeedForwardActs {
   // bf16 training (p.out.w16): act is kept only as the bf16 values the output dense reads, forward
   // and backward alike (the same results as act rounded there, in half the memory); act stays empty.
   std::vector<uint16_t> act16;   // (N, I)
+  std::vector<uint16_t> slope16; // (N, I): act'(pre) in bf16, what the backward multiplies by (bf16 training);
+                                 // pre stays empty
   std::vector<uint16_t> x16;     // (N, H): the input as the input dense reads it (bf16 training), likewise
   NormActs<T> norm;
 };

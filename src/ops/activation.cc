@@ -58,6 +58,38 @@ void GeluForwardKernel(float* out, const float* x, int64_t n) {
   });
 }
 
+// out = x·Φ(x) and slope = Φ(x) + x·φ(x): GeluForwardKernel's values and GeluBackwardKernel's factor,
+// bit for bit, with Φ computed once.
+void GeluWithSlopeKernel(float* out, float* slope, const float* x, int64_t n) {
+  const hn::ScalableTag<float> d;
+  ForEachVector(d, n, [&](int64_t i, size_t c) {
+    const auto v = LoadPart(d, x + i, c);
+    const auto cdf = NormalCdf(d, v);
+    const auto pdf = hn::Mul(Exp(d, hn::Mul(hn::Mul(v, v), hn::Set(d, -0.5f))), hn::Set(d, 0.398942280401432678f));
+    StorePart(d, hn::Mul(v, cdf), out + i, c);
+    StorePart(d, hn::MulAdd(v, pdf, cdf), slope + i, c);
+  });
+}
+
+// out = x · s, s given as bf16 bits (widened exactly).
+void MulBf16Kernel(float* out, const float* x, const uint16_t* s16, int64_t n) {
+  const hn::ScalableTag<float> d;
+  const hn::RebindToUnsigned<decltype(d)> du;
+  const hn::Rebind<uint16_t, decltype(d)> d16;
+  const int64_t lanes = static_cast<int64_t>(hn::Lanes(d));
+  int64_t i = 0;
+  for (; i + lanes <= n; i += lanes) {
+    const auto s = hn::BitCast(d, hn::ShiftLeft<16>(hn::PromoteTo(du, hn::LoadU(d16, s16 + i))));
+    hn::StoreU(hn::Mul(hn::LoadU(d, x + i), s), d, out + i);
+  }
+  for (; i < n; ++i) {
+    const uint32_t bits = static_cast<uint32_t>(s16[i]) << 16;
+    float v;
+    std::memcpy(&v, &bits, sizeof v);
+    out[i] = x[i] * v;
+  }
+}
+
 // dx += dy · (Φ(x) + x·φ(x)), φ(x) = e^(−x²/2)/√(2π); dx = that without accumulate.
 void GeluBackwardKernel(float* dx, const float* x, const float* dy, int64_t n, bool accumulate) {
   const hn::ScalableTag<float> d;
@@ -203,6 +235,7 @@ HWY_AFTER_NAMESPACE();
 #include <cmath>
 #include <numbers>
 #include <type_traits>
+#include <vector>
 
 namespace ops {
 
@@ -211,6 +244,8 @@ HWY_EXPORT(ErfKernel);
 HWY_EXPORT(ErfcKernel);
 HWY_EXPORT(GeluForwardKernel);
 HWY_EXPORT(GeluBackwardKernel);
+HWY_EXPORT(GeluWithSlopeKernel);
+HWY_EXPORT(MulBf16Kernel);
 HWY_EXPORT(TargetKernel);
 HWY_EXPORT(FiniteRangeKernel);
 HWY_EXPORT(QuantizeU8Kernel);
@@ -252,6 +287,9 @@ void bf16_from_f32(uint16_t* out, const float* x, int64_t n, float scale) {
 }
 void count_small_f32(const float* x, int64_t n, const float below[2], int64_t counts[3]) {
   HWY_DYNAMIC_DISPATCH(CountSmallKernel)(x, n, below, counts);
+}
+void mul_bf16_f32(float* out, const float* x, const uint16_t* s16, int64_t n) {
+  HWY_DYNAMIC_DISPATCH(MulBf16Kernel)(out, x, s16, n);
 }
 void adamw_step_f32(float* p, float* m, float* v, const float* g, int64_t n, const AdamWStep& s) {
   HWY_DYNAMIC_DISPATCH(AdamWStepKernel)(p, m, v, g, n, s);
@@ -325,6 +363,35 @@ void relu_backward(T* dinp, const T* inp, const T* dout, int64_t n, Grad mode) {
     const T grad = inp[i] > T(0) ? dout[i] : T(0);
     dinp[i] = accumulate ? dinp[i] + grad : grad;
   }
+}
+
+// bf16 training's activations: one fp32 chunk of act(x) and act'(x) per thread at a time, rounded
+// (bf16_from_f32) while in cache, so neither is ever stored whole in fp32.
+template <class Fn>
+void activation_with_slope_bf16(uint16_t* out16, uint16_t* slope16, const float* inp, int64_t n, const Fn& fn) {
+  for_chunks(n, [&](int64_t i, int64_t c) {
+    thread_local std::vector<float> out, slope;
+    out.resize(static_cast<size_t>(kChunk));
+    slope.resize(static_cast<size_t>(kChunk));
+    fn(out.data(), slope.data(), inp + i, c);
+    bf16_from_f32(out16 + i, out.data(), c);
+    bf16_from_f32(slope16 + i, slope.data(), c);
+  });
+}
+
+void gelu_forward_bf16(uint16_t* out16, uint16_t* slope16, const float* inp, int64_t n) {
+  activation_with_slope_bf16(out16, slope16, inp, n, [](float* out, float* slope, const float* x, int64_t c) {
+    HWY_DYNAMIC_DISPATCH(GeluWithSlopeKernel)(out, slope, x, c);
+  });
+}
+
+void relu_forward_bf16(uint16_t* out16, uint16_t* slope16, const float* inp, int64_t n) {
+  activation_with_slope_bf16(out16, slope16, inp, n, [](float* out, float* slope, const float* x, int64_t c) {
+    for (int64_t j = 0; j < c; ++j) {
+      out[j] = x[j] > 0.0f ? x[j] : 0.0f;
+      slope[j] = x[j] > 0.0f ? 1.0f : 0.0f;
+    }
+  });
 }
 
 #define OPS_INSTANTIATE(T)                                                  \

@@ -25,10 +25,11 @@ constexpr int64_t kParallelMin = 1 << 15;
 // dbias (OC) += Σ_n dout (N, OC), rows in order for every column (so the result does not depend on
 // the thread count): each thread takes a band of columns and walks the rows, reading a contiguous
 // segment of each into a band of running sums, instead of striding down one column at a time.
-// Each segment is first handed to on_segment(band, row, first column, width), while it is in cache
-// (the bf16 backward rounds dout there: one pass over it instead of two).
-template <typename T, class OnSegment>
-void add_column_sums(T* dbias, const T* dout, int64_t N, int64_t OC, const OnSegment& on_segment) {
+// segment(band, row, first column, width) gives each segment's values (the bf16 backward rounds
+// dout there while it is in cache, or forms dout there: one pass instead of two). dbias may be null
+// when only the segments' side effects are wanted.
+template <typename T, class Segment>
+void add_column_sums(T* dbias, int64_t N, int64_t OC, const Segment& segment) {
   const bool parallel = N * OC >= kParallelMin;
   const int64_t threads = parallel ? omp_get_max_threads() : 1;
   const int64_t band = std::max<int64_t>(16, ((OC + threads - 1) / threads + 15) & ~int64_t{15});
@@ -38,17 +39,18 @@ void add_column_sums(T* dbias, const T* dout, int64_t N, int64_t OC, const OnSeg
     const int64_t o0 = i * band, width = std::min(OC, o0 + band) - o0;
     std::vector<T> sum(width, T(0));
     for (int64_t n = 0; n < N; ++n) {
-      on_segment(i, n, o0, width);
-      const T* row = dout + n * OC + o0;
+      const T* row = segment(i, n, o0, width);
       for (int64_t o = 0; o < width; ++o) sum[o] += row[o];
     }
-    for (int64_t o = 0; o < width; ++o) dbias[o0 + o] += sum[o];
+    if (dbias) {
+      for (int64_t o = 0; o < width; ++o) dbias[o0 + o] += sum[o];
+    }
   }
 }
 
 template <typename T>
 void add_column_sums(T* dbias, const T* dout, int64_t N, int64_t OC) {
-  add_column_sums(dbias, dout, N, OC, [](int64_t, int64_t, int64_t, int64_t) {});
+  add_column_sums(dbias, N, OC, [&](int64_t, int64_t n, int64_t o0, int64_t) { return dout + n * OC + o0; });
 }
 
 void require_native_bf16(const char* what) {
@@ -99,14 +101,24 @@ const uint16_t* rounded_to_bf16(std::vector<uint16_t>& buf, const float* x, int6
 }
 
 // dout (N, OC) rounded to bf16 into buf with its census, as rounded_to_bf16, and dbias (OC) += Σ_n dout
-// as add_column_sums, in the one pass over dout that the column sums make.
-const uint16_t* rounded_with_column_sums(std::vector<uint16_t>& buf, float* dbias, const float* dout, int64_t N,
-                                         int64_t OC) {
+// as add_column_sums (dbias may be null), in the one pass over dout that the column sums make. With
+// slope16, dout is d ⊙ slope16 (d (N, OC) fp32, slope16 (N, OC) bf16), formed segment by segment in
+// that pass and never stored.
+const uint16_t* rounded_with_column_sums(std::vector<uint16_t>& buf, float* dbias, const float* d,
+                                         const uint16_t* slope16, int64_t N, int64_t OC) {
   uint16_t* out = grown(buf, N * OC);
   std::vector<std::array<int64_t, 3>> counts(static_cast<size_t>(OC));  // per band; at most OC bands
-  add_column_sums(dbias, dout, N, OC, [&](int64_t band, int64_t n, int64_t o0, int64_t width) {
-    bf16_from_f32(out + n * OC + o0, dout + n * OC + o0, width);
-    count_small_f32(dout + n * OC + o0, width, kCensusBelow, counts[static_cast<size_t>(band)].data());
+  add_column_sums(dbias, N, OC, [&](int64_t band, int64_t n, int64_t o0, int64_t width) {
+    const float* dout = d + n * OC + o0;
+    if (slope16) {
+      thread_local std::vector<float> formed;
+      if (static_cast<int64_t>(formed.size()) < width) formed.resize(static_cast<size_t>(width));
+      mul_bf16_f32(formed.data(), dout, slope16 + n * OC + o0, width);
+      dout = formed.data();
+    }
+    bf16_from_f32(out + n * OC + o0, dout, width);
+    count_small_f32(dout, width, kCensusBelow, counts[static_cast<size_t>(band)].data());
+    return dout;
   });
   int64_t total[3] = {0, 0, 0};
   for (const auto& c : counts) total[0] += c[0], total[1] += c[1], total[2] += c[2];
@@ -166,13 +178,11 @@ void linear_backward_bf16(float* dinp, float* dweight, float* dbias, const float
                        dinp_mode);
 }
 
-void linear_backward_bf16(float* dinp, float* dweight, float* dbias, const float* dout, const uint16_t* x,
-                          const uint16_t* weight16, int64_t N, int64_t IC, int64_t OC, Grad dinp_mode) {
-  require_native_bf16("linear_backward_bf16");
-  thread_local std::vector<uint16_t> dout16;
-  // dout rounded once for both products; the bias gradient summed from fp32 dout in the same pass.
-  const uint16_t* dy =
-      dbias ? rounded_with_column_sums(dout16, dbias, dout, N, OC) : rounded_to_bf16(dout16, dout, N * OC, true);
+namespace {
+
+// linear_backward_bf16's two products on dout already rounded (dy).
+void backward_products_bf16(float* dinp, float* dweight, const uint16_t* dy, const uint16_t* x,
+                            const uint16_t* weight16, int64_t N, int64_t IC, int64_t OC, Grad dinp_mode) {
   if (dinp) {  // (N, OC)·(OC, IC)
     onednn_matmul(matrix(N, OC, dt::bf16), dy, matrix(OC, IC, dt::bf16), weight16, nullptr, matrix(N, IC, dt::f32),
                   dinp, dinp_mode == Grad::accumulate);
@@ -180,6 +190,27 @@ void linear_backward_bf16(float* dinp, float* dweight, float* dbias, const float
   // (N, OC)ᵀ·(N, IC): dout read transposed in place.
   onednn_matmul(matrix(N, OC, dt::bf16, true), dy, matrix(N, IC, dt::bf16), x, nullptr, matrix(OC, IC, dt::f32),
                 dweight, true);
+}
+
+}  // namespace
+
+void linear_backward_bf16(float* dinp, float* dweight, float* dbias, const float* dout, const uint16_t* x,
+                          const uint16_t* weight16, int64_t N, int64_t IC, int64_t OC, Grad dinp_mode) {
+  require_native_bf16("linear_backward_bf16");
+  thread_local std::vector<uint16_t> dout16;
+  // dout rounded once for both products; the bias gradient summed from fp32 dout in the same pass.
+  const uint16_t* dy = dbias ? rounded_with_column_sums(dout16, dbias, dout, nullptr, N, OC)
+                             : rounded_to_bf16(dout16, dout, N * OC, true);
+  backward_products_bf16(dinp, dweight, dy, x, weight16, N, IC, OC, dinp_mode);
+}
+
+void linear_backward_bf16_with_slope(float* dinp, float* dweight, float* dbias, const float* d,
+                                     const uint16_t* slope16, const uint16_t* x, const uint16_t* weight16, int64_t N,
+                                     int64_t IC, int64_t OC, Grad dinp_mode) {
+  require_native_bf16("linear_backward_bf16_with_slope");
+  thread_local std::vector<uint16_t> dout16;
+  const uint16_t* dy = rounded_with_column_sums(dout16, dbias, d, slope16, N, OC);  // d ⊙ slope, rounded
+  backward_products_bf16(dinp, dweight, dy, x, weight16, N, IC, OC, dinp_mode);
 }
 
 void round_to_bf16(uint16_t* out, const float* x, int64_t n) { round_chunks(out, x, n, false); }

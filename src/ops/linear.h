@@ -37,6 +37,14 @@ void linear_backward_bf16(float* dinp, float* dweight, float* dbias, const float
                           const uint16_t* weight16, int64_t N, int64_t IC, int64_t OC,
                           Grad dinp_mode = Grad::accumulate);
 
+// The backward of this layer followed by an activation kept as its bf16 slope (activation.h's
+// gelu_forward_bf16, relu_forward_bf16): dout = d ⊙ slope16 (d the activation's output gradient,
+// (N, OC); slope16 (N, OC)), formed in the pass that rounds dout and sums dbias and never stored in
+// fp32; then as linear_backward_bf16 on inp16.
+void linear_backward_bf16_with_slope(float* dinp, float* dweight, float* dbias, const float* d,
+                                     const uint16_t* slope16, const uint16_t* inp16, const uint16_t* weight16,
+                                     int64_t N, int64_t IC, int64_t OC, Grad dinp_mode = Grad::accumulate);
+
 // out (n) = x rounded to bf16 as the functions above round their operands (vmath.h's bf16_from_f32),
 // in chunks spread over the OpenMP threads: the weight copies a model hands them.
 void round_to_bf16(uint16_t* out, const float* x, int64_t n);

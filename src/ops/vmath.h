@@ -33,6 +33,10 @@ void quantize_u8_f32(const float* x, int64_t n, float inv_scale, float zero_poin
 // The operands of the bf16 products (attention.h, linear.h).
 void bf16_from_f32(uint16_t* out, const float* x, int64_t n, float scale = 1.0f);
 
+// out[i] = x[i]·s[i], s given as bfloat16 bits (widened to fp32 exactly), the product rounded to fp32.
+// out may equal x. bf16 training's activation slopes (activation.h).
+void mul_bf16_f32(float* out, const float* x, const uint16_t* s16, int64_t n);
+
 // Counts over x[0, n): counts[0] the nonzero values, counts[1 + j] those nonzero with |x| < below[j]
 // (j = 0, 1), added to what counts holds. NaN counts as nonzero and below nothing. bf16 training's
 // gradient census (linear.h's GradientUnderflow).

@@ -1,5 +1,6 @@
 // GELU (exact erf) and ReLU (src/ops/activation.cc): gradients against central differences, known
-// values, and the fp32 SIMD path against fp64 on every SIMD target, specials included.
+// values, and the fp32 SIMD path against fp64 on every SIMD target, specials included; bf16
+// training's output and slope, the fp32 path's values rounded.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -10,6 +11,7 @@
 #include <vector>
 
 #include "ops/activation.h"
+#include "ops/vmath.h"
 #include "ops/ops_testing.h"
 
 namespace {
@@ -107,6 +109,39 @@ void expect_overwrite_is_accumulate_into_zero() {
 TEST(Ops, ActivationBackwardOverwritesAsItAccumulatesIntoZero) {
   for_each_simd_target([] { expect_overwrite_is_accumulate_into_zero<float>(); });
   expect_overwrite_is_accumulate_into_zero<double>();
+}
+
+// bf16 training keeps act(x) and act'(x) in bf16: bit for bit the fp32 forward's values and the fp32
+// backward's factor (its gradient for dout = 1), rounded as the products round their operands, on
+// every SIMD target, over several chunks and a partial vector, NaN and ±inf included. ReLU's slope is
+// exactly 1 or 0.
+TEST(Ops, ActivationForwardBf16IsTheFp32ValueAndSlopeRounded) {
+  for_each_simd_target([] {
+    std::mt19937_64 rng(37);
+    const int64_t n = 40003;
+    std::vector<float> x(n), ones(n, 1.0f);
+    for (float& v : x) v = static_cast<float>(std::uniform_real_distribution<double>(-7, 7)(rng));
+    const float inf = std::numeric_limits<float>::infinity();
+    x[0] = 0.0f, x[1] = -0.0f, x[2] = inf, x[3] = -inf, x[4] = std::numeric_limits<float>::quiet_NaN(), x[5] = 1e-30f;
+    auto rounded = [n](const std::vector<float>& v) {
+      std::vector<uint16_t> r(n);
+      ops::bf16_from_f32(r.data(), v.data(), n);
+      return r;
+    };
+    std::vector<float> y(n), slope(n);
+    std::vector<uint16_t> y16(n), slope16(n);
+    ops::gelu_forward(y.data(), x.data(), n);
+    ops::gelu_backward(slope.data(), x.data(), ones.data(), n, ops::Grad::overwrite);
+    ops::gelu_forward_bf16(y16.data(), slope16.data(), x.data(), n);
+    EXPECT_EQ(y16, rounded(y));
+    EXPECT_EQ(slope16, rounded(slope));
+    ops::relu_forward(y.data(), x.data(), n);
+    ops::relu_forward_bf16(y16.data(), slope16.data(), x.data(), n);
+    EXPECT_EQ(y16, rounded(y));
+    for (int64_t i = 0; i < n; ++i) {
+      ASSERT_EQ(slope16[i], x[i] > 0.0f ? 0x3f80 : 0) << "relu slope at " << x[i];  // bf16 1.0 and +0
+    }
+  });
 }
 
 }  // namespace

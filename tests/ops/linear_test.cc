@@ -1,6 +1,7 @@
 // The linear layer (src/ops/linear.cc): y = x·Wᵀ + b against a plain loop, gradients against central
 // differences, fp32 against fp64, and the bias gradient summed in row order; the bf16
-// mixed-precision products against fp64 on the operands rounded to bf16, and their gradient census.
+// mixed-precision products against fp64 on the operands rounded to bf16, their gradient census, and
+// the backward through a kept activation slope.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -148,6 +149,43 @@ TEST(Ops, LinearBf16OnARoundedInputIsTheFp32InputsResult) {
   EXPECT_EQ(y, y16);
   EXPECT_EQ(dx, dx16);
   EXPECT_EQ(dw, dw16);
+}
+
+// linear_backward_bf16_with_slope is linear_backward_bf16 on dout = d ⊙ slope formed in fp32, bit for
+// bit: the products, the bias gradient (or none) and the census of the formed gradient.
+TEST(Ops, LinearBf16WithSlopeIsTheBackwardOfTheFormedGradient) {
+  if (!ops::bf16_is_native()) GTEST_SKIP() << "no native bf16 (" << ops::cpu_isa_name() << ")";
+  std::mt19937_64 rng(59);
+  for (const auto& [N, IC, OC] : {std::tuple<int64_t, int64_t, int64_t>{1, 1, 1}, {37, 70, 19}, {300, 64, 700}}) {
+    const auto x = to_f32(random_vec(rng, N * IC)), w = to_f32(random_vec(rng, OC * IC));
+    const auto d = to_f32(random_vec(rng, N * OC)), slope = to_f32(random_vec(rng, N * OC, 2.0));
+    std::vector<uint16_t> w16(w.size()), x16(x.size()), slope16(slope.size());
+    ops::round_to_bf16(w16.data(), w.data(), OC * IC);
+    ops::round_to_bf16(x16.data(), x.data(), N * IC);
+    ops::round_to_bf16(slope16.data(), slope.data(), N * OC);
+    slope16[0] = 0;  // a ReLU's zero slope
+    std::vector<float> dout(N * OC);
+    for (int64_t i = 0; i < N * OC; ++i) {
+      dout[i] = d[i] * rope::bf16_to_f32(slope16[i]);  // fp32 product
+    }
+    for (const bool bias : {true, false}) {
+      std::vector<float> dx(N * IC, 0.5f), dw(OC * IC, 0.25f), db(OC, 1.0f);
+      std::vector<float> dx_s = dx, dw_s = dw, db_s = db;
+      const ops::GradientUnderflow c0 = ops::bf16_gradient_underflow();
+      ops::linear_backward_bf16(dx.data(), dw.data(), bias ? db.data() : nullptr, dout.data(), x16.data(), w16.data(),
+                                N, IC, OC);
+      const ops::GradientUnderflow c1 = ops::bf16_gradient_underflow();
+      ops::linear_backward_bf16_with_slope(dx_s.data(), dw_s.data(), bias ? db_s.data() : nullptr, d.data(),
+                                           slope16.data(), x16.data(), w16.data(), N, IC, OC);
+      const ops::GradientUnderflow c2 = ops::bf16_gradient_underflow();
+      const std::string where = "N " + std::to_string(N) + " IC " + std::to_string(IC) + " OC " + std::to_string(OC);
+      EXPECT_EQ(dx_s, dx) << where;
+      EXPECT_EQ(dw_s, dw) << where;
+      EXPECT_EQ(db_s, db) << where;
+      EXPECT_EQ(c2.values - c1.values, c1.values - c0.values) << where;
+      EXPECT_EQ(c2.nonzero - c1.nonzero, c1.nonzero - c0.nonzero) << where;
+    }
+  }
 }
 
 // The census counts the output gradients as they are rounded: nonzero, below bf16's normal range
