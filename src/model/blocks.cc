@@ -60,6 +60,13 @@ const uint16_t* bf16_input(std::vector<uint16_t>& x16, const T* x, const LinearP
   return nullptr;
 }
 
+// v emptied and its memory returned: for the buffers of the other precision when a model switches
+// between bf16 training and fp32 evaluation, which would otherwise both stay allocated.
+template <typename V>
+void release(std::vector<V>& v) {
+  std::vector<V>().swap(v);
+}
+
 const uint16_t* kept(const std::vector<uint16_t>& x16) { return x16.empty() ? nullptr : x16.data(); }
 
 // linear() on x, or on its bf16 rounding x16 when bf16_input made one.
@@ -565,14 +572,15 @@ void feed_forward_dense(const RoFormerConfig& c, FeedForwardActs<T>& a, const Fe
       grow_to(pre, N * I);
       grow_to(a.act16, N * I);
       grow_to(a.slope16, N * I);
-      a.pre.clear();
+      release(a.pre);  // an fp32 forward's (validation's) buffers
+      release(a.act);
       linear(pre.data(), x, x16, p.in, N, H, I);  // (N, I)
       activation_forward_bf16(c, a.act16.data(), a.slope16.data(), pre.data(), N * I);
       return ops::linear_forward_bf16(a.sum.data(), a.act16.data(), p.out.w16, p.out.b, N, I, H);  // (N, H)
     }
   }
-  a.act16.clear();
-  a.slope16.clear();
+  release(a.act16);  // a bf16 training forward's buffers
+  release(a.slope16);
   grow_to(a.act, N * I);
   if (fuses_activation(p.in)) {
     linear(a.act.data(), x, p.in, N, H, I);  // (N, I)
