@@ -10,8 +10,8 @@
 // attention with caches, cross-attention, masks and dropout, linear attention and its recurrent step,
 // position tables, the vector maths) and librope's rotation. Columns (all_params): the CPU backend on
 // each SIMD target this machine supports and the build has (Highway's target selection), in fp32,
-// fp16/bf16 for librope, and bf16 for the linear layer's mixed-precision products where the CPU
-// has native bf16. A new backend adds its columns there; a new op adds rows below.
+// fp16/bf16 for librope, bf16 for the linear layer's mixed-precision products where the CPU has
+// native bf16, and bf16 for training's activations (output and slope kept in bf16). A new backend adds its columns there; a new op adds rows below.
 // The last test checks that the fp32 results are the same bits whatever the thread count.
 #include <gtest/gtest.h>
 #include <omp.h>
@@ -166,6 +166,8 @@ constexpr double kBf16Products = 1e-12;
 // Attention with bf16 products: the probabilities, output gradients and score gradients are rounded
 // to bf16 on their way into the next product (relative 2^-9 each).
 constexpr double kBf16Attention = 1e-5;  // 1.2e-6 at worst measured
+// bf16 training's activations: the output and the slope each rounded to bf16 once (relative 2^-9).
+constexpr double kBf16Activation = 1e-5;
 
 std::vector<OpCase> linear_cases() {
   std::vector<OpCase> cases;
@@ -288,9 +290,27 @@ std::vector<OpCase> elementwise_cases() {
       ops::erfc_f32(erfc.data(), xf.data(), n);
       for (int64_t i = 0; i < n; ++i) out.add(e[i]), out.add(erf[i]), out.add(erfc[i]);
     };
+    // bf16 (training): the output and the slope kept in bf16 (*_forward_bf16); the backward is the
+    // output gradient times the slope (as linear_backward_bf16_with_slope forms it), added to dx.
+    auto with_bf16 = [n](Body fp, void (*forward_bf16)(uint16_t*, uint16_t*, const float*, int64_t)) -> Body {
+      return [n, fp, forward_bf16](const Variant& v, Inputs& in, Outputs& out) {
+        if (v.dtype != Dtype::bf16) return fp(v, in, out);
+        const auto x = cast<float>(in.normal(n, 3)), g = cast<float>(in.normal(n));
+        in.normal(n);  // y's initial values, which the forward overwrites
+        const auto dx0 = in.normal(n);
+        std::vector<uint16_t> y16(n), slope16(n);
+        forward_bf16(y16.data(), slope16.data(), x.data(), n);
+        std::vector<float> formed(n);
+        ops::mul_bf16_f32(formed.data(), g.data(), slope16.data(), n);
+        std::vector<double> y(n), dx(n);
+        for (int64_t i = 0; i < n; ++i) y[i] = rope::bf16_to_f32(y16[i]), dx[i] = dx0[i] + formed[i];
+        out.add(y), out.add(dx);
+      };
+    };
     const std::string shape = fields({{"n", n}});
-    cases.push_back({"gelu", shape, gelu, {{Dtype::f32, kF32}}});
-    cases.push_back({"relu", shape, relu, {{Dtype::f32, kF32}}});
+    std::vector<std::pair<Dtype, double>> activation_variants = {{Dtype::f32, kF32}, {Dtype::bf16, kBf16Activation}};
+    cases.push_back({"gelu", shape, with_bf16(gelu, ops::gelu_forward_bf16), activation_variants});
+    cases.push_back({"relu", shape, with_bf16(relu, ops::relu_forward_bf16), activation_variants});
     cases.push_back({"dropout", shape, dropout, {{Dtype::f32, kF32}}});
     cases.push_back({"vmath", shape, vmath, {{Dtype::f32, kF32}}});
   }
