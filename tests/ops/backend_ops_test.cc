@@ -11,7 +11,8 @@
 // position tables, the vector maths) and librope's rotation. Columns (all_params): the CPU backend on
 // each SIMD target this machine supports and the build has (Highway's target selection), in fp32,
 // fp16/bf16 for librope, bf16 for the linear layer's mixed-precision products where the CPU has
-// native bf16, and bf16 for training's activations (output and slope kept in bf16). A new backend adds its columns there; a new op adds rows below.
+// native bf16, and bf16 for training's activations (output and slope kept in bf16). A new backend
+// adds its columns there; a new op adds rows below.
 // The last test checks that the fp32 results are the same bits whatever the thread count.
 #include <gtest/gtest.h>
 #include <omp.h>
