@@ -1,6 +1,7 @@
 // Attention forward/backward (see attention.h). Each (batch, head) pair is independent: OpenMP
-// splits the pairs, and the BLAS products per pair run single-threaded inside the region
-// (OpenBLAS's OpenMP build does not nest), so one thread pool serves the whole engine.
+// splits the pairs, and the products per pair (block_gemm: oneDNN's or OpenBLAS's sgemm in fp32 by
+// size, BLAS in fp64) run single-threaded inside the region (neither nests), so one thread pool serves
+// the whole engine.
 //
 // Work follows the mask. Query rows go in blocks of kRowBlock; a block only multiplies the key
 // columns that some row in it can see (causal: up to the block's last row; key padding: up to the
@@ -86,6 +87,7 @@ HWY_AFTER_NAMESPACE();
 #include <vector>
 
 #include "blas.h"
+#include "onednn.h"
 #include "base/random.h"
 #include "dropout.h"
 
@@ -209,8 +211,26 @@ void softmax_backward_row(const T* a, T* ds, int64_t n) {
   }
 }
 
-// One (batch, head)'s two products per block of query rows: BLAS in T, or, with bf16_products (fp32
-// only), bf16 operands through oneDNN, the head's keys and values converted once in load_head.
+// ops::gemm's product for one block. fp32: oneDNN's sgemm from 2^20 multiply-adds (a block of 64
+// query rows over 256 keys) up, where it runs 1.1–1.25× OpenBLAS's whichever kernels OpenBLAS picked
+// for the CPU; OpenBLAS below, where oneDNN's fixed cost per call puts it behind, and for the
+// backward's two products with a transposed left operand (pᵀ·dout, dsᵀ·q), level on AVX-512 and
+// 0.87× on AVX2 (`roformer bench gemm`, docs/perf.md). fp64: BLAS, the reference the fp32 path is
+// checked against.
+void block_gemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const float* A, int64_t lda,
+                const float* B, int64_t ldb, float beta, float* C, int64_t ldc) {
+  constexpr int64_t kOnednnFrom = int64_t{1} << 20;
+  if (!ta && M * N * K >= kOnednnFrom) return onednn_sgemm(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+  gemm(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+}
+void block_gemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, double alpha, const double* A, int64_t lda,
+                const double* B, int64_t ldb, double beta, double* C, int64_t ldc) {
+  gemm(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+}
+
+// One (batch, head)'s two products per block of query rows: block_gemm in T, or, with bf16_products
+// (fp32 only), bf16 operands through oneDNN's matmul, the head's keys and values converted once in
+// load_head.
 template <typename T>
 class BlockProducts {
  public:
@@ -227,14 +247,14 @@ class BlockProducts {
     if constexpr (std::is_same_v<T, float>) {
       if (bf16_) return bf16_ops_.scores(a, Tn_, q, C_, rows, E, scale);
     }
-    gemm(false, true, rows, E, D_, scale, q, C_, k_ + koff_, C_, T(0), a, Tn_);
+    block_gemm(false, true, rows, E, D_, scale, q, C_, k_ + koff_, C_, T(0), a, Tn_);
   }
   // out (rows, D), row stride C, written = p (rows, E; row stride Tn) · v.
   void mix(T* out, const T* p, int64_t rows, int64_t E) {
     if constexpr (std::is_same_v<T, float>) {
       if (bf16_) return bf16_ops_.mix(out, C_, p, Tn_, rows, E);
     }
-    gemm(false, false, rows, D_, E, T(1), p, Tn_, v_ + koff_, C_, T(0), out, C_);
+    block_gemm(false, false, rows, D_, E, T(1), p, Tn_, v_ + koff_, C_, T(0), out, C_);
   }
   // The backward: dv (E, D) += pᵀ·dout; dp (rows, E; row stride Tn) written = dout·vᵀ, for
   // dout (rows, D; row stride C).
@@ -242,16 +262,16 @@ class BlockProducts {
     if constexpr (std::is_same_v<T, float>) {
       if (bf16_) return bf16_ops_.value_grads(dv + koff_, dp, Tn_, p, dout, C_, rows, E);
     }
-    gemm(true, false, E, D_, rows, T(1), p, Tn_, dout, C_, T(1), dv + koff_, C_);
-    gemm(false, true, rows, E, D_, T(1), dout, C_, v_ + koff_, C_, T(0), dp, Tn_);
+    block_gemm(true, false, E, D_, rows, T(1), p, Tn_, dout, C_, T(1), dv + koff_, C_);
+    block_gemm(false, true, rows, E, D_, T(1), dout, C_, v_ + koff_, C_, T(0), dp, Tn_);
   }
   // dq (rows, D) += scale · ds·k; dk (E, D) += scale · dsᵀ·q, for ds (rows, E; row stride Tn).
   void query_key_grads(T* dq, T* dk, const T* ds, const T* q, int64_t rows, int64_t E, T scale) {
     if constexpr (std::is_same_v<T, float>) {
       if (bf16_) return bf16_ops_.query_key_grads(dq, dk + koff_, ds, Tn_, q, C_, rows, E, scale);
     }
-    gemm(false, false, rows, D_, E, scale, ds, Tn_, k_ + koff_, C_, T(1), dq, C_);
-    gemm(true, false, E, D_, rows, scale, ds, Tn_, q, C_, T(1), dk + koff_, C_);
+    block_gemm(false, false, rows, D_, E, scale, ds, Tn_, k_ + koff_, C_, T(1), dq, C_);
+    block_gemm(true, false, E, D_, rows, scale, ds, Tn_, q, C_, T(1), dk + koff_, C_);
   }
 
  private:

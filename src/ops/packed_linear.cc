@@ -103,6 +103,13 @@ void onednn_matmul(const dnnl::memory::desc& src, const void* src_data, const dn
   stream.wait();
 }
 
+void onednn_sgemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const float* A, int64_t lda,
+                  const float* B, int64_t ldb, float beta, float* C, int64_t ldc) {
+  if (dnnl_sgemm(ta ? 'T' : 'N', tb ? 'T' : 'N', M, N, K, alpha, A, lda, B, ldb, beta, C, ldc) != dnnl_success) {
+    throw std::invalid_argument("onednn_sgemm: oneDNN refused the product's shape or strides");
+  }
+}
+
 namespace {
 
 using dnnl::memory;

@@ -332,6 +332,12 @@ TEST(Ops, AttentionRowStatisticsGiveTheKeptProbabilitiesGradientsBitForBit) {
     }
     s.row_limit = nullptr;
   }
+  // Blocks of 64 rows over 256 keys or more, whose fp32 products run on oneDNN's sgemm.
+  ops::AttentionShape causal{2, 300, 2, 64, true}, dropout{1, 280, 1, 64, false, 0.1, 5};
+  for (const ops::AttentionShape& s : {causal, dropout}) {
+    SCOPED_TRACE(testing::Message() << "T " << s.T << " causal " << s.causal);
+    expect_row_stats_path_equals<float>(rng, s);
+  }
 }
 
 TEST(Ops, AttentionBackwardRefusesAForwardThatSavedNothing) {

@@ -439,6 +439,12 @@ std::vector<OpCase> attention_cases() {
   AttentionCase dropout{shape(2, 6, 2, 4, true)};
   dropout.s.dropout_p = 0.3, dropout.s.dropout_seed = 1234, dropout.s.dropout_row0 = 3;
   table.push_back(dropout);
+  // Blocks of 64 rows over 256 keys or more: fp32 products on oneDNN's sgemm (the causal one's early
+  // blocks on OpenBLAS), with padding, a partial last block and keys strided by a cache's capacity.
+  table.push_back({shape(1, 300, 2, 64, true), true});
+  AttentionCase long_cache{shape(1, 70, 2, 64, true)};  // 70 new tokens after 260 cached, capacity 340
+  long_cache.s.Tk = 330, long_cache.s.kv_stride = 340, long_cache.s.q_start = 260;
+  table.push_back(long_cache);
   // Random shapes: any of the options above together.
   std::mt19937_64 rng(2024);
   auto pick = [&](int64_t lo, int64_t hi) { return lo + static_cast<int64_t>(rng() % (hi - lo + 1)); };
@@ -654,10 +660,12 @@ TEST(BackendOpsThreads, Fp32ResultsDoNotDependOnTheThreadCount) {
              w = to_f32(random_vec(rng, C, 0.3, 1.0)), logits = to_f32(random_vec(rng, N * V, 2.0));
   std::vector<int64_t> targets(N);
   for (int64_t i = 0; i < N; ++i) targets[i] = i % 5 == 0 ? -100 : (i * 7) % V;
-  const ops::AttentionShape shape{2, 64, 3, 16, true};
-  const int64_t na = shape.B * shape.T * shape.H * shape.D;
-  const auto q = to_f32(random_vec(rng, na)), k = to_f32(random_vec(rng, na)), v = to_f32(random_vec(rng, na)),
-             da = to_f32(random_vec(rng, na));
+  // The second attention's later blocks (64 rows over 256 keys or more) run on oneDNN's sgemm.
+  const ops::AttentionShape shapes[] = {{2, 64, 3, 16, true}, {1, 320, 2, 64, true}};
+  std::vector<std::vector<float>> attention_inputs;  // q, k, v, da of each shape
+  for (const ops::AttentionShape& shape : shapes) {
+    for (int i = 0; i < 4; ++i) attention_inputs.push_back(to_f32(random_vec(rng, shape.B * shape.T * shape.H * shape.D)));
+  }
   auto run = [&](int threads) {
     const int saved = omp_get_max_threads();
     omp_set_num_threads(threads);
@@ -681,11 +689,16 @@ TEST(BackendOpsThreads, Fp32ResultsDoNotDependOnTheThreadCount) {
     std::memcpy(ce_bits.data(), &ce, sizeof ce);  // compared bit for bit
     r.push_back(ce_bits);
     r.push_back(probs);
-    std::vector<float> out(na), att(shape.B * shape.H * shape.T * shape.T), dq(na, 0.0f), dk(na, 0.0f), dv(na, 0.0f);
-    ops::attention_forward(out.data(), att.data(), q.data(), k.data(), v.data(), nullptr, shape);
-    ops::attention_backward(dq.data(), dk.data(), dv.data(), da.data(), att.data(), q.data(), k.data(), v.data(),
-                            nullptr, shape);
-    r.insert(r.end(), {out, att, dq, dk, dv});
+    for (size_t a = 0; a < std::size(shapes); ++a) {
+      const ops::AttentionShape& shape = shapes[a];
+      const std::vector<float>*in = &attention_inputs[4 * a];  // q, k, v, da
+      const int64_t na = shape.B * shape.T * shape.H * shape.D;
+      std::vector<float> out(na), att(shape.B * shape.H * shape.T * shape.T), dq(na, 0.0f), dk(na, 0.0f), dv(na, 0.0f);
+      ops::attention_forward(out.data(), att.data(), in[0].data(), in[1].data(), in[2].data(), nullptr, shape);
+      ops::attention_backward(dq.data(), dk.data(), dv.data(), in[3].data(), att.data(), in[0].data(), in[1].data(),
+                              in[2].data(), nullptr, shape);
+      r.insert(r.end(), {out, att, dq, dk, dv});
+    }
     omp_set_num_threads(saved);
     return r;
   };

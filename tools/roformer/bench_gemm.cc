@@ -7,9 +7,11 @@
 //    bf16 natively, oneDNN bf16 (including the conversion of its input). The benchmark behind the
 //    choice of serve's `--gemm auto`.
 // 2. Training's products (a fine-tuning batch of 960 tokens of a 256-wide model with ff 1024:
-//    forward, input gradient, weight gradient) and attention's per-head products: OpenBLAS's
-//    cblas_sgemm (ops::gemm, what training runs) against oneDNN's dnnl_sgemm. The benchmark behind
-//    keeping OpenBLAS there (docs/perf.md, "The fine-tuning step").
+//    forward, input gradient, weight gradient) and attention's six per-head products, strided as
+//    attention runs them: OpenBLAS's cblas_sgemm (ops::gemm) against oneDNN's dnnl_sgemm (the
+//    `gemm:jit` kernels its fp32 matmul runs). The benchmark behind keeping OpenBLAS for the linear
+//    layers' training products and running attention's larger blocks on oneDNN (docs/perf.md, "The
+//    fine-tuning step" and the inference section's "How it works").
 #include <dnnl.h>
 #include <fmt/core.h>
 #include <omp.h>
@@ -49,33 +51,46 @@ double best_gflops(const BenchGemmOptions& o, double flops, const Run& run) {
 }
 
 void bench_training_products(const BenchGemmOptions& o) {
+  // Row-major C (M, N) = A·B (+ C when accumulating), A and B transposed when ta / tb; lda, ldb, ldc 0:
+  // dense. Attention's products are one block as attention_forward/backward run them at RoFormer-base's
+  // shapes: 64 query rows, head dim 64, 512 keys, q, k, v and their gradients in rows 768 apart.
   struct Product {
     const char* name;
     bool ta, tb;
     int64_t M, N, K;
+    int64_t lda = 0, ldb = 0, ldc = 0;
+    bool accumulate = false;
   };
   const int64_t T = 960;  // 32 rows of about 30 tokens
   const Product products[] = {
       {"forward, 256 → 256", false, true, T, 256, 256},      {"forward, 256 → 1024", false, true, T, 1024, 256},
       {"forward, 1024 → 256", false, true, T, 256, 1024},    {"input gradient, 256 ← 256", false, false, T, 256, 256},
       {"input gradient, 256 ← 1024", false, false, T, 256, 1024}, {"weight gradient, 256 × 256", true, false, 256, 256, T},
-      {"weight gradient, 1024 × 256", true, false, 1024, 256, T}, {"attention q·kᵀ, 128 tokens", false, true, 128, 128, 64},
-      {"attention p·v, 128 tokens", false, false, 128, 64, 128},   {"attention q·kᵀ, 30 tokens", false, true, 30, 30, 64},
+      {"weight gradient, 1024 × 256", true, false, 1024, 256, T},
+      {"attention q·kᵀ (scores)", false, true, 64, 512, 64, 768, 768, 512},
+      {"attention p·v", false, false, 64, 64, 512, 512, 768, 768},
+      {"attention pᵀ·dout (dv)", true, false, 512, 64, 64, 512, 768, 768, true},
+      {"attention dout·vᵀ (dp)", false, true, 64, 512, 64, 768, 768, 512},
+      {"attention ds·k (dq)", false, false, 64, 64, 512, 512, 768, 768, true},
+      {"attention dsᵀ·q (dk)", true, false, 512, 64, 64, 512, 768, 768, true},
+      {"attention q·kᵀ, 64 keys", false, true, 64, 64, 64, 768, 768, 64},
   };
   fmt::print("\nTraining's and attention's products: OpenBLAS's cblas_sgemm (ops::gemm) against oneDNN's dnnl_sgemm, "
              "GFLOP/s\n\n| product | M × N × K | OpenBLAS | oneDNN | oneDNN / OpenBLAS |\n|---|---|---|---|---|\n");
   for (const Product& p : products) {
-    const int64_t lda = p.ta ? p.M : p.K, ldb = p.tb ? p.K : p.N;
-    std::vector<float> a(p.M * p.K), b(p.K * p.N), c(p.M * p.N, 0.0f);
+    const int64_t lda = p.lda ? p.lda : (p.ta ? p.M : p.K), ldb = p.ldb ? p.ldb : (p.tb ? p.K : p.N);
+    const int64_t ldc = p.ldc ? p.ldc : p.N;
+    std::vector<float> a((p.ta ? p.K : p.M) * lda), b((p.tb ? p.N : p.K) * ldb), c(p.M * ldc, 0.0f);
     for (size_t i = 0; i < a.size(); ++i) a[i] = static_cast<float>(base::uniform01(4, i) - 0.5);
     for (size_t i = 0; i < b.size(); ++i) b[i] = static_cast<float>(base::uniform01(5, i) - 0.5);
     const double flops = 2.0 * p.M * p.N * p.K;
+    const float beta = p.accumulate ? 1.0f : 0.0f;
     const double blas = best_gflops(o, flops, [&] {
-      ops::gemm(p.ta, p.tb, p.M, p.N, p.K, 1.0f, a.data(), lda, b.data(), ldb, 0.0f, c.data(), p.N);
+      ops::gemm(p.ta, p.tb, p.M, p.N, p.K, 1.0f, a.data(), lda, b.data(), ldb, beta, c.data(), ldc);
     });
     const double onednn = best_gflops(o, flops, [&] {
-      dnnl_sgemm(p.ta ? 'T' : 'N', p.tb ? 'T' : 'N', p.M, p.N, p.K, 1.0f, a.data(), lda, b.data(), ldb, 0.0f, c.data(),
-                 p.N);
+      dnnl_sgemm(p.ta ? 'T' : 'N', p.tb ? 'T' : 'N', p.M, p.N, p.K, 1.0f, a.data(), lda, b.data(), ldb, beta, c.data(),
+                 ldc);
     });
     fmt::print("| {} | {} × {} × {} | {:.1f} | {:.1f} | {:.2f}× |\n", p.name, p.M, p.N, p.K, blas, onednn, onednn / blas);
   }
