@@ -1,6 +1,6 @@
 // Attention forward/backward (see attention.h). Each (batch, head) pair is independent: OpenMP
 // splits the pairs, and the products per pair (block_gemm: oneDNN's or OpenBLAS's sgemm in fp32 by
-// size, BLAS in fp64) run single-threaded inside the region (neither nests), so one thread pool serves
+// shape, BLAS in fp64) run single-threaded inside the region (neither nests), so one thread pool serves
 // the whole engine.
 //
 // Work follows the mask. Query rows go in blocks of kRowBlock; a block only multiplies the key
@@ -211,16 +211,18 @@ void softmax_backward_row(const T* a, T* ds, int64_t n) {
   }
 }
 
-// ops::gemm's product for one block. fp32: oneDNN's sgemm from 2^20 multiply-adds (a block of 64
-// query rows over 256 keys) up, where it runs 1.1–1.25× OpenBLAS's whichever kernels OpenBLAS picked
-// for the CPU; OpenBLAS below, where oneDNN's fixed cost per call puts it behind, and for the
-// backward's two products with a transposed left operand (pᵀ·dout, dsᵀ·q), level on AVX-512 and
-// 0.87× on AVX2 (`roformer bench gemm`, docs/perf.md). fp64: BLAS, the reference the fp32 path is
-// checked against.
+// ops::gemm's product for one block. fp32: a full block of kRowBlock query rows whose product has 2^20
+// multiply-adds or more and an untransposed left operand (q·kᵀ, p·v, dout·vᵀ and ds·k over 256 keys or
+// more at head dim 64) runs on oneDNN's sgemm, 1.1–1.25× OpenBLAS's on AVX2 and AVX-512 whichever
+// kernels OpenBLAS picked for the CPU. The rest stays on OpenBLAS: the backward's pᵀ·dout and dsᵀ·q
+// (oneDNN 0.92–1.01× on AVX-512, 0.8× on AVX2), small blocks (at 64 keys oneDNN's fixed cost per call
+// puts it at 0.92× on AVX-512) and the rows of a partial block or a decoding step, not measured
+// (`roformer bench gemm`, docs/perf.md). fp64: BLAS, the reference the fp32 path is checked against.
 void block_gemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const float* A, int64_t lda,
                 const float* B, int64_t ldb, float beta, float* C, int64_t ldc) {
   constexpr int64_t kOnednnFrom = int64_t{1} << 20;
-  if (!ta && M * N * K >= kOnednnFrom) return onednn_sgemm(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+  const bool onednn = !ta && M == kRowBlock && M * N * K >= kOnednnFrom;
+  if (onednn && onednn_sgemm(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc)) return;
   gemm(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
 }
 void block_gemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, double alpha, const double* A, int64_t lda,

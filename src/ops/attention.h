@@ -12,9 +12,9 @@
 // linear in T: FlashAttention's recomputation, with blocks of query rows over all their keys);
 // inference passes no `saved` and keeps one tile of rows per thread.
 // (batch, head) pairs run in parallel on OpenMP, each with single-threaded products (oneDNN's or
-// OpenBLAS's sgemm in fp32 by size, BLAS in fp64); blocks of query rows skip the key columns none of their rows can see (the
-// causal upper triangle, trailing padding), and the backward finds each row's extent from att, so it
-// must get the forward's att.
+// OpenBLAS's sgemm in fp32 by shape, BLAS in fp64); blocks of query rows skip the key columns none of
+// their rows can see (the causal upper triangle, trailing padding), and the backward finds each row's
+// extent from att, so it must get the forward's att.
 #pragma once
 
 #include <cstdint>

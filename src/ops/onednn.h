@@ -1,6 +1,7 @@
 // The one oneDNN CPU engine the ops share (packed linear layers, bf16 attention products, bf16
-// training GEMMs), the plain matmuls the last two run, and oneDNN's sgemm, which fp32 attention runs. Internal to the ops: callers above them
-// see PackedLinear, attention.h and linear.h, not oneDNN.
+// training GEMMs), the plain matmuls the last two run, and oneDNN's sgemm, which fp32 attention's
+// larger blocks run. Internal to the ops: callers above them see PackedLinear, attention.h and
+// linear.h, not oneDNN.
 #pragma once
 
 #include <oneapi/dnnl/dnnl.hpp>
@@ -20,12 +21,10 @@ void onednn_matmul(const dnnl::memory::desc& src, const void* src_data, const dn
                    bool accumulate);
 
 // C (M, N) = alpha·op(A)·op(B) + beta·C, row-major, op = transpose when ta / tb: ops::gemm's contract
-// (blas.h) on oneDNN's fp32 kernels (dnnl_sgemm, `gemm:jit`). Inside a parallel region it runs on the
-// calling thread. Attention's per-head products of 64 query rows over 256 keys or more run at
-// 1.1–1.25× OpenBLAS's sgemm on AVX2 and AVX-512, whichever kernels OpenBLAS picked for the CPU;
-// smaller ones, those with a transposed left operand and the linear layers' stay on OpenBLAS, ahead
-// or level there (`roformer bench gemm`).
-void onednn_sgemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const float* A, int64_t lda,
+// (blas.h) on oneDNN's fp32 kernels (dnnl_sgemm, `gemm:jit`); false, with C untouched, if oneDNN
+// refuses the arguments (the caller then uses BLAS). Inside a parallel region it runs on the calling
+// thread. Where it beats OpenBLAS is attention.cc's block_gemm to say (`roformer bench gemm`).
+bool onednn_sgemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const float* A, int64_t lda,
                   const float* B, int64_t ldb, float beta, float* C, int64_t ldc);
 
 }  // namespace ops

@@ -2,6 +2,7 @@
 // (format_tag::any; brgemm's blocked layout on AVX-512, which does not depend on the batch size), the
 // weights are reordered into it once, and one primitive per batch size N is made on first use and
 // cached (oneDNN's runtime-dimension matmul falls back to its reference kernel, so shapes stay fixed).
+// Also the oneDNN pieces the other ops share (onednn.h): the engine, onednn_matmul and onednn_sgemm.
 #include "packed_linear.h"
 
 #include "onednn.h"
@@ -103,11 +104,9 @@ void onednn_matmul(const dnnl::memory::desc& src, const void* src_data, const dn
   stream.wait();
 }
 
-void onednn_sgemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const float* A, int64_t lda,
+bool onednn_sgemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const float* A, int64_t lda,
                   const float* B, int64_t ldb, float beta, float* C, int64_t ldc) {
-  if (dnnl_sgemm(ta ? 'T' : 'N', tb ? 'T' : 'N', M, N, K, alpha, A, lda, B, ldb, beta, C, ldc) != dnnl_success) {
-    throw std::invalid_argument("onednn_sgemm: oneDNN refused the product's shape or strides");
-  }
+  return dnnl_sgemm(ta ? 'T' : 'N', tb ? 'T' : 'N', M, N, K, alpha, A, lda, B, ldb, beta, C, ldc) == dnnl_success;
 }
 
 namespace {
