@@ -693,7 +693,7 @@ TEST(BackendOpsThreads, Fp32ResultsDoNotDependOnTheThreadCount) {
     r.push_back(probs);
     for (size_t a = 0; a < std::size(shapes); ++a) {
       const ops::AttentionShape& shape = shapes[a];
-      const std::vector<float>*in = &attention_inputs[4 * a];  // q, k, v, da
+      const std::vector<float>* in = &attention_inputs[4 * a];  // q, k, v, da
       const int64_t na = shape.B * shape.T * shape.H * shape.D;
       std::vector<float> out(na), att(shape.B * shape.H * shape.T * shape.T), dq(na, 0.0f), dk(na, 0.0f), dv(na, 0.0f);
       ops::attention_forward(out.data(), att.data(), in[0].data(), in[1].data(), in[2].data(), nullptr, shape);
