@@ -4,8 +4,11 @@ best validation accuracy, test accuracy (predictions.jsonl against the test labe
 Long-text rows are grouped by cut-off and RoPE scaling (plain extrapolation, or the --rope-scaling
 spec in the run's name). With several folds, a seed's test accuracy is pooled over the folds' test
 passages (every passage counts once) and its validation accuracy is the folds' mean; each row is then
-mean ± sd over the seeds that every fold has finished.
-Usage: experiments/chinese_report.py runs/zh [runs/zh-f1 ...]"""
+mean ± sd over the seeds that every fold has finished. A fold directory is experiments/chinese.sh's
+archive (docs/results/chinese/runs/zh*: metrics, predictions, machine.txt and model.sha256 per run) or a
+run directory (runs/zh*); the CPUs that ran the runs and the pre-trained models they started from are
+listed under the tables.
+Usage: experiments/chinese_report.py docs/results/chinese/runs/zh [docs/results/chinese/runs/zh-f1 ...]"""
 import glob
 import json
 import os
@@ -41,18 +44,43 @@ def fmt(xs):
     return f"{statistics.fmean(xs):.4f} ± {statistics.stdev(xs):.4f}" if len(xs) > 1 else f"{xs[0]:.4f}"
 
 
+def read_line(path):
+    """The first line of a small text file, or None where the run did not record it."""
+    if not os.path.exists(path):
+        return None
+    with open(path, encoding="utf-8") as f:
+        return f.readline().strip()
+
+
 def pre_training(out):
     pre = read_jsonl(os.path.join(out, "pre", "metrics.jsonl"))
     evals = [r for r in pre if "val_loss" in r]
-    with open(os.path.join(out, "pre.log"), encoding="utf-8") as f:
+    log = os.path.join(out, "pre", "pre.log")  # the archive's place; a run directory keeps it beside pre/
+    with open(log if os.path.exists(log) else os.path.join(out, "pre.log"), encoding="utf-8") as f:
         baseline = re.search(r"unigram baseline ([0-9.]+)", f.read())
     speed = statistics.median(r["tokens_per_s"] for r in pre[5:] if "tokens_per_s" in r)
-    return (f"| {out} | {pre[-1]['step']} | {evals[0]['val_loss']:.4f} → {evals[-1]['val_loss']:.4f} | "
+    return (f"| {os.path.basename(out)} | {pre[-1]['step']} | {evals[0]['val_loss']:.4f} → {evals[-1]['val_loss']:.4f} | "
             f"{baseline.group(1) if baseline else '—'} | {speed:.0f} |")
 
 
+def provenance(outs):
+    """Per fold: the CPUs its runs ran on, and how many distinct pre-trained models its runs started from
+    (more than one where a later checkout had to pre-train the fold again)."""
+    print("\n## Where the runs ran\n")
+    print("| fold | runs | CPUs (machine.txt) | pre-trained models (SHA-256 prefixes) |")
+    print("|---|---|---|---|")
+    for out in outs:
+        dirs = [d for d in sorted(glob.glob(os.path.join(out, "ft-*")))
+                if os.path.exists(os.path.join(d, "predictions.jsonl"))]  # finished runs, not a .tmp copy
+        machines = {read_line(os.path.join(d, "machine.txt")) for d in dirs} - {None}
+        cpus = sorted({m.rsplit(",", 1)[0] for m in machines})
+        models = sorted({h[:12] for h in (read_line(os.path.join(d, "model.sha256")) for d in dirs) if h})
+        print(f"| {os.path.basename(out)} | {len(dirs)} | {'; '.join(cpus) or '—'} | {', '.join(models) or '—'} |")
+
+
 def main():
-    outs = sys.argv[1:]
+    outs = [o.rstrip("/") for o in sys.argv[1:]]
+    outs = [o for o in outs if os.path.exists(os.path.join(o, "pre", "metrics.jsonl"))]  # pre-trained folds
     print("# Chinese: pre-training, sentiment and long texts: the runs\n")
     print(f"Made by `experiments/chinese.sh` (`experiments/chinese_report.py {' '.join(outs)}`).\n")
     print("## Pre-training (masked LM, 4 × 256, 256 positions, WordPiece 8k: characters for Chinese)\n")
@@ -84,6 +112,7 @@ def main():
         rope = "—" if length <= 256 and not scaling else scaling.replace("_", ":") or "plain"
         print(f"| {name} | {length} | {rope} | {folds} | {len(complete)} | {fmt(vals)} | {fmt(tests)} | {rows} | "
               f"{speed:.0f} |")
+    provenance(outs)
 
 
 if __name__ == "__main__":
