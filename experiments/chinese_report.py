@@ -6,8 +6,12 @@ spec in the run's name). With several folds, a seed's test accuracy is pooled ov
 passages (every passage counts once) and its validation accuracy is the folds' mean; each row is then
 mean ± sd over the seeds that every fold has finished. A fold directory is experiments/chinese.sh's
 archive (docs/results/chinese/runs/zh*: metrics, predictions, machine.txt and model.sha256 per run) or a
-run directory (runs/zh*); the CPUs that ran the runs and the pre-trained models they started from are
-listed under the tables.
+run directory (runs/zh*). The paired table sets two settings of the long-text task side by side on the
+same test passages, pre-training and seed: the difference of their test accuracies in each (fold, seed)
+cell both have finished, averaged over the seeds within each fold, then mean ± standard error over the
+folds (the cells of one fold share its passages and pre-trained model, so they are not independent);
+with one fold in, over its seeds. The CPUs that ran the runs and the pre-trained models they started
+from are listed under the tables.
 Usage: experiments/chinese_report.py docs/results/chinese/runs/zh [docs/results/chinese/runs/zh-f1 ...]"""
 import glob
 import json
@@ -63,6 +67,40 @@ def pre_training(out):
             f"{baseline.group(1) if baseline else '—'} | {speed:.0f} |")
 
 
+def setting_name(length, scaling):
+    """"1024 linear:4", "1024 plain", or "256" (no position past the pre-trained 256)."""
+    return f"{length} {scaling.replace('_', ':')}" if scaling else f"{length} plain" if length > 256 else f"{length}"
+
+
+def paired(runs):
+    """Long-text settings against each other, cell by cell: each longer plain cut-off against each shorter
+    one, and each --rope-scaling run against plain extrapolation at its cut-off."""
+    eras = {(length, scaling): by_seed for (task, length, scaling), by_seed in runs.items() if task == "eras"}
+    plain = sorted(length for length, scaling in eras if not scaling)
+    pairs = [((a, ""), (b, "")) for a in plain for b in plain if a > b]
+    pairs += sorted(((n, s), (n, "")) for n, s in eras if s and n in plain)
+    if not pairs:
+        return
+    print("\n## Paired differences (long text, test accuracy, same passages, pre-training and seed)\n")
+    print("| setting | against | folds | cells (fold × seed) | difference (points) | ahead / level / behind |")
+    print("|---|---|---|---|---|---|")
+    for a, b in pairs:
+        by_fold = {}  # fold -> the cells' differences in points
+        for seed, folds in eras[a].items():
+            for fold, ra in folds.items():
+                rb = eras[b].get(seed, {}).get(fold)
+                if rb:
+                    by_fold.setdefault(fold, []).append(100 * (ra[1] / ra[2] - rb[1] / rb[2]))
+        cells = [d for ds in by_fold.values() for d in ds]
+        if not cells:
+            continue
+        units = [statistics.fmean(ds) for ds in by_fold.values()] if len(by_fold) > 1 else cells
+        se = f" ± {statistics.stdev(units) / len(units) ** 0.5:.2f}" if len(units) > 1 else ""
+        print(f"| {setting_name(*a)} | {setting_name(*b)} | {len(by_fold)} | {len(cells)} | "
+              f"{statistics.fmean(units):+.2f}{se} | {sum(d > 0 for d in cells)} / {sum(d == 0 for d in cells)} / "
+              f"{sum(d < 0 for d in cells)} |")
+
+
 def provenance(outs):
     """Per fold: the CPUs its runs ran on, and how many distinct pre-trained models its runs started from
     (more than one where a later checkout had to pre-train the fold again)."""
@@ -112,6 +150,7 @@ def main():
         rope = "—" if length <= 256 and not scaling else scaling.replace("_", ":") or "plain"
         print(f"| {name} | {length} | {rope} | {folds} | {len(complete)} | {fmt(vals)} | {fmt(tests)} | {rows} | "
               f"{speed:.0f} |")
+    paired(runs)
     provenance(outs)
 
 
