@@ -7,11 +7,12 @@ passages (every passage counts once) and its validation accuracy is the folds' m
 mean ± sd over the seeds that every fold has finished. A fold directory is experiments/chinese.sh's
 archive (docs/results/chinese/runs/zh*: metrics, predictions, machine.txt and model.sha256 per run) or a
 run directory (runs/zh*). The paired table sets two settings of the long-text task side by side on the
-same test passages, pre-training and seed: the difference of their test accuracies in each (fold, seed)
-cell both have finished, averaged over the seeds within each fold, then mean ± standard error over the
-folds (the cells of one fold share its passages and pre-trained model, so they are not independent);
-with one fold in, over its seeds. The CPUs that ran the runs and the pre-trained models they started
-from are listed under the tables.
+same test passages, pre-trained model and seed: the difference of their test accuracies in each (fold,
+seed) cell both have finished from the same pre-trained model, averaged over the seeds within each
+fold, then mean ± standard error over the folds (the cells of one fold share its passages and
+pre-trained model, so they are not independent); where only one fold has cells for the pair, mean ±
+standard error over its seeds, which measures the fine-tuning noise alone. The CPUs that ran the runs
+and the pre-trained models they started from are listed under the tables.
 Usage: experiments/chinese_report.py docs/results/chinese/runs/zh [docs/results/chinese/runs/zh-f1 ...]"""
 import glob
 import json
@@ -35,13 +36,15 @@ def test_file(run_dir, task):
 
 
 def run_metrics(d, test):
-    """(best validation accuracy, correct test predictions, test rows, median tokens/s) of one run."""
+    """(best validation accuracy, correct test predictions, test rows, median tokens/s, SHA-256 of the
+    pre-trained model or None) of one run."""
     log = read_jsonl(os.path.join(d, "metrics.jsonl"))
     best_val = max(r["val_accuracy"] for r in log if "val_accuracy" in r)
     speeds = [r["tokens_per_s"] for r in log if "tokens_per_s" in r]
     pred = read_jsonl(os.path.join(d, "predictions.jsonl"))
     correct = sum(p["label"] == test[p["line"] - 1]["label"] for p in pred)
-    return best_val, correct, len(pred), statistics.median(speeds[5:] or speeds)
+    return (best_val, correct, len(pred), statistics.median(speeds[5:] or speeds),
+            read_line(os.path.join(d, "model.sha256")))
 
 
 def fmt(xs):
@@ -68,7 +71,7 @@ def pre_training(out):
 
 
 def setting_name(length, scaling):
-    """"1024 linear:4", "1024 plain", or "256" (no position past the pre-trained 256)."""
+    """E.g. "1024 linear:4", "1024 plain", or "256" (no position past the pre-trained 256)."""
     return f"{length} {scaling.replace('_', ':')}" if scaling else f"{length} plain" if length > 256 else f"{length}"
 
 
@@ -79,26 +82,34 @@ def paired(runs):
     plain = sorted(length for length, scaling in eras if not scaling)
     pairs = [((a, ""), (b, "")) for a in plain for b in plain if a > b]
     pairs += sorted(((n, s), (n, "")) for n, s in eras if s and n in plain)
-    if not pairs:
-        return
-    print("\n## Paired differences (long text, test accuracy, same passages, pre-training and seed)\n")
-    print("| setting | against | folds | cells (fold × seed) | difference (points) | ahead / level / behind |")
-    print("|---|---|---|---|---|---|")
+    rows = []
     for a, b in pairs:
         by_fold = {}  # fold -> the cells' differences in points
         for seed, folds in eras[a].items():
             for fold, ra in folds.items():
                 rb = eras[b].get(seed, {}).get(fold)
-                if rb:
+                if rb and ra[4] == rb[4]:  # finished, and fine-tuned from the same pre-trained model
                     by_fold.setdefault(fold, []).append(100 * (ra[1] / ra[2] - rb[1] / rb[2]))
         cells = [d for ds in by_fold.values() for d in ds]
         if not cells:
             continue
         units = [statistics.fmean(ds) for ds in by_fold.values()] if len(by_fold) > 1 else cells
+        over = f"{len(units)} folds" if len(by_fold) > 1 else f"{len(units)} seed{'s' * (len(units) > 1)}"
         se = f" ± {statistics.stdev(units) / len(units) ** 0.5:.2f}" if len(units) > 1 else ""
-        print(f"| {setting_name(*a)} | {setting_name(*b)} | {len(by_fold)} | {len(cells)} | "
-              f"{statistics.fmean(units):+.2f}{se} | {sum(d > 0 for d in cells)} / {sum(d == 0 for d in cells)} / "
-              f"{sum(d < 0 for d in cells)} |")
+        per_fold = " / ".join(f"{u:+.2f}" for u in units) if 1 < len(by_fold) <= 4 else ""
+        rows.append(f"| {setting_name(*a)} | {setting_name(*b)} | {len(cells)} | {statistics.fmean(units):+.2f}{se} "
+                    f"({over}) | {per_fold or '—'} | {sum(d > 0 for d in cells)} / {sum(d == 0 for d in cells)} / "
+                    f"{sum(d < 0 for d in cells)} |")
+    if not rows:
+        return
+    print("\n## Paired differences (long text, test accuracy, same passages, pre-trained model and seed)\n")
+    print("| setting | against | cells (fold × seed) | difference (points) ± standard error (over) | fold means "
+          "| ahead / level / behind (cells) |")
+    print("|---|---|---|---|---|---|")
+    print("\n".join(rows))
+    print("\nThe difference is the setting's test accuracy minus the other's, in percentage points, in each cell;"
+          "\nit is averaged over the seeds within a fold, and the ± is the standard error over the folds' means"
+          "\n(over the seeds where one fold is in, which measures the fine-tuning noise alone).")
 
 
 def provenance(outs):

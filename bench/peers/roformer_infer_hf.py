@@ -8,9 +8,11 @@ Run it with the transformers environment (scripts/hf-env.sh makes build/hf-venv:
     build/hf-venv/bin/python bench/peers/roformer_infer_hf.py --roformer build/release/tools/roformer
     build/hf-venv/bin/python bench/peers/roformer_infer_hf.py --roformer ... --onnx --json infer.json
     build/hf-venv/bin/python bench/peers/roformer_infer_hf.py --roformer ... --preset tiny --min-time 0.2
-    build/peers-venv/bin/python bench/peers/roformer_infer_hf.py --roformer ... --onnx --openvino --int8
+    build/ov-venv/bin/python bench/peers/roformer_infer_hf.py --roformer ... --onnx --openvino --int8
 
-(ONNX Runtime and OpenVINO need pip install onnx onnxruntime openvino nncf; build/peers-venv has them.)
+(ONNX Runtime and OpenVINO need pip install onnx onnxruntime openvino nncf: build/ov-venv is
+python3 -m venv --system-site-packages over Debian's torch, plus transformers==4.40.2 onnx onnxruntime
+openvino nncf "numpy<2" "ml-dtypes<0.6" from PyPI.)
 
 Model: --preset base is RoFormer-base with a 12,000-token vocabulary (hidden 768, 12 layers, 12 heads,
 ff 3072, max positions 1536): transformers' RoFormerModel (the encoder, no head) with its own random
@@ -38,7 +40,7 @@ intra_op_num_threads = --threads, inter_op 1, sequential execution, all graph op
 with INFERENCE_NUM_THREADS = --threads, one stream, the LATENCY hint and INFERENCE_PRECISION_HINT f32
 (bf16 for openvino-bf16, refused on CPUs without AVX512-BF16 or AMX, where OpenVINO would quietly run
 fp32). openvino-int8 is NNCF's post-training quantisation of the same graph (nncf.quantize, the
-transformer model type: static int8 activations calibrated on 16 batches of 1 x 128 benchmark-like
+transformer model type: static int8 activations calibrated on 16 batches of 1 x 128 uniformly random
 ids, s8 weights), OpenVINO's own int8 path. Ours
 runs with --threads OpenMP threads and the environment it is given.
 """
@@ -237,9 +239,9 @@ def openvino_int8_path(model_dir):
 
 def quantize_openvino(model_dir):
     """Writes model_dir/model.ov-int8.xml (+ .bin): NNCF's post-training int8 quantisation of model.onnx
-    (once), calibrated on 16 batches of 1 x 128 ids drawn like the benchmark's. Runs in a child process
-    that cannot import torch: NNCF loads its torch backend whenever torch imports, and that backend needs
-    torch >= 2.3 (Debian's 1.13 fails in it), while quantising an OpenVINO model needs no torch."""
+    (once), calibrated on 16 batches of 1 x 128 uniformly random ids. Runs in a child process that cannot
+    import torch: NNCF loads its torch backend whenever torch is importable, and that backend fails on
+    Debian's torch 1.13 (no torch.uint16), while quantising an OpenVINO model needs no torch."""
     subprocess.run([sys.executable, os.path.abspath(__file__), "--child", "quantize-openvino",
                     "--model-dir", model_dir], check=True)
 
