@@ -1,7 +1,9 @@
 // Linear attention with RoPE: forward, backward and the recurrent step (see linear_attention.h).
-// Non-causal heads use BLAS for the (F, Dv) summaries; causal heads run the prefix sums token by
-// token through causal_token, the same routine linear_attention_step uses, so generation reproduces
-// the batched causal forward. Rotations go through librope (one single-threaded call per head and
+// Non-causal heads use BLAS for the (F, Dv) summaries. Causal heads run in chunks of s.chunk tokens:
+// within a chunk a masked (C, C) product, across chunks the (F, Dv) prefix (forward) or suffix
+// (backward) sums, all through BLAS; with s.chunk = 1 they run the prefix sums token by token through
+// causal_token, the routine linear_attention_step uses (the reference form the tests hold the chunks
+// to). Rotations go through librope (one single-threaded call per head and
 // buffer, all of a head's tokens at once: ROPE_DTYPE_F32 for float, ROPE_DTYPE_F64 for double).
 // (batch, head) pairs run in parallel on OpenMP, each with single-threaded BLAS calls, like
 // ops::attention.
@@ -50,6 +52,7 @@ int64_t check(const LinearAttentionShape& s, const void* W, bool need_W) {
     bad("elu_plus_one has F = Dk = " + std::to_string(s.Dk) + "; favor_features must be 0 or Dk");
   }
   if (F > (int64_t{1} << 30)) bad("feature dimension F = " + std::to_string(F) + " is too large");
+  if (s.chunk < 1) bad("chunk must be >= 1 (tokens per causal chunk), got " + std::to_string(s.chunk));
   if (s.rope) {
     if (F % 2 != 0) {
       bad("RoPE rotates pairs of the feature vectors, so the feature dimension F must be even; got F = " +
@@ -245,6 +248,117 @@ T causal_token(T* out, T* S, T* z, T r_prev, T r, const T* c, const T* c_rot, co
   return d;
 }
 
+// The chunked causal form. The key shifts r_t (stride rs) are the token path's: each key's features
+// are stabilised by the running max at its own position, and query t weighs key n <= t by
+// e^{r_n − r_t} <= 1 and the prefix sums of earlier chunks (kept at the shift r_p of the chunk before's
+// last token) by e^{r_p − r_t}, which is what the token path's rescaling amounts to. The shifts are
+// constant over most chunks (always for elu + 1), and then every factor is 1 and no exp is evaluated.
+
+// M (n, n), row stride ldm: zero above the diagonal (key n after query t), and M[t, n] × e^{r_n − r_t}
+// on and below it.
+template <typename T>
+void causal_mask(T* M, int64_t ldm, int64_t n, const T* r, int64_t rs) {
+  const bool constant = r[0] == r[(n - 1) * rs];  // r rises monotonically
+  for (int64_t t = 0; t < n; ++t) {
+    T* row = M + t * ldm;
+    if (!constant) {
+      for (int64_t i = 0; i < t; ++i) row[i] *= std::exp(r[i * rs] - r[t * rs]);
+    }
+    std::fill(row + t + 1, row + n, T(0));
+  }
+}
+
+// Y (n, cols), row stride ldy ← rows of X (n, cols), row stride ldx, × e^{sign·(r_t − ref)} (r_t: the
+// rows' shifts, stride rs; sign +1 moves keys to a larger shift ref, −1 moves sums made at ref to the
+// rows' own). Y may be X (ldy == ldx); rows whose factor is 1 are copied or left alone.
+template <typename T>
+void rows_times_shift(T* Y, int64_t ldy, const T* X, int64_t ldx, int64_t n, int64_t cols, const T* r, int64_t rs,
+                      T ref, T sign) {
+  for (int64_t t = 0; t < n; ++t) {
+    const T f = r[t * rs] == ref ? T(1) : std::exp(sign * (r[t * rs] - ref));
+    for (int64_t j = 0; j < cols; ++j) Y[t * ldy + j] = X[t * ldx + j] * f;
+  }
+}
+
+// X (n, cols) itself (stride *ld) when every row's shift is ref, else its rows_times_shift copy in Y
+// (*ld set to ldy).
+template <typename T>
+const T* shifted_rows(T* Y, int64_t ldy, const T* X, int64_t* ld, int64_t n, int64_t cols, const T* r, int64_t rs,
+                      T ref, T sign) {
+  if (r[0] == ref && r[(n - 1) * rs] == ref) return X;  // r rises monotonically
+  rows_times_shift(Y, ldy, X, *ld, n, cols, r, rs, ref, sign);
+  *ld = ldy;
+  return Y;
+}
+
+// One causal head's rows, as the forward and backward see them.
+template <typename T>
+struct CausalHead {
+  const T* pq;   // φ(q_t) (T, F), row stride CF
+  const T* pk;   // φ(k_t) (T, F), row stride CF
+  const T* ar;   // R_t φ(q_t) (T, F), row stride F
+  const T* cr;   // R_t φ(k_t) (T, F), row stride F
+  const T* vh;   // v (T, Dv), row stride Cv
+  const T* r;    // key shifts r_t (T), stride H
+  int64_t CF, Cv, H;
+};
+
+// A thread's scratch for the chunked form: (C, C) products, rows of features and values.
+template <typename T>
+struct ChunkScratch {
+  ChunkScratch(int64_t C, int64_t F, int64_t Dv)
+      : P(C * C), W(C * C), rowsF(C * F), rowsV(C * Dv), gs(C * Dv), acc(F) {}
+  std::vector<T> P, W, rowsF, rowsV, gs, acc;
+};
+
+// The causal forward of one head in chunks of C tokens: out (T, Dv) row stride Cv, den (T) stride H;
+// S (F, Dv) and z (F) are scratch. Query shifts sq (T).
+template <typename T>
+void causal_chunked_forward(T* out, T* den, const CausalHead<T>& h, const T* sq, int64_t N, int64_t F, int64_t Dv,
+                            int64_t C, double eps, T* S, T* z, ChunkScratch<T>& w) {
+  const int64_t CF = h.CF, Cv = h.Cv, H = h.H;
+  T r_p = 0;  // shift of the prefix sums S, z (none before the first chunk)
+  for (int64_t c0 = 0; c0 < N; c0 += C) {
+    const int64_t n = std::min(C, N - c0);
+    const T *A = h.ar + c0 * F, *Kr = h.cr + c0 * F, *Aq = h.pq + c0 * CF, *Ku = h.pk + c0 * CF, *V = h.vh + c0 * Cv;
+    const T* r = h.r + c0 * H;
+    T* O = out + c0 * Cv;
+    if (c0 == 0) {
+      for (int64_t t = 0; t < n; ++t) std::fill(O + t * Cv, O + t * Cv + Dv, T(0));
+    } else {
+      gemm(false, false, n, Dv, F, T(1), A, F, S, Dv, T(0), O, Cv);  // earlier chunks: R_t φ(q_t)ᵀ S
+      rows_times_shift(O, Cv, O, Cv, n, Dv, r, H, r_p, T(-1));
+    }
+    gemm(false, true, n, n, F, T(1), A, F, Kr, F, T(0), w.P.data(), C);  // (R_t φ(q_t))·(R_n φ(k_n))
+    causal_mask(w.P.data(), C, n, r, H);
+    gemm(false, false, n, Dv, n, T(1), w.P.data(), C, V, Cv, T(1), O, Cv);
+    gemm(false, true, n, n, F, T(1), Aq, CF, Ku, CF, T(0), w.W.data(), C);  // φ(q_t)·φ(k_n), unrotated
+    causal_mask(w.W.data(), C, n, r, H);
+    for (int64_t t = 0; t < n; ++t) {
+      double d = 0;
+      if (c0 > 0) {
+        for (int64_t i = 0; i < F; ++i) d += static_cast<double>(Aq[t * CF + i]) * z[i];
+        d *= std::exp(static_cast<double>(r_p) - static_cast<double>(r[t * H]));
+      }
+      for (int64_t i = 0; i <= t; ++i) d += w.W[t * C + i];
+      den[(c0 + t) * H] = static_cast<T>(d) + scaled_eps(eps, sq[c0 + t], r[t * H]);
+      scale(O + t * Cv, Dv, T(1) / den[(c0 + t) * H]);
+    }
+    // The prefix sums move to the shift of the chunk's last token and take in its keys.
+    const T r_e = r[(n - 1) * H];
+    if (c0 > 0) reshift(S, z, F, Dv, r_p, r_e);
+    int64_t ldk = F;
+    const T* Ks = shifted_rows(w.rowsF.data(), F, Kr, &ldk, n, F, r, H, r_e, T(1));
+    gemm(true, false, F, Dv, n, T(1), Ks, ldk, V, Cv, c0 > 0 ? T(1) : T(0), S, Dv);
+    if (c0 == 0) std::fill(z, z + F, T(0));
+    for (int64_t t = 0; t < n; ++t) {
+      const T f = r[t * H] == r_e ? T(1) : std::exp(r[t * H] - r_e);
+      for (int64_t i = 0; i < F; ++i) z[i] += Ku[t * CF + i] * f;
+    }
+    r_p = r_e;
+  }
+}
+
 // The forward's saved buffer (see linear_attention_saved_size).
 template <typename U>  // T or const T
 struct Saved {
@@ -316,6 +430,8 @@ void linear_attention_forward(T* out, T* saved, const T* q, const T* k, const T*
   {
     std::vector<T> sq(N), S(F * Dv), z(F);     // query shifts (T); (F, Dv); (F)
     std::vector<T> ar(N * F), cr(N * F);        // rotated φ(q), φ(k) (T, F)
+    const int64_t C = s.causal && s.chunk > 1 ? std::min(s.chunk, N) : 0;
+    ChunkScratch<T> chunk(C, F, Dv);
 #pragma omp for schedule(static)
     for (int64_t bh = 0; bh < s.B * H; ++bh) {
       const int64_t b = bh / H, h = bh % H;
@@ -344,6 +460,11 @@ void linear_attention_forward(T* out, T* saved, const T* q, const T* k, const T*
       }
       R.rotate(ar.data(), F, pq, CF, N, s.start, ROPE_ROLE_QUERY);
       R.rotate(cr.data(), F, pk, CF, N, s.start, ROPE_ROLE_KEY);
+      if (s.causal && s.chunk > 1) {
+        const CausalHead<T> head{pq, pk, ar.data(), cr.data(), vh, r, CF, Cv, H};
+        causal_chunked_forward(oh, den, head, sq.data(), N, F, Dv, C, s.eps, S.data(), z.data(), chunk);
+        continue;
+      }
       if (s.causal) {
         std::fill(S.begin(), S.end(), T(0));
         std::fill(z.begin(), z.end(), T(0));
@@ -459,6 +580,150 @@ void causal_head_backward(const HeadBackward<T>& hd, BackwardScratch<T>& w, cons
   for (int64_t i = 0; i < N * F; ++i) dpk[i] += extra[i];
 }
 
+// causal_head_backward in chunks of C tokens (see causal_chunked_forward). Forward order, with the
+// prefix sums S, z: dφ(q_t) = R_tᵀ (S_t g_t/d_t) + dd_t z_t; reverse order, with the suffix sums G (F,
+// Dv) and u (F): dφ(k_n) = R_nᵀ (G_n v_n) + u_n and dv_n += G_nᵀ R_n φ(k_n). Within a chunk the sums
+// over the other tokens are masked (C, C) products: W[t, n] = (g_t/d_t)·v_n and P[t, n] = R_t φ(q_t)·R_n
+// φ(k_n), n <= t, each × e^{r_n − r_t}.
+template <typename T>
+struct ChunkedBackward {
+  const HeadBackward<T>& hd;
+  BackwardScratch<T>& w;
+  ChunkScratch<T>& cw;
+  int64_t N, F, Dv, H, C;
+
+  // cw.gs (n, Dv) ← g_t/d_t for the n tokens from c0.
+  void scaled_gradients(int64_t c0, int64_t n) const {
+    const int64_t Cv = H * Dv;
+    for (int64_t t = 0; t < n; ++t) {
+      const T inv = T(1) / hd.den[(c0 + t) * H];
+      for (int64_t j = 0; j < Dv; ++j) cw.gs[t * Dv + j] = hd.gh[(c0 + t) * Cv + j] * inv;
+    }
+  }
+
+  // Forward order: w.dpq (T, F) ← S_t g_t/d_t (to be rotated back), w.dd, and w.extra ← dd_t z_t.
+  void query_gradients() const {
+    const int64_t Cv = H * Dv, CF = H * F;
+    T *S = w.S.data(), *z = w.z.data(), *Wm = cw.W.data(), *gs = cw.gs.data();
+    T r_p = 0;
+    for (int64_t c0 = 0; c0 < N; c0 += C) {
+      const int64_t n = std::min(C, N - c0);
+      const T *A = w.ar.data() + c0 * F, *Kr = w.cr.data() + c0 * F, *Ku = hd.pk + c0 * CF, *V = hd.vh + c0 * Cv;
+      const T* r = hd.r + c0 * H;
+      T* dq = w.dpq.data() + c0 * F;
+      scaled_gradients(c0, n);
+      if (c0 == 0) {
+        std::fill(dq, dq + n * F, T(0));
+      } else {
+        gemm(false, true, n, F, Dv, T(1), gs, Dv, S, Dv, T(0), dq, F);  // earlier chunks: S g_t/d_t
+        rows_times_shift(dq, F, dq, F, n, F, r, H, r_p, T(-1));
+      }
+      gemm(false, true, n, n, Dv, T(1), gs, Dv, V, Cv, T(0), Wm, C);
+      causal_mask(Wm, C, n, r, H);
+      gemm(false, false, n, F, n, T(1), Wm, C, Kr, F, T(1), dq, F);
+      // dd_t = −(R_t φ(q_t))·(S_t g_t/d_t)/d_t; z_t (prefix sums of φ(k) through t) gives dd_t z_t.
+      T* zr = cw.acc.data();
+      std::copy(z, z + F, zr);
+      T shift = r_p;
+      for (int64_t t = 0; t < n; ++t) {
+        T go = 0;
+        for (int64_t i = 0; i < F; ++i) go += A[t * F + i] * dq[t * F + i];
+        w.dd[c0 + t] = -go / hd.den[(c0 + t) * H];
+        if (c0 + t == 0) {
+          std::fill(zr, zr + F, T(0));
+        } else if (r[t * H] != shift) {
+          scale(zr, F, std::exp(shift - r[t * H]));
+        }
+        shift = r[t * H];
+        for (int64_t i = 0; i < F; ++i) {
+          zr[i] += Ku[t * CF + i];
+          w.extra[(c0 + t) * F + i] = w.dd[c0 + t] * zr[i];
+        }
+      }
+      std::copy(zr, zr + F, z);  // at the chunk's last shift
+      const T r_e = r[(n - 1) * H];
+      if (c0 > 0 && r_p != r_e) scale(S, F * Dv, std::exp(r_p - r_e));
+      int64_t ldk = F;
+      const T* Ks = shifted_rows(cw.rowsF.data(), F, Kr, &ldk, n, F, r, H, r_e, T(1));
+      gemm(true, false, F, Dv, n, T(1), Ks, ldk, V, Cv, c0 > 0 ? T(1) : T(0), S, Dv);
+      r_p = r_e;
+    }
+  }
+
+  // Reverse order: w.dpk (T, F) ← G_n v_n (to be rotated back), w.extra ← u_n, hd.dvh += G_nᵀ R_n φ(k_n).
+  // G (in w.S) and u (in w.z) hold the sums over later chunks at the shift r_f of the next chunk's first
+  // token.
+  void key_gradients() const {
+    const int64_t Cv = H * Dv, CF = H * F;
+    T *S = w.S.data(), *z = w.z.data(), *P = cw.P.data(), *Wm = cw.W.data(), *gs = cw.gs.data();
+    const int64_t last = (N - 1) / C * C;
+    T r_f = 0;
+    for (int64_t c0 = last; c0 >= 0; c0 -= C) {
+      const int64_t n = std::min(C, N - c0);
+      const bool later = c0 != last;
+      const T *A = w.ar.data() + c0 * F, *Kr = w.cr.data() + c0 * F, *Aq = hd.pq + c0 * CF, *V = hd.vh + c0 * Cv;
+      const T* r = hd.r + c0 * H;
+      T *dk = w.dpk.data() + c0 * F, *dV = hd.dvh + c0 * Cv;
+      scaled_gradients(c0, n);
+      if (later) {
+        gemm(false, true, n, F, Dv, T(1), V, Cv, S, Dv, T(0), dk, F);  // later chunks: G v_n
+        rows_times_shift(dk, F, dk, F, n, F, r, H, r_f, T(1));
+        T* dvl = cw.rowsV.data();  // later chunks: Gᵀ R_n φ(k_n)
+        gemm(false, false, n, Dv, F, T(1), Kr, F, S, Dv, T(0), dvl, Dv);
+        rows_times_shift(dvl, Dv, dvl, Dv, n, Dv, r, H, r_f, T(1));
+        for (int64_t t = 0; t < n; ++t) {
+          for (int64_t j = 0; j < Dv; ++j) dV[t * Cv + j] += dvl[t * Dv + j];
+        }
+      } else {
+        std::fill(dk, dk + n * F, T(0));
+      }
+      gemm(false, true, n, n, Dv, T(1), gs, Dv, V, Cv, T(0), Wm, C);
+      causal_mask(Wm, C, n, r, H);
+      gemm(true, false, n, F, n, T(1), Wm, C, A, F, T(1), dk, F);  // Σ_{t >= n} W[t, n] R_t φ(q_t)
+      gemm(false, true, n, n, F, T(1), A, F, Kr, F, T(0), P, C);
+      causal_mask(P, C, n, r, H);
+      gemm(true, false, n, Dv, n, T(1), P, C, gs, Dv, T(1), dV, Cv);  // Σ_{t >= n} P[t, n] g_t/d_t
+      // u_n: suffix sums of dd_t φ(q_t) from n on.
+      T* ur = cw.acc.data();
+      if (later) {
+        std::copy(z, z + F, ur);
+      } else {
+        std::fill(ur, ur + F, T(0));
+      }
+      T shift = later ? r_f : r[(n - 1) * H];
+      for (int64_t t = n - 1; t >= 0; --t) {
+        if (r[t * H] != shift) scale(ur, F, std::exp(r[t * H] - shift));
+        shift = r[t * H];
+        for (int64_t i = 0; i < F; ++i) {
+          ur[i] += w.dd[c0 + t] * Aq[t * CF + i];
+          w.extra[(c0 + t) * F + i] = ur[i];
+        }
+      }
+      std::copy(ur, ur + F, z);
+      // G moves to this chunk's first shift and takes in its queries.
+      const T r0 = r[0];
+      if (later && r_f != r0) scale(S, F * Dv, std::exp(r0 - r_f));
+      int64_t lda = F;
+      const T* As = shifted_rows(cw.rowsF.data(), F, A, &lda, n, F, r, H, r0, T(-1));
+      gemm(true, false, F, Dv, n, T(1), As, lda, gs, Dv, later ? T(1) : T(0), S, Dv);
+      r_f = r0;
+    }
+  }
+};
+
+template <typename T>
+void causal_chunked_backward(const HeadBackward<T>& hd, BackwardScratch<T>& w, ChunkScratch<T>& cw,
+                             const Rotator<T>& R, const LinearAttentionShape& s, int64_t F) {
+  const int64_t N = s.T;
+  const ChunkedBackward<T> cb{hd, w, cw, N, F, s.Dv, s.H, std::min(s.chunk, N)};
+  cb.query_gradients();
+  R.rotate(w.dpq.data(), F, w.dpq.data(), F, N, s.start, ROPE_ROLE_QUERY, ROPE_BACKWARD);
+  for (int64_t i = 0; i < N * F; ++i) w.dpq[i] += w.extra[i];
+  cb.key_gradients();
+  R.rotate(w.dpk.data(), F, w.dpk.data(), F, N, s.start, ROPE_ROLE_KEY, ROPE_BACKWARD);
+  for (int64_t i = 0; i < N * F; ++i) w.dpk[i] += w.extra[i];
+}
+
 // The non-causal head's dφ(q) and dφ(k) into w.dpq and w.dpk (T, F), and its ∂L/∂v added into hd.dvh,
 // through BLAS on the whole-sequence summaries S = Σ c̃ vᵀ and G (F, Dv). On entry w.ar, w.cr hold
 // R_t φ(q_t), R_t φ(k_t) (w.ar is then scaled by 1/d_t) and w.z is zero.
@@ -515,6 +780,7 @@ void linear_attention_backward(T* dq, T* dk, T* dv, const T* dout, const T* save
 #pragma omp parallel
   {
     BackwardScratch<T> w(N, F, Dv, s.causal);
+    ChunkScratch<T> cw(s.causal && s.chunk > 1 ? std::min(s.chunk, N) : 0, F, Dv);
 #pragma omp for schedule(static)
     for (int64_t bh = 0; bh < s.B * H; ++bh) {
       const int64_t b = bh / H, h = bh % H;
@@ -533,7 +799,9 @@ void linear_attention_backward(T* dq, T* dk, T* dv, const T* dout, const T* save
       R.rotate(w.cr.data(), F, hd.pk, CF, N, s.start, ROPE_ROLE_KEY);    // R_t φ(k_t)
       std::fill(w.S.begin(), w.S.end(), T(0));
       std::fill(w.z.begin(), w.z.end(), T(0));
-      if (s.causal) {
+      if (s.causal && s.chunk > 1) {
+        causal_chunked_backward(hd, w, cw, R, s, F);
+      } else if (s.causal) {
         causal_head_backward(hd, w, R, s, F);
       } else {
         noncausal_head_backward(hd, w, R, s, F);

@@ -28,10 +28,14 @@
 // Memory: the forward saves φ(q), φ(k) (stabilised, unrotated), the denominators and the key shifts,
 // (B, T, H, 2F + 2) elements = O(N·F), never O(N²). The backward recomputes the (F, Dv) prefix sums.
 // Each thread holds one head's rotated R_t φ(q_t), R_t φ(k_t) (T, F) (librope rotates all of a head's
-// tokens in one call), the backward a few more (T, F) rows.
+// tokens in one call), the backward a few more (T, F) rows; the chunked causal form adds two (chunk,
+// chunk) products.
 // Modes: non-causal uses the (F, Dv) summary Σ_n R_n φ(k_n) v_nᵀ and the (F) vector Σ_n φ(k_n) per
-// head (BLAS); causal runs the same sums as prefix sums, token by token, which is also the recurrent
-// form exposed by linear_attention_step for generation. (batch, head) pairs run in parallel (OpenMP).
+// head (BLAS). Causal runs the same sums as prefix sums over chunks of `chunk` tokens (BLAS): within a
+// chunk the masked (C, C) products of its queries and keys, across chunks the sums of the chunks before
+// (the backward: after); chunk = 1 runs them token by token, the recurrent form that
+// linear_attention_step exposes for generation, and the reference the chunks are tested against. Both
+// give eq. 19 to rounding. (batch, head) pairs run in parallel (OpenMP).
 #pragma once
 
 #include <cstdint>
@@ -68,6 +72,7 @@ struct LinearAttentionShape {
   int64_t rope_seq_len = 0;
   int64_t start = 0;           // position of token 0
   double eps = 1e-6;           // added to the (unstabilised) denominator, >= 0
+  int64_t chunk = 64;          // causal: tokens per chunk of the product form (>= 1; 1 = token by token)
 };
 
 // F, the feature dimension. Throws std::invalid_argument for a bad shape (all functions below do).

@@ -1,7 +1,8 @@
 // Linear attention with RoPE (RoFormer eq. 19, src/ops/linear_attention.h): the O(N) op against a
 // direct O(N²) evaluation of eq. 19 in double, float against double, the recurrent step against the
-// batched causal forward, gradients against central differences in float64, RoPE's relative-position
-// property, FAVOR+ random features, stabilisation at extreme logits, and bad input.
+// batched causal forward, the causal chunks against the token-by-token sums, gradients against central
+// differences in float64, RoPE's relative-position property, FAVOR+ random features, stabilisation at
+// extreme logits, and bad input.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -57,7 +58,7 @@ std::string describe(const LinearAttentionShape& s) {
                        " base=" + std::to_string(c.base) + " scaling=" + std::to_string(c.scaling.type) +
                        (c.xpos.enabled ? " xpos" : "")
                  : " no-rope") +
-         " eps=" + std::to_string(s.eps);
+         " eps=" + std::to_string(s.eps) + (s.causal ? " chunk=" + std::to_string(s.chunk) : "");
 }
 
 // Eq. 19 evaluated directly, O(N²), in double, with unstabilised features. The rotation is the
@@ -235,7 +236,65 @@ void expect_gradients_match_central_differences(const LinearAttentionShape& s, s
 
 TEST(LinearAttention, GradientsMatchCentralDifferences) {
   std::mt19937_64 rng(3);
-  for (const LinearAttentionShape& s : modes(2, 5, 2, 4, 3, 11)) expect_gradients_match_central_differences(s, rng);
+  for (LinearAttentionShape s : modes(2, 5, 2, 4, 3, 11)) {
+    expect_gradients_match_central_differences(s, rng);
+    if (!s.causal) continue;
+    for (int64_t chunk : {1, 2}) {  // token by token, and chunks of 2 (the last one short)
+      s.chunk = chunk;
+      expect_gradients_match_central_differences(s, rng);
+    }
+  }
+}
+
+// The causal chunks against the token-by-token prefix sums, in double, forward (outputs and the saved
+// buffer) and backward, over chunk sizes that leave short last chunks, a single chunk, and one token;
+// rising key norms move the FAVOR running max inside chunks. Float against the double token path too.
+TEST(LinearAttention, ChunksMatchTokenByToken) {
+  std::mt19937_64 rng(10);
+  for (int64_t T : {1, 6, 37}) {
+    for (LinearAttentionShape s : modes(2, T, 2, 6, 5, 13)) {
+      if (!s.causal) continue;
+      Inputs in = random_inputs(rng, s);
+      for (size_t i = 0; i < in.k.size(); ++i) in.k[i] *= 0.4 + static_cast<double>(i) / in.k.size() * 2.5;
+      const Vec g = random_vec(rng, s.B * s.T * s.H * s.Dv);
+      const double* W = in.W.empty() ? nullptr : in.W.data();
+      auto run = [&](const LinearAttentionShape& shape, Vec* saved, Vec* dq, Vec* dk, Vec* dv) {
+        const Vec out = forward(in.q, in.k, in.v, in.W, shape, saved);
+        dq->assign(in.q.size(), 0.5);
+        dk->assign(in.k.size(), 0.5);
+        dv->assign(in.v.size(), 0.5);
+        ops::linear_attention_backward(dq->data(), dk->data(), dv->data(), g.data(), saved->data(), in.q.data(),
+                                       in.k.data(), in.v.data(), W, shape);
+        return out;
+      };
+      s.chunk = 1;
+      Vec saved1, dq1, dk1, dv1;
+      const Vec out1 = run(s, &saved1, &dq1, &dk1, &dv1);
+      Vec net[3] = {dq1, dk1, dv1};  // the gradients alone, for the float runs (which start from zero)
+      for (Vec& d : net) {
+        for (double& x : d) x -= 0.5;
+      }
+      const auto qf = to_f32(in.q), kf = to_f32(in.k), vf = to_f32(in.v), Wf = to_f32(in.W), gf = to_f32(g);
+      for (int64_t chunk : {2, 5, 16, 64}) {
+        s.chunk = chunk;
+        Vec saved, dq, dk, dv;
+        EXPECT_LE(rel_err(run(s, &saved, &dq, &dk, &dv), out1), 1e-12) << describe(s);
+        EXPECT_LE(rel_err(saved, saved1), 1e-12) << describe(s);
+        EXPECT_LE(rel_err(dq, dq1), 1e-12) << "dq " << describe(s);
+        EXPECT_LE(rel_err(dk, dk1), 1e-12) << "dk " << describe(s);
+        EXPECT_LE(rel_err(dv, dv1), 1e-12) << "dv " << describe(s);
+        std::vector<float> saved_f, dqf(dq.size()), dkf(dk.size()), dvf(dv.size());
+        EXPECT_LE(rel_err(forward(qf, kf, vf, Wf, s, &saved_f), out1), 1e-5) << "float " << describe(s);
+        ops::linear_attention_backward(dqf.data(), dkf.data(), dvf.data(), gf.data(), saved_f.data(), qf.data(),
+                                       kf.data(), vf.data(), Wf.empty() ? nullptr : Wf.data(), s);
+        if (T > 1) {  // one token: out = v·(1 − eps/den), so dq and dk are eps-sized and float rounding dominates
+          EXPECT_LE(rel_err(dqf, net[0]), 2e-5) << "float dq " << describe(s);
+          EXPECT_LE(rel_err(dkf, net[1]), 2e-5) << "float dk " << describe(s);
+        }
+        EXPECT_LE(rel_err(dvf, net[2]), 2e-5) << "float dv " << describe(s);
+      }
+    }
+  }
 }
 
 TEST(LinearAttention, FloatMatchesDouble) {
@@ -489,8 +548,10 @@ TEST(LinearAttention, FavorIsStableAtExtremeLogits) {
   std::uniform_real_distribution<double> unif(0, 1);
   const int64_t Dk = 6, G = 4;
   for (bool overflow : {false, true}) {
-    for (bool causal : {false, true}) {
+    for (int64_t chunk : {0, 1, 3, 64}) {  // 0: not causal; else causal in chunks of that many tokens
+      const bool causal = chunk > 0;
       LinearAttentionShape s = make_shape(1, 10, 2, Dk, 3, causal, FeatureMap::favor, true, 3, 8);
+      if (causal) s.chunk = chunk;
       s.eps = overflow ? 1e-6 : 0;  // with offsets ≈ −150 any eps > 0 would swamp the true ≈ e^-300 denominator
       Inputs in = random_inputs(rng, s, 0.7);
       const double c = overflow ? 20 : 0;
@@ -555,6 +616,9 @@ TEST(LinearAttention, RejectsBadInput) {
   expect_invalid(
       [&] { ops::linear_attention_state<float>(make_shape(1, 1, 1, 3, 1, true, FeatureMap::elu_plus_one, true)); },
       "must be even");
+  LinearAttentionShape no_chunk = make_shape(1, 2, 1, 4, 2, true, FeatureMap::elu_plus_one, false);
+  no_chunk.chunk = 0;
+  expect_invalid([&] { fwd(no_chunk, nullptr); }, "chunk must be >= 1 (tokens per causal chunk), got 0");
   // Without RoPE an odd F is fine.
   EXPECT_NO_THROW(fwd(make_shape(1, 2, 1, 3, 2, false, FeatureMap::elu_plus_one, false), nullptr));
   EXPECT_NO_THROW(fwd(make_shape(1, 2, 1, 4, 2, false, FeatureMap::favor, false, 0, 5), W.data()));
