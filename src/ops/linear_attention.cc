@@ -1,9 +1,9 @@
 // Linear attention with RoPE: forward, backward and the recurrent step (see linear_attention.h).
 // Non-causal heads use BLAS for the (F, Dv) summaries. Causal heads run in chunks of s.chunk tokens:
 // within a chunk a masked (C, C) product, across chunks the (F, Dv) prefix (forward) or suffix
-// (backward) sums, all through BLAS; with s.chunk = 1 they run the prefix sums token by token through
-// causal_token, the routine linear_attention_step uses (the reference form the tests hold the chunks
-// to). Rotations go through librope (one single-threaded call per head and
+// (backward) sums, the products through BLAS; with s.chunk = 1 they run the prefix sums token by token
+// (causal_token, the routine linear_attention_step uses, and causal_head_backward): the reference form
+// the tests hold the chunks to. Rotations go through librope (one single-threaded call per head and
 // buffer, all of a head's tokens at once: ROPE_DTYPE_F32 for float, ROPE_DTYPE_F64 for double).
 // (batch, head) pairs run in parallel on OpenMP, each with single-threaded BLAS calls, like
 // ops::attention.
@@ -303,7 +303,8 @@ struct CausalHead {
   int64_t CF, Cv, H;
 };
 
-// A thread's scratch for the chunked form: (C, C) products, rows of features and values.
+// A thread's scratch for the chunked form: the (C, C) products P and W, rows (C, F) and (C, Dv), the
+// scaled gradients gs (C, Dv) and a running (F) sum.
 template <typename T>
 struct ChunkScratch {
   ChunkScratch(int64_t C, int64_t F, int64_t Dv)
@@ -344,6 +345,7 @@ void causal_chunked_forward(T* out, T* den, const CausalHead<T>& h, const T* sq,
       den[(c0 + t) * H] = static_cast<T>(d) + scaled_eps(eps, sq[c0 + t], r[t * H]);
       scale(O + t * Cv, Dv, T(1) / den[(c0 + t) * H]);
     }
+    if (c0 + n == N) break;  // no later chunk reads the sums
     // The prefix sums move to the shift of the chunk's last token and take in its keys.
     const T r_e = r[(n - 1) * H];
     if (c0 > 0) reshift(S, z, F, Dv, r_p, r_e);
@@ -593,7 +595,7 @@ struct ChunkedBackward {
   int64_t N, F, Dv, H, C;
 
   // cw.gs (n, Dv) ← g_t/d_t for the n tokens from c0.
-  void scaled_gradients(int64_t c0, int64_t n) const {
+  void scaled_gradients(int64_t c0, int64_t n) {
     const int64_t Cv = H * Dv;
     for (int64_t t = 0; t < n; ++t) {
       const T inv = T(1) / hd.den[(c0 + t) * H];
@@ -602,7 +604,7 @@ struct ChunkedBackward {
   }
 
   // Forward order: w.dpq (T, F) ← S_t g_t/d_t (to be rotated back), w.dd, and w.extra ← dd_t z_t.
-  void query_gradients() const {
+  void query_gradients() {
     const int64_t Cv = H * Dv, CF = H * F;
     T *S = w.S.data(), *z = w.z.data(), *Wm = cw.W.data(), *gs = cw.gs.data();
     T r_p = 0;
@@ -640,6 +642,7 @@ struct ChunkedBackward {
           w.extra[(c0 + t) * F + i] = w.dd[c0 + t] * zr[i];
         }
       }
+      if (c0 + n == N) break;  // no later chunk reads the sums
       std::copy(zr, zr + F, z);  // at the chunk's last shift
       const T r_e = r[(n - 1) * H];
       if (c0 > 0 && r_p != r_e) scale(S, F * Dv, std::exp(r_p - r_e));
@@ -653,7 +656,7 @@ struct ChunkedBackward {
   // Reverse order: w.dpk (T, F) ← G_n v_n (to be rotated back), w.extra ← u_n, hd.dvh += G_nᵀ R_n φ(k_n).
   // G (in w.S) and u (in w.z) hold the sums over later chunks at the shift r_f of the next chunk's first
   // token.
-  void key_gradients() const {
+  void key_gradients() {
     const int64_t Cv = H * Dv, CF = H * F;
     T *S = w.S.data(), *z = w.z.data(), *P = cw.P.data(), *Wm = cw.W.data(), *gs = cw.gs.data();
     const int64_t last = (N - 1) / C * C;
@@ -699,6 +702,7 @@ struct ChunkedBackward {
           w.extra[(c0 + t) * F + i] = ur[i];
         }
       }
+      if (c0 == 0) break;  // no earlier chunk reads the sums
       std::copy(ur, ur + F, z);
       // G moves to this chunk's first shift and takes in its queries.
       const T r0 = r[0];
@@ -711,11 +715,13 @@ struct ChunkedBackward {
   }
 };
 
+// The causal head's dφ(q) and dφ(k) into w.dpq and w.dpk (T, F), and its ∂L/∂v added into hd.dvh, in
+// chunks of s.chunk tokens. On entry w.ar, w.cr hold R_t φ(q_t), R_t φ(k_t) and w.S, w.z are zero.
 template <typename T>
 void causal_chunked_backward(const HeadBackward<T>& hd, BackwardScratch<T>& w, ChunkScratch<T>& cw,
                              const Rotator<T>& R, const LinearAttentionShape& s, int64_t F) {
   const int64_t N = s.T;
-  const ChunkedBackward<T> cb{hd, w, cw, N, F, s.Dv, s.H, std::min(s.chunk, N)};
+  ChunkedBackward<T> cb{hd, w, cw, N, F, s.Dv, s.H, std::min(s.chunk, N)};
   cb.query_gradients();
   R.rotate(w.dpq.data(), F, w.dpq.data(), F, N, s.start, ROPE_ROLE_QUERY, ROPE_BACKWARD);
   for (int64_t i = 0; i < N * F; ++i) w.dpq[i] += w.extra[i];

@@ -28,8 +28,9 @@
 // Memory: the forward saves φ(q), φ(k) (stabilised, unrotated), the denominators and the key shifts,
 // (B, T, H, 2F + 2) elements = O(N·F), never O(N²). The backward recomputes the (F, Dv) prefix sums.
 // Each thread holds one head's rotated R_t φ(q_t), R_t φ(k_t) (T, F) (librope rotates all of a head's
-// tokens in one call), the backward a few more (T, F) rows; the chunked causal form adds two (chunk,
-// chunk) products.
+// tokens in one call), the backward a few more (T, F) rows; the chunked causal form adds two (C, C)
+// products and a few (C, F) and (C, Dv) rows, C = min(chunk, T) (so a chunk as long as T would be
+// O(T²) again: keep it small).
 // Modes: non-causal uses the (F, Dv) summary Σ_n R_n φ(k_n) v_nᵀ and the (F) vector Σ_n φ(k_n) per
 // head (BLAS). Causal runs the same sums as prefix sums over chunks of `chunk` tokens (BLAS): within a
 // chunk the masked (C, C) products of its queries and keys, across chunks the sums of the chunks before

@@ -248,14 +248,15 @@ TEST(LinearAttention, GradientsMatchCentralDifferences) {
 
 // The causal chunks against the token-by-token prefix sums, in double, forward (outputs and the saved
 // buffer) and backward, over chunk sizes that leave short last chunks, a single chunk, and one token;
-// rising key norms move the FAVOR running max inside chunks. Float against the double token path too.
+// falling key norms raise the FAVOR logits ℓ = w·k − ‖k‖²/2, so the running max moves inside chunks
+// and across their edges (checked). Float against the double token path too.
 TEST(LinearAttention, ChunksMatchTokenByToken) {
   std::mt19937_64 rng(10);
   for (int64_t T : {1, 6, 37}) {
     for (LinearAttentionShape s : modes(2, T, 2, 6, 5, 13)) {
       if (!s.causal) continue;
       Inputs in = random_inputs(rng, s);
-      for (size_t i = 0; i < in.k.size(); ++i) in.k[i] *= 0.4 + static_cast<double>(i) / in.k.size() * 2.5;
+      for (size_t i = 0; i < in.k.size(); ++i) in.k[i] *= 2.9 - static_cast<double>(i) / in.k.size() * 2.5;
       const Vec g = random_vec(rng, s.B * s.T * s.H * s.Dv);
       const double* W = in.W.empty() ? nullptr : in.W.data();
       auto run = [&](const LinearAttentionShape& shape, Vec* saved, Vec* dq, Vec* dk, Vec* dv) {
@@ -270,6 +271,23 @@ TEST(LinearAttention, ChunksMatchTokenByToken) {
       s.chunk = 1;
       Vec saved1, dq1, dk1, dv1;
       const Vec out1 = run(s, &saved1, &dq1, &dk1, &dv1);
+      if (s.feature_map == FeatureMap::favor && T == 37) {  // the shifts (B, T, H) move within and across chunks
+        const int64_t n = s.B * T * s.H, F = s.favor_features;
+        const double* r = saved1.data() + 2 * n * F + n;
+        for (int64_t chunk : {2, 5}) {
+          int64_t inside = 0, across = 0;
+          for (int64_t b = 0; b < s.B; ++b) {
+            for (int64_t h = 0; h < s.H; ++h) {
+              for (int64_t t = chunk; t < T; ++t) {  // after the first chunk
+                const bool moved = r[(b * T + t) * s.H + h] != r[(b * T + t - 1) * s.H + h];
+                (t % chunk == 0 ? across : inside) += moved;
+              }
+            }
+          }
+          EXPECT_GT(inside, 0) << "chunk " << chunk << " " << describe(s);
+          EXPECT_GT(across, 0) << "chunk " << chunk << " " << describe(s);
+        }
+      }
       Vec net[3] = {dq1, dk1, dv1};  // the gradients alone, for the float runs (which start from zero)
       for (Vec& d : net) {
         for (double& x : d) x -= 0.5;
@@ -457,7 +475,13 @@ TEST(LinearAttentionRopeConfig, HeadDimIsReplacedByF) {
 
 TEST(LinearAttentionRopeConfig, GradientsMatchCentralDifferences) {
   std::mt19937_64 rng(13);
-  for (const LinearAttentionShape& s : variant_modes(2, 5, 2, 4, 3, 11)) expect_gradients_match_central_differences(s, rng);
+  for (LinearAttentionShape s : variant_modes(2, 5, 2, 4, 3, 11)) {
+    expect_gradients_match_central_differences(s, rng);
+    if (s.causal) {  // and across chunk edges (chunks of 2)
+      s.chunk = 2;
+      expect_gradients_match_central_differences(s, rng);
+    }
+  }
 }
 
 TEST(LinearAttentionRopeConfig, StepMatchesBatchedCausalForward) {
