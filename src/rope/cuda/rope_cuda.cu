@@ -211,10 +211,13 @@ __device__ void cos_sin_exact(long long m, double theta, float* c_out, float* s_
   *s_out = __double2float_rn(sin_a);
 }
 
-// Phase A for the rows [r0, r0 + nr) of a step: their folded (c, s) per pair, cs_q[j · n_pairs + i] for q
-// and cs_k for k when xPos scales them apart, and each row's element offsets in every tensor. A pair whose
-// position is bad gets (NaN, NaN), so its rotated elements come out NaN.
-__device__ void pair_cos_sin(const Args& a, long long r0, int nr, float2* cs_q, float2* cs_k, long long* offsets) {
+// Phase A for the rows [r0, r0 + nr) of a step: their folded (c, s) per pair in cs_q for q and cs_k for k
+// when xPos scales them apart, and each row's element offsets in every tensor. A pair whose position is bad
+// gets (NaN, NaN), so its rotated elements come out NaN. Pair i = u·ppu + k of row j (phase B's unit u
+// rotates ppu pairs) sits at cs[j · n_pairs + k · (n_pairs / ppu) + u]: the threads of a warp, which take
+// consecutive units, then read consecutive (c, s) in phase B, free of shared-memory bank conflicts.
+__device__ void pair_cos_sin(const Args& a, long long r0, int nr, float2* cs_q, float2* cs_k, long long* offsets,
+                             int ppu) {
   for (int j = threadIdx.x; j < nr * a.n_tensors; j += blockDim.x) {
     const int row = j % nr, tensor = j / nr;
     const long long r = r0 + row, b = r / a.n_tokens, t = r - b * a.n_tokens;
@@ -250,8 +253,9 @@ __device__ void pair_cos_sin(const Args& a, long long r0, int nr, float2* cs_q, 
       scale_q = static_cast<float>(a.attention_factor * exp(md * a.xpos_log_zeta[i]));
       scale_k = static_cast<float>(a.attention_factor * exp(-md * a.xpos_log_zeta[i]));
     }
-    cs_q[idx] = make_float2(__fmul_rn(c, scale_q), __fmul_rn(sn, scale_q));
-    if (a.xpos) cs_k[idx] = make_float2(__fmul_rn(c, scale_k), __fmul_rn(sn, scale_k));
+    const int at = row * a.n_pairs + (i % ppu) * (a.n_pairs / ppu) + i / ppu;
+    cs_q[at] = make_float2(__fmul_rn(c, scale_q), __fmul_rn(sn, scale_q));
+    if (a.xpos) cs_k[at] = make_float2(__fmul_rn(c, scale_k), __fmul_rn(sn, scale_k));
   }
 }
 
@@ -333,6 +337,7 @@ __device__ __forceinline__ void rotate_pair(float xa, float xp, float2 cs, float
 // Phase B for one tensor: every head of the step's nr rows. A head has R rotary units (interleaved: V
 // elements = V/2 pairs; half: V pairs, two chunks of V) and, out of place, C copy units of the
 // pass-through elements. Each thread loads kBatch units before it stores any, to keep loads in flight.
+// The (c, s) of pair k of unit u are cs[k · R + u] (pair_cos_sin's order).
 // I: the type of the item arithmetic (32-bit when the step's items fit, 64-bit otherwise).
 template <int DT, bool VEC, bool INTERLEAVED, typename I>
 __device__ void rotate_tensor(const Args& a, const DevTensor& x, int nr, const float2* cs, const long long* in_off,
@@ -382,14 +387,14 @@ __device__ void rotate_tensor(const Args& a, const DevTensor& x, int nr, const f
 #pragma unroll
         for (int k = 0; k < V / 2; ++k) {
           float ya, yp, yb, yq;
-          if (INTERLEAVED) {  // word k = pair i0 + k
+          if (INTERLEAVED) {  // word k = pair k of the unit
             const float2 x = unpack2<DT>(wl[k]);
-            rotate_pair(x.x, x.y, row_cs[unit[j] * (V / 2) + k], &ya, &yp);
+            rotate_pair(x.x, x.y, row_cs[k * R + unit[j]], &ya, &yp);
             wl[k] = pack2<DT>(ya, yp);
-          } else {  // word k of lo and of hi = pairs i0 + 2k and i0 + 2k + 1
+          } else {  // word k of lo and of hi = pairs 2k and 2k + 1 of the unit
             const float2 xa = unpack2<DT>(wl[k]), xp = unpack2<DT>(wh[k]);
-            rotate_pair(xa.x, xp.x, row_cs[unit[j] * V + 2 * k], &ya, &yp);
-            rotate_pair(xa.y, xp.y, row_cs[unit[j] * V + 2 * k + 1], &yb, &yq);
+            rotate_pair(xa.x, xp.x, row_cs[2 * k * R + unit[j]], &ya, &yp);
+            rotate_pair(xa.y, xp.y, row_cs[(2 * k + 1) * R + unit[j]], &yb, &yq);
             wl[k] = pack2<DT>(ya, yb);
             wh[k] = pack2<DT>(yp, yq);
           }
@@ -397,21 +402,19 @@ __device__ void rotate_tensor(const Args& a, const DevTensor& x, int nr, const f
         store_chunk<S, V, VEC>(out[j] + e, lo[j]);
         if (!INTERLEAVED) store_chunk<S, V, VEC>(out[j] + e + a.n_pairs, hi[j]);
       } else if (INTERLEAVED) {
-        const int i0 = unit[j] * (V / 2);
 #pragma unroll
         for (int k = 0; k < V / 2; ++k) {
           float ya, yp;
-          rotate_pair(to_float<DT>(lo[j].v[2 * k]), to_float<DT>(lo[j].v[2 * k + 1]), row_cs[i0 + k], &ya, &yp);
+          rotate_pair(to_float<DT>(lo[j].v[2 * k]), to_float<DT>(lo[j].v[2 * k + 1]), row_cs[k * R + unit[j]], &ya, &yp);
           lo[j].v[2 * k] = from_float<DT>(ya);
           lo[j].v[2 * k + 1] = from_float<DT>(yp);
         }
         store_chunk<S, V, VEC>(out[j] + e, lo[j]);
       } else {
-        const int i0 = unit[j] * V;
 #pragma unroll
         for (int k = 0; k < V; ++k) {
           float ya, yp;
-          rotate_pair(to_float<DT>(lo[j].v[k]), to_float<DT>(hi[j].v[k]), row_cs[i0 + k], &ya, &yp);
+          rotate_pair(to_float<DT>(lo[j].v[k]), to_float<DT>(hi[j].v[k]), row_cs[k * R + unit[j]], &ya, &yp);
           lo[j].v[k] = from_float<DT>(ya);
           hi[j].v[k] = from_float<DT>(yp);
         }
@@ -428,6 +431,9 @@ __device__ void rotate_tensor(const Args& a, const DevTensor& x, int nr, const f
 template <int DT, bool VEC, bool INTERLEAVED>
 __global__ void __launch_bounds__(kThreads, 4) rope_kernel(const Args a) {
   extern __shared__ float2 smem[];  // [2 buffers][xpos ? 2 : 1][rows_per_step][n_pairs]
+  // Pairs per rotary unit of rotate_tensor (its V elements: V/2 interleaved pairs, V half pairs).
+  constexpr int kElements = VEC ? 16 / sizeof(typename Storage<DT>::type) : (INTERLEAVED ? 2 : 1);
+  constexpr int kPairsPerUnit = INTERLEAVED ? kElements / 2 : kElements;
   __shared__ long long offsets[2][4 * kMaxRowsPerStep];  // [buffer][(tensor, in/out)][row]
   if (blockIdx.x == 0 && a.pos_kind == ROPE_POSITIONS_VARLEN) check_cu_seqlens(a);
   const int step = a.rows_per_step;
@@ -441,7 +447,7 @@ __global__ void __launch_bounds__(kThreads, 4) rope_kernel(const Args a) {
     float2* cs_q = smem + parity * per_buffer;
     float2* cs_k = a.xpos ? cs_q + step * a.n_pairs : cs_q;
     long long* off = offsets[parity];
-    pair_cos_sin(a, r0, nr, cs_q, cs_k, off);
+    pair_cos_sin(a, r0, nr, cs_q, cs_k, off, kPairsPerUnit);
     __syncthreads();
     for (int j = 0; j < a.n_tensors; ++j) {
       const float2* cs = a.t[j].is_key ? cs_k : cs_q;
