@@ -472,25 +472,38 @@ std::vector<OpCase> attention_cases() {
   return cases;
 }
 
-// Linear attention (eq. 19): both feature maps, causal or not, each RoPE layout, a scaling method,
-// an offset start; its backward; and the recurrent step, token by token.
+// Linear attention (eq. 19): both feature maps, causal or not (in one chunk, several, or token by
+// token), each RoPE layout, a scaling method, an offset start; its backward; and the recurrent step.
 std::vector<OpCase> linear_attention_cases() {
-  struct Case { int64_t B, T, H, Dk, Dv; bool causal; ops::FeatureMap map; rope_layout layout; const char* scaling; int64_t start; };
+  struct Case {
+    int64_t B, T, H, Dk, Dv;
+    bool causal;
+    ops::FeatureMap map;
+    rope_layout layout;
+    const char* scaling;
+    int64_t start;
+    int64_t chunk = 64;
+  };
   const ops::FeatureMap elu = ops::FeatureMap::elu_plus_one, favor = ops::FeatureMap::favor;
   std::vector<OpCase> cases;
   for (const Case& c : {Case{1, 1, 1, 2, 1, false, elu, ROPE_LAYOUT_INTERLEAVED, "none", 0},
                        Case{2, 9, 2, 8, 5, false, elu, ROPE_LAYOUT_INTERLEAVED, "none", 0},
                        Case{2, 9, 2, 8, 5, true, elu, ROPE_LAYOUT_HALF, "none", 3},
+                       Case{2, 9, 2, 8, 5, true, elu, ROPE_LAYOUT_HALF, "none", 3, 4},
+                       Case{2, 9, 2, 8, 5, true, elu, ROPE_LAYOUT_HALF, "none", 3, 1},
                        Case{1, 33, 3, 16, 16, true, favor, ROPE_LAYOUT_INTERLEAVED, "yarn:4:8", 0},
+                       Case{1, 33, 3, 16, 16, true, favor, ROPE_LAYOUT_INTERLEAVED, "yarn:4:8", 0, 8},
                        Case{2, 12, 2, 6, 7, false, favor, ROPE_LAYOUT_HALF, "linear:2", 10}}) {
     ops::LinearAttentionShape s{c.B, c.T, c.H, c.Dk, c.Dv, c.causal, c.map};
     s.favor_features = c.map == favor ? 12 : 0;
     s.rope_cfg.layout = c.layout;
     rope::apply_scaling_spec(c.scaling, &s.rope_cfg);
     s.start = c.start;
+    s.chunk = c.chunk;
     const std::string name = fields({{"B", c.B}, {"T", c.T}, {"H", c.H}, {"Dk", c.Dk}, {"Dv", c.Dv}, {"causal", c.causal},
                                      {"favor", c.map == favor}, {"half", c.layout == ROPE_LAYOUT_HALF}, {"start", c.start}}) +
-                             "_" + std::string(c.scaling).substr(0, std::string(c.scaling).find(':'));
+                             "_" + std::string(c.scaling).substr(0, std::string(c.scaling).find(':')) +
+                             (c.causal && c.chunk != 64 ? "_chunk" + std::to_string(c.chunk) : "");
     Body forward_backward = typed([s]<class T>(Inputs& in, Outputs& out) {
       const int64_t nq = s.B * s.T * s.H * s.Dk, nv = s.B * s.T * s.H * s.Dv;
       std::vector<T> W(s.favor_features * s.Dk);
@@ -505,7 +518,7 @@ std::vector<OpCase> linear_attention_cases() {
       out.add(o), out.add(dq), out.add(dk), out.add(dv);
     });
     cases.push_back({"linear_attention", name, forward_backward, {{Dtype::f32, kF32}}});
-    if (!c.causal) continue;
+    if (!c.causal || c.chunk != 64) continue;  // the step is the same for every chunk size
     Body step = typed([s]<class T>(Inputs& in, Outputs& out) {
       ops::LinearAttentionShape one = s;
       one.rope_seq_len = s.start + s.T;
