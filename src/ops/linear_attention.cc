@@ -254,6 +254,16 @@ T causal_token(T* out, T* S, T* z, T r_prev, T r, const T* c, const T* c_rot, co
 // last token) by e^{r_p − r_t}, which is what the token path's rescaling amounts to. The shifts are
 // constant over most chunks (always for elu + 1), and then every factor is 1 and no exp is evaluated.
 
+// Tokens per chunk of the causal product form for shape s, or 0 when s runs token by token or is not
+// causal.
+int64_t causal_chunk(const LinearAttentionShape& s) { return s.causal && s.chunk > 1 ? std::min(s.chunk, s.T) : 0; }
+
+// e^{sign·(r − ref)}, exactly 1 where r equals ref (no exp evaluated).
+template <typename T>
+T shift_factor(T r, T ref, T sign) {
+  return r == ref ? T(1) : std::exp(sign * (r - ref));
+}
+
 // M (n, n), row stride ldm: zero above the diagonal (key n after query t), and M[t, n] × e^{r_n − r_t}
 // on and below it.
 template <typename T>
@@ -275,7 +285,7 @@ template <typename T>
 void rows_times_shift(T* Y, int64_t ldy, const T* X, int64_t ldx, int64_t n, int64_t cols, const T* r, int64_t rs,
                       T ref, T sign) {
   for (int64_t t = 0; t < n; ++t) {
-    const T f = r[t * rs] == ref ? T(1) : std::exp(sign * (r[t * rs] - ref));
+    const T f = shift_factor(r[t * rs], ref, sign);
     for (int64_t j = 0; j < cols; ++j) Y[t * ldy + j] = X[t * ldx + j] * f;
   }
 }
@@ -354,7 +364,7 @@ void causal_chunked_forward(T* out, T* den, const CausalHead<T>& h, const T* sq,
     gemm(true, false, F, Dv, n, T(1), Ks, ldk, V, Cv, c0 > 0 ? T(1) : T(0), S, Dv);
     if (c0 == 0) std::fill(z, z + F, T(0));
     for (int64_t t = 0; t < n; ++t) {
-      const T f = r[t * H] == r_e ? T(1) : std::exp(r[t * H] - r_e);
+      const T f = shift_factor(r[t * H], r_e, T(1));
       for (int64_t i = 0; i < F; ++i) z[i] += Ku[t * CF + i] * f;
     }
     r_p = r_e;
@@ -432,7 +442,7 @@ void linear_attention_forward(T* out, T* saved, const T* q, const T* k, const T*
   {
     std::vector<T> sq(N), S(F * Dv), z(F);     // query shifts (T); (F, Dv); (F)
     std::vector<T> ar(N * F), cr(N * F);        // rotated φ(q), φ(k) (T, F)
-    const int64_t C = s.causal && s.chunk > 1 ? std::min(s.chunk, N) : 0;
+    const int64_t C = causal_chunk(s);
     ChunkScratch<T> chunk(C, F, Dv);
 #pragma omp for schedule(static)
     for (int64_t bh = 0; bh < s.B * H; ++bh) {
@@ -462,7 +472,7 @@ void linear_attention_forward(T* out, T* saved, const T* q, const T* k, const T*
       }
       R.rotate(ar.data(), F, pq, CF, N, s.start, ROPE_ROLE_QUERY);
       R.rotate(cr.data(), F, pk, CF, N, s.start, ROPE_ROLE_KEY);
-      if (s.causal && s.chunk > 1) {
+      if (C > 0) {
         const CausalHead<T> head{pq, pk, ar.data(), cr.data(), vh, r, CF, Cv, H};
         causal_chunked_forward(oh, den, head, sq.data(), N, F, Dv, C, s.eps, S.data(), z.data(), chunk);
         continue;
@@ -721,7 +731,7 @@ template <typename T>
 void causal_chunked_backward(const HeadBackward<T>& hd, BackwardScratch<T>& w, ChunkScratch<T>& cw,
                              const Rotator<T>& R, const LinearAttentionShape& s, int64_t F) {
   const int64_t N = s.T;
-  ChunkedBackward<T> cb{hd, w, cw, N, F, s.Dv, s.H, std::min(s.chunk, N)};
+  ChunkedBackward<T> cb{hd, w, cw, N, F, s.Dv, s.H, causal_chunk(s)};
   cb.query_gradients();
   R.rotate(w.dpq.data(), F, w.dpq.data(), F, N, s.start, ROPE_ROLE_QUERY, ROPE_BACKWARD);
   for (int64_t i = 0; i < N * F; ++i) w.dpq[i] += w.extra[i];
@@ -786,7 +796,7 @@ void linear_attention_backward(T* dq, T* dk, T* dv, const T* dout, const T* save
 #pragma omp parallel
   {
     BackwardScratch<T> w(N, F, Dv, s.causal);
-    ChunkScratch<T> cw(s.causal && s.chunk > 1 ? std::min(s.chunk, N) : 0, F, Dv);
+    ChunkScratch<T> cw(causal_chunk(s), F, Dv);
 #pragma omp for schedule(static)
     for (int64_t bh = 0; bh < s.B * H; ++bh) {
       const int64_t b = bh / H, h = bh % H;
@@ -805,7 +815,7 @@ void linear_attention_backward(T* dq, T* dk, T* dv, const T* dout, const T* save
       R.rotate(w.cr.data(), F, hd.pk, CF, N, s.start, ROPE_ROLE_KEY);    // R_t φ(k_t)
       std::fill(w.S.begin(), w.S.end(), T(0));
       std::fill(w.z.begin(), w.z.end(), T(0));
-      if (s.causal && s.chunk > 1) {
+      if (causal_chunk(s) > 0) {
         causal_chunked_backward(hd, w, cw, R, s, F);
       } else if (s.causal) {
         causal_head_backward(hd, w, R, s, F);

@@ -263,6 +263,17 @@ __device__ void pair_cos_sin(const Args& a, long long r0, int nr, float2* cs_q, 
 template <int DT> struct Storage { using type = unsigned short; };
 template <> struct Storage<ROPE_DTYPE_F32> { using type = float; };
 
+// Elements of one rotary unit of rotate_tensor: a 16-byte vector, or one interleaved pair / one half
+// element; and the pairs it holds (V/2 interleaved, V half: each element pairs with one n_pairs on).
+template <int DT, bool VEC, bool INTERLEAVED>
+__host__ __device__ constexpr int unit_elements() {
+  return VEC ? 16 / sizeof(typename Storage<DT>::type) : (INTERLEAVED ? 2 : 1);
+}
+template <int DT, bool VEC, bool INTERLEAVED>
+__host__ __device__ constexpr int unit_pairs() {
+  return INTERLEAVED ? unit_elements<DT, VEC, INTERLEAVED>() / 2 : unit_elements<DT, VEC, INTERLEAVED>();
+}
+
 template <int DT> __device__ __forceinline__ float to_float(typename Storage<DT>::type x);
 template <> __device__ __forceinline__ float to_float<ROPE_DTYPE_F32>(float x) { return x; }
 template <> __device__ __forceinline__ float to_float<ROPE_DTYPE_F16>(unsigned short x) {
@@ -343,7 +354,7 @@ template <int DT, bool VEC, bool INTERLEAVED, typename I>
 __device__ void rotate_tensor(const Args& a, const DevTensor& x, int nr, const float2* cs, const long long* in_off,
                               const long long* out_off) {
   using S = typename Storage<DT>::type;
-  constexpr int V = VEC ? 16 / sizeof(S) : (INTERLEAVED ? 2 : 1);  // elements per rotary chunk
+  constexpr int V = unit_elements<DT, VEC, INTERLEAVED>();  // elements per rotary chunk
   constexpr int VC = VEC ? V : 1;                                    // elements per copy chunk
   constexpr int kBatch = VEC && !INTERLEAVED ? 1 : 2;  // two 16-byte loads in flight either way
   const int R = INTERLEAVED ? a.rot_dim / V : a.n_pairs / V;
@@ -405,7 +416,8 @@ __device__ void rotate_tensor(const Args& a, const DevTensor& x, int nr, const f
 #pragma unroll
         for (int k = 0; k < V / 2; ++k) {
           float ya, yp;
-          rotate_pair(to_float<DT>(lo[j].v[2 * k]), to_float<DT>(lo[j].v[2 * k + 1]), row_cs[k * R + unit[j]], &ya, &yp);
+          rotate_pair(to_float<DT>(lo[j].v[2 * k]), to_float<DT>(lo[j].v[2 * k + 1]), row_cs[k * R + unit[j]],
+                      &ya, &yp);
           lo[j].v[2 * k] = from_float<DT>(ya);
           lo[j].v[2 * k + 1] = from_float<DT>(yp);
         }
@@ -431,9 +443,6 @@ __device__ void rotate_tensor(const Args& a, const DevTensor& x, int nr, const f
 template <int DT, bool VEC, bool INTERLEAVED>
 __global__ void __launch_bounds__(kThreads, 4) rope_kernel(const Args a) {
   extern __shared__ float2 smem[];  // [2 buffers][xpos ? 2 : 1][rows_per_step][n_pairs]
-  // Pairs per rotary unit of rotate_tensor (its V elements: V/2 interleaved pairs, V half pairs).
-  constexpr int kElements = VEC ? 16 / sizeof(typename Storage<DT>::type) : (INTERLEAVED ? 2 : 1);
-  constexpr int kPairsPerUnit = INTERLEAVED ? kElements / 2 : kElements;
   __shared__ long long offsets[2][4 * kMaxRowsPerStep];  // [buffer][(tensor, in/out)][row]
   if (blockIdx.x == 0 && a.pos_kind == ROPE_POSITIONS_VARLEN) check_cu_seqlens(a);
   const int step = a.rows_per_step;
@@ -447,7 +456,7 @@ __global__ void __launch_bounds__(kThreads, 4) rope_kernel(const Args a) {
     float2* cs_q = smem + parity * per_buffer;
     float2* cs_k = a.xpos ? cs_q + step * a.n_pairs : cs_q;
     long long* off = offsets[parity];
-    pair_cos_sin(a, r0, nr, cs_q, cs_k, off, kPairsPerUnit);
+    pair_cos_sin(a, r0, nr, cs_q, cs_k, off, unit_pairs<DT, VEC, INTERLEAVED>());
     __syncthreads();
     for (int j = 0; j < a.n_tensors; ++j) {
       const float2* cs = a.t[j].is_key ? cs_k : cs_q;
