@@ -22,6 +22,7 @@
 #include "hwy/aligned_allocator.h"
 #include "hwy/targets.h"
 #include "memory_floor.h"
+#include "rope/convert.h"
 #include "rope/rope.hpp"
 
 namespace roformer {
@@ -44,6 +45,24 @@ struct Buffer {
 struct Buffers {
   Buffer q, k, q_out, k_out;
 };
+
+// `bytes` of N(0, 1) values in the dtype's own format: fp32 bit patterns read as bf16 pairs would put
+// a random exponent in every other element (infinities, NaNs, denormals no real q or k holds).
+Buffer normal_buffer(rope_dtype dtype, size_t bytes, std::mt19937_64& rng) {
+  Buffer b{hwy::AllocateAligned<uint8_t>(bytes), bytes};
+  std::normal_distribution<float> normal;
+  const size_t es = dtype == ROPE_DTYPE_F32 ? 4 : 2;
+  for (size_t i = 0; i + es <= bytes; i += es) {
+    const float f = normal(rng);
+    if (dtype == ROPE_DTYPE_F32) {
+      std::memcpy(b.get() + i, &f, 4);
+    } else {
+      const uint16_t h = rope::f32_to_bf16(f);
+      std::memcpy(b.get() + i, &h, 2);
+    }
+  }
+  return b;
+}
 
 struct Result {
   std::string shape, dtype, layout, direction, mode;
@@ -117,20 +136,11 @@ int bench_rope(const BenchRopeOptions& options) {
   // Buffers per (shape, dtype), random N(0, 1) contents.
   std::map<std::pair<std::string, int>, Buffers> buffers;
   std::mt19937_64 rng(4096);
-  std::normal_distribution<float> normal;
   for (const Shape& s : shapes) {
     for (rope_dtype dtype : {ROPE_DTYPE_F32, ROPE_DTYPE_BF16}) {
       const size_t bytes = s.tokens * s.heads * s.head_dim * (dtype == ROPE_DTYPE_F32 ? 4 : 2);
       Buffers& b = buffers[{s.name, dtype}];
-      for (Buffer* v : {&b.q, &b.k, &b.q_out, &b.k_out}) {
-        v->data = hwy::AllocateAligned<uint8_t>(bytes);
-        v->bytes = bytes;
-        for (size_t i = 0; i + 4 <= bytes; i += 4) {
-          // Any bit pattern of finite values is fine: fill with fp32 N(0,1) (as bf16 pairs too).
-          const float f = normal(rng);
-          std::memcpy(v->get() + i, &f, 4);
-        }
-      }
+      for (Buffer* v : {&b.q, &b.k, &b.q_out, &b.k_out}) *v = normal_buffer(dtype, bytes, rng);
     }
   }
 

@@ -248,14 +248,19 @@ HWY_INLINE void RotateInterleavedVector(D df, const T* in, T* out, hn::Vec<D> c,
   StoreF(df, hn::MulAdd(x, c, hn::Mul(hn::Reverse2(df, x), s)), out, stream);
 }
 
-// Rows streamed from DRAM in place gain from a software prefetch 4 KiB ahead of the loads (Zen 5,
-// prefill f32 q+k interleaved in place, one thread, `build/rope_callgrind`, best of 5–10 alternating
-// runs: 3.97–4.48 ms against 4.39–4.53 with AVX3, 4.14–4.27 against 4.47–4.59 with AVX2; half 4.73
-// against 4.79). Out of place it costs (5.93 against 5.59 ms), so only in-place calls prefetch.
+// Rows streamed from DRAM gain from a software prefetch 4 KiB ahead of the loads. f32 and f16 rows
+// prefetch in place only: on Zen 5 (prefill f32 q+k interleaved, one thread, `build/rope_callgrind`,
+// best of 5–10 alternating runs) in place took 3.97–4.48 ms against 4.39–4.53 with AVX3, 4.14–4.27
+// against 4.47–4.59 with AVX2, half 4.73 against 4.79, but out of place 5.93 against 5.59, and on an
+// Intel Xeon with AMX (2 vCPUs, `roformer bench rope`, two alternating runs) half out of place took
+// 18.8–19.3 ms against 17.4–17.9. bf16 rows prefetch in and out of place: on that Xeon, one thread,
+// in place AVX2 took 6.0–6.2 ms against 11.1 without, out of place 5.9–6.5 against 11.7–11.9, with
+// AVX3 (bf16_avx512.cc does the same) 2.5–2.8 against 7.8 in place and 5.5–7.3 against 7.3–9.6 out of
+// place, the loads otherwise waiting on memory. Cache-resident rows never prefetch.
 // Calls body(std::true_type{}) to prefetch, body(std::false_type{}) not to.
 template <class Body>
-HWY_INLINE void WithPrefetchIfInPlace(const Heads& heads, const Body& body) {
-  if (heads.in == heads.out) {
+HWY_INLINE void WithPrefetchIfStreamed(const Heads& heads, bool out_of_place_too, const Body& body) {
+  if (heads.stream_row && (out_of_place_too || heads.in == heads.out)) {
     body(std::true_type{});
   } else {
     body(std::false_type{});
@@ -274,7 +279,7 @@ HWY_INLINE void RotateInterleaved(const Heads& heads, int32_t offset, int32_t n_
     const hn::CappedTag<float, 8> df;
     const int32_t lanes = static_cast<int32_t>(hn::Lanes(df)), n = 2 * n_pairs - 2 * n_pairs % lanes;
     const bool stream = heads.stream;
-    WithPrefetchIfInPlace(heads, [&](auto prefetch) {
+    WithPrefetchIfStreamed(heads, false, [&](auto prefetch) {
       for (HeadWalk<T> w(heads, offset); lanes >= 2 && w.n > 0; w.next()) {
         for (int32_t j = 0; j < n; j += lanes) {
           PrefetchAhead<decltype(prefetch)::value>(w.in + j);
@@ -320,7 +325,7 @@ HWY_INLINE void RotateHalf(const Heads& heads, int32_t offset, int32_t n_pairs, 
     const hn::CappedTag<float, 8> df;
     const int32_t lanes = static_cast<int32_t>(hn::Lanes(df)), n = n_pairs - n_pairs % lanes;
     const bool stream = heads.stream;
-    WithPrefetchIfInPlace(heads, [&](auto prefetch) {
+    WithPrefetchIfStreamed(heads, false, [&](auto prefetch) {
       for (HeadWalk<T> w(heads, offset); w.n > 0; w.next()) {
         for (int32_t j = 0; j < n; j += lanes) {
           PrefetchAhead<decltype(prefetch)::value>(w.in + j);
@@ -396,16 +401,21 @@ HWY_INLINE void RotateInterleavedBf16(const Heads& heads, int32_t offset, int32_
   };
   const int32_t first = kTryNativeBf16 ? rotate_interleaved_bf16_avx512(heads, offset, n_pairs, cs) : 0;
   if (first == n_pairs) return;
-  // The rounding arithmetic bounds this kernel, not loads: cos/sin come from L1 with each vector
-  // (no tile to set up). (Pointers held in locals: the compiler cannot tell the stores from cs's
-  // own members.)
+  // The rounding arithmetic bounds this kernel once rows from DRAM are prefetched: cos/sin come from
+  // L1 with each vector (no tile to set up). (Pointers held in locals: the compiler cannot tell the
+  // stores from cs's own members.)
   const float *pc = cs.pc.data(), *ps = cs.ps.data();
   int32_t i = first;
-  for (HeadWalk<hwy::bfloat16_t> w(heads, offset); w.n > 0; w.next()) {
-    const hwy::bfloat16_t* in = w.in;
-    hwy::bfloat16_t* out = w.out;
-    for (i = first; i + lanes <= n_pairs; i += lanes) rotate(in + 2 * i, out + 2 * i, hn::LoadU(df, pc + i), hn::LoadU(df, ps + i));
-  }
+  WithPrefetchIfStreamed(heads, true, [&](auto prefetch) {
+    for (HeadWalk<hwy::bfloat16_t> w(heads, offset); w.n > 0; w.next()) {
+      const hwy::bfloat16_t* in = w.in;
+      hwy::bfloat16_t* out = w.out;
+      for (i = first; i + lanes <= n_pairs; i += lanes) {
+        PrefetchAhead<decltype(prefetch)::value>(in + 2 * i);
+        rotate(in + 2 * i, out + 2 * i, hn::LoadU(df, pc + i), hn::LoadU(df, ps + i));
+      }
+    }
+  });
   RotatePairsScalar<hwy::bfloat16_t>(heads, offset, i, n_pairs, true, cs);
 }
 
@@ -420,22 +430,26 @@ HWY_INLINE void RotateHalfBf16(const Heads& heads, int32_t offset, int32_t n_pai
   // Heads one after the other, cos/sin from L1 per vector, as RotateInterleavedBf16.
   const float *ec = cs.ec.data(), *es = cs.es.data();
   int32_t k = first / 2;  // u32 lane index within the low half: pairs 2k, 2k+1
-  for (HeadWalk<hwy::bfloat16_t> w(heads, offset); w.n > 0; w.next()) {
-    const hwy::bfloat16_t* in = w.in;
-    hwy::bfloat16_t* out = w.out;
-    for (k = first / 2; 2 * (k + lanes) <= n_pairs; k += lanes) {
-      const auto ce = hn::LoadU(df, ec + k), se = hn::LoadU(df, es + k);
-      const auto co = hn::LoadU(df, ec + n_even + k), so = hn::LoadU(df, es + n_even + k);
-      const auto lo = LoadedOnce(hn::LoadU(du, reinterpret_cast<const uint32_t*>(in + 2 * k)));
-      const auto hi = LoadedOnce(hn::LoadU(du, reinterpret_cast<const uint32_t*>(in + n_pairs + 2 * k)));
-      const auto lo_e = hn::BitCast(df, hn::ShiftLeft<16>(lo)), lo_o = hn::BitCast(df, hn::And(lo, high));
-      const auto hi_e = hn::BitCast(df, hn::ShiftLeft<16>(hi)), hi_o = hn::BitCast(df, hn::And(hi, high));
-      StoreOut(du, PackBf16Pairs(du, hn::MulSub(lo_e, ce, hn::Mul(hi_e, se)), hn::MulSub(lo_o, co, hn::Mul(hi_o, so))),
-               reinterpret_cast<uint32_t*>(out + 2 * k), heads.stream);
-      StoreOut(du, PackBf16Pairs(du, hn::MulAdd(hi_e, ce, hn::Mul(lo_e, se)), hn::MulAdd(hi_o, co, hn::Mul(lo_o, so))),
-               reinterpret_cast<uint32_t*>(out + n_pairs + 2 * k), heads.stream);
+  WithPrefetchIfStreamed(heads, true, [&](auto prefetch) {
+    for (HeadWalk<hwy::bfloat16_t> w(heads, offset); w.n > 0; w.next()) {
+      const hwy::bfloat16_t* in = w.in;
+      hwy::bfloat16_t* out = w.out;
+      for (k = first / 2; 2 * (k + lanes) <= n_pairs; k += lanes) {
+        PrefetchAhead<decltype(prefetch)::value>(in + 2 * k);
+        PrefetchAhead<decltype(prefetch)::value>(in + n_pairs + 2 * k);
+        const auto ce = hn::LoadU(df, ec + k), se = hn::LoadU(df, es + k);
+        const auto co = hn::LoadU(df, ec + n_even + k), so = hn::LoadU(df, es + n_even + k);
+        const auto lo = LoadedOnce(hn::LoadU(du, reinterpret_cast<const uint32_t*>(in + 2 * k)));
+        const auto hi = LoadedOnce(hn::LoadU(du, reinterpret_cast<const uint32_t*>(in + n_pairs + 2 * k)));
+        const auto lo_e = hn::BitCast(df, hn::ShiftLeft<16>(lo)), lo_o = hn::BitCast(df, hn::And(lo, high));
+        const auto hi_e = hn::BitCast(df, hn::ShiftLeft<16>(hi)), hi_o = hn::BitCast(df, hn::And(hi, high));
+        StoreOut(du, PackBf16Pairs(du, hn::MulSub(lo_e, ce, hn::Mul(hi_e, se)), hn::MulSub(lo_o, co, hn::Mul(hi_o, so))),
+                 reinterpret_cast<uint32_t*>(out + 2 * k), heads.stream);
+        StoreOut(du, PackBf16Pairs(du, hn::MulAdd(hi_e, ce, hn::Mul(lo_e, se)), hn::MulAdd(hi_o, co, hn::Mul(lo_o, so))),
+                 reinterpret_cast<uint32_t*>(out + n_pairs + 2 * k), heads.stream);
+      }
     }
-  }
+  });
   RotatePairsScalar<hwy::bfloat16_t>(heads, offset, 2 * k, n_pairs, false, cs);
 }
 
