@@ -7,6 +7,7 @@
 #include <cstring>
 #include <random>
 
+#include "hwy/targets.h"
 #include "rope/rope.hpp"
 
 namespace {
@@ -261,50 +262,55 @@ TEST(RopeThreads, HeadsSplitAcrossThreadsGiveTheSameBits) {
 namespace {
 
 TEST(RopeStreaming, LargeOutOfPlaceEqualsInPlace) {
-  // Outputs beyond the cache-resident size are written with non-temporal stores where aligned;
-  // the results must be the same bits as in place, for aligned and misaligned outputs.
+  // Outputs beyond the cache-resident size are written with non-temporal stores where aligned, and
+  // rows streamed from DRAM prefetch ahead; the results must be the same bits as in place, for
+  // aligned and misaligned outputs, on every SIMD target (each has its own streaming loops).
   std::mt19937_64 rng(23);
   const int64_t tokens = 700, heads = 8, d = 128;  // 2.9 MB of fp32 per tensor
-  for (rope_dtype dtype : {ROPE_DTYPE_F32, ROPE_DTYPE_BF16, ROPE_DTYPE_F16}) {
-    for (rope_layout layout : {ROPE_LAYOUT_INTERLEAVED, ROPE_LAYOUT_HALF}) {
-      for (int misalign : {0, 1}) {
-        rope_config cfg = rope::default_config(d);
-        cfg.layout = layout;
-        rope::Plan plan(cfg);
-        const size_t es = dtype == ROPE_DTYPE_F32 ? 4 : 2, n = tokens * heads * d;
-        std::vector<uint8_t> x(n * es), in_place, out((n + 64) * es, 0xff);
-        for (size_t i = 0; i < n; ++i) {
-          const float v = std::normal_distribution<float>()(rng);
-          if (dtype == ROPE_DTYPE_F32) {
-            std::memcpy(&x[4 * i], &v, 4);
-          } else {
-            const uint16_t h = static_cast<uint16_t>(i * 2654435761u >> 8) & 0x3fff;  // finite 16-bit values
-            std::memcpy(&x[2 * i], &h, 2);
+  for (int64_t target : hwy::SupportedAndGeneratedTargets()) {
+    hwy::SetSupportedTargetsForTest(target);
+    for (rope_dtype dtype : {ROPE_DTYPE_F32, ROPE_DTYPE_BF16, ROPE_DTYPE_F16}) {
+      for (rope_layout layout : {ROPE_LAYOUT_INTERLEAVED, ROPE_LAYOUT_HALF}) {
+        for (int misalign : {0, 1}) {
+          rope_config cfg = rope::default_config(d);
+          cfg.layout = layout;
+          rope::Plan plan(cfg);
+          const size_t es = dtype == ROPE_DTYPE_F32 ? 4 : 2, n = tokens * heads * d;
+          std::vector<uint8_t> x(n * es), in_place, out((n + 64) * es, 0xff);
+          for (size_t i = 0; i < n; ++i) {
+            const float v = std::normal_distribution<float>()(rng);
+            if (dtype == ROPE_DTYPE_F32) {
+              std::memcpy(&x[4 * i], &v, 4);
+            } else {
+              const uint16_t h = static_cast<uint16_t>(i * 2654435761u >> 8) & 0x3fff;  // finite 16-bit values
+              std::memcpy(&x[2 * i], &h, 2);
+            }
           }
-        }
-        in_place = x;
-        // 64-byte aligned (or off by one element) output inside `out`.
-        uint8_t* base = out.data() + (64 - reinterpret_cast<uintptr_t>(out.data()) % 64) % 64 + misalign * es;
-        const rope_tensor src = rope::bshd(x.data(), dtype, 1, tokens, heads, d);
-        const rope_tensor dst = rope::bshd(base, dtype, 1, tokens, heads, d);
-        const rope_exec exec{2, ROPE_BACKEND_AUTO, nullptr};
-        plan.apply(ROPE_FORWARD, ROPE_ROLE_QUERY, rope::offset_positions(5), src, &dst, &exec);
-        plan.apply(ROPE_FORWARD, ROPE_ROLE_QUERY, rope::offset_positions(5),
-                   rope::bshd(in_place.data(), dtype, 1, tokens, heads, d), nullptr, &exec);
-        EXPECT_EQ(0, std::memcmp(base, in_place.data(), n * es)) << "dtype " << dtype << " layout " << layout
-                                                                   << " misalign " << misalign;
-        // The streaming kernels (256-bit at most, head after head) against the cache-resident ones
-        // (full vectors, all heads per chunk), which the oracle tests check: one token at a time.
-        for (int64_t t : {int64_t{0}, int64_t{1}, tokens / 2, tokens - 1}) {
-          std::vector<uint8_t> row(x.begin() + t * heads * d * es, x.begin() + (t + 1) * heads * d * es);
-          plan.apply(ROPE_FORWARD, ROPE_ROLE_QUERY, rope::offset_positions(5 + t),
-                     rope::bshd(row.data(), dtype, 1, 1, heads, d), nullptr, &exec);
-          EXPECT_EQ(0, std::memcmp(row.data(), in_place.data() + t * heads * d * es, row.size()))
-              << "dtype " << dtype << " layout " << layout << " token " << t;
+          in_place = x;
+          // 64-byte aligned (or off by one element) output inside `out`.
+          uint8_t* base = out.data() + (64 - reinterpret_cast<uintptr_t>(out.data()) % 64) % 64 + misalign * es;
+          const rope_tensor src = rope::bshd(x.data(), dtype, 1, tokens, heads, d);
+          const rope_tensor dst = rope::bshd(base, dtype, 1, tokens, heads, d);
+          const rope_exec exec{2, ROPE_BACKEND_AUTO, nullptr};
+          plan.apply(ROPE_FORWARD, ROPE_ROLE_QUERY, rope::offset_positions(5), src, &dst, &exec);
+          plan.apply(ROPE_FORWARD, ROPE_ROLE_QUERY, rope::offset_positions(5),
+                     rope::bshd(in_place.data(), dtype, 1, tokens, heads, d), nullptr, &exec);
+          EXPECT_EQ(0, std::memcmp(base, in_place.data(), n * es))
+              << hwy::TargetName(target) << " dtype " << dtype << " layout " << layout << " misalign " << misalign;
+          // The streaming kernels (256-bit at most, head after head) against the cache-resident ones
+          // (full vectors, all heads per chunk), which the oracle tests check: one token at a time.
+          for (int64_t t : {int64_t{0}, int64_t{1}, tokens / 2, tokens - 1}) {
+            std::vector<uint8_t> row(x.begin() + t * heads * d * es, x.begin() + (t + 1) * heads * d * es);
+            plan.apply(ROPE_FORWARD, ROPE_ROLE_QUERY, rope::offset_positions(5 + t),
+                       rope::bshd(row.data(), dtype, 1, 1, heads, d), nullptr, &exec);
+            EXPECT_EQ(0, std::memcmp(row.data(), in_place.data() + t * heads * d * es, row.size()))
+                << hwy::TargetName(target) << " dtype " << dtype << " layout " << layout << " token " << t;
+          }
         }
       }
     }
   }
+  hwy::SetSupportedTargetsForTest(0);
 }
 
 }  // namespace
