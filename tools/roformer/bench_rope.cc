@@ -51,13 +51,13 @@ struct Buffers {
 Buffer normal_buffer(rope_dtype dtype, size_t bytes, std::mt19937_64& rng) {
   Buffer b{hwy::AllocateAligned<uint8_t>(bytes), bytes};
   std::normal_distribution<float> normal;
-  const size_t es = dtype == ROPE_DTYPE_F32 ? 4 : 2;
+  const size_t es = rope::dtype_size(dtype);
   for (size_t i = 0; i + es <= bytes; i += es) {
     const float f = normal(rng);
     if (dtype == ROPE_DTYPE_F32) {
       std::memcpy(b.get() + i, &f, 4);
     } else {
-      const uint16_t h = rope::f32_to_bf16(f);
+      const uint16_t h = dtype == ROPE_DTYPE_BF16 ? rope::f32_to_bf16(f) : rope::f32_to_f16(f);
       std::memcpy(b.get() + i, &h, 2);
     }
   }
@@ -138,7 +138,7 @@ int bench_rope(const BenchRopeOptions& options) {
   std::mt19937_64 rng(4096);
   for (const Shape& s : shapes) {
     for (rope_dtype dtype : {ROPE_DTYPE_F32, ROPE_DTYPE_BF16}) {
-      const size_t bytes = s.tokens * s.heads * s.head_dim * (dtype == ROPE_DTYPE_F32 ? 4 : 2);
+      const size_t bytes = s.tokens * s.heads * s.head_dim * rope::dtype_size(dtype);
       Buffers& b = buffers[{s.name, dtype}];
       for (Buffer* v : {&b.q, &b.k, &b.q_out, &b.k_out}) *v = normal_buffer(dtype, bytes, rng);
     }

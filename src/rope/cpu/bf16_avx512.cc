@@ -197,7 +197,7 @@ ROPE_BF16_TARGET int32_t rotate_steps(const Heads& heads, int32_t offset, int32_
 template <class Steps>
 ROPE_BF16_TARGET int32_t rotate_bf16(const Heads& heads, int32_t offset, int32_t n_pairs, const TokenCosSin& cs) {
   if (!cpu_has_avx512_bf16()) return 0;
-  if (heads.stream_row) {
+  if (heads.prefetch(true)) {
     return heads.stream ? rotate_steps<Steps, true, true>(heads, offset, n_pairs, cs)
                         : rotate_steps<Steps, false, true>(heads, offset, n_pairs, cs);
   }

@@ -253,14 +253,15 @@ HWY_INLINE void RotateInterleavedVector(D df, const T* in, T* out, hn::Vec<D> c,
 // best of 5–10 alternating runs) in place took 3.97–4.48 ms against 4.39–4.53 with AVX3, 4.14–4.27
 // against 4.47–4.59 with AVX2, half 4.73 against 4.79, but out of place 5.93 against 5.59, and on an
 // Intel Xeon with AMX (2 vCPUs, `roformer bench rope`, two alternating runs) half out of place took
-// 18.8–19.3 ms against 17.4–17.9. bf16 rows prefetch in and out of place: on that Xeon, one thread,
-// in place AVX2 took 6.0–6.2 ms against 11.1 without, out of place 5.9–6.5 against 11.7–11.9, with
-// AVX3 (bf16_avx512.cc does the same) 2.5–2.8 against 7.8 in place and 5.5–7.3 against 7.3–9.6 out of
-// place, the loads otherwise waiting on memory. Cache-resident rows never prefetch.
+// 18.8–19.3 ms with out_of_place_too = true against 17.4–17.9. bf16 rows prefetch in and out of place:
+// on that Xeon, one thread, against commit f52e28a's kernels (no bf16 prefetch), in place AVX2 took
+// 6.0–6.2 ms against 11.1, out of place 5.9–6.5 against 11.7–11.9, with AVX3 (bf16_avx512.cc does the
+// same) 2.5–2.8 against 7.8 in place and 5.5–7.3 against 7.3–9.6 out of place, the loads otherwise
+// waiting on memory (docs/perf.md). Cache-resident rows never prefetch (Heads::prefetch).
 // Calls body(std::true_type{}) to prefetch, body(std::false_type{}) not to.
 template <class Body>
 HWY_INLINE void WithPrefetchIfStreamed(const Heads& heads, bool out_of_place_too, const Body& body) {
-  if (heads.stream_row && (out_of_place_too || heads.in == heads.out)) {
+  if (heads.prefetch(out_of_place_too)) {
     body(std::true_type{});
   } else {
     body(std::false_type{});

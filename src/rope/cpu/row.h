@@ -30,6 +30,9 @@ struct Heads {
   int64_t n, in_stride, out_stride;  // heads; strides in bytes
   bool stream_row;  // the call streams from DRAM (ApplyJob's from_dram): f32/f16 use 256-bit vectors
   bool stream;      // non-temporal stores for vector-aligned outputs
+  // Whether the loops prefetch 4 KiB ahead: rows streamed from DRAM, in place, or out of place too
+  // where the kernel asks (bf16); the measurements are at rope_cpu-inl.h's WithPrefetchIfStreamed.
+  bool prefetch(bool out_of_place_too) const { return stream_row && (out_of_place_too || in == out); }
 };
 
 // The heads from element `offset` of the first, one after the other: pointers stepped by a head
