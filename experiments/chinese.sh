@@ -19,8 +19,8 @@
 # (no weights) are kept in docs/results/chinese/runs/zh*/ (ARCHIVE), with the CPU that ran it and the
 # SHA-256 of the pre-trained model it started from; the report reads them there, so a fresh checkout
 # that holds them skips those runs and pre-trains a fold again only if one of its runs is missing.
-# A run cut short is continued: the pre-training from its latest checkpoint (train --resume), an
-# unfinished fine-tuning from the start; finished runs are skipped.
+# A run cut short is continued from its latest checkpoint, bit-exact: the pre-training with
+# train --resume, a fine-tuning with finetune --resume; finished runs are skipped.
 # Usage: experiments/chinese.sh [pre-training steps (1000)] [long-text seeds ("1")] [rope scalings ("none")]
 #        [long-text cut-offs ("256 512 1024")]; SENTIMENT=0 skips the sentiment run; FOLDS ("0")
 set -euo pipefail
@@ -70,7 +70,10 @@ finetune() {  # name data max-length epochs seed lr batch [rope-scaling]
   local kept="$archive/$(basename "$out")/$(basename "$dir")"
   [ -f "$kept/predictions.jsonl" ] && return
   pretrain
-  if [ ! -f "$dir/predictions.jsonl" ]; then  # (a run finished here but not yet kept is only kept)
+  if [ ! -f "$dir/predictions.jsonl" ] && [ -f "$dir/latest" ]; then  # cut short: continued, bit-exact
+    echo "== resuming fine-tuning $1 at $3 tokens, seed $5, rope scaling $scaling ($out) from $(cat "$dir/latest")"
+    "$roformer" finetune --resume --out "$dir" --no-progress 2>> "$dir.log"
+  elif [ ! -f "$dir/predictions.jsonl" ]; then  # (a run finished here but not yet kept is only kept)
     rm -rf "$dir"
     echo "== fine-tuning $1 at $3 tokens, seed $5, rope scaling $scaling ($out)"
     "$roformer" finetune --model "$model" --train "data/$2/train.jsonl" --validation "data/$2/validation.jsonl" \

@@ -45,10 +45,16 @@ struct RunLoop::Impl {
         log(o.out, resumed_from.empty() ? -1 : s.step, writer) {
     result.checkpoint = resumed_from;
     if (o.keep_best && !state.task_json.empty()) {  // the bookkeeping of the run being resumed
-      const json t = json::parse(state.task_json);
-      result.best = t.value("best", NAN);
-      result.best_step = t.value("best_step", int64_t{0});
-      bad_evals = t.value("bad_evals", int64_t{0});
+      try {
+        const json t = json::parse(state.task_json);
+        // null before the first evaluation (no best yet): JSON has no NaN
+        const json best = t.value("best", json());
+        result.best = best.is_number() ? best.get<double>() : NAN;
+        result.best_step = t.value("best_step", int64_t{0});
+        bad_evals = t.value("bad_evals", int64_t{0});
+      } catch (const json::exception& e) {
+        throw io::Error(resumed_from + "/optimizer.safetensors: bad trainer state (task): " + e.what());
+      }
     }
     for (const EvalRecord& r : log.history()) {
       if (std::isfinite(r.val_loss)) last_metric = metric_of(r);

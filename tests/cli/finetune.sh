@@ -2,7 +2,8 @@
 # `roformer finetune` as a user runs it, on the roformer-hf case1 fixture and a generated task:
 #  - resume is bit-exact: runs killed with SIGKILL, or stopped with SIGINT (checkpoint, exit 130), then
 #    resumed end with the losses, metrics and weights (best/ and the last checkpoint) of an
-#    uninterrupted run, byte for byte;
+#    uninterrupted run, byte for byte, also when stopped before the first evaluation and with
+#    --test --predict (the same predictions);
 #  - --grad-accum 3 gives the same losses within fp32 rounding;
 #  - TSV and CSV inputs with a sentence-pair column train; early stopping stops after --patience;
 #  - metrics.csv holds metrics.jsonl's rows; a non-finite loss stops the run with status 3;
@@ -100,6 +101,14 @@ print(f"--predict --quantize int8: {same:.0%} of the labels equal fp32's, scores
 assert a != b, "int8 predictions equal fp32's bit for bit: not run in int8?"
 sys.exit(0 if same >= 0.95 and worst <= 0.1 else 1)
 PY
+
+echo "== SIGINT before the first evaluation (no best yet), then --resume: the same run and predictions"
+for _ in $(seq 10); do cat "$work/train.jsonl"; done > "$work/train10.jsonl"  # 200 steps to the first evaluation
+long=("${common[@]}" --lr 5e-4 --train "$work/train10.jsonl" --validation "$work/val.jsonl" --epochs 1 --test "$work/val.jsonl" --predict)
+"$roformer" finetune "${long[@]}" --out "$work/long" 2> "$work/long.log"
+interrupt_and_resume INT 5 "$work/long-resumed" finetune "${long[@]}"
+cmp <(fields "$work/long") <(fields "$work/long-resumed")
+cmp "$work/long/predictions.jsonl" "$work/long-resumed/predictions.jsonl"
 
 echo "== early stopping: no progress at lr 1e-12, patience 1"
 "$roformer" finetune "${common[@]}" --train "$work/train.jsonl" --validation "$work/val.jsonl" --lr 1e-12 \

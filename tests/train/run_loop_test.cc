@@ -1,8 +1,8 @@
 // The one training loop (src/train/run_loop.h) with a fake task and a fake recipe: evaluation and
 // checkpoint cadence (every N steps, at epochs' ends, the last step, retention), the run log and
 // report hook, the best checkpoint and early stopping, the non-finite stop, the SIGINT stop with
-// its checkpoint, a resume that continues as an uninterrupted run (log, best, patience), and the
-// run directory's lock.
+// its checkpoint, a resume that continues as an uninterrupted run (log, best, patience; also from
+// before the first evaluation), and the run directory's lock.
 #include <gtest/gtest.h>
 
 #include <csignal>
@@ -23,7 +23,8 @@ namespace fs = std::filesystem;
 // A task whose loss is a function of the step (NaN where asked) and leaves the gradients at zero.
 class FakeTask : public train::Task {
  public:
-  int64_t nan_at = -1;  // the 0-based step whose loss is NaN
+  int64_t nan_at = -1;        // the 0-based step whose loss is NaN
+  int64_t interrupt_at = -1;  // raise SIGINT during this 0-based step
   std::string name() const override { return "fake"; }
   train::Batch train_batch(int64_t step) override {
     train::Batch b;
@@ -34,6 +35,7 @@ class FakeTask : public train::Task {
   int64_t loss_count(const train::Batch& batch) const override { return batch.B; }
   train::LossStats loss_and_grad(train::Trainable&, const train::Batch& batch, uint64_t, int64_t) override {
     const int64_t step = batch.ids[0];
+    if (step == interrupt_at) std::raise(SIGINT);
     return {step == nan_at ? NAN : 1.0 / static_cast<double>(2 + step), 1, {}};
   }
   train::LossStats evaluate(train::Trainable&, const train::Batch&, int64_t) override { return {}; }
@@ -207,6 +209,29 @@ TEST(RunLoop, AStopSignalCheckpointsAndTheResumedRunEndsAsAnUninterruptedOne) {
     return out;
   };
   EXPECT_EQ(without_timings(o.out + "/metrics.jsonl"), without_timings(test_files::temp_dir() + "whole/metrics.jsonl"));
+}
+
+// Stopped before its first evaluation, a run has no best yet (saved as null: JSON has no NaN); the
+// resumed run reads that back and keeps the best of its own evaluations.
+TEST(RunLoop, ARunStoppedBeforeItsFirstEvaluationResumes) {
+  train::LoopOptions o;
+  o.total_steps = 8, o.eval_every = 4, o.metric = "score", o.higher_is_better = true, o.keep_best = true;
+  o.out = fresh_dir("early-stop-resume");
+  Rig first;
+  first.task.interrupt_at = 1;
+  const train::LoopResult stopped = first.run(o);
+  EXPECT_EQ(stopped.exit_code, 130);
+  EXPECT_TRUE(first.recipe.evaluated.empty());
+  ASSERT_FALSE(stopped.checkpoint.empty());
+
+  Rig second;
+  second.recipe.scores = {0.7, 0.6};
+  second.state = train::restore_optimizer(stopped.checkpoint, *second.trainer, {});
+  const train::LoopResult b = second.run(o, stopped.checkpoint);
+  EXPECT_EQ(b.exit_code, 0);
+  EXPECT_EQ(b.steps_done, 8);
+  EXPECT_EQ(b.best_step, 4);
+  EXPECT_DOUBLE_EQ(b.best, 0.7);
 }
 
 TEST(RunLoop, ARunDirectoryIsLockedWhileARunHoldsIt) {
