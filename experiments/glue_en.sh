@@ -11,7 +11,8 @@
 # Every learning rate in GLUE_LRS (default 2e-4) is fine-tuned for every task, encoder and seed; the
 # report picks, for each task and encoder alike, the rate with the best mean validation metric.
 # Resumes: a finished pre-training (its checkpoint written) and a finished fine-tuning run
-# (predictions.jsonl written) are kept; anything else is run again from its start.
+# (predictions.jsonl written) are kept; a fine-tuning cut short is continued from its latest
+# checkpoint (bit-exact); a pre-training cut short is run again from its start.
 # Writes runs/glue/ and, in docs/results/finetune/, finetune_pretrain.png, finetune_pretrain.md and
 # finetune_glue.md (experiments/glue_en_report.py).
 # Usage: [GLUE_TASKS="sst2 stsb mrpc"] [GLUE_LRS="2e-4"] [GLUE_SEEDS="1 2 3"] experiments/glue_en.sh [pre-training steps (600)]
@@ -27,6 +28,7 @@ lrs="${GLUE_LRS:-2e-4}"
 seeds="${GLUE_SEEDS:-1 2 3}"
 roformer="${ROFORMER:-build/release/tools/roformer}"  # ROFORMER: a fixed binary for long runs while the tree is rebuilt
 [ -x "$roformer" ] || { cmake --preset release && cmake --build --preset release; }
+source experiments/finetune_lib.sh
 out=runs/glue
 mkdir -p "$out" docs/results/finetune
 python3 -c "
@@ -59,11 +61,10 @@ finetune() {  # task pe lr seed
   if [ "$task" = mrpc ]; then  # verse pairs run longer: 2 epochs, 96 tokens
     data=data/bible-pairs text=(--text-column sentence1 --text-pair-column sentence2) metric=f1 epochs=2 length=96
   fi
-  rm -rf "$dir"
-  "$roformer" finetune --model "$out/pre-$pe/$(cat "$out/pre-$pe/latest")" --train "$data/train.jsonl" \
+  finetune_or_resume "$dir" --model "$out/pre-$pe/$(cat "$out/pre-$pe/latest")" --train "$data/train.jsonl" \
     --validation "$data/validation.jsonl" --test "$data/test.jsonl" --predict "${text[@]}" \
     --label-column "$label" --metric "$metric" --epochs "$epochs" --batch 32 --lr "$lr" --warmup-ratio 0.1 \
-    --max-length "$length" --seed "$seed" --threads 1 --no-progress --out "$dir" 2> "$dir.log"
+    --max-length "$length" --seed "$seed" --threads 1 --no-progress
   echo "   $task $pe lr $lr seed $seed done"
 }
 jobs=()  # every (task, pe, lr, seed), two at a time; every rate's first seed before any second one

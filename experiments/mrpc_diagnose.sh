@@ -11,12 +11,14 @@
 # And, with ROFORMER_PYTHON set to the hf venv's python (scripts/hf-env.sh), the attention probe
 # (experiments/pair_attention.py): how much each pre-trained encoder's attention links a word of the
 # second text to the same word in the first.
-# Needs runs/glue from `GLUE_TASKS=mrpc experiments/glue_en.sh 600`. Resumes: finished runs are kept.
+# Needs runs/glue from `GLUE_TASKS=mrpc experiments/glue_en.sh 600`. Resumes: finished runs are kept,
+# runs cut short continue from their latest checkpoint.
 # Writes runs/glue/diag-NAME-ENCODER-SEED and prints a table.
 # Usage: [ROFORMER=binary] [DIAG_SEEDS="1 2 3"] [ROFORMER_PYTHON=build/hf-venv/bin/python] experiments/mrpc_diagnose.sh
 set -euo pipefail
 cd "$(dirname "$0")/.."
 roformer="${ROFORMER:-build/release/tools/roformer}"
+source experiments/finetune_lib.sh
 seeds="${DIAG_SEEDS:-1}"
 out=runs/glue
 for pe in rope learned; do
@@ -29,12 +31,10 @@ done
 run() {  # name pe model epochs max-length seed
   local dir="$out/diag-$1-$2-$6"
   [ -f "$dir/predictions.jsonl" ] && return 0
-  rm -rf "$dir"
-  "$roformer" finetune --model "$3/$(cat "$3/latest")" --train data/bible-pairs/train.jsonl \
+  finetune_or_resume "$dir" --model "$3/$(cat "$3/latest")" --train data/bible-pairs/train.jsonl \
     --validation data/bible-pairs/validation.jsonl --test data/bible-pairs/test.jsonl --predict \
     --text-column sentence1 --text-pair-column sentence2 --label-column label --metric f1 --epochs "$4" \
-    --batch 32 --lr 2e-4 --warmup-ratio 0.1 --max-length "$5" --seed "$6" --threads 1 --no-progress --out "$dir" \
-    2> "$dir.log"
+    --batch 32 --lr 2e-4 --warmup-ratio 0.1 --max-length "$5" --seed "$6" --threads 1 --no-progress
   echo "   $1 $2 seed $6 done"
 }
 for seed in $seeds; do
