@@ -103,7 +103,7 @@ def paired(runs):
         units = [statistics.fmean(ds) for ds in by_fold.values()] if len(by_fold) > 1 else cells
         over = f"{len(units)} folds" if len(by_fold) > 1 else f"{len(units)} seed{'s' * (len(units) > 1)}"
         se = f" ± {statistics.stdev(units) / len(units) ** 0.5:.2f}" if len(units) > 1 else ""
-        per_fold = " / ".join(f"{u:+.2f}" for u in units) if 1 < len(by_fold) <= 4 else ""
+        per_fold = " / ".join(f"{u:+.2f}" for u in units) if len(by_fold) > 1 else ""
         rows.append(f"| {setting_name(*a)} | {setting_name(*b)} | {len(cells)} | {statistics.fmean(units):+.2f}{se} "
                     f"({over}) | {per_fold or '—'} | {sum(d > 0 for d in cells)} / {sum(d == 0 for d in cells)} / "
                     f"{sum(d < 0 for d in cells)} |")
