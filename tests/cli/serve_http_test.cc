@@ -336,7 +336,9 @@ TEST(ServeHttp, RerankDecodeAndTokenIds) {
     const size_t index = r.body[i]["index"].get<size_t>();
     EXPECT_NEAR(r.body[i]["score"].get<double>(), sim.body[index].get<double>(), 1e-6);
     EXPECT_EQ(r.body[i]["text"], others[index]);
-    if (i) EXPECT_GE(r.body[i - 1]["score"].get<double>(), r.body[i]["score"].get<double>());
+    if (i) {
+      EXPECT_GE(r.body[i - 1]["score"].get<double>(), r.body[i]["score"].get<double>());
+    }
   }
   EXPECT_FALSE(post(s, "/rerank", json{{"query", "a"}, {"texts", {"b"}}}).body[0].contains("text"));
   expect_error(post(s, "/rerank", json{{"query", "a"}, {"texts", "b"}}), 422, "Validation", "`texts`");
