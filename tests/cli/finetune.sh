@@ -107,6 +107,8 @@ for _ in $(seq 10); do cat "$work/train.jsonl"; done > "$work/train10.jsonl"  # 
 long=("${common[@]}" --lr 5e-4 --train "$work/train10.jsonl" --validation "$work/val.jsonl" --epochs 1 --test "$work/val.jsonl" --predict)
 "$roformer" finetune "${long[@]}" --out "$work/long" 2> "$work/long.log"
 interrupt_and_resume INT 5 "$work/long-resumed" finetune "${long[@]}"
+stopped_at=$(grep -o "interrupted at step [0-9]*" "$work/long-resumed.log" | grep -o "[0-9]*$")
+[ "$stopped_at" -lt 200 ] || { echo "stopped at step $stopped_at, not before the first evaluation" >&2; exit 1; }
 cmp <(fields "$work/long") <(fields "$work/long-resumed")
 cmp "$work/long/predictions.jsonl" "$work/long-resumed/predictions.jsonl"
 
