@@ -41,10 +41,11 @@ void require_config(const std::string& dir) {
 // a default id2label into every config); weights that hold the head then say how many it has.
 void adopt_stored_classifier(model::RoFormerConfig& c, const io::WeightStore& w) {
   const std::string out = "classifier.out_proj.weight";
-  if (c.sequence_classifier() || !w.contains(out) || w.at(out).shape.size() != 2 || w.at(out).shape[0] < 1) return;
+  if (c.head || !w.contains(out) || w.at(out).shape.size() != 2 || w.at(out).shape[0] < 1) return;
   c.labels.clear();
   for (int64_t i = 0; i < w.at(out).shape[0]; ++i) c.labels.push_back("LABEL_" + std::to_string(i));
   c.problem_type = c.labels.size() == 1 ? "regression" : "single_label_classification";
+  c.set_head("RoFormerForSequenceClassification");
 }
 
 // A tokenizer gives ids below the model's vocabulary: a char/byte tokenizer defines the vocabulary
@@ -85,7 +86,10 @@ Model roformer(const std::string& dir, const Request& r) {
   if (r.weights) require_config(dir);
   const bool has_config = fs::exists(config_path);  // a tokenizer-only directory may lack one
   if (has_config) out.config = model::RoFormerConfig::from_json_file(config_path);
-  if (!r.classifier) out.config.labels.clear();
+  if (!r.classifier) {
+    out.config.head = nullptr;
+    out.config.labels.clear();
+  }
   if (r.configure) r.configure(out.config);
   validate(out.config, config_path);
   if (r.tokenizer) {
@@ -104,7 +108,11 @@ Model roformer(const std::string& dir, const Request& r) {
   out.model = std::make_unique<model::RoFormer<float>>(out.config);
   if (r.init_seed) out.model->init_weights(*r.init_seed);
   std::vector<std::string> skip = r.skip;
-  if (!r.classifier) skip.push_back("classifier.");
+  if (!r.classifier) {
+    for (const model::HeadDef* h : model::head_registry()) {
+      for (const model::HeadTensor& t : h->tensors(out.config)) skip.push_back(t.name);
+    }
+  }
   out.model->load(*weights, skip, r.mlm_head, r.optional);
   out.int8_checkpoint = weights->has_int8_tensors();
   if (r.inference) {

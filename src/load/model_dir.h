@@ -40,10 +40,11 @@ struct Request {
   // The masked/causal LM head (cls.predictions.*, RoFormer-V2's tied head) where stored. false: the
   // forward stops at the last hidden state (embeddings, similarity, classification need no more).
   bool mlm_head = true;
-  // RoFormerForSequenceClassification's head (classifier.*): loaded into the model's own head
-  // (model::RoFormer::class_logits). A config.json that does not declare the head although the
-  // weights hold it gets num_labels from the stored classifier.out_proj.weight (labels LABEL_i).
-  // false: the head is neither built nor read.
+  // The task head config.json's architectures names (model/head.h: sequence or token
+  // classification, question answering, multiple choice): loaded into the model's own head
+  // (model::RoFormer::head_logits). A config.json that declares no head although the weights hold
+  // RoFormerClassificationHead's gets a sequence classifier with num_labels from the stored
+  // classifier.out_proj.weight (labels LABEL_i). false: no task head is built or read.
   bool classifier = true;
   // Prefixes of stored tensors the caller does not use (a pooler when pre-training from a checkpoint).
   std::vector<std::string> skip;

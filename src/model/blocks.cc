@@ -698,32 +698,24 @@ void pooler_backward(const RoFormerConfig& c, T* dh, const PoolerParams<T>& g, c
 }
 
 template <typename T>
-void classifier_forward(const RoFormerConfig& c, T* logits, ClassifierActs<T>& a, const ClassifierParams<T>& p,
-                        const T* h, int64_t B, int64_t T_, int64_t labels, const Dropout& d) {
-  const int64_t H = c.hidden_size;
-  for (auto* v : {&a.cls, &a.dense, &a.act}) grow_to(*v, B * H);
-  for (int64_t b = 0; b < B; ++b) std::copy_n(h + b * T_ * H, H, a.cls.data() + b * H);  // (B, H)
-  const uint64_t first = static_cast<uint64_t>(d.row0 * H);
-  if (d.hidden > 0) ops::dropout_forward(a.cls.data(), a.cls.data(), B * H, d.hidden, d.site_seed(0), first);
-  linear(a.dense.data(), a.cls.data(), p.dense, B, H, H);
-  activation_forward(c, a.act.data(), a.dense.data(), B * H);
-  if (d.hidden > 0) ops::dropout_forward(a.act.data(), a.act.data(), B * H, d.hidden, d.site_seed(1), first);
-  linear(logits, a.act.data(), p.out, B, H, labels);  // (B, labels)
+void dense_forward(T* out, const T* x, const LinearParams<T>& p, int64_t N, int64_t IC, int64_t OC) {
+  linear(out, x, p, N, IC, OC);
 }
 
 template <typename T>
-void classifier_backward(const RoFormerConfig& c, T* dh, const ClassifierParams<T>& g, const T* dlogits,
-                         const ClassifierActs<T>& a, const ClassifierParams<T>& p, int64_t B, int64_t T_, int64_t labels,
-                         const Dropout& d, Scratch<T>& s) {
-  const int64_t H = c.hidden_size;
-  const uint64_t first = static_cast<uint64_t>(d.row0 * H);
-  T *d_act = s.get(40, B * H), *d_dense = s.get(41, B * H), *d_cls = s.get(42, B * H);
-  linear_back(d_act, g.out, dlogits, a.act.data(), p.out, B, H, labels, ops::Grad::overwrite);
-  dropout_back(d_act, d_act, B * H, d, 1, first);
-  activation_backward(c, d_dense, a.dense.data(), d_act, B * H);
-  linear_back(d_cls, g.dense, d_dense, a.cls.data(), p.dense, B, H, H, ops::Grad::overwrite);
-  dropout_back(d_cls, d_cls, B * H, d, 0, first);
-  for (int64_t b = 0; b < B; ++b) accumulate(dh + b * T_ * H, d_cls + b * H, H);
+void dense_backward(T* dx, const LinearParams<T>& g, const T* dout, const T* x, const LinearParams<T>& p, int64_t N,
+                    int64_t IC, int64_t OC) {
+  linear_back(dx, g, dout, x, p, N, IC, OC, ops::Grad::overwrite);
+}
+
+template <typename T>
+void head_dropout_forward(T* x, int64_t count, const Dropout& d, int64_t site, uint64_t first) {
+  if (d.hidden > 0) ops::dropout_forward(x, x, count, d.hidden, d.site_seed(site), first);
+}
+
+template <typename T>
+void head_dropout_backward(T* dx, const T* dy, int64_t count, const Dropout& d, int64_t site, uint64_t first) {
+  dropout_back(dx, dy, count, d, site, first);
 }
 
 // ---- instantiations ----
@@ -768,11 +760,11 @@ void classifier_backward(const RoFormerConfig& c, T* dh, const ClassifierParams<
                                   int64_t);                                                                          \
   template void pooler_backward<T>(const RoFormerConfig&, T*, const PoolerParams<T>&, const T*, const PoolerActs<T>&, \
                                    const PoolerParams<T>&, int64_t, int64_t);                                        \
-  template void classifier_forward<T>(const RoFormerConfig&, T*, ClassifierActs<T>&, const ClassifierParams<T>&,    \
-                                      const T*, int64_t, int64_t, int64_t, const Dropout&);                          \
-  template void classifier_backward<T>(const RoFormerConfig&, T*, const ClassifierParams<T>&, const T*,             \
-                                       const ClassifierActs<T>&, const ClassifierParams<T>&, int64_t, int64_t,       \
-                                       int64_t, const Dropout&, Scratch<T>&);
+  template void dense_forward<T>(T*, const T*, const LinearParams<T>&, int64_t, int64_t, int64_t);                    \
+  template void dense_backward<T>(T*, const LinearParams<T>&, const T*, const T*, const LinearParams<T>&, int64_t,   \
+                                  int64_t, int64_t);                                                                 \
+  template void head_dropout_forward<T>(T*, int64_t, const Dropout&, int64_t, uint64_t);                             \
+  template void head_dropout_backward<T>(T*, const T*, int64_t, const Dropout&, int64_t, uint64_t);
 ROFORMER_BLOCKS(float)
 ROFORMER_BLOCKS(double)
 

@@ -78,11 +78,6 @@ template <typename T>
 struct PoolerParams {
   LinearParams<T> dense;  // (H, H)
 };
-// HF RoFormerClassificationHead: h[:, 0] → dropout → dense H → H → hidden_act → dropout → out_proj.
-template <typename T>
-struct ClassifierParams {
-  LinearParams<T> dense, out;  // (H, H), (labels, H)
-};
 
 // The dropout state of one forward: hidden dropout on the embeddings and on each sub-layer output,
 // attention dropout on the probabilities. Masks are keyed by (seed, site, global row), so a row gets
@@ -295,18 +290,20 @@ template <typename T>
 void pooler_backward(const RoFormerConfig& c, T* dh, const PoolerParams<T>& g, const T* dout, const PoolerActs<T>& a,
                      const PoolerParams<T>& p, int64_t B, int64_t T_);
 
+// ---- the pieces the task heads (model/head.h) are made of ----
+// out (N, OC) = x (N, IC)·Wᵀ + b as every block runs a dense layer: in bf16 products when the model
+// trains in bf16 (p.w16), else on the arena (heads are never packed).
 template <typename T>
-struct ClassifierActs {
-  std::vector<T> cls, dense, act;  // (B, H) after dropout; dense; activation (after dropout)
-};
-// logits (B, labels) from h (B, T, H); dropout (hidden) at sites 0 and 1 of d.
+void dense_forward(T* out, const T* x, const LinearParams<T>& p, int64_t N, int64_t IC, int64_t OC);
+// dx (N, IC) WRITTEN (dx may be null); g.w, g.b accumulated.
 template <typename T>
-void classifier_forward(const RoFormerConfig& c, T* logits, ClassifierActs<T>& a, const ClassifierParams<T>& p,
-                        const T* h, int64_t B, int64_t T_, int64_t labels, const Dropout& d);
-// dh (B, T, H): rows t = 0 accumulated from dlogits (B, labels).
+void dense_backward(T* dx, const LinearParams<T>& g, const T* dout, const T* x, const LinearParams<T>& p, int64_t N,
+                    int64_t IC, int64_t OC);
+// x (count) = dropout(x) in place at hidden dropout site `site` of d, element 0 being mask counter
+// `first`; the backward applies the same mask to the gradient (dx and dy may alias).
 template <typename T>
-void classifier_backward(const RoFormerConfig& c, T* dh, const ClassifierParams<T>& g, const T* dlogits,
-                         const ClassifierActs<T>& a, const ClassifierParams<T>& p, int64_t B, int64_t T_, int64_t labels,
-                         const Dropout& d, Scratch<T>& s);
+void head_dropout_forward(T* x, int64_t count, const Dropout& d, int64_t site, uint64_t first);
+template <typename T>
+void head_dropout_backward(T* dx, const T* dy, int64_t count, const Dropout& d, int64_t site, uint64_t first);
 
 }  // namespace model

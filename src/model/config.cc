@@ -8,6 +8,7 @@
 #include <stdexcept>
 
 #include "io/mapped_file.h"
+#include "model/head.h"
 #include "io/safetensors.h"
 #include "rope/rope.hpp"
 
@@ -35,13 +36,16 @@ const std::set<std::string>& generic_fields() {
   return f;
 }
 
-// A RoFormerForSequenceClassification config: its labels from id2label (keys "0".."n-1"), else, as
-// HF, num_labels of them named LABEL_i (2 when num_labels is absent too); problem_type as given, else
-// HF's default (regression for one label, single-label classification otherwise). Other
-// architectures keep no labels (HF writes a default id2label into every config).
-void read_classifier(const json& j, const std::string& origin, RoFormerConfig* c) {
+// The task head that architectures[0] names (head.h's registry) and, for a head that uses labels, its
+// labels from id2label (keys "0".."n-1"), else, as HF, num_labels of them named LABEL_i (2 when
+// num_labels is absent too); for sequence classification problem_type as given, else HF's default
+// (regression for one label, single-label classification otherwise). Other architectures keep no
+// labels (HF writes a default id2label into every config).
+void read_head(const json& j, const std::string& origin, RoFormerConfig* c) {
   const json& arch = j.contains("architectures") ? j["architectures"] : json();
-  if (!arch.is_array() || arch.empty() || arch[0] != "RoFormerForSequenceClassification") return;
+  if (!arch.is_array() || arch.empty() || !arch[0].is_string()) return;
+  c->head = find_head(arch[0].get<std::string>());
+  if (!c->head || !c->head->uses_labels()) return;
   // num_labels is checked before any label is made: a huge value fails here, not in an allocation.
   int64_t n = 2;
   const bool has_num_labels = j.contains("num_labels") && !j["num_labels"].is_null();
@@ -74,6 +78,7 @@ void read_classifier(const json& j, const std::string& origin, RoFormerConfig* c
   } else {
     for (int64_t i = 0; i < n; ++i) c->labels.push_back("LABEL_" + std::to_string(i));
   }
+  if (!c->sequence_classifier()) return;
   c->problem_type = c->labels.size() == 1 ? "regression" : "single_label_classification";
   if (j.contains("problem_type") && !j["problem_type"].is_null()) {
     if (!j["problem_type"].is_string()) throw io::Error(origin + ": 'problem_type' must be a string");
@@ -96,7 +101,7 @@ void check_sizes(const RoFormerConfig& c) {
                {"intermediate_size", c.intermediate_size, int64_t{1} << 18},
                {"max_position_embeddings", c.max_position_embeddings, int64_t{1} << 24},
                {"type_vocab_size", c.type_vocab_size, int64_t{1} << 16},
-               {"num_labels", c.sequence_classifier() ? c.num_labels() : 1, kMaxLabels}};
+               {"num_labels", c.head && c.head->uses_labels() ? c.num_labels() : 1, kMaxLabels}};
   for (const auto& s : sizes) {
     if (s.value <= 0) throw std::invalid_argument(std::string(s.field) + " must be positive, got " + std::to_string(s.value));
   }
@@ -218,17 +223,7 @@ void RoFormerConfig::validate() const {
   if (attention_type == AttentionType::performer && (performer_features < 2 || performer_features % 2 != 0 || performer_features > (1 << 16))) {
     throw std::invalid_argument("performer_features must be even, >= 2 and <= 65536");
   }
-  if (sequence_classifier()) {
-    if (problem_type != "single_label_classification" && problem_type != "multi_label_classification" &&
-        problem_type != "regression") {
-      throw std::invalid_argument("unknown problem_type '" + problem_type +
-                                  "' (single_label_classification, multi_label_classification, regression)");
-    }
-    if (problem_type == "regression" && labels.size() != 1) throw std::invalid_argument("regression needs num_labels 1");
-    if (problem_type == "single_label_classification" && labels.size() < 2) {
-      throw std::invalid_argument("single-label classification needs at least 2 labels");
-    }
-  }
+  if (head) head->validate(*this);
   rope_config probe = rope::default_config(static_cast<int32_t>(head_dim()));
   rope::apply_scaling_spec(rope_scaling, &probe);  // throws on a bad spec
   // The positions a scaled model accepts, factor x max_position_embeddings, become a token count: they
@@ -311,7 +306,7 @@ RoFormerConfig RoFormerConfig::from_json_text(const std::string& text, const std
   get_string("pooler_activation", &c.pooler_activation);
   get_int("performer_features", &c.performer_features);
   if (layout != "interleaved" && layout != "half") fail("rope_layout", "must be \"interleaved\" or \"half\"");
-  read_classifier(j, origin, &c);
+  read_head(j, origin, &c);
   c.rope_half_layout = layout == "half";
   if (j.contains("model_type") && j["model_type"] != "roformer") fail("model_type", "must be \"roformer\"");
 
@@ -337,15 +332,21 @@ RoFormerConfig RoFormerConfig::from_json_text(const std::string& text, const std
   return c;
 }
 
+void RoFormerConfig::set_head(const std::string& name) { head = &head_named(name); }
+
+bool RoFormerConfig::has_head(const char* architecture) const {
+  return head && std::string(head->architecture()) == architecture;
+}
+
 RoFormerConfig RoFormerConfig::from_json_file(const std::string& path) {
   return from_json_text(io::read_config_file(path), path);
 }
 
 std::string RoFormerConfig::to_json() const {
   json j = {
-      {"architectures", {sequence_classifier() ? "RoFormerForSequenceClassification"
-                         : is_decoder          ? "RoFormerForCausalLM"
-                                               : "RoFormerForMaskedLM"}},
+      {"architectures", {head         ? head->architecture()
+                         : is_decoder ? "RoFormerForCausalLM"
+                                      : "RoFormerForMaskedLM"}},
       {"model_type", "roformer"},
       {"vocab_size", vocab_size},
       {"embedding_size", embedding_size},
@@ -379,7 +380,7 @@ std::string RoFormerConfig::to_json() const {
     j["attention_type"] = attention_type_name(attention_type);
     j["performer_features"] = performer_features;
   }
-  if (sequence_classifier()) {
+  if (head && head->uses_labels()) {
     json id2label = json::object(), label2id = json::object();
     for (size_t i = 0; i < labels.size(); ++i) {
       id2label[std::to_string(i)] = labels[i];
@@ -388,7 +389,7 @@ std::string RoFormerConfig::to_json() const {
     j["id2label"] = id2label;
     j["label2id"] = label2id;
     j["num_labels"] = labels.size();
-    j["problem_type"] = problem_type;
+    if (sequence_classifier()) j["problem_type"] = problem_type;
   }
   return j.dump(2) + "\n";
 }

@@ -10,6 +10,8 @@
 
 namespace model {
 
+class HeadDef;  // model/head.h
+
 enum class PositionEncoding { rope, sinusoidal, learned, none };
 // config.json's string fields, parsed once (config.cc) so that blocks compare enums, not strings.
 enum class Activation { gelu, relu };                     // hidden_act
@@ -55,14 +57,19 @@ struct RoFormerConfig {
   // same librope settings (rope_theta, rope_half_layout, rope_scaling) as softmax attention.
   AttentionType attention_type = AttentionType::softmax;
   int64_t performer_features = 64;
-  // RoFormerForSequenceClassification: when labels is non-empty the model ends in HF's
-  // RoFormerClassificationHead (classifier.* tensors, blocks.h classifier_*) instead of the MLM head.
-  // labels is id2label in id order (one entry, "LABEL_0", for regression); problem_type is HF's:
-  // "single_label_classification" (softmax cross-entropy), "multi_label_classification" (sigmoid
-  // BCE) or "regression" (MSE, one label).
+  // The task head on the encoder's last hidden state (model/head.h: sequence or token classification,
+  // question answering, multiple choice), from config.json's architectures; null for the masked and
+  // causal LMs and RoFormerModel, which end in the language-model head or in the hidden states.
+  // labels is id2label in id order for a head that uses labels (one entry, "LABEL_0", for
+  // regression); problem_type is HF's, for sequence classification: "single_label_classification"
+  // (softmax cross-entropy), "multi_label_classification" (sigmoid BCE) or "regression" (MSE).
+  const HeadDef* head = nullptr;
   std::vector<std::string> labels;
   std::string problem_type;
-  bool sequence_classifier() const { return !labels.empty(); }
+  // The head of an architecture name or task name (model::head_named), labels and problem_type left as they are.
+  void set_head(const std::string& name);
+  bool has_head(const char* architecture) const;
+  bool sequence_classifier() const { return has_head("RoFormerForSequenceClassification"); }
   int64_t num_labels() const { return static_cast<int64_t>(labels.size()); }
 
   int64_t head_dim() const { return hidden_size / num_attention_heads; }

@@ -10,6 +10,7 @@
 
 #include "base/random.h"
 #include "io/weights.h"
+#include "model/head.h"
 
 namespace model {
 
@@ -69,11 +70,8 @@ std::vector<ParamInfo> param_layout(const RoFormerConfig& c) {
     add("roformer.pooler.dense.weight", {H, H}, true);
     add("roformer.pooler.dense.bias", {H}, false);
   }
-  if (c.sequence_classifier()) {  // RoFormerForSequenceClassification: its head instead of the MLM head
-    add("classifier.dense.weight", {H, H}, true);
-    add("classifier.dense.bias", {H}, false);
-    add("classifier.out_proj.weight", {c.num_labels(), H}, true);
-    add("classifier.out_proj.bias", {c.num_labels()}, false);
+  if (c.head) {  // a task head (model/head.h) instead of the MLM head
+    for (HeadTensor& t : c.head->tensors(c)) add(std::move(t.name), std::move(t.shape), t.decay);
     return layout;
   }
   const std::string h = "cls.predictions.";
@@ -156,8 +154,9 @@ Params<T> bind_params(const RoFormerConfig& c, const std::vector<ParamInfo>& lay
   }
   const std::string h = "cls.predictions.";
   p.pooler.dense = linear("roformer.pooler.dense", false);
-  p.classifier.dense = linear("classifier.dense", false);
-  p.classifier.out = linear("classifier.out_proj", false);
+  if (c.head) {
+    for (const HeadTensor& t : c.head->tensors(c)) p.task.push_back(get(t.name));
+  }
   p.head.dense = linear(h + "transform.dense", false);
   p.head.norm = norm(h + "transform.LayerNorm");
   p.head.decoder_w = p.emb.word;  // tied
@@ -197,8 +196,12 @@ int64_t stored_layers(const io::WeightStore& w, const std::string& layers) {
 // size, makes the config imply the stored shape; "" when no single field explains it.
 std::string blame_shape(const RoFormerConfig& c, const std::string& layout_name, const std::vector<int64_t>& implied,
                         const std::vector<int64_t>& stored) {
-  if (layout_name.rfind("classifier.out_proj.", 0) == 0 && !stored.empty() && stored[0] != c.num_labels()) {
-    return "num_labels " + std::to_string(c.num_labels());
+  if (c.head && c.head->uses_labels() && !stored.empty() && stored[0] != c.num_labels()) {
+    RoFormerConfig relabelled = c;  // a head tensor whose first dimension is the number of labels
+    relabelled.labels.assign(static_cast<size_t>(stored[0]), "");
+    for (const HeadTensor& t : c.head->tensors(relabelled)) {
+      if (t.name == layout_name && t.shape == stored) return "num_labels " + std::to_string(c.num_labels());
+    }
   }
   int64_t RoFormerConfig::*const fields[] = {
       &RoFormerConfig::vocab_size, &RoFormerConfig::intermediate_size, &RoFormerConfig::max_position_embeddings,
@@ -272,7 +275,10 @@ void check_config_against_weights(const RoFormerConfig& c, const io::WeightStore
                     " not match the checkpoint: " + name + " is " + io::shape_str(stored) + " in " + w.path() +
                     ", the config implies " + io::shape_str(info.shape));
   }
-  const std::vector<std::string> heads = {"cls.", "classifier.", "roformer.pooler."};
+  std::vector<std::string> heads = {"cls.", "classifier.", "roformer.pooler."};
+  if (c.head) {
+    for (const HeadTensor& t : c.head->tensors(c)) heads.push_back(t.name);
+  }
   auto any_prefix = [](const std::vector<std::string>& prefixes, const std::string& name) {
     return std::any_of(prefixes.begin(), prefixes.end(), [&](const std::string& p) { return name.rfind(p, 0) == 0; });
   };

@@ -29,7 +29,7 @@ struct ParamInfo {
 
 // The arena layout for a config, in a fixed order. Optional tensors appear only when used:
 // position_embeddings for learned positions, embeddings_project when embedding_size != hidden_size,
-// and the classifier.* head in place of the MLM head for a sequence classifier.
+// and a task head's tensors (config.head) in place of the MLM head.
 std::vector<ParamInfo> param_layout(const RoFormerConfig& c);
 int64_t param_count(const std::vector<ParamInfo>& layout);
 
@@ -88,8 +88,8 @@ struct Params {
   EmbeddingParams<T> emb;
   std::vector<LayerParams<T>> layers;
   PoolerParams<T> pooler;  // null with no pooler (RoFormer-Sim has one)
-  MlmHeadParams<T> head;        // null with a sequence classifier
-  ClassifierParams<T> classifier;  // null without one
+  MlmHeadParams<T> head;  // null with a task head
+  std::vector<T*> task;   // the task head's tensors (model/head.h), in HeadDef::tensors order; empty without one
 };
 
 // HF's initialisation of an arena: N(0, initializer_range²) for matrices and embeddings, zero

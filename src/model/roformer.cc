@@ -11,6 +11,7 @@
 #include "ops/loss.h"
 #include "ops/linear.h"
 #include "base/random.h"
+#include "model/head.h"
 
 namespace model {
 
@@ -30,9 +31,8 @@ struct RoFormer<T>::Activations {
   MlmHeadActs<T> head;
   std::vector<T> logits, probs, d_logits;  // (N, V)
   PoolerActs<T> pooler;
-  ClassifierActs<T> classifier;
-  std::vector<T> class_logits;  // (B, labels)
-  Dropout classifier_dropout;   // the head's own sites, off at inference
+  std::vector<T> head_logits;  // a task head's logits (HeadDef::logits_count)
+  Dropout head_dropout;        // the task head's own sites, off at inference
   int64_t counted = 0;
 };
 
@@ -51,10 +51,23 @@ RoFormer<T>::RoFormer(const RoFormerConfig& cfg) : cfg_(cfg) {
     }
   }
   params.assign(param_count(layout_), T(0));
+  if (cfg_.head) {
+    if constexpr (std::is_same_v<T, float>) {
+      head_ = cfg_.head->make_f32();
+    } else {
+      head_ = cfg_.head->make_f64();
+    }
+  }
   p = bind_params(cfg_, layout_, params.data());
+  bind_head();
   statics_ = std::make_unique<LayerStatics<T>>(cfg_);
   act_ = std::make_unique<Activations>();
-  has_mlm_head_ = !cfg_.sequence_classifier();
+  has_mlm_head_ = !cfg_.head;
+}
+
+template <typename T>
+void RoFormer<T>::bind_head() {
+  if (head_) head_->bind(cfg_, p.task, g.task);
 }
 
 template <typename T>
@@ -64,7 +77,8 @@ RoFormer<T>::RoFormer(const RoFormerConfig& cfg, T* params_base, T* grads_base, 
   view_ = true;
   p = bind_params(cfg_, layout_, params_base);
   if (grads_base) g = bind_params(cfg_, layout_, grads_base);
-  has_mlm_head_ = mlm_head && !cfg_.sequence_classifier();
+  bind_head();
+  has_mlm_head_ = mlm_head && !cfg_.head;
   if (!has_mlm_head_) p.head = g.head = MlmHeadParams<T>{};
 }
 
@@ -93,7 +107,7 @@ void RoFormer<T>::load(const io::WeightStore& w, const std::vector<std::string>&
   // The head is there when stored, or when the caller lets it keep its initialisation (optional).
   const bool head_optional = std::any_of(optional.begin(), optional.end(),
                                          [&](const std::string& prefix) { return head.rfind(prefix, 0) == 0; });
-  has_mlm_head_ = mlm_head && !cfg_.sequence_classifier() &&
+  has_mlm_head_ = mlm_head && !cfg_.head &&
                   (cfg_.rms_norm() || head_optional || std::any_of(layout_.begin(), layout_.end(), [&](const ParamInfo& i) {
                      return i.name.rfind(head, 0) == 0 && w.contains(i.name);
                    }));
@@ -163,9 +177,9 @@ void RoFormer<T>::embed(const Inputs& in, bool training, uint64_t dropout_seed) 
   a.has_loss = in.targets != nullptr;
   a.counted = 0;
   a.dropout = training ? Dropout::training(cfg_, dropout_seed, in.row0, S) : Dropout{};
-  // The classification head's two dropout sites draw from their own stream (one row per example).
-  a.classifier_dropout = training ? Dropout::training(cfg_, base::mix64(dropout_seed ^ 0xc1a551f1e5ull), in.row0, 1)
-                                  : Dropout{};
+  // A task head's dropout sites draw from their own stream.
+  a.head_dropout = training ? Dropout::training(cfg_, base::mix64(dropout_seed ^ 0xc1a551f1e5ull), in.row0, S)
+                            : Dropout{};
   a.row_limit.clear();
   if (cfg_.unilm_mask()) {  // UniLM: query i sees key j iff cumsum(tt)[j] <= cumsum(tt)[i], a prefix
     a.row_limit.resize(N);
@@ -230,10 +244,9 @@ void RoFormer<T>::run_heads(bool logits) {
   Activations& a = *act_;
   const T* last = a.input_of(cfg_.num_hidden_layers).data();  // (N, H)
   if (p.pooler.dense.w) pooler_forward(cfg_, a.pooler, p.pooler, last, a.B, a.S);
-  if (cfg_.sequence_classifier()) {
-    a.class_logits.resize(a.B * cfg_.num_labels());
-    classifier_forward(cfg_, a.class_logits.data(), a.classifier, p.classifier, last, a.B, a.S, cfg_.num_labels(),
-                       a.classifier_dropout);
+  if (head_) {
+    a.head_logits.resize(cfg_.head->logits_count(cfg_, a.B, a.S));
+    head_->forward(a.head_logits.data(), head_call());
   }
   if (!has_mlm_head_ || !logits) {
     a.logits.clear();  // logits() is null rather than an earlier batch's
@@ -283,20 +296,22 @@ void RoFormer<T>::backward_from_logits(const T* d_logits) {
 }
 
 template <typename T>
-void RoFormer<T>::backward_from_class_logits(const T* d_logits) {
+HeadCall<T> RoFormer<T>::head_call() const {
+  const Activations& a = *act_;
+  return {&cfg_, a.h[a.keep != Keep::outputs ? cfg_.num_hidden_layers : cfg_.num_hidden_layers % 2].data(), a.B, a.S,
+          a.head_dropout};
+}
+
+template <typename T>
+void RoFormer<T>::backward_from_head_logits(const T* d_logits) {
   Activations& a = *act_;
-  if (a.N == 0 || !cfg_.sequence_classifier()) {
-    throw std::logic_error("backward_from_class_logits needs a forward of a sequence classifier");
-  }
-  require_unpacked("backward_from_class_logits");
+  if (a.N == 0 || !head_) throw std::logic_error("backward_from_head_logits needs a forward of a model with a task head");
+  require_unpacked("backward_from_head_logits");
   if (a.keep == Keep::outputs) throw std::logic_error("backward needs a forward that kept its activations");
   allocate_grads();
-  if (!scratch_) scratch_ = std::make_unique<Scratch<T>>();
-  T* d_h = scratch_->get(50, a.N * cfg_.hidden_size);
-  std::fill(d_h, d_h + a.N * cfg_.hidden_size, T(0));
-  classifier_backward(cfg_, d_h, g.classifier, d_logits, a.classifier, p.classifier, a.B, a.S, cfg_.num_labels(),
-                      a.classifier_dropout, *scratch_);
-  backward_from_hidden(d_h);  // buffer 50 is not one backward_from_hidden or the blocks use
+  d_head_h_.assign(a.N * cfg_.hidden_size, T(0));  // (N, H)
+  head_->backward(d_head_h_.data(), d_logits, head_call());
+  backward_from_hidden(d_head_h_.data());
 }
 
 template <typename T>
@@ -408,8 +423,9 @@ std::vector<typename RoFormer<T>::LinearLayer> RoFormer<T>::linear_layers() {
   }
   add(p.head.dense, E, H);
   add(p.pooler.dense, H, H);
-  add(p.classifier.dense, H, H);
-  add(p.classifier.out, cfg_.num_labels(), H);
+  if (head_) {
+    for (const HeadDense<T>& d : head_->dense_layers()) add(*d.params, d.out, d.in);
+  }
   return all;
 }
 
@@ -491,6 +507,7 @@ void RoFormer<T>::allocate_grads() {
   if (view_ || grads.size() == params.size()) return;
   grads.assign(params.size(), T(0));
   g = bind_params(cfg_, layout_, grads.data());
+  bind_head();
 }
 
 
@@ -521,8 +538,8 @@ const T* RoFormer<T>::pooler_output() const {
   return act_->pooler.out.empty() ? nullptr : act_->pooler.out.data();
 }
 template <typename T>
-const T* RoFormer<T>::class_logits() const {
-  return act_->class_logits.empty() ? nullptr : act_->class_logits.data();
+const T* RoFormer<T>::head_logits() const {
+  return act_->head_logits.empty() ? nullptr : act_->head_logits.data();
 }
 template <typename T>
 int64_t RoFormer<T>::counted() const {

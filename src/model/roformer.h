@@ -21,6 +21,7 @@
 #include "rope/rope.h"
 #include "model/blocks.h"
 #include "model/config.h"
+#include "model/head.h"
 #include "model/layer.h"
 #include "model/params.h"
 
@@ -40,8 +41,6 @@ struct Inputs {
   // classification read the hidden states only; a server that also fills masks keeps the head loaded.
   bool logits = true;
 };
-
-constexpr int64_t kIgnoreIndex = -100;
 
 // What a forward keeps (default: backward). all: every activation, for backward() and the per-layer views
 // (hidden_state(l) of every layer, attention(l)); softmax attention keeps its probabilities
@@ -139,8 +138,8 @@ class RoFormer : public Trainable<T> {
   void backward();
   // Adds the gradients given d(loss)/d(logits) (B, T, V) of the last forward (a task's own loss).
   void backward_from_logits(const T* d_logits);
-  // Adds the gradients given d(loss)/d(class_logits()) (B, labels) of a sequence classifier's forward.
-  void backward_from_class_logits(const T* d_logits);
+  // Adds the gradients given d(loss)/d(head_logits()) of the last forward of a model with a task head.
+  void backward_from_head_logits(const T* d_logits);
   // Adds the gradients given d(loss)/d(last hidden state) (B, T, H) (heads outside the model), plus
   // d(loss)/d(pooler output) (B, H) when d_pooled is given.
   void backward_from_hidden(const T* d_hidden, const T* d_pooled = nullptr);
@@ -154,7 +153,7 @@ class RoFormer : public Trainable<T> {
                                           // attention); Keep::all only
   const T* logits() const;                // (B, T, V); null without an MLM head
   const T* pooler_output() const;         // (B, H) with a pooler (RoFormer-Sim), else null
-  const T* class_logits() const;          // (B, labels) of a sequence classifier, else null
+  const T* head_logits() const;           // a task head's logits (config().head->logits_count), else null
   int64_t counted() const;                // targets counted by the last loss
 
  private:
@@ -162,6 +161,8 @@ class RoFormer : public Trainable<T> {
   void embed(const Inputs& in, bool training, uint64_t dropout_seed);  // masks, dropout, embeddings → h[0]
   void encode();                                                      // the blocks over h[0]
   void run_heads(bool logits);
+  void bind_head();                // the task head's views of p and g
+  HeadCall<T> head_call() const;   // what the task head reads of the last forward
   AttentionCall attention_call() const;  // the last forward's masks, dropout and precision
   using Trainable<T>::layout_;
   using Trainable<T>::layer_offsets_;
@@ -169,6 +170,8 @@ class RoFormer : public Trainable<T> {
   std::unique_ptr<Activations> act_;
   std::unique_ptr<LayerStatics<T>> statics_;  // RoPE plan (dynamic NTK follows the batch length), FAVOR+
   std::unique_ptr<Scratch<T>> scratch_;  // backward buffers, made on the first backward
+  std::unique_ptr<HeadModule<T>> head_;  // config().head's module, or null
+  std::vector<T> d_head_h_;              // (N, H) d(loss)/d(last hidden state) from the task head
   bool has_mlm_head_ = true;
   Keep keep_ = Keep::backward;
   int64_t max_kept_keys_ = 0;  // set from the config in the constructor

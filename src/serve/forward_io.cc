@@ -61,6 +61,7 @@ std::string forward_safetensors(model::RoFormer<float>& m, const io::WeightStore
   if (softmax) out.push_back({"attentions", io::DType::F32, {L, B, n, T, T}, attentions.data()});
   out.push_back({"last_hidden_state", io::DType::F32, {B, T, H}, m.hidden_state(L)});
   if (m.logits()) out.push_back({"logits", io::DType::F32, {B, T, c.vocab_size}, m.logits()});
+  if (m.head_logits()) out.push_back({"head_logits", io::DType::F32, c.head->logits_shape(c, B, T), m.head_logits()});
   return io::safetensors_bytes(out, {{"format", "pt"}});
 }
 

@@ -4,7 +4,9 @@
 //   in:  input_ids (B, T) I64; attention_mask, token_type_ids (B, T) I64 (optional: all 1 / all 0)
 //   out: the three inputs, then embedding_output (B, T, E), hidden_states (L+1, B, T, H),
 //        attentions (L, B, n, T, T) (softmax attention only), last_hidden_state (B, T, H),
-//        logits (B, T, V) (only with an MLM head); all F32, metadata {"format": "pt"}.
+//        logits (B, T, V) (only with an MLM head), head_logits (a task head's, model/head.h:
+//        (B, labels), (B, T, labels), (B, T, 2) start/end, (B, 1) per choice row); all F32,
+//        metadata {"format": "pt"}.
 #pragma once
 
 #include <string>

@@ -325,7 +325,7 @@ std::vector<Classification> Pipeline::classify_encoded(const std::vector<text::E
   const int64_t labels = classifier_->num_labels();
   std::vector<Classification> out(encodings.size());
   run(encodings, batch_size, [&](const std::vector<size_t>& rows, int64_t) {
-    const float* logits = model().class_logits();  // (B, labels)
+    const float* logits = model().head_logits();  // (B, labels)
     for (size_t b = 0; b < rows.size(); ++b) {
       Classification& c = out[rows[b]];
       const float* row = logits + static_cast<int64_t>(b) * labels;

@@ -90,7 +90,7 @@ Batch ClassifyTask::train_batch(int64_t step) {
 }
 
 LossStats ClassifyTask::loss(const Model& m, const Batch& batch, int64_t normaliser, bool with_grad) {
-  const float* z = m.class_logits();
+  const float* z = m.head_logits();
   if (!z) throw std::invalid_argument("a classification task needs a model with a classifier head");
   const int64_t B = batch.B, L = c_.labels;
   LossStats s;
@@ -126,7 +126,7 @@ LossStats ClassifyTask::loss_and_grad(Trainable& trained, const Batch& batch, ui
   Model& m = roformer_of(trained);
   m.forward(batch.inputs(), true, dropout_seed);
   LossStats s = loss(m, batch, normaliser, true);
-  if (std::isfinite(s.loss)) m.backward_from_class_logits(d_logits_.data());
+  if (std::isfinite(s.loss)) m.backward_from_head_logits(d_logits_.data());
   return s;
 }
 
@@ -137,7 +137,7 @@ LossStats ClassifyTask::evaluate(Trainable& trained, const Batch& batch, int64_t
   if (c_.problem_type == "single_label_classification") {
     double correct = 0;
     for (int64_t i = 0; i < batch.B; ++i) {
-      const float* z = m.class_logits() + i * c_.labels;
+      const float* z = m.head_logits() + i * c_.labels;
       correct += std::max_element(z, z + c_.labels) - z == batch.targets[i];
     }
     s.metric_sums = {correct};
@@ -154,7 +154,7 @@ std::vector<float> predict_logits(Model& m, const std::vector<Batch>& batches) {
   std::vector<float> out;
   for (const Batch& b : batches) {
     m.forward(b.inputs(), false, 0);
-    out.insert(out.end(), m.class_logits(), m.class_logits() + b.B * m.config().num_labels());
+    out.insert(out.end(), m.head_logits(), m.head_logits() + b.B * m.config().num_labels());
   }
   return out;
 }

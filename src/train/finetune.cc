@@ -171,6 +171,7 @@ void FinetuneRun::build_model(const std::vector<data::LabeledExample>& train_row
   r.init_seed = o_.seed;
   r.configure = [&](model::RoFormerConfig& c) {
     if (resume_dir_.empty()) {
+      c.set_head("RoFormerForSequenceClassification");
       c.problem_type = o_.problem_type.empty() ? infer_problem_type(train_rows) : o_.problem_type;
       c.labels = label_names(train_rows, c.problem_type);
       if (c.labels.empty()) throw io::Error(o_.train + ": no row has a label (every label list is empty)");
@@ -239,7 +240,7 @@ void FinetuneRun::evaluate(EvalRecord& rec) {
   for (const Batch& b : task_->validation_batches()) {
     loss += task_->evaluate(*m_, b, b.B).loss * static_cast<double>(b.B);
     n += b.B;
-    logits.insert(logits.end(), m_->class_logits(), m_->class_logits() + b.B * cfg_.num_labels());
+    logits.insert(logits.end(), m_->head_logits(), m_->head_logits() + b.B * cfg_.num_labels());
     classes.insert(classes.end(), b.targets.begin(), b.targets.end());
     values.insert(values.end(), b.values.begin(), b.values.end());
   }
@@ -268,7 +269,7 @@ void FinetuneRun::write_predictions() {
     const Batch b = classification_batch(examples, idx, unlabelled, 0);
     m_->forward(b.inputs());
     for (int64_t r = 0; r < b.B; ++r) {
-      const float* z = m_->class_logits() + r * cfg_.num_labels();
+      const float* z = m_->head_logits() + r * cfg_.num_labels();
       json j = {{"line", rows[idx[r]].line}};
       if (cfg_.problem_type == "regression") {
         j["score"] = z[0];

@@ -83,17 +83,17 @@ TEST(LoadRoformer, ASequenceClassifierRunsItsOwnHead) {
   EXPECT_EQ(m.config.labels, std::vector<std::string>({"a", "b", "c"}));
   EXPECT_FALSE(m.model->has_mlm_head());
   const std::vector<float> out = stored(dir, "classifier.out_proj.weight", {3, 64});
-  EXPECT_TRUE(std::equal(out.begin(), out.end(), m.model->p.classifier.out.w));
+  EXPECT_TRUE(std::equal(out.begin(), out.end(), m.model->p.task[2]));
   const int64_t ids[] = {2, 65, 3};
   m.model->forward({.ids = ids, .B = 1, .T = 3});
-  ASSERT_NE(m.model->class_logits(), nullptr);
+  ASSERT_NE(m.model->head_logits(), nullptr);
   // classifier false: the head is neither built nor read.
   load::Request r;
   r.classifier = false;
   const load::Model encoder = load::roformer(dir, r);
   EXPECT_TRUE(encoder.config.labels.empty());
   encoder.model->forward({.ids = ids, .B = 1, .T = 3});
-  EXPECT_EQ(encoder.model->class_logits(), nullptr);
+  EXPECT_EQ(encoder.model->head_logits(), nullptr);
 }
 
 TEST(LoadRoformer, StoredHeadGivesTheLabelsAConfigDoesNotDeclare) {
@@ -110,6 +110,7 @@ TEST(LoadRoformer, InitSeedOptionalAndConfigureMakeANewHead) {
   const std::string dir = model_dir("load_case1");
   load::Request r;
   r.configure = [](model::RoFormerConfig& c) {
+    c.set_head("text-classification");
     c.labels = {"no", "yes"};
     c.problem_type = "single_label_classification";
   };
@@ -122,7 +123,7 @@ TEST(LoadRoformer, InitSeedOptionalAndConfigureMakeANewHead) {
   model::RoFormer<float> fresh(c);
   fresh.init_weights(5);
   const size_t H = 64;
-  EXPECT_TRUE(std::equal(fresh.p.classifier.dense.w, fresh.p.classifier.dense.w + H * H, m.model->p.classifier.dense.w));
+  EXPECT_TRUE(std::equal(fresh.p.task[0], fresh.p.task[0] + H * H, m.model->p.task[0]));
   const std::vector<float> word = stored(dir, "roformer.embeddings.word_embeddings.weight", {129, 64});
   EXPECT_TRUE(std::equal(word.begin(), word.end(), m.model->p.emb.word));
   // Without optional the head must be stored.

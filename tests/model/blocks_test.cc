@@ -95,31 +95,6 @@ void check_cross_attention(bool rotate) {
 TEST(Blocks, CrossAttentionGradients) { check_cross_attention(false); }
 TEST(Blocks, CrossAttentionGradientsWithRotatedPositions) { check_cross_attention(true); }
 
-TEST(Blocks, ClassifierHeadGradients) {
-  auto c = tiny();
-  const int64_t B = 3, T = 4, H = c.hidden_size, labels = 3;
-  std::vector<double> w = normal(H * H + H + labels * H + labels, 5), g(w.size(), 0.0);
-  auto bind = [&](std::vector<double>& a) {
-    return model::ClassifierParams<double>{{a.data(), a.data() + H * H},
-                                           {a.data() + H * H + H, a.data() + H * H + H + labels * H}};
-  };
-  const auto p = bind(w), pg = bind(g);
-  std::vector<double> h = normal(B * T * H, 6), r = normal(B * labels, 7), logits(B * labels);
-  model::ClassifierActs<double> acts;
-  const model::Dropout d = model::Dropout::training(c, 11, 0, T);  // probabilities 0: the identity
-  auto loss = [&] {
-    model::classifier_forward(c, logits.data(), acts, p, h.data(), B, T, labels, d);
-    return dot(r, logits.data());
-  };
-  loss();
-  std::vector<double> dh(h.size(), 0.0);
-  model::Scratch<double> s;
-  model::classifier_backward(c, dh.data(), pg, r.data(), acts, p, B, T, labels, d, s);
-  expect_gradient("h", h, dh, picks(h.size(), 12, 4), loss, kModelCheck);
-  expect_gradient("params", w, g, picks(w.size(), 24, 5), loss, kModelCheck);
-  for (int64_t b = 0; b < B; ++b) EXPECT_EQ(dh[(b * T + 1) * H], 0.0) << "only the first token feeds the head";
-}
-
 // A loss on the last hidden state (and the pooler), with no MLM head in the way.
 TEST(Blocks, BackwardFromTheHiddenStates) {
   auto c = tiny();

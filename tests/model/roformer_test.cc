@@ -99,6 +99,7 @@ void expect_model_gradients(const model::RoFormerConfig& cfg, bool training) {
 // dropout on in the encoder and in the head; loss Σ class_logits · G for a fixed random G.
 TEST(RoFormerModel, GradientsSequenceClassifierWithDropout) {
   model::RoFormerConfig cfg = tiny(model::PositionEncoding::rope);
+  cfg.set_head("RoFormerForSequenceClassification");
   cfg.labels = {"neg", "neutral", "pos"};
   cfg.problem_type = "single_label_classification";
   cfg.hidden_dropout_prob = 0.2;
@@ -118,12 +119,12 @@ TEST(RoFormerModel, GradientsSequenceClassifierWithDropout) {
   auto loss = [&] {
     m.forward(in, true, 91);
     double s = 0;
-    for (size_t i = 0; i < G.size(); ++i) s += m.class_logits()[i] * G[i];
+    for (size_t i = 0; i < G.size(); ++i) s += m.head_logits()[i] * G[i];
     return s;
   };
   loss();
   m.zero_grad();
-  m.backward_from_class_logits(G.data());
+  m.backward_from_head_logits(G.data());
   const std::vector<double> analytic = m.grads;
   std::vector<int64_t> at;
   for (const auto& info : m.layout()) {
@@ -136,12 +137,12 @@ TEST(RoFormerModel, GradientsSequenceClassifierWithDropout) {
   // Inference: no dropout, and the head's logits are the classifier block's on the last [CLS] state.
   m.forward(in);
   EXPECT_EQ(m.logits(), nullptr);
-  ASSERT_NE(m.class_logits(), nullptr);
+  ASSERT_NE(m.head_logits(), nullptr);
   std::vector<double> direct(3 * cfg.num_labels());
-  model::ClassifierActs<double> acts;
-  model::classifier_forward(cfg, direct.data(), acts, m.p.classifier, m.hidden_state(cfg.num_hidden_layers), 3, 5,
-                            cfg.num_labels(), model::Dropout{});
-  for (size_t i = 0; i < direct.size(); ++i) EXPECT_EQ(m.class_logits()[i], direct[i]);
+  auto head = cfg.head->make_f64();
+  head->bind(cfg, m.p.task, {});
+  head->forward(direct.data(), {&cfg, m.hidden_state(cfg.num_hidden_layers), 3, 5, model::Dropout{}});
+  for (size_t i = 0; i < direct.size(); ++i) EXPECT_EQ(m.head_logits()[i], direct[i]);
   // config.json round trip: id2label, label2id, problem_type, the architecture.
   const auto back = model::RoFormerConfig::from_json_text(cfg.to_json(), "config.json");
   EXPECT_EQ(back.labels, cfg.labels);
@@ -384,6 +385,7 @@ TEST(RoFormerModel, Bf16TrainingStaysCloseToFp32AndEvaluatesInFp32) {
     }
   }
   auto classifier = tiny(model::PositionEncoding::rope);
+  classifier.set_head("text-classification");
   classifier.labels = {"a", "b", "c"};
   classifier.problem_type = "single_label_classification";
   classifier.hidden_dropout_prob = 0.1;
@@ -406,8 +408,8 @@ TEST(RoFormerModel, Bf16TrainingStaysCloseToFp32AndEvaluatesInFp32) {
     auto train = [&](model::RoFormer<float>& m) {
       const double loss = m.forward(in, true, 5);
       m.zero_grad();
-      classify ? m.backward_from_class_logits(d_class.data()) : m.backward();
-      return classify ? double(m.class_logits()[0]) : loss;
+      classify ? m.backward_from_head_logits(d_class.data()) : m.backward();
+      return classify ? double(m.head_logits()[0]) : loss;
     };
     const double l_bf = train(bf), l_fp = train(fp);
     EXPECT_NE(l_bf, l_fp);  // it did run in bf16
@@ -566,6 +568,7 @@ TEST(RoFormerModel, ConfigIsCheckedAgainstTheCheckpointByField) {
   c.position_encoding = model::PositionEncoding::learned;
   expect_named(c, "has no roformer.embeddings.position_embeddings.weight, which the config implies (check position_encoding)");
   c = cfg;
+  c.set_head("text-classification");
   c.labels = {"a", "b", "c"};
   c.problem_type = "single_label_classification";
   const std::string head = serve_fixtures::classifier_dir("head2", 2, nlohmann::json::object());

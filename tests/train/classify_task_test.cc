@@ -46,6 +46,7 @@ std::vector<TokenizedExample> examples(int64_t n, int64_t labels, const std::str
 
 model::RoFormerConfig classifier(const std::string& problem, int64_t labels) {
   model::RoFormerConfig c = train_testing::tiny_config(kV, 16);
+  c.set_head("text-classification");
   c.problem_type = problem;
   for (int64_t k = 0; k < labels; ++k) c.labels.push_back(std::string(1, static_cast<char>('A' + k)));
   return c;
@@ -90,7 +91,7 @@ TEST_P(ClassifyLoss, EqualsItsFormulaAndItsGradientIsTheDerivative) {
   const train::Batch& b = task.validation_batches()[0];
   // The loss against its formula on the class logits, under a normaliser of 4 (Σ / 4).
   const double loss = task.evaluate(m, b, 4).loss;
-  const float* z = m.class_logits();
+  const float* z = m.head_logits();
   double expected = 0;
   for (int64_t i = 0; i < b.B; ++i) {
     if (problem == "single_label_classification") {

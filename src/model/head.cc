@@ -1,0 +1,50 @@
+// The head registry's look-ups and what every head shares (see head.h).
+#include "model/head.h"
+
+#include <algorithm>
+#include <stdexcept>
+
+#include "ops/loss.h"
+
+namespace model {
+
+void HeadDef::validate(const RoFormerConfig& c) const {
+  if (uses_labels() && c.labels.empty()) throw std::invalid_argument(std::string(architecture()) + " needs num_labels >= 1");
+}
+
+int64_t HeadDef::logits_count(const RoFormerConfig& c, int64_t B, int64_t T) const {
+  int64_t n = 1;
+  for (int64_t d : logits_shape(c, B, T)) n *= d;
+  return n;
+}
+
+const HeadDef* find_head(const std::string& architecture) {
+  for (const HeadDef* h : head_registry()) {
+    if (architecture == h->architecture()) return h;
+  }
+  return nullptr;
+}
+
+const HeadDef& head_named(const std::string& name) {
+  std::string known;
+  for (const HeadDef* h : head_registry()) {
+    if (name == h->architecture() || name == h->task()) return *h;
+    known += std::string(known.empty() ? "" : ", ") + h->task();
+  }
+  throw std::invalid_argument("unknown task '" + name + "' (" + known + ")");
+}
+
+HeadLoss softmax_cross_entropy(const float* logits, int64_t rows, int64_t width, const int64_t* targets,
+                               int64_t ignore, int64_t normaliser, float* dlogits) {
+  std::vector<float> probs(static_cast<size_t>(rows * width));
+  HeadLoss out;
+  const double mean = ops::cross_entropy_forward(probs.data(), logits, targets, rows, width, ignore, &out.count);
+  out.sum = mean * static_cast<double>(out.count);
+  if (dlogits) {
+    std::fill(dlogits, dlogits + rows * width, 0.0f);
+    ops::cross_entropy_backward(dlogits, probs.data(), targets, rows, width, ignore, normaliser, 1.0);
+  }
+  return out;
+}
+
+}  // namespace model
