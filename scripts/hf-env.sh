@@ -7,7 +7,8 @@
 # transformers 4.40.2 from PyPI: the version the roformer-hf fixtures were made with, known to run on
 # torch 1.13 (recent releases disable PyTorch < 2.1, e.g. the 4.57 in /work/venv-ref); sacrebleu 2.6.0,
 # the reference of `roformer bleu`; accelerate 0.30.1, which transformers' Trainer needs
-# (bench/peers/finetune_hf.py); openai and huggingface_hub, whose clients tests/hf/serve_clients.py runs against `roformer serve`.
+# (bench/peers/finetune_hf.py); seqeval 1.2.2 (token classification's metrics) on Debian's scikit-learn;
+# openai and huggingface_hub, whose clients tests/hf/serve_clients.py runs against `roformer serve`.
 # Idempotent: a venv that already runs transformers' RoFormer and sacrebleu is kept as it is.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -19,7 +20,8 @@ from transformers.utils import is_torch_available
 assert is_torch_available(), "transformers cannot use this torch"
 from transformers import RoFormerForMaskedLM, RoFormerForCausalLM
 assert "modeling_roformer" in RoFormerForMaskedLM.__module__
-import sacrebleu, accelerate, openai, requests'
+import sacrebleu, accelerate, openai, requests
+from seqeval.metrics import f1_score'
 
 mkdir -p "$(dirname "$venv")"
 venv="$(cd "$(dirname "$venv")" && pwd)/$(basename "$venv")"
@@ -29,11 +31,14 @@ if [ -x "$venv/bin/python" ] && "$venv/bin/python" -c "$probe" > /dev/null 2>&1;
 fi
 
 {
-  scripts/apt-install.sh python3 python3-venv python3-torch
+  scripts/apt-install.sh python3 python3-venv python3-torch python3-sklearn
   # Debian's interpreter, which python3-torch belongs to (not whatever python3 is first on PATH).
   rm -rf "$venv"
   /usr/bin/python3 -m venv --system-site-packages "$venv"
   "$venv/bin/python" -m pip install --no-input --disable-pip-version-check -q "${pins[@]}"
+  # seqeval, the reference of token classification's metrics, on Debian's scikit-learn and numpy (its
+  # PyPI dependencies would bring a numpy that Debian's torch cannot use).
+  "$venv/bin/python" -m pip install --no-input --disable-pip-version-check -q --no-deps seqeval==1.2.2
   "$venv/bin/python" -c "$probe"
   "$venv/bin/python" -c 'import torch, transformers; print(f"hf-env: transformers {transformers.__version__}, torch {torch.__version__}")'
 } >&2

@@ -253,4 +253,63 @@ std::vector<LabeledExample> read_labeled(const std::string& path, const LabeledC
   return parse_labeled(io::read_file(path), format, cols, path);
 }
 
+std::vector<TaggedExample> parse_tagged(const std::string& text, const TaggedColumns& cols,
+                                        const std::vector<std::string>& label_list, const std::string& origin) {
+  std::vector<TaggedExample> out;
+  for_each_line(text, [&](const std::string& line, int64_t line_no) {
+    if (line.find_first_not_of(" \t") == std::string::npos) return;
+    json j;
+    try {
+      j = json::parse(line);
+    } catch (const json::exception& e) {
+      fail(origin, line_no, std::string("not valid JSON: ") + e.what());
+    }
+    if (!j.is_object()) fail(origin, line_no, "each line must be a JSON object");
+    TaggedExample ex;
+    ex.line = line_no;
+    auto list = [&](const std::string& name) -> const json& {
+      if (!j.contains(name) || !j[name].is_array()) fail(origin, line_no, "'" + name + "' must be a list");
+      return j[name];
+    };
+    for (const json& w : list(cols.tokens)) {
+      if (!w.is_string()) fail(origin, line_no, "'" + cols.tokens + "' must hold strings, got " + w.dump());
+      ex.words.push_back(w.get<std::string>());
+    }
+    if (!cols.tags.empty()) {
+      const json& tags = list(cols.tags);
+      if (tags.size() != ex.words.size()) {
+        fail(origin, line_no, "'" + cols.tags + "' has " + std::to_string(tags.size()) + " tags for " +
+                                  std::to_string(ex.words.size()) + " words in '" + cols.tokens + "'");
+      }
+      for (const json& t : tags) {
+        if (t.is_string()) {
+          ex.tags.push_back(t.get<std::string>());
+        } else if (t.is_number_integer()) {
+          const int64_t id = t.get<int64_t>();
+          if (label_list.empty()) {
+            fail(origin, line_no, "'" + cols.tags + "' holds tag ids; give the tag names in id order (--label-list)");
+          }
+          if (id < 0 || id >= static_cast<int64_t>(label_list.size())) {
+            fail(origin, line_no, "tag id " + std::to_string(id) + " in '" + cols.tags + "' is outside the " +
+                                      std::to_string(label_list.size()) + " names of --label-list");
+          }
+          ex.tags.push_back(label_list[static_cast<size_t>(id)]);
+        } else {
+          fail(origin, line_no, "'" + cols.tags + "' must hold tag names or ids, got " + t.dump());
+        }
+      }
+    }
+    out.push_back(std::move(ex));
+  });
+  return out;
+}
+
+std::vector<TaggedExample> read_tagged(const std::string& path, const TaggedColumns& cols,
+                                       const std::vector<std::string>& label_list) {
+  if (table_format_of(path) != TableFormat::jsonl) {
+    throw base::Error(path + ": token classification data is JSONL (a .jsonl or .json name)");
+  }
+  return parse_tagged(io::read_file(path), cols, label_list, path);
+}
+
 }  // namespace data

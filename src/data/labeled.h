@@ -41,4 +41,24 @@ std::vector<LabeledExample> read_labeled(const std::string& path, const LabeledC
 std::vector<LabeledExample> parse_labeled(const std::string& text, TableFormat format, const LabeledColumns& cols,
                                           const std::string& origin);
 
+// Token classification data as transformers' run_ner reads it: JSONL rows of pre-split words and one
+// tag per word, {"tokens": ["EU", "rejects", ...], "ner_tags": ["B-ORG", "O", ...]}. Tags are names,
+// or integer ids into `label_list` (run_ner's ClassLabel feature), which must then be given.
+struct TaggedColumns {
+  std::string tokens = "tokens";
+  std::string tags = "ner_tags";  // "" = untagged (words to predict)
+};
+
+struct TaggedExample {
+  std::vector<std::string> words, tags;  // tags empty when untagged
+  int64_t line = 0;
+};
+
+// Every row of a .jsonl/.json file; a missing field, a word that is not a string, a tag count that
+// differs from the word count, or an id outside label_list is a base::Error "path:line: ...".
+std::vector<TaggedExample> read_tagged(const std::string& path, const TaggedColumns& cols,
+                                       const std::vector<std::string>& label_list = {});
+std::vector<TaggedExample> parse_tagged(const std::string& text, const TaggedColumns& cols,
+                                        const std::vector<std::string>& label_list, const std::string& origin);
+
 }  // namespace data

@@ -18,6 +18,10 @@ int64_t HeadDef::logits_count(const RoFormerConfig& c, int64_t B, int64_t T) con
   return n;
 }
 
+std::vector<int64_t> HeadDef::targets(const RoFormerConfig&, const HeadExample& e) const {
+  return e.labels;  // one target per example
+}
+
 const HeadDef* find_head(const std::string& architecture) {
   for (const HeadDef* h : head_registry()) {
     if (architecture == h->architecture()) return h;

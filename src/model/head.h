@@ -12,6 +12,7 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <string>
 #include <vector>
@@ -78,6 +79,21 @@ struct HeadLoss {
   int64_t count = 0;  // targets counted: the batch's share of the normaliser
 };
 
+// One evaluated batch as the loss saw it: the logits the forward wrote and the batch's targets.
+struct HeadOutputs {
+  int64_t B = 0, T = 0;
+  std::vector<float> logits;
+  std::vector<int64_t> ids;   // as HeadTargets::ids
+  std::vector<float> values;  // as HeadTargets::values
+};
+
+// A labelled example as the tokenizer laid it out over one model row.
+struct HeadExample {
+  std::vector<int64_t> word_ids;  // (T) the input word of each token, -1 for [CLS], [SEP] and padding
+  std::vector<int64_t> labels;    // label ids: one per example, or one per word (token classification)
+  bool label_all_tokens = false;  // token classification: every sub-token of a word gets its label
+};
+
 class HeadDef {
  public:
   virtual ~HeadDef() = default;
@@ -100,6 +116,13 @@ class HeadDef {
   // WRITTEN there. logits as forward wrote them; `group` = choices per example for multiple choice.
   virtual HeadLoss loss(const RoFormerConfig& c, const float* logits, int64_t B, int64_t T, const HeadTargets& t,
                         int64_t group, int64_t normaliser, float* dlogits) const = 0;
+  // The targets (HeadTargets::ids) of one model row of a labelled example.
+  virtual std::vector<int64_t> targets(const RoFormerConfig& c, const HeadExample& e) const;
+  // The validation metrics over every batch's outputs (the caller adds "loss"); `group` as in loss.
+  virtual std::map<std::string, double> metrics(const RoFormerConfig& c, const std::vector<HeadOutputs>& batches,
+                                                int64_t group) const = 0;
+  // The metric that picks the best checkpoint when none is asked for.
+  virtual std::string default_metric(const RoFormerConfig& c) const = 0;
 };
 
 // The heads the engine knows, in registry order.
@@ -117,6 +140,20 @@ const HeadDef& head_named(const std::string& name);
 // [0, width) other than the ignored one is std::out_of_range.
 HeadLoss softmax_cross_entropy(const float* logits, int64_t rows, int64_t width, const int64_t* targets,
                                int64_t ignore, int64_t normaliser, float* dlogits);
+
+// The dense layer whose weight and bias are tensors `at` and at + 1 of a head's views (bind's params
+// or grads); null pointers when the views are empty (a model without gradients yet).
+template <typename T>
+LinearParams<T> head_dense(const std::vector<T*>& views, size_t at) {
+  return views.empty() ? LinearParams<T>{} : LinearParams<T>{views[at], views[at + 1]};
+}
+
+// The registry's entry of a head: `const HeadDef& NAME_head()`, one instance of class Def.
+#define ROFORMER_DEFINE_HEAD(name, Def) \
+  const HeadDef& name##_head() {        \
+    static const Def head;              \
+    return head;                        \
+  }
 
 // The module of a head class M templated on the element type: HeadDef::make_f32 / make_f64 in one line.
 template <template <typename> class M>

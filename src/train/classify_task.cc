@@ -8,7 +8,6 @@
 #include <stdexcept>
 
 #include "base/random.h"
-#include "ops/loss.h"
 
 namespace train {
 namespace {
@@ -33,7 +32,10 @@ Batch classification_batch(const std::vector<TokenizedExample>& examples, const 
     std::copy(e.types.begin(), e.types.end(), b.token_types.begin() + r * b.T);
     std::fill_n(b.attention_mask.begin() + r * b.T, e.ids.size(), 1);
     if (c.labels == 0) continue;  // unlabelled: inputs only
-    if (c.problem_type == "single_label_classification") {
+    if (c.per_token) {
+      b.targets.resize(b.B * b.T, model::kIgnoreIndex);
+      std::copy(e.targets.begin(), e.targets.end(), b.targets.begin() + r * b.T);
+    } else if (c.problem_type == "single_label_classification") {
       b.targets.push_back(e.label);
     } else {
       if (static_cast<int64_t>(e.values.size()) != c.labels) throw std::invalid_argument("an example has the wrong number of values");
@@ -89,35 +91,21 @@ Batch ClassifyTask::train_batch(int64_t step) {
   return classification_batch(train_, idx, c_, start);
 }
 
+int64_t ClassifyTask::loss_count(const Batch& batch) const {
+  if (!c_.per_token) return batch.B;
+  return std::count_if(batch.targets.begin(), batch.targets.end(), [](int64_t t) { return t != model::kIgnoreIndex; });
+}
+
 LossStats ClassifyTask::loss(const Model& m, const Batch& batch, int64_t normaliser, bool with_grad) {
-  const float* z = m.head_logits();
-  if (!z) throw std::invalid_argument("a classification task needs a model with a classifier head");
-  const int64_t B = batch.B, L = c_.labels;
+  const model::RoFormerConfig& cfg = m.config();
+  if (!m.head_logits()) throw std::invalid_argument("a classification task needs a model with a task head");
+  if (with_grad) d_logits_.resize(cfg.head->logits_count(cfg, batch.B, batch.T));
+  const model::HeadLoss h = cfg.head->loss(cfg, m.head_logits(), batch.B, batch.T,
+                                           {batch.targets.data(), batch.values.data()}, 1, normaliser,
+                                           with_grad ? d_logits_.data() : nullptr);
   LossStats s;
-  s.count = B;
-  const double scale = normaliser > 0 ? 1.0 / static_cast<double>(normaliser) : 0.0;
-  if (with_grad) d_logits_.assign(B * L, 0.0f);
-  if (c_.problem_type == "single_label_classification") {
-    probs_.resize(B * L);
-    int64_t counted = 0;
-    const double mean = ops::cross_entropy_forward(probs_.data(), z, batch.targets.data(), B, L, model::kIgnoreIndex, &counted);
-    s.loss = mean * static_cast<double>(counted) * scale;
-    if (with_grad) ops::cross_entropy_backward(d_logits_.data(), probs_.data(), batch.targets.data(), B, L,
-                                               model::kIgnoreIndex, normaliser, 1.0);
-    return s;
-  }
-  double sum = 0;
-  for (int64_t i = 0; i < B * L; ++i) {
-    const double x = z[i], y = batch.values[i];
-    if (c_.problem_type == "regression") {
-      sum += (x - y) * (x - y);
-      if (with_grad) d_logits_[i] = static_cast<float>(2 * (x - y) * scale);
-    } else {  // BCE with logits, stable: max(x, 0) − x·y + log(1 + e^−|x|), averaged over the labels
-      sum += (std::max(x, 0.0) - x * y + std::log1p(std::exp(-std::fabs(x)))) / static_cast<double>(L);
-      if (with_grad) d_logits_[i] = static_cast<float>((1 / (1 + std::exp(-x)) - y) / static_cast<double>(L) * scale);
-    }
-  }
-  s.loss = sum * scale;
+  s.count = h.count;
+  s.loss = h.sum * (normaliser > 0 ? 1.0 / static_cast<double>(normaliser) : 0.0);
   return s;
 }
 
@@ -134,7 +122,7 @@ LossStats ClassifyTask::evaluate(Trainable& trained, const Batch& batch, int64_t
   Model& m = roformer_of(trained);
   m.forward(batch.inputs(), false, 0);
   LossStats s = loss(m, batch, normaliser, false);
-  if (c_.problem_type == "single_label_classification") {
+  if (!c_.per_token && c_.problem_type == "single_label_classification") {
     double correct = 0;
     for (int64_t i = 0; i < batch.B; ++i) {
       const float* z = m.head_logits() + i * c_.labels;
@@ -146,7 +134,7 @@ LossStats ClassifyTask::evaluate(Trainable& trained, const Batch& batch, int64_t
 }
 
 std::vector<std::string> ClassifyTask::metric_names() const {
-  if (c_.problem_type == "single_label_classification") return {"accuracy"};
+  if (!c_.per_token && c_.problem_type == "single_label_classification") return {"accuracy"};
   return {};
 }
 

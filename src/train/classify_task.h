@@ -1,10 +1,8 @@
-// Sequence classification and regression (RoFormerForSequenceClassification), the fine-tuning task:
-// one target per example, scored on the model's classifier head (class_logits, (B, labels)) with
-// Hugging Face's problem_type losses:
-//   single_label_classification  softmax cross-entropy over the labels;
-//   multi_label_classification   sigmoid binary cross-entropy, averaged over the labels;
-//   regression                   squared error of the one output.
-// The loss is Σ per-example loss / normaliser: with the batch's own example count it is HF's mean.
+// The fine-tuning task of a model with a task head (model/head.h): sequence classification and
+// regression (one target per example) and token classification (one target per token, -100 where
+// nothing counts). The loss is the head's own (HeadDef::loss, e.g. HF's problem_type losses for
+// sequence classification), Σ per-target loss / normaliser: with the batch's own count (examples, or
+// counted tokens) it is HF's mean.
 //
 // Batches. Examples are token sequences of different lengths. An epoch visits every example once in
 // an order drawn from (seed, epoch); as HF's group_by_length, the order is cut into mega-batches of
@@ -27,6 +25,7 @@ struct TokenizedExample {
   std::vector<int64_t> ids, types;
   int64_t label = -1;
   std::vector<float> values;
+  std::vector<int64_t> targets;  // token classification: one per token (HeadDef::targets), else empty
 };
 
 struct ClassifyTaskConfig {
@@ -35,6 +34,7 @@ struct ClassifyTaskConfig {
   int64_t batch = 32;
   int64_t pad_id = 0;
   uint64_t seed = 42;  // the epoch orders
+  bool per_token = false;  // token classification: (B, T) targets, padding -100
 };
 
 // A batch of examples[indices], padded to its longest row, rows starting at global row row0; with
@@ -51,7 +51,7 @@ class ClassifyTask : public Task {
   std::string name() const override { return "classify"; }
   Batch train_batch(int64_t step) override;
   const std::vector<Batch>& validation_batches() override { return val_; }
-  int64_t loss_count(const Batch& batch) const override { return batch.B; }
+  int64_t loss_count(const Batch& batch) const override;
   LossStats loss_and_grad(Trainable& m, const Batch& batch, uint64_t dropout_seed, int64_t normaliser) override;
   LossStats evaluate(Trainable& m, const Batch& batch, int64_t normaliser) override;
   std::vector<std::string> metric_names() const override;
@@ -61,12 +61,12 @@ class ClassifyTask : public Task {
   std::vector<int64_t> epoch_order(int64_t epoch) const;
 
  private:
-  // Loss Σ/normaliser of the model's last class_logits against the batch; d_logits_ gets its gradient.
+  // Loss Σ/normaliser of the model's last head_logits against the batch; d_logits_ gets its gradient.
   LossStats loss(const Model& m, const Batch& batch, int64_t normaliser, bool with_grad);
   std::vector<TokenizedExample> train_;
   ClassifyTaskConfig c_;
   std::vector<Batch> val_;
-  std::vector<float> probs_, d_logits_;
+  std::vector<float> d_logits_;
   int64_t cached_epoch_ = -1;
   std::vector<int64_t> cached_order_;
 };

@@ -20,7 +20,7 @@
 #include "text/roformer_tokenizer.h"
 #include "train/checkpoint.h"
 #include "train/classify_task.h"
-#include "train/metrics.h"
+#include "model/metrics.h"
 #include "train/run_loop.h"
 #include "train/trainer.h"
 
@@ -121,8 +121,56 @@ std::vector<TokenizedExample> tokenize(const std::vector<data::LabeledExample>& 
   return out;
 }
 
-std::string default_metric(const std::string& problem_type) {
-  return problem_type == "regression" ? "pearson" : problem_type == "multi_label_classification" ? "f1_micro" : "accuracy";
+
+// Token classification rows: each word tokenised on its own ([CLS] w1 pieces ... [SEP], as
+// transformers' is_split_into_words), cut to max_length tokens, with the head's targets over the
+// words' tags. Words past the cut or with no token (an empty or control-only word) keep no target:
+// their number is returned in *dropped.
+std::vector<TokenizedExample> tokenize_words(const std::vector<data::TaggedExample>& rows, const std::string& origin,
+                                             const text::RoFormerTokenizer& tok, const model::RoFormerConfig& cfg,
+                                             int64_t max_length, bool label_all_tokens, bool labelled,
+                                             std::vector<std::vector<int64_t>>* word_ids_out, int64_t* dropped) {
+  std::vector<TokenizedExample> out;
+  for (const auto& r : rows) {
+    TokenizedExample x;
+    std::vector<int64_t> word_ids = {-1};
+    x.ids.push_back(tok.cls_id());
+    for (size_t w = 0; w < r.words.size(); ++w) {
+      const std::vector<int32_t> pieces = tok.convert_tokens_to_ids(tok.tokenize(r.words[w]));
+      for (const int32_t id : pieces) {
+        if (static_cast<int64_t>(x.ids.size()) + 1 >= max_length) break;
+        x.ids.push_back(id);
+        word_ids.push_back(static_cast<int64_t>(w));
+      }
+    }
+    x.ids.push_back(tok.sep_id());
+    word_ids.push_back(-1);
+    x.types.assign(x.ids.size(), 0);
+    std::set<int64_t> seen(word_ids.begin(), word_ids.end());
+    *dropped += static_cast<int64_t>(r.words.size()) - static_cast<int64_t>(seen.size() - 1);
+    if (labelled) {
+      model::HeadExample e{word_ids, {}, label_all_tokens};
+      for (const std::string& tag : r.tags) {
+        const auto it = std::find(cfg.labels.begin(), cfg.labels.end(), tag);
+        if (it == cfg.labels.end()) {
+          throw io::Error(origin + ":" + std::to_string(r.line) + ": tag '" + tag + "' is not one of the model's labels");
+        }
+        e.labels.push_back(it - cfg.labels.begin());
+      }
+      x.targets = cfg.head->targets(cfg, e);
+    }
+    if (word_ids_out) word_ids_out->push_back(std::move(word_ids));
+    out.push_back(std::move(x));
+  }
+  return out;
+}
+
+// The tag names of a token-classification run: --label-list, else the training tags sorted (run_ner).
+std::vector<std::string> tag_names(const std::vector<data::TaggedExample>& rows, const std::vector<std::string>& given) {
+  if (!given.empty()) return given;
+  std::set<std::string> names;
+  for (const auto& r : rows) names.insert(r.tags.begin(), r.tags.end());
+  return {names.begin(), names.end()};
 }
 
 // One invocation of `roformer finetune`: the set-up in the constructor, then the loop.
@@ -139,8 +187,10 @@ class FinetuneRun : public Recipe {
 
  private:
   void prepare();
-  void build_model(const std::vector<data::LabeledExample>& train_rows);
+  void build_model(const std::vector<data::LabeledExample>& train_rows, const std::vector<std::string>& tags);
+  bool per_token() const { return o_.task == "token-classification"; }
   void write_predictions();
+  void write_tag_predictions();
 
   FinetuneOptions o_;
   std::string resume_dir_;
@@ -163,17 +213,22 @@ class FinetuneRun : public Recipe {
 // The model and tokenizer: the pre-trained directory (a new run: its encoder, a new classifier head
 // initialised from --seed, the config's labels and problem type from the data) or the checkpoint a
 // resumed run continues.
-void FinetuneRun::build_model(const std::vector<data::LabeledExample>& train_rows) {
+void FinetuneRun::build_model(const std::vector<data::LabeledExample>& train_rows, const std::vector<std::string>& tags) {
   load::Request r;
   r.mlm_head = false;  // an MLM/causal-LM checkpoint's head and pooler are not part of a classifier
   r.skip = {"cls.", "roformer.pooler."};
-  r.optional = {"classifier."};  // a pre-trained encoder has none: the new head keeps its initialisation
+  r.optional = {"classifier.", "qa_outputs."};  // a pre-trained encoder has none: the new head keeps its initialisation
   r.init_seed = o_.seed;
   r.configure = [&](model::RoFormerConfig& c) {
     if (resume_dir_.empty()) {
-      c.set_head("RoFormerForSequenceClassification");
-      c.problem_type = o_.problem_type.empty() ? infer_problem_type(train_rows) : o_.problem_type;
-      c.labels = label_names(train_rows, c.problem_type);
+      c.set_head(o_.task);
+      if (per_token()) {
+        c.problem_type.clear();
+        c.labels = tags;
+      } else {
+        c.problem_type = o_.problem_type.empty() ? infer_problem_type(train_rows) : o_.problem_type;
+        c.labels = label_names(train_rows, c.problem_type);
+      }
       if (c.labels.empty()) throw io::Error(o_.train + ": no row has a label (every label list is empty)");
       c.is_decoder = false;  // a classifier reads the whole text
       if (o_.dropout >= 0) c.hidden_dropout_prob = c.attention_probs_dropout_prob = o_.dropout;
@@ -202,15 +257,35 @@ void FinetuneRun::build_model(const std::vector<data::LabeledExample>& train_row
 }
 
 void FinetuneRun::prepare() {
-  const auto train_rows = data::read_labeled(o_.train, o_.columns);
-  const auto val_rows = data::read_labeled(o_.validation, o_.columns);
-  if (train_rows.empty()) throw io::Error(o_.train + ": no examples");
-  if (val_rows.empty()) throw io::Error(o_.validation + ": no examples");
-  build_model(train_rows);
-  metric_ = o_.metric.empty() ? default_metric(cfg_.problem_type) : o_.metric;
-  ClassifyTaskConfig tc{cfg_.problem_type, cfg_.num_labels(), o_.batch, cfg_.pad_token_id, o_.seed};
-  task_ = std::make_unique<ClassifyTask>(tokenize(train_rows, o_.train, *tok_, cfg_, o_.max_length, true),
-                                         tokenize(val_rows, o_.validation, *tok_, cfg_, o_.max_length, true), tc);
+  std::vector<data::LabeledExample> train_rows, val_rows;
+  std::vector<data::TaggedExample> train_tagged, val_tagged;
+  if (per_token()) {
+    train_tagged = data::read_tagged(o_.train, o_.tagged, o_.label_list);
+    val_tagged = data::read_tagged(o_.validation, o_.tagged, o_.label_list);
+  } else {
+    train_rows = data::read_labeled(o_.train, o_.columns);
+    val_rows = data::read_labeled(o_.validation, o_.columns);
+  }
+  if (train_rows.empty() && train_tagged.empty()) throw io::Error(o_.train + ": no examples");
+  if (val_rows.empty() && val_tagged.empty()) throw io::Error(o_.validation + ": no examples");
+  build_model(train_rows, tag_names(train_tagged, o_.label_list));
+  metric_ = o_.metric.empty() ? cfg_.head->default_metric(cfg_) : o_.metric;
+  ClassifyTaskConfig tc{cfg_.problem_type, cfg_.num_labels(), o_.batch, cfg_.pad_token_id, o_.seed, per_token()};
+  if (per_token()) {
+    int64_t dropped = 0;
+    auto train = tokenize_words(train_tagged, o_.train, *tok_, cfg_, o_.max_length, o_.label_all_tokens, true,
+                                nullptr, &dropped);
+    auto val = tokenize_words(val_tagged, o_.validation, *tok_, cfg_, o_.max_length, o_.label_all_tokens, true,
+                              nullptr, &dropped);
+    if (dropped > 0 && writer_) {
+      std::fprintf(stderr, "%lld words past --max-length %lld or without a token keep no target\n",
+                   static_cast<long long>(dropped), static_cast<long long>(o_.max_length));
+    }
+    task_ = std::make_unique<ClassifyTask>(std::move(train), std::move(val), tc);
+  } else {
+    task_ = std::make_unique<ClassifyTask>(tokenize(train_rows, o_.train, *tok_, cfg_, o_.max_length, true),
+                                           tokenize(val_rows, o_.validation, *tok_, cfg_, o_.max_length, true), tc);
+  }
   total_steps_ = o_.epochs * task_->steps_per_epoch();
   Schedule sched;
   sched.peak_lr = o_.lr;
@@ -232,25 +307,27 @@ void FinetuneRun::prepare() {
 }
 
 void FinetuneRun::evaluate(EvalRecord& rec) {
-  std::vector<float> logits;
-  std::vector<int64_t> classes;
-  std::vector<float> values;
+  std::vector<model::HeadOutputs> outputs;
   double loss = 0;
   int64_t n = 0;
   for (const Batch& b : task_->validation_batches()) {
-    loss += task_->evaluate(*m_, b, b.B).loss * static_cast<double>(b.B);
-    n += b.B;
-    logits.insert(logits.end(), m_->head_logits(), m_->head_logits() + b.B * cfg_.num_labels());
-    classes.insert(classes.end(), b.targets.begin(), b.targets.end());
-    values.insert(values.end(), b.values.begin(), b.values.end());
+    const int64_t count = task_->loss_count(b);
+    loss += task_->evaluate(*m_, b, count).loss * static_cast<double>(count);
+    n += count;
+    const float* z = m_->head_logits();
+    outputs.push_back({b.B, b.T, std::vector<float>(z, z + cfg_.head->logits_count(cfg_, b.B, b.T)), b.targets, b.values});
   }
   rec.val_loss = loss / static_cast<double>(n);
-  rec.metrics = classification_metrics(cfg_.problem_type, cfg_.num_labels(), logits, classes, values);
+  rec.metrics = cfg_.head->metrics(cfg_, outputs, 1);
   rec.metrics["loss"] = rec.val_loss;
-  if (!rec.metrics.count(metric_)) throw std::invalid_argument("--metric " + metric_ + " is not computed for " + cfg_.problem_type);
+  if (!rec.metrics.count(metric_)) {
+    throw std::invalid_argument("--metric " + metric_ + " is not computed for " + cfg_.head->task() +
+                                (cfg_.problem_type.empty() ? "" : " " + cfg_.problem_type));
+  }
 }
 
 void FinetuneRun::write_predictions() {
+  if (per_token()) return write_tag_predictions();
   data::LabeledColumns cols = o_.columns;
   cols.label.clear();
   const auto rows = data::read_labeled(o_.test, cols);
@@ -289,10 +366,50 @@ void FinetuneRun::write_predictions() {
   io::write_file_atomic(o_.out + "/predictions.jsonl", text);
 }
 
+// Token classification: one row per test line, {"line", "tags"} with a tag per word (the prediction of
+// its first sub-token), null for a word past --max-length or without a token.
+void FinetuneRun::write_tag_predictions() {
+  data::TaggedColumns cols = o_.tagged;
+  cols.tags.clear();
+  const auto rows = data::read_tagged(o_.test, cols, o_.label_list);
+  std::vector<std::vector<int64_t>> word_ids;
+  int64_t dropped = 0;
+  const auto examples =
+      tokenize_words(rows, o_.test, *tok_, cfg_, o_.max_length, false, false, &word_ids, &dropped);
+  load::Request best;
+  best.tokenizer = false;
+  best.inference = o_.linears;
+  m_ = load::roformer(result_.best_dir, best).model;
+  const ClassifyTaskConfig unlabelled{cfg_.problem_type, 0, o_.batch, cfg_.pad_token_id, 0, true};
+  const int64_t L = cfg_.num_labels();
+  std::string text;
+  for (size_t start = 0; start < examples.size(); start += static_cast<size_t>(o_.batch)) {
+    std::vector<int64_t> idx;
+    for (size_t i = start; i < std::min(examples.size(), start + o_.batch); ++i) idx.push_back(static_cast<int64_t>(i));
+    const Batch b = classification_batch(examples, idx, unlabelled, 0);
+    m_->forward(b.inputs());
+    for (int64_t r = 0; r < b.B; ++r) {
+      const auto& words = word_ids[idx[r]];
+      json tags = json::array();
+      for (size_t w = 0; w < rows[idx[r]].words.size(); ++w) tags.push_back(nullptr);
+      int64_t previous = -1;
+      for (size_t t = 0; t < words.size(); ++t) {
+        if (words[t] < 0 || words[t] == previous) continue;
+        const float* z = m_->head_logits() + (r * b.T + static_cast<int64_t>(t)) * L;
+        tags[words[t]] = cfg_.labels[std::max_element(z, z + L) - z];
+        previous = words[t];
+      }
+      text += json({{"line", rows[idx[r]].line}, {"tags", tags}}).dump() + "\n";
+    }
+  }
+  io::write_file_atomic(o_.out + "/predictions.jsonl", text);
+}
+
 FinetuneResult FinetuneRun::run(const ReportHook& on_report) {
   if (writer_) std::fprintf(stderr, "%s %s with %lld labels on %s: %lld steps (%lld epochs of %lld), batch %lld, lr %.2g, "
                "max length %lld, %d threads × %d processes, %s; best by %s\n",
-               resume_dir_.empty() ? "fine-tuning" : "resuming", cfg_.problem_type.c_str(),
+               resume_dir_.empty() ? "fine-tuning" : "resuming",
+               (per_token() ? std::string(cfg_.head->task()) : cfg_.problem_type).c_str(),
                static_cast<long long>(cfg_.num_labels()), o_.model.c_str(), static_cast<long long>(total_steps_),
                static_cast<long long>(o_.epochs), static_cast<long long>(task_->steps_per_epoch()),
                static_cast<long long>(o_.batch), o_.lr, static_cast<long long>(o_.max_length), omp_get_max_threads(),
@@ -303,7 +420,7 @@ FinetuneResult FinetuneRun::run(const ReportHook& on_report) {
   lo.steps_per_epoch = task_->steps_per_epoch();
   lo.eval_every = o_.eval_every;
   lo.metric = metric_;
-  lo.higher_is_better = higher_is_better(metric_);
+  lo.higher_is_better = model::higher_is_better(metric_);
   lo.keep_best = true;
   lo.patience = o_.patience;
   lo.progress = o_.progress;
@@ -332,7 +449,9 @@ std::string FinetuneOptions::to_json() const {
                   {"metric", metric}, {"lr", lr}, {"warmup_ratio", warmup_ratio}, {"weight_decay", weight_decay},
                   {"clip", clip}, {"dropout", dropout}, {"rope_scaling", rope_scaling}, {"seed", seed},
                   {"predict", predict}, {"grad_accum", grad_accum}, {"bucket_mb", bucket_mb}, {"zero1", zero1},
-                  {"threads", threads}, {"precision", precision}};
+                  {"threads", threads}, {"precision", precision}, {"task", task},
+                  {"tokens_column", tagged.tokens}, {"tags_column", tagged.tags}, {"label_list", label_list},
+                  {"label_all_tokens", label_all_tokens}};
   return j.dump(2) + "\n";
 }
 
@@ -350,6 +469,10 @@ FinetuneOptions FinetuneOptions::from_json(const std::string& text) {
     o.grad_accum = j.value("grad_accum", int64_t{1});  // absent in runs from before gradient accumulation
     o.bucket_mb = j.value("bucket_mb", 4.0), o.zero1 = j.value("zero1", false);  // absent in older runs
     o.precision = j.value("precision", "fp32");
+    o.task = j.value("task", "text-classification");  // absent in runs from before the head registry
+    o.tagged = {j.value("tokens_column", "tokens"), j.value("tags_column", "ner_tags")};
+    o.label_list = j.value("label_list", std::vector<std::string>{});
+    o.label_all_tokens = j.value("label_all_tokens", false);
   } catch (const json::exception& e) {
     throw io::Error(std::string("fine-tuning options: ") + e.what());
   }
@@ -362,7 +485,11 @@ void FinetuneOptions::validate() const {
   };
   need(!model.empty(), "--model is required");
   need(!train.empty() && !validation.empty(), "--train and --validation are required");
+  need(task == "text-classification" || task == "token-classification",
+       "--task must be text-classification or token-classification (question-answering and multiple-choice heads "
+       "load, run and save, but do not fine-tune yet)");
   need(!columns.text.empty() && !columns.label.empty(), "--text-column and --label-column must not be empty");
+  need(!tagged.tokens.empty() && !tagged.tags.empty(), "--tokens-column and --tags-column must not be empty");
   need(problem_type.empty() || problem_type == "single_label_classification" ||
            problem_type == "multi_label_classification" || problem_type == "regression",
        "--problem-type must be single_label_classification, multi_label_classification or regression");

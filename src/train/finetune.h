@@ -36,7 +36,11 @@ struct FinetuneOptions {
   std::string model;                 // HF RoFormer directory to start from
   std::string train, validation, test;  // labelled files (.jsonl, .tsv, .csv); test is optional
   std::string out = "runs/finetune";
-  data::LabeledColumns columns;
+  std::string task = "text-classification";  // or token-classification (the head registry's task names)
+  data::LabeledColumns columns;      // text-classification's columns
+  data::TaggedColumns tagged;        // token-classification's JSONL fields
+  std::vector<std::string> label_list;  // token-classification: the tag names in id order ("" = sorted training tags)
+  bool label_all_tokens = false;     // token-classification: every sub-token of a word gets its tag
   std::string problem_type;          // "" = inferred from the training labels
   int64_t max_length = 128, batch = 32, epochs = 3;
   int64_t grad_accum = 1;            // micro-batches per process and step (--batch stays the batch of a step)

@@ -101,3 +101,36 @@ TEST(Labeled, AFileMixingLabelTypesIsRefusedAtTheFirstDifferentLine) {
 }
 
 }  // namespace
+
+TEST(Tagged, NamesIdsAndUntaggedRows) {
+  const std::string text = "{\"tokens\": [\"EU\", \"rejects\"], \"ner_tags\": [\"B-ORG\", \"O\"]}\n\n"
+                           "{\"tokens\": [\"北\", \"京\"], \"ner_tags\": [1, 2]}\n";
+  const auto rows = data::parse_tagged(text, {}, {"O", "B-LOC", "I-LOC"}, "ner.jsonl");
+  ASSERT_EQ(rows.size(), 2u);
+  EXPECT_EQ(rows[0].words, (std::vector<std::string>{"EU", "rejects"}));
+  EXPECT_EQ(rows[0].tags, (std::vector<std::string>{"B-ORG", "O"}));
+  EXPECT_EQ(rows[1].tags, (std::vector<std::string>{"B-LOC", "I-LOC"}));
+  EXPECT_EQ(rows[1].line, 3);
+  const auto untagged = data::parse_tagged("{\"tokens\": [\"a\"]}\n", {"tokens", ""}, {}, "t.jsonl");
+  EXPECT_TRUE(untagged[0].tags.empty());
+}
+
+TEST(Tagged, BadRowsNameTheFileLineAndField) {
+  auto error = [](const std::string& text, const std::vector<std::string>& labels = {}) {
+    try {
+      data::parse_tagged(text, {}, labels, "ner.jsonl");
+    } catch (const base::Error& e) {
+      return std::string(e.what());
+    }
+    return std::string("no error");
+  };
+  EXPECT_EQ(error("{\"tokens\": [\"a\", \"b\"], \"ner_tags\": [\"O\"]}"),
+            "ner.jsonl:1: 'ner_tags' has 1 tags for 2 words in 'tokens'");
+  EXPECT_EQ(error("{\"tokens\": [\"a\"], \"ner_tags\": [0]}"),
+            "ner.jsonl:1: 'ner_tags' holds tag ids; give the tag names in id order (--label-list)");
+  EXPECT_EQ(error("{\"tokens\": [\"a\"], \"ner_tags\": [3]}", {"O"}),
+            "ner.jsonl:1: tag id 3 in 'ner_tags' is outside the 1 names of --label-list");
+  EXPECT_EQ(error("\n{\"tokens\": \"a b\", \"ner_tags\": []}"), "ner.jsonl:2: 'tokens' must be a list");
+  EXPECT_EQ(error("{\"tokens\": [1], \"ner_tags\": [\"O\"]}"), "ner.jsonl:1: 'tokens' must hold strings, got 1");
+  EXPECT_EQ(error("{\"tokens\": [\"a\"]}"), "ner.jsonl:1: 'ner_tags' must be a list");
+}

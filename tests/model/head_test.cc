@@ -202,3 +202,58 @@ INSTANTIATE_TEST_SUITE_P(Registry, EveryHead, testing::ValuesIn(model::head_regi
                          });
 
 }  // namespace
+
+namespace {
+
+// Token classification's metrics are seqeval 1.2.2's: tag sequences with conlleval's edge cases (an
+// I- after O or after another type starts an entity; a wrong end is a miss), the numbers seqeval
+// printed for them (precision_score, recall_score, f1_score, accuracy_score, classification_report,
+// and the strict IOB2 mode). The tags reach the head as targets and as the argmax of its logits.
+TEST(TokenClassificationHead, MetricsAreSeqevals) {
+  const model::HeadDef& h = model::head_named("token-classification");
+  model::RoFormerConfig c = tiny(h);
+  c.labels = {"O", "B-PER", "I-PER", "B-LOC", "I-LOC", "B-ORG", "I-ORG"};
+  const std::vector<std::vector<std::string>> truth = {{"B-PER", "I-PER", "O", "B-LOC", "I-LOC", "I-LOC", "O"},
+                                                       {"I-PER", "I-PER", "O", "B-ORG"},
+                                                       {"O", "B-LOC", "B-LOC", "I-PER"}};
+  const std::vector<std::vector<std::string>> predicted = {{"B-PER", "I-PER", "O", "B-LOC", "I-LOC", "O", "O"},
+                                                           {"B-PER", "I-PER", "O", "I-ORG"},
+                                                           {"O", "B-LOC", "I-LOC", "I-PER"}};
+  const int64_t B = 3, T = 9, L = 7;  // [CLS] words [SEP] padding: -100 where nothing counts
+  model::HeadOutputs out{B, T, std::vector<float>(B * T * L, 0.0f), std::vector<int64_t>(B * T, model::kIgnoreIndex), {}};
+  auto id = [&](const std::string& tag) { return std::find(c.labels.begin(), c.labels.end(), tag) - c.labels.begin(); };
+  for (int64_t r = 0; r < B; ++r) {
+    for (size_t w = 0; w < truth[r].size(); ++w) {
+      const int64_t t = 1 + static_cast<int64_t>(w);
+      out.ids[r * T + t] = id(truth[r][w]);
+      out.logits[(r * T + t) * L + id(predicted[r][w])] = 1.0f;
+    }
+  }
+  const auto m = h.metrics(c, {out}, 1);
+  EXPECT_NEAR(m.at("precision"), 0.6666666666666666, 1e-15);
+  EXPECT_NEAR(m.at("recall"), 0.5714285714285714, 1e-15);
+  EXPECT_NEAR(m.at("f1"), 0.6153846153846153, 1e-15);
+  EXPECT_NEAR(m.at("accuracy"), 0.7333333333333333, 1e-15);
+  EXPECT_NEAR(m.at("strict_precision"), 0.25, 1e-15);
+  EXPECT_NEAR(m.at("strict_recall"), 0.2, 1e-15);
+  EXPECT_NEAR(m.at("strict_f1"), 0.22222222222222224, 1e-15);
+  EXPECT_EQ(m.at("PER_f1"), 1.0);
+  EXPECT_EQ(m.at("PER_number"), 3);
+  EXPECT_EQ(m.at("LOC_precision"), 0.0);
+  EXPECT_EQ(m.at("LOC_number"), 3);
+  EXPECT_EQ(m.at("ORG_recall"), 1.0);
+}
+
+// run_ner's alignment: a word's tag on its first sub-token, -100 on the others, or with
+// label_all_tokens the tag again with B-X turned into I-X.
+TEST(TokenClassificationHead, TargetsFollowRunNer) {
+  const model::HeadDef& h = model::head_named("token-classification");
+  model::RoFormerConfig c = tiny(h);
+  c.labels = {"O", "B-PER", "I-PER"};
+  const std::vector<int64_t> words = {-1, 0, 0, 1, 2, 2, -1};
+  const int64_t X = model::kIgnoreIndex;
+  EXPECT_EQ(h.targets(c, {words, {1, 2, 0}, false}), (std::vector<int64_t>{X, 1, X, 2, 0, X, X}));
+  EXPECT_EQ(h.targets(c, {words, {1, 2, 0}, true}), (std::vector<int64_t>{X, 1, 2, 2, 0, 0, X}));
+}
+
+}  // namespace

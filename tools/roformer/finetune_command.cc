@@ -26,6 +26,16 @@ void add_finetune_command(CLI::App& app, CommandTable& commands) {
   ft->add_option("--test", o->test, "Test examples to predict with --predict (labels not needed)");
   ft->add_option("--out", o->out, "Run directory: best/, checkpoints, metrics.jsonl/csv, curves.png")->capture_default_str();
   ft->add_flag("--resume", *resume, "Continue the run in --out from its latest checkpoint (options come from it)");
+  ft->add_option("--task", o->task, "The head to fine-tune: text-classification (sequence classification and "
+                 "regression) or token-classification (JSONL words and tags, as transformers' run_ner)")
+      ->capture_default_str();
+  ft->add_option("--tokens-column", o->tagged.tokens, "token-classification: field of the words")->capture_default_str();
+  ft->add_option("--tags-column", o->tagged.tags, "token-classification: field of the tags (names, or ids into --label-list)")
+      ->capture_default_str();
+  ft->add_option("--label-list", o->label_list, "token-classification: the tag names in id order (default: the "
+                 "training tags sorted)")->delimiter(',');
+  ft->add_flag("--label-all-tokens", o->label_all_tokens,
+               "token-classification: every sub-token of a word gets its tag (B-X as I-X after the first)");
   ft->add_option("--text-column", o->columns.text, "Column of the text")->capture_default_str();
   ft->add_option("--text-pair-column", o->columns.text_pair, "Column of the second text (sentence-pair tasks)");
   ft->add_option("--label-column", o->columns.label, "Column of the label")->capture_default_str();

@@ -3,7 +3,7 @@
 // config, which takes the LAST position of the padded row (summary_type "last", no projection, no
 // activation, no dropout):
 //   h[:, T − 1] (B, H) → classifier (1, H) → logits (B) = (examples, C) row-major,
-// and softmax cross-entropy over each example's C scores. Tensors: classifier.*.
+// and softmax cross-entropy over each example's C scores; accuracy over examples. Tensors: classifier.*.
 #include <algorithm>
 
 #include "model/head.h"
@@ -16,8 +16,7 @@ class MultipleChoice : public HeadModule<T> {
  public:
   void bind(const RoFormerConfig& c, const std::vector<T*>& p, const std::vector<T*>& g) override {
     H_ = c.hidden_size;
-    p_ = {p[0], p[1]};
-    if (!g.empty()) g_ = {g[0], g[1]};
+    p_ = head_dense(p, 0), g_ = head_dense(g, 0);
   }
   void forward(T* logits, const HeadCall<T>& call) override {
     const int64_t B = call.B;
@@ -57,13 +56,23 @@ class MultipleChoiceHead : public HeadDef {
                 int64_t normaliser, float* dlogits) const override {
     return softmax_cross_entropy(z, B / choices, choices, t.ids, kIgnoreIndex, normaliser, dlogits);
   }
+  // Accuracy: the fraction of examples whose highest-scoring choice is the labelled one.
+  std::map<std::string, double> metrics(const RoFormerConfig&, const std::vector<HeadOutputs>& batches,
+                                        int64_t choices) const override {
+    double right = 0, n = 0;
+    for (const HeadOutputs& b : batches) {
+      for (int64_t e = 0; e < b.B / choices; ++e) {
+        const float* z = b.logits.data() + e * choices;
+        right += std::max_element(z, z + choices) - z == b.ids[e], n += 1;
+      }
+    }
+    return {{"accuracy", n > 0 ? right / n : 0}};
+  }
+  std::string default_metric(const RoFormerConfig&) const override { return "accuracy"; }
 };
 
 }  // namespace
 
-const HeadDef& multiple_choice_head() {
-  static const MultipleChoiceHead head;
-  return head;
-}
+ROFORMER_DEFINE_HEAD(multiple_choice, MultipleChoiceHead)
 
 }  // namespace model

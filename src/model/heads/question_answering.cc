@@ -16,8 +16,7 @@ class QuestionAnswering : public HeadModule<T> {
  public:
   void bind(const RoFormerConfig& c, const std::vector<T*>& p, const std::vector<T*>& g) override {
     H_ = c.hidden_size;
-    p_ = {p[0], p[1]};
-    if (!g.empty()) g_ = {g[0], g[1]};
+    p_ = head_dense(p, 0), g_ = head_dense(g, 0);
   }
   void forward(T* logits, const HeadCall<T>& call) override {
     h_ = call.h;  // the model keeps its last hidden state until the next forward
@@ -74,13 +73,31 @@ class QuestionAnsweringHead : public HeadDef {
     }
     return out;
   }
+  // Position metrics of the model rows (SQuAD's EM and F1 over answer texts need the contexts):
+  // start_accuracy and end_accuracy (the argmax is the labelled token) and exact_span (both are).
+  std::map<std::string, double> metrics(const RoFormerConfig&, const std::vector<HeadOutputs>& batches,
+                                        int64_t) const override {
+    double start = 0, end = 0, both = 0, n = 0;
+    for (const HeadOutputs& b : batches) {
+      for (int64_t r = 0; r < b.B; ++r) {
+        int64_t best[2] = {0, 0};
+        for (int64_t t = 1; t < b.T; ++t) {
+          for (int k = 0; k < 2; ++k) {
+            if (b.logits[(r * b.T + t) * 2 + k] > b.logits[(r * b.T + best[k]) * 2 + k]) best[k] = t;
+          }
+        }
+        const bool s = best[0] == b.ids[r * 2], e = best[1] == b.ids[r * 2 + 1];
+        start += s, end += e, both += s && e, n += 1;
+      }
+    }
+    auto mean = [&](double x) { return n > 0 ? x / n : 0; };
+    return {{"start_accuracy", mean(start)}, {"end_accuracy", mean(end)}, {"exact_span", mean(both)}};
+  }
+  std::string default_metric(const RoFormerConfig&) const override { return "exact_span"; }
 };
 
 }  // namespace
 
-const HeadDef& question_answering_head() {
-  static const QuestionAnsweringHead head;
-  return head;
-}
+ROFORMER_DEFINE_HEAD(question_answering, QuestionAnsweringHead)
 
 }  // namespace model

@@ -8,6 +8,7 @@
 #include <stdexcept>
 
 #include "model/head.h"
+#include "model/metrics.h"
 
 namespace model {
 namespace {
@@ -17,8 +18,7 @@ class SequenceClassification : public HeadModule<T> {
  public:
   void bind(const RoFormerConfig& c, const std::vector<T*>& p, const std::vector<T*>& g) override {
     H_ = c.hidden_size, L_ = c.num_labels();
-    p_ = {{p[0], p[1]}, {p[2], p[3]}};
-    if (!g.empty()) g_ = {{g[0], g[1]}, {g[2], g[3]}};
+    p_ = {head_dense(p, 0), head_dense(p, 2)}, g_ = {head_dense(g, 0), head_dense(g, 2)};
   }
   void forward(T* logits, const HeadCall<T>& call) override {
     const int64_t B = call.B, H = call.config->hidden_size, L = call.config->num_labels();
@@ -105,13 +105,26 @@ class SequenceClassificationHead : public HeadDef {
     }
     return s;
   }
+  std::map<std::string, double> metrics(const RoFormerConfig& c, const std::vector<HeadOutputs>& batches,
+                                        int64_t) const override {
+    std::vector<float> logits, values;
+    std::vector<int64_t> classes;
+    for (const HeadOutputs& b : batches) {
+      logits.insert(logits.end(), b.logits.begin(), b.logits.end());
+      classes.insert(classes.end(), b.ids.begin(), b.ids.end());
+      values.insert(values.end(), b.values.begin(), b.values.end());
+    }
+    return classification_metrics(c.problem_type, c.num_labels(), logits, classes, values);
+  }
+  std::string default_metric(const RoFormerConfig& c) const override {
+    return c.problem_type == "regression"                   ? "pearson"
+           : c.problem_type == "multi_label_classification" ? "f1_micro"
+                                                            : "accuracy";
+  }
 };
 
 }  // namespace
 
-const HeadDef& sequence_classification_head() {
-  static const SequenceClassificationHead head;
-  return head;
-}
+ROFORMER_DEFINE_HEAD(sequence_classification, SequenceClassificationHead)
 
 }  // namespace model

@@ -1,8 +1,18 @@
 // RoFormerForTokenClassification (named entities, part-of-speech tags): one label per token,
 //   h (B, T, H) → dropout (hidden_dropout_prob) → classifier (L, H) → logits (B, T, L),
 // and HF's loss: softmax cross-entropy averaged over the tokens whose target is not -100 (padding,
-// special tokens and, by default, every sub-token but a word's first). Tensors: classifier.*.
+// special tokens and, as transformers' run_ner, every sub-token but a word's first unless
+// label_all_tokens). Tensors: classifier.*.
+//
+// Metrics are seqeval 1.2.2's over the words' tags (the counted tokens): entity precision, recall
+// and F1, overall (micro) and per type (TYPE_precision, TYPE_recall, TYPE_f1, TYPE_number), in
+// seqeval's default mode (conlleval's chunking: an I- after O starts an entity, sentences joined by O)
+// and, when every tag is O, B-X or I-X, in its strict IOB2 mode (strict_precision, strict_recall,
+// strict_f1: an entity is B-X followed by I-X only); accuracy is the fraction of words tagged right.
 #include <algorithm>
+#include <array>
+#include <set>
+#include <tuple>
 
 #include "model/head.h"
 
@@ -14,8 +24,7 @@ class TokenClassification : public HeadModule<T> {
  public:
   void bind(const RoFormerConfig& c, const std::vector<T*>& p, const std::vector<T*>& g) override {
     H_ = c.hidden_size, L_ = c.num_labels();
-    p_ = {p[0], p[1]};
-    if (!g.empty()) g_ = {g[0], g[1]};
+    p_ = head_dense(p, 0), g_ = head_dense(g, 0);
   }
   void forward(T* logits, const HeadCall<T>& call) override {
     const int64_t N = call.B * call.S;
@@ -55,13 +64,142 @@ class TokenClassificationHead : public HeadDef {
                 int64_t normaliser, float* dlogits) const override {
     return softmax_cross_entropy(z, B * T, c.num_labels(), t.ids, kIgnoreIndex, normaliser, dlogits);
   }
+  // A word's label on its first sub-token; the others -100, or (label_all_tokens) the word's label
+  // with B-X turned into I-X where the label set has I-X, as run_ner's b_to_i_label.
+  std::vector<int64_t> targets(const RoFormerConfig& c, const HeadExample& e) const override {
+    std::vector<int64_t> out(e.word_ids.size(), kIgnoreIndex);
+    int64_t previous = -1;
+    for (size_t t = 0; t < e.word_ids.size(); ++t) {
+      const int64_t w = e.word_ids[t];
+      if (w < 0) continue;
+      if (w != previous) {
+        out[t] = e.labels.at(static_cast<size_t>(w));
+      } else if (e.label_all_tokens) {
+        out[t] = inside_of(c, e.labels.at(static_cast<size_t>(w)));
+      }
+      previous = w;
+    }
+    return out;
+  }
+  std::map<std::string, double> metrics(const RoFormerConfig& c, const std::vector<HeadOutputs>& batches,
+                                        int64_t) const override {
+    const int64_t L = c.num_labels();
+    std::vector<std::vector<std::string>> truth, predicted;  // one tag sequence per row
+    for (const HeadOutputs& b : batches) {
+      for (int64_t r = 0; r < b.B; ++r) {
+        truth.emplace_back(), predicted.emplace_back();
+        for (int64_t t = 0; t < b.T; ++t) {
+          const int64_t y = b.ids[r * b.T + t];
+          if (y == kIgnoreIndex) continue;
+          const float* z = b.logits.data() + (r * b.T + t) * L;
+          truth.back().push_back(c.labels.at(static_cast<size_t>(y)));
+          predicted.back().push_back(c.labels[std::max_element(z, z + L) - z]);
+        }
+      }
+    }
+    return seqeval(truth, predicted, iob2_tags(c));
+  }
+  std::string default_metric(const RoFormerConfig&) const override { return "f1"; }
+
+ private:
+  using Entity = std::tuple<std::string, int64_t, int64_t, int64_t>;  // type, row, first, last
+
+  static int64_t inside_of(const RoFormerConfig& c, int64_t label) {
+    const std::string& name = c.labels.at(static_cast<size_t>(label));
+    if (name.rfind("B-", 0) != 0) return label;
+    const auto it = std::find(c.labels.begin(), c.labels.end(), "I-" + name.substr(2));
+    return it == c.labels.end() ? label : it - c.labels.begin();
+  }
+  static bool iob2_tags(const RoFormerConfig& c) {
+    return std::all_of(c.labels.begin(), c.labels.end(), [](const std::string& l) {
+      return l == "O" || ((l.rfind("B-", 0) == 0 || l.rfind("I-", 0) == 0) && l.size() > 2);
+    });
+  }
+  // seqeval's get_entities (conlleval's chunk boundaries) over the rows joined by "O".
+  static std::set<Entity> default_entities(const std::vector<std::vector<std::string>>& rows) {
+    std::set<Entity> out;
+    int64_t i = 0, begin = 0;
+    char prev_tag = 'O';
+    std::string prev_type;
+    auto step = [&](const std::string& chunk) {
+      const char tag = chunk.empty() ? 'O' : chunk[0];
+      std::string type = chunk.size() > 1 ? chunk.substr(1) : "";
+      if (const size_t dash = type.find('-'); dash != std::string::npos) type = type.substr(dash + 1);
+      if (type.empty()) type = "_";
+      const bool end = prev_tag == 'E' || prev_tag == 'S' ||
+                       ((prev_tag == 'B' || prev_tag == 'I') && (tag == 'B' || tag == 'S' || tag == 'O')) ||
+                       (prev_tag != 'O' && prev_tag != '.' && prev_type != type);
+      const bool start = tag == 'B' || tag == 'S' || ((prev_tag == 'E' || prev_tag == 'S' || prev_tag == 'O') &&
+                                                      (tag == 'E' || tag == 'I')) ||
+                         (tag != 'O' && tag != '.' && prev_type != type);
+      if (end) out.insert({prev_type, 0, begin, i - 1});
+      if (start) begin = i;
+      prev_tag = tag, prev_type = type;
+      ++i;
+    };
+    for (const auto& row : rows) {
+      for (const std::string& tag : row) step(tag);
+      step("O");
+    }
+    return out;
+  }
+  // seqeval's strict IOB2 entities: B-X followed by I-X, within a row.
+  static std::set<Entity> strict_entities(const std::vector<std::vector<std::string>>& rows) {
+    std::set<Entity> out;
+    for (size_t r = 0; r < rows.size(); ++r) {
+      const auto& row = rows[r];
+      for (size_t i = 0; i < row.size();) {
+        if (row[i].rfind("B-", 0) != 0) {
+          ++i;
+          continue;
+        }
+        const std::string type = row[i].substr(2);
+        size_t j = i + 1;
+        while (j < row.size() && row[j] == "I-" + type) ++j;
+        out.insert({type, static_cast<int64_t>(r), static_cast<int64_t>(i), static_cast<int64_t>(j - 1)});
+        i = j;
+      }
+    }
+    return out;
+  }
+  static std::map<std::string, double> seqeval(const std::vector<std::vector<std::string>>& truth,
+                                               const std::vector<std::vector<std::string>>& predicted, bool iob2) {
+    std::map<std::string, double> m;
+    auto score = [&](const std::set<Entity>& t, const std::set<Entity>& p, const std::string& prefix, bool per_type) {
+      std::map<std::string, std::array<double, 3>> by_type;  // true, predicted, correct
+      for (const Entity& e : t) by_type[std::get<0>(e)][0] += 1;
+      for (const Entity& e : p) {
+        by_type[std::get<0>(e)][1] += 1;
+        by_type[std::get<0>(e)][2] += t.count(e);
+      }
+      std::array<double, 3> all{};
+      auto put = [&](const std::string& name, const std::array<double, 3>& n) {  // zero_division = 0
+        const double precision = n[1] > 0 ? n[2] / n[1] : 0, recall = n[0] > 0 ? n[2] / n[0] : 0;
+        m[name + "precision"] = precision;
+        m[name + "recall"] = recall;
+        m[name + "f1"] = precision + recall > 0 ? 2 * precision * recall / (precision + recall) : 0;
+      };
+      for (const auto& [type, n] : by_type) {
+        for (int k = 0; k < 3; ++k) all[k] += n[k];
+        if (!per_type) continue;
+        put(prefix + type + "_", n);
+        m[prefix + type + "_number"] = n[0];
+      }
+      put(prefix, all);
+    };
+    score(default_entities(truth), default_entities(predicted), "", true);
+    if (iob2) score(strict_entities(truth), strict_entities(predicted), "strict_", false);
+    double right = 0, words = 0;
+    for (size_t r = 0; r < truth.size(); ++r) {
+      for (size_t i = 0; i < truth[r].size(); ++i) right += truth[r][i] == predicted[r][i], words += 1;
+    }
+    m["accuracy"] = words > 0 ? right / words : 0;
+    return m;
+  }
 };
 
 }  // namespace
 
-const HeadDef& token_classification_head() {
-  static const TokenClassificationHead head;
-  return head;
-}
+ROFORMER_DEFINE_HEAD(token_classification, TokenClassificationHead)
 
 }  // namespace model

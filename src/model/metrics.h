@@ -10,7 +10,7 @@
 #include <string>
 #include <vector>
 
-namespace train {
+namespace model {
 
 double accuracy(const std::vector<int64_t>& truth, const std::vector<int64_t>& predicted);
 // F1 of class `positive` (sklearn f1_score(average="binary", pos_label=positive)).
@@ -35,4 +35,4 @@ std::map<std::string, double> classification_metrics(const std::string& problem_
 // Whether a larger value of the metric is better (false for "loss" and "mse").
 bool higher_is_better(const std::string& metric);
 
-}  // namespace train
+}  // namespace model

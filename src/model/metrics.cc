@@ -1,12 +1,12 @@
 // Fine-tuning metrics (see metrics.h).
-#include "metrics.h"
+#include "model/metrics.h"
 
 #include <algorithm>
 #include <cmath>
 #include <numeric>
 #include <stdexcept>
 
-namespace train {
+namespace model {
 namespace {
 
 void check_sizes(size_t a, size_t b) {
@@ -157,4 +157,4 @@ std::map<std::string, double> classification_metrics(const std::string& problem_
 
 bool higher_is_better(const std::string& metric) { return metric != "loss" && metric != "mse"; }
 
-}  // namespace train
+}  // namespace model
