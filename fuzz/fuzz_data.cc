@@ -1,9 +1,11 @@
 // libFuzzer target: the fine-tuning and translation data readers (data/labeled.h: JSONL, TSV and CSV
-// with labels; data/parallel.h: TSV and JSONL sentence pairs). The first byte picks the reader, the
+// with labels, and token classification's JSONL words and tags; data/parallel.h: TSV and JSONL
+// sentence pairs). The first byte picks the reader, the
 // format and the columns; the rest is the file. Contract: any bytes either give rows or throw
 // base::Error naming "file:line" (never another exception, a crash or a hang); rows come in file
 // order with 1-based, increasing lines within the file; a labelled row has at least one label and no
-// empty label name; sentence pairs have a non-empty source (and target, when one is read).
+// empty label name; a tagged row has one tag per word; sentence pairs have a non-empty source (and
+// target, when one is read).
 #include <string>
 
 #include "base/error.h"
@@ -79,13 +81,37 @@ void parallel(const std::string& text, uint8_t choice) {
   fuzz::note("parallel: " + std::to_string(pairs.size()) + " pairs");
 }
 
+void tagged(const std::string& text, uint8_t choice) {
+  data::TaggedColumns cols;
+  if (choice & 4) cols.tags.clear();  // words to predict
+  const std::vector<std::string> names = choice & 8 ? std::vector<std::string>{"O", "B-X"} : std::vector<std::string>{};
+  std::vector<data::TaggedExample> rows;
+  try {
+    rows = data::parse_tagged(text, cols, names, kOrigin);
+  } catch (const base::Error& e) {
+    return check_error(e);
+  } catch (const std::exception& e) {
+    fuzz::undocumented("data::parse_tagged", e);
+  }
+  const int64_t lines = line_count(text, false);
+  int64_t last = 0;
+  for (const data::TaggedExample& r : rows) {
+    FUZZ_CHECK(r.line > last && r.line <= lines, "row lines out of order or past the end");
+    last = r.line;
+    FUZZ_CHECK(cols.tags.empty() ? r.tags.empty() : r.tags.size() == r.words.size(), "a tag count unlike the word count");
+  }
+  fuzz::note("tagged: " + std::to_string(rows.size()) + " rows");
+}
+
 }  // namespace
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (size == 0) return 0;
   const uint8_t choice = data[0];
   const std::string text(reinterpret_cast<const char*>(data) + 1, size - 1);
-  if (choice & 16) {
+  if (choice & 32) {
+    tagged(text, choice);
+  } else if (choice & 16) {
     parallel(text, choice);
   } else {
     labeled(text, choice);
