@@ -96,7 +96,7 @@ void expect_model_gradients(const model::RoFormerConfig& cfg, bool training) {
 }
 
 // RoFormerForSequenceClassification: the classifier.* head on [CLS] in place of the MLM head, with
-// dropout on in the encoder and in the head; loss Σ class_logits · G for a fixed random G.
+// dropout on in the encoder and in the head; loss Σ head_logits · G for a fixed random G.
 TEST(RoFormerModel, GradientsSequenceClassifierWithDropout) {
   model::RoFormerConfig cfg = tiny(model::PositionEncoding::rope);
   cfg.set_head("RoFormerForSequenceClassification");
