@@ -83,9 +83,9 @@ std::string json_type(const json& v) {
   return v.is_array() ? "a list" : v.is_number() ? "a number" : v.is_string() ? "a string" : v.is_boolean() ? "a boolean" : v.type_name();
 }
 
-std::vector<LabeledExample> parse_jsonl(const std::string& text, const LabeledColumns& cols, const std::string& origin) {
-  std::vector<LabeledExample> out;
-  OneType labels(origin, "the label"), items(origin, "a list item");
+// fn(object, line number) for each non-blank line of a JSONL text, which must be a JSON object.
+template <class Fn>
+void for_each_json_object(const std::string& text, const std::string& origin, Fn fn) {
   for_each_line(text, [&](const std::string& line, int64_t line_no) {
     if (line.find_first_not_of(" \t") == std::string::npos) return;
     json j;
@@ -95,6 +95,14 @@ std::vector<LabeledExample> parse_jsonl(const std::string& text, const LabeledCo
       fail(origin, line_no, std::string("not valid JSON: ") + e.what());
     }
     if (!j.is_object()) fail(origin, line_no, "each line must be a JSON object");
+    fn(j, line_no);
+  });
+}
+
+std::vector<LabeledExample> parse_jsonl(const std::string& text, const LabeledColumns& cols, const std::string& origin) {
+  std::vector<LabeledExample> out;
+  OneType labels(origin, "the label"), items(origin, "a list item");
+  for_each_json_object(text, origin, [&](const json& j, int64_t line_no) {
     LabeledExample ex;
     ex.line = line_no;
     auto text_field = [&](const std::string& name) {
@@ -256,15 +264,7 @@ std::vector<LabeledExample> read_labeled(const std::string& path, const LabeledC
 std::vector<TaggedExample> parse_tagged(const std::string& text, const TaggedColumns& cols,
                                         const std::vector<std::string>& label_list, const std::string& origin) {
   std::vector<TaggedExample> out;
-  for_each_line(text, [&](const std::string& line, int64_t line_no) {
-    if (line.find_first_not_of(" \t") == std::string::npos) return;
-    json j;
-    try {
-      j = json::parse(line);
-    } catch (const json::exception& e) {
-      fail(origin, line_no, std::string("not valid JSON: ") + e.what());
-    }
-    if (!j.is_object()) fail(origin, line_no, "each line must be a JSON object");
+  for_each_json_object(text, origin, [&](const json& j, int64_t line_no) {
     TaggedExample ex;
     ex.line = line_no;
     auto list = [&](const std::string& name) -> const json& {

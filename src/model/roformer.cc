@@ -26,6 +26,7 @@ struct RoFormer<T>::Activations {
   EmbeddingActs<T> emb;
   std::vector<std::vector<T>> h;  // L+1 × (N, H) block inputs and the last output; Keep::outputs: 2
   std::vector<T>& input_of(int64_t l) { return h[keep != Keep::outputs ? l : l % 2]; }  // (N, H) of block l
+  const std::vector<T>& input_of(int64_t l) const { return h[keep != Keep::outputs ? l : l % 2]; }
   std::vector<LayerActs<T>> layers;  // L; Keep::outputs: 1, shared by every layer
   LayerActs<T>& layer(int64_t l) { return layers[keep != Keep::outputs ? l : 0]; }
   MlmHeadActs<T> head;
@@ -298,8 +299,7 @@ void RoFormer<T>::backward_from_logits(const T* d_logits) {
 template <typename T>
 HeadCall<T> RoFormer<T>::head_call() const {
   const Activations& a = *act_;
-  return {&cfg_, a.h[a.keep != Keep::outputs ? cfg_.num_hidden_layers : cfg_.num_hidden_layers % 2].data(), a.B, a.S,
-          a.head_dropout};
+  return {&cfg_, a.input_of(cfg_.num_hidden_layers).data(), a.B, a.S, a.head_dropout};
 }
 
 template <typename T>

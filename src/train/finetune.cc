@@ -11,6 +11,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <functional>
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <set>
@@ -189,6 +190,10 @@ class FinetuneRun : public Recipe {
   void prepare();
   void build_model(const std::vector<data::LabeledExample>& train_rows, const std::vector<std::string>& tags);
   bool per_token() const { return o_.task == "token-classification"; }
+  // The best checkpoint (inference, --quantize/--gemm) over the examples in file order, batches of
+  // --batch: visit(batch, example indices) after each forward, head_logits() holding its outputs.
+  void predict_best(const std::vector<TokenizedExample>& examples,
+                    const std::function<void(const Batch&, const std::vector<int64_t>&)>& visit);
   void write_predictions();
   void write_tag_predictions();
 
@@ -217,7 +222,8 @@ void FinetuneRun::build_model(const std::vector<data::LabeledExample>& train_row
   load::Request r;
   r.mlm_head = false;  // an MLM/causal-LM checkpoint's head and pooler are not part of a classifier
   r.skip = {"cls.", "roformer.pooler."};
-  r.optional = {"classifier.", "qa_outputs."};  // a pre-trained encoder has none: the new head keeps its initialisation
+  // A pre-trained encoder has no task head: the new head keeps its initialisation.
+  for (const model::HeadTensor& t : model::head_named(o_.task).tensors(model::RoFormerConfig{})) r.optional.push_back(t.name);
   r.init_seed = o_.seed;
   r.configure = [&](model::RoFormerConfig& c) {
     if (resume_dir_.empty()) {
@@ -326,25 +332,31 @@ void FinetuneRun::evaluate(EvalRecord& rec) {
   }
 }
 
+void FinetuneRun::predict_best(const std::vector<TokenizedExample>& examples,
+                               const std::function<void(const Batch&, const std::vector<int64_t>&)>& visit) {
+  load::Request best;
+  best.tokenizer = false;
+  best.inference = o_.linears;  // the task head stays fp32 (RoFormer::pack)
+  m_ = load::roformer(result_.best_dir, best).model;
+  // labels 0: inputs only, no targets
+  const ClassifyTaskConfig unlabelled{cfg_.problem_type, 0, o_.batch, cfg_.pad_token_id, 0, per_token()};
+  for (size_t start = 0; start < examples.size(); start += static_cast<size_t>(o_.batch)) {
+    std::vector<int64_t> idx;
+    for (size_t i = start; i < std::min(examples.size(), start + o_.batch); ++i) idx.push_back(static_cast<int64_t>(i));
+    const Batch b = classification_batch(examples, idx, unlabelled, 0);
+    m_->forward(b.inputs());
+    visit(b, idx);
+  }
+}
+
 void FinetuneRun::write_predictions() {
   if (per_token()) return write_tag_predictions();
   data::LabeledColumns cols = o_.columns;
   cols.label.clear();
   const auto rows = data::read_labeled(o_.test, cols);
   const auto examples = tokenize(rows, o_.test, *tok_, cfg_, o_.max_length, false);
-  load::Request best;
-  best.tokenizer = false;
-  best.inference = o_.linears;  // the classifier head stays fp32 (RoFormer::pack)
-  m_ = load::roformer(result_.best_dir, best).model;
-  const ClassifyTaskConfig unlabelled{cfg_.problem_type, 0, o_.batch, cfg_.pad_token_id, 0};  // labels 0: no targets
   std::string text;
-  for (size_t start = 0; start < examples.size(); start += static_cast<size_t>(o_.batch)) {
-    std::vector<int64_t> idx;
-    for (size_t i = start; i < std::min(examples.size(), start + o_.batch); ++i) {
-      idx.push_back(static_cast<int64_t>(i));
-    }
-    const Batch b = classification_batch(examples, idx, unlabelled, 0);
-    m_->forward(b.inputs());
+  predict_best(examples, [&](const Batch& b, const std::vector<int64_t>& idx) {
     for (int64_t r = 0; r < b.B; ++r) {
       const float* z = m_->head_logits() + r * cfg_.num_labels();
       json j = {{"line", rows[idx[r]].line}};
@@ -362,7 +374,7 @@ void FinetuneRun::write_predictions() {
       }
       text += j.dump() + "\n";
     }
-  }
+  });
   io::write_file_atomic(o_.out + "/predictions.jsonl", text);
 }
 
@@ -376,18 +388,9 @@ void FinetuneRun::write_tag_predictions() {
   int64_t dropped = 0;
   const auto examples =
       tokenize_words(rows, o_.test, *tok_, cfg_, o_.max_length, false, false, &word_ids, &dropped);
-  load::Request best;
-  best.tokenizer = false;
-  best.inference = o_.linears;
-  m_ = load::roformer(result_.best_dir, best).model;
-  const ClassifyTaskConfig unlabelled{cfg_.problem_type, 0, o_.batch, cfg_.pad_token_id, 0, true};
   const int64_t L = cfg_.num_labels();
   std::string text;
-  for (size_t start = 0; start < examples.size(); start += static_cast<size_t>(o_.batch)) {
-    std::vector<int64_t> idx;
-    for (size_t i = start; i < std::min(examples.size(), start + o_.batch); ++i) idx.push_back(static_cast<int64_t>(i));
-    const Batch b = classification_batch(examples, idx, unlabelled, 0);
-    m_->forward(b.inputs());
+  predict_best(examples, [&](const Batch& b, const std::vector<int64_t>& idx) {
     for (int64_t r = 0; r < b.B; ++r) {
       const auto& words = word_ids[idx[r]];
       json tags = json::array();
@@ -401,7 +404,7 @@ void FinetuneRun::write_tag_predictions() {
       }
       text += json({{"line", rows[idx[r]].line}, {"tags", tags}}).dump() + "\n";
     }
-  }
+  });
   io::write_file_atomic(o_.out + "/predictions.jsonl", text);
 }
 

@@ -120,7 +120,7 @@ TEST_P(EveryHead, WholeModelGradientsWithDropout) {
     }
   }
   EXPECT_GT(testing_util::expect_gradient("params", m.params, analytic, at, loss, testing_util::kModelCheck), 40);
-  // Inference has no dropout: two forwards agree, and differ from the training forward.
+  // Inference has no dropout: two forwards agree.
   m.forward(in);
   const std::vector<double> a(m.head_logits(), m.head_logits() + n);
   m.forward(in);
@@ -185,8 +185,7 @@ TEST_P(EveryHead, LossAndItsGradient) {
   const int64_t normaliser = 7;
   std::vector<float> d(z.size());
   const model::HeadLoss got = h.loss(c, z.data(), B, T, {ids.data(), nullptr}, choices, normaliser, d.data());
-  std::vector<double> x(zd.begin(), zd.end());
-  for (size_t i = 0; i < x.size(); ++i) x[i] = z[i];
+  std::vector<double> x(z.begin(), z.end());  // the logits as the head saw them
   EXPECT_NEAR(got.sum, reference(x), 1e-5 * std::max(1.0, reference(x)));
   std::vector<double> analytic(d.begin(), d.end());
   for (double& v : analytic) v *= normaliser;  // d(Σ / normaliser) → d Σ

@@ -21,7 +21,7 @@ class SequenceClassification : public HeadModule<T> {
     p_ = {head_dense(p, 0), head_dense(p, 2)}, g_ = {head_dense(g, 0), head_dense(g, 2)};
   }
   void forward(T* logits, const HeadCall<T>& call) override {
-    const int64_t B = call.B, H = call.config->hidden_size, L = call.config->num_labels();
+    const int64_t B = call.B, H = H_, L = L_;
     for (auto* v : {&cls_, &dense_, &act_}) grow_to(*v, B * H);
     for (int64_t b = 0; b < B; ++b) std::copy_n(call.h + b * call.S * H, H, cls_.data() + b * H);  // (B, H)
     const uint64_t first = static_cast<uint64_t>(call.dropout.row0 * H);
@@ -32,7 +32,7 @@ class SequenceClassification : public HeadModule<T> {
     dense_forward(logits, act_.data(), p_.out, B, H, L);  // (B, L)
   }
   void backward(T* dh, const T* dlogits, const HeadCall<T>& call) override {
-    const int64_t B = call.B, H = call.config->hidden_size, L = call.config->num_labels();
+    const int64_t B = call.B, H = H_, L = L_;
     const uint64_t first = static_cast<uint64_t>(call.dropout.row0 * H);
     for (auto* v : {&d_act_, &d_dense_, &d_cls_}) grow_to(*v, B * H);
     dense_backward(d_act_.data(), g_.out, dlogits, act_.data(), p_.out, B, H, L);
