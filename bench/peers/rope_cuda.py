@@ -76,6 +76,7 @@ class RopeExec(C.Structure):
 assert [C.sizeof(s) for s in (RopeConfig, RopeTensor, RopePositions, RopeExec)] == [208, 64, 64, 16]
 ROPE_DTYPE = {torch.float32: 0, torch.float16: 1, torch.bfloat16: 2}
 P, VP = C.POINTER, C.c_void_p
+ROPE_ABI = 2  # rope.h's ROPE_ABI_VERSION of the struct definitions above
 
 
 class Librope:
@@ -83,12 +84,13 @@ class Librope:
         lib = self.lib = C.CDLL(path)
         lib.rope_last_error.restype = C.c_char_p
         lib.rope_version.restype = C.c_char_p
-        lib.rope_config_init.argtypes = [P(RopeConfig), C.c_int32]
-        lib.rope_config_init.restype = None
-        lib.rope_plan_create.argtypes = [P(RopeConfig), P(VP)]
+        # The structs above are rope.h's generation ROPE_ABI (docs/rope.md, "ABI"): the *_abi entry points.
+        lib.rope_config_init_abi.argtypes = [P(RopeConfig), C.c_int32, C.c_int32]
+        lib.rope_config_init_abi.restype = None
+        lib.rope_plan_create_abi.argtypes = [P(RopeConfig), P(VP), C.c_int32]
         lib.rope_cuda_check.argtypes = [VP, VP]
-        lib.rope_apply_qk.argtypes = [VP, C.c_int, P(RopePositions), P(RopeTensor), P(RopeTensor),
-                                      P(RopeTensor), P(RopeTensor), P(RopeExec)]
+        lib.rope_apply_qk_abi.argtypes = [VP, C.c_int, P(RopePositions), P(RopeTensor), P(RopeTensor),
+                                          P(RopeTensor), P(RopeTensor), P(RopeExec), C.c_int32]
         self.version = lib.rope_version().decode()
         self.check(lib.rope_cuda_available(), "rope_cuda_available")
 
@@ -98,10 +100,10 @@ class Librope:
 
     def plan(self, mode):
         cfg = RopeConfig()
-        self.lib.rope_config_init(C.byref(cfg), D)
+        self.lib.rope_config_init_abi(C.byref(cfg), D, ROPE_ABI)
         cfg.layout, cfg.base, cfg.mode, cfg.table_positions = 1, BASE, mode, TABLE_POS if mode == 1 else 0
         plan = VP()
-        self.check(self.lib.rope_plan_create(C.byref(cfg), C.byref(plan)), "rope_plan_create")
+        self.check(self.lib.rope_plan_create_abi(C.byref(cfg), C.byref(plan), ROPE_ABI), "rope_plan_create")
         return plan
 
     def call(self, plan, s, starts):
@@ -112,8 +114,8 @@ class Librope:
         pos = C.byref(RopePositions(0, 0, starts.data_ptr() if starts is not None else None, None, None, 0, None, 0))
         args = (plan, 0, pos, tensor(s["q"]), tensor(s["qo"]) if s["qo"] is not None else None,
                 tensor(s["k"]), tensor(s["ko"]) if s["ko"] is not None else None,
-                C.byref(RopeExec(0, 2, torch.cuda.current_stream().cuda_stream)))
-        f, check, (q, k) = self.lib.rope_apply_qk, self.check, outputs(s)
+                C.byref(RopeExec(0, 2, torch.cuda.current_stream().cuda_stream)), ROPE_ABI)
+        f, check, (q, k) = self.lib.rope_apply_qk_abi, self.check, outputs(s)
         def run():
             st = f(*args)
             if st != 0:

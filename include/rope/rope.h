@@ -25,9 +25,22 @@ extern "C" {
 #define ROPE_API __attribute__((visibility("default")))
 #endif
 
-#define ROPE_VERSION_MAJOR 0
-#define ROPE_VERSION_MINOR 1
+/* The ABI policy (docs/rope.md, "ABI"): MAJOR is the SONAME (librope.so.MAJOR) and changes only
+ * when an exported function or a struct field is removed or changed; MINOR grows with additions;
+ * scripts/abi-check.sh holds the built library to abi/librope.abi with libabigail's abidiff. */
+#define ROPE_VERSION_MAJOR 1
+#define ROPE_VERSION_MINOR 0
 #define ROPE_VERSION_PATCH 0
+
+/* Layout generation of the public structs in this header. Structs only grow, at their end; each
+ * entry point that reads or writes one takes the generation its caller was compiled with (the
+ * inline wrappers at the bottom pass this one), and the library reads and writes exactly that
+ * much, giving the fields a caller does not know their defaults. A binding that declares the
+ * structs itself (ctypes, FFI) calls the *_abi functions with the generation it copied.
+ *   1: the structs of librope 0.1.0 as first released (rope_positions up to seq_starts;
+ *      rope_exec {n_threads, backend}).
+ *   2: rope_positions.index_type, rope_exec.stream. */
+#define ROPE_ABI_VERSION 2
 
 /* Enums are int-sized in C; in C++ they get int as their fixed underlying type, so any value a C
  * caller passes is a valid object that librope can check (and reject) without undefined behaviour. */
@@ -201,8 +214,9 @@ ROPE_API const char* rope_version(void);
 /* Name of the SIMD target ROPE_BACKEND_AUTO uses on this CPU, e.g. "AVX3". */
 ROPE_API const char* rope_cpu_target(void);
 
-/* Paper defaults: rot_dim = head_dim, offset 0, interleaved, base 10000, no scaling, on the fly. */
-ROPE_API void rope_config_init(rope_config* cfg, int32_t head_dim);
+/* Paper defaults: rot_dim = head_dim, offset 0, interleaved, base 10000, no scaling, on the fly.
+ * (rope_config_init below; abi = ROPE_ABI_VERSION of the caller's struct definitions.) */
+ROPE_API void rope_config_init_abi(rope_config* cfg, int32_t head_dim, int32_t abi);
 
 typedef ROPE_ENUM(rope_preset) {
   ROPE_PRESET_ROFORMER = 0, /* interleaved, base 1e4: RoFormer / HF RoFormer sinusoidal table */
@@ -213,9 +227,10 @@ typedef ROPE_ENUM(rope_preset) {
   ROPE_PRESET_QWEN2 = 5,    /* half, base 1e6 */
   ROPE_PRESET_QWEN2_VL = 6  /* half, base 1e6, M-RoPE sections (16, 24, 24) for head_dim 128 */
 } rope_preset;
-ROPE_API rope_status rope_config_preset(rope_config* cfg, rope_preset preset, int32_t head_dim);
+ROPE_API rope_status rope_config_preset_abi(rope_config* cfg, rope_preset preset, int32_t head_dim,
+                                           int32_t abi);
 
-ROPE_API rope_status rope_plan_create(const rope_config* cfg, rope_plan** plan);
+ROPE_API rope_status rope_plan_create_abi(const rope_config* cfg, rope_plan** plan, int32_t abi);
 ROPE_API void rope_plan_destroy(rope_plan* plan);
 /* Current sequence length, for DYNAMIC_NTK and LONGROPE (recomputes θ and the table).
  * Not safe to call while another thread applies the same plan. */
@@ -227,18 +242,18 @@ ROPE_API rope_status rope_plan_attention_factor(const rope_plan* plan, double* f
 ROPE_API rope_status rope_plan_cos_sin(const rope_plan* plan, int64_t position, float* cos_out,
                                        float* sin_out);
 
-/* Rotate one tensor. out == NULL (or out describing the same memory and strides) rotates in place.
- * exec == NULL means defaults. */
-ROPE_API rope_status rope_apply(const rope_plan* plan, rope_direction direction, rope_role role,
-                                const rope_positions* positions, const rope_tensor* in,
-                                const rope_tensor* out, const rope_exec* exec);
+/* Rotate one tensor (rope_apply below). out == NULL (or out describing the same memory and strides)
+ * rotates in place. exec == NULL means defaults. */
+ROPE_API rope_status rope_apply_abi(const rope_plan* plan, rope_direction direction, rope_role role,
+                                    const rope_positions* positions, const rope_tensor* in,
+                                    const rope_tensor* out, const rope_exec* exec, int32_t abi);
 
 /* Rotate q and k in one pass over the tokens (heads may differ: GQA/MQA). Batch and token counts
- * must agree. q_out/k_out NULL = in place. */
-ROPE_API rope_status rope_apply_qk(const rope_plan* plan, rope_direction direction,
-                                   const rope_positions* positions, const rope_tensor* q,
-                                   const rope_tensor* q_out, const rope_tensor* k,
-                                   const rope_tensor* k_out, const rope_exec* exec);
+ * must agree. q_out/k_out NULL = in place. (rope_apply_qk below.) */
+ROPE_API rope_status rope_apply_qk_abi(const rope_plan* plan, rope_direction direction,
+                                       const rope_positions* positions, const rope_tensor* q,
+                                       const rope_tensor* q_out, const rope_tensor* k,
+                                       const rope_tensor* k_out, const rope_exec* exec, int32_t abi);
 
 /* Permute the rows of a q or k projection (weight [n_heads·head_dim, row_bytes] or bias) between
  * layouts, so a checkpoint converted this way gives identical attention scores. in == out allowed. */
@@ -268,6 +283,28 @@ ROPE_API rope_status rope_cuda_check(const rope_plan* plan, void* stream);
 /* Hugging Face RoFormerSinusoidalPositionalEmbedding weight, built as HF builds it:
  * out[p, j] = sin(p / 10000^(2j/dim)) for j < dim/2, cos(p / 10000^(2(j-dim/2)/dim)) after. */
 ROPE_API rope_status rope_hf_roformer_table(int64_t n_positions, int32_t dim, float* out);
+
+/* The calls a C or C++ program makes: each passes the struct generation of this header. */
+static inline void rope_config_init(rope_config* cfg, int32_t head_dim) {
+  rope_config_init_abi(cfg, head_dim, ROPE_ABI_VERSION);
+}
+static inline rope_status rope_config_preset(rope_config* cfg, rope_preset preset, int32_t head_dim) {
+  return rope_config_preset_abi(cfg, preset, head_dim, ROPE_ABI_VERSION);
+}
+static inline rope_status rope_plan_create(const rope_config* cfg, rope_plan** plan) {
+  return rope_plan_create_abi(cfg, plan, ROPE_ABI_VERSION);
+}
+static inline rope_status rope_apply(const rope_plan* plan, rope_direction direction, rope_role role,
+                                     const rope_positions* positions, const rope_tensor* in,
+                                     const rope_tensor* out, const rope_exec* exec) {
+  return rope_apply_abi(plan, direction, role, positions, in, out, exec, ROPE_ABI_VERSION);
+}
+static inline rope_status rope_apply_qk(const rope_plan* plan, rope_direction direction,
+                                        const rope_positions* positions, const rope_tensor* q,
+                                        const rope_tensor* q_out, const rope_tensor* k,
+                                        const rope_tensor* k_out, const rope_exec* exec) {
+  return rope_apply_qk_abi(plan, direction, positions, q, q_out, k, k_out, exec, ROPE_ABI_VERSION);
+}
 
 #ifdef __cplusplus
 }

@@ -7,6 +7,7 @@
 #include <cstdio>
 #include <cstring>
 
+#include "abi.h"
 #include "convert.h"
 #include "cpu/rope_cpu.h"
 #include "cuda/rope_cuda.h"
@@ -366,7 +367,7 @@ rope_status run_on_cpu(ApplyJob* job, const Operand* ops, int n_ops, const rope_
 // and hands it to the CUDA backend or run_on_cpu.
 rope_status run(const rope_plan* plan, rope_direction direction, const rope_positions* positions,
                 const Operand* ops, int n_ops, const rope_exec* exec) {
-  rope_exec ex;
+  rope_exec ex{};
   ROPE_TRY(check_call(plan, direction, positions, exec, &ex));
   const bool on_gpu = ex.backend == ROPE_BACKEND_CUDA;
   Span reads[2], writes[2];
@@ -396,20 +397,39 @@ rope_status run(const rope_plan* plan, rope_direction direction, const rope_posi
   return run_on_cpu(&job, ops, n_ops, ex, bytes);
 }
 
+// run() over the caller's structs of generation `abi`, copied to this library's layout.
+rope_status run_abi(const rope_plan* plan, rope_direction direction, const rope_positions* positions,
+                    const Operand* ops, int n_ops, const rope_exec* exec, int32_t abi) {
+  rope_positions pos_copy{};
+  rope_exec exec_copy{};
+  if (positions != nullptr) {
+    pos_copy = read_struct(*positions, positions_bytes(abi));
+    positions = &pos_copy;
+  }
+  if (exec != nullptr) {
+    exec_copy = read_struct(*exec, exec_bytes(abi));
+    exec = &exec_copy;
+  }
+  return run(plan, direction, positions, ops, n_ops, exec);
+}
+
 }  // namespace
 }  // namespace rope
 
 using rope::fail;
 
-extern "C" rope_status rope_apply(const rope_plan* plan, rope_direction direction, rope_role role,
-                                  const rope_positions* positions, const rope_tensor* in,
-                                  const rope_tensor* out, const rope_exec* exec) {
+// The entry points read positions_bytes(abi) and exec_bytes(abi) bytes of the caller's structs
+// (rope_tensor has one layout in every generation) and run on full copies.
+extern "C" rope_status rope_apply_abi(const rope_plan* plan, rope_direction direction, rope_role role,
+                                      const rope_positions* positions, const rope_tensor* in,
+                                      const rope_tensor* out, const rope_exec* exec, int32_t abi) {
   rope::clear_error();
+  ROPE_TRY(rope::check_abi(abi));
   if (role != ROPE_ROLE_QUERY && role != ROPE_ROLE_KEY) {
     return fail(ROPE_ERR_INVALID_ARGUMENT, "unknown role %d", static_cast<int>(role));
   }
   const rope::Operand op{in, out, "x", role == ROPE_ROLE_KEY};
-  return rope::run(plan, direction, positions, &op, 1, exec);
+  return rope::run_abi(plan, direction, positions, &op, 1, exec, abi);
 }
 
 extern "C" rope_status rope_cuda_available(void) {
@@ -423,11 +443,12 @@ extern "C" rope_status rope_cuda_check(const rope_plan* plan, void* stream) {
   return rope::cuda_check(*plan, stream);
 }
 
-extern "C" rope_status rope_apply_qk(const rope_plan* plan, rope_direction direction,
-                                     const rope_positions* positions, const rope_tensor* q,
-                                     const rope_tensor* q_out, const rope_tensor* k,
-                                     const rope_tensor* k_out, const rope_exec* exec) {
+extern "C" rope_status rope_apply_qk_abi(const rope_plan* plan, rope_direction direction,
+                                         const rope_positions* positions, const rope_tensor* q,
+                                         const rope_tensor* q_out, const rope_tensor* k,
+                                         const rope_tensor* k_out, const rope_exec* exec, int32_t abi) {
   rope::clear_error();
+  ROPE_TRY(rope::check_abi(abi));
   const rope::Operand ops[2] = {{q, q_out, "q", false}, {k, k_out, "k", true}};
-  return rope::run(plan, direction, positions, ops, 2, exec);
+  return rope::run_abi(plan, direction, positions, ops, 2, exec, abi);
 }

@@ -39,4 +39,8 @@ extern "C" const char* rope_status_string(rope_status status) {
   return "unknown status";
 }
 
-extern "C" const char* rope_version(void) { return "0.1.0"; }
+#define ROPE_STR_(x) #x
+#define ROPE_STR(x) ROPE_STR_(x)
+extern "C" const char* rope_version(void) {
+  return ROPE_STR(ROPE_VERSION_MAJOR) "." ROPE_STR(ROPE_VERSION_MINOR) "." ROPE_STR(ROPE_VERSION_PATCH);
+}

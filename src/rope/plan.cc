@@ -6,6 +6,7 @@
 #include <cstring>
 #include <new>
 
+#include "abi.h"
 #include "cpu/rope_cpu.h"
 #include "cuda/rope_cuda.h"
 #include "error.h"
@@ -241,8 +242,10 @@ rope_status plan_derive(rope_plan* plan) {
 
 using rope::fail;
 
-extern "C" void rope_config_init(rope_config* cfg, int32_t head_dim) {
-  if (cfg == nullptr) return;
+namespace rope {
+namespace {
+
+void config_defaults(rope_config* cfg, int32_t head_dim) {
   *cfg = rope_config{};
   cfg->head_dim = head_dim;
   cfg->rot_dim = head_dim;
@@ -262,10 +265,8 @@ extern "C" void rope_config_init(rope_config* cfg, int32_t head_dim) {
   cfg->mode = ROPE_MODE_ON_THE_FLY;
 }
 
-extern "C" rope_status rope_config_preset(rope_config* cfg, rope_preset preset, int32_t head_dim) {
-  rope::clear_error();
-  if (cfg == nullptr) return fail(ROPE_ERR_NULL_POINTER, "cfg is NULL");
-  rope_config_init(cfg, head_dim);
+rope_status config_preset(rope_config* cfg, rope_preset preset, int32_t head_dim) {
+  config_defaults(cfg, head_dim);
   switch (preset) {
     case ROPE_PRESET_ROFORMER:
       break;
@@ -303,14 +304,40 @@ extern "C" rope_status rope_config_preset(rope_config* cfg, rope_preset preset, 
     default:
       return fail(ROPE_ERR_INVALID_ARGUMENT, "unknown preset %d", static_cast<int>(preset));
   }
-  return rope::validate_config(*cfg);
+  return validate_config(*cfg);
 }
 
-extern "C" rope_status rope_plan_create(const rope_config* cfg, rope_plan** out) {
+}  // namespace
+}  // namespace rope
+
+// The config entry points write and read config_bytes(abi) bytes of the caller's struct (every
+// generation so far has one config layout; a later one that grows it gets the copy-in/out here).
+extern "C" void rope_config_init_abi(rope_config* cfg, int32_t head_dim, int32_t abi) {
+  if (cfg == nullptr || rope::check_abi(abi) != ROPE_OK) return;
+  rope_config full;
+  rope::config_defaults(&full, head_dim);
+  std::memcpy(cfg, &full, rope::config_bytes(abi));
+}
+
+extern "C" rope_status rope_config_preset_abi(rope_config* cfg, rope_preset preset, int32_t head_dim,
+                                              int32_t abi) {
+  rope::clear_error();
+  if (cfg == nullptr) return fail(ROPE_ERR_NULL_POINTER, "cfg is NULL");
+  ROPE_TRY(rope::check_abi(abi));
+  rope_config full;
+  const rope_status s = rope::config_preset(&full, preset, head_dim);
+  std::memcpy(cfg, &full, rope::config_bytes(abi));
+  return s;
+}
+
+extern "C" rope_status rope_plan_create_abi(const rope_config* caller_cfg, rope_plan** out, int32_t abi) {
   rope::clear_error();
   if (out == nullptr) return fail(ROPE_ERR_NULL_POINTER, "plan output pointer is NULL");
   *out = nullptr;
-  if (cfg == nullptr) return fail(ROPE_ERR_NULL_POINTER, "cfg is NULL");
+  if (caller_cfg == nullptr) return fail(ROPE_ERR_NULL_POINTER, "cfg is NULL");
+  ROPE_TRY(rope::check_abi(abi));
+  const rope_config config = rope::read_struct(*caller_cfg, rope::config_bytes(abi));
+  const rope_config* cfg = &config;
   ROPE_TRY(rope::validate_config(*cfg));
   rope_plan* plan = new (std::nothrow) rope_plan;
   if (plan == nullptr) return fail(ROPE_ERR_OUT_OF_MEMORY, "cannot allocate a plan");
