@@ -1,12 +1,30 @@
 #!/usr/bin/env bash
-# Builds and runs the test suite. `scripts/test.sh` uses the release preset; `scripts/test.sh debug`
-# the AddressSanitizer + UBSan one (without hf_vocab, whose 100 s are transformers' Python tokenizer over
-# a corpus; the release run has it, and `roformer vocab` runs under the sanitizers in
-# cli_train_resume_is_bit_exact); `scripts/test.sh mpi` installs Open MPI, builds the command line
-# with it and runs the data-parallel tests (ctest label mpi; the rest is the release suite's).
+# Builds and runs the test suite: scripts/test.sh [release|debug|mpi] [--peers]
+#   release (default)  the whole suite on the release preset;
+#   debug              the AddressSanitizer + UBSan preset: every unit test, the command-line suites,
+#                      the fuzz regressions and random command lines (ctest cli_fuzz), the server's
+#                      HTTP tests and schemathesis; not the Python comparisons with transformers
+#                      (hf_*), whose numbers the release run checks on the same code, nor the load test
+#                      and the benchmark smoke tests, which measure rather than check memory;
+#   mpi                Open MPI, the command line built with it, the data-parallel tests (label mpi).
+# --peers first makes the Python environments the comparison tests need (transformers, sacreBLEU,
+# seqeval, the OpenAI and huggingface_hub clients: scripts/hf-env.sh; schemathesis: scripts/st-env.sh)
+# and requires those tests to run; without it they skip (ctest's exit 77) where the environments are
+# missing, and the last line says how many did.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-preset="${1:-release}"
+preset=release
+for arg in "$@"; do
+  case "$arg" in
+    release | debug | mpi) preset="$arg" ;;
+    --peers)
+      ROFORMER_PYTHON="$(scripts/hf-env.sh build/hf-venv)"
+      ROFORMER_SCHEMATHESIS="$(scripts/st-env.sh build/st-venv)"
+      export ROFORMER_PYTHON ROFORMER_SCHEMATHESIS ROFORMER_REQUIRE_HF=1
+      ;;
+    *) echo "scripts/test.sh: unknown argument '$arg' (release, debug, mpi, --peers)" >&2; exit 2 ;;
+  esac
+done
 if [ "$preset" = mpi ]; then
   scripts/deps.sh mpi
   cmake --preset mpi
@@ -17,4 +35,16 @@ fi
 scripts/deps.sh
 cmake --preset "$preset"
 cmake --build --preset "$preset"
-ctest --preset "$preset"
+log="$(mktemp)"
+trap 'rm -f "$log"' EXIT
+ctest --preset "$preset" 2>&1 | tee "$log"
+skipped="$(grep -c '(Skipped)$' "$log" || true)"
+if [ "$skipped" -gt 0 ]; then
+  gpu="$(grep -c 'Gpu\..*(Skipped)$' "$log" || true)"
+  echo "scripts/test.sh: $skipped tests skipped (listed above): $gpu need an NVIDIA GPU (librope's CUDA" \
+       "backend); the others compare with transformers, sacreBLEU, seqeval, schemathesis or the OpenAI and" \
+       "huggingface_hub clients where those are not installed: 'scripts/test.sh $preset --peers' installs" \
+       "them (Python venvs under build/) and runs them too."
+else
+  echo "scripts/test.sh: no test skipped."
+fi

@@ -1,11 +1,14 @@
 #!/usr/bin/env bash
 # Installs the build into a temporary prefix, then builds a C consumer twice: with
-# find_package(rope) and with pkg-config; both must run. Args: BUILD_DIR SOURCE_DIR.
+# find_package(rope) and with pkg-config; both must run. Args: BUILD_DIR SOURCE_DIR [COMPONENT]
+# (librope alone, which needs only the rope target built; default everything).
 set -euo pipefail
 build="$1"; source="$2"
 tmp="$(mktemp -d)"
 trap 'rm -rf "$tmp"' EXIT
-cmake --install "$build" --prefix "$tmp/prefix" > /dev/null
+component=()
+[ -n "${3:-}" ] && component=(--component "$3")
+cmake --install "$build" --prefix "$tmp/prefix" "${component[@]}" > /dev/null
 cmake -S "$source/tests/package" -B "$tmp/cmake" -DCMAKE_PREFIX_PATH="$tmp/prefix" > /dev/null
 cmake --build "$tmp/cmake" > /dev/null
 LD_LIBRARY_PATH="$tmp/prefix/lib:$tmp/prefix/lib/x86_64-linux-gnu:${LD_LIBRARY_PATH:-}" "$tmp/cmake/consumer"
