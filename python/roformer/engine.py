@@ -5,7 +5,7 @@ vocab.txt) with the command line's results.
     m = roformer.Model.from_pretrained("path/to/roformer")
     m.embed(["今天天气很好"], pooling="mean")           # NumPy (n, hidden)
     m.fill_mask(["今天[MASK]气很好"])                   # per text, per mask: [{"score", "token", "token_str", "sequence"}]
-    m.classify(["..."])                                 # [{"label", "label_id", "score", "scores"}]
+    m.classify(["..."])                                 # [{"label", "label_id", "score", "probabilities", "logits"}]
     m.similarity([("a", "b")])                          # cosine similarities
     m.forward(input_ids, attention_mask)                # {"last_hidden_state", "logits"} as NumPy
     tok = roformer.Tokenizer.from_pretrained("path/to/roformer")

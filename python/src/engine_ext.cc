@@ -163,7 +163,8 @@ class Model {
       d["label"] = c.label;
       d["label_id"] = c.label_id;
       d["score"] = c.score;
-      d["scores"] = c.scores;
+      d[c.probabilities ? "probabilities" : "values"] = c.scores;  // as `roformer classify` prints them
+      d["logits"] = c.logits;
       result.append(d);
     }
     return result;

@@ -72,7 +72,7 @@ void validate(const model::RoFormerConfig& c, const std::string& config_path) {
 const text::RoFormerTokenizer& Model::wordpiece(const std::string& who) const {
   const auto* wp = dynamic_cast<const text::RoFormerTokenizer*>(tokenizer.get());
   if (!wp) {
-    throw io::Error(dir + ": " + who + " needs a WordPiece tokenizer (vocab.txt); this directory has " +
+    throw io::Error(dir + ": a WordPiece tokenizer (vocab.txt) is what " + who + " read; this directory has " +
                     (tokenizer ? "a " + tokenizer->kind() + " tokenizer" : std::string("none")));
   }
   return *wp;

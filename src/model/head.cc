@@ -2,6 +2,7 @@
 #include "model/head.h"
 
 #include <algorithm>
+#include <cmath>
 #include <stdexcept>
 
 #include "ops/loss.h"
@@ -36,6 +37,21 @@ const HeadDef& head_named(const std::string& name) {
     known += std::string(known.empty() ? "" : ", ") + h->task();
   }
   throw std::invalid_argument("unknown task '" + name + "' (" + known + ")");
+}
+
+std::vector<double> apply_class_function(const std::string& function, const float* logits, int64_t n) {
+  std::vector<double> z(logits, logits + n);
+  if (function == "sigmoid") {
+    for (double& v : z) v = 1.0 / (1.0 + std::exp(-v));
+  } else if (function == "softmax") {
+    const double m = *std::max_element(z.begin(), z.end());
+    double sum = 0;
+    for (double& v : z) sum += (v = std::exp(v - m));
+    for (double& v : z) v /= sum;
+  } else if (function != "none") {
+    throw std::invalid_argument("unknown classifier function '" + function + "' (softmax, sigmoid or none)");
+  }
+  return z;
 }
 
 HeadLoss softmax_cross_entropy(const float* logits, int64_t rows, int64_t width, const int64_t* targets,

@@ -141,6 +141,11 @@ const HeadDef& head_named(const std::string& name);
 HeadLoss softmax_cross_entropy(const float* logits, int64_t rows, int64_t width, const int64_t* targets,
                                int64_t ignore, int64_t normaliser, float* dlogits);
 
+// A classifier's `n` logits as HF's pipelines turn them into scores (function_to_apply): "softmax"
+// (single-label: probabilities that sum to 1), "sigmoid" (multi-label: one probability per label),
+// "none" (regression: the values themselves). Every command that prints probabilities uses this.
+std::vector<double> apply_class_function(const std::string& function, const float* logits, int64_t n);
+
 // The dense layer whose weight and bias are tensors `at` and at + 1 of a head's views (bind's params
 // or grads); null pointers when the views are empty (a model without gradients yet).
 template <typename T>

@@ -9,6 +9,7 @@
 #include <numeric>
 
 #include "io/mapped_file.h"
+#include "model/head.h"
 #include "rope/rope.hpp"
 
 namespace serve {
@@ -97,16 +98,7 @@ std::optional<Classifier> make_classifier(const model::RoFormerConfig& config, c
 }
 
 std::vector<double> Classifier::scores(const float* logits) const {
-  std::vector<double> z(logits, logits + num_labels());
-  if (function == "sigmoid") {
-    for (double& v : z) v = 1.0 / (1.0 + std::exp(-v));
-  } else if (function == "softmax") {
-    const double m = *std::max_element(z.begin(), z.end());
-    double sum = 0;
-    for (double& v : z) sum += (v = std::exp(v - m));
-    for (double& v : z) v /= sum;
-  }
-  return z;
+  return model::apply_class_function(function, logits, num_labels());
 }
 
 std::unique_ptr<Pipeline> Pipeline::load(const std::string& dir, const LoadOptions& options) {
@@ -206,8 +198,10 @@ void Pipeline::check(const std::vector<text::Encoding>& encodings) const {
     }
     for (size_t t = 0; t < e.size(); ++t) {
       if (e.input_ids[t] < 0 || e.input_ids[t] >= config_.vocab_size) {
-        throw InputError(i, "token '" + e.tokens[t] + "' has id " + std::to_string(e.input_ids[t]) +
-                                ", outside the model's vocabulary of " + std::to_string(config_.vocab_size));
+        const std::string what = e.tokens[t].empty() ? "token id " + std::to_string(e.input_ids[t])
+                                                      : "token '" + e.tokens[t] + "' (id " + std::to_string(e.input_ids[t]) + ")";
+        throw InputError(i, what + " at position " + std::to_string(t) + " is outside the model's vocabulary of " +
+                                std::to_string(config_.vocab_size));
       }
       if (e.token_type_ids[t] >= config_.type_vocab_size) {
         throw InputError(i, "token type " + std::to_string(e.token_type_ids[t]) + " is outside the model's " +
@@ -330,6 +324,7 @@ std::vector<Classification> Pipeline::classify_encoded(const std::vector<text::E
       Classification& c = out[rows[b]];
       const float* row = logits + static_cast<int64_t>(b) * labels;
       c.scores = classifier_->scores(row);
+      c.probabilities = classifier_->function != "none";
       c.logits.assign(row, row + labels);
       c.label_id = std::max_element(c.scores.begin(), c.scores.end()) - c.scores.begin();
       c.label = classifier_->labels[static_cast<size_t>(c.label_id)];

@@ -98,6 +98,7 @@ struct Classification {
   std::string label;
   double score = 0;
   std::vector<double> scores;  // per label id, after `function`
+  bool probabilities = true;   // scores are probabilities (softmax, sigmoid), not values (function none)
   std::vector<double> logits;  // per label id, the head's raw output (TEI's raw_scores)
 };
 

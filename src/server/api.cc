@@ -161,7 +161,8 @@ text::Encoding ids_encoding(const text::RoFormerTokenizer& tok, std::vector<int3
     }
   }
   text::Encoding e;
-  for (int32_t id : ids) e.tokens.push_back(tok.id_to_token(id));
+  // An id outside the vocabulary has no token (not the unknown token: the error names the id).
+  for (int32_t id : ids) e.tokens.push_back(id >= 0 && id < tok.vocab_size() ? tok.id_to_token(id) : "");
   e.input_ids = std::move(ids);
   e.token_type_ids.assign(e.input_ids.size(), 0);
   e.attention_mask.assign(e.input_ids.size(), 1);
@@ -266,7 +267,7 @@ std::vector<text::Encoding> Api::encode(const std::vector<Input>& in, const serv
                   : in[i].pair ? tok.encode_pair(in[i].a, in[i].b, eo)
                                : tok.encode(in[i].a, eo));
     if (static_cast<int64_t>(out.back().size()) > limit) {
-      throw ApiError(413, "Validation", "input " + std::to_string(i) + " must have less than " +
+      throw ApiError(413, "Validation", "input " + std::to_string(i) + " must have at most " +
                                             std::to_string(limit) + " tokens. Given: " +
                                             std::to_string(out.back().size()) + " (set `truncate` to cut it)");
     }
@@ -577,7 +578,7 @@ json Api::translate(const json& request) {
     std::vector<int64_t> ids = t.encode(in[i].a);
     if (static_cast<int64_t>(ids.size()) > limit) {
       if (!truncate.enabled) {
-        throw ApiError(413, "Validation", "input " + std::to_string(i) + " must have less than " + std::to_string(limit + 1) +
+        throw ApiError(413, "Validation", "input " + std::to_string(i) + " must have at most " + std::to_string(limit) +
                                               " subwords with its eos. Given: " + std::to_string(ids.size() + 1) +
                                               " (set `truncate` to cut it)");
       }

@@ -129,6 +129,16 @@ std::string latest_checkpoint(const std::string& out_dir) {
   return out_dir + "/" + name;
 }
 
+int64_t checkpoint_step(const std::string& dir) {
+  const std::string path = dir + "/optimizer.safetensors";
+  const io::SafeTensors st(path);
+  try {
+    return nlohmann::json::parse(st.metadata().at("trainer_state")).at("step").get<int64_t>();
+  } catch (const std::exception& e) {
+    throw io::Error(path + ": no trainer state with a step in the metadata (" + e.what() + ")");
+  }
+}
+
 ResumePoint resume_point(const std::string& out_dir, const std::string& what) {
   const std::string dir = latest_checkpoint(out_dir);
   if (dir.empty()) throw io::Error(out_dir + ": no checkpoint to resume from (no 'latest')");

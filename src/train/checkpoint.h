@@ -45,6 +45,9 @@ std::string save_checkpoint(const std::string& out_dir, const model::Trainable<f
 // needed): the inference part of a checkpoint.
 void save_model(const std::string& dir, const model::RoFormer<float>& m, const text::Tokenizer& tok);
 
+// The training step a checkpoint directory was written at (its optimizer.safetensors). Throws io::Error.
+int64_t checkpoint_step(const std::string& dir);
+
 // The directory `latest` points at in out_dir, or "" when there is none.
 std::string latest_checkpoint(const std::string& out_dir);
 

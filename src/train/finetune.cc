@@ -16,6 +16,7 @@
 #include <nlohmann/json.hpp>
 #include <set>
 
+#include "base/words.h"
 #include "io/atomic_file.h"
 #include "load/model_dir.h"
 #include "text/roformer_tokenizer.h"
@@ -256,7 +257,7 @@ void FinetuneRun::build_model(const std::vector<data::LabeledExample>& train_row
   // angles of training. With --rope-scaling the field stays and the factor gives the length.
   r.positions = o_.max_length;
   load::Model loaded = load::roformer(resume_dir_.empty() ? o_.model : resume_dir_, r);
-  tok_ = &loaded.wordpiece("fine-tuning");
+  tok_ = &loaded.wordpiece("fine-tuning and its predictions");
   tokenizer_ = std::move(loaded.tokenizer);
   cfg_ = loaded.config;
   m_ = std::move(loaded.model);
@@ -360,12 +361,20 @@ void FinetuneRun::write_predictions() {
     for (int64_t r = 0; r < b.B; ++r) {
       const float* z = m_->head_logits() + r * cfg_.num_labels();
       json j = {{"line", rows[idx[r]].line}};
+      // The fields mean what `roformer classify` and the server's mean: "logits" the head's raw
+      // outputs, "probabilities" their softmax (single-label) or sigmoid (multi-label), "score" the
+      // chosen label's probability, or a regression's value.
+      j["logits"] = std::vector<float>(z, z + cfg_.num_labels());
       if (cfg_.problem_type == "regression") {
         j["score"] = z[0];
       } else {
-        j["scores"] = std::vector<float>(z, z + cfg_.num_labels());
-        if (cfg_.problem_type == "single_label_classification") {
-          j["label"] = cfg_.labels[std::max_element(z, z + cfg_.num_labels()) - z];
+        const bool single = cfg_.problem_type == "single_label_classification";
+        const std::vector<double> p = model::apply_class_function(single ? "softmax" : "sigmoid", z, cfg_.num_labels());
+        j["probabilities"] = p;
+        if (single) {
+          const int64_t best = std::max_element(z, z + cfg_.num_labels()) - z;
+          j["label"] = cfg_.labels[best];
+          j["score"] = p[best];
         } else {
           std::vector<std::string> on;
           for (int64_t k = 0; k < cfg_.num_labels(); ++k) if (z[k] > 0) on.push_back(cfg_.labels[k]);
@@ -409,14 +418,15 @@ void FinetuneRun::write_tag_predictions() {
 }
 
 FinetuneResult FinetuneRun::run(const ReportHook& on_report) {
-  if (writer_) std::fprintf(stderr, "%s %s with %lld labels on %s: %lld steps (%lld epochs of %lld), batch %lld, lr %.2g, "
-               "max length %lld, %d threads × %d processes, %s; best by %s\n",
+  if (writer_) std::fprintf(stderr, "%s %s with %s on %s: %s (%s of %lld), batch %lld, lr %.2g, "
+               "max length %lld, %s × %s, %s; best by %s\n",
                resume_dir_.empty() ? "fine-tuning" : "resuming",
                (per_token() ? std::string(cfg_.head->task()) : cfg_.problem_type).c_str(),
-               static_cast<long long>(cfg_.num_labels()), o_.model.c_str(), static_cast<long long>(total_steps_),
-               static_cast<long long>(o_.epochs), static_cast<long long>(task_->steps_per_epoch()),
-               static_cast<long long>(o_.batch), o_.lr, static_cast<long long>(o_.max_length), omp_get_max_threads(),
-               comm_.size(), precision_.c_str(), metric_.c_str());
+               base::counted(cfg_.num_labels(), "label").c_str(), o_.model.c_str(),
+               base::counted(total_steps_, "step").c_str(), base::counted(o_.epochs, "epoch").c_str(),
+               static_cast<long long>(task_->steps_per_epoch()), static_cast<long long>(o_.batch), o_.lr,
+               static_cast<long long>(o_.max_length), base::counted(omp_get_max_threads(), "thread").c_str(),
+               base::counted(comm_.size(), "process", "processes").c_str(), precision_.c_str(), metric_.c_str());
   LoopOptions lo;
   lo.out = o_.out;
   lo.total_steps = total_steps_;

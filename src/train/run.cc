@@ -138,14 +138,19 @@ void TrainingRun::print_header() const {
   if (o.grad_accum > 1) parallel += ", " + std::to_string(o.grad_accum) + " micro-batches";
   if (trainer_->sharded()) parallel += ", AdamW moments sharded (ZeRO-1)";
   parallel += ", " + precision_;
+  std::string attention = model::attention_type_name(o.model.attention_type);
+  if (o.model.attention_type == model::AttentionType::performer) {
+    attention += " (" + std::to_string(o.model.performer_features) + " features)";
+  }
   std::fprintf(stderr,
-               "%s %s: %lld parameters (%lld layers, hidden %lld, %lld heads, ff %lld, %s positions), vocab %lld (%s)\n"
+               "%s %s: %lld parameters (%lld layers, hidden %lld, %lld heads, ff %lld, %s attention, %s positions), vocab %lld (%s)\n"
                "data %s: %s; unigram baseline %.4f nats/token\n"
                "batch %lld × seq %lld, %lld steps, lr %.2g, %s%s\n",
                resume_ ? "resuming" : "training", o.task == "clm" ? "causal LM" : "masked LM",
                static_cast<long long>(param_count(m_->layout())), static_cast<long long>(o.model.num_hidden_layers),
                static_cast<long long>(o.model.hidden_size), static_cast<long long>(o.model.num_attention_heads),
-               static_cast<long long>(o.model.intermediate_size), model::position_encoding_name(o.model.position_encoding),
+               static_cast<long long>(o.model.intermediate_size), attention.c_str(),
+               model::position_encoding_name(o.model.position_encoding),
                static_cast<long long>(o.model.vocab_size), o.tokenizer.c_str(), o.data.c_str(), corpus_size().c_str(),
                result_.unigram_baseline, static_cast<long long>(o.batch), static_cast<long long>(o.seq),
                static_cast<long long>(o.steps), o.schedule.peak_lr, parallel.c_str(),
@@ -218,10 +223,30 @@ void TrainingRun::print_sample() const {
 
 }  // namespace
 
-TrainResult run_training(TrainOptions o, bool resume, const ReportHook& on_report) {
+TrainResult run_training(TrainOptions o, bool resume, const ReportHook& on_report, bool extend) {
   const RunDirectoryLock lock = resume ? RunDirectoryLock(o.out, world().rank() == 0) : RunDirectoryLock();
   std::string resume_dir;
-  if (resume) resume_dir = resume_options<TrainOptions>(o, "training", {});
+  if (resume) {
+    resume_dir = resume_options<TrainOptions>(o, "training", [extend](TrainOptions& run, const TrainOptions& given) {
+      if (extend) run.steps = given.steps;
+    });
+    const int64_t at = checkpoint_step(resume_dir);
+    if (extend && o.steps < at) {
+      throw std::invalid_argument("--steps " + std::to_string(o.steps) + ": " + o.out + " is at step " +
+                                  std::to_string(at) + " already; --steps extends a run, so give more than that");
+    }
+    if (at >= o.steps) {
+      if (world().rank() == 0) {
+        std::fprintf(stderr, "%s: finished at step %lld of %lld, nothing to do (--resume --steps N with N > %lld "
+                     "extends it; %s holds its last checkpoint)\n", o.out.c_str(), static_cast<long long>(at),
+                     static_cast<long long>(o.steps), static_cast<long long>(at), resume_dir.c_str());
+      }
+      world().finish();
+      TrainResult done;
+      done.checkpoint = resume_dir;
+      return done;
+    }
+  }
   o.schedule.total_steps = o.steps;
   o.model.is_decoder = o.task == "clm";
   apply_threads(o.threads, resume_dir);

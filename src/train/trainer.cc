@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <filesystem>
 #include <nlohmann/json.hpp>
 #include <stdexcept>
 #include <utility>
@@ -12,6 +13,7 @@
 #include "base/memory.h"
 #include "data/corpus.h"
 #include "io/atomic_file.h"
+#include "io/safetensors.h"
 #include "load/model_dir.h"
 #include "train/checkpoint.h"
 #include "train/lm_task.h"
@@ -291,6 +293,19 @@ void check_batch_fits_in_memory(const model::RoFormerConfig& c, double rows, int
                            static_cast<double>(c.vocab_size);
   const double activations = sizeof(float) * rows * T * per_token * (backward ? 3.0 : 1.0);
   base::check_fits_in_memory(activations, what);
+}
+
+std::optional<TrainOptions> checkpoint_train_options(const std::string& checkpoint_dir) {
+  const std::string path = checkpoint_dir + "/optimizer.safetensors";
+  if (!std::filesystem::exists(path)) return std::nullopt;
+  const io::SafeTensors st(path);
+  const auto it = st.metadata().find("options");
+  if (it == st.metadata().end()) return std::nullopt;
+  try {
+    return TrainOptions::from_json(it->second);
+  } catch (const io::Error&) {  // another recipe's options (finetune, translate-train)
+    return std::nullopt;
+  }
 }
 
 EvalResult evaluate_checkpoint(const std::string& dir, const std::string& data_path, int64_t batch, int64_t seq,

@@ -13,6 +13,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -158,9 +159,11 @@ struct TrainResult : LoopResult {
 
 // Runs (or with resume, continues: options then come from the run directory) a training run.
 // on_report (optional) is called after each metrics.csv write (run_log.h), with the unigram
-// baseline. Throws io::Error /
-// std::invalid_argument on bad data, options or checkpoints.
-TrainResult run_training(TrainOptions opts, bool resume, const ReportHook& on_report = {});
+// baseline. With resume and `extend`, opts.steps replaces the run's step count: more steps extend a
+// finished (or running) run, the learning-rate schedule stretched to the new total from the current
+// step on. A resumed run that has already reached its step count says so and returns at once.
+// Throws io::Error / std::invalid_argument on bad data, options or checkpoints.
+TrainResult run_training(TrainOptions opts, bool resume, const ReportHook& on_report = {}, bool extend = false);
 
 // The LM task settings of a run's options (causal for task "clm").
 LmTaskConfig lm_task_config(const TrainOptions& o, int64_t vocab_size, const text::Tokenizer& tok);
@@ -177,6 +180,9 @@ struct EvalResult {
   int64_t tokens = 0;
   double unigram_baseline = 0;
 };
+// The options `roformer train` stored in a checkpoint it wrote (optimizer.safetensors), or nullopt for
+// a directory that holds none (a model from elsewhere, a fine-tuning run's).
+std::optional<TrainOptions> checkpoint_train_options(const std::string& checkpoint_dir);
 EvalResult evaluate_checkpoint(const std::string& checkpoint_dir, const std::string& data, int64_t batch,
                                int64_t seq, int64_t max_batches, double val_fraction, uint64_t seed,
                                const model::LinearOptions& linears = {});

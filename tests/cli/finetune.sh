@@ -95,8 +95,8 @@ import json, sys
 a, b = ([json.loads(l) for l in open(p)] for p in sys.argv[1:3])
 assert len(a) == len(b) == 40, (len(a), len(b))
 same = sum(x["label"] == y["label"] for x, y in zip(a, b)) / len(a)
-scale = max(abs(s) for x in a for s in x["scores"])
-worst = max(abs(s - t) for x, y in zip(a, b) for s, t in zip(x["scores"], y["scores"])) / scale
+scale = max(abs(s) for x in a for s in x["logits"])
+worst = max(abs(s - t) for x, y in zip(a, b) for s, t in zip(x["logits"], y["logits"])) / scale
 print(f"--predict --quantize int8: {same:.0%} of the labels equal fp32's, scores within {worst:.1%} of the largest")
 assert a != b, "int8 predictions equal fp32's bit for bit: not run in int8?"
 sys.exit(0 if same >= 0.95 and worst <= 0.1 else 1)

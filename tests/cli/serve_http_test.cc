@@ -185,7 +185,7 @@ TEST(ServeHttp, PredictAndSimilarityEqualTheCommandLine) {
   const std::string c = classifier_dir("http_cls", 3, json{{"id2label", {{"0", "neg"}, {"1", "neu"}, {"2", "pos"}}}});
   Server s("--model " + c);
   const auto want = cli("classify --model " + c, lines(kTexts));
-  auto check = [&](const json& got, const json& w) {  // TEI's [{score, label}] sorted, vs {label, score, scores}
+  auto check = [&](const json& got, const json& w) {  // TEI's [{score, label}] sorted, vs {label, score, probabilities}
     ASSERT_EQ(got.size(), 3u) << got;
     EXPECT_EQ(got[0]["label"], w["label"]);
     EXPECT_GE(got[0]["score"].get<double>(), got[1]["score"].get<double>());
@@ -194,7 +194,7 @@ TEST(ServeHttp, PredictAndSimilarityEqualTheCommandLine) {
     for (const auto& e : got) {
       const size_t id = std::find(names.begin(), names.end(), e["label"].get<std::string>()) - names.begin();
       ASSERT_LT(id, 3u);
-      EXPECT_NEAR(e["score"].get<double>(), w["scores"][id].get<double>(), 1e-5);
+      EXPECT_NEAR(e["score"].get<double>(), w["probabilities"][id].get<double>(), 1e-5);
     }
   };
   Reply r = post(s, "/predict", json{{"inputs", kTexts[0]}});
@@ -257,7 +257,11 @@ TEST(ServeHttp, ErrorsAreTeiStatusesAndBodies) {
   expect_error(post(s, "/similarity", json{{"inputs", "a"}}), 422, "Validation", "source_sentence");
   std::string long_text;
   for (int i = 0; i < 100; ++i) long_text += "hello ";
-  expect_error(post(s, "/embed", json{{"inputs", long_text}}), 413, "Validation", "less than 64 tokens");
+  expect_error(post(s, "/embed", json{{"inputs", long_text}}), 413, "Validation", "must have at most 64 tokens. Given: ");
+  // The limit is inclusive: 64 ids on a 64-position model are answered, 65 are refused naming both.
+  EXPECT_EQ(post(s, "/embed", json{{"inputs", std::vector<int>(64, 5)}}).status, 200);
+  expect_error(post(s, "/embed", json{{"inputs", std::vector<int>(65, 5)}}), 413, "Validation",
+               "input 0 must have at most 64 tokens. Given: 65");
   Reply r = post(s, "/embed", json{{"inputs", long_text}, {"truncate", true}});
   EXPECT_EQ(r.status, 200) << r.body;
   expect_error(post(s, "/embed", json{{"inputs", {"a", "b", "c", "d", "e"}}}), 413, "Validation", "batch size 5");
@@ -274,8 +278,8 @@ TEST(ServeHttp, ErrorsAreTeiStatusesAndBodies) {
   EXPECT_NE(metrics->body.find("roformer_requests_total{route=\"/embed\",status=\"422\"} 6"), std::string::npos)
       << metrics->body;
   EXPECT_NE(metrics->body.find("roformer_batch_size_count"), std::string::npos);
-  // Tokenization times are of requests that passed it: the one truncated /embed.
-  EXPECT_NE(metrics->body.find("roformer_tokenize_seconds_count 1\n"), std::string::npos) << metrics->body;
+  // Tokenization times are of requests that passed it: the 64 ids and the one truncated /embed.
+  EXPECT_NE(metrics->body.find("roformer_tokenize_seconds_count 2\n"), std::string::npos) << metrics->body;
   EXPECT_EQ(s.stop(SIGTERM), 0);
 }
 
@@ -356,7 +360,7 @@ TEST(ServeHttp, RerankDecodeAndTokenIds) {
   ASSERT_EQ(r.status, 200) << r.body;
   expect_close(r.body["data"][1]["embedding"], text_vec.body[0], 1e-6);
   EXPECT_EQ(r.body["usage"]["prompt_tokens"], 2 * ids.size());
-  expect_error(post(s, "/embed", json{{"inputs", {1, 100000}}}), 422, "Validation", "outside the model's vocabulary");
+  expect_error(post(s, "/embed", json{{"inputs", {1, 100000}}}), 422, "Validation", "token id 100000 at position 1 is outside the model's vocabulary");
   expect_error(post(s, "/embed", json{{"inputs", {{1, 2}, json::array()}}}), 422, "Validation", "`inputs`[1]");
   expect_error(post(s, "/embed", json{{"inputs", {1, 5000000000LL}}}), 422, "Validation", "`inputs`[1]");
   const size_t H = text_vec.body[0].size();

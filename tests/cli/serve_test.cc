@@ -153,7 +153,7 @@ TEST(Cli, FillMaskEmbedSimilarityClassifyAndForwardRun) {
   for (size_t i = 0; i < 2; ++i) {
     EXPECT_EQ(lines[i]["label"], cls[i].label);
     EXPECT_NEAR(lines[i]["score"].get<double>(), cls[i].score, 1e-6);
-    EXPECT_EQ(lines[i]["scores"].size(), 2u);
+    EXPECT_EQ(lines[i]["probabilities"].size(), 2u);
   }
 
   const std::string fixture = kFixtures + "/case2_embproj_rotary_value", out = temp_dir() + "/fwd.safetensors";

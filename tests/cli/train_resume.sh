@@ -67,6 +67,32 @@ if "$roformer" train "${opts[@]}" --out "$work/a" 2> "$work/refuse.log"; then
 fi
 grep -q "already holds a run" "$work/refuse.log"
 
+echo "== --resume on a finished run says so and does nothing; --resume --steps N extends it"
+cp -r "$work/a" "$work/x"
+rm -f "$work/x/.lock"
+before="$(wc -l < "$work/x/metrics.jsonl")"
+"$roformer" train --resume --out "$work/x" 2> "$work/x_done.log"
+grep -q "finished at step 40 of 40, nothing to do (--resume --steps N with N > 40 extends it" "$work/x_done.log"
+[ "$(wc -l < "$work/x/metrics.jsonl")" -eq "$before" ]  # no evaluation, no new record
+if "$roformer" train --resume --out "$work/x" --steps 30 2> "$work/x_less.log"; then
+  echo "--resume --steps 30 shrank a 40-step run" >&2; exit 1
+fi
+grep -q -- "--steps 30: .* is at step 40 already; --steps extends a run" "$work/x_less.log"
+"$roformer" train --resume --out "$work/x/" --steps 50 2> "$work/x_more.log"  # a trailing slash names the same run
+grep -q "(from step 40)" "$work/x_more.log"
+[ "$(cat "$work/x/latest")" = step-000050 ]
+grep -q '"steps": 50' <(python3 -c "import json,struct,sys; f=open(sys.argv[1],'rb'); n=struct.unpack('<Q',f.read(8))[0]; print(json.loads(f.read(n))['__metadata__']['options'])" "$work/x/step-000050/optimizer.safetensors")
+if grep -q "//" "$work/x_more.log"; then echo "a path with // in the log:" >&2; grep "//" "$work/x_more.log" >&2; exit 1; fi
+
+echo "== eval on a training checkpoint reads the windows training evaluated: the log's loss and baseline"
+"$roformer" eval --model "$work/a/step-000040" --data "$work/corpus.txt" > "$work/eval_same.txt"
+grep -q "as training's evaluation" "$work/eval_same.txt"
+train_val="$(grep -o '"val_loss":[^,}]*' "$work/a/metrics.jsonl" | tail -1 | cut -d: -f2)"
+eval_val="$(grep -o 'validation loss [0-9.]*' "$work/eval_same.txt" | cut -d' ' -f3)"
+python3 -c "import sys; a, b = float(sys.argv[1]), float(sys.argv[2]); sys.exit(abs(a - b) > 5e-4)" "$train_val" "$eval_val" ||
+  { echo "eval says $eval_val, training's last evaluation $train_val" >&2; exit 1; }
+grep -q "up to 2 batches of 4 × 32 tokens" "$work/eval_same.txt"
+
 echo "== --resume refuses options it would not apply; a second process on a run directory is refused"
 if "$roformer" train --resume --out "$work/a" --lr 1 2> "$work/resume_lr.log"; then
   echo "--resume accepted --lr" >&2; exit 1

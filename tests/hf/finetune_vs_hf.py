@@ -112,7 +112,7 @@ def check(name, column, problem, prefix, pair, max_length, epochs):
         logits = model(**encode(tokenizer, test, pair, max_length)).logits
         hf_loss = model(**encode(tokenizer, val, pair, max_length),
                         labels=labels_tensor(model.config, val, column, problem)).loss.item()
-    worst = max(relative_error([p["score"]] if problem == "regression" else p["scores"], z.tolist())
+    worst = max(relative_error(p["logits"], z.tolist())
                 for p, z in zip(ours, logits))
     # `roformer classify` on the test inputs (its max length is the model's: no truncation needed here).
     lines = [json.dumps({"text": r["sentence"], "text_pair": r[pair]} if pair else {"text": r["sentence"]},
@@ -120,7 +120,7 @@ def check(name, column, problem, prefix, pair, max_length, epochs):
     served = subprocess.run([roformer, "classify", "--model", f"{out}/best"] + (["--pairs"] if pair else []),
                             input="\n".join(lines) + "\n", check=True, stdout=subprocess.PIPE, text=True).stdout
     served = [json.loads(line) for line in served.splitlines()]
-    worst_served = max(relative_error(s["scores"], SCORE[problem](z).tolist()) for s, z in zip(served, logits))
+    worst_served = max(relative_error(s["values" if problem == "regression" else "probabilities"], SCORE[problem](z).tolist()) for s, z in zip(served, logits))
     evals = [m for m in rows(f"{out}/metrics.jsonl") if "val_loss" in m]
     ours_loss = next(m["val_loss"] for m in evals if m["step"] == best_step)
     loss_error = abs(ours_loss - hf_loss) / abs(hf_loss)

@@ -93,7 +93,7 @@ for fmt, safe in (("safetensors", True), ("bin", False)):
         rows = rows[0] if rows and isinstance(rows[0], list) else rows
         hf = {r["label"]: r["score"] for r in rows}
         best = max(hf, key=hf.get)
-        scores_ok = all(abs(hf[labels[i]] - s) <= 1e-5 for i, s in enumerate(mine["scores"]))
+        scores_ok = all(abs(hf[labels[i]] - s) <= 1e-5 for i, s in enumerate(mine["probabilities"]))
         check(mine["label"] == best and scores_ok, f"classify ({fmt}) {text!r}: ours {mine}, HF {hf}")
     print(f"classify ({fmt}): {len(PLAIN)} texts compared")
 

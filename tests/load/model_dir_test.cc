@@ -63,7 +63,7 @@ TEST(LoadRoformer, WeightsAndTokenizerAreReadOnlyWhenAskedFor) {
   const load::Model weights_only = load::roformer(model_dir("load_case1"), r);
   EXPECT_TRUE(weights_only.model);
   EXPECT_FALSE(weights_only.tokenizer);
-  expect_error([&] { weights_only.wordpiece("the encoder commands"); }, {"the encoder commands needs a WordPiece tokenizer"});
+  expect_error([&] { weights_only.wordpiece("the encoder commands"); }, {"a WordPiece tokenizer (vocab.txt) is what the encoder commands read"});
   r.mlm_head = false;
   EXPECT_FALSE(load::roformer(model_dir("load_case1"), r).model->has_mlm_head());
 }

@@ -2,10 +2,12 @@
 // sequence length, for softmax attention (O(T²) time and memory) and linear attention with RoPE
 // (elu+1 and FAVOR+, O(T)), to show where linear attention starts to win (paper §3.3).
 #include <fmt/core.h>
+#include <fmt/ranges.h>
 #include <omp.h>
 
 #include <algorithm>
 #include <cmath>
+#include <string>
 #include <vector>
 
 #include "bench_util.h"
@@ -26,6 +28,7 @@ int bench_attention(const BenchAttentionOptions& o) {
   fmt::print("| tokens | softmax + RoPE | linear (elu+1) + RoPE | performer ({} features) + RoPE |\n|---|---|---|---|\n",
              o.performer_features);
   const rope::Plan plan(rope::default_config(static_cast<int32_t>(D)));
+  std::vector<std::string> skipped;  // lengths whose softmax was not run, and why
   std::vector<float> W(o.performer_features * D);
   ops::favor_projection(W.data(), o.performer_features, D, 7);
   for (int64_t T : o.lengths) {
@@ -48,8 +51,11 @@ int bench_attention(const BenchAttentionOptions& o) {
       }
       return best / T * 1e6;
     };
-    std::string softmax = "-";
-    if (static_cast<double>(H) * T * T * 4 <= o.max_softmax_bytes) {  // the (H, T, T) probabilities
+    const double softmax_gb = static_cast<double>(H) * T * T * sizeof(float) / 1e9;  // the (H, T, T) probabilities
+    std::string softmax = "skipped¹";
+    if (softmax_gb > o.max_softmax_gb) {
+      skipped.push_back(fmt::format("{} tokens: {:.1f} GB", T, softmax_gb));
+    } else {
       std::vector<float> att(H * T * T);
       const ops::AttentionShape s{1, T, H, D, true};
       softmax = fmt::format("{:.2f}", best_of([&] {
@@ -77,6 +83,11 @@ int bench_attention(const BenchAttentionOptions& o) {
     const std::string elu = linear(ops::FeatureMap::elu_plus_one), favor = linear(ops::FeatureMap::favor);
     fmt::print("| {} | {} | {} | {} |\n", T, softmax, elu, favor);
     std::fflush(stdout);
+  }
+  if (!skipped.empty()) {
+    fmt::print("\n¹ softmax attention not run where its (heads, T, T) probabilities need more than --max-softmax-gb {} "
+               "({}); linear attention needs no such matrix\n",
+               o.max_softmax_gb, fmt::join(skipped, ", "));
   }
   return 0;
 }

@@ -85,6 +85,9 @@ void add_bench_commands(CLI::App& app, CommandTable& commands) {
   bench_att_cmd->add_option("--head-dim", bench_att->head_dim, "Head dimension (even)")->check(CLI::PositiveNumber);
   bench_att_cmd->add_option("--performer-features", bench_att->performer_features, "FAVOR+ features (even)");
   bench_att_cmd->add_option("--repetitions", bench_att->repetitions, "Best of")->check(CLI::Range(1, 100));
+  bench_att_cmd->add_option("--max-softmax-gb", bench_att->max_softmax_gb,
+                            "Skip softmax attention where its (heads, T, T) probabilities need more GB than this")
+      ->check(CLI::PositiveNumber)->capture_default_str();
   bench_att_cmd->add_option("--threads", bench_att->threads, "OpenMP threads (0: all)")->check(thread_count());
 
   auto bench_gemm = std::make_shared<BenchGemmOptions>();

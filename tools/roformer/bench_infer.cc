@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <cmath>
 #include <nlohmann/json.hpp>
+#include <stdexcept>
 #include <vector>
 
 #include "bench_util.h"
@@ -44,13 +45,13 @@ int bench_infer(const BenchInferOptions& o) {
   const model::RoFormerConfig& c = m.config();
   const int64_t B = o.batch, T = o.seq, N = B * T;
   const std::string linears = linears_name(m);
+  // Thrown, so that they read as every command's errors do ("roformer: error: ...").
   if (T > c.max_position_embeddings) {
-    fmt::print(stderr, "error: --seq {} exceeds max_position_embeddings {} of {}\n", T, c.max_position_embeddings, o.model);
-    return 2;
+    throw std::invalid_argument(fmt::format("--seq {} exceeds max_position_embeddings {} of {}: use --seq {} or less",
+                                            T, c.max_position_embeddings, o.model, c.max_position_embeddings));
   }
   if (o.head == "mlm" && !m.has_mlm_head()) {
-    fmt::print(stderr, "error: {} has no MLM head (cls.predictions.*): use --head none\n", o.model);
-    return 2;
+    throw std::invalid_argument(o.model + " has no MLM head (cls.predictions.*): use --head none");
   }
   std::vector<int64_t> ids(N);
   for (int64_t i = 0; i < N; ++i) ids[i] = (i * 7919 + 13) % c.vocab_size;

@@ -64,6 +64,23 @@ std::string unknown_command_hint(const CLI::App& app, int argc, char** argv) {
   return "";
 }
 
+// Directory options take "runs/x/" as "runs/x", so that the paths the commands build and print from
+// them read runs/x/step-000500, not runs/x//step-000500 (a trailing slash means the same directory).
+void strip_trailing_slashes(CLI::App& app) {
+  static const char* const kDirectoryOptions[] = {"out", "out-dir", "model", "vocab", "init-from", "runs"};
+  for (CLI::Option* option : app.get_options()) {
+    if (std::none_of(std::begin(kDirectoryOptions), std::end(kDirectoryOptions),
+                     [&](const char* name) { return option->check_lname(name); })) {
+      continue;
+    }
+    option->transform([](std::string value) {
+      while (value.size() > 1 && value.back() == '/') value.pop_back();
+      return value;
+    });
+  }
+  for (CLI::App* sub : app.get_subcommands({})) strip_trailing_slashes(*sub);
+}
+
 }  // namespace
 
 int roformer::CommandTable::run_parsed() const {
@@ -88,6 +105,7 @@ std::unique_ptr<CLI::App> roformer::make_app(CommandTable& commands) {
   add_vocab_command(*app, commands);
   add_spm_commands(*app, commands);
   add_quantize_command(*app, commands);
+  strip_trailing_slashes(*app);
   return app;
 }
 

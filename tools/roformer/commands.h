@@ -85,7 +85,7 @@ struct BenchAttentionOptions {
   std::vector<int64_t> lengths = {512, 1024, 2048, 4096, 8192, 16384, 32768};
   int64_t heads = 4, head_dim = 64, performer_features = 64;
   int repetitions = 2, threads = 0;
-  double max_softmax_bytes = 4e9;  // skip softmax where its (H, T, T) probabilities exceed this
+  double max_softmax_gb = 4;  // skip softmax where its (H, T, T) probabilities need more (--max-softmax-gb)
 };
 int bench_attention(const BenchAttentionOptions& options);
 

@@ -144,9 +144,12 @@ int run_similarity(const InferOptions& o) {
 void print_classifications(const std::vector<serve::Classification>& out) {
   for (const serve::Classification& c : out) {
     nlohmann::ordered_json j;
+    // One meaning per field in every command (finetune --predict writes the same): "score" the label's
+    // probability (a regression's value), "probabilities" after the head's function, "logits" raw.
     j["label"] = c.label;
     j["score"] = c.score;
-    j["scores"] = c.scores;
+    j[c.probabilities ? "probabilities" : "values"] = c.scores;
+    j["logits"] = c.logits;
     std::cout << j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) << '\n';
   }
 }

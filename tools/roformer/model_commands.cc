@@ -9,6 +9,7 @@
 #include <filesystem>
 #include <memory>
 
+#include "base/words.h"
 #include "commands.h"
 #include "curves.h"
 #include "thread_option.h"
@@ -34,6 +35,10 @@ struct ModelCommandOptions {
   int64_t batch = 16, seq = 128, max_batches = 50, tokens = 300, top_k = 40, beam = 1, no_repeat_ngram = 0;
   double val_fraction = 0.05, temperature = 0.8, top_p = 1.0, length_penalty = 1.0;
   uint64_t seed = 1;
+  struct {
+    bool batch = false, seq = false, max_batches = false, val_fraction = false, seed = false;
+  } eval_set;  // which of eval's window options the command line gave (the rest come from the checkpoint)
+  bool train_steps_given = false;             // train --steps (with --resume: extend the run)
   train::ExtrapolationOptions extrapolation;  // eval --lengths
   model::LinearOptions linears;               // eval, generate: --quantize, --gemm
 };
@@ -66,7 +71,7 @@ int run_train(ModelCommandOptions& o) {
   t.model.attention_probs_dropout_prob = o.attention_dropout >= 0 ? o.attention_dropout : o.dropout;
   t.schedule.decay = train::Schedule::parse_decay(o.decay);
   t.progress = !o.no_progress;
-  const train::TrainResult r = train::run_training(t, o.resume, render_curves);
+  const train::TrainResult r = train::run_training(t, o.resume, render_curves, o.train_steps_given);
   return r.exit_code;
 }
 
@@ -91,11 +96,24 @@ int run_eval(ModelCommandOptions& o) {
     }
     return 0;
   }
+  // A checkpoint of `roformer train` is evaluated on the windows its training evaluated (the same
+  // batch, length, batch count, split and seed), so that both report one loss and one baseline;
+  // each option given on the command line overrides its stored value.
+  std::string source = "the defaults";
+  if (const auto trained = train::checkpoint_train_options(o.model_dir)) {
+    if (!o.eval_set.batch) o.batch = trained->batch;
+    if (!o.eval_set.seq) o.seq = trained->seq;
+    if (!o.eval_set.max_batches) o.max_batches = trained->eval_batches;
+    if (!o.eval_set.val_fraction) o.val_fraction = trained->val_fraction;
+    if (!o.eval_set.seed) o.seed = trained->seed;
+    source = "training's evaluation";
+  }
   const auto r =
       train::evaluate_checkpoint(o.model_dir, o.data, o.batch, o.seq, o.max_batches, o.val_fraction, o.seed, o.linears);
   fmt::print("validation loss {:.4f} nats/token, perplexity {:.3f}, {:.4f} bits/token over {} tokens "
-             "(unigram baseline {:.4f})\n",
-             r.loss, std::exp(r.loss), r.loss / std::log(2.0), r.tokens, r.unigram_baseline);
+             "(unigram baseline {:.4f}; up to {} of {} × {} tokens from the last {:g} of the file, as {})\n",
+             r.loss, std::exp(r.loss), r.loss / std::log(2.0), r.tokens, r.unigram_baseline,
+             base::counted(o.max_batches, "batch", "batches"), o.batch, o.seq, o.val_fraction, source);
   return 0;
 }
 
@@ -208,7 +226,8 @@ void add_train_command(CLI::App& app, CommandTable& commands, const std::shared_
   tr->add_option("--threads", t.threads, "OpenMP threads per process (0: all cores)")->check(roformer::thread_count());
   tr->add_flag("--no-progress", o->no_progress, "No live progress line (log lines instead)");
   tr->callback([tr, o] {
-    if (o->resume) refuse_options_on_resume(tr);
+    if (o->resume) refuse_options_on_resume(tr, {"--steps"});  // --resume --steps N extends the run
+    o->train_steps_given = tr->get_option("--steps")->count() > 0;
     if (!o->resume && o->train.data.empty()) throw CLI::RequiredError("--data");
   });
   commands.add(tr, [o] { return run_train(*o); });
@@ -219,11 +238,17 @@ void add_eval_command(CLI::App& app, CommandTable& commands, const std::shared_p
   CLI::App* ev = app.add_subcommand("eval", "Validation loss and perplexity of a checkpoint");
   ev->add_option("--model", o->model_dir, "Checkpoint directory (e.g. runs/x/step-001000)")->required();
   ev->add_option("--data", o->data, "Text file; its last --val-fraction is evaluated")->required();
-  ev->add_option("--batch", o->batch, "Sequences per batch")->check(CLI::PositiveNumber)->capture_default_str();
-  ev->add_option("--seq", o->seq, "Tokens per sequence")->check(CLI::PositiveNumber)->capture_default_str();
-  ev->add_option("--max-batches", o->max_batches, "Batches")->check(CLI::PositiveNumber)->capture_default_str();
-  ev->add_option("--val-fraction", o->val_fraction, "Validation share")->check(CLI::Range(0.0, 0.9))->capture_default_str();
-  ev->add_option("--seed", o->seed, "MLM masking seed")->capture_default_str();
+  // Defaults: a `roformer train` checkpoint's own (its --batch, --seq, --eval-batches, --val-fraction, --seed).
+  auto set = [o](bool* flag) { return [o, flag](const std::string&) { *flag = true; }; };
+  ev->add_option("--batch", o->batch, "Sequences per batch (default: the checkpoint's training batch, else 16)")
+      ->check(CLI::PositiveNumber)->each(set(&o->eval_set.batch));
+  ev->add_option("--seq", o->seq, "Tokens per sequence (default: the checkpoint's, else 128)")
+      ->check(CLI::PositiveNumber)->each(set(&o->eval_set.seq));
+  ev->add_option("--max-batches", o->max_batches, "Batches (default: the checkpoint's --eval-batches, else 50)")
+      ->check(CLI::PositiveNumber)->each(set(&o->eval_set.max_batches));
+  ev->add_option("--val-fraction", o->val_fraction, "Validation share (default: the checkpoint's, else 0.05)")
+      ->check(CLI::Range(0.0, 0.9))->each(set(&o->eval_set.val_fraction));
+  ev->add_option("--seed", o->seed, "MLM masking seed (default: the checkpoint's, else 1)")->each(set(&o->eval_set.seed));
   o->extrapolation.lengths.clear();
   ev->add_option("--lengths", o->extrapolation.lengths,
                  "Length extrapolation: window lengths to evaluate (e.g. 256,512,1024), one table row per --rope-scaling")
