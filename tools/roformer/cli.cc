@@ -93,7 +93,7 @@ int roformer::CommandTable::run_parsed() const {
 std::unique_ptr<CLI::App> roformer::make_app(CommandTable& commands) {
   auto app = std::make_unique<CLI::App>("roformer: RoFormer and rotary position embedding (RoPE) in C++");
   app->require_subcommand(1);
-  app->set_version_flag("--version", std::string("roformer ") + rope_version());
+  app->set_version_flag("--version", std::string("roformer " ROFORMER_VERSION " (librope ") + rope_version() + ")");
   add_analysis_commands(*app, commands);
   add_bench_commands(*app, commands);
   add_model_commands(*app, commands);
