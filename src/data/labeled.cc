@@ -10,7 +10,7 @@
 #include <nlohmann/json.hpp>
 
 #include "base/error.h"
-#include "data/lines.h"
+#include "io/lines.h"
 #include "io/mapped_file.h"
 
 namespace data {
@@ -86,7 +86,7 @@ std::string json_type(const json& v) {
 // fn(object, line number) for each non-blank line of a JSONL text, which must be a JSON object.
 template <class Fn>
 void for_each_json_object(const std::string& text, const std::string& origin, Fn fn) {
-  for_each_line(text, [&](const std::string& line, int64_t line_no) {
+  io::for_each_line(text, origin, [&](const std::string& line, int64_t line_no) {
     if (line.find_first_not_of(" \t") == std::string::npos) return;
     json j;
     try {
@@ -134,9 +134,9 @@ struct Row {
   int64_t line;
 };
 
-std::vector<Row> split_tsv(const std::string& text) {
+std::vector<Row> split_tsv(const std::string& text, const std::string& origin) {
   std::vector<Row> rows;
-  for_each_line(text, [&](const std::string& line, int64_t line_no) {
+  io::for_each_line(text, origin, [&](const std::string& line, int64_t line_no) {
     if (line.empty()) return;
     Row r{{}, line_no};
     size_t begin = 0;
@@ -159,7 +159,9 @@ std::vector<Row> split_csv(const std::string& text, const std::string& origin) {
     Row r{{}, line_no};
     std::string field;
     bool quoted = false, row_done = false;
+    const size_t row_start = i;
     while (!row_done) {
+      if (i - row_start > io::kMaxLineBytes) throw io::Error(io::line_too_long(origin, r.line, i - row_start));
       if (i >= text.size()) {
         if (quoted) fail(origin, r.line, "a quoted field is not closed");
         row_done = true;
@@ -250,7 +252,7 @@ std::vector<LabeledExample> parse_labeled(const std::string& text, TableFormat f
                                           const std::string& origin) {
   switch (format) {
     case TableFormat::jsonl: return parse_jsonl(text, cols, origin);
-    case TableFormat::tsv: return parse_table(split_tsv(text), cols, origin);
+    case TableFormat::tsv: return parse_table(split_tsv(text, origin), cols, origin);
     case TableFormat::csv: return parse_table(split_csv(text, origin), cols, origin);
   }
   return {};

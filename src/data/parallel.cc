@@ -3,7 +3,7 @@
 
 #include "base/error.h"
 #include "data/labeled.h"
-#include "data/lines.h"
+#include "io/lines.h"
 #include "io/mapped_file.h"
 
 namespace data {
@@ -22,7 +22,7 @@ void check_sides(const SentencePair& p, bool wants_target, const std::string& or
 
 std::vector<SentencePair> parse_tsv(const std::string& text, bool wants_target, const std::string& origin) {
   std::vector<SentencePair> out;
-  for_each_line(text, [&](const std::string& line, int64_t line_no) {
+  io::for_each_line(text, origin, [&](const std::string& line, int64_t line_no) {
     if (line.find_first_not_of(" \t") == std::string::npos) return;
     const size_t tab = line.find('\t');
     if (wants_target ? tab == std::string::npos || line.find('\t', tab + 1) != std::string::npos : tab != std::string::npos) {

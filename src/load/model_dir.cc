@@ -2,11 +2,16 @@
 // checked against the others once, then the model built, loaded and prepared as the caller asked.
 #include "load/model_dir.h"
 
+#include <algorithm>
 #include <filesystem>
+#include <iterator>
+#include <string_view>
 #include <stdexcept>
 
+#include "base/utf8.h"
 #include "io/mapped_file.h"
 #include "io/weights.h"
+#include "text/basic_tokenizer.h"
 
 namespace load {
 namespace {
@@ -59,6 +64,55 @@ void check_tokenizer_fits(const text::Tokenizer& tok, int64_t vocab_size, const 
   }
 }
 
+// A WordPiece tokenizer can serve its vocabulary: the special tokens every encoding uses ([UNK],
+// [CLS], [SEP], [PAD], [MASK] or their configured names) are lines of vocab.txt or declared added
+// tokens, not ids invented past the trained embeddings; and the configured normalisation can produce
+// the vocabulary's pieces (an uncased tokenizer over a cased vocab.txt never yields a piece with a
+// capital: most words would become [UNK] with no error). Throws io::Error naming the files.
+void check_tokenizer_serves(const text::RoFormerTokenizer& tok, const std::string& dir) {
+  const text::TokenizerConfig& c = tok.config();
+  const text::AddedToken* specials[] = {&c.unk_token, &c.cls_token, &c.sep_token, &c.pad_token, &c.mask_token};
+  const char* names[] = {"unk_token", "cls_token", "sep_token", "pad_token", "mask_token"};
+  for (size_t i = 0; i < std::size(specials); ++i) {
+    const std::string& token = specials[i]->content;
+    const bool added = std::any_of(c.added_tokens.begin(), c.added_tokens.end(),
+                                   [&](const text::AddedToken& a) { return a.content == token; });
+    if (!tok.vocab().contains(token) && !added) {
+      throw io::Error(dir + ": the tokenizer's " + names[i] + " '" + token +
+                      "' is not a line of vocab.txt nor an added token of tokenizer_config.json: every input "
+                      "would get an id the model never trained (a vocab.txt from another model?)");
+    }
+  }
+  const bool strip = c.strip_accents.value_or(c.do_lower_case);
+  if (!c.do_lower_case && !strip) return;
+  int64_t pieces = 0, unreachable = 0;
+  std::vector<std::string> examples;
+  for (int32_t id = 0; id < tok.vocab().lines(); ++id) {
+    std::string_view piece = tok.vocab().token(id);
+    if (piece.size() > 2 && piece.front() == '[' && piece.back() == ']') continue;  // [CLS], [unused1], ...
+    if (piece.rfind("##", 0) == 0) piece.remove_prefix(2);
+    if (piece.empty()) continue;
+    const std::u32string u = base::utf8_decode(piece);
+    const std::u32string n = strip ? text::strip_accents(c.do_lower_case ? text::py_lower(u) : u)
+                                   : text::py_lower(u);
+    ++pieces;
+    if (n != u) {
+      ++unreachable;
+      if (examples.size() < 3) examples.push_back("'" + tok.vocab().token(id) + "'");
+    }
+  }
+  // A tenth: a cased vocabulary has capitals in a fifth to a third of its pieces, an uncased one in none.
+  if (unreachable >= 20 && unreachable * 10 > pieces) {
+    std::string e;
+    for (const auto& x : examples) e += (e.empty() ? "" : ", ") + x;
+    throw io::Error(dir + ": " + std::to_string(unreachable) + " of vocab.txt's " + std::to_string(pieces) +
+                    " word pieces (" + e + ", ...) can never be produced: tokenizer_config.json says "
+                    "do_lower_case " + (c.do_lower_case ? "true" : "false") + ", strip_accents " +
+                    (strip ? "true" : "false") + ", but the vocabulary has capitals or accents; words with them would become " +
+                    c.unk_token.content + " (set do_lower_case false for a cased vocabulary, or strip_accents false)");
+  }
+}
+
 void validate(const model::RoFormerConfig& c, const std::string& config_path) {
   try {
     c.validate();
@@ -94,6 +148,8 @@ Model roformer(const std::string& dir, const Request& r) {
   validate(out.config, config_path);
   if (r.tokenizer) {
     out.tokenizer = text::load_tokenizer(dir, r.tokenizer_options);
+    // The cause first: a special token missing from vocab.txt also makes the tokenizer one token too large.
+    if (const auto* wp = dynamic_cast<const text::RoFormerTokenizer*>(out.tokenizer.get())) check_tokenizer_serves(*wp, dir);
     if (has_config) check_tokenizer_fits(*out.tokenizer, out.config.vocab_size, dir);
   }
   if (!r.weights) return out;

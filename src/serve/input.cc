@@ -6,6 +6,8 @@
 #include <nlohmann/json.hpp>
 #include <stdexcept>
 
+#include "io/lines.h"
+
 namespace serve {
 
 InputFormat parse_input_format(const std::string& name) {
@@ -23,9 +25,8 @@ std::string LineReader::where(int64_t line, const std::string& what) const {
 }
 
 bool LineReader::next_line(std::string* line, bool* json) {
-  while (std::getline(in_, *line)) {
+  while (io::read_line(in_, line, name_, line_ + 1)) {  // bounded: io::kMaxLineBytes
     ++line_;
-    if (!line->empty() && line->back() == '\r') line->pop_back();
     const size_t first = line->find_first_not_of(" \t");
     if (format_ == InputFormat::jsonl) {
       if (first == std::string::npos) continue;  // blank JSONL lines are skipped

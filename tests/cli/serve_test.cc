@@ -342,6 +342,9 @@ TEST(Cli, BadInputsGiveOneErrorLineAndAFailingStatus) {
   for (int i = 0; i < 70; ++i) long_line += "a ";
   expect_fails(run("embed --model " + m, "ok\n" + long_line + "\n"),
                {"<stdin>:2: 72 tokens", "max_position_embeddings (64)"});
+  // A record has a bound: 3 MiB without a line break is refused at the bound, not tokenized for minutes.
+  expect_fails(run("embed --model " + m, "ok\n" + std::string(3 << 20, 'a')),
+               {"<stdin>:2: a line of", "beyond the 1 MiB one record (one input) may have"});
   expect_fails(run("forward --model " + m + " --inputs " + temp_dir() + "/none.safetensors --out " + temp_dir() + "/x"),
                {"none.safetensors"});
   // A config.json that asks for an absurd size, or sizes its weights do not have, is named with the

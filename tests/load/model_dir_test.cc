@@ -158,6 +158,42 @@ TEST(LoadRoformer, FilesAreCheckedAgainstEachOther) {
   expect_error([&] { load::roformer(bad); }, {bad + "/config.json"});
 }
 
+// A copy of case1's directory with vocab.txt's lines changed by `edit` and tokenizer_config.json
+// replaced by `tokenizer_config` (no special_tokens_map.json, so that only these files speak).
+std::string vocab_dir(const std::string& name, const std::function<void(std::string&)>& edit,
+                      const std::string& tokenizer_config) {
+  const std::string dir = edited_dir(name, [](nlohmann::json&) {});
+  std::ifstream in(dir + "/vocab.txt");
+  std::string text, line;
+  while (std::getline(in, line)) {
+    edit(line);
+    text += line + "\n";
+  }
+  std::ofstream(dir + "/vocab.txt") << text;
+  std::ofstream(dir + "/tokenizer_config.json") << tokenizer_config;
+  fs::remove(dir + "/special_tokens_map.json");
+  return dir;
+}
+
+// A tokenizer that cannot serve its vocabulary answers [UNK] where it should not: refused at load,
+// naming the files and what to change.
+TEST(LoadRoformer, TheTokenizerMustServeItsVocabulary) {
+  const std::string uncased = R"({"do_lower_case": true})", cased = R"({"do_lower_case": false})";
+  // The special tokens every encoding uses are lines of vocab.txt (or declared added tokens).
+  const std::string no_mask = vocab_dir("load_no_mask", [](std::string& l) { if (l == "[MASK]") l = "[MASK2]"; }, uncased);
+  expect_error([&] { load::roformer(no_mask); },
+               {no_mask + ": the tokenizer's mask_token '[MASK]' is not a line of vocab.txt", "another model"});
+  // A cased vocabulary (capital letters in a fifth of its pieces) behind an uncased tokenizer: every
+  // capitalised piece is unreachable.
+  auto capitals = [](std::string& l) { if (l.size() == 1 && l[0] >= 'a' && l[0] <= 'z') l[0] = static_cast<char>(l[0] - 'a' + 'A'); };
+  const std::string wrong_case = vocab_dir("load_wrong_case", capitals, uncased);
+  expect_error([&] { load::roformer(wrong_case); },
+               {wrong_case + ": 26 of vocab.txt's", "'A', 'B', 'C'", "do_lower_case true", "set do_lower_case false"});
+  // The same vocabulary with a cased tokenizer loads, and so does the fixture with its own files.
+  EXPECT_NO_THROW(load::roformer(vocab_dir("load_right_case", capitals, cased)));
+  EXPECT_NO_THROW(load::roformer(model_dir("load_case1")));
+}
+
 // Reading stays bounded: a FIFO would block the reader, a device never end, a huge config.json fill
 // memory; each is refused by name, at once.
 TEST(LoadRoformer, NonRegularAndOversizedFilesAreRefused) {

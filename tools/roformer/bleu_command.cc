@@ -8,6 +8,7 @@
 #include <memory>
 
 #include "base/error.h"
+#include "io/lines.h"
 #include "commands.h"
 #include "text/bleu.h"
 
@@ -21,20 +22,21 @@ struct BleuOptions {
   bool chrf = false;
 };
 
-std::vector<std::string> read_lines(std::istream& in) {
+// One segment per line (bounded: io::kMaxLineBytes), the CR of a CRLF dropped as Python's text mode does.
+std::vector<std::string> read_lines(std::istream& in, const std::string& name) {
   std::vector<std::string> lines;
-  for (std::string line; std::getline(in, line);) lines.push_back(line);
+  for (std::string line; io::read_line(in, &line, name, static_cast<int64_t>(lines.size()) + 1);) lines.push_back(line);
   return lines;
 }
 
 std::vector<std::string> read_lines(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
   if (!in) throw base::Error(path + ": cannot open");
-  return read_lines(in);
+  return read_lines(in, path);
 }
 
 int run_bleu(const BleuOptions& o) {
-  const std::vector<std::string> hyps = o.input.empty() ? read_lines(std::cin) : read_lines(o.input);
+  const std::vector<std::string> hyps = o.input.empty() ? read_lines(std::cin, "stdin") : read_lines(o.input);
   std::vector<std::vector<std::string>> refs;
   for (const auto& path : o.refs) {
     refs.push_back(read_lines(path));

@@ -19,6 +19,7 @@
 #include <sstream>
 
 #include "base/error.h"
+#include "io/lines.h"
 #include "commands.h"
 #include "text/sentencepiece.h"
 
@@ -146,9 +147,8 @@ void for_each_line(const std::string& input, F f) {
   std::istream& in = input.empty() ? std::cin : file;
   const std::string name = input.empty() ? "stdin" : input;
   int64_t line_no = 0;
-  for (std::string line; std::getline(in, line);) {
+  for (std::string line; io::read_line(in, &line, name, line_no + 1);) {  // bounded: io::kMaxLineBytes
     ++line_no;
-    if (!line.empty() && line.back() == '\r') line.pop_back();
     try {
       f(line);
     } catch (const base::Error& e) {

@@ -18,7 +18,7 @@
 #include "commands.h"
 #include "curves.h"
 #include "thread_option.h"
-#include "data/lines.h"
+#include "io/lines.h"
 #include "io/atomic_file.h"
 #include "io/mapped_file.h"
 #include "io/output_path.h"
@@ -71,7 +71,7 @@ int run_translate_train(TranslateCli& c) {
 std::vector<std::string> read_inputs(const TranslateCli& c) {
   const std::string text = c.input == "-" ? std::string(std::istreambuf_iterator<char>(std::cin), {}) : io::read_file(c.input);
   std::vector<std::string> out;
-  data::for_each_line(text, [&](const std::string& line, int64_t line_no) {
+  io::for_each_line(text, c.input == "-" ? "stdin" : c.input, [&](const std::string& line, int64_t line_no) {
     if (c.format != "jsonl") return out.push_back(line);  // an empty line translates to nothing
     if (line.find_first_not_of(" \t") == std::string::npos) return;
     nlohmann::json j;
