@@ -29,6 +29,7 @@ class LocalComm final : public Communicator {
   void start_allreduce_sum(float*, int64_t) override {}
   void wait_all() override {}
   void broadcast(float*, int64_t, int) override {}
+  void broadcast(uint64_t*, int64_t, int) override {}
   void finish() override {}
 };
 
@@ -86,6 +87,9 @@ class MpiComm final : public Communicator {
     for (int64_t i = 0; i < n; i += kChunk) {
       MPI_Bcast(data + i, static_cast<int>(n - i < kChunk ? n - i : kChunk), MPI_FLOAT, root, MPI_COMM_WORLD);
     }
+  }
+  void broadcast(uint64_t* data, int64_t n, int root) override {
+    MPI_Bcast(data, static_cast<int>(n), MPI_UINT64_T, root, MPI_COMM_WORLD);
   }
   void finish() override { finished_ = true; }
 

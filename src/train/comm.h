@@ -29,6 +29,7 @@ class Communicator {
   virtual void wait_all() = 0;
   // data (n elements) on every rank becomes root's.
   virtual void broadcast(float* data, int64_t n, int root) = 0;
+  virtual void broadcast(uint64_t* data, int64_t n, int root) = 0;  // n < 2^31 (hashes, counts)
 
   // The run ended normally on this rank: the group shuts down in order at exit. Without it (an
   // error on one rank) the exit aborts the whole group, so that no rank waits for it forever.

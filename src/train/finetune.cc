@@ -20,6 +20,7 @@
 #include "io/atomic_file.h"
 #include "load/model_dir.h"
 #include "text/roformer_tokenizer.h"
+#include "train/agree.h"
 #include "train/checkpoint.h"
 #include "train/classify_task.h"
 #include "model/metrics.h"
@@ -301,6 +302,11 @@ void FinetuneRun::prepare() {
   sched.decay = Decay::linear;
   AdamWConfig adamw;
   adamw.weight_decay = o_.weight_decay;
+  check_ranks_agree(comm_, run_facts(cfg_.to_json(), *tok_,
+                                     {{"training data", o_.train}, {"validation data", o_.validation},
+                                      {"model weights", o_.model + "/model.safetensors"},
+                                      {"resumed checkpoint", resume_dir_.empty() ? "" : resume_dir_ + "/optimizer.safetensors"}},
+                                     o_.to_json()));
   precision_ = apply_precision(*m_, o_.precision);
   trainer_ = std::make_unique<Trainer>(
       *m_, *task_, TrainerConfig{sched, adamw, o_.clip, o_.seed, o_.grad_accum, &comm_, o_.bucket_mb, o_.zero1});

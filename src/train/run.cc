@@ -12,6 +12,7 @@
 #include "load/model_dir.h"
 #include "model/decoding.h"
 #include "text/char_tokenizer.h"
+#include "train/agree.h"
 #include "train/checkpoint.h"
 #include "train/run_loop.h"
 #include "train/lm_task.h"
@@ -113,6 +114,10 @@ void TrainingRun::load_data() {
 // Model, trainer (with its optimiser) and state: fresh, or from the checkpoint being resumed, or from
 // --init-from's weights (both loaded with the tokenizer by load_data).
 void TrainingRun::build_model() {
+  check_ranks_agree(comm_, run_facts(o_.model.to_json(), *text_,
+                                     {{"data", o_.data},
+                                      {"resumed checkpoint", resume_ ? resume_dir_ + "/optimizer.safetensors" : ""}},
+                                     o_.to_json()));
   if (!m_) {
     m_ = std::make_unique<Model>(o_.model);
     m_->init_weights(o_.seed);

@@ -15,6 +15,7 @@
 #include "model/translate.h"
 #include "text/bleu.h"
 #include "text/sentencepiece.h"
+#include "train/agree.h"
 #include "train/checkpoint.h"
 #include "train/run_loop.h"
 #include "train/seq2seq_task.h"
@@ -164,6 +165,10 @@ void TranslateRun::prepare() {
   sched.decay = Decay::inverse_sqrt;
   AdamWConfig adamw;
   adamw.beta1 = o_.beta1, adamw.beta2 = o_.beta2, adamw.weight_decay = o_.weight_decay;
+  check_ranks_agree(comm_, run_facts(m_->config().to_json(), *sp_,
+                                     {{"training data", o_.train}, {"validation data", o_.validation},
+                                      {"resumed checkpoint", resume_dir_.empty() ? "" : resume_dir_ + "/optimizer.safetensors"}},
+                                     o_.to_json()));
   TrainerConfig trainer_cfg{sched, adamw, o_.clip, o_.seed, o_.grad_accum, &comm_, o_.bucket_mb, o_.zero1};
   precision_ = apply_precision(*m_, o_.precision);
   trainer_ = std::make_unique<Trainer>(*m_, *task_, trainer_cfg);

@@ -201,4 +201,34 @@ print(f"finetune -np 2 vs 1 process: largest relative difference {worst:.2e} ove
 sys.exit(0 if worst <= 1e-5 else 1)
 PY
 
+echo "== ranks agree before they start: a rank with other data, or other options, stops the job before a step"
+# Each rank runs through a wrapper that gives rank 1 a corpus whose last line differs, or a --seed of its own.
+cp "$work/corpus.txt" "$work/corpus1.txt"
+echo "the dark sea and the river." >> "$work/corpus1.txt"  # no new character: the same vocabulary
+cat > "$work/per_rank.sh" <<'SH'
+#!/usr/bin/env bash
+# per_rank.sh WHAT ROFORMER ARGS...: rank 1 trains on corpus1.txt (WHAT=data) or with --seed 2 (WHAT=seed).
+what="$1" roformer="$2"; shift 2
+args=("$@")
+if [ "${OMPI_COMM_WORLD_RANK:-0}" = 1 ]; then
+  if [ "$what" = data ]; then args=("${args[@]/corpus.txt/corpus1.txt}"); else args+=(--seed 2); fi
+fi
+exec "$roformer" "${args[@]}"
+SH
+chmod +x "$work/per_rank.sh"
+for what in data seed; do
+  status=0
+  "${mpirun[@]}" -np 2 "$work/per_rank.sh" "$what" "$roformer" train "${opts[@]}" --out "$work/differ_$what" \
+    > "$work/differ_$what.log" 2>&1 || status=$?
+  [ "$status" -ne 0 ] || { echo "ranks that differ in $what trained" >&2; exit 1; }
+  case "$what" in
+    data) grep -q "rank 1 differs from rank 0 in its data (here: .*corpus1.txt, [0-9]* bytes): every rank must run the same binary" "$work/differ_$what.log" ;;
+    seed) grep -q "rank 1 differs from rank 0 in its options (here: the run's options)" "$work/differ_$what.log" ;;
+  esac || { echo "no error line naming rank 1 and its $what:" >&2; cat "$work/differ_$what.log" >&2; exit 1; }
+  grep -q "rank 0: rank 1 differs from rank 0 (its error line says in what)" "$work/differ_$what.log"
+  if [ -e "$work/differ_$what/metrics.jsonl" ] && grep -q '"step"' "$work/differ_$what/metrics.jsonl"; then
+    echo "a step was taken by ranks that differ in $what" >&2; exit 1
+  fi
+done
+
 echo "all data-parallel checks passed"
