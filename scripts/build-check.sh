@@ -8,15 +8,21 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/deps.sh
+# Without nvcc: PATH without the CUDA toolkit's own bin directory (never a system one such as /usr/bin,
+# where Debian's nvidia-cuda-toolkit puts nvcc beside cmake), and CUDACXX pointing nowhere, because
+# CMake also searches the toolkit's default place.
 nvcc_dir="$(dirname "$(command -v nvcc || echo /usr/local/cuda/bin/nvcc)")"
-path_without_nvcc="$(echo "$PATH" | tr ':' '\n' | grep -vx "$nvcc_dir" | paste -sd: -)"
-# The CUDA toolkit's default place is searched even without PATH: hide it with CUDACXX pointing nowhere.
+path_without_nvcc="$PATH"
+case "$nvcc_dir" in
+  /usr/bin | /bin | /usr/local/bin) ;;
+  *) path_without_nvcc="$(echo "$PATH" | tr ':' '\n' | grep -vx "$nvcc_dir" | paste -sd: -)" ;;
+esac
 check() {  # NAME GENERATOR nvcc|no-nvcc
   local dir="build/plain-$1" log
   log="$(mktemp)"
   rm -rf "$dir"
-  local env_cuda=(env "PATH=$PATH")
-  [ "$3" = no-nvcc ] && env_cuda=(env "PATH=$path_without_nvcc" CUDACXX=/nonexistent/nvcc)
+  local env_cuda=(env "PATH=$PATH") want=ON
+  [ "$3" = no-nvcc ] && env_cuda=(env "PATH=$path_without_nvcc" CUDACXX=/nonexistent/nvcc) want=OFF
   if ! { "${env_cuda[@]}" cmake -S . -B "$dir" -G "$2" -DCMAKE_BUILD_TYPE=Release &&
          "${env_cuda[@]}" cmake --build "$dir" --target rope -j "$(nproc)" &&
          tests/package/check_package.sh "$dir" "$PWD" librope; } > "$log" 2>&1; then
@@ -24,7 +30,11 @@ check() {  # NAME GENERATOR nvcc|no-nvcc
     echo "build-check: $1 failed: cmake -S . -B $dir -G \"$2\" ($3)" >&2
     exit 1
   fi
-  echo "build-check: $1 ($2, $3): $(grep -o 'librope CUDA backend: [A-Z]*' "$log"); $(grep -m1 '^librope ' "$log")"
+  if ! grep -q "librope CUDA backend: $want" "$log"; then
+    echo "build-check: $1 ($2, $3) configured $(grep -o 'librope CUDA backend: [A-Z]*' "$log"), expected $want" >&2
+    exit 1
+  fi
+  echo "build-check: $1 ($2, $3): librope CUDA backend: $want; $(grep -m1 '^librope ' "$log")"
   rm -f "$log"
 }
 if command -v nvcc > /dev/null || [ -x /usr/local/cuda/bin/nvcc ]; then

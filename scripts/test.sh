@@ -40,9 +40,9 @@ trap 'rm -f "$log"' EXIT
 ctest --preset "$preset" 2>&1 | tee "$log"
 skipped="$(grep -c '(Skipped)$' "$log" || true)"
 if [ "$skipped" -gt 0 ]; then
-  gpu="$(grep -c 'Gpu\..*(Skipped)$' "$log" || true)"
-  echo "scripts/test.sh: $skipped tests skipped (listed above): $gpu need an NVIDIA GPU (librope's CUDA" \
-       "backend); the others compare with transformers, sacreBLEU, seqeval, schemathesis or the OpenAI and" \
+  gpu="$(grep -c 'Cuda.*(Skipped)$' "$log" || true)"
+  echo "scripts/test.sh: $skipped tests skipped (listed above): $gpu are librope's CUDA tests, which" \
+       "need a GPU (or, one of them, its absence); the others compare with transformers, sacreBLEU, seqeval, schemathesis or the OpenAI and" \
        "huggingface_hub clients where those are not installed: 'scripts/test.sh $preset --peers' installs" \
        "them (Python venvs under build/) and runs them too."
 else

@@ -64,6 +64,16 @@ void check_tokenizer_fits(const text::Tokenizer& tok, int64_t vocab_size, const 
   }
 }
 
+void validate(const model::RoFormerConfig& c, const std::string& config_path) {
+  try {
+    c.validate();
+  } catch (const std::invalid_argument& e) {
+    throw io::Error(config_path + ": " + e.what());
+  }
+}
+
+}  // namespace
+
 // A WordPiece tokenizer can serve its vocabulary: the special tokens every encoding uses ([UNK],
 // [CLS], [SEP], [PAD], [MASK] or their configured names) are lines of vocab.txt or declared added
 // tokens, not ids invented past the trained embeddings; and the configured normalisation can produce
@@ -84,7 +94,7 @@ void check_tokenizer_serves(const text::RoFormerTokenizer& tok, const std::strin
     }
   }
   const bool strip = c.strip_accents.value_or(c.do_lower_case);
-  if (!c.do_lower_case && !strip) return;
+  if (!c.do_basic_tokenize || (!c.do_lower_case && !strip)) return;  // no normalisation: every piece is reachable
   int64_t pieces = 0, unreachable = 0;
   std::vector<std::string> examples;
   for (int32_t id = 0; id < tok.vocab().lines(); ++id) {
@@ -109,19 +119,10 @@ void check_tokenizer_serves(const text::RoFormerTokenizer& tok, const std::strin
                     " word pieces (" + e + ", ...) can never be produced: tokenizer_config.json says "
                     "do_lower_case " + (c.do_lower_case ? "true" : "false") + ", strip_accents " +
                     (strip ? "true" : "false") + ", but the vocabulary has capitals or accents; words with them would become " +
-                    c.unk_token.content + " (set do_lower_case false for a cased vocabulary, or strip_accents false)");
+                    c.unk_token.content + " (a cased vocabulary needs do_lower_case false in a tokenizer_config.json beside vocab.txt, as "
+                    "`roformer vocab --cased --out-dir` writes it)");
   }
 }
-
-void validate(const model::RoFormerConfig& c, const std::string& config_path) {
-  try {
-    c.validate();
-  } catch (const std::invalid_argument& e) {
-    throw io::Error(config_path + ": " + e.what());
-  }
-}
-
-}  // namespace
 
 const text::RoFormerTokenizer& Model::wordpiece(const std::string& who) const {
   const auto* wp = dynamic_cast<const text::RoFormerTokenizer*>(tokenizer.get());

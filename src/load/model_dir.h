@@ -83,6 +83,12 @@ struct Model {
 // Loads the encoder model (masked LM, causal LM, sequence classifier, RoFormer-V2, RoFormer-Sim) of dir.
 Model roformer(const std::string& dir, const Request& request = {});
 
+// A WordPiece tokenizer can serve its vocabulary (roformer() checks every directory it loads; a
+// training run checks its --vocab before it trains): the special tokens are lines of vocab.txt or
+// declared added tokens, and the normalisation (do_lower_case, strip_accents) can produce the pieces.
+// Throws io::Error naming `dir` (the directory or vocabulary file) and what to change.
+void check_tokenizer_serves(const text::RoFormerTokenizer& tok, const std::string& dir);
+
 struct Seq2Seq {
   std::string dir;
   model::Seq2SeqConfig config;

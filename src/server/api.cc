@@ -579,7 +579,7 @@ json Api::translate(const json& request) {
     if (static_cast<int64_t>(ids.size()) > limit) {
       if (!truncate.enabled) {
         throw ApiError(413, "Validation", "input " + std::to_string(i) + " must have at most " + std::to_string(limit) +
-                                              " subwords with its eos. Given: " + std::to_string(ids.size() + 1) +
+                                              " subwords before its eos. Given: " + std::to_string(ids.size()) +
                                               " (set `truncate` to cut it)");
       }
       const auto cut = static_cast<std::ptrdiff_t>(ids.size()) - limit;

@@ -7,6 +7,7 @@
 #include <stdexcept>
 
 #include "rope/rope.h"
+#include "text/roformer_tokenizer.h"
 
 namespace train {
 namespace {
@@ -54,9 +55,18 @@ std::vector<RankFact> run_facts(const std::string& model_config_json, const text
                                 const std::vector<std::pair<std::string, std::string>>& files,
                                 const std::string& options_json) {
   std::vector<RankFact> facts = {binary_fact(), text_fact("model config", model_config_json, "its config JSON")};
+  // Every token as the tokenizer spells it: vocab.txt's lines (special tokens and ## included) and the
+  // normalisation for WordPiece; the decoded id otherwise (character, byte and SentencePiece tokenizers).
   std::string tokens = tokenizer.kind();
-  for (int64_t id = 0; id < tokenizer.vocab_size(); ++id) {
-    tokens += '\n' + tokenizer.decode_ids({static_cast<int32_t>(id)});
+  if (const auto* wp = dynamic_cast<const text::RoFormerTokenizer*>(&tokenizer)) {
+    const text::TokenizerConfig& c = wp->config();
+    tokens += c.do_lower_case ? " lower" : " cased";
+    tokens += c.strip_accents.value_or(c.do_lower_case) ? " strip" : " keep";
+    for (int64_t id = 0; id < wp->vocab_size(); ++id) tokens += '\n' + wp->id_to_token(static_cast<int32_t>(id));
+  } else {
+    for (int64_t id = 0; id < tokenizer.vocab_size(); ++id) {
+      tokens += '\n' + tokenizer.decode_ids({static_cast<int32_t>(id)});
+    }
   }
   facts.push_back(text_fact("tokenizer", tokens,
                             "a " + tokenizer.kind() + " tokenizer of " + std::to_string(tokenizer.vocab_size()) + " tokens"));

@@ -90,6 +90,8 @@ void TrainingRun::load_data() {
     m_ = std::move(init.model);
   } else if (o_.tokenizer == "wordpiece") {
     text_ = text::load_tokenizer(o_.vocab);
+    // Before training, not at the first load of its checkpoints: the vocabulary must fit its tokenizer.
+    if (const auto* wp = dynamic_cast<const text::RoFormerTokenizer*>(text_.get())) load::check_tokenizer_serves(*wp, o_.vocab);
   } else if (o_.tokenizer == "byte") {
     text_ = std::make_shared<const text::CharTokenizer>(text::CharTokenizer::byte_level());
   } else {
@@ -116,6 +118,7 @@ void TrainingRun::load_data() {
 void TrainingRun::build_model() {
   check_ranks_agree(comm_, run_facts(o_.model.to_json(), *text_,
                                      {{"data", o_.data},
+                                      {"init-from weights", o_.init_from.empty() ? "" : o_.init_from + "/model.safetensors"},
                                       {"resumed checkpoint", resume_ ? resume_dir_ + "/optimizer.safetensors" : ""}},
                                      o_.to_json()));
   if (!m_) {

@@ -225,7 +225,7 @@ for what in data seed; do
     data) grep -q "rank 1 differs from rank 0 in its data (here: .*corpus1.txt, [0-9]* bytes): every rank must run the same binary" "$work/differ_$what.log" ;;
     seed) grep -q "rank 1 differs from rank 0 in its options (here: the run's options)" "$work/differ_$what.log" ;;
   esac || { echo "no error line naming rank 1 and its $what:" >&2; cat "$work/differ_$what.log" >&2; exit 1; }
-  grep -q "rank 0: rank 1 differs from rank 0 (its error line says in what)" "$work/differ_$what.log"
+  # (Rank 0's own line, naming rank 1, may be cut short when rank 1's MPI_Abort ends the job first.)
   if [ -e "$work/differ_$what/metrics.jsonl" ] && grep -q '"step"' "$work/differ_$what/metrics.jsonl"; then
     echo "a step was taken by ranks that differ in $what" >&2; exit 1
   fi

@@ -188,7 +188,7 @@ TEST(LoadRoformer, TheTokenizerMustServeItsVocabulary) {
   auto capitals = [](std::string& l) { if (l.size() == 1 && l[0] >= 'a' && l[0] <= 'z') l[0] = static_cast<char>(l[0] - 'a' + 'A'); };
   const std::string wrong_case = vocab_dir("load_wrong_case", capitals, uncased);
   expect_error([&] { load::roformer(wrong_case); },
-               {wrong_case + ": 26 of vocab.txt's", "'A', 'B', 'C'", "do_lower_case true", "set do_lower_case false"});
+               {wrong_case + ": 26 of vocab.txt's", "'A', 'B', 'C'", "do_lower_case true", "needs do_lower_case false in a tokenizer_config.json"});
   // The same vocabulary with a cased tokenizer loads, and so does the fixture with its own files.
   EXPECT_NO_THROW(load::roformer(vocab_dir("load_right_case", capitals, cased)));
   EXPECT_NO_THROW(load::roformer(model_dir("load_case1")));

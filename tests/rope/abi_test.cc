@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <cstdint>
+#include <cstdlib>
 #include <cstring>
 #include <string>
 #include <vector>
@@ -28,12 +29,23 @@ struct exec_v1 {
 };
 
 // A generation-1 struct followed by bytes that a generation-2 reader would take for index_type and
-// stream: garbage that must never be read.
+// stream: garbage that must never be read (a positions.index_type of 0xABABABAB is refused).
 template <class T>
 struct Guarded {
   T value{};
   unsigned char after[32];
   Guarded() { std::memset(after, 0xAB, sizeof after); }
+};
+
+// A generation-1 struct at the very end of its heap block: under AddressSanitizer (the debug preset)
+// a read of one byte past it is an error, whatever those bytes would have meant.
+template <class T>
+struct AtBlockEnd {
+  T* value = static_cast<T*>(std::malloc(sizeof(T)));
+  AtBlockEnd() { std::memset(static_cast<void*>(value), 0, sizeof(T)); }
+  ~AtBlockEnd() { std::free(value); }
+  AtBlockEnd(const AtBlockEnd&) = delete;
+  AtBlockEnd& operator=(const AtBlockEnd&) = delete;
 };
 
 constexpr int64_t kBatch = 2, kTokens = 5, kHeads = 3, kDim = 8;
@@ -69,7 +81,7 @@ TEST(RopeAbi, VersionIsTheHeaders) {
 TEST(RopeAbi, GenerationOneStructsAreReadAsTheyWereLaidOut) {
   Plan p;
   const int64_t starts[kBatch] = {3, 40};
-  std::vector<float> want = input(), got = input(), got_qk_q = input(), got_qk_k = input();
+  std::vector<float> want = input(), want_k = input(), got = input(), got_qk_q = input(), got_qk_k = input();
 
   rope_positions pos{};
   pos.kind = ROPE_POSITIONS_OFFSET;
@@ -78,8 +90,9 @@ TEST(RopeAbi, GenerationOneStructsAreReadAsTheyWereLaidOut) {
   rope_exec ex{};
   ex.n_threads = 1;
   ex.backend = ROPE_BACKEND_REFERENCE;
-  rope_tensor tw = tensor(want);
+  rope_tensor tw = tensor(want), twk = tensor(want_k);
   ASSERT_EQ(rope_apply(p.plan, ROPE_FORWARD, ROPE_ROLE_QUERY, &pos, &tw, nullptr, &ex), ROPE_OK) << rope_last_error();
+  ASSERT_EQ(rope_apply(p.plan, ROPE_FORWARD, ROPE_ROLE_KEY, &pos, &twk, nullptr, &ex), ROPE_OK) << rope_last_error();
 
   Guarded<positions_v1> pos1;
   pos1.value.kind = ROPE_POSITIONS_OFFSET;
@@ -95,12 +108,18 @@ TEST(RopeAbi, GenerationOneStructsAreReadAsTheyWereLaidOut) {
       << rope_last_error();
   EXPECT_EQ(std::memcmp(want.data(), got.data(), want.size() * sizeof(float)), 0);
 
+  // The same structs at the end of their heap blocks, through rope_apply_qk_abi.
+  AtBlockEnd<positions_v1> pos_end;
+  *pos_end.value = pos1.value;
+  AtBlockEnd<exec_v1> ex_end;
+  *ex_end.value = ex1.value;
   rope_tensor tq = tensor(got_qk_q), tk = tensor(got_qk_k);
-  ASSERT_EQ(rope_apply_qk_abi(p.plan, ROPE_FORWARD, reinterpret_cast<const rope_positions*>(&pos1.value), &tq,
-                              nullptr, &tk, nullptr, reinterpret_cast<const rope_exec*>(&ex1.value), 1),
+  ASSERT_EQ(rope_apply_qk_abi(p.plan, ROPE_FORWARD, reinterpret_cast<const rope_positions*>(pos_end.value), &tq,
+                              nullptr, &tk, nullptr, reinterpret_cast<const rope_exec*>(ex_end.value), 1),
             ROPE_OK)
       << rope_last_error();
   EXPECT_EQ(std::memcmp(want.data(), got_qk_q.data(), want.size() * sizeof(float)), 0);
+  EXPECT_EQ(std::memcmp(want_k.data(), got_qk_k.data(), want.size() * sizeof(float)), 0);
 }
 
 // The config entry points write no byte past the caller's struct.

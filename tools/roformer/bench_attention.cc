@@ -54,7 +54,7 @@ int bench_attention(const BenchAttentionOptions& o) {
     const double softmax_gb = static_cast<double>(H) * T * T * sizeof(float) / 1e9;  // the (H, T, T) probabilities
     std::string softmax = "skipped¹";
     if (softmax_gb > o.max_softmax_gb) {
-      skipped.push_back(fmt::format("{} tokens: {:.1f} GB", T, softmax_gb));
+      skipped.push_back(fmt::format("{} tokens: {:.3g} GB", T, softmax_gb));
     } else {
       std::vector<float> att(H * T * T);
       const ops::AttentionShape s{1, T, H, D, true};

@@ -76,6 +76,18 @@ int run_train(ModelCommandOptions& o) {
 }
 
 int run_eval(ModelCommandOptions& o) {
+  // A checkpoint of `roformer train` is evaluated on the windows its training evaluated (the same
+  // batch, length, batch count, split and seed), so that both report one loss and one baseline;
+  // each option given on the command line overrides its stored value.
+  std::string source = "the defaults";
+  if (const auto trained = train::checkpoint_train_options(o.model_dir)) {
+    if (!o.eval_set.batch) o.batch = trained->batch;
+    if (!o.eval_set.seq) o.seq = trained->seq;
+    if (!o.eval_set.max_batches) o.max_batches = trained->eval_batches;
+    if (!o.eval_set.val_fraction) o.val_fraction = trained->val_fraction;
+    if (!o.eval_set.seed) o.seed = trained->seed;
+    source = "training's evaluation";
+  }
   if (!o.extrapolation.lengths.empty()) {
     train::ExtrapolationOptions& x = o.extrapolation;
     x.checkpoint = o.model_dir;
@@ -95,18 +107,6 @@ int run_eval(ModelCommandOptions& o) {
       fmt::print("\n");
     }
     return 0;
-  }
-  // A checkpoint of `roformer train` is evaluated on the windows its training evaluated (the same
-  // batch, length, batch count, split and seed), so that both report one loss and one baseline;
-  // each option given on the command line overrides its stored value.
-  std::string source = "the defaults";
-  if (const auto trained = train::checkpoint_train_options(o.model_dir)) {
-    if (!o.eval_set.batch) o.batch = trained->batch;
-    if (!o.eval_set.seq) o.seq = trained->seq;
-    if (!o.eval_set.max_batches) o.max_batches = trained->eval_batches;
-    if (!o.eval_set.val_fraction) o.val_fraction = trained->val_fraction;
-    if (!o.eval_set.seed) o.seed = trained->seed;
-    source = "training's evaluation";
   }
   const auto r =
       train::evaluate_checkpoint(o.model_dir, o.data, o.batch, o.seq, o.max_batches, o.val_fraction, o.seed, o.linears);

@@ -71,9 +71,8 @@ void read_columns(const std::string& path, const std::string& format, const std:
   }
   const std::vector<std::string> keys = columns.empty() ? std::vector<std::string>{"source", "target"} : columns;
   int64_t line_no = 0, rows = 0;
-  for (std::string line; std::getline(in, line);) {
+  for (std::string line; io::read_line(in, &line, path, line_no + 1);) {  // bounded: io::kMaxLineBytes
     ++line_no;
-    if (!line.empty() && line.back() == '\r') line.pop_back();
     if (line.find_first_not_of(" \t") == std::string::npos) continue;
     const std::string where = path + ":" + std::to_string(line_no) + ": ";
     ++rows;

@@ -69,7 +69,13 @@ int run_translate_train(TranslateCli& c) {
 
 // Lines of text, or JSONL objects with the source under --source-key; '-' reads stdin.
 std::vector<std::string> read_inputs(const TranslateCli& c) {
-  const std::string text = c.input == "-" ? std::string(std::istreambuf_iterator<char>(std::cin), {}) : io::read_file(c.input);
+  std::string text;
+  if (c.input == "-") {  // read line by line, so that a stream without breaks stops at the record bound
+    int64_t n = 0;
+    for (std::string line; io::read_line(std::cin, &line, "stdin", ++n);) text += line + "\n";
+  } else {
+    text = io::read_file(c.input);
+  }
   std::vector<std::string> out;
   io::for_each_line(text, c.input == "-" ? "stdin" : c.input, [&](const std::string& line, int64_t line_no) {
     if (c.format != "jsonl") return out.push_back(line);  // an empty line translates to nothing
