@@ -88,6 +88,11 @@ rope_status validate_config(const rope_config& cfg) {
     return fail(ROPE_ERR_BAD_SHAPE, "head_dim %d must be in [1, %d]", cfg.head_dim, kMaxHeadDim);
   }
   if (cfg.rot_dim <= 0 || cfg.rot_dim % 2 != 0) {
+    if (cfg.rot_dim == cfg.head_dim && cfg.rot_offset == 0) {  // the default rot_dim: the caller set head_dim
+      return fail(ROPE_ERR_BAD_SHAPE, "head_dim %d is odd: the rotary dimensions pair up, so rot_dim (by default "
+                  "head_dim) must be even; set rot_dim to an even value below it to rotate part of each head",
+                  cfg.head_dim);
+    }
     return fail(ROPE_ERR_BAD_SHAPE, "rot_dim %d must be even and > 0", cfg.rot_dim);
   }
   if (cfg.rot_offset < 0 || cfg.rot_dim > cfg.head_dim - cfg.rot_offset) {

@@ -19,6 +19,7 @@
 #include <cstring>
 #include <fcntl.h>
 #include <filesystem>
+#include <utility>
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <random>
@@ -281,6 +282,28 @@ TEST(ServeHttp, ErrorsAreTeiStatusesAndBodies) {
   // Tokenization times are of requests that passed it: the 64 ids and the one truncated /embed.
   EXPECT_NE(metrics->body.find("roformer_tokenize_seconds_count 2\n"), std::string::npos) << metrics->body;
   EXPECT_EQ(s.stop(SIGTERM), 0);
+}
+
+// A run's best/ (or step-NNNNNN/) is served under the run's name, a Hugging Face cache snapshot under
+// its repository's id: not "best" or a commit hash.
+TEST(ServeHttp, ModelIdsNameTheRunOrTheRepository) {
+  const std::string root = serve_fixtures::temp_dir() + "/ids";
+  for (const std::string sub : {"sst/best", "hub/models--org--tiny-roformer/snapshots/0123abcd"}) {
+    std::filesystem::create_directories(root + "/" + sub);
+    for (const auto& f : std::filesystem::directory_iterator(model_dir("http_mlm"))) {
+      std::filesystem::copy(f.path(), root + "/" + sub + "/" + f.path().filename().string(),
+                            std::filesystem::copy_options::overwrite_existing);
+    }
+  }
+  for (const auto& [sub, id] : {std::pair<std::string, std::string>{"sst/best/", "sst"},
+                                {"hub/models--org--tiny-roformer/snapshots/0123abcd", "org/tiny-roformer"}}) {
+    Server s("--model " + root + "/" + sub);
+    auto models = s.client().Get("/v1/models");
+    ASSERT_TRUE(models);
+    EXPECT_EQ(json::parse(models->body)["data"][0]["id"], id) << sub;
+    EXPECT_EQ(json::parse(s.client().Get("/info")->body)["model_id"], id) << sub;
+    EXPECT_EQ(s.stop(SIGTERM), 0);
+  }
 }
 
 TEST(ServeHttp, ApiKeyGuardsEveryRouteButHealthAndMetrics) {

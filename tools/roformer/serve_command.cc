@@ -40,9 +40,23 @@ int run_serve(ServeOptions& o) {
   }
   server::ApiOptions& api = o.server.api;
   api.scheduler.pooling = serve::parse_pooling(o.pooling);
-  api.model_id = !o.model_id.empty() ? o.model_id
-                                     : std::filesystem::path(o.model_dir).lexically_normal().filename().string();
-  if (api.model_id.empty()) api.model_id = std::filesystem::path(o.model_dir).parent_path().filename().string();
+  // The directory's name; a run's best/, latest step-NNNNNN/ or a Hugging Face snapshot is named by the
+  // run or repository around it ("runs/sst/best" serves as "sst", not "best").
+  api.model_id = o.model_id;
+  if (api.model_id.empty()) {
+    std::filesystem::path dir = std::filesystem::path(o.model_dir).lexically_normal();
+    if (dir.filename().empty()) dir = dir.parent_path();
+    const std::string name = dir.filename().string(), parent = dir.parent_path().filename().string();
+    const std::string repo = dir.parent_path().parent_path().filename().string();  // models--org--name
+    if (parent == "snapshots" && repo.rfind("models--", 0) == 0) {
+      api.model_id = repo.substr(8);
+      for (size_t at; (at = api.model_id.find("--")) != std::string::npos;) api.model_id.replace(at, 2, "/");
+    } else if ((name == "best" || name.rfind("step-", 0) == 0) && !parent.empty()) {
+      api.model_id = parent;
+    } else {
+      api.model_id = name;
+    }
+  }
   serve::LoadOptions lo;
   lo.quantize = o.quantize;
   lo.gemm = o.gemm;
