@@ -36,6 +36,7 @@
 #include <exception>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <iostream>
 #include <map>
 #include <memory>
@@ -164,6 +165,9 @@ struct Scratch {
   fs::path pristine;        // a copy of fix, to restore it from
   Snapshot fix_state;       // fix as made
   std::string text, jsonl, tsv, csv, parallel, refs, hyps, ids, model, tokenizer, inputs, readonly;
+  // The two hostile-input families of docs/reliability.md: a file whose one line is past the record
+  // bound, and model directories whose tokenizer cannot serve their vocabulary.
+  std::string long_line, no_mask_model, cased_model;
   std::string clm, spm, translate;  // made by the CLI itself at start-up ("" when that failed)
 };
 
@@ -208,6 +212,9 @@ void set_paths(Scratch& s, const fs::path& fix) {
   s.hyps = (fix / "hyps.txt").string();
   s.ids = (fix / "ids.txt").string();
   s.readonly = (fix / "readonly").string();
+  s.long_line = (fix / "long_line.txt").string();
+  s.no_mask_model = (fix / "model_no_mask").string();
+  s.cased_model = (fix / "model_cased").string();
   s.clm = find_checkpoint(fix / "clm");
   s.spm = fs::exists(fix / "spm.model") ? (fix / "spm.model").string() : "";
   s.translate = find_checkpoint(fix / "mt");
@@ -249,6 +256,20 @@ void make_fixtures(Scratch& s, const fs::path& fix) {
   write_file(s.refs, refs);
   write_file(s.hyps, hyps);
   write_file(s.ids, ids);
+  write_file(s.long_line, std::string((size_t{1} << 20) + 100, 'a'));  // 1 MiB + 100 bytes, no line break
+  // The model with vocab.txt's [MASK] renamed, and with its letters capitalised under an uncased tokenizer.
+  for (const auto& [dir, edit] : std::vector<std::pair<std::string, std::function<void(std::string&)>>>{
+           {s.no_mask_model, [](std::string& l) { if (l == "[MASK]") l = "[MASK2]"; }},
+           {s.cased_model, [](std::string& l) { if (l.size() == 1 && l[0] >= 'a' && l[0] <= 'z') l[0] = static_cast<char>(l[0] - 32); }}}) {
+    fs::copy(fix / "model", dir, fs::copy_options::recursive, ec);
+    std::ifstream in(fs::path(dir) / "vocab.txt");
+    std::string vocab;
+    for (std::string line; std::getline(in, line);) {
+      edit(line);
+      vocab += line + "\n";
+    }
+    write_file(fs::path(dir) / "vocab.txt", vocab);
+  }
   const std::string f = fix.string();
   run_quiet({"train", "--data", s.text, "--out", f + "/clm", "--steps", "2", "--batch", "2", "--seq", "8",
              "--hidden", "8", "--heads", "2", "--ff", "8", "--layers", "1", "--max-positions", "32",
@@ -353,7 +374,7 @@ std::vector<std::string> strings() {
       "x.txt", "x.jsonl", "x.safetensors", "x.model", s.root.string(), s.readonly, s.readonly + "/x",
       s.readonly + "/x.png", s.text, s.text + "/", s.jsonl, s.tsv, s.csv, s.parallel, s.refs, s.hyps, s.ids,
       s.model, s.model + "/config.json", s.model + "/vocab.txt", s.model + "/model.safetensors", s.tokenizer,
-      s.tokenizer + "/vocab.txt", s.inputs, s.fix.string()};
+      s.tokenizer + "/vocab.txt", s.inputs, s.fix.string(), s.long_line, s.no_mask_model, s.cased_model};
   for (const std::string& p : {s.clm, s.spm, s.translate}) {
     if (!p.empty()) v.push_back(p);
   }
