@@ -264,7 +264,9 @@ void TrainOptions::validate() const {
   validate_text();
   if (batch < 1 || seq < 1 || steps < 1) fail("--batch, --seq and --steps must be at least 1");
   if (seq > model.max_position_embeddings) {
-    fail("--seq " + std::to_string(seq) + " exceeds max_position_embeddings " + std::to_string(model.max_position_embeddings));
+    fail("--seq " + std::to_string(seq) + " exceeds max_position_embeddings " + std::to_string(model.max_position_embeddings) +
+         (init_from.empty() ? " (--max-positions sets it)" : " of " + init_from + "/config.json") + ": use --seq " +
+         std::to_string(model.max_position_embeddings) + " or less");
   }
   // Every real-valued option is finite: an infinite --lr or a NaN --weight-decay would train to NaN and
   // stop late instead of being refused here; NaN fails each comparison below.
@@ -315,8 +317,9 @@ EvalResult evaluate_checkpoint(const std::string& dir, const std::string& data_p
   request.inference = linears;
   load::Model lm = load::roformer(dir, request);
   if (seq > lm.config.max_position_embeddings) {
-    throw std::invalid_argument("--seq exceeds the model's max_position_embeddings " +
-                                std::to_string(lm.config.max_position_embeddings));
+    throw std::invalid_argument("--seq " + std::to_string(seq) + " exceeds the model's max_position_embeddings " +
+                                std::to_string(lm.config.max_position_embeddings) + ": use --seq " +
+                                std::to_string(lm.config.max_position_embeddings) + " or less");
   }
   const auto corpus_ptr = lm_corpus(*lm.tokenizer, data_path, val_fraction, lm.config.vocab_size);
   const data::WindowSource& corpus = *corpus_ptr;
