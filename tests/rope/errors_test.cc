@@ -32,6 +32,12 @@ rope_status create(const rope_config& cfg) {
   return s;
 }
 
+// An odd head_dim with the default rot_dim names head_dim, the value the caller set.
+TEST(RopeErrors, OddHeadDimIsNamed) {
+  EXPECT_STATUS(create(rope::default_config(7)), ROPE_ERR_BAD_SHAPE);
+  EXPECT_NE(std::string(rope_last_error()).find("head_dim 7 is odd"), std::string::npos) << rope_last_error();
+}
+
 TEST(RopeErrors, Config) {
   const rope_config ok = rope::default_config(64);
   EXPECT_STATUS(create(ok), ROPE_OK);
@@ -47,9 +53,6 @@ TEST(RopeErrors, Config) {
   EXPECT_STATUS(with([](rope_config& c) { c.head_dim = 0; }), ROPE_ERR_BAD_SHAPE);
   EXPECT_STATUS(with([](rope_config& c) { c.head_dim = -4; }), ROPE_ERR_BAD_SHAPE);
   EXPECT_STATUS(with([](rope_config& c) { c.rot_dim = 63; }), ROPE_ERR_BAD_SHAPE);   // odd
-  // An odd head_dim with the default rot_dim names head_dim, the value the caller set.
-  EXPECT_STATUS(create(rope::default_config(7)), ROPE_ERR_BAD_SHAPE);
-  EXPECT_NE(std::string(rope_last_error()).find("head_dim 7 is odd"), std::string::npos) << rope_last_error();
   EXPECT_STATUS(with([](rope_config& c) { c.rot_dim = 66; }), ROPE_ERR_BAD_SHAPE);   // > head_dim
   EXPECT_STATUS(with([](rope_config& c) { c.rot_dim = 0; }), ROPE_ERR_BAD_SHAPE);
   EXPECT_STATUS(with([](rope_config& c) { c.rot_offset = 2; }), ROPE_ERR_BAD_SHAPE); // 2 + 64 > 64

@@ -26,6 +26,19 @@ std::string linears_name(const model::RoFormer<float>& m) {
   return fmt::format("{} (oneDNN)", ops::precision_name(m.packed_precision()));
 }
 
+// --seq within the model's positions and --head mlm on a model that has one: thrown, so that they
+// read as every command's errors do ("roformer: error: ...").
+void check_model_fits(const BenchInferOptions& o, const model::RoFormer<float>& m) {
+  const int64_t positions = m.config().max_position_embeddings;
+  if (o.seq > positions) {
+    throw std::invalid_argument(fmt::format("--seq {} exceeds max_position_embeddings {} of {}: use --seq {} or less",
+                                            o.seq, positions, o.model, positions));
+  }
+  if (o.head == "mlm" && !m.has_mlm_head()) {
+    throw std::invalid_argument(o.model + " has no MLM head (cls.predictions.*): use --head none");
+  }
+}
+
 }  // namespace
 
 int bench_infer(const BenchInferOptions& o) {
@@ -45,14 +58,7 @@ int bench_infer(const BenchInferOptions& o) {
   const model::RoFormerConfig& c = m.config();
   const int64_t B = o.batch, T = o.seq, N = B * T;
   const std::string linears = linears_name(m);
-  // Thrown, so that they read as every command's errors do ("roformer: error: ...").
-  if (T > c.max_position_embeddings) {
-    throw std::invalid_argument(fmt::format("--seq {} exceeds max_position_embeddings {} of {}: use --seq {} or less",
-                                            T, c.max_position_embeddings, o.model, c.max_position_embeddings));
-  }
-  if (o.head == "mlm" && !m.has_mlm_head()) {
-    throw std::invalid_argument(o.model + " has no MLM head (cls.predictions.*): use --head none");
-  }
+  check_model_fits(o, m);
   std::vector<int64_t> ids(N);
   for (int64_t i = 0; i < N; ++i) ids[i] = (i * 7919 + 13) % c.vocab_size;
   const model::Inputs in{.ids = ids.data(), .B = B, .T = T};
