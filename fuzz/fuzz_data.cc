@@ -1,10 +1,11 @@
 // libFuzzer target: the fine-tuning and translation data readers (data/labeled.h: JSONL, TSV and CSV
-// with labels, and token classification's JSONL words and tags; data/parallel.h: TSV and JSONL
-// sentence pairs). The first byte picks the reader, the
+// with labels, token classification's JSONL words and tags, multiple choice's JSONL SWAG rows;
+// data/parallel.h: TSV and JSONL sentence pairs). The first byte picks the reader, the
 // format and the columns; the rest is the file. Contract: any bytes either give rows or throw
 // base::Error naming "file:line" (never another exception, a crash or a hang); rows come in file
 // order with 1-based, increasing lines within the file; a labelled row has at least one label and no
-// empty label name; a tagged row has one tag per word; sentence pairs have a non-empty source (and
+// empty label name; a tagged row has one tag per word; every choice row has the first row's number of
+// choices (≥ 2) and a label among them (or none when unlabelled); sentence pairs have a non-empty source (and
 // target, when one is read).
 #include <string>
 
@@ -103,13 +104,39 @@ void tagged(const std::string& text, uint8_t choice) {
   fuzz::note("tagged: " + std::to_string(rows.size()) + " rows");
 }
 
+void choices(const std::string& text, uint8_t choice) {
+  data::ChoiceColumns cols;
+  if (choice & 4) cols.label.clear();   // a test set
+  if (choice & 8) cols.header.clear();  // no header field
+  std::vector<data::ChoiceExample> rows;
+  try {
+    rows = data::parse_choices(text, cols, kOrigin);
+  } catch (const base::Error& e) {
+    return check_error(e);
+  } catch (const std::exception& e) {
+    fuzz::undocumented("data::parse_choices", e);
+  }
+  const int64_t lines = line_count(text, false);
+  int64_t last = 0;
+  for (const data::ChoiceExample& r : rows) {
+    FUZZ_CHECK(r.line > last && r.line <= lines, "row lines out of order or past the end");
+    last = r.line;
+    FUZZ_CHECK(r.choices.size() >= 2 && r.choices.size() == rows[0].choices.size(), "a row with another choice count");
+    FUZZ_CHECK(cols.label.empty() ? r.label == -1 : r.label >= 0 && r.label < static_cast<int64_t>(r.choices.size()),
+               "a label outside the choices");
+  }
+  fuzz::note("choices: " + std::to_string(rows.size()) + " rows");
+}
+
 }  // namespace
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (size == 0) return 0;
   const uint8_t choice = data[0];
   const std::string text(reinterpret_cast<const char*>(data) + 1, size - 1);
-  if (choice & 32) {
+  if ((choice & 96) == 96) {
+    choices(text, choice);
+  } else if (choice & 32) {
     tagged(text, choice);
   } else if (choice & 16) {
     parallel(text, choice);

@@ -314,4 +314,66 @@ std::vector<TaggedExample> read_tagged(const std::string& path, const TaggedColu
   return parse_tagged(io::read_file(path), cols, label_list, path);
 }
 
+std::vector<ChoiceExample> parse_choices(const std::string& text, const ChoiceColumns& cols, const std::string& origin) {
+  std::vector<ChoiceExample> out;
+  size_t width = 0;  // endings per row: the first row's
+  for_each_json_object(text, origin, [&](const json& j, int64_t line_no) {
+    auto string_field = [&](const std::string& name) {
+      if (!j.contains(name)) fail(origin, line_no, "no field '" + name + "'");
+      if (!j[name].is_string()) fail(origin, line_no, "'" + name + "' must be a string, got " + j[name].dump());
+      return j[name].get<std::string>();
+    };
+    ChoiceExample ex;
+    ex.line = line_no;
+    ex.context = string_field(cols.context);
+    const std::string header = cols.header.empty() ? "" : string_field(cols.header);
+    std::vector<std::string> endings;
+    if (j.contains(cols.endings)) {
+      if (!j[cols.endings].is_array()) fail(origin, line_no, "'" + cols.endings + "' must be a list of strings");
+      for (const json& e : j[cols.endings]) {
+        if (!e.is_string()) fail(origin, line_no, "'" + cols.endings + "' must hold strings, got " + e.dump());
+        endings.push_back(e.get<std::string>());
+      }
+    } else {
+      for (size_t k = 0; j.contains(cols.endings + std::to_string(k)); ++k) {
+        endings.push_back(string_field(cols.endings + std::to_string(k)));
+      }
+      if (endings.empty()) fail(origin, line_no, "no field '" + cols.endings + "0' or '" + cols.endings + "' (the endings)");
+    }
+    if (width == 0) width = endings.size();
+    if (endings.size() < 2) fail(origin, line_no, "a choice needs at least 2 endings, this row has " + std::to_string(endings.size()));
+    if (endings.size() != width) {
+      fail(origin, line_no, std::to_string(endings.size()) + " endings, but the first row has " + std::to_string(width));
+    }
+    for (const std::string& e : endings) ex.choices.push_back(cols.header.empty() ? e : header + " " + e);
+    if (!cols.label.empty()) {
+      if (!j.contains(cols.label)) fail(origin, line_no, "no field '" + cols.label + "'");
+      const json& l = j[cols.label];
+      int64_t k = -1;
+      if (l.is_number_integer()) {
+        k = l.get<int64_t>();
+      } else if (l.is_string() && !l.get<std::string>().empty() && l.get<std::string>().size() < 10 &&
+                 l.get<std::string>().find_first_not_of("0123456789") == std::string::npos) {
+        k = std::stoll(l.get<std::string>());  // SWAG's CSV-born files hold "2"
+      } else {
+        fail(origin, line_no, "'" + cols.label + "' must be the index of the right ending, got " + l.dump());
+      }
+      if (k < 0 || k >= static_cast<int64_t>(endings.size())) {
+        fail(origin, line_no, "'" + cols.label + "' " + std::to_string(k) + " is not an index of the " +
+                                  std::to_string(endings.size()) + " endings");
+      }
+      ex.label = k;
+    }
+    out.push_back(std::move(ex));
+  });
+  return out;
+}
+
+std::vector<ChoiceExample> read_choices(const std::string& path, const ChoiceColumns& cols) {
+  if (table_format_of(path) != TableFormat::jsonl) {
+    throw base::Error(path + ": multiple-choice data is JSONL (a .jsonl or .json name)");
+  }
+  return parse_choices(io::read_file(path), cols, path);
+}
+
 }  // namespace data

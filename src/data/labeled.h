@@ -61,4 +61,30 @@ std::vector<TaggedExample> read_tagged(const std::string& path, const TaggedColu
 std::vector<TaggedExample> parse_tagged(const std::string& text, const TaggedColumns& cols,
                                         const std::vector<std::string>& label_list, const std::string& origin);
 
+// Multiple-choice data as transformers' run_swag reads SWAG: JSONL rows of a context, a header
+// that begins every ending, the endings and the right ending's index,
+//   {"sent1": "...", "sent2": "She", "ending0": "...", "ending1": "...", ..., "label": 2},
+// where the endings are the fields ending0, ending1, ... in order (as many as the first row has),
+// or a list in one field (`endings`). Choice k reads as the pair (context, header + " " + ending k), as
+// run_swag joins them (an empty header too), or (context, ending k) when no header field is named.
+struct ChoiceColumns {
+  std::string context = "sent1";
+  std::string header = "sent2";   // "" = no header
+  std::string endings = "ending";  // fields ending0, ending1, ... or one field holding a list
+  std::string label = "label";     // "" = unlabelled (a test set to predict)
+};
+
+struct ChoiceExample {
+  std::string context;
+  std::vector<std::string> choices;  // header + " " + ending, one per choice
+  int64_t label = -1;                // the right choice; -1 when unlabelled
+  int64_t line = 0;
+};
+
+// Every row of a .jsonl/.json file. A missing field, a non-string text, a row whose number of endings
+// differs from the first row's (or below 2), or a label that is not an index of its endings (an
+// integer, or a string holding one) is a base::Error "path:line: ...".
+std::vector<ChoiceExample> read_choices(const std::string& path, const ChoiceColumns& cols);
+std::vector<ChoiceExample> parse_choices(const std::string& text, const ChoiceColumns& cols, const std::string& origin);
+
 }  // namespace data

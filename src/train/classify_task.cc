@@ -19,15 +19,17 @@ constexpr uint64_t kOrderStream = 0x0dde;
 
 Batch classification_batch(const std::vector<TokenizedExample>& examples, const std::vector<int64_t>& indices,
                            const ClassifyTaskConfig& c, int64_t row0) {
+  const int64_t g = c.group;
+  auto row = [&](int64_t r) -> const TokenizedExample& { return examples[indices[r / g] * g + r % g]; };
   Batch b;
-  b.B = static_cast<int64_t>(indices.size());
+  b.B = static_cast<int64_t>(indices.size()) * g;
   b.row0 = row0;
-  for (const int64_t i : indices) b.T = std::max(b.T, static_cast<int64_t>(examples[i].ids.size()));
+  for (int64_t r = 0; r < b.B; ++r) b.T = std::max(b.T, static_cast<int64_t>(row(r).ids.size()));
   b.ids.assign(b.B * b.T, c.pad_id);
   b.token_types.assign(b.B * b.T, 0);
   b.attention_mask.assign(b.B * b.T, 0);
   for (int64_t r = 0; r < b.B; ++r) {
-    const TokenizedExample& e = examples[indices[r]];
+    const TokenizedExample& e = row(r);
     std::copy(e.ids.begin(), e.ids.end(), b.ids.begin() + r * b.T);
     std::copy(e.types.begin(), e.types.end(), b.token_types.begin() + r * b.T);
     std::fill_n(b.attention_mask.begin() + r * b.T, e.ids.size(), 1);
@@ -35,6 +37,8 @@ Batch classification_batch(const std::vector<TokenizedExample>& examples, const 
     if (c.per_token) {
       b.targets.resize(b.B * b.T, model::kIgnoreIndex);
       std::copy(e.targets.begin(), e.targets.end(), b.targets.begin() + r * b.T);
+    } else if (g > 1) {
+      if (r % g == 0) b.targets.push_back(e.label);  // the example's right choice
     } else if (c.problem_type == "single_label_classification") {
       b.targets.push_back(e.label);
     } else {
@@ -49,19 +53,23 @@ ClassifyTask::ClassifyTask(std::vector<TokenizedExample> train, std::vector<Toke
                            const ClassifyTaskConfig& c)
     : train_(std::move(train)), c_(c) {
   if (c_.batch <= 0) throw std::invalid_argument("the batch size must be positive");
-  for (int64_t start = 0; start < static_cast<int64_t>(validation.size()); start += c_.batch) {
-    std::vector<int64_t> idx(std::min<int64_t>(c_.batch, static_cast<int64_t>(validation.size()) - start));
+  if (c_.group <= 0 || train_.size() % c_.group || validation.size() % c_.group) {
+    throw std::invalid_argument("multiple-choice examples must have the same number of rows each");
+  }
+  const int64_t n = static_cast<int64_t>(validation.size()) / c_.group;
+  for (int64_t start = 0; start < n; start += c_.batch) {
+    std::vector<int64_t> idx(std::min<int64_t>(c_.batch, n - start));
     std::iota(idx.begin(), idx.end(), start);
-    val_.push_back(classification_batch(validation, idx, c_, start));
+    val_.push_back(classification_batch(validation, idx, c_, start * c_.group));
   }
 }
 
 int64_t ClassifyTask::steps_per_epoch() const {
-  return (static_cast<int64_t>(train_.size()) + c_.batch - 1) / c_.batch;
+  return (examples() + c_.batch - 1) / c_.batch;
 }
 
 std::vector<int64_t> ClassifyTask::epoch_order(int64_t epoch) const {
-  const int64_t n = static_cast<int64_t>(train_.size());
+  const int64_t n = examples();
   std::vector<int64_t> order(n);
   std::iota(order.begin(), order.end(), 0);
   // A shuffle keyed by (seed, epoch, example): sort by a counter-based hash.
@@ -69,11 +77,14 @@ std::vector<int64_t> ClassifyTask::epoch_order(int64_t epoch) const {
   std::vector<uint64_t> key(n);
   for (int64_t i = 0; i < n; ++i) key[i] = base::mix64(seed ^ base::mix64(static_cast<uint64_t>(i)));
   std::sort(order.begin(), order.end(), [&](int64_t a, int64_t b) { return key[a] < key[b]; });
+  std::vector<size_t> length(n);  // an example's longest row
+  for (int64_t i = 0; i < n; ++i) {
+    for (int64_t k = 0; k < c_.group; ++k) length[i] = std::max(length[i], train_[i * c_.group + k].ids.size());
+  }
   const int64_t mega = kMegaBatches * c_.batch;
   for (int64_t start = 0; start < n; start += mega) {
-    std::stable_sort(order.begin() + start, order.begin() + std::min(n, start + mega), [&](int64_t a, int64_t b) {
-      return train_[a].ids.size() > train_[b].ids.size();
-    });
+    std::stable_sort(order.begin() + start, order.begin() + std::min(n, start + mega),
+                     [&](int64_t a, int64_t b) { return length[a] > length[b]; });
   }
   return order;
 }
@@ -88,11 +99,11 @@ Batch ClassifyTask::train_batch(int64_t step) {
   const int64_t start = index * c_.batch, end = std::min<int64_t>(start + c_.batch, cached_order_.size());
   const std::vector<int64_t> idx(cached_order_.begin() + start, cached_order_.begin() + end);
   // Global rows: the position in the epoch's order, so dropout masks depend on (seed, step, row).
-  return classification_batch(train_, idx, c_, start);
+  return classification_batch(train_, idx, c_, start * c_.group);
 }
 
 int64_t ClassifyTask::loss_count(const Batch& batch) const {
-  if (!c_.per_token) return batch.B;
+  if (!c_.per_token) return batch.B / c_.group;
   return std::count_if(batch.targets.begin(), batch.targets.end(), [](int64_t t) { return t != model::kIgnoreIndex; });
 }
 
@@ -101,7 +112,7 @@ LossStats ClassifyTask::loss(const Model& m, const Batch& batch, int64_t normali
   if (!m.head_logits()) throw std::invalid_argument("a classification task needs a model with a task head");
   if (with_grad) d_logits_.resize(cfg.head->logits_count(cfg, batch.B, batch.T));
   const model::HeadLoss h = cfg.head->loss(cfg, m.head_logits(), batch.B, batch.T,
-                                           {batch.targets.data(), batch.values.data()}, 1, normaliser,
+                                           {batch.targets.data(), batch.values.data()}, c_.group, normaliser,
                                            with_grad ? d_logits_.data() : nullptr);
   LossStats s;
   s.count = h.count;
@@ -122,7 +133,7 @@ LossStats ClassifyTask::evaluate(Trainable& trained, const Batch& batch, int64_t
   Model& m = roformer_of(trained);
   m.forward(batch.inputs(), false, 0);
   LossStats s = loss(m, batch, normaliser, false);
-  if (!c_.per_token && c_.problem_type == "single_label_classification") {
+  if (counts_accuracy()) {
     double correct = 0;
     for (int64_t i = 0; i < batch.B; ++i) {
       const float* z = m.head_logits() + i * c_.labels;
@@ -134,17 +145,8 @@ LossStats ClassifyTask::evaluate(Trainable& trained, const Batch& batch, int64_t
 }
 
 std::vector<std::string> ClassifyTask::metric_names() const {
-  if (!c_.per_token && c_.problem_type == "single_label_classification") return {"accuracy"};
+  if (counts_accuracy()) return {"accuracy"};
   return {};
-}
-
-std::vector<float> predict_logits(Model& m, const std::vector<Batch>& batches) {
-  std::vector<float> out;
-  for (const Batch& b : batches) {
-    m.forward(b.inputs(), false, 0);
-    out.insert(out.end(), m.head_logits(), m.head_logits() + b.B * m.config().num_labels());
-  }
-  return out;
 }
 
 }  // namespace train

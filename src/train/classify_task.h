@@ -35,10 +35,14 @@ struct ClassifyTaskConfig {
   int64_t pad_id = 0;
   uint64_t seed = 42;  // the epoch orders
   bool per_token = false;  // token classification: (B, T) targets, padding -100
+  // Multiple choice: each example is `group` consecutive rows of the example list (one per choice, the
+  // label on the first) and a batch of n examples has n · group model rows with n targets.
+  int64_t group = 1;
 };
 
-// A batch of examples[indices], padded to its longest row, rows starting at global row row0; with
-// c.labels 0 the batch has inputs only (unlabelled examples to predict).
+// A batch of the examples `indices` (example i is rows i·group ... i·group + group − 1 of `examples`),
+// padded to its longest row, rows starting at global row row0; with c.labels 0 the batch has inputs
+// only (unlabelled examples to predict).
 Batch classification_batch(const std::vector<TokenizedExample>& examples, const std::vector<int64_t>& indices,
                            const ClassifyTaskConfig& c, int64_t row0);
 
@@ -57,12 +61,17 @@ class ClassifyTask : public Task {
   std::vector<std::string> metric_names() const override;
 
   int64_t steps_per_epoch() const;
+  int64_t examples() const { return static_cast<int64_t>(train_.size()) / c_.group; }
   // The examples of epoch `epoch` in batch order.
   std::vector<int64_t> epoch_order(int64_t epoch) const;
 
  private:
   // Loss Σ/normaliser of the model's last head_logits against the batch; d_logits_ gets its gradient.
   LossStats loss(const Model& m, const Batch& batch, int64_t normaliser, bool with_grad);
+  // Single-label sequence classification: evaluate() counts the right argmaxes.
+  bool counts_accuracy() const {
+    return !c_.per_token && c_.group == 1 && c_.problem_type == "single_label_classification";
+  }
   std::vector<TokenizedExample> train_;
   ClassifyTaskConfig c_;
   std::vector<Batch> val_;
@@ -70,8 +79,5 @@ class ClassifyTask : public Task {
   int64_t cached_epoch_ = -1;
   std::vector<int64_t> cached_order_;
 };
-
-// The class logits (n, labels) of m on every batch, in batch order (inference, no dropout).
-std::vector<float> predict_logits(Model& m, const std::vector<Batch>& batches);
 
 }  // namespace train

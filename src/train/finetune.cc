@@ -168,6 +168,45 @@ std::vector<TokenizedExample> tokenize_words(const std::vector<data::TaggedExamp
   return out;
 }
 
+// Multiple-choice rows: each choice the pair (context, choice) as run_swag tokenises it (longest_first
+// to max_length), an example's choices consecutive, its label on the first.
+std::vector<TokenizedExample> tokenize_choices(const std::vector<data::ChoiceExample>& rows, const std::string& origin,
+                                               const text::RoFormerTokenizer& tok, const model::RoFormerConfig& cfg,
+                                               int64_t max_length) {
+  text::EncodeOptions eo;
+  eo.truncation = text::Truncation::LongestFirst;
+  eo.max_length = max_length;
+  std::vector<TokenizedExample> out;
+  for (const auto& r : rows) {
+    for (size_t k = 0; k < r.choices.size(); ++k) {
+      const text::Encoding e = tok.encode_pair(r.context, r.choices[k], eo);
+      TokenizedExample x;
+      x.ids.assign(e.input_ids.begin(), e.input_ids.end());
+      x.types.assign(e.token_type_ids.begin(), e.token_type_ids.end());
+      for (const int64_t id : x.ids) {
+        if (id >= cfg.vocab_size) {
+          throw io::Error(origin + ":" + std::to_string(r.line) + ": token id " + std::to_string(id) +
+                          " is outside the model's vocabulary");
+        }
+      }
+      if (k == 0) x.label = r.label;
+      out.push_back(std::move(x));
+    }
+  }
+  return out;
+}
+
+// The choices per example of a multiple-choice file: every row has the first row's number (data::read_choices);
+// another file of the run must have the same.
+int64_t choice_width(const std::vector<data::ChoiceExample>& rows, const std::string& origin, int64_t want) {
+  const int64_t width = rows.empty() ? want : static_cast<int64_t>(rows[0].choices.size());
+  if (want > 0 && width != want) {
+    throw io::Error(origin + ":" + std::to_string(rows[0].line) + ": " + std::to_string(width) +
+                    " endings, but the training examples have " + std::to_string(want));
+  }
+  return width;
+}
+
 // The tag names of a token-classification run: --label-list, else the training tags sorted (run_ner).
 std::vector<std::string> tag_names(const std::vector<data::TaggedExample>& rows, const std::vector<std::string>& given) {
   if (!given.empty()) return given;
@@ -192,12 +231,19 @@ class FinetuneRun : public Recipe {
   void prepare();
   void build_model(const std::vector<data::LabeledExample>& train_rows, const std::vector<std::string>& tags);
   bool per_token() const { return o_.task == "token-classification"; }
+  bool choices() const { return o_.task == "multiple-choice"; }
+  data::ChoiceColumns choice_columns() const {
+    data::ChoiceColumns c = o_.choice;
+    c.label = o_.columns.label;
+    return c;
+  }
   // The best checkpoint (inference, --quantize/--gemm) over the examples in file order, batches of
   // --batch: visit(batch, example indices) after each forward, head_logits() holding its outputs.
   void predict_best(const std::vector<TokenizedExample>& examples,
                     const std::function<void(const Batch&, const std::vector<int64_t>&)>& visit);
   void write_predictions();
   void write_tag_predictions();
+  void write_choice_predictions();
 
   FinetuneOptions o_;
   std::string resume_dir_;
@@ -213,6 +259,7 @@ class FinetuneRun : public Recipe {
   model::RoFormerConfig cfg_;
   TrainerState state_;
   std::string metric_;
+  int64_t group_ = 1;  // multiple choice: choices per example
   int64_t total_steps_ = 0;
   RunDirectoryLock lock_;  // a new run's (a resumed one is locked by run_finetune)
 };
@@ -233,6 +280,9 @@ void FinetuneRun::build_model(const std::vector<data::LabeledExample>& train_row
       if (per_token()) {
         c.problem_type.clear();
         c.labels = tags;
+      } else if (choices()) {
+        c.problem_type.clear();  // one score per choice: id2label does not size the head
+        if (c.labels.empty()) c.labels = {"LABEL_0", "LABEL_1"};
       } else {
         c.problem_type = o_.problem_type.empty() ? infer_problem_type(train_rows) : o_.problem_type;
         c.labels = label_names(train_rows, c.problem_type);
@@ -267,19 +317,28 @@ void FinetuneRun::build_model(const std::vector<data::LabeledExample>& train_row
 void FinetuneRun::prepare() {
   std::vector<data::LabeledExample> train_rows, val_rows;
   std::vector<data::TaggedExample> train_tagged, val_tagged;
+  std::vector<data::ChoiceExample> train_choices, val_choices;
   if (per_token()) {
     train_tagged = data::read_tagged(o_.train, o_.tagged, o_.label_list);
     val_tagged = data::read_tagged(o_.validation, o_.tagged, o_.label_list);
+  } else if (choices()) {
+    train_choices = data::read_choices(o_.train, choice_columns());
+    val_choices = data::read_choices(o_.validation, choice_columns());
+    group_ = choice_width(train_choices, o_.train, 0);
+    choice_width(val_choices, o_.validation, group_);
   } else {
     train_rows = data::read_labeled(o_.train, o_.columns);
     val_rows = data::read_labeled(o_.validation, o_.columns);
   }
-  if (train_rows.empty() && train_tagged.empty()) throw io::Error(o_.train + ": no examples");
-  if (val_rows.empty() && val_tagged.empty()) throw io::Error(o_.validation + ": no examples");
+  if (train_rows.empty() && train_tagged.empty() && train_choices.empty()) throw io::Error(o_.train + ": no examples");
+  if (val_rows.empty() && val_tagged.empty() && val_choices.empty()) throw io::Error(o_.validation + ": no examples");
   build_model(train_rows, tag_names(train_tagged, o_.label_list));
   metric_ = o_.metric.empty() ? cfg_.head->default_metric(cfg_) : o_.metric;
-  ClassifyTaskConfig tc{cfg_.problem_type, cfg_.num_labels(), o_.batch, cfg_.pad_token_id, o_.seed, per_token()};
-  if (per_token()) {
+  ClassifyTaskConfig tc{cfg_.problem_type, cfg_.num_labels(), o_.batch, cfg_.pad_token_id, o_.seed, per_token(), group_};
+  if (choices()) {
+    task_ = std::make_unique<ClassifyTask>(tokenize_choices(train_choices, o_.train, *tok_, cfg_, o_.max_length),
+                                           tokenize_choices(val_choices, o_.validation, *tok_, cfg_, o_.max_length), tc);
+  } else if (per_token()) {
     int64_t dropped = 0;
     auto train = tokenize_words(train_tagged, o_.train, *tok_, cfg_, o_.max_length, o_.label_all_tokens, true,
                                 nullptr, &dropped);
@@ -331,7 +390,7 @@ void FinetuneRun::evaluate(EvalRecord& rec) {
     outputs.push_back({b.B, b.T, std::vector<float>(z, z + cfg_.head->logits_count(cfg_, b.B, b.T)), b.targets, b.values});
   }
   rec.val_loss = loss / static_cast<double>(n);
-  rec.metrics = cfg_.head->metrics(cfg_, outputs, 1);
+  rec.metrics = cfg_.head->metrics(cfg_, outputs, group_);
   rec.metrics["loss"] = rec.val_loss;
   if (!rec.metrics.count(metric_)) {
     throw std::invalid_argument("--metric " + metric_ + " is not computed for " + cfg_.head->task() +
@@ -346,10 +405,11 @@ void FinetuneRun::predict_best(const std::vector<TokenizedExample>& examples,
   best.inference = o_.linears;  // the task head stays fp32 (RoFormer::pack)
   m_ = load::roformer(result_.best_dir, best).model;
   // labels 0: inputs only, no targets
-  const ClassifyTaskConfig unlabelled{cfg_.problem_type, 0, o_.batch, cfg_.pad_token_id, 0, per_token()};
-  for (size_t start = 0; start < examples.size(); start += static_cast<size_t>(o_.batch)) {
+  const ClassifyTaskConfig unlabelled{cfg_.problem_type, 0, o_.batch, cfg_.pad_token_id, 0, per_token(), group_};
+  const size_t n = examples.size() / static_cast<size_t>(group_);
+  for (size_t start = 0; start < n; start += static_cast<size_t>(o_.batch)) {
     std::vector<int64_t> idx;
-    for (size_t i = start; i < std::min(examples.size(), start + o_.batch); ++i) idx.push_back(static_cast<int64_t>(i));
+    for (size_t i = start; i < std::min(n, start + o_.batch); ++i) idx.push_back(static_cast<int64_t>(i));
     const Batch b = classification_batch(examples, idx, unlabelled, 0);
     m_->forward(b.inputs());
     visit(b, idx);
@@ -358,6 +418,7 @@ void FinetuneRun::predict_best(const std::vector<TokenizedExample>& examples,
 
 void FinetuneRun::write_predictions() {
   if (per_token()) return write_tag_predictions();
+  if (choices()) return write_choice_predictions();
   data::LabeledColumns cols = o_.columns;
   cols.label.clear();
   const auto rows = data::read_labeled(o_.test, cols);
@@ -423,12 +484,34 @@ void FinetuneRun::write_tag_predictions() {
   io::write_file_atomic(o_.out + "/predictions.jsonl", text);
 }
 
+// Multiple choice: one row per test line, {"line", "label", "score", "probabilities", "logits"}: the
+// chosen ending's index, its softmax probability over the example's choices, all of them, the scores.
+void FinetuneRun::write_choice_predictions() {
+  data::ChoiceColumns cols = choice_columns();
+  cols.label.clear();
+  const auto rows = data::read_choices(o_.test, cols);
+  choice_width(rows, o_.test, group_);
+  const auto examples = tokenize_choices(rows, o_.test, *tok_, cfg_, o_.max_length);
+  std::string text;
+  predict_best(examples, [&](const Batch& b, const std::vector<int64_t>& idx) {
+    for (int64_t e = 0; e < b.B / group_; ++e) {
+      const float* z = m_->head_logits() + e * group_;
+      const std::vector<double> p = model::apply_class_function("softmax", z, group_);
+      const int64_t best = std::max_element(z, z + group_) - z;
+      text += json({{"line", rows[idx[e]].line}, {"label", best}, {"score", p[best]}, {"probabilities", p},
+                    {"logits", std::vector<float>(z, z + group_)}}).dump() + "\n";
+    }
+  });
+  io::write_file_atomic(o_.out + "/predictions.jsonl", text);
+}
+
 FinetuneResult FinetuneRun::run(const ReportHook& on_report) {
   if (writer_) std::fprintf(stderr, "%s %s with %s on %s: %s (%s of %lld), batch %lld, lr %.2g, "
                "max length %lld, %s × %s, %s; best by %s\n",
                resume_dir_.empty() ? "fine-tuning" : "resuming",
-               (per_token() ? std::string(cfg_.head->task()) : cfg_.problem_type).c_str(),
-               base::counted(cfg_.num_labels(), "label").c_str(), o_.model.c_str(),
+               (cfg_.problem_type.empty() ? std::string(cfg_.head->task()) : cfg_.problem_type).c_str(),
+               (choices() ? base::counted(group_, "choice") : base::counted(cfg_.num_labels(), "label")).c_str(),
+               o_.model.c_str(),
                base::counted(total_steps_, "step").c_str(), base::counted(o_.epochs, "epoch").c_str(),
                static_cast<long long>(task_->steps_per_epoch()), static_cast<long long>(o_.batch), o_.lr,
                static_cast<long long>(o_.max_length), base::counted(omp_get_max_threads(), "thread").c_str(),
@@ -470,7 +553,8 @@ std::string FinetuneOptions::to_json() const {
                   {"predict", predict}, {"grad_accum", grad_accum}, {"bucket_mb", bucket_mb}, {"zero1", zero1},
                   {"threads", threads}, {"precision", precision}, {"task", task},
                   {"tokens_column", tagged.tokens}, {"tags_column", tagged.tags}, {"label_list", label_list},
-                  {"label_all_tokens", label_all_tokens}};
+                  {"label_all_tokens", label_all_tokens}, {"context_column", choice.context},
+                  {"header_column", choice.header}, {"endings_column", choice.endings}};
   return j.dump(2) + "\n";
 }
 
@@ -492,6 +576,7 @@ FinetuneOptions FinetuneOptions::from_json(const std::string& text) {
     o.tagged = {j.value("tokens_column", "tokens"), j.value("tags_column", "ner_tags")};
     o.label_list = j.value("label_list", std::vector<std::string>{});
     o.label_all_tokens = j.value("label_all_tokens", false);
+    o.choice = {j.value("context_column", "sent1"), j.value("header_column", "sent2"), j.value("endings_column", "ending")};
   } catch (const json::exception& e) {
     throw io::Error(std::string("fine-tuning options: ") + e.what());
   }
@@ -504,9 +589,10 @@ void FinetuneOptions::validate() const {
   };
   need(!model.empty(), "--model is required");
   need(!train.empty() && !validation.empty(), "--train and --validation are required");
-  need(task == "text-classification" || task == "token-classification",
-       "--task must be text-classification or token-classification (question-answering and multiple-choice heads "
-       "load, run and save, but do not fine-tune yet)");
+  need(task == "text-classification" || task == "token-classification" || task == "multiple-choice",
+       "--task must be text-classification, token-classification or multiple-choice (the question-answering head "
+       "loads, runs and saves, but does not fine-tune yet)");
+  need(!choice.context.empty() && !choice.endings.empty(), "--context-column and --endings-column must not be empty");
   need(!columns.text.empty() && !columns.label.empty(), "--text-column and --label-column must not be empty");
   need(!tagged.tokens.empty() && !tagged.tags.empty(), "--tokens-column and --tags-column must not be empty");
   need(problem_type.empty() || problem_type == "single_label_classification" ||

@@ -36,8 +36,9 @@ struct FinetuneOptions {
   std::string model;                 // HF RoFormer directory to start from
   std::string train, validation, test;  // labelled files (.jsonl, .tsv, .csv); test is optional
   std::string out = "runs/finetune";
-  std::string task = "text-classification";  // or token-classification (the head registry's task names)
-  data::LabeledColumns columns;      // text-classification's columns
+  std::string task = "text-classification";  // token-classification, multiple-choice (the head registry's task names)
+  data::LabeledColumns columns;      // text-classification's columns (label: also multiple-choice's)
+  data::ChoiceColumns choice;        // multiple-choice's JSONL fields (its label is columns.label)
   data::TaggedColumns tagged;        // token-classification's JSONL fields
   std::vector<std::string> label_list;  // token-classification: the tag names in id order ("" = sorted training tags)
   bool label_all_tokens = false;     // token-classification: every sub-token of a word gets its tag

@@ -134,3 +134,49 @@ TEST(Tagged, BadRowsNameTheFileLineAndField) {
   EXPECT_EQ(error("{\"tokens\": [1], \"ner_tags\": [\"O\"]}"), "ner.jsonl:1: 'tokens' must hold strings, got 1");
   EXPECT_EQ(error("{\"tokens\": [\"a\"]}"), "ner.jsonl:1: 'ner_tags' must be a list");
 }
+
+TEST(Choices, SwagFieldsAListOfEndingsAndUnlabelledRows) {
+  const std::string text =
+      "{\"sent1\": \"He opens the door.\", \"sent2\": \"He\", \"ending0\": \"walks in.\", \"ending1\": \"sleeps.\", "
+      "\"label\": 0}\n\n{\"sent1\": \"c\", \"sent2\": \"\", \"ending0\": \"x\", \"ending1\": \"y\", \"label\": \"1\"}\n";
+  const auto rows = data::parse_choices(text, {}, "swag.jsonl");
+  ASSERT_EQ(rows.size(), 2u);
+  EXPECT_EQ(rows[0].context, "He opens the door.");
+  EXPECT_EQ(rows[0].choices, (std::vector<std::string>{"He walks in.", "He sleeps."}));  // run_swag's header + " " + ending
+  EXPECT_EQ(rows[0].label, 0);
+  EXPECT_EQ(rows[1].choices, (std::vector<std::string>{" x", " y"}));  // an empty header still joins with a space
+  EXPECT_EQ(rows[1].label, 1);
+  EXPECT_EQ(rows[1].line, 3);
+  const auto listed = data::parse_choices("{\"q\": \"c\", \"options\": [\"a\", \"b\", \"c\"]}\n",
+                                          {"q", "", "options", ""}, "c3.jsonl");
+  EXPECT_EQ(listed[0].choices, (std::vector<std::string>{"a", "b", "c"}));
+  EXPECT_EQ(listed[0].label, -1);
+}
+
+TEST(Choices, BadRowsNameTheFileLineAndField) {
+  auto error = [](const std::string& text) {
+    try {
+      data::parse_choices(text, {}, "swag.jsonl");
+    } catch (const base::Error& e) {
+      return std::string(e.what());
+    }
+    return std::string("no error");
+  };
+  const std::string ok = "{\"sent1\": \"c\", \"sent2\": \"h\", \"ending0\": \"a\", \"ending1\": \"b\", \"label\": 1}\n";
+  EXPECT_EQ(error(ok + "{\"sent1\": \"c\", \"sent2\": \"h\", \"ending0\": \"a\", \"ending1\": \"b\", \"ending2\": \"c\", "
+                       "\"label\": 1}"),
+            "swag.jsonl:2: 3 endings, but the first row has 2");
+  EXPECT_EQ(error("{\"sent1\": \"c\", \"sent2\": \"h\", \"ending0\": \"a\", \"label\": 0}"),
+            "swag.jsonl:1: a choice needs at least 2 endings, this row has 1");
+  EXPECT_EQ(error("{\"sent1\": \"c\", \"sent2\": \"h\", \"ending0\": \"a\", \"ending1\": \"b\", \"label\": 2}"),
+            "swag.jsonl:1: 'label' 2 is not an index of the 2 endings");
+  EXPECT_EQ(error("{\"sent1\": \"c\", \"sent2\": \"h\", \"ending0\": \"a\", \"ending1\": \"b\", \"label\": \"b\"}"),
+            "swag.jsonl:1: 'label' must be the index of the right ending, got \"b\"");
+  EXPECT_EQ(error("{\"sent1\": \"c\", \"sent2\": \"h\", \"ending0\": \"a\", \"ending1\": 5, \"label\": 0}"),
+            "swag.jsonl:1: 'ending1' must be a string, got 5");
+  EXPECT_EQ(error("{\"sent2\": \"h\", \"ending0\": \"a\", \"ending1\": \"b\", \"label\": 0}"), "swag.jsonl:1: no field 'sent1'");
+  EXPECT_EQ(error("{\"sent1\": \"c\", \"sent2\": \"h\", \"label\": 0}"),
+            "swag.jsonl:1: no field 'ending0' or 'ending' (the endings)");
+  EXPECT_EQ(error("{\"sent1\": \"c\", \"sent2\": \"h\", \"ending0\": \"a\", \"ending1\": \"b\"}"),
+            "swag.jsonl:1: no field 'label'");
+}

@@ -9,6 +9,7 @@
 #   heads_vs_hf.py     every task head (sequence and token classification, QA, multiple choice)
 #                      gives transformers' logits on randomly initialised checkpoints it saves;
 #   ner_vs_hf.py       token-classification fine-tuning against transformers and seqeval;
+#   mc_vs_hf.py        multiple-choice fine-tuning against transformers;
 #   pretrain_wordpiece_vs_hf.py  WordPiece pre-training output and --init-from against transformers;
 #   vocab_vs_hf.py     `roformer vocab` directories tokenise in transformers as in ours, and the
 #                      vocabulary matches HF tokenizers' trainer's quality.

@@ -77,6 +77,37 @@ TEST(ClassifyTask, EpochsVisitEveryExampleOnceInLengthGroupedBatches) {
   EXPECT_EQ(task.validation_batches().back().B, 1);
 }
 
+// Multiple choice: an example is `group` consecutive rows; batches and epochs move whole examples, the
+// label of an example's first row is its target, and global rows count model rows.
+TEST(ClassifyTask, MultipleChoiceBatchesKeepAnExamplesChoicesTogether) {
+  auto rows = examples(3 * 11, 1, "single_label_classification", 4);
+  for (size_t i = 0; i < rows.size(); ++i) rows[i].label = i % 3 == 0 ? static_cast<int64_t>(i / 3 % 3) : -1;
+  ClassifyTaskConfig c{"", 1, 4, 0, 9};
+  c.group = 3;
+  ClassifyTask task(rows, std::vector<TokenizedExample>(rows.begin(), rows.begin() + 15), c);
+  EXPECT_EQ(task.examples(), 11);
+  EXPECT_EQ(task.steps_per_epoch(), 3);
+  const auto order = task.epoch_order(0);
+  EXPECT_EQ(std::set<int64_t>(order.begin(), order.end()).size(), 11u);
+  const train::Batch b = task.train_batch(1);
+  ASSERT_EQ(b.B, 12);
+  EXPECT_EQ(b.row0, 12);
+  ASSERT_EQ(b.targets.size(), 4u);
+  EXPECT_EQ(task.loss_count(b), 4);
+  for (int64_t e = 0; e < 4; ++e) {
+    const int64_t example = order[4 + e];
+    EXPECT_EQ(b.targets[e], example % 3);
+    for (int64_t k = 0; k < 3; ++k) {
+      const auto& x = rows[example * 3 + k];
+      EXPECT_TRUE(std::equal(x.ids.begin(), x.ids.end(), b.ids.begin() + (e * 3 + k) * b.T));
+    }
+  }
+  ASSERT_EQ(task.validation_batches().size(), 2u);  // 5 examples: 4 + 1
+  EXPECT_EQ(task.validation_batches()[1].B, 3);
+  EXPECT_EQ(task.validation_batches()[1].row0, 12);
+  EXPECT_THROW(ClassifyTask(std::vector<TokenizedExample>(rows.begin(), rows.begin() + 4), {}, c), std::invalid_argument);
+}
+
 class ClassifyLoss : public testing::TestWithParam<std::string> {};
 
 TEST_P(ClassifyLoss, EqualsItsFormulaAndItsGradientIsTheDerivative) {

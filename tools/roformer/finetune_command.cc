@@ -19,7 +19,8 @@ void add_finetune_command(CLI::App& app, CommandTable& commands) {
   auto o = std::make_shared<train::FinetuneOptions>();
   auto resume = std::make_shared<bool>(false);
   auto no_progress = std::make_shared<bool>(false);
-  CLI::App* ft = app.add_subcommand("finetune", "Fine-tune a RoFormer into a sequence classifier or regressor");
+  CLI::App* ft = app.add_subcommand("finetune", "Fine-tune a RoFormer with a task head: sequence classification or regression, "
+                                      "token classification, multiple choice");
   ft->add_option("--model", o->model, "Hugging Face RoFormer directory to start from (config.json, weights, vocab.txt)");
   ft->add_option("--train", o->train, "Training examples: .jsonl, .tsv or .csv");
   ft->add_option("--validation", o->validation, "Validation examples (same format)");
@@ -27,8 +28,14 @@ void add_finetune_command(CLI::App& app, CommandTable& commands) {
   ft->add_option("--out", o->out, "Run directory: best/, checkpoints, metrics.jsonl/csv, curves.png")->capture_default_str();
   ft->add_flag("--resume", *resume, "Continue the run in --out from its latest checkpoint (options come from it)");
   ft->add_option("--task", o->task, "The head to fine-tune: text-classification (sequence classification and "
-                 "regression) or token-classification (JSONL words and tags, as transformers' run_ner)")
+                 "regression), token-classification (JSONL words and tags, as transformers' run_ner) or "
+                 "multiple-choice (JSONL SWAG rows, as run_swag)")
       ->capture_default_str();
+  ft->add_option("--context-column", o->choice.context, "multiple-choice: field of the context")->capture_default_str();
+  ft->add_option("--header-column", o->choice.header, "multiple-choice: field that begins every ending (\"\": none)")
+      ->capture_default_str();
+  ft->add_option("--endings-column", o->choice.endings, "multiple-choice: the endings: fields NAME0, NAME1, ... or one "
+                 "field holding a list")->capture_default_str();
   ft->add_option("--tokens-column", o->tagged.tokens, "token-classification: field of the words")->capture_default_str();
   ft->add_option("--tags-column", o->tagged.tags, "token-classification: field of the tags (names, or ids into --label-list)")
       ->capture_default_str();
@@ -38,7 +45,8 @@ void add_finetune_command(CLI::App& app, CommandTable& commands) {
                "token-classification: every sub-token of a word gets its tag (B-X as I-X after the first)");
   ft->add_option("--text-column", o->columns.text, "Column of the text")->capture_default_str();
   ft->add_option("--text-pair-column", o->columns.text_pair, "Column of the second text (sentence-pair tasks)");
-  ft->add_option("--label-column", o->columns.label, "Column of the label")->capture_default_str();
+  ft->add_option("--label-column", o->columns.label, "Column of the label (multiple-choice: the right ending's index)")
+      ->capture_default_str();
   ft->add_option("--problem-type", o->problem_type,
                  "single_label_classification, multi_label_classification or regression (default: from the labels)")
       ->check(CLI::IsMember({"single_label_classification", "multi_label_classification", "regression"}));
