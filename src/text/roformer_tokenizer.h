@@ -93,6 +93,7 @@ struct Encoding {
   std::vector<int32_t> special_tokens_mask;  // 1 for [CLS]/[SEP]/padding added here
   // Where each token came from: code points [first, second) of its own text (a pair's second text for
   // its tokens), HF fast tokenizers' offset_mapping; (0, 0) for [CLS], [SEP] and padding. See the top.
+  // Filled by the encode methods; an Encoding assembled by hand from ids may leave it empty.
   std::vector<std::pair<int64_t, int64_t>> offsets;
   size_t size() const { return input_ids.size(); }
   // One line of JSON: {"tokens": [...], "input_ids": [...]} (UTF-8, not \u-escaped), with all_fields
