@@ -1,6 +1,8 @@
 // UTF-8 decoding and encoding (see utf8.h).
 #include "base/utf8.h"
 
+#include <stdexcept>
+
 namespace base {
 
 int utf8_next(const uint8_t* p, size_t n, bool at_end, char32_t* cp) {
@@ -87,6 +89,33 @@ bool utf8_valid(std::string_view s) {
   for (unsigned char c : s)
     if (c >= 0x80) return utf8_encode(utf8_decode(s)) == s;  // slow path only for non-ASCII
   return true;
+}
+
+std::vector<size_t> utf8_byte_offsets(std::string_view s) {
+  std::vector<size_t> out;
+  out.reserve(s.size() + 1);
+  const auto* p = reinterpret_cast<const uint8_t*>(s.data());
+  for (size_t i = 0; i < s.size();) {
+    out.push_back(i);
+    char32_t cp = 0;
+    i += static_cast<size_t>(utf8_next(p + i, s.size() - i, /*at_end=*/true, &cp));  // as utf8_decode
+  }
+  out.push_back(s.size());
+  return out;
+}
+
+size_t utf8_byte_offset(std::string_view s, int64_t cp) {
+  if (cp < 0) throw std::out_of_range("utf8_byte_offset: negative code point offset " + std::to_string(cp));
+  const auto* p = reinterpret_cast<const uint8_t*>(s.data());
+  size_t i = 0;
+  for (int64_t k = 0; k < cp; ++k) {
+    if (i == s.size())
+      throw std::out_of_range("utf8_byte_offset: code point " + std::to_string(cp) + " is past the end (" +
+                              std::to_string(k) + " code points)");
+    char32_t c = 0;
+    i += static_cast<size_t>(utf8_next(p + i, s.size() - i, /*at_end=*/true, &c));  // as utf8_decode
+  }
+  return i;
 }
 
 std::string printable(std::string_view s) {

@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <string>
 #include <string_view>
+#include <vector>
 
 namespace base {
 
@@ -27,6 +28,15 @@ inline bool utf8_is_continuation(uint8_t b) { return (b & 0xC0) == 0x80; }
 std::u32string utf8_decode(std::string_view s);
 std::string utf8_encode(std::u32string_view cps);
 bool utf8_valid(std::string_view s);
+
+// Code-point offsets (Python str indices of s.decode("utf-8", errors="replace"), the unit of
+// text::Encoding::offsets) to byte offsets in s, for slicing the original UTF-8: the result has
+// utf8_decode(s).size() + 1 entries, the byte where each code point starts and then s.size(). Code
+// points are counted as utf8_decode counts them (a maximal invalid subpart is one).
+std::vector<size_t> utf8_byte_offsets(std::string_view s);
+// One offset: the byte where code point cp starts (cp == the number of code points: s.size()).
+// Throws std::out_of_range for cp < 0 or past the end. O(cp); for many offsets, utf8_byte_offsets.
+size_t utf8_byte_offset(std::string_view s, int64_t cp);
 
 // s made safe to print as one line of a terminal or log (error messages quote file contents): C0 and
 // C1 control characters, DEL and the bytes of invalid UTF-8 become escapes (\n, \r, \t, else \xNN

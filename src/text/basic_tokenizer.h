@@ -15,12 +15,20 @@
 // Python ≥ 3.12. Python's whole-string lower() applies Final_Sigma (Σ → ς at a word end); our lower
 // maps per character (Σ → σ) like HF's PreTrainedTokenizer, which lower-cases one character at a
 // time before the BasicTokenizer sees the text, so the pipeline never reaches Final_Sigma.
+//
+// Offsets: tokenize can also say where each character of its words came from (CharSpan, code points
+// of the caller's text), as HF's fast tokenizers' NormalizedString alignments do: a character keeps
+// its origin through cleaning, CJK spacing, lower-casing and accent stripping (each character of a
+// decomposition keeps its source's), dropped characters (controls, stripped marks) belong to no
+// word character, and characters NFC composes span the characters they came from.
 #pragma once
 
+#include <cstdint>
 #include <optional>
 #include <string>
 #include <string_view>
 #include <unordered_set>
+#include <utility>
 #include <vector>
 
 #include "base/utf8.h"
@@ -55,6 +63,16 @@ std::u32string strip_accents(std::u32string_view s);
 // Python str.split() with no argument: maximal runs of non-isspace characters.
 std::vector<std::u32string> py_split(std::u32string_view s);
 
+// Where a character of a normalised text came from: code points [first, second) of the original.
+using CharSpan = std::pair<int64_t, int64_t>;
+
+// What BasicTokenizer::tokenize needs to say where the characters of its words came from.
+struct Origins {
+  const CharSpan* in = nullptr;  // the origin of each character of the text (text.size() entries)
+  std::vector<CharSpan> out;     // set: the origin of every character of the returned words, words in order
+  std::vector<CharSpan> cleaned, word;  // scratch, kept across calls to spare allocations
+};
+
 // ---- BasicTokenizer ----
 
 struct BasicTokenizerOptions {
@@ -77,10 +95,16 @@ class BasicTokenizer {
   // The same on code points.
   std::vector<std::u32string> tokenize(std::u32string_view text,
                                        const std::unordered_set<std::string>* extra_never_split = nullptr) const;
+  // The same with origins (null: none), which also says where each word character came from (see
+  // the top of this file).
+  std::vector<std::u32string> tokenize(std::u32string_view text, const std::unordered_set<std::string>* extra_never_split,
+                                       Origins* origins) const;
 
   // Membership in the options' never_split (HF basic_tokenizer.never_split).
   bool in_never_split(const std::string& word) const { return never_split_.count(word) != 0; }
   const BasicTokenizerOptions& options() const { return options_; }
+  // Whether words are accent-stripped: strip_accents, or when null do_lower_case.
+  bool strips_accents() const { return options_.strip_accents.value_or(options_.do_lower_case); }
 
  private:
   BasicTokenizerOptions options_;

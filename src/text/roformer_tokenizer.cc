@@ -307,85 +307,191 @@ size_t RoFormerTokenizer::match_added(std::u32string_view text, size_t pos, bool
   return best;
 }
 
-std::vector<RoFormerTokenizer::Piece> RoFormerTokenizer::split_added(std::string_view utf8) const {
+namespace {
+// How many characters next to an lstrip/rstrip added token HF's fast tokenizers count as the token's:
+// of s, read from its end (an lstrip token after s) or from its start (an rstrip token before it),
+// the characters up to the last whitespace before anything else. Whitespace is Rust's
+// char::is_whitespace (Python's isspace without U+001C..U+001F). A normalized token is matched after
+// the BertNormalizer: what that removes (NUL, U+FFFD, controls; with strip, nonspacing marks) is
+// passed over, and the space it puts around a CJK ideograph (with cjk) counts, taking in the ideograph.
+size_t fast_strip_reach(std::u32string_view s, bool from_end, bool normalized, bool cjk, bool strip) {
+  size_t reach = 0;
+  for (size_t k = 0; k < s.size(); ++k) {
+    const char32_t c = from_end ? s[s.size() - 1 - k] : s[k];
+    if (normalized && (c == 0 || c == 0xFFFD || is_bert_control(c))) continue;
+    if (normalized && strip && c >= 0x300 && strip_accents(std::u32string_view(&c, 1)).empty()) continue;
+    if (normalized && cjk && is_cjk_char(c)) return k + 1;
+    if (!is_py_space(c) || (c >= 0x1C && c <= 0x1F)) break;
+    reach = k + 1;
+  }
+  return reach;
+}
+}  // namespace
+
+std::vector<RoFormerTokenizer::Piece> RoFormerTokenizer::split_added(std::string_view utf8,
+                                                                     std::vector<CharSpan>* spans) const {
   std::u32string text = base::utf8_decode(utf8);
+  if (spans) {
+    spans->resize(text.size());
+    for (size_t i = 0; i < text.size(); ++i) (*spans)[i] = {static_cast<int64_t>(i), static_cast<int64_t>(i + 1)};
+  }
   // PreTrainedTokenizer.tokenize: lower-case character by character, special tokens excepted.
-  // (RoFormer's do_lower_case attribute exists only with do_basic_tokenize.)
+  // (RoFormer's do_lower_case attribute exists only with do_basic_tokenize.) A character's
+  // lower case (İ: two characters) comes from it.
   if (config_.do_lower_case && config_.do_basic_tokenize) {
     std::u32string lowered;
     lowered.reserve(text.size());
+    std::vector<CharSpan> lowered_spans;
     for (size_t i = 0; i < text.size();) {
       if (const size_t k = match_added(text, i, true)) {
+        const size_t n = added_u32_[k - 1].size();
         lowered += added_u32_[k - 1];
-        i += added_u32_[k - 1].size();
+        if (spans) lowered_spans.insert(lowered_spans.end(), spans->begin() + static_cast<std::ptrdiff_t>(i),
+                                        spans->begin() + static_cast<std::ptrdiff_t>(i + n));
+        i += n;
       } else {
         lowered += py_lower(std::u32string_view(text).substr(i, 1));
+        if (spans) lowered_spans.resize(lowered.size(), (*spans)[i]);
         ++i;
       }
     }
     text = std::move(lowered);
+    if (spans) *spans = std::move(lowered_spans);
   }
   // tokens_trie.split: added tokens become pieces of their own; empty pieces are dropped.
   std::vector<Piece> pieces;
   size_t start = 0;
   for (size_t i = 0; i < text.size();) {
     if (const size_t k = match_added(text, i, false)) {
-      if (i > start) pieces.push_back({text.substr(start, i - start), -1});
-      pieces.push_back({added_u32_[k - 1], static_cast<int>(k - 1)});
-      i += added_u32_[k - 1].size();
+      const size_t n = added_u32_[k - 1].size();
+      if (i > start) pieces.push_back({text.substr(start, i - start), -1, start, {}});
+      pieces.push_back({added_u32_[k - 1], static_cast<int>(k - 1), i, {}});
+      if (spans) pieces.back().span = {(*spans)[i].first, (*spans)[i + n - 1].second};
+      i += n;
       start = i;
     } else {
       ++i;
     }
   }
-  if (text.size() > start) pieces.push_back({text.substr(start), -1});
-  // AddedToken.rstrip eats the whitespace on its right, lstrip the whitespace on its left.
+  if (text.size() > start) pieces.push_back({text.substr(start), -1, start, {}});
+  // AddedToken.rstrip eats the whitespace on its right, lstrip the whitespace on its left. HF's fast
+  // tokenizers count the whitespace they reach (fast_strip_reach) as part of the token, each
+  // character once: `open` is what of each piece (in text) no token has taken yet in their eyes.
+  std::vector<std::pair<size_t, size_t>> open;
+  const bool strip = basic_.strips_accents();
+  if (spans)
+    for (const Piece& p : pieces) open.emplace_back(p.begin, p.begin + p.text.size());
+  auto reach = [&](size_t piece, bool from_end, const AddedToken& t) {
+    const auto [a, b] = open[piece];
+    return fast_strip_reach(std::u32string_view(text).substr(a, b - a), from_end, t.normalized,
+                            config_.tokenize_chinese_chars, strip);
+  };
   for (size_t i = 0; i < pieces.size(); ++i) {
     if (pieces[i].added < 0) continue;
     const AddedToken& t = added_[static_cast<size_t>(pieces[i].added)];
-    if (t.rstrip && i + 1 < pieces.size()) pieces[i + 1].text = std::u32string(lstrip(pieces[i + 1].text));
-    if (t.lstrip && i > 0) pieces[i - 1].text = std::u32string(rstrip(pieces[i - 1].text));
+    if (t.rstrip && i + 1 < pieces.size()) {
+      Piece& next = pieces[i + 1];
+      if (spans)
+        if (const size_t wide = reach(i + 1, false, t)) {
+          open[i + 1].first += wide;
+          pieces[i].span.second = (*spans)[open[i + 1].first - 1].second;
+        }
+      const size_t n = next.text.size() - lstrip(next.text).size();
+      next.text.erase(0, n);
+      next.begin += n;
+    }
+    if (t.lstrip && i > 0) {
+      Piece& prev = pieces[i - 1];
+      if (spans)
+        if (const size_t wide = reach(i - 1, true, t)) {
+          open[i - 1].second -= wide;
+          pieces[i].span.first = (*spans)[open[i - 1].second].first;
+        }
+      prev.text.resize(rstrip(prev.text).size());
+    }
   }
   return pieces;
 }
 
-void RoFormerTokenizer::bert_tokenize(std::u32string_view text, std::vector<std::string>* out) const {
+namespace {
+// The origin of characters [a, b), a < b, of a text whose characters came from spans[0..): from the
+// first character's start to the last one's end (NFC may reorder marks: the smallest and largest).
+CharSpan span_of(const CharSpan* spans, size_t a, size_t b) {
+  CharSpan out = spans[a];
+  for (size_t i = a + 1; i < b; ++i) out = {std::min(out.first, spans[i].first), std::max(out.second, spans[i].second)};
+  return out;
+}
+}  // namespace
+
+void RoFormerTokenizer::bert_tokenize(std::u32string_view text, const CharSpan* spans, std::vector<std::string>* out,
+                                      Track* track) const {
+  auto word = [&](std::u32string_view w, const CharSpan* w_spans) {  // w's WordPiece tokens
+    if (!track) return wordpiece_.tokenize_word(w, out);
+    track->pieces.clear();
+    wordpiece_.tokenize_word(w, out, &track->pieces);
+    for (const auto& [a, b] : track->pieces)
+      track->offsets->push_back(span_of(w_spans, static_cast<size_t>(a), static_cast<size_t>(b)));
+  };
   if (!config_.do_basic_tokenize) {
-    for (const std::u32string& w : py_split(text)) wordpiece_.tokenize_word(w, out);
+    size_t pos = 0;
+    for (const std::u32string& w : py_split(text)) {
+      pos = text.find(w, pos);  // the next run of non-space characters
+      word(w, track ? spans + pos : nullptr);
+      pos += w.size();
+    }
     return;
   }
-  for (const std::u32string& w : basic_.tokenize(text, &special_set_)) {
+  if (track) track->origins.in = spans;
+  size_t pos = 0;  // into track->origins.out
+  for (const std::u32string& w : basic_.tokenize(text, &special_set_, track ? &track->origins : nullptr)) {
+    const CharSpan* w_spans = track ? track->origins.out.data() + pos : nullptr;
+    pos += w.size();
     if (!config_.never_split.empty()) {
       std::string u = base::utf8_encode(w);
       if (basic_.in_never_split(u)) {
         out->push_back(std::move(u));
+        if (track) track->offsets->push_back(span_of(w_spans, 0, w.size()));
         continue;
       }
     }
-    wordpiece_.tokenize_word(w, out);
+    word(w, w_spans);
+  }
+}
+
+void RoFormerTokenizer::tokenize_into(std::string_view text, std::vector<std::string>* out,
+                                      std::vector<CharSpan>* offsets) const {
+  std::vector<CharSpan> spans;  // with offsets: the origin of each character split_added's pieces come from
+  std::optional<Track> track;
+  if (offsets) track.emplace(Track{offsets, {}, {}});
+  Track* t = track ? &*track : nullptr;
+  for (const Piece& p : split_added(text, offsets ? &spans : nullptr)) {
+    if (p.text.empty()) continue;
+    const CharSpan* p_spans = offsets ? spans.data() + p.begin : nullptr;
+    if (p.added >= 0 && p.text == added_u32_[static_cast<size_t>(p.added)]) {
+      out->push_back(added_[static_cast<size_t>(p.added)].content);
+      if (offsets) offsets->push_back(p.span);
+    } else if (jieba_) {
+      // RoFormerTokenizer._tokenize: a jieba word found in vocab.txt is one token.
+      size_t pos = 0;
+      for (const std::u32string& w : jieba_->cut(std::u32string_view(p.text))) {
+        std::string u = base::utf8_encode(w);
+        if (vocab_->contains(u)) {
+          out->push_back(std::move(u));
+          if (offsets) offsets->push_back(span_of(p_spans, pos, pos + w.size()));
+        } else {
+          bert_tokenize(w, offsets ? p_spans + pos : nullptr, out, t);
+        }
+        pos += w.size();
+      }
+    } else {
+      bert_tokenize(p.text, p_spans, out, t);
+    }
   }
 }
 
 std::vector<std::string> RoFormerTokenizer::tokenize(std::string_view text) const {
   std::vector<std::string> out;
-  for (const Piece& p : split_added(text)) {
-    if (p.text.empty()) continue;
-    if (p.added >= 0 && p.text == added_u32_[static_cast<size_t>(p.added)]) {
-      out.push_back(added_[static_cast<size_t>(p.added)].content);
-    } else if (jieba_) {
-      // RoFormerTokenizer._tokenize: a jieba word found in vocab.txt is one token.
-      for (const std::u32string& w : jieba_->cut(std::u32string_view(p.text))) {
-        std::string u = base::utf8_encode(w);
-        if (vocab_->contains(u)) {
-          out.push_back(std::move(u));
-        } else {
-          bert_tokenize(w, &out);
-        }
-      }
-    } else {
-      bert_tokenize(p.text, &out);
-    }
-  }
+  tokenize_into(text, &out, nullptr);
   return out;
 }
 
@@ -402,7 +508,7 @@ std::vector<std::string> RoFormerTokenizer::jieba_words(std::string_view text) c
 
 RoFormerTokenizer::Seq RoFormerTokenizer::to_seq(std::string_view text) const {
   Seq s;
-  s.tokens = tokenize(text);
+  tokenize_into(text, &s.tokens, &s.offsets);
   s.ids = convert_tokens_to_ids(s.tokens);
   return s;
 }
@@ -434,6 +540,7 @@ Encoding RoFormerTokenizer::build(Seq a, const Seq* b_in, const EncodeOptions& o
     auto both = [&](Seq* s, int64_t n) {
       cut(&s->ids, n, side);
       cut(&s->tokens, n, side);
+      cut(&s->offsets, n, side);
     };
     if (t == Truncation::OnlyFirst || (t == Truncation::LongestFirst && !b)) {
       if (la > remove) both(&a, remove);
@@ -455,15 +562,16 @@ Encoding RoFormerTokenizer::build(Seq a, const Seq* b_in, const EncodeOptions& o
     }
   }
   Encoding e;
-  auto push = [&](const std::string& token, int32_t id, int32_t type, int32_t special) {
+  auto push = [&](const std::string& token, int32_t id, int32_t type, int32_t special, CharSpan offsets = {0, 0}) {
     e.tokens.push_back(token);
+    e.offsets.push_back(offsets);
     e.input_ids.push_back(id);
     e.token_type_ids.push_back(type);
     e.attention_mask.push_back(1);
     e.special_tokens_mask.push_back(special);
   };
   auto push_seq = [&](const Seq& s, int32_t type) {
-    for (size_t i = 0; i < s.ids.size(); ++i) push(s.tokens[i], s.ids[i], type, 0);
+    for (size_t i = 0; i < s.ids.size(); ++i) push(s.tokens[i], s.ids[i], type, 0, s.offsets[i]);
   };
   if (o.add_special_tokens) {
     if (cls_id_ < 0 || sep_id_ < 0)
@@ -510,6 +618,7 @@ void RoFormerTokenizer::pad(std::vector<Encoding>* batch, const EncodeOptions& o
     extend(e.token_type_ids, 0);
     extend(e.attention_mask, 0);
     extend(e.special_tokens_mask, 1);
+    extend(e.offsets, CharSpan{0, 0});
   }
 }
 
@@ -574,7 +683,7 @@ std::vector<Encoding> RoFormerTokenizer::encode_pair_batch(const std::vector<std
 
 // ---- output ----
 
-std::string Encoding::to_json(bool all_fields) const {
+std::string Encoding::to_json(bool all_fields, bool with_offsets) const {
   nlohmann::ordered_json j;
   j["tokens"] = tokens;
   j["input_ids"] = input_ids;
@@ -582,6 +691,7 @@ std::string Encoding::to_json(bool all_fields) const {
     j["token_type_ids"] = token_type_ids;
     j["attention_mask"] = attention_mask;
   }
+  if (with_offsets) j["offsets"] = offsets;  // [[start, end], ...]
   return j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
 }
 

@@ -28,6 +28,22 @@
 // 3.10: 13.0) are unassigned, hence dropped as control characters, in Python (basic_tokenizer.h);
 // the fast tokenizer (RoFormerTokenizerFast, which normalises before jieba) is not reproduced.
 //
+// Offsets (Encoding::offsets), as HF fast tokenizers' return_offsets_mapping=True gives them: per
+// token, the code points [start, end) of its own text it came from (Python str indices of
+// text.decode("utf-8", errors="replace"); base::utf8_byte_offsets turns them into byte offsets of the
+// UTF-8), (0, 0) for [CLS], [SEP] and padding, a pair's second-text tokens indexing into the second
+// text. They are computed alongside the tokens (encode only; tokenize skips them): every normalised
+// character keeps the original character(s) it came from through lower-casing, cleaning, CJK spacing,
+// NFC and accent stripping (basic_tokenizer.h), and a token spans from the start of its first
+// character's origin to the end of its last's: a WordPiece piece its characters, [UNK] its whole
+// word, a jieba word its characters, an added token its match plus the whitespace its lstrip/rstrip
+// eats (as far as the fast tokenizer counts it). So, as in HF: é → e spans é; a mark that accent
+// stripping drops, or a dropped control character, is inside a token's span only between its
+// characters (e + U+0301 → e spans the e alone); İ → i spans İ. Without an HF counterpart: NFC (the
+// fast BertNormalizer has none) makes a composed character span what it composed (cased
+// e + U+0301 → é spans both). tests/hf/offsets_vs_fast.py compares them with BertTokenizerFast and
+// RoFormerTokenizerFast wherever the tokens agree.
+//
 // It is the "wordpiece" text::Tokenizer (tokenizer.h): encode_ids is tokenize's ids, and save writes
 // the tokenizer's files (vocab.txt, tokenizer_config.json, special_tokens_map.json).
 #pragma once
@@ -75,10 +91,14 @@ struct Encoding {
   std::vector<int32_t> token_type_ids;    // 0 for the first text (and its [CLS] and [SEP]), 1 for the second
   std::vector<int32_t> attention_mask;    // 1 real token, 0 padding
   std::vector<int32_t> special_tokens_mask;  // 1 for [CLS]/[SEP]/padding added here
+  // Where each token came from: code points [first, second) of its own text (a pair's second text for
+  // its tokens), HF fast tokenizers' offset_mapping; (0, 0) for [CLS], [SEP] and padding. See the top.
+  // Filled by the encode methods; an Encoding assembled by hand from ids may leave it empty.
+  std::vector<std::pair<int64_t, int64_t>> offsets;
   size_t size() const { return input_ids.size(); }
-  // One line of JSON: {"tokens": [...], "input_ids": [...]} (UTF-8, not \u-escaped), and with
-  // all_fields also "token_type_ids" and "attention_mask".
-  std::string to_json(bool all_fields = false) const;
+  // One line of JSON: {"tokens": [...], "input_ids": [...]} (UTF-8, not \u-escaped), with all_fields
+  // also "token_type_ids" and "attention_mask", and with with_offsets "offsets": [[start, end], ...].
+  std::string to_json(bool all_fields = false, bool with_offsets = false) const;
 };
 
 // A batch of equal-length encodings as (B, T) row-major int64 arrays (for model::Inputs).
@@ -177,15 +197,30 @@ class RoFormerTokenizer final : public Tokenizer {
  private:
   struct Piece {
     std::u32string text;
-    int added = -1;  // index into added_ when the piece is an added token
+    int added = -1;     // index into added_ when the piece is an added token
+    size_t begin = 0;   // where text starts in split_added's (lower-cased) text: the index of its spans
+    CharSpan span;      // an added token (with spans): the original code points it covers
   };
   struct Seq {
     std::vector<std::string> tokens;
     std::vector<int32_t> ids;
+    std::vector<CharSpan> offsets;
   };
-  std::vector<Piece> split_added(std::string_view text) const;
+  // The pieces of the text around its added tokens; with spans, *spans gets where each character of
+  // the text they index (Piece::begin) came from.
+  std::vector<Piece> split_added(std::string_view text, std::vector<CharSpan>* spans = nullptr) const;
   size_t match_added(std::u32string_view text, size_t pos, bool protected_only) const;
-  void bert_tokenize(std::u32string_view text, std::vector<std::string>* out) const;
+  // Offsets being collected: each token's origin appended to *offsets; the rest is scratch kept
+  // across words.
+  struct Track {
+    std::vector<CharSpan>* offsets;
+    Origins origins;
+    std::vector<CharSpan> pieces;
+  };
+  // Tokens appended to *out; with track (then spans: where text's characters came from, else both
+  // null) their origins to *track->offsets.
+  void bert_tokenize(std::u32string_view text, const CharSpan* spans, std::vector<std::string>* out, Track* track) const;
+  void tokenize_into(std::string_view text, std::vector<std::string>* out, std::vector<CharSpan>* offsets) const;
   Seq to_seq(std::string_view text) const;
   Encoding build(Seq a, const Seq* b, const EncodeOptions& o, int64_t max_length, Truncation t) const;
   void pad(std::vector<Encoding>* batch, const EncodeOptions& o) const;

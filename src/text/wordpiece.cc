@@ -60,10 +60,13 @@ std::vector<std::string> WordPiece::tokenize(std::string_view utf8) const {
   return out;
 }
 
-void WordPiece::tokenize_word(std::u32string_view word, std::vector<std::string>* out) const {
+void WordPiece::tokenize_word(std::u32string_view word, std::vector<std::string>* out,
+                              std::vector<std::pair<int64_t, int64_t>>* spans) const {
   const size_t n = word.size();
+  const auto whole = std::pair<int64_t, int64_t>(0, static_cast<int64_t>(n));
   if (n > static_cast<size_t>(max_chars_)) {
     out->push_back(unk_);
+    if (spans) spans->push_back(whole);
     return;
   }
   // Byte offsets of each code point in the UTF-8 form, so candidates are substrings.
@@ -74,7 +77,7 @@ void WordPiece::tokenize_word(std::u32string_view word, std::vector<std::string>
     base::utf8_append(word[i], &utf8);
   }
   off[n] = utf8.size();
-  const size_t first = out->size();
+  const size_t first = out->size(), first_span = spans ? spans->size() : 0;
   std::string candidate;
   size_t start = 0;
   while (start < n) {
@@ -93,9 +96,14 @@ void WordPiece::tokenize_word(std::u32string_view word, std::vector<std::string>
     if (!found) {  // the whole word becomes [UNK], not just its rest
       out->resize(first);
       out->push_back(unk_);
+      if (spans) {
+        spans->resize(first_span);
+        spans->push_back(whole);
+      }
       return;
     }
     out->push_back(start == 0 ? std::string(std::string_view(utf8).substr(0, off[end])) : candidate);
+    if (spans) spans->emplace_back(static_cast<int64_t>(start), static_cast<int64_t>(end));
     start = end;
   }
 }

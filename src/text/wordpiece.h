@@ -15,6 +15,7 @@
 #include <string>
 #include <string_view>
 #include <unordered_map>
+#include <utility>
 #include <vector>
 
 namespace text {
@@ -63,8 +64,10 @@ class WordPiece {
   // HF WordpieceTokenizer.tokenize(text): splits `text` on Python whitespace and appends the pieces
   // of every word (vocabulary strings, or unk_token).
   std::vector<std::string> tokenize(std::string_view utf8) const;
-  // The pieces of one word (no whitespace inside) appended to *out.
-  void tokenize_word(std::u32string_view word, std::vector<std::string>* out) const;
+  // The pieces of one word (no whitespace inside) appended to *out; with spans, each piece's code
+  // points [first, second) of the word appended to *spans (the whole word for the unknown token).
+  void tokenize_word(std::u32string_view word, std::vector<std::string>* out,
+                     std::vector<std::pair<int64_t, int64_t>>* spans = nullptr) const;
 
   const Vocab& vocab() const { return *vocab_; }
   const std::string& unk_token() const { return unk_; }

@@ -1,5 +1,6 @@
 // The roformer inference subcommands as a user runs them (the binary is ROFORMER_CLI): tokenize gives
-// the fixture tokenizer cases' ids through stdin (text lines with CRLF endings) and a JSONL file;
+// the fixture tokenizer cases' ids through stdin (text lines with CRLF endings) and a JSONL file, and
+// with --offsets the encodings' offsets;
 // fill-mask, embed, similarity, classify and forward print/write what the library computes; every
 // command that runs a model (forward, eval and generate too) takes --quantize and stays close to fp32
 // in int8; and every bad input, a bad config.json size field included, ends with exactly one
@@ -20,6 +21,7 @@
 #include "ops/packed_linear.h"
 #include "serve/pipeline.h"
 #include "serve_fixtures.h"
+#include "text/roformer_tokenizer.h"
 
 namespace {
 
@@ -111,6 +113,37 @@ TEST(Cli, TokenizeReadsJsonlFiles) {
   const auto lines = r.lines();
   ASSERT_EQ(lines.size(), all.size());
   for (size_t i = 0; i < lines.size(); ++i) EXPECT_EQ(lines[i]["input_ids"], all[i]["input_ids"]) << all[i]["text"];
+}
+
+TEST(Cli, TokenizeOffsetsAreTheEncodingsOnlyWhenAsked) {
+  const std::string m = model_dir("m");
+  const text::RoFormerTokenizer tok = text::RoFormerTokenizer::load(m);
+  std::string input;
+  std::vector<std::string> texts;
+  for (const json& c : cases()) {
+    const std::string text = c["text"];
+    input += json{{"text", text}}.dump() + "\n";
+    texts.push_back(text);
+  }
+  Result r = run("tokenize --offsets --input-format jsonl --model " + m, input);
+  ASSERT_EQ(r.status, 0) << r.err;
+  auto lines = r.lines();
+  ASSERT_EQ(lines.size(), texts.size());
+  for (size_t i = 0; i < lines.size(); ++i) {
+    const text::Encoding e = tok.encode(texts[i]);
+    EXPECT_EQ(lines[i]["offsets"], json(e.offsets)) << texts[i];
+    EXPECT_EQ(lines[i]["tokens"], json(e.tokens)) << texts[i];
+  }
+  // Text lines: offsets in the line without its CRLF; without --offsets the lines stay as they were.
+  r = run("tokenize --offsets --model " + m, "Hello, world!\r\n你好 hello\n");
+  ASSERT_EQ(r.status, 0) << r.err;
+  lines = r.lines();
+  ASSERT_EQ(lines.size(), 2u);
+  EXPECT_EQ(lines[0]["offsets"], json::parse("[[0,0],[0,5],[5,6],[7,12],[12,13],[0,0]]"));
+  EXPECT_EQ(lines[1]["offsets"], json::parse("[[0,0],[0,1],[1,2],[3,8],[0,0]]"));
+  r = run("tokenize --model " + m, "Hello, world!\n");
+  ASSERT_EQ(r.status, 0) << r.err;
+  EXPECT_EQ(r.out, tok.encode("Hello, world!").to_json() + "\n");
 }
 
 TEST(Cli, FillMaskEmbedSimilarityClassifyAndForwardRun) {

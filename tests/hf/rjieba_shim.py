@@ -1,5 +1,6 @@
 """Imported before transformers by the HF comparison scripts: RoFormerTokenizer needs rjieba; without it,
-jieba (which rjieba ports) stands in with the same call."""
+jieba (which rjieba ports) stands in with the same calls: cut, and tokenize ((word, start, end) triples,
+which RoFormerTokenizerFast's pre-tokenizer uses)."""
 import importlib.machinery
 import sys
 import types
@@ -12,4 +13,5 @@ except ImportError:
     shim = types.ModuleType("rjieba")
     shim.__spec__ = importlib.machinery.ModuleSpec("rjieba", None)
     shim.cut = lambda text, hmm=True: list(jieba.cut(text, HMM=hmm))
+    shim.tokenize = lambda text, mode="default", hmm=True: list(jieba.tokenize(text, mode=mode, HMM=hmm))
     sys.modules["rjieba"] = shim

@@ -27,12 +27,10 @@ TOKENIZER_DIR: the fixture tokenizer (../shared/fixtures/roformer-hf/tokenizer, 
 fuzz/data/roformer-tokenizer).
 Exit status 0: no difference; 1: differences (listed, and kept in WORK/findings.txt).
 """
-import argparse
 import bisect
 import json
 import os
 import random
-import shutil
 import subprocess
 import sys
 import time
@@ -43,15 +41,9 @@ import jieba  # noqa: E402
 import rjieba_shim  # noqa: E402,F401  (before transformers)
 from transformers import BertTokenizer, RoFormerTokenizer  # noqa: E402
 from transformers.models.bert.tokenization_bert import BasicTokenizer  # noqa: E402
-from transformers.utils import logging  # noqa: E402
+from diff_harness import argument_parser, vocab_lines, write_tokenizer_dir  # noqa: E402
 
-logging.set_verbosity_error()
-jieba.setLogLevel(60)
-
-ap = argparse.ArgumentParser()
-ap.add_argument("driver")
-ap.add_argument("tokenizer_dir")
-ap.add_argument("work")
+ap = argument_parser()
 ap.add_argument("--seed", type=int, default=None, help="default: random (printed)")
 ap.add_argument("--cases", type=int, default=None)
 ap.add_argument("--seconds", type=float, default=None)
@@ -292,41 +284,13 @@ ADDED = [("<extra_0>", True, False, True, False), ("<Sep2>", True, True, True, F
 
 def make_dirs():
     src = args.tokenizer_dir
-    with open(os.path.join(src, "vocab.txt"), encoding="utf-8") as f:
-        base_lines = f.read().split("\n")
-    if base_lines and base_lines[-1] == "":
-        base_lines.pop()
+    base_lines = vocab_lines(src)
     lines = vocabulary(base_lines)
     VOCAB_WORDS.extend(t[2:] if t.startswith("##") else t for t in lines if t.strip())
-    dirs = {}
-    for name in ("uncased", "cased", "added"):
-        d = os.path.join(args.work, name)
-        os.makedirs(d, exist_ok=True)
-        for f in ("tokenizer_config.json", "special_tokens_map.json"):
-            shutil.copy(os.path.join(src, f), d)
-        with open(os.path.join(d, "tokenizer_config.json"), encoding="utf-8") as f:
-            config = json.load(f)
-        if name == "cased":
-            config["do_lower_case"] = False
-        if name == "added":  # added tokens after the vocabulary, [MASK] eating the space on its left
-            config["added_tokens_decoder"]["4"]["lstrip"] = True
-            for k, (content, special, lstrip, rstrip, normalized) in enumerate(ADDED):
-                config["added_tokens_decoder"][str(len(set(lines)) + k)] = {
-                    "content": content, "special": special, "lstrip": lstrip, "rstrip": rstrip,
-                    "normalized": normalized, "single_word": False}
-            config["additional_special_tokens"] = [t[0] for t in ADDED if t[1]]
-            with open(os.path.join(d, "special_tokens_map.json"), encoding="utf-8") as f:
-                special_map = json.load(f)
-            special_map["mask_token"] = {"content": "[MASK]", "lstrip": True, "rstrip": False, "normalized": False,
-                                         "single_word": False}
-            special_map["additional_special_tokens"] = config["additional_special_tokens"]
-            with open(os.path.join(d, "special_tokens_map.json"), "w", encoding="utf-8") as f:
-                json.dump(special_map, f)
-        with open(os.path.join(d, "tokenizer_config.json"), "w", encoding="utf-8") as f:
-            json.dump(config, f)
-        with open(os.path.join(d, "vocab.txt"), "w", encoding="utf-8", newline="\n") as f:
-            f.write("".join(t + "\n" for t in lines))
-        dirs[name] = d
+    changes = {"uncased": {}, "cased": {"do_lower_case": False}, "added": {}}
+    dirs = {name: write_tokenizer_dir(src, os.path.join(args.work, name), lines, change,
+                                      ADDED if name == "added" else ())
+            for name, change in changes.items()}
     return dirs, len(lines) - len(base_lines)
 
 

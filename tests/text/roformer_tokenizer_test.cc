@@ -2,8 +2,9 @@
 // tokenizer/cases.json (RoFormerTokenizer tokens, ids and jieba words; BertTokenizer tokens and ids),
 // then unit tests of each stage: WordPiece greedy matching and the 100-character limit, accents,
 // CJK splitting, punctuation, control characters, jieba's DAG segmentation on a small dictionary,
-// special tokens, pairs with truncation and padding, and the errors for bad vocab, config and
-// dictionary files. Needs jieba's dict.txt (Debian python3-jieba, or $ROFORMER_JIEBA_DICT).
+// special tokens, pairs with truncation and padding, the errors for bad vocab, config and
+// dictionary files, and each token's offsets in the original text (HfOffsets). Needs jieba's
+// dict.txt (Debian python3-jieba, or $ROFORMER_JIEBA_DICT).
 #include <gtest/gtest.h>
 
 #include "temp_files.h"
@@ -16,6 +17,7 @@
 #include <string>
 #include <vector>
 
+#include "base/utf8.h"
 #include "io/safetensors.h"  // io::Error
 #include "text/basic_tokenizer.h"
 #include "text/jieba.h"
@@ -452,6 +454,139 @@ TEST(HfEncode, PaddingAndBatches) {
   EXPECT_EQ(pairs[0].size(), pairs[1].size());
   EXPECT_EQ(pairs[0].token_type_ids, (Ids{0, 0, 0, 1, 1, 0, 0, 0, 0}));
   EXPECT_EQ(pairs[1].token_type_ids, (Ids{0, 0, 0, 0, 1, 1, 1, 1, 1}));
+}
+
+// ---- offsets (Encoding::offsets): the expected values are transformers 4.40.2's BertTokenizerFast
+// return_offsets_mapping on the same files where its tokens equal ours (tests/hf/offsets_vs_fast.py
+// compares thousands of texts) ----
+
+using Spans = std::vector<std::pair<int64_t, int64_t>>;
+
+// The offsets of encode(text), [CLS] and [SEP] included.
+Spans offsets(const RoFormerTokenizer& t, const std::string& text) {
+  const Encoding e = t.encode(text);
+  EXPECT_EQ(e.offsets.size(), e.size());
+  return e.offsets;
+}
+
+// A BERT-mode tokenizer over a small vocabulary (uncased unless config says otherwise).
+RoFormerTokenizer small(const std::string& name, const std::string& config = R"({"tokenizer_class": "BertTokenizer"})") {
+  return RoFormerTokenizer::load(
+      model_dir(name, "[PAD]\n[UNK]\n[CLS]\n[SEP]\n[MASK]\na\nb\ncaf\n##é\ne\n##x\ni\nhello\n##s\nworld\n", config));
+}
+
+TEST(HfOffsets, AsciiPunctuationAndUpperCase) {
+  for (const RoFormerTokenizer* t : {&roformer(), &bert()}) {
+    EXPECT_EQ(offsets(*t, "Hello, world!"), (Spans{{0, 0}, {0, 5}, {5, 6}, {7, 12}, {12, 13}, {0, 0}}));
+    EXPECT_EQ(offsets(*t, "HELLO World hElLo"), (Spans{{0, 0}, {0, 5}, {6, 11}, {12, 17}, {0, 0}}));
+    EXPECT_EQ(offsets(*t, "  he said:\t\"yes\"  "),
+              (Spans{{0, 0}, {2, 4}, {5, 9}, {9, 10}, {11, 12}, {12, 15}, {15, 16}, {0, 0}}));
+  }
+  // WordPiece pieces of one word: run ##n ##ing, jump ##ed; the [CLS]/[SEP] pair is (0, 0).
+  EXPECT_EQ(bert().encode("running jumped").tokens, (Strings{"[CLS]", "run", "##n", "##ing", "jump", "##ed", "[SEP]"}));
+  EXPECT_EQ(offsets(bert(), "running jumped"), (Spans{{0, 0}, {0, 3}, {3, 4}, {4, 7}, {8, 12}, {12, 14}, {0, 0}}));
+}
+
+TEST(HfOffsets, AccentsAndCaseMappings) {
+  // é → e spans its one character; "cafe" + U+0301: the stripped mark ends no token (HF's fast
+  // BertNormalizer drops it after the e it follows, which keeps its own span).
+  EXPECT_EQ(offsets(bert(), "Café"), (Spans{{0, 0}, {0, 4}, {0, 0}}));
+  EXPECT_EQ(offsets(bert(), "cafe\u0301"), (Spans{{0, 0}, {0, 4}, {0, 0}}));
+  EXPECT_EQ(offsets(bert(), "Café déjà vu"), (Spans{{0, 0}, {0, 4}, {5, 9}, {10, 12}, {0, 0}}));  // cafe [UNK] [UNK]
+  const RoFormerTokenizer uncased = small("off_uncased");
+  // e + U+0301 then x: e spans the e, ##x the x; É decomposed: e; İ lower-cases to i + U+0307, both from İ.
+  EXPECT_EQ(uncased.encode("e\u0301x E\u0301 \u0130x").tokens, (Strings{"[CLS]", "e", "##x", "e", "i", "##x", "[SEP]"}));
+  EXPECT_EQ(offsets(uncased, "e\u0301x E\u0301 \u0130x"), (Spans{{0, 0}, {0, 1}, {2, 3}, {4, 5}, {7, 8}, {8, 9}, {0, 0}}));
+  // Cased: NFC composes e + U+0301 into é, which spans both (the fast tokenizer has no NFC: [UNK] there).
+  const RoFormerTokenizer cased = small("off_cased", R"({"tokenizer_class": "BertTokenizer", "do_lower_case": false})");
+  EXPECT_EQ(cased.encode("caf\u00e9 cafe\u0301").tokens, (Strings{"[CLS]", "caf", "##é", "caf", "##é", "[SEP]"}));
+  EXPECT_EQ(offsets(cased, "caf\u00e9 cafe\u0301"), (Spans{{0, 0}, {0, 3}, {3, 4}, {5, 8}, {8, 10}, {0, 0}}));
+}
+
+TEST(HfOffsets, CjkJiebaWordsAndControls) {
+  // RoFormer: jieba's word 非常 is a token, 今天天气 (not in vocab.txt) one ideograph each; BERT: all one each.
+  EXPECT_EQ(offsets(roformer(), "今天天气非常好。"),
+            (Spans{{0, 0}, {0, 1}, {1, 2}, {2, 3}, {3, 4}, {4, 6}, {6, 7}, {7, 8}, {0, 0}}));
+  EXPECT_EQ(offsets(bert(), "今天天气非常好。"),
+            (Spans{{0, 0}, {0, 1}, {1, 2}, {2, 3}, {3, 4}, {4, 5}, {5, 6}, {6, 7}, {7, 8}, {0, 0}}));
+  EXPECT_EQ(offsets(bert(), "I love 中国 and 学生们"),
+            (Spans{{0, 0}, {0, 1}, {2, 6}, {7, 8}, {8, 9}, {10, 13}, {14, 15}, {15, 16}, {16, 17}, {0, 0}}));
+  // Dropped characters (NUL, ZWSP, BEL) inside a word: the [UNK] word spans them; at its ends: not.
+  EXPECT_EQ(offsets(bert(), bytes("\x00hello\xe2\x80\x8bworld")), (Spans{{0, 0}, {1, 12}, {0, 0}}));
+  EXPECT_EQ(offsets(bert(), bytes("hello\x00 world\x07!")), (Spans{{0, 0}, {0, 5}, {7, 12}, {13, 14}, {0, 0}}));
+  // Invalid UTF-8 counts as Python's errors="replace" does: each maximal invalid subpart is one code point.
+  EXPECT_EQ(offsets(bert(), "\xed\xa0\x80 hello \xff world"), (Spans{{0, 0}, {4, 9}, {12, 17}, {0, 0}}));
+}
+
+TEST(HfOffsets, UnknownWordsSpanTheWholeWord) {
+  EXPECT_EQ(bert().encode("unbelievable xyzzy").tokens, (Strings{"[CLS]", "[UNK]", "[UNK]", "[SEP]"}));
+  EXPECT_EQ(offsets(bert(), "unbelievable xyzzy"), (Spans{{0, 0}, {0, 12}, {13, 18}, {0, 0}}));
+  EXPECT_EQ(offsets(bert(), " " + std::string(101, 'a')), (Spans{{0, 0}, {1, 102}, {0, 0}}));  // over 100 characters
+}
+
+TEST(HfOffsets, AddedAndSpecialTokens) {
+  EXPECT_EQ(offsets(roformer(), "hello [MASK] world[SEP]ok"),
+            (Spans{{0, 0}, {0, 5}, {6, 12}, {13, 18}, {18, 23}, {23, 25}, {0, 0}}));
+  // An lstrip/rstrip token covers the whitespace it eats, as in HF's fast tokenizers.
+  const std::string d = model_dir(
+      "off_added", "[PAD]\n[UNK]\n[CLS]\n[SEP]\n[MASK]\na\nb\n",
+      R"({"tokenizer_class": "BertTokenizer", "added_tokens_decoder": {"7": {"content": "<Extra>", "lstrip": true,
+          "rstrip": true, "normalized": true, "special": false}}})");
+  const RoFormerTokenizer t = RoFormerTokenizer::load(d);
+  EXPECT_EQ(offsets(t, "a <Extra> b"), (Spans{{0, 0}, {0, 1}, {1, 10}, {10, 11}, {0, 0}}));
+  EXPECT_EQ(offsets(t, "a<Extra>b"), (Spans{{0, 0}, {0, 1}, {1, 8}, {8, 9}, {0, 0}}));
+}
+
+TEST(HfOffsets, PairsTruncationAndPadding) {
+  const std::string a = "hello world", b = "the quick brown fox";
+  EncodeOptions o;
+  o.truncation = Truncation::OnlySecond;
+  o.max_length = 6;  // a pair's second text indexes into itself
+  Encoding e = roformer().encode_pair(a, b, o);
+  EXPECT_EQ(e.tokens, (Strings{"[CLS]", "hello", "world", "[SEP]", "the", "[SEP]"}));
+  EXPECT_EQ(e.offsets, (Spans{{0, 0}, {0, 5}, {6, 11}, {0, 0}, {0, 3}, {0, 0}}));
+  o.truncation = Truncation::LongestFirst;
+  o.max_length = 5;
+  EXPECT_EQ(roformer().encode_pair(a, b, o).offsets, (Spans{{0, 0}, {0, 5}, {0, 0}, {0, 3}, {0, 0}}));
+  o.max_length = 4;
+  o.truncation_side = Side::Left;  // the kept tokens keep their offsets
+  e = roformer().encode(b, o);
+  EXPECT_EQ(e.tokens, (Strings{"[CLS]", "brown", "fox", "[SEP]"}));
+  EXPECT_EQ(e.offsets, (Spans{{0, 0}, {10, 15}, {16, 19}, {0, 0}}));
+  EncodeOptions pad;
+  pad.padding = Padding::MaxLength;
+  pad.max_length = 7;
+  pad.padding_side = Side::Left;
+  EXPECT_EQ(roformer().encode_pair("hello", "world", pad).offsets,
+            (Spans{{0, 0}, {0, 0}, {0, 0}, {0, 5}, {0, 0}, {0, 5}, {0, 0}}));
+  pad.padding = Padding::Longest;
+  pad.padding_side = Side::Right;
+  const std::vector<Encoding> batch = roformer().encode_batch({"hello world", "", "the quick brown fox"}, pad);
+  EXPECT_EQ(batch[0].offsets, (Spans{{0, 0}, {0, 5}, {6, 11}, {0, 0}, {0, 0}, {0, 0}}));
+  EXPECT_EQ(batch[1].offsets, Spans(6, {0, 0}));
+  EXPECT_EQ(batch[2].offsets, (Spans{{0, 0}, {0, 3}, {4, 9}, {10, 15}, {16, 19}, {0, 0}}));
+  EncodeOptions raw;
+  raw.add_special_tokens = false;
+  EXPECT_EQ(roformer().encode_pair("hello", "world", raw).offsets, (Spans{{0, 5}, {0, 5}}));
+}
+
+TEST(HfOffsets, JsonOnlyWhenAskedAndBytesSliceTheText) {
+  const Encoding e = roformer().encode("你好 hello");
+  EXPECT_EQ(e.to_json(), R"({"tokens":["[CLS]","你","好","hello","[SEP]"],"input_ids":[2,110,103,65,3]})");
+  EXPECT_EQ(e.to_json(false, true),
+            R"({"tokens":["[CLS]","你","好","hello","[SEP]"],"input_ids":[2,110,103,65,3],"offsets":[[0,0],[0,1],[1,2],[3,8],[0,0]]})");
+  // Code points to bytes: each token's text in the original UTF-8 (invalid bytes one code point each).
+  const std::string text = "Ça \xff 天气 CAFÉ";
+  const std::vector<size_t> at = base::utf8_byte_offsets(text);
+  ASSERT_EQ(at.size(), base::utf8_decode(text).size() + 1);
+  Strings pieces;
+  for (const auto& [start, end] : bert().encode(text).offsets)
+    if (end > start) pieces.push_back(text.substr(at[static_cast<size_t>(start)], at[static_cast<size_t>(end)] - at[static_cast<size_t>(start)]));
+  EXPECT_EQ(pieces, (Strings{"Ç", "a", "天", "气", "CAFÉ"}));  // c ##a: Ç stripped to c
+  EXPECT_EQ(base::utf8_byte_offset(text, 7), at[7]);
+  EXPECT_EQ(base::utf8_byte_offset(text, 12), text.size());
+  EXPECT_THROW(base::utf8_byte_offset(text, 13), std::out_of_range);
+  EXPECT_THROW(base::utf8_byte_offset(text, -1), std::out_of_range);
 }
 
 }  // namespace

@@ -28,7 +28,7 @@ struct InferOptions {
   std::string quantize = "auto", gemm = "auto", function = "auto";  // serve::LoadOptions
   std::string inputs, out;  // forward
   int64_t batch_size = 16, top_k = 5, max_length = 0;
-  bool normalize = false, pairs = false, truncate = false;
+  bool normalize = false, pairs = false, truncate = false, offsets = false;
   std::string truncation_side = "right";
   int threads = 0;
 };
@@ -96,7 +96,7 @@ bool read_pair(serve::LineReader& r, std::pair<std::string, std::string>* p) { r
 int run_tokenize(const InferOptions& o) {
   const auto p = load(o, false);
   for_chunks<std::string>(o, read_text, [&](const std::vector<std::string>& texts) {
-    for (const std::string& t : texts) std::cout << p->tokenizer().encode(t).to_json() << '\n';
+    for (const std::string& t : texts) std::cout << p->tokenizer().encode(t).to_json(false, o.offsets) << '\n';
   });
   return 0;
 }
@@ -217,6 +217,9 @@ void add_infer_commands(CLI::App& app, CommandTable& commands) {
     return c;
   };
   CLI::App* tok = common(app.add_subcommand("tokenize", "Text lines → JSONL {tokens, input_ids} ([CLS]/[SEP] added)"), false);
+  tok->add_flag("--offsets", o->offsets,
+                "Add \"offsets\": each token's [start, end) in the line, in code points (HF's offset_mapping; "
+                "[0, 0] for [CLS]/[SEP])");
   CLI::App* fill = common(app.add_subcommand("fill-mask", "Top-k predictions for each [MASK] of each line (HF fill-mask)"), true);
   fill->add_option("--top-k", o->top_k, "Predictions per mask")->check(CLI::Range(int64_t{1}, int64_t{1} << 30))->capture_default_str();
   CLI::App* emb = common(app.add_subcommand("embed", "One embedding per line: JSONL {embedding}"), true);
