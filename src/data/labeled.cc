@@ -10,6 +10,7 @@
 #include <nlohmann/json.hpp>
 
 #include "base/error.h"
+#include "base/utf8.h"
 #include "io/lines.h"
 #include "io/mapped_file.h"
 
@@ -367,6 +368,67 @@ std::vector<ChoiceExample> parse_choices(const std::string& text, const ChoiceCo
     out.push_back(std::move(ex));
   });
   return out;
+}
+
+std::vector<SquadExample> parse_squad(const std::string& text, bool labelled, const std::string& origin) {
+  std::vector<SquadExample> out;
+  for_each_json_object(text, origin, [&](const json& j, int64_t line_no) {
+    auto string_field = [&](const json& o, const std::string& name, const std::string& shown) {
+      if (!o.contains(name)) fail(origin, line_no, "no field '" + shown + "'");
+      if (!o[name].is_string()) fail(origin, line_no, "'" + shown + "' must be a string, got " + o[name].dump());
+      return o[name].get<std::string>();
+    };
+    SquadExample ex;
+    ex.line = line_no;
+    ex.id = j.contains("id") && j["id"].is_number_integer() ? std::to_string(j["id"].get<int64_t>())
+                                                             : string_field(j, "id", "id");
+    ex.question = string_field(j, "question", "question");
+    ex.context = string_field(j, "context", "context");
+    if (!j.contains("answers")) {
+      if (labelled) fail(origin, line_no, "no field 'answers'");
+      out.push_back(std::move(ex));
+      return;
+    }
+    const json& a = j["answers"];
+    if (!a.is_object() || !a.contains("text") || !a.contains("answer_start") || !a["text"].is_array() ||
+        !a["answer_start"].is_array()) {
+      fail(origin, line_no, "'answers' must be {\"text\": [...], \"answer_start\": [...]}");
+    }
+    if (a["text"].size() != a["answer_start"].size()) {
+      fail(origin, line_no, "'answers' has " + std::to_string(a["text"].size()) + " texts and " +
+                                std::to_string(a["answer_start"].size()) + " answer_start values");
+    }
+    const std::u32string context = base::utf8_decode(ex.context);
+    for (size_t k = 0; k < a["text"].size(); ++k) {
+      const std::string field = "answers.text[" + std::to_string(k) + "]";
+      if (!a["text"][k].is_string()) fail(origin, line_no, "'" + field + "' must be a string, got " + a["text"][k].dump());
+      if (!a["answer_start"][k].is_number_integer()) {
+        fail(origin, line_no, "'answers.answer_start[" + std::to_string(k) + "]' must be an integer, got " +
+                                  a["answer_start"][k].dump());
+      }
+      SquadAnswer answer{a["text"][k].get<std::string>(), a["answer_start"][k].get<int64_t>()};
+      const std::u32string want = base::utf8_decode(answer.text);
+      const bool inside = answer.start >= 0 && answer.start <= static_cast<int64_t>(context.size());
+      if (!inside || context.compare(static_cast<size_t>(answer.start), want.size(), want) != 0) {
+        const std::u32string there =
+            inside ? context.substr(static_cast<size_t>(answer.start), want.size()) : std::u32string();
+        fail(origin, line_no, "'answers.answer_start[" + std::to_string(k) + "]' " + std::to_string(answer.start) +
+                                  " does not point at its text \"" + base::printable(answer.text) + "\" (" +
+                                  (inside ? "the context reads \"" + base::printable(base::utf8_encode(there)) + "\" there"
+                                          : "the context has " + std::to_string(context.size()) + " characters") + ")");
+      }
+      ex.answers.push_back(std::move(answer));
+    }
+    out.push_back(std::move(ex));
+  });
+  return out;
+}
+
+std::vector<SquadExample> read_squad(const std::string& path, bool labelled) {
+  if (table_format_of(path) != TableFormat::jsonl) {
+    throw base::Error(path + ": question-answering data is JSONL (a .jsonl or .json name)");
+  }
+  return parse_squad(io::read_file(path), labelled, path);
 }
 
 std::vector<ChoiceExample> read_choices(const std::string& path, const ChoiceColumns& cols) {

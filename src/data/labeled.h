@@ -85,6 +85,28 @@ struct ChoiceExample {
 // differs from the first row's (or below 2), or a label that is not an index of its endings (an
 // integer, or a string holding one) is a base::Error "path:line: ...".
 std::vector<ChoiceExample> read_choices(const std::string& path, const ChoiceColumns& cols);
+
+// Extractive question answering data as transformers' run_qa reads SQuAD v1.1/v2.0 from the datasets
+// library's JSON lines: {"id": "5733be28...", "question": "...", "context": "...",
+// "answers": {"text": ["Saint Bernadette Soubirous"], "answer_start": [515]}} (an optional "title" is
+// ignored). answer_start counts Unicode code points of the context (Python str indices). v2.0's
+// unanswerable questions have empty lists.
+struct SquadAnswer {
+  std::string text;
+  int64_t start = 0;  // code points into the context
+};
+
+struct SquadExample {
+  std::string id, question, context;
+  std::vector<SquadAnswer> answers;  // empty: no answer (v2), or an unlabelled row
+  int64_t line = 0;
+};
+
+// Every row of a .jsonl/.json file; with `labelled`, "answers" is required. A missing or mistyped
+// field, lists of different lengths, or an answer_start that does not point at its text in the context
+// is a base::Error "path:line: ..." naming the field.
+std::vector<SquadExample> read_squad(const std::string& path, bool labelled);
+std::vector<SquadExample> parse_squad(const std::string& text, bool labelled, const std::string& origin);
 std::vector<ChoiceExample> parse_choices(const std::string& text, const ChoiceColumns& cols, const std::string& origin);
 
 }  // namespace data

@@ -80,13 +80,14 @@ bool LineReader::next_pair(std::pair<std::string, std::string>* pair) {
   bool json = false;
   if (!next_line(&line, &json)) return false;
   constexpr const char* kExpected =
-      "a JSON object {\"a\": \"...\", \"b\": \"...\"} or {\"text\": \"...\", \"text_pair\": \"...\"}, or two texts "
-      "separated by a tab";
+      "a JSON object {\"a\": \"...\", \"b\": \"...\"}, {\"text\": \"...\", \"text_pair\": \"...\"} or "
+      "{\"question\": \"...\", \"context\": \"...\"}, or two texts separated by a tab";
   if (json) {
     const nlohmann::json j = parse_object(*this, line, kExpected);
-    const bool hf = j.contains("text");  // transformers' text-classification pipeline's pair form
-    *pair = {string_field(*this, j, hf ? "text" : "a", kExpected),
-             string_field(*this, j, hf ? "text_pair" : "b", kExpected)};
+    // transformers' pipelines' forms: text-classification's pair, question-answering's question
+    const bool qa = j.contains("question"), hf = j.contains("text");
+    *pair = {string_field(*this, j, qa ? "question" : hf ? "text" : "a", kExpected),
+             string_field(*this, j, qa ? "context" : hf ? "text_pair" : "b", kExpected)};
     return true;
   }
   const size_t tab = line.find('\t');

@@ -1,7 +1,8 @@
 // Reading the inference commands' input, one item per line, and writing their JSONL output.
 // A line is plain text (a trailing \r is stripped) or, in JSONL, an object: {"text": "..."} for one
-// text, {"a": "...", "b": "..."} or {"text": "...", "text_pair": "..."} (transformers' pipeline form)
-// for a pair; a pair may also be two texts separated by one tab.
+// text, {"a": "...", "b": "..."}, {"text": "...", "text_pair": "..."} or {"question": "...",
+// "context": "..."} (transformers' pipelines' forms) for a pair; a pair may also be two texts
+// separated by one tab.
 // Format auto (the default) reads a line that starts with '{' as JSON and any other as text. Every bad
 // line is a std::runtime_error "NAME:LINE: what is wrong".
 #pragma once

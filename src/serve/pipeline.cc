@@ -11,6 +11,7 @@
 #include "io/mapped_file.h"
 #include "model/head.h"
 #include "rope/rope.hpp"
+#include "text/windows.h"
 
 namespace serve {
 namespace {
@@ -331,6 +332,79 @@ std::vector<Classification> Pipeline::classify_encoded(const std::vector<text::E
       c.score = c.scores[static_cast<size_t>(c.label_id)];
     }
   });
+  return out;
+}
+
+void Pipeline::need_head(const char* architecture) const {
+  if (!config_.has_head(architecture)) {
+    throw io::Error(dir_ + "/config.json: this command needs a " + architecture + " checkpoint; this one is " +
+                    (config_.head ? config_.head->architecture() : config_.is_decoder ? "RoFormerForCausalLM" : "RoFormerForMaskedLM"));
+  }
+}
+
+std::vector<std::vector<model::TokenEntity>> Pipeline::token_classify(const std::vector<std::string>& texts,
+                                                                      model::Aggregation aggregation, int64_t batch_size,
+                                                                      const Truncate& truncate) {
+  need_head("RoFormerForTokenClassification");
+  const std::vector<text::Encoding> encodings = encode(texts, truncate);
+  const int64_t L = config_.num_labels();
+  std::vector<std::vector<model::TokenEntity>> out(texts.size());
+  run(encodings, batch_size, [&](const std::vector<size_t>& rows, int64_t T) {
+    for (size_t b = 0; b < rows.size(); ++b) {
+      const text::Encoding& e = encodings[rows[b]];
+      std::vector<model::PipelineToken> tokens(e.size());
+      for (size_t t = 0; t < e.size(); ++t) {
+        tokens[t] = {e.tokens[t], {e.offsets[t].first, e.offsets[t].second}, e.special_tokens_mask[t] != 0,
+                     e.input_ids[t] == tokenizer().unk_id()};
+      }
+      out[rows[b]] = model::token_entities(texts[rows[b]], tokens, model().head_logits() + static_cast<int64_t>(b) * T * L,
+                                           config_.labels, aggregation);
+    }
+  });
+  return out;
+}
+
+std::vector<std::vector<model::PipelineAnswer>> Pipeline::answer(const std::vector<Question>& questions,
+                                                                 const QaOptions& options, int64_t batch_size) {
+  need_head("RoFormerForQuestionAnswering");
+  const int64_t model_max = tokenizer().config().model_max_length;
+  int64_t seq = options.max_seq_len > 0 ? options.max_seq_len : model_max > 0 ? std::min<int64_t>(model_max, 384) : 384;
+  seq = std::min(seq, max_length());
+  const int64_t stride = options.doc_stride > 0 ? options.doc_stride : std::min<int64_t>(seq / 2, 128);
+  std::vector<text::Encoding> windows;
+  std::vector<size_t> owner;  // the question of each window
+  for (size_t q = 0; q < questions.size(); ++q) {
+    std::vector<text::Encoding> w;
+    try {
+      w = text::encode_windows(tokenizer(), questions[q].question, questions[q].context, seq, stride);
+    } catch (const std::invalid_argument& e) {
+      throw InputError(q, e.what());
+    }
+    for (auto& e : w) windows.push_back(std::move(e)), owner.push_back(q);
+  }
+  try {
+    check(windows);
+  } catch (const InputError& e) {
+    throw InputError(owner[e.index], e.what());
+  }
+  std::vector<std::vector<float>> logits(windows.size());
+  run(windows, batch_size, [&](const std::vector<size_t>& rows, int64_t T) {
+    for (size_t b = 0; b < rows.size(); ++b) {
+      const float* z = model().head_logits() + static_cast<int64_t>(b) * T * 2;
+      logits[rows[b]].assign(z, z + windows[rows[b]].size() * 2);
+    }
+  });
+  std::vector<std::vector<model::PipelineAnswer>> out(questions.size());
+  for (size_t q = 0, w = 0; q < questions.size(); ++q) {
+    std::vector<model::SpanFeature> spans;
+    std::vector<std::vector<float>> z;
+    for (; w < windows.size() && owner[w] == q; ++w) {
+      text::SecondSpans s = text::second_spans(windows[w]);
+      spans.push_back({static_cast<int64_t>(q), std::move(s.offsets), std::move(s.words)});
+      z.push_back(std::move(logits[w]));
+    }
+    out[q] = model::pipeline_answers(spans, z, options);
+  }
   return out;
 }
 

@@ -22,6 +22,8 @@
 
 #include "load/model_dir.h"
 #include "model/config.h"
+#include "model/heads/question_answering.h"
+#include "model/heads/token_classification.h"
 #include "model/roformer.h"
 #include "text/roformer_tokenizer.h"
 
@@ -102,6 +104,19 @@ struct Classification {
   std::vector<double> logits;  // per label id, the head's raw output (TEI's raw_scores)
 };
 
+// The question-answering pipeline's options: model::QaPipelineOptions and its windows, as
+// transformers' defaults: max_seq_len min(384, the tokenizer's model_max_length), doc_stride
+// min(max_seq_len / 2, 128); 0 = that default. Windows longer than the model are the model's length.
+struct QaOptions : model::QaPipelineOptions {
+  int64_t max_seq_len = 0;
+  int64_t doc_stride = 0;
+};
+
+// A question and the context to answer it from.
+struct Question {
+  std::string question, context;
+};
+
 // Batches of indices into `lengths`: sorted by length (stable), at most batch_size each, and a batch
 // is closed early when the next sequence would make padding more than max_padding of its padded
 // tokens (1: never; a server's mixed lengths waste less compute at 0.1 with forwards still large).
@@ -157,12 +172,25 @@ class Pipeline {
   // Throws io::Error when the checkpoint has no classifier head.
   std::vector<Classification> classify(const std::vector<std::string>& texts, int64_t batch_size = 16,
                                        const Truncate& truncate = {});
+  // Token classification (RoFormerForTokenClassification): each text's entities as transformers'
+  // token-classification pipeline gives them (model/heads/token_classification.h), spans in code
+  // points of the text. Throws io::Error when the checkpoint has another head.
+  std::vector<std::vector<model::TokenEntity>> token_classify(const std::vector<std::string>& texts,
+                                                              model::Aggregation aggregation, int64_t batch_size = 16,
+                                                              const Truncate& truncate = {});
+  // Extractive QA (RoFormerForQuestionAnswering): each question's answers (best first, top_k of them)
+  // as transformers' question-answering pipeline gives them, from the windows of its context
+  // (text::encode_windows). A question too long for a window is an InputError.
+  std::vector<std::vector<model::PipelineAnswer>> answer(const std::vector<Question>& questions,
+                                                         const QaOptions& options, int64_t batch_size = 16);
   // Sentence pairs, encoded [CLS] a [SEP] b [SEP] with token types 0 then 1, as the head was fine-tuned.
   std::vector<Classification> classify_pairs(const std::vector<std::pair<std::string, std::string>>& pairs,
                                              int64_t batch_size = 16, const Truncate& truncate = {});
 
  private:
   Pipeline() = default;
+  // Throws io::Error unless the checkpoint's head is `architecture`.
+  void need_head(const char* architecture) const;
   std::string dir_;
   model::RoFormerConfig config_;
   std::shared_ptr<const text::Tokenizer> tokenizer_holder_;

@@ -37,6 +37,8 @@ Batch classification_batch(const std::vector<TokenizedExample>& examples, const 
     if (c.per_token) {
       b.targets.resize(b.B * b.T, model::kIgnoreIndex);
       std::copy(e.targets.begin(), e.targets.end(), b.targets.begin() + r * b.T);
+    } else if (c.span) {
+      b.targets.insert(b.targets.end(), e.targets.begin(), e.targets.end());  // start, end
     } else if (g > 1) {
       if (r % g == 0) b.targets.push_back(e.label);  // the example's right choice
     } else if (c.problem_type == "single_label_classification") {

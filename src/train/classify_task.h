@@ -25,7 +25,7 @@ struct TokenizedExample {
   std::vector<int64_t> ids, types;
   int64_t label = -1;
   std::vector<float> values;
-  std::vector<int64_t> targets;  // token classification: one per token (HeadDef::targets), else empty
+  std::vector<int64_t> targets;  // token classification: one per token (HeadDef::targets); QA: start, end; else empty
 };
 
 struct ClassifyTaskConfig {
@@ -38,6 +38,7 @@ struct ClassifyTaskConfig {
   // Multiple choice: each example is `group` consecutive rows of the example list (one per choice, the
   // label on the first) and a batch of n examples has n · group model rows with n targets.
   int64_t group = 1;
+  bool span = false;  // extractive QA: each row's targets are its answer's start and end token, (B, 2)
 };
 
 // A batch of the examples `indices` (example i is rows i·group ... i·group + group − 1 of `examples`),
@@ -70,7 +71,7 @@ class ClassifyTask : public Task {
   LossStats loss(const Model& m, const Batch& batch, int64_t normaliser, bool with_grad);
   // Single-label sequence classification: evaluate() counts the right argmaxes.
   bool counts_accuracy() const {
-    return !c_.per_token && c_.group == 1 && c_.problem_type == "single_label_classification";
+    return !c_.per_token && !c_.span && c_.group == 1 && c_.problem_type == "single_label_classification";
   }
   std::vector<TokenizedExample> train_;
   ClassifyTaskConfig c_;

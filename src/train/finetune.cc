@@ -19,10 +19,13 @@
 #include "base/words.h"
 #include "io/atomic_file.h"
 #include "load/model_dir.h"
+#include "base/utf8.h"
 #include "text/roformer_tokenizer.h"
+#include "text/squad.h"
 #include "train/agree.h"
 #include "train/checkpoint.h"
 #include "train/classify_task.h"
+#include "train/qa_features.h"
 #include "model/metrics.h"
 #include "train/run_loop.h"
 #include "train/trainer.h"
@@ -232,6 +235,7 @@ class FinetuneRun : public Recipe {
   void build_model(const std::vector<data::LabeledExample>& train_rows, const std::vector<std::string>& tags);
   bool per_token() const { return o_.task == "token-classification"; }
   bool choices() const { return o_.task == "multiple-choice"; }
+  bool qa() const { return o_.task == "question-answering"; }
   data::ChoiceColumns choice_columns() const {
     data::ChoiceColumns c = o_.choice;
     c.label = o_.columns.label;
@@ -244,6 +248,10 @@ class FinetuneRun : public Recipe {
   void write_predictions();
   void write_tag_predictions();
   void write_choice_predictions();
+  void write_answer_predictions();
+  // The answers of `examples` from the head logits of their features' rows, in row order.
+  std::vector<std::string> answer_texts(const std::vector<data::SquadExample>& examples,
+                                        const std::vector<model::QaAnswer>& answers) const;
 
   FinetuneOptions o_;
   std::string resume_dir_;
@@ -260,6 +268,8 @@ class FinetuneRun : public Recipe {
   TrainerState state_;
   std::string metric_;
   int64_t group_ = 1;  // multiple choice: choices per example
+  std::vector<data::SquadExample> val_squad_;  // question answering: the validation examples
+  std::vector<model::SpanFeature> val_spans_;  //   and their features' offsets, one per validation row
   int64_t total_steps_ = 0;
   RunDirectoryLock lock_;  // a new run's (a resumed one is locked by run_finetune)
 };
@@ -280,9 +290,9 @@ void FinetuneRun::build_model(const std::vector<data::LabeledExample>& train_row
       if (per_token()) {
         c.problem_type.clear();
         c.labels = tags;
-      } else if (choices()) {
-        c.problem_type.clear();  // one score per choice: id2label does not size the head
-        if (c.labels.empty()) c.labels = {"LABEL_0", "LABEL_1"};
+      } else if (choices() || qa()) {
+        c.problem_type.clear();  // one score per choice, or a start and an end score: id2label does not size the head
+        c.labels = {"LABEL_0", "LABEL_1"};  // transformers' default num_labels 2
       } else {
         c.problem_type = o_.problem_type.empty() ? infer_problem_type(train_rows) : o_.problem_type;
         c.labels = label_names(train_rows, c.problem_type);
@@ -318,7 +328,11 @@ void FinetuneRun::prepare() {
   std::vector<data::LabeledExample> train_rows, val_rows;
   std::vector<data::TaggedExample> train_tagged, val_tagged;
   std::vector<data::ChoiceExample> train_choices, val_choices;
-  if (per_token()) {
+  std::vector<data::SquadExample> train_squad;
+  if (qa()) {
+    train_squad = data::read_squad(o_.train, true);
+    val_squad_ = data::read_squad(o_.validation, true);
+  } else if (per_token()) {
     train_tagged = data::read_tagged(o_.train, o_.tagged, o_.label_list);
     val_tagged = data::read_tagged(o_.validation, o_.tagged, o_.label_list);
   } else if (choices()) {
@@ -330,12 +344,33 @@ void FinetuneRun::prepare() {
     train_rows = data::read_labeled(o_.train, o_.columns);
     val_rows = data::read_labeled(o_.validation, o_.columns);
   }
-  if (train_rows.empty() && train_tagged.empty() && train_choices.empty()) throw io::Error(o_.train + ": no examples");
-  if (val_rows.empty() && val_tagged.empty() && val_choices.empty()) throw io::Error(o_.validation + ": no examples");
+  if (train_rows.empty() && train_tagged.empty() && train_choices.empty() && train_squad.empty()) {
+    throw io::Error(o_.train + ": no examples");
+  }
+  if (val_rows.empty() && val_tagged.empty() && val_choices.empty() && val_squad_.empty()) {
+    throw io::Error(o_.validation + ": no examples");
+  }
   build_model(train_rows, tag_names(train_tagged, o_.label_list));
   metric_ = o_.metric.empty() ? cfg_.head->default_metric(cfg_) : o_.metric;
-  ClassifyTaskConfig tc{cfg_.problem_type, cfg_.num_labels(), o_.batch, cfg_.pad_token_id, o_.seed, per_token(), group_};
-  if (choices()) {
+  ClassifyTaskConfig tc{cfg_.problem_type, cfg_.num_labels(), o_.batch, cfg_.pad_token_id, o_.seed, per_token(), group_, qa()};
+  if (qa()) {
+    QaFeatures train = qa_features(train_squad, o_.train, *tok_, cfg_, o_.max_length, o_.doc_stride, true);
+    QaFeatures val = qa_features(val_squad_, o_.validation, *tok_, cfg_, o_.max_length, o_.doc_stride, true);
+    if (writer_) {
+      std::fprintf(stderr, "question answering: %s of %s, %s of %s (--max-length %lld, --doc-stride %lld)\n",
+                   base::counted(static_cast<int64_t>(train.rows.size()), "training window").c_str(),
+                   base::counted(static_cast<int64_t>(train_squad.size()), "example").c_str(),
+                   base::counted(static_cast<int64_t>(val.rows.size()), "validation window").c_str(),
+                   base::counted(static_cast<int64_t>(val_squad_.size()), "example").c_str(),
+                   static_cast<long long>(o_.max_length), static_cast<long long>(o_.doc_stride));
+      if (train.answers_lost + val.answers_lost > 0) {
+        std::fprintf(stderr, "%lld training and %lld validation answers lie in no window whole (those windows learn "
+                     "\"no answer\")\n", static_cast<long long>(train.answers_lost), static_cast<long long>(val.answers_lost));
+      }
+    }
+    val_spans_ = std::move(val.spans);
+    task_ = std::make_unique<ClassifyTask>(std::move(train.rows), std::move(val.rows), tc);
+  } else if (choices()) {
     task_ = std::make_unique<ClassifyTask>(tokenize_choices(train_choices, o_.train, *tok_, cfg_, o_.max_length),
                                            tokenize_choices(val_choices, o_.validation, *tok_, cfg_, o_.max_length), tc);
   } else if (per_token()) {
@@ -391,6 +426,24 @@ void FinetuneRun::evaluate(EvalRecord& rec) {
   }
   rec.val_loss = loss / static_cast<double>(n);
   rec.metrics = cfg_.head->metrics(cfg_, outputs, group_);
+  if (qa()) {  // SQuAD's exact match and F1 over the examples' post-processed answers
+    std::vector<std::vector<float>> logits;
+    for (const model::HeadOutputs& b : outputs) {
+      for (int64_t r = 0; r < b.B; ++r) {
+        const int64_t T = static_cast<int64_t>(val_spans_[logits.size()].offsets.size());
+        logits.emplace_back(b.logits.begin() + r * b.T * 2, b.logits.begin() + (r * b.T + T) * 2);
+      }
+    }
+    const auto answers = model::postprocess_qa(static_cast<int64_t>(val_squad_.size()), val_spans_, logits, o_.qa);
+    std::vector<std::vector<std::string>> golds;
+    for (const auto& x : val_squad_) {
+      golds.emplace_back();
+      for (const auto& a : x.answers) golds.back().push_back(a.text);
+    }
+    for (const auto& [name, value] : text::squad_scores(answer_texts(val_squad_, answers), golds, o_.qa.version_2)) {
+      rec.metrics[name] = value;
+    }
+  }
   rec.metrics["loss"] = rec.val_loss;
   if (!rec.metrics.count(metric_)) {
     throw std::invalid_argument("--metric " + metric_ + " is not computed for " + cfg_.head->task() +
@@ -419,6 +472,7 @@ void FinetuneRun::predict_best(const std::vector<TokenizedExample>& examples,
 void FinetuneRun::write_predictions() {
   if (per_token()) return write_tag_predictions();
   if (choices()) return write_choice_predictions();
+  if (qa()) return write_answer_predictions();
   data::LabeledColumns cols = o_.columns;
   cols.label.clear();
   const auto rows = data::read_labeled(o_.test, cols);
@@ -505,6 +559,53 @@ void FinetuneRun::write_choice_predictions() {
   io::write_file_atomic(o_.out + "/predictions.jsonl", text);
 }
 
+std::vector<std::string> FinetuneRun::answer_texts(const std::vector<data::SquadExample>& examples,
+                                                   const std::vector<model::QaAnswer>& answers) const {
+  std::vector<std::string> out;
+  for (size_t e = 0; e < examples.size(); ++e) {
+    const model::QaAnswer& a = answers[e];
+    if (a.chosen < 0) {
+      out.emplace_back();
+    } else if (a.nbest[a.chosen].placeholder) {
+      out.emplace_back("empty");  // utils_qa's placeholder text
+    } else {
+      const std::u32string context = base::utf8_decode(examples[e].context);
+      const model::SpanAnswer& s = a.nbest[a.chosen];
+      out.push_back(base::utf8_encode(std::u32string_view(context).substr(s.start, s.end - s.start)));
+    }
+  }
+  return out;
+}
+
+// Question answering: one row per test line, {"line", "id", "answer", "start", "end", "probability"}:
+// the answer's text, its character span in the context (code points, absent for no answer) and its
+// probability among the n best; with --version-2, also "null_score_diff".
+void FinetuneRun::write_answer_predictions() {
+  const auto rows = data::read_squad(o_.test, false);
+  const QaFeatures features = qa_features(rows, o_.test, *tok_, cfg_, o_.max_length, o_.doc_stride, false);
+  std::vector<std::vector<float>> logits;
+  predict_best(features.rows, [&](const Batch& b, const std::vector<int64_t>& idx) {
+    for (int64_t r = 0; r < b.B; ++r) {
+      const int64_t T = static_cast<int64_t>(features.spans[idx[r]].offsets.size());
+      logits.emplace_back(m_->head_logits() + r * b.T * 2, m_->head_logits() + (r * b.T + T) * 2);
+    }
+  });
+  const auto answers = model::postprocess_qa(static_cast<int64_t>(rows.size()), features.spans, logits, o_.qa);
+  const auto texts = answer_texts(rows, answers);
+  std::string text;
+  for (size_t e = 0; e < rows.size(); ++e) {
+    const model::QaAnswer& a = answers[e];
+    json j = {{"line", rows[e].line}, {"id", rows[e].id}, {"answer", texts[e]}};
+    if (a.chosen >= 0 && !a.nbest[a.chosen].placeholder) {
+      j["start"] = a.nbest[a.chosen].start, j["end"] = a.nbest[a.chosen].end;
+    }
+    if (a.chosen >= 0) j["probability"] = a.nbest[a.chosen].probability;
+    if (o_.qa.version_2) j["null_score_diff"] = a.null_score_diff;
+    text += j.dump() + "\n";
+  }
+  io::write_file_atomic(o_.out + "/predictions.jsonl", text);
+}
+
 FinetuneResult FinetuneRun::run(const ReportHook& on_report) {
   if (writer_) std::fprintf(stderr, "%s %s with %s on %s: %s (%s of %lld), batch %lld, lr %.2g, "
                "max length %lld, %s × %s, %s; best by %s\n",
@@ -554,7 +655,9 @@ std::string FinetuneOptions::to_json() const {
                   {"threads", threads}, {"precision", precision}, {"task", task},
                   {"tokens_column", tagged.tokens}, {"tags_column", tagged.tags}, {"label_list", label_list},
                   {"label_all_tokens", label_all_tokens}, {"context_column", choice.context},
-                  {"header_column", choice.header}, {"endings_column", choice.endings}};
+                  {"header_column", choice.header}, {"endings_column", choice.endings}, {"doc_stride", doc_stride},
+                  {"n_best", qa.n_best}, {"max_answer_length", qa.max_answer_length}, {"version_2", qa.version_2},
+                  {"null_threshold", qa.null_threshold}};
   return j.dump(2) + "\n";
 }
 
@@ -577,6 +680,9 @@ FinetuneOptions FinetuneOptions::from_json(const std::string& text) {
     o.label_list = j.value("label_list", std::vector<std::string>{});
     o.label_all_tokens = j.value("label_all_tokens", false);
     o.choice = {j.value("context_column", "sent1"), j.value("header_column", "sent2"), j.value("endings_column", "ending")};
+    o.doc_stride = j.value("doc_stride", int64_t{128});
+    o.qa.n_best = j.value("n_best", int64_t{20}), o.qa.max_answer_length = j.value("max_answer_length", int64_t{30});
+    o.qa.version_2 = j.value("version_2", false), o.qa.null_threshold = j.value("null_threshold", 0.0);
   } catch (const json::exception& e) {
     throw io::Error(std::string("fine-tuning options: ") + e.what());
   }
@@ -589,9 +695,12 @@ void FinetuneOptions::validate() const {
   };
   need(!model.empty(), "--model is required");
   need(!train.empty() && !validation.empty(), "--train and --validation are required");
-  need(task == "text-classification" || task == "token-classification" || task == "multiple-choice",
-       "--task must be text-classification, token-classification or multiple-choice (the question-answering head "
-       "loads, runs and saves, but does not fine-tune yet)");
+  need(task == "text-classification" || task == "token-classification" || task == "multiple-choice" ||
+           task == "question-answering",
+       "--task must be text-classification, token-classification, multiple-choice or question-answering");
+  need(doc_stride >= 0, "--doc-stride must not be negative");
+  need(qa.n_best >= 1 && qa.max_answer_length >= 1, "--n-best and --max-answer-length must be positive");
+  need(std::isfinite(qa.null_threshold), "--null-threshold must be finite");
   need(!choice.context.empty() && !choice.endings.empty(), "--context-column and --endings-column must not be empty");
   need(!columns.text.empty() && !columns.label.empty(), "--text-column and --label-column must not be empty");
   need(!tagged.tokens.empty() && !tagged.tags.empty(), "--tokens-column and --tags-column must not be empty");

@@ -27,6 +27,7 @@
 #include <vector>
 
 #include "data/labeled.h"
+#include "model/heads/question_answering.h"
 #include "model/roformer.h"
 #include "train/run_log.h"
 
@@ -39,6 +40,9 @@ struct FinetuneOptions {
   std::string task = "text-classification";  // token-classification, multiple-choice (the head registry's task names)
   data::LabeledColumns columns;      // text-classification's columns (label: also multiple-choice's)
   data::ChoiceColumns choice;        // multiple-choice's JSONL fields (its label is columns.label)
+  // question-answering (SQuAD JSONL): windows of the context, and run_qa's post-processing
+  int64_t doc_stride = 128;          // context tokens two windows share
+  model::QaPostprocess qa;           // n-best, longest answer, SQuAD v2.0 null answers and their threshold
   data::TaggedColumns tagged;        // token-classification's JSONL fields
   std::vector<std::string> label_list;  // token-classification: the tag names in id order ("" = sorted training tags)
   bool label_all_tokens = false;     // token-classification: every sub-token of a word gets its tag

@@ -10,6 +10,8 @@
 #                      gives transformers' logits on randomly initialised checkpoints it saves;
 #   ner_vs_hf.py       token-classification fine-tuning against transformers and seqeval;
 #   mc_vs_hf.py        multiple-choice fine-tuning against transformers;
+#   qa_vs_hf.py        question-answering fine-tuning against transformers, run_qa and SQuAD v1.1;
+#   pipelines_vs_hf.py roformer ner and qa against transformers' token-classification and QA pipelines;
 #   pretrain_wordpiece_vs_hf.py  WordPiece pre-training output and --init-from against transformers;
 #   vocab_vs_hf.py     `roformer vocab` directories tokenise in transformers as in ours, and the
 #                      vocabulary matches HF tokenizers' trainer's quality.

@@ -119,7 +119,7 @@ void add_bleu_command(CLI::App& app, CommandTable& commands);       // bleu (tex
 void add_spm_commands(CLI::App& app, CommandTable& commands);       // spm-train, spm-encode, spm-decode
 void add_translate_commands(CLI::App& app, CommandTable& commands); // translate-train, translate, average
 void add_finetune_command(CLI::App& app, CommandTable& commands);   // finetune
-void add_infer_commands(CLI::App& app, CommandTable& commands);     // tokenize, fill-mask, embed, similarity, classify, forward
+void add_infer_commands(CLI::App& app, CommandTable& commands);     // tokenize, fill-mask, embed, similarity, classify, ner, qa, forward
 void add_serve_command(CLI::App& app, CommandTable& commands);      // serve (the HTTP server, src/server)
 
 // --quantize auto|none|int8|bf16 and --gemm auto|packed|blas (model::LinearOptions) for every command that

@@ -20,7 +20,7 @@ void add_finetune_command(CLI::App& app, CommandTable& commands) {
   auto resume = std::make_shared<bool>(false);
   auto no_progress = std::make_shared<bool>(false);
   CLI::App* ft = app.add_subcommand("finetune", "Fine-tune a RoFormer with a task head: sequence classification or regression, "
-                                      "token classification, multiple choice");
+                                      "token classification, multiple choice, extractive question answering");
   ft->add_option("--model", o->model, "Hugging Face RoFormer directory to start from (config.json, weights, vocab.txt)");
   ft->add_option("--train", o->train, "Training examples: .jsonl, .tsv or .csv");
   ft->add_option("--validation", o->validation, "Validation examples (same format)");
@@ -29,7 +29,7 @@ void add_finetune_command(CLI::App& app, CommandTable& commands) {
   ft->add_flag("--resume", *resume, "Continue the run in --out from its latest checkpoint (options come from it)");
   ft->add_option("--task", o->task, "The head to fine-tune: text-classification (sequence classification and "
                  "regression), token-classification (JSONL words and tags, as transformers' run_ner) or "
-                 "multiple-choice (JSONL SWAG rows, as run_swag)")
+                 "multiple-choice (JSONL SWAG rows, as run_swag) or question-answering (SQuAD JSONL, as run_qa)")
       ->capture_default_str();
   ft->add_option("--context-column", o->choice.context, "multiple-choice: field of the context")->capture_default_str();
   ft->add_option("--header-column", o->choice.header, "multiple-choice: field that begins every ending (\"\": none)")
@@ -43,6 +43,15 @@ void add_finetune_command(CLI::App& app, CommandTable& commands) {
                  "training tags sorted)")->delimiter(',');
   ft->add_flag("--label-all-tokens", o->label_all_tokens,
                "token-classification: every sub-token of a word gets its tag (B-X as I-X after the first)");
+  ft->add_option("--doc-stride", o->doc_stride, "question-answering: context tokens shared by two windows of a long "
+                 "context")->capture_default_str();
+  ft->add_option("--n-best", o->qa.n_best, "question-answering: start and end candidates per window, and answers kept")
+      ->capture_default_str();
+  ft->add_option("--max-answer-length", o->qa.max_answer_length, "question-answering: longest answer, in tokens")
+      ->capture_default_str();
+  ft->add_flag("--version-2", o->qa.version_2, "question-answering: SQuAD v2.0, questions may have no answer");
+  ft->add_option("--null-threshold", o->qa.null_threshold, "question-answering with --version-2: answer nothing when "
+                 "the null score beats the best answer's by more than this")->capture_default_str();
   ft->add_option("--text-column", o->columns.text, "Column of the text")->capture_default_str();
   ft->add_option("--text-pair-column", o->columns.text_pair, "Column of the second text (sentence-pair tasks)");
   ft->add_option("--label-column", o->columns.label, "Column of the label (multiple-choice: the right ending's index)")

@@ -1,4 +1,4 @@
-// `roformer tokenize | fill-mask | embed | similarity | classify | forward`: inference on Hugging Face
+// `roformer tokenize | fill-mask | embed | similarity | classify | ner | qa | forward`: inference on Hugging Face
 // RoFormer model directories (config.json, vocab.txt + tokenizer files, weights). A thin layer over
 // src/serve: read lines (stdin or --input; text, {"text": ...} JSONL, pairs), run them in batches of
 // --batch-size (sorted by length, padded, output in input order) and print one JSON line per input.
@@ -12,6 +12,7 @@
 #include <memory>
 #include <nlohmann/json.hpp>
 
+#include "base/utf8.h"
 #include "commands.h"
 #include "thread_option.h"
 #include "io/output_path.h"
@@ -31,6 +32,8 @@ struct InferOptions {
   bool normalize = false, pairs = false, truncate = false, offsets = false;
   std::string truncation_side = "right";
   int threads = 0;
+  std::string aggregation = "simple";  // ner
+  serve::QaOptions qa;                 // qa
 };
 
 // The input stream (stdin or --input) and its reader.
@@ -170,6 +173,60 @@ int run_classify(const InferOptions& o) {
   return 0;
 }
 
+// Token classification: one JSON array of entities per line, in the fields of transformers'
+// token-classification pipeline ({"entity_group" or "entity", "score", "word", "start", "end"}, and
+// "index" without aggregation).
+int run_ner(const InferOptions& o) {
+  const model::Aggregation aggregation = model::parse_aggregation(o.aggregation);
+  const auto p = load(o, true, false);
+  p->token_classify({}, aggregation);  // the "needs a RoFormerForTokenClassification" error before input is read
+  const char* label = aggregation == model::Aggregation::none ? "entity" : "entity_group";
+  for_chunks<std::string>(o, read_text, [&](const std::vector<std::string>& texts) {
+    for (const auto& entities : p->token_classify(texts, aggregation, o.batch_size, truncation(o))) {
+      nlohmann::ordered_json out = nlohmann::ordered_json::array();
+      for (const model::TokenEntity& e : entities) {
+        nlohmann::ordered_json j;
+        j[label] = e.label;
+        j["score"] = e.score;
+        if (e.index >= 0) j["index"] = e.index;
+        j["word"] = e.word;
+        j["start"] = e.start;
+        j["end"] = e.end;
+        out.push_back(std::move(j));
+      }
+      std::cout << out.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) << '\n';
+    }
+  });
+  return 0;
+}
+
+// Extractive QA: per line, transformers' question-answering pipeline's {"score", "start", "end",
+// "answer"} (character spans of the context), or a list of --top-k of them best first.
+int run_qa(const InferOptions& o) {
+  const auto p = load(o, true, false);
+  p->answer({}, o.qa);  // the "needs a RoFormerForQuestionAnswering" error before input is read
+  for_chunks<std::pair<std::string, std::string>>(o, read_pair, [&](const auto& pairs) {
+    std::vector<serve::Question> questions;
+    for (const auto& [q, c] : pairs) questions.push_back({q, c});
+    const auto answers = p->answer(questions, o.qa, o.batch_size);
+    for (size_t i = 0; i < answers.size(); ++i) {
+      const std::u32string context = base::utf8_decode(questions[i].context);
+      nlohmann::ordered_json list = nlohmann::ordered_json::array();
+      for (const model::PipelineAnswer& a : answers[i]) {
+        nlohmann::ordered_json j;
+        j["score"] = a.score;
+        j["start"] = a.start;
+        j["end"] = a.end;
+        j["answer"] = base::utf8_encode(std::u32string_view(context).substr(a.start, a.end - a.start));
+        list.push_back(std::move(j));
+      }
+      const auto& out = o.qa.top_k == 1 && list.size() == 1 ? list[0] : list;
+      std::cout << out.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) << '\n';
+    }
+  });
+  return 0;
+}
+
 int run_forward(const InferOptions& o) {
   if (o.threads > 0) omp_set_num_threads(o.threads);
   io::check_output_path("--out", o.out, {o.model_dir, o.inputs});
@@ -235,6 +292,25 @@ void add_infer_commands(CLI::App& app, CommandTable& commands) {
                   "Logits to scores: softmax, sigmoid, none, or auto (sigmoid for multi-label and single-label "
                   "heads, none for regression, else softmax)")
       ->check(CLI::IsMember({"auto", "softmax", "sigmoid", "none"}))->capture_default_str();
+  CLI::App* ner = common(app.add_subcommand("ner", "Token classification (RoFormerForTokenClassification): entities "
+                                                  "of each line, as transformers' token-classification pipeline"), true);
+  ner->add_option("--aggregation-strategy", o->aggregation,
+                  "none (every token), simple (runs of one entity type), first, average or max (whole words, "
+                  "scored by their first token, their mean or their best token)")
+      ->check(CLI::IsMember({"none", "simple", "first", "average", "max"}))->capture_default_str();
+  CLI::App* qa = common(app.add_subcommand("qa", "Extractive question answering (RoFormerForQuestionAnswering): "
+                                                 "{\"question\", \"context\"} lines (or question<TAB>context), "
+                                                 "as transformers' question-answering pipeline"), true);
+  qa->add_option("--top-k", o->qa.top_k, "Answers per question")->check(CLI::Range(int64_t{1}, int64_t{1} << 20))
+      ->capture_default_str();
+  qa->add_option("--max-answer-len", o->qa.max_answer_length, "Longest answer, in tokens")
+      ->check(CLI::Range(int64_t{1}, int64_t{1} << 20))->capture_default_str();
+  qa->add_option("--max-seq-len", o->qa.max_seq_len, "Tokens of a window: question and context part (default: "
+                 "384, or less as the tokenizer's model_max_length and the model allow)")->check(CLI::Range(int64_t{4}, int64_t{1} << 24));
+  qa->add_option("--doc-stride", o->qa.doc_stride, "Context tokens two windows share (default: min(128, "
+                 "max-seq-len / 2))")->check(CLI::Range(int64_t{1}, int64_t{1} << 24));
+  qa->add_flag("--handle-impossible-answer", o->qa.handle_impossible_answer,
+               "The empty answer (\"no answer\") competes, scored by [CLS] (SQuAD v2.0 models)");
   CLI::App* fwd = app.add_subcommand("forward", "Run a safetensors batch; write every hidden state and attention map");
   fwd->add_option("--model", o->model_dir, "Hugging Face model directory (config.json, weights)")->required();
   fwd->add_option("--inputs", o->inputs, "safetensors with input_ids [, attention_mask, token_type_ids] (I64, (B, T))")->required();
@@ -247,6 +323,8 @@ void add_infer_commands(CLI::App& app, CommandTable& commands) {
   commands.add(emb, [o] { return run_embed(*o); });
   commands.add(sim, [o] { return run_similarity(*o); });
   commands.add(cls, [o] { return run_classify(*o); });
+  commands.add(ner, [o] { return run_ner(*o); });
+  commands.add(qa, [o] { return run_qa(*o); });
   commands.add(fwd, [o] { return run_forward(*o); });
 }
 

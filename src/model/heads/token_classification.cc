@@ -9,11 +9,16 @@
 // seqeval's default mode (conlleval's chunking: an I- after O starts an entity, sentences joined by O)
 // and, when every tag is O, B-X or I-X, in its strict IOB2 mode (strict_precision, strict_recall,
 // strict_f1: an entity is B-X followed by I-X only); accuracy is the fraction of words tagged right.
+#include "model/heads/token_classification.h"
+
 #include <algorithm>
 #include <array>
+#include <cmath>
 #include <set>
+#include <stdexcept>
 #include <tuple>
 
+#include "base/utf8.h"
 #include "model/head.h"
 
 namespace model {
@@ -201,5 +206,164 @@ class TokenClassificationHead : public HeadDef {
 }  // namespace
 
 ROFORMER_DEFINE_HEAD(token_classification, TokenClassificationHead)
+
+Aggregation parse_aggregation(const std::string& name) {
+  for (const Aggregation a : {Aggregation::none, Aggregation::simple, Aggregation::first, Aggregation::average,
+                              Aggregation::max}) {
+    if (name == aggregation_name(a)) return a;
+  }
+  throw std::invalid_argument("aggregation strategy '" + name + "' is not one of none, simple, first, average, max");
+}
+
+const char* aggregation_name(Aggregation a) {
+  switch (a) {
+    case Aggregation::none: return "none";
+    case Aggregation::simple: return "simple";
+    case Aggregation::first: return "first";
+    case Aggregation::average: return "average";
+    case Aggregation::max: return "max";
+  }
+  return "?";
+}
+
+namespace {
+
+// A token (or word) before grouping: its scores over the labels and where it came from.
+struct Scored {
+  std::vector<float> scores;
+  std::string word;
+  int64_t start = 0, end = 0, index = 0;
+  bool subword = false;
+};
+
+// BERT's convert_tokens_to_string: " ".join(tokens).replace(" ##", "").strip().
+std::string join_pieces(const std::vector<std::string>& tokens) {
+  std::string s;
+  for (size_t i = 0; i < tokens.size(); ++i) s += (i ? " " : "") + tokens[i];
+  std::string out;
+  for (size_t i = 0; i < s.size(); ++i) {
+    if (s.compare(i, 3, " ##") == 0) {
+      i += 2;
+      continue;
+    }
+    out += s[i];
+  }
+  const size_t a = out.find_first_not_of(" \t\n\r\f\v"), b = out.find_last_not_of(" \t\n\r\f\v");
+  return a == std::string::npos ? "" : out.substr(a, b - a + 1);
+}
+
+// The pipeline's get_tag: ("B", X) for B-X, ("I", X) for I-X, ("I", label) otherwise.
+std::pair<char, std::string> tag_of(const std::string& label) {
+  if (label.rfind("B-", 0) == 0) return {'B', label.substr(2)};
+  if (label.rfind("I-", 0) == 0) return {'I', label.substr(2)};
+  return {'I', label};
+}
+
+// group_entities: runs of one tag whose later members are not B- become one entity_group (the label
+// after the first '-', the mean score, the words joined, the first start and the last end).
+std::vector<TokenEntity> group(const std::vector<TokenEntity>& entities) {
+  std::vector<TokenEntity> out;
+  std::vector<const TokenEntity*> run;
+  auto close = [&] {
+    if (run.empty()) return;
+    TokenEntity g;
+    const std::string& first = run[0]->label;
+    const size_t dash = first.find('-');
+    g.label = dash == std::string::npos ? first : first.substr(dash + 1);
+    std::vector<std::string> words;
+    double sum = 0;
+    for (const TokenEntity* e : run) sum += e->score, words.push_back(e->word);
+    g.score = sum / static_cast<double>(run.size());
+    g.word = join_pieces(words);
+    g.start = run.front()->start, g.end = run.back()->end;
+    out.push_back(std::move(g));
+    run.clear();
+  };
+  for (const TokenEntity& e : entities) {
+    if (!run.empty()) {
+      const auto [bi, tag] = tag_of(e.label);
+      if (tag != tag_of(run.back()->label).second || bi == 'B') close();
+    }
+    run.push_back(&e);
+  }
+  close();
+  return out;
+}
+
+}  // namespace
+
+std::vector<TokenEntity> token_entities(const std::string& text, const std::vector<PipelineToken>& tokens,
+                                        const float* logits, const std::vector<std::string>& labels,
+                                        Aggregation aggregation) {
+  const size_t L = labels.size();
+  const std::u32string chars = base::utf8_decode(text);
+  // gather_pre_entities: softmax scores (float32, as numpy), the token or, for [UNK], the text's
+  // characters; a sub-token is one whose string is longer than its span (the "##" prefix).
+  std::vector<Scored> pre;
+  for (size_t t = 0; t < tokens.size(); ++t) {
+    const PipelineToken& tok = tokens[t];
+    if (tok.special) continue;
+    Scored s;
+    const float* z = logits + t * L;
+    const float top = *std::max_element(z, z + L);
+    float sum = 0;
+    s.scores.resize(L);
+    for (size_t k = 0; k < L; ++k) sum += s.scores[k] = std::exp(z[k] - top);
+    for (float& v : s.scores) v /= sum;
+    s.start = tok.offsets[0], s.end = tok.offsets[1], s.index = static_cast<int64_t>(t);
+    const int64_t a = std::clamp<int64_t>(s.start, 0, static_cast<int64_t>(chars.size()));
+    const int64_t b = std::clamp<int64_t>(s.end, a, static_cast<int64_t>(chars.size()));
+    const std::string ref = base::utf8_encode(std::u32string_view(chars).substr(a, b - a));
+    if (tok.unknown) {
+      s.word = ref;
+    } else {
+      s.word = tok.token;
+      s.subword = base::utf8_decode(tok.token).size() != static_cast<size_t>(b - a);
+    }
+    pre.push_back(std::move(s));
+  }
+  auto best = [&](const std::vector<float>& scores) { return std::max_element(scores.begin(), scores.end()) - scores.begin(); };
+  std::vector<TokenEntity> entities;
+  if (aggregation == Aggregation::none || aggregation == Aggregation::simple) {
+    for (const Scored& s : pre) {
+      const auto k = best(s.scores);
+      entities.push_back({labels[k], s.scores[k], s.word, s.start, s.end, s.index});
+    }
+  } else {
+    // aggregate_words: a word is a token and the sub-tokens that follow it.
+    for (size_t i = 0; i < pre.size();) {
+      size_t j = i + 1;
+      while (j < pre.size() && pre[j].subword) ++j;
+      std::vector<float> scores = pre[i].scores;
+      if (aggregation == Aggregation::max) {
+        size_t top = i;
+        for (size_t k = i + 1; k < j; ++k) {
+          if (*std::max_element(pre[k].scores.begin(), pre[k].scores.end()) >
+              *std::max_element(pre[top].scores.begin(), pre[top].scores.end())) {
+            top = k;
+          }
+        }
+        scores = pre[top].scores;
+      } else if (aggregation == Aggregation::average) {
+        for (size_t l = 0; l < L; ++l) {
+          double sum = 0;
+          for (size_t k = i; k < j; ++k) sum += pre[k].scores[l];
+          scores[l] = static_cast<float>(sum / static_cast<double>(j - i));
+        }
+      }
+      std::vector<std::string> words;
+      for (size_t k = i; k < j; ++k) words.push_back(pre[k].word);
+      const auto k = best(scores);
+      entities.push_back({labels[k], scores[k], join_pieces(words), pre[i].start, pre[j - 1].end, -1});
+      i = j;
+    }
+  }
+  if (aggregation != Aggregation::none) entities = group(entities);
+  std::vector<TokenEntity> kept;
+  for (TokenEntity& e : entities) {
+    if (e.label != "O") kept.push_back(std::move(e));
+  }
+  return kept;
+}
 
 }  // namespace model
