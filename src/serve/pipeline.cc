@@ -342,70 +342,87 @@ void Pipeline::need_head(const char* architecture) const {
   }
 }
 
+std::vector<std::vector<float>> Pipeline::head_logits_encoded(const std::vector<text::Encoding>& encodings,
+                                                              int64_t batch_size) {
+  const std::vector<int64_t> shape = config_.head ? config_.head->logits_shape(config_, 1, 1) : std::vector<int64_t>{};
+  if (shape.size() != 3) throw std::logic_error("serve::Pipeline::head_logits_encoded: a head without logits per token");
+  const int64_t width = shape.back();
+  std::vector<std::vector<float>> out(encodings.size());
+  run(encodings, batch_size, [&](const std::vector<size_t>& rows, int64_t T) {
+    for (size_t b = 0; b < rows.size(); ++b) {
+      const float* z = model().head_logits() + static_cast<int64_t>(b) * T * width;
+      out[rows[b]].assign(z, z + static_cast<int64_t>(encodings[rows[b]].size()) * width);
+    }
+  });
+  return out;
+}
+
+std::vector<model::TokenEntity> Pipeline::entities(const std::string& text, const text::Encoding& e,
+                                                   const std::vector<float>& logits, model::Aggregation aggregation) const {
+  std::vector<model::PipelineToken> tokens(e.size());
+  for (size_t t = 0; t < e.size(); ++t) {
+    tokens[t] = {e.tokens[t], {e.offsets[t].first, e.offsets[t].second}, e.special_tokens_mask[t] != 0,
+                 e.input_ids[t] == tokenizer().unk_id()};
+  }
+  return model::token_entities(text, tokens, logits.data(), config_.labels, aggregation);
+}
+
 std::vector<std::vector<model::TokenEntity>> Pipeline::token_classify(const std::vector<std::string>& texts,
                                                                       model::Aggregation aggregation, int64_t batch_size,
                                                                       const Truncate& truncate) {
   need_head("RoFormerForTokenClassification");
   const std::vector<text::Encoding> encodings = encode(texts, truncate);
-  const int64_t L = config_.num_labels();
-  std::vector<std::vector<model::TokenEntity>> out(texts.size());
-  run(encodings, batch_size, [&](const std::vector<size_t>& rows, int64_t T) {
-    for (size_t b = 0; b < rows.size(); ++b) {
-      const text::Encoding& e = encodings[rows[b]];
-      std::vector<model::PipelineToken> tokens(e.size());
-      for (size_t t = 0; t < e.size(); ++t) {
-        tokens[t] = {e.tokens[t], {e.offsets[t].first, e.offsets[t].second}, e.special_tokens_mask[t] != 0,
-                     e.input_ids[t] == tokenizer().unk_id()};
-      }
-      out[rows[b]] = model::token_entities(texts[rows[b]], tokens, model().head_logits() + static_cast<int64_t>(b) * T * L,
-                                           config_.labels, aggregation);
+  const std::vector<std::vector<float>> logits = head_logits_encoded(encodings, batch_size);
+  std::vector<std::vector<model::TokenEntity>> out;
+  for (size_t i = 0; i < texts.size(); ++i) out.push_back(entities(texts[i], encodings[i], logits[i], aggregation));
+  return out;
+}
+
+Pipeline::Windows Pipeline::question_windows(const std::vector<Question>& questions, const QaOptions& options) const {
+  const int64_t model_max = tokenizer().config().model_max_length;
+  int64_t seq = options.max_seq_len > 0 ? options.max_seq_len : model_max > 0 ? std::min<int64_t>(model_max, 384) : 384;
+  seq = std::min(seq, max_length());
+  const int64_t stride = options.doc_stride > 0 ? options.doc_stride : std::min<int64_t>(seq / 2, 128);
+  Windows w;
+  for (size_t q = 0; q < questions.size(); ++q) {
+    std::vector<text::Encoding> one;
+    try {
+      one = text::encode_windows(tokenizer(), questions[q].question, questions[q].context, seq, stride);
+    } catch (const std::invalid_argument& e) {
+      throw InputError(q, e.what());
     }
-  });
+    for (auto& e : one) w.encodings.push_back(std::move(e)), w.owner.push_back(q);
+  }
+  try {
+    check(w.encodings);
+  } catch (const InputError& e) {
+    throw InputError(w.owner[e.index], e.what());
+  }
+  return w;
+}
+
+std::vector<std::vector<model::PipelineAnswer>> Pipeline::answers(size_t questions, const Windows& windows,
+                                                                  const std::vector<std::vector<float>>& logits,
+                                                                  const QaOptions& options) const {
+  std::vector<std::vector<model::PipelineAnswer>> out(questions);
+  for (size_t q = 0, w = 0; q < questions; ++q) {
+    std::vector<model::SpanFeature> spans;
+    std::vector<std::vector<float>> z;
+    for (; w < windows.encodings.size() && windows.owner[w] == q; ++w) {
+      text::SecondSpans s = text::second_spans(windows.encodings[w]);
+      spans.push_back({static_cast<int64_t>(q), std::move(s.offsets), std::move(s.words)});
+      z.push_back(logits[w]);
+    }
+    out[q] = model::pipeline_answers(spans, z, options);
+  }
   return out;
 }
 
 std::vector<std::vector<model::PipelineAnswer>> Pipeline::answer(const std::vector<Question>& questions,
                                                                  const QaOptions& options, int64_t batch_size) {
   need_head("RoFormerForQuestionAnswering");
-  const int64_t model_max = tokenizer().config().model_max_length;
-  int64_t seq = options.max_seq_len > 0 ? options.max_seq_len : model_max > 0 ? std::min<int64_t>(model_max, 384) : 384;
-  seq = std::min(seq, max_length());
-  const int64_t stride = options.doc_stride > 0 ? options.doc_stride : std::min<int64_t>(seq / 2, 128);
-  std::vector<text::Encoding> windows;
-  std::vector<size_t> owner;  // the question of each window
-  for (size_t q = 0; q < questions.size(); ++q) {
-    std::vector<text::Encoding> w;
-    try {
-      w = text::encode_windows(tokenizer(), questions[q].question, questions[q].context, seq, stride);
-    } catch (const std::invalid_argument& e) {
-      throw InputError(q, e.what());
-    }
-    for (auto& e : w) windows.push_back(std::move(e)), owner.push_back(q);
-  }
-  try {
-    check(windows);
-  } catch (const InputError& e) {
-    throw InputError(owner[e.index], e.what());
-  }
-  std::vector<std::vector<float>> logits(windows.size());
-  run(windows, batch_size, [&](const std::vector<size_t>& rows, int64_t T) {
-    for (size_t b = 0; b < rows.size(); ++b) {
-      const float* z = model().head_logits() + static_cast<int64_t>(b) * T * 2;
-      logits[rows[b]].assign(z, z + windows[rows[b]].size() * 2);
-    }
-  });
-  std::vector<std::vector<model::PipelineAnswer>> out(questions.size());
-  for (size_t q = 0, w = 0; q < questions.size(); ++q) {
-    std::vector<model::SpanFeature> spans;
-    std::vector<std::vector<float>> z;
-    for (; w < windows.size() && owner[w] == q; ++w) {
-      text::SecondSpans s = text::second_spans(windows[w]);
-      spans.push_back({static_cast<int64_t>(q), std::move(s.offsets), std::move(s.words)});
-      z.push_back(std::move(logits[w]));
-    }
-    out[q] = model::pipeline_answers(spans, z, options);
-  }
-  return out;
+  const Windows w = question_windows(questions, options);
+  return answers(questions.size(), w, head_logits_encoded(w.encodings, batch_size), options);
 }
 
 }  // namespace serve

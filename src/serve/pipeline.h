@@ -183,14 +183,33 @@ class Pipeline {
   // (text::encode_windows). A question too long for a window is an InputError.
   std::vector<std::vector<model::PipelineAnswer>> answer(const std::vector<Question>& questions,
                                                          const QaOptions& options, int64_t batch_size = 16);
+
+  // The steps of token_classify and answer, for a server that encodes and post-processes on its
+  // request threads and runs only head_logits_encoded on its model thread.
+  // Throws io::Error unless the checkpoint's head is `architecture`.
+  void need_head(const char* architecture) const;
+  // The task head's logits of each encoding, per token: (size(), width) with width its labels, or 2
+  // (QA's start and end); the checkpoint's head must give logits per token.
+  std::vector<std::vector<float>> head_logits_encoded(const std::vector<text::Encoding>& encodings, int64_t batch_size);
+  // The entities of one text from its encoding and head_logits_encoded's logits.
+  std::vector<model::TokenEntity> entities(const std::string& text, const text::Encoding& encoding,
+                                           const std::vector<float>& logits, model::Aggregation aggregation) const;
+  // The windows of each question (checked: an InputError names its question), their question in `owner`.
+  struct Windows {
+    std::vector<text::Encoding> encodings;
+    std::vector<size_t> owner;
+  };
+  Windows question_windows(const std::vector<Question>& questions, const QaOptions& options) const;
+  // Each question's answers from its windows' head_logits_encoded logits.
+  std::vector<std::vector<model::PipelineAnswer>> answers(size_t questions, const Windows& windows,
+                                                          const std::vector<std::vector<float>>& logits,
+                                                          const QaOptions& options) const;
   // Sentence pairs, encoded [CLS] a [SEP] b [SEP] with token types 0 then 1, as the head was fine-tuned.
   std::vector<Classification> classify_pairs(const std::vector<std::pair<std::string, std::string>>& pairs,
                                              int64_t batch_size = 16, const Truncate& truncate = {});
 
  private:
   Pipeline() = default;
-  // Throws io::Error unless the checkpoint's head is `architecture`.
-  void need_head(const char* architecture) const;
   std::string dir_;
   model::RoFormerConfig config_;
   std::shared_ptr<const text::Tokenizer> tokenizer_holder_;

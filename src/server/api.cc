@@ -10,6 +10,7 @@
 #include <cstring>
 #include <sstream>
 
+#include "base/utf8.h"
 #include "serve/fill_mask.h"
 
 namespace server {
@@ -464,6 +465,121 @@ json Api::fill_mask(const json& request) {
 
 namespace {
 
+// A pipeline request's `parameters` object (absent: empty); every key must be one of `known`, so that
+// no option is silently ignored.
+json pipeline_parameters(const json& request, std::initializer_list<const char*> known) {
+  const json params = present(request, "parameters") ? request["parameters"] : json::object();
+  if (!params.is_object()) throw invalid("`parameters` must be an object");
+  for (const auto& [key, value] : params.items()) {
+    if (std::none_of(known.begin(), known.end(), [&](const char* k) { return key == k; })) {
+      std::string names;
+      for (const char* k : known) names += (names.empty() ? "" : ", ") + std::string(k);
+      throw invalid("`parameters." + key + "` is not supported (supported: " + names + ")");
+    }
+  }
+  return params;
+}
+
+}  // namespace
+
+json Api::token_classification(const json& request) {
+  require_object(request);
+  if (!has_head("RoFormerForTokenClassification")) {
+    throw ApiError(424, "Backend", "model is not a token classifier: " + options_.model_id +
+                                       " has no RoFormerForTokenClassification head");
+  }
+  const json params = pipeline_parameters(request, {"aggregation_strategy", "ignore_labels"});
+  model::Aggregation aggregation = model::Aggregation::simple;
+  if (present(params, "aggregation_strategy")) {
+    try {
+      if (!params["aggregation_strategy"].is_string()) throw std::invalid_argument("it must be a string");
+      aggregation = model::parse_aggregation(params["aggregation_strategy"].get<std::string>());
+    } catch (const std::invalid_argument& e) {
+      throw invalid(std::string("`parameters.aggregation_strategy`: ") + e.what());
+    }
+  }
+  std::vector<std::string> ignore = {"O"};
+  if (present(params, "ignore_labels")) {
+    const json& v = params["ignore_labels"];
+    if (!v.is_array() || !std::all_of(v.begin(), v.end(), [](const json& x) { return x.is_string(); })) {
+      throw invalid("`parameters.ignore_labels` must be a list of strings");
+    }
+    ignore = v.get<std::vector<std::string>>();
+  }
+  const std::vector<Input> in = inputs(request, "inputs", false);
+  std::vector<text::Encoding> enc = encode(in, truncation(request, options_.auto_truncate));
+  const std::vector<text::Encoding> kept = enc;  // the offsets, for the entities
+  const auto logits = run(Task::head, std::move(enc)).head_logits;
+  const char* label = aggregation == model::Aggregation::none ? "entity" : "entity_group";
+  json out = json::array();
+  for (size_t i = 0; i < in.size(); ++i) {
+    json list = json::array();
+    for (const model::TokenEntity& e : encoder().entities(in[i].a, kept[i], logits[i], aggregation)) {
+      if (std::find(ignore.begin(), ignore.end(), e.label) != ignore.end()) continue;
+      json j = {{label, e.label}, {"score", e.score}, {"word", e.word}, {"start", e.start}, {"end", e.end}};
+      if (e.index >= 0) j["index"] = e.index;
+      list.push_back(std::move(j));
+    }
+    out.push_back(std::move(list));
+  }
+  return request["inputs"].is_string() ? out.at(0) : out;
+}
+
+json Api::question_answering(const json& request) {
+  require_object(request);
+  if (!has_head("RoFormerForQuestionAnswering")) {
+    throw ApiError(424, "Backend", "model does not answer questions: " + options_.model_id +
+                                       " has no RoFormerForQuestionAnswering head");
+  }
+  // {"inputs": {"question", "context"}} (the pipelines' hosted form, also a list of them) or
+  // {"question", "context"} (huggingface_hub's question_answering).
+  const json& body = present(request, "inputs") ? request["inputs"] : request;
+  const bool single = !body.is_array();
+  std::vector<serve::Question> questions;
+  for (size_t i = 0; i < (single ? 1 : body.size()); ++i) {
+    const json& q = single ? body : body[i];
+    const std::string at = present(request, "inputs") ? single ? "`inputs`" : "`inputs[" + std::to_string(i) + "]`" : "the body";
+    if (!q.is_object() || !q.contains("question") || !q.contains("context") || !q["question"].is_string() ||
+        !q["context"].is_string()) {
+      throw invalid(at + " must be {\"question\": string, \"context\": string}");
+    }
+    questions.push_back({q["question"].get<std::string>(), q["context"].get<std::string>()});
+  }
+  if (questions.empty()) throw invalid("`inputs` cannot be empty");
+  check_batch_size(questions.size());
+  const json params = pipeline_parameters(request, {"top_k", "doc_stride", "max_answer_len", "max_seq_len",
+                                                    "max_question_len", "handle_impossible_answer", "align_to_words"});
+  serve::QaOptions o;
+  o.top_k = integer(params, "top_k", 1, 1, 1000);
+  o.max_answer_length = integer(params, "max_answer_len", 15, 1, 1 << 20);
+  o.max_seq_len = integer(params, "max_seq_len", 0, 4, encoder().max_length());
+  o.doc_stride = integer(params, "doc_stride", 0, 1, 1 << 20);
+  integer(params, "max_question_len", 64, 1, 1 << 20);  // transformers' slow-tokenizer path only
+  o.handle_impossible_answer = flag(params, "handle_impossible_answer", false);
+  o.align_to_words = flag(params, "align_to_words", true);
+  serve::Pipeline::Windows windows;
+  try {
+    windows = encoder().question_windows(questions, o);
+  } catch (const serve::InputError& e) {
+    throw invalid((single ? std::string("the question: ") : "input " + std::to_string(e.index) + ": ") + e.what());
+  }
+  const auto logits = run(Task::head, windows.encodings).head_logits;
+  json out = json::array();
+  const auto answers = encoder().answers(questions.size(), windows, logits, o);
+  for (size_t q = 0; q < questions.size(); ++q) {
+    const std::u32string context = base::utf8_decode(questions[q].context);
+    json list = json::array();
+    for (const model::PipelineAnswer& a : answers[q]) {
+      list.push_back({{"score", a.score}, {"start", a.start}, {"end", a.end},
+                      {"answer", base::utf8_encode(std::u32string_view(context).substr(a.start, a.end - a.start))}});
+    }
+    out.push_back(o.top_k == 1 && list.size() == 1 ? list[0] : list);
+  }
+  return single ? out.at(0) : out;
+}
+
+namespace {
+
 // /translate's `parameters`, with huggingface_hub's `generate_parameters` merged in (the outer ones
 // win); a key that is not one of /translate's is refused, so that no option is silently ignored.
 json translation_parameters(const json& request) {
@@ -659,6 +775,8 @@ json Api::decode(const json& request) const {
 json Api::root(const json& request) {
   if (translator_) return translate(request);
   if (is_classifier()) return predict(request);
+  if (has_head("RoFormerForTokenClassification")) return token_classification(request);
+  if (has_head("RoFormerForQuestionAnswering")) return question_answering(request);
   if (request.is_object() && request.contains("inputs") && request["inputs"].is_object()) return similarity(request);
   return embed(request);
 }

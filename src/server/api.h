@@ -79,13 +79,20 @@ class Api {
   nlohmann::json rerank(const nlohmann::json& request);
   nlohmann::json similarity(const nlohmann::json& request);
   nlohmann::json fill_mask(const nlohmann::json& request);
+  // transformers' token-classification and question-answering pipelines' shapes, which
+  // huggingface_hub's InferenceClient.token_classification and .question_answering send and read.
+  nlohmann::json token_classification(const nlohmann::json& request);
+  nlohmann::json question_answering(const nlohmann::json& request);
   nlohmann::json translate(const nlohmann::json& request);
   nlohmann::json tokenize(const nlohmann::json& request) const;
   nlohmann::json decode(const nlohmann::json& request) const;
-  nlohmann::json root(const nlohmann::json& request);  // /predict, /similarity or /embed (see above)
+  // By the model and the body: /translate, /predict, /token-classification, /question-answering,
+  // /similarity or /embed.
+  nlohmann::json root(const nlohmann::json& request);
   nlohmann::json info() const;
   nlohmann::json models() const;
   bool is_classifier() const { return pipeline_ && pipeline_->classifier() != nullptr; }
+  bool has_head(const char* architecture) const { return pipeline_ && pipeline_->config().has_head(architecture); }
 
  private:
   // 413 for more inputs than max_client_batch_size.

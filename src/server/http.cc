@@ -188,6 +188,8 @@ const std::vector<Served>& served() {
       {"post", "/rerank", [](Api& a, const json& r) { return a.rerank(r); }},
       {"post", "/similarity", [](Api& a, const json& r) { return a.similarity(r); }},
       {"post", "/fill-mask", [](Api& a, const json& r) { return a.fill_mask(r); }},
+      {"post", "/token-classification", [](Api& a, const json& r) { return a.token_classification(r); }},
+      {"post", "/question-answering", [](Api& a, const json& r) { return a.question_answering(r); }},
       {"post", "/translate", [](Api& a, const json& r) { return a.translate(r); }},
       {"post", "/tokenize", [](Api& a, const json& r) { return a.tokenize(r); }},
       {"post", "/decode", [](Api& a, const json& r) { return a.decode(r); }},

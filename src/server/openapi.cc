@@ -21,6 +21,7 @@ const char* kSchemas = R"({
                        {"$ref": "#/components/schemas/TokenIds"},
                        {"type": "array", "minItems": 1, "items": {"$ref": "#/components/schemas/TokenIds"}}]},
   "Texts": {"oneOf": [{"type": "string"}, {"type": "array", "minItems": 1, "items": {"type": "string"}}]},
+  "Question": {"type": "object", "required": ["question", "context"], "properties": {"question": {"type": "string"}, "context": {"type": "string"}}},
   "TruncationDirection": {"type": "string", "enum": ["right", "left", "Right", "Left"]}
 })";
 
@@ -79,6 +80,29 @@ const Route kRoutes[] = {
          "truncate": {"type": "boolean"}, "truncation_direction": {"$ref": "#/components/schemas/TruncationDirection"}}})",
      R"({"inputs": "hello [MASK] world", "parameters": {"top_k": 3}})",
      R"({"type": "array"})"},
+    {"post", "/token-classification", "Entities (transformers' token-classification pipeline); 424 without a token-classification head",
+     R"({"type": "object", "required": ["inputs"], "properties": {
+         "inputs": {"$ref": "#/components/schemas/Texts"},
+         "parameters": {"type": "object", "properties": {
+             "aggregation_strategy": {"type": "string", "enum": ["none", "simple", "first", "average", "max"], "default": "simple"},
+             "ignore_labels": {"type": "array", "items": {"type": "string"}, "default": ["O"]}}},
+         "truncate": {"type": "boolean"}, "truncation_direction": {"$ref": "#/components/schemas/TruncationDirection"}}})",
+     R"({"inputs": "hello world", "parameters": {"aggregation_strategy": "simple"}})",
+     R"({"type": "array"})"},
+    {"post", "/question-answering", "Extractive answers (transformers' question-answering pipeline); 424 without a question-answering head",
+     R"({"type": "object", "properties": {
+         "inputs": {"oneOf": [{"$ref": "#/components/schemas/Question"},
+                              {"type": "array", "minItems": 1, "items": {"$ref": "#/components/schemas/Question"}}]},
+         "question": {"type": "string"}, "context": {"type": "string"},
+         "parameters": {"type": "object", "properties": {
+             "top_k": {"type": "integer", "minimum": 1, "maximum": 1000, "default": 1},
+             "max_answer_len": {"type": "integer", "minimum": 1, "default": 15},
+             "max_seq_len": {"type": "integer", "minimum": 4}, "doc_stride": {"type": "integer", "minimum": 1},
+             "max_question_len": {"type": "integer", "minimum": 1},
+             "handle_impossible_answer": {"type": "boolean", "default": false},
+             "align_to_words": {"type": "boolean", "default": true}}}}})",
+     R"({"inputs": {"question": "who?", "context": "he said so."}})",
+     R"({"oneOf": [{"type": "object"}, {"type": "array"}]})"},
     {"post", "/translate", "Translation (transformers' pipeline); 424 unless the model is an encoder-decoder",
      R"({"type": "object", "required": ["inputs"], "properties": {
          "inputs": {"$ref": "#/components/schemas/Texts"},
@@ -111,8 +135,8 @@ const Route kRoutes[] = {
          "skip_special_tokens": {"type": "boolean", "default": true}}})",
      R"({"ids": [1, 2, 3]})",
      R"({"type": "array", "items": {"type": "string"}})"},
-    {"post", "/", "/translate for an encoder-decoder, /predict for a classifier, /similarity for {inputs: {source_sentence, ...}}, else /embed",
-     R"({"type": "object", "required": ["inputs"]})",
+    {"post", "/", "/translate for an encoder-decoder, /predict for a classifier, /token-classification and /question-answering for their heads, /similarity for {inputs: {source_sentence, ...}}, else /embed",
+     R"({"type": "object"})",
      R"({"inputs": "hello world"})",
      R"({"type": "array"})"},
     {"get", "/info", "The model and the server's limits (TEI)", nullptr, nullptr,
@@ -148,7 +172,7 @@ json openapi_document(const std::string& model_id) {
       op["responses"]["400"] = error_response("an HTTP request the server cannot read (e.g. a POST without a body)");
       op["responses"]["413"] = error_response("too many inputs, an input too long without truncate, a body too large");
       op["responses"]["422"] = error_response("malformed JSON or a field of the wrong type or value");
-      op["responses"]["424"] = error_response("the model cannot do this (no classifier or MLM head; not an encoder-decoder)");
+      op["responses"]["424"] = error_response("the model cannot do this (not the head the route needs; not an encoder-decoder)");
       op["responses"]["429"] = error_response("--max-concurrent-requests requests in flight");
       op["responses"]["503"] = error_response("waited longer than --request-timeout for the model");
     }

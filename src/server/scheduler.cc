@@ -26,6 +26,7 @@ Output slice(Output& batch, size_t at, size_t k) {
   take(batch.classes, mine.classes);
   take(batch.masks, mine.masks);
   take(batch.translations, mine.translations);
+  take(batch.head_logits, mine.head_logits);
   return mine;
 }
 
@@ -251,6 +252,7 @@ Output Scheduler::encode(std::vector<std::unique_ptr<Job>>& jobs, int64_t batch_
     }
     case Task::classify: out.classes = pipeline.classify_encoded(all, batch_size); break;
     case Task::fill_mask: out.masks = serve::fill_mask_encoded(pipeline, all, jobs.front()->top_k, batch_size); break;
+    case Task::head: out.head_logits = pipeline.head_logits_encoded(all, batch_size); break;
     case Task::translate: throw std::logic_error("Scheduler::encode: a translation job");
   }
   return out;

@@ -31,7 +31,9 @@
 
 namespace server {
 
-enum class Task { embed, classify, fill_mask, translate };
+// head: the task head's logits per token (token classification, question answering), which the
+// request's thread turns into entities or answers.
+enum class Task { embed, classify, fill_mask, translate, head };
 
 // The model a server runs: an encoder pipeline (embed, classify, fill-mask) or an encoder-decoder
 // (translate). Exactly one is set; the scheduler's thread is the only one to run it.
@@ -74,6 +76,7 @@ struct Output {
   std::vector<serve::Classification> classes;      // Task::classify
   std::vector<std::vector<serve::MaskPredictions>> masks;  // Task::fill_mask: per encoding, per mask
   std::vector<std::vector<serve::Translation>> translations;  // Task::translate: per source, nbest
+  std::vector<std::vector<float>> head_logits;     // Task::head: per encoding, (tokens, width)
 };
 
 // An accepted request: its answer to come, and its id for cancel.

@@ -7,16 +7,26 @@ where it tokenises as our RoFormer tokenizer does. Checks, for every input:
   - ner with each aggregation_strategy (none, simple, first, average, max): the same entities in the same
     order, with equal labels, words, character spans (and token index for none), scores within 1e-4;
   - qa (contexts split into windows by max_seq_len 24 and doc_stride 6) with top_k 1 and 3, with and
-    without handle_impossible_answer: the same answers, spans and scores within 1e-4.
+    without handle_impossible_answer: the same answers, spans and scores within 1e-4;
+  - `roformer serve` on each checkpoint answers huggingface_hub's InferenceClient.token_classification
+    and .question_answering (POST /), and /token-classification with parameters, with the pipelines' outputs.
 Usage: pipelines_vs_hf.py ROFORMER_BINARY FIXTURES WORK_DIR (run by jieba_py.sh)"""
 import json
+import os
 import random
+import re
 import shutil
+import signal
 import subprocess
 import sys
+import time
+import urllib.request
 
-import rjieba_shim  # noqa: F401  (before transformers)
+for name in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE"):  # InferenceClient calls the local server (the hub is never
+    os.environ.pop(name, None)                     # reached: the models are objects and local directories)
+import rjieba_shim  # noqa: F401,E402  (before transformers)
 import torch
+import huggingface_hub
 from transformers import (BertTokenizerFast, RoFormerConfig, RoFormerForQuestionAnswering,
                           RoFormerForTokenClassification, pipeline)
 
@@ -120,5 +130,64 @@ for top_k in (1, 3):
               f"max score difference {worst:.2e}")
         if worst > 1e-4:
             failures.append(f"qa top_k {top_k}: scores differ by {worst:.2e}")
+
+
+class Server:
+    def __init__(self, model_dir):
+        self.log = open(f"{work}/serve.log", "w+")
+        self.process = subprocess.Popen([roformer, "serve", "--model", model_dir, "--port", "0", "--threads", "1"],
+                                        stderr=self.log)
+        for _ in range(600):
+            self.log.seek(0)
+            m = re.search(r"listening on http://127\.0\.0\.1:(\d+)", self.log.read())
+            if m:
+                self.url = f"http://127.0.0.1:{m.group(1)}"
+                return
+            time.sleep(0.1)
+        raise AssertionError("the server did not start")
+
+    def post(self, route, body):
+        request = urllib.request.Request(self.url + route, data=json.dumps(body).encode(),
+                                         headers={"Content-Type": "application/json"})
+        return json.loads(urllib.request.urlopen(request).read())
+
+    def stop(self):
+        self.process.send_signal(signal.SIGTERM)
+        assert self.process.wait(timeout=60) == 0
+
+
+model = RoFormerForTokenClassification.from_pretrained(ner_dir).eval()
+server = Server(ner_dir)
+try:
+    hub = huggingface_hub.InferenceClient(model=server.url)
+    simple = pipeline("token-classification", model=model, tokenizer=tokenizer, aggregation_strategy="simple")
+    first = pipeline("token-classification", model=model, tokenizer=tokenizer, aggregation_strategy="first")
+    worst = 0.0
+    for text in texts[:10]:
+        got = [{"entity_group": e.entity_group, "score": e.score, "word": e.word, "start": e.start, "end": e.end}
+               for e in hub.token_classification(text)]
+        worst = max(worst, same(f"serve token_classification {text!r}", got, simple(text),
+                                ("entity_group", "word", "start", "end")))
+        got = server.post("/token-classification", {"inputs": [text], "parameters": {"aggregation_strategy": "first"}})[0]
+        worst = max(worst, same(f"serve first {text!r}", got, first(text), ("entity_group", "word", "start", "end")))
+    print(f"serve: InferenceClient.token_classification and /token-classification, max score difference {worst:.2e}")
+finally:
+    server.stop()
+model = RoFormerForQuestionAnswering.from_pretrained(qa_dir).eval()
+pipe = pipeline("question-answering", model=model, tokenizer=tokenizer)
+server = Server(qa_dir)
+try:
+    hub = huggingface_hub.InferenceClient(model=server.url)
+    worst = 0.0
+    for q in questions[:10]:
+        a = hub.question_answering(question=q["question"], context=q["context"])
+        got = [{"answer": a.answer, "score": a.score, "start": a.start, "end": a.end}]
+        worst = max(worst, same(f"serve question_answering {q}", got, [pipe(**q)], ("answer", "start", "end")))
+        got = server.post("/question-answering", {"inputs": q, "parameters": {"top_k": 2, "max_seq_len": 24, "doc_stride": 6}})
+        want = pipe(**q, top_k=2, max_seq_len=24, doc_stride=6)
+        worst = max(worst, same(f"serve /question-answering {q}", got, want, ("answer", "start", "end")))
+    print(f"serve: InferenceClient.question_answering and /question-answering, max score difference {worst:.2e}")
+finally:
+    server.stop()
 print("\n".join(failures[:20]) if failures else "ok")
 sys.exit(1 if failures else 0)
