@@ -1,15 +1,18 @@
 // libFuzzer target: the fine-tuning and translation data readers (data/labeled.h: JSONL, TSV and CSV
-// with labels, token classification's JSONL words and tags, multiple choice's JSONL SWAG rows;
+// with labels, token classification's JSONL words and tags, multiple choice's JSONL SWAG rows, SQuAD's
+// JSONL questions;
 // data/parallel.h: TSV and JSONL sentence pairs). The first byte picks the reader, the
 // format and the columns; the rest is the file. Contract: any bytes either give rows or throw
 // base::Error naming "file:line" (never another exception, a crash or a hang); rows come in file
 // order with 1-based, increasing lines within the file; a labelled row has at least one label and no
 // empty label name; a tagged row has one tag per word; every choice row has the first row's number of
-// choices (≥ 2) and a label among them (or none when unlabelled); sentence pairs have a non-empty source (and
+// choices (≥ 2) and a label among them (or none when unlabelled); every SQuAD answer is the context's
+// text at its answer_start; sentence pairs have a non-empty source (and
 // target, when one is read).
 #include <string>
 
 #include "base/error.h"
+#include "base/utf8.h"
 #include "data/labeled.h"
 #include "data/parallel.h"
 #include "fuzz_common.h"
@@ -128,13 +131,41 @@ void choices(const std::string& text, uint8_t choice) {
   fuzz::note("choices: " + std::to_string(rows.size()) + " rows");
 }
 
+void squad(const std::string& text, uint8_t choice) {
+  const bool labelled = choice & 4;
+  std::vector<data::SquadExample> rows;
+  try {
+    rows = data::parse_squad(text, labelled, kOrigin);
+  } catch (const base::Error& e) {
+    return check_error(e);
+  } catch (const std::exception& e) {
+    fuzz::undocumented("data::parse_squad", e);
+  }
+  const int64_t lines = line_count(text, false);
+  int64_t last = 0;
+  for (const data::SquadExample& r : rows) {
+    FUZZ_CHECK(r.line > last && r.line <= lines, "row lines out of order or past the end");
+    last = r.line;
+    const std::u32string context = base::utf8_decode(r.context);
+    for (const data::SquadAnswer& a : r.answers) {
+      const std::u32string want = base::utf8_decode(a.text);
+      FUZZ_CHECK(a.start >= 0 && a.start + static_cast<int64_t>(want.size()) <= static_cast<int64_t>(context.size()) &&
+                     context.compare(static_cast<size_t>(a.start), want.size(), want) == 0,
+                 "an answer that is not the context's text at its answer_start");
+    }
+  }
+  fuzz::note("squad: " + std::to_string(rows.size()) + " rows");
+}
+
 }  // namespace
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (size == 0) return 0;
   const uint8_t choice = data[0];
   const std::string text(reinterpret_cast<const char*>(data) + 1, size - 1);
-  if ((choice & 96) == 96) {
+  if (choice & 128) {
+    squad(text, choice);
+  } else if ((choice & 96) == 96) {
     choices(text, choice);
   } else if (choice & 32) {
     tagged(text, choice);

@@ -180,3 +180,44 @@ TEST(Choices, BadRowsNameTheFileLineAndField) {
   EXPECT_EQ(error("{\"sent1\": \"c\", \"sent2\": \"h\", \"ending0\": \"a\", \"ending1\": \"b\"}"),
             "swag.jsonl:1: no field 'label'");
 }
+
+TEST(Squad, ReadsAnswersInCodePointsAndUnansweredRows) {
+  const std::string text =
+      "{\"id\": \"q1\", \"title\": \"t\", \"question\": \"Where?\", \"context\": \"北京 is in China.\", "
+      "\"answers\": {\"text\": [\"China\", \"in China\"], \"answer_start\": [9, 6]}}\n"
+      "{\"id\": 7, \"question\": \"?\", \"context\": \"x\", \"answers\": {\"text\": [], \"answer_start\": []}}\n";
+  const auto rows = data::parse_squad(text, true, "squad.jsonl");
+  ASSERT_EQ(rows.size(), 2u);
+  EXPECT_EQ(rows[0].id, "q1");
+  ASSERT_EQ(rows[0].answers.size(), 2u);
+  EXPECT_EQ(rows[0].answers[0].start, 9);  // code points: 北京 counts 2, not 6 bytes
+  EXPECT_EQ(rows[1].id, "7");
+  EXPECT_TRUE(rows[1].answers.empty());
+  EXPECT_TRUE(data::parse_squad("{\"id\": \"a\", \"question\": \"q\", \"context\": \"c\"}", false, "t.jsonl")[0].answers.empty());
+}
+
+TEST(Squad, BadRowsNameTheFileLineAndField) {
+  auto error = [](const std::string& text) {
+    try {
+      data::parse_squad(text, true, "squad.jsonl");
+    } catch (const base::Error& e) {
+      return std::string(e.what());
+    }
+    return std::string("no error");
+  };
+  const std::string head = "{\"id\": \"q\", \"question\": \"q\", \"context\": \"the cat sat\", ";
+  EXPECT_EQ(error(head + "\"answers\": {\"text\": [\"cat\"], \"answer_start\": [5]}}"),
+            "squad.jsonl:1: 'answers.answer_start[0]' 5 does not point at its text \"cat\" (the context reads \"at \" there)");
+  EXPECT_EQ(error(head + "\"answers\": {\"text\": [\"cat\"], \"answer_start\": [40]}}"),
+            "squad.jsonl:1: 'answers.answer_start[0]' 40 does not point at its text \"cat\" (the context has 11 characters)");
+  EXPECT_EQ(error(head + "\"answers\": {\"text\": [\"cat\"], \"answer_start\": [4, 5]}}"),
+            "squad.jsonl:1: 'answers' has 1 texts and 2 answer_start values");
+  EXPECT_EQ(error(head + "\"answers\": {\"text\": [\"cat\"], \"answer_start\": [\"4\"]}}"),
+            "squad.jsonl:1: 'answers.answer_start[0]' must be an integer, got \"4\"");
+  EXPECT_EQ(error(head + "\"answers\": [\"cat\"]}"),
+            "squad.jsonl:1: 'answers' must be {\"text\": [...], \"answer_start\": [...]}");
+  EXPECT_EQ(error(head + "\"x\": 1}"), "squad.jsonl:1: no field 'answers'");
+  EXPECT_EQ(error("{\"id\": \"q\", \"context\": \"c\", \"answers\": {\"text\": [], \"answer_start\": []}}"),
+            "squad.jsonl:1: no field 'question'");
+  EXPECT_EQ(error("{\"id\": \"q\", \"question\": \"q\", \"context\": 3}"), "squad.jsonl:1: 'context' must be a string, got 3");
+}
