@@ -6,6 +6,8 @@ vocab.txt) with the command line's results.
     m.embed(["今天天气很好"], pooling="mean")           # NumPy (n, hidden)
     m.fill_mask(["今天[MASK]气很好"])                   # per text, per mask: [{"score", "token", "token_str", "sequence"}]
     m.classify(["..."])                                 # [{"label", "label_id", "score", "probabilities", "logits"}]
+    m.token_classification(["..."])                     # per text: [{"entity_group", "score", "word", "start", "end"}]
+    m.question_answering([("who?", "he said so.")])     # per question: [{"score", "start", "end", "answer"}]
     m.similarity([("a", "b")])                          # cosine similarities
     m.forward(input_ids, attention_mask)                # {"last_hidden_state", "logits"} as NumPy
     tok = roformer.Tokenizer.from_pretrained("path/to/roformer")
@@ -66,6 +68,21 @@ class Model:
 
     def classify(self, texts: Sequence[str], batch_size: int = 16) -> list:
         return self._m.classify(list(texts), batch_size)
+
+    def token_classification(self, texts: Sequence[str], aggregation_strategy: str = "simple",
+                             batch_size: int = 16) -> list:
+        """Per text, transformers' token-classification pipeline's entities (a RoFormerForTokenClassification
+        checkpoint): aggregation_strategy none, simple, first, average or max; spans are characters."""
+        return self._m.token_classification(list(texts), aggregation_strategy, batch_size)
+
+    def question_answering(self, questions, top_k: int = 1, max_answer_len: int = 15, max_seq_len: int = 0,
+                           doc_stride: int = 0, handle_impossible_answer: bool = False, batch_size: int = 16) -> list:
+        """Per (question, context) pair (or {"question", "context"} dict), transformers' question-answering
+        pipeline's top_k answers, best first (a RoFormerForQuestionAnswering checkpoint). max_seq_len and
+        doc_stride 0: the pipeline's defaults (384, or less as the model allows; min(128, max_seq_len / 2))."""
+        pairs = [(q["question"], q["context"]) if isinstance(q, dict) else tuple(q) for q in questions]
+        return self._m.question_answering(pairs, top_k, max_answer_len, max_seq_len, doc_stride,
+                                          handle_impossible_answer, batch_size)
 
     def fill_mask(self, texts: Sequence[str], top_k: int = 5, batch_size: int = 16) -> list:
         return self._m.fill_mask(list(texts), top_k, batch_size)

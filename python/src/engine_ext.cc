@@ -23,6 +23,7 @@
 #include <vector>
 
 #include "base/threads.h"
+#include "base/utf8.h"
 #include "serve/fill_mask.h"
 #include "serve/pipeline.h"
 #include "text/roformer_tokenizer.h"
@@ -170,6 +171,59 @@ class Model {
     return result;
   }
 
+  // Per text, transformers' token-classification pipeline's entities (as `roformer ner` prints them).
+  nb::list token_classification(const std::vector<std::string>& texts, const std::string& aggregation, int64_t batch) {
+    const model::Aggregation a = engine_call([&] { return model::parse_aggregation(aggregation); });
+    const auto out = locked([&] { return p_->token_classify(texts, a, batch); });
+    nb::list result;
+    for (const auto& entities : out) {
+      nb::list per_text;
+      for (const model::TokenEntity& e : entities) {
+        nb::dict d;
+        d[a == model::Aggregation::none ? "entity" : "entity_group"] = e.label;
+        d["score"] = e.score;
+        if (e.index >= 0) d["index"] = e.index;
+        d["word"] = e.word;
+        d["start"] = e.start;
+        d["end"] = e.end;
+        per_text.append(d);
+      }
+      result.append(per_text);
+    }
+    return result;
+  }
+
+  // Per (question, context), transformers' question-answering pipeline's answers, best first (as
+  // `roformer qa` prints them, always a list).
+  nb::list question_answering(const std::vector<std::pair<std::string, std::string>>& pairs, int64_t top_k,
+                              int64_t max_answer_len, int64_t max_seq_len, int64_t doc_stride,
+                              bool handle_impossible_answer, int64_t batch) {
+    serve::QaOptions o;
+    o.top_k = top_k, o.max_answer_length = max_answer_len, o.max_seq_len = max_seq_len, o.doc_stride = doc_stride;
+    o.handle_impossible_answer = handle_impossible_answer;
+    if (top_k < 1 || max_answer_len < 1 || max_seq_len < 0 || doc_stride < 0) {
+      throw nb::value_error("top_k and max_answer_len must be positive, max_seq_len and doc_stride not negative");
+    }
+    std::vector<serve::Question> questions;
+    for (const auto& [q, c] : pairs) questions.push_back({q, c});
+    const auto out = locked([&] { return p_->answer(questions, o, batch); });
+    nb::list result;
+    for (size_t i = 0; i < out.size(); ++i) {
+      const std::u32string context = base::utf8_decode(questions[i].context);
+      nb::list answers;
+      for (const model::PipelineAnswer& a : out[i]) {
+        nb::dict d;
+        d["score"] = a.score;
+        d["start"] = a.start;
+        d["end"] = a.end;
+        d["answer"] = base::utf8_encode(std::u32string_view(context).substr(a.start, a.end - a.start));
+        answers.append(d);
+      }
+      result.append(answers);
+    }
+    return result;
+  }
+
   nb::list fill_mask(const std::vector<std::string>& texts, int64_t top_k, int64_t batch) {
     const auto out = locked([&] { return serve::fill_mask(*p_, texts, top_k, batch); });
     nb::list result;
@@ -258,6 +312,11 @@ NB_MODULE(_engine, m) {
       .def("similarity", &Model::similarity, nb::arg("pairs"), nb::arg("pooling") = "cls", nb::arg("batch_size") = 16)
       .def("classify", &Model::classify, nb::arg("texts"), nb::arg("batch_size") = 16)
       .def("fill_mask", &Model::fill_mask, nb::arg("texts"), nb::arg("top_k") = 5, nb::arg("batch_size") = 16)
+      .def("token_classification", &Model::token_classification, nb::arg("texts"),
+           nb::arg("aggregation_strategy") = "simple", nb::arg("batch_size") = 16)
+      .def("question_answering", &Model::question_answering, nb::arg("pairs"), nb::arg("top_k") = 1,
+           nb::arg("max_answer_len") = 15, nb::arg("max_seq_len") = 0, nb::arg("doc_stride") = 0,
+           nb::arg("handle_impossible_answer") = false, nb::arg("batch_size") = 16)
       .def("forward", &Model::forward, nb::arg("input_ids"), nb::arg("attention_mask").none() = nb::none(),
            nb::arg("token_type_ids").none() = nb::none())
       .def_prop_ro("hidden_size", &Model::hidden_size)

@@ -137,6 +137,46 @@ def test_embed_fill_mask_and_classify_equal_the_command_line(cli, tmp_path):
         assert o["label"] == k["label"] and abs(o["score"] - k["score"]) < 1e-9
 
 
+def same_results(ours, theirs):
+    """Lists of lists of dicts: equal but for scores, which may differ in the last bits (thread counts)."""
+    assert len(ours) == len(theirs)
+    for o, t in zip(ours, theirs):
+        assert [{k: v for k, v in d.items() if k != "score"} for d in o] == [{k: v for k, v in d.items() if k != "score"} for d in t]
+        assert all(abs(a["score"] - b["score"]) < 1e-6 for a, b in zip(o, t))
+
+
+def test_token_classification_and_question_answering_equal_the_command_line(cli, tmp_path):
+    # A token classifier and a QA model fine-tuned by the command line, served from Python.
+    ner = tmp_path / "ner.jsonl"
+    ner.write_text("".join(json.dumps({"tokens": ["hello", "world", "the", "dog"][i % 2:],
+                                       "ner_tags": ["B-X", "I-X", "O", "B-Y"][i % 2:]}) + "\n" for i in range(8)))
+    subprocess.run([CLI, "finetune", "--task", "token-classification", "--model", CASE1, "--train", str(ner),
+                    "--validation", str(ner), "--out", str(tmp_path / "ner"), "--epochs", "2", "--batch", "4",
+                    "--lr", "1e-3", "--no-progress"], check=True, capture_output=True)
+    texts = ["hello world the dog", "the dog said hello"]
+    m = roformer.Model.from_pretrained(str(tmp_path / "ner" / "best"))
+    for strategy in ("none", "simple", "max"):
+        got = run_cli("ner", "--model", str(tmp_path / "ner" / "best"), "--aggregation-strategy", strategy,
+                      stdin="\n".join(texts) + "\n")
+        same_results(m.token_classification(texts, aggregation_strategy=strategy), got)
+    squad = tmp_path / "squad.jsonl"
+    squad.write_text("".join(json.dumps({"id": str(i), "question": "he said ?", "context": f"the dog {w} he said {w}",
+                                         "answers": {"text": [w], "answer_start": [len(f"the dog {w} he said ")]}}) + "\n"
+                             for i, w in enumerate(["yes", "stop", "ok", "love"] * 2)))
+    subprocess.run([CLI, "finetune", "--task", "question-answering", "--model", CASE1, "--train", str(squad),
+                    "--validation", str(squad), "--out", str(tmp_path / "qa"), "--epochs", "2", "--batch", "4",
+                    "--max-length", "16", "--doc-stride", "4", "--no-progress"], check=True, capture_output=True)
+    q = roformer.Model.from_pretrained(str(tmp_path / "qa" / "best"))
+    questions = [{"question": "he said ?", "context": "the dog ok he said yes and the fox said stop"}] * 2
+    got = run_cli("qa", "--model", str(tmp_path / "qa" / "best"), "--top-k", "2", "--max-seq-len", "12",
+                  "--doc-stride", "3", stdin="\n".join(json.dumps(x) for x in questions) + "\n")
+    same_results(q.question_answering(questions, top_k=2, max_seq_len=12, doc_stride=3), got)
+    with pytest.raises(ValueError, match="RoFormerForQuestionAnswering"):
+        m.question_answering(questions)
+    with pytest.raises(ValueError, match="aggregation strategy 'mean'"):
+        m.token_classification(texts, aggregation_strategy="mean")
+
+
 def test_errors_are_value_errors_with_the_engine_message(tmp_path):
     with pytest.raises(ValueError, match="no such model directory"):
         roformer.Model.from_pretrained(str(tmp_path / "missing"))

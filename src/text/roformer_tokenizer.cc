@@ -164,6 +164,11 @@ RoFormerTokenizer RoFormerTokenizer::load(const std::string& dir, const LoadOpti
     const std::string path = (fs::path(dir) / name).string();
     if (fs::exists(path)) files[name] = io::read_file(path);
   }
+  // A directory with vocab.txt alone (transformers then takes RoFormerTokenizer's defaults) saves the
+  // configuration files those defaults amount to, so that what it writes says how it tokenises.
+  for (auto& [name, content] : tokenizer_files(lines_of(t.vocab()), t.config().do_lower_case)) {
+    files.emplace(name, std::move(content));  // the directory's own files win
+  }
   t.files_ = std::make_shared<const std::map<std::string, std::string>>(std::move(files));
   return t;
 }

@@ -189,8 +189,9 @@ class RoFormerTokenizer final : public Tokenizer {
   // space (HF's convert_tokens_to_string, without decode's clean-up).
   std::string decode_ids(const std::vector<int32_t>& ids) const override;
   // The files the tokenizer came from, byte for byte: load(dir)'s vocab.txt, tokenizer_config.json
-  // and special_tokens_map.json (those that exist); from_vocab_file's vocab.txt with the default
-  // configuration files of wordpiece_trainer.h's tokenizer_files. Built from a Vocab in memory, it
+  // and special_tokens_map.json, and for those the directory lacks, tokenizer_files' defaults for its
+  // do_lower_case (what transformers assumes without them); from_vocab_file's vocab.txt with the
+  // default configuration files of wordpiece_trainer.h's tokenizer_files. Built from a Vocab in memory, it
   // writes the vocabulary's lines and tokenizer_files' configuration for its do_lower_case.
   void save(const std::string& dir) const override;
 

@@ -590,3 +590,26 @@ TEST(HfOffsets, JsonOnlyWhenAskedAndBytesSliceTheText) {
 }
 
 }  // namespace
+
+// A directory with vocab.txt alone (the case1 fixture, as transformers' save_pretrained of a model
+// without its tokenizer leaves it) saves tokenizer_config.json and special_tokens_map.json: the
+// defaults transformers assumed, so a fine-tuned best/ says how it tokenises. They load back to the
+// same tokens.
+TEST(RoFormerTokenizerFiles, AVocabularyAloneSavesItsConfiguration) {
+  const std::string src = std::string(ROFORMER_FIXTURES) + "/case1_mlm_basic";
+  ASSERT_FALSE(fs::exists(src + "/tokenizer_config.json"));
+  const RoFormerTokenizer t = RoFormerTokenizer::load(src, LoadOptions{"", false});
+  const std::string out = temp_dir() + "saved_vocab_alone";
+  fs::create_directories(out);
+  t.save(out);
+  for (const char* name : {"vocab.txt", "tokenizer_config.json", "special_tokens_map.json"}) {
+    EXPECT_TRUE(fs::exists(out + "/" + name)) << name;
+  }
+  const json config = json::parse(std::ifstream(out + "/tokenizer_config.json"));
+  EXPECT_EQ(config["tokenizer_class"], "RoFormerTokenizer");
+  EXPECT_EQ(config["do_lower_case"], true);
+  const RoFormerTokenizer back = RoFormerTokenizer::load(out, LoadOptions{"", false});
+  for (const char* text : {"Hello World!", "the quick brown fox", "今天天气非常好"}) {
+    EXPECT_EQ(back.encode(text).input_ids, t.encode(text).input_ids) << text;
+  }
+}
