@@ -607,7 +607,13 @@ void FinetuneRun::write_answer_predictions() {
 }
 
 FinetuneResult FinetuneRun::run(const ReportHook& on_report) {
-  if (writer_) std::fprintf(stderr, "%s %s with %s on %s: %s (%s of %lld), batch %lld, lr %.2g, "
+  const bool finished = !resume_dir_.empty() && state_.step >= total_steps_;
+  if (writer_ && finished) {
+    std::fprintf(stderr, "%s finished at step %lld: nothing to train%s\n", o_.out.c_str(),
+                 static_cast<long long>(state_.step),
+                 o_.predict && !o_.test.empty() ? ("; predicting " + o_.test + " with its best checkpoint").c_str() : "");
+  }
+  if (writer_ && !finished) std::fprintf(stderr, "%s %s with %s on %s: %s (%s of %lld), batch %lld, lr %.2g, "
                "max length %lld, %s × %s, %s; best by %s\n",
                resume_dir_.empty() ? "fine-tuning" : "resuming",
                (cfg_.problem_type.empty() ? std::string(cfg_.head->task()) : cfg_.problem_type).c_str(),
@@ -726,7 +732,9 @@ FinetuneResult run_finetune(FinetuneOptions o, bool resume, const ReportHook& on
   std::string resume_dir;
   if (resume) {
     resume_dir = resume_options<FinetuneOptions>(o, "fine-tuning", [](FinetuneOptions& saved, const FinetuneOptions& given) {
-      saved.linears = given.linears;  // the predictions' linear layers are the invocation's
+      saved.linears = given.linears;  // the predictions' linear layers, test set and wish are the invocation's
+      if (!given.test.empty()) saved.test = given.test;
+      saved.predict = saved.predict || given.predict;
     });
   }
   o.validate();

@@ -102,6 +102,15 @@ assert a != b, "int8 predictions equal fp32's bit for bit: not run in int8?"
 sys.exit(0 if same >= 0.95 and worst <= 0.1 else 1)
 PY
 
+echo "== a finished run predicts afterwards: --resume --test --predict gives the predictions of the run itself"
+mv "$work/predict-none/predictions.jsonl" "$work/predict-none/during.jsonl"
+"$roformer" finetune --resume --out "$work/predict-none" --test "$work/val.jsonl" --predict --gemm blas --no-progress \
+  2> "$work/predict-after.log"
+grep -q "finished at step .*: nothing to train; predicting" "$work/predict-after.log"
+cmp "$work/predict-none/during.jsonl" "$work/predict-none/predictions.jsonl"
+if "$roformer" finetune --resume --out "$work/predict-none" --lr 1 2> "$work/predict-lr.log"; then exit 1; fi
+grep -q -- "--lr cannot change them" "$work/predict-lr.log"
+
 echo "== SIGINT before the first evaluation (no best yet), then --resume: the same run and predictions"
 for _ in $(seq 10); do cat "$work/train.jsonl"; done > "$work/train10.jsonl"  # 200 steps to the first evaluation
 long=("${common[@]}" --lr 5e-4 --train "$work/train10.jsonl" --validation "$work/val.jsonl" --epochs 1 --test "$work/val.jsonl" --predict)

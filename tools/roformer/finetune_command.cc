@@ -80,12 +80,14 @@ void add_finetune_command(CLI::App& app, CommandTable& commands) {
                  "RoPE scaling for inputs beyond the pre-trained length: linear:F, ntk:F, yarn:F:ORIG, ... "
                  "(default: the model's; plain extrapolation)");
   ft->add_option("--seed", o->seed, "Seed of the head's initialisation, data order and dropout")->capture_default_str();
-  ft->add_flag("--predict", o->predict, "Write out/predictions.jsonl for --test with the best checkpoint");
+  ft->add_flag("--predict", o->predict, "Write out/predictions.jsonl for --test with the best checkpoint (also "
+               "after the run: --resume --test FILE --predict)");
   add_linear_options(ft, o->linears.quantize, o->linears.gemm);  // the predictions' linear layers
   ft->add_option("--threads", o->threads, "OpenMP threads (0: all cores)")->check(roformer::thread_count());
   ft->add_flag("--no-progress", *no_progress, "No live progress line (log lines instead)");
   ft->callback([ft, resume] {
-    if (*resume) refuse_options_on_resume(ft, {"--quantize", "--gemm"});  // the predictions' linear layers
+    // The predictions are the invocation's: a finished run predicts a test set with --resume --test F --predict.
+    if (*resume) refuse_options_on_resume(ft, {"--quantize", "--gemm", "--test", "--predict"});
   });
   commands.add(ft, [o, resume, no_progress] {
     o->progress = !*no_progress;
