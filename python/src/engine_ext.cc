@@ -201,22 +201,23 @@ class Model {
     serve::QaOptions o;
     o.top_k = top_k, o.max_answer_length = max_answer_len, o.max_seq_len = max_seq_len, o.doc_stride = doc_stride;
     o.handle_impossible_answer = handle_impossible_answer;
-    if (top_k < 1 || max_answer_len < 1 || max_seq_len < 0 || doc_stride < 0) {
-      throw nb::value_error("top_k and max_answer_len must be positive, max_seq_len and doc_stride not negative");
+    constexpr int64_t kMax = int64_t{1} << 20;  // the command line's and the server's bounds
+    if (top_k < 1 || top_k > kMax || max_answer_len < 1 || max_answer_len > kMax || max_seq_len < 0 ||
+        max_seq_len > kMax || doc_stride < 0 || doc_stride > kMax) {
+      throw nb::value_error("top_k and max_answer_len must be in [1, 2^20], max_seq_len and doc_stride in [0, 2^20]");
     }
     std::vector<serve::Question> questions;
     for (const auto& [q, c] : pairs) questions.push_back({q, c});
     const auto out = locked([&] { return p_->answer(questions, o, batch); });
     nb::list result;
     for (size_t i = 0; i < out.size(); ++i) {
-      const std::u32string context = base::utf8_decode(questions[i].context);
       nb::list answers;
       for (const model::PipelineAnswer& a : out[i]) {
         nb::dict d;
         d["score"] = a.score;
         d["start"] = a.start;
         d["end"] = a.end;
-        d["answer"] = base::utf8_encode(std::u32string_view(context).substr(a.start, a.end - a.start));
+        d["answer"] = std::string(base::utf8_slice(questions[i].context, a.start, a.end));
         answers.append(d);
       }
       result.append(answers);

@@ -118,6 +118,12 @@ size_t utf8_byte_offset(std::string_view s, int64_t cp) {
   return i;
 }
 
+std::string_view utf8_slice(std::string_view s, int64_t start, int64_t end) {
+  if (start > end) throw std::out_of_range("utf8_slice: start after end");
+  const size_t a = utf8_byte_offset(s, start), b = utf8_byte_offset(s, end);
+  return s.substr(a, b - a);
+}
+
 std::string printable(std::string_view s) {
   std::string out;
   out.reserve(s.size());

@@ -37,6 +37,9 @@ std::vector<size_t> utf8_byte_offsets(std::string_view s);
 // One offset: the byte where code point cp starts (cp == the number of code points: s.size()).
 // Throws std::out_of_range for cp < 0 or past the end. O(cp); for many offsets, utf8_byte_offsets.
 size_t utf8_byte_offset(std::string_view s, int64_t cp);
+// The code points [start, end) of s, as its own bytes (the text of a character span: an answer, an
+// entity); std::out_of_range unless 0 <= start <= end <= the number of code points.
+std::string_view utf8_slice(std::string_view s, int64_t start, int64_t end);
 
 // s made safe to print as one line of a terminal or log (error messages quote file contents): C0 and
 // C1 control characters, DEL and the bytes of invalid UTF-8 become escapes (\n, \r, \t, else \xNN

@@ -358,13 +358,15 @@ std::vector<std::vector<float>> Pipeline::head_logits_encoded(const std::vector<
 }
 
 std::vector<model::TokenEntity> Pipeline::entities(const std::string& text, const text::Encoding& e,
-                                                   const std::vector<float>& logits, model::Aggregation aggregation) const {
+                                                   const std::vector<float>& logits, model::Aggregation aggregation,
+                                                   const std::vector<std::string>& ignore) const {
   std::vector<model::PipelineToken> tokens(e.size());
   for (size_t t = 0; t < e.size(); ++t) {
     tokens[t] = {e.tokens[t], {e.offsets[t].first, e.offsets[t].second}, e.special_tokens_mask[t] != 0,
                  e.input_ids[t] == tokenizer().unk_id()};
   }
-  return model::token_entities(text, tokens, logits.data(), config_.labels, aggregation);
+  return model::token_entities(text, tokens, logits.data(), config_.labels, aggregation, text::wordpiece_decoder_join,
+                               ignore);
 }
 
 std::vector<std::vector<model::TokenEntity>> Pipeline::token_classify(const std::vector<std::string>& texts,
@@ -385,6 +387,9 @@ Pipeline::Windows Pipeline::question_windows(const std::vector<Question>& questi
   const int64_t stride = options.doc_stride > 0 ? options.doc_stride : std::min<int64_t>(seq / 2, 128);
   Windows w;
   for (size_t q = 0; q < questions.size(); ++q) {
+    // transformers' question-answering argument handler refuses these.
+    if (questions[q].question.empty()) throw InputError(q, "`question` cannot be empty");
+    if (questions[q].context.empty()) throw InputError(q, "`context` cannot be empty");
     std::vector<text::Encoding> one;
     try {
       one = text::encode_windows(tokenizer(), questions[q].question, questions[q].context, seq, stride);

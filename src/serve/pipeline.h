@@ -191,9 +191,11 @@ class Pipeline {
   // The task head's logits of each encoding, per token: (size(), width) with width its labels, or 2
   // (QA's start and end); the checkpoint's head must give logits per token.
   std::vector<std::vector<float>> head_logits_encoded(const std::vector<text::Encoding>& encodings, int64_t batch_size);
-  // The entities of one text from its encoding and head_logits_encoded's logits.
+  // The entities of one text from its encoding and head_logits_encoded's logits, those labelled as
+  // `ignore` says dropped (transformers' ignore_labels).
   std::vector<model::TokenEntity> entities(const std::string& text, const text::Encoding& encoding,
-                                           const std::vector<float>& logits, model::Aggregation aggregation) const;
+                                           const std::vector<float>& logits, model::Aggregation aggregation,
+                                           const std::vector<std::string>& ignore = {"O"}) const;
   // The windows of each question (checked: an InputError names its question), their question in `owner`.
   struct Windows {
     std::vector<text::Encoding> encodings;

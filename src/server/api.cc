@@ -514,8 +514,7 @@ json Api::token_classification(const json& request) {
   json out = json::array();
   for (size_t i = 0; i < in.size(); ++i) {
     json list = json::array();
-    for (const model::TokenEntity& e : encoder().entities(in[i].a, kept[i], logits[i], aggregation)) {
-      if (std::find(ignore.begin(), ignore.end(), e.label) != ignore.end()) continue;
+    for (const model::TokenEntity& e : encoder().entities(in[i].a, kept[i], logits[i], aggregation, ignore)) {
       json j = {{label, e.label}, {"score", e.score}, {"word", e.word}, {"start", e.start}, {"end", e.end}};
       if (e.index >= 0) j["index"] = e.index;
       list.push_back(std::move(j));
@@ -563,19 +562,29 @@ json Api::question_answering(const json& request) {
   } catch (const serve::InputError& e) {
     throw invalid((single ? std::string("the question: ") : "input " + std::to_string(e.index) + ": ") + e.what());
   }
+  // A long context makes many windows: one request may not hold the model longer than a full batch of
+  // the longest inputs would (max_client_batch_size inputs of max_input_length tokens).
+  int64_t tokens = 0;
+  for (const text::Encoding& w : windows.encodings) tokens += static_cast<int64_t>(w.size());
+  const int64_t budget = options_.max_client_batch_size * encoder().max_length();
+  if (tokens > budget) {
+    throw ApiError(413, "Validation", "the contexts make " + std::to_string(windows.encodings.size()) + " windows of " +
+                                          std::to_string(tokens) + " tokens in all, more than " + std::to_string(budget) +
+                                          " (max_client_batch_size x max_input_length); send shorter contexts or a "
+                                          "larger doc_stride");
+  }
   const auto logits = run(Task::head, windows.encodings).head_logits;
   json out = json::array();
   const auto answers = encoder().answers(questions.size(), windows, logits, o);
   for (size_t q = 0; q < questions.size(); ++q) {
-    const std::u32string context = base::utf8_decode(questions[q].context);
     json list = json::array();
     for (const model::PipelineAnswer& a : answers[q]) {
       list.push_back({{"score", a.score}, {"start", a.start}, {"end", a.end},
-                      {"answer", base::utf8_encode(std::u32string_view(context).substr(a.start, a.end - a.start))}});
+                      {"answer", base::utf8_slice(questions[q].context, a.start, a.end)}});
     }
-    out.push_back(o.top_k == 1 && list.size() == 1 ? list[0] : list);
+    out.push_back(list.size() == 1 ? list[0] : list);  // transformers: one answer is an object
   }
-  return single ? out.at(0) : out;
+  return single || out.size() == 1 ? out.at(0) : out;  // and so is the answer to a list of one
 }
 
 namespace {

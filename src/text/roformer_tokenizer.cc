@@ -165,9 +165,12 @@ RoFormerTokenizer RoFormerTokenizer::load(const std::string& dir, const LoadOpti
     if (fs::exists(path)) files[name] = io::read_file(path);
   }
   // A directory with vocab.txt alone (transformers then takes RoFormerTokenizer's defaults) saves the
-  // configuration files those defaults amount to, so that what it writes says how it tokenises.
-  for (auto& [name, content] : tokenizer_files(lines_of(t.vocab()), t.config().do_lower_case)) {
-    files.emplace(name, std::move(content));  // the directory's own files win
+  // configuration files those defaults amount to, so that what it writes says how it tokenises. With
+  // either file present, the directory's own files are what it saves.
+  if (!files.count("tokenizer_config.json") && !files.count("special_tokens_map.json")) {
+    for (auto& [name, content] : tokenizer_files(lines_of(t.vocab()), t.config().do_lower_case)) {
+      files.emplace(name, std::move(content));  // vocab.txt stays the directory's
+    }
   }
   t.files_ = std::make_shared<const std::map<std::string, std::string>>(std::move(files));
   return t;
@@ -713,6 +716,30 @@ BatchArrays to_arrays(const std::vector<Encoding>& batch) {
     a.attention_mask.insert(a.attention_mask.end(), e.attention_mask.begin(), e.attention_mask.end());
   }
   return a;
+}
+
+std::string wordpiece_decoder_join(const std::vector<std::string>& tokens) {
+  static const std::pair<std::string_view, std::string_view> kCleanup[] = {
+      {" .", "."}, {" ?", "?"}, {" !", "!"}, {" ,", ","}, {" ' ", "'"}, {" n't", "n't"}, {" 'm", "'m"},
+      {" do not", " don't"}, {" 's", "'s"}, {" 've", "'ve"}, {" 're", "'re"}};
+  std::string out;
+  for (size_t i = 0; i < tokens.size(); ++i) {
+    std::string t = tokens[i];
+    if (i != 0) t = t.rfind("##", 0) == 0 ? t.substr(2) : " " + t;
+    for (const auto& [from, to] : kCleanup) {  // str::replace, one pattern after another
+      std::string cleaned;
+      for (size_t pos = 0;;) {
+        const size_t at = t.find(from, pos);
+        cleaned.append(t, pos, at == std::string::npos ? std::string::npos : at - pos);
+        if (at == std::string::npos) break;
+        cleaned += to;
+        pos = at + from.size();
+      }
+      t = std::move(cleaned);
+    }
+    out += t;
+  }
+  return out;
 }
 
 }  // namespace text

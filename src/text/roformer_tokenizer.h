@@ -101,6 +101,14 @@ struct Encoding {
   std::string to_json(bool all_fields = false, bool with_offsets = false) const;
 };
 
+// The tokenizers library's WordPiece decoder (prefix "##", cleanup on), which is what a fast
+// BERT/RoFormer tokenizer's convert_tokens_to_string does and so what transformers' pipelines show
+// as an entity's word: a "##" piece joins the token before it (the first token keeps its prefix),
+// any other token follows a space, and each token is cleaned as that decoder cleans it (" ." → ".",
+// " ?" → "?", " !" → "!", " ," → ",", " ' " → "'", " n't" → "n't", " 'm" → "'m", " do not" →
+// " don't", " 's" → "'s", " 've" → "'ve", " 're" → "'re").
+std::string wordpiece_decoder_join(const std::vector<std::string>& tokens);
+
 // A batch of equal-length encodings as (B, T) row-major int64 arrays (for model::Inputs).
 struct BatchArrays {
   int64_t B = 0, T = 0;
@@ -189,7 +197,7 @@ class RoFormerTokenizer final : public Tokenizer {
   // space (HF's convert_tokens_to_string, without decode's clean-up).
   std::string decode_ids(const std::vector<int32_t>& ids) const override;
   // The files the tokenizer came from, byte for byte: load(dir)'s vocab.txt, tokenizer_config.json
-  // and special_tokens_map.json, and for those the directory lacks, tokenizer_files' defaults for its
+  // and special_tokens_map.json, or when it has neither, tokenizer_files' defaults for its
   // do_lower_case (what transformers assumes without them); from_vocab_file's vocab.txt with the
   // default configuration files of wordpiece_trainer.h's tokenizer_files. Built from a Vocab in memory, it
   // writes the vocabulary's lines and tokenizer_files' configuration for its do_lower_case.

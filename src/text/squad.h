@@ -24,8 +24,8 @@ double squad_exact(std::string_view prediction, const std::vector<std::string>& 
 double squad_f1(std::string_view prediction, const std::vector<std::string>& golds, bool v2);
 
 // Over every question (predictions[i] against golds[i]): "exact_match" and "f1" in percent; v2 adds
-// "HasAns_exact", "HasAns_f1", "NoAns_exact", "NoAns_f1" over the questions with and without an answer
-// (present only where there are such questions). std::invalid_argument if the sizes differ.
+// "HasAns_exact", "HasAns_f1", "NoAns_exact", "NoAns_f1" over the questions with and without gold
+// answers (any, as the script's make_qid_to_has_ans; present only where there are such questions). std::invalid_argument if the sizes differ.
 std::map<std::string, double> squad_scores(const std::vector<std::string>& predictions,
                                            const std::vector<std::vector<std::string>>& golds, bool v2);
 

@@ -9,12 +9,17 @@ namespace text {
 
 std::vector<Encoding> encode_windows(const RoFormerTokenizer& tok, std::string_view first, std::string_view second,
                                      int64_t max_length, int64_t stride) {
+  if (tok.cls_id() < 0 || tok.sep_id() < 0) {
+    throw std::invalid_argument("a question and its context need the tokenizer's [CLS] and [SEP] tokens, and " +
+                                std::string(tok.cls_id() < 0 ? "cls_token" : "sep_token") + " is not set");
+  }
   EncodeOptions plain;  // each text on its own: no specials, no truncation
   plain.add_special_tokens = false;
   const Encoding a = tok.encode(first, plain), b = tok.encode(second, plain);
   const int64_t na = static_cast<int64_t>(a.size()), nb = static_cast<int64_t>(b.size());
   const int64_t W = max_length - na - 3;
-  if (W <= stride) {
+  // As the tokenizers library: the stride matters only when the second text is cut into windows.
+  if (W <= 0 || (nb > W && W <= stride)) {
     throw std::invalid_argument("the question has " + std::to_string(na) + " tokens, which leaves " +
                                 std::to_string(std::max<int64_t>(W, 0)) + " tokens of the context a window of " +
                                 std::to_string(max_length) + ": a window must hold more than the stride of " +

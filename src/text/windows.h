@@ -15,8 +15,10 @@
 
 namespace text {
 
-// Throws std::invalid_argument when no window can hold more than `stride` tokens of the second text
-// (W <= stride; the tokenizers library refuses it too), naming the first text's token count.
+// Throws std::invalid_argument when the first text leaves no room (W <= 0), or when the second text
+// needs several windows and none can hold more than `stride` of its tokens (W <= stride: the
+// tokenizers library refuses that too), naming the first text's token count; or when the tokenizer
+// has no [CLS] or [SEP].
 std::vector<Encoding> encode_windows(const RoFormerTokenizer& tok, std::string_view first, std::string_view second,
                                      int64_t max_length, int64_t stride);
 

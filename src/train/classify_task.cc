@@ -7,6 +7,7 @@
 #include <numeric>
 #include <stdexcept>
 
+#include "base/error.h"
 #include "base/random.h"
 
 namespace train {
@@ -16,6 +17,15 @@ constexpr int64_t kMegaBatches = 50;  // HF LengthGroupedSampler's mega-batch of
 constexpr uint64_t kOrderStream = 0x0dde;
 
 }  // namespace
+
+void check_token_ids(const std::vector<int64_t>& ids, int64_t vocab_size, const std::string& where) {
+  for (const int64_t id : ids) {
+    if (id < 0 || id >= vocab_size) {
+      throw base::Error(where + ": token id " + std::to_string(id) + " is outside the model's vocabulary of " +
+                        std::to_string(vocab_size));
+    }
+  }
+}
 
 Batch classification_batch(const std::vector<TokenizedExample>& examples, const std::vector<int64_t>& indices,
                            const ClassifyTaskConfig& c, int64_t row0) {

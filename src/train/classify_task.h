@@ -28,6 +28,11 @@ struct TokenizedExample {
   std::vector<int64_t> targets;  // token classification: one per token (HeadDef::targets); QA: start, end; else empty
 };
 
+// A base::Error "where: token id N is outside the model's vocabulary of V" for the first id of `ids`
+// outside [0, vocab_size): a vocabulary larger than the model's embeddings, or a tokenizer without
+// the special token an encoding needs (id -1).
+void check_token_ids(const std::vector<int64_t>& ids, int64_t vocab_size, const std::string& where);
+
 struct ClassifyTaskConfig {
   std::string problem_type = "single_label_classification";
   int64_t labels = 2;

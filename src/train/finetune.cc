@@ -101,9 +101,7 @@ std::vector<TokenizedExample> tokenize(const std::vector<data::LabeledExample>& 
     TokenizedExample x;
     x.ids.assign(e.input_ids.begin(), e.input_ids.end());
     x.types.assign(e.token_type_ids.begin(), e.token_type_ids.end());
-    for (const int64_t id : x.ids) {
-      if (id >= cfg.vocab_size) fail("token id " + std::to_string(id) + " is outside the model's vocabulary");
-    }
+    check_token_ids(x.ids, cfg.vocab_size, origin + ":" + std::to_string(r.line));
     if (labelled) {
       auto index_of = [&](const std::string& name) {
         const auto it = std::find(cfg.labels.begin(), cfg.labels.end(), name);
@@ -152,6 +150,7 @@ std::vector<TokenizedExample> tokenize_words(const std::vector<data::TaggedExamp
     x.ids.push_back(tok.sep_id());
     word_ids.push_back(-1);
     x.types.assign(x.ids.size(), 0);
+    check_token_ids(x.ids, cfg.vocab_size, origin + ":" + std::to_string(r.line));
     std::set<int64_t> seen(word_ids.begin(), word_ids.end());
     *dropped += static_cast<int64_t>(r.words.size()) - static_cast<int64_t>(seen.size() - 1);
     if (labelled) {
@@ -186,12 +185,7 @@ std::vector<TokenizedExample> tokenize_choices(const std::vector<data::ChoiceExa
       TokenizedExample x;
       x.ids.assign(e.input_ids.begin(), e.input_ids.end());
       x.types.assign(e.token_type_ids.begin(), e.token_type_ids.end());
-      for (const int64_t id : x.ids) {
-        if (id >= cfg.vocab_size) {
-          throw io::Error(origin + ":" + std::to_string(r.line) + ": token id " + std::to_string(id) +
-                          " is outside the model's vocabulary");
-        }
-      }
+      check_token_ids(x.ids, cfg.vocab_size, origin + ":" + std::to_string(r.line));
       if (k == 0) x.label = r.label;
       out.push_back(std::move(x));
     }
@@ -236,6 +230,7 @@ class FinetuneRun : public Recipe {
   bool per_token() const { return o_.task == "token-classification"; }
   bool choices() const { return o_.task == "multiple-choice"; }
   bool qa() const { return o_.task == "question-answering"; }
+  int64_t doc_stride() const { return o_.doc_stride >= 0 ? o_.doc_stride : std::min<int64_t>(128, o_.max_length / 3); }
   data::ChoiceColumns choice_columns() const {
     data::ChoiceColumns c = o_.choice;
     c.label = o_.columns.label;
@@ -354,15 +349,15 @@ void FinetuneRun::prepare() {
   metric_ = o_.metric.empty() ? cfg_.head->default_metric(cfg_) : o_.metric;
   ClassifyTaskConfig tc{cfg_.problem_type, cfg_.num_labels(), o_.batch, cfg_.pad_token_id, o_.seed, per_token(), group_, qa()};
   if (qa()) {
-    QaFeatures train = qa_features(train_squad, o_.train, *tok_, cfg_, o_.max_length, o_.doc_stride, true);
-    QaFeatures val = qa_features(val_squad_, o_.validation, *tok_, cfg_, o_.max_length, o_.doc_stride, true);
+    QaFeatures train = qa_features(train_squad, o_.train, *tok_, cfg_, o_.max_length, doc_stride(), true);
+    QaFeatures val = qa_features(val_squad_, o_.validation, *tok_, cfg_, o_.max_length, doc_stride(), true);
     if (writer_) {
       std::fprintf(stderr, "question answering: %s of %s, %s of %s (--max-length %lld, --doc-stride %lld)\n",
                    base::counted(static_cast<int64_t>(train.rows.size()), "training window").c_str(),
                    base::counted(static_cast<int64_t>(train_squad.size()), "example").c_str(),
                    base::counted(static_cast<int64_t>(val.rows.size()), "validation window").c_str(),
                    base::counted(static_cast<int64_t>(val_squad_.size()), "example").c_str(),
-                   static_cast<long long>(o_.max_length), static_cast<long long>(o_.doc_stride));
+                   static_cast<long long>(o_.max_length), static_cast<long long>(doc_stride()));
       if (train.answers_lost + val.answers_lost > 0) {
         std::fprintf(stderr, "%lld training and %lld validation answers lie in no window whole (those windows learn "
                      "\"no answer\")\n", static_cast<long long>(train.answers_lost), static_cast<long long>(val.answers_lost));
@@ -569,9 +564,8 @@ std::vector<std::string> FinetuneRun::answer_texts(const std::vector<data::Squad
     } else if (a.nbest[a.chosen].placeholder) {
       out.emplace_back("empty");  // utils_qa's placeholder text
     } else {
-      const std::u32string context = base::utf8_decode(examples[e].context);
       const model::SpanAnswer& s = a.nbest[a.chosen];
-      out.push_back(base::utf8_encode(std::u32string_view(context).substr(s.start, s.end - s.start)));
+      out.emplace_back(base::utf8_slice(examples[e].context, s.start, s.end));
     }
   }
   return out;
@@ -582,7 +576,7 @@ std::vector<std::string> FinetuneRun::answer_texts(const std::vector<data::Squad
 // probability among the n best; with --version-2, also "null_score_diff".
 void FinetuneRun::write_answer_predictions() {
   const auto rows = data::read_squad(o_.test, false);
-  const QaFeatures features = qa_features(rows, o_.test, *tok_, cfg_, o_.max_length, o_.doc_stride, false);
+  const QaFeatures features = qa_features(rows, o_.test, *tok_, cfg_, o_.max_length, doc_stride(), false);
   std::vector<std::vector<float>> logits;
   predict_best(features.rows, [&](const Batch& b, const std::vector<int64_t>& idx) {
     for (int64_t r = 0; r < b.B; ++r) {
@@ -607,13 +601,22 @@ void FinetuneRun::write_answer_predictions() {
 }
 
 FinetuneResult FinetuneRun::run(const ReportHook& on_report) {
-  const bool finished = !resume_dir_.empty() && state_.step >= total_steps_;
-  if (writer_ && finished) {
-    std::fprintf(stderr, "%s finished at step %lld: nothing to train%s\n", o_.out.c_str(),
-                 static_cast<long long>(state_.step),
-                 o_.predict && !o_.test.empty() ? ("; predicting " + o_.test + " with its best checkpoint").c_str() : "");
+  // A run that trained all its steps, or stopped early (--patience evaluations without progress), has
+  // nothing left to train: --resume then only writes the predictions it is asked for, from best/.
+  int64_t bad_evals = 0;
+  if (!state_.task_json.empty()) bad_evals = json::parse(state_.task_json).value("bad_evals", int64_t{0});
+  const bool finished = !resume_dir_.empty() &&
+                        (state_.step >= total_steps_ || (o_.patience > 0 && bad_evals >= o_.patience));
+  if (finished) {
+    if (writer_) {
+      std::fprintf(stderr, "%s finished at step %lld%s: nothing to train%s\n", o_.out.c_str(),
+                   static_cast<long long>(state_.step), state_.step < total_steps_ ? " (stopped early)" : "",
+                   o_.predict && !o_.test.empty() ? ("; predicting " + o_.test + " with its best checkpoint").c_str() : "");
+      if (o_.predict && !o_.test.empty()) write_predictions();
+    }
+    return result_;
   }
-  if (writer_ && !finished) std::fprintf(stderr, "%s %s with %s on %s: %s (%s of %lld), batch %lld, lr %.2g, "
+  if (writer_) std::fprintf(stderr, "%s %s with %s on %s: %s (%s of %lld), batch %lld, lr %.2g, "
                "max length %lld, %s × %s, %s; best by %s\n",
                resume_dir_.empty() ? "fine-tuning" : "resuming",
                (cfg_.problem_type.empty() ? std::string(cfg_.head->task()) : cfg_.problem_type).c_str(),
@@ -686,7 +689,7 @@ FinetuneOptions FinetuneOptions::from_json(const std::string& text) {
     o.label_list = j.value("label_list", std::vector<std::string>{});
     o.label_all_tokens = j.value("label_all_tokens", false);
     o.choice = {j.value("context_column", "sent1"), j.value("header_column", "sent2"), j.value("endings_column", "ending")};
-    o.doc_stride = j.value("doc_stride", int64_t{128});
+    o.doc_stride = j.value("doc_stride", int64_t{-1});
     o.qa.n_best = j.value("n_best", int64_t{20}), o.qa.max_answer_length = j.value("max_answer_length", int64_t{30});
     o.qa.version_2 = j.value("version_2", false), o.qa.null_threshold = j.value("null_threshold", 0.0);
   } catch (const json::exception& e) {
@@ -704,7 +707,7 @@ void FinetuneOptions::validate() const {
   need(task == "text-classification" || task == "token-classification" || task == "multiple-choice" ||
            task == "question-answering",
        "--task must be text-classification, token-classification, multiple-choice or question-answering");
-  need(doc_stride >= 0, "--doc-stride must not be negative");
+  need(doc_stride >= -1, "--doc-stride must not be negative (-1: the default)");
   need(qa.n_best >= 1 && qa.max_answer_length >= 1, "--n-best and --max-answer-length must be positive");
   need(std::isfinite(qa.null_threshold), "--null-threshold must be finite");
   need(!choice.context.empty() && !choice.endings.empty(), "--context-column and --endings-column must not be empty");

@@ -41,7 +41,7 @@ struct FinetuneOptions {
   data::LabeledColumns columns;      // text-classification's columns (label: also multiple-choice's)
   data::ChoiceColumns choice;        // multiple-choice's JSONL fields (its label is columns.label)
   // question-answering (SQuAD JSONL): windows of the context, and run_qa's post-processing
-  int64_t doc_stride = 128;          // context tokens two windows share
+  int64_t doc_stride = -1;           // context tokens two windows share; -1: min(128, max_length / 3), run_qa's 128 at 384
   model::QaPostprocess qa;           // n-best, longest answer, SQuAD v2.0 null answers and their threshold
   data::TaggedColumns tagged;        // token-classification's JSONL fields
   std::vector<std::string> label_list;  // token-classification: the tag names in id order ("" = sorted training tags)

@@ -31,7 +31,7 @@ QaFeatures qa_features(const std::vector<data::SquadExample>& examples, const st
       TokenizedExample row;
       row.ids.assign(w.input_ids.begin(), w.input_ids.end());
       row.types.assign(w.token_type_ids.begin(), w.token_type_ids.end());
-      for (const int64_t id : row.ids) if (id >= cfg.vocab_size) fail("token id " + std::to_string(id) + " is outside the model's vocabulary");
+      check_token_ids(row.ids, cfg.vocab_size, origin + ":" + std::to_string(x.line));
       text::SecondSpans spans = text::second_spans(w);
       model::SpanFeature span{static_cast<int64_t>(e), std::move(spans.offsets), std::move(spans.words)};
       if (labelled) {

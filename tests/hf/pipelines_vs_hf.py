@@ -20,6 +20,7 @@ import signal
 import subprocess
 import sys
 import time
+import urllib.error
 import urllib.request
 
 for name in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE"):  # InferenceClient calls the local server (the hub is never
@@ -96,19 +97,20 @@ def same(kind, got, want, keys):
     return worst
 
 
-texts = [sentence(3, 14) for _ in range(40)]
+texts = [sentence(3, 14) for _ in range(80)]
 model = RoFormerForTokenClassification.from_pretrained(ner_dir).eval()
 for strategy in ("none", "simple", "first", "average", "max"):
     pipe = pipeline("token-classification", model=model, tokenizer=tokenizer, aggregation_strategy=strategy)
     got = ours("ner", ner_dir, texts, "--aggregation-strategy", strategy)
-    worst, entities = 0.0, 0
+    worst, entities, punctuated = 0.0, 0, 0
     for text, g in zip(texts, got):
         want = pipe(text)
         keys = ("entity", "index", "word", "start", "end") if strategy == "none" else ("entity_group", "word", "start", "end")
         worst = max(worst, same(f"ner {strategy} {text!r}", g, want, keys))
         entities += len(want)
-    print(f"ner --aggregation-strategy {strategy}: {entities} entities over {len(texts)} texts, "
-          f"max score difference {worst:.2e}")
+        punctuated += sum(any(p in e["word"] for p in ".,!?'") and len(e["word"]) > 1 for e in want)
+    print(f"ner --aggregation-strategy {strategy}: {entities} entities over {len(texts)} texts "
+          f"({punctuated} words joined across punctuation), max score difference {worst:.2e}")
     if worst > 1e-4:
         failures.append(f"ner {strategy}: scores differ by {worst:.2e}")
 
@@ -168,8 +170,11 @@ try:
                for e in hub.token_classification(text)]
         worst = max(worst, same(f"serve token_classification {text!r}", got, simple(text),
                                 ("entity_group", "word", "start", "end")))
-        got = server.post("/token-classification", {"inputs": [text], "parameters": {"aggregation_strategy": "first"}})[0]
+        got = server.post("/token-classification", {"inputs": [text], "parameters": {"aggregation_strategy": "FIRST"}})[0]
         worst = max(worst, same(f"serve first {text!r}", got, first(text), ("entity_group", "word", "start", "end")))
+        got = server.post("/token-classification", {"inputs": text, "parameters": {"ignore_labels": []}})
+        worst = max(worst, same(f"serve ignore_labels [] {text!r}", got, simple(text, ignore_labels=[]),
+                                ("entity_group", "word", "start", "end")))
     print(f"serve: InferenceClient.token_classification and /token-classification, max score difference {worst:.2e}")
 finally:
     server.stop()
@@ -183,9 +188,18 @@ try:
         a = hub.question_answering(question=q["question"], context=q["context"])
         got = [{"answer": a.answer, "score": a.score, "start": a.start, "end": a.end}]
         worst = max(worst, same(f"serve question_answering {q}", got, [pipe(**q)], ("answer", "start", "end")))
-        got = server.post("/question-answering", {"inputs": q, "parameters": {"top_k": 2, "max_seq_len": 24, "doc_stride": 6}})
-        want = pipe(**q, top_k=2, max_seq_len=24, doc_stride=6)
+        got = server.post("/question-answering", {"inputs": [q], "parameters": {"top_k": 2, "max_seq_len": 24, "doc_stride": 6}})
+        want = pipe([q], top_k=2, max_seq_len=24, doc_stride=6)
+        if isinstance(got, list) != isinstance(want, list):
+            failures.append(f"serve /question-answering shape: ours {got}, transformers {want}")
+        got, want = (x if isinstance(x, list) else [x] for x in (got, want))
         worst = max(worst, same(f"serve /question-answering {q}", got, want, ("answer", "start", "end")))
+    try:
+        server.post("/question-answering", {"inputs": {"question": "", "context": "he said so"}})
+        failures.append("an empty question was answered")
+    except urllib.error.HTTPError as e:
+        if e.code != 422 or "`question` cannot be empty" not in e.read().decode():
+            failures.append(f"an empty question: {e.code}")
     print(f"serve: InferenceClient.question_answering and /question-answering, max score difference {worst:.2e}")
 finally:
     server.stop()

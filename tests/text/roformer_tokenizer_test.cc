@@ -613,3 +613,12 @@ TEST(RoFormerTokenizerFiles, AVocabularyAloneSavesItsConfiguration) {
     EXPECT_EQ(back.encode(text).input_ids, t.encode(text).input_ids) << text;
   }
 }
+
+// The tokenizers library's WordPiece decoder, as transformers' pipelines show words (its values, from
+// tokenizers 0.19.1's decoders.WordPiece(prefix="##").decode).
+TEST(WordPieceDecoder, JoinsPiecesAndCleansAsTheFastTokenizers) {
+  EXPECT_EQ(wordpiece_decoder_join({"fox", ".", "jumps", ",", "##ing", "!"}), "fox. jumps,ing!");
+  EXPECT_EQ(wordpiece_decoder_join({"##ing", "x"}), "##ing x");  // the first token keeps its prefix
+  EXPECT_EQ(wordpiece_decoder_join({"i", "do", "not", "know", "'", "s"}), "i do not know ' s");  // per token
+  EXPECT_EQ(wordpiece_decoder_join({}), "");
+}

@@ -1,6 +1,7 @@
 // text::encode_windows (src/text/windows.cc): the windows of a long second text as the tokenizers
-// library's only_second truncation with stride and overflowing tokens gives them. The first window is
-// the pair truncated only_second to max_length; each window holds W = max_length − |question| − 3
+// library's only_second truncation with stride and overflowing tokens gives them (the stride is
+// checked only when the context needs several windows). The first window is the pair truncated
+// only_second to max_length; each window holds W = max_length − |question| − 3
 // context tokens, consecutive windows share `stride` of them, the last reaches the end; offsets and
 // token types follow the pair encoding; second_spans groups "##" pieces into words.
 #include <gtest/gtest.h>
@@ -64,14 +65,16 @@ TEST(Windows, CoverTheSecondTextWithTheStride) {
 }
 
 TEST(Windows, AQuestionThatLeavesNoRoomIsRefused) {
-  EXPECT_NO_THROW(encode_windows(bert(), "a b", "c d e", 9, 3));  // W = 4 > 3
+  EXPECT_NO_THROW(encode_windows(bert(), "a b", "c d e f g", 9, 3));  // W = 4 > 3
+  EXPECT_EQ(encode_windows(bert(), "a b", "c d e", 8, 3).size(), 1u);  // W = 3 holds the context: no stride needed
   try {
-    encode_windows(bert(), "a b", "c d e", 8, 3);  // W = 3
+    encode_windows(bert(), "a b", "c d e f g", 8, 3);  // W = 3, 5 context tokens
     FAIL() << "no error";
   } catch (const std::invalid_argument& e) {
     EXPECT_EQ(std::string(e.what()), "the question has 2 tokens, which leaves 3 tokens of the context a window of 8: "
                                      "a window must hold more than the stride of 3");
   }
+  EXPECT_THROW(encode_windows(bert(), "a b c d e", "f", 8, 0), std::invalid_argument);  // W = 0
   // An empty context is one window [CLS] q [SEP] [SEP].
   EXPECT_EQ(encode_windows(bert(), "a", "", 8, 2).at(0).size(), 4u);
 }

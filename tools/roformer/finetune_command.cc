@@ -44,7 +44,7 @@ void add_finetune_command(CLI::App& app, CommandTable& commands) {
   ft->add_flag("--label-all-tokens", o->label_all_tokens,
                "token-classification: every sub-token of a word gets its tag (B-X as I-X after the first)");
   ft->add_option("--doc-stride", o->doc_stride, "question-answering: context tokens shared by two windows of a long "
-                 "context")->capture_default_str();
+                 "context (default: min(128, max-length / 3); run_qa's 128 at --max-length 384)");
   ft->add_option("--n-best", o->qa.n_best, "question-answering: start and end candidates per window, and answers kept")
       ->capture_default_str();
   ft->add_option("--max-answer-length", o->qa.max_answer_length, "question-answering: longest answer, in tokens")

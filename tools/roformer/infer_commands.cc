@@ -201,7 +201,8 @@ int run_ner(const InferOptions& o) {
 }
 
 // Extractive QA: per line, transformers' question-answering pipeline's {"score", "start", "end",
-// "answer"} (character spans of the context), or a list of --top-k of them best first.
+// "answer"} (character spans of the context), or a list of them best first when there are several
+// (--top-k).
 int run_qa(const InferOptions& o) {
   const auto p = load(o, true, false);
   p->answer({}, o.qa);  // the "needs a RoFormerForQuestionAnswering" error before input is read
@@ -210,17 +211,16 @@ int run_qa(const InferOptions& o) {
     for (const auto& [q, c] : pairs) questions.push_back({q, c});
     const auto answers = p->answer(questions, o.qa, o.batch_size);
     for (size_t i = 0; i < answers.size(); ++i) {
-      const std::u32string context = base::utf8_decode(questions[i].context);
       nlohmann::ordered_json list = nlohmann::ordered_json::array();
       for (const model::PipelineAnswer& a : answers[i]) {
         nlohmann::ordered_json j;
         j["score"] = a.score;
         j["start"] = a.start;
         j["end"] = a.end;
-        j["answer"] = base::utf8_encode(std::u32string_view(context).substr(a.start, a.end - a.start));
+        j["answer"] = base::utf8_slice(questions[i].context, a.start, a.end);
         list.push_back(std::move(j));
       }
-      const auto& out = o.qa.top_k == 1 && list.size() == 1 ? list[0] : list;
+      const auto& out = list.size() == 1 ? list[0] : list;  // transformers: one answer is an object
       std::cout << out.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) << '\n';
     }
   });

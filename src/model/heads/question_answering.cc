@@ -201,6 +201,7 @@ std::vector<PipelineAnswer> pipeline_answers(const std::vector<SpanFeature>& win
     if (static_cast<int64_t>(logits[w].size()) != 2 * T || static_cast<int64_t>(f.words.size()) != T) {
       throw std::invalid_argument("pipeline_answers: logits or words of another length");
     }
+    if (T == 0) continue;
     // Allowed: [CLS] (0) and the context. Masked to -10000, softmaxed per side (float32, as numpy).
     std::vector<float> p[2];
     for (int k = 0; k < 2; ++k) {
@@ -217,7 +218,7 @@ std::vector<PipelineAnswer> pipeline_answers(const std::vector<SpanFeature>& win
     std::vector<Candidate> spans;
     for (int64_t s = 0; s < T; ++s) {
       if (s != 0 && f.offsets[s][0] < 0) continue;
-      for (int64_t e = s; e < std::min(T, s + o.max_answer_length); ++e) {
+      for (int64_t e = s; e < T && e - s < o.max_answer_length; ++e) {
         if (e != 0 && f.offsets[e][0] < 0) continue;
         spans.push_back({{p[0][s] * p[1][e], 0, 0}, w, s, e});
       }
@@ -226,9 +227,10 @@ std::vector<PipelineAnswer> pipeline_answers(const std::vector<SpanFeature>& win
                      [](const Candidate& a, const Candidate& b) { return a.answer.score > b.answer.score; });
     if (static_cast<int64_t>(spans.size()) > o.top_k) spans.resize(static_cast<size_t>(o.top_k));
     for (Candidate& c : spans) {
-      // get_indices: whole words with align_to_words; [CLS] has no word, so its span stays (0, 0).
-      if (c.s == 0 || c.e == 0) {
-        c.answer.start = c.answer.end = 0;
+      // get_indices: whole words with align_to_words; [CLS] has no word, so a span from it falls back
+      // to the offsets: (0, the end token's end), and (0, 0) for [CLS] alone.
+      if (c.s == 0) {
+        c.answer.start = 0, c.answer.end = c.e == 0 ? 0 : f.offsets[c.e][1];
       } else if (o.align_to_words) {
         int64_t a = c.s, b = c.e;
         while (a > 0 && f.words[a - 1] == f.words[c.s]) --a;

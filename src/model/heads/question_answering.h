@@ -72,6 +72,9 @@ struct PipelineAnswer {
 
 // One example's answers, best first, from its windows (SpanFeature::words filled) and their logits
 // (T_f, 2). Ties keep window order, then start, then end (numpy's argpartition leaves them unordered).
+// One difference: transformers takes each window's top_k over every (start, end) pair and only then
+// drops those outside the context, so it can return fewer than top_k answers; here the top_k come
+// from the allowed pairs (the same answers whenever a window has top_k spans of positive score).
 std::vector<PipelineAnswer> pipeline_answers(const std::vector<SpanFeature>& windows,
                                              const std::vector<std::vector<float>>& logits,
                                              const QaPipelineOptions& options);

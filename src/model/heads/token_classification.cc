@@ -13,6 +13,7 @@
 
 #include <algorithm>
 #include <array>
+#include <cctype>
 #include <cmath>
 #include <set>
 #include <stdexcept>
@@ -208,9 +209,11 @@ class TokenClassificationHead : public HeadDef {
 ROFORMER_DEFINE_HEAD(token_classification, TokenClassificationHead)
 
 Aggregation parse_aggregation(const std::string& name) {
+  std::string lower = name;
+  for (char& c : lower) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
   for (const Aggregation a : {Aggregation::none, Aggregation::simple, Aggregation::first, Aggregation::average,
                               Aggregation::max}) {
-    if (name == aggregation_name(a)) return a;
+    if (lower == aggregation_name(a)) return a;
   }
   throw std::invalid_argument("aggregation strategy '" + name + "' is not one of none, simple, first, average, max");
 }
@@ -236,22 +239,6 @@ struct Scored {
   bool subword = false;
 };
 
-// BERT's convert_tokens_to_string: " ".join(tokens).replace(" ##", "").strip().
-std::string join_pieces(const std::vector<std::string>& tokens) {
-  std::string s;
-  for (size_t i = 0; i < tokens.size(); ++i) s += (i ? " " : "") + tokens[i];
-  std::string out;
-  for (size_t i = 0; i < s.size(); ++i) {
-    if (s.compare(i, 3, " ##") == 0) {
-      i += 2;
-      continue;
-    }
-    out += s[i];
-  }
-  const size_t a = out.find_first_not_of(" \t\n\r\f\v"), b = out.find_last_not_of(" \t\n\r\f\v");
-  return a == std::string::npos ? "" : out.substr(a, b - a + 1);
-}
-
 // The pipeline's get_tag: ("B", X) for B-X, ("I", X) for I-X, ("I", label) otherwise.
 std::pair<char, std::string> tag_of(const std::string& label) {
   if (label.rfind("B-", 0) == 0) return {'B', label.substr(2)};
@@ -261,7 +248,8 @@ std::pair<char, std::string> tag_of(const std::string& label) {
 
 // group_entities: runs of one tag whose later members are not B- become one entity_group (the label
 // after the first '-', the mean score, the words joined, the first start and the last end).
-std::vector<TokenEntity> group(const std::vector<TokenEntity>& entities) {
+std::vector<TokenEntity> group(const std::vector<TokenEntity>& entities,
+                               const std::function<std::string(const std::vector<std::string>&)>& join_pieces) {
   std::vector<TokenEntity> out;
   std::vector<const TokenEntity*> run;
   auto close = [&] {
@@ -294,7 +282,9 @@ std::vector<TokenEntity> group(const std::vector<TokenEntity>& entities) {
 
 std::vector<TokenEntity> token_entities(const std::string& text, const std::vector<PipelineToken>& tokens,
                                         const float* logits, const std::vector<std::string>& labels,
-                                        Aggregation aggregation) {
+                                        Aggregation aggregation,
+                                        const std::function<std::string(const std::vector<std::string>&)>& join_pieces,
+                                        const std::vector<std::string>& ignore) {
   const size_t L = labels.size();
   const std::u32string chars = base::utf8_decode(text);
   // gather_pre_entities: softmax scores (float32, as numpy), the token or, for [UNK], the text's
@@ -313,7 +303,7 @@ std::vector<TokenEntity> token_entities(const std::string& text, const std::vect
     s.start = tok.offsets[0], s.end = tok.offsets[1], s.index = static_cast<int64_t>(t);
     const int64_t a = std::clamp<int64_t>(s.start, 0, static_cast<int64_t>(chars.size()));
     const int64_t b = std::clamp<int64_t>(s.end, a, static_cast<int64_t>(chars.size()));
-    const std::string ref = base::utf8_encode(std::u32string_view(chars).substr(a, b - a));
+    const std::string ref(base::utf8_slice(text, a, b));
     if (tok.unknown) {
       s.word = ref;
     } else {
@@ -358,10 +348,10 @@ std::vector<TokenEntity> token_entities(const std::string& text, const std::vect
       i = j;
     }
   }
-  if (aggregation != Aggregation::none) entities = group(entities);
+  if (aggregation != Aggregation::none) entities = group(entities, join_pieces);
   std::vector<TokenEntity> kept;
   for (TokenEntity& e : entities) {
-    if (e.label != "O") kept.push_back(std::move(e));
+    if (std::find(ignore.begin(), ignore.end(), e.label) == ignore.end()) kept.push_back(std::move(e));
   }
   return kept;
 }

@@ -7,11 +7,13 @@
 //   first    words first (a word = a token and the sub-tokens after it): a word takes its first
 //   average  token's scores, the mean of its tokens' scores, or the scores of its token with the
 //   max      highest score; then grouped as simple;
-// and entities labelled O dropped. Spans are characters (code points) of the text.
+// and entities labelled O (ignore_labels) dropped. Spans are characters (code points) of the text.
+// transformers accepts the strategy's name in any case.
 #pragma once
 
 #include <array>
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -37,9 +39,13 @@ struct TokenEntity {
   int64_t index = -1;  // none: the token's position in the encoding
 };
 
-// `text` is the input (UTF-8), logits (tokens.size(), labels.size()) row-major.
+// `text` is the input (UTF-8), logits (tokens.size(), labels.size()) row-major; `join` turns tokens
+// into the text a word or group shows (the tokenizer's convert_tokens_to_string); entities whose
+// label (or group) is in `ignore` are dropped.
 std::vector<TokenEntity> token_entities(const std::string& text, const std::vector<PipelineToken>& tokens,
                                         const float* logits, const std::vector<std::string>& labels,
-                                        Aggregation aggregation);
+                                        Aggregation aggregation,
+                                        const std::function<std::string(const std::vector<std::string>&)>& join,
+                                        const std::vector<std::string>& ignore = {"O"});
 
 }  // namespace model
