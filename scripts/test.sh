@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Builds and runs the test suite: scripts/test.sh [release|debug|mpi] [--peers]
-#   release (default)  the whole suite on the release preset;
+#   release (default)  the whole suite on the release preset, with the main job's corpus (data/kjv.txt,
+#                      scripts/corpus.sh) for the documentation's commands (ctest docs_commands);
 #   debug              the AddressSanitizer + UBSan preset: every unit test, the command-line suites,
 #                      the fuzz regressions and random command lines (ctest cli_fuzz), the server's
 #                      HTTP tests and schemathesis; not the Python comparisons with transformers
@@ -34,6 +35,7 @@ if [ "$preset" = mpi ]; then
   exit
 fi
 scripts/deps.sh
+[ "$preset" = release ] && scripts/corpus.sh data/kjv.txt  # the main job's corpus, which docs_commands reads
 cmake --preset "$preset"
 cmake --build --preset "$preset"
 log="$(mktemp)"
@@ -44,8 +46,8 @@ if [ "$skipped" -gt 0 ]; then
   gpu="$(grep -c 'Cuda.*(Skipped)$' "$log" || true)"
   echo "scripts/test.sh: $skipped tests skipped (listed above): $gpu are librope's CUDA tests, which" \
        "need a GPU (or, one of them, its absence); the others compare with transformers, sacreBLEU, seqeval, schemathesis or the OpenAI and" \
-       "huggingface_hub clients where those are not installed: 'scripts/test.sh $preset --peers' installs" \
-       "them (Python venvs under build/) and runs them too."
+       "huggingface_hub clients (docs_commands, the documentation's commands, queries the server with the last two) where those" \
+       "are not installed: 'scripts/test.sh $preset --peers' installs them (Python venvs under build/) and runs them too."
 else
   echo "scripts/test.sh: no test skipped."
 fi

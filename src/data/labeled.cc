@@ -19,9 +19,7 @@ namespace {
 
 using nlohmann::json;
 
-[[noreturn]] void fail(const std::string& origin, int64_t line, const std::string& what) {
-  throw base::Error(origin + ":" + std::to_string(line) + ": " + what);
-}
+using base::fail_at;
 
 // A JSON label as text: strings as they are, integers in decimal, other numbers shortest round-trip.
 std::string label_text(const json& v, const std::string& origin, int64_t line) {
@@ -33,7 +31,7 @@ std::string label_text(const json& v, const std::string& origin, int64_t line) {
     return buf;
   }
   if (v.is_boolean()) return v.get<bool>() ? "1" : "0";
-  fail(origin, line, "a label must be a string, a number or a boolean, got " + v.dump());
+  fail_at(origin, line, "a label must be a string, a number or a boolean, got " + v.dump());
 }
 
 // The label names of a TSV/CSV field: several separated by '|' (multi-label); an empty name ("a||b",
@@ -44,7 +42,7 @@ std::vector<std::string> split_multi(const std::string& field, const std::string
   for (;;) {
     const size_t end = field.find('|', begin);
     out.push_back(field.substr(begin, end == std::string::npos ? std::string::npos : end - begin));
-    if (out.back().empty()) fail(origin, line, "an empty label name in '" + field + "' (names are separated by '|')");
+    if (out.back().empty()) fail_at(origin, line, "an empty label name in '" + field + "' (names are separated by '|')");
     if (end == std::string::npos) return out;
     begin = end + 1;
   }
@@ -70,7 +68,7 @@ class OneType {
     if (first_line_ == 0) {
       type_ = type, first_line_ = line;
     } else if (type != type_) {
-      fail(origin_, line, what_ + " is " + type + ", but line " + std::to_string(first_line_) + "'s is " + type_ +
+      fail_at(origin_, line, what_ + " is " + type + ", but line " + std::to_string(first_line_) + "'s is " + type_ +
                               " (a file holds one type of label)");
     }
   }
@@ -93,9 +91,9 @@ void for_each_json_object(const std::string& text, const std::string& origin, Fn
     try {
       j = json::parse(line);
     } catch (const json::exception& e) {
-      fail(origin, line_no, std::string("not valid JSON: ") + e.what());
+      fail_at(origin, line_no, std::string("not valid JSON: ") + e.what());
     }
-    if (!j.is_object()) fail(origin, line_no, "each line must be a JSON object");
+    if (!j.is_object()) fail_at(origin, line_no, "each line must be a JSON object");
     fn(j, line_no);
   });
 }
@@ -107,14 +105,14 @@ std::vector<LabeledExample> parse_jsonl(const std::string& text, const LabeledCo
     LabeledExample ex;
     ex.line = line_no;
     auto text_field = [&](const std::string& name) {
-      if (!j.contains(name)) fail(origin, line_no, "no field '" + name + "'");
-      if (!j[name].is_string()) fail(origin, line_no, "'" + name + "' must be a string");
+      if (!j.contains(name)) fail_at(origin, line_no, "no field '" + name + "'");
+      if (!j[name].is_string()) fail_at(origin, line_no, "'" + name + "' must be a string");
       return j[name].get<std::string>();
     };
     ex.text = text_field(cols.text);
     if (!cols.text_pair.empty()) ex.text_pair = text_field(cols.text_pair);
     if (!cols.label.empty()) {
-      if (!j.contains(cols.label) || j[cols.label].is_null()) fail(origin, line_no, "no label '" + cols.label + "'");
+      if (!j.contains(cols.label) || j[cols.label].is_null()) fail_at(origin, line_no, "no label '" + cols.label + "'");
       const json& v = j[cols.label];
       labels.see(json_type(v), line_no);
       for (const json& item : v.is_array() ? v : json::array()) items.see(json_type(item), line_no);
@@ -164,7 +162,7 @@ std::vector<Row> split_csv(const std::string& text, const std::string& origin) {
     while (!row_done) {
       if (i - row_start > io::kMaxLineBytes) throw io::Error(io::line_too_long(origin, r.line, i - row_start));
       if (i >= text.size()) {
-        if (quoted) fail(origin, r.line, "a quoted field is not closed");
+        if (quoted) fail_at(origin, r.line, "a quoted field is not closed");
         row_done = true;
         break;
       }
@@ -176,7 +174,7 @@ std::vector<Row> split_csv(const std::string& text, const std::string& origin) {
         } else if (c == '"') {
           quoted = false;
           if (i < text.size() && text[i] != ',' && text[i] != '\n' && text[i] != '\r') {
-            fail(origin, line_no, "characters after a closing quote");
+            fail_at(origin, line_no, "characters after a closing quote");
           }
         } else {
           if (c == '\n') ++line_no;
@@ -204,12 +202,12 @@ std::vector<Row> split_csv(const std::string& text, const std::string& origin) {
 
 std::vector<LabeledExample> parse_table(const std::vector<Row>& rows, const LabeledColumns& cols,
                                         const std::string& origin) {
-  if (rows.empty()) fail(origin, 1, "no header line");
+  if (rows.empty()) fail_at(origin, 1, "no header line");
   std::map<std::string, size_t> index;
   for (size_t c = 0; c < rows[0].fields.size(); ++c) index[rows[0].fields[c]] = c;
   auto column = [&](const std::string& name) {
     const auto it = index.find(name);
-    if (it == index.end()) fail(origin, rows[0].line, "the header has no column '" + name + "'");
+    if (it == index.end()) fail_at(origin, rows[0].line, "the header has no column '" + name + "'");
     return it->second;
   };
   const size_t text_col = column(cols.text);
@@ -220,7 +218,7 @@ std::vector<LabeledExample> parse_table(const std::vector<Row>& rows, const Labe
   for (size_t r = 1; r < rows.size(); ++r) {
     const Row& row = rows[r];
     if (row.fields.size() != rows[0].fields.size()) {
-      fail(origin, row.line, std::to_string(row.fields.size()) + " fields, but the header has " +
+      fail_at(origin, row.line, std::to_string(row.fields.size()) + " fields, but the header has " +
                                  std::to_string(rows[0].fields.size()));
     }
     LabeledExample ex;
@@ -228,7 +226,7 @@ std::vector<LabeledExample> parse_table(const std::vector<Row>& rows, const Labe
     ex.text = row.fields[text_col];
     if (!cols.text_pair.empty()) ex.text_pair = row.fields[pair_col];
     if (!cols.label.empty()) {
-      if (row.fields[label_col].empty()) fail(origin, row.line, "the label '" + cols.label + "' is empty");
+      if (row.fields[label_col].empty()) fail_at(origin, row.line, "the label '" + cols.label + "' is empty");
       ex.labels = split_multi(row.fields[label_col], origin, row.line);
       for (const std::string& name : ex.labels) labels.see(is_number(name) ? "a number" : "a name", row.line);
     }
@@ -271,17 +269,17 @@ std::vector<TaggedExample> parse_tagged(const std::string& text, const TaggedCol
     TaggedExample ex;
     ex.line = line_no;
     auto list = [&](const std::string& name) -> const json& {
-      if (!j.contains(name) || !j[name].is_array()) fail(origin, line_no, "'" + name + "' must be a list");
+      if (!j.contains(name) || !j[name].is_array()) fail_at(origin, line_no, "'" + name + "' must be a list");
       return j[name];
     };
     for (const json& w : list(cols.tokens)) {
-      if (!w.is_string()) fail(origin, line_no, "'" + cols.tokens + "' must hold strings, got " + w.dump());
+      if (!w.is_string()) fail_at(origin, line_no, "'" + cols.tokens + "' must hold strings, got " + w.dump());
       ex.words.push_back(w.get<std::string>());
     }
     if (!cols.tags.empty()) {
       const json& tags = list(cols.tags);
       if (tags.size() != ex.words.size()) {
-        fail(origin, line_no, "'" + cols.tags + "' has " + std::to_string(tags.size()) + " tags for " +
+        fail_at(origin, line_no, "'" + cols.tags + "' has " + std::to_string(tags.size()) + " tags for " +
                                   std::to_string(ex.words.size()) + " words in '" + cols.tokens + "'");
       }
       for (const json& t : tags) {
@@ -290,15 +288,15 @@ std::vector<TaggedExample> parse_tagged(const std::string& text, const TaggedCol
         } else if (t.is_number_integer()) {
           const int64_t id = t.get<int64_t>();
           if (label_list.empty()) {
-            fail(origin, line_no, "'" + cols.tags + "' holds tag ids; give the tag names in id order (--label-list)");
+            fail_at(origin, line_no, "'" + cols.tags + "' holds tag ids; give the tag names in id order (--label-list)");
           }
           if (id < 0 || id >= static_cast<int64_t>(label_list.size())) {
-            fail(origin, line_no, "tag id " + std::to_string(id) + " in '" + cols.tags + "' is outside the " +
+            fail_at(origin, line_no, "tag id " + std::to_string(id) + " in '" + cols.tags + "' is outside the " +
                                       std::to_string(label_list.size()) + " names of --label-list");
           }
           ex.tags.push_back(label_list[static_cast<size_t>(id)]);
         } else {
-          fail(origin, line_no, "'" + cols.tags + "' must hold tag names or ids, got " + t.dump());
+          fail_at(origin, line_no, "'" + cols.tags + "' must hold tag names or ids, got " + t.dump());
         }
       }
     }
@@ -320,8 +318,8 @@ std::vector<ChoiceExample> parse_choices(const std::string& text, const ChoiceCo
   size_t width = 0;  // endings per row: the first row's
   for_each_json_object(text, origin, [&](const json& j, int64_t line_no) {
     auto string_field = [&](const std::string& name) {
-      if (!j.contains(name)) fail(origin, line_no, "no field '" + name + "'");
-      if (!j[name].is_string()) fail(origin, line_no, "'" + name + "' must be a string, got " + j[name].dump());
+      if (!j.contains(name)) fail_at(origin, line_no, "no field '" + name + "'");
+      if (!j[name].is_string()) fail_at(origin, line_no, "'" + name + "' must be a string, got " + j[name].dump());
       return j[name].get<std::string>();
     };
     ChoiceExample ex;
@@ -330,25 +328,25 @@ std::vector<ChoiceExample> parse_choices(const std::string& text, const ChoiceCo
     const std::string header = cols.header.empty() ? "" : string_field(cols.header);
     std::vector<std::string> endings;
     if (j.contains(cols.endings)) {
-      if (!j[cols.endings].is_array()) fail(origin, line_no, "'" + cols.endings + "' must be a list of strings");
+      if (!j[cols.endings].is_array()) fail_at(origin, line_no, "'" + cols.endings + "' must be a list of strings");
       for (const json& e : j[cols.endings]) {
-        if (!e.is_string()) fail(origin, line_no, "'" + cols.endings + "' must hold strings, got " + e.dump());
+        if (!e.is_string()) fail_at(origin, line_no, "'" + cols.endings + "' must hold strings, got " + e.dump());
         endings.push_back(e.get<std::string>());
       }
     } else {
       for (size_t k = 0; j.contains(cols.endings + std::to_string(k)); ++k) {
         endings.push_back(string_field(cols.endings + std::to_string(k)));
       }
-      if (endings.empty()) fail(origin, line_no, "no field '" + cols.endings + "0' or '" + cols.endings + "' (the endings)");
+      if (endings.empty()) fail_at(origin, line_no, "no field '" + cols.endings + "0' or '" + cols.endings + "' (the endings)");
     }
     if (width == 0) width = endings.size();
-    if (endings.size() < 2) fail(origin, line_no, "a choice needs at least 2 endings, this row has " + std::to_string(endings.size()));
+    if (endings.size() < 2) fail_at(origin, line_no, "a choice needs at least 2 endings, this row has " + std::to_string(endings.size()));
     if (endings.size() != width) {
-      fail(origin, line_no, std::to_string(endings.size()) + " endings, but the first row has " + std::to_string(width));
+      fail_at(origin, line_no, std::to_string(endings.size()) + " endings, but the first row has " + std::to_string(width));
     }
     for (const std::string& e : endings) ex.choices.push_back(cols.header.empty() ? e : header + " " + e);
     if (!cols.label.empty()) {
-      if (!j.contains(cols.label)) fail(origin, line_no, "no field '" + cols.label + "'");
+      if (!j.contains(cols.label)) fail_at(origin, line_no, "no field '" + cols.label + "'");
       const json& l = j[cols.label];
       int64_t k = -1;
       if (l.is_number_integer()) {
@@ -357,10 +355,10 @@ std::vector<ChoiceExample> parse_choices(const std::string& text, const ChoiceCo
                  l.get<std::string>().find_first_not_of("0123456789") == std::string::npos) {
         k = std::stoll(l.get<std::string>());  // SWAG's CSV-born files hold "2"
       } else {
-        fail(origin, line_no, "'" + cols.label + "' must be the index of the right ending, got " + l.dump());
+        fail_at(origin, line_no, "'" + cols.label + "' must be the index of the right ending, got " + l.dump());
       }
       if (k < 0 || k >= static_cast<int64_t>(endings.size())) {
-        fail(origin, line_no, "'" + cols.label + "' " + std::to_string(k) + " is not an index of the " +
+        fail_at(origin, line_no, "'" + cols.label + "' " + std::to_string(k) + " is not an index of the " +
                                   std::to_string(endings.size()) + " endings");
       }
       ex.label = k;
@@ -374,8 +372,8 @@ std::vector<SquadExample> parse_squad(const std::string& text, bool labelled, co
   std::vector<SquadExample> out;
   for_each_json_object(text, origin, [&](const json& j, int64_t line_no) {
     auto string_field = [&](const json& o, const std::string& name, const std::string& shown) {
-      if (!o.contains(name)) fail(origin, line_no, "no field '" + shown + "'");
-      if (!o[name].is_string()) fail(origin, line_no, "'" + shown + "' must be a string, got " + o[name].dump());
+      if (!o.contains(name)) fail_at(origin, line_no, "no field '" + shown + "'");
+      if (!o[name].is_string()) fail_at(origin, line_no, "'" + shown + "' must be a string, got " + o[name].dump());
       return o[name].get<std::string>();
     };
     SquadExample ex;
@@ -385,25 +383,25 @@ std::vector<SquadExample> parse_squad(const std::string& text, bool labelled, co
     ex.question = string_field(j, "question", "question");
     ex.context = string_field(j, "context", "context");
     if (!j.contains("answers")) {
-      if (labelled) fail(origin, line_no, "no field 'answers'");
+      if (labelled) fail_at(origin, line_no, "no field 'answers'");
       out.push_back(std::move(ex));
       return;
     }
     const json& a = j["answers"];
     if (!a.is_object() || !a.contains("text") || !a.contains("answer_start") || !a["text"].is_array() ||
         !a["answer_start"].is_array()) {
-      fail(origin, line_no, "'answers' must be {\"text\": [...], \"answer_start\": [...]}");
+      fail_at(origin, line_no, "'answers' must be {\"text\": [...], \"answer_start\": [...]}");
     }
     if (a["text"].size() != a["answer_start"].size()) {
-      fail(origin, line_no, "'answers' has " + std::to_string(a["text"].size()) + " texts and " +
+      fail_at(origin, line_no, "'answers' has " + std::to_string(a["text"].size()) + " texts and " +
                                 std::to_string(a["answer_start"].size()) + " answer_start values");
     }
     const std::u32string context = base::utf8_decode(ex.context);
     for (size_t k = 0; k < a["text"].size(); ++k) {
       const std::string field = "answers.text[" + std::to_string(k) + "]";
-      if (!a["text"][k].is_string()) fail(origin, line_no, "'" + field + "' must be a string, got " + a["text"][k].dump());
+      if (!a["text"][k].is_string()) fail_at(origin, line_no, "'" + field + "' must be a string, got " + a["text"][k].dump());
       if (!a["answer_start"][k].is_number_integer()) {
-        fail(origin, line_no, "'answers.answer_start[" + std::to_string(k) + "]' must be an integer, got " +
+        fail_at(origin, line_no, "'answers.answer_start[" + std::to_string(k) + "]' must be an integer, got " +
                                   a["answer_start"][k].dump());
       }
       SquadAnswer answer{a["text"][k].get<std::string>(), a["answer_start"][k].get<int64_t>()};
@@ -412,7 +410,7 @@ std::vector<SquadExample> parse_squad(const std::string& text, bool labelled, co
       if (!inside || context.compare(static_cast<size_t>(answer.start), want.size(), want) != 0) {
         const std::u32string there =
             inside ? context.substr(static_cast<size_t>(answer.start), want.size()) : std::u32string();
-        fail(origin, line_no, "'answers.answer_start[" + std::to_string(k) + "]' " + std::to_string(answer.start) +
+        fail_at(origin, line_no, "'answers.answer_start[" + std::to_string(k) + "]' " + std::to_string(answer.start) +
                                   " does not point at its text \"" + base::printable(answer.text) + "\" (" +
                                   (inside ? "the context reads \"" + base::printable(base::utf8_encode(there)) + "\" there"
                                           : "the context has " + std::to_string(context.size()) + " characters") + ")");

@@ -10,13 +10,11 @@ namespace data {
 
 namespace {
 
-[[noreturn]] void fail(const std::string& origin, int64_t line, const std::string& what) {
-  throw base::Error(origin + ":" + std::to_string(line) + ": " + what);
-}
+using base::fail_at;
 
 void check_sides(const SentencePair& p, bool wants_target, const std::string& origin) {
   if (p.source.empty() || (wants_target && p.target.empty())) {
-    fail(origin, p.line, std::string("an empty ") + (p.source.empty() ? "source" : "target"));
+    fail_at(origin, p.line, std::string("an empty ") + (p.source.empty() ? "source" : "target"));
   }
 }
 
@@ -26,7 +24,7 @@ std::vector<SentencePair> parse_tsv(const std::string& text, bool wants_target, 
     if (line.find_first_not_of(" \t") == std::string::npos) return;
     const size_t tab = line.find('\t');
     if (wants_target ? tab == std::string::npos || line.find('\t', tab + 1) != std::string::npos : tab != std::string::npos) {
-      fail(origin, line_no, wants_target ? "expected two tab-separated fields, source and target"
+      fail_at(origin, line_no, wants_target ? "expected two tab-separated fields, source and target"
                                          : "expected one field, the source (no tab)");
     }
     SentencePair p{line.substr(0, tab), wants_target ? line.substr(tab + 1) : "", line_no};

@@ -7,6 +7,7 @@
 #include <string>
 #include <type_traits>
 
+#include "base/threads.h"
 #include "ops/activation.h"
 #include "ops/attention.h"
 #include "ops/dropout.h"
@@ -421,7 +422,7 @@ void self_attention_forward(T* out, AttentionActs<T>& a, const AttentionParams<T
     if (p.qkv) {  // one packed (N, 3H) product, split into q, k and v
       grow_to(a.qkv, N * 3 * H);
       p.qkv->forward(a.qkv.data(), x, N);
-#pragma omp parallel for schedule(static) if (N * H >= (1 << 15))
+#pragma omp parallel for schedule(static) if (N * H >= base::kParallelMinElements)
       for (int64_t i = 0; i < N; ++i) {
         const T* row = a.qkv.data() + i * 3 * H;
         std::copy_n(row, H, a.q.data() + i * H);

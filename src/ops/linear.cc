@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "base/threads.h"
 #include "blas.h"
 #include "onednn.h"
 #include "packed_linear.h"
@@ -19,8 +20,6 @@
 namespace ops {
 namespace {
 
-// Below this many elements a loop stays on the calling thread: a parallel region costs more.
-constexpr int64_t kParallelMin = 1 << 15;
 
 // dbias (OC) += Σ_n dout (N, OC), rows in order for every column (so the result does not depend on
 // the thread count): each thread takes a band of columns and walks the rows, reading a contiguous
@@ -30,7 +29,7 @@ constexpr int64_t kParallelMin = 1 << 15;
 // when only the segments' side effects are wanted.
 template <typename T, class Segment>
 void add_column_sums(T* dbias, int64_t N, int64_t OC, const Segment& segment) {
-  const bool parallel = N * OC >= kParallelMin;
+  const bool parallel = N * OC >= base::kParallelMinElements;
   const int64_t threads = parallel ? omp_get_max_threads() : 1;
   const int64_t band = std::max<int64_t>(16, ((OC + threads - 1) / threads + 15) & ~int64_t{15});
   const int64_t bands = (OC + band - 1) / band;
@@ -141,7 +140,7 @@ template <typename T>
 void linear_forward(T* out, const T* inp, const T* weight, const T* bias, int64_t N, int64_t IC, int64_t OC) {
   T beta = 0;
   if (bias) {
-#pragma omp parallel for schedule(static) if (N * OC >= kParallelMin)
+#pragma omp parallel for schedule(static) if (N * OC >= base::kParallelMinElements)
     for (int64_t n = 0; n < N; ++n) std::copy(bias, bias + OC, out + n * OC);
     beta = 1;
   }

@@ -18,6 +18,7 @@
 
 #undef HWY_TARGET_INCLUDE
 #define HWY_TARGET_INCLUDE "ops/norm.cc"
+#include "base/threads.h"
 #include "hwy/foreach_target.h"  // IWYU pragma: keep
 #include "hwy/highway.h"
 
@@ -129,7 +130,6 @@ HWY_EXPORT(LayerNormParamRowKernel);
 
 namespace {
 
-constexpr int64_t kParallelMin = 1 << 15;  // elements below which a loop stays on one thread
 
 // Running partial sums per row: 8 for fp32, 1 (the plain sequential sum) for fp64.
 template <typename T>
@@ -153,7 +153,7 @@ double row_sum(int64_t C, const F& f) {
 
 // Channel bands for the parameter-gradient reductions: about one per thread, 16-aligned.
 struct Bands {
-  Bands(int64_t N, int64_t C) : parallel(N * C >= kParallelMin) {
+  Bands(int64_t N, int64_t C) : parallel(N * C >= base::kParallelMinElements) {
     const int64_t threads = parallel ? omp_get_max_threads() : 1;
     width = std::max<int64_t>(16, ((C + threads - 1) / threads + 15) & ~int64_t{15});
     count = (C + width - 1) / width;
@@ -235,14 +235,14 @@ void add_row(T* x, const T* residual, int64_t C) {
 template <typename T>
 void layernorm_forward(T* out, T* mean, T* rstd, const T* inp, const T* weight, const T* bias, int64_t N,
                        int64_t C, double eps) {
-#pragma omp parallel for schedule(static) if (N * C >= kParallelMin)
+#pragma omp parallel for schedule(static) if (N * C >= base::kParallelMinElements)
   for (int64_t n = 0; n < N; ++n) layernorm_row(out + n * C, mean + n, rstd + n, inp + n * C, weight, bias, C, eps);
 }
 
 template <typename T>
 void residual_layernorm_forward(T* out, T* mean, T* rstd, T* inp, const T* residual, const T* weight, const T* bias,
                                 int64_t N, int64_t C, double eps) {
-#pragma omp parallel for schedule(static) if (N * C >= kParallelMin)
+#pragma omp parallel for schedule(static) if (N * C >= base::kParallelMinElements)
   for (int64_t n = 0; n < N; ++n) {
     add_row(inp + n * C, residual + n * C, C);
     layernorm_row(out + n * C, mean + n, rstd + n, inp + n * C, weight, bias, C, eps);
@@ -253,7 +253,7 @@ template <typename T>
 void layernorm_backward(T* dinp, T* dweight, T* dbias, const T* dout, const T* inp, const T* weight,
                         const T* mean, const T* rstd, int64_t N, int64_t C) {
   // dx = rstd · (g − mean(g) − x̂ · mean(g · x̂)) with g = dout · weight and x̂ the normalised input.
-#pragma omp parallel for schedule(static) if (N * C >= kParallelMin)
+#pragma omp parallel for schedule(static) if (N * C >= base::kParallelMinElements)
   for (int64_t n = 0; n < N; ++n) {
     layernorm_back_row(dinp + n * C, dout + n * C, inp + n * C, weight, mean[n], rstd[n], C);
   }
@@ -274,14 +274,14 @@ void layernorm_backward(T* dinp, T* dweight, T* dbias, const T* dout, const T* i
 
 template <typename T>
 void rmsnorm_forward(T* out, T* rrms, const T* inp, const T* weight, int64_t N, int64_t C, double eps) {
-#pragma omp parallel for schedule(static) if (N * C >= kParallelMin)
+#pragma omp parallel for schedule(static) if (N * C >= base::kParallelMinElements)
   for (int64_t n = 0; n < N; ++n) rmsnorm_row(out + n * C, rrms + n, inp + n * C, weight, C, eps);
 }
 
 template <typename T>
 void residual_rmsnorm_forward(T* out, T* rrms, T* inp, const T* residual, const T* weight, int64_t N, int64_t C,
                               double eps) {
-#pragma omp parallel for schedule(static) if (N * C >= kParallelMin)
+#pragma omp parallel for schedule(static) if (N * C >= base::kParallelMinElements)
   for (int64_t n = 0; n < N; ++n) {
     add_row(inp + n * C, residual + n * C, C);
     rmsnorm_row(out + n * C, rrms + n, inp + n * C, weight, C, eps);
@@ -293,7 +293,7 @@ void rmsnorm_backward(T* dinp, T* dweight, const T* dout, const T* inp, const T*
                       int64_t N, int64_t C) {
   constexpr int K = kSums<T>;
   // y = x·r·w, r = (mean(x²) + eps)^(-1/2): dx = r·g − x·r³·mean(g·x) with g = dy·w.
-#pragma omp parallel for schedule(static) if (N * C >= kParallelMin)
+#pragma omp parallel for schedule(static) if (N * C >= base::kParallelMinElements)
   for (int64_t n = 0; n < N; ++n) {
     const T* x = inp + n * C;
     const T* dy = dout + n * C;

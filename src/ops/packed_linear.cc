@@ -5,6 +5,7 @@
 // Also the oneDNN pieces the other ops share (onednn.h): the engine, onednn_matmul and onednn_sgemm.
 #include "packed_linear.h"
 
+#include "base/threads.h"
 #include "onednn.h"
 #include "vmath.h"
 
@@ -132,14 +133,13 @@ ActivationQuantization activation_quantization(float lo, float hi) {
   return q;
 }
 
-constexpr int64_t kParallelMin = 1 << 15;  // elements below which the quantisation stays on one thread
 
 // x (n) → q (n) u8 in one parallel region: each thread scans its part for the range, every thread
 // derives the same scale and zero point from the team's partial ranges, then each quantises its
 // part. A serial scan before a parallel reorder left a gap between regions in every int8 layer, long
 // enough for idle workers to fall asleep and be woken again (docs/perf.md, "Fewer sleeping workers").
 ActivationQuantization quantize_activations(const float* x, int64_t n, uint8_t* q) {
-  const int threads = n >= kParallelMin ? omp_get_max_threads() : 1;
+  const int threads = n >= base::kParallelMinElements ? omp_get_max_threads() : 1;
   std::vector<float> lo(threads), hi(threads);
   std::vector<char> finite(threads, 1);
   ActivationQuantization result;

@@ -13,7 +13,7 @@
 
 namespace {
 
-model::RoFormerConfig tiny() {
+model::RoFormerConfig tiny_decoder() {
   auto c = model_testing::tiny_config(13);
   c.is_decoder = true;
   return c;
@@ -60,7 +60,7 @@ TEST(LayerStack, UnilmRowLimitsFedIncrementallyEqualTheWholeSequences) {
 // Prefill and decode run one layer_forward: over a key/value cache fed 3 tokens, then one at a time,
 // it gives the uncached layer's outputs; out may alias x.
 TEST(LayerStack, CachedLayerEqualsTheWholeSequence) {
-  const auto c = tiny();
+  const auto c = tiny_decoder();
   model::RoFormer<float> m(c);
   model_testing::randomise(m, 11);
   const int64_t B = 2, S = 6, H = c.hidden_size;
@@ -92,7 +92,7 @@ TEST(LayerStack, CachedLayerEqualsTheWholeSequence) {
 // A decoder layer over the encoder's states, and over a cache of their keys and values (decoding's
 // set_memory), gives the same bits.
 TEST(LayerStack, CachedCrossAttentionMemoryEqualsTheStates) {
-  auto c = tiny();
+  auto c = tiny_decoder();
   c.add_cross_attention = true;
   model::RoFormer<float> m(c);
   model_testing::randomise(m, 12);
@@ -118,7 +118,7 @@ TEST(LayerStack, CachedCrossAttentionMemoryEqualsTheStates) {
 }
 
 TEST(LayerStack, ContextsOfSelfAndCrossAttention) {
-  auto c = tiny();
+  auto c = tiny_decoder();
   c.add_cross_attention = true;
   model::LayerStatics<float> statics(c);
   const std::vector<int64_t> keys(4, 1), memory(4, 1), limits(4, 2);

@@ -16,7 +16,7 @@
 
 namespace {
 
-model::Seq2SeqConfig tiny(model::PositionEncoding pe, bool shared = true) {
+model::Seq2SeqConfig tiny_seq2seq(model::PositionEncoding pe, bool shared = true) {
   model::RoFormerConfig c;
   c.vocab_size = 13;
   c.embedding_size = 8;
@@ -92,19 +92,19 @@ void expect_seq2seq_gradients(const model::Seq2SeqConfig& cfg, bool training) {
   EXPECT_GT(testing_util::expect_gradient("params", m.params, analytic, at, loss, testing_util::kModelCheck), 80);
 }
 
-TEST(Seq2Seq, GradientsRopeSharedEmbeddings) { expect_seq2seq_gradients(tiny(model::PositionEncoding::rope), false); }
+TEST(Seq2Seq, GradientsRopeSharedEmbeddings) { expect_seq2seq_gradients(tiny_seq2seq(model::PositionEncoding::rope), false); }
 TEST(Seq2Seq, GradientsSinusoidalSeparateEmbeddingsWithDropout) {
-  model::Seq2SeqConfig c = tiny(model::PositionEncoding::sinusoidal, false);
+  model::Seq2SeqConfig c = tiny_seq2seq(model::PositionEncoding::sinusoidal, false);
   c.encoder.hidden_dropout_prob = c.decoder.hidden_dropout_prob = 0.2;
   c.encoder.attention_probs_dropout_prob = c.decoder.attention_probs_dropout_prob = 0.15;
   expect_seq2seq_gradients(c, true);
 }
-TEST(Seq2Seq, GradientsLearnedPositions) { expect_seq2seq_gradients(tiny(model::PositionEncoding::learned), false); }
+TEST(Seq2Seq, GradientsLearnedPositions) { expect_seq2seq_gradients(tiny_seq2seq(model::PositionEncoding::learned), false); }
 TEST(Seq2Seq, GradientsNoPositionsRotatedCrossAttentionOff) {
-  expect_seq2seq_gradients(tiny(model::PositionEncoding::none), false);
+  expect_seq2seq_gradients(tiny_seq2seq(model::PositionEncoding::none), false);
 }
 TEST(Seq2Seq, GradientsRotatedCrossAttention) {
-  model::Seq2SeqConfig c = tiny(model::PositionEncoding::rope);
+  model::Seq2SeqConfig c = tiny_seq2seq(model::PositionEncoding::rope);
   c.decoder.rotate_cross_attention = true;
   expect_seq2seq_gradients(c, false);
 }
@@ -113,7 +113,7 @@ TEST(Seq2Seq, GradientsRotatedCrossAttention) {
 // through the cross-attention) stay close to fp32's without equalling them; evaluation is fp32's.
 TEST(Seq2Seq, Bf16TrainingReachesEncoderAndDecoder) {
   if (!ops::bf16_is_native()) GTEST_SKIP() << "no native bf16 (" << ops::cpu_isa_name() << ")";
-  const auto cfg = tiny(model::PositionEncoding::rope, false);
+  const auto cfg = tiny_seq2seq(model::PositionEncoding::rope, false);
   model::Seq2Seq<float> bf(cfg), fp(cfg);
   randomise(bf, 3);
   fp.params = bf.params;
@@ -151,7 +151,7 @@ TEST(Seq2Seq, Bf16TrainingReachesEncoderAndDecoder) {
 }
 
 TEST(Seq2Seq, LayoutHasHuggingFaceEncoderDecoderNames) {
-  model::Seq2Seq<float> shared(tiny(model::PositionEncoding::rope));
+  model::Seq2Seq<float> shared(tiny_seq2seq(model::PositionEncoding::rope));
   std::vector<std::string> names;
   for (const auto& info : shared.layout()) names.push_back(info.name);
   auto has = [&](const std::string& n) { return std::find(names.begin(), names.end(), n) != names.end(); };
@@ -162,7 +162,7 @@ TEST(Seq2Seq, LayoutHasHuggingFaceEncoderDecoderNames) {
   EXPECT_TRUE(has("decoder.cls.predictions.transform.dense.weight"));
   EXPECT_FALSE(has("decoder.roformer.embeddings.word_embeddings.weight"));  // shared: the encoder's table
   EXPECT_FALSE(has("encoder.cls.predictions.bias"));
-  model::Seq2Seq<float> separate(tiny(model::PositionEncoding::rope, false));
+  model::Seq2Seq<float> separate(tiny_seq2seq(model::PositionEncoding::rope, false));
   EXPECT_EQ(separate.layout()[0].name, "encoder.embeddings.word_embeddings.weight");
   bool decoder_table = false;
   for (const auto& info : separate.layout()) decoder_table |= info.name == "decoder.roformer.embeddings.word_embeddings.weight";
@@ -173,7 +173,7 @@ TEST(Seq2Seq, LayoutHasHuggingFaceEncoderDecoderNames) {
 }
 
 TEST(Seq2Seq, DecoderSeesNeitherTheFutureNorSourcePadding) {
-  const model::Seq2SeqConfig cfg = tiny(model::PositionEncoding::rope);
+  const model::Seq2SeqConfig cfg = tiny_seq2seq(model::PositionEncoding::rope);
   model::Seq2Seq<double> m(cfg);
   randomise(m, 5);
   Pairs a = random_pairs(cfg, 2, 5, 4, 1);
@@ -194,7 +194,7 @@ TEST(Seq2Seq, DecoderSeesNeitherTheFutureNorSourcePadding) {
 }
 
 TEST(Seq2Seq, ConfigJsonRoundTripsAndRejectsBadConfigs) {
-  model::Seq2SeqConfig c = tiny(model::PositionEncoding::sinusoidal, false);
+  model::Seq2SeqConfig c = tiny_seq2seq(model::PositionEncoding::sinusoidal, false);
   c.decoder_start_token_id = 5;
   const auto back = model::Seq2SeqConfig::from_json_text(c.to_json(), "config.json");
   EXPECT_EQ(back.to_json(), c.to_json());
@@ -214,7 +214,7 @@ TEST(Seq2Seq, ConfigJsonRoundTripsAndRejectsBadConfigs) {
 }
 
 TEST(Seq2Seq, LoadRoundTripsAndRejectsMissingUnexpectedAndUntiedTensors) {
-  const model::Seq2SeqConfig cfg = tiny(model::PositionEncoding::rope);
+  const model::Seq2SeqConfig cfg = tiny_seq2seq(model::PositionEncoding::rope);
   model::Seq2Seq<float> m(cfg);
   m.init_weights(7);
   std::vector<io::TensorView> tensors;

@@ -22,7 +22,7 @@ using test_files::temp_dir;
 using test_files::write;
 
 // Mixed scripts: 1-, 2-, 3- and 4-byte characters.
-const std::string kText = "Hé said 中文 is fun 😀!\nnaïve café, 日本語 and emoji 🎉🎉 again.\n";
+const std::string kMixedText = "Hé said 中文 is fun 😀!\nnaïve café, 日本語 and emoji 🎉🎉 again.\n";
 
 TEST(CharTokenizer, ByteLevelRoundTripAndSpecials) {
   const CharTokenizer tok = CharTokenizer::byte_level();
@@ -38,10 +38,10 @@ TEST(CharTokenizer, ByteLevelRoundTripAndSpecials) {
   EXPECT_EQ(tok.special_ids(), (std::vector<int32_t>{0, 1, 2, 3, 4}));
   EXPECT_TRUE(tok.is_special(4));
   EXPECT_FALSE(tok.is_special(5));
-  const std::vector<int32_t> ids = tok.encode_ids(kText);
-  ASSERT_EQ(ids.size(), kText.size());
-  for (size_t i = 0; i < ids.size(); ++i) EXPECT_EQ(ids[i], 5 + static_cast<uint8_t>(kText[i]));
-  EXPECT_EQ(tok.decode_ids(ids), kText);
+  const std::vector<int32_t> ids = tok.encode_ids(kMixedText);
+  ASSERT_EQ(ids.size(), kMixedText.size());
+  for (size_t i = 0; i < ids.size(); ++i) EXPECT_EQ(ids[i], 5 + static_cast<uint8_t>(kMixedText[i]));
+  EXPECT_EQ(tok.decode_ids(ids), kMixedText);
   EXPECT_EQ(tok.decode_ids({0, 2, 3, 4, 5 + 'x', 1}), "x\xEF\xBF\xBD");  // specials vanish, [UNK] → U+FFFD
   try {
     tok.decode_ids({5, 261});
@@ -53,17 +53,17 @@ TEST(CharTokenizer, ByteLevelRoundTripAndSpecials) {
 }
 
 TEST(CharTokenizer, CharLevelRoundTrip) {
-  const CharTokenizer tok = CharTokenizer::char_level_from_text(kText);
+  const CharTokenizer tok = CharTokenizer::char_level_from_text(kMixedText);
   EXPECT_EQ(tok.level(), CharTokenizer::Level::Char);
   EXPECT_EQ(tok.kind(), "char");
-  const std::u32string cps = base::utf8_decode(kText);
+  const std::u32string cps = base::utf8_decode(kMixedText);
   const std::set<char32_t> distinct(cps.begin(), cps.end());
   EXPECT_EQ(tok.vocab_size(), 5 + static_cast<int64_t>(distinct.size()));
   EXPECT_EQ(tok.code_points(), std::vector<char32_t>(distinct.begin(), distinct.end())) << "sorted by code point";
-  const std::vector<int32_t> ids = tok.encode_ids(kText);
+  const std::vector<int32_t> ids = tok.encode_ids(kMixedText);
   ASSERT_EQ(ids.size(), cps.size()) << "one token per code point";
   for (int32_t id : ids) EXPECT_GE(id, 5);
-  EXPECT_EQ(tok.decode_ids(ids), kText);
+  EXPECT_EQ(tok.decode_ids(ids), kMixedText);
   EXPECT_EQ(tok.encode_ids("Z"), std::vector<int32_t>{CharTokenizer::kUnk}) << "unseen characters are [UNK]";
   EXPECT_EQ(tok.decode_ids(tok.encode_ids("aZ")), "a\xEF\xBF\xBD");
   EXPECT_THROW(tok.decode_ids({static_cast<int32_t>(tok.vocab_size())}), std::out_of_range);
@@ -71,7 +71,7 @@ TEST(CharTokenizer, CharLevelRoundTrip) {
 
 TEST(CharTokenizer, StreamingVocabularyEqualsInMemory) {
   // Invalid bytes included: they count as U+FFFD whichever chunk they fall in.
-  const std::string text = kText + kText + kText + "bad \xE4\xB8 tail \xF0\x9F\x98";
+  const std::string text = kMixedText + kMixedText + kMixedText + "bad \xE4\xB8 tail \xF0\x9F\x98";
   const std::string path = write("vocab.txt", text);
   for (int64_t max_vocab : {0, 12}) {
     const CharTokenizer whole = CharTokenizer::char_level_from_text(text, max_vocab);
@@ -103,7 +103,7 @@ TEST(CharTokenizer, MaxVocabKeepsMostFrequentTiesBySmallerCodePoint) {
 }
 
 TEST(CharTokenizer, SaveLoadRoundTrip) {
-  const std::string text = kText + std::string("\"\\\t\x01", 4) + std::string(1, '\0');  // escapes and NUL
+  const std::string text = kMixedText + std::string("\"\\\t\x01", 4) + std::string(1, '\0');  // escapes and NUL
   for (const CharTokenizer& tok : {CharTokenizer::byte_level(), CharTokenizer::char_level_from_text(text)}) {
     const std::string path = temp_dir() + "tokenizer.json";
     tok.save(temp_dir());

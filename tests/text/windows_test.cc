@@ -14,7 +14,7 @@ namespace {
 
 using namespace text;
 
-const RoFormerTokenizer& bert() {
+const RoFormerTokenizer& bert_tokenizer() {
   static const RoFormerTokenizer t =
       RoFormerTokenizer::load(std::string(ROFORMER_FIXTURES) + "/tokenizer", LoadOptions{"", false});
   return t;
@@ -26,14 +26,14 @@ TEST(Windows, CoverTheSecondTextWithTheStride) {
   for (int i = 0; i < 30; ++i) context += (i ? " " : "") + std::string(i % 3 ? "the quick fox" : "jumping dog");
   EncodeOptions plain;
   plain.add_special_tokens = false;
-  const Encoding q = bert().encode(question, plain), c = bert().encode(context, plain);
+  const Encoding q = bert_tokenizer().encode(question, plain), c = bert_tokenizer().encode(context, plain);
   const int64_t max_length = 24, stride = 5, W = max_length - static_cast<int64_t>(q.size()) - 3;
-  const std::vector<Encoding> windows = encode_windows(bert(), question, context, max_length, stride);
+  const std::vector<Encoding> windows = encode_windows(bert_tokenizer(), question, context, max_length, stride);
   ASSERT_GT(windows.size(), 2u);
   EncodeOptions only_second;
   only_second.truncation = Truncation::OnlySecond;
   only_second.max_length = max_length;
-  const Encoding first = bert().encode_pair(question, context, only_second);
+  const Encoding first = bert_tokenizer().encode_pair(question, context, only_second);
   EXPECT_EQ(windows[0].input_ids, first.input_ids);
   EXPECT_EQ(windows[0].token_type_ids, first.token_type_ids);
   EXPECT_EQ(windows[0].offsets, first.offsets);
@@ -65,18 +65,18 @@ TEST(Windows, CoverTheSecondTextWithTheStride) {
 }
 
 TEST(Windows, AQuestionThatLeavesNoRoomIsRefused) {
-  EXPECT_NO_THROW(encode_windows(bert(), "a b", "c d e f g", 9, 3));  // W = 4 > 3
-  EXPECT_EQ(encode_windows(bert(), "a b", "c d e", 8, 3).size(), 1u);  // W = 3 holds the context: no stride needed
+  EXPECT_NO_THROW(encode_windows(bert_tokenizer(), "a b", "c d e f g", 9, 3));  // W = 4 > 3
+  EXPECT_EQ(encode_windows(bert_tokenizer(), "a b", "c d e", 8, 3).size(), 1u);  // W = 3 holds the context: no stride needed
   try {
-    encode_windows(bert(), "a b", "c d e f g", 8, 3);  // W = 3, 5 context tokens
+    encode_windows(bert_tokenizer(), "a b", "c d e f g", 8, 3);  // W = 3, 5 context tokens
     FAIL() << "no error";
   } catch (const std::invalid_argument& e) {
     EXPECT_EQ(std::string(e.what()), "the question has 2 tokens, which leaves 3 tokens of the context a window of 8: "
                                      "a window must hold more than the stride of 3");
   }
-  EXPECT_THROW(encode_windows(bert(), "a b c d e", "f", 8, 0), std::invalid_argument);  // W = 0
+  EXPECT_THROW(encode_windows(bert_tokenizer(), "a b c d e", "f", 8, 0), std::invalid_argument);  // W = 0
   // An empty context is one window [CLS] q [SEP] [SEP].
-  EXPECT_EQ(encode_windows(bert(), "a", "", 8, 2).at(0).size(), 4u);
+  EXPECT_EQ(encode_windows(bert_tokenizer(), "a", "", 8, 2).at(0).size(), 4u);
 }
 
 }  // namespace

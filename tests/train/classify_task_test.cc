@@ -20,7 +20,7 @@ using train::ClassifyTask;
 using train::ClassifyTaskConfig;
 using train::TokenizedExample;
 
-constexpr int64_t kV = 30;
+constexpr int64_t kClassifyVocab = 30;
 
 std::vector<TokenizedExample> examples(int64_t n, int64_t labels, const std::string& problem, uint64_t seed) {
   std::vector<TokenizedExample> out;
@@ -28,7 +28,7 @@ std::vector<TokenizedExample> examples(int64_t n, int64_t labels, const std::str
     TokenizedExample e;
     const int64_t len = 3 + static_cast<int64_t>(base::mix64(seed + i) % 9);
     for (int64_t t = 0; t < len; ++t) {
-      e.ids.push_back(t == 0 ? 2 : 5 + static_cast<int64_t>(base::mix64(seed * 31 + i * 17 + t) % (kV - 5)));
+      e.ids.push_back(t == 0 ? 2 : 5 + static_cast<int64_t>(base::mix64(seed * 31 + i * 17 + t) % (kClassifyVocab - 5)));
       e.types.push_back(t > len / 2);
     }
     if (problem == "single_label_classification") {
@@ -45,7 +45,7 @@ std::vector<TokenizedExample> examples(int64_t n, int64_t labels, const std::str
 }
 
 model::RoFormerConfig classifier(const std::string& problem, int64_t labels) {
-  model::RoFormerConfig c = train_testing::tiny_config(kV, 16);
+  model::RoFormerConfig c = train_testing::tiny_config(kClassifyVocab, 16);
   c.set_head("text-classification");
   c.problem_type = problem;
   for (int64_t k = 0; k < labels; ++k) c.labels.push_back(std::string(1, static_cast<char>('A' + k)));

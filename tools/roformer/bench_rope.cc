@@ -19,6 +19,7 @@
 
 #include <strings.h>  // strcasecmp
 
+#include "bench_util.h"
 #include "commands.h"
 #include "hwy/aligned_allocator.h"
 #include "hwy/targets.h"
@@ -90,7 +91,6 @@ class CollectingReporter : public benchmark::BenchmarkReporter {
   std::map<std::string, Result>* results_;
 };
 
-const char* dtype_name(rope_dtype d) { return d == ROPE_DTYPE_F32 ? "f32" : "bf16"; }
 
 // Disables every Highway target better than `name` (lower bits are better targets). False if the
 // CPU does not support that target.

@@ -1,4 +1,4 @@
-// What the `roformer bench` commands share: wall-clock seconds, and the peak resident memory of this
+// What the `roformer bench` commands share: librope dtype names, wall-clock seconds, and the peak resident memory of this
 // process (VmHWM from /proc/self/status, the high water mark of this address space; not getrusage's
 // ru_maxrss, which Linux carries across execve, so a process started by a big one, such as a Python
 // peer that imported torch, would report its parent's peak).
@@ -8,7 +8,14 @@
 #include <fstream>
 #include <string>
 
+#include "rope/rope.h"
+
 namespace roformer {
+
+// A librope dtype as the benchmark and check reports name it.
+inline const char* dtype_name(rope_dtype d) {
+  return d == ROPE_DTYPE_F32 ? "f32" : d == ROPE_DTYPE_F16 ? "f16" : d == ROPE_DTYPE_BF16 ? "bf16" : "f64";
+}
 
 using bench_clock = std::chrono::steady_clock;
 

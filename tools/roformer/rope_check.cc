@@ -12,6 +12,7 @@
 #include <nlohmann/json.hpp>
 #include <random>
 
+#include "bench_util.h"
 #include "commands.h"
 #include "rope/angle.h"
 #include "rope/convert.h"
@@ -118,7 +119,6 @@ double output_error(const rope::Plan& plan, const rope_config& cfg, rope_dtype d
   return std::sqrt(num / den);
 }
 
-const char* dtype_name(rope_dtype d) { return d == ROPE_DTYPE_F32 ? "f32" : d == ROPE_DTYPE_F16 ? "f16" : "bf16"; }
 
 }  // namespace
 
