@@ -7,7 +7,8 @@
 #                      HTTP tests and schemathesis; not the Python comparisons with transformers
 #                      (hf_*), whose numbers the release run checks on the same code, nor the load test
 #                      and the benchmark smoke tests, which measure rather than check memory, nor ten
-#                      long numeric sweeps whose code paths shorter tests cover (docs/reliability.md);
+#                      long numeric sweeps whose code paths shorter tests cover; each unit-test
+#                      executable runs in 4 shards, not a process per test (docs/reliability.md);
 #   mpi                Open MPI, the command line built with it, the data-parallel tests (label mpi).
 # --peers first makes the Python environments the comparison tests need (transformers, sacreBLEU,
 # seqeval, the OpenAI and huggingface_hub clients: scripts/hf-env.sh; schemathesis: scripts/st-env.sh)

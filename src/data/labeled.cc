@@ -1,12 +1,14 @@
 // Labelled examples from JSONL, TSV and CSV (see labeled.h).
 #include "labeled.h"
 
+#include <algorithm>
 #include <cctype>
 #include <cerrno>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <map>
+#include <string_view>
 #include <nlohmann/json.hpp>
 
 #include "base/error.h"
@@ -255,6 +257,34 @@ std::vector<LabeledExample> parse_labeled(const std::string& text, TableFormat f
     case TableFormat::csv: return parse_table(split_csv(text, origin), cols, origin);
   }
   return {};
+}
+
+bool has_column(const std::string& path, const std::string& name) {
+  const std::string text = io::read_file(path);
+  try {
+    switch (table_format_of(path)) {
+      case TableFormat::jsonl: {
+        size_t start = 0;
+        while (start < text.size()) {
+          const size_t end = std::min(text.find('\n', start), text.size());
+          const std::string_view line(text.data() + start, end - start);
+          if (line.find_first_not_of(" \t\r") != std::string_view::npos) {
+            const json j = json::parse(line);
+            return j.is_object() && j.contains(name) && !j[name].is_null();
+          }
+          start = end + 1;
+        }
+        return false;
+      }
+      case TableFormat::tsv:
+      case TableFormat::csv: {
+        const std::vector<Row> rows = table_format_of(path) == TableFormat::tsv ? split_tsv(text, path) : split_csv(text, path);
+        return !rows.empty() && std::find(rows[0].fields.begin(), rows[0].fields.end(), name) != rows[0].fields.end();
+      }
+    }
+  } catch (const std::exception&) {
+  }
+  return false;
 }
 
 std::vector<LabeledExample> read_labeled(const std::string& path, const LabeledColumns& cols) {

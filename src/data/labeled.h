@@ -37,6 +37,11 @@ TableFormat table_format_of(const std::string& path);
 // set) is a base::Error "path:line: ...".
 std::vector<LabeledExample> read_labeled(const std::string& path, const LabeledColumns& cols);
 
+// Whether the file's first row (JSONL: its first object; TSV/CSV: the header) has the column `name`:
+// a test file with its labels, or without. False for a file whose first row does not parse (reading
+// it then says why).
+bool has_column(const std::string& path, const std::string& name);
+
 // The same from text already in memory; origin names it in errors.
 std::vector<LabeledExample> parse_labeled(const std::string& text, TableFormat format, const LabeledColumns& cols,
                                           const std::string& origin);

@@ -49,7 +49,7 @@ void adopt_stored_classifier(model::RoFormerConfig& c, const io::WeightStore& w)
   if (c.head || !w.contains(out) || w.at(out).shape.size() != 2 || w.at(out).shape[0] < 1) return;
   c.labels.clear();
   for (int64_t i = 0; i < w.at(out).shape[0]; ++i) c.labels.push_back("LABEL_" + std::to_string(i));
-  c.problem_type = c.labels.size() == 1 ? "regression" : "single_label_classification";
+  c.problem_type = c.labels.size() == 1 ? model::ProblemType::regression : model::ProblemType::single_label_classification;
   c.set_head("RoFormerForSequenceClassification");
 }
 

@@ -261,14 +261,14 @@ template <typename T>
 void embeddings_backward(const RoFormerConfig& c, const EmbeddingParams<T>& g, const T* dout, const EmbeddingActs<T>& a,
                          const EmbeddingParams<T>& p, const Dropout& d, Scratch<T>& s) {
   const int64_t N = static_cast<int64_t>(a.ids.size()), E = c.embedding_size, H = c.hidden_size;
-  T* d_dropped = s.get(0, N * E);  // (N, E)
+  T* d_dropped = s.get(ScratchBuffer::embeddings_dropped, N * E);  // (N, E)
   if (p.project.w) {
     linear_back(d_dropped, g.project, dout, a.dropped.data(), p.project, N, E, H, ops::Grad::overwrite);
   } else {
     std::copy(dout, dout + N * E, d_dropped);
   }
   dropout_back(d_dropped, d_dropped, N * E, d, 0, d.first(E));
-  T* d_sum = s.get(1, N * E);
+  T* d_sum = s.get(ScratchBuffer::embeddings_sum, N * E);
   norm_backward(c, d_sum, g.norm, d_dropped, a.sum.data(), p.norm, a.norm, N, E);
   ops::embedding_backward(g.token_type, d_sum, a.types.data(), N, E);
   if (p.position) ops::embedding_backward(g.position, d_sum, a.positions.data(), N, E);
@@ -351,7 +351,7 @@ void attention_output_backward(T* d_ctx, T* dx, const AttentionParams<T>& g, con
   const RoFormerConfig& c = *ctx.config;
   const int64_t N = B * T_, H = c.hidden_size;
   norm_backward(c, dx, g.norm, dout, a.sum.data(), p.norm, a.norm, N, H);
-  T* d_sum = s.get(10, N * H);
+  T* d_sum = s.get(ScratchBuffer::attention_output_sum, N * H);
   dropout_back(d_sum, dx, N * H, ctx.dropout, 2 + 3 * ctx.layer, ctx.dropout.first(H));
   linear_back(d_ctx, g.out, d_sum, a.ctx.data(), kept(a.ctx16), p.out, N, H, H, ops::Grad::overwrite);
 }
@@ -468,7 +468,7 @@ void self_attention_backward(T* dx, const AttentionParams<T>& g, const T* dout, 
                              int64_t T_, Scratch<T>& s) {
   const RoFormerConfig& c = *ctx.config;
   const int64_t N = B * T_, H = c.hidden_size, n = c.num_attention_heads, D = c.head_dim();
-  T *d_ctx = s.get(12, N * H), *dq = s.get(13, N * H), *dk = s.get(14, N * H), *dv = s.get(15, N * H);
+  T *d_ctx = s.get(ScratchBuffer::attention_context, N * H), *dq = s.get(ScratchBuffer::attention_query, N * H), *dk = s.get(ScratchBuffer::attention_key, N * H), *dv = s.get(ScratchBuffer::attention_value, N * H);
   attention_output_backward(d_ctx, dx, g, dout, a, p, ctx, B, T_, s);  // dx = the residual branch
   zero(dq, N * H), zero(dk, N * H), zero(dv, N * H);
   if (c.attention_type == AttentionType::softmax) {
@@ -529,7 +529,7 @@ void cross_attention_backward(T* dx, T* dmemory, const AttentionParams<T>& g, co
                               int64_t B, int64_t T_, int64_t Tk, Scratch<T>& s) {
   const RoFormerConfig& c = *ctx.config;
   const int64_t N = B * T_, M = B * Tk, H = c.hidden_size, n = c.num_attention_heads, D = c.head_dim();
-  T *d_ctx = s.get(12, N * H), *dq = s.get(13, N * H), *dk = s.get(14, M * H), *dv = s.get(15, M * H);
+  T *d_ctx = s.get(ScratchBuffer::attention_context, N * H), *dq = s.get(ScratchBuffer::attention_query, N * H), *dk = s.get(ScratchBuffer::attention_key, M * H), *dv = s.get(ScratchBuffer::attention_value, M * H);
   attention_output_backward(d_ctx, dx, g, dout, a, p, ctx, B, T_, s);
   zero(dq, N * H), zero(dk, M * H), zero(dv, M * H);
   ops::attention_backward(dq, dk, dv, d_ctx, a.att.data(), a.q.data(), a.k.data(), a.v.data(), ctx.key_mask,
@@ -626,9 +626,9 @@ void feed_forward_backward(const RoFormerConfig& c, T* dx, const FeedForwardPara
                            int64_t layer, const Dropout& d, Scratch<T>& s) {
   const int64_t H = c.hidden_size, I = c.intermediate_size;
   norm_backward(c, dx, g.norm, dout, a.sum.data(), p.norm, a.norm, N, H);  // dx = the residual branch
-  T* d_sum = s.get(20, N * H);
+  T* d_sum = s.get(ScratchBuffer::feed_forward_sum, N * H);
   dropout_back(d_sum, dx, N * H, d, 3 + 3 * layer, d.first(H));
-  T* d_act = s.get(22, N * I);
+  T* d_act = s.get(ScratchBuffer::feed_forward_activation, N * I);
   feed_forward_dense_back(c, d_act, g, d_sum, a, p, N);
   if constexpr (std::is_same_v<T, float>) {
     if (!a.slope16.empty()) {  // bf16 training: d_pre = d_act ⊙ slope, formed as it is rounded
@@ -636,7 +636,7 @@ void feed_forward_backward(const RoFormerConfig& c, T* dx, const FeedForwardPara
                                                   p.in.w16, N, H, I);
     }
   }
-  T* d_pre = s.get(23, N * I);
+  T* d_pre = s.get(ScratchBuffer::feed_forward_pre, N * I);
   activation_backward(c, d_pre, a.pre.data(), d_act, N * I);
   linear_back(dx, g.in, d_pre, x, kept(a.x16), p.in, N, H, I);
 }
@@ -666,7 +666,7 @@ void mlm_head_backward(const RoFormerConfig& c, T* dh, const MlmHeadParams<T>& g
     linear_back(dh, LinearParams<T>{g.decoder_w}, dlogits, h, p.decoder(), N, H, V, ops::Grad::overwrite);
     return;
   }
-  T *d_normed = s.get(30, N * E), *d_act = s.get(31, N * E), *d_dense = s.get(32, N * E);
+  T *d_normed = s.get(ScratchBuffer::mlm_head_normed, N * E), *d_act = s.get(ScratchBuffer::mlm_head_activation, N * E), *d_dense = s.get(ScratchBuffer::mlm_head_dense, N * E);
   linear_back(d_normed, g.decoder(), dlogits, a.normed.data(), p.decoder(), N, E, V, ops::Grad::overwrite);
   norm_backward(c, d_act, g.norm, d_normed, a.act.data(), p.norm, a.norm, N, E);
   activation_backward(c, d_dense, a.dense.data(), d_act, N * E);
@@ -681,7 +681,7 @@ void pooler_forward(const RoFormerConfig& c, PoolerActs<T>& a, const PoolerParam
   grow_to(a.out, B * H);
   for (int64_t b = 0; b < B; ++b) std::copy_n(h + b * T_ * H, H, a.cls.data() + b * H);  // (B, H) [CLS] states
   linear(a.out.data(), a.cls.data(), p.dense, B, H, H);
-  if (c.pooler_activation == "tanh") {
+  if (c.pooler_activation == PoolerActivation::tanh) {
     for (T& x : a.out) x = std::tanh(x);
   }
 }
@@ -691,7 +691,7 @@ void pooler_backward(const RoFormerConfig& c, T* dh, const PoolerParams<T>& g, c
                      const PoolerParams<T>& p, int64_t B, int64_t T_) {
   const int64_t H = c.hidden_size;
   std::vector<T> d_pre(dout, dout + B * H), d_cls(B * H, T(0));  // (B, H)
-  if (c.pooler_activation == "tanh") {
+  if (c.pooler_activation == PoolerActivation::tanh) {
     for (int64_t i = 0; i < B * H; ++i) d_pre[i] *= T(1) - a.out[i] * a.out[i];
   }
   linear_back(d_cls.data(), g.dense, d_pre.data(), a.cls.data(), p.dense, B, H, H);

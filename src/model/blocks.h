@@ -95,8 +95,8 @@ struct Dropout {
   static Dropout training(const RoFormerConfig& c, uint64_t seed, int64_t row0, int64_t tokens);
 };
 
-// Backward scratch shared by the blocks of one model: numbered buffers, grown on first use and
-// reused every step. A block uses buffers from its `first` on, so a caller keeps those below.
+// Backward scratch shared by the blocks of one model: named buffers (ScratchBuffer below), grown on
+// first use and reused every step.
 // Sizes an activation buffer for n elements, growing it only: batches of varying length (dynamic
 // padding) reuse the largest buffer so far instead of zero-filling, and faulting in, a regrown one
 // each step. Every block writes the first n elements before it reads them.
@@ -105,13 +105,27 @@ void grow_to(std::vector<T>& v, int64_t n) {
   if (static_cast<int64_t>(v.size()) < n) v.resize(static_cast<size_t>(n));
 }
 
+// The backward's buffers, named by the function that owns them: a block reuses its own on every
+// call but never touches another's, so the gradients a caller holds in its buffers (the model's
+// d_out, d_mid, d_in across the layers; attention's d_ctx across attention_output_backward) survive
+// the blocks it calls.
+enum class ScratchBuffer : size_t {
+  embeddings_dropped, embeddings_sum,                                       // embeddings_backward
+  attention_output_sum,                                                     // attention_output_backward
+  attention_context, attention_query, attention_key, attention_value,      // self/cross_attention_backward
+  feed_forward_sum, feed_forward_activation, feed_forward_pre,             // feed_forward_backward
+  mlm_head_normed, mlm_head_activation, mlm_head_dense,                    // mlm_head_backward
+  model_hidden, model_out, model_mid, model_in,                            // RoFormer::backward*
+  count
+};
+
 template <typename T>
 struct Scratch {
-  std::vector<std::vector<T>> bufs;
-  T* get(size_t i, int64_t n) {
-    if (bufs.size() <= i) bufs.resize(i + 1);
-    if (static_cast<int64_t>(bufs[i].size()) < n) bufs[i].resize(n);
-    return bufs[i].data();
+  std::vector<std::vector<T>> bufs = std::vector<std::vector<T>>(static_cast<size_t>(ScratchBuffer::count));
+  T* get(ScratchBuffer b, int64_t n) {
+    std::vector<T>& v = bufs[static_cast<size_t>(b)];
+    if (static_cast<int64_t>(v.size()) < n) v.resize(n);
+    return v.data();
   }
 };
 

@@ -79,10 +79,14 @@ void read_head(const json& j, const std::string& origin, RoFormerConfig* c) {
     for (int64_t i = 0; i < n; ++i) c->labels.push_back("LABEL_" + std::to_string(i));
   }
   if (!c->sequence_classifier()) return;
-  c->problem_type = c->labels.size() == 1 ? "regression" : "single_label_classification";
+  c->problem_type = c->labels.size() == 1 ? ProblemType::regression : ProblemType::single_label_classification;
   if (j.contains("problem_type") && !j["problem_type"].is_null()) {
     if (!j["problem_type"].is_string()) throw io::Error(origin + ": 'problem_type' must be a string");
-    c->problem_type = j["problem_type"].get<std::string>();
+    try {
+      c->problem_type = parse_problem_type(j["problem_type"].get<std::string>());
+    } catch (const std::invalid_argument& e) {
+      throw io::Error(origin + ": " + e.what());
+    }
   }
 }
 
@@ -187,6 +191,35 @@ AttentionType parse_attention_type(const std::string& name) {
   throw std::invalid_argument("unknown attention_type '" + name + "' (softmax, linear, performer)");
 }
 
+const char* pooler_activation_name(PoolerActivation a) {
+  return a == PoolerActivation::linear ? "linear" : a == PoolerActivation::tanh ? "tanh" : "";
+}
+
+PoolerActivation parse_pooler_activation(const std::string& name) {
+  if (name == "linear") return PoolerActivation::linear;
+  if (name == "tanh") return PoolerActivation::tanh;
+  throw std::invalid_argument("unknown pooler_activation '" + name + "' (linear, tanh)");
+}
+
+const char* problem_type_name(ProblemType p) {
+  switch (p) {
+    case ProblemType::none: return "";
+    case ProblemType::single_label_classification: return "single_label_classification";
+    case ProblemType::multi_label_classification: return "multi_label_classification";
+    case ProblemType::regression: return "regression";
+  }
+  return "?";
+}
+
+ProblemType parse_problem_type(const std::string& name) {
+  for (ProblemType p : {ProblemType::single_label_classification, ProblemType::multi_label_classification,
+                        ProblemType::regression}) {
+    if (name == problem_type_name(p)) return p;
+  }
+  throw std::invalid_argument("unknown problem_type '" + name +
+                              "' (single_label_classification, multi_label_classification, regression)");
+}
+
 void RoFormerConfig::validate() const {
   check_sizes(*this);
   if (hidden_size % num_attention_heads != 0 || head_dim() % 2 != 0) {
@@ -199,7 +232,7 @@ void RoFormerConfig::validate() const {
   if (pad_token_id < 0 || pad_token_id >= vocab_size) {
     throw std::invalid_argument("pad_token_id " + std::to_string(pad_token_id) + " is outside the vocabulary");
   }
-  if (add_cross_attention && (!is_decoder || attention_type != AttentionType::softmax || !pooler_activation.empty() ||
+  if (add_cross_attention && (!is_decoder || attention_type != AttentionType::softmax || pooler_activation != PoolerActivation::none ||
                               sequence_classifier())) {
     throw std::invalid_argument("add_cross_attention needs a causal softmax decoder (is_decoder, attention_type softmax)");
   }
@@ -214,9 +247,6 @@ void RoFormerConfig::validate() const {
   if (!(initializer_range > 0)) throw std::invalid_argument("initializer_range must be positive");
   if (!(layer_norm_eps > 0)) throw std::invalid_argument("layer_norm_eps must be positive");
   if (!(rope_theta > 1)) throw std::invalid_argument("rope_theta must be greater than 1");
-  if (!pooler_activation.empty() && pooler_activation != "linear" && pooler_activation != "tanh") {
-    throw std::invalid_argument("unknown pooler_activation '" + pooler_activation + "' (linear, tanh)");
-  }
   if (rms_norm() && embedding_size != hidden_size) {
     throw std::invalid_argument("norm_type rms_norm (RoFormer-V2) needs embedding_size == hidden_size");
   }
@@ -303,7 +333,8 @@ RoFormerConfig RoFormerConfig::from_json_text(const std::string& text, const std
   get_string("attention_type", &attention);
   get_string("norm_type", &norm);
   get_bool("use_bias", &c.use_bias);
-  get_string("pooler_activation", &c.pooler_activation);
+  std::string pooler;
+  get_string("pooler_activation", &pooler);
   get_int("performer_features", &c.performer_features);
   if (layout != "interleaved" && layout != "half") fail("rope_layout", "must be \"interleaved\" or \"half\"");
   read_head(j, origin, &c);
@@ -325,6 +356,7 @@ RoFormerConfig RoFormerConfig::from_json_text(const std::string& text, const std
     c.hidden_act = parse_activation(act);
     c.norm_type = parse_norm_type(norm);
     c.attention_type = parse_attention_type(attention);
+    if (j.contains("pooler_activation")) c.pooler_activation = parse_pooler_activation(pooler);
     c.validate();
   } catch (const std::invalid_argument& e) {
     throw io::Error(origin + ": " + e.what());
@@ -375,7 +407,7 @@ std::string RoFormerConfig::to_json() const {
   if (rope_scaling != "none") j["rope_scaling"] = rope_scaling;
   if (norm_type != NormType::layer_norm) j["norm_type"] = norm_type_name(norm_type);
   if (!use_bias) j["use_bias"] = false;
-  if (!pooler_activation.empty()) j["pooler_activation"] = pooler_activation;
+  if (pooler_activation != PoolerActivation::none) j["pooler_activation"] = pooler_activation_name(pooler_activation);
   if (attention_type != AttentionType::softmax) {
     j["attention_type"] = attention_type_name(attention_type);
     j["performer_features"] = performer_features;
@@ -389,7 +421,7 @@ std::string RoFormerConfig::to_json() const {
     j["id2label"] = id2label;
     j["label2id"] = label2id;
     j["num_labels"] = labels.size();
-    if (sequence_classifier()) j["problem_type"] = problem_type;
+    if (sequence_classifier()) j["problem_type"] = problem_type_name(problem_type);
   }
   return j.dump(2) + "\n";
 }

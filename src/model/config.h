@@ -17,6 +17,10 @@ enum class PositionEncoding { rope, sinusoidal, learned, none };
 enum class Activation { gelu, relu };                     // hidden_act
 enum class NormType { layer_norm, rms_norm };             // norm_type
 enum class AttentionType { softmax, linear, performer };  // attention_type
+enum class PoolerActivation { none, linear, tanh };       // pooler_activation (absent: none)
+// problem_type, HF's, of sequence classification: softmax cross-entropy, sigmoid BCE or MSE; none for
+// the other heads and models.
+enum class ProblemType { none, single_label_classification, multi_label_classification, regression };
 
 struct RoFormerConfig {
   int64_t vocab_size = 50000, embedding_size = 768, hidden_size = 768, num_hidden_layers = 12,
@@ -27,11 +31,11 @@ struct RoFormerConfig {
   // head that is the tied matmul only; use_bias false = no biases in any linear layer.
   NormType norm_type = NormType::layer_norm;
   bool use_bias = true;
-  // RoFormer-Sim (junnyu's roformer package): a pooler on the [CLS] state, "linear" or "tanh" ("" =
-  // none); with is_decoder, attention follows UniLM's seq2seq mask built from token_type_ids
+  // RoFormer-Sim (junnyu's roformer package): a pooler on the [CLS] state, linear or tanh (none: no
+  // pooler); with is_decoder, attention follows UniLM's seq2seq mask built from token_type_ids
   // (bert4keras UniLM_Mask): key j is visible from query i iff cumsum(tt)[j] <= cumsum(tt)[i].
-  std::string pooler_activation;
-  bool unilm_mask() const { return is_decoder && !pooler_activation.empty(); }
+  PoolerActivation pooler_activation = PoolerActivation::none;
+  bool unilm_mask() const { return is_decoder && pooler_activation != PoolerActivation::none; }
   double hidden_dropout_prob = 0.1, attention_probs_dropout_prob = 0.1, initializer_range = 0.02,
          layer_norm_eps = 1e-12;
   bool rotary_value = false;
@@ -61,11 +65,10 @@ struct RoFormerConfig {
   // question answering, multiple choice), from config.json's architectures; null for the masked and
   // causal LMs and RoFormerModel, which end in the language-model head or in the hidden states.
   // labels is id2label in id order for a head that uses labels (one entry, "LABEL_0", for
-  // regression); problem_type is HF's, for sequence classification: "single_label_classification"
-  // (softmax cross-entropy), "multi_label_classification" (sigmoid BCE) or "regression" (MSE).
+  // regression); problem_type is HF's, for sequence classification (none for the other heads).
   const HeadDef* head = nullptr;
   std::vector<std::string> labels;
-  std::string problem_type;
+  ProblemType problem_type = ProblemType::none;
   // The head of an architecture name or task name (model::head_named), labels and problem_type left as they are.
   void set_head(const std::string& name);
   bool has_head(const char* architecture) const;
@@ -98,5 +101,10 @@ const char* norm_type_name(NormType n);
 NormType parse_norm_type(const std::string& name);
 const char* attention_type_name(AttentionType a);
 AttentionType parse_attention_type(const std::string& name);
+const char* pooler_activation_name(PoolerActivation a);  // "linear", "tanh"; "" for none
+PoolerActivation parse_pooler_activation(const std::string& name);
+// HF's names ("single_label_classification", ...; "" for none).
+const char* problem_type_name(ProblemType p);
+ProblemType parse_problem_type(const std::string& name);
 
 }  // namespace model

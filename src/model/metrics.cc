@@ -113,13 +113,13 @@ double spearman(const std::vector<double>& x, const std::vector<double>& y) {
   return pearson(ranks(x), ranks(y));
 }
 
-std::map<std::string, double> classification_metrics(const std::string& problem_type, int64_t labels,
+std::map<std::string, double> classification_metrics(ProblemType problem_type, int64_t labels,
                                                      const std::vector<float>& logits,
                                                      const std::vector<int64_t>& class_targets,
                                                      const std::vector<float>& value_targets) {
   const int64_t n = static_cast<int64_t>(logits.size()) / labels;
   std::map<std::string, double> m;
-  if (problem_type == "single_label_classification") {
+  if (problem_type == ProblemType::single_label_classification) {
     std::vector<int64_t> predicted(n);
     for (int64_t i = 0; i < n; ++i) {
       const float* z = logits.data() + i * labels;
@@ -129,7 +129,7 @@ std::map<std::string, double> classification_metrics(const std::string& problem_
     if (labels == 2) m["f1"] = f1_binary(class_targets, predicted, 1);
     m["f1_macro"] = f1_macro(class_targets, predicted, labels);
     m["mcc"] = matthews(class_targets, predicted, labels);
-  } else if (problem_type == "multi_label_classification") {
+  } else if (problem_type == ProblemType::multi_label_classification) {
     double tp = 0, fp = 0, fn = 0, exact = 0;
     for (int64_t i = 0; i < n; ++i) {
       bool all = true;
@@ -142,7 +142,7 @@ std::map<std::string, double> classification_metrics(const std::string& problem_
     }
     m["accuracy"] = exact / static_cast<double>(n);
     m["f1_micro"] = tp == 0 ? 0.0 : 2 * tp / (2 * tp + fp + fn);
-  } else if (problem_type == "regression") {
+  } else if (problem_type == ProblemType::regression) {
     std::vector<double> x(logits.begin(), logits.end()), y(value_targets.begin(), value_targets.end());
     double se = 0;
     for (size_t i = 0; i < x.size(); ++i) se += (x[i] - y[i]) * (x[i] - y[i]);
@@ -150,7 +150,7 @@ std::map<std::string, double> classification_metrics(const std::string& problem_
     m["spearman"] = spearman(x, y);
     m["mse"] = se / static_cast<double>(x.size());
   } else {
-    throw std::invalid_argument("unknown problem_type '" + problem_type + "'");
+    throw std::invalid_argument("classification metrics need a problem_type");
   }
   return m;
 }

@@ -10,6 +10,8 @@
 #include <string>
 #include <vector>
 
+#include "model/config.h"
+
 namespace model {
 
 double accuracy(const std::vector<int64_t>& truth, const std::vector<int64_t>& predicted);
@@ -27,7 +29,7 @@ double spearman(const std::vector<double>& x, const std::vector<double>& y);
 //   multi_label_classification:  accuracy (exact match of the thresholded label set), f1_micro;
 //   regression:                  pearson, spearman, mse.
 // logits (n, labels) row-major; targets: class ids (n) for single-label; values (n, labels) for the others.
-std::map<std::string, double> classification_metrics(const std::string& problem_type, int64_t labels,
+std::map<std::string, double> classification_metrics(ProblemType problem_type, int64_t labels,
                                                      const std::vector<float>& logits,
                                                      const std::vector<int64_t>& class_targets,
                                                      const std::vector<float>& value_targets);

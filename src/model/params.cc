@@ -66,7 +66,7 @@ std::vector<ParamInfo> param_layout(const RoFormerConfig& c) {
     linear("output.dense", H, I);
     norm("output.LayerNorm");
   }
-  if (!c.pooler_activation.empty()) {  // RoFormer-Sim's pooler (inference only: no loss reaches it)
+  if (c.pooler_activation != PoolerActivation::none) {  // RoFormer-Sim's pooler (inference only: no loss reaches it)
     add("roformer.pooler.dense.weight", {H, H}, true);
     add("roformer.pooler.dense.bias", {H}, false);
   }

@@ -290,10 +290,10 @@ void RoFormer<T>::backward_from_logits(const T* d_logits) {
   if (a.keep == Keep::outputs) throw std::logic_error("backward needs a forward that kept its activations");
   allocate_grads();
   if (!scratch_) scratch_ = std::make_unique<Scratch<T>>();
-  T* d_h = scratch_->get(50, a.N * cfg_.hidden_size);
+  T* d_h = scratch_->get(ScratchBuffer::model_hidden, a.N * cfg_.hidden_size);
   mlm_head_backward(cfg_, d_h, g.head, d_logits, a.head, p.head, a.input_of(cfg_.num_hidden_layers).data(), a.N,
                     *scratch_);
-  backward_from_hidden(d_h);  // buffer 50 is not one backward_from_hidden or the blocks use
+  backward_from_hidden(d_h);  // model_hidden is not a buffer backward_from_hidden or the blocks use
 }
 
 template <typename T>
@@ -324,7 +324,7 @@ void RoFormer<T>::backward_from_hidden(const T* d_hidden, const T* d_pooled) {
   if (!scratch_) scratch_ = std::make_unique<Scratch<T>>();
   Scratch<T>& s = *scratch_;
   const int64_t N = a.N, H = cfg_.hidden_size;
-  T *d_out = s.get(51, N * H), *d_mid = s.get(52, N * H), *d_in = s.get(53, N * H);  // (N, H) each
+  T *d_out = s.get(ScratchBuffer::model_out, N * H), *d_mid = s.get(ScratchBuffer::model_mid, N * H), *d_in = s.get(ScratchBuffer::model_in, N * H);  // (N, H) each
   std::copy(d_hidden, d_hidden + N * H, d_out);
   if (d_pooled && p.pooler.dense.w) pooler_backward(cfg_, d_out, g.pooler, d_pooled, a.pooler, p.pooler, a.B, a.S);
   if (cfg_.add_cross_attention) d_memory_.assign(a.B * memory_len_ * H, T(0));

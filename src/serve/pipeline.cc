@@ -246,7 +246,7 @@ std::vector<std::vector<float>> Pipeline::embed(const std::vector<std::string>& 
 
 std::vector<std::vector<float>> Pipeline::embed_encoded(const std::vector<text::Encoding>& encodings,
                                                         const EmbedOptions& o) {
-  if (o.pooling == Pooling::pooler && config_.pooler_activation.empty()) {
+  if (o.pooling == Pooling::pooler && config_.pooler_activation == model::PoolerActivation::none) {
     throw io::Error(dir_ + "/config.json: --pooling pooler needs a checkpoint with a pooler (RoFormer-Sim's "
                     "\"pooler_activation\" and roformer.pooler.dense.*); this one has none: use cls or mean");
   }

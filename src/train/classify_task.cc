@@ -51,7 +51,7 @@ Batch classification_batch(const std::vector<TokenizedExample>& examples, const 
       b.targets.insert(b.targets.end(), e.targets.begin(), e.targets.end());  // start, end
     } else if (g > 1) {
       if (r % g == 0) b.targets.push_back(e.label);  // the example's right choice
-    } else if (c.problem_type == "single_label_classification") {
+    } else if (c.problem_type == model::ProblemType::single_label_classification) {
       b.targets.push_back(e.label);
     } else {
       if (static_cast<int64_t>(e.values.size()) != c.labels) throw std::invalid_argument("an example has the wrong number of values");

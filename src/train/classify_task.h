@@ -15,6 +15,7 @@
 #include <string>
 #include <vector>
 
+#include "model/config.h"
 #include "train/task.h"
 
 namespace train {
@@ -34,7 +35,7 @@ struct TokenizedExample {
 void check_token_ids(const std::vector<int64_t>& ids, int64_t vocab_size, const std::string& where);
 
 struct ClassifyTaskConfig {
-  std::string problem_type = "single_label_classification";
+  model::ProblemType problem_type = model::ProblemType::single_label_classification;
   int64_t labels = 2;
   int64_t batch = 32;
   int64_t pad_id = 0;
@@ -76,7 +77,7 @@ class ClassifyTask : public Task {
   LossStats loss(const Model& m, const Batch& batch, int64_t normaliser, bool with_grad);
   // Single-label sequence classification: evaluate() counts the right argmaxes.
   bool counts_accuracy() const {
-    return !c_.per_token && !c_.span && c_.group == 1 && c_.problem_type == "single_label_classification";
+    return !c_.per_token && !c_.span && c_.group == 1 && c_.problem_type == model::ProblemType::single_label_classification;
   }
   std::vector<TokenizedExample> train_;
   ClassifyTaskConfig c_;

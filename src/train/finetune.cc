@@ -12,6 +12,7 @@
 #include <cmath>
 #include <cstdio>
 #include <functional>
+#include <map>
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <set>
@@ -56,21 +57,21 @@ bool parse_number(const std::string& s, double* v) {
 }
 
 // Several labels on a row: multi-label; a number that is not an integer: regression; else single-label.
-std::string infer_problem_type(const std::vector<data::LabeledExample>& rows) {
+model::ProblemType infer_problem_type(const std::vector<data::LabeledExample>& rows) {
   bool numbers = true, integers = true;
   for (const auto& r : rows) {
-    if (r.labels.size() != 1) return "multi_label_classification";  // [] too: a row with no label set
+    if (r.labels.size() != 1) return model::ProblemType::multi_label_classification;  // [] too: a row with no label set
     double d;
     int64_t i;
     numbers = numbers && parse_number(r.labels[0], &d);
     integers = integers && parse_integer(r.labels[0], &i);
   }
-  return numbers && !integers ? "regression" : "single_label_classification";
+  return numbers && !integers ? model::ProblemType::regression : model::ProblemType::single_label_classification;
 }
 
 // The label names: sorted (numerically when every name is an integer); "LABEL_0" for regression.
-std::vector<std::string> label_names(const std::vector<data::LabeledExample>& rows, const std::string& problem_type) {
-  if (problem_type == "regression") return {"LABEL_0"};
+std::vector<std::string> label_names(const std::vector<data::LabeledExample>& rows, model::ProblemType problem_type) {
+  if (problem_type == model::ProblemType::regression) return {"LABEL_0"};
   std::set<std::string> names;
   for (const auto& r : rows) names.insert(r.labels.begin(), r.labels.end());
   std::vector<std::string> out(names.begin(), names.end());
@@ -108,10 +109,10 @@ std::vector<TokenizedExample> tokenize(const std::vector<data::LabeledExample>& 
         if (it == cfg.labels.end()) fail("label '" + name + "' is not one of the model's labels");
         return static_cast<int64_t>(it - cfg.labels.begin());
       };
-      if (cfg.problem_type == "single_label_classification") {
+      if (cfg.problem_type == model::ProblemType::single_label_classification) {
         if (r.labels.size() != 1) fail("a single-label task needs exactly one label per row");
         x.label = index_of(r.labels[0]);
-      } else if (cfg.problem_type == "multi_label_classification") {
+      } else if (cfg.problem_type == model::ProblemType::multi_label_classification) {
         x.values.assign(cfg.labels.size(), 0.0f);
         for (const auto& name : r.labels) x.values[index_of(name)] = 1.0f;
       } else {
@@ -226,6 +227,14 @@ class FinetuneRun : public Recipe {
 
  private:
   void prepare();
+  struct TaskRows {
+    std::vector<TokenizedExample> train, validation;
+  };
+  TaskRows text_rows();
+  TaskRows tag_rows();
+  TaskRows choice_rows();
+  TaskRows answer_rows();
+  void require_examples(size_t train, size_t validation) const;
   void build_model(const std::vector<data::LabeledExample>& train_rows, const std::vector<std::string>& tags);
   bool per_token() const { return o_.task == "token-classification"; }
   bool choices() const { return o_.task == "multiple-choice"; }
@@ -238,8 +247,12 @@ class FinetuneRun : public Recipe {
   }
   // The best checkpoint (inference, --quantize/--gemm) over the examples in file order, batches of
   // --batch: visit(batch, example indices) after each forward, head_logits() holding its outputs.
-  void predict_best(const std::vector<TokenizedExample>& examples,
-                    const std::function<void(const Batch&, const std::vector<int64_t>&)>& visit);
+  // With `labelled` the batches carry the examples' targets, and the head outputs come back for
+  // metrics (empty otherwise).
+  std::vector<model::HeadOutputs> predict_best(const std::vector<TokenizedExample>& examples, bool labelled,
+                                               const std::function<void(const Batch&, const std::vector<int64_t>&)>& visit);
+  // A labelled --test file's metrics: printed, and written to out/test_metrics.json.
+  void write_test_metrics(std::map<std::string, double> metrics) const;
   void write_predictions();
   void write_tag_predictions();
   void write_choice_predictions();
@@ -283,13 +296,13 @@ void FinetuneRun::build_model(const std::vector<data::LabeledExample>& train_row
     if (resume_dir_.empty()) {
       c.set_head(o_.task);
       if (per_token()) {
-        c.problem_type.clear();
+        c.problem_type = model::ProblemType::none;
         c.labels = tags;
       } else if (choices() || qa()) {
-        c.problem_type.clear();  // one score per choice, or a start and an end score: id2label does not size the head
+        c.problem_type = model::ProblemType::none;  // one score per choice, or a start and an end score: id2label does not size the head
         c.labels = {"LABEL_0", "LABEL_1"};  // transformers' default num_labels 2
       } else {
-        c.problem_type = o_.problem_type.empty() ? infer_problem_type(train_rows) : o_.problem_type;
+        c.problem_type = o_.problem_type.empty() ? infer_problem_type(train_rows) : model::parse_problem_type(o_.problem_type);
         c.labels = label_names(train_rows, c.problem_type);
       }
       if (c.labels.empty()) throw io::Error(o_.train + ": no row has a label (every label list is empty)");
@@ -319,69 +332,88 @@ void FinetuneRun::build_model(const std::vector<data::LabeledExample>& train_row
   m_ = std::move(loaded.model);
 }
 
+// Training and validation files of one task, read, checked and tokenised. Each task's builder reads
+// its files, builds the model (whose labels may come from the training rows) and tokenises with it.
+void FinetuneRun::require_examples(size_t train, size_t validation) const {
+  if (train == 0) throw io::Error(o_.train + ": no examples");
+  if (validation == 0) throw io::Error(o_.validation + ": no examples");
+}
+
+// Sequence classification (and regression): one row per text or pair.
+FinetuneRun::TaskRows FinetuneRun::text_rows() {
+  const auto train = data::read_labeled(o_.train, o_.columns);
+  const auto val = data::read_labeled(o_.validation, o_.columns);
+  require_examples(train.size(), val.size());
+  build_model(train, {});
+  return {tokenize(train, o_.train, *tok_, cfg_, o_.max_length, true),
+          tokenize(val, o_.validation, *tok_, cfg_, o_.max_length, true)};
+}
+
+// Token classification: one row per sentence of words, a target per word's first piece (or every piece).
+FinetuneRun::TaskRows FinetuneRun::tag_rows() {
+  const auto train = data::read_tagged(o_.train, o_.tagged, o_.label_list);
+  const auto val = data::read_tagged(o_.validation, o_.tagged, o_.label_list);
+  require_examples(train.size(), val.size());
+  build_model({}, tag_names(train, o_.label_list));
+  int64_t dropped = 0;
+  TaskRows rows{tokenize_words(train, o_.train, *tok_, cfg_, o_.max_length, o_.label_all_tokens, true, nullptr, &dropped),
+                tokenize_words(val, o_.validation, *tok_, cfg_, o_.max_length, o_.label_all_tokens, true, nullptr, &dropped)};
+  if (dropped > 0 && writer_) {
+    std::fprintf(stderr, "%lld words past --max-length %lld or without a token keep no target\n",
+                 static_cast<long long>(dropped), static_cast<long long>(o_.max_length));
+  }
+  return rows;
+}
+
+// Multiple choice: an example's choices are group_ consecutive rows.
+FinetuneRun::TaskRows FinetuneRun::choice_rows() {
+  const auto train = data::read_choices(o_.train, choice_columns());
+  const auto val = data::read_choices(o_.validation, choice_columns());
+  require_examples(train.size(), val.size());
+  group_ = choice_width(train, o_.train, 0);
+  choice_width(val, o_.validation, group_);
+  build_model({}, {});
+  return {tokenize_choices(train, o_.train, *tok_, cfg_, o_.max_length),
+          tokenize_choices(val, o_.validation, *tok_, cfg_, o_.max_length)};
+}
+
+// Extractive QA: a row per --doc-stride window of each context; the validation windows' offsets are
+// kept (val_spans_) for the answers evaluate() post-processes.
+FinetuneRun::TaskRows FinetuneRun::answer_rows() {
+  const auto train_squad = data::read_squad(o_.train, true);
+  val_squad_ = data::read_squad(o_.validation, true);
+  require_examples(train_squad.size(), val_squad_.size());
+  build_model({}, {});
+  QaFeatures train = qa_features(train_squad, o_.train, *tok_, cfg_, o_.max_length, doc_stride(), true);
+  QaFeatures val = qa_features(val_squad_, o_.validation, *tok_, cfg_, o_.max_length, doc_stride(), true);
+  if (writer_) {
+    std::fprintf(stderr, "question answering: %s of %s, %s of %s (--max-length %lld, --doc-stride %lld)\n",
+                 base::counted(static_cast<int64_t>(train.rows.size()), "training window").c_str(),
+                 base::counted(static_cast<int64_t>(train_squad.size()), "example").c_str(),
+                 base::counted(static_cast<int64_t>(val.rows.size()), "validation window").c_str(),
+                 base::counted(static_cast<int64_t>(val_squad_.size()), "example").c_str(),
+                 static_cast<long long>(o_.max_length), static_cast<long long>(doc_stride()));
+    if (train.answers_lost + val.answers_lost > 0) {
+      std::fprintf(stderr, "%lld training and %lld validation answers lie in no window whole (those windows learn "
+                   "\"no answer\")\n", static_cast<long long>(train.answers_lost), static_cast<long long>(val.answers_lost));
+    }
+  }
+  val_spans_ = std::move(val.spans);
+  return {std::move(train.rows), std::move(val.rows)};
+}
+
 void FinetuneRun::prepare() {
-  std::vector<data::LabeledExample> train_rows, val_rows;
-  std::vector<data::TaggedExample> train_tagged, val_tagged;
-  std::vector<data::ChoiceExample> train_choices, val_choices;
-  std::vector<data::SquadExample> train_squad;
-  if (qa()) {
-    train_squad = data::read_squad(o_.train, true);
-    val_squad_ = data::read_squad(o_.validation, true);
-  } else if (per_token()) {
-    train_tagged = data::read_tagged(o_.train, o_.tagged, o_.label_list);
-    val_tagged = data::read_tagged(o_.validation, o_.tagged, o_.label_list);
-  } else if (choices()) {
-    train_choices = data::read_choices(o_.train, choice_columns());
-    val_choices = data::read_choices(o_.validation, choice_columns());
-    group_ = choice_width(train_choices, o_.train, 0);
-    choice_width(val_choices, o_.validation, group_);
-  } else {
-    train_rows = data::read_labeled(o_.train, o_.columns);
-    val_rows = data::read_labeled(o_.validation, o_.columns);
-  }
-  if (train_rows.empty() && train_tagged.empty() && train_choices.empty() && train_squad.empty()) {
-    throw io::Error(o_.train + ": no examples");
-  }
-  if (val_rows.empty() && val_tagged.empty() && val_choices.empty() && val_squad_.empty()) {
-    throw io::Error(o_.validation + ": no examples");
-  }
-  build_model(train_rows, tag_names(train_tagged, o_.label_list));
+  TaskRows rows = qa() ? answer_rows() : per_token() ? tag_rows() : choices() ? choice_rows() : text_rows();
   metric_ = o_.metric.empty() ? cfg_.head->default_metric(cfg_) : o_.metric;
-  ClassifyTaskConfig tc{cfg_.problem_type, cfg_.num_labels(), o_.batch, cfg_.pad_token_id, o_.seed, per_token(), group_, qa()};
-  if (qa()) {
-    QaFeatures train = qa_features(train_squad, o_.train, *tok_, cfg_, o_.max_length, doc_stride(), true);
-    QaFeatures val = qa_features(val_squad_, o_.validation, *tok_, cfg_, o_.max_length, doc_stride(), true);
-    if (writer_) {
-      std::fprintf(stderr, "question answering: %s of %s, %s of %s (--max-length %lld, --doc-stride %lld)\n",
-                   base::counted(static_cast<int64_t>(train.rows.size()), "training window").c_str(),
-                   base::counted(static_cast<int64_t>(train_squad.size()), "example").c_str(),
-                   base::counted(static_cast<int64_t>(val.rows.size()), "validation window").c_str(),
-                   base::counted(static_cast<int64_t>(val_squad_.size()), "example").c_str(),
-                   static_cast<long long>(o_.max_length), static_cast<long long>(doc_stride()));
-      if (train.answers_lost + val.answers_lost > 0) {
-        std::fprintf(stderr, "%lld training and %lld validation answers lie in no window whole (those windows learn "
-                     "\"no answer\")\n", static_cast<long long>(train.answers_lost), static_cast<long long>(val.answers_lost));
-      }
-    }
-    val_spans_ = std::move(val.spans);
-    task_ = std::make_unique<ClassifyTask>(std::move(train.rows), std::move(val.rows), tc);
-  } else if (choices()) {
-    task_ = std::make_unique<ClassifyTask>(tokenize_choices(train_choices, o_.train, *tok_, cfg_, o_.max_length),
-                                           tokenize_choices(val_choices, o_.validation, *tok_, cfg_, o_.max_length), tc);
-  } else if (per_token()) {
-    int64_t dropped = 0;
-    auto train = tokenize_words(train_tagged, o_.train, *tok_, cfg_, o_.max_length, o_.label_all_tokens, true,
-                                nullptr, &dropped);
-    auto val = tokenize_words(val_tagged, o_.validation, *tok_, cfg_, o_.max_length, o_.label_all_tokens, true,
-                              nullptr, &dropped);
-    if (dropped > 0 && writer_) {
-      std::fprintf(stderr, "%lld words past --max-length %lld or without a token keep no target\n",
-                   static_cast<long long>(dropped), static_cast<long long>(o_.max_length));
-    }
-    task_ = std::make_unique<ClassifyTask>(std::move(train), std::move(val), tc);
-  } else {
-    task_ = std::make_unique<ClassifyTask>(tokenize(train_rows, o_.train, *tok_, cfg_, o_.max_length, true),
-                                           tokenize(val_rows, o_.validation, *tok_, cfg_, o_.max_length, true), tc);
+  task_ = std::make_unique<ClassifyTask>(
+      std::move(rows.train), std::move(rows.validation),
+      ClassifyTaskConfig{cfg_.problem_type, cfg_.num_labels(), o_.batch, cfg_.pad_token_id, o_.seed, per_token(), group_, qa()});
+  // A step count the schedule's doubles and the step numbers' six digits still hold exactly.
+  constexpr int64_t kMaxSteps = int64_t{1} << 40;
+  if (o_.epochs > kMaxSteps / task_->steps_per_epoch()) {
+    throw io::Error("--epochs " + std::to_string(o_.epochs) + ": " + base::counted(task_->steps_per_epoch(), "step") +
+                    " per epoch make more than 2^40 steps; at most " +
+                    std::to_string(kMaxSteps / task_->steps_per_epoch()) + " epochs");
   }
   total_steps_ = o_.epochs * task_->steps_per_epoch();
   Schedule sched;
@@ -442,38 +474,60 @@ void FinetuneRun::evaluate(EvalRecord& rec) {
   rec.metrics["loss"] = rec.val_loss;
   if (!rec.metrics.count(metric_)) {
     throw std::invalid_argument("--metric " + metric_ + " is not computed for " + cfg_.head->task() +
-                                (cfg_.problem_type.empty() ? "" : " " + cfg_.problem_type));
+                                (cfg_.problem_type == model::ProblemType::none ? "" : std::string(" ") + model::problem_type_name(cfg_.problem_type)));
   }
 }
 
-void FinetuneRun::predict_best(const std::vector<TokenizedExample>& examples,
-                               const std::function<void(const Batch&, const std::vector<int64_t>&)>& visit) {
+std::vector<model::HeadOutputs> FinetuneRun::predict_best(
+    const std::vector<TokenizedExample>& examples, bool labelled,
+    const std::function<void(const Batch&, const std::vector<int64_t>&)>& visit) {
   load::Request best;
   best.tokenizer = false;
   best.inference = o_.linears;  // the task head stays fp32 (RoFormer::pack)
   m_ = load::roformer(result_.best_dir, best).model;
   // labels 0: inputs only, no targets
-  const ClassifyTaskConfig unlabelled{cfg_.problem_type, 0, o_.batch, cfg_.pad_token_id, 0, per_token(), group_};
+  const ClassifyTaskConfig c{cfg_.problem_type, labelled ? cfg_.num_labels() : 0, o_.batch, cfg_.pad_token_id, 0,
+                             per_token(), group_, qa()};
+  std::vector<model::HeadOutputs> outputs;
   const size_t n = examples.size() / static_cast<size_t>(group_);
   for (size_t start = 0; start < n; start += static_cast<size_t>(o_.batch)) {
     std::vector<int64_t> idx;
     for (size_t i = start; i < std::min(n, start + o_.batch); ++i) idx.push_back(static_cast<int64_t>(i));
-    const Batch b = classification_batch(examples, idx, unlabelled, 0);
+    const Batch b = classification_batch(examples, idx, c, 0);
     m_->forward(b.inputs());
+    if (labelled) {
+      const float* z = m_->head_logits();
+      outputs.push_back({b.B, b.T, std::vector<float>(z, z + cfg_.head->logits_count(cfg_, b.B, b.T)), b.targets, b.values});
+    }
     visit(b, idx);
   }
+  return outputs;
+}
+
+void FinetuneRun::write_test_metrics(std::map<std::string, double> metrics) const {
+  std::string line;
+  for (const auto& [name, value] : metrics) {
+    char v[32];
+    std::snprintf(v, sizeof v, "%.4f", value);
+    line += (line.empty() ? "" : ", ") + name + " " + v;
+  }
+  std::fprintf(stderr, "%s (%s): %s; %s/test_metrics.json\n", o_.test.c_str(), result_.best_dir.c_str(), line.c_str(),
+               o_.out.c_str());
+  io::write_file_atomic(o_.out + "/test_metrics.json", json(metrics).dump(2) + "\n");
 }
 
 void FinetuneRun::write_predictions() {
   if (per_token()) return write_tag_predictions();
   if (choices()) return write_choice_predictions();
   if (qa()) return write_answer_predictions();
+  // A test file whose rows all have a label is also scored; one without the label column is predicted.
   data::LabeledColumns cols = o_.columns;
-  cols.label.clear();
+  const bool labelled = data::has_column(o_.test, cols.label);
+  if (!labelled) cols.label.clear();
   const auto rows = data::read_labeled(o_.test, cols);
-  const auto examples = tokenize(rows, o_.test, *tok_, cfg_, o_.max_length, false);
+  const auto examples = tokenize(rows, o_.test, *tok_, cfg_, o_.max_length, labelled);
   std::string text;
-  predict_best(examples, [&](const Batch& b, const std::vector<int64_t>& idx) {
+  const auto outputs = predict_best(examples, labelled, [&](const Batch& b, const std::vector<int64_t>& idx) {
     for (int64_t r = 0; r < b.B; ++r) {
       const float* z = m_->head_logits() + r * cfg_.num_labels();
       json j = {{"line", rows[idx[r]].line}};
@@ -481,10 +535,10 @@ void FinetuneRun::write_predictions() {
       // outputs, "probabilities" their softmax (single-label) or sigmoid (multi-label), "score" the
       // chosen label's probability, or a regression's value.
       j["logits"] = std::vector<float>(z, z + cfg_.num_labels());
-      if (cfg_.problem_type == "regression") {
+      if (cfg_.problem_type == model::ProblemType::regression) {
         j["score"] = z[0];
       } else {
-        const bool single = cfg_.problem_type == "single_label_classification";
+        const bool single = cfg_.problem_type == model::ProblemType::single_label_classification;
         const std::vector<double> p = model::apply_class_function(single ? "softmax" : "sigmoid", z, cfg_.num_labels());
         j["probabilities"] = p;
         if (single) {
@@ -501,21 +555,23 @@ void FinetuneRun::write_predictions() {
     }
   });
   io::write_file_atomic(o_.out + "/predictions.jsonl", text);
+  if (labelled) write_test_metrics(cfg_.head->metrics(cfg_, outputs, group_));
 }
 
 // Token classification: one row per test line, {"line", "tags"} with a tag per word (the prediction of
 // its first sub-token), null for a word past --max-length or without a token.
 void FinetuneRun::write_tag_predictions() {
   data::TaggedColumns cols = o_.tagged;
-  cols.tags.clear();
+  const bool labelled = data::has_column(o_.test, cols.tags);
+  if (!labelled) cols.tags.clear();
   const auto rows = data::read_tagged(o_.test, cols, o_.label_list);
   std::vector<std::vector<int64_t>> word_ids;
   int64_t dropped = 0;
   const auto examples =
-      tokenize_words(rows, o_.test, *tok_, cfg_, o_.max_length, false, false, &word_ids, &dropped);
+      tokenize_words(rows, o_.test, *tok_, cfg_, o_.max_length, o_.label_all_tokens, labelled, &word_ids, &dropped);
   const int64_t L = cfg_.num_labels();
   std::string text;
-  predict_best(examples, [&](const Batch& b, const std::vector<int64_t>& idx) {
+  const auto outputs = predict_best(examples, labelled, [&](const Batch& b, const std::vector<int64_t>& idx) {
     for (int64_t r = 0; r < b.B; ++r) {
       const auto& words = word_ids[idx[r]];
       json tags = json::array();
@@ -531,18 +587,20 @@ void FinetuneRun::write_tag_predictions() {
     }
   });
   io::write_file_atomic(o_.out + "/predictions.jsonl", text);
+  if (labelled) write_test_metrics(cfg_.head->metrics(cfg_, outputs, group_));
 }
 
 // Multiple choice: one row per test line, {"line", "label", "score", "probabilities", "logits"}: the
 // chosen ending's index, its softmax probability over the example's choices, all of them, the scores.
 void FinetuneRun::write_choice_predictions() {
   data::ChoiceColumns cols = choice_columns();
-  cols.label.clear();
+  const bool labelled = data::has_column(o_.test, cols.label);
+  if (!labelled) cols.label.clear();
   const auto rows = data::read_choices(o_.test, cols);
   choice_width(rows, o_.test, group_);
   const auto examples = tokenize_choices(rows, o_.test, *tok_, cfg_, o_.max_length);
   std::string text;
-  predict_best(examples, [&](const Batch& b, const std::vector<int64_t>& idx) {
+  const auto outputs = predict_best(examples, labelled, [&](const Batch& b, const std::vector<int64_t>& idx) {
     for (int64_t e = 0; e < b.B / group_; ++e) {
       const float* z = m_->head_logits() + e * group_;
       const std::vector<double> p = model::apply_class_function("softmax", z, group_);
@@ -552,6 +610,7 @@ void FinetuneRun::write_choice_predictions() {
     }
   });
   io::write_file_atomic(o_.out + "/predictions.jsonl", text);
+  if (labelled) write_test_metrics(cfg_.head->metrics(cfg_, outputs, group_));
 }
 
 std::vector<std::string> FinetuneRun::answer_texts(const std::vector<data::SquadExample>& examples,
@@ -575,10 +634,11 @@ std::vector<std::string> FinetuneRun::answer_texts(const std::vector<data::Squad
 // the answer's text, its character span in the context (code points, absent for no answer) and its
 // probability among the n best; with --version-2, also "null_score_diff".
 void FinetuneRun::write_answer_predictions() {
-  const auto rows = data::read_squad(o_.test, false);
+  const bool labelled = data::has_column(o_.test, "answers");
+  const auto rows = data::read_squad(o_.test, labelled);
   const QaFeatures features = qa_features(rows, o_.test, *tok_, cfg_, o_.max_length, doc_stride(), false);
   std::vector<std::vector<float>> logits;
-  predict_best(features.rows, [&](const Batch& b, const std::vector<int64_t>& idx) {
+  predict_best(features.rows, false, [&](const Batch& b, const std::vector<int64_t>& idx) {
     for (int64_t r = 0; r < b.B; ++r) {
       const int64_t T = static_cast<int64_t>(features.spans[idx[r]].offsets.size());
       logits.emplace_back(m_->head_logits() + r * b.T * 2, m_->head_logits() + (r * b.T + T) * 2);
@@ -598,6 +658,15 @@ void FinetuneRun::write_answer_predictions() {
     text += j.dump() + "\n";
   }
   io::write_file_atomic(o_.out + "/predictions.jsonl", text);
+  if (labelled) {  // the official SQuAD scores, as validation reports them
+    std::vector<std::vector<std::string>> golds;
+    for (const auto& x : rows) {
+      golds.emplace_back();
+      for (const auto& a : x.answers) golds.back().push_back(a.text);
+    }
+    const auto scores = text::squad_scores(texts, golds, o_.qa.version_2);
+    write_test_metrics({scores.begin(), scores.end()});
+  }
 }
 
 FinetuneResult FinetuneRun::run(const ReportHook& on_report) {
@@ -619,7 +688,7 @@ FinetuneResult FinetuneRun::run(const ReportHook& on_report) {
   if (writer_) std::fprintf(stderr, "%s %s with %s on %s: %s (%s of %lld), batch %lld, lr %.2g, "
                "max length %lld, %s × %s, %s; best by %s\n",
                resume_dir_.empty() ? "fine-tuning" : "resuming",
-               (cfg_.problem_type.empty() ? std::string(cfg_.head->task()) : cfg_.problem_type).c_str(),
+               (cfg_.problem_type == model::ProblemType::none ? cfg_.head->task() : model::problem_type_name(cfg_.problem_type)),
                (choices() ? base::counted(group_, "choice") : base::counted(cfg_.num_labels(), "label")).c_str(),
                o_.model.c_str(),
                base::counted(total_steps_, "step").c_str(), base::counted(o_.epochs, "epoch").c_str(),
@@ -713,9 +782,15 @@ void FinetuneOptions::validate() const {
   need(!choice.context.empty() && !choice.endings.empty(), "--context-column and --endings-column must not be empty");
   need(!columns.text.empty() && !columns.label.empty(), "--text-column and --label-column must not be empty");
   need(!tagged.tokens.empty() && !tagged.tags.empty(), "--tokens-column and --tags-column must not be empty");
-  need(problem_type.empty() || problem_type == "single_label_classification" ||
-           problem_type == "multi_label_classification" || problem_type == "regression",
-       "--problem-type must be single_label_classification, multi_label_classification or regression");
+  const bool known_problem = problem_type.empty() || [&] {
+    try {
+      model::parse_problem_type(problem_type);
+      return true;
+    } catch (const std::invalid_argument&) {
+      return false;
+    }
+  }();
+  need(known_problem, "--problem-type must be single_label_classification, multi_label_classification or regression");
   need(max_length >= 2, "--max-length must be at least 2");
   need(batch > 0 && epochs > 0, "--batch and --epochs must be positive");
   need(grad_accum >= 1 && grad_accum <= batch, "--grad-accum must be in [1, --batch]");

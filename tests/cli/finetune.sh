@@ -9,7 +9,8 @@
 #  - metrics.csv holds metrics.jsonl's rows; a non-finite loss stops the run with status 3;
 #  - --predict writes a prediction per test row, and with --quantize int8 the same labels as fp32
 #    for at least 95% of the rows and scores (logits) within 10% of the largest; a --quantize the CPU
-#    cannot run is refused before training;
+#    cannot run is refused before training; a labelled test file is also scored (test_metrics.json: on
+#    the validation file, the best evaluation's metrics);
 #  - bad rows and unknown labels end with one error line naming the file and line, and status 1.
 # Usage: finetune.sh ROFORMER_BINARY FIXTURES WORK_DIR
 set -euo pipefail
@@ -108,6 +109,20 @@ mv "$work/predict-none/predictions.jsonl" "$work/predict-none/during.jsonl"
   2> "$work/predict-after.log"
 grep -q "finished at step .*: nothing to train; predicting" "$work/predict-after.log"
 cmp "$work/predict-none/during.jsonl" "$work/predict-none/predictions.jsonl"
+echo "== a labelled --test is scored too: on the validation file, the best evaluation's metrics"
+grep -q "val.jsonl (.*best): accuracy " "$work/predict-after.log"
+python3 - "$work/predict-none" <<'PY'
+import json, sys
+run = sys.argv[1]
+test = json.load(open(f"{run}/test_metrics.json"))
+evals = [r for r in map(json.loads, open(f"{run}/metrics.jsonl")) if "val_accuracy" in r]
+best = max(evals, key=lambda r: r["val_accuracy"])  # the first of the best, as the run keeps it
+want = {k[4:]: v for k, v in best.items() if k.startswith("val_") and k != "val_loss"}
+assert set(test) == set(want), (test, want)
+worst = max(abs(test[k] - want[k]) for k in want)
+print(f"test_metrics.json: {test}; largest difference from the best evaluation {worst:.1e}")
+assert worst <= 1e-9, (test, want)
+PY
 if "$roformer" finetune --resume --out "$work/predict-none" --lr 1 2> "$work/predict-lr.log"; then exit 1; fi
 grep -q -- "--lr cannot change them" "$work/predict-lr.log"
 
@@ -169,6 +184,13 @@ expect_error "train.jsonl.txt: unknown data format" --train "$work/train.jsonl.t
 # Empty label lists (a multi-label row with no label set) no longer crash; a file with no label at all is refused.
 sed 's/"label": "[a-z]*"/"label": []/' "$work/train.jsonl" > "$work/nolabels.jsonl"
 expect_error "nolabels.jsonl: no row has a label" --train "$work/nolabels.jsonl" --validation "$work/val.jsonl" --out "$work/e7"
+# An epoch count whose steps overflow (found by cli_fuzz) names --epochs and the most that works.
+status=0
+"$roformer" finetune "${common[@]}" --train "$work/train.jsonl" --validation "$work/val.jsonl" \
+  --epochs 9223372036854775807 --out "$work/e8" 2> "$work/err.log" || status=$?
+[ "$status" -eq 1 ] && [ "$(wc -l < "$work/err.log")" -eq 1 ] || { cat "$work/err.log" >&2; exit 1; }
+grep -qF -- "--epochs 9223372036854775807: " "$work/err.log" || { cat "$work/err.log" >&2; exit 1; }
+grep -qE -- "steps per epoch make more than 2\^40 steps; at most [0-9]+ epochs" "$work/err.log" || { cat "$work/err.log" >&2; exit 1; }
 # A precision this CPU cannot run is refused before training, not when the predictions are due.
 ONEDNN_MAX_CPU_ISA=AVX2 expect_error "--quantize bf16: this CPU has no native bf16" --train "$work/train.jsonl" \
   --validation "$work/val.jsonl" --test "$work/val.jsonl" --predict --quantize bf16 --out "$work/e6"

@@ -6,7 +6,8 @@ generated entity task over the roformer-hf case1 fixture (entities: "hello world
   - transformers' logits on the validation words (each word tokenised on its own, [CLS] ... [SEP],
     the first sub-token's prediction) give seqeval scores equal to our metrics at the best step:
     precision, recall, f1, accuracy (default mode) and the strict IOB2 ones;
-  - our out/predictions.jsonl holds transformers' tag for every test word;
+  - our out/predictions.jsonl holds transformers' tag for every test word, and out/test_metrics.json
+    seqeval's scores of those tags;
   - the run learns the task (validation f1 >= 0.8).
 Usage: ner_vs_hf.py ROFORMER_BINARY FIXTURES WORK_DIR (run by jieba_py.sh)"""
 import json
@@ -101,6 +102,13 @@ for row, got in zip(test, ours):
         failures.append(f"test line {got['line']}: ours {got['tags']}, transformers {predict(row)}")
 if len(ours) != len(test):
     failures.append(f"{len(ours)} predictions for {len(test)} test rows")
+# The labelled test file is scored too: test_metrics.json holds seqeval's scores of transformers' tags.
+scored = json.load(open(f"{out}/test_metrics.json"))
+truth, pred = [r["ner_tags"] for r in test], [predict(r) for r in test]
+for k, v in {"precision": precision_score(truth, pred), "recall": recall_score(truth, pred), "f1": f1_score(truth, pred),
+             "accuracy": accuracy_score(truth, pred), "strict_f1": f1_score(truth, pred, mode="strict", scheme=IOB2)}.items():
+    if abs(scored[k] - v) > 1e-9:
+        failures.append(f"test {k}: ours {scored[k]}, seqeval on transformers' predictions {v}")
 if best["f1"] < 0.8:
     failures.append(f"validation f1 {best['f1']:.3f} < 0.8: the task was not learnt")
 print("\n".join(failures) if failures else "ok")

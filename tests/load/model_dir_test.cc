@@ -112,7 +112,7 @@ TEST(LoadRoformer, InitSeedOptionalAndConfigureMakeANewHead) {
   r.configure = [](model::RoFormerConfig& c) {
     c.set_head("text-classification");
     c.labels = {"no", "yes"};
-    c.problem_type = "single_label_classification";
+    c.problem_type = model::ProblemType::single_label_classification;
   };
   r.init_seed = 5;
   r.optional = {"classifier."};

@@ -98,7 +98,7 @@ TEST(Blocks, CrossAttentionGradientsWithRotatedPositions) { check_cross_attentio
 // A loss on the last hidden state (and the pooler), with no MLM head in the way.
 TEST(Blocks, BackwardFromTheHiddenStates) {
   auto c = tiny();
-  c.pooler_activation = "tanh";  // RoFormer-Sim's pooler
+  c.pooler_activation = model::PoolerActivation::tanh;  // RoFormer-Sim's pooler
   model::RoFormer<double> m(c);
   m.init_weights(3);
   const std::vector<double> jitter = normal(m.params.size(), 10, 0.2);  // away from the tidy initialisation
@@ -193,7 +193,7 @@ TEST(Blocks, BatchedCacheMatchesTheFullForwardAndReorders) {
 TEST(Blocks, UnilmDecodingMatchesTheFullForward) {
   auto c = tiny();
   c.is_decoder = true;
-  c.pooler_activation = "linear";
+  c.pooler_activation = model::PoolerActivation::linear;
   model::RoFormer<float> m(c);
   m.init_weights(7);
   const std::vector<int64_t> ids = {2, 6, 3, 9, 4, 11, 5}, types = {0, 0, 0, 1, 1, 1, 1};

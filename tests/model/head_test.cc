@@ -28,7 +28,7 @@ model::RoFormerConfig tiny(const model::HeadDef& head) {
     c.labels = head.architecture() == std::string("RoFormerForQuestionAnswering") ? std::vector<std::string>{"LABEL_0", "LABEL_1"}
                                                                                    : std::vector<std::string>{"O", "B-PER", "I-PER"};
   }
-  if (c.sequence_classifier()) c.problem_type = "single_label_classification";
+  if (c.sequence_classifier()) c.problem_type = model::ProblemType::single_label_classification;
   return c;
 }
 

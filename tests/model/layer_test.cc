@@ -146,7 +146,7 @@ TEST(LayerStack, ContextsOfSelfAndCrossAttention) {
   }
   c.rotate_cross_attention = true;
   EXPECT_EQ(model::LayerStatics<float>(c).cross_context(0, call).rope != nullptr, true);
-  c.pooler_activation = "linear";  // RoFormer-Sim: UniLM's limits instead of the causal mask
+  c.pooler_activation = model::PoolerActivation::linear;  // RoFormer-Sim: UniLM's limits instead of the causal mask
   EXPECT_FALSE(model::LayerStatics<float>(c).self_context(0, call).causal);
 }
 

@@ -36,14 +36,14 @@ TEST(Metrics, DegenerateCasesFollowScikitLearnAndSciPy) {
 TEST(Metrics, ByProblemType) {
   // Two classes from logits: argmax; multi-label: logit > 0; regression: the one output.
   const std::vector<float> logits = {2, 1, 0, 3, -1, 4};
-  auto m = model::classification_metrics("single_label_classification", 2, logits, {0, 1, 0}, {});
+  auto m = model::classification_metrics(model::ProblemType::single_label_classification, 2, logits, {0, 1, 0}, {});
   EXPECT_DOUBLE_EQ(m.at("accuracy"), 2.0 / 3);
   EXPECT_TRUE(m.count("f1") && m.count("f1_macro") && m.count("mcc"));
   // Predicted sets {0, 1}, {1}, {1} against {0}, {1}, {}: one exact match; tp 2, fp 2, fn 0.
-  m = model::classification_metrics("multi_label_classification", 2, logits, {}, {1, 0, 0, 1, 0, 0});
+  m = model::classification_metrics(model::ProblemType::multi_label_classification, 2, logits, {}, {1, 0, 0, 1, 0, 0});
   EXPECT_DOUBLE_EQ(m.at("accuracy"), 1.0 / 3);
   EXPECT_DOUBLE_EQ(m.at("f1_micro"), 2.0 * 2 / (2 * 2 + 2));
-  m = model::classification_metrics("regression", 1, {1, 2, 3}, {}, {1, 2, 4});
+  m = model::classification_metrics(model::ProblemType::regression, 1, {1, 2, 3}, {}, {1, 2, 4});
   EXPECT_NEAR(m.at("mse"), 1.0 / 3, 1e-15);
   EXPECT_NEAR(m.at("spearman"), 1.0, 1e-15);
   EXPECT_TRUE(model::higher_is_better("pearson"));

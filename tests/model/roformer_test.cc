@@ -101,7 +101,7 @@ TEST(RoFormerModel, GradientsSequenceClassifierWithDropout) {
   model::RoFormerConfig cfg = tiny(model::PositionEncoding::rope);
   cfg.set_head("RoFormerForSequenceClassification");
   cfg.labels = {"neg", "neutral", "pos"};
-  cfg.problem_type = "single_label_classification";
+  cfg.problem_type = model::ProblemType::single_label_classification;
   cfg.hidden_dropout_prob = 0.2;
   cfg.attention_probs_dropout_prob = 0.1;
   model::RoFormer<double> m(cfg);
@@ -149,7 +149,7 @@ TEST(RoFormerModel, GradientsSequenceClassifierWithDropout) {
   EXPECT_EQ(back.problem_type, cfg.problem_type);
   EXPECT_NE(cfg.to_json().find("RoFormerForSequenceClassification"), std::string::npos);
   model::RoFormerConfig bad = cfg;
-  bad.problem_type = "regression";
+  bad.problem_type = model::ProblemType::regression;
   EXPECT_THROW(bad.validate(), std::invalid_argument);
 }
 
@@ -387,7 +387,7 @@ TEST(RoFormerModel, Bf16TrainingStaysCloseToFp32AndEvaluatesInFp32) {
   auto classifier = tiny(model::PositionEncoding::rope);
   classifier.set_head("text-classification");
   classifier.labels = {"a", "b", "c"};
-  classifier.problem_type = "single_label_classification";
+  classifier.problem_type = model::ProblemType::single_label_classification;
   classifier.hidden_dropout_prob = 0.1;
   auto configs = softmax_variants(80);
   configs.push_back(classifier);
@@ -570,7 +570,7 @@ TEST(RoFormerModel, ConfigIsCheckedAgainstTheCheckpointByField) {
   c = cfg;
   c.set_head("text-classification");
   c.labels = {"a", "b", "c"};
-  c.problem_type = "single_label_classification";
+  c.problem_type = model::ProblemType::single_label_classification;
   const std::string head = serve_fixtures::classifier_dir("head2", 2, nlohmann::json::object());
   try {
     model::check_config_against_weights(c, io::SafeTensors(head + "/model.safetensors"), "cfg.json");

@@ -47,19 +47,19 @@ std::vector<TokenizedExample> examples(int64_t n, int64_t labels, const std::str
 model::RoFormerConfig classifier(const std::string& problem, int64_t labels) {
   model::RoFormerConfig c = train_testing::tiny_config(kClassifyVocab, 16);
   c.set_head("text-classification");
-  c.problem_type = problem;
+  c.problem_type = model::parse_problem_type(problem);
   for (int64_t k = 0; k < labels; ++k) c.labels.push_back(std::string(1, static_cast<char>('A' + k)));
   return c;
 }
 
 TEST(ClassifyTask, EpochsVisitEveryExampleOnceInLengthGroupedBatches) {
   const auto train = examples(130, 3, "single_label_classification", 1);
-  ClassifyTask task(train, examples(7, 3, "single_label_classification", 2), {"single_label_classification", 3, 2, 0, 9});
+  ClassifyTask task(train, examples(7, 3, "single_label_classification", 2), {model::ProblemType::single_label_classification, 3, 2, 0, 9});
   EXPECT_EQ(task.steps_per_epoch(), 65);
   const auto e0 = task.epoch_order(0), e1 = task.epoch_order(1);
   EXPECT_EQ(std::set<int64_t>(e0.begin(), e0.end()).size(), 130u);
   EXPECT_NE(e0, e1);
-  EXPECT_EQ(e0, ClassifyTask(train, {}, {"single_label_classification", 3, 2, 0, 9}).epoch_order(0));
+  EXPECT_EQ(e0, ClassifyTask(train, {}, {model::ProblemType::single_label_classification, 3, 2, 0, 9}).epoch_order(0));
   // Mega-batches of 50 batches (100 examples) are sorted by length, longest first.
   for (size_t i = 1; i < 100; ++i) EXPECT_GE(train[e0[i - 1]].ids.size(), train[e0[i]].ids.size());
   // Step s of epoch 1 is batch s − 65 of epoch 1's order; rows padded to the batch's longest.
@@ -82,7 +82,7 @@ TEST(ClassifyTask, EpochsVisitEveryExampleOnceInLengthGroupedBatches) {
 TEST(ClassifyTask, MultipleChoiceBatchesKeepAnExamplesChoicesTogether) {
   auto rows = examples(3 * 11, 1, "single_label_classification", 4);
   for (size_t i = 0; i < rows.size(); ++i) rows[i].label = i % 3 == 0 ? static_cast<int64_t>(i / 3 % 3) : -1;
-  ClassifyTaskConfig c{"", 1, 4, 0, 9};
+  ClassifyTaskConfig c{model::ProblemType::none, 1, 4, 0, 9};
   c.group = 3;
   ClassifyTask task(rows, std::vector<TokenizedExample>(rows.begin(), rows.begin() + 15), c);
   EXPECT_EQ(task.examples(), 11);
@@ -118,7 +118,7 @@ TEST_P(ClassifyLoss, EqualsItsFormulaAndItsGradientIsTheDerivative) {
   m.init_weights(5);
   for (float& p : m.params) p += static_cast<float>(0.05 * (base::uniform01(11, &p - m.params.data()) - 0.5));
   const auto data = examples(6, labels, problem, 3);
-  ClassifyTask task(data, data, {problem, labels, 6, 0, 1});
+  ClassifyTask task(data, data, {model::parse_problem_type(problem), labels, 6, 0, 1});
   const train::Batch& b = task.validation_batches()[0];
   // The loss against its formula on the class logits, under a normaliser of 4 (Σ / 4).
   const double loss = task.evaluate(m, b, 4).loss;

@@ -69,13 +69,13 @@ class SequenceClassificationHead : public HeadDef {
     return {B, c.num_labels()};
   }
   void validate(const RoFormerConfig& c) const override {
-    const std::string& p = c.problem_type;
-    if (p != "single_label_classification" && p != "multi_label_classification" && p != "regression") {
-      throw std::invalid_argument("unknown problem_type '" + p +
-                                  "' (single_label_classification, multi_label_classification, regression)");
+    const ProblemType p = c.problem_type;
+    if (p == ProblemType::none) {
+      throw std::invalid_argument("a sequence classifier needs a problem_type "
+                                  "(single_label_classification, multi_label_classification, regression)");
     }
-    if (p == "regression" && c.labels.size() != 1) throw std::invalid_argument("regression needs num_labels 1");
-    if (p == "single_label_classification" && c.labels.size() < 2) {
+    if (p == ProblemType::regression && c.labels.size() != 1) throw std::invalid_argument("regression needs num_labels 1");
+    if (p == ProblemType::single_label_classification && c.labels.size() < 2) {
       throw std::invalid_argument("single-label classification needs at least 2 labels");
     }
   }
@@ -85,7 +85,7 @@ class SequenceClassificationHead : public HeadDef {
   HeadLoss loss(const RoFormerConfig& c, const float* z, int64_t B, int64_t, const HeadTargets& t, int64_t,
                 int64_t normaliser, float* dlogits) const override {
     const int64_t L = c.num_labels();
-    if (c.problem_type == "single_label_classification") {
+    if (c.problem_type == ProblemType::single_label_classification) {
       HeadLoss s = softmax_cross_entropy(z, B, L, t.ids, kIgnoreIndex, normaliser, dlogits);
       s.count = B;
       return s;
@@ -95,7 +95,7 @@ class SequenceClassificationHead : public HeadDef {
     s.count = B;
     for (int64_t i = 0; i < B * L; ++i) {
       const double x = z[i], y = t.values[i];
-      if (c.problem_type == "regression") {
+      if (c.problem_type == ProblemType::regression) {
         s.sum += (x - y) * (x - y);
         if (dlogits) dlogits[i] = static_cast<float>(2 * (x - y) * scale);
       } else {  // BCE with logits, stable: max(x, 0) − x·y + log(1 + e^−|x|), averaged over the labels
@@ -117,9 +117,9 @@ class SequenceClassificationHead : public HeadDef {
     return classification_metrics(c.problem_type, c.num_labels(), logits, classes, values);
   }
   std::string default_metric(const RoFormerConfig& c) const override {
-    return c.problem_type == "regression"                   ? "pearson"
-           : c.problem_type == "multi_label_classification" ? "f1_micro"
-                                                            : "accuracy";
+    return c.problem_type == ProblemType::regression                   ? "pearson"
+           : c.problem_type == ProblemType::multi_label_classification ? "f1_micro"
+                                                                       : "accuracy";
   }
 };
 
