@@ -704,6 +704,7 @@ FinetuneResult FinetuneRun::run(const ReportHook& on_report) {
   lo.higher_is_better = model::higher_is_better(metric_);
   lo.keep_best = true;
   lo.patience = o_.patience;
+  lo.keep_checkpoints = static_cast<int>(o_.keep_checkpoints);
   lo.progress = o_.progress;
   lo.report.title = "fine-tuning: loss and validation " + metric_;
   RunLoop loop(std::move(lo), *trainer_, *this, state_, resume_dir_, on_report);
@@ -727,7 +728,7 @@ std::string FinetuneOptions::to_json() const {
                   {"text_column", columns.text}, {"text_pair_column", columns.text_pair},
                   {"label_column", columns.label}, {"problem_type", problem_type}, {"max_length", max_length},
                   {"batch", batch}, {"epochs", epochs}, {"eval_every", eval_every}, {"patience", patience},
-                  {"metric", metric}, {"lr", lr}, {"warmup_ratio", warmup_ratio}, {"weight_decay", weight_decay},
+                  {"keep_checkpoints", keep_checkpoints}, {"metric", metric}, {"lr", lr}, {"warmup_ratio", warmup_ratio}, {"weight_decay", weight_decay},
                   {"clip", clip}, {"dropout", dropout}, {"rope_scaling", rope_scaling}, {"seed", seed},
                   {"predict", predict}, {"grad_accum", grad_accum}, {"bucket_mb", bucket_mb}, {"zero1", zero1},
                   {"threads", threads}, {"precision", precision}, {"task", task},
@@ -747,6 +748,7 @@ FinetuneOptions FinetuneOptions::from_json(const std::string& text) {
     o.columns = {j.at("text_column"), j.at("text_pair_column"), j.at("label_column")};
     o.problem_type = j.at("problem_type"), o.max_length = j.at("max_length"), o.batch = j.at("batch");
     o.epochs = j.at("epochs"), o.eval_every = j.at("eval_every"), o.patience = j.at("patience");
+    o.keep_checkpoints = j.value("keep_checkpoints", int64_t{2});  // runs saved before the option kept 2
     o.metric = j.at("metric"), o.lr = j.at("lr"), o.warmup_ratio = j.at("warmup_ratio");
     o.weight_decay = j.at("weight_decay"), o.clip = j.at("clip"), o.dropout = j.at("dropout");
     o.rope_scaling = j.at("rope_scaling"), o.seed = j.at("seed"), o.predict = j.at("predict"), o.threads = j.at("threads");
@@ -796,6 +798,7 @@ void FinetuneOptions::validate() const {
   need(grad_accum >= 1 && grad_accum <= batch, "--grad-accum must be in [1, --batch]");
   need(bucket_mb >= 0 && bucket_mb <= 65536, "--bucket-mb must be in [0, 65536]");
   need(eval_every >= 0 && patience >= 0, "--eval-every and --patience must not be negative");
+  need(keep_checkpoints >= 1 && keep_checkpoints <= 1000000, "--keep-checkpoints must be in [1, 1000000]");
   need(lr > 0 && std::isfinite(lr), "--lr must be positive");
   need(warmup_ratio >= 0 && warmup_ratio <= 1, "--warmup-ratio must be in [0, 1]");
   need(weight_decay >= 0 && clip >= 0 && std::isfinite(weight_decay) && std::isfinite(clip),

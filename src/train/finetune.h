@@ -53,6 +53,7 @@ struct FinetuneOptions {
   bool zero1 = false;                // data-parallel: AdamW moments sharded over the ranks
   int64_t eval_every = 0;            // steps between evaluations; 0 = at the end of each epoch
   int64_t patience = 0;              // evaluations without improvement before stopping; 0 = never stop early
+  int64_t keep_checkpoints = 2;      // step-NNNNNN checkpoints kept, the newest (best/ is kept apart)
   std::string metric;                // the best checkpoint's metric; "" = accuracy, pearson or f1_micro by problem type
   double lr = 2e-5, warmup_ratio = 0.1, weight_decay = 0.01, clip = 1.0;
   double dropout = -1;               // hidden and attention dropout; < 0 = the model's own

@@ -179,6 +179,7 @@ TrainResult TrainingRun::run(const ReportHook& on_report) {
   lo.total_steps = o_.steps;
   lo.eval_every = o_.eval_every;
   lo.save_every = o_.save_every;
+  lo.keep_checkpoints = static_cast<int>(o_.keep_checkpoints);
   lo.save_at_eval = false;  // evaluations rewrite metrics.csv; checkpoints come every save_every steps
   lo.progress = o_.progress;
   lo.report.title = "RoFormer " + o_.task + " (" + model::position_encoding_name(o_.model.position_encoding) + ", " +

@@ -197,7 +197,7 @@ std::string TrainOptions::to_json() const {
                       : schedule.decay == Decay::cosine ? "cosine" : "inverse_sqrt"},
             {"beta1", adamw.beta1}, {"beta2", adamw.beta2}, {"adam_eps", adamw.eps}, {"weight_decay", adamw.weight_decay},
             {"clip", clip}, {"seed", seed}, {"eval_every", eval_every}, {"eval_batches", eval_batches},
-            {"save_every", save_every}, {"val_fraction", val_fraction}, {"mask_prob", mask_prob},
+            {"save_every", save_every}, {"keep_checkpoints", keep_checkpoints}, {"val_fraction", val_fraction}, {"mask_prob", mask_prob},
             {"sample_tokens", sample_tokens}, {"sample_prompt", sample_prompt}, {"temperature", temperature},
             {"top_k", top_k}, {"grad_accum", grad_accum}, {"bucket_mb", bucket_mb}, {"zero1", zero1},
             {"threads", threads}, {"precision", precision}};
@@ -229,6 +229,7 @@ TrainOptions TrainOptions::from_json(const std::string& text) {
     o.eval_every = j.at("eval_every");
     o.eval_batches = j.at("eval_batches");
     o.save_every = j.at("save_every");
+    o.keep_checkpoints = j.value("keep_checkpoints", int64_t{2});  // runs saved before the option kept 2
     o.val_fraction = j.at("val_fraction");
     o.mask_prob = j.at("mask_prob");
     o.sample_tokens = j.at("sample_tokens");
@@ -279,6 +280,7 @@ void TrainOptions::validate() const {
   if (!(finite(temperature) && temperature >= 0)) fail("--temperature must be a number >= 0");
   if (top_k < 0) fail("--top-k must be >= 0 (0: all tokens)");
   if (eval_every < 0 || save_every < 0 || eval_batches < 1) fail("bad --eval-every / --save-every / --eval-batches");
+  if (keep_checkpoints < 1 || keep_checkpoints > 1000000) fail("--keep-checkpoints must be in [1, 1000000]");
   if (!(mask_prob > 0 && mask_prob < 1)) fail("--mask-prob must be in (0, 1)");
   if (threads < 0) fail("--threads must be >= 0");
   if (grad_accum < 1 || grad_accum > batch) fail("--grad-accum must be in [1, --batch]");

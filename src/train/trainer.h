@@ -46,6 +46,7 @@ struct TrainOptions {
   double clip = 1.0;                // global gradient-norm clip (0: off)
   uint64_t seed = 1337;
   int64_t eval_every = 100, eval_batches = 20, save_every = 250;
+  int64_t keep_checkpoints = 2;     // step-NNNNNN checkpoints kept, the newest
   double val_fraction = 0.05, mask_prob = 0.15;
   int64_t sample_tokens = 300;      // generated at the end (causal LM); 0: none
   std::string sample_prompt = "\n";

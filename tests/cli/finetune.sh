@@ -6,6 +6,7 @@
 #    --test --predict (the same predictions);
 #  - --grad-accum 3 gives the same losses within fp32 rounding;
 #  - TSV and CSV inputs with a sentence-pair column train; early stopping stops after --patience;
+#    --keep-checkpoints N keeps the newest N step checkpoints;
 #  - metrics.csv holds metrics.jsonl's rows; a non-finite loss stops the run with status 3;
 #  - --predict writes a prediction per test row, and with --quantize int8 the same labels as fp32
 #    for at least 95% of the rows and scores (logits) within 10% of the largest; a --quantize the CPU
@@ -109,6 +110,12 @@ mv "$work/predict-none/predictions.jsonl" "$work/predict-none/during.jsonl"
   2> "$work/predict-after.log"
 grep -q "finished at step .*: nothing to train; predicting" "$work/predict-after.log"
 cmp "$work/predict-none/during.jsonl" "$work/predict-none/predictions.jsonl"
+echo "== --keep-checkpoints: the newest N step checkpoints stay (2 by default), best/ apart"
+"$roformer" finetune "${common[@]}" --lr 5e-4 --train "$work/train.jsonl" --validation "$work/val.jsonl" --epochs 2 \
+  --keep-checkpoints 1 --out "$work/keep1" 2> "$work/keep1.log"
+[ "$(ls -d "$work/keep1"/step-* | wc -l)" -eq 1 ] && [ -d "$work/keep1/step-000040" ] && [ -d "$work/keep1/best" ] ||
+  { ls "$work/keep1" >&2; exit 1; }
+[ "$(ls -d "$work/predict-none"/step-* | wc -l)" -eq 2 ] || { ls "$work/predict-none" >&2; exit 1; }
 echo "== a labelled --test is scored too: on the validation file, the best evaluation's metrics"
 grep -q "val.jsonl (.*best): accuracy " "$work/predict-after.log"
 python3 - "$work/predict-none" <<'PY'

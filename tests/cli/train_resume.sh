@@ -2,7 +2,8 @@
 # Resume is bit-exact: a run killed with SIGKILL and resumed, and a run stopped with SIGINT (which
 # saves a checkpoint and exits 130) and resumed, both end with the same losses and the same final
 # weights, byte for byte, as an uninterrupted run. A diverging run (NaN/inf loss) stops with status 3,
-# names the step, and keeps its last good checkpoint.
+# names the step, and keeps its last good checkpoint. --keep-checkpoints keeps the newest N step
+# checkpoints (2 by default).
 # Usage: train_resume.sh ROFORMER_BINARY WORK_DIR
 set -euo pipefail
 roformer="$1"
@@ -24,6 +25,11 @@ opts=("${model[@]}" --steps 40 --save-every 5 --eval-every 10 --eval-batches 2 -
 losses() { grep -o '"loss":[^,]*\|"val_loss":[^,}]*' "$1/metrics.jsonl"; }
 echo "== uninterrupted run"
 "$roformer" train "${opts[@]}" --out "$work/a" 2> "$work/a.log"
+echo "== --keep-checkpoints: the newest step checkpoints stay (2 by default)"
+[ "$(ls -d "$work/a"/step-* | wc -l)" -eq 2 ] || { ls "$work/a" >&2; exit 1; }
+"$roformer" train "${model[@]}" --steps 20 --save-every 5 --eval-every 0 --eval-batches 2 --sample-tokens 0 --no-progress \
+  --keep-checkpoints 3 --out "$work/keep3" 2> "$work/keep3.log"
+[ "$(cd "$work/keep3" && echo step-*)" = "step-000010 step-000015 step-000020" ] || { ls "$work/keep3" >&2; exit 1; }
 
 echo "== SIGKILL at step >= 17, then --resume"
 interrupt_and_resume KILL 17 "$work/b" train "${opts[@]}"

@@ -66,6 +66,8 @@ void add_finetune_command(CLI::App& app, CommandTable& commands) {
   add_precision_option(ft, o->precision);
   ft->add_option("--epochs", o->epochs, "Passes over the training set")->check(CLI::PositiveNumber)->capture_default_str();
   ft->add_option("--eval-every", o->eval_every, "Steps between evaluations (0: each epoch)")->capture_default_str();
+  ft->add_option("--keep-checkpoints", o->keep_checkpoints, "Step checkpoints kept, the newest (best/ is kept apart)")
+      ->capture_default_str();
   ft->add_option("--patience", o->patience, "Stop after this many evaluations without improvement (0: never)")
       ->capture_default_str();
   ft->add_option("--metric", o->metric,

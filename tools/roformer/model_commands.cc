@@ -217,6 +217,7 @@ void add_train_command(CLI::App& app, CommandTable& commands, const std::shared_
   tr->add_option("--eval-every", t.eval_every, "Steps between validation runs (0: only at the end)")->capture_default_str();
   tr->add_option("--eval-batches", t.eval_batches, "Validation batches")->check(CLI::PositiveNumber)->capture_default_str();
   tr->add_option("--save-every", t.save_every, "Steps between checkpoints (0: only at the end)")->capture_default_str();
+  tr->add_option("--keep-checkpoints", t.keep_checkpoints, "Step checkpoints kept, the newest")->capture_default_str();
   tr->add_option("--val-fraction", t.val_fraction, "Validation share of the file")->check(CLI::Range(0.0, 0.9))->capture_default_str();
   tr->add_option("--mask-prob", t.mask_prob, "MLM: share of tokens selected")->capture_default_str();
   tr->add_option("--sample-tokens", t.sample_tokens, "Tokens generated at the end (causal LM)")->capture_default_str();
