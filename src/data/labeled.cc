@@ -262,7 +262,8 @@ std::vector<LabeledExample> parse_labeled(const std::string& text, TableFormat f
 bool has_column(const std::string& path, const std::string& name) {
   const std::string text = io::read_file(path);
   try {
-    switch (table_format_of(path)) {
+    const TableFormat format = table_format_of(path);
+    switch (format) {
       case TableFormat::jsonl: {
         size_t start = 0;
         while (start < text.size()) {
@@ -278,7 +279,7 @@ bool has_column(const std::string& path, const std::string& name) {
       }
       case TableFormat::tsv:
       case TableFormat::csv: {
-        const std::vector<Row> rows = table_format_of(path) == TableFormat::tsv ? split_tsv(text, path) : split_csv(text, path);
+        const std::vector<Row> rows = format == TableFormat::tsv ? split_tsv(text, path) : split_csv(text, path);
         return !rows.empty() && std::find(rows[0].fields.begin(), rows[0].fields.end(), name) != rows[0].fields.end();
       }
     }

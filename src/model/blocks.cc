@@ -468,7 +468,9 @@ void self_attention_backward(T* dx, const AttentionParams<T>& g, const T* dout, 
                              int64_t T_, Scratch<T>& s) {
   const RoFormerConfig& c = *ctx.config;
   const int64_t N = B * T_, H = c.hidden_size, n = c.num_attention_heads, D = c.head_dim();
-  T *d_ctx = s.get(ScratchBuffer::attention_context, N * H), *dq = s.get(ScratchBuffer::attention_query, N * H), *dk = s.get(ScratchBuffer::attention_key, N * H), *dv = s.get(ScratchBuffer::attention_value, N * H);
+  T* d_ctx = s.get(ScratchBuffer::attention_context, N * H);
+  T *dq = s.get(ScratchBuffer::attention_query, N * H), *dk = s.get(ScratchBuffer::attention_key, N * H),
+    *dv = s.get(ScratchBuffer::attention_value, N * H);
   attention_output_backward(d_ctx, dx, g, dout, a, p, ctx, B, T_, s);  // dx = the residual branch
   zero(dq, N * H), zero(dk, N * H), zero(dv, N * H);
   if (c.attention_type == AttentionType::softmax) {
@@ -529,7 +531,9 @@ void cross_attention_backward(T* dx, T* dmemory, const AttentionParams<T>& g, co
                               int64_t B, int64_t T_, int64_t Tk, Scratch<T>& s) {
   const RoFormerConfig& c = *ctx.config;
   const int64_t N = B * T_, M = B * Tk, H = c.hidden_size, n = c.num_attention_heads, D = c.head_dim();
-  T *d_ctx = s.get(ScratchBuffer::attention_context, N * H), *dq = s.get(ScratchBuffer::attention_query, N * H), *dk = s.get(ScratchBuffer::attention_key, M * H), *dv = s.get(ScratchBuffer::attention_value, M * H);
+  T* d_ctx = s.get(ScratchBuffer::attention_context, N * H);
+  T *dq = s.get(ScratchBuffer::attention_query, N * H), *dk = s.get(ScratchBuffer::attention_key, M * H),
+    *dv = s.get(ScratchBuffer::attention_value, M * H);
   attention_output_backward(d_ctx, dx, g, dout, a, p, ctx, B, T_, s);
   zero(dq, N * H), zero(dk, M * H), zero(dv, M * H);
   ops::attention_backward(dq, dk, dv, d_ctx, a.att.data(), a.q.data(), a.k.data(), a.v.data(), ctx.key_mask,
@@ -666,7 +670,8 @@ void mlm_head_backward(const RoFormerConfig& c, T* dh, const MlmHeadParams<T>& g
     linear_back(dh, LinearParams<T>{g.decoder_w}, dlogits, h, p.decoder(), N, H, V, ops::Grad::overwrite);
     return;
   }
-  T *d_normed = s.get(ScratchBuffer::mlm_head_normed, N * E), *d_act = s.get(ScratchBuffer::mlm_head_activation, N * E), *d_dense = s.get(ScratchBuffer::mlm_head_dense, N * E);
+  T *d_normed = s.get(ScratchBuffer::mlm_head_normed, N * E), *d_act = s.get(ScratchBuffer::mlm_head_activation, N * E),
+    *d_dense = s.get(ScratchBuffer::mlm_head_dense, N * E);
   linear_back(d_normed, g.decoder(), dlogits, a.normed.data(), p.decoder(), N, E, V, ops::Grad::overwrite);
   norm_backward(c, d_act, g.norm, d_normed, a.act.data(), p.norm, a.norm, N, E);
   activation_backward(c, d_dense, a.dense.data(), d_act, N * E);

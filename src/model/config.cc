@@ -356,7 +356,7 @@ RoFormerConfig RoFormerConfig::from_json_text(const std::string& text, const std
     c.hidden_act = parse_activation(act);
     c.norm_type = parse_norm_type(norm);
     c.attention_type = parse_attention_type(attention);
-    if (j.contains("pooler_activation")) c.pooler_activation = parse_pooler_activation(pooler);
+    if (!pooler.empty()) c.pooler_activation = parse_pooler_activation(pooler);  // "" (or absent): no pooler
     c.validate();
   } catch (const std::invalid_argument& e) {
     throw io::Error(origin + ": " + e.what());

@@ -324,7 +324,8 @@ void RoFormer<T>::backward_from_hidden(const T* d_hidden, const T* d_pooled) {
   if (!scratch_) scratch_ = std::make_unique<Scratch<T>>();
   Scratch<T>& s = *scratch_;
   const int64_t N = a.N, H = cfg_.hidden_size;
-  T *d_out = s.get(ScratchBuffer::model_out, N * H), *d_mid = s.get(ScratchBuffer::model_mid, N * H), *d_in = s.get(ScratchBuffer::model_in, N * H);  // (N, H) each
+  T *d_out = s.get(ScratchBuffer::model_out, N * H), *d_mid = s.get(ScratchBuffer::model_mid, N * H),
+    *d_in = s.get(ScratchBuffer::model_in, N * H);  // (N, H) each
   std::copy(d_hidden, d_hidden + N * H, d_out);
   if (d_pooled && p.pooler.dense.w) pooler_backward(cfg_, d_out, g.pooler, d_pooled, a.pooler, p.pooler, a.B, a.S);
   if (cfg_.add_cross_attention) d_memory_.assign(a.B * memory_len_ * H, T(0));

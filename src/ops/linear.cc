@@ -20,7 +20,6 @@
 namespace ops {
 namespace {
 
-
 // dbias (OC) += Σ_n dout (N, OC), rows in order for every column (so the result does not depend on
 // the thread count): each thread takes a band of columns and walks the rows, reading a contiguous
 // segment of each into a band of running sums, instead of striding down one column at a time.

@@ -16,9 +16,10 @@
 #include <type_traits>
 #include <vector>
 
+#include "base/threads.h"
+
 #undef HWY_TARGET_INCLUDE
 #define HWY_TARGET_INCLUDE "ops/norm.cc"
-#include "base/threads.h"
 #include "hwy/foreach_target.h"  // IWYU pragma: keep
 #include "hwy/highway.h"
 
@@ -129,7 +130,6 @@ HWY_EXPORT(LayerNormBackRowKernel);
 HWY_EXPORT(LayerNormParamRowKernel);
 
 namespace {
-
 
 // Running partial sums per row: 8 for fp32, 1 (the plain sequential sum) for fp64.
 template <typename T>

@@ -133,7 +133,6 @@ ActivationQuantization activation_quantization(float lo, float hi) {
   return q;
 }
 
-
 // x (n) → q (n) u8 in one parallel region: each thread scans its part for the range, every thread
 // derives the same scale and zero point from the team's partial ranges, then each quantises its
 // part. A serial scan before a parallel reorder left a gap between regions in every int8 layer, long

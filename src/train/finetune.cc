@@ -205,6 +205,16 @@ int64_t choice_width(const std::vector<data::ChoiceExample>& rows, const std::st
   return width;
 }
 
+// Each example's gold answer texts, as text::squad_scores takes them.
+std::vector<std::vector<std::string>> gold_answers(const std::vector<data::SquadExample>& examples) {
+  std::vector<std::vector<std::string>> golds;
+  for (const auto& x : examples) {
+    golds.emplace_back();
+    for (const auto& a : x.answers) golds.back().push_back(a.text);
+  }
+  return golds;
+}
+
 // The tag names of a token-classification run: --label-list, else the training tags sorted (run_ner).
 std::vector<std::string> tag_names(const std::vector<data::TaggedExample>& rows, const std::vector<std::string>& given) {
   if (!given.empty()) return given;
@@ -253,6 +263,11 @@ class FinetuneRun : public Recipe {
                                                const std::function<void(const Batch&, const std::vector<int64_t>&)>& visit);
   // A labelled --test file's metrics: printed, and written to out/test_metrics.json.
   void write_test_metrics(std::map<std::string, double> metrics) const;
+  // The head logits of the model's last forward, over batch b, with b's targets (for the head's metrics).
+  model::HeadOutputs head_outputs(const Batch& b) const {
+    const float* z = m_->head_logits();
+    return {b.B, b.T, std::vector<float>(z, z + cfg_.head->logits_count(cfg_, b.B, b.T)), b.targets, b.values};
+  }
   void write_predictions();
   void write_tag_predictions();
   void write_choice_predictions();
@@ -448,8 +463,7 @@ void FinetuneRun::evaluate(EvalRecord& rec) {
     const int64_t count = task_->loss_count(b);
     loss += task_->evaluate(*m_, b, count).loss * static_cast<double>(count);
     n += count;
-    const float* z = m_->head_logits();
-    outputs.push_back({b.B, b.T, std::vector<float>(z, z + cfg_.head->logits_count(cfg_, b.B, b.T)), b.targets, b.values});
+    outputs.push_back(head_outputs(b));
   }
   rec.val_loss = loss / static_cast<double>(n);
   rec.metrics = cfg_.head->metrics(cfg_, outputs, group_);
@@ -462,12 +476,8 @@ void FinetuneRun::evaluate(EvalRecord& rec) {
       }
     }
     const auto answers = model::postprocess_qa(static_cast<int64_t>(val_squad_.size()), val_spans_, logits, o_.qa);
-    std::vector<std::vector<std::string>> golds;
-    for (const auto& x : val_squad_) {
-      golds.emplace_back();
-      for (const auto& a : x.answers) golds.back().push_back(a.text);
-    }
-    for (const auto& [name, value] : text::squad_scores(answer_texts(val_squad_, answers), golds, o_.qa.version_2)) {
+    for (const auto& [name, value] :
+         text::squad_scores(answer_texts(val_squad_, answers), gold_answers(val_squad_), o_.qa.version_2)) {
       rec.metrics[name] = value;
     }
   }
@@ -495,10 +505,7 @@ std::vector<model::HeadOutputs> FinetuneRun::predict_best(
     for (size_t i = start; i < std::min(n, start + o_.batch); ++i) idx.push_back(static_cast<int64_t>(i));
     const Batch b = classification_batch(examples, idx, c, 0);
     m_->forward(b.inputs());
-    if (labelled) {
-      const float* z = m_->head_logits();
-      outputs.push_back({b.B, b.T, std::vector<float>(z, z + cfg_.head->logits_count(cfg_, b.B, b.T)), b.targets, b.values});
-    }
+    if (labelled) outputs.push_back(head_outputs(b));
     visit(b, idx);
   }
   return outputs;
@@ -520,7 +527,7 @@ void FinetuneRun::write_predictions() {
   if (per_token()) return write_tag_predictions();
   if (choices()) return write_choice_predictions();
   if (qa()) return write_answer_predictions();
-  // A test file whose rows all have a label is also scored; one without the label column is predicted.
+  // A test file whose first row has the label column is also scored; one without it is predicted only.
   data::LabeledColumns cols = o_.columns;
   const bool labelled = data::has_column(o_.test, cols.label);
   if (!labelled) cols.label.clear();
@@ -659,12 +666,7 @@ void FinetuneRun::write_answer_predictions() {
   }
   io::write_file_atomic(o_.out + "/predictions.jsonl", text);
   if (labelled) {  // the official SQuAD scores, as validation reports them
-    std::vector<std::vector<std::string>> golds;
-    for (const auto& x : rows) {
-      golds.emplace_back();
-      for (const auto& a : x.answers) golds.back().push_back(a.text);
-    }
-    const auto scores = text::squad_scores(texts, golds, o_.qa.version_2);
+    const auto scores = text::squad_scores(texts, gold_answers(rows), o_.qa.version_2);
     write_test_metrics({scores.begin(), scores.end()});
   }
 }

@@ -1,7 +1,7 @@
-// What the `roformer bench` commands share: librope dtype names, wall-clock seconds, and the peak resident memory of this
-// process (VmHWM from /proc/self/status, the high water mark of this address space; not getrusage's
-// ru_maxrss, which Linux carries across execve, so a process started by a big one, such as a Python
-// peer that imported torch, would report its parent's peak).
+// What the `roformer bench` commands share: librope dtype names, wall-clock seconds, and the peak
+// resident memory of this process (VmHWM from /proc/self/status, the high water mark of this address
+// space; not getrusage's ru_maxrss, which Linux carries across execve, so a process started by a big
+// one, such as a Python peer that imported torch, would report its parent's peak).
 #pragma once
 
 #include <chrono>
