@@ -28,8 +28,8 @@ LAYERS = {
     "data": ["text", "io", "base"],      # text: the corpus streams its file through text::CharTokenizer
     "load": ["model", "text"],           # the one loader of model directories: a model and its tokenizer
     "train": ["load", "data"],           # every run's text::Tokenizer; plots are drawn by the command line (report hooks)
-    "serve": ["load"],
-    "server": ["serve"],                 # roformer serve's HTTP server: one model thread over serve::Pipeline
+    "infer": ["load"],                   # inference pipelines over a loaded model: embed, classify, fill-mask, NER, QA, translate
+    "server": ["infer"],                 # roformer serve's HTTP server: one model thread over infer::Pipeline
 }
 
 # CMake targets of src/ → their layer (for the link check).
@@ -156,7 +156,7 @@ def self_test(root):
             print("self-test: the unmodified copy already fails:\n" + "\n".join(clean))
             return 1
         expect = [
-            (plant(tmp, "src/ops/dropout.cc", "#include", '#include "serve/pipeline.h"'), "layer ops includes serve/pipeline.h"),
+            (plant(tmp, "src/ops/dropout.cc", "#include", '#include "infer/pipeline.h"'), "layer ops includes infer/pipeline.h"),
             (plant(tmp, "src/data/mlm.cc", "#include", '#include "../model/config.h"'), "layer data includes ../model/config.h"),
             (plant(tmp, "src/base/random.h", "#pragma once", '#include "io/weights.h"'), "layer base includes io/weights.h"),
         ]

@@ -1,4 +1,4 @@
-// Model directories for the serve tests (tests/serve/pipeline_test.cc, tests/cli/serve_test.cc): the roformer-hf fixture cases
+// Model directories for the serve tests (tests/infer/pipeline_test.cc, tests/cli/serve_test.cc): the roformer-hf fixture cases
 // with the fixture's tokenizer files, and RoFormerForSequenceClassification checkpoints built from
 // case1's encoder plus a seeded random head, all under a per-process temp directory.
 #pragma once

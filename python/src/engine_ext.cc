@@ -1,5 +1,5 @@
-// roformer._engine: the RoFormer inference engine (src/serve, src/text) for Python (nanobind). Model
-// wraps serve::Pipeline (a Hugging Face RoFormer directory: config, weights, tokenizer, optional
+// roformer._engine: the RoFormer inference engine (src/infer, src/text) for Python (nanobind). Model
+// wraps infer::Pipeline (a Hugging Face RoFormer directory: config, weights, tokenizer, optional
 // classification head) and Tokenizer wraps text::RoFormerTokenizer; results are the command line's
 // (`roformer embed|similarity|classify|fill-mask|forward`), as NumPy arrays and Python objects. Bad
 // input raises ValueError with the engine's message. The GIL is released while the engine runs, and
@@ -24,8 +24,8 @@
 
 #include "base/threads.h"
 #include "base/utf8.h"
-#include "serve/fill_mask.h"
-#include "serve/pipeline.h"
+#include "infer/fill_mask.h"
+#include "infer/pipeline.h"
 #include "text/roformer_tokenizer.h"
 
 namespace nb = nanobind;
@@ -130,15 +130,15 @@ class Model {
  public:
   Model(const std::string& dir, const std::string& rope_scaling, const std::string& jieba_dict, int threads)
       : threads_(checked_threads(threads)) {
-    serve::LoadOptions o;
+    infer::LoadOptions o;
     o.rope_scaling = rope_scaling;
     o.jieba_dict = jieba_dict;
-    p_ = locked([&] { return serve::Pipeline::load(dir, o); });
+    p_ = locked([&] { return infer::Pipeline::load(dir, o); });
   }
 
   Floats embed(const std::vector<std::string>& texts, const std::string& pooling, bool normalize, int64_t batch) {
-    serve::EmbedOptions o;
-    o.pooling = engine_call([&] { return serve::parse_pooling(pooling); });
+    infer::EmbedOptions o;
+    o.pooling = engine_call([&] { return infer::parse_pooling(pooling); });
     o.normalize = normalize;
     o.batch_size = batch;
     const auto rows = locked([&] { return p_->embed(texts, o); });
@@ -150,8 +150,8 @@ class Model {
 
   std::vector<double> similarity(const std::vector<std::pair<std::string, std::string>>& pairs,
                                  const std::string& pooling, int64_t batch) {
-    serve::EmbedOptions o;
-    o.pooling = engine_call([&] { return serve::parse_pooling(pooling); });
+    infer::EmbedOptions o;
+    o.pooling = engine_call([&] { return infer::parse_pooling(pooling); });
     o.batch_size = batch;
     return locked([&] { return p_->similarity(pairs, o); });
   }
@@ -198,7 +198,7 @@ class Model {
   nb::list question_answering(const std::vector<std::pair<std::string, std::string>>& pairs, int64_t top_k,
                               int64_t max_answer_len, int64_t max_seq_len, int64_t doc_stride,
                               bool handle_impossible_answer, int64_t batch) {
-    serve::QaOptions o;
+    infer::QaOptions o;
     o.top_k = top_k, o.max_answer_length = max_answer_len, o.max_seq_len = max_seq_len, o.doc_stride = doc_stride;
     o.handle_impossible_answer = handle_impossible_answer;
     constexpr int64_t kMax = int64_t{1} << 20;  // the command line's and the server's bounds
@@ -206,7 +206,7 @@ class Model {
         max_seq_len > kMax || doc_stride < 0 || doc_stride > kMax) {
       throw nb::value_error("top_k and max_answer_len must be in [1, 2^20], max_seq_len and doc_stride in [0, 2^20]");
     }
-    std::vector<serve::Question> questions;
+    std::vector<infer::Question> questions;
     for (const auto& [q, c] : pairs) questions.push_back({q, c});
     const auto out = locked([&] { return p_->answer(questions, o, batch); });
     nb::list result;
@@ -226,7 +226,7 @@ class Model {
   }
 
   nb::list fill_mask(const std::vector<std::string>& texts, int64_t top_k, int64_t batch) {
-    const auto out = locked([&] { return serve::fill_mask(*p_, texts, top_k, batch); });
+    const auto out = locked([&] { return infer::fill_mask(*p_, texts, top_k, batch); });
     nb::list result;
     for (const auto& masks : out) {
       nb::list per_text;
@@ -290,7 +290,7 @@ class Model {
   void set_threads(int n) { threads_ = checked_threads(n); }
 
  private:
-  std::unique_ptr<serve::Pipeline> p_;
+  std::unique_ptr<infer::Pipeline> p_;
   std::mutex mu_;
   std::atomic<int> threads_;  // 0: roformer.set_threads's count
 };

@@ -4,8 +4,8 @@
 // and the heads the caller asks for are read and checked against each other once, before the
 // parameter arena is allocated, and the model comes back built, loaded and (for inference) packed.
 // Every command that opens a model directory comes through here: the encoder commands and
-// serve::Pipeline, eval, generate and extrapolate, fine-tuning, pre-training's --init-from and
-// --resume, translation (serve::Translator) and translate-train's --resume.
+// infer::Pipeline, eval, generate and extrapolate, fine-tuning, pre-training's --init-from and
+// --resume, translation (infer::Translator) and translate-train's --resume.
 //
 //   load::Request r;
 //   r.inference = model::LinearOptions{};          // Keep::outputs, weights packed as --quantize/--gemm say

@@ -11,7 +11,7 @@
 #include <sstream>
 
 #include "base/utf8.h"
-#include "serve/fill_mask.h"
+#include "infer/fill_mask.h"
 
 namespace server {
 namespace {
@@ -54,8 +54,8 @@ bool flag(const json& request, const char* name, bool fallback) {
 }
 
 // TEI's truncate and truncation_direction ("Right" / "Left"; either case is taken).
-serve::Truncate truncation(const json& request, bool auto_truncate) {
-  serve::Truncate t;
+infer::Truncate truncation(const json& request, bool auto_truncate) {
+  infer::Truncate t;
   t.enabled = flag(request, "truncate", auto_truncate);
   if (present(request, "truncation_direction")) {
     const json& d = request["truncation_direction"];
@@ -152,7 +152,7 @@ std::vector<Input> predict_inputs(const json& request, bool* batch) {
 // Client-given ids as one sequence: type 0, all attended, none marked special (nothing was added);
 // truncate cuts them to `limit` from its side.
 text::Encoding ids_encoding(const text::RoFormerTokenizer& tok, std::vector<int32_t> ids,
-                            const serve::Truncate& truncate, int64_t limit) {
+                            const infer::Truncate& truncate, int64_t limit) {
   if (truncate.enabled && static_cast<int64_t>(ids.size()) > limit) {
     const auto cut = static_cast<std::ptrdiff_t>(ids.size() - static_cast<size_t>(limit));
     if (truncate.side == text::Side::Left) {
@@ -187,7 +187,7 @@ std::vector<size_t> best_first(const std::vector<double>& scores) {
 }
 
 // TEI's [{"score", "label"}], highest first; raw: the head's logits instead of the scores.
-json sorted_scores(const serve::Classification& c, const std::vector<std::string>& labels, bool raw) {
+json sorted_scores(const infer::Classification& c, const std::vector<std::string>& labels, bool raw) {
   const std::vector<double>& v = raw ? c.logits : c.scores;
   json out = json::array();
   for (size_t i : best_first(v)) out.push_back({{"score", v[i]}, {"label", labels[i]}});
@@ -233,7 +233,7 @@ Api::Api(Backend backend, Scheduler& scheduler, Metrics& metrics, const ApiOptio
       metrics_(metrics),
       options_(options) {}
 
-serve::Pipeline& Api::encoder() const {
+infer::Pipeline& Api::encoder() const {
   if (!pipeline_) {
     throw ApiError(424, "Backend", "model is a translation model: " + options_.model_id +
                                        " (an encoder-decoder) answers /translate, /tokenize and /decode");
@@ -241,7 +241,7 @@ serve::Pipeline& Api::encoder() const {
   return *pipeline_;
 }
 
-serve::Translator& Api::translator() const {
+infer::Translator& Api::translator() const {
   if (!translator_) {
     throw ApiError(424, "Backend", "model is not a translation model: " + options_.model_id +
                                        " has no decoder (translate-train writes encoder-decoder directories)");
@@ -256,11 +256,11 @@ void Api::check_batch_size(size_t inputs) const {
   }
 }
 
-std::vector<text::Encoding> Api::encode(const std::vector<Input>& in, const serve::Truncate& truncate) const {
+std::vector<text::Encoding> Api::encode(const std::vector<Input>& in, const infer::Truncate& truncate) const {
   check_batch_size(in.size());
   const auto start = std::chrono::steady_clock::now();
   const int64_t limit = encoder().max_length();
-  const text::EncodeOptions eo = serve::encode_options(truncate, limit);
+  const text::EncodeOptions eo = infer::encode_options(truncate, limit);
   const text::RoFormerTokenizer& tok = encoder().tokenizer();
   std::vector<text::Encoding> out;
   for (size_t i = 0; i < in.size(); ++i) {
@@ -275,7 +275,7 @@ std::vector<text::Encoding> Api::encode(const std::vector<Input>& in, const serv
   }
   try {
     encoder().check(out);
-  } catch (const serve::InputError& e) {
+  } catch (const infer::InputError& e) {
     throw invalid("input " + std::to_string(e.index) + ": " + e.what());
   }
   metrics_.tokenized(std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
@@ -313,7 +313,7 @@ Output Api::wait(Ticket& t) {
   }
 }
 
-std::vector<std::vector<float>> Api::embed_inputs(const std::vector<Input>& in, const serve::Truncate& truncate,
+std::vector<std::vector<float>> Api::embed_inputs(const std::vector<Input>& in, const infer::Truncate& truncate,
                                                   bool norm, int64_t* tokens) {
   std::vector<text::Encoding> enc = encode(in, truncate);
   if (tokens) {
@@ -387,7 +387,7 @@ json Api::predict(const json& request) {
 
 json Api::rerank(const json& request) {
   require_object(request);
-  const serve::Classifier* head = encoder().classifier();
+  const infer::Classifier* head = encoder().classifier();
   if (head && head->num_labels() != 1) {
     throw ApiError(424, "Backend", "model is not a re-ranker: " + options_.model_id + "'s classifier has " +
                                        std::to_string(head->num_labels()) + " labels (a re-ranker has one)");
@@ -396,7 +396,7 @@ json Api::rerank(const json& request) {
   const std::string query = request["query"].get<std::string>();
   const std::vector<Input> texts = text_list(request, "texts");
   const bool raw = flag(request, "raw_scores", false), return_text = flag(request, "return_text", false);
-  const serve::Truncate truncate = truncation(request, options_.auto_truncate);
+  const infer::Truncate truncate = truncation(request, options_.auto_truncate);
   std::vector<double> scores;
   if (head) {  // a cross-encoder: one logit per (query, text), its sigmoid unless raw_scores (as TEI)
     std::vector<Input> pairs;
@@ -409,7 +409,7 @@ json Api::rerank(const json& request) {
     std::vector<Input> all = {text_input(query)};
     all.insert(all.end(), texts.begin(), texts.end());
     const auto e = embed_inputs(all, truncate, false);
-    for (size_t i = 1; i < e.size(); ++i) scores.push_back(serve::cosine(e[0], e[i]));
+    for (size_t i = 1; i < e.size(); ++i) scores.push_back(infer::cosine(e[0], e[i]));
   }
   json out = json::array();
   for (size_t i : best_first(scores)) {
@@ -433,15 +433,15 @@ json Api::similarity(const json& request) {
   for (Input& s : text_list(in, "sentences")) all.push_back(std::move(s));
   const auto e = embed_inputs(all, truncation(request, options_.auto_truncate), false);
   json out = json::array();
-  for (size_t i = 1; i < e.size(); ++i) out.push_back(serve::cosine(e[0], e[i]));
+  for (size_t i = 1; i < e.size(); ++i) out.push_back(infer::cosine(e[0], e[i]));
   return out;
 }
 
 json Api::fill_mask(const json& request) {
   require_object(request);
-  serve::Pipeline& pipeline = encoder();
+  infer::Pipeline& pipeline = encoder();
   try {
-    serve::check_fill_mask(pipeline);
+    infer::check_fill_mask(pipeline);
   } catch (const std::exception& e) {
     throw ApiError(424, "Backend", std::string("model cannot fill masks: ") + e.what());
   }
@@ -450,16 +450,16 @@ json Api::fill_mask(const json& request) {
   if (present(params, "targets")) throw invalid("`parameters.targets` is not supported: every token is a candidate");
   const int64_t top_k = integer(params, "top_k", integer(request, "top_k", 5, 1, 1000), 1, 1000);
   const bool single = request.contains("inputs") && request["inputs"].is_string();
-  const serve::Truncate truncate = truncation(request, options_.auto_truncate);
+  const infer::Truncate truncate = truncation(request, options_.auto_truncate);
   std::vector<text::Encoding> enc = encode(inputs(request, "inputs", false), truncate);
   try {
-    serve::mask_positions(pipeline, enc);
-  } catch (const serve::InputError& e) {
+    infer::mask_positions(pipeline, enc);
+  } catch (const infer::InputError& e) {
     throw invalid("input " + std::to_string(e.index) + ": " + e.what());
   }
   const auto masks = run(Task::fill_mask, std::move(enc), top_k).masks;
   json out = json::array();
-  for (const auto& m : masks) out.push_back(json::parse(serve::fill_mask_json(m)));
+  for (const auto& m : masks) out.push_back(json::parse(infer::fill_mask_json(m)));
   return single ? out.at(0) : out;
 }
 
@@ -534,7 +534,7 @@ json Api::question_answering(const json& request) {
   // {"question", "context"} (huggingface_hub's question_answering).
   const json& body = present(request, "inputs") ? request["inputs"] : request;
   const bool single = !body.is_array();
-  std::vector<serve::Question> questions;
+  std::vector<infer::Question> questions;
   for (size_t i = 0; i < (single ? 1 : body.size()); ++i) {
     const json& q = single ? body : body[i];
     const std::string at = present(request, "inputs") ? single ? "`inputs`" : "`inputs[" + std::to_string(i) + "]`" : "the body";
@@ -548,7 +548,7 @@ json Api::question_answering(const json& request) {
   check_batch_size(questions.size());
   const json params = pipeline_parameters(request, {"top_k", "doc_stride", "max_answer_len", "max_seq_len",
                                                     "max_question_len", "handle_impossible_answer", "align_to_words"});
-  serve::QaOptions o;
+  infer::QaOptions o;
   o.top_k = integer(params, "top_k", 1, 1, 1000);
   o.max_answer_length = integer(params, "max_answer_len", 15, 1, 1 << 20);
   o.max_seq_len = integer(params, "max_seq_len", 0, 4, encoder().max_length());
@@ -556,10 +556,10 @@ json Api::question_answering(const json& request) {
   integer(params, "max_question_len", 64, 1, 1 << 20);  // transformers' slow-tokenizer path only
   o.handle_impossible_answer = flag(params, "handle_impossible_answer", false);
   o.align_to_words = flag(params, "align_to_words", true);
-  serve::Pipeline::Windows windows;
+  infer::Pipeline::Windows windows;
   try {
     windows = encoder().question_windows(questions, o);
-  } catch (const serve::InputError& e) {
+  } catch (const infer::InputError& e) {
     throw invalid((single ? std::string("the question: ") : "input " + std::to_string(e.index) + ": ") + e.what());
   }
   // A long context makes many windows: one request may not hold the model longer than a full batch of
@@ -615,8 +615,8 @@ json translation_parameters(const json& request) {
 
 // /translate's truncation: TEI's `truncate` / `truncation_direction`, or transformers' `truncation`
 // (a bool or a strategy name) in `parameters` (translation_parameters').
-serve::Truncate translation_truncation(const json& request, const json& params, bool auto_truncate) {
-  serve::Truncate truncate = truncation(request, auto_truncate);
+infer::Truncate translation_truncation(const json& request, const json& params, bool auto_truncate) {
+  infer::Truncate truncate = truncation(request, auto_truncate);
   if (!present(params, "truncation")) return truncate;
   const json& v = params["truncation"];
   if (v.is_boolean()) {
@@ -631,10 +631,10 @@ serve::Truncate translation_truncation(const json& request, const json& params, 
 
 // transformers' translation pipeline: [{"translation_text"}] for a text (nbest of them); for a list,
 // one such object per text, or a list of nbest objects per text when nbest > 1.
-json translation_json(const std::vector<std::vector<serve::Translation>>& translations, bool single, int64_t nbest) {
-  auto hypotheses = [](const std::vector<serve::Translation>& n) {
+json translation_json(const std::vector<std::vector<infer::Translation>>& translations, bool single, int64_t nbest) {
+  auto hypotheses = [](const std::vector<infer::Translation>& n) {
     json out = json::array();
-    for (const serve::Translation& h : n) out.push_back({{"translation_text", h.text}});
+    for (const infer::Translation& h : n) out.push_back({{"translation_text", h.text}});
     return out;
   };
   if (single) return hypotheses(translations.at(0));
@@ -690,10 +690,10 @@ model::DecodeOptions Api::decode_options(const json& params) const {
 
 json Api::translate(const json& request) {
   require_object(request);
-  serve::Translator& t = translator();
+  infer::Translator& t = translator();
   const json params = translation_parameters(request);
   const model::DecodeOptions o = decode_options(params);
-  const serve::Truncate truncate = translation_truncation(request, params, options_.auto_truncate);
+  const infer::Truncate truncate = translation_truncation(request, params, options_.auto_truncate);
   const std::vector<Input> in = inputs(request, "inputs", false);
   check_batch_size(in.size());
   const auto start = std::chrono::steady_clock::now();
@@ -775,7 +775,7 @@ json Api::decode(const json& request) const {
     if (translator_) {  // control pieces (pad, bos, eos) decode to nothing either way
       out.push_back(translator_->subwords().decode(std::vector<int64_t>(lists[i].begin(), lists[i].end())));
     } else {
-      out.push_back(serve::decode(encoder().tokenizer(), lists[i], skip, encoder().clean_up_tokenization_spaces()));
+      out.push_back(infer::decode(encoder().tokenizer(), lists[i], skip, encoder().clean_up_tokenization_spaces()));
     }
   }
   return out;
@@ -812,7 +812,7 @@ json Api::info() const {
     return info;
   }
   json type;
-  if (const serve::Classifier* c = encoder().classifier()) {
+  if (const infer::Classifier* c = encoder().classifier()) {
     json id2label = json::object(), label2id = json::object();
     for (size_t i = 0; i < c->labels.size(); ++i) {
       id2label[std::to_string(i)] = c->labels[i];
@@ -820,7 +820,7 @@ json Api::info() const {
     }
     type[c->num_labels() == 1 ? "reranker" : "classifier"] = {{"id2label", id2label}, {"label2id", label2id}};
   } else {
-    type["embedding"] = {{"pooling", serve::pooling_name(options_.scheduler.pooling)}};
+    type["embedding"] = {{"pooling", infer::pooling_name(options_.scheduler.pooling)}};
   }
   info["model_type"] = type;
   info["fill_mask"] = encoder().has_mlm_head() && !encoder().config().is_decoder;

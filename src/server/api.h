@@ -38,7 +38,7 @@
 #include <string>
 #include <vector>
 
-#include "serve/pipeline.h"
+#include "infer/pipeline.h"
 #include "server/scheduler.h"
 
 namespace server {
@@ -98,18 +98,18 @@ class Api {
   // 413 for more inputs than max_client_batch_size.
   void check_batch_size(size_t inputs) const;
   // Inputs → checked encodings: 413 past the length without truncate, or past max_client_batch_size.
-  std::vector<text::Encoding> encode(const std::vector<Input>& inputs, const serve::Truncate& truncate) const;
+  std::vector<text::Encoding> encode(const std::vector<Input>& inputs, const infer::Truncate& truncate) const;
   Output run(Task task, std::vector<text::Encoding> encodings, int64_t top_k = 0);
   Output wait(Ticket& t);  // the scheduler's answer (cancelled if the client goes), failures as ApiErrors
-  serve::Pipeline& encoder() const;     // 424 for a translation model
-  serve::Translator& translator() const;  // 424 for an encoder model
+  infer::Pipeline& encoder() const;     // 424 for a translation model
+  infer::Translator& translator() const;  // 424 for an encoder model
   model::DecodeOptions decode_options(const nlohmann::json& params) const;  // of translation_parameters
   int64_t max_new_tokens() const;       // the decoder's positions less the decoder start token's
-  std::vector<std::vector<float>> embed_inputs(const std::vector<Input>& inputs, const serve::Truncate& truncate,
+  std::vector<std::vector<float>> embed_inputs(const std::vector<Input>& inputs, const infer::Truncate& truncate,
                                                bool normalize, int64_t* tokens = nullptr);
 
-  serve::Pipeline* pipeline_;        // exactly one of these two is set (Backend)
-  serve::Translator* translator_;
+  infer::Pipeline* pipeline_;        // exactly one of these two is set (Backend)
+  infer::Translator* translator_;
   Scheduler& scheduler_;
   Metrics& metrics_;  // tokenization times
   const ApiOptions options_;

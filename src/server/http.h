@@ -7,7 +7,7 @@
 #include <cstdint>
 #include <string>
 
-#include "serve/pipeline.h"
+#include "infer/pipeline.h"
 #include "server/api.h"
 
 namespace server {

@@ -240,18 +240,18 @@ Output Scheduler::encode(std::vector<std::unique_ptr<Job>>& jobs, int64_t batch_
       all.push_back(std::move(e));
     }
   }
-  serve::Pipeline& pipeline = *backend_.pipeline;
+  infer::Pipeline& pipeline = *backend_.pipeline;
   Output out;
   switch (jobs.front()->task) {
     case Task::embed: {
-      serve::EmbedOptions eo;
+      infer::EmbedOptions eo;
       eo.pooling = options_.pooling;
       eo.batch_size = batch_size;
       out.embeddings = pipeline.embed_encoded(all, eo);
       break;
     }
     case Task::classify: out.classes = pipeline.classify_encoded(all, batch_size); break;
-    case Task::fill_mask: out.masks = serve::fill_mask_encoded(pipeline, all, jobs.front()->top_k, batch_size); break;
+    case Task::fill_mask: out.masks = infer::fill_mask_encoded(pipeline, all, jobs.front()->top_k, batch_size); break;
     case Task::head: out.head_logits = pipeline.head_logits_encoded(all, batch_size); break;
     case Task::translate: throw std::logic_error("Scheduler::encode: a translation job");
   }

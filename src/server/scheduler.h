@@ -1,7 +1,7 @@
 // The one path from HTTP threads to the model. Requests arrive already tokenized (the HTTP threads
 // encode), wait in a bounded queue, and ONE model thread takes them in batches: consecutive requests
 // of the same task (and top_k, or decoding options) while the batch's padded size (rows × longest)
-// stays within max_batch_tokens and its rows within max_batch_requests; serve::Pipeline (or the
+// stays within max_batch_tokens and its rows within max_batch_requests; infer::Pipeline (or the
 // Translator, whose rows are sources × beams) runs them sorted by length and padded per forward.
 // Neither is thread-safe, so nothing but that thread touches the model.
 //
@@ -23,10 +23,10 @@
 #include <thread>
 #include <vector>
 
-#include "serve/fill_mask.h"
+#include "infer/fill_mask.h"
 #include "model/decoding.h"
-#include "serve/pipeline.h"
-#include "serve/translator.h"
+#include "infer/pipeline.h"
+#include "infer/translator.h"
 #include "server/metrics.h"
 
 namespace server {
@@ -38,8 +38,8 @@ enum class Task { embed, classify, fill_mask, translate, head };
 // The model a server runs: an encoder pipeline (embed, classify, fill-mask) or an encoder-decoder
 // (translate). Exactly one is set; the scheduler's thread is the only one to run it.
 struct Backend {
-  serve::Pipeline* pipeline = nullptr;
-  serve::Translator* translator = nullptr;
+  infer::Pipeline* pipeline = nullptr;
+  infer::Translator* translator = nullptr;
 };
 
 // More requests in flight than max_concurrent_requests, or the server is stopping: HTTP 429.
@@ -65,7 +65,7 @@ struct SchedulerOptions {
   int64_t max_concurrent_requests = 512;  // accepted and not yet answered (queued + running)
   int64_t max_batch_tokens = 16384;       // per forward: sequences × the longest of them
   int64_t max_batch_requests = 0;         // sequences per forward; 0: only the token budget bounds it
-  serve::Pooling pooling = serve::Pooling::cls;
+  infer::Pooling pooling = infer::Pooling::cls;
   int threads = 0;                        // OpenMP threads of the model thread (0: the default)
   double request_timeout_s = 0;           // longest wait in the queue before TimedOut (0: none)
 };
@@ -73,9 +73,9 @@ struct SchedulerOptions {
 // What one request gets back, in the order of its encodings.
 struct Output {
   std::vector<std::vector<float>> embeddings;      // Task::embed: pooled, not normalised
-  std::vector<serve::Classification> classes;      // Task::classify
-  std::vector<std::vector<serve::MaskPredictions>> masks;  // Task::fill_mask: per encoding, per mask
-  std::vector<std::vector<serve::Translation>> translations;  // Task::translate: per source, nbest
+  std::vector<infer::Classification> classes;      // Task::classify
+  std::vector<std::vector<infer::MaskPredictions>> masks;  // Task::fill_mask: per encoding, per mask
+  std::vector<std::vector<infer::Translation>> translations;  // Task::translate: per source, nbest
   std::vector<std::vector<float>> head_logits;     // Task::head: per encoding, (tokens, width)
 };
 

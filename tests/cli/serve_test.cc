@@ -19,7 +19,7 @@
 
 #include "io/safetensors.h"
 #include "ops/packed_linear.h"
-#include "serve/pipeline.h"
+#include "infer/pipeline.h"
 #include "serve_fixtures.h"
 #include "text/roformer_tokenizer.h"
 
@@ -162,8 +162,8 @@ TEST(Cli, FillMaskEmbedSimilarityClassifyAndForwardRun) {
   ASSERT_EQ(r.status, 0) << r.err;
   lines = r.lines();
   ASSERT_EQ(lines.size(), 3u);
-  auto p = serve::Pipeline::load(m);
-  const auto ref = p->embed(texts, {.pooling = serve::Pooling::mean, .normalize = true});
+  auto p = infer::Pipeline::load(m);
+  const auto ref = p->embed(texts, {.pooling = infer::Pooling::mean, .normalize = true});
   for (size_t i = 0; i < 3; ++i) {
     const auto e = lines[i]["embedding"].get<std::vector<float>>();
     ASSERT_EQ(e.size(), ref[i].size());
@@ -182,7 +182,7 @@ TEST(Cli, FillMaskEmbedSimilarityClassifyAndForwardRun) {
   ASSERT_EQ(r.status, 0) << r.err;
   lines = r.lines();
   ASSERT_EQ(lines.size(), 2u);
-  const auto cls = serve::Pipeline::load(c)->classify({"hello", "今天"});
+  const auto cls = infer::Pipeline::load(c)->classify({"hello", "今天"});
   for (size_t i = 0; i < 2; ++i) {
     EXPECT_EQ(lines[i]["label"], cls[i].label);
     EXPECT_NEAR(lines[i]["score"].get<double>(), cls[i].score, 1e-6);

@@ -14,7 +14,7 @@
 
 #include "bench_util.h"
 #include "commands.h"
-#include "serve/pipeline.h"
+#include "infer/pipeline.h"
 
 namespace roformer {
 namespace {
@@ -44,13 +44,13 @@ void check_model_fits(const BenchInferOptions& o, const model::RoFormer<float>& 
 int bench_infer(const BenchInferOptions& o) {
   if (o.threads > 0) omp_set_num_threads(o.threads);
   const auto t_load = bench_clock::now();
-  serve::LoadOptions load_options;
+  infer::LoadOptions load_options;
   load_options.tokenizer = false;
   load_options.mlm_head = o.head == "mlm";
   load_options.quantize = o.quantize;
   load_options.gemm = o.gemm;
   load_options.release_packed_arena = true;  // as the inference commands load
-  auto pipeline = serve::Pipeline::load(o.model, load_options);
+  auto pipeline = infer::Pipeline::load(o.model, load_options);
   const double load_s = seconds_since(t_load);
   const double rss_after_load = peak_rss_mib();
   model::RoFormer<float>& m = pipeline->model();

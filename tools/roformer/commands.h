@@ -55,7 +55,7 @@ struct BenchInferOptions {
   std::string model;             // a Hugging Face RoFormer model directory
   std::string head = "none";     // none: last hidden state; mlm: + the MLM head's logits
   std::string keep = "outputs";  // outputs: inference mode; all: keep every activation (as for training)
-  std::string quantize = "auto", gemm = "auto";  // serve::LoadOptions
+  std::string quantize = "auto", gemm = "auto";  // infer::LoadOptions
   int64_t batch = 1, seq = 128, warmup = 2, min_reps = 5;
   double min_time = 3.0;         // seconds of timed forwards, at least min_reps of them
   int threads = 0;

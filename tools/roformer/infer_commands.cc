@@ -1,6 +1,6 @@
 // `roformer tokenize | fill-mask | embed | similarity | classify | ner | qa | forward`: inference on Hugging Face
 // RoFormer model directories (config.json, vocab.txt + tokenizer files, weights). A thin layer over
-// src/serve: read lines (stdin or --input; text, {"text": ...} JSONL, pairs), run them in batches of
+// src/infer: read lines (stdin or --input; text, {"text": ...} JSONL, pairs), run them in batches of
 // --batch-size (sorted by length, padded, output in input order) and print one JSON line per input.
 // Input is read in chunks, so output streams; a bad line stops the command with "NAME:LINE: why".
 #include <CLI/CLI.hpp>
@@ -16,45 +16,45 @@
 #include "commands.h"
 #include "thread_option.h"
 #include "io/output_path.h"
-#include "serve/fill_mask.h"
-#include "serve/forward_io.h"
-#include "serve/input.h"
-#include "serve/pipeline.h"
+#include "infer/fill_mask.h"
+#include "infer/forward_io.h"
+#include "infer/input.h"
+#include "infer/pipeline.h"
 
 namespace roformer {
 namespace {
 
 struct InferOptions {
   std::string model_dir, input, format = "auto", jieba_dict, pooling = "cls", rope_scaling;
-  std::string quantize = "auto", gemm = "auto", function = "auto";  // serve::LoadOptions
+  std::string quantize = "auto", gemm = "auto", function = "auto";  // infer::LoadOptions
   std::string inputs, out;  // forward
   int64_t batch_size = 16, top_k = 5, max_length = 0;
   bool normalize = false, pairs = false, truncate = false, offsets = false;
   std::string truncation_side = "right";
   int threads = 0;
   std::string aggregation = "simple";  // ner
-  serve::QaOptions qa;                 // qa
+  infer::QaOptions qa;                 // qa
 };
 
 // The input stream (stdin or --input) and its reader.
 struct Input {
   std::ifstream file;
-  std::unique_ptr<serve::LineReader> reader;
+  std::unique_ptr<infer::LineReader> reader;
   explicit Input(const InferOptions& o) {
     if (o.input.empty() || o.input == "-") {
-      reader = std::make_unique<serve::LineReader>(std::cin, "<stdin>", serve::parse_input_format(o.format));
+      reader = std::make_unique<infer::LineReader>(std::cin, "<stdin>", infer::parse_input_format(o.format));
       return;
     }
     file.open(o.input, std::ios::binary);
     if (!file) throw std::runtime_error(o.input + ": cannot open");
-    reader = std::make_unique<serve::LineReader>(file, o.input, serve::parse_input_format(o.format));
+    reader = std::make_unique<infer::LineReader>(file, o.input, infer::parse_input_format(o.format));
   }
 };
 
 // weights: false for tokenize; mlm_head: false where only hidden states are used (no MLM head cost).
-std::unique_ptr<serve::Pipeline> load(const InferOptions& o, bool weights = true, bool mlm_head = true) {
+std::unique_ptr<infer::Pipeline> load(const InferOptions& o, bool weights = true, bool mlm_head = true) {
   if (o.threads > 0) omp_set_num_threads(o.threads);
-  serve::LoadOptions lo;
+  infer::LoadOptions lo;
   lo.jieba_dict = o.jieba_dict;
   lo.weights = weights;
   lo.mlm_head = mlm_head;
@@ -63,7 +63,7 @@ std::unique_ptr<serve::Pipeline> load(const InferOptions& o, bool weights = true
   lo.gemm = o.gemm;
   lo.classify_function = o.function;
   lo.release_packed_arena = true;  // only forwards run here: hold the packed weights once
-  return serve::Pipeline::load(o.model_dir, lo);
+  return infer::Pipeline::load(o.model_dir, lo);
 }
 
 // Reads chunks of inputs (read(reader, &item) → false at the end) and hands each to process; an
@@ -71,7 +71,7 @@ std::unique_ptr<serve::Pipeline> load(const InferOptions& o, bool weights = true
 template <typename Item, typename Read, typename Process>
 void for_chunks(const InferOptions& o, Read read, Process process) {
   Input input(o);
-  serve::LineReader& r = *input.reader;
+  infer::LineReader& r = *input.reader;
   const int64_t chunk = std::max<int64_t>(o.batch_size * 64, 256);
   std::vector<Item> items;
   std::vector<int64_t> lines;
@@ -86,15 +86,15 @@ void for_chunks(const InferOptions& o, Read read, Process process) {
     if (items.empty()) break;
     try {
       process(items);
-    } catch (const serve::InputError& e) {
+    } catch (const infer::InputError& e) {
       throw std::runtime_error(r.where(lines.at(e.index), e.what()));
     }
     std::cout.flush();
   }
 }
 
-bool read_text(serve::LineReader& r, std::string* s) { return r.next_text(s); }
-bool read_pair(serve::LineReader& r, std::pair<std::string, std::string>* p) { return r.next_pair(p); }
+bool read_text(infer::LineReader& r, std::string* s) { return r.next_text(s); }
+bool read_pair(infer::LineReader& r, std::pair<std::string, std::string>* p) { return r.next_pair(p); }
 
 int run_tokenize(const InferOptions& o) {
   const auto p = load(o, false);
@@ -104,23 +104,23 @@ int run_tokenize(const InferOptions& o) {
   return 0;
 }
 
-serve::Truncate truncation(const InferOptions& o) {
+infer::Truncate truncation(const InferOptions& o) {
   return {o.truncate, o.max_length, o.truncation_side == "left" ? text::Side::Left : text::Side::Right};
 }
 
 int run_fill_mask(const InferOptions& o) {
   const auto p = load(o);
   for_chunks<std::string>(o, read_text, [&](const std::vector<std::string>& texts) {
-    for (const auto& masks : serve::fill_mask(*p, texts, o.top_k, o.batch_size, truncation(o))) {
-      std::cout << serve::fill_mask_json(masks) << '\n';
+    for (const auto& masks : infer::fill_mask(*p, texts, o.top_k, o.batch_size, truncation(o))) {
+      std::cout << infer::fill_mask_json(masks) << '\n';
     }
   });
   return 0;
 }
 
-serve::EmbedOptions embed_options(const InferOptions& o) {
-  serve::EmbedOptions e;
-  e.pooling = serve::parse_pooling(o.pooling);
+infer::EmbedOptions embed_options(const InferOptions& o) {
+  infer::EmbedOptions e;
+  e.pooling = infer::parse_pooling(o.pooling);
   e.normalize = o.normalize;
   e.batch_size = o.batch_size;
   return e;
@@ -129,7 +129,7 @@ serve::EmbedOptions embed_options(const InferOptions& o) {
 int run_embed(const InferOptions& o) {
   const auto p = load(o, true, false);
   for_chunks<std::string>(o, read_text, [&](const std::vector<std::string>& texts) {
-    for (const auto& e : p->embed(texts, embed_options(o), truncation(o))) std::cout << serve::embedding_json(e) << '\n';
+    for (const auto& e : p->embed(texts, embed_options(o), truncation(o))) std::cout << infer::embedding_json(e) << '\n';
   });
   return 0;
 }
@@ -138,14 +138,14 @@ int run_similarity(const InferOptions& o) {
   const auto p = load(o, true, false);
   for_chunks<std::pair<std::string, std::string>>(o, read_pair, [&](const auto& pairs) {
     for (double s : p->similarity(pairs, embed_options(o), truncation(o))) {
-      std::cout << "{\"similarity\": " << serve::json_number(s) << "}\n";
+      std::cout << "{\"similarity\": " << infer::json_number(s) << "}\n";
     }
   });
   return 0;
 }
 
-void print_classifications(const std::vector<serve::Classification>& out) {
-  for (const serve::Classification& c : out) {
+void print_classifications(const std::vector<infer::Classification>& out) {
+  for (const infer::Classification& c : out) {
     nlohmann::ordered_json j;
     // One meaning per field in every command (finetune --predict writes the same): "score" the label's
     // probability (a regression's value), "probabilities" after the head's function, "logits" raw.
@@ -207,7 +207,7 @@ int run_qa(const InferOptions& o) {
   const auto p = load(o, true, false);
   p->answer({}, o.qa);  // the "needs a RoFormerForQuestionAnswering" error before input is read
   for_chunks<std::pair<std::string, std::string>>(o, read_pair, [&](const auto& pairs) {
-    std::vector<serve::Question> questions;
+    std::vector<infer::Question> questions;
     for (const auto& [q, c] : pairs) questions.push_back({q, c});
     const auto answers = p->answer(questions, o.qa, o.batch_size);
     for (size_t i = 0; i < answers.size(); ++i) {
@@ -230,7 +230,7 @@ int run_qa(const InferOptions& o) {
 int run_forward(const InferOptions& o) {
   if (o.threads > 0) omp_set_num_threads(o.threads);
   io::check_output_path("--out", o.out, {o.model_dir, o.inputs});
-  serve::forward_file(o.model_dir, o.inputs, o.out, {o.quantize, o.gemm});
+  infer::forward_file(o.model_dir, o.inputs, o.out, {o.quantize, o.gemm});
   return 0;
 }
 

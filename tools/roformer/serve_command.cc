@@ -11,8 +11,8 @@
 #include "commands.h"
 #include "thread_option.h"
 #include "load/model_dir.h"
-#include "serve/pipeline.h"
-#include "serve/translator.h"
+#include "infer/pipeline.h"
+#include "infer/translator.h"
 #include "server/http.h"
 
 namespace roformer {
@@ -39,7 +39,7 @@ int run_serve(ServeOptions& o) {
     throw std::invalid_argument("--shutdown-timeout must be a number of seconds in [0, 86400]");
   }
   server::ApiOptions& api = o.server.api;
-  api.scheduler.pooling = serve::parse_pooling(o.pooling);
+  api.scheduler.pooling = infer::parse_pooling(o.pooling);
   // The directory's name; a run's best/, latest step-NNNNNN/ or a Hugging Face snapshot is named by the
   // run or repository around it ("runs/sst/best" serves as "sst", not "best").
   api.model_id = o.model_id;
@@ -57,18 +57,18 @@ int run_serve(ServeOptions& o) {
       api.model_id = name;
     }
   }
-  serve::LoadOptions lo;
+  infer::LoadOptions lo;
   lo.quantize = o.quantize;
   lo.gemm = o.gemm;
   if (load::is_seq2seq(o.model_dir)) {  // translate-train's encoder-decoder: POST /translate
-    const std::unique_ptr<serve::Translator> t = serve::Translator::load(o.model_dir, lo);
+    const std::unique_ptr<infer::Translator> t = infer::Translator::load(o.model_dir, lo);
     return server::serve_forever({.translator = t.get()}, o.server);
   }
   lo.jieba_dict = o.jieba_dict;
   lo.mlm_head = true;  // for /fill-mask; embed and classify forwards stop before it (Pipeline::run)
   lo.rope_scaling = o.rope_scaling;
   lo.release_packed_arena = true;
-  const std::unique_ptr<serve::Pipeline> p = serve::Pipeline::load(o.model_dir, lo);
+  const std::unique_ptr<infer::Pipeline> p = infer::Pipeline::load(o.model_dir, lo);
   p->set_max_padding(o.max_padding);
   return server::serve_forever({.pipeline = p.get()}, o.server);
 }

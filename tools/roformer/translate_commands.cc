@@ -1,7 +1,7 @@
 // Translation on the command line:
 //   roformer translate-train  trains the encoder-decoder on parallel text (src/train/translate_run.h)
 //                             and draws curves.png through its report hook;
-//   roformer translate        translates text lines or JSONL on stdin or a file (src/serve/translator.h);
+//   roformer translate        translates text lines or JSONL on stdin or a file (src/infer/translator.h);
 //   roformer average          averages the weights of checkpoints (the paper's last-5 average).
 #include <CLI/CLI.hpp>
 #include <fmt/core.h>
@@ -25,7 +25,7 @@
 #include "io/safetensors.h"
 #include "io/weights.h"
 #include "plot/plot.h"
-#include "serve/translator.h"
+#include "infer/translator.h"
 #include "train/checkpoint.h"
 #include "train/translate_run.h"
 
@@ -47,7 +47,7 @@ struct TranslateCli {
   int64_t batch = 32;
   bool with_scores = false, timing = false;
   int threads = 0;
-  serve::LoadOptions linears;  // --quantize, --gemm
+  infer::LoadOptions linears;  // --quantize, --gemm
   // average
   std::vector<std::string> checkpoints;
   std::string run_dir, average_out;
@@ -96,7 +96,7 @@ std::vector<std::string> read_inputs(const TranslateCli& c) {
 
 int run_translate(TranslateCli& c) {
   if (c.threads > 0) omp_set_num_threads(c.threads);
-  auto translator = serve::Translator::load(c.model_dir, c.linears);
+  auto translator = infer::Translator::load(c.model_dir, c.linears);
   const std::vector<std::string> inputs = read_inputs(c);
   const auto t0 = std::chrono::steady_clock::now();
   const auto results = translator->translate(inputs, c.decode, c.batch);

@@ -1,14 +1,14 @@
 // The forward subcommand's library layer (see forward_io.h).
-#include "serve/forward_io.h"
+#include "infer/forward_io.h"
 
 #include <algorithm>
 #include <cstring>
 
 #include "io/atomic_file.h"
 #include "io/safetensors.h"
-#include "serve/pipeline.h"
+#include "infer/pipeline.h"
 
-namespace serve {
+namespace infer {
 
 std::string forward_safetensors(model::RoFormer<float>& m, const io::WeightStore& in) {
   const model::RoFormerConfig& c = m.config();
@@ -75,4 +75,4 @@ void forward_file(const std::string& model_dir, const std::string& inputs_path, 
   io::write_file_atomic(out_path, forward_safetensors(pipeline->model(), inputs));
 }
 
-}  // namespace serve
+}  // namespace infer

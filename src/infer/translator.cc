@@ -6,7 +6,7 @@
 
 #include "load/model_dir.h"
 
-namespace serve {
+namespace infer {
 
 std::unique_ptr<Translator> Translator::load(const std::string& dir, const LoadOptions& options) {
   load::Request r;
@@ -43,4 +43,4 @@ std::vector<std::vector<Translation>> Translator::translate_encoded(const std::v
   return out;
 }
 
-}  // namespace serve
+}  // namespace infer

@@ -1,5 +1,5 @@
 // Fill-mask and HF-style decoding (see fill_mask.h).
-#include "serve/fill_mask.h"
+#include "infer/fill_mask.h"
 
 #include <algorithm>
 #include <cmath>
@@ -9,7 +9,7 @@
 
 #include "io/weights.h"
 
-namespace serve {
+namespace infer {
 namespace {
 
 void replace_all(std::string* s, std::string_view from, std::string_view to) {
@@ -185,4 +185,4 @@ std::string fill_mask_json(const std::vector<MaskPredictions>& masks) {
   return j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
 }
 
-}  // namespace serve
+}  // namespace infer

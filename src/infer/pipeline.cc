@@ -1,6 +1,6 @@
-// serve::Pipeline: model directory loading, length-sorted batching, pooling, similarity and the
+// infer::Pipeline: model directory loading, length-sorted batching, pooling, similarity and the
 // sequence-classification head (see pipeline.h).
-#include "serve/pipeline.h"
+#include "infer/pipeline.h"
 
 #include <algorithm>
 #include <cmath>
@@ -13,7 +13,7 @@
 #include "rope/rope.hpp"
 #include "text/windows.h"
 
-namespace serve {
+namespace infer {
 namespace {
 
 namespace fs = std::filesystem;
@@ -138,12 +138,12 @@ std::unique_ptr<Pipeline> Pipeline::load(const std::string& dir, const LoadOptio
 }
 
 const text::RoFormerTokenizer& Pipeline::tokenizer() const {
-  if (!tokenizer_) throw std::logic_error("serve::Pipeline: loaded without a tokenizer");
+  if (!tokenizer_) throw std::logic_error("infer::Pipeline: loaded without a tokenizer");
   return *tokenizer_;
 }
 
 model::RoFormer<float>& Pipeline::model() {
-  if (!model_) throw std::logic_error("serve::Pipeline: loaded without weights");
+  if (!model_) throw std::logic_error("infer::Pipeline: loaded without weights");
   return *model_;
 }
 
@@ -345,7 +345,7 @@ void Pipeline::need_head(const char* architecture) const {
 std::vector<std::vector<float>> Pipeline::head_logits_encoded(const std::vector<text::Encoding>& encodings,
                                                               int64_t batch_size) {
   const std::vector<int64_t> shape = config_.head ? config_.head->logits_shape(config_, 1, 1) : std::vector<int64_t>{};
-  if (shape.size() != 3) throw std::logic_error("serve::Pipeline::head_logits_encoded: a head without logits per token");
+  if (shape.size() != 3) throw std::logic_error("infer::Pipeline::head_logits_encoded: a head without logits per token");
   const int64_t width = shape.back();
   std::vector<std::vector<float>> out(encodings.size());
   run(encodings, batch_size, [&](const std::vector<size_t>& rows, int64_t T) {
@@ -430,4 +430,4 @@ std::vector<std::vector<model::PipelineAnswer>> Pipeline::answer(const std::vect
   return answers(questions.size(), w, head_logits_encoded(w.encodings, batch_size), options);
 }
 
-}  // namespace serve
+}  // namespace infer

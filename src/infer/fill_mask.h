@@ -8,9 +8,9 @@
 #include <string>
 #include <vector>
 
-#include "serve/pipeline.h"
+#include "infer/pipeline.h"
 
-namespace serve {
+namespace infer {
 
 struct Prediction {
   double score = 0;        // softmax probability at the mask position
@@ -44,4 +44,4 @@ std::vector<std::vector<int64_t>> mask_positions(const Pipeline& pipeline,
 // mask, a list of such lists (one per mask) for several.
 std::string fill_mask_json(const std::vector<MaskPredictions>& masks);
 
-}  // namespace serve
+}  // namespace infer

@@ -3,7 +3,7 @@
 // Texts are encoded with the SentencePiece model, decoded in batches of similar lengths (sorted by
 // subword count, so padding stays small), and returned in input order, detokenised.
 //
-//   auto t = serve::Translator::load("runs/kjv-rv/step-020000");
+//   auto t = infer::Translator::load("runs/kjv-rv/step-020000");
 //   auto out = t->translate({"In the beginning God created the heaven and the earth."}, {.beam_size = 4});
 #pragma once
 
@@ -14,10 +14,10 @@
 
 #include "model/seq2seq.h"
 #include "model/translate.h"
-#include "serve/pipeline.h"
+#include "infer/pipeline.h"
 #include "text/sentencepiece.h"
 
-namespace serve {
+namespace infer {
 
 struct Translation {
   std::string text;  // detokenised
@@ -55,4 +55,4 @@ class Translator {
   std::shared_ptr<const text::SentencePiece> sp_;
 };
 
-}  // namespace serve
+}  // namespace infer

@@ -14,7 +14,7 @@
 #include "io/weights.h"
 #include "model/roformer.h"
 
-namespace serve {
+namespace infer {
 
 // Runs `model` on the batch held by `inputs` and returns the safetensors image described above.
 // Throws io::Error naming inputs.path() for a missing input, a wrong dtype or shape, an id, type or
@@ -26,4 +26,4 @@ std::string forward_safetensors(model::RoFormer<float>& model, const io::WeightS
 void forward_file(const std::string& model_dir, const std::string& inputs_path, const std::string& out_path,
                   const model::LinearOptions& linears = {});
 
-}  // namespace serve
+}  // namespace infer

@@ -13,7 +13,7 @@
 #include <utility>
 #include <vector>
 
-namespace serve {
+namespace infer {
 
 enum class InputFormat { auto_detect, text, jsonl };
 InputFormat parse_input_format(const std::string& name);  // "auto", "text", "jsonl"
@@ -44,4 +44,4 @@ std::string embedding_json(const std::vector<float>& embedding);
 // A number in JSON (shortest round-trip form; null for NaN and infinities).
 std::string json_number(double v);
 
-}  // namespace serve
+}  // namespace infer

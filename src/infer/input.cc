@@ -1,5 +1,5 @@
 // Line input (text, JSONL, tab-separated pairs) and JSONL output helpers (see input.h).
-#include "serve/input.h"
+#include "infer/input.h"
 
 #include <charconv>
 #include <cmath>
@@ -8,7 +8,7 @@
 
 #include "io/lines.h"
 
-namespace serve {
+namespace infer {
 
 InputFormat parse_input_format(const std::string& name) {
   if (name == "auto") return InputFormat::auto_detect;
@@ -121,4 +121,4 @@ std::string embedding_json(const std::vector<float>& embedding) {
   return s + "]}";
 }
 
-}  // namespace serve
+}  // namespace infer

@@ -2,13 +2,13 @@
 // files (load::roformer), encode texts, run the encoder in length-sorted,
 // padded batches, and turn the outputs into embeddings (CLS or mean pooling), cosine similarities,
 // and sequence-classification labels (HF RoFormerForSequenceClassification's head). Fill-mask is in
-// serve/fill_mask.h, the raw forward of a safetensors batch in serve/forward_io.h.
+// infer/fill_mask.h, the raw forward of a safetensors batch in infer/forward_io.h.
 //
-//   auto p = serve::Pipeline::load("models/roformer_chinese_base");
-//   auto e = p->embed({"今天天气非常好。", "hello"}, {.pooling = serve::Pooling::mean});
+//   auto p = infer::Pipeline::load("models/roformer_chinese_base");
+//   auto e = p->embed({"今天天气非常好。", "hello"}, {.pooling = infer::Pooling::mean});
 //
 // Every problem with the model directory is an io::Error naming the file; a problem with one input
-// (too long, an id the model does not know, no [MASK]) is a serve::InputError carrying its index.
+// (too long, an id the model does not know, no [MASK]) is a infer::InputError carrying its index.
 #pragma once
 
 #include <cstdint>
@@ -27,7 +27,7 @@
 #include "model/roformer.h"
 #include "text/roformer_tokenizer.h"
 
-namespace serve {
+namespace infer {
 
 // A problem with input number `index` (0-based, in the order given); the caller names the line.
 class InputError : public std::runtime_error {
@@ -229,4 +229,4 @@ void check_classify_function(const std::string& function);
 std::optional<Classifier> make_classifier(const model::RoFormerConfig& config, const std::string& config_path,
                                           const std::string& function = "auto");
 
-}  // namespace serve
+}  // namespace infer
