@@ -27,8 +27,8 @@ LAYERS = {
     "text": ["io", "base"],
     "data": ["text", "io", "base"],      # text: the corpus streams its file through text::CharTokenizer
     "load": ["model", "text"],           # the one loader of model directories: a model and its tokenizer
-    "train": ["load", "data"],           # every run's text::Tokenizer; plots are drawn by the command line (report hooks)
     "infer": ["load"],                   # inference pipelines over a loaded model: embed, classify, fill-mask, NER, QA, translate
+    "train": ["infer", "data"],          # a run's predictions and validation BLEU go through the inference pipelines; plots are drawn by the command line (report hooks)
     "server": ["infer"],                 # roformer serve's HTTP server: one model thread over infer::Pipeline
 }
 

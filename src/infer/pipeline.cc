@@ -218,7 +218,16 @@ void Pipeline::run(const std::vector<text::Encoding>& encodings, int64_t batch_s
   std::vector<size_t> lengths;
   for (const auto& e : encodings) lengths.push_back(e.size());
   const int64_t pad = tokenizer_ && tokenizer_->pad_id() >= 0 ? tokenizer_->pad_id() : config_.pad_token_id;
-  for (const std::vector<size_t>& rows : plan_batches(lengths, batch_size, max_padding_)) {
+  std::vector<std::vector<size_t>> batches;
+  if (input_order_) {
+    for (size_t at = 0; at < lengths.size(); at += static_cast<size_t>(batch_size)) {
+      batches.emplace_back();
+      for (size_t i = at; i < std::min(lengths.size(), at + static_cast<size_t>(batch_size)); ++i) batches.back().push_back(i);
+    }
+  } else {
+    batches = plan_batches(lengths, batch_size, max_padding_);
+  }
+  for (const std::vector<size_t>& rows : batches) {
     const int64_t B = static_cast<int64_t>(rows.size());
     int64_t T = 0;
     for (size_t r : rows) T = std::max<int64_t>(T, static_cast<int64_t>(lengths[r]));
@@ -344,14 +353,17 @@ void Pipeline::need_head(const char* architecture) const {
 
 std::vector<std::vector<float>> Pipeline::head_logits_encoded(const std::vector<text::Encoding>& encodings,
                                                               int64_t batch_size) {
-  const std::vector<int64_t> shape = config_.head ? config_.head->logits_shape(config_, 1, 1) : std::vector<int64_t>{};
-  if (shape.size() != 3) throw std::logic_error("infer::Pipeline::head_logits_encoded: a head without logits per token");
+  if (!config_.head) throw io::Error(dir_ + "/config.json: the checkpoint has no task head (architectures)");
+  // (B, T, width) per token, or (B, width) per sequence.
+  const std::vector<int64_t> shape = config_.head->logits_shape(config_, 1, 1);
+  const bool per_token = shape.size() == 3;
   const int64_t width = shape.back();
   std::vector<std::vector<float>> out(encodings.size());
   run(encodings, batch_size, [&](const std::vector<size_t>& rows, int64_t T) {
+    const int64_t row = (per_token ? T : 1) * width;
     for (size_t b = 0; b < rows.size(); ++b) {
-      const float* z = model().head_logits() + static_cast<int64_t>(b) * T * width;
-      out[rows[b]].assign(z, z + static_cast<int64_t>(encodings[rows[b]].size()) * width);
+      const float* z = model().head_logits() + static_cast<int64_t>(b) * row;
+      out[rows[b]].assign(z, z + (per_token ? static_cast<int64_t>(encodings[rows[b]].size()) : 1) * width);
     }
   });
   return out;

@@ -159,6 +159,10 @@ class Pipeline {
            const std::function<void(const std::vector<size_t>& rows, int64_t T)>& visit, bool logits = false);
   // The padding bound of run's batches (plan_batches' max_padding; 1, no bound, by default).
   void set_max_padding(double fraction) { max_padding_ = fraction; }
+  // Batches of batch_size encodings in input order instead, padded to each batch's longest: for a
+  // head that reads a padded position (multiple choice scores the last one, as HF's SequenceSummary
+  // does), whose logits then equal HF's on batches its data collator padded the same way.
+  void set_input_order(bool on) { input_order_ = on; }
 
   std::vector<std::vector<float>> embed(const std::vector<std::string>& texts, const EmbedOptions& options,
                                         const Truncate& truncate = {});
@@ -188,8 +192,9 @@ class Pipeline {
   // request threads and runs only head_logits_encoded on its model thread.
   // Throws io::Error unless the checkpoint's head is `architecture`.
   void need_head(const char* architecture) const;
-  // The task head's logits of each encoding, per token: (size(), width) with width its labels, or 2
-  // (QA's start and end); the checkpoint's head must give logits per token.
+  // The task head's logits of each encoding: per token (size(), width), width its labels or 2 (QA's
+  // start and end), or per sequence (width): a classifier's labels, a multiple-choice row's score.
+  // Throws io::Error for a checkpoint without a task head.
   std::vector<std::vector<float>> head_logits_encoded(const std::vector<text::Encoding>& encodings, int64_t batch_size);
   // The entities of one text from its encoding and head_logits_encoded's logits, those labelled as
   // `ignore` says dropped (transformers' ignore_labels).
@@ -219,6 +224,7 @@ class Pipeline {
   std::unique_ptr<model::RoFormer<float>> model_;
   std::optional<Classifier> classifier_;
   double max_padding_ = 1;
+  bool input_order_ = false;
 };
 
 // Throws io::Error unless `function` is one LoadOptions::classify_function takes.

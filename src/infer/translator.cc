@@ -24,6 +24,12 @@ std::vector<std::vector<Translation>> Translator::translate(const std::vector<st
 
 std::vector<std::vector<Translation>> Translator::translate_encoded(const std::vector<std::vector<int64_t>>& ids,
                                                                     const model::DecodeOptions& o, int64_t batch) {
+  return translate_batched(*m_, *sp_, ids, o, batch);
+}
+
+std::vector<std::vector<Translation>> translate_batched(model::Seq2Seq<float>& m, const text::SentencePiece& subwords,
+                                                        const std::vector<std::vector<int64_t>>& ids,
+                                                        const model::DecodeOptions& o, int64_t batch) {
   const size_t n = ids.size();
   std::vector<size_t> order(n);
   std::iota(order.begin(), order.end(), 0);
@@ -35,9 +41,11 @@ std::vector<std::vector<Translation>> Translator::translate_encoded(const std::v
     const size_t end = std::min(n, at + static_cast<size_t>(batch));
     std::vector<std::vector<int64_t>> sources;
     for (size_t i = at; i < end; ++i) sources.push_back(ids[order[i]]);
-    const auto hyps = model::translate(*m_, sources, o);
+    const auto hyps = model::translate(m, sources, o);
     for (size_t i = at; i < end; ++i) {
-      for (const model::Hypothesis& h : hyps[i - at]) out[order[i]].push_back({sp_->decode(h.tokens), h.score, h.tokens, h.finished});
+      for (const model::Hypothesis& h : hyps[i - at]) {
+        out[order[i]].push_back({subwords.decode(h.tokens), h.score, h.tokens, h.finished});
+      }
     }
   }
   return out;

@@ -26,6 +26,14 @@ struct Translation {
   bool finished = false;  // ended with eos (false: cut at the length limit)
 };
 
+// The nbest translations of each source (subword ids, without the eos that decoding appends), in
+// input order: sorted by length and decoded `batch` at a time, so that padding stays small; a source
+// without subwords translates to nothing (an empty hypothesis, score 0). Translator::translate_encoded,
+// and training's validation BLEU on the model it trains.
+std::vector<std::vector<Translation>> translate_batched(model::Seq2Seq<float>& m, const text::SentencePiece& subwords,
+                                                        const std::vector<std::vector<int64_t>>& sources,
+                                                        const model::DecodeOptions& o, int64_t batch = 32);
+
 class Translator {
  public:
   // Loads dir through load::seq2seq. Throws io::Error / base::Error naming the file.

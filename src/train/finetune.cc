@@ -19,6 +19,7 @@
 
 #include "base/words.h"
 #include "io/atomic_file.h"
+#include "infer/pipeline.h"
 #include "load/model_dir.h"
 #include "base/utf8.h"
 #include "text/roformer_tokenizer.h"
@@ -255,12 +256,12 @@ class FinetuneRun : public Recipe {
     c.label = o_.columns.label;
     return c;
   }
-  // The best checkpoint (inference, --quantize/--gemm) over the examples in file order, batches of
-  // --batch: visit(batch, example indices) after each forward, head_logits() holding its outputs.
-  // With `labelled` the batches carry the examples' targets, and the head outputs come back for
-  // metrics (empty otherwise).
-  std::vector<model::HeadOutputs> predict_best(const std::vector<TokenizedExample>& examples, bool labelled,
-                                               const std::function<void(const Batch&, const std::vector<int64_t>&)>& visit);
+  // The best checkpoint as `roformer classify`, `ner` and `qa` load it (infer::Pipeline, with
+  // --quantize/--gemm); test predictions go through it, in its length-sorted batches of --batch.
+  std::unique_ptr<infer::Pipeline> best_pipeline() const;
+  // Example e's head outputs for the head's metrics: `logits` (the pipeline's, its group_ rows'
+  // concatenated) with its targets as training lays them out.
+  model::HeadOutputs test_outputs(const std::vector<TokenizedExample>& examples, int64_t e, std::vector<float> logits) const;
   // A labelled --test file's metrics: printed, and written to out/test_metrics.json.
   void write_test_metrics(std::map<std::string, double> metrics) const;
   // The head logits of the model's last forward, over batch b, with b's targets (for the head's metrics).
@@ -488,27 +489,31 @@ void FinetuneRun::evaluate(EvalRecord& rec) {
   }
 }
 
-std::vector<model::HeadOutputs> FinetuneRun::predict_best(
-    const std::vector<TokenizedExample>& examples, bool labelled,
-    const std::function<void(const Batch&, const std::vector<int64_t>&)>& visit) {
-  load::Request best;
-  best.tokenizer = false;
-  best.inference = o_.linears;  // the task head stays fp32 (RoFormer::pack)
-  m_ = load::roformer(result_.best_dir, best).model;
-  // labels 0: inputs only, no targets
-  const ClassifyTaskConfig c{cfg_.problem_type, labelled ? cfg_.num_labels() : 0, o_.batch, cfg_.pad_token_id, 0,
-                             per_token(), group_, qa()};
-  std::vector<model::HeadOutputs> outputs;
-  const size_t n = examples.size() / static_cast<size_t>(group_);
-  for (size_t start = 0; start < n; start += static_cast<size_t>(o_.batch)) {
-    std::vector<int64_t> idx;
-    for (size_t i = start; i < std::min(n, start + o_.batch); ++i) idx.push_back(static_cast<int64_t>(i));
-    const Batch b = classification_batch(examples, idx, c, 0);
-    m_->forward(b.inputs());
-    if (labelled) outputs.push_back(head_outputs(b));
-    visit(b, idx);
+std::unique_ptr<infer::Pipeline> FinetuneRun::best_pipeline() const {
+  infer::LoadOptions best;
+  static_cast<model::LinearOptions&>(best) = o_.linears;  // the task head stays fp32 (RoFormer::pack)
+  best.tokenizer = false;  // the run's own tokenisation of the file's columns
+  best.mlm_head = false;
+  return infer::Pipeline::load(result_.best_dir, best);
+}
+
+// The model rows of tokenised examples as the pipeline's encodings (ids, token types, no padding).
+std::vector<text::Encoding> as_encodings(const std::vector<TokenizedExample>& examples) {
+  std::vector<text::Encoding> out(examples.size());
+  for (size_t i = 0; i < examples.size(); ++i) {
+    out[i].input_ids.assign(examples[i].ids.begin(), examples[i].ids.end());
+    out[i].token_type_ids.assign(examples[i].types.begin(), examples[i].types.end());
+    out[i].attention_mask.assign(examples[i].ids.size(), 1);
   }
-  return outputs;
+  return out;
+}
+
+model::HeadOutputs FinetuneRun::test_outputs(const std::vector<TokenizedExample>& examples, int64_t e,
+                                             std::vector<float> logits) const {
+  const ClassifyTaskConfig c{cfg_.problem_type, cfg_.num_labels(), o_.batch, cfg_.pad_token_id, 0,
+                             per_token(), group_, qa()};
+  Batch b = classification_batch(examples, {e}, c, 0);
+  return {b.B, b.T, std::move(logits), std::move(b.targets), std::move(b.values)};
 }
 
 void FinetuneRun::write_test_metrics(std::map<std::string, double> metrics) const {
@@ -533,34 +538,26 @@ void FinetuneRun::write_predictions() {
   if (!labelled) cols.label.clear();
   const auto rows = data::read_labeled(o_.test, cols);
   const auto examples = tokenize(rows, o_.test, *tok_, cfg_, o_.max_length, labelled);
+  const auto classes = best_pipeline()->classify_encoded(as_encodings(examples), o_.batch);
   std::string text;
-  const auto outputs = predict_best(examples, labelled, [&](const Batch& b, const std::vector<int64_t>& idx) {
-    for (int64_t r = 0; r < b.B; ++r) {
-      const float* z = m_->head_logits() + r * cfg_.num_labels();
-      json j = {{"line", rows[idx[r]].line}};
-      // The fields mean what `roformer classify` and the server's mean: "logits" the head's raw
-      // outputs, "probabilities" their softmax (single-label) or sigmoid (multi-label), "score" the
-      // chosen label's probability, or a regression's value.
-      j["logits"] = std::vector<float>(z, z + cfg_.num_labels());
-      if (cfg_.problem_type == model::ProblemType::regression) {
-        j["score"] = z[0];
-      } else {
-        const bool single = cfg_.problem_type == model::ProblemType::single_label_classification;
-        const std::vector<double> p = model::apply_class_function(single ? "softmax" : "sigmoid", z, cfg_.num_labels());
-        j["probabilities"] = p;
-        if (single) {
-          const int64_t best = std::max_element(z, z + cfg_.num_labels()) - z;
-          j["label"] = cfg_.labels[best];
-          j["score"] = p[best];
-        } else {
-          std::vector<std::string> on;
-          for (int64_t k = 0; k < cfg_.num_labels(); ++k) if (z[k] > 0) on.push_back(cfg_.labels[k]);
-          j["labels"] = on;
-        }
-      }
-      text += j.dump() + "\n";
+  std::vector<model::HeadOutputs> outputs;
+  for (size_t i = 0; i < rows.size(); ++i) {
+    const infer::Classification& c = classes[i];
+    // The fields of `roformer classify` and the server (infer::Classification): "logits" the head's
+    // raw outputs, "probabilities" their softmax (single-label) or sigmoid (multi-label), or a
+    // regression's "values"; "label" and "score" the best label and its probability (a regression's
+    // value). A multi-label prediction adds "labels": every label of probability above 0.5.
+    json j = {{"line", rows[i].line}, {"label", c.label}, {"score", c.score}};
+    j[c.probabilities ? "probabilities" : "values"] = c.scores;
+    j["logits"] = c.logits;
+    if (cfg_.problem_type == model::ProblemType::multi_label_classification) {
+      std::vector<std::string> on;
+      for (int64_t k = 0; k < cfg_.num_labels(); ++k) if (c.logits[k] > 0) on.push_back(cfg_.labels[k]);
+      j["labels"] = on;
     }
-  });
+    text += j.dump() + "\n";
+    if (labelled) outputs.push_back(test_outputs(examples, static_cast<int64_t>(i), {c.logits.begin(), c.logits.end()}));
+  }
   io::write_file_atomic(o_.out + "/predictions.jsonl", text);
   if (labelled) write_test_metrics(cfg_.head->metrics(cfg_, outputs, group_));
 }
@@ -577,22 +574,23 @@ void FinetuneRun::write_tag_predictions() {
   const auto examples =
       tokenize_words(rows, o_.test, *tok_, cfg_, o_.max_length, o_.label_all_tokens, labelled, &word_ids, &dropped);
   const int64_t L = cfg_.num_labels();
+  const auto logits = best_pipeline()->head_logits_encoded(as_encodings(examples), o_.batch);  // (T, L) each
   std::string text;
-  const auto outputs = predict_best(examples, labelled, [&](const Batch& b, const std::vector<int64_t>& idx) {
-    for (int64_t r = 0; r < b.B; ++r) {
-      const auto& words = word_ids[idx[r]];
-      json tags = json::array();
-      for (size_t w = 0; w < rows[idx[r]].words.size(); ++w) tags.push_back(nullptr);
-      int64_t previous = -1;
-      for (size_t t = 0; t < words.size(); ++t) {
-        if (words[t] < 0 || words[t] == previous) continue;
-        const float* z = m_->head_logits() + (r * b.T + static_cast<int64_t>(t)) * L;
-        tags[words[t]] = cfg_.labels[std::max_element(z, z + L) - z];
-        previous = words[t];
-      }
-      text += json({{"line", rows[idx[r]].line}, {"tags", tags}}).dump() + "\n";
+  std::vector<model::HeadOutputs> outputs;
+  for (size_t i = 0; i < rows.size(); ++i) {
+    const auto& words = word_ids[i];
+    json tags = json::array();
+    for (size_t w = 0; w < rows[i].words.size(); ++w) tags.push_back(nullptr);
+    int64_t previous = -1;
+    for (size_t t = 0; t < words.size(); ++t) {
+      if (words[t] < 0 || words[t] == previous) continue;
+      const float* z = logits[i].data() + static_cast<int64_t>(t) * L;
+      tags[words[t]] = cfg_.labels[std::max_element(z, z + L) - z];
+      previous = words[t];
     }
-  });
+    text += json({{"line", rows[i].line}, {"tags", tags}}).dump() + "\n";
+    if (labelled) outputs.push_back(test_outputs(examples, static_cast<int64_t>(i), logits[i]));
+  }
   io::write_file_atomic(o_.out + "/predictions.jsonl", text);
   if (labelled) write_test_metrics(cfg_.head->metrics(cfg_, outputs, group_));
 }
@@ -606,16 +604,22 @@ void FinetuneRun::write_choice_predictions() {
   const auto rows = data::read_choices(o_.test, cols);
   choice_width(rows, o_.test, group_);
   const auto examples = tokenize_choices(rows, o_.test, *tok_, cfg_, o_.max_length);
+  // A choice's score reads the last position of its padded row: batches of --batch examples in file
+  // order, as validation's (and transformers' Trainer with its data collator) pad them.
+  const auto best = best_pipeline();
+  best->set_input_order(true);
+  const auto scores = best->head_logits_encoded(as_encodings(examples), o_.batch * group_);  // one per choice
   std::string text;
-  const auto outputs = predict_best(examples, labelled, [&](const Batch& b, const std::vector<int64_t>& idx) {
-    for (int64_t e = 0; e < b.B / group_; ++e) {
-      const float* z = m_->head_logits() + e * group_;
-      const std::vector<double> p = model::apply_class_function("softmax", z, group_);
-      const int64_t best = std::max_element(z, z + group_) - z;
-      text += json({{"line", rows[idx[e]].line}, {"label", best}, {"score", p[best]}, {"probabilities", p},
-                    {"logits", std::vector<float>(z, z + group_)}}).dump() + "\n";
-    }
-  });
+  std::vector<model::HeadOutputs> outputs;
+  for (size_t e = 0; e < rows.size(); ++e) {
+    std::vector<float> z;
+    for (int64_t k = 0; k < group_; ++k) z.push_back(scores[e * group_ + k].at(0));
+    const std::vector<double> p = model::apply_class_function("softmax", z.data(), group_);
+    const int64_t best = std::max_element(z.begin(), z.end()) - z.begin();
+    text += json({{"line", rows[e].line}, {"label", best}, {"score", p[best]}, {"probabilities", p},
+                  {"logits", z}}).dump() + "\n";
+    if (labelled) outputs.push_back(test_outputs(examples, static_cast<int64_t>(e), z));
+  }
   io::write_file_atomic(o_.out + "/predictions.jsonl", text);
   if (labelled) write_test_metrics(cfg_.head->metrics(cfg_, outputs, group_));
 }
@@ -644,13 +648,7 @@ void FinetuneRun::write_answer_predictions() {
   const bool labelled = data::has_column(o_.test, "answers");
   const auto rows = data::read_squad(o_.test, labelled);
   const QaFeatures features = qa_features(rows, o_.test, *tok_, cfg_, o_.max_length, doc_stride(), false);
-  std::vector<std::vector<float>> logits;
-  predict_best(features.rows, false, [&](const Batch& b, const std::vector<int64_t>& idx) {
-    for (int64_t r = 0; r < b.B; ++r) {
-      const int64_t T = static_cast<int64_t>(features.spans[idx[r]].offsets.size());
-      logits.emplace_back(m_->head_logits() + r * b.T * 2, m_->head_logits() + (r * b.T + T) * 2);
-    }
-  });
+  const auto logits = best_pipeline()->head_logits_encoded(as_encodings(features.rows), o_.batch);  // (T, 2) each
   const auto answers = model::postprocess_qa(static_cast<int64_t>(rows.size()), features.spans, logits, o_.qa);
   const auto texts = answer_texts(rows, answers);
   std::string text;

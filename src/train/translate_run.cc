@@ -12,6 +12,7 @@
 #include "data/parallel.h"
 #include "load/model_dir.h"
 #include "model/seq2seq.h"
+#include "infer/translator.h"
 #include "model/translate.h"
 #include "text/bleu.h"
 #include "text/sentencepiece.h"
@@ -182,17 +183,14 @@ double TranslateRun::validation_bleu() {
   model::DecodeOptions d;
   d.beam_size = o_.bleu_beam;
   d.max_len_a = 1.5, d.max_len_b = 10;
+  // Decoded as `roformer translate` decodes: the translator's length-sorted batches.
+  std::vector<std::vector<int64_t>> sources;
   std::vector<std::string> hyps, refs;
-  const int64_t batch = 32;
-  for (size_t start = 0; start < bleu_pairs_.size(); start += batch) {
-    std::vector<std::vector<int64_t>> sources;
-    for (size_t i = start; i < std::min(bleu_pairs_.size(), start + batch); ++i) {
-      sources.push_back(sp_->encode(bleu_pairs_[i].source));
-      if (sources.back().empty()) sources.back().push_back(sp_->unk_id());
-      refs.push_back(bleu_pairs_[i].target);
-    }
-    for (const auto& best : model::translate(*m_, sources, d)) hyps.push_back(sp_->decode(best[0].tokens));
+  for (const data::SentencePair& p : bleu_pairs_) {
+    sources.push_back(sp_->encode(p.source));
+    refs.push_back(p.target);
   }
+  for (const auto& nbest : infer::translate_batched(*m_, *sp_, sources, d)) hyps.push_back(nbest[0].text);
   return text::corpus_bleu(hyps, {refs}).score;
 }
 

@@ -463,6 +463,27 @@ TEST(Classify, BatchedLabelsEqualTheHeadOnOneTextForwards) {
   expect_error([&] { infer::fill_mask(*p, {"[MASK]"}); }, {"no masked-LM head"});
 }
 
+// head_logits_encoded gives a per-sequence head's logits too (fine-tuning's predictions read every
+// head through it), in length-sorted batches or, set_input_order, in input order: the same logits.
+TEST(Classify, HeadLogitsPerSequenceEqualClassifyInEitherBatchOrder) {
+  auto p = infer::Pipeline::load(classifier_dir("cls3", 3, nlohmann::json::object()));
+  const auto encodings = p->encode(kTexts);
+  const auto classes = p->classify_encoded(encodings, 3);
+  const auto sorted = p->head_logits_encoded(encodings, 3);
+  p->set_input_order(true);
+  const auto ordered = p->head_logits_encoded(encodings, 3);
+  ASSERT_EQ(sorted.size(), kTexts.size());
+  for (size_t i = 0; i < kTexts.size(); ++i) {
+    ASSERT_EQ(sorted[i].size(), 3u);
+    for (size_t o = 0; o < 3; ++o) {
+      EXPECT_NEAR(sorted[i][o], classes[i].logits[o], 1e-5) << "text " << i;
+      EXPECT_NEAR(ordered[i][o], classes[i].logits[o], 1e-5) << "text " << i;
+    }
+  }
+  auto mlm = infer::Pipeline::load(model_dir("case1"));
+  expect_error([&] { mlm->head_logits_encoded(encodings, 3); }, {"config.json", "no task head"});
+}
+
 TEST(Classify, OneLabelIsSigmoidAndDefaultLabelsAreNumbered) {
   auto p = infer::Pipeline::load(classifier_dir("cls1", 1, nlohmann::json::object()));
   const auto out = p->classify({"hello"});
