@@ -403,7 +403,21 @@ void self_attention_forward(T* out, AttentionActs<T>& a, const AttentionParams<T
   // Keys and values: the block's own buffers, or the cache's rows [start, start + T) of each batch row.
   T *k = nullptr, *v = nullptr;
   int64_t stride = T_;
-  if (cache) {
+  // Step-level batching: each batch row at a cache row and position of its own (KVCache::rows).
+  const bool ragged = cache && cache->rows;
+  auto cache_row = [&](int64_t b) { return ragged ? cache->rows[b] : b; };
+  auto first_of = [&](int64_t b) { return ragged ? cache->positions[cache->rows[b]] : cache ? start : 0; };
+  if (ragged) {
+    if (!softmax) throw std::invalid_argument("linear attention decodes one row at a time");
+    for (int64_t b = 0; b < B; ++b) {
+      if (cache->rows[b] < 0 || cache->rows[b] >= cache->B || first_of(b) + T_ > cache->capacity) {
+        throw std::length_error("the key/value cache's row " + std::to_string(cache->rows[b]) + " cannot take " +
+                                std::to_string(T_) + " more tokens");
+      }
+    }
+    stride = cache->capacity;
+    k = cache->k.data(), v = cache->v.data();
+  } else if (cache) {
     if (cache->B != B || start != cache->length || start + T_ > cache->capacity) {
       throw std::length_error("the key/value cache holds " + std::to_string(cache->length) + " of " +
                               std::to_string(cache->capacity) + " tokens; cannot append " + std::to_string(T_));
@@ -415,9 +429,8 @@ void self_attention_forward(T* out, AttentionActs<T>& a, const AttentionParams<T
     grow_to(a.v, N * H);
     k = a.k.data(), v = a.v.data();
   }
-  // Token i of batch row b goes to row b · stride + first + t of k and v (first = start with a cache).
-  const int64_t first_row = cache ? start : 0;
-  auto kv_row = [&](int64_t i) { return (i / T_) * stride + first_row + i % T_; };
+  // Token t of batch row b goes to row cache_row(b) · stride + first_of(b) + t of k and v.
+  auto kv_row = [&](int64_t i) { return cache_row(i / T_) * stride + first_of(i / T_) + i % T_; };
   if constexpr (std::is_same_v<T, float>) {
     if (p.qkv) {  // one packed (N, 3H) product, split into q, k and v
       grow_to(a.qkv, N * 3 * H);
@@ -438,7 +451,7 @@ void self_attention_forward(T* out, AttentionActs<T>& a, const AttentionParams<T
       std::vector<T> tmp(N * H);
       for (auto [dst, w] : {std::pair{k, p.k}, std::pair{v, p.v}}) {
         linear(tmp.data(), x, w, N, H, H);
-        for (int64_t b = 0; b < B; ++b) std::copy_n(tmp.data() + b * T_ * H, T_ * H, dst + (b * stride + start) * H);
+        for (int64_t b = 0; b < B; ++b) std::copy_n(tmp.data() + b * T_ * H, T_ * H, dst + kv_row(b * T_) * H);
       }
     } else {
       linear(k, x, x16, p.k, N, H, H);
@@ -447,18 +460,31 @@ void self_attention_forward(T* out, AttentionActs<T>& a, const AttentionParams<T
   }
   // RoPE on the new rows only (cached keys stay rotated at their own positions). A cache's batch rows
   // are strided by its capacity, so they are rotated one by one.
-  const int64_t rows = cache ? 1 : B, first = cache ? start : 0;
+  const int64_t rows = cache ? 1 : B;
   for (int64_t b = 0; b < B && ctx.rope; b += rows) {
-    T *qb = a.q.data() + b * T_ * H, *kb = k + (b * stride + first) * H, *vb = v + (b * stride + first) * H;
-    if (softmax) rotate_qk(*ctx.rope, ROPE_FORWARD, qb, kb, rows, T_, n, D, start);
-    if (c.rotary_value) rotate(*ctx.rope, ROPE_FORWARD, ROPE_ROLE_KEY, vb, rows, T_, n, D, start);
+    const int64_t at = ragged ? first_of(b) : start;
+    T *qb = a.q.data() + b * T_ * H, *kb = k + kv_row(b * T_) * H, *vb = v + kv_row(b * T_) * H;
+    if (softmax) rotate_qk(*ctx.rope, ROPE_FORWARD, qb, kb, rows, T_, n, D, at);
+    if (c.rotary_value) rotate(*ctx.rope, ROPE_FORWARD, ROPE_ROLE_KEY, vb, rows, T_, n, D, at);
   }
   if (ctx.favor) {  // FAVOR+ scales the new keys (queries are scaled in attend)
-    for (int64_t b = 0; b < B; b += rows) favor_scale(k + (b * stride + first) * H, rows * T_ * H, D);
+    for (int64_t b = 0; b < B; b += rows) favor_scale(k + kv_row(b * T_) * H, rows * T_ * H, D);
   }
-  const int64_t Tk = cache ? start + T_ : T_;
-  attend(a, ctx, k, v, B, T_, Tk, cache ? start : 0, stride, cache);
-  if (cache) cache->length = start + T_;
+  if (ragged) {  // row by row: each attends over its own cache row's first_of(b) + T_ keys
+    grow_to(a.ctx, N * H);
+    for (int64_t b = 0; b < B; ++b) {
+      const ops::AttentionShape s = softmax_shape(ctx, 1, T_, first_of(b) + T_, first_of(b), stride);
+      if (s.saved != ops::AttentionSaved::none || ctx.key_mask || ctx.row_limit) {
+        throw std::logic_error("step-level batching is for inference without masks");
+      }
+      const int64_t row = cache_row(b) * stride * H;
+      ops::attention_forward<T>(a.ctx.data() + b * T_ * H, nullptr, a.q.data() + b * T_ * H, k + row, v + row, nullptr, s);
+    }
+  } else {
+    const int64_t Tk = cache ? start + T_ : T_;
+    attend(a, ctx, k, v, B, T_, Tk, cache ? start : 0, stride, cache);
+    if (cache) cache->length = start + T_;
+  }
   attention_output(out, a, p, ctx, x, B, T_);
 }
 

@@ -189,6 +189,11 @@ struct KVCache {
   int64_t B = 0, capacity = 0, length = 0;
   std::vector<T> k, v;                     // (B, capacity, H)
   ops::LinearAttentionState<T> linear;     // linear / performer attention
+  // Step-level batching (Generator::feed_rows), set for one call: batch row b of the call is cache row
+  // rows[b], whose new tokens start at position positions[rows[b]] (each row at its own length); the
+  // caller advances positions after the last layer. Null: every row at `length` (softmax attention only).
+  const int64_t* rows = nullptr;
+  const int64_t* positions = nullptr;
 };
 
 // What a call of the attention block sees besides its input: the layer's fixed state (rotation,

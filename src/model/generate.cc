@@ -64,6 +64,7 @@ void Generator::check_cache_fits(int64_t batch) const {
 void Generator::reset() {
   const auto& c = m_.config();
   pos_ = 0;
+  row_pos_.clear();
   st_->cache.assign(c.num_hidden_layers, KVCache<float>{});
   for (auto& kv : st_->cache) {
     kv.B = batch_, kv.capacity = capacity_;
@@ -77,6 +78,7 @@ void Generator::reset() {
 void Generator::reorder(const std::vector<int64_t>& rows) {
   const int64_t R = static_cast<int64_t>(rows.size());  // the new batch
   if (R < 1) throw std::invalid_argument("reorder: at least one row");
+  if (!row_pos_.empty()) throw std::logic_error("reorder: the rows decode at positions of their own (feed_rows)");
   for (int64_t r : rows) {
     if (r < 0 || r >= batch_) throw std::out_of_range("reorder: row " + std::to_string(r) + " of " + std::to_string(batch_));
   }
@@ -149,6 +151,7 @@ const std::vector<float>& Generator::feed(const std::vector<int64_t>& ids, const
     throw std::invalid_argument("feed: ids (and types) must be (batch, n)");
   }
   if (n == 0) return s.logits;
+  if (!row_pos_.empty()) throw std::logic_error("feed: the rows decode at positions of their own (feed_rows)");
   if (c.add_cross_attention && s.cross.empty()) throw std::logic_error("feed: a decoder with cross-attention needs set_memory");
   if (pos_ + n > capacity_) {
     throw std::length_error("context of " + std::to_string(pos_ + n) + " tokens exceeds the generator's capacity " +
@@ -181,6 +184,59 @@ const std::vector<float>& Generator::feed(const std::vector<int64_t>& ids, const
   for (int64_t b = 0; b < B; ++b) std::copy_n(s.x.data() + ((b + 1) * n - 1) * H, H, s.last.data() + b * H);
   s.logits.resize(B * c.vocab_size);
   mlm_head_forward(c, s.logits.data(), s.head, m_.p.head, s.last.data(), B);
+  return s.logits;
+}
+
+int64_t Generator::position(int64_t row) const {
+  if (row < 0 || row >= batch_) throw std::out_of_range("position: row " + std::to_string(row) + " of " + std::to_string(batch_));
+  return row_pos_.empty() ? pos_ : row_pos_[row];
+}
+
+void Generator::release(int64_t row) {
+  if (row < 0 || row >= batch_) throw std::out_of_range("release: row " + std::to_string(row) + " of " + std::to_string(batch_));
+  if (row_pos_.empty()) row_pos_.assign(batch_, pos_);
+  row_pos_[row] = 0;  // its cached keys are overwritten before they are read again
+}
+
+const std::vector<float>& Generator::feed_rows(const std::vector<int64_t>& rows, const std::vector<int64_t>& ids) {
+  const auto& c = m_.config();
+  State& s = *st_;
+  const int64_t R = static_cast<int64_t>(rows.size()), H = c.hidden_size;
+  if (R < 1 || ids.empty() || ids.size() % rows.size() != 0) throw std::invalid_argument("feed_rows: ids must be (rows, n), n >= 1");
+  const int64_t n = static_cast<int64_t>(ids.size()) / R, N = R * n;
+  if (c.attention_type != AttentionType::softmax || c.unilm_mask() || c.add_cross_attention) {
+    throw std::invalid_argument("feed_rows: step-level batching is for softmax attention without UniLM's mask or cross-attention");
+  }
+  if (row_pos_.empty()) row_pos_.assign(batch_, pos_);
+  std::vector<char> seen(batch_, 0);
+  for (int64_t r : rows) {
+    if (r < 0 || r >= batch_ || seen[r]) throw std::out_of_range("feed_rows: row " + std::to_string(r) + " is not a distinct row of " + std::to_string(batch_));
+    seen[r] = 1;
+    if (row_pos_[r] + n > capacity_) {
+      throw std::length_error("context of " + std::to_string(row_pos_[r] + n) + " tokens exceeds the generator's capacity " +
+                              std::to_string(capacity_));
+    }
+  }
+  s.x.resize(N * H);
+  for (int64_t r = 0; r < R; ++r) {  // each row's tokens at its own positions
+    embeddings_forward(c, s.x.data() + r * n * H, s.emb, m_.p.emb, ids.data() + r * n, nullptr, 1, n, row_pos_[rows[r]],
+                       Dropout{});
+  }
+  AttentionCall call;
+  call.saved = ops::AttentionSaved::none;
+  call.bf16_products = false;  // as feed: fp32 attention products on every CPU
+  for (int64_t l = 0; l < c.num_hidden_layers; ++l) {
+    KVCache<float>& kv = s.cache[l];
+    kv.rows = rows.data(), kv.positions = row_pos_.data();
+    layer_forward(s.x.data(), s.layer, m_.p.layers[l], s.statics->self_context(l, call), s.statics->cross_context(l, call),
+                  s.x.data(), R, n, 0, &kv, CrossMemory<float>{});
+    kv.rows = nullptr, kv.positions = nullptr;
+  }
+  for (int64_t r : rows) row_pos_[r] += n;
+  s.last.resize(R * H);
+  for (int64_t r = 0; r < R; ++r) std::copy_n(s.x.data() + ((r + 1) * n - 1) * H, H, s.last.data() + r * H);
+  s.logits.resize(R * c.vocab_size);
+  mlm_head_forward(c, s.logits.data(), s.head, m_.p.head, s.last.data(), R);
   return s.logits;
 }
 

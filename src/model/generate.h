@@ -32,6 +32,16 @@ class Generator {
   // std::length_error past the capacity and std::out_of_range on ids outside the vocabulary.
   const std::vector<float>& feed(const std::vector<int64_t>& ids, const std::vector<int64_t>& types = {});
   int64_t position() const { return pos_; }
+  // Step-level batching (a server's slots, as llama.cpp's and TGI's): each row decodes on its own, at a
+  // position of its own. feed_rows appends n tokens to each of `rows` (distinct rows of the batch), ids
+  // (rows.size(), n), at that row's position, and returns the logits (rows.size(), V) after each row's
+  // last token; release(row) empties a row for a new sequence. Softmax attention without UniLM's mask or
+  // cross-attention. Once feed_rows is used, feed and reorder are refused until reset(). A row fed in
+  // chunks, or beside other rows, gives the logits it gets alone in one feed (the same kernels, up to
+  // the GEMMs' blocking by row count). Throws std::length_error past a row's capacity.
+  const std::vector<float>& feed_rows(const std::vector<int64_t>& rows, const std::vector<int64_t>& ids);
+  void release(int64_t row);
+  int64_t position(int64_t row) const;
   int64_t batch() const { return batch_; }
   void reset();
   // Beam search: row b continues from the state row rows[b] had; rows.size() is the new batch, so
@@ -50,6 +60,7 @@ class Generator {
   std::unique_ptr<State> st_;
   void check_cache_fits(int64_t batch) const;
   int64_t batch_ = 1, pos_ = 0, capacity_ = 0;
+  std::vector<int64_t> row_pos_;  // (batch) each row's position, after feed_rows (empty before)
 };
 
 }  // namespace model

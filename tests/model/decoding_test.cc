@@ -178,3 +178,53 @@ TEST(Decoding, SamplingIsSeededAndBadOptionsAreRefused) {
 }
 
 }  // namespace
+
+// Step-level batching: rows that join, are fed in chunks, decode beside others and are released give,
+// at every feed, the logits of one full forward of their own sequence (RoPE, learned and sinusoidal
+// positions), so a row's output does not depend on its neighbours or on where its sequence started.
+TEST(Decoding, FeedRowsGivesEachRowTheLogitsOfItsOwnSequence) {
+  for (const auto pe : {model::PositionEncoding::rope, model::PositionEncoding::learned,
+                        model::PositionEncoding::sinusoidal}) {
+    model::RoFormerConfig c = model_testing::tiny_config(11, pe);
+    c.is_decoder = true;
+    model::RoFormer<float> m(c);
+    model_testing::randomise(m, 3, 0.4);
+    const int64_t V = 11;
+    model::Generator gen(m, 0, 3);
+    std::vector<std::vector<int64_t>> seq(3);
+    std::mt19937_64 rng(7);
+    auto check = [&](const std::vector<int64_t>& rows, const std::vector<int64_t>& ids) {
+      const std::vector<float> z = gen.feed_rows(rows, ids);
+      const size_t n = ids.size() / rows.size();
+      for (size_t r = 0; r < rows.size(); ++r) {
+        auto& s = seq[rows[r]];
+        s.insert(s.end(), ids.begin() + r * n, ids.begin() + (r + 1) * n);
+        ASSERT_EQ(gen.position(rows[r]), static_cast<int64_t>(s.size()));
+        m.forward({.ids = s.data(), .B = 1, .T = static_cast<int64_t>(s.size())});
+        const float* want = m.logits() + (s.size() - 1) * V;
+        for (int64_t v = 0; v < V; ++v) {
+          ASSERT_NEAR(z[r * V + v], want[v], 1e-4) << "row " << rows[r] << " at " << s.size() << " token " << v;
+        }
+      }
+    };
+    auto tokens = [&](size_t n) {
+      std::vector<int64_t> t(n);
+      for (auto& x : t) x = static_cast<int64_t>(rng() % V);
+      return t;
+    };
+    check({0}, tokens(5));            // row 0's prompt at once
+    check({2}, tokens(2));            // row 2's prompt in two chunks
+    check({2}, tokens(1));
+    for (int step = 0; step < 3; ++step) check({0, 2}, tokens(2));  // decoding side by side
+    check({1}, tokens(4));            // row 1 joins
+    for (int step = 0; step < 3; ++step) check({2, 0, 1}, tokens(3));  // any order
+    gen.release(0), seq[0].clear();   // row 0 finishes; a new sequence takes it
+    check({0}, tokens(3));
+    check({1, 0}, tokens(2));
+    EXPECT_THROW(gen.feed_rows({1, 1}, {1, 2}), std::out_of_range);
+    EXPECT_THROW(gen.feed_rows({3}, {1}), std::out_of_range);
+    EXPECT_THROW(gen.feed_rows({1}, std::vector<int64_t>(32, 1)), std::length_error);
+    EXPECT_THROW(gen.feed({1, 2, 3}), std::logic_error);
+    EXPECT_THROW(gen.reorder({0}), std::logic_error);
+  }
+}
