@@ -187,6 +187,14 @@ bool is_seq2seq(const std::string& dir) {
   }
 }
 
+bool is_causal_lm(const std::string& dir) {
+  try {
+    return io::read_json_object(dir + "/config.json").value("is_decoder", false);
+  } catch (const std::exception&) {  // no such file, not JSON, or "is_decoder" not a boolean
+    return false;
+  }
+}
+
 Seq2Seq seq2seq(const std::string& dir, const Request& r) {
   require_directory(dir);
   require_config(dir);

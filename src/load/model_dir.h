@@ -100,6 +100,8 @@ struct Seq2Seq {
 // Whether dir's config.json declares an encoder-decoder (model_type "encoder-decoder", as seq2seq
 // reads); false when it is absent or unreadable (the loader then names the problem).
 bool is_seq2seq(const std::string& dir);
+// Whether dir's config.json says is_decoder: true (a causal LM: `roformer train`'s runs, generation).
+bool is_causal_lm(const std::string& dir);
 
 // Loads an encoder-decoder directory (config.json with "encoder" and "decoder", model.safetensors,
 // spm.model). Of the Request it reads weights, tokenizer, init_seed and inference (both stacks packed;

@@ -39,6 +39,27 @@ void ban_repeated_ngrams(const std::vector<int64_t>& history, int64_t n, std::ve
   }
 }
 
+}  // namespace
+
+void step_log_probs(const float* logits, int64_t V, const std::vector<int64_t>& history, int64_t eos, int64_t step,
+                    const DecodeOptions& o, std::vector<double>& logp) {
+  log_softmax(logits, V, logp);
+  ban_repeated_ngrams(history, o.no_repeat_ngram_size, logp);
+  for (int64_t id : o.banned) logp[id] = kNegInf;
+  if (eos >= 0 && step < o.min_new_tokens) logp[eos] = kNegInf;
+}
+
+int64_t pick_token(const std::vector<double>& logp, const DecodeOptions& o, uint64_t stream, int64_t step) {
+  if (logp.empty() || *std::max_element(logp.begin(), logp.end()) == kNegInf) return -1;
+  if (o.sample) {
+    std::vector<float> z(logp.begin(), logp.end());  // banned: −inf, never drawn
+    return sample_token(z, o, base::uniform01(base::mix64(o.seed ^ stream), step));
+  }
+  return std::max_element(logp.begin(), logp.end()) - logp.begin();
+}
+
+namespace {
+
 // A source's finished hypotheses: HF's BeamHypotheses (the best `keep` by score).
 struct Finished {
   int64_t keep = 1;
@@ -126,10 +147,7 @@ class Search {
  private:
   // log p of row r's continuations with the bans applied (−inf: never chosen).
   void row_log_probs(const float* logits, int64_t r, int64_t step) {
-    log_softmax(logits + r * V_, V_, logp_);
-    ban_repeated_ngrams(history_[r], o_.no_repeat_ngram_size, logp_);
-    for (int64_t id : o_.banned) logp_[id] = kNegInf;
-    if (eos_ >= 0 && step < o_.min_new_tokens) logp_[eos_] = kNegInf;
+    step_log_probs(logits + r * V_, V_, history_[r], eos_, step, o_, logp_);
   }
 
   // Source b's candidates (score, row·V + token): one per row for beam 1 (greedy or a draw), every
@@ -141,13 +159,7 @@ class Search {
       row_log_probs(logits, r, step);
       if (*std::max_element(logp_.begin(), logp_.end()) == kNegInf) continue;  // every token banned
       if (K_ == 1) {
-        int64_t t;
-        if (o_.sample) {
-          std::vector<float> z(logp_.begin(), logp_.end());  // banned: −inf, never drawn
-          t = sample_token(z, o_, base::uniform01(base::mix64(o_.seed ^ static_cast<uint64_t>(b)), step));
-        } else {
-          t = std::max_element(logp_.begin(), logp_.end()) - logp_.begin();
-        }
+        const int64_t t = pick_token(logp_, o_, static_cast<uint64_t>(b), step);
         cand_.push_back({score_[r] + logp_[t], r * V_ + t});
         continue;
       }

@@ -63,6 +63,16 @@ void check_decode_options(const DecodeOptions& o);
 // every token is banned or −inf, or on a negative temperature.
 int64_t sample_token(const std::vector<float>& logits, const DecodeOptions& o, double u);
 
+// One row's log-probabilities at a decoding step, as every search scores them: the log-softmax of its
+// logits (V) in double, −inf for the banned tokens, the tokens that would repeat an n-gram of
+// `history` (prefix included) and eos before min_new_tokens (step: the row's new tokens so far).
+void step_log_probs(const float* logits, int64_t V, const std::vector<int64_t>& history, int64_t eos, int64_t step,
+                    const DecodeOptions& o, std::vector<double>& logp);
+// Beam 1's next token from step_log_probs: the argmax (the lowest id among ties) or, with o.sample, a
+// draw from the counter stream mix64(o.seed ^ stream) at `step`. −1 when every token is −inf. decode
+// picks source b's tokens with stream b; a server's sequence takes its own stream.
+int64_t pick_token(const std::vector<double>& logp, const DecodeOptions& o, uint64_t stream, int64_t step);
+
 // Decodes sources × beam_size rows of `gen` (source b's beams are consecutive rows) that have
 // consumed their prefixes; `logits` (rows, V) is the output of the feed of their last tokens.
 // prefixes[b]: source b's tokens so far (the history no-repeat n-grams look at); limits[b]: its new

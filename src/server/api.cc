@@ -3,11 +3,16 @@
 #include "server/api.h"
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <cctype>
 #include <climits>
 #include <cmath>
 #include <cstring>
+#include <ctime>
+#include <mutex>
+#include <optional>
+#include <random>
 #include <sstream>
 
 #include "base/utf8.h"
@@ -226,14 +231,20 @@ constexpr int64_t kMaxServedBeams = 32;
 
 }  // namespace
 
-Api::Api(Backend backend, Scheduler& scheduler, Metrics& metrics, const ApiOptions& options)
+Api::Api(Backend backend, Scheduler& scheduler, Metrics& metrics, const ApiOptions& options, Generation* generation)
     : pipeline_(backend.pipeline),
       translator_(backend.translator),
+      generation_(generation),
+      lm_tokenizer_(backend.lm_tokenizer),
       scheduler_(scheduler),
       metrics_(metrics),
       options_(options) {}
 
 infer::Pipeline& Api::encoder() const {
+  if (!pipeline_ && generation_) {
+    throw ApiError(424, "Backend", "model is a causal LM: " + options_.model_id +
+                                       " answers /generate, /generate_stream and /v1/completions");
+  }
   if (!pipeline_) {
     throw ApiError(424, "Backend", "model is a translation model: " + options_.model_id +
                                        " (an encoder-decoder) answers /translate, /tokenize and /decode");
@@ -783,6 +794,7 @@ json Api::decode(const json& request) const {
 
 json Api::root(const json& request) {
   if (translator_) return translate(request);
+  if (generation_) return json::array({generate(request)});  // TGI's compatibility route answers a list
   if (is_classifier()) return predict(request);
   if (has_head("RoFormerForTokenClassification")) return token_classification(request);
   if (has_head("RoFormerForQuestionAnswering")) return question_answering(request);
@@ -802,6 +814,15 @@ json Api::info() const {
                {"auto_truncate", options_.auto_truncate},
                {"tokenization_workers", nullptr},
                {"version", "roformer.cpp"}};
+  if (generation_) {
+    info["model_type"] = {{"generation", {{"vocab_size", lm_tokenizer_->vocab_size()},
+                                          {"slots", options_.generation.slots},
+                                          {"max_total_tokens", options_.generation.max_total_tokens}}}};
+    info["fill_mask"] = false;
+    info["max_input_length"] = generation_->context() - 1;
+    info["max_total_tokens"] = generation_->context();
+    return info;
+  }
   if (translator_) {
     const model::Seq2SeqConfig& c = translator_->model().config();
     info["model_type"] = {{"translation", {{"position_encoding", model::position_encoding_name(c.encoder.position_encoding)},
@@ -832,6 +853,530 @@ json Api::models() const {
   return {{"object", "list"},
           {"data", json::array({{{"id", options_.model_id}, {"object", "model"}, {"created", 0},
                                  {"owned_by", "roformer.cpp"}}})}};
+}
+
+// ---- Generation (a causal LM): TGI's /generate and /generate_stream, OpenAI's /v1/completions ----
+
+namespace {
+
+// Stop strings: a string or a list of at most 4 non-empty strings (OpenAI's and TGI's bound).
+std::vector<std::string> stop_strings(const json& request, const char* name) {
+  if (!present(request, name)) return {};
+  const json& v = request[name];
+  std::vector<std::string> out;
+  if (v.is_string()) {
+    out.push_back(v.get<std::string>());
+  } else if (v.is_array() && v.size() <= 4 && std::all_of(v.begin(), v.end(), [](const json& x) { return x.is_string(); })) {
+    for (const json& x : v) out.push_back(x.get<std::string>());
+  } else {
+    throw invalid(std::string("`") + name + "` must be a string or a list of at most 4 strings");
+  }
+  for (const std::string& x : out) {
+    if (x.empty() || x.size() > 256) throw invalid(std::string("`") + name + "`: each stop string has 1 to 256 bytes");
+  }
+  return out;
+}
+
+// A parameter this server does not implement, refused unless it has its neutral value (no silent
+// difference from what the client asked for).
+void neutral(const json& request, const char* name, double value) {
+  if (present(request, name) && !(request[name].is_number() && request[name].get<double>() == value)) {
+    throw invalid(std::string("`") + name + "` is not supported (only its neutral value " +
+                  std::to_string(static_cast<int64_t>(value)) + ")");
+  }
+}
+
+uint64_t fresh_seed() {
+  static std::mutex m;
+  static std::mt19937_64 rng{std::random_device{}()};
+  std::lock_guard<std::mutex> lock(m);
+  return rng() >> 1;  // within int64, as clients read it back
+}
+
+const char* openai_finish(FinishReason r) { return r == FinishReason::length ? "length" : "stop"; }
+
+std::string sse(const json& data) {
+  return "data: " + data.dump(-1, ' ', false, json::error_handler_t::replace) + "\n\n";
+}
+
+}  // namespace
+
+struct Api::Sequences {
+  struct One {
+    GenerationRequest request;
+    std::string prompt_text;
+    std::shared_ptr<GenerationStream> stream;
+    std::vector<GenerationEvent> tokens;  // gathered (non-streaming) or being streamed
+    std::string text;                     // the completion so far
+    GenerationEvent end;
+    bool ended = false;
+  };
+  std::vector<One> all;
+  bool details = false, full_text = false;
+  int64_t top = 0;
+  bool sampled = false;
+  uint64_t seed = 0;
+  std::string model;
+  int64_t openai_logprobs = -1;  // -1: none asked
+  int64_t n = 1;                 // choices per prompt: all[i] is prompt i / n's choice i % n
+  int64_t prompt_tokens() const {  // each prompt once, however many choices it has
+    int64_t total = 0;
+    for (size_t i = 0; i < all.size(); i += static_cast<size_t>(n)) total += static_cast<int64_t>(all[i].request.prompt.size());
+    return total;
+  }
+};
+
+Generation& Api::generation() const {
+  if (!generation_) {
+    throw ApiError(424, "Backend", "model is not a causal LM: " + options_.model_id +
+                                       " has no generation (roformer train writes causal LMs)");
+  }
+  return *generation_;
+}
+
+// A prompt's ids, checked against the context with max_new_tokens (0: as many as fit, up to `fallback`).
+static std::vector<int64_t> prompt_ids(const text::Tokenizer& tok, const std::string& text, const std::string& field) {
+  std::vector<int64_t> ids;
+  for (int32_t id : tok.encode_ids(text)) ids.push_back(id);
+  if (ids.empty()) throw invalid("`" + field + "` encodes to no tokens");
+  return ids;
+}
+
+Api::Sequences Api::tgi_sequences(const json& request) const {
+  require_object(request);
+  Generation& g = generation();
+  if (!request.contains("inputs") || !request["inputs"].is_string()) throw invalid("`inputs` must be a string");
+  json params = json::object();
+  if (present(request, "parameters")) {
+    params = request["parameters"];
+    if (!params.is_object()) throw invalid("`parameters` must be an object");
+  }
+  neutral(params, "repetition_penalty", 1);
+  neutral(params, "frequency_penalty", 0);
+  neutral(params, "typical_p", 1);
+  neutral(params, "best_of", 1);
+  if (flag(params, "watermark", false)) throw invalid("`parameters.watermark` is not supported");
+  if (flag(params, "decoder_input_details", false)) throw invalid("`parameters.decoder_input_details` is not supported");
+  if (present(params, "grammar")) throw invalid("`parameters.grammar` is not supported");
+  Sequences s;
+  Sequences::One one;
+  one.prompt_text = request["inputs"].get<std::string>();
+  one.request.prompt = prompt_ids(*lm_tokenizer_, one.prompt_text, "inputs");
+  const int64_t context = g.context();
+  if (present(params, "truncate")) {  // TGI: keep the prompt's last `truncate` tokens
+    const int64_t keep = integer(params, "truncate", 0, 1, context - 1);
+    if (static_cast<int64_t>(one.request.prompt.size()) > keep) {
+      one.request.prompt.erase(one.request.prompt.begin(), one.request.prompt.end() - keep);
+    }
+  }
+  const int64_t P = static_cast<int64_t>(one.request.prompt.size());
+  if (P >= context) {
+    throw invalid("`inputs` must have less than " + std::to_string(context) + " tokens. Given: " + std::to_string(P));
+  }
+  one.request.max_new_tokens = integer(params, "max_new_tokens", std::min<int64_t>(100, context - P), 1, context);
+  if (P + one.request.max_new_tokens > context) {
+    throw invalid("`inputs` tokens + `max_new_tokens` must be <= " + std::to_string(context) + ". Given: " +
+                  std::to_string(P) + " `inputs` tokens and " + std::to_string(one.request.max_new_tokens) +
+                  " `max_new_tokens`");
+  }
+  model::DecodeOptions& o = one.request.decode;
+  o.beam_size = 1;
+  o.temperature = real(params, "temperature", 1.0, 1e-6, 1e6);
+  o.top_k = integer(params, "top_k", 0, 1, INT32_MAX);
+  o.top_p = real(params, "top_p", 1.0, 1e-6, 1);
+  // TGI samples when asked to or when a warper is set.
+  o.sample = flag(params, "do_sample", false) || o.temperature != 1.0 || o.top_k > 0 || o.top_p < 1.0;
+  s.sampled = o.sample;
+  s.seed = present(params, "seed") ? static_cast<uint64_t>(integer(params, "seed", 0, 0, INT64_MAX)) : fresh_seed();
+  o.seed = s.seed;
+  for (int32_t id : lm_tokenizer_->special_ids()) o.banned.push_back(id);  // as `roformer generate`
+  one.request.stop = stop_strings(params, "stop");
+  s.top = integer(params, "top_n_tokens", 0, 0, 5);
+  one.request.top_logprobs = s.top;
+  s.details = flag(params, "details", false);
+  s.full_text = flag(params, "return_full_text", false);
+  s.all.push_back(std::move(one));
+  return s;
+}
+
+Api::Sequences Api::openai_sequences(const json& request) const {
+  require_object(request);
+  Generation& g = generation();
+  neutral(request, "presence_penalty", 0);
+  neutral(request, "frequency_penalty", 0);
+  if (present(request, "suffix")) throw invalid("`suffix` is not supported");
+  if (present(request, "logit_bias") && !(request["logit_bias"].is_object() && request["logit_bias"].empty())) {
+    throw invalid("`logit_bias` is not supported");
+  }
+  Sequences s;
+  s.model = present(request, "model") && request["model"].is_string() ? request["model"].get<std::string>() : options_.model_id;
+  if (!present(request, "prompt")) throw invalid("`prompt` is required");
+  const json& p = request["prompt"];
+  std::vector<std::pair<std::string, std::vector<int64_t>>> prompts;  // text, ids
+  auto from_ids = [&](const json& v, const std::string& field) {
+    std::vector<int64_t> ids;
+    for (int32_t id : token_ids(v, field)) {
+      if (id < 0 || id >= lm_tokenizer_->vocab_size()) {
+        throw invalid("`" + field + "`: token id " + std::to_string(id) + " is outside the vocabulary of " +
+                      std::to_string(lm_tokenizer_->vocab_size()));
+      }
+      ids.push_back(id);
+    }
+    if (ids.empty()) throw invalid("`" + field + "` cannot be empty");
+    return ids;
+  };
+  if (p.is_string()) {
+    prompts.emplace_back(p.get<std::string>(), prompt_ids(*lm_tokenizer_, p.get<std::string>(), "prompt"));
+  } else if (is_ids(p) && !p.empty()) {
+    prompts.emplace_back("", from_ids(p, "prompt"));
+  } else if (p.is_array() && !p.empty()) {
+    check_batch_size(p.size());
+    for (size_t i = 0; i < p.size(); ++i) {
+      const std::string field = "prompt[" + std::to_string(i) + "]";
+      if (p[i].is_string()) {
+        prompts.emplace_back(p[i].get<std::string>(), prompt_ids(*lm_tokenizer_, p[i].get<std::string>(), field));
+      } else if (is_ids(p[i])) {
+        prompts.emplace_back("", from_ids(p[i], field));
+      } else {
+        throw invalid("`" + field + "` must be a string or a list of token ids");
+      }
+    }
+  } else {
+    throw invalid("`prompt` must be a string, a list of strings, a list of token ids or a list of such lists");
+  }
+  const int64_t context = g.context();
+  const int64_t max_tokens = integer(request, "max_tokens", 16, 1, context);
+  const int64_t n = integer(request, "n", 1, 1, 16);
+  s.n = n;
+  if (present(request, "best_of") && integer(request, "best_of", n, 1, 16) != n) throw invalid("`best_of` must equal `n`");
+  check_batch_size(prompts.size() * static_cast<size_t>(n));
+  model::DecodeOptions o;
+  o.beam_size = 1;
+  o.temperature = real(request, "temperature", 1.0, 0, 2);
+  o.top_p = real(request, "top_p", 1.0, 1e-6, 1);
+  o.sample = o.temperature > 0;  // temperature 0: greedy
+  s.sampled = o.sample;
+  s.seed = present(request, "seed") ? static_cast<uint64_t>(integer(request, "seed", 0, 0, INT64_MAX)) : fresh_seed();
+  o.seed = s.seed;
+  for (int32_t id : lm_tokenizer_->special_ids()) o.banned.push_back(id);
+  const std::vector<std::string> stop = stop_strings(request, "stop");
+  if (present(request, "logprobs")) s.openai_logprobs = integer(request, "logprobs", 0, 0, 5);
+  s.full_text = flag(request, "echo", false);
+  for (size_t i = 0; i < prompts.size(); ++i) {
+    const int64_t P = static_cast<int64_t>(prompts[i].second.size());
+    if (P + max_tokens > context) {
+      throw invalid("prompt " + std::to_string(i) + ": its " + std::to_string(P) + " tokens + `max_tokens` " +
+                    std::to_string(max_tokens) + " exceed the model's context of " + std::to_string(context) + " tokens");
+    }
+    for (int64_t j = 0; j < n; ++j) {
+      Sequences::One one;
+      one.prompt_text = prompts[i].first.empty() && !prompts[i].second.empty()
+                            ? lm_tokenizer_->decode_ids(std::vector<int32_t>(prompts[i].second.begin(), prompts[i].second.end()))
+                            : prompts[i].first;
+      one.request.prompt = prompts[i].second;
+      one.request.max_new_tokens = max_tokens;
+      one.request.decode = o;
+      one.request.stream = static_cast<uint64_t>(j);  // the choices of a prompt draw from streams 0 .. n − 1
+      one.request.stop = stop;
+      one.request.top_logprobs = std::max<int64_t>(s.openai_logprobs, 0);
+      s.all.push_back(std::move(one));
+    }
+  }
+  return s;
+}
+
+void Api::submit(Sequences& s) const {
+  try {
+    for (auto& one : s.all) one.stream = generation_->submit(one.request);
+  } catch (const Overloaded& e) {
+    for (auto& one : s.all) {
+      if (one.stream) one.stream->cancel();
+    }
+    throw ApiError(429, "Overloaded", e.what());
+  }
+}
+
+void Api::gather(Sequences& s) const {
+  for (auto& one : s.all) {
+    GenerationEvent e;
+    bool probing = static_cast<bool>(options_.client_gone), timed_out = false;
+    while (!one.ended) {
+      if (!one.stream->next_for(e, std::chrono::milliseconds(probing ? 50 : 1000), timed_out)) {
+        if (timed_out && probing && options_.client_gone()) {
+          for (auto& x : s.all) x.stream->cancel();
+          throw ApiError(499, "ClientClosed", "the client closed the connection");
+        }
+        continue;
+      }
+      one.text += e.text;
+      if (e.finish == FinishReason::error) throw ApiError(500, "Backend", "generation failed");
+      if (e.finish != FinishReason::none) {
+        one.end = std::move(e), one.ended = true;
+      } else {
+        one.tokens.push_back(std::move(e));
+      }
+    }
+  }
+}
+
+namespace {
+
+json tgi_token(const GenerationEvent& e, const std::string& text) {
+  return {{"id", e.id}, {"text", text}, {"logprob", e.logprob}, {"special", false}};
+}
+
+json tgi_top_tokens(const text::Tokenizer& tok, const GenerationEvent& e) {
+  json top = json::array();
+  for (const auto& [id, lp] : e.top) {
+    top.push_back({{"id", id}, {"text", tok.decode_ids({static_cast<int32_t>(id)})}, {"logprob", lp}, {"special", false}});
+  }
+  return top;
+}
+
+}  // namespace
+
+json Api::generate(const json& request) {
+  Sequences s = tgi_sequences(request);
+  submit(s);
+  gather(s);
+  const auto& one = s.all[0];
+  json out = {{"generated_text", s.full_text ? one.prompt_text + one.text : one.text}};
+  if (s.details) {
+    json tokens = json::array(), top = json::array();
+    for (const auto& e : one.tokens) {
+      tokens.push_back(tgi_token(e, lm_tokenizer_->decode_ids({static_cast<int32_t>(e.id)})));
+      top.push_back(tgi_top_tokens(*lm_tokenizer_, e));
+    }
+    out["details"] = {{"finish_reason", finish_reason_name(one.end.finish)},
+                      {"generated_tokens", one.end.generated_tokens},
+                      {"seed", s.sampled ? json(s.seed) : json(nullptr)},
+                      {"prefill", json::array()},
+                      {"tokens", tokens}};
+    if (s.top > 0) out["details"]["top_tokens"] = top;
+  }
+  return out;
+}
+
+namespace {
+
+// TGI's stream: an event per token; the last token's event also carries generated_text and details
+// (so each event is held until the next one shows whether it is the last).
+class TgiStream : public EventStream {
+ public:
+  TgiStream(std::shared_ptr<GenerationStream> stream, const text::Tokenizer& tok, std::string prefix, bool sampled,
+            uint64_t seed, int64_t top)
+      : stream_(std::move(stream)), tok_(tok), prefix_(std::move(prefix)), sampled_(sampled), seed_(seed), top_(top) {}
+  bool next(std::string& chunk, std::chrono::milliseconds wait) override {
+    chunk.clear();
+    if (done_) return false;
+    GenerationEvent e;
+    bool timed_out = false;
+    if (!stream_->next_for(e, wait, timed_out)) {
+      if (timed_out) return true;
+      done_ = true;
+      return false;
+    }
+    text_ += e.text;
+    if (e.finish == FinishReason::error) {
+      done_ = true;
+      chunk = sse({{"error", "generation failed"}, {"error_type", "generation"}});
+      return true;
+    }
+    if (e.finish == FinishReason::none) {
+      if (held_) chunk = event(*held_, json(nullptr), json(nullptr));
+      held_ = std::move(e);
+      return true;
+    }
+    // The end: its text joins the last token's (an eos first: an empty special token).
+    done_ = true;
+    GenerationEvent last;
+    if (held_) {
+      last = std::move(*held_);
+      last.text += e.text;
+    } else {
+      last.id = -1, last.text = e.text;
+    }
+    const json details = {{"finish_reason", finish_reason_name(e.finish)},
+                          {"generated_tokens", e.generated_tokens},
+                          {"seed", sampled_ ? json(seed_) : json(nullptr)}};
+    chunk = event(last, prefix_ + text_, details, !held_);
+    return true;
+  }
+  void cancel() override { stream_->cancel(); }
+
+ private:
+  std::string event(const GenerationEvent& e, const json& generated, const json& details, bool special = false) {
+    json token = {{"id", e.id}, {"text", e.text}, {"logprob", e.logprob}, {"special", special}};
+    return sse({{"index", ++index_},
+                {"token", token},
+                {"top_tokens", top_ > 0 ? tgi_top_tokens(tok_, e) : json(nullptr)},
+                {"generated_text", generated},
+                {"details", details}});
+  }
+  std::shared_ptr<GenerationStream> stream_;
+  const text::Tokenizer& tok_;
+  const std::string prefix_;
+  const bool sampled_;
+  const uint64_t seed_;
+  const int64_t top_;
+  std::optional<GenerationEvent> held_;
+  std::string text_;
+  int64_t index_ = 0;
+  bool done_ = false;
+};
+
+}  // namespace
+
+std::unique_ptr<EventStream> Api::generate_stream(const json& request) {
+  Sequences s = tgi_sequences(request);
+  submit(s);
+  auto& one = s.all[0];
+  return std::make_unique<TgiStream>(one.stream, *lm_tokenizer_, s.full_text ? one.prompt_text : "", s.sampled,
+                                     s.seed, s.top);
+}
+
+namespace {
+
+std::atomic<uint64_t> completion_ids{1};
+
+// OpenAI's logprobs of one chunk of tokens: their strings, log-probabilities, alternatives and
+// offsets into the choice's text (`offset`: the text before them).
+json openai_logprobs(const text::Tokenizer& tok, const std::vector<GenerationEvent>& tokens, size_t offset) {
+  json out = {{"tokens", json::array()}, {"token_logprobs", json::array()}, {"top_logprobs", json::array()},
+              {"text_offset", json::array()}};
+  for (const auto& e : tokens) {
+    out["tokens"].push_back(tok.decode_ids({static_cast<int32_t>(e.id)}));
+    out["token_logprobs"].push_back(e.logprob);
+    json top = json::object();
+    for (const auto& [id, lp] : e.top) top[tok.decode_ids({static_cast<int32_t>(id)})] = lp;
+    out["top_logprobs"].push_back(top);
+    out["text_offset"].push_back(offset);
+    offset += e.text.size();
+  }
+  return out;
+}
+
+json completion_head(const std::string& id, const std::string& model) {
+  return {{"id", id}, {"object", "text_completion"}, {"created", static_cast<int64_t>(std::time(nullptr))},
+          {"model", model}, {"system_fingerprint", nullptr}};
+}
+
+}  // namespace
+
+json Api::completions(const json& request) {
+  Sequences s = openai_sequences(request);
+  submit(s);
+  gather(s);
+  json out = completion_head("cmpl-" + std::to_string(completion_ids++), s.model);
+  json choices = json::array();
+  const int64_t prompt_tokens = s.prompt_tokens();
+  int64_t completion_tokens = 0;
+  for (size_t i = 0; i < s.all.size(); ++i) {
+    const auto& one = s.all[i];
+    const std::string prefix = s.full_text ? one.prompt_text : "";
+    choices.push_back({{"index", i},
+                       {"text", prefix + one.text},
+                       {"logprobs", s.openai_logprobs >= 0 ? openai_logprobs(*lm_tokenizer_, one.tokens, prefix.size()) : json(nullptr)},
+                       {"finish_reason", openai_finish(one.end.finish)}});
+    completion_tokens += one.end.generated_tokens;
+  }
+  out["choices"] = choices;
+  out["usage"] = {{"prompt_tokens", prompt_tokens},
+                  {"completion_tokens", completion_tokens},
+                  {"total_tokens", prompt_tokens + completion_tokens}};
+  return out;
+}
+
+namespace {
+
+// OpenAI's stream: a chunk per token of any choice, a last chunk per choice with its finish_reason,
+// then (stream_options.include_usage) the usage, then [DONE].
+class OpenAiStream : public EventStream {
+ public:
+  OpenAiStream(std::vector<std::shared_ptr<GenerationStream>> streams, std::vector<std::string> prefixes,
+               const text::Tokenizer& tok, std::string model, bool logprobs, bool usage, int64_t prompt_tokens)
+      : streams_(std::move(streams)), prefixes_(std::move(prefixes)), tok_(tok),
+        head_(completion_head("cmpl-" + std::to_string(completion_ids++), model)), logprobs_(logprobs),
+        usage_(usage), offsets_(streams_.size(), 0), ended_(streams_.size(), false), prompt_tokens_(prompt_tokens) {}
+  bool next(std::string& chunk, std::chrono::milliseconds wait) override {
+    chunk.clear();
+    if (done_) return false;
+    if (std::all_of(ended_.begin(), ended_.end(), [](bool b) { return b; })) {
+      if (usage_) {
+        json u = head_;
+        u["choices"] = json::array();
+        u["usage"] = {{"prompt_tokens", prompt_tokens_}, {"completion_tokens", completion_tokens_},
+                      {"total_tokens", prompt_tokens_ + completion_tokens_}};
+        chunk = sse(u);
+      }
+      chunk += "data: [DONE]\n\n";
+      done_ = true;
+      return true;
+    }
+    const auto per = std::max<std::chrono::milliseconds>(std::chrono::milliseconds(1), wait / static_cast<int64_t>(streams_.size()));
+    for (size_t i = 0; i < streams_.size(); ++i) {
+      if (ended_[i]) continue;
+      GenerationEvent e;
+      bool timed_out = false;
+      if (!streams_[i]->next_for(e, per, timed_out)) {
+        if (!timed_out) ended_[i] = true;  // cancelled
+        continue;
+      }
+      json c = head_;
+      json choice = {{"index", i}, {"text", e.text}, {"logprobs", nullptr}, {"finish_reason", nullptr}};
+      if (!prefixes_[i].empty()) choice["text"] = prefixes_[i] + e.text, prefixes_[i].clear();
+      if (e.has_token && logprobs_) choice["logprobs"] = openai_logprobs(tok_, {e}, offsets_[i]);
+      offsets_[i] += e.text.size();
+      if (e.finish == FinishReason::error) {
+        done_ = true;
+        chunk = sse({{"error", "generation failed"}, {"error_type", "generation"}});
+        return true;
+      }
+      if (e.finish != FinishReason::none) {
+        ended_[i] = true;
+        choice["finish_reason"] = openai_finish(e.finish);
+        completion_tokens_ += e.generated_tokens;
+      }
+      c["choices"] = json::array({choice});
+      chunk += sse(c);
+    }
+    return true;
+  }
+  void cancel() override {
+    for (auto& s : streams_) s->cancel();
+  }
+
+ private:
+  std::vector<std::shared_ptr<GenerationStream>> streams_;
+  std::vector<std::string> prefixes_;
+  const text::Tokenizer& tok_;
+  json head_;
+  const bool logprobs_, usage_;
+  std::vector<size_t> offsets_;
+  std::vector<bool> ended_;
+  int64_t prompt_tokens_, completion_tokens_ = 0;
+  bool done_ = false;
+};
+
+}  // namespace
+
+std::unique_ptr<EventStream> Api::completions_stream(const json& request) {
+  Sequences s = openai_sequences(request);
+  bool usage = false;
+  if (present(request, "stream_options")) {
+    const json& so = request["stream_options"];
+    if (!so.is_object()) throw invalid("`stream_options` must be an object");
+    usage = flag(so, "include_usage", false);
+  }
+  submit(s);
+  std::vector<std::shared_ptr<GenerationStream>> streams;
+  std::vector<std::string> prefixes;
+  for (auto& one : s.all) {
+    streams.push_back(one.stream);
+    prefixes.push_back(s.full_text ? one.prompt_text : "");
+  }
+  return std::make_unique<OpenAiStream>(std::move(streams), std::move(prefixes), *lm_tokenizer_, s.model,
+                                        s.openai_logprobs >= 0, usage, s.prompt_tokens());
 }
 
 std::string base64(const std::string& bytes) {

@@ -24,21 +24,32 @@
 //   POST /translate      {"inputs": str | [str], "parameters": {generate()'s num_beams, length_penalty,
 //                         num_return_sequences, max_new_tokens, ...; max_len_a, max_len_b}, TRUNC}
 //                        → transformers' [{"translation_text"}] (an encoder-decoder model only)
-//   GET /info, GET /v1/models; POST / runs /translate for a translation model, /predict for a
-//   classifier, /similarity for TEI's {"inputs": {"source_sentence", ...}}, else /embed
-//   (huggingface_hub's InferenceClient posts there).
+//   POST /generate       TGI's {"inputs": str, "parameters": {max_new_tokens, do_sample, temperature,
+//                         top_k, top_p, seed, stop, details, return_full_text, top_n_tokens}}
+//                        → {"generated_text", "details"?} (a causal LM only)
+//   POST /generate_stream the same as server-sent events: {"index", "token": {"id", "text", "logprob",
+//                         "special"}, "generated_text": null | the text, "details": null | {...}}
+//   POST /v1/completions OpenAI's {"model", "prompt": str | [str], "max_tokens", "temperature", "top_p",
+//                         "n", "stream", "stop", "seed", "logprobs", "echo"} → {"choices": [{"text",
+//                         "index", "logprobs", "finish_reason"}], "usage", ...}, or its stream of chunks
+//   GET /info, GET /v1/models; POST / runs /translate for a translation model, /generate (or its
+//   stream, with "stream": true) for a causal LM, /predict for a classifier, /similarity for TEI's
+//   {"inputs": {"source_sentence", ...}}, else /embed (huggingface_hub's InferenceClient posts there).
 //
 // Every refusal is an ApiError: the HTTP status and TEI's {"error", "error_type"} body.
 #pragma once
 
+#include <chrono>
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <nlohmann/json.hpp>
 #include <stdexcept>
 #include <string>
 #include <vector>
 
 #include "infer/pipeline.h"
+#include "server/generation.h"
 #include "server/scheduler.h"
 
 namespace server {
@@ -56,6 +67,7 @@ struct ApiOptions {
   int64_t max_client_batch_size = 32;  // inputs per request (TEI's default); more: 413
   bool auto_truncate = false;       // truncate's default (TEI --auto-truncate)
   SchedulerOptions scheduler;       // reported by /info
+  GenerationOptions generation;     // a causal LM's slots, reported by /info
   // Called on the HTTP thread of a request waiting for the model: has its client closed the
   // connection? Then the request is dropped from the queue (Scheduler::cancel). Null: never asked.
   std::function<bool()> client_gone;
@@ -69,9 +81,21 @@ struct Input {
   bool tokens = false;  // ids holds the input, to be run as it is
 };
 
+// A streaming response: server-sent events, pulled by the HTTP thread until the end.
+class EventStream {
+ public:
+  virtual ~EventStream() = default;
+  // The next piece of the body ("data: ...\n\n" events), waiting at most `wait` for the model: false
+  // at the end; true with "" when nothing came (the caller checks its client).
+  virtual bool next(std::string& chunk, std::chrono::milliseconds wait) = 0;
+  virtual void cancel() = 0;  // the client is gone: its slots are freed at the next step
+};
+
 class Api {
  public:
-  Api(Backend backend, Scheduler& scheduler, Metrics& metrics, const ApiOptions& options);
+  // generation: a causal LM's slots (with backend.lm), else null.
+  Api(Backend backend, Scheduler& scheduler, Metrics& metrics, const ApiOptions& options,
+      Generation* generation = nullptr);
 
   nlohmann::json embed(const nlohmann::json& request);
   nlohmann::json openai_embeddings(const nlohmann::json& request);
@@ -84,6 +108,13 @@ class Api {
   nlohmann::json token_classification(const nlohmann::json& request);
   nlohmann::json question_answering(const nlohmann::json& request);
   nlohmann::json translate(const nlohmann::json& request);
+  // A causal LM's routes: TGI's /generate and /generate_stream, OpenAI's /v1/completions (stream: true
+  // → completions_stream). Validation fails before anything is streamed.
+  nlohmann::json generate(const nlohmann::json& request);
+  std::unique_ptr<EventStream> generate_stream(const nlohmann::json& request);
+  nlohmann::json completions(const nlohmann::json& request);
+  std::unique_ptr<EventStream> completions_stream(const nlohmann::json& request);
+  bool is_generator() const { return generation_ != nullptr; }
   nlohmann::json tokenize(const nlohmann::json& request) const;
   nlohmann::json decode(const nlohmann::json& request) const;
   // By the model and the body: /translate, /predict, /token-classification, /question-answering,
@@ -108,8 +139,18 @@ class Api {
   std::vector<std::vector<float>> embed_inputs(const std::vector<Input>& inputs, const infer::Truncate& truncate,
                                                bool normalize, int64_t* tokens = nullptr);
 
-  infer::Pipeline* pipeline_;        // exactly one of these two is set (Backend)
+  Generation& generation() const;         // 424 without a causal LM
+  // The sequences of a TGI or OpenAI request, submitted (429 when the slots' queue is full).
+  struct Sequences;
+  Sequences tgi_sequences(const nlohmann::json& request) const;
+  Sequences openai_sequences(const nlohmann::json& request) const;
+  void submit(Sequences& s) const;
+  void gather(Sequences& s) const;  // every sequence to its end; 499 when the client goes
+
+  infer::Pipeline* pipeline_;        // exactly one of these three is set (Backend)
   infer::Translator* translator_;
+  Generation* generation_;
+  const text::Tokenizer* lm_tokenizer_;
   Scheduler& scheduler_;
   Metrics& metrics_;  // tokenization times
   const ApiOptions options_;

@@ -21,8 +21,10 @@
 #include <ctime>
 #include <functional>
 #include <iostream>
+#include <memory>
 #include <stdexcept>
 #include <thread>
+#include <variant>
 #include <vector>
 
 #include "server/openapi.h"
@@ -144,6 +146,47 @@ bool client_gone() {
   return n == 0 || (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR);
 }
 
+// What a route answers: a JSON body, or a stream of server-sent events.
+using Reply = std::variant<json, std::unique_ptr<EventStream>>;
+
+// Sends the events as they come (chunked text/event-stream). A client that is gone (a write fails, or
+// its socket is no longer writable while the model is quiet) cancels the stream: its slots are freed.
+void stream_events(httplib::Response& res, std::unique_ptr<EventStream> events) {
+  std::shared_ptr<EventStream> s(std::move(events));
+  res.status = 200;
+  res.set_header("Cache-Control", "no-cache");
+  res.set_chunked_content_provider(
+      "text/event-stream",
+      [s](size_t, httplib::DataSink& sink) {
+        std::string chunk;
+        for (;;) {
+          if (!s->next(chunk, std::chrono::milliseconds(100))) {
+            sink.done();
+            return true;
+          }
+          if (!chunk.empty()) {
+            if (sink.write(chunk.data(), chunk.size())) return true;
+            s->cancel();
+            return false;
+          }
+          if (!sink.is_writable()) {
+            s->cancel();
+            return false;
+          }
+        }
+      },
+      [s](bool success) {
+        if (!success) s->cancel();
+      });
+}
+
+// A body's "stream" flag (absent: false).
+bool wants_stream(const json& body) {
+  if (!body.is_object() || !body.contains("stream") || body["stream"].is_null()) return false;
+  if (!body["stream"].is_boolean()) throw ApiError(422, "Validation", "`stream` must be a boolean");
+  return body["stream"].get<bool>();
+}
+
 // Runs a route: parses the body (POST), calls the Api, and turns every failure into TEI's error body.
 template <class F>
 httplib::Server::Handler route(F f, bool post = true) {
@@ -162,7 +205,12 @@ httplib::Server::Handler route(F f, bool post = true) {
           throw ApiError(422, "Validation", std::string("malformed JSON body: ") + e.what());
         }
       }
-      reply(res, 200, f(body));
+      Reply r = f(body);
+      if (auto* j = std::get_if<json>(&r)) {
+        reply(res, 200, *j);
+      } else {
+        stream_events(res, std::move(std::get<std::unique_ptr<EventStream>>(r)));
+      }
     } catch (const ApiError& e) {
       reply(res, e.status, error_body(e.what(), e.type));
     } catch (const std::exception& e) {
@@ -171,7 +219,7 @@ httplib::Server::Handler route(F f, bool post = true) {
   };
 }
 
-using Call = std::function<json(Api&, const json&)>;
+using Call = std::function<Reply(Api&, const json&)>;
 
 // Every route served, with its call; each must be in openapi.json (check_documented).
 struct Served {
@@ -191,9 +239,21 @@ const std::vector<Served>& served() {
       {"post", "/token-classification", [](Api& a, const json& r) { return a.token_classification(r); }},
       {"post", "/question-answering", [](Api& a, const json& r) { return a.question_answering(r); }},
       {"post", "/translate", [](Api& a, const json& r) { return a.translate(r); }},
+      {"post", "/generate", [](Api& a, const json& r) -> Reply {
+         if (wants_stream(r)) return a.generate_stream(r);
+         return a.generate(r);
+       }},
+      {"post", "/generate_stream", [](Api& a, const json& r) -> Reply { return a.generate_stream(r); }},
+      {"post", "/v1/completions", [](Api& a, const json& r) -> Reply {
+         if (wants_stream(r)) return a.completions_stream(r);
+         return a.completions(r);
+       }},
       {"post", "/tokenize", [](Api& a, const json& r) { return a.tokenize(r); }},
       {"post", "/decode", [](Api& a, const json& r) { return a.decode(r); }},
-      {"post", "/", [](Api& a, const json& r) { return a.root(r); }},
+      {"post", "/", [](Api& a, const json& r) -> Reply {  // huggingface_hub's text_generation(stream=True) posts here
+         if (a.is_generator() && wants_stream(r)) return a.generate_stream(r);
+         return a.root(r);
+       }},
       {"get", "/info", [](Api& a, const json&) { return a.info(); }},
       {"get", "/v1/models", [](Api& a, const json&) { return a.models(); }},
   };
@@ -336,9 +396,16 @@ int serve_forever(Backend backend, const ServerOptions& o) {
   omp_pause_resource_all(omp_pause_soft);
   Metrics metrics;
   Scheduler scheduler(backend, o.api.scheduler, metrics);
+  std::unique_ptr<Generation> generation;  // a causal LM's slots
+  if (backend.lm) {
+    GenerationOptions g = o.api.generation;
+    g.threads = o.api.scheduler.threads;
+    g.max_queued = o.api.scheduler.max_concurrent_requests;
+    generation = std::make_unique<Generation>(*backend.lm, *backend.lm_tokenizer, g, metrics);
+  }
   ApiOptions api_options = o.api;
   api_options.client_gone = client_gone;
-  Api api(backend, scheduler, metrics, api_options);
+  Api api(backend, scheduler, metrics, api_options, generation.get());
   httplib::Server svr;
   const int threads = o.http_threads;
   svr.new_task_queue = [threads] { return new ConnectionPool(static_cast<size_t>(threads)); };
@@ -400,6 +467,7 @@ int serve_forever(Backend backend, const ServerOptions& o) {
   pthread_kill(signals.native_handle(), SIGTERM);  // wakes the signal thread if no signal came
   signals.join();
   scheduler.stop();
+  if (generation) generation->stop();
   return ok ? 0 : 1;
 }
 

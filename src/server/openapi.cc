@@ -12,6 +12,17 @@ namespace {
 using nlohmann::json;
 
 const char* kSchemas = R"({
+  "GenerateParameters": {"type": "object", "properties": {
+      "max_new_tokens": {"type": "integer", "minimum": 1},
+      "do_sample": {"type": "boolean", "default": false},
+      "temperature": {"type": "number", "minimum": 0, "exclusiveMinimum": true},
+      "top_k": {"type": "integer", "minimum": 1},
+      "top_p": {"type": "number", "minimum": 0, "exclusiveMinimum": true, "maximum": 1},
+      "seed": {"type": "integer", "minimum": 0},
+      "stop": {"type": "array", "maxItems": 4, "items": {"type": "string"}},
+      "truncate": {"type": "integer", "minimum": 1},
+      "details": {"type": "boolean"}, "return_full_text": {"type": "boolean"},
+      "top_n_tokens": {"type": "integer", "minimum": 0, "maximum": 5}}},
   "Error": {"type": "object", "required": ["error", "error_type"],
             "properties": {"error": {"type": "string"}, "error_type": {"type": "string"}}},
   "TokenIds": {"type": "array", "minItems": 1, "items": {"type": "integer", "minimum": -2147483648,
@@ -103,6 +114,38 @@ const Route kRoutes[] = {
              "align_to_words": {"type": "boolean", "default": true}}}}})",
      R"({"inputs": {"question": "who?", "context": "he said so."}})",
      R"({"oneOf": [{"type": "object"}, {"type": "array"}]})"},
+    {"post", "/generate", "Text generation (TGI) with a causal LM, batched at the step; 424 for other models",
+     R"({"type": "object", "required": ["inputs"], "properties": {
+         "inputs": {"type": "string"}, "stream": {"type": "boolean"},
+         "parameters": {"$ref": "#/components/schemas/GenerateParameters"}}})",
+     R"({"inputs": "In the beginning", "parameters": {"max_new_tokens": 8, "details": true}})",
+     R"({"type": "object", "required": ["generated_text"], "properties": {
+         "generated_text": {"type": "string"}, "details": {"type": "object"}}})"},
+    {"post", "/generate_stream", "Text generation (TGI) as server-sent events, a token each; 424 for other models",
+     R"({"type": "object", "required": ["inputs"], "properties": {
+         "inputs": {"type": "string"}, "stream": {"type": "boolean"},
+         "parameters": {"$ref": "#/components/schemas/GenerateParameters"}}})",
+     R"({"inputs": "In the beginning", "parameters": {"max_new_tokens": 8}})",
+     R"({"type": "string", "description": "text/event-stream: data: {index, token: {id, text, logprob, special}, generated_text, details}"})"},
+    {"post", "/v1/completions", "OpenAI completions with a causal LM (stream: server-sent chunks); 424 for other models",
+     R"({"type": "object", "required": ["prompt"], "properties": {
+         "model": {"type": "string"},
+         "prompt": {"oneOf": [{"type": "string"}, {"type": "array", "minItems": 1, "items": {"type": "string"}},
+                              {"type": "array", "minItems": 1, "items": {"type": "integer"}},
+                              {"type": "array", "minItems": 1, "items": {"type": "array", "items": {"type": "integer"}}}]},
+         "max_tokens": {"type": "integer", "minimum": 1, "default": 16},
+         "temperature": {"type": "number", "minimum": 0, "maximum": 2, "default": 1},
+         "top_p": {"type": "number", "minimum": 0, "exclusiveMinimum": true, "maximum": 1, "default": 1},
+         "n": {"type": "integer", "minimum": 1, "maximum": 16, "default": 1},
+         "stream": {"type": "boolean", "default": false},
+         "stream_options": {"type": "object", "properties": {"include_usage": {"type": "boolean"}}},
+         "stop": {"oneOf": [{"type": "string"}, {"type": "array", "maxItems": 4, "items": {"type": "string"}}]},
+         "seed": {"type": "integer", "minimum": 0},
+         "logprobs": {"type": "integer", "minimum": 0, "maximum": 5},
+         "echo": {"type": "boolean", "default": false}}})",
+     R"({"model": "m", "prompt": "In the beginning", "max_tokens": 8, "temperature": 0})",
+     R"({"type": "object", "required": ["choices"], "properties": {
+         "id": {"type": "string"}, "object": {"type": "string"}, "choices": {"type": "array"}, "usage": {"type": "object"}}})"},
     {"post", "/translate", "Translation (transformers' pipeline); 424 unless the model is an encoder-decoder",
      R"({"type": "object", "required": ["inputs"], "properties": {
          "inputs": {"$ref": "#/components/schemas/Texts"},
@@ -184,7 +227,7 @@ json openapi_document(const std::string& model_id) {
   return {{"openapi", "3.0.3"},
           {"info", {{"title", "roformer serve"}, {"version", "1"},
                     {"description", "RoFormer inference for " + model_id +
-                                        ": text-embeddings-inference, OpenAI embeddings, fill-mask and translation routes"}}},
+                                        ": text-embeddings-inference, OpenAI embeddings and completions, fill-mask, translation and TGI generation routes"}}},
           {"paths", std::move(paths)},
           {"components", {{"schemas", json::parse(kSchemas)},
                           {"securitySchemes", {{"bearer", {{"type", "http"}, {"scheme", "bearer"}}}}}}}};

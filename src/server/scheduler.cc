@@ -50,8 +50,8 @@ bool Scheduler::Job::batches_with(const Job& other) const {
 
 Scheduler::Scheduler(Backend backend, const SchedulerOptions& options, Metrics& metrics)
     : backend_(backend), options_(options), metrics_(metrics) {
-  if ((backend_.pipeline == nullptr) == (backend_.translator == nullptr)) {
-    throw std::invalid_argument("server::Scheduler: exactly one of Backend's pipeline and translator");
+  if ((backend_.pipeline != nullptr) + (backend_.translator != nullptr) + (backend_.lm != nullptr) != 1) {
+    throw std::invalid_argument("server::Scheduler: exactly one of Backend's pipeline, translator and lm");
   }
   worker_ = std::thread([this] { work(); });
 }

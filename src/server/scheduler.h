@@ -35,11 +35,14 @@ namespace server {
 // request's thread turns into entities or answers.
 enum class Task { embed, classify, fill_mask, translate, head };
 
-// The model a server runs: an encoder pipeline (embed, classify, fill-mask) or an encoder-decoder
-// (translate). Exactly one is set; the scheduler's thread is the only one to run it.
+// The model a server runs: an encoder pipeline (embed, classify, fill-mask), an encoder-decoder
+// (translate) or a causal LM (generation). Exactly one is set; the scheduler's thread is the only one
+// to run the first two, server::Generation's thread (generation.h) the causal LM.
 struct Backend {
   infer::Pipeline* pipeline = nullptr;
   infer::Translator* translator = nullptr;
+  const model::RoFormer<float>* lm = nullptr;
+  const text::Tokenizer* lm_tokenizer = nullptr;  // with lm
 };
 
 // More requests in flight than max_concurrent_requests, or the server is stopping: HTTP 429.

@@ -1,5 +1,6 @@
 // `roformer serve --model DIR`: the HTTP server (src/server) for a RoFormer model directory, with
-// TEI's and OpenAI's embeddings routes, or for a translate-train encoder-decoder with /translate
+// TEI's and OpenAI's embeddings routes, for a causal LM with TGI's and OpenAI's generation routes
+// (step-level batching over --slots), or for a translate-train encoder-decoder with /translate
 // (docs/serve.md). Loads the model as the other inference
 // commands do (--quantize, --gemm, --threads, --pooling), then serves on loopback until SIGINT/SIGTERM.
 #include <CLI/CLI.hpp>
@@ -60,6 +61,19 @@ int run_serve(ServeOptions& o) {
   infer::LoadOptions lo;
   lo.quantize = o.quantize;
   lo.gemm = o.gemm;
+  if (load::is_causal_lm(o.model_dir)) {  // `roformer train`'s causal LMs: /generate, /generate_stream, /v1/completions
+    load::Request r;
+    r.inference = static_cast<const model::LinearOptions&>(lo);
+    r.release_packed_arena = true;
+    const load::Model lm = load::roformer(o.model_dir, r);
+    const model::RoFormerConfig& c = lm.model->config();
+    if (c.attention_type != model::AttentionType::softmax || c.unilm_mask()) {
+      throw std::invalid_argument(o.model_dir + "/config.json: generation is served for causal LMs with softmax "
+                                  "attention (this one has " + model::attention_type_name(c.attention_type) +
+                                  (c.unilm_mask() ? ", UniLM's mask" : "") + "); `roformer generate` runs it");
+    }
+    return server::serve_forever({.lm = lm.model.get(), .lm_tokenizer = lm.tokenizer.get()}, o.server);
+  }
   if (load::is_seq2seq(o.model_dir)) {  // translate-train's encoder-decoder: POST /translate
     const std::unique_ptr<infer::Translator> t = infer::Translator::load(o.model_dir, lo);
     return server::serve_forever({.translator = t.get()}, o.server);
@@ -97,6 +111,14 @@ void add_serve_command(CLI::App& app, CommandTable& commands) {
   c->add_option("--max-padding", o->max_padding,
                 "A batch is split into forwards whose padding stays within this share of their tokens")
       ->check(CLI::Range(0.0, 1.0))->capture_default_str();
+  server::GenerationOptions& g = s.api.generation;
+  c->add_option("--slots", g.slots, "A causal LM's sequences decoded together, step by step")
+      ->check(CLI::Range(int64_t{1}, int64_t{4096}))->capture_default_str();
+  c->add_option("--max-total-tokens", g.max_total_tokens,
+                "A causal LM's token budget: prompt + max new tokens of the sequences in the slots (0: slots x context)")
+      ->check(CLI::Range(int64_t{0}, int64_t{1} << 40))->capture_default_str();
+  c->add_option("--prefill-chunk", g.prefill_chunk, "Prompt tokens fed per decoding step beside the running sequences")
+      ->check(CLI::Range(int64_t{1}, int64_t{1} << 20))->capture_default_str();
   c->add_option("--max-client-batch-size", s.api.max_client_batch_size, "Inputs per request; more get 413")
       ->check(CLI::Range(int64_t{1}, int64_t{1} << 20))->capture_default_str();
   c->add_flag("--auto-truncate", s.api.auto_truncate, "Truncate long inputs unless a request says truncate: false");
