@@ -26,6 +26,7 @@
 #include "base/utf8.h"
 #include "infer/fill_mask.h"
 #include "infer/pipeline.h"
+#include "load/hub_cache.h"
 #include "text/roformer_tokenizer.h"
 
 namespace nb = nanobind;
@@ -97,7 +98,7 @@ class Tokenizer {
       : tok_(std::make_shared<text::RoFormerTokenizer>(engine_call([&] {
           text::LoadOptions lo;
           lo.jieba_dict = jieba_dict;
-          return text::RoFormerTokenizer::load(dir, lo);
+          return text::RoFormerTokenizer::load(load::resolve_model(dir), lo);
         }))) {}
   std::vector<std::string> tokenize(const std::string& s) const {
     return engine_call([&] { return tok_->tokenize(s); });
@@ -133,7 +134,7 @@ class Model {
     infer::LoadOptions o;
     o.rope_scaling = rope_scaling;
     o.jieba_dict = jieba_dict;
-    p_ = locked([&] { return infer::Pipeline::load(dir, o); });
+    p_ = locked([&] { return infer::Pipeline::load(load::resolve_model(dir), o); });
   }
 
   Floats embed(const std::vector<std::string>& texts, const std::string& pooling, bool normalize, int64_t batch) {

@@ -14,6 +14,7 @@
 
 #include "base/utf8.h"
 #include "commands.h"
+#include "model_option.h"
 #include "thread_option.h"
 #include "io/output_path.h"
 #include "infer/fill_mask.h"
@@ -250,7 +251,7 @@ void add_linear_options(CLI::App* command, std::string& quantize, std::string& g
 void add_infer_commands(CLI::App& app, CommandTable& commands) {
   auto o = std::make_shared<InferOptions>();
   auto common = [&](CLI::App* c, bool batched) {
-    c->add_option("--model", o->model_dir, "Hugging Face model directory (config.json, vocab.txt, weights)")->required();
+    c->add_option("--model", o->model_dir, "Hugging Face model directory (config.json, vocab.txt, weights)")->transform(model_location())->required();
     c->add_option("--input", o->input, "Input file, one item per line (default: stdin)");
     c->add_option("--input-format", o->format, "auto ('{' starts a JSON line), text or jsonl")
         ->check(CLI::IsMember({"auto", "text", "jsonl"}))->capture_default_str();
@@ -312,7 +313,7 @@ void add_infer_commands(CLI::App& app, CommandTable& commands) {
   qa->add_flag("--handle-impossible-answer", o->qa.handle_impossible_answer,
                "The empty answer (\"no answer\") competes, scored by [CLS] (SQuAD v2.0 models)");
   CLI::App* fwd = app.add_subcommand("forward", "Run a safetensors batch; write every hidden state and attention map");
-  fwd->add_option("--model", o->model_dir, "Hugging Face model directory (config.json, weights)")->required();
+  fwd->add_option("--model", o->model_dir, "Hugging Face model directory (config.json, weights)")->transform(model_location())->required();
   fwd->add_option("--inputs", o->inputs, "safetensors with input_ids [, attention_mask, token_type_ids] (I64, (B, T))")->required();
   fwd->add_option("--out", o->out, "Output safetensors (written atomically)")->required();
   fwd->add_option("--threads", o->threads, "OpenMP threads (0: all)")->check(roformer::thread_count());

@@ -9,6 +9,7 @@
 #include <memory>
 
 #include "commands.h"
+#include "model_option.h"
 #include "thread_option.h"
 #include "load/model_dir.h"
 #include "infer/pipeline.h"
@@ -80,7 +81,7 @@ void add_serve_command(CLI::App& app, CommandTable& commands) {
   server::ServerOptions& s = o->server;
   server::SchedulerOptions& q = s.api.scheduler;
   CLI::App* c = app.add_subcommand("serve", "HTTP server with TEI- and OpenAI-compatible routes (docs/serve.md)");
-  c->add_option("--model", o->model_dir, "Hugging Face model directory (config.json, vocab.txt, weights), or a translate-train checkpoint")->required();
+  c->add_option("--model", o->model_dir, "Hugging Face model directory (config.json, vocab.txt, weights), or a translate-train checkpoint")->transform(model_location())->required();
   c->add_option("--model-id", o->model_id, "The name /info and OpenAI's \"model\" report (default: the directory's name)");
   c->add_option("--host", s.host, "Loopback address to listen on")
       ->check(CLI::IsMember({"127.0.0.1", "::1", "localhost"}))->capture_default_str();
