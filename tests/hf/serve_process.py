@@ -1,7 +1,8 @@
-"""A `roformer serve --port 0` process for the Python checks of tests/hf: started, its port read from its
-"listening on" line, stopped with SIGTERM (which must exit 0)."""
+"""Helpers of the Python checks of tests/hf: a `roformer serve --port 0` process (started, its port read from
+its "listening on" line, stopped with SIGTERM, which must exit 0) and the case1 fixture as a model directory."""
 import os
 import re
+import shutil
 import signal
 import subprocess
 import time
@@ -31,3 +32,13 @@ class Server:
         self.process.send_signal(signal.SIGTERM)
         status = self.process.wait(timeout=60)
         assert status == 0, f"exit status {status}"
+
+
+def case1_dir(fixtures, path):
+    """The roformer-hf case1 model (RoFormerForMaskedLM) with the fixtures' tokenizer files, in `path`."""
+    os.makedirs(path, exist_ok=True)
+    for f in ("config.json", "model.safetensors"):
+        shutil.copy(os.path.join(fixtures, "case1_mlm_basic", f), path)
+    for f in ("vocab.txt", "tokenizer_config.json", "special_tokens_map.json"):
+        shutil.copy(os.path.join(fixtures, "tokenizer", f), path)
+    return path

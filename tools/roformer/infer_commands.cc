@@ -26,7 +26,7 @@ namespace roformer {
 namespace {
 
 struct InferOptions {
-  std::string model_dir, input, format = "auto", jieba_dict, pooling = "cls", rope_scaling;
+  std::string model_dir, input, format = "auto", jieba_dict, pooling = "auto", rope_scaling, prompt_name;
   std::string quantize = "auto", gemm = "auto", function = "auto";  // infer::LoadOptions
   std::string inputs, out;  // forward
   int64_t batch_size = 16, top_k = 5, max_length = 0;
@@ -129,8 +129,13 @@ infer::EmbedOptions embed_options(const InferOptions& o) {
 
 int run_embed(const InferOptions& o) {
   const auto p = load(o, true, false);
-  for_chunks<std::string>(o, read_text, [&](const std::vector<std::string>& texts) {
-    for (const auto& e : p->embed(texts, embed_options(o), truncation(o))) std::cout << infer::embedding_json(e) << '\n';
+  // A sentence-transformers folder's prompt (--prompt-name, else its default_prompt_name) before each line.
+  const std::string prompt = p->prompt(o.prompt_name);
+  infer::EmbedOptions eo = embed_options(o);
+  for_chunks<std::string>(o, read_text, [&](std::vector<std::string> texts) {
+    for (std::string& t : texts) t = prompt + t;
+    eo.skip.assign(texts.size(), p->prompt_tokens(prompt));
+    for (const auto& e : p->embed(texts, eo, truncation(o))) std::cout << infer::embedding_json(e) << '\n';
   });
   return 0;
 }
@@ -283,10 +288,16 @@ void add_infer_commands(CLI::App& app, CommandTable& commands) {
   CLI::App* emb = common(app.add_subcommand("embed", "One embedding per line: JSONL {embedding}"), true);
   CLI::App* sim = common(app.add_subcommand("similarity", "Cosine similarity of pairs: {\"a\", \"b\"} JSON or a<TAB>b lines"), true);
   for (CLI::App* c : {emb, sim}) {
-    c->add_option("--pooling", o->pooling, "cls ([CLS] hidden state), mean (over the attention mask) or pooler (RoFormer-Sim's sentence vector)")
-        ->check(CLI::IsMember({"cls", "mean", "pooler"}))->capture_default_str();
+    c->add_option("--pooling", o->pooling,
+                  "auto (a sentence-transformers folder's Pooling, Dense and Normalize modules, else cls), or one mode "
+                  "instead of them: cls ([CLS] hidden state), mean (over the attention mask), pooler (RoFormer-Sim's "
+                  "sentence vector), max, mean_sqrt_len, weightedmean or lasttoken")
+        ->check(CLI::IsMember(infer::pooling_names()))->capture_default_str();
     c->add_flag("--normalize", o->normalize, "L2-normalise the embeddings");
   }
+  emb->add_option("--prompt-name", o->prompt_name,
+                  "The prompt of a sentence-transformers folder (config_sentence_transformers.json) put before each line "
+                  "(default: its default_prompt_name)");
   CLI::App* cls = common(app.add_subcommand("classify", "Sequence classification (RoFormerForSequenceClassification head)"), true);
   cls->add_flag("--pairs", o->pairs, "Sentence pairs: {\"text\", \"text_pair\"} or {\"a\", \"b\"} JSON, or a<TAB>b lines");
   cls->add_option("--function", o->function,
