@@ -84,6 +84,11 @@ path = folder("default_prompt", ["mean_tokens"], default_prompt="passage")
 st = SentenceTransformer(path, device="cpu")
 close(embed(path), st.encode(texts), "default_prompt_name")
 close(embed(path, "--prompt-name", "query"), st.encode(texts, prompt_name="query"), "default_prompt_name overridden")
+out = subprocess.run([roformer, "similarity", "--model", path], input=f"{texts[0]}\t{texts[1]}\n{texts[2]}\t{texts[3]}\n",
+                     capture_output=True, text=True, check=True).stdout
+e = torch.nn.functional.normalize(torch.tensor(st.encode(texts)), dim=1)
+close([[json.loads(line)["similarity"] for line in out.splitlines()]],
+      [[float(e[0] @ e[1]), float(e[2] @ e[3])]], "similarity with the default prompt")
 excl = folder("exclude_prompt", ["mean_tokens", "lasttoken", "cls_token"], include_prompt=False)
 st_excl = SentenceTransformer(excl, device="cpu")
 close(embed(excl, "--prompt-name", "passage"), st_excl.encode(texts, prompt_name="passage"), "include_prompt false")

@@ -142,8 +142,15 @@ int run_embed(const InferOptions& o) {
 
 int run_similarity(const InferOptions& o) {
   const auto p = load(o, true, false);
-  for_chunks<std::pair<std::string, std::string>>(o, read_pair, [&](const auto& pairs) {
-    for (double s : p->similarity(pairs, embed_options(o), truncation(o))) {
+  const std::string prompt = p->prompt("");  // a sentence-transformers folder's default_prompt_name, as serve's /similarity
+  infer::EmbedOptions eo = embed_options(o);
+  for_chunks<std::pair<std::string, std::string>>(o, read_pair, [&](std::vector<std::pair<std::string, std::string>> pairs) {
+    for (auto& [a, b] : pairs) {
+      a = prompt + a;
+      b = prompt + b;
+    }
+    eo.skip.assign(2 * pairs.size(), p->prompt_tokens(prompt));  // similarity embeds a, b of each pair in turn
+    for (double s : p->similarity(pairs, eo, truncation(o))) {
       std::cout << "{\"similarity\": " << infer::json_number(s) << "}\n";
     }
   });
