@@ -20,7 +20,7 @@ inline CLI::Validator model_location() {
         value = load::resolve_model(value);
         return "";
       },
-      "", "DIR|ORG/NAME[@REVISION]");
+      "DIR or a Hugging Face id ORG/NAME[@REVISION] (offline, from the Hugging Face cache)", "MODEL");
 }
 
 }  // namespace roformer
