@@ -60,10 +60,11 @@ class Model:
     def from_pretrained(cls, path: str, rope_scaling: str = "", jieba_dict: str = "", threads: int = 0) -> "Model":
         return cls(_engine.Model(str(path), rope_scaling, jieba_dict, threads))
 
-    def embed(self, texts: Sequence[str], pooling: str = "cls", normalize: bool = False, batch_size: int = 16):
-        return self._m.embed(list(texts), pooling, normalize, batch_size)
+    def embed(self, texts: Sequence[str], pooling: str = "auto", normalize: bool = False, batch_size: int = 16,
+              prompt_name: str = ""):
+        return self._m.embed(list(texts), pooling, normalize, batch_size, prompt_name)
 
-    def similarity(self, pairs, pooling: str = "cls", batch_size: int = 16) -> list:
+    def similarity(self, pairs, pooling: str = "auto", batch_size: int = 16) -> list:
         return self._m.similarity([tuple(p) for p in pairs], pooling, batch_size)
 
     def classify(self, texts: Sequence[str], batch_size: int = 16) -> list:

@@ -26,6 +26,7 @@
 #include "base/utf8.h"
 #include "infer/fill_mask.h"
 #include "infer/pipeline.h"
+#include "load/hub_cache.h"
 #include "text/roformer_tokenizer.h"
 
 namespace nb = nanobind;
@@ -97,7 +98,7 @@ class Tokenizer {
       : tok_(std::make_shared<text::RoFormerTokenizer>(engine_call([&] {
           text::LoadOptions lo;
           lo.jieba_dict = jieba_dict;
-          return text::RoFormerTokenizer::load(dir, lo);
+          return text::RoFormerTokenizer::load(load::resolve_model(dir), lo);
         }))) {}
   std::vector<std::string> tokenize(const std::string& s) const {
     return engine_call([&] { return tok_->tokenize(s); });
@@ -133,16 +134,22 @@ class Model {
     infer::LoadOptions o;
     o.rope_scaling = rope_scaling;
     o.jieba_dict = jieba_dict;
-    p_ = locked([&] { return infer::Pipeline::load(dir, o); });
+    p_ = locked([&] { return infer::Pipeline::load(load::resolve_model(dir), o); });
   }
 
-  Floats embed(const std::vector<std::string>& texts, const std::string& pooling, bool normalize, int64_t batch) {
+  // As `roformer embed`: a sentence-transformers folder's prompt (prompt_name, else its default) before each text.
+  Floats embed(const std::vector<std::string>& texts, const std::string& pooling, bool normalize, int64_t batch,
+               const std::string& prompt_name) {
     infer::EmbedOptions o;
     o.pooling = engine_call([&] { return infer::parse_pooling(pooling); });
     o.normalize = normalize;
     o.batch_size = batch;
-    const auto rows = locked([&] { return p_->embed(texts, o); });
-    const size_t H = static_cast<size_t>(p_->config().hidden_size);
+    const std::string prompt = engine_call([&] { return p_->prompt(prompt_name); });
+    std::vector<std::string> prompted = texts;
+    for (std::string& t : prompted) t = prompt + t;
+    o.skip.assign(prompted.size(), engine_call([&] { return p_->prompt_tokens(prompt); }));
+    const auto rows = locked([&] { return p_->embed(prompted, o); });
+    const size_t H = static_cast<size_t>(p_->embedding_size(o.pooling));
     std::vector<float> flat;
     for (const auto& r : rows) flat.insert(flat.end(), r.begin(), r.end());
     return numpy_array(std::move(flat), {rows.size(), H});
@@ -308,9 +315,9 @@ NB_MODULE(_engine, m) {
   nb::class_<Model>(m, "Model")
       .def(nb::init<const std::string&, const std::string&, const std::string&, int>(), nb::arg("dir"),
            nb::arg("rope_scaling") = "", nb::arg("jieba_dict") = "", nb::arg("threads") = 0)
-      .def("embed", &Model::embed, nb::arg("texts"), nb::arg("pooling") = "cls", nb::arg("normalize") = false,
-           nb::arg("batch_size") = 16)
-      .def("similarity", &Model::similarity, nb::arg("pairs"), nb::arg("pooling") = "cls", nb::arg("batch_size") = 16)
+      .def("embed", &Model::embed, nb::arg("texts"), nb::arg("pooling") = "auto", nb::arg("normalize") = false,
+           nb::arg("batch_size") = 16, nb::arg("prompt_name") = "")
+      .def("similarity", &Model::similarity, nb::arg("pairs"), nb::arg("pooling") = "auto", nb::arg("batch_size") = 16)
       .def("classify", &Model::classify, nb::arg("texts"), nb::arg("batch_size") = 16)
       .def("fill_mask", &Model::fill_mask, nb::arg("texts"), nb::arg("top_k") = 5, nb::arg("batch_size") = 16)
       .def("token_classification", &Model::token_classification, nb::arg("texts"),

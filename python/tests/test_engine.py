@@ -6,6 +6,7 @@ ROFORMER_FIXTURES and ROFORMER_CLI locate them (scripts/python-test.sh sets both
 the command line skip without it, or fail when ROFORMER_REQUIRE_CLI is set (CI)."""
 import json
 import os
+import shutil
 import struct
 import subprocess
 import threading
@@ -287,3 +288,60 @@ def test_the_gil_is_released_during_compute():
     duration = span["end"] - span["start"]
     assert duration > 0.05, f"the forward took {duration:.3f} s: too short to tell"
     assert inside and inside[-1] - inside[0] > 0.5 * duration
+
+
+def write_safetensors(path, tensors):
+    """A safetensors file of float32 arrays (the header padded to 8 bytes, as the library writes it)."""
+    header, offset, blobs = {}, 0, []
+    for name, a in tensors.items():
+        b = np.ascontiguousarray(a, dtype="<f4").tobytes()
+        header[name] = {"dtype": "F32", "shape": list(a.shape), "data_offsets": [offset, offset + len(b)]}
+        offset += len(b)
+        blobs.append(b)
+    h = json.dumps(header).encode()
+    h += b" " * (-len(h) % 8)
+    with open(path, "wb") as f:
+        f.write(struct.pack("<Q", len(h)) + h + b"".join(blobs))
+
+
+def test_sentence_transformers_folders_and_hub_ids_embed_as_the_command_line(cli, tmp_path, monkeypatch):
+    # case1 as a sentence-transformers folder: max+mean pooling, a Dense (128 → 8, tanh), Normalize, prompts;
+    # tests/hf/sentence_transformers_vs_hf.py compares such folders with sentence-transformers itself.
+    folder = tmp_path / "st"
+    shutil.copytree(CASE1, folder)
+    modules = [{"idx": 0, "name": "0", "path": "", "type": "sentence_transformers.models.Transformer"},
+               {"idx": 1, "name": "1", "path": "1_Pooling", "type": "sentence_transformers.models.Pooling"},
+               {"idx": 2, "name": "2", "path": "2_Dense", "type": "sentence_transformers.models.Dense"},
+               {"idx": 3, "name": "3", "path": "3_Normalize", "type": "sentence_transformers.models.Normalize"}]
+    (folder / "modules.json").write_text(json.dumps(modules))
+    (folder / "1_Pooling").mkdir()
+    (folder / "1_Pooling" / "config.json").write_text(json.dumps(
+        {"word_embedding_dimension": 64, "pooling_mode_max_tokens": True, "pooling_mode_mean_tokens": True}))
+    (folder / "2_Dense").mkdir()
+    (folder / "2_Dense" / "config.json").write_text(json.dumps(
+        {"in_features": 128, "out_features": 8, "bias": True, "activation_function": "torch.nn.modules.activation.Tanh"}))
+    rng = np.random.default_rng(0)
+    write_safetensors(folder / "2_Dense" / "model.safetensors",
+                      {"linear.weight": rng.standard_normal((8, 128)) / 8, "linear.bias": rng.standard_normal(8)})
+    (folder / "config_sentence_transformers.json").write_text(json.dumps({"prompts": {"query": "query: "}}))
+    texts = ["hello world", "今天天气非常好", "the quick brown fox"]
+    m = roformer.Model.from_pretrained(str(folder))
+    ours = m.embed(texts, prompt_name="query")
+    assert ours.shape == (3, 8)
+    assert np.abs(np.linalg.norm(ours, axis=1) - 1).max() < 1e-5  # Normalize
+    got = run_cli("embed", "--model", str(folder), "--prompt-name", "query", "--threads", str(roformer.get_threads()),
+                  stdin="\n".join(texts) + "\n")
+    assert np.abs(ours - np.array([c["embedding"] for c in got])).max() < 1e-6
+    assert np.abs(ours - m.embed(texts)).max() > 1e-3  # the prompt changes the vectors
+    with pytest.raises(ValueError, match="prompt_name 'doc' is not a prompt of"):
+        m.embed(texts, prompt_name="doc")
+    # The same folder as a Hugging Face cache snapshot, by its id.
+    repo = tmp_path / "hub" / "models--org--st"
+    (repo / "snapshots").mkdir(parents=True)
+    (repo / "refs").mkdir()
+    (repo / "refs" / "main").write_text("c" * 40)
+    os.symlink(folder, repo / "snapshots" / ("c" * 40))
+    monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "hub"))
+    assert np.abs(roformer.Model.from_pretrained("org/st").embed(texts, prompt_name="query") - ours).max() == 0
+    with pytest.raises(ValueError, match="models--org--missing"):
+        roformer.Model.from_pretrained("org/missing")

@@ -20,22 +20,6 @@ namespace fs = std::filesystem;
 
 }  // namespace
 
-const char* pooling_name(Pooling p) {
-  switch (p) {
-    case Pooling::cls: return "cls";
-    case Pooling::mean: return "mean";
-    case Pooling::pooler: return "pooler";
-  }
-  return "?";
-}
-
-Pooling parse_pooling(const std::string& name) {
-  for (Pooling p : {Pooling::cls, Pooling::mean, Pooling::pooler}) {
-    if (name == pooling_name(p)) return p;
-  }
-  throw std::invalid_argument("unknown pooling '" + name + "' (cls, mean, pooler)");
-}
-
 std::vector<std::vector<size_t>> plan_batches(const std::vector<size_t>& lengths, int64_t batch_size,
                                               double max_padding) {
   if (batch_size < 1) throw std::invalid_argument("batch size must be at least 1");
@@ -134,6 +118,7 @@ std::unique_ptr<Pipeline> Pipeline::load(const std::string& dir, const LoadOptio
   }
   p->model_ = std::move(m.model);
   if (p->model_) p->classifier_ = make_classifier(p->config_, dir + "/config.json", options.classify_function);
+  if (p->model_) p->sentence_ = read_sentence_modules(dir, p->config_.hidden_size);
   return p;
 }
 
@@ -176,11 +161,45 @@ std::vector<text::Encoding> Pipeline::encode_pairs(const std::vector<std::pair<s
 }
 
 int64_t Pipeline::max_length() const {
-  if (config_.rope_scaling == "none") return config_.max_position_embeddings;
-  rope_config rc;
-  rope_config_init(&rc, 2);
-  rope::apply_scaling_spec(config_.rope_scaling, &rc);
-  return static_cast<int64_t>(std::floor(rc.scaling.factor * static_cast<double>(config_.max_position_embeddings)));
+  int64_t limit = config_.max_position_embeddings;
+  if (config_.rope_scaling != "none") {
+    rope_config rc;
+    rope_config_init(&rc, 2);
+    rope::apply_scaling_spec(config_.rope_scaling, &rc);
+    limit = static_cast<int64_t>(std::floor(rc.scaling.factor * static_cast<double>(config_.max_position_embeddings)));
+  }
+  if (sentence_ && sentence_->max_seq_length > 0) limit = std::min(limit, sentence_->max_seq_length);
+  return limit;
+}
+
+int64_t Pipeline::embedding_size(Pooling pooling) const {
+  if (pooling == Pooling::automatic && sentence_) return sentence_->dimension(config_.hidden_size);
+  return config_.hidden_size;
+}
+
+std::string Pipeline::pooling_name(Pooling pooling) const {
+  if (pooling != Pooling::automatic) return infer::pooling_name(pooling);
+  return sentence_ ? sentence_->pooling_name() : infer::pooling_name(Pooling::cls);
+}
+
+std::string Pipeline::prompt(const std::string& name) const {
+  const std::string wanted = name.empty() && sentence_ ? sentence_->default_prompt_name : name;
+  if (wanted.empty()) return "";
+  if (sentence_ && sentence_->prompts.count(wanted)) return sentence_->prompts.at(wanted);
+  std::string names;
+  if (sentence_) {
+    for (const auto& [n, text] : sentence_->prompts) {
+      if (!names.empty()) names += ", ";
+      names += n;
+    }
+  }
+  throw io::Error("prompt_name '" + wanted + "' is not a prompt of " + dir_ + "/config_sentence_transformers.json" +
+                  (names.empty() ? " (it has none)" : " (" + names + ")"));
+}
+
+int64_t Pipeline::prompt_tokens(const std::string& prompt) const {
+  if (!sentence_ || sentence_->include_prompt || prompt.empty()) return 0;
+  return static_cast<int64_t>(tokenizer().encode(prompt).size()) - 1;
 }
 
 void Pipeline::check(const std::vector<text::Encoding>& encodings) const {
@@ -255,38 +274,46 @@ std::vector<std::vector<float>> Pipeline::embed(const std::vector<std::string>& 
 
 std::vector<std::vector<float>> Pipeline::embed_encoded(const std::vector<text::Encoding>& encodings,
                                                         const EmbedOptions& o) {
-  if (o.pooling == Pooling::pooler && config_.pooler_activation == model::PoolerActivation::none) {
+  // The folder's modules (automatic), or one mode alone over the hidden states.
+  const SentenceModules* st = o.pooling == Pooling::automatic ? sentence() : nullptr;
+  const std::vector<Pooling> modes = st                                 ? st->pooling
+                                     : o.pooling == Pooling::automatic ? std::vector<Pooling>{Pooling::cls}
+                                                                       : std::vector<Pooling>{o.pooling};
+  const bool pooler = std::find(modes.begin(), modes.end(), Pooling::pooler) != modes.end();
+  if (pooler && config_.pooler_activation == model::PoolerActivation::none) {
     throw io::Error(dir_ + "/config.json: --pooling pooler needs a checkpoint with a pooler (RoFormer-Sim's "
                     "\"pooler_activation\" and roformer.pooler.dense.*); this one has none: use cls or mean");
   }
+  if (!o.skip.empty() && o.skip.size() != encodings.size()) {
+    throw std::invalid_argument("infer::Pipeline::embed_encoded: skip must give one count per encoding");
+  }
+  const bool normalize = o.normalize || (st && st->normalize);
   const int64_t H = config_.hidden_size, L = config_.num_hidden_layers;
   std::vector<std::vector<float>> out(encodings.size());
   run(encodings, o.batch_size, [&](const std::vector<size_t>& rows, int64_t T) {
     const float* h = model().hidden_state(L);  // (B, T, H)
     const float* pooled = model().pooler_output();  // (B, H) or null
+    std::vector<char> keep(static_cast<size_t>(T));
     for (size_t b = 0; b < rows.size(); ++b) {
       const text::Encoding& e = encodings[rows[b]];
-      std::vector<double> v(static_cast<size_t>(H), 0.0);
-      int64_t count = 0;
-      if (o.pooling == Pooling::pooler) {
-        for (int64_t i = 0; i < H; ++i) v[i] = pooled[static_cast<int64_t>(b) * H + i];
-        count = 1;
+      const int64_t skip = o.skip.empty() ? 0 : o.skip[rows[b]];
+      for (int64_t t = 0; t < T; ++t) {
+        keep[t] = t >= skip && static_cast<size_t>(t) < e.size() && e.attention_mask[t] != 0;
       }
-      for (int64_t t = 0; t < (o.pooling == Pooling::mean ? T : o.pooling == Pooling::cls ? 1 : 0); ++t) {
-        if (static_cast<size_t>(t) >= e.size() || e.attention_mask[t] == 0) continue;
-        const float* x = h + (static_cast<int64_t>(b) * T + t) * H;
-        for (int64_t i = 0; i < H; ++i) v[i] += x[i];
-        ++count;
+      std::vector<double> v;
+      for (Pooling mode : modes) {
+        pool_tokens(mode, h + static_cast<int64_t>(b) * T * H, T, H, keep,
+                    pooled ? pooled + static_cast<int64_t>(b) * H : nullptr, v);
+      }
+      if (st) {
+        for (const DenseLayer& d : st->dense) v = d.apply(v);
       }
       double norm = 0;
-      for (double& x : v) {
-        x /= std::max<int64_t>(count, 1);
-        norm += x * x;
-      }
-      norm = o.normalize ? std::max(std::sqrt(norm), 1e-12) : 1.0;
+      for (double x : v) norm += x * x;
+      norm = normalize ? std::max(std::sqrt(norm), 1e-12) : 1.0;
       std::vector<float>& dst = out[rows[b]];
-      dst.resize(static_cast<size_t>(H));
-      for (int64_t i = 0; i < H; ++i) dst[i] = static_cast<float>(v[i] / norm);
+      dst.resize(v.size());
+      for (size_t i = 0; i < v.size(); ++i) dst[i] = static_cast<float>(v[i] / norm);
     }
   });
   return out;
@@ -341,6 +368,47 @@ std::vector<Classification> Pipeline::classify_encoded(const std::vector<text::E
       c.score = c.scores[static_cast<size_t>(c.label_id)];
     }
   });
+  return out;
+}
+
+std::vector<std::vector<float>> Pipeline::token_embeddings_encoded(const std::vector<text::Encoding>& encodings,
+                                                                   int64_t batch_size) {
+  const int64_t H = config_.hidden_size, L = config_.num_hidden_layers;
+  std::vector<std::vector<float>> out(encodings.size());
+  run(encodings, batch_size, [&](const std::vector<size_t>& rows, int64_t T) {
+    for (size_t b = 0; b < rows.size(); ++b) {
+      const float* h = model().hidden_state(L) + static_cast<int64_t>(b) * T * H;
+      out[rows[b]].assign(h, h + static_cast<int64_t>(encodings[rows[b]].size()) * H);
+    }
+  });
+  return out;
+}
+
+std::vector<std::vector<SparseValue>> Pipeline::sparse_encoded(const std::vector<text::Encoding>& encodings,
+                                                               int64_t batch_size) {
+  if (!has_masked_lm_head()) {
+    throw io::Error(dir_ + ": the checkpoint has no masked-LM head (cls.predictions.* of RoFormerForMaskedLM), "
+                    "which sparse (SPLADE) vectors are read from");
+  }
+  const int64_t V = config_.vocab_size;
+  std::vector<std::vector<SparseValue>> out(encodings.size());
+  std::vector<float> best(static_cast<size_t>(V));
+  run(encodings, batch_size, [&](const std::vector<size_t>& rows, int64_t T) {
+    for (size_t b = 0; b < rows.size(); ++b) {
+      const text::Encoding& e = encodings[rows[b]];
+      std::fill(best.begin(), best.end(), 0.0f);  // log(1 + relu(x)) >= 0
+      for (size_t t = 0; t < e.size(); ++t) {
+        if (e.attention_mask[t] == 0) continue;
+        const float* z = model().logits() + (static_cast<int64_t>(b) * T + static_cast<int64_t>(t)) * V;
+        for (int64_t v = 0; v < V; ++v) {
+          if (z[v] > 0) best[v] = std::max(best[v], static_cast<float>(std::log1p(double(z[v]))));
+        }
+      }
+      for (int64_t v = 0; v < V; ++v) {
+        if (best[v] != 0) out[rows[b]].push_back({static_cast<int32_t>(v), best[v]});
+      }
+    }
+  }, /*logits=*/true);
   return out;
 }
 

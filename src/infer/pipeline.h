@@ -20,6 +20,7 @@
 #include <utility>
 #include <vector>
 
+#include "infer/sentence.h"
 #include "load/model_dir.h"
 #include "model/config.h"
 #include "model/heads/question_answering.h"
@@ -36,12 +37,7 @@ class InputError : public std::runtime_error {
   size_t index;
 };
 
-// How a sequence becomes one vector: the [CLS] hidden state, the mean of the hidden states over the
-// attention mask, or the model's pooler (RoFormer-Sim: dense (+ tanh) on the [CLS] state, the
-// sentence vector Sim was trained to give; an io::Error for a checkpoint without one).
-enum class Pooling { cls, mean, pooler };
-const char* pooling_name(Pooling p);
-Pooling parse_pooling(const std::string& name);  // "cls", "mean", "pooler"; std::invalid_argument otherwise
+// Pooling (cls, mean, pooler, max, ..., automatic) and sentence-transformers folders: infer/sentence.h.
 
 // How a sequence classifier's logits (the model's own head, RoFormerClassificationHead:
 // h[CLS] → dense (H, H) → hidden_act → out_proj (labels, H)) become labels and scores.
@@ -90,9 +86,20 @@ struct Truncate {
 text::EncodeOptions encode_options(const Truncate& truncate, int64_t limit);
 
 struct EmbedOptions {
-  Pooling pooling = Pooling::cls;
+  // automatic: a sentence-transformers folder's modules (Pooling, Dense, Normalize), else cls. Any
+  // other mode overrides the folder's: the encoder's hidden states pooled so, without its Dense and Normalize.
+  Pooling pooling = Pooling::automatic;
   bool normalize = false;   // L2-normalise (torch F.normalize, eps 1e-12)
   int64_t batch_size = 16;
+  // Per encoding, the tokens at its start left out of the pooling (a prompt's, where the folder's
+  // Pooling says include_prompt false; Pipeline::prompt_tokens). Empty: none.
+  std::vector<int64_t> skip = {};
+};
+
+// One non-zero entry of a sparse vector over the vocabulary.
+struct SparseValue {
+  int32_t index = 0;
+  float value = 0;
 };
 
 struct Classification {
@@ -135,12 +142,25 @@ class Pipeline {
 
   const std::string& dir() const { return dir_; }
   const model::RoFormerConfig& config() const { return config_; }
-  // The longest input accepted: max_position_embeddings, times the RoPE scaling factor if any.
+  // The longest input accepted: max_position_embeddings, times the RoPE scaling factor if any; a
+  // sentence-transformers folder's max_seq_length when smaller (sentence_bert_config.json).
   int64_t max_length() const;
   const text::RoFormerTokenizer& tokenizer() const;
   model::RoFormer<float>& model();
   bool has_mlm_head() const { return model_ && model_->has_mlm_head(); }
   const Classifier* classifier() const { return classifier_ ? &*classifier_ : nullptr; }
+  // The sentence-transformers modules of the directory (modules.json), or null.
+  const SentenceModules* sentence() const { return sentence_ ? &*sentence_ : nullptr; }
+  // The size of embed's vectors with `pooling` (a folder's Dense may change it) and its name
+  // ("mean", "cls+max": automatic resolved).
+  int64_t embedding_size(Pooling pooling) const;
+  std::string pooling_name(Pooling pooling) const;
+  // The text of the folder's prompt `name` (config_sentence_transformers.json; "": its
+  // default_prompt_name, or no prompt), to put before each text; io::Error naming the prompts there are.
+  std::string prompt(const std::string& name) const;
+  // The tokens embed leaves out of the pooling for texts that start with `prompt` (sentence-transformers:
+  // the prompt's own encoding less its [SEP]), 0 where the folder's Pooling includes the prompt.
+  int64_t prompt_tokens(const std::string& prompt) const;
   // tokenizer_config.json's clean_up_tokenization_spaces (HF default true), for decoding.
   bool clean_up_tokenization_spaces() const { return tokenizer().config().clean_up_tokenization_spaces; }
 
@@ -170,6 +190,16 @@ class Pipeline {
   // server tokenizes on its request threads and runs only the forward on its one model thread.
   std::vector<std::vector<float>> embed_encoded(const std::vector<text::Encoding>& encodings, const EmbedOptions& options);
   std::vector<Classification> classify_encoded(const std::vector<text::Encoding>& encodings, int64_t batch_size);
+  // Every token's last hidden state, unpooled (TEI's /embed_all): per encoding, (its tokens, H) row-major.
+  std::vector<std::vector<float>> token_embeddings_encoded(const std::vector<text::Encoding>& encodings,
+                                                           int64_t batch_size);
+  // SPLADE vectors over the vocabulary (TEI's /embed_sparse): per encoding, the entries v where
+  // max over its tokens t of log(1 + relu(MLM logit[t][v])) is non-zero, ascending v. Throws io::Error
+  // without a masked-LM head.
+  std::vector<std::vector<SparseValue>> sparse_encoded(const std::vector<text::Encoding>& encodings, int64_t batch_size);
+  // Whether the checkpoint has a masked-LM head (RoFormerForMaskedLM's; not a causal LM's), which
+  // fill-mask and sparse_encoded need.
+  bool has_masked_lm_head() const { return has_mlm_head() && !config_.is_decoder; }
   // Cosine similarity of the embeddings of each pair.
   std::vector<double> similarity(const std::vector<std::pair<std::string, std::string>>& pairs,
                                  const EmbedOptions& options, const Truncate& truncate = {});
@@ -223,6 +253,7 @@ class Pipeline {
   const text::RoFormerTokenizer* tokenizer_ = nullptr;  // tokenizer_holder_ as WordPiece
   std::unique_ptr<model::RoFormer<float>> model_;
   std::optional<Classifier> classifier_;
+  std::optional<SentenceModules> sentence_;
   double max_padding_ = 1;
   bool input_order_ = false;
 };

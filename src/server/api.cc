@@ -293,10 +293,10 @@ std::vector<text::Encoding> Api::encode(const std::vector<Input>& in, const infe
   return out;
 }
 
-Output Api::run(Task task, std::vector<text::Encoding> encodings, int64_t top_k) {
+Output Api::run(Task task, std::vector<text::Encoding> encodings, int64_t top_k, std::vector<int64_t> skip) {
   Ticket t;
   try {
-    t = scheduler_.submit(task, std::move(encodings), top_k);
+    t = scheduler_.submit(task, std::move(encodings), top_k, std::move(skip));
   } catch (const Overloaded& e) {
     throw ApiError(429, "Overloaded", e.what());
   }
@@ -324,14 +324,41 @@ Output Api::wait(Ticket& t) {
   }
 }
 
-std::vector<std::vector<float>> Api::embed_inputs(const std::vector<Input>& in, const infer::Truncate& truncate,
-                                                  bool norm, int64_t* tokens) {
+std::vector<int64_t> Api::apply_prompt(std::vector<Input>& in, const json* prompt_name) const {
+  // The request's prompt_name, else --default-prompt-name, else the folder's default_prompt_name; put
+  // before each text, as SentenceTransformer.encode does.
+  std::string name = options_.default_prompt_name;
+  if (prompt_name && !prompt_name->is_null()) {
+    if (!prompt_name->is_string() || prompt_name->get<std::string>().empty() || prompt_name->get<std::string>().size() > 256) {
+      throw invalid("`prompt_name` must be a non-empty string of at most 256 bytes");
+    }
+    name = prompt_name->get<std::string>();
+  }
+  std::string prompt;
+  try {
+    prompt = encoder().prompt(name);
+  } catch (const io::Error& e) {
+    throw invalid(std::string("`prompt_name`: ") + e.what());
+  }
+  std::vector<int64_t> skip;
+  if (prompt.empty()) return skip;
+  for (size_t i = 0; i < in.size(); ++i) {
+    if (in[i].tokens) throw invalid("input " + std::to_string(i) + ": token ids take no prompt (`prompt_name`)");
+    in[i].a = prompt + in[i].a;
+  }
+  if (const int64_t n = encoder().prompt_tokens(prompt); n > 0) skip.assign(in.size(), n);
+  return skip;
+}
+
+std::vector<std::vector<float>> Api::embed_inputs(std::vector<Input> in, const infer::Truncate& truncate,
+                                                  bool norm, int64_t* tokens, const json* prompt_name) {
+  std::vector<int64_t> skip = apply_prompt(in, prompt_name);
   std::vector<text::Encoding> enc = encode(in, truncate);
   if (tokens) {
     *tokens = 0;
     for (const auto& e : enc) *tokens += static_cast<int64_t>(e.size());
   }
-  std::vector<std::vector<float>> out = run(Task::embed, std::move(enc)).embeddings;
+  std::vector<std::vector<float>> out = run(Task::embed, std::move(enc), 0, std::move(skip)).embeddings;
   if (norm) {
     for (auto& v : out) normalize(v);
   }
@@ -341,7 +368,8 @@ std::vector<std::vector<float>> Api::embed_inputs(const std::vector<Input>& in, 
 json Api::embed(const json& request) {
   require_object(request);
   const bool norm = flag(request, "normalize", true);
-  return embed_inputs(inputs(request, "inputs"), truncation(request, options_.auto_truncate), norm);
+  return embed_inputs(inputs(request, "inputs"), truncation(request, options_.auto_truncate), norm, nullptr,
+                      request.contains("prompt_name") ? &request["prompt_name"] : nullptr);
 }
 
 json Api::openai_embeddings(const json& request) {
@@ -352,14 +380,15 @@ json Api::openai_embeddings(const json& request) {
     format = request["encoding_format"].get<std::string>();
     if (format != "float" && format != "base64") throw invalid("`encoding_format` must be \"float\" or \"base64\"");
   }
-  const int64_t H = encoder().config().hidden_size;
+  const int64_t H = encoder().embedding_size(options_.scheduler.pooling);
   if (present(request, "dimensions") && (!request["dimensions"].is_number_integer() ||
                                          request["dimensions"].get<int64_t>() != H)) {
     throw invalid("`dimensions` must be the model's " + std::to_string(H) +
                   " (its vectors are not trained to be cut shorter)");
   }
   int64_t tokens = 0;
-  const auto vectors = embed_inputs(inputs(request, "input"), {.enabled = options_.auto_truncate}, true, &tokens);
+  const auto vectors = embed_inputs(inputs(request, "input"), {.enabled = options_.auto_truncate}, true, &tokens,
+                                    request.contains("prompt_name") ? &request["prompt_name"] : nullptr);
   json data = json::array();
   for (size_t i = 0; i < vectors.size(); ++i) {
     json e = {{"object", "embedding"}, {"index", i}};
@@ -396,37 +425,119 @@ json Api::predict(const json& request) {
   return out;
 }
 
-json Api::rerank(const json& request) {
-  require_object(request);
+std::vector<double> Api::rerank_scores(const std::string& query, const std::vector<Input>& texts,
+                                       const infer::Truncate& truncate, bool raw, int64_t* tokens) {
   const infer::Classifier* head = encoder().classifier();
   if (head && head->num_labels() != 1) {
     throw ApiError(424, "Backend", "model is not a re-ranker: " + options_.model_id + "'s classifier has " +
                                        std::to_string(head->num_labels()) + " labels (a re-ranker has one)");
   }
-  if (!present(request, "query") || !request["query"].is_string()) throw invalid("`query` must be a string");
-  const std::string query = request["query"].get<std::string>();
-  const std::vector<Input> texts = text_list(request, "texts");
-  const bool raw = flag(request, "raw_scores", false), return_text = flag(request, "return_text", false);
-  const infer::Truncate truncate = truncation(request, options_.auto_truncate);
   std::vector<double> scores;
   if (head) {  // a cross-encoder: one logit per (query, text), its sigmoid unless raw_scores (as TEI)
     std::vector<Input> pairs;
     for (const Input& t : texts) pairs.push_back(pair_input(query, t.a));
-    for (const auto& c : run(Task::classify, encode(pairs, truncate)).classes) {
+    std::vector<text::Encoding> enc = encode(pairs, truncate);
+    for (const auto& e : enc) *tokens += static_cast<int64_t>(e.size());
+    for (const auto& c : run(Task::classify, std::move(enc)).classes) {
       const double logit = c.logits.at(0);
       scores.push_back(raw ? logit : 1 / (1 + std::exp(-logit)));
     }
   } else {  // an embedding model: the cosine of the query's and each text's vectors
     std::vector<Input> all = {text_input(query)};
     all.insert(all.end(), texts.begin(), texts.end());
-    const auto e = embed_inputs(all, truncate, false);
+    const auto e = embed_inputs(all, truncate, false, tokens);
     for (size_t i = 1; i < e.size(); ++i) scores.push_back(infer::cosine(e[0], e[i]));
   }
+  return scores;
+}
+
+json Api::rerank(const json& request) {
+  require_object(request);
+  encoder();
+  if (!present(request, "query") || !request["query"].is_string()) throw invalid("`query` must be a string");
+  const std::string query = request["query"].get<std::string>();
+  const std::vector<Input> texts = text_list(request, "texts");
+  const bool raw = flag(request, "raw_scores", false), return_text = flag(request, "return_text", false);
+  int64_t tokens = 0;
+  const std::vector<double> scores = rerank_scores(query, texts, truncation(request, options_.auto_truncate), raw, &tokens);
   json out = json::array();
   for (size_t i : best_first(scores)) {
     json r = {{"index", i}, {"score", scores[i]}};
     if (return_text) r["text"] = texts[i].a;
     out.push_back(std::move(r));
+  }
+  return out;
+}
+
+json Api::v1_rerank(const json& request) {
+  require_object(request);
+  encoder();
+  if (!present(request, "query") || !request["query"].is_string()) throw invalid("`query` must be a string");
+  const std::string query = request["query"].get<std::string>();
+  if (!present(request, "documents") || !request["documents"].is_array()) {
+    throw invalid("`documents` must be a list of strings or of {\"text\": str} objects");
+  }
+  const json& docs = request["documents"];
+  if (docs.empty()) throw invalid("`documents` cannot be empty");
+  check_batch_size(docs.size());
+  std::vector<Input> texts;
+  for (size_t i = 0; i < docs.size(); ++i) {
+    const json& d = docs[i];
+    if (d.is_string()) {
+      texts.push_back(text_input(d.get<std::string>()));
+    } else if (d.is_object() && d.contains("text") && d["text"].is_string()) {
+      texts.push_back(text_input(d["text"].get<std::string>()));
+    } else {
+      throw invalid("`documents[" + std::to_string(i) + "]` must be a string or an object {\"text\": str}");
+    }
+  }
+  const int64_t top_n = integer(request, "top_n", static_cast<int64_t>(texts.size()), 1, int64_t{1} << 20);
+  const bool return_documents = flag(request, "return_documents", true);
+  int64_t tokens = 0;
+  const std::vector<double> scores = rerank_scores(query, texts, {.enabled = options_.auto_truncate}, false, &tokens);
+  json results = json::array();
+  for (size_t i : best_first(scores)) {
+    if (static_cast<int64_t>(results.size()) >= top_n) break;
+    json r = {{"index", i}, {"relevance_score", scores[i]}};
+    if (return_documents) r["document"] = {{"text", texts[i].a}};
+    results.push_back(std::move(r));
+  }
+  const bool named = request.contains("model") && request["model"].is_string();
+  return {{"object", "list"},
+          {"model", named ? request["model"].get<std::string>() : options_.model_id},
+          {"results", std::move(results)},
+          {"usage", {{"prompt_tokens", tokens}, {"total_tokens", tokens}}}};
+}
+
+json Api::embed_all(const json& request) {
+  require_object(request);
+  std::vector<Input> in = inputs(request, "inputs");
+  apply_prompt(in, request.contains("prompt_name") ? &request["prompt_name"] : nullptr);  // every token is given
+  const size_t H = static_cast<size_t>(encoder().config().hidden_size);
+  const auto rows = run(Task::tokens, encode(in, truncation(request, options_.auto_truncate))).tokens;
+  json out = json::array();
+  for (const std::vector<float>& r : rows) {
+    json tokens = json::array();
+    for (size_t at = 0; at < r.size(); at += H) tokens.push_back(std::vector<float>(r.begin() + at, r.begin() + at + H));
+    out.push_back(std::move(tokens));
+  }
+  return out;
+}
+
+json Api::embed_sparse(const json& request) {
+  require_object(request);
+  if (!encoder().has_masked_lm_head()) {
+    throw ApiError(424, "Backend", "model has no masked-LM head: " + options_.model_id +
+                                       " gives no sparse (SPLADE) vectors (they are read from RoFormerForMaskedLM's head)");
+  }
+  std::vector<Input> in = inputs(request, "inputs");
+  apply_prompt(in, request.contains("prompt_name") ? &request["prompt_name"] : nullptr);
+  const auto rows = run(Task::sparse, encode(in, truncation(request, options_.auto_truncate))).sparse;
+  json out = json::array();
+  for (const auto& r : rows) {
+    json values = json::array();
+    for (const infer::SparseValue& v : r) values.push_back({{"index", v.index}, {"value", v.value}});
+    out.push_back(std::move(values));
   }
   return out;
 }
@@ -841,7 +952,7 @@ json Api::info() const {
     }
     type[c->num_labels() == 1 ? "reranker" : "classifier"] = {{"id2label", id2label}, {"label2id", label2id}};
   } else {
-    type["embedding"] = {{"pooling", infer::pooling_name(options_.scheduler.pooling)}};
+    type["embedding"] = {{"pooling", encoder().pooling_name(options_.scheduler.pooling)}};
   }
   info["model_type"] = type;
   info["fill_mask"] = encoder().has_mlm_head() && !encoder().config().is_decoder;

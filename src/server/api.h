@@ -5,9 +5,9 @@
 // ids or a list of such lists (ids go to the model as given: no [CLS]/[SEP] added, as TEI).
 // TRUNC is "truncate": bool and "truncation_direction": "right" | "left" (either case).
 //
-//   POST /embed          {"inputs": INPUTS, "normalize": true, TRUNC}                  → [[float]]
+//   POST /embed          {"inputs": INPUTS, "normalize": true, "prompt_name": str, TRUNC} → [[float]]
 //   POST /v1/embeddings  {"input": INPUTS, "model": str, "encoding_format": "float"|"base64",
-//                         "dimensions": hidden size only}
+//                         "dimensions": the embedding size only, "prompt_name": str}
 //                        → {"object": "list", "data": [{"object": "embedding", "index", "embedding"}],
 //                           "model", "usage": {"prompt_tokens", "total_tokens"}}
 //   POST /predict        {"inputs": str | [a, b] | [str | [str] | [a, b]], TRUNC, "raw_scores"}
@@ -15,6 +15,12 @@
 //   POST /rerank         {"query": str, "texts": [str], TRUNC, "raw_scores", "return_text"}
 //                        → [{"index", "score", "text"?}] best first: a one-label classifier scores
 //                          each (query, text) pair (TEI's re-rankers); an embedding model gives cosines
+//   POST /v1/rerank      {"query": str, "documents": [str | {"text": str}], "top_n", "return_documents": true,
+//                         "model"} → {"object": "list", "model", "results": [{"index", "relevance_score",
+//                         "document"?: {"text"}}] best first, "usage"} (Cohere's and Jina's shape), as /rerank
+//   POST /embed_all      {"inputs": INPUTS, "prompt_name", TRUNC} → [[[float]]] (inputs × tokens × hidden)
+//   POST /embed_sparse   {"inputs": INPUTS, "prompt_name", TRUNC} → [[{"index", "value"}]]: SPLADE,
+//                        max over tokens of log(1 + relu(MLM logits)), its non-zero entries
 //   POST /similarity     {"inputs": {"source_sentence": str, "sentences": [str]}, TRUNC} → [float]
 //   POST /fill-mask      {"inputs": str | [str], "parameters": {"top_k": 5}, TRUNC}
 //                        → HF's [{"score", "token", "token_str", "sequence"}] (per mask, per input)
@@ -66,6 +72,9 @@ struct ApiOptions {
   std::string model_id;             // what /info and OpenAI's "model" report (the directory's name)
   int64_t max_client_batch_size = 32;  // inputs per request (TEI's default); more: 413
   bool auto_truncate = false;       // truncate's default (TEI --auto-truncate)
+  // The prompt of a sentence-transformers folder the embedding routes use when a request names none
+  // (TEI --default-prompt-name); "": the folder's default_prompt_name.
+  std::string default_prompt_name;
   SchedulerOptions scheduler;       // reported by /info
   GenerationOptions generation;     // a causal LM's slots, reported by /info
   // Called on the HTTP thread of a request waiting for the model: has its client closed the
@@ -101,6 +110,12 @@ class Api {
   nlohmann::json openai_embeddings(const nlohmann::json& request);
   nlohmann::json predict(const nlohmann::json& request);
   nlohmann::json rerank(const nlohmann::json& request);
+  // Cohere's and Jina's /v1/rerank: {"query", "documents": [str | {"text"}], "top_n", "return_documents", "model"}
+  // → {"results": [{"index", "relevance_score", "document"?: {"text"}}], "model", "usage"}, scored as /rerank.
+  nlohmann::json v1_rerank(const nlohmann::json& request);
+  // TEI's /embed_all (every token's hidden state) and /embed_sparse (SPLADE; 424 without an MLM head).
+  nlohmann::json embed_all(const nlohmann::json& request);
+  nlohmann::json embed_sparse(const nlohmann::json& request);
   nlohmann::json similarity(const nlohmann::json& request);
   nlohmann::json fill_mask(const nlohmann::json& request);
   // transformers' token-classification and question-answering pipelines' shapes, which
@@ -130,14 +145,24 @@ class Api {
   void check_batch_size(size_t inputs) const;
   // Inputs → checked encodings: 413 past the length without truncate, or past max_client_batch_size.
   std::vector<text::Encoding> encode(const std::vector<Input>& inputs, const infer::Truncate& truncate) const;
-  Output run(Task task, std::vector<text::Encoding> encodings, int64_t top_k = 0);
+  // Puts the request's prompt (prompt_name, else the defaults) before each text input; returns what
+  // EmbedOptions::skip takes (empty when the prompt is pooled, as by default). 422 for a bad name.
+  std::vector<int64_t> apply_prompt(std::vector<Input>& inputs, const nlohmann::json* prompt_name) const;
+  // /rerank's scores of each text for the query (a one-label classifier's sigmoid, or logit with raw;
+  // an embedding model's cosines); tokens: plus the tokens run.
+  std::vector<double> rerank_scores(const std::string& query, const std::vector<Input>& texts,
+                                    const infer::Truncate& truncate, bool raw, int64_t* tokens);
+  Output run(Task task, std::vector<text::Encoding> encodings, int64_t top_k = 0, std::vector<int64_t> skip = {});
   Output wait(Ticket& t);  // the scheduler's answer (cancelled if the client goes), failures as ApiErrors
   infer::Pipeline& encoder() const;     // 424 for a translation model
   infer::Translator& translator() const;  // 424 for an encoder model
   model::DecodeOptions decode_options(const nlohmann::json& params) const;  // of translation_parameters
   int64_t max_new_tokens() const;       // the decoder's positions less the decoder start token's
-  std::vector<std::vector<float>> embed_inputs(const std::vector<Input>& inputs, const infer::Truncate& truncate,
-                                               bool normalize, int64_t* tokens = nullptr);
+  // The inputs' vectors; prompt_name: the request's `prompt_name` field (or null), whose prompt goes before
+  // each text (422 for a name the folder lacks or with token-id inputs).
+  std::vector<std::vector<float>> embed_inputs(std::vector<Input> inputs, const infer::Truncate& truncate,
+                                               bool normalize, int64_t* tokens = nullptr,
+                                               const nlohmann::json* prompt_name = nullptr);
 
   Generation& generation() const;         // 424 without a causal LM
   // The sequences of a TGI or OpenAI request, submitted (429 when the slots' queue is full).

@@ -33,7 +33,9 @@ const char* kSchemas = R"({
                        {"type": "array", "minItems": 1, "items": {"$ref": "#/components/schemas/TokenIds"}}]},
   "Texts": {"oneOf": [{"type": "string"}, {"type": "array", "minItems": 1, "items": {"type": "string"}}]},
   "Question": {"type": "object", "required": ["question", "context"], "properties": {"question": {"type": "string"}, "context": {"type": "string"}}},
-  "TruncationDirection": {"type": "string", "enum": ["right", "left", "Right", "Left"]}
+  "TruncationDirection": {"type": "string", "enum": ["right", "left", "Right", "Left"]},
+  "PromptName": {"type": "string", "minLength": 1, "maxLength": 256,
+                 "description": "a prompt of the sentence-transformers folder (config_sentence_transformers.json), put before each text"}
 })";
 
 // One route: its summary, request schema (null for GET), an example body, and success response schema.
@@ -50,6 +52,7 @@ const Route kRoutes[] = {
     {"post", "/embed", "Embeddings (TEI)",
      R"({"type": "object", "required": ["inputs"], "properties": {
          "inputs": {"$ref": "#/components/schemas/Inputs"}, "normalize": {"type": "boolean", "default": true},
+         "prompt_name": {"$ref": "#/components/schemas/PromptName"},
          "truncate": {"type": "boolean"}, "truncation_direction": {"$ref": "#/components/schemas/TruncationDirection"}}})",
      R"({"inputs": ["hello world", "a b c"]})",
      R"({"type": "array", "items": {"type": "array", "items": {"type": "number"}}})"},
@@ -57,7 +60,8 @@ const Route kRoutes[] = {
      R"({"type": "object", "required": ["input"], "properties": {
          "input": {"$ref": "#/components/schemas/Inputs"}, "model": {"type": "string"},
          "encoding_format": {"type": "string", "enum": ["float", "base64"]},
-         "dimensions": {"type": "integer"}, "user": {"type": "string"}}})",
+         "dimensions": {"type": "integer"}, "user": {"type": "string"},
+         "prompt_name": {"$ref": "#/components/schemas/PromptName"}}})",
      R"({"input": "hello world", "model": "roformer"})",
      R"({"type": "object", "required": ["object", "data", "model", "usage"]})"},
     {"post", "/predict", "Sequence classification (TEI); 424 without a classifier head",
@@ -76,6 +80,31 @@ const Route kRoutes[] = {
      R"({"query": "hello", "texts": ["hello world", "a b c"], "return_text": true})",
      R"({"type": "array", "items": {"type": "object", "required": ["index", "score"], "properties": {
          "index": {"type": "integer"}, "score": {"type": "number"}, "text": {"type": "string"}}}})"},
+    {"post", "/v1/rerank", "Re-ranking (Cohere's and Jina's shape), scored as /rerank",
+     R"({"type": "object", "required": ["query", "documents"], "properties": {
+         "query": {"type": "string"}, "model": {"type": "string"},
+         "documents": {"type": "array", "minItems": 1, "items": {"oneOf": [
+             {"type": "string"}, {"type": "object", "required": ["text"], "properties": {"text": {"type": "string"}}}]}},
+         "top_n": {"type": "integer", "minimum": 1, "maximum": 1048576},
+         "return_documents": {"type": "boolean", "default": true}}})",
+     R"({"query": "hello", "documents": ["hello world", {"text": "a b c"}], "top_n": 1})",
+     R"({"type": "object", "required": ["object", "model", "results", "usage"], "properties": {
+         "results": {"type": "array", "items": {"type": "object", "required": ["index", "relevance_score"], "properties": {
+             "index": {"type": "integer"}, "relevance_score": {"type": "number"},
+             "document": {"type": "object", "properties": {"text": {"type": "string"}}}}}}}})"},
+    {"post", "/embed_all", "Every token's last hidden state (TEI): inputs x tokens x hidden",
+     R"({"type": "object", "required": ["inputs"], "properties": {
+         "inputs": {"$ref": "#/components/schemas/Inputs"}, "prompt_name": {"$ref": "#/components/schemas/PromptName"},
+         "truncate": {"type": "boolean"}, "truncation_direction": {"$ref": "#/components/schemas/TruncationDirection"}}})",
+     R"({"inputs": ["hello world", "a b c"]})",
+     R"({"type": "array", "items": {"type": "array", "items": {"type": "array", "items": {"type": "number"}}}})"},
+    {"post", "/embed_sparse", "SPLADE vectors (TEI): max over tokens of log(1 + relu(MLM logits)); 424 without an MLM head",
+     R"({"type": "object", "required": ["inputs"], "properties": {
+         "inputs": {"$ref": "#/components/schemas/Inputs"}, "prompt_name": {"$ref": "#/components/schemas/PromptName"},
+         "truncate": {"type": "boolean"}, "truncation_direction": {"$ref": "#/components/schemas/TruncationDirection"}}})",
+     R"({"inputs": ["hello world", "a b c"]})",
+     R"({"type": "array", "items": {"type": "array", "items": {"type": "object", "required": ["index", "value"],
+         "properties": {"index": {"type": "integer"}, "value": {"type": "number"}}}}})"},
     {"post", "/similarity", "Cosine similarity of a sentence to others (TEI)",
      R"({"type": "object", "required": ["inputs"], "properties": {
          "inputs": {"type": "object", "required": ["source_sentence", "sentences"], "properties": {

@@ -27,6 +27,8 @@ Output slice(Output& batch, size_t at, size_t k) {
   take(batch.masks, mine.masks);
   take(batch.translations, mine.translations);
   take(batch.head_logits, mine.head_logits);
+  take(batch.tokens, mine.tokens);
+  take(batch.sparse, mine.sparse);
   return mine;
 }
 
@@ -58,11 +60,12 @@ Scheduler::Scheduler(Backend backend, const SchedulerOptions& options, Metrics& 
 
 Scheduler::~Scheduler() { stop(); }
 
-Ticket Scheduler::submit(Task task, std::vector<text::Encoding> encodings, int64_t top_k) {
+Ticket Scheduler::submit(Task task, std::vector<text::Encoding> encodings, int64_t top_k, std::vector<int64_t> skip) {
   auto job = std::make_unique<Job>();
   job->task = task;
   job->top_k = top_k;
   job->encodings = std::move(encodings);
+  job->skip = std::move(skip);
   return enqueue(std::move(job));
 }
 
@@ -233,7 +236,12 @@ void Scheduler::run_batch(std::vector<std::unique_ptr<Job>>& jobs) {
 Output Scheduler::encode(std::vector<std::unique_ptr<Job>>& jobs, int64_t batch_size, std::vector<size_t>& counts,
                          int64_t& tokens) {
   std::vector<text::Encoding> all;  // encoded (and truncated) on the HTTP threads already
+  std::vector<int64_t> skip;        // Task::embed: per encoding, when any job leaves a prompt out
   for (const auto& j : jobs) {
+    if (!j->skip.empty()) {
+      skip.resize(all.size(), 0);
+      skip.insert(skip.end(), j->skip.begin(), j->skip.end());
+    }
     counts.push_back(j->encodings.size());
     for (auto& e : j->encodings) {
       tokens += static_cast<int64_t>(e.size());
@@ -247,12 +255,16 @@ Output Scheduler::encode(std::vector<std::unique_ptr<Job>>& jobs, int64_t batch_
       infer::EmbedOptions eo;
       eo.pooling = options_.pooling;
       eo.batch_size = batch_size;
+      if (!skip.empty()) skip.resize(all.size(), 0);
+      eo.skip = std::move(skip);
       out.embeddings = pipeline.embed_encoded(all, eo);
       break;
     }
     case Task::classify: out.classes = pipeline.classify_encoded(all, batch_size); break;
     case Task::fill_mask: out.masks = infer::fill_mask_encoded(pipeline, all, jobs.front()->top_k, batch_size); break;
     case Task::head: out.head_logits = pipeline.head_logits_encoded(all, batch_size); break;
+    case Task::tokens: out.tokens = pipeline.token_embeddings_encoded(all, batch_size); break;
+    case Task::sparse: out.sparse = pipeline.sparse_encoded(all, batch_size); break;
     case Task::translate: throw std::logic_error("Scheduler::encode: a translation job");
   }
   return out;

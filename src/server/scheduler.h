@@ -32,8 +32,9 @@
 namespace server {
 
 // head: the task head's logits per token (token classification, question answering), which the
-// request's thread turns into entities or answers.
-enum class Task { embed, classify, fill_mask, translate, head };
+// request's thread turns into entities or answers. tokens: every token's hidden state (/embed_all);
+// sparse: SPLADE vectors from the MLM head (/embed_sparse).
+enum class Task { embed, classify, fill_mask, translate, head, tokens, sparse };
 
 // The model a server runs: an encoder pipeline (embed, classify, fill-mask), an encoder-decoder
 // (translate) or a causal LM (generation). Exactly one is set; the scheduler's thread is the only one
@@ -68,7 +69,7 @@ struct SchedulerOptions {
   int64_t max_concurrent_requests = 512;  // accepted and not yet answered (queued + running)
   int64_t max_batch_tokens = 16384;       // per forward: sequences × the longest of them
   int64_t max_batch_requests = 0;         // sequences per forward; 0: only the token budget bounds it
-  infer::Pooling pooling = infer::Pooling::cls;
+  infer::Pooling pooling = infer::Pooling::automatic;  // automatic: the folder's modules, else cls
   int threads = 0;                        // OpenMP threads of the model thread (0: the default)
   double request_timeout_s = 0;           // longest wait in the queue before TimedOut (0: none)
 };
@@ -80,6 +81,8 @@ struct Output {
   std::vector<std::vector<infer::MaskPredictions>> masks;  // Task::fill_mask: per encoding, per mask
   std::vector<std::vector<infer::Translation>> translations;  // Task::translate: per source, nbest
   std::vector<std::vector<float>> head_logits;     // Task::head: per encoding, (tokens, width)
+  std::vector<std::vector<float>> tokens;          // Task::tokens: per encoding, (tokens, hidden)
+  std::vector<std::vector<infer::SparseValue>> sparse;  // Task::sparse: per encoding, its non-zero entries
 };
 
 // An accepted request: its answer to come, and its id for cancel.
@@ -97,7 +100,8 @@ class Scheduler {
 
   // Queues the request; throws Overloaded at once when max_concurrent_requests are in flight.
   // top_k: Task::fill_mask's predictions per mask (requests batch together when they agree on it).
-  Ticket submit(Task task, std::vector<text::Encoding> encodings, int64_t top_k = 0);
+  // skip: Task::embed's tokens per encoding left out of the pooling (infer::EmbedOptions::skip).
+  Ticket submit(Task task, std::vector<text::Encoding> encodings, int64_t top_k = 0, std::vector<int64_t> skip = {});
   // Task::translate: subword ids of each source (Translator::encode), decoded with o (checked by the
   // caller: model::check_decode_options); requests batch together when their options are equal.
   Ticket submit_translation(std::vector<std::vector<int64_t>> sources, const model::DecodeOptions& o);
@@ -119,6 +123,7 @@ class Scheduler {
     int64_t top_k = 0;
     std::chrono::steady_clock::time_point queued, deadline;  // deadline: max() without request_timeout_s
     std::vector<text::Encoding> encodings;      // the encoder tasks' inputs
+    std::vector<int64_t> skip;                  // Task::embed's, per encoding (empty: none)
     std::vector<std::vector<int64_t>> sources;  // Task::translate's, with its decoding options
     model::DecodeOptions decode;
     std::promise<Output> done;

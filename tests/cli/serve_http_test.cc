@@ -469,6 +469,88 @@ TEST(ServeHttp, RerankWithAOneLabelClassifierIsTeis) {
   EXPECT_EQ(c.stop(SIGTERM), 0);
 }
 
+// /v1/rerank (Cohere's and Jina's shape) scores as /rerank; /embed_all gives every token's hidden state
+// (its first token is `embed --pooling cls`, its mean `--pooling mean`); /embed_sparse gives the non-zero
+// SPLADE entries of an MLM and 424 without its head (tests/hf/serve_clients.py checks their values
+// against transformers).
+TEST(ServeHttp, V1RerankEmbedAllAndEmbedSparse) {
+  const std::string m = model_dir("http_mlm");
+  Server s("--model " + m);
+  const std::vector<std::string> others(kTexts.begin() + 1, kTexts.end());
+  const Reply tei = post(s, "/rerank", json{{"query", kTexts[0]}, {"texts", others}});
+  const json docs = {others[0], {{"text", others[1]}}, others[2]};
+  Reply r = post(s, "/v1/rerank", json{{"query", kTexts[0]}, {"documents", docs}, {"model", "m"}});
+  ASSERT_EQ(r.status, 200) << r.body;
+  EXPECT_EQ(r.body["model"], "m");
+  ASSERT_EQ(r.body["results"].size(), others.size());
+  EXPECT_GT(r.body["usage"]["total_tokens"].get<int>(), 0);
+  for (size_t i = 0; i < others.size(); ++i) {
+    const json& x = r.body["results"][i];
+    EXPECT_EQ(x["index"], tei.body[i]["index"]);
+    EXPECT_NEAR(x["relevance_score"].get<double>(), tei.body[i]["score"].get<double>(), 1e-9);
+    EXPECT_EQ(x["document"]["text"], others[x["index"].get<size_t>()]);
+  }
+  r = post(s, "/v1/rerank", json{{"query", kTexts[0]}, {"documents", docs}, {"top_n", 2}, {"return_documents", false}});
+  ASSERT_EQ(r.body["results"].size(), 2u) << r.body;
+  EXPECT_EQ(r.body["results"][0]["index"], tei.body[0]["index"]);
+  EXPECT_FALSE(r.body["results"][0].contains("document"));
+  expect_error(post(s, "/v1/rerank", json{{"query", "a"}}), 422, "Validation", "`documents`");
+  expect_error(post(s, "/v1/rerank", json{{"query", "a"}, {"documents", json::array()}}), 422, "Validation", "cannot be empty");
+  expect_error(post(s, "/v1/rerank", json{{"query", "a"}, {"documents", {1}}}), 422, "Validation", "`documents[0]`");
+  expect_error(post(s, "/v1/rerank", json{{"query", "a"}, {"documents", {"b"}}, {"top_n", 0}}), 422, "Validation", "`top_n`");
+  expect_error(post(s, "/v1/rerank", json{{"documents", {"b"}}}), 422, "Validation", "`query`");
+
+  const auto cls = cli("embed --pooling cls --model " + m, lines(kTexts));
+  const auto mean = cli("embed --pooling mean --model " + m, lines(kTexts));
+  r = post(s, "/embed_all", json{{"inputs", kTexts}});
+  ASSERT_EQ(r.status, 200) << r.body;
+  ASSERT_EQ(r.body.size(), kTexts.size());
+  for (size_t i = 0; i < kTexts.size(); ++i) {
+    const Reply tok = post(s, "/tokenize", json{{"inputs", kTexts[i]}});
+    const json& tokens = r.body[i];
+    ASSERT_EQ(tokens.size(), tok.body[0].size());
+    expect_close(tokens[0], cls[i]["embedding"]);
+    json avg = json::array();
+    for (size_t h = 0; h < tokens[0].size(); ++h) {
+      double sum = 0;
+      for (const json& t : tokens) sum += t[h].get<double>();
+      avg.push_back(sum / static_cast<double>(tokens.size()));
+    }
+    expect_close(avg, mean[i]["embedding"]);
+  }
+  expect_error(post(s, "/embed_all", json{{"inputs", json::array()}}), 422, "Validation", "`inputs`");
+
+  r = post(s, "/embed_sparse", json{{"inputs", kTexts}});
+  ASSERT_EQ(r.status, 200) << r.body;
+  ASSERT_EQ(r.body.size(), kTexts.size());
+  const int vocab = json::parse(slurp(m + "/config.json"))["vocab_size"].get<int>();
+  for (const json& entries : r.body) {
+    ASSERT_FALSE(entries.empty());
+    for (size_t k = 0; k < entries.size(); ++k) {
+      EXPECT_GT(entries[k]["value"].get<double>(), 0);
+      EXPECT_LT(entries[k]["index"].get<int>(), vocab);
+      if (k) EXPECT_LT(entries[k - 1]["index"].get<int>(), entries[k]["index"].get<int>());
+    }
+  }
+  EXPECT_NE(r.body[0], r.body[1]);
+  expect_error(post(s, "/embed_sparse", json{{"inputs", "a"}, {"truncate", 3}}), 422, "Validation", "`truncate`");
+  expect_error(post(s, "/embed", json{{"inputs", "a"}, {"prompt_name", "query"}}), 422, "Validation",
+               "prompt_name 'query' is not a prompt of");
+  expect_error(post(s, "/embed", json{{"inputs", "a"}, {"prompt_name", 3}}), 422, "Validation", "`prompt_name`");
+  EXPECT_EQ(s.stop(SIGTERM), 0);
+
+  const std::string one = classifier_dir("http_sparse_reranker", 1, json::object());
+  Server c("--model " + one);
+  expect_error(post(c, "/embed_sparse", json{{"inputs", "a"}}), 424, "Backend", "no masked-LM head");
+  r = post(c, "/v1/rerank", json{{"query", kTexts[0]}, {"documents", others}});
+  const Reply pair = post(c, "/rerank", json{{"query", kTexts[0]}, {"texts", others}});
+  ASSERT_EQ(r.status, 200) << r.body;
+  for (size_t i = 0; i < others.size(); ++i) {
+    EXPECT_NEAR(r.body["results"][i]["relevance_score"].get<double>(), pair.body[i]["score"].get<double>(), 1e-9);
+  }
+  EXPECT_EQ(c.stop(SIGTERM), 0);
+}
+
 // /openapi.json lists every route; each GET answers 200, and each POST's example body is answered as
 // its responses say (200, or 424 where the model lacks the head). The access log has a line per request.
 TEST(ServeHttp, OpenApiDocumentsEveryRouteAndItsExamplesWork) {
@@ -479,9 +561,9 @@ TEST(ServeHttp, OpenApiDocumentsEveryRouteAndItsExamplesWork) {
   ASSERT_EQ(doc_res->status, 200);
   const json doc = json::parse(doc_res->body);
   EXPECT_EQ(doc["openapi"], "3.0.3");
-  for (const char* path : {"/embed", "/v1/embeddings", "/predict", "/rerank", "/similarity", "/fill-mask", "/translate",
-                           "/token-classification", "/question-answering", "/generate", "/generate_stream",
-                           "/v1/completions", "/tokenize", "/decode", "/", "/info",
+  for (const char* path : {"/embed", "/v1/embeddings", "/predict", "/rerank", "/v1/rerank", "/embed_all", "/embed_sparse",
+                           "/similarity", "/fill-mask", "/translate", "/token-classification", "/question-answering",
+                           "/generate", "/generate_stream", "/v1/completions", "/tokenize", "/decode", "/", "/info",
                            "/v1/models", "/health", "/metrics", "/openapi.json"}) {
     EXPECT_TRUE(doc["paths"].contains(path)) << path;
   }

@@ -6,17 +6,15 @@
 import concurrent.futures
 import json
 import os
-import re
-import signal
 import subprocess
 import sys
-import time
 import urllib.request
 
 for name in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE"):  # InferenceClient calls the local server only
     os.environ.pop(name, None)
 import huggingface_hub  # noqa: E402
 import openai  # noqa: E402
+from serve_process import Server  # noqa: E402
 
 roformer, _fixtures, work = sys.argv[1:4]
 text = os.path.join(work, "text.txt")
@@ -39,30 +37,10 @@ def generate(prompt, tokens):  # `roformer generate`'s greedy continuation
     return out[len(prompt):-1]
 
 
-class Server:
-    def __init__(self, *args):
-        self.log = open(os.path.join(work, "server.log"), "w+")
-        self.process = subprocess.Popen([roformer, "serve", "--port", "0", "--model", model, *args], stderr=self.log)
-        self.port = None
-        for _ in range(600):
-            self.log.seek(0)
-            m = re.search(r"listening on http://127\.0\.0\.1:(\d+)", self.log.read())
-            if m:
-                self.port = int(m.group(1))
-                break
-            time.sleep(0.1)
-        assert self.port, "the server did not start"
-        self.url = f"http://127.0.0.1:{self.port}"
-
-    def stop(self):
-        self.process.send_signal(signal.SIGTERM)
-        assert self.process.wait(timeout=60) == 0
-
-
 prompts = ["In the beginning", "And the earth", "And", "darkness was upon the face of", "God created the heaven",
            "said verse 1", "void", "In the beginning God created the heaven and the earth, said verse 3. And"]
 want = {p: generate(p, 30) for p in prompts}
-server = Server("--slots", "4", "--prefill-chunk", "16")
+server = Server(roformer, ["--model", model, "--slots", "4", "--prefill-chunk", "16"], os.path.join(work, "server.log"))
 try:
     hub = huggingface_hub.InferenceClient(server.url)
     p = prompts[0]

@@ -12,19 +12,16 @@ import struct
 import subprocess
 import sys
 import time
+import urllib.request
 
 import huggingface_hub
 import openai
 import torch
 import transformers
+from serve_process import case1_dir
 
 roformer, fixtures, work = sys.argv[1:4]
-model = os.path.join(work, "case1")
-os.makedirs(model, exist_ok=True)
-for f in ("config.json", "model.safetensors"):
-    shutil.copy(os.path.join(fixtures, "case1_mlm_basic", f), model)
-for f in ("vocab.txt", "tokenizer_config.json", "special_tokens_map.json"):
-    shutil.copy(os.path.join(fixtures, "tokenizer", f), model)
+model = case1_dir(fixtures, os.path.join(work, "case1"))
 
 # A sentiment-style classifier made by transformers from the same encoder (its head seeded).
 classifier = os.path.join(work, "classifier")
@@ -105,6 +102,35 @@ try:
     assert [f.token for f in filled] == [w["token"] for w in want_fill], (filled, want_fill)
     assert [f.sequence for f in filled] == [w["sequence"] for w in want_fill], (filled, want_fill)
     close([f.score for f in filled], [w["score"] for w in want_fill])
+
+    # ---- /embed_all and /embed_sparse against transformers' RoFormerModel and RoFormerForMaskedLM ----
+    # (the server's own token ids: the comparison is of the model, not of two tokenizers)
+    mlm = transformers.RoFormerForMaskedLM.from_pretrained(model).eval()
+    encoder = transformers.RoFormerModel.from_pretrained(model).eval()
+    headers = {"Authorization": "Bearer k", "Content-Type": "application/json"}
+
+    def post(path, body):
+        req = urllib.request.Request(server.url + path, data=json.dumps(body).encode(), headers=headers)
+        with urllib.request.urlopen(req) as r:
+            return json.loads(r.read())
+
+    all_tokens = post("/embed_all", {"inputs": texts})
+    sparse = post("/embed_sparse", {"inputs": texts})
+    for i, text in enumerate(texts):
+        ids = [t["id"] for t in post("/tokenize", {"inputs": text})[0]]
+        with torch.no_grad():
+            hidden = encoder(input_ids=torch.tensor([ids])).last_hidden_state[0]
+            splade = torch.log1p(torch.relu(mlm(input_ids=torch.tensor([ids])).logits[0])).max(dim=0).values
+        assert len(all_tokens[i]) == len(ids), (len(all_tokens[i]), len(ids))
+        err = (torch.tensor(all_tokens[i]) - hidden).abs().max().item()
+        assert err <= 1e-4, f"/embed_all: max |ours - RoFormerModel| = {err}"
+        dense = torch.zeros_like(splade)  # ours, its absent entries 0
+        for e in sparse[i]:
+            assert e["value"] > 0, e
+            dense[e["index"]] = e["value"]
+        err = (dense - splade).abs().max().item()
+        assert err <= 1e-4, f"/embed_sparse: max |ours - log1p(relu(RoFormerForMaskedLM logits))| = {err}"
+        assert len(sparse[i]) >= (splade > 1e-4).sum().item() > 0, (len(sparse[i]), splade)
 finally:
     server.stop()
 

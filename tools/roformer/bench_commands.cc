@@ -5,6 +5,7 @@
 #include <memory>
 
 #include "commands.h"
+#include "model_option.h"
 #include "thread_option.h"
 
 namespace roformer {
@@ -62,7 +63,7 @@ void add_bench_commands(CLI::App& app, CommandTable& commands) {
 
   auto bench_infer = std::make_shared<BenchInferOptions>();
   CLI::App* bench_infer_cmd = bench->add_subcommand("infer", "Inference tokens/s of a Hugging Face model directory");
-  bench_infer_cmd->add_option("--model", bench_infer->model, "Model directory (config.json + weights)")->required();
+  bench_infer_cmd->add_option("--model", bench_infer->model, "Model directory (config.json + weights)")->transform(model_location())->required();
   bench_infer_cmd->add_option("--batch", bench_infer->batch, "Sequences per forward")->check(CLI::Range(1, 4096));
   bench_infer_cmd->add_option("--seq", bench_infer->seq, "Tokens per sequence")->check(CLI::Range(1, 1 << 20));
   bench_infer_cmd->add_option("--head", bench_infer->head, "none (last hidden state) or mlm (+ logits)")

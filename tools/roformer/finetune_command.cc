@@ -7,6 +7,7 @@
 #include <memory>
 
 #include "commands.h"
+#include "model_option.h"
 #include "curves.h"
 #include "thread_option.h"
 #include "io/atomic_file.h"
@@ -21,7 +22,7 @@ void add_finetune_command(CLI::App& app, CommandTable& commands) {
   auto no_progress = std::make_shared<bool>(false);
   CLI::App* ft = app.add_subcommand("finetune", "Fine-tune a RoFormer with a task head: sequence classification or regression, "
                                       "token classification, multiple choice, extractive question answering");
-  ft->add_option("--model", o->model, "Hugging Face RoFormer directory to start from (config.json, weights, vocab.txt)");
+  ft->add_option("--model", o->model, "Hugging Face RoFormer directory to start from (config.json, weights, vocab.txt)")->transform(model_location());
   ft->add_option("--train", o->train, "Training examples: .jsonl, .tsv or .csv");
   ft->add_option("--validation", o->validation, "Validation examples (same format)");
   ft->add_option("--test", o->test, "Test examples to predict with --predict (labels not needed)");

@@ -14,6 +14,7 @@
 
 #include "base/utf8.h"
 #include "commands.h"
+#include "model_option.h"
 #include "thread_option.h"
 #include "io/output_path.h"
 #include "infer/fill_mask.h"
@@ -25,7 +26,7 @@ namespace roformer {
 namespace {
 
 struct InferOptions {
-  std::string model_dir, input, format = "auto", jieba_dict, pooling = "cls", rope_scaling;
+  std::string model_dir, input, format = "auto", jieba_dict, pooling = "auto", rope_scaling, prompt_name;
   std::string quantize = "auto", gemm = "auto", function = "auto";  // infer::LoadOptions
   std::string inputs, out;  // forward
   int64_t batch_size = 16, top_k = 5, max_length = 0;
@@ -128,16 +129,28 @@ infer::EmbedOptions embed_options(const InferOptions& o) {
 
 int run_embed(const InferOptions& o) {
   const auto p = load(o, true, false);
-  for_chunks<std::string>(o, read_text, [&](const std::vector<std::string>& texts) {
-    for (const auto& e : p->embed(texts, embed_options(o), truncation(o))) std::cout << infer::embedding_json(e) << '\n';
+  // A sentence-transformers folder's prompt (--prompt-name, else its default_prompt_name) before each line.
+  const std::string prompt = p->prompt(o.prompt_name);
+  infer::EmbedOptions eo = embed_options(o);
+  for_chunks<std::string>(o, read_text, [&](std::vector<std::string> texts) {
+    for (std::string& t : texts) t = prompt + t;
+    eo.skip.assign(texts.size(), p->prompt_tokens(prompt));
+    for (const auto& e : p->embed(texts, eo, truncation(o))) std::cout << infer::embedding_json(e) << '\n';
   });
   return 0;
 }
 
 int run_similarity(const InferOptions& o) {
   const auto p = load(o, true, false);
-  for_chunks<std::pair<std::string, std::string>>(o, read_pair, [&](const auto& pairs) {
-    for (double s : p->similarity(pairs, embed_options(o), truncation(o))) {
+  const std::string prompt = p->prompt("");  // a sentence-transformers folder's default_prompt_name, as serve's /similarity
+  infer::EmbedOptions eo = embed_options(o);
+  for_chunks<std::pair<std::string, std::string>>(o, read_pair, [&](std::vector<std::pair<std::string, std::string>> pairs) {
+    for (auto& [a, b] : pairs) {
+      a = prompt + a;
+      b = prompt + b;
+    }
+    eo.skip.assign(2 * pairs.size(), p->prompt_tokens(prompt));  // similarity embeds a, b of each pair in turn
+    for (double s : p->similarity(pairs, eo, truncation(o))) {
       std::cout << "{\"similarity\": " << infer::json_number(s) << "}\n";
     }
   });
@@ -250,7 +263,7 @@ void add_linear_options(CLI::App* command, std::string& quantize, std::string& g
 void add_infer_commands(CLI::App& app, CommandTable& commands) {
   auto o = std::make_shared<InferOptions>();
   auto common = [&](CLI::App* c, bool batched) {
-    c->add_option("--model", o->model_dir, "Hugging Face model directory (config.json, vocab.txt, weights)")->required();
+    c->add_option("--model", o->model_dir, "Hugging Face model directory (config.json, vocab.txt, weights)")->transform(model_location())->required();
     c->add_option("--input", o->input, "Input file, one item per line (default: stdin)");
     c->add_option("--input-format", o->format, "auto ('{' starts a JSON line), text or jsonl")
         ->check(CLI::IsMember({"auto", "text", "jsonl"}))->capture_default_str();
@@ -282,10 +295,16 @@ void add_infer_commands(CLI::App& app, CommandTable& commands) {
   CLI::App* emb = common(app.add_subcommand("embed", "One embedding per line: JSONL {embedding}"), true);
   CLI::App* sim = common(app.add_subcommand("similarity", "Cosine similarity of pairs: {\"a\", \"b\"} JSON or a<TAB>b lines"), true);
   for (CLI::App* c : {emb, sim}) {
-    c->add_option("--pooling", o->pooling, "cls ([CLS] hidden state), mean (over the attention mask) or pooler (RoFormer-Sim's sentence vector)")
-        ->check(CLI::IsMember({"cls", "mean", "pooler"}))->capture_default_str();
+    c->add_option("--pooling", o->pooling,
+                  "auto (a sentence-transformers folder's Pooling, Dense and Normalize modules, else cls), or one mode "
+                  "instead of them: cls ([CLS] hidden state), mean (over the attention mask), pooler (RoFormer-Sim's "
+                  "sentence vector), max, mean_sqrt_len, weightedmean or lasttoken")
+        ->check(CLI::IsMember(infer::pooling_names()))->capture_default_str();
     c->add_flag("--normalize", o->normalize, "L2-normalise the embeddings");
   }
+  emb->add_option("--prompt-name", o->prompt_name,
+                  "The prompt of a sentence-transformers folder (config_sentence_transformers.json) put before each line "
+                  "(default: its default_prompt_name)");
   CLI::App* cls = common(app.add_subcommand("classify", "Sequence classification (RoFormerForSequenceClassification head)"), true);
   cls->add_flag("--pairs", o->pairs, "Sentence pairs: {\"text\", \"text_pair\"} or {\"a\", \"b\"} JSON, or a<TAB>b lines");
   cls->add_option("--function", o->function,
@@ -312,7 +331,7 @@ void add_infer_commands(CLI::App& app, CommandTable& commands) {
   qa->add_flag("--handle-impossible-answer", o->qa.handle_impossible_answer,
                "The empty answer (\"no answer\") competes, scored by [CLS] (SQuAD v2.0 models)");
   CLI::App* fwd = app.add_subcommand("forward", "Run a safetensors batch; write every hidden state and attention map");
-  fwd->add_option("--model", o->model_dir, "Hugging Face model directory (config.json, weights)")->required();
+  fwd->add_option("--model", o->model_dir, "Hugging Face model directory (config.json, weights)")->transform(model_location())->required();
   fwd->add_option("--inputs", o->inputs, "safetensors with input_ids [, attention_mask, token_type_ids] (I64, (B, T))")->required();
   fwd->add_option("--out", o->out, "Output safetensors (written atomically)")->required();
   fwd->add_option("--threads", o->threads, "OpenMP threads (0: all)")->check(roformer::thread_count());

@@ -11,6 +11,7 @@
 
 #include "base/words.h"
 #include "commands.h"
+#include "model_option.h"
 #include "curves.h"
 #include "thread_option.h"
 #include "io/atomic_file.h"
@@ -237,7 +238,7 @@ void add_train_command(CLI::App& app, CommandTable& commands, const std::shared_
 // `roformer eval`: validation loss of a checkpoint, or (--lengths) perplexity by window length.
 void add_eval_command(CLI::App& app, CommandTable& commands, const std::shared_ptr<ModelCommandOptions>& o) {
   CLI::App* ev = app.add_subcommand("eval", "Validation loss and perplexity of a checkpoint");
-  ev->add_option("--model", o->model_dir, "Checkpoint directory (e.g. runs/x/step-001000)")->required();
+  ev->add_option("--model", o->model_dir, "Checkpoint directory (e.g. runs/x/step-001000)")->transform(model_location())->required();
   ev->add_option("--data", o->data, "Text file; its last --val-fraction is evaluated")->required();
   // Defaults: a `roformer train` checkpoint's own (its --batch, --seq, --eval-batches, --val-fraction, --seed).
   auto set = [o](bool* flag) { return [o, flag](const std::string&) { *flag = true; }; };
@@ -268,7 +269,7 @@ void add_eval_command(CLI::App& app, CommandTable& commands, const std::shared_p
 // `roformer generate`: sampling, greedy or beam search (model::decode).
 void add_generate_command(CLI::App& app, CommandTable& commands, const std::shared_ptr<ModelCommandOptions>& o) {
   CLI::App* gen = app.add_subcommand("generate", "Continue text with a causal-LM checkpoint: sampling, greedy or beam search");
-  gen->add_option("--model", o->model_dir, "Checkpoint directory")->required();
+  gen->add_option("--model", o->model_dir, "Checkpoint directory")->transform(model_location())->required();
   gen->add_option("--prompt", o->prompt, "Text to continue");
   gen->add_option("--tokens", o->tokens, "Tokens to generate (fewer, with a note, where the context ends)")->check(CLI::NonNegativeNumber)->capture_default_str();
   CLI::Option* temperature = gen->add_option("--temperature", o->temperature, "Sampling temperature (0: greedy)")

@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "commands.h"
+#include "model_option.h"
 #include "io/atomic_file.h"
 #include "io/output_path.h"
 #include "io/safetensors.h"
@@ -109,7 +110,7 @@ int run_quantize(const QuantizeOptions& o) {
 void add_quantize_command(CLI::App& app, CommandTable& commands) {
   auto o = std::make_shared<QuantizeOptions>();
   CLI::App* q = app.add_subcommand("quantize", "Write an int8 copy of a model directory (served with --quantize auto)");
-  q->add_option("--model", o->model, "Hugging Face RoFormer model directory")->required();
+  q->add_option("--model", o->model, "Hugging Face RoFormer model directory")->transform(model_location())->required();
   q->add_option("--out", o->out, "Output directory (config and tokenizer files copied, model.safetensors written)")
       ->required();
   commands.add(q, [o] { return run_quantize(*o); });

@@ -10,6 +10,7 @@
 #include <memory>
 
 #include "commands.h"
+#include "model_option.h"
 #include "thread_option.h"
 #include "load/model_dir.h"
 #include "infer/pipeline.h"
@@ -20,7 +21,7 @@ namespace roformer {
 namespace {
 
 struct ServeOptions {
-  std::string model_dir, model_id, jieba_dict, rope_scaling, pooling = "cls";
+  std::string model_dir, model_id, jieba_dict, rope_scaling, pooling = "auto";
   std::string quantize = "auto", gemm = "auto";
   double max_padding = 0.1;
   server::ServerOptions server;
@@ -84,6 +85,7 @@ int run_serve(ServeOptions& o) {
   lo.release_packed_arena = true;
   const std::unique_ptr<infer::Pipeline> p = infer::Pipeline::load(o.model_dir, lo);
   p->set_max_padding(o.max_padding);
+  p->prompt(api.default_prompt_name);  // --default-prompt-name: one of the folder's prompts, or an error now
   return server::serve_forever({.pipeline = p.get()}, o.server);
 }
 
@@ -94,7 +96,7 @@ void add_serve_command(CLI::App& app, CommandTable& commands) {
   server::ServerOptions& s = o->server;
   server::SchedulerOptions& q = s.api.scheduler;
   CLI::App* c = app.add_subcommand("serve", "HTTP server with TEI- and OpenAI-compatible routes (docs/serve.md)");
-  c->add_option("--model", o->model_dir, "Hugging Face model directory (config.json, vocab.txt, weights), or a translate-train checkpoint")->required();
+  c->add_option("--model", o->model_dir, "Hugging Face model directory (config.json, vocab.txt, weights), or a translate-train checkpoint")->transform(model_location())->required();
   c->add_option("--model-id", o->model_id, "The name /info and OpenAI's \"model\" report (default: the directory's name)");
   c->add_option("--host", s.host, "Loopback address to listen on")
       ->check(CLI::IsMember({"127.0.0.1", "::1", "localhost"}))->capture_default_str();
@@ -141,8 +143,13 @@ void add_serve_command(CLI::App& app, CommandTable& commands) {
                 "Seconds after SIGINT/SIGTERM to answer accepted requests; then queued ones get 503 and it exits")
       ->check(CLI::Range(0.0, 86400.0))->capture_default_str();
   c->add_flag("--access-log,!--no-access-log", s.access_log, "One JSON line per request on stderr (default on)");
-  c->add_option("--pooling", o->pooling, "cls ([CLS] hidden state), mean (over the attention mask) or pooler")
-      ->check(CLI::IsMember({"cls", "mean", "pooler"}))->capture_default_str();
+  c->add_option("--pooling", o->pooling,
+                "auto (a sentence-transformers folder's Pooling, Dense and Normalize modules, else cls), or one mode "
+                "instead of them: cls, mean, pooler, max, mean_sqrt_len, weightedmean or lasttoken")
+      ->check(CLI::IsMember(infer::pooling_names()))->capture_default_str();
+  c->add_option("--default-prompt-name", s.api.default_prompt_name,
+                "The sentence-transformers prompt for embedding requests without prompt_name (default: the folder's "
+                "default_prompt_name)");
   c->add_option("--threads", q.threads, "OpenMP threads of the model thread (0: all)")->check(roformer::thread_count());
   c->add_option("--jieba-dict", o->jieba_dict, "jieba dict.txt (default: $ROFORMER_JIEBA_DICT, python3-jieba's)");
   c->add_option("--rope-scaling", o->rope_scaling,

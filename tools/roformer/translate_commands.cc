@@ -16,6 +16,7 @@
 #include <omp.h>
 
 #include "commands.h"
+#include "model_option.h"
 #include "curves.h"
 #include "thread_option.h"
 #include "io/lines.h"
@@ -257,7 +258,7 @@ void add_translate_command(CLI::App& app, CommandTable& commands, const std::sha
   model::DecodeOptions& d = c->decode;
   d.max_len_a = 1.5, d.max_len_b = 10;
   CLI::App* tr = app.add_subcommand("translate", "Translate text with a translate-train checkpoint (beam search)");
-  tr->add_option("--model", c->model_dir, "Checkpoint directory (config.json, model.safetensors, spm.model)")->required();
+  tr->add_option("--model", c->model_dir, "Checkpoint directory (config.json, model.safetensors, spm.model)")->transform(model_location())->required();
   tr->add_option("--input", c->input, "Text lines or JSONL ('-': stdin)")->capture_default_str();
   tr->add_option("--output", c->output, "Write here (atomically) instead of stdout");
   tr->add_option("--format", c->format, "text (a line each) or jsonl (objects with --source-key)")
