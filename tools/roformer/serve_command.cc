@@ -20,7 +20,7 @@ namespace {
 
 struct ServeOptions {
   std::string model_dir, model_id, jieba_dict, rope_scaling, pooling = "cls";
-  std::string quantize = "auto", gemm = "auto";
+  model::LinearOptions linears;  // --quantize, --gemm
   double max_padding = 0.1;
   server::ServerOptions server;
 };
@@ -58,8 +58,7 @@ int run_serve(ServeOptions& o) {
     }
   }
   infer::LoadOptions lo;
-  lo.quantize = o.quantize;
-  lo.gemm = o.gemm;
+  static_cast<model::LinearOptions&>(lo) = o.linears;
   if (load::is_seq2seq(o.model_dir)) {  // translate-train's encoder-decoder: POST /translate
     const std::unique_ptr<infer::Translator> t = infer::Translator::load(o.model_dir, lo);
     return server::serve_forever({.translator = t.get()}, o.server);
@@ -125,7 +124,7 @@ void add_serve_command(CLI::App& app, CommandTable& commands) {
   c->add_option("--jieba-dict", o->jieba_dict, "jieba dict.txt (default: $ROFORMER_JIEBA_DICT, python3-jieba's)");
   c->add_option("--rope-scaling", o->rope_scaling,
                 "Accept inputs up to F x max_position_embeddings: linear:F, ntk:F, dynamic-ntk:F:ORIG, yarn:F:ORIG, llama3:F:ORIG");
-  add_linear_options(c, o->quantize, o->gemm);
+  add_linear_options(c, o->linears);
   commands.add(c, [o] { return run_serve(*o); });
 }
 
