@@ -60,7 +60,7 @@ int run_translate_train(TranslateCli& c) {
   c.train.model.embedding_size = c.train.model.hidden_size;
   c.train.progress = !c.no_progress;
   const train::TranslateTrainResult r = train::run_translate_training(c.train, c.resume, render_curves);
-  if (r.exit_code == 0) {
+  if (r.exit_code == 0 && r.last_eval.step > 0) {  // a finished run resumed evaluates nothing
     const auto bleu = r.last_eval.metrics.find("bleu");
     fmt::print("validation loss {:.4f}, BLEU {:.2f}\n", r.last_eval.val_loss, bleu == r.last_eval.metrics.end() ? NAN : bleu->second);
   }
