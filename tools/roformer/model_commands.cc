@@ -306,10 +306,12 @@ void refuse_options_on_resume(const CLI::App* command, const std::vector<std::st
 }
 
 void add_loop_options(CLI::App* command, train::LoopSettings& loop, const std::string& patience_metric) {
-  command->add_option("--eval-every", loop.eval_every, "Steps between evaluations (0: at each epoch's end; "
-                      "the last step is always evaluated)")->capture_default_str();
-  command->add_option("--save-every", loop.save_every, "Steps between checkpoints, besides those of the "
-                      "evaluations, the last step and a stop (0: none)")->capture_default_str();
+  command->add_option("--eval-every", loop.eval_every, "Steps between evaluations (0: at each epoch's end, or "
+                      "only the last step where the data has no epochs); the last step is always evaluated")
+      ->capture_default_str();
+  command->add_option("--save-every", loop.save_every, "A checkpoint every this many steps (0: none), besides those "
+                      "at the last step, on a stop and (finetune, translate-train) at each evaluation")
+      ->capture_default_str();
   command->add_option("--keep-checkpoints", loop.keep_checkpoints, "Step checkpoints kept, the newest")->capture_default_str();
   command->add_option("--patience", loop.patience, "Stop after this many evaluations without a better " +
                       patience_metric + " (0: never)")->capture_default_str();
