@@ -56,9 +56,9 @@ void adopt_stored_classifier(model::RoFormerConfig& c, const io::WeightStore& w)
 // A tokenizer gives ids below the model's vocabulary: a char/byte tokenizer defines the vocabulary
 // (equal sizes); an HF vocabulary may be padded to more embedding rows than vocab.txt has lines.
 void check_tokenizer_fits(const text::Tokenizer& tok, int64_t vocab_size, const std::string& dir) {
-  const bool defines_vocabulary = tok.kind() == "byte" || tok.kind() == "char";
+  const bool defines_vocabulary = tok.kind() == text::TokenizerKind::byte || tok.kind() == text::TokenizerKind::character;
   if (defines_vocabulary ? tok.vocab_size() != vocab_size : tok.vocab_size() > vocab_size) {
-    throw io::Error(dir + ": the " + tok.kind() + " tokenizer has " + std::to_string(tok.vocab_size()) +
+    throw io::Error(dir + ": the " + tok.kind_name() + " tokenizer has " + std::to_string(tok.vocab_size()) +
                     " tokens, which do not fit the model's vocab_size " + std::to_string(vocab_size) +
                     " (config.json)");
   }
@@ -128,7 +128,7 @@ const text::RoFormerTokenizer& Model::wordpiece(const std::string& who) const {
   const auto* wp = dynamic_cast<const text::RoFormerTokenizer*>(tokenizer.get());
   if (!wp) {
     throw io::Error(dir + ": a WordPiece tokenizer (vocab.txt) is what " + who + " read; this directory has " +
-                    (tokenizer ? "a " + tokenizer->kind() + " tokenizer" : std::string("none")));
+                    (tokenizer ? "a " + tokenizer->kind_name() + " tokenizer" : std::string("none")));
   }
   return *wp;
 }

@@ -30,13 +30,37 @@ const HeadDef* find_head(const std::string& architecture) {
   return nullptr;
 }
 
-const HeadDef& head_named(const std::string& name) {
-  std::string known;
-  for (const HeadDef* h : head_registry()) {
-    if (name == h->architecture() || name == h->task()) return *h;
-    known += std::string(known.empty() ? "" : ", ") + h->task();
+const char* head_task_name(HeadTask t) {
+  switch (t) {
+    case HeadTask::text_classification: return "text-classification";
+    case HeadTask::token_classification: return "token-classification";
+    case HeadTask::question_answering: return "question-answering";
+    case HeadTask::multiple_choice: return "multiple-choice";
   }
-  throw std::invalid_argument("unknown task '" + name + "' (" + known + ")");
+  return "?";
+}
+
+HeadTask parse_head_task(const std::string& name) {
+  for (HeadTask t : {HeadTask::text_classification, HeadTask::token_classification, HeadTask::question_answering,
+                     HeadTask::multiple_choice}) {
+    if (name == head_task_name(t)) return t;
+  }
+  throw std::invalid_argument("unknown task '" + name +
+                              "' (text-classification, token-classification, question-answering, multiple-choice)");
+}
+
+const HeadDef& head_named(const std::string& name) {
+  for (const HeadDef* h : head_registry()) {
+    if (name == h->architecture()) return *h;
+  }
+  return head_of(parse_head_task(name));
+}
+
+const HeadDef& head_of(HeadTask task) {
+  for (const HeadDef* h : head_registry()) {
+    if (h->task() == task) return *h;
+  }
+  throw std::logic_error(std::string("no head for task ") + head_task_name(task));
 }
 
 std::vector<double> apply_class_function(const std::string& function, const float* logits, int64_t n) {

@@ -26,6 +26,13 @@ namespace model {
 // positions, special tokens and continuation sub-tokens of token classification.
 constexpr int64_t kIgnoreIndex = -100;
 
+// The task of a head, as `roformer finetune --task` names it (head_task_name: "text-classification",
+// "token-classification", "question-answering", "multiple-choice"); parse_head_task throws
+// std::invalid_argument naming the ones there are.
+enum class HeadTask { text_classification, token_classification, question_answering, multiple_choice };
+const char* head_task_name(HeadTask t);
+HeadTask parse_head_task(const std::string& name);
+
 struct HeadTensor {
   std::string name;            // HF state-dict name (e.g. "classifier.weight")
   std::vector<int64_t> shape;  // PyTorch layout
@@ -98,7 +105,7 @@ class HeadDef {
  public:
   virtual ~HeadDef() = default;
   virtual const char* architecture() const = 0;  // "RoFormerForTokenClassification"
-  virtual const char* task() const = 0;          // the task's name on the command line: "token-classification"
+  virtual HeadTask task() const = 0;             // HeadTask::token_classification
   // Whether id2label / num_labels in config.json size the head (a multiple-choice head has one output).
   virtual bool uses_labels() const { return true; }
   // The head's tensors for config c, appended to the encoder's in the parameter arena.
@@ -133,6 +140,8 @@ const HeadDef* find_head(const std::string& architecture);
 // The head of a task name ("token-classification", ...) or of an architecture; std::invalid_argument
 // naming the ones there are otherwise.
 const HeadDef& head_named(const std::string& name);
+// The registry's head of a task.
+const HeadDef& head_of(HeadTask task);
 
 // HF's cross-entropy over rows of `width` logits with targets (`ignore` entries not counted):
 // Σ −log softmax(z)[y] over counted rows; dlogits (rows, width), when given, WRITTEN with

@@ -549,26 +549,53 @@ int64_t RoFormer<T>::counted() const {
 template class RoFormer<float>;
 template class RoFormer<double>;
 
-void check_linear_options(const LinearOptions& o) {
-  if (o.quantize != "auto" && o.quantize != "none" && o.quantize != "int8" && o.quantize != "bf16") {
-    throw io::Error("--quantize " + o.quantize + ": expected auto, none, int8 or bf16");
+const char* quantize_name(Quantize q) {
+  switch (q) {
+    case Quantize::automatic: return "auto";
+    case Quantize::none: return "none";
+    case Quantize::int8: return "int8";
+    case Quantize::bf16: return "bf16";
   }
-  if (o.quantize == "bf16" && !ops::bf16_is_native()) {
+  return "?";
+}
+
+Quantize parse_quantize(const std::string& name) {
+  for (Quantize q : {Quantize::automatic, Quantize::none, Quantize::int8, Quantize::bf16}) {
+    if (name == quantize_name(q)) return q;
+  }
+  throw std::invalid_argument("unknown quantize '" + name + "' (auto, none, int8, bf16)");
+}
+
+const char* gemm_name(Gemm g) {
+  switch (g) {
+    case Gemm::automatic: return "auto";
+    case Gemm::packed: return "packed";
+    case Gemm::blas: return "blas";
+  }
+  return "?";
+}
+
+Gemm parse_gemm(const std::string& name) {
+  for (Gemm g : {Gemm::automatic, Gemm::packed, Gemm::blas}) {
+    if (name == gemm_name(g)) return g;
+  }
+  throw std::invalid_argument("unknown gemm '" + name + "' (auto, packed, blas)");
+}
+
+void check_linear_options(const LinearOptions& o) {
+  if (o.quantize == Quantize::bf16 && !ops::bf16_is_native()) {
     throw io::Error("--quantize bf16: this CPU has no native bf16 dot products (AVX512-BF16 or AMX; oneDNN finds " +
                     ops::cpu_isa_name() + "); use int8 or none");
-  }
-  if (o.gemm != "auto" && o.gemm != "packed" && o.gemm != "blas") {
-    throw io::Error("--gemm " + o.gemm + ": expected auto, packed or blas");
   }
 }
 
 void prepare_for_inference(RoFormer<float>& m, const LinearOptions& o, bool int8_checkpoint, bool release_arena) {
   check_linear_options(o);
-  if (o.quantize == "int8" || (o.quantize == "auto" && int8_checkpoint)) {
+  if (o.quantize == Quantize::int8 || (o.quantize == Quantize::automatic && int8_checkpoint)) {
     m.pack(ops::Precision::int8, release_arena);
-  } else if (o.quantize == "bf16") {
+  } else if (o.quantize == Quantize::bf16) {
     m.pack(ops::Precision::bf16, release_arena);
-  } else if (o.gemm == "packed" || (o.gemm == "auto" && ops::packed_f32_is_native())) {
+  } else if (o.gemm == Gemm::packed || (o.gemm == Gemm::automatic && ops::packed_f32_is_native())) {
     m.pack(ops::Precision::f32, release_arena);
   }
 }

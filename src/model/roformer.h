@@ -202,17 +202,25 @@ extern template class RoFormer<double>;
 
 // How an inference run's linear layers compute: the --quantize and --gemm of every command that runs
 // a model (the encoder commands, forward, generate, eval, translate, finetune --predict, bench infer).
-//   quantize: "none" (fp32), "int8" (oneDNN dynamic int8, ops/packed_linear.h), "bf16" (oneDNN bf16
-//   GEMMs with fp32 accumulation; CPUs with AVX512-BF16 or AMX only), or "auto": int8 for a checkpoint
-//   `roformer quantize` wrote, else fp32;
-//   gemm, for fp32: "packed" (oneDNN, weights packed at load), "blas" (OpenBLAS on the arena, as
-//   training runs) or "auto" (packed where oneDNN has its own fp32 kernel, else blas).
+//   quantize: none (fp32), int8 (oneDNN dynamic int8, ops/packed_linear.h), bf16 (oneDNN bf16 GEMMs
+//   with fp32 accumulation; CPUs with AVX512-BF16 or AMX only), or automatic ("auto"): int8 for a
+//   checkpoint `roformer quantize` wrote, else fp32;
+//   gemm, for fp32: packed (oneDNN, weights packed at load), blas (OpenBLAS on the arena, as
+//   training runs) or automatic ("auto": packed where oneDNN has its own fp32 kernel, else blas).
+enum class Quantize { automatic, none, int8, bf16 };
+enum class Gemm { automatic, packed, blas };
 struct LinearOptions {
-  std::string quantize = "auto";
-  std::string gemm = "auto";
+  Quantize quantize = Quantize::automatic;
+  Gemm gemm = Gemm::automatic;
 };
+// The command-line names ("auto", "none", "int8", "bf16"; "auto", "packed", "blas"); the parsers
+// throw std::invalid_argument naming the option and the names it takes.
+const char* quantize_name(Quantize q);
+Quantize parse_quantize(const std::string& name);
+const char* gemm_name(Gemm g);
+Gemm parse_gemm(const std::string& name);
 
-// Throws io::Error naming the option ("--quantize int4: expected auto, none, int8 or bf16"; bf16 on a
+// Throws io::Error naming the option where the CPU cannot run what it asks for (--quantize bf16 on a
 // CPU without native bf16 names oneDNN's kernel family), so that a run fails before it loads or trains.
 void check_linear_options(const LinearOptions& options);
 

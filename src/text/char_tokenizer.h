@@ -63,7 +63,7 @@ class CharTokenizer final : public Tokenizer {
   std::string decode_ids(const std::vector<int32_t>& ids) const override;
 
   int64_t vocab_size() const override;
-  std::string kind() const override { return level_ == Level::Byte ? "byte" : "char"; }
+  TokenizerKind kind() const override { return level_ == Level::Byte ? TokenizerKind::byte : TokenizerKind::character; }
   SpecialIds specials() const override { return {kPad, kUnk, kCls, kSep, kMask}; }
   Level level() const { return level_; }
   bool is_special(int32_t id) const { return id >= 0 && id < kNumSpecial; }

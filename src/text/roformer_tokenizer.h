@@ -186,7 +186,7 @@ class RoFormerTokenizer final : public Tokenizer {
   const Jieba* jieba() const { return jieba_.get(); }
 
   // ---- text::Tokenizer ----
-  std::string kind() const override { return "wordpiece"; }
+  TokenizerKind kind() const override { return TokenizerKind::wordpiece; }
   int64_t vocab_size() const override { return size_; }
   SpecialIds specials() const override { return {pad_id_, unk_id_, cls_id_, sep_id_, mask_id_}; }
   // specials() and the additional special tokens.

@@ -72,7 +72,7 @@ class SentencePiece final : public Tokenizer {
   const std::string& serialized() const { return serialized_; }
 
   // ---- text::Tokenizer ----
-  std::string kind() const override { return "sentencepiece"; }
+  TokenizerKind kind() const override { return TokenizerKind::sentencepiece; }
   SpecialIds specials() const override;
   std::vector<int32_t> encode_ids(std::string_view text) const override;
   std::string decode_ids(const std::vector<int32_t>& ids) const override;

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <filesystem>
+#include <stdexcept>
 
 #include "base/error.h"
 #include "text/char_tokenizer.h"
@@ -11,6 +12,24 @@
 #include "text/sentencepiece.h"
 
 namespace text {
+
+const char* tokenizer_kind_name(TokenizerKind k) {
+  switch (k) {
+    case TokenizerKind::byte: return "byte";
+    case TokenizerKind::character: return "char";
+    case TokenizerKind::wordpiece: return "wordpiece";
+    case TokenizerKind::sentencepiece: return "sentencepiece";
+  }
+  return "?";
+}
+
+TokenizerKind parse_tokenizer_kind(const std::string& name) {
+  for (TokenizerKind k : {TokenizerKind::byte, TokenizerKind::character, TokenizerKind::wordpiece,
+                          TokenizerKind::sentencepiece}) {
+    if (name == tokenizer_kind_name(k)) return k;
+  }
+  throw std::invalid_argument("unknown tokenizer '" + name + "' (byte, char, wordpiece, sentencepiece)");
+}
 
 std::vector<int32_t> Tokenizer::special_ids() const {
   const SpecialIds s = specials();

@@ -42,11 +42,19 @@ struct SpecialIds {
   int32_t mask = -1;  // [MASK]; SentencePiece has none
 };
 
+// What a tokenizer is; tokenizer_kind_name gives "byte", "char", "wordpiece" or "sentencepiece" (as
+// `roformer train --tokenizer` and the saved training options name them), and parse_tokenizer_kind
+// throws std::invalid_argument naming the ones there are.
+enum class TokenizerKind { byte, character, wordpiece, sentencepiece };
+const char* tokenizer_kind_name(TokenizerKind k);
+TokenizerKind parse_tokenizer_kind(const std::string& name);
+
 class Tokenizer {
  public:
   virtual ~Tokenizer() = default;
 
-  virtual std::string kind() const = 0;  // "byte", "char", "wordpiece" or "sentencepiece"
+  virtual TokenizerKind kind() const = 0;
+  std::string kind_name() const { return tokenizer_kind_name(kind()); }
   virtual int64_t vocab_size() const = 0;
   virtual SpecialIds specials() const = 0;
   // Never masked, never sampled. By default the non-negative ids of specials(), sorted, distinct.

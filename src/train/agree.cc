@@ -57,7 +57,7 @@ std::vector<RankFact> run_facts(const std::string& model_config_json, const text
   std::vector<RankFact> facts = {binary_fact(), text_fact("model config", model_config_json, "its config JSON")};
   // Every token as the tokenizer spells it: vocab.txt's lines (special tokens and ## included) and the
   // normalisation for WordPiece; the decoded id otherwise (character, byte and SentencePiece tokenizers).
-  std::string tokens = tokenizer.kind();
+  std::string tokens = tokenizer.kind_name();
   if (const auto* wp = dynamic_cast<const text::RoFormerTokenizer*>(&tokenizer)) {
     const text::TokenizerConfig& c = wp->config();
     tokens += c.do_lower_case ? " lower" : " cased";
@@ -69,7 +69,7 @@ std::vector<RankFact> run_facts(const std::string& model_config_json, const text
     }
   }
   facts.push_back(text_fact("tokenizer", tokens,
-                            "a " + tokenizer.kind() + " tokenizer of " + std::to_string(tokenizer.vocab_size()) + " tokens"));
+                            "a " + tokenizer.kind_name() + " tokenizer of " + std::to_string(tokenizer.vocab_size()) + " tokens"));
   for (const auto& [name, path] : files) {
     if (!path.empty()) facts.push_back(file_fact(name, path));
   }

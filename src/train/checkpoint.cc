@@ -144,7 +144,17 @@ ResumePoint resume_point(const std::string& out_dir, const std::string& what) {
   if (dir.empty()) throw io::Error(out_dir + ": no checkpoint to resume from (no 'latest')");
   const io::SafeTensors st(dir + "/optimizer.safetensors");
   if (!st.metadata().count("options")) throw io::Error(dir + ": no " + what + " options in the checkpoint");
-  return {dir, st.metadata().at("options")};
+  ResumePoint at{dir, st.metadata().at("options")};
+  if (const auto it = st.metadata().find("trainer_state"); it != st.metadata().end()) {
+    try {
+      const auto j = nlohmann::json::parse(it->second);
+      at.step = j.value("step", int64_t{0});
+      if (j.contains("task")) at.task_json = j["task"].dump();
+    } catch (const nlohmann::json::exception& e) {
+      throw io::Error(dir + "/optimizer.safetensors: bad trainer state: " + e.what());
+    }
+  }
+  return at;
 }
 
 TrainerState load_optimizer(const std::string& dir, const model::Trainable<float>& m, AdamW& opt) {

@@ -51,11 +51,13 @@ int64_t checkpoint_step(const std::string& dir);
 // The directory `latest` points at in out_dir, or "" when there is none.
 std::string latest_checkpoint(const std::string& out_dir);
 
-// Where `--resume` continues a run directory: its latest checkpoint and the options JSON stored in it
-// (`what` names the run kind in the error). Throws io::Error when out has no checkpoint or it holds
-// no options.
+// Where `--resume` continues a run directory: its latest checkpoint, the options JSON stored in it,
+// and its step and loop bookkeeping (TrainerState's, read again by load_optimizer) (`what` names the
+// run kind in the error). Throws io::Error when out has no checkpoint or it holds no options.
 struct ResumePoint {
   std::string dir, options_json;
+  int64_t step = 0;
+  std::string task_json;  // TrainerState::task_json
 };
 ResumePoint resume_point(const std::string& out_dir, const std::string& what);
 

@@ -51,7 +51,7 @@ ExtrapolationResult evaluate_extrapolation(const ExtrapolationOptions& o) {
   r.lengths = o.lengths;
   const auto corpus = lm_corpus(*lm.tokenizer, o.data, o.val_fraction, lm.config.vocab_size);
   TrainOptions eval;
-  eval.task = "clm";
+  eval.task = LmObjective::clm;
   for (const auto& method : o.methods) {
     std::vector<double> row;
     for (int64_t L : o.lengths) {

@@ -247,9 +247,9 @@ class FinetuneRun : public Recipe {
   TaskRows answer_rows();
   void require_examples(size_t train, size_t validation) const;
   void build_model(const std::vector<data::LabeledExample>& train_rows, const std::vector<std::string>& tags);
-  bool per_token() const { return o_.task == "token-classification"; }
-  bool choices() const { return o_.task == "multiple-choice"; }
-  bool qa() const { return o_.task == "question-answering"; }
+  bool per_token() const { return o_.task == model::HeadTask::token_classification; }
+  bool choices() const { return o_.task == model::HeadTask::multiple_choice; }
+  bool qa() const { return o_.task == model::HeadTask::question_answering; }
   int64_t doc_stride() const { return o_.doc_stride >= 0 ? o_.doc_stride : std::min<int64_t>(128, o_.max_length / 3); }
   data::ChoiceColumns choice_columns() const {
     data::ChoiceColumns c = o_.choice;
@@ -306,11 +306,11 @@ void FinetuneRun::build_model(const std::vector<data::LabeledExample>& train_row
   r.mlm_head = false;  // an MLM/causal-LM checkpoint's head and pooler are not part of a classifier
   r.skip = {"cls.", "roformer.pooler."};
   // A pre-trained encoder has no task head: the new head keeps its initialisation.
-  for (const model::HeadTensor& t : model::head_named(o_.task).tensors(model::RoFormerConfig{})) r.optional.push_back(t.name);
+  for (const model::HeadTensor& t : model::head_of(o_.task).tensors(model::RoFormerConfig{})) r.optional.push_back(t.name);
   r.init_seed = o_.seed;
   r.configure = [&](model::RoFormerConfig& c) {
     if (resume_dir_.empty()) {
-      c.set_head(o_.task);
+      c.head = &model::head_of(o_.task);
       if (per_token()) {
         c.problem_type = model::ProblemType::none;
         c.labels = tags;
@@ -444,9 +444,9 @@ void FinetuneRun::prepare() {
                                       {"model weights", o_.model + "/model.safetensors"},
                                       {"resumed checkpoint", resume_dir_.empty() ? "" : resume_dir_ + "/optimizer.safetensors"}},
                                      o_.to_json()));
-  precision_ = apply_precision(*m_, o_.precision);
+  precision_ = apply_precision(*m_, o_.loop.precision);
   trainer_ = std::make_unique<Trainer>(
-      *m_, *task_, TrainerConfig{sched, adamw, o_.clip, o_.seed, o_.grad_accum, &comm_, o_.bucket_mb, o_.zero1});
+      *m_, *task_, TrainerConfig{sched, adamw, o_.clip, o_.seed, o_.loop.grad_accum, &comm_, o_.loop.bucket_mb, o_.loop.zero1});
   if (!resume_dir_.empty()) {
     state_ = restore_optimizer(resume_dir_, *trainer_, adamw);
   } else {
@@ -484,7 +484,7 @@ void FinetuneRun::evaluate(EvalRecord& rec) {
   }
   rec.metrics["loss"] = rec.val_loss;
   if (!rec.metrics.count(metric_)) {
-    throw std::invalid_argument("--metric " + metric_ + " is not computed for " + cfg_.head->task() +
+    throw std::invalid_argument("--metric " + metric_ + " is not computed for " + model::head_task_name(cfg_.head->task()) +
                                 (cfg_.problem_type == model::ProblemType::none ? "" : std::string(" ") + model::problem_type_name(cfg_.problem_type)));
   }
 }
@@ -672,10 +672,9 @@ void FinetuneRun::write_answer_predictions() {
 FinetuneResult FinetuneRun::run(const ReportHook& on_report) {
   // A run that trained all its steps, or stopped early (--patience evaluations without progress), has
   // nothing left to train: --resume then only writes the predictions it is asked for, from best/.
-  int64_t bad_evals = 0;
-  if (!state_.task_json.empty()) bad_evals = json::parse(state_.task_json).value("bad_evals", int64_t{0});
+  const int64_t bad_evals = evaluations_without_improvement(state_.task_json, resume_dir_ + "/optimizer.safetensors");
   const bool finished = !resume_dir_.empty() &&
-                        (state_.step >= total_steps_ || (o_.patience > 0 && bad_evals >= o_.patience));
+                        (state_.step >= total_steps_ || (o_.loop.patience > 0 && bad_evals >= o_.loop.patience));
   if (finished) {
     if (writer_) {
       std::fprintf(stderr, "%s finished at step %lld%s: nothing to train%s\n", o_.out.c_str(),
@@ -688,7 +687,8 @@ FinetuneResult FinetuneRun::run(const ReportHook& on_report) {
   if (writer_) std::fprintf(stderr, "%s %s with %s on %s: %s (%s of %lld), batch %lld, lr %.2g, "
                "max length %lld, %s × %s, %s; best by %s\n",
                resume_dir_.empty() ? "fine-tuning" : "resuming",
-               (cfg_.problem_type == model::ProblemType::none ? cfg_.head->task() : model::problem_type_name(cfg_.problem_type)),
+               (cfg_.problem_type == model::ProblemType::none ? model::head_task_name(cfg_.head->task())
+                                                              : model::problem_type_name(cfg_.problem_type)),
                (choices() ? base::counted(group_, "choice") : base::counted(cfg_.num_labels(), "label")).c_str(),
                o_.model.c_str(),
                base::counted(total_steps_, "step").c_str(), base::counted(o_.epochs, "epoch").c_str(),
@@ -699,12 +699,13 @@ FinetuneResult FinetuneRun::run(const ReportHook& on_report) {
   lo.out = o_.out;
   lo.total_steps = total_steps_;
   lo.steps_per_epoch = task_->steps_per_epoch();
-  lo.eval_every = o_.eval_every;
-  lo.metric = metric_;
+  lo.eval_every = o_.loop.eval_every;
+  lo.save_every = o_.loop.save_every;
+  lo.metric = lo.best_metric = metric_;
   lo.higher_is_better = model::higher_is_better(metric_);
   lo.keep_best = true;
-  lo.patience = o_.patience;
-  lo.keep_checkpoints = static_cast<int>(o_.keep_checkpoints);
+  lo.patience = o_.loop.patience;
+  lo.keep_checkpoints = static_cast<int>(o_.loop.keep_checkpoints);
   lo.progress = o_.progress;
   lo.report.title = "fine-tuning: loss and validation " + metric_;
   RunLoop loop(std::move(lo), *trainer_, *this, state_, resume_dir_, on_report);
@@ -724,19 +725,18 @@ FinetuneResult FinetuneRun::run(const ReportHook& on_report) {
 }  // namespace
 
 std::string FinetuneOptions::to_json() const {
-  const json j = {{"model", model}, {"train", train}, {"validation", validation}, {"test", test},
+  json j = {{"model", model}, {"train", train}, {"validation", validation}, {"test", test},
                   {"text_column", columns.text}, {"text_pair_column", columns.text_pair},
                   {"label_column", columns.label}, {"problem_type", problem_type}, {"max_length", max_length},
-                  {"batch", batch}, {"epochs", epochs}, {"eval_every", eval_every}, {"patience", patience},
-                  {"keep_checkpoints", keep_checkpoints}, {"metric", metric}, {"lr", lr}, {"warmup_ratio", warmup_ratio}, {"weight_decay", weight_decay},
+                  {"batch", batch}, {"epochs", epochs}, {"metric", metric}, {"lr", lr}, {"warmup_ratio", warmup_ratio}, {"weight_decay", weight_decay},
                   {"clip", clip}, {"dropout", dropout}, {"rope_scaling", rope_scaling}, {"seed", seed},
-                  {"predict", predict}, {"grad_accum", grad_accum}, {"bucket_mb", bucket_mb}, {"zero1", zero1},
-                  {"threads", threads}, {"precision", precision}, {"task", task},
+                  {"predict", predict}, {"task", model::head_task_name(task)},
                   {"tokens_column", tagged.tokens}, {"tags_column", tagged.tags}, {"label_list", label_list},
                   {"label_all_tokens", label_all_tokens}, {"context_column", choice.context},
                   {"header_column", choice.header}, {"endings_column", choice.endings}, {"doc_stride", doc_stride},
                   {"n_best", qa.n_best}, {"max_answer_length", qa.max_answer_length}, {"version_2", qa.version_2},
                   {"null_threshold", qa.null_threshold}};
+  loop.to_json(j);
   return j.dump(2) + "\n";
 }
 
@@ -747,15 +747,13 @@ FinetuneOptions FinetuneOptions::from_json(const std::string& text) {
     o.model = j.at("model"), o.train = j.at("train"), o.validation = j.at("validation"), o.test = j.at("test");
     o.columns = {j.at("text_column"), j.at("text_pair_column"), j.at("label_column")};
     o.problem_type = j.at("problem_type"), o.max_length = j.at("max_length"), o.batch = j.at("batch");
-    o.epochs = j.at("epochs"), o.eval_every = j.at("eval_every"), o.patience = j.at("patience");
-    o.keep_checkpoints = j.value("keep_checkpoints", int64_t{2});  // runs saved before the option kept 2
+    o.epochs = j.at("epochs");
     o.metric = j.at("metric"), o.lr = j.at("lr"), o.warmup_ratio = j.at("warmup_ratio");
     o.weight_decay = j.at("weight_decay"), o.clip = j.at("clip"), o.dropout = j.at("dropout");
-    o.rope_scaling = j.at("rope_scaling"), o.seed = j.at("seed"), o.predict = j.at("predict"), o.threads = j.at("threads");
-    o.grad_accum = j.value("grad_accum", int64_t{1});  // absent in runs from before gradient accumulation
-    o.bucket_mb = j.value("bucket_mb", 4.0), o.zero1 = j.value("zero1", false);  // absent in older runs
-    o.precision = j.value("precision", "fp32");
-    o.task = j.value("task", "text-classification");  // absent in runs from before the head registry
+    o.rope_scaling = j.at("rope_scaling"), o.seed = j.at("seed"), o.predict = j.at("predict");
+    o.loop.from_json(j);  // fields absent in older runs keep their defaults (save_every 0: at evaluations only)
+    // absent in runs from before the head registry
+    o.task = model::parse_head_task(j.value("task", std::string(model::head_task_name(o.task))));
     o.tagged = {j.value("tokens_column", "tokens"), j.value("tags_column", "ner_tags")};
     o.label_list = j.value("label_list", std::vector<std::string>{});
     o.label_all_tokens = j.value("label_all_tokens", false);
@@ -764,6 +762,8 @@ FinetuneOptions FinetuneOptions::from_json(const std::string& text) {
     o.qa.n_best = j.value("n_best", int64_t{20}), o.qa.max_answer_length = j.value("max_answer_length", int64_t{30});
     o.qa.version_2 = j.value("version_2", false), o.qa.null_threshold = j.value("null_threshold", 0.0);
   } catch (const json::exception& e) {
+    throw io::Error(std::string("fine-tuning options: ") + e.what());
+  } catch (const std::invalid_argument& e) {
     throw io::Error(std::string("fine-tuning options: ") + e.what());
   }
   return o;
@@ -775,9 +775,6 @@ void FinetuneOptions::validate() const {
   };
   need(!model.empty(), "--model is required");
   need(!train.empty() && !validation.empty(), "--train and --validation are required");
-  need(task == "text-classification" || task == "token-classification" || task == "multiple-choice" ||
-           task == "question-answering",
-       "--task must be text-classification, token-classification, multiple-choice or question-answering");
   need(doc_stride >= -1, "--doc-stride must not be negative (-1: the default)");
   need(qa.n_best >= 1 && qa.max_answer_length >= 1, "--n-best and --max-answer-length must be positive");
   need(std::isfinite(qa.null_threshold), "--null-threshold must be finite");
@@ -795,10 +792,7 @@ void FinetuneOptions::validate() const {
   need(known_problem, "--problem-type must be single_label_classification, multi_label_classification or regression");
   need(max_length >= 2, "--max-length must be at least 2");
   need(batch > 0 && epochs > 0, "--batch and --epochs must be positive");
-  need(grad_accum >= 1 && grad_accum <= batch, "--grad-accum must be in [1, --batch]");
-  need(bucket_mb >= 0 && bucket_mb <= 65536, "--bucket-mb must be in [0, 65536]");
-  need(eval_every >= 0 && patience >= 0, "--eval-every and --patience must not be negative");
-  need(keep_checkpoints >= 1 && keep_checkpoints <= 1000000, "--keep-checkpoints must be in [1, 1000000]");
+  loop.validate(batch);
   need(lr > 0 && std::isfinite(lr), "--lr must be positive");
   need(warmup_ratio >= 0 && warmup_ratio <= 1, "--warmup-ratio must be in [0, 1]");
   need(weight_decay >= 0 && clip >= 0 && std::isfinite(weight_decay) && std::isfinite(clip),
@@ -816,11 +810,11 @@ FinetuneResult run_finetune(FinetuneOptions o, bool resume, const ReportHook& on
       saved.linears = given.linears;  // the predictions' linear layers, test set and wish are the invocation's
       if (!given.test.empty()) saved.test = given.test;
       saved.predict = saved.predict || given.predict;
-    });
+    }).dir;
   }
   o.validate();
-  apply_threads(o.threads, resume_dir);
-  o.precision = resolve_precision(o.precision, resume_dir);
+  apply_threads(o.loop.threads, resume_dir);
+  o.loop.precision = resolve_precision(o.loop.precision, resume_dir);
   FinetuneRun run(std::move(o), resume_dir);
   const FinetuneResult r = run.run(on_report);
   world().finish();

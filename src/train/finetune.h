@@ -27,8 +27,10 @@
 #include <vector>
 
 #include "data/labeled.h"
+#include "model/head.h"
 #include "model/heads/question_answering.h"
 #include "model/roformer.h"
+#include "train/loop_settings.h"
 #include "train/run_log.h"
 
 namespace train {
@@ -37,7 +39,7 @@ struct FinetuneOptions {
   std::string model;                 // HF RoFormer directory to start from
   std::string train, validation, test;  // labelled files (.jsonl, .tsv, .csv); test is optional
   std::string out = "runs/finetune";
-  std::string task = "text-classification";  // token-classification, multiple-choice (the head registry's task names)
+  model::HeadTask task = model::HeadTask::text_classification;  // the head to fine-tune (the head registry's tasks)
   data::LabeledColumns columns;      // text-classification's columns (label: also multiple-choice's)
   data::ChoiceColumns choice;        // multiple-choice's JSONL fields (its label is columns.label)
   // question-answering (SQuAD JSONL): windows of the context, and run_qa's post-processing
@@ -48,12 +50,9 @@ struct FinetuneOptions {
   bool label_all_tokens = false;     // token-classification: every sub-token of a word gets its tag
   std::string problem_type;          // "" = inferred from the training labels
   int64_t max_length = 128, batch = 32, epochs = 3;
-  int64_t grad_accum = 1;            // micro-batches per process and step (--batch stays the batch of a step)
-  double bucket_mb = 4;              // data-parallel: gradients summed in buckets of this many MiB (trainer.h)
-  bool zero1 = false;                // data-parallel: AdamW moments sharded over the ranks
-  int64_t eval_every = 0;            // steps between evaluations; 0 = at the end of each epoch
-  int64_t patience = 0;              // evaluations without improvement before stopping; 0 = never stop early
-  int64_t keep_checkpoints = 2;      // step-NNNNNN checkpoints kept, the newest (best/ is kept apart)
+  // Evaluations (each with a checkpoint), checkpoints, early stopping (on `metric`), threads, precision,
+  // data-parallel.
+  LoopSettings loop;
   std::string metric;                // the best checkpoint's metric; "" = accuracy, pearson or f1_micro by problem type
   double lr = 2e-5, warmup_ratio = 0.1, weight_decay = 0.01, clip = 1.0;
   double dropout = -1;               // hidden and attention dropout; < 0 = the model's own
@@ -61,8 +60,6 @@ struct FinetuneOptions {
   uint64_t seed = 42;
   bool predict = false;              // write out/predictions.jsonl for the test file with the best model
   model::LinearOptions linears;      // the predictions' linear layers (--quantize, --gemm)
-  int threads = 0;
-  std::string precision = "fp32";    // training products: fp32, bf16 (mixed) or auto (run_loop.h's resolve_precision)
   bool progress = true;
 
   // Everything but `out`, `progress` and `linears`, which a resumed run takes from its command line.

@@ -9,6 +9,15 @@
 
 namespace train {
 
+const char* lm_objective_name(LmObjective o) { return o == LmObjective::clm ? "clm" : "mlm"; }
+
+LmObjective parse_lm_objective(const std::string& name) {
+  for (LmObjective o : {LmObjective::clm, LmObjective::mlm}) {
+    if (name == lm_objective_name(o)) return o;
+  }
+  throw std::invalid_argument("unknown task '" + name + "' (clm, mlm)");
+}
+
 int64_t TokenTask::loss_count(const Batch& batch) const {
   return static_cast<int64_t>(batch.targets.size()) -
          std::count(batch.targets.begin(), batch.targets.end(), model::kIgnoreIndex);

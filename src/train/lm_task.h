@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cstdint>
+#include <string>
 #include <vector>
 
 #include "data/corpus.h"
@@ -29,6 +30,13 @@ class TokenTask : public Task {
   LossStats loss(const Model& m, const Batch& batch, int64_t normaliser);
   std::vector<float> probs_, d_logits_;  // (B·T, V)
 };
+
+// What a language model learns: clm (causal LM: next-token targets) or mlm (masked LM, BERT 80/10/10),
+// as `roformer train --task` and the saved training options name them; the parser throws
+// std::invalid_argument naming the ones there are.
+enum class LmObjective { clm, mlm };
+const char* lm_objective_name(LmObjective o);
+LmObjective parse_lm_objective(const std::string& name);
 
 struct LmTaskConfig {
   bool causal = true;        // false: masked LM

@@ -16,7 +16,7 @@ std::unique_ptr<data::WindowSource> lm_corpus(const text::Tokenizer& tok, const 
     return std::make_unique<data::Corpus>(path, *chars, val_fraction);
   }
   const auto* wordpiece = dynamic_cast<const text::RoFormerTokenizer*>(&tok);
-  if (!wordpiece) throw base::Error(path + ": a " + tok.kind() + " tokenizer has no language-modelling corpus");
+  if (!wordpiece) throw base::Error(path + ": a " + tok.kind_name() + " tokenizer has no language-modelling corpus");
   std::vector<int32_t> ids;
   std::vector<uint8_t> starts;
   tokenize_lines(path, *wordpiece, &ids, &starts);

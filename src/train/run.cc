@@ -88,11 +88,11 @@ void TrainingRun::load_data() {
     o_.tokenizer = text_->kind();
     o_.model = init.config;
     m_ = std::move(init.model);
-  } else if (o_.tokenizer == "wordpiece") {
+  } else if (o_.tokenizer == text::TokenizerKind::wordpiece) {
     text_ = text::load_tokenizer(o_.vocab);
     // Before training, not at the first load of its checkpoints: the vocabulary must fit its tokenizer.
     if (const auto* wp = dynamic_cast<const text::RoFormerTokenizer*>(text_.get())) load::check_tokenizer_serves(*wp, o_.vocab);
-  } else if (o_.tokenizer == "byte") {
+  } else if (o_.tokenizer == text::TokenizerKind::byte) {
     text_ = std::make_shared<const text::CharTokenizer>(text::CharTokenizer::byte_level());
   } else {
     text_ = std::make_shared<const text::CharTokenizer>(text::CharTokenizer::char_level_from_file(o_.data, o_.max_vocab));
@@ -100,7 +100,7 @@ void TrainingRun::load_data() {
   if (!resume_ && o_.init_from.empty()) o_.model.vocab_size = text_->vocab_size();
   o_.validate();
   // This process's share of a step's batch (a micro-batch of it with --grad-accum).
-  check_batch_fits_in_memory(o_.model, std::ceil(static_cast<double>(o_.batch) / comm_.size() / o_.grad_accum), o_.seq,
+  check_batch_fits_in_memory(o_.model, std::ceil(static_cast<double>(o_.batch) / comm_.size() / o_.loop.grad_accum), o_.seq,
                              true, "--batch " + std::to_string(o_.batch) + " with --seq " + std::to_string(o_.seq));
   corpus_ = lm_corpus(*text_, o_.data, o_.val_fraction, o_.model.vocab_size);
   const auto val = corpus_->val_batches(o_.batch, o_.seq, o_.eval_batches);
@@ -125,11 +125,11 @@ void TrainingRun::build_model() {
     m_ = std::make_unique<Model>(o_.model);
     m_->init_weights(o_.seed);
   }
-  precision_ = apply_precision(*m_, o_.precision);
+  precision_ = apply_precision(*m_, o_.loop.precision);
   trainer_ = std::make_unique<Trainer>(
       *m_, *task_,
-      TrainerConfig{o_.schedule, o_.adamw, o_.clip, o_.seed, o_.grad_accum, &comm_,
-                    o_.bucket_mb, o_.zero1});
+      TrainerConfig{o_.schedule, o_.adamw, o_.clip, o_.seed, o_.loop.grad_accum, &comm_,
+                    o_.loop.bucket_mb, o_.loop.zero1});
   if (resume_) {
     state_ = restore_optimizer(resume_dir_, *trainer_, o_.adamw);
   } else {
@@ -143,7 +143,7 @@ void TrainingRun::print_header() const {
   const TrainOptions& o = o_;
   std::string parallel = std::to_string(omp_get_max_threads()) + " threads";
   if (comm_.size() > 1) parallel = std::to_string(comm_.size()) + " processes (" + comm_.name() + ") × " + parallel;
-  if (o.grad_accum > 1) parallel += ", " + std::to_string(o.grad_accum) + " micro-batches";
+  if (o.loop.grad_accum > 1) parallel += ", " + std::to_string(o.loop.grad_accum) + " micro-batches";
   if (trainer_->sharded()) parallel += ", AdamW moments sharded (ZeRO-1)";
   parallel += ", " + precision_;
   std::string attention = model::attention_type_name(o.model.attention_type);
@@ -154,12 +154,12 @@ void TrainingRun::print_header() const {
                "%s %s: %lld parameters (%lld layers, hidden %lld, %lld heads, ff %lld, %s attention, %s positions), vocab %lld (%s)\n"
                "data %s: %s; unigram baseline %.4f nats/token\n"
                "batch %lld × seq %lld, %lld steps, lr %.2g, %s%s\n",
-               resume_ ? "resuming" : "training", o.task == "clm" ? "causal LM" : "masked LM",
+               resume_ ? "resuming" : "training", o.task == LmObjective::clm ? "causal LM" : "masked LM",
                static_cast<long long>(param_count(m_->layout())), static_cast<long long>(o.model.num_hidden_layers),
                static_cast<long long>(o.model.hidden_size), static_cast<long long>(o.model.num_attention_heads),
                static_cast<long long>(o.model.intermediate_size), attention.c_str(),
                model::position_encoding_name(o.model.position_encoding),
-               static_cast<long long>(o.model.vocab_size), o.tokenizer.c_str(), o.data.c_str(), corpus_size().c_str(),
+               static_cast<long long>(o.model.vocab_size), text::tokenizer_kind_name(o.tokenizer), o.data.c_str(), corpus_size().c_str(),
                result_.unigram_baseline, static_cast<long long>(o.batch), static_cast<long long>(o.seq),
                static_cast<long long>(o.steps), o.schedule.peak_lr, parallel.c_str(),
                resume_ ? (" (from step " + std::to_string(state_.step) + ")").c_str() : "");
@@ -177,12 +177,13 @@ TrainResult TrainingRun::run(const ReportHook& on_report) {
   LoopOptions lo;
   lo.out = o_.out;
   lo.total_steps = o_.steps;
-  lo.eval_every = o_.eval_every;
-  lo.save_every = o_.save_every;
-  lo.keep_checkpoints = static_cast<int>(o_.keep_checkpoints);
+  lo.eval_every = o_.loop.eval_every;
+  lo.save_every = o_.loop.save_every;
+  lo.keep_checkpoints = static_cast<int>(o_.loop.keep_checkpoints);
   lo.save_at_eval = false;  // evaluations rewrite metrics.csv; checkpoints come every save_every steps
+  lo.patience = o_.loop.patience;  // on the validation loss (best_metric ""), lower is better
   lo.progress = o_.progress;
-  lo.report.title = "RoFormer " + o_.task + " (" + model::position_encoding_name(o_.model.position_encoding) + ", " +
+  lo.report.title = std::string("RoFormer ") + lm_objective_name(o_.task) + " (" + model::position_encoding_name(o_.model.position_encoding) + ", " +
                     std::to_string(o_.model.num_hidden_layers) + "×" + std::to_string(o_.model.hidden_size) + ") on " +
                     fs::path(o_.data).filename().string();
   lo.report.baseline = result_.unigram_baseline;
@@ -191,11 +192,12 @@ TrainResult TrainingRun::run(const ReportHook& on_report) {
   static_cast<LoopResult&>(result_) = loop.run();
   if (result_.exit_code != 0 || !writer_) return result_;
   const double val_loss = result_.last_eval.val_loss;
-  std::fprintf(stderr, "done: %lld steps, validation loss %.4f (perplexity %.2f) vs unigram baseline %.4f\n"
+  std::fprintf(stderr, "%s: %lld steps, validation loss %.4f (perplexity %.2f) vs unigram baseline %.4f\n"
                "checkpoint %s; metrics %s/metrics.{jsonl,csv}; plot %s/curves.png\n",
+               result_.stopped_early ? "stopped early (--patience: no lower validation loss)" : "done",
                static_cast<long long>(state_.step), val_loss, std::exp(val_loss), result_.unigram_baseline,
                result_.checkpoint.c_str(), o_.out.c_str(), o_.out.c_str());
-  if (o_.task == "clm" && o_.sample_tokens > 0) print_sample();
+  if (o_.task == LmObjective::clm && o_.sample_tokens > 0) print_sample();
   return result_;
 }
 
@@ -236,9 +238,17 @@ TrainResult run_training(TrainOptions o, bool resume, const ReportHook& on_repor
   const RunDirectoryLock lock = resume ? RunDirectoryLock(o.out, world().rank() == 0) : RunDirectoryLock();
   std::string resume_dir;
   if (resume) {
-    resume_dir = resume_options<TrainOptions>(o, "training", [extend](TrainOptions& run, const TrainOptions& given) {
+    const ResumePoint point = resume_options<TrainOptions>(o, "training", [extend](TrainOptions& run, const TrainOptions& given) {
       if (extend) run.steps = given.steps;
     });
+    resume_dir = point.dir;
+    if (finished_early(point, o.loop.patience, o.out, "validation loss")) {
+      world().finish();
+      TrainResult done;
+      done.checkpoint = resume_dir;
+      done.stopped_early = true;
+      return done;
+    }
     const int64_t at = checkpoint_step(resume_dir);
     if (extend && o.steps < at) {
       throw std::invalid_argument("--steps " + std::to_string(o.steps) + ": " + o.out + " is at step " +
@@ -257,9 +267,9 @@ TrainResult run_training(TrainOptions o, bool resume, const ReportHook& on_repor
     }
   }
   o.schedule.total_steps = o.steps;
-  o.model.is_decoder = o.task == "clm";
-  apply_threads(o.threads, resume_dir);
-  o.precision = resolve_precision(o.precision, resume_dir);
+  o.model.is_decoder = o.task == LmObjective::clm;
+  apply_threads(o.loop.threads, resume_dir);
+  o.loop.precision = resolve_precision(o.loop.precision, resume_dir);
   TrainingRun run(std::move(o), resume_dir);
   const TrainResult r = run.run(on_report);
   world().finish();

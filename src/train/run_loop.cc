@@ -44,7 +44,7 @@ struct RunLoop::Impl {
         writer(comm.rank() == 0), progress(ProgressLine::choose(o.progress, writer)),
         log(o.out, resumed_from.empty() ? -1 : s.step, writer) {
     result.checkpoint = resumed_from;
-    if (o.keep_best && !state.task_json.empty()) {  // the bookkeeping of the run being resumed
+    if (tracks_best() && !state.task_json.empty()) {  // the bookkeeping of the run being resumed
       try {
         const json t = json::parse(state.task_json);
         // null before the first evaluation (no best yet): JSON has no NaN
@@ -61,14 +61,17 @@ struct RunLoop::Impl {
     }
   }
 
+  // The best evaluation is followed for out/best and for early stopping.
+  bool tracks_best() const { return o.keep_best || o.patience > 0; }
   double elapsed() const {
     return elapsed_before + std::chrono::duration<double>(Clock::now() - session_start).count();
   }
-  double metric_of(const EvalRecord& r) const {
-    if (o.metric.empty()) return r.val_loss;
-    const auto it = r.metrics.find(o.metric);
+  static double value_of(const EvalRecord& r, const std::string& metric) {
+    if (metric.empty()) return r.val_loss;
+    const auto it = r.metrics.find(metric);
     return it == r.metrics.end() ? NAN : it->second;
   }
+  double metric_of(const EvalRecord& r) const { return value_of(r, o.metric); }
   bool evaluation_due(bool last) const {
     if (last) return true;
     if (o.eval_every > 0) return state.step % o.eval_every == 0;
@@ -88,7 +91,7 @@ struct RunLoop::Impl {
     const AdamW& optimizer = trainer.gather_optimizer();  // every rank: with ZeRO-1 a collective
     if (!writer) return;
     state.elapsed_s = elapsed();
-    if (o.keep_best) {
+    if (tracks_best()) {
       state.task_json = json{{"best", std::isnan(result.best) ? json(nullptr) : json(result.best)},
                              {"best_step", result.best_step}, {"bad_evals", bad_evals}}.dump();
     }
@@ -114,14 +117,14 @@ struct RunLoop::Impl {
   void evaluate(EvalRecord& rec) {
     recipe.evaluate(rec);
     last_metric = metric_of(rec);
-    if (!o.keep_best) return;
-    const double v = last_metric;
+    if (!tracks_best()) return;
+    const double v = value_of(rec, o.best_metric);
     const bool better = std::isnan(result.best) || (o.higher_is_better ? v > result.best : v < result.best);
     if (better) {
       result.best = v;
       result.best_step = rec.step;
       bad_evals = 0;
-      save_best();
+      if (o.keep_best) save_best();
     } else {
       ++bad_evals;
     }
@@ -174,9 +177,10 @@ struct RunLoop::Impl {
     const double eta = static_cast<double>(o.total_steps - state.step) * (elapsed() - elapsed_before) /
                        static_cast<double>(state.step - first_step);
     progress.update(state.step, o.total_steps, s.loss, last_metric, tok_s, elapsed(), eta, eval);
-    const bool early = eval && o.keep_best && o.patience > 0 && bad_evals >= o.patience;
+    const bool early = eval && o.patience > 0 && bad_evals >= o.patience;
     const bool stop = stop_requested(comm);
-    if ((o.save_every > 0 && state.step % o.save_every == 0) || (o.save_at_eval && eval) || last || stop) {
+    // An early stop is checkpointed too: its bookkeeping is what tells a --resume that the run is over.
+    if ((o.save_every > 0 && state.step % o.save_every == 0) || (o.save_at_eval && eval) || last || stop || early) {
       checkpoint();
     } else if (eval) {
       report();
@@ -224,21 +228,19 @@ void apply_threads(int threads, const std::string& resumed_from) {
   if (threads > 0) omp_set_num_threads(threads);
 }
 
-std::string resolve_precision(const std::string& precision, const std::string& resumed_from) {
+TrainPrecision resolve_precision(TrainPrecision precision, const std::string& resumed_from) {
   const std::string origin = resumed_from.empty() ? "--precision" : resumed_from + ": the run's saved precision";
-  if (precision != "fp32" && precision != "bf16" && precision != "auto") {
-    throw io::Error(origin + " " + precision + ": expected fp32, bf16 or auto");
-  }
-  if (precision == "auto") return ops::bf16_is_native() ? "bf16" : "fp32";
-  if (precision == "bf16" && !ops::bf16_is_native()) {
+  if (precision == TrainPrecision::automatic) return ops::bf16_is_native() ? TrainPrecision::bf16 : TrainPrecision::fp32;
+  if (precision == TrainPrecision::bf16 && !ops::bf16_is_native()) {
     throw io::Error(origin + " bf16: this CPU has no native bf16 dot products (AVX512-BF16 or AMX; oneDNN found " +
                     ops::cpu_isa_name() + "); use fp32");
   }
   return precision;
 }
 
-std::string apply_precision(model::Trainable<float>& m, const std::string& precision) {
-  const bool bf16 = precision == "bf16";
+std::string apply_precision(model::Trainable<float>& m, TrainPrecision precision) {
+  if (precision == TrainPrecision::automatic) throw std::logic_error("apply_precision: resolve_precision first");
+  const bool bf16 = precision == TrainPrecision::bf16;
   m.set_precision(bf16 ? ops::Precision::bf16 : ops::Precision::f32);
   return bf16 ? "bf16 mixed precision (" + ops::cpu_isa_name() + ")" : "fp32";
 }
@@ -275,6 +277,27 @@ RunDirectoryLock claim_run_directory(const std::string& out, bool writer, const 
     throw io::Error(out + " already holds a run; continue it with --resume or choose another --out");
   }
   return lock;
+}
+
+int64_t evaluations_without_improvement(const std::string& task_json, const std::string& origin) {
+  if (task_json.empty()) return 0;
+  try {
+    return json::parse(task_json).value("bad_evals", int64_t{0});
+  } catch (const json::exception& e) {
+    throw io::Error(origin + ": bad trainer state (task): " + e.what());
+  }
+}
+
+bool finished_early(const ResumePoint& at, int64_t patience, const std::string& out, const std::string& metric) {
+  if (patience <= 0) return false;
+  const int64_t bad = evaluations_without_improvement(at.task_json, at.dir + "/optimizer.safetensors");
+  if (bad < patience) return false;
+  if (world().rank() == 0) {
+    std::fprintf(stderr, "%s: stopped early at step %lld (%lld evaluations without a better %s, --patience %lld), "
+                 "nothing to do; %s holds its last checkpoint\n", out.c_str(), static_cast<long long>(at.step),
+                 static_cast<long long>(bad), metric.c_str(), static_cast<long long>(patience), at.dir.c_str());
+  }
+  return true;
 }
 
 TrainerState restore_optimizer(const std::string& checkpoint, Trainer& trainer, const AdamWConfig& adamw) {

@@ -4,10 +4,10 @@
 // loop owns everything around Trainer::step:
 //   - the run log (run_log.h: metrics.jsonl appended as it goes, metrics.csv) and the report hook;
 //   - evaluation cadence (every eval_every steps, or at each epoch's end, and at the last step);
-//   - checkpoints (every save_every steps and/or at evaluations, at the last step and on a stop;
-//     the newest keep_checkpoints kept; with ZeRO-1 the optimiser state is gathered first);
-//   - the best checkpoint by a metric (out/best, replaced as a whole) and early stopping after
-//     `patience` evaluations without improvement, both restored on --resume;
+//   - checkpoints (every save_every steps and/or at evaluations, at the last step, on a stop and on
+//     an early stop; the newest keep_checkpoints kept; with ZeRO-1 the optimiser state is gathered first);
+//   - the best evaluation by a metric (with keep_best, its model in out/best, replaced as a whole) and
+//     early stopping after `patience` evaluations without improvement, both restored on --resume;
 //   - the progress line and its ETA, and the two stops: a non-finite loss or gradient norm (status 3,
 //     the last good checkpoint kept) and SIGINT/SIGTERM on any rank (checkpoint, status 130).
 // Data-parallel (comm.h): every rank runs the loop on the same options; rank 0 alone writes and
@@ -23,6 +23,7 @@
 #include <vector>
 
 #include "train/checkpoint.h"
+#include "train/loop_settings.h"
 #include "train/run_log.h"
 #include "train/trainer.h"
 
@@ -46,10 +47,11 @@ struct LoopOptions {
   int64_t save_every = 0;          // > 0: a checkpoint every this many steps
   bool save_at_eval = true;        // a checkpoint at each evaluation
   int keep_checkpoints = 2;
-  std::string metric;              // "": the validation loss; else a key of EvalRecord::metrics
-  bool higher_is_better = false;   // the metric's direction
+  std::string metric;              // the progress line's and the report's: "": the validation loss; else a key of EvalRecord::metrics
+  std::string best_metric;         // what out/best and early stopping follow, as `metric`
+  bool higher_is_better = false;   // best_metric's direction
   bool keep_best = false;          // out/best: the best evaluation's model directory
-  int64_t patience = 0;            // with keep_best: evaluations without improvement before stopping (0: never)
+  int64_t patience = 0;            // evaluations without a better best_metric before stopping (0: never)
   bool progress = true;
   RunReport report;                // title, baseline and metric scale for the hook (out, history, metric filled in)
 };
@@ -72,30 +74,42 @@ class RunLoop {
   std::unique_ptr<Impl> impl_;
 };
 
-// --resume: the run's options come from its latest checkpoint (`what` names the run kind in errors);
-// take(saved, given) keeps what the invocation decides (out, progress, ...). Returns the checkpoint.
+// --resume: the run's options come from its latest checkpoint (`what` names the run kind in errors;
+// bad saved options are an io::Error naming the checkpoint's file); take(saved, given) keeps what the
+// invocation decides (out, progress, ...). Returns the checkpoint.
 template <typename Options>
-std::string resume_options(Options& o, const std::string& what, const std::function<void(Options&, const Options&)>& take) {
+ResumePoint resume_options(Options& o, const std::string& what, const std::function<void(Options&, const Options&)>& take) {
   const ResumePoint at = resume_point(o.out, what);
   const Options given = o;
-  o = Options::from_json(at.options_json);
+  try {
+    o = Options::from_json(at.options_json);
+  } catch (const std::exception& e) {
+    throw io::Error(at.dir + "/optimizer.safetensors: " + e.what());
+  }
   o.out = given.out, o.progress = given.progress;
   if (take) take(o, given);
-  return at.dir;
+  return at;
 }
+
+// The evaluations without improvement of the best metric that a checkpoint's loop bookkeeping
+// (TrainerState::task_json) counts; 0 for none. `origin` names the checkpoint in errors.
+int64_t evaluations_without_improvement(const std::string& task_json, const std::string& origin);
+// --resume of a run that stopped early (`patience` evaluations without a better `metric`): true, after
+// rank 0 says that there is nothing to do. Every recipe checks before it loads anything.
+bool finished_early(const ResumePoint& at, int64_t patience, const std::string& out, const std::string& metric);
 
 // Checks a run's thread count (0: all cores) and applies it; `origin` names it in the error.
 void apply_threads(int threads, const std::string& resumed_from);
 
-// --precision of a training run: "fp32", "bf16" (mixed precision: model::Trainable::set_precision) or
-// "auto" (bf16 where the CPU multiplies bf16 natively, else fp32), resolved before anything is loaded
+// --precision of a training run (loop_settings.h): fp32, bf16 (mixed precision: model::Trainable::set_precision)
+// or automatic (bf16 where the CPU multiplies bf16 natively, else fp32), resolved before anything is loaded
 // so that a run is refused at once where bf16 is missing, and so that its saved options hold what it
 // runs (a resumed run keeps its precision, and is bit-exact only within it). Throws io::Error naming
 // --precision, or the resumed run's saved precision.
-std::string resolve_precision(const std::string& precision, const std::string& resumed_from);
+TrainPrecision resolve_precision(TrainPrecision precision, const std::string& resumed_from);
 // Sets m's training precision from a resolved --precision and says what it is for the run's header:
 // "fp32" or "bf16 mixed precision (<oneDNN's kernel family>)".
-std::string apply_precision(model::Trainable<float>& m, const std::string& precision);
+std::string apply_precision(model::Trainable<float>& m, TrainPrecision precision);
 
 // An advisory lock on a run directory (flock on the directory itself): while one process trains in
 // it, a second one (a new run or a --resume) is refused with an io::Error naming the directory. Rank 0

@@ -171,7 +171,7 @@ LmTaskConfig lm_task_config(const TrainOptions& o, int64_t vocab_size, const tex
   c.mask_token_id = tok.specials().mask;
   c.special_ids = tok.special_ids();
   c.whole_word_mask = o.whole_word_mask;
-  c.causal = o.task == "clm";
+  c.causal = o.task == LmObjective::clm;
   c.seed = o.seed;
   c.batch = o.batch;
   c.seq = o.seq;
@@ -189,18 +189,17 @@ double validation_loss(model::RoFormer<float>& m, const std::vector<data::Batch>
 }
 
 std::string TrainOptions::to_json() const {
-  json j = {{"data", data}, {"task", task}, {"tokenizer", tokenizer}, {"max_vocab", max_vocab}, {"vocab", vocab},
+  json j = {{"data", data}, {"task", lm_objective_name(task)}, {"tokenizer", text::tokenizer_kind_name(tokenizer)}, {"max_vocab", max_vocab}, {"vocab", vocab},
             {"whole_word_mask", whole_word_mask}, {"init_from", init_from},
             {"model", json::parse(model.to_json())}, {"batch", batch}, {"seq", seq}, {"steps", steps},
             {"lr", schedule.peak_lr}, {"min_lr", schedule.min_lr}, {"warmup", schedule.warmup_steps},
             {"decay", schedule.decay == Decay::constant ? "constant" : schedule.decay == Decay::linear ? "linear"
                       : schedule.decay == Decay::cosine ? "cosine" : "inverse_sqrt"},
             {"beta1", adamw.beta1}, {"beta2", adamw.beta2}, {"adam_eps", adamw.eps}, {"weight_decay", adamw.weight_decay},
-            {"clip", clip}, {"seed", seed}, {"eval_every", eval_every}, {"eval_batches", eval_batches},
-            {"save_every", save_every}, {"keep_checkpoints", keep_checkpoints}, {"val_fraction", val_fraction}, {"mask_prob", mask_prob},
+            {"clip", clip}, {"seed", seed}, {"eval_batches", eval_batches}, {"val_fraction", val_fraction}, {"mask_prob", mask_prob},
             {"sample_tokens", sample_tokens}, {"sample_prompt", sample_prompt}, {"temperature", temperature},
-            {"top_k", top_k}, {"grad_accum", grad_accum}, {"bucket_mb", bucket_mb}, {"zero1", zero1},
-            {"threads", threads}, {"precision", precision}};
+            {"top_k", top_k}};
+  loop.to_json(j);
   return j.dump(2) + "\n";
 }
 
@@ -209,8 +208,8 @@ TrainOptions TrainOptions::from_json(const std::string& text) {
   try {
     const json j = json::parse(text);
     o.data = j.at("data");
-    o.task = j.at("task");
-    o.tokenizer = j.at("tokenizer");
+    o.task = parse_lm_objective(j.at("task").get<std::string>());
+    o.tokenizer = text::parse_tokenizer_kind(j.at("tokenizer").get<std::string>());
     o.max_vocab = j.at("max_vocab");
     o.vocab = j.value("vocab", "");  // absent in runs from before WordPiece
     o.whole_word_mask = j.value("whole_word_mask", false);
@@ -226,22 +225,17 @@ TrainOptions TrainOptions::from_json(const std::string& text) {
     o.adamw = {j.at("beta1"), j.at("beta2"), j.at("adam_eps"), j.at("weight_decay")};
     o.clip = j.at("clip");
     o.seed = j.at("seed");
-    o.eval_every = j.at("eval_every");
     o.eval_batches = j.at("eval_batches");
-    o.save_every = j.at("save_every");
-    o.keep_checkpoints = j.value("keep_checkpoints", int64_t{2});  // runs saved before the option kept 2
     o.val_fraction = j.at("val_fraction");
     o.mask_prob = j.at("mask_prob");
     o.sample_tokens = j.at("sample_tokens");
     o.sample_prompt = j.at("sample_prompt");
     o.temperature = j.at("temperature");
     o.top_k = j.at("top_k");
-    o.grad_accum = j.value("grad_accum", int64_t{1});  // absent in runs from before data parallelism
-    o.bucket_mb = j.value("bucket_mb", 4.0);
-    o.zero1 = j.value("zero1", false);
-    o.threads = j.at("threads");
-    o.precision = j.value("precision", "fp32");  // absent in runs from before bf16 training
+    o.loop.from_json(j);  // fields absent in older runs keep their defaults (patience 0: never stop early)
   } catch (const json::exception& e) {
+    throw io::Error(std::string("training options: ") + e.what());
+  } catch (const std::invalid_argument& e) {  // a name no enum has, a field of the wrong type
     throw io::Error(std::string("training options: ") + e.what());
   }
   return o;
@@ -249,11 +243,11 @@ TrainOptions TrainOptions::from_json(const std::string& text) {
 
 void TrainOptions::validate_text() const {
   auto fail = [](const std::string& what) { throw std::invalid_argument(what); };
-  if (tokenizer != "char" && tokenizer != "byte" && tokenizer != "wordpiece") {
-    fail("--tokenizer must be char, byte or wordpiece, got '" + tokenizer + "'");
+  if (tokenizer == text::TokenizerKind::sentencepiece) fail("--tokenizer must be char, byte or wordpiece, got 'sentencepiece'");
+  if (tokenizer == text::TokenizerKind::wordpiece && vocab.empty() && init_from.empty()) {
+    fail("--tokenizer wordpiece needs --vocab");
   }
-  if (tokenizer == "wordpiece" && vocab.empty() && init_from.empty()) fail("--tokenizer wordpiece needs --vocab");
-  if (whole_word_mask && (task != "mlm" || tokenizer != "wordpiece")) {
+  if (whole_word_mask && (task != LmObjective::mlm || tokenizer != text::TokenizerKind::wordpiece)) {
     fail("--whole-word-mask needs --task mlm and a WordPiece vocabulary");
   }
 }
@@ -261,7 +255,6 @@ void TrainOptions::validate_text() const {
 void TrainOptions::validate() const {
   auto fail = [](const std::string& what) { throw std::invalid_argument(what); };
   if (data.empty()) fail("--data is required");
-  if (task != "clm" && task != "mlm") fail("--task must be clm or mlm, got '" + task + "'");
   validate_text();
   if (batch < 1 || seq < 1 || steps < 1) fail("--batch, --seq and --steps must be at least 1");
   if (seq > model.max_position_embeddings) {
@@ -279,12 +272,9 @@ void TrainOptions::validate() const {
   if (!(finite(adamw.weight_decay) && adamw.weight_decay >= 0)) fail("--weight-decay must be a number >= 0");
   if (!(finite(temperature) && temperature >= 0)) fail("--temperature must be a number >= 0");
   if (top_k < 0) fail("--top-k must be >= 0 (0: all tokens)");
-  if (eval_every < 0 || save_every < 0 || eval_batches < 1) fail("bad --eval-every / --save-every / --eval-batches");
-  if (keep_checkpoints < 1 || keep_checkpoints > 1000000) fail("--keep-checkpoints must be in [1, 1000000]");
+  if (eval_batches < 1) fail("--eval-batches must be at least 1");
+  loop.validate(batch);
   if (!(mask_prob > 0 && mask_prob < 1)) fail("--mask-prob must be in (0, 1)");
-  if (threads < 0) fail("--threads must be >= 0");
-  if (grad_accum < 1 || grad_accum > batch) fail("--grad-accum must be in [1, --batch]");
-  if (!(bucket_mb >= 0 && bucket_mb <= 65536)) fail("--bucket-mb must be in [0, 65536]");
   model.validate();
 }
 
@@ -328,7 +318,7 @@ EvalResult evaluate_checkpoint(const std::string& dir, const std::string& data_p
   const auto val = corpus.val_batches(batch, seq, max_batches);
   if (val.empty()) throw io::Error(data_path + ": the validation split is shorter than one window");
   TrainOptions o;
-  o.task = lm.config.is_decoder ? "clm" : "mlm";
+  o.task = lm.config.is_decoder ? LmObjective::clm : LmObjective::mlm;
   o.seed = seed;
   EvalResult r;
   r.loss = validation_loss(*lm.model, val, o, *lm.tokenizer, &r.tokens);

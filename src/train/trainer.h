@@ -24,6 +24,7 @@
 #include "text/tokenizer.h"
 #include "train/comm.h"
 #include "train/lm_task.h"
+#include "train/loop_settings.h"
 #include "train/optim.h"
 #include "train/run_log.h"
 #include "train/task.h"
@@ -33,8 +34,8 @@ namespace train {
 struct TrainOptions {
   std::string data;                 // UTF-8 text file
   std::string out = "runs/default"; // run directory
-  std::string task = "clm";         // "clm" (causal LM) or "mlm" (masked LM, BERT 80/10/10)
-  std::string tokenizer = "char";   // "char", "byte" or "wordpiece" (needs vocab, or init_from)
+  LmObjective task = LmObjective::clm;  // causal LM, or masked LM (BERT 80/10/10)
+  text::TokenizerKind tokenizer = text::TokenizerKind::character;  // char, byte or wordpiece (needs vocab, or init_from)
   int64_t max_vocab = 0;            // char level: keep the most frequent (0: all)
   std::string vocab;                // wordpiece: a vocab.txt or a tokenizer directory (roformer vocab --out-dir)
   bool whole_word_mask = false;     // MLM: select whole words (wordpiece)
@@ -45,18 +46,14 @@ struct TrainOptions {
   AdamWConfig adamw;
   double clip = 1.0;                // global gradient-norm clip (0: off)
   uint64_t seed = 1337;
-  int64_t eval_every = 100, eval_batches = 20, save_every = 250;
-  int64_t keep_checkpoints = 2;     // step-NNNNNN checkpoints kept, the newest
+  int64_t eval_batches = 20;
+  // Evaluations, checkpoints, early stopping (on the validation loss), threads, precision, data-parallel.
+  LoopSettings loop = {.eval_every = 100, .save_every = 250};
   double val_fraction = 0.05, mask_prob = 0.15;
   int64_t sample_tokens = 300;      // generated at the end (causal LM); 0: none
   std::string sample_prompt = "\n";
   double temperature = 0.8;
   int64_t top_k = 40;
-  int64_t grad_accum = 1;           // micro-batches per rank and step (--batch stays the global batch)
-  double bucket_mb = 4;             // data-parallel gradient buckets (MiB; 0: one allreduce after the backward)
-  bool zero1 = false;               // data-parallel: shard the AdamW moments over the ranks (ZeRO-1)
-  int threads = 0;                  // OpenMP threads per process (0: all cores)
-  std::string precision = "fp32";   // training products: fp32, bf16 (mixed) or auto (run_loop.h's resolve_precision)
   bool progress = true;             // the live progress line (on a terminal)
 
   std::string to_json() const;  // everything but `out` and `progress`, which belong to the invocation
@@ -166,7 +163,7 @@ struct TrainResult : LoopResult {
 // Throws io::Error / std::invalid_argument on bad data, options or checkpoints.
 TrainResult run_training(TrainOptions opts, bool resume, const ReportHook& on_report = {}, bool extend = false);
 
-// The LM task settings of a run's options (causal for task "clm").
+// The LM task settings of a run's options (causal for LmObjective::clm).
 LmTaskConfig lm_task_config(const TrainOptions& o, int64_t vocab_size, const text::Tokenizer& tok);
 
 // Mean loss (nats/token) of m over fixed batches, weighted by counted targets, for o.task (MLM masks

@@ -170,8 +170,8 @@ void TranslateRun::prepare() {
                                      {{"training data", o_.train}, {"validation data", o_.validation},
                                       {"resumed checkpoint", resume_dir_.empty() ? "" : resume_dir_ + "/optimizer.safetensors"}},
                                      o_.to_json()));
-  TrainerConfig trainer_cfg{sched, adamw, o_.clip, o_.seed, o_.grad_accum, &comm_, o_.bucket_mb, o_.zero1};
-  precision_ = apply_precision(*m_, o_.precision);
+  TrainerConfig trainer_cfg{sched, adamw, o_.clip, o_.seed, o_.loop.grad_accum, &comm_, o_.loop.bucket_mb, o_.loop.zero1};
+  precision_ = apply_precision(*m_, o_.loop.precision);
   trainer_ = std::make_unique<Trainer>(*m_, *task_, trainer_cfg);
   if (!resume_dir_.empty()) state_ = restore_optimizer(resume_dir_, *trainer_, adamw);
   state_.options_json = o_.to_json();
@@ -219,16 +219,19 @@ TranslateTrainResult TranslateRun::run(const ReportHook& on_report) {
   lo.out = o_.out;
   lo.total_steps = o_.steps;
   lo.steps_per_epoch = task_->steps_per_epoch();
-  lo.eval_every = o_.eval_every;
-  lo.keep_checkpoints = static_cast<int>(o_.keep_checkpoints);
+  lo.eval_every = o_.loop.eval_every;
+  lo.save_every = o_.loop.save_every;
+  lo.keep_checkpoints = static_cast<int>(o_.loop.keep_checkpoints);
   lo.metric = "bleu";
+  lo.patience = o_.loop.patience;  // on the validation loss (best_metric ""), lower is better
   lo.progress = o_.progress;
   lo.report.title = "translation: loss and validation BLEU";
   lo.report.metric_scale = 0.1;  // BLEU ÷ 10 on the loss's scale
   RunLoop loop(std::move(lo), *trainer_, *this, state_, resume_dir_, on_report);
   static_cast<LoopResult&>(result_) = loop.run();
   if (result_.exit_code == 0 && writer_) {
-    std::fprintf(stderr, "done after %lld steps: validation loss %.4f, BLEU %.2f; last checkpoint %s\n",
+    std::fprintf(stderr, "%s after %lld steps: validation loss %.4f, BLEU %.2f; last checkpoint %s\n",
+                 result_.stopped_early ? "stopped early (--patience: no lower validation loss)" : "done",
                  static_cast<long long>(state_.step), result_.last_eval.val_loss, result_.last_eval.metrics["bleu"],
                  result_.checkpoint.c_str());
   }
@@ -238,16 +241,15 @@ TranslateTrainResult TranslateRun::run(const ReportHook& on_report) {
 }  // namespace
 
 std::string TranslateTrainOptions::to_json() const {
-  const json j = {{"train", train}, {"validation", validation}, {"source_key", source_key}, {"target_key", target_key},
+  json j = {{"train", train}, {"validation", validation}, {"source_key", source_key}, {"target_key", target_key},
                   {"spm", spm}, {"vocab_size", vocab_size}, {"spm_type", spm_type},
                   {"model", json::parse(model.to_json())}, {"shared_embeddings", shared_embeddings},
                   {"max_tokens", max_tokens}, {"max_source_length", max_source_length},
                   {"max_target_length", max_target_length}, {"steps", steps}, {"warmup", warmup}, {"lr", lr},
                   {"warmup_init_lr", warmup_init_lr}, {"label_smoothing", label_smoothing}, {"beta1", beta1},
                   {"beta2", beta2}, {"weight_decay", weight_decay}, {"clip", clip}, {"seed", seed},
-                  {"eval_every", eval_every}, {"keep_checkpoints", keep_checkpoints},
-                  {"bleu_sentences", bleu_sentences}, {"bleu_beam", bleu_beam}, {"grad_accum", grad_accum},
-                  {"bucket_mb", bucket_mb}, {"zero1", zero1}, {"threads", threads}, {"precision", precision}};
+                  {"bleu_sentences", bleu_sentences}, {"bleu_beam", bleu_beam}};
+  loop.to_json(j);
   return j.dump(2) + "\n";
 }
 
@@ -264,12 +266,11 @@ TranslateTrainOptions TranslateTrainOptions::from_json(const std::string& text) 
     o.steps = j.at("steps"), o.warmup = j.at("warmup"), o.lr = j.at("lr"), o.warmup_init_lr = j.at("warmup_init_lr");
     o.label_smoothing = j.at("label_smoothing"), o.beta1 = j.at("beta1"), o.beta2 = j.at("beta2");
     o.weight_decay = j.at("weight_decay"), o.clip = j.at("clip"), o.seed = j.at("seed");
-    o.eval_every = j.at("eval_every"), o.keep_checkpoints = j.at("keep_checkpoints");
-    o.bleu_sentences = j.at("bleu_sentences"), o.bleu_beam = j.at("bleu_beam"), o.grad_accum = j.at("grad_accum");
-    o.threads = j.at("threads");
-    o.bucket_mb = j.value("bucket_mb", 4.0), o.zero1 = j.value("zero1", false);  // absent in older runs
-    o.precision = j.value("precision", "fp32");
+    o.bleu_sentences = j.at("bleu_sentences"), o.bleu_beam = j.at("bleu_beam");
+    o.loop.from_json(j);  // fields absent in older runs keep their defaults (save_every 0, patience 0)
   } catch (const json::exception& e) {
+    throw io::Error(std::string("translation options: ") + e.what());
+  } catch (const std::invalid_argument& e) {
     throw io::Error(std::string("translation options: ") + e.what());
   }
   return o;
@@ -291,20 +292,27 @@ void TranslateTrainOptions::validate() const {
   need(beta1 >= 0 && beta1 < 1 && beta2 >= 0 && beta2 < 1, "--beta1 and --beta2 must be in [0, 1)");
   need(weight_decay >= 0 && clip >= 0 && std::isfinite(weight_decay) && std::isfinite(clip),
        "--weight-decay and --clip must be finite and not negative");
-  need(eval_every > 0, "--eval-every must be positive");
-  need(keep_checkpoints >= 1, "--keep-checkpoints must be at least 1");
   need(bleu_sentences >= 0 && bleu_beam >= 1, "--bleu-sentences must not be negative and --bleu-beam positive");
-  need(grad_accum >= 1, "--grad-accum must be at least 1");
-  need(bucket_mb >= 0 && bucket_mb <= 65536, "--bucket-mb must be in [0, 65536]");
+  loop.validate(0);  // batches of --max-tokens: --grad-accum has no row count to stay under
 }
 
 TranslateTrainResult run_translate_training(TranslateTrainOptions o, bool resume, const ReportHook& on_report) {
   const RunDirectoryLock lock = resume ? RunDirectoryLock(o.out, world().rank() == 0) : RunDirectoryLock();
   std::string resume_dir;
-  if (resume) resume_dir = resume_options<TranslateTrainOptions>(o, "translation", {});
+  if (resume) {
+    const ResumePoint point = resume_options<TranslateTrainOptions>(o, "translation", {});
+    resume_dir = point.dir;
+    if (finished_early(point, o.loop.patience, o.out, "validation loss")) {
+      world().finish();
+      TranslateTrainResult done;
+      done.checkpoint = resume_dir;
+      done.stopped_early = true;
+      return done;
+    }
+  }
   o.validate();
-  apply_threads(o.threads, resume_dir);
-  o.precision = resolve_precision(o.precision, resume_dir);
+  apply_threads(o.loop.threads, resume_dir);
+  o.loop.precision = resolve_precision(o.loop.precision, resume_dir);
   TranslateRun run(std::move(o), resume_dir);
   const TranslateTrainResult r = run.run(on_report);
   world().finish();

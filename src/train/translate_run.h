@@ -17,6 +17,7 @@
 #include <string>
 
 #include "model/config.h"
+#include "train/loop_settings.h"
 #include "train/run_log.h"
 
 namespace train {
@@ -36,13 +37,11 @@ struct TranslateTrainOptions {
   double lr = 5e-4, warmup_init_lr = 1e-7, label_smoothing = 0.1;
   double beta1 = 0.9, beta2 = 0.98, weight_decay = 0.0, clip = 0.0;
   uint64_t seed = 1;
-  int64_t eval_every = 500, keep_checkpoints = 5;
   int64_t bleu_sentences = 200, bleu_beam = 1;  // 0 sentences: no BLEU during training
-  int64_t grad_accum = 1;
-  double bucket_mb = 4;               // data-parallel: gradients summed in buckets of this many MiB (trainer.h)
-  bool zero1 = false;                 // data-parallel: AdamW moments sharded over the ranks
-  int threads = 0;
-  std::string precision = "fp32";     // training products: fp32, bf16 (mixed) or auto (run_loop.h's resolve_precision)
+  // Evaluations (each with a checkpoint), checkpoints, early stopping (on the validation loss: the run
+  // keeps no best checkpoint, and BLEU covers only the first bleu_sentences pairs), threads,
+  // precision, data-parallel.
+  LoopSettings loop = {.eval_every = 500, .keep_checkpoints = 5};
   bool progress = true;
 
   std::string to_json() const;  // everything but `out` and `progress`

@@ -6,7 +6,8 @@
 #    --test --predict (the same predictions);
 #  - --grad-accum 3 gives the same losses within fp32 rounding;
 #  - TSV and CSV inputs with a sentence-pair column train; early stopping stops after --patience;
-#    --keep-checkpoints N keeps the newest N step checkpoints;
+#    --keep-checkpoints N keeps the newest N step checkpoints; --save-every N adds checkpoints between
+#    evaluations; an early-stopped run resumed says it is finished;
 #  - metrics.csv holds metrics.jsonl's rows; a non-finite loss stops the run with status 3;
 #  - --predict writes a prediction per test row, and with --quantize int8 the same labels as fp32
 #    for at least 95% of the rows and scores (logits) within 10% of the largest; a --quantize the CPU
@@ -116,6 +117,10 @@ echo "== --keep-checkpoints: the newest N step checkpoints stay (2 by default), 
 [ "$(ls -d "$work/keep1"/step-* | wc -l)" -eq 1 ] && [ -d "$work/keep1/step-000040" ] && [ -d "$work/keep1/best" ] ||
   { ls "$work/keep1" >&2; exit 1; }
 [ "$(ls -d "$work/predict-none"/step-* | wc -l)" -eq 2 ] || { ls "$work/predict-none" >&2; exit 1; }
+echo "== --save-every: a checkpoint every N steps besides those of the evaluations (each epoch: 20 steps)"
+"$roformer" finetune "${common[@]}" --lr 5e-4 --train "$work/train.jsonl" --validation "$work/val.jsonl" --epochs 2 \
+  --save-every 15 --keep-checkpoints 10 --out "$work/save15" 2> "$work/save15.log"
+[ "$(cd "$work/save15" && echo step-*)" = "step-000015 step-000020 step-000030 step-000040" ] || { ls "$work/save15" >&2; exit 1; }
 echo "== a labelled --test is scored too: on the validation file, the best evaluation's metrics"
 grep -q "val.jsonl (.*best): accuracy " "$work/predict-after.log"
 python3 - "$work/predict-none" <<'PY'
@@ -147,6 +152,8 @@ echo "== early stopping: no progress at lr 1e-12, patience 1"
 "$roformer" finetune "${common[@]}" --train "$work/train.jsonl" --validation "$work/val.jsonl" --lr 1e-12 \
   --epochs 10 --eval-every 5 --patience 1 --metric accuracy --out "$work/early" 2> "$work/early.log"
 grep -q "stopped early after 10 steps" "$work/early.log"
+"$roformer" finetune --resume --out "$work/early" 2> "$work/early-resume.log"
+grep -q "finished at step 10 (stopped early): nothing to train" "$work/early-resume.log"
 
 echo "== metrics.csv holds the rows of metrics.jsonl"
 python3 - "$work/a" <<'PY'

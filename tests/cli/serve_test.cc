@@ -305,6 +305,22 @@ TEST(Cli, AMistypedCommandSuggestsTheNearestOne) {
   EXPECT_EQ(far.err.find("did you mean"), std::string::npos) << far.err;
 }
 
+// An option that names a choice is parsed once, at the command line: an unknown name is one line that
+// names the option and the names it takes.
+TEST(Cli, ChoiceOptionsNameTheirValues) {
+  expect_refused(run("train --data x --precision bf17"), "--precision: unknown precision 'bf17' (fp32, bf16, auto)");
+  expect_refused(run("train --data x --task lm"), "--task: unknown task 'lm' (clm, mlm)");
+  expect_refused(run("train --data x --tokenizer bpe"),
+                 "--tokenizer: unknown tokenizer 'bpe' (byte, char, wordpiece, sentencepiece)");
+  expect_refused(run("train --data x --tokenizer sentencepiece"), "--tokenizer must be char, byte or wordpiece");
+  expect_refused(run("finetune --model m --train t --validation v --task ner"),
+                 "--task: unknown task 'ner' (text-classification, token-classification, question-answering, "
+                 "multiple-choice)");
+  expect_refused(run("translate-train --train t --validation v --precision fp16"), "--precision: unknown precision 'fp16'");
+  expect_refused(run("bench train --task seq2seq"), "--task: unknown task 'seq2seq' (clm, mlm)");
+  expect_refused(run("serve --model m --gemm mkl"), "--gemm: unknown gemm 'mkl' (auto, packed, blas)");
+}
+
 TEST(Cli, ThreadCountsAndWindowLengthsAreBounded) {
   // --threads 100000 (or OMP_NUM_THREADS=100000) crashed inside the OpenMP runtime; eval --lengths 0
   // divided by zero.
@@ -422,7 +438,7 @@ TEST(Cli, ForwardTakesQuantize) {
   }
   EXPECT_NE(fp32, int8);  // it did run in int8
   expect_refused(run("forward --quantize int4 --model " + fixture + " --inputs " + fixture + "/io.safetensors --out " + out),
-                 "--quantize: int4 not in");
+                 "--quantize: unknown quantize 'int4' (auto, none, int8, bf16)");
 }
 
 // A small character-level causal LM, trained once per process (about 10 s on 2 cores) on a
@@ -475,8 +491,8 @@ TEST(Cli, EvalAndGenerateTakeQuantizeAndStayCloseToFp32) {
     EXPECT_EQ(greedy("--quantize " + q).substr(0, 14 + 24), reference.substr(0, 14 + 24)) << q;
   }
   EXPECT_NEAR(loss("--gemm packed"), fp32, 1e-4);
-  expect_refused(run("generate --quantize int4 --model " + m), "--quantize: int4 not in");
-  expect_refused(run("eval --gemm mkl --model " + m + " --data " + data), "--gemm: mkl not in");
+  expect_refused(run("generate --quantize int4 --model " + m), "--quantize: unknown quantize 'int4' (auto, none, int8, bf16)");
+  expect_refused(run("eval --gemm mkl --model " + m + " --data " + data), "--gemm: unknown gemm 'mkl' (auto, packed, blas)");
   setenv("ONEDNN_MAX_CPU_ISA", "AVX2", 1);
   for (const std::string& command : {"generate --model " + m, "eval --model " + m + " --data " + data}) {
     expect_fails(run(command + " --quantize bf16"), {"--quantize bf16: this CPU has no native bf16"});

@@ -3,7 +3,8 @@
 # saves a checkpoint and exits 130) and resumed, both end with the same losses and the same final
 # weights, byte for byte, as an uninterrupted run. A diverging run (NaN/inf loss) stops with status 3,
 # names the step, and keeps its last good checkpoint. --keep-checkpoints keeps the newest N step
-# checkpoints (2 by default).
+# checkpoints (2 by default). --patience stops a run whose validation loss stops falling, and --resume
+# of that run trains nothing.
 # Usage: train_resume.sh ROFORMER_BINARY WORK_DIR
 set -euo pipefail
 roformer="$1"
@@ -157,4 +158,17 @@ if "$roformer" train "${model[@]}" --whole-word-mask --steps 1 --out "$work/wd" 
   echo "--whole-word-mask on a char causal LM was accepted" >&2; exit 1
 fi
 grep -q "whole-word-mask needs" "$work/wd.err"
+
+echo "== --patience on the validation loss: training on 'a' lines, validating on 'b' lines, stops early; --resume trains nothing"
+python3 -c "print(('a' * 40 + '\n') * 400 + ('b' * 40 + '\n') * 22, end='')" > "$work/ab.txt"  # the last 5%: b lines
+"$roformer" train --data "$work/ab.txt" --layers 1 --hidden 32 --heads 2 --ff 64 --seq 32 --batch 4 --steps 40 --lr 1e-2 \
+  --warmup 0 --eval-every 5 --eval-batches 2 --save-every 7 --patience 2 --sample-tokens 0 --no-progress \
+  --out "$work/early" 2> "$work/early.log"
+grep -q "^stopped early (--patience: no lower validation loss): 15 steps" "$work/early.log" || { cat "$work/early.log" >&2; exit 1; }
+[ "$(cat "$work/early/latest")" = step-000015 ]  # the early stop's checkpoint (not a multiple of --save-every)
+before="$(wc -l < "$work/early/metrics.jsonl")"
+"$roformer" train --resume --out "$work/early" 2> "$work/early-resume.log"
+grep -q "stopped early at step 15 (2 evaluations without a better validation loss, --patience 2), nothing to do" \
+  "$work/early-resume.log"
+[ "$(wc -l < "$work/early/metrics.jsonl")" -eq "$before" ]
 echo "ok"

@@ -3,6 +3,8 @@
 # corpus (number words, English -> Spanish, reversed):
 #  - resume is bit-exact: runs killed with SIGKILL, or stopped with SIGINT (checkpoint, exit 130),
 #    then resumed end with the losses and the weights of an uninterrupted run, byte for byte;
+#  - --save-every adds checkpoints between evaluations; --patience stops a run whose validation loss
+#    stops falling, and --resume of that run trains nothing;
 #  - the run keeps --keep-checkpoints checkpoints; `average --run --last` and `average DIR DIR` write
 #    a directory `translate` reads, the average of identical checkpoints is the checkpoint;
 #  - translate keeps the input order (text and JSONL, n-best lines), and RoPE models translate
@@ -68,6 +70,33 @@ PY
 else
   grep -q "processes, fp32" "$work/p.log"
 fi
+
+echo "== --save-every: checkpoints every N steps besides those of the evaluations"
+small=(--vocab-size 40 --layers 2 --hidden 32 --heads 4 --ff 64 --max-positions 32 --max-tokens 256 --bleu-sentences 0
+       --dropout 0.1 --no-progress)
+"$roformer" translate-train "${small[@]}" --train "$work/train.tsv" --validation "$work/valid.tsv" --keep-checkpoints 10 --warmup 10 --lr 3e-3 --eval-every 10 --save-every 4 \
+  --steps 12 --out "$work/s" 2> "$work/s.log"
+[ "$(cd "$work/s" && echo step-*)" = "step-000004 step-000008 step-000010 step-000012" ] || { ls "$work/s" >&2; exit 1; }
+
+echo "== --patience on the validation loss: targets 'a' in training and 'b' in validation stop early; --resume trains nothing"
+python3 - "$work" <<'PY'
+import random, sys
+EN = "zero one two three four five six seven eight nine ten eleven twelve".split()  # no 'b' in them
+for name, n, seed, target in (("a_train", 800, 1, "a"), ("b_valid", 30, 2, "b")):
+    rng = random.Random(seed)
+    with open(f"{sys.argv[1]}/{name}.tsv", "w") as f:
+        for _ in range(n):
+            words = [rng.choice(EN) for _ in range(rng.randint(2, 7))]
+            f.write(" ".join(words) + "\t" + " ".join(target for _ in words) + "\n")
+PY
+"$roformer" translate-train "${small[@]}" --train "$work/a_train.tsv" --validation "$work/b_valid.tsv" \
+  --warmup 0 --lr 3e-3 --eval-every 4 --steps 40 --patience 2 --out "$work/early" 2> "$work/early.log"
+grep -q "^stopped early (--patience: no lower validation loss) after 12 steps" "$work/early.log" || { cat "$work/early.log" >&2; exit 1; }
+before="$(wc -l < "$work/early/metrics.jsonl")"
+"$roformer" translate-train --resume --out "$work/early" 2> "$work/early-resume.log"
+grep -q "stopped early at step 12 (2 evaluations without a better validation loss, --patience 2), nothing to do" \
+  "$work/early-resume.log"
+[ "$(wc -l < "$work/early/metrics.jsonl")" -eq "$before" ]
 
 echo "== a run without --resume refuses to overwrite an existing run"
 if "$roformer" translate-train "${opts[@]}" --out "$work/a" 2> "$work/refuse.log"; then echo "expected a refusal" >&2; exit 1; fi

@@ -42,7 +42,7 @@ TEST(LoadRoformer, ReadsConfigWeightsAndTokenizerOfADirectory) {
   ASSERT_TRUE(m.model && m.tokenizer);
   EXPECT_EQ(m.dir, dir);
   EXPECT_EQ(m.config.vocab_size, 129);
-  EXPECT_EQ(m.tokenizer->kind(), "wordpiece");
+  EXPECT_EQ(m.tokenizer->kind(), text::TokenizerKind::wordpiece);
   EXPECT_EQ(&m.wordpiece("test"), m.tokenizer.get());
   EXPECT_FALSE(m.int8_checkpoint);
   EXPECT_TRUE(m.model->has_mlm_head());
@@ -70,7 +70,7 @@ TEST(LoadRoformer, WeightsAndTokenizerAreReadOnlyWhenAskedFor) {
 
 TEST(LoadRoformer, InferencePacksAndKeepsOutputsOnly) {
   load::Request r;
-  r.inference = model::LinearOptions{.quantize = "int8", .gemm = "auto"};
+  r.inference = model::LinearOptions{.quantize = model::Quantize::int8, .gemm = model::Gemm::automatic};
   const load::Model m = load::roformer(model_dir("load_case1"), r);
   EXPECT_TRUE(m.model->packed());
   EXPECT_EQ(m.model->packed_precision(), ops::Precision::int8);
@@ -213,7 +213,7 @@ TEST(LoadRoformer, NonRegularAndOversizedFilesAreRefused) {
 TEST(LoadRoformer, AHuggingFaceTokenizerJsonBesideVocabTxtIsNotTakenForAByteTokenizer) {
   const std::string dir = edited_dir("load_fast_tokenizer", [](nlohmann::json&) {});
   std::ofstream(dir + "/tokenizer.json") << R"({"version": "1.0", "model": {"type": "WordPiece"}})";
-  EXPECT_EQ(load::roformer(dir).tokenizer->kind(), "wordpiece");
+  EXPECT_EQ(load::roformer(dir).tokenizer->kind(), text::TokenizerKind::wordpiece);
 }
 
 // Each stack's config is checked against its tensors before the arena is allocated, naming the

@@ -49,11 +49,29 @@ std::vector<std::string> hf_names(const std::string& architecture) {
   return {"classifier.weight", "classifier.bias"};  // token classification, multiple choice
 }
 
+// --task of roformer finetune: every task's name parses back to it, and an unknown one is refused
+// naming the ones there are.
+TEST(Heads, TaskNamesRoundTrip) {
+  for (model::HeadTask t : {model::HeadTask::text_classification, model::HeadTask::token_classification,
+                            model::HeadTask::question_answering, model::HeadTask::multiple_choice}) {
+    EXPECT_EQ(model::parse_head_task(model::head_task_name(t)), t);
+  }
+  EXPECT_STREQ(model::head_task_name(model::HeadTask::multiple_choice), "multiple-choice");
+  try {
+    model::parse_head_task("text_classification");
+    FAIL();
+  } catch (const std::invalid_argument& e) {
+    EXPECT_STREQ(e.what(), "unknown task 'text_classification' (text-classification, token-classification, "
+                           "question-answering, multiple-choice)");
+  }
+}
+
 TEST(Heads, RegistryFindsEveryHeadByArchitectureAndTask) {
   EXPECT_EQ(model::head_registry().size(), 4u);
   for (const model::HeadDef* h : model::head_registry()) {
     EXPECT_EQ(model::find_head(h->architecture()), h);
-    EXPECT_EQ(&model::head_named(h->task()), h);
+    EXPECT_EQ(&model::head_named(model::head_task_name(h->task())), h);
+    EXPECT_EQ(&model::head_of(h->task()), h);
   }
   EXPECT_EQ(model::find_head("RoFormerForMaskedLM"), nullptr);
   try {
@@ -195,7 +213,7 @@ TEST_P(EveryHead, LossAndItsGradient) {
 
 INSTANTIATE_TEST_SUITE_P(Registry, EveryHead, testing::ValuesIn(model::head_registry()),
                          [](const testing::TestParamInfo<const model::HeadDef*>& i) {
-                           std::string name = i.param->task();
+                           std::string name = model::head_task_name(i.param->task());
                            for (char& ch : name) if (ch == '-') ch = '_';
                            return name;
                          });

@@ -28,7 +28,7 @@ TEST(CharTokenizer, ByteLevelRoundTripAndSpecials) {
   const CharTokenizer tok = CharTokenizer::byte_level();
   EXPECT_EQ(tok.vocab_size(), 261);
   EXPECT_EQ(tok.level(), CharTokenizer::Level::Byte);
-  EXPECT_EQ(tok.kind(), "byte");
+  EXPECT_EQ(tok.kind(), text::TokenizerKind::byte);
   const text::SpecialIds s = tok.specials();
   EXPECT_EQ(s.pad, 0);
   EXPECT_EQ(s.unk, 1);
@@ -55,7 +55,7 @@ TEST(CharTokenizer, ByteLevelRoundTripAndSpecials) {
 TEST(CharTokenizer, CharLevelRoundTrip) {
   const CharTokenizer tok = CharTokenizer::char_level_from_text(kMixedText);
   EXPECT_EQ(tok.level(), CharTokenizer::Level::Char);
-  EXPECT_EQ(tok.kind(), "char");
+  EXPECT_EQ(tok.kind(), text::TokenizerKind::character);
   const std::u32string cps = base::utf8_decode(kMixedText);
   const std::set<char32_t> distinct(cps.begin(), cps.end());
   EXPECT_EQ(tok.vocab_size(), 5 + static_cast<int64_t>(distinct.size()));

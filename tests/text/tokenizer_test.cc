@@ -42,7 +42,7 @@ std::shared_ptr<const text::Tokenizer> round_trip(const text::Tokenizer& tok, co
   std::vector<std::string> written;
   for (const auto& f : fs::directory_iterator(dir)) written.push_back(f.path().filename().string());
   std::sort(written.begin(), written.end());
-  EXPECT_EQ(written, files) << tok.kind();
+  EXPECT_EQ(written, files) << tok.kind_name();
   auto back = text::load_tokenizer(dir);
   EXPECT_EQ(back->kind(), tok.kind());
   EXPECT_EQ(back->vocab_size(), tok.vocab_size());
@@ -65,7 +65,7 @@ void expect_contract(const text::Tokenizer& tok, const std::string& text) {
   const text::SpecialIds s = tok.specials();
   for (const int32_t id : {s.pad, s.cls, s.sep, s.mask}) {
     if (id >= 0) {
-      EXPECT_EQ(tok.decode_ids({id}), "") << tok.kind() << " id " << id;
+      EXPECT_EQ(tok.decode_ids({id}), "") << tok.kind_name() << " id " << id;
     }
   }
 }
@@ -78,7 +78,7 @@ TEST(Tokenizer, ByteAndCharThroughTheInterface) {
     expect_contract(*tok, text);
     EXPECT_EQ(tok->special_ids(), (std::vector<int32_t>{0, 1, 2, 3, 4}));
     EXPECT_EQ(tok->specials().mask, 4);
-    round_trip(*tok, "iface_" + tok->kind(), {"tokenizer.json"}, text);
+    round_trip(*tok, "iface_" + tok->kind_name(), {"tokenizer.json"}, text);
   }
   EXPECT_EQ(bytes.decode_ids(bytes.encode_ids(text)), text);
   EXPECT_EQ(chars.decode_ids(chars.encode_ids("rot!")), "rot\xEF\xBF\xBD") << "unseen characters are [UNK], U+FFFD";
@@ -86,7 +86,7 @@ TEST(Tokenizer, ByteAndCharThroughTheInterface) {
 
 TEST(Tokenizer, WordPieceFromABareVocabularyWritesACompleteDirectory) {
   const auto tok = text::load_tokenizer(write("iface_wp/vocab.txt", kVocab));
-  EXPECT_EQ(tok->kind(), "wordpiece");
+  EXPECT_EQ(tok->kind(), text::TokenizerKind::wordpiece);
   EXPECT_EQ(tok->vocab_size(), 14);
   const text::SpecialIds s = tok->specials();
   EXPECT_EQ((std::vector<int32_t>{s.pad, s.unk, s.cls, s.sep, s.mask}), (std::vector<int32_t>{0, 1, 2, 3, 4}));
@@ -123,7 +123,7 @@ TEST(Tokenizer, SentencePieceThroughTheInterface) {
   o.vocab_size = 24;
   const text::SentencePiece sp = text::SentencePiece::from_serialized(text::train_sentencepiece(o).serialized, "mem");
   const text::Tokenizer& tok = sp;
-  EXPECT_EQ(tok.kind(), "sentencepiece");
+  EXPECT_EQ(tok.kind(), text::TokenizerKind::sentencepiece);
   const text::SpecialIds s = tok.specials();
   EXPECT_EQ((std::vector<int32_t>{s.pad, s.unk, s.cls, s.sep, s.mask}), (std::vector<int32_t>{0, 1, 2, 3, -1}));
   EXPECT_EQ(tok.special_ids(), (std::vector<int32_t>{0, 1, 2, 3}));

@@ -49,14 +49,15 @@ class FakeTask : public train::Task {
 class FakeRecipe : public train::Recipe {
  public:
   std::vector<double> scores;   // "score" of evaluation i
+  std::vector<double> losses;   // the validation loss of evaluation i (default 1 / step)
   int64_t interrupt_at = -1;    // raise SIGINT during the evaluation at this step
   const train::TrainerState* state = nullptr;
   std::vector<int64_t> evaluated;
 
   void evaluate(train::EvalRecord& rec) override {
     evaluated.push_back(rec.step);
-    rec.val_loss = 1.0 / static_cast<double>(rec.step);
     const size_t i = evaluated.size() - 1;
+    rec.val_loss = i < losses.size() ? losses[i] : 1.0 / static_cast<double>(rec.step);
     rec.metrics["score"] = i < scores.size() ? scores[i] : 0.0;
     if (rec.step == interrupt_at) std::raise(SIGINT);
   }
@@ -140,7 +141,7 @@ TEST(RunLoop, KeepsTheBestAndStopsAfterPatienceEvaluationsWithoutImprovement) {
   rig.recipe.scores = {0.5, 0.7, 0.6, 0.65, 0.9};
   train::LoopOptions o;
   o.out = fresh_dir("best");
-  o.total_steps = 20, o.eval_every = 2, o.metric = "score", o.higher_is_better = true, o.keep_best = true;
+  o.total_steps = 20, o.eval_every = 2, o.metric = o.best_metric = "score", o.higher_is_better = true, o.keep_best = true;
   o.patience = 2;
   const train::LoopResult r = rig.run(o);
   EXPECT_EQ(r.exit_code, 0);
@@ -150,6 +151,41 @@ TEST(RunLoop, KeepsTheBestAndStopsAfterPatienceEvaluationsWithoutImprovement) {
   EXPECT_DOUBLE_EQ(r.best, 0.7);
   EXPECT_EQ(read(o.out + "/best/step.txt"), "4");
   EXPECT_FALSE(fs::exists(o.out + "/best.new"));
+}
+
+// train and translate-train: early stopping on the validation loss while the progress line and the
+// report show another metric, with no out/best; the early stop writes a checkpoint (save_every does
+// not fall on it) whose bookkeeping tells a --resume that the run is over.
+TEST(RunLoop, PatienceFollowsTheBestMetricWithoutABestDirectory) {
+  Rig rig;
+  rig.recipe.losses = {3.0, 2.0, 2.5, 2.0, 1.0};  // no lower loss after step 4 (2.0 again is no better)
+  rig.recipe.scores = {1, 2, 3, 4, 5};            // the shown metric improves throughout
+  train::LoopOptions o;
+  o.out = fresh_dir("patience_loss");
+  o.total_steps = 20, o.eval_every = 2, o.save_every = 5, o.save_at_eval = false, o.metric = "score";
+  o.patience = 2;
+  const train::LoopResult r = rig.run(o);
+  EXPECT_TRUE(r.stopped_early);
+  EXPECT_EQ(r.steps_done, 8);
+  EXPECT_EQ(r.best_step, 4);
+  EXPECT_DOUBLE_EQ(r.best, 2.0);
+  EXPECT_FALSE(fs::exists(o.out + "/best"));
+  EXPECT_EQ(r.checkpoint, o.out + "/step-000008");
+  const train::ResumePoint at = train::resume_point(o.out, "test");
+  EXPECT_EQ(at.step, 8);
+  EXPECT_EQ(train::evaluations_without_improvement(at.task_json, at.dir), 2);
+  EXPECT_TRUE(train::finished_early(at, 2, o.out, "validation loss"));
+  EXPECT_FALSE(train::finished_early(at, 3, o.out, "validation loss"));  // a larger patience would go on
+  EXPECT_FALSE(train::finished_early(at, 0, o.out, "validation loss"));
+
+  Rig plain;  // patience 0: no bookkeeping, the loss is not followed
+  plain.recipe.losses = rig.recipe.losses;
+  o.out = fresh_dir("patience_none");
+  o.patience = 0;
+  const train::LoopResult all = plain.run(o);
+  EXPECT_FALSE(all.stopped_early);
+  EXPECT_EQ(all.steps_done, 20);
+  EXPECT_EQ(train::resume_point(o.out, "test").task_json, "");
 }
 
 TEST(RunLoop, ANonFiniteLossStopsWithStatus3AndTheLastGoodCheckpoint) {
@@ -172,7 +208,7 @@ TEST(RunLoop, AStopSignalCheckpointsAndTheResumedRunEndsAsAnUninterruptedOne) {
   // carry the best score and the count across step 6 to stop where the whole run stops.
   const std::vector<double> scores = {0.5, 0.7, 0.6, 0.65, 0.6, 0.9, 0.9};
   train::LoopOptions o;
-  o.total_steps = 16, o.eval_every = 2, o.metric = "score", o.higher_is_better = true, o.keep_best = true;
+  o.total_steps = 16, o.eval_every = 2, o.metric = o.best_metric = "score", o.higher_is_better = true, o.keep_best = true;
   o.patience = 3;
   Rig whole;
   whole.recipe.scores = scores;
@@ -215,7 +251,7 @@ TEST(RunLoop, AStopSignalCheckpointsAndTheResumedRunEndsAsAnUninterruptedOne) {
 // resumed run reads that back and keeps the best of its own evaluations.
 TEST(RunLoop, ARunStoppedBeforeItsFirstEvaluationResumes) {
   train::LoopOptions o;
-  o.total_steps = 8, o.eval_every = 4, o.metric = "score", o.higher_is_better = true, o.keep_best = true;
+  o.total_steps = 8, o.eval_every = 4, o.metric = o.best_metric = "score", o.higher_is_better = true, o.keep_best = true;
   o.out = fresh_dir("early-stop-resume");
   Rig first;
   first.task.interrupt_at = 1;

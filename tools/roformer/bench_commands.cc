@@ -5,6 +5,7 @@
 #include <memory>
 
 #include "commands.h"
+#include "enum_option.h"
 #include "model_option.h"
 #include "thread_option.h"
 
@@ -18,7 +19,7 @@ void add_bench_train_command(CLI::App& bench, CommandTable& commands) {
   CLI::App* bench_train_cmd = bench.add_subcommand("train", "Training tokens/s on the PyTorch peer's model shapes");
   bench_train_cmd->add_option("--preset", bench_train->preset, "small, large or base (RoFormer-base: 12 × 768)")
       ->check(CLI::IsMember({"small", "large", "base"}));
-  bench_train_cmd->add_option("--task", bench_train->task, "clm or mlm")->check(CLI::IsMember({"clm", "mlm"}));
+  add_enum_option(bench_train_cmd, "--task", bench_train->task, train::parse_lm_objective, train::lm_objective_name, "clm or mlm");
   bench_train_cmd->add_option("--batch", bench_train->batch, "Sequences per step")->check(CLI::PositiveNumber);
   bench_train_cmd->add_option("--seq", bench_train->seq, "Tokens per sequence")->check(CLI::PositiveNumber);
   bench_train_cmd->add_option("--vocab", bench_train->vocab, "Vocabulary")->check(CLI::Range(2, 1000000));
@@ -70,7 +71,7 @@ void add_bench_commands(CLI::App& app, CommandTable& commands) {
       ->check(CLI::IsMember({"none", "mlm"}));
   bench_infer_cmd->add_option("--keep", bench_infer->keep, "outputs (inference) or all (every activation)")
       ->check(CLI::IsMember({"outputs", "all"}));
-  add_linear_options(bench_infer_cmd, bench_infer->quantize, bench_infer->gemm);
+  add_linear_options(bench_infer_cmd, bench_infer->linears);
   bench_infer_cmd->add_option("--warmup", bench_infer->warmup, "Untimed forwards first")->check(CLI::Range(0, 1000));
   bench_infer_cmd->add_option("--min-reps", bench_infer->min_reps, "Timed forwards, at least")->check(CLI::Range(1, 100000));
   bench_infer_cmd->add_option("--min-time", bench_infer->min_time, "Seconds of timed forwards, at least")

@@ -47,8 +47,7 @@ int bench_infer(const BenchInferOptions& o) {
   infer::LoadOptions load_options;
   load_options.tokenizer = false;
   load_options.mlm_head = o.head == "mlm";
-  load_options.quantize = o.quantize;
-  load_options.gemm = o.gemm;
+  static_cast<model::LinearOptions&>(load_options) = o.linears;
   load_options.release_packed_arena = true;  // as the inference commands load
   auto pipeline = infer::Pipeline::load(o.model, load_options);
   const double load_s = seconds_since(t_load);

@@ -79,7 +79,7 @@ model::RoFormerConfig preset_config(const BenchTrainOptions& o) {
   c.vocab_size = o.vocab;
   c.max_position_embeddings = std::max<int64_t>(512, o.seq);
   c.hidden_dropout_prob = c.attention_probs_dropout_prob = 0;
-  c.is_decoder = o.task == "clm";
+  c.is_decoder = o.task == train::LmObjective::clm;
   return c;
 }
 
@@ -131,11 +131,11 @@ int bench_train(const BenchTrainOptions& o) {
   m.init_weights(1);
   if (o.attention_memory == "quadratic") m.set_keep(model::Keep::all);
   if (o.attention_memory == "linear") m.set_max_kept_keys(0);
-  const std::string precision = train::resolve_precision(o.precision, "");
+  const train::TrainPrecision precision = train::resolve_precision(o.precision, "");
   train::apply_precision(m, precision);
   const ops::GradientUnderflow underflow0 = ops::bf16_gradient_underflow();
   const int64_t B = o.batch, T = o.seq, N = B * T;
-  RandomTokenTask task(o.task == "mlm", B, T, c.vocab_size);
+  RandomTokenTask task(o.task == train::LmObjective::mlm, B, T, c.vocab_size);
   train::TrainerConfig tc;
   tc.schedule = {.peak_lr = 1e-3, .min_lr = 0, .warmup_steps = 0, .total_steps = 1, .decay = train::Decay::constant};
   tc.clip = 1.0;
@@ -164,7 +164,7 @@ int bench_train(const BenchTrainOptions& o) {
   std::sort(times.begin(), times.end());
   std::sort(waits.begin(), waits.end());
   nlohmann::json run = {{"preset", o.preset},
-                              {"task", o.task},
+                              {"task", train::lm_objective_name(o.task)},
                               {"threads", omp_get_max_threads()},
                               {"batch", B},
                               {"seq", T},
@@ -182,11 +182,11 @@ int bench_train(const BenchTrainOptions& o) {
                               {"processes", comm.size()},
                               {"bucket_mb", o.bucket_mb},
                               {"attention_memory", o.attention_memory},
-                              {"precision", precision},
+                              {"precision", train::train_precision_name(precision)},
                               {"cpu_isa", ops::cpu_isa_name()},
                               {"comm_wait_ms_median", waits[waits.size() / 2] * 1e3}};
   run.update(memory);
-  if (precision == "bf16") {  // the output gradients the backward rounded to bf16, warm-up steps included
+  if (precision == train::TrainPrecision::bf16) {  // the output gradients the backward rounded to bf16, warm-up steps included
     const ops::GradientUnderflow u = ops::bf16_gradient_underflow();
     run["bf16_gradient_values"] = u.values - underflow0.values;
     run["bf16_gradients_below_bf16_normal"] = u.below_bf16 - underflow0.below_bf16;

@@ -7,6 +7,10 @@
 #include <utility>
 #include <vector>
 
+#include "model/roformer.h"
+#include "train/lm_task.h"
+#include "train/loop_settings.h"
+
 namespace CLI {
 class App;
 }
@@ -32,14 +36,14 @@ int bench_rope(const BenchRopeOptions& options);
 struct BenchTrainOptions {
   std::string preset = "small";  // small: 256 wide, 4 layers, 4 heads, ff 1024; large: 512, 6, 8, 2048;
                                  // base: 768, 12, 12, 3072 (RoFormer-base, with --vocab 50000)
-  std::string task = "clm";
+  train::LmObjective task = train::LmObjective::clm;
   int64_t batch = 8, seq = 256, vocab = 256, steps = 20, warmup = 3;
   int threads = 0;
   bool sgemm = true;  // also measure this machine's sgemm rate
   double bucket_mb = 4;  // under mpirun: gradient buckets (0: one allreduce after the backward)
   std::string attention_memory = "auto";  // auto: what training does (model::Keep::backward); linear: row
                                           // statistics at any length; quadratic: the probabilities
-  std::string precision = "fp32";         // the training products (train::resolve_precision)
+  train::TrainPrecision precision = train::TrainPrecision::fp32;  // the training products (train::resolve_precision)
   bool json = false;
 };
 int bench_train(const BenchTrainOptions& options);
@@ -55,7 +59,7 @@ struct BenchInferOptions {
   std::string model;             // a Hugging Face RoFormer model directory
   std::string head = "none";     // none: last hidden state; mlm: + the MLM head's logits
   std::string keep = "outputs";  // outputs: inference mode; all: keep every activation (as for training)
-  std::string quantize = "auto", gemm = "auto";  // infer::LoadOptions
+  model::LinearOptions linears;  // --quantize, --gemm
   int64_t batch = 1, seq = 128, warmup = 2, min_reps = 5;
   double min_time = 3.0;         // seconds of timed forwards, at least min_reps of them
   int threads = 0;
@@ -124,17 +128,20 @@ void add_serve_command(CLI::App& app, CommandTable& commands);      // serve (th
 
 // --quantize auto|none|int8|bf16 and --gemm auto|packed|blas (model::LinearOptions) for every command that
 // runs a model.
-void add_linear_options(CLI::App* command, std::string& quantize, std::string& gemm);
+void add_linear_options(CLI::App* command, model::LinearOptions& linears);
 
 // With --resume a training run continues with the options saved in its checkpoint: any other option
 // given (besides --resume, --out, --no-progress and `also_allowed`) is refused by name, instead of
 // being silently ignored. Call from the command's callback.
 void refuse_options_on_resume(const CLI::App* command, const std::vector<std::string>& also_allowed = {});
 
-// --grad-accum, --bucket-mb and --zero1 (train::TrainerConfig) for every training command.
-void add_data_parallel_options(CLI::App* command, int64_t& grad_accum, double& bucket_mb, bool& zero1);
+// The options every training recipe (train, finetune, translate-train) shares, train::LoopSettings:
+// --eval-every, --save-every, --keep-checkpoints, --patience, --threads, --precision, and the
+// data-parallel --grad-accum, --bucket-mb, --zero1; the defaults shown are the settings' values (the
+// recipe's). `patience_metric` says what --patience follows on this recipe.
+void add_loop_options(CLI::App* command, train::LoopSettings& loop, const std::string& patience_metric);
 
 // --precision fp32|bf16|auto (train::resolve_precision) for every training command and bench train.
-void add_precision_option(CLI::App* command, std::string& precision);
+void add_precision_option(CLI::App* command, train::TrainPrecision& precision);
 
 }  // namespace roformer

@@ -7,9 +7,9 @@
 #include <memory>
 
 #include "commands.h"
+#include "enum_option.h"
 #include "model_option.h"
 #include "curves.h"
-#include "thread_option.h"
 #include "io/atomic_file.h"
 #include "plot/plot.h"
 #include "train/finetune.h"
@@ -28,10 +28,10 @@ void add_finetune_command(CLI::App& app, CommandTable& commands) {
   ft->add_option("--test", o->test, "Test examples to predict with --predict (labels not needed)");
   ft->add_option("--out", o->out, "Run directory: best/, checkpoints, metrics.jsonl/csv, curves.png")->capture_default_str();
   ft->add_flag("--resume", *resume, "Continue the run in --out from its latest checkpoint (options come from it)");
-  ft->add_option("--task", o->task, "The head to fine-tune: text-classification (sequence classification and "
-                 "regression), token-classification (JSONL words and tags, as transformers' run_ner) or "
-                 "multiple-choice (JSONL SWAG rows, as run_swag) or question-answering (SQuAD JSONL, as run_qa)")
-      ->capture_default_str();
+  add_enum_option(ft, "--task", o->task, model::parse_head_task, model::head_task_name,
+                  "The head to fine-tune: text-classification (sequence classification and regression), "
+                  "token-classification (JSONL words and tags, as transformers' run_ner) or multiple-choice "
+                  "(JSONL SWAG rows, as run_swag) or question-answering (SQuAD JSONL, as run_qa)");
   ft->add_option("--context-column", o->choice.context, "multiple-choice: field of the context")->capture_default_str();
   ft->add_option("--header-column", o->choice.header, "multiple-choice: field that begins every ending (\"\": none)")
       ->capture_default_str();
@@ -63,14 +63,7 @@ void add_finetune_command(CLI::App& app, CommandTable& commands) {
   ft->add_option("--max-length", o->max_length, "Tokens per example after truncation (longest_first for pairs)")
       ->capture_default_str();
   ft->add_option("--batch", o->batch, "Examples per step, over all processes")->check(CLI::PositiveNumber)->capture_default_str();
-  add_data_parallel_options(ft, o->grad_accum, o->bucket_mb, o->zero1);
-  add_precision_option(ft, o->precision);
   ft->add_option("--epochs", o->epochs, "Passes over the training set")->check(CLI::PositiveNumber)->capture_default_str();
-  ft->add_option("--eval-every", o->eval_every, "Steps between evaluations (0: each epoch)")->capture_default_str();
-  ft->add_option("--keep-checkpoints", o->keep_checkpoints, "Step checkpoints kept, the newest (best/ is kept apart)")
-      ->capture_default_str();
-  ft->add_option("--patience", o->patience, "Stop after this many evaluations without improvement (0: never)")
-      ->capture_default_str();
   ft->add_option("--metric", o->metric,
                  "Metric that picks the best checkpoint: accuracy, f1, f1_macro, mcc, f1_micro, pearson, spearman, "
                  "mse or loss (default: accuracy, f1_micro or pearson)");
@@ -85,8 +78,8 @@ void add_finetune_command(CLI::App& app, CommandTable& commands) {
   ft->add_option("--seed", o->seed, "Seed of the head's initialisation, data order and dropout")->capture_default_str();
   ft->add_flag("--predict", o->predict, "Write out/predictions.jsonl for --test with the best checkpoint (also "
                "after the run: --resume --test FILE --predict)");
-  add_linear_options(ft, o->linears.quantize, o->linears.gemm);  // the predictions' linear layers
-  ft->add_option("--threads", o->threads, "OpenMP threads (0: all cores)")->check(roformer::thread_count());
+  add_linear_options(ft, o->linears);  // the predictions' linear layers
+  add_loop_options(ft, o->loop, "--metric");  // each evaluation also writes a checkpoint; best/ is kept apart
   ft->add_flag("--no-progress", *no_progress, "No live progress line (log lines instead)");
   ft->callback([ft, resume] {
     // The predictions are the invocation's: a finished run predicts a test set with --resume --test F --predict.

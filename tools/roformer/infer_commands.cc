@@ -14,6 +14,7 @@
 
 #include "base/utf8.h"
 #include "commands.h"
+#include "enum_option.h"
 #include "model_option.h"
 #include "thread_option.h"
 #include "io/output_path.h"
@@ -27,7 +28,8 @@ namespace {
 
 struct InferOptions {
   std::string model_dir, input, format = "auto", jieba_dict, pooling = "auto", rope_scaling, prompt_name;
-  std::string quantize = "auto", gemm = "auto", function = "auto";  // infer::LoadOptions
+  model::LinearOptions linears;    // --quantize, --gemm
+  std::string function = "auto";  // infer::LoadOptions
   std::string inputs, out;  // forward
   int64_t batch_size = 16, top_k = 5, max_length = 0;
   bool normalize = false, pairs = false, truncate = false, offsets = false;
@@ -60,8 +62,7 @@ std::unique_ptr<infer::Pipeline> load(const InferOptions& o, bool weights = true
   lo.weights = weights;
   lo.mlm_head = mlm_head;
   lo.rope_scaling = o.rope_scaling;
-  lo.quantize = o.quantize;
-  lo.gemm = o.gemm;
+  static_cast<model::LinearOptions&>(lo) = o.linears;
   lo.classify_function = o.function;
   lo.release_packed_arena = true;  // only forwards run here: hold the packed weights once
   return infer::Pipeline::load(o.model_dir, lo);
@@ -243,21 +244,20 @@ int run_qa(const InferOptions& o) {
 int run_forward(const InferOptions& o) {
   if (o.threads > 0) omp_set_num_threads(o.threads);
   io::check_output_path("--out", o.out, {o.model_dir, o.inputs});
-  infer::forward_file(o.model_dir, o.inputs, o.out, {o.quantize, o.gemm});
+  infer::forward_file(o.model_dir, o.inputs, o.out, o.linears);
   return 0;
 }
 
 }  // namespace
 
-void add_linear_options(CLI::App* command, std::string& quantize, std::string& gemm) {
-  command->add_option("--quantize", quantize,
-                      "int8 (dynamic int8 linear layers, oneDNN), bf16 (bf16 linear layers with fp32 "
-                      "accumulation; CPUs with AVX512-BF16 or AMX), none (fp32) or auto (int8 for a checkpoint "
-                      "`roformer quantize` wrote, else fp32)")
-      ->check(CLI::IsMember({"auto", "none", "int8", "bf16"}))->capture_default_str();
-  command->add_option("--gemm", gemm, "fp32 linear layers: packed (oneDNN, weights packed at load), blas (OpenBLAS) "
-                                      "or auto (packed where oneDNN has its own kernel)")
-      ->check(CLI::IsMember({"auto", "packed", "blas"}))->capture_default_str();
+void add_linear_options(CLI::App* command, model::LinearOptions& linears) {
+  add_enum_option(command, "--quantize", linears.quantize, model::parse_quantize, model::quantize_name,
+                  "int8 (dynamic int8 linear layers, oneDNN), bf16 (bf16 linear layers with fp32 "
+                  "accumulation; CPUs with AVX512-BF16 or AMX), none (fp32) or auto (int8 for a checkpoint "
+                  "`roformer quantize` wrote, else fp32)");
+  add_enum_option(command, "--gemm", linears.gemm, model::parse_gemm, model::gemm_name,
+                  "fp32 linear layers: packed (oneDNN, weights packed at load), blas (OpenBLAS) "
+                  "or auto (packed where oneDNN has its own kernel)");
 }
 
 void add_infer_commands(CLI::App& app, CommandTable& commands) {
@@ -282,7 +282,7 @@ void add_infer_commands(CLI::App& app, CommandTable& commands) {
       c->add_option("--rope-scaling", o->rope_scaling,
                     "Accept inputs up to F x max_position_embeddings: linear:F, ntk:F, dynamic-ntk:F:ORIG, "
                     "yarn:F:ORIG, llama3:F:ORIG");
-      add_linear_options(c, o->quantize, o->gemm);
+      add_linear_options(c, o->linears);
     }
     return c;
   };
@@ -335,7 +335,7 @@ void add_infer_commands(CLI::App& app, CommandTable& commands) {
   fwd->add_option("--inputs", o->inputs, "safetensors with input_ids [, attention_mask, token_type_ids] (I64, (B, T))")->required();
   fwd->add_option("--out", o->out, "Output safetensors (written atomically)")->required();
   fwd->add_option("--threads", o->threads, "OpenMP threads (0: all)")->check(roformer::thread_count());
-  add_linear_options(fwd, o->quantize, o->gemm);
+  add_linear_options(fwd, o->linears);
 
   commands.add(tok, [o] { return run_tokenize(*o); });
   commands.add(fill, [o] { return run_fill_mask(*o); });

@@ -11,6 +11,7 @@
 
 #include "base/words.h"
 #include "commands.h"
+#include "enum_option.h"
 #include "model_option.h"
 #include "curves.h"
 #include "thread_option.h"
@@ -178,9 +179,10 @@ void add_train_command(CLI::App& app, CommandTable& commands, const std::shared_
   tr->add_option("--data", t.data, "UTF-8 text file (the last --val-fraction is validation)");
   tr->add_option("--out", t.out, "Run directory: checkpoints, metrics.jsonl/csv, curves.png")->capture_default_str();
   tr->add_flag("--resume", o->resume, "Continue the run in --out from its latest checkpoint (options come from it)");
-  tr->add_option("--task", t.task, "clm (causal LM) or mlm (masked LM)")->check(CLI::IsMember({"clm", "mlm"}))->capture_default_str();
-  tr->add_option("--tokenizer", t.tokenizer, "char, byte or wordpiece (with --vocab)")
-      ->check(CLI::IsMember({"char", "byte", "wordpiece"}))->capture_default_str();
+  add_enum_option(tr, "--task", t.task, train::parse_lm_objective, train::lm_objective_name,
+                  "clm (causal LM) or mlm (masked LM)");
+  add_enum_option(tr, "--tokenizer", t.tokenizer, text::parse_tokenizer_kind, text::tokenizer_kind_name,
+                  "char, byte or wordpiece (with --vocab)");
   tr->add_option("--vocab", t.vocab, "WordPiece: vocab.txt or a tokenizer directory (roformer vocab --out-dir)");
   tr->add_flag("--whole-word-mask", t.whole_word_mask, "MLM, WordPiece: mask whole words (all pieces of a selected word)");
   tr->add_option("--init-from", t.init_from,
@@ -204,8 +206,6 @@ void add_train_command(CLI::App& app, CommandTable& commands, const std::shared_
   tr->add_option("--dropout", o->dropout, "Hidden dropout")->check(CLI::Range(0.0, 0.99))->capture_default_str();
   tr->add_option("--attention-dropout", o->attention_dropout, "Attention-probability dropout (default: --dropout)");
   tr->add_option("--batch", t.batch, "Sequences per step, over all processes")->check(CLI::PositiveNumber)->capture_default_str();
-  add_data_parallel_options(tr, t.grad_accum, t.bucket_mb, t.zero1);
-  add_precision_option(tr, t.precision);
   tr->add_option("--seq", t.seq, "Tokens per sequence")->check(CLI::PositiveNumber)->capture_default_str();
   tr->add_option("--steps", t.steps, "Optimizer steps")->check(CLI::PositiveNumber)->capture_default_str();
   tr->add_option("--lr", t.schedule.peak_lr, "Peak learning rate")->capture_default_str();
@@ -215,17 +215,14 @@ void add_train_command(CLI::App& app, CommandTable& commands, const std::shared_
   tr->add_option("--weight-decay", t.adamw.weight_decay, "AdamW decoupled weight decay")->capture_default_str();
   tr->add_option("--clip", t.clip, "Global gradient-norm clip (0: off)")->capture_default_str();
   tr->add_option("--seed", t.seed, "Seed of initialisation, data order, masks and dropout")->capture_default_str();
-  tr->add_option("--eval-every", t.eval_every, "Steps between validation runs (0: only at the end)")->capture_default_str();
   tr->add_option("--eval-batches", t.eval_batches, "Validation batches")->check(CLI::PositiveNumber)->capture_default_str();
-  tr->add_option("--save-every", t.save_every, "Steps between checkpoints (0: only at the end)")->capture_default_str();
-  tr->add_option("--keep-checkpoints", t.keep_checkpoints, "Step checkpoints kept, the newest")->capture_default_str();
   tr->add_option("--val-fraction", t.val_fraction, "Validation share of the file")->check(CLI::Range(0.0, 0.9))->capture_default_str();
   tr->add_option("--mask-prob", t.mask_prob, "MLM: share of tokens selected")->capture_default_str();
   tr->add_option("--sample-tokens", t.sample_tokens, "Tokens generated at the end (causal LM)")->capture_default_str();
   tr->add_option("--sample-prompt", t.sample_prompt, "Prompt of the final sample");
   tr->add_option("--temperature", t.temperature, "Sampling temperature")->capture_default_str();
   tr->add_option("--top-k", t.top_k, "Sampling top-k (0: all)")->capture_default_str();
-  tr->add_option("--threads", t.threads, "OpenMP threads per process (0: all cores)")->check(roformer::thread_count());
+  add_loop_options(tr, t.loop, "the validation loss");
   tr->add_flag("--no-progress", o->no_progress, "No live progress line (log lines instead)");
   tr->callback([tr, o] {
     if (o->resume) refuse_options_on_resume(tr, {"--steps"});  // --resume --steps N extends the run
@@ -262,7 +259,7 @@ void add_eval_command(CLI::App& app, CommandTable& commands, const std::shared_p
   ev->add_option("--tokens", o->extrapolation.tokens, "With --lengths: targets per cell")->check(CLI::PositiveNumber)->capture_default_str();
   ev->add_option("--png", o->extrapolation.png, "With --lengths: write the perplexity plot");
   ev->add_option("--csv", o->extrapolation.csv, "With --lengths: write the perplexity table");
-  add_linear_options(ev, o->linears.quantize, o->linears.gemm);
+  add_linear_options(ev, o->linears);
   commands.add(ev, [o] { return run_eval(*o); });
 }
 
@@ -291,7 +288,7 @@ void add_generate_command(CLI::App& app, CommandTable& commands, const std::shar
     }
     if (o->top_p <= 0) throw CLI::ValidationError("--top-p", "must be in (0, 1]");
   });
-  add_linear_options(gen, o->linears.quantize, o->linears.gemm);
+  add_linear_options(gen, o->linears);
   commands.add(gen, [o] { return run_generate(*o); });
 }
 
@@ -309,18 +306,29 @@ void refuse_options_on_resume(const CLI::App* command, const std::vector<std::st
   }
 }
 
-void add_data_parallel_options(CLI::App* command, int64_t& grad_accum, double& bucket_mb, bool& zero1) {
-  command->add_option("--grad-accum", grad_accum, "Micro-batches each process splits its rows into (same result, less memory)")
-      ->check(CLI::PositiveNumber)->capture_default_str();
-  command->add_option("--bucket-mb", bucket_mb, "Data-parallel gradient buckets in MiB, reduced during the backward "
+void add_loop_options(CLI::App* command, train::LoopSettings& loop, const std::string& patience_metric) {
+  command->add_option("--eval-every", loop.eval_every, "Steps between evaluations (0: at each epoch's end, or "
+                      "only the last step where the data has no epochs); the last step is always evaluated")
+      ->capture_default_str();
+  command->add_option("--save-every", loop.save_every, "A checkpoint every this many steps (0: none), besides those "
+                      "at the last step, on a stop and (finetune, translate-train) at each evaluation")
+      ->capture_default_str();
+  command->add_option("--keep-checkpoints", loop.keep_checkpoints, "Step checkpoints kept, the newest")->capture_default_str();
+  command->add_option("--patience", loop.patience, "Stop after this many evaluations without a better " +
+                      patience_metric + " (0: never)")->capture_default_str();
+  command->add_option("--threads", loop.threads, "OpenMP threads per process (0: all cores)")->check(roformer::thread_count());
+  add_precision_option(command, loop.precision);
+  command->add_option("--grad-accum", loop.grad_accum, "Micro-batches each process splits its rows into (same result, "
+                      "less memory)")->check(CLI::PositiveNumber)->capture_default_str();
+  command->add_option("--bucket-mb", loop.bucket_mb, "Data-parallel gradient buckets in MiB, reduced during the backward "
                       "(0: one allreduce after it)")->check(CLI::Range(0.0, 65536.0))->capture_default_str();
-  command->add_flag("--zero1", zero1, "Data-parallel: each process keeps 1/N of the AdamW moments (ZeRO-1)");
+  command->add_flag("--zero1", loop.zero1, "Data-parallel: each process keeps 1/N of the AdamW moments (ZeRO-1)");
 }
 
-void add_precision_option(CLI::App* command, std::string& precision) {
-  command->add_option("--precision", precision, "The training products: fp32, bf16 (mixed precision: bf16 operands, "
-                      "fp32 accumulation, fp32 master weights; CPUs with AVX512-BF16 or AMX) or auto (bf16 where "
-                      "the CPU has it)")->check(CLI::IsMember({"fp32", "bf16", "auto"}))->capture_default_str();
+void add_precision_option(CLI::App* command, train::TrainPrecision& precision) {
+  add_enum_option(command, "--precision", precision, train::parse_train_precision, train::train_precision_name,
+                  "The training products: fp32, bf16 (mixed precision: bf16 operands, fp32 accumulation, fp32 "
+                  "master weights; CPUs with AVX512-BF16 or AMX) or auto (bf16 where the CPU has it)");
 }
 
 void add_model_commands(CLI::App& app, CommandTable& commands) {

@@ -22,7 +22,7 @@ namespace {
 
 struct ServeOptions {
   std::string model_dir, model_id, jieba_dict, rope_scaling, pooling = "auto";
-  std::string quantize = "auto", gemm = "auto";
+  model::LinearOptions linears;  // --quantize, --gemm
   double max_padding = 0.1;
   server::ServerOptions server;
 };
@@ -60,8 +60,7 @@ int run_serve(ServeOptions& o) {
     }
   }
   infer::LoadOptions lo;
-  lo.quantize = o.quantize;
-  lo.gemm = o.gemm;
+  static_cast<model::LinearOptions&>(lo) = o.linears;
   if (load::is_causal_lm(o.model_dir)) {  // `roformer train`'s causal LMs: /generate, /generate_stream, /v1/completions
     load::Request r;
     r.inference = static_cast<const model::LinearOptions&>(lo);
@@ -154,7 +153,7 @@ void add_serve_command(CLI::App& app, CommandTable& commands) {
   c->add_option("--jieba-dict", o->jieba_dict, "jieba dict.txt (default: $ROFORMER_JIEBA_DICT, python3-jieba's)");
   c->add_option("--rope-scaling", o->rope_scaling,
                 "Accept inputs up to F x max_position_embeddings: linear:F, ntk:F, dynamic-ntk:F:ORIG, yarn:F:ORIG, llama3:F:ORIG");
-  add_linear_options(c, o->quantize, o->gemm);
+  add_linear_options(c, o->linears);
   commands.add(c, [o] { return run_serve(*o); });
 }
 

@@ -61,7 +61,7 @@ int run_translate_train(TranslateCli& c) {
   c.train.model.embedding_size = c.train.model.hidden_size;
   c.train.progress = !c.no_progress;
   const train::TranslateTrainResult r = train::run_translate_training(c.train, c.resume, render_curves);
-  if (r.exit_code == 0) {
+  if (r.exit_code == 0 && r.last_eval.step > 0) {  // a finished run resumed evaluates nothing
     const auto bleu = r.last_eval.metrics.find("bleu");
     fmt::print("validation loss {:.4f}, BLEU {:.2f}\n", r.last_eval.val_loss, bleu == r.last_eval.metrics.end() ? NAN : bleu->second);
   }
@@ -236,15 +236,11 @@ void add_translate_train_command(CLI::App& app, CommandTable& commands, const st
   tt->add_option("--beta2", t.beta2, "Adam β2")->capture_default_str();
   tt->add_option("--weight-decay", t.weight_decay, "AdamW decoupled weight decay")->capture_default_str();
   tt->add_option("--clip", t.clip, "Global gradient-norm clip (0: off)")->capture_default_str();
-  add_data_parallel_options(tt, t.grad_accum, t.bucket_mb, t.zero1);
-  add_precision_option(tt, t.precision);
   tt->add_option("--seed", t.seed, "Seed of initialisation, subwords, batch order and dropout")->capture_default_str();
-  tt->add_option("--eval-every", t.eval_every, "Steps between evaluations and checkpoints")->capture_default_str();
-  tt->add_option("--keep-checkpoints", t.keep_checkpoints, "Checkpoints kept (for roformer average)")->capture_default_str();
   tt->add_option("--bleu-sentences", t.bleu_sentences, "Validation pairs translated for BLEU at each evaluation (0: none)")
       ->capture_default_str();
   tt->add_option("--bleu-beam", t.bleu_beam, "Beam of those translations (1: greedy)")->capture_default_str();
-  tt->add_option("--threads", t.threads, "OpenMP threads per process (0: all cores)")->check(roformer::thread_count());
+  add_loop_options(tt, t.loop, "validation loss");  // each evaluation also writes a checkpoint (for roformer average)
   tt->add_flag("--no-progress", c->no_progress, "No live progress line (log lines instead)");
   tt->callback([tt, c] {
     if (c->resume) refuse_options_on_resume(tt);
@@ -283,7 +279,7 @@ void add_translate_command(CLI::App& app, CommandTable& commands, const std::sha
   tr->add_flag("--scores", c->with_scores, "Print each hypothesis's score");
   tr->add_flag("--timing", c->timing, "Print decoding time and tokens/s (a JSON line on stderr)");
   tr->add_option("--threads", c->threads, "OpenMP threads (0: all cores)")->check(roformer::thread_count());
-  add_linear_options(tr, c->linears.quantize, c->linears.gemm);
+  add_linear_options(tr, c->linears);
   commands.add(tr, [c] { return run_translate(*c); });
 }
 

@@ -44,7 +44,7 @@ class MultipleChoice : public HeadModule<T> {
 class MultipleChoiceHead : public HeadDef {
  public:
   const char* architecture() const override { return "RoFormerForMultipleChoice"; }
-  const char* task() const override { return "multiple-choice"; }
+  HeadTask task() const override { return HeadTask::multiple_choice; }
   bool uses_labels() const override { return false; }
   std::vector<HeadTensor> tensors(const RoFormerConfig& c) const override {
     return {{"classifier.weight", {1, c.hidden_size}, true}, {"classifier.bias", {1}, false}};

@@ -44,7 +44,7 @@ class QuestionAnswering : public HeadModule<T> {
 class QuestionAnsweringHead : public HeadDef {
  public:
   const char* architecture() const override { return "RoFormerForQuestionAnswering"; }
-  const char* task() const override { return "question-answering"; }
+  HeadTask task() const override { return HeadTask::question_answering; }
   std::vector<HeadTensor> tensors(const RoFormerConfig& c) const override {
     return {{"qa_outputs.weight", {2, c.hidden_size}, true}, {"qa_outputs.bias", {2}, false}};
   }

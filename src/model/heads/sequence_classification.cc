@@ -59,7 +59,7 @@ class SequenceClassification : public HeadModule<T> {
 class SequenceClassificationHead : public HeadDef {
  public:
   const char* architecture() const override { return "RoFormerForSequenceClassification"; }
-  const char* task() const override { return "text-classification"; }
+  HeadTask task() const override { return HeadTask::text_classification; }
   std::vector<HeadTensor> tensors(const RoFormerConfig& c) const override {
     const int64_t H = c.hidden_size, L = c.num_labels();
     return {{"classifier.dense.weight", {H, H}, true}, {"classifier.dense.bias", {H}, false},

@@ -57,7 +57,7 @@ class TokenClassification : public HeadModule<T> {
 class TokenClassificationHead : public HeadDef {
  public:
   const char* architecture() const override { return "RoFormerForTokenClassification"; }
-  const char* task() const override { return "token-classification"; }
+  HeadTask task() const override { return HeadTask::token_classification; }
   std::vector<HeadTensor> tensors(const RoFormerConfig& c) const override {
     return {{"classifier.weight", {c.num_labels(), c.hidden_size}, true}, {"classifier.bias", {c.num_labels()}, false}};
   }
