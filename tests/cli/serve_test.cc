@@ -308,17 +308,18 @@ TEST(Cli, AMistypedCommandSuggestsTheNearestOne) {
 // An option that names a choice is parsed once, at the command line: an unknown name is one line that
 // names the option and the names it takes.
 TEST(Cli, ChoiceOptionsNameTheirValues) {
+  const std::string m = model_dir("m");  // --model is resolved (a directory or a cached id) before the others
   expect_refused(run("train --data x --precision bf17"), "--precision: unknown precision 'bf17' (fp32, bf16, auto)");
   expect_refused(run("train --data x --task lm"), "--task: unknown task 'lm' (clm, mlm)");
   expect_refused(run("train --data x --tokenizer bpe"),
                  "--tokenizer: unknown tokenizer 'bpe' (byte, char, wordpiece, sentencepiece)");
   expect_refused(run("train --data x --tokenizer sentencepiece"), "--tokenizer must be char, byte or wordpiece");
-  expect_refused(run("finetune --model m --train t --validation v --task ner"),
+  expect_refused(run("finetune --model " + m + " --train t --validation v --task ner"),
                  "--task: unknown task 'ner' (text-classification, token-classification, question-answering, "
                  "multiple-choice)");
   expect_refused(run("translate-train --train t --validation v --precision fp16"), "--precision: unknown precision 'fp16'");
   expect_refused(run("bench train --task seq2seq"), "--task: unknown task 'seq2seq' (clm, mlm)");
-  expect_refused(run("serve --model m --gemm mkl"), "--gemm: unknown gemm 'mkl' (auto, packed, blas)");
+  expect_refused(run("serve --model " + m + " --gemm mkl"), "--gemm: unknown gemm 'mkl' (auto, packed, blas)");
 }
 
 TEST(Cli, ThreadCountsAndWindowLengthsAreBounded) {
