@@ -144,7 +144,7 @@ ResumePoint resume_point(const std::string& out_dir, const std::string& what) {
   if (dir.empty()) throw io::Error(out_dir + ": no checkpoint to resume from (no 'latest')");
   const io::SafeTensors st(dir + "/optimizer.safetensors");
   if (!st.metadata().count("options")) throw io::Error(dir + ": no " + what + " options in the checkpoint");
-  ResumePoint at{dir, st.metadata().at("options")};
+  ResumePoint at{dir, st.metadata().at("options"), 0, ""};
   if (const auto it = st.metadata().find("trainer_state"); it != st.metadata().end()) {
     try {
       const auto j = nlohmann::json::parse(it->second);

@@ -529,7 +529,9 @@ TEST(ServeHttp, V1RerankEmbedAllAndEmbedSparse) {
     for (size_t k = 0; k < entries.size(); ++k) {
       EXPECT_GT(entries[k]["value"].get<double>(), 0);
       EXPECT_LT(entries[k]["index"].get<int>(), vocab);
-      if (k) EXPECT_LT(entries[k - 1]["index"].get<int>(), entries[k]["index"].get<int>());
+      if (k) {
+        EXPECT_LT(entries[k - 1]["index"].get<int>(), entries[k]["index"].get<int>());
+      }
     }
   }
   EXPECT_NE(r.body[0], r.body[1]);
