@@ -321,14 +321,15 @@ class Models {
   }
 
   // "/models/NAME/ROUTE" → NAME's model and "/ROUTE" (the longest served name that the path continues
-  // with "/": names may hold "/", as Hugging Face ids do, sent as is or as %2F). Null for a path
-  // without the prefix; 404 for a name not served.
+  // with "/": names may hold "/", as Hugging Face ids do, sent as is or as %2F; "/models/NAME" alone is
+  // "/models/NAME/"). Null for a path without the prefix; 404 for a name not served.
   std::pair<Model*, std::string> split(const std::string& path) const {
     static const std::string prefix = "/models/";
     if (path.rfind(prefix, 0) != 0) return {nullptr, path};
-    const std::string rest = path.substr(prefix.size());
+    std::string rest = path.substr(prefix.size());
     Model* best = nullptr;
     for (const auto& m : all) {
+      if (rest == m->name) rest += '/';  // /models/NAME is POST /'s /models/NAME/ (huggingface_hub posts there)
       if (rest.size() > m->name.size() && rest.compare(0, m->name.size(), m->name) == 0 &&
           rest[m->name.size()] == '/' && (!best || m->name.size() > best->name.size())) {
         best = m.get();

@@ -363,6 +363,7 @@ TEST(ServeHttp, SeveralModelsInOneServer) {
   ASSERT_EQ(cls_predict.status, 200) << cls_predict.body;
   for (const Reply& r : {post(all, "/models/cls/predict", json{{"inputs", kTexts[0]}}),
                          post(all, "/models/cls/", json{{"inputs", kTexts[0]}}),  // POST / is /predict for a classifier
+                         post(all, "/models/cls", json{{"inputs", kTexts[0]}}),   // huggingface_hub's model URL
                          post(all, "/", json{{"inputs", kTexts[0]}, {"model", "cls"}})}) {
     ASSERT_EQ(r.status, 200) << r.body;
     for (const auto& [label, score] : scores(cls_predict)) EXPECT_NEAR(scores(r)[label], score, 1e-5) << label;
@@ -418,7 +419,7 @@ TEST(ServeHttp, SeveralModelsInOneServer) {
   EXPECT_EQ(all.client().Get("/models/gen/health")->status, 200);
   const std::string metrics = all.client().Get("/metrics")->body;
   for (const char* series : {"roformer_requests_total{model=\"cls\",route=\"/predict\",status=\"200\"} 1\n",
-                             "roformer_requests_total{model=\"cls\",route=\"/\",status=\"200\"} 2\n",
+                             "roformer_requests_total{model=\"cls\",route=\"/\",status=\"200\"} 3\n",
                              "roformer_requests_total{model=\"gen\",route=\"/generate\",status=\"200\"} 1\n",
                              "roformer_requests_total{model=\"http_mlm\",route=\"/generate\",status=\"424\"} 1\n",
                              "roformer_queue_depth{model=\"http_mlm\"} 0\n", "roformer_queue_depth{model=\"gen\"} 0\n",
