@@ -165,7 +165,7 @@ try:
         client.embeddings.create(model="nope", input="a")
         raise AssertionError("an unknown model was answered")
     except openai.NotFoundError as e:
-        assert "served: mlm, cls" in str(e), e
+        assert "served: mlm, cls" in e.response.text, e.response.text
     hub = huggingface_hub.InferenceClient(model=f"{server.url}/models/cls")
     for text, w in zip(texts, want_cls):
         got = hub.text_classification(text)
