@@ -932,20 +932,22 @@ TEST(ServeHttp, IdleAndVanishingConnectionsDoNotStarveClients) {
   EXPECT_EQ(s.stop(SIGTERM), 0);
 }
 
-// A metric's value in /metrics (its first series, "name{model=...} value"; -1 when absent).
-double metric(const Server& s, const std::string& name) {
+// A metric's value in /metrics: its series of `model` ("name{model=\"M\"} value"), or its first
+// series when model is ""; -1 when absent.
+double metric(const Server& s, const std::string& name, const std::string& model = "") {
+  const std::string start = name + (model.empty() ? "{" : "{model=\"" + model + "\"");
   std::istringstream in(s.client().Get("/metrics")->body);
   for (std::string line; std::getline(in, line);) {
-    if (line.rfind(name + "{", 0) == 0) return std::stod(line.substr(line.rfind(' ') + 1));
+    if (line.rfind(start, 0) == 0) return std::stod(line.substr(line.rfind(' ') + 1));
   }
   return -1;
 }
 
 // Polls /metrics until `name` reads `value` (up to 60 s: debug builds on a loaded machine); its last value.
-double await_metric(const Server& s, const std::string& name, double value) {
+double await_metric(const Server& s, const std::string& name, double value, const std::string& model = "") {
   const auto end = std::chrono::steady_clock::now() + std::chrono::seconds(60);
-  double v = metric(s, name);
-  for (; v != value && std::chrono::steady_clock::now() < end; v = metric(s, name)) {
+  double v = metric(s, name, model);
+  for (; v != value && std::chrono::steady_clock::now() < end; v = metric(s, name, model)) {
     std::this_thread::sleep_for(std::chrono::milliseconds(2));
   }
   return v;
@@ -953,16 +955,17 @@ double await_metric(const Server& s, const std::string& name, double value) {
 
 // About a second of the model thread (4000 inputs of 62 tokens; servers with --threads 1 and
 // --max-client-batch-size 5000), posted from its own thread: constructed once the request is running.
+// route and model: another model's (several models served).
 struct BusyRequest {
   Reply reply;
   std::thread client;
-  explicit BusyRequest(const Server& s) {
+  explicit BusyRequest(const Server& s, const std::string& route = "/embed", const std::string& model = "") {
     std::string text;
     for (int i = 0; i < 30; ++i) text += "hello world ";
     const std::string busy = json{{"inputs", std::vector<std::string>(4000, text)}, {"truncate", true}}.dump();
-    client = std::thread([this, &s, busy] { reply = post(s, "/embed", busy); });
-    EXPECT_EQ(await_metric(s, "roformer_requests_in_flight", 1), 1);  // tokenized,
-    EXPECT_EQ(await_metric(s, "roformer_queue_depth", 0), 0);         // then taken by the model thread
+    client = std::thread([this, &s, busy, route] { reply = post(s, route, busy); });
+    EXPECT_EQ(await_metric(s, "roformer_requests_in_flight", 1, model), 1);  // tokenized,
+    EXPECT_EQ(await_metric(s, "roformer_queue_depth", 0, model), 0);         // then taken by the model thread
   }
   void answered() {  // joins the client: the request was answered in full
     client.join();
@@ -992,6 +995,26 @@ TEST(ServeHttp, RequestsWhoseClientLeftTheQueueAreDropped) {
   EXPECT_EQ(post(s, "/embed", json{{"inputs", "still serving"}}).status, 200);
   EXPECT_EQ(s.stop(SIGTERM), 0);
   EXPECT_NE(slurp(s.log).find("\"error_type\":\"ClientClosed\""), std::string::npos) << slurp(s.log).substr(0, 2000);
+}
+
+// With several models, SIGTERM drains every model's queue: the request running on each model thread
+// and the one queued behind it are answered, then the server exits 0.
+TEST(ServeHttp, SigtermDrainsEveryModelsQueue) {
+  const std::string m = model_dir("http_mlm");
+  Server s("--model " + m + " --model b=" + m + " --max-client-batch-size 5000 --threads 2");  // a thread each
+  BusyRequest a(s), b(s, "/models/b/embed", "b");
+  Reply queued_a, queued_b;
+  std::thread qa([&] { queued_a = post(s, "/embed", json{{"inputs", "queued on a"}}); });
+  std::thread qb([&] { queued_b = post(s, "/models/b/embed", json{{"inputs", "queued on b"}}); });
+  ASSERT_EQ(await_metric(s, "roformer_queue_depth", 1, "http_mlm"), 1);
+  ASSERT_EQ(await_metric(s, "roformer_queue_depth", 1, "b"), 1);
+  EXPECT_EQ(s.stop(SIGTERM), 0);
+  a.answered();
+  b.answered();
+  qa.join();
+  qb.join();
+  EXPECT_EQ(queued_a.status, 200) << queued_a.body;
+  EXPECT_EQ(queued_b.status, 200) << queued_b.body;
 }
 
 // SIGTERM stops accepting and answers what was accepted; requests still queued when
