@@ -339,7 +339,7 @@ class Models {
     return {best, rest.substr(best->name.size())};
   }
 
-  // Answers of every model in one document: /metrics.
+  // Every model's metrics (or only `only`'s) in the exposition format: /metrics.
   std::string prometheus(const Model* only = nullptr) const {
     std::vector<ModelMetrics> m;
     for (const auto& x : all) {
@@ -457,7 +457,7 @@ thread_local std::chrono::steady_clock::time_point request_start;
 
 // One JSON line per request on stderr, written with one call so that lines of concurrent requests
 // do not interleave.
-void access_log(const httplib::Request& req, const httplib::Response& res) {
+void access_log(const httplib::Request& req, const httplib::Response& res, const std::string& model) {
   const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - request_start).count();
   const auto now = std::chrono::system_clock::now();
   const std::time_t t = std::chrono::system_clock::to_time_t(now);
@@ -467,7 +467,7 @@ void access_log(const httplib::Request& req, const httplib::Response& res) {
   std::strftime(stamp, sizeof stamp, "%Y-%m-%dT%H:%M:%SZ", &utc);
   json line = {{"time", stamp},       {"remote", req.remote_addr}, {"method", req.method},
                {"path", req.path},    {"status", res.status},      {"ms", std::round(ms * 1000) / 1000},
-               {"bytes_in", req.body.size()}, {"bytes_out", res.body.size()}};
+               {"bytes_in", req.body.size()}, {"bytes_out", res.body.size()}, {"model", model}};
   if (res.status >= 400) {
     const json body = json::parse(res.body, nullptr, false);
     if (body.is_object() && body.contains("error_type")) line["error_type"] = body["error_type"];
@@ -602,7 +602,7 @@ int serve_forever(const std::vector<ServedModel>& served_models, const ServerOpt
   svr.set_logger([&models, log](const httplib::Request& req, const httplib::Response& res) {
     Model& m = serving_model ? *serving_model : models.first();
     m.metrics.request(metric_route(models, req.path), res.status);
-    if (log) access_log(req, res);
+    if (log) access_log(req, res, m.name);
   });
   // Debian's cpp-httplib is compiled with a listen backlog of 5: a burst of new connections would see
   // SYNs dropped and retried a second later. The listening socket is kept to raise it after bind.

@@ -431,6 +431,8 @@ TEST(ServeHttp, SeveralModelsInOneServer) {
   EXPECT_NE(cls_metrics.find("model=\"cls\""), std::string::npos);
   EXPECT_EQ(cls_metrics.find("model=\"http_mlm\""), std::string::npos);
   EXPECT_EQ(all.stop(SIGTERM), 0);
+  EXPECT_NE(slurp(all.log).find("\"method\":\"POST\",\"model\":\"gen\""), std::string::npos)
+      << slurp(all.log);  // the access log names the model
 
   // --model-id names one model only; names are unique.
   const std::string base = std::string(ROFORMER_CLI) + " serve --port 0 --model " + m;
