@@ -434,6 +434,16 @@ TEST(ServeHttp, SeveralModelsInOneServer) {
   EXPECT_NE(slurp(all.log).find("\"method\":\"POST\",\"model\":\"gen\""), std::string::npos)
       << slurp(all.log);  // the access log names the model
 
+  // A name with '/' (a Hugging Face id's shape), in the path as it is or as %2F.
+  Server slash("--model org/x=" + m + " --model org=" + c + " --no-access-log");
+  for (const char* path : {"/models/org/x/info", "/models/org%2Fx/info"}) {
+    auto info = slash.client().Get(path);
+    ASSERT_TRUE(info);
+    EXPECT_EQ(json::parse(info->body)["model_id"], "org/x") << path;
+  }
+  EXPECT_EQ(json::parse(slash.client().Get("/models/org/info")->body)["model_id"], "org");
+  EXPECT_EQ(slash.stop(SIGTERM), 0);
+
   // --model-id names one model only; names are unique.
   const std::string base = std::string(ROFORMER_CLI) + " serve --port 0 --model " + m;
   EXPECT_NE(std::system((base + " --model cls=" + c + " --model-id x 2> /dev/null").c_str()), 0);
