@@ -9,6 +9,7 @@
 #include <signal.h>
 #include <sys/socket.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <condition_variable>
 #include <deque>
@@ -187,36 +188,34 @@ bool wants_stream(const json& body) {
   return body["stream"].get<bool>();
 }
 
-// Runs a route: parses the body (POST), calls the Api, and turns every failure into TEI's error body.
-template <class F>
-httplib::Server::Handler route(F f, bool post = true) {
-  return [f, post](const httplib::Request& req, httplib::Response& res) {
-    serving = &req;
-    serving_fd = -2;
-    struct Done {
-      ~Done() { serving = nullptr; }
-    } done;
-    try {
-      json body;
-      if (post) {
-        try {
-          body = json::parse(req.body);
-        } catch (const json::exception& e) {  // parse errors, and numbers beyond double (1e999: out_of_range)
-          throw ApiError(422, "Validation", std::string("malformed JSON body: ") + e.what());
-        }
-      }
-      Reply r = f(body);
-      if (auto* j = std::get_if<json>(&r)) {
-        reply(res, 200, *j);
-      } else {
-        stream_events(res, std::move(std::get<std::unique_ptr<EventStream>>(r)));
-      }
-    } catch (const ApiError& e) {
-      reply(res, e.status, error_body(e.what(), e.type));
-    } catch (const std::exception& e) {
-      reply(res, 500, error_body(e.what(), "Backend"));
+// The request body as JSON (422 when malformed).
+json parse_body(const httplib::Request& req) {
+  try {
+    return json::parse(req.body);
+  } catch (const json::exception& e) {  // parse errors, and numbers beyond double (1e999: out_of_range)
+    throw ApiError(422, "Validation", std::string("malformed JSON body: ") + e.what());
+  }
+}
+
+// Answers a request with what `f` returns, every failure as TEI's error body.
+void answer(const httplib::Request& req, httplib::Response& res, const std::function<Reply()>& f) {
+  serving = &req;
+  serving_fd = -2;
+  struct Done {
+    ~Done() { serving = nullptr; }
+  } done;
+  try {
+    Reply r = f();
+    if (auto* j = std::get_if<json>(&r)) {
+      reply(res, 200, *j);
+    } else {
+      stream_events(res, std::move(std::get<std::unique_ptr<EventStream>>(r)));
     }
-  };
+  } catch (const ApiError& e) {
+    reply(res, e.status, error_body(e.what(), e.type));
+  } catch (const std::exception& e) {
+    reply(res, 500, error_body(e.what(), "Backend"));
+  }
 }
 
 using Call = std::function<Reply(Api&, const json&)>;
@@ -277,14 +276,126 @@ std::string allowed_methods(const std::string& path) {
   return "";
 }
 
-// The metrics label of a path: a route, or "other" (so /metrics stays bounded).
-std::string metric_route(const std::string& path) { return allowed_methods(path).empty() ? "other" : path; }
+// One model served: its Api with its own Scheduler (queue, token budget, model thread) or Generation
+// (slots, model thread), and its own Metrics.
+struct Model {
+  std::string name;
+  Metrics metrics;
+  std::unique_ptr<Scheduler> scheduler;
+  std::unique_ptr<Generation> generation;  // a causal LM's slots
+  std::unique_ptr<Api> api;
+};
 
-void add_routes(httplib::Server& svr, Api& api, Scheduler& scheduler, Metrics& metrics, const json& openapi) {
+// The model a request is answered by on this thread, for the metrics of its access (null: the first).
+thread_local Model* serving_model = nullptr;
+
+// The models served, and which one a request is for: a /models/NAME/ prefix names it; else, with
+// several models, the body's "model" field; else the first --model. With one model a request without
+// the prefix is that model's whatever its "model" field says (OpenAI's answers echo the field).
+class Models {
+ public:
+  std::vector<std::unique_ptr<Model>> all;
+
+  Model& first() const { return *all.front(); }
+
+  ApiError unknown(const std::string& name) const {
+    std::string served;
+    for (const auto& m : all) served += (served.empty() ? "" : ", ") + m->name;
+    return ApiError(404, "NotFound", "model \"" + name + "\" is not served here (served: " + served + ")");
+  }
+
+  Model& named(const std::string& name) const {
+    for (const auto& m : all) {
+      if (m->name == name) return *m;
+    }
+    throw unknown(name);
+  }
+
+  // A request without the prefix: by its body's "model" (a string) when several models are served.
+  Model& for_body(const json& body) const {
+    if (all.size() > 1 && body.is_object()) {
+      const auto it = body.find("model");
+      if (it != body.end() && it->is_string()) return named(it->get<std::string>());
+    }
+    return first();
+  }
+
+  // "/models/NAME/ROUTE" → NAME's model and "/ROUTE" (the longest served name that the path continues
+  // with "/": names may hold "/", as Hugging Face ids do, sent as is or as %2F; "/models/NAME" alone is
+  // "/models/NAME/"). Null for a path without the prefix; 404 for a name not served.
+  std::pair<Model*, std::string> split(const std::string& path) const {
+    static const std::string prefix = "/models/";
+    if (path.rfind(prefix, 0) != 0) return {nullptr, path};
+    std::string rest = path.substr(prefix.size());
+    Model* best = nullptr;
+    for (const auto& m : all) {
+      if (rest == m->name) rest += '/';  // /models/NAME is POST /'s /models/NAME/ (huggingface_hub posts there)
+      if (rest.size() > m->name.size() && rest.compare(0, m->name.size(), m->name) == 0 &&
+          rest[m->name.size()] == '/' && (!best || m->name.size() > best->name.size())) {
+        best = m.get();
+      }
+    }
+    if (!best) throw unknown(rest.substr(0, rest.find('/')));
+    return {best, rest.substr(best->name.size())};
+  }
+
+  // Every model's metrics (or only `only`'s) in the exposition format: /metrics.
+  std::string prometheus(const Model* only = nullptr) const {
+    std::vector<ModelMetrics> m;
+    for (const auto& x : all) {
+      if (only && x.get() != only) continue;
+      m.push_back({x->name, &x->metrics, x->scheduler->queue_depth(), x->scheduler->in_flight()});
+    }
+    return server::prometheus(m);
+  }
+
+  // /v1/models: every model served, in --model order.
+  json list() const {
+    json data = json::array();
+    for (const auto& m : all) data.push_back(m->api->models()["data"][0]);
+    return {{"object", "list"}, {"data", std::move(data)}};
+  }
+};
+
+// The route a path names (a /models/NAME/ prefix taken off; "" when the name is not served), for the
+// metrics label and 405's Allow header.
+std::string route_of(const Models& models, const std::string& path) {
+  try {
+    return models.split(path).second;
+  } catch (const ApiError&) {
+    return "";
+  }
+}
+
+// The metrics label of a path: a route, or "other" (so /metrics stays bounded).
+std::string metric_route(const Models& models, const std::string& path) {
+  const std::string route = route_of(models, path);
+  return allowed_methods(route).empty() ? "other" : route;
+}
+
+const Served* find_served(const std::string& method, const std::string& path) {
+  for (const Served& r : served()) {
+    if (method == r.method && path == r.path) return &r;
+  }
+  return nullptr;
+}
+
+// Registers every route, plain (the model by the body, else the first) and under /models/NAME/.
+void add_routes(httplib::Server& svr, const Models& models, const json& openapi) {
   for (const Served& r : served()) {
     check_documented(openapi, r.method, r.path);
+    check_documented(openapi, r.method, std::string("/models/{model}") + r.path);
     const bool post = std::string(r.method) == "post";
-    const auto handler = route([&api, call = r.call](const json& body) { return call(api, body); }, post);
+    const bool list = std::string(r.path) == "/v1/models";
+    const auto handler = [&models, call = r.call, post, list](const httplib::Request& req, httplib::Response& res) {
+      answer(req, res, [&]() -> Reply {
+        if (list) return models.list();
+        const json body = post ? parse_body(req) : json();
+        Model& m = models.for_body(body);
+        serving_model = &m;
+        return call(*m.api, body);
+      });
+    };
     if (post) {
       svr.Post(r.path, handler);
     } else {
@@ -292,13 +403,53 @@ void add_routes(httplib::Server& svr, Api& api, Scheduler& scheduler, Metrics& m
     }
   }
   for (const char* path : kServerRoutes) check_documented(openapi, "get", path);
+  for (const char* path : {"/health", "/metrics"}) check_documented(openapi, "get", std::string("/models/{model}") + path);
   svr.Get("/health", [](const httplib::Request&, httplib::Response& res) { res.status = 200; });
-  svr.Get("/metrics", [&](const httplib::Request&, httplib::Response& res) {
-    res.set_content(metrics.prometheus(scheduler.queue_depth(), scheduler.in_flight()), "text/plain; version=0.0.4");
+  svr.Get("/metrics", [&models](const httplib::Request&, httplib::Response& res) {
+    res.set_content(models.prometheus(), "text/plain; version=0.0.4");
   });
   svr.Get("/openapi.json", [doc = openapi.dump()](const httplib::Request&, httplib::Response& res) {
     res.set_content(doc, "application/json");
   });
+  // /models/NAME/ROUTE: one handler per method, which finds the model and the route.
+  for (const char* method : {"get", "post"}) {
+    const auto handler = [&models, method](const httplib::Request& req, httplib::Response& res) {
+      if (std::string(method) == "get") {  // the model's own /health and /metrics
+        try {
+          const auto [m, route] = models.split(req.path);
+          serving_model = m;
+          if (route == "/health") {
+            res.status = 200;
+            return;
+          }
+          if (route == "/metrics") {
+            res.set_content(models.prometheus(m), "text/plain; version=0.0.4");
+            return;
+          }
+        } catch (const ApiError&) {  // answered below
+        }
+      }
+      answer(req, res, [&]() -> Reply {
+        const auto [m, route] = models.split(req.path);
+        const Served* r = find_served(method, route);
+        if (!r) {
+          const std::string allow = allowed_methods(route);
+          if (allow.empty() || allow == req.method) throw ApiError(404, "NotFound", "no route " + req.method + " " + req.path);
+          res.set_header("Allow", allow);
+          throw ApiError(405, "MethodNotAllowed", req.method + " " + req.path + ": method not allowed (allowed: " +
+                                                      allow + ")");
+        }
+        serving_model = m;
+        const json body = std::string(method) == "post" ? parse_body(req) : json();
+        return r->call(*m->api, body);
+      });
+    };
+    if (std::string(method) == "get") {
+      svr.Get("/models/(.+)", handler);
+    } else {
+      svr.Post("/models/(.+)", handler);
+    }
+  }
 }
 
 // When the request being served on this thread began (pre-routing), for the access log's duration.
@@ -306,7 +457,7 @@ thread_local std::chrono::steady_clock::time_point request_start;
 
 // One JSON line per request on stderr, written with one call so that lines of concurrent requests
 // do not interleave.
-void access_log(const httplib::Request& req, const httplib::Response& res) {
+void access_log(const httplib::Request& req, const httplib::Response& res, const std::string& model) {
   const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - request_start).count();
   const auto now = std::chrono::system_clock::now();
   const std::time_t t = std::chrono::system_clock::to_time_t(now);
@@ -316,7 +467,7 @@ void access_log(const httplib::Request& req, const httplib::Response& res) {
   std::strftime(stamp, sizeof stamp, "%Y-%m-%dT%H:%M:%SZ", &utc);
   json line = {{"time", stamp},       {"remote", req.remote_addr}, {"method", req.method},
                {"path", req.path},    {"status", res.status},      {"ms", std::round(ms * 1000) / 1000},
-               {"bytes_in", req.body.size()}, {"bytes_out", res.body.size()}};
+               {"bytes_in", req.body.size()}, {"bytes_out", res.body.size()}, {"model", model}};
   if (res.status >= 400) {
     const json body = json::parse(res.body, nullptr, false);
     if (body.is_object() && body.contains("error_type")) line["error_type"] = body["error_type"];
@@ -326,11 +477,14 @@ void access_log(const httplib::Request& req, const httplib::Response& res) {
 }
 
 // Before routing: the access log's clock starts; Bearer authentication (/health and /metrics stay
-// open for probes and scrapers).
-void add_pre_routing(httplib::Server& svr, const std::string& key) {
-  svr.set_pre_routing_handler([key](const httplib::Request& req, httplib::Response& res) {
+// open for probes and scrapers, also under /models/NAME/).
+void add_pre_routing(httplib::Server& svr, const Models& models, const std::string& key) {
+  svr.set_pre_routing_handler([&models, key](const httplib::Request& req, httplib::Response& res) {
     request_start = std::chrono::steady_clock::now();
-    if (key.empty() || req.path == "/health" || req.path == "/metrics") {
+    serving_model = nullptr;
+    if (key.empty()) return httplib::Server::HandlerResponse::Unhandled;
+    const std::string route = route_of(models, req.path);
+    if (route == "/health" || route == "/metrics") {
       return httplib::Server::HandlerResponse::Unhandled;
     }
     const std::string auth = req.get_header_value("Authorization");
@@ -345,10 +499,10 @@ void add_pre_routing(httplib::Server& svr, const std::string& key) {
 
 // Errors httplib produces itself (404 unknown route, 405 a route's other methods, 413 body too large,
 // 400 bad request) get TEI's body.
-void add_error_bodies(httplib::Server& svr, int64_t payload_limit) {
-  svr.set_error_handler([payload_limit](const httplib::Request& req, httplib::Response& res) {
+void add_error_bodies(httplib::Server& svr, const Models& models, int64_t payload_limit) {
+  svr.set_error_handler([&models, payload_limit](const httplib::Request& req, httplib::Response& res) {
     if (!res.body.empty()) return;
-    const std::string allow = allowed_methods(req.path);
+    const std::string allow = allowed_methods(route_of(models, req.path));
     // A route asked with another method: 404 from the router, or 400 for methods httplib does not parse.
     if ((res.status == 404 || res.status == 400) && !allow.empty() && req.method != allow) {
       res.set_header("Allow", allow);
@@ -389,42 +543,66 @@ void block_stop_signals() {
   pthread_sigmask(SIG_BLOCK, &set, nullptr);
 }
 
-int serve_forever(Backend backend, const ServerOptions& o) {
+std::vector<int> split_threads(int threads, size_t models) {
+  if (models <= 1) return std::vector<int>(models, threads);
+  const int total = threads > 0 ? threads : omp_get_max_threads();
+  const int n = static_cast<int>(models);
+  std::vector<int> share(models);
+  for (int i = 0; i < n; ++i) share[i] = std::max(1, total / n + (i < total % n ? 1 : 0));
+  return share;
+}
+
+int serve_forever(const std::vector<ServedModel>& served_models, const ServerOptions& o) {
   check_loopback(o.host);
   block_stop_signals();
-  // The OpenMP workers that loaded the model (this thread's team) end here. libgomp lets idle workers
+  if (served_models.empty()) throw std::invalid_argument("server::serve_forever: no model to serve");
+  const std::vector<int> threads = split_threads(o.api.scheduler.threads, served_models.size());
+  // The OpenMP workers that loaded the models (this thread's team) end here. libgomp lets idle workers
   // spin before they sleep only while it manages no more threads than there are CPUs; with this
-  // team alive beside the model thread's, every parallel region of a forward woke its workers from
+  // team alive beside the model threads', every parallel region of a forward woke its workers from
   // sleep (two cores: 16.1 ms instead of 9.6 ms per 64-token int8 forward).
   omp_pause_resource_all(omp_pause_soft);
-  Metrics metrics;
-  Scheduler scheduler(backend, o.api.scheduler, metrics);
-  std::unique_ptr<Generation> generation;  // a causal LM's slots
-  if (backend.lm) {
-    GenerationOptions g = o.api.generation;
-    g.threads = o.api.scheduler.threads;
-    g.max_queued = o.api.scheduler.max_concurrent_requests;
-    generation = std::make_unique<Generation>(*backend.lm, *backend.lm_tokenizer, g, metrics);
+  Models models;
+  for (size_t i = 0; i < served_models.size(); ++i) {
+    const ServedModel& s = served_models[i];
+    for (const auto& m : models.all) {
+      if (m->name == s.name) throw std::invalid_argument("two models named \"" + s.name + "\"");
+    }
+    auto m = std::make_unique<Model>();
+    m->name = s.name;
+    ApiOptions api_options = o.api;
+    api_options.model_id = s.name;
+    api_options.scheduler.threads = threads[i];
+    api_options.client_gone = client_gone;
+    m->scheduler = std::make_unique<Scheduler>(s.backend, api_options.scheduler, m->metrics);
+    if (s.backend.lm) {
+      GenerationOptions g = o.api.generation;
+      g.threads = threads[i];
+      g.max_queued = o.api.scheduler.max_concurrent_requests;
+      m->generation = std::make_unique<Generation>(*s.backend.lm, *s.backend.lm_tokenizer, g, m->metrics);
+    }
+    m->api = std::make_unique<Api>(s.backend, *m->scheduler, m->metrics, api_options, m->generation.get());
+    models.all.push_back(std::move(m));
   }
-  ApiOptions api_options = o.api;
-  api_options.client_gone = client_gone;
-  Api api(backend, scheduler, metrics, api_options, generation.get());
+  std::vector<std::string> names;
+  for (const auto& m : models.all) names.push_back(m->name);
   httplib::Server svr;
-  const int threads = o.http_threads;
-  svr.new_task_queue = [threads] { return new ConnectionPool(static_cast<size_t>(threads)); };
+  const int connections = o.http_threads;
+  svr.new_task_queue = [connections] { return new ConnectionPool(static_cast<size_t>(connections)); };
   svr.set_payload_max_length(static_cast<size_t>(o.payload_limit));
   svr.set_tcp_nodelay(true);  // headers and body go out as separate writes: Nagle would hold the body ~40 ms
   svr.set_read_timeout(o.read_timeout_s, 0);
   svr.set_write_timeout(o.write_timeout_s, 0);
   svr.set_keep_alive_timeout(o.keep_alive_timeout_s);
   svr.set_keep_alive_max_count(static_cast<size_t>(o.keep_alive_max_requests));
-  add_pre_routing(svr, o.api_key);
-  add_routes(svr, api, scheduler, metrics, openapi_document(o.api.model_id));
-  add_error_bodies(svr, o.payload_limit);
+  add_pre_routing(svr, models, o.api_key);
+  add_routes(svr, models, openapi_document(names));
+  add_error_bodies(svr, models, o.payload_limit);
   const bool log = o.access_log;
-  svr.set_logger([&metrics, log](const httplib::Request& req, const httplib::Response& res) {
-    metrics.request(metric_route(req.path), res.status);
-    if (log) access_log(req, res);
+  svr.set_logger([&models, log](const httplib::Request& req, const httplib::Response& res) {
+    Model& m = serving_model ? *serving_model : models.first();
+    m.metrics.request(metric_route(models, req.path), res.status);
+    if (log) access_log(req, res, m.name);
   });
   // Debian's cpp-httplib is compiled with a listen backlog of 5: a burst of new connections would see
   // SYNs dropped and retried a second later. The listening socket is kept to raise it after bind.
@@ -437,7 +615,9 @@ int serve_forever(Backend backend, const ServerOptions& o) {
   const int port = o.port == 0 ? svr.bind_to_any_port(o.host) : (svr.bind_to_port(o.host, o.port) ? o.port : -1);
   if (port < 0) throw std::runtime_error("cannot listen on " + o.host + ":" + std::to_string(o.port));
   if (listener >= 0) ::listen(listener, SOMAXCONN);
-  std::cerr << "roformer serve: " << o.api.model_id << " listening on http://" << o.host << ":" << port << std::endl;
+  std::string listing;
+  for (const std::string& n : names) listing += (listing.empty() ? "" : ", ") + n;
+  std::cerr << "roformer serve: " << listing << " listening on http://" << o.host << ":" << port << std::endl;
   // The signal thread: waits for SIGINT/SIGTERM (blocked everywhere), then stops the listener and
   // gives what was accepted --shutdown-timeout to be answered; what is still queued then is dropped.
   std::mutex done_mutex;
@@ -456,8 +636,11 @@ int serve_forever(Backend backend, const ServerOptions& o) {
     svr.stop();
     const auto timeout = std::chrono::duration<double>(o.shutdown_timeout_s);
     if (!done_cv.wait_for(lock, timeout, [&] { return done; })) {
-      const int64_t n = scheduler.drop_queued("the server is shutting down: --shutdown-timeout passed before this "
-                                              "request reached the model");
+      int64_t n = 0;
+      for (const auto& m : models.all) {
+        n += m->scheduler->drop_queued("the server is shutting down: --shutdown-timeout passed before this "
+                                       "request reached the model");
+      }
       std::cerr << "roformer serve: --shutdown-timeout passed, " << n << " queued requests answered 503" << std::endl;
     }
   });
@@ -469,8 +652,10 @@ int serve_forever(Backend backend, const ServerOptions& o) {
   done_cv.notify_all();
   pthread_kill(signals.native_handle(), SIGTERM);  // wakes the signal thread if no signal came
   signals.join();
-  scheduler.stop();
-  if (generation) generation->stop();
+  for (const auto& m : models.all) {  // every queue drains (the stops run their models' threads to the end)
+    m->scheduler->stop();
+    if (m->generation) m->generation->stop();
+  }
   return ok ? 0 : 1;
 }
 

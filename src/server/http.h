@@ -1,11 +1,13 @@
 // `roformer serve`'s HTTP side (cpp-httplib): the routes of server/api.h on a loopback address,
 // Bearer authentication, the request-body limit and connection timeouts, TEI's error bodies for
 // every failure, request metrics, a JSON access log line per request, /openapi.json, and a clean
-// stop on SIGINT/SIGTERM (stop accepting, answer what was accepted, return 0).
+// stop on SIGINT/SIGTERM (stop accepting, answer what was accepted, return 0). Several models can be
+// served at once, each with its own queue and model thread.
 #pragma once
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "infer/pipeline.h"
 #include "server/api.h"
@@ -39,9 +41,23 @@ void check_loopback(const std::string& host);
 // before any other thread exists (before loading the model, whose OpenMP threads would otherwise take
 // the signal's default action), so that only serve_forever's signal thread receives them.
 void block_stop_signals();
-// Serves until SIGINT or SIGTERM; returns the exit status (0 after a clean stop: the listener closed,
-// every accepted request answered, the model thread joined).
-int serve_forever(Backend backend, const ServerOptions& options);
+// One model of a server: its name (/v1/models' id, OpenAI's "model", the /models/NAME/ prefix, the
+// metrics' model label; options.api.model_id is not used) and what runs it.
+struct ServedModel {
+  std::string name;
+  Backend backend;
+};
+
+// --threads among the model threads of `models` models: with one, `threads` as given (0: OpenMP's
+// default); with several, `threads` (0: omp_get_max_threads()) split as evenly as it goes, the first
+// ones taking the remainder, at least 1 each. Each model thread runs its own OpenMP team of its share.
+std::vector<int> split_threads(int threads, size_t models);
+
+// Serves the models until SIGINT or SIGTERM; returns the exit status (0 after a clean stop: the
+// listener closed, every accepted request answered, every model thread joined). A request is
+// answered by the model its /models/NAME/ prefix names, else (several models) by its body's "model"
+// field, else by the first model; a name not served is a 404 naming those served.
+int serve_forever(const std::vector<ServedModel>& models, const ServerOptions& options);
 
 // Constant-time comparison (the API key): the time depends on the lengths only.
 bool same_secret(const std::string& a, const std::string& b);

@@ -1,7 +1,9 @@
 // The server's Prometheus counters (GET /metrics): requests by route and status, batches (histograms
 // of sequences per batch and of the forward's seconds), each request's seconds in the queue, requests
 // dropped after --request-timeout, sequences and tokens run, and the queue depth the scheduler reports.
-// Every method is thread-safe: the HTTP threads count requests, the model thread counts batches.
+// Every method is thread-safe: the HTTP threads count requests, the model thread counts batches. A
+// server has one Metrics per model it serves; prometheus() writes them all, each series labelled
+// model="NAME".
 #pragma once
 
 #include <cstdint>
@@ -20,8 +22,23 @@ struct Histogram {
   double sum = 0;
   int64_t count = 0;
   void observe(double x);
-  void write(std::string& out, const std::string& name, const std::string& help) const;
+  // labels: `model="a"` (without braces), put before le.
+  void write(std::string& out, const std::string& name, const std::string& labels) const;
 };
+
+class Metrics;
+
+// One model's metrics for the exposition: its name (the `model` label), its counters, and its
+// scheduler's queue depth and requests in flight, read at the call.
+struct ModelMetrics {
+  std::string model;
+  const Metrics* metrics;
+  int64_t queue_depth = 0, in_flight = 0;
+};
+
+// The text exposition format (version 0.0.4) of every model's metrics: one HELP/TYPE group per metric,
+// one series per model in it.
+std::string prometheus(const std::vector<ModelMetrics>& models);
 
 class Metrics {
  public:
@@ -33,10 +50,9 @@ class Metrics {
   void tokenized(double seconds);  // a request's tokenization (and validation) on its HTTP thread
   void timed_out();             // a request dropped after --request-timeout
   void cancelled();             // a queued request dropped because its client closed the connection
-  // The text exposition format (version 0.0.4); queue_depth is read at the call.
-  std::string prometheus(int64_t queue_depth, int64_t in_flight) const;
 
  private:
+  friend std::string prometheus(const std::vector<ModelMetrics>& models);
   mutable std::mutex mutex_;
   std::map<std::pair<std::string, int>, int64_t> requests_;  // (route, status) → count
   Histogram batch_size_{{1, 2, 4, 8, 16, 32, 64, 128, 256}};

@@ -1,7 +1,9 @@
 // server::openapi_document: GET /openapi.json, the OpenAPI 3.0 description of every route of
 // server/api.h with its request schema, an example body and the statuses it answers. The HTTP side
 // refuses to start when a route it serves is missing here (check_documented), and the HTTP test
-// posts every example and checks the answer, so the document stays true.
+// posts every example and checks the answer, so the document stays true. Every route but
+// /openapi.json is also documented under /models/{model}/ (the model by the path; `model` an enum of
+// the served names).
 #include "server/openapi.h"
 
 #include <stdexcept>
@@ -213,7 +215,7 @@ const Route kRoutes[] = {
      R"({"type": "array"})"},
     {"get", "/info", "The model and the server's limits (TEI)", nullptr, nullptr,
      R"({"type": "object", "required": ["model_id", "model_type", "max_input_length"]})"},
-    {"get", "/v1/models", "The served model (OpenAI)", nullptr, nullptr,
+    {"get", "/v1/models", "The served models (OpenAI); under /models/{model}/, that one", nullptr, nullptr,
      R"({"type": "object", "required": ["object", "data"]})"},
     {"get", "/health", "200 (no body) once the model is loaded", nullptr, nullptr, nullptr},
     {"get", "/metrics", "Prometheus text", nullptr, nullptr, R"({"type": "string"})"},
@@ -227,7 +229,7 @@ json error_response(const char* description) {
 
 }  // namespace
 
-json openapi_document(const std::string& model_id) {
+json openapi_document(const std::vector<std::string>& models) {
   json paths = json::object();
   for (const Route& r : kRoutes) {
     json op = {{"summary", r.summary}, {"operationId", std::string(r.method) + r.path}};
@@ -251,11 +253,27 @@ json openapi_document(const std::string& model_id) {
     if (std::string(r.path) != "/health" && std::string(r.path) != "/metrics") {
       op["responses"]["401"] = error_response("--api-key is set and the request lacks it");
     }
+    if (r.request) {
+      op["responses"]["404"] = error_response("several models are served and the body's \"model\" names none of them");
+    }
+    if (std::string(r.path) != "/openapi.json") {
+      // The same route answered by the model the path names: /models/{model}/embed, /models/{model}/ (POST /).
+      json named = op;
+      named["operationId"] = std::string(r.method) + "/models/{model}" + r.path;
+      named["summary"] = std::string(r.summary) + "; by the model the path names";
+      named["parameters"] = json::array({{{"name", "model"}, {"in", "path"}, {"required", true},
+                                          {"description", "a served model's name (GET /v1/models)"},
+                                          {"schema", {{"type", "string"}, {"enum", models}}}}});
+      named["responses"]["404"] = error_response("no model of that name is served");
+      paths[std::string("/models/{model}") + r.path][r.method] = std::move(named);
+    }
     paths[r.path][r.method] = std::move(op);
   }
+  std::string names;
+  for (const std::string& m : models) names += (names.empty() ? "" : ", ") + m;
   return {{"openapi", "3.0.3"},
           {"info", {{"title", "roformer serve"}, {"version", "1"},
-                    {"description", "RoFormer inference for " + model_id +
+                    {"description", "RoFormer inference for " + names +
                                         ": text-embeddings-inference, OpenAI embeddings and completions, fill-mask, translation and TGI generation routes"}}},
           {"paths", std::move(paths)},
           {"components", {{"schemas", json::parse(kSchemas)},

@@ -5,10 +5,12 @@
 
 #include <nlohmann/json.hpp>
 #include <string>
+#include <vector>
 
 namespace server {
 
-nlohmann::json openapi_document(const std::string& model_id);
+// models: the names served (the /models/{model}/ paths' enum).
+nlohmann::json openapi_document(const std::vector<std::string>& models);
 
 // Throws std::logic_error when `document` has no `method` (lower case: "get", "post") for `path`.
 void check_documented(const nlohmann::json& document, const std::string& method, const std::string& path);

@@ -4,7 +4,8 @@
 // embed`, /predict equals `roformer classify` (raw_scores: the logits under its softmax), /similarity
 // equals `roformer similarity` (1e-5); TEI's error statuses and bodies (422, 413, 424, 401, 404, 429);
 // /info, /v1/models, /tokenize, /metrics; /translate on an encoder-decoder equals `roformer translate`;
-// and SIGTERM / SIGINT end the server with status 0.
+// several models in one server (--model NAME=DIR), each picked by the /models/NAME/ prefix or the
+// body's "model" and answering as a server of it alone; and SIGTERM / SIGINT end the server with status 0.
 #include <gtest/gtest.h>
 #include <httplib.h>
 #include <signal.h>
@@ -21,6 +22,7 @@
 #include <filesystem>
 #include <utility>
 #include <fstream>
+#include <map>
 #include <nlohmann/json.hpp>
 #include <random>
 #include <regex>
@@ -276,11 +278,11 @@ TEST(ServeHttp, ErrorsAreTeiStatusesAndBodies) {
   EXPECT_EQ(r.body[0][0]["text"], "[CLS]");
   EXPECT_EQ(r.body[0][0]["special"], true);
   auto metrics = s.client().Get("/metrics");
-  EXPECT_NE(metrics->body.find("roformer_requests_total{route=\"/embed\",status=\"422\"} 6"), std::string::npos)
+  EXPECT_NE(metrics->body.find("roformer_requests_total{model=\"http_mlm\",route=\"/embed\",status=\"422\"} 6"), std::string::npos)
       << metrics->body;
   EXPECT_NE(metrics->body.find("roformer_batch_size_count"), std::string::npos);
   // Tokenization times are of requests that passed it: the 64 ids and the one truncated /embed.
-  EXPECT_NE(metrics->body.find("roformer_tokenize_seconds_count 2\n"), std::string::npos) << metrics->body;
+  EXPECT_NE(metrics->body.find("roformer_tokenize_seconds_count{model=\"http_mlm\"} 2\n"), std::string::npos) << metrics->body;
   EXPECT_EQ(s.stop(SIGTERM), 0);
 }
 
@@ -306,6 +308,149 @@ TEST(ServeHttp, ModelIdsNameTheRunOrTheRepository) {
   }
 }
 
+// A tiny causal LM (`roformer train`, 3 steps: its text is poor, but it is what a one-model server says).
+std::string causal_lm_dir() {
+  const std::string dir = temp_dir() + "/http_lm";
+  const std::string model = dir + "/run/step-000003";
+  if (fs::exists(model + "/model.safetensors")) return model;
+  fs::create_directories(dir);
+  {
+    std::ofstream out(dir + "/text.txt");
+    for (int i = 0; i < 100; ++i) out << "In the beginning God created the heaven and the earth, said verse " << i % 17 << ".\n";
+  }
+  const std::string cmd = std::string(ROFORMER_CLI) + " train --data " + dir + "/text.txt --out " + dir +
+                          "/run --layers 1 --hidden 32 --heads 2 --ff 64 --seq 32 --batch 4 --steps 3 --max-positions 64"
+                          " --eval-every 0 --sample-tokens 0 --threads 1 > " + dir + "/train.log 2>&1";
+  EXPECT_EQ(std::system(cmd.c_str()), 0) << slurp(dir + "/train.log");
+  return model;
+}
+
+// Several models in one server (--model repeated): the /models/NAME/ prefix or the body's "model"
+// picks one, a request with neither goes to the first, and each answers as a server of it alone
+// would; an unknown name is a 404 naming the served ones; /v1/models lists them, /info and /metrics
+// are per model (a model label on every series).
+TEST(ServeHttp, SeveralModelsInOneServer) {
+  const std::string m = model_dir("http_mlm");
+  const std::string c = classifier_dir("http_cls", 3, json{{"id2label", {{"0", "neg"}, {"1", "neu"}, {"2", "pos"}}}});
+  const std::string lm = causal_lm_dir();
+  Server all("--model " + m + " --model cls=" + c + " --model gen=" + lm + " --threads 2");
+  Server one_m("--model " + m + " --no-access-log"), one_c("--model " + c + " --no-access-log");
+  Server one_lm("--model " + lm + " --no-access-log");
+  EXPECT_NE(slurp(all.log).find("http_mlm, cls, gen listening on"), std::string::npos) << slurp(all.log);
+
+  const json texts = kTexts;
+  auto same_rows = [](const Reply& got, const Reply& want) {
+    ASSERT_EQ(got.status, 200) << got.body;
+    ASSERT_EQ(want.status, 200) << want.body;
+    ASSERT_EQ(got.body.size(), want.body.size());
+    for (size_t i = 0; i < got.body.size(); ++i) expect_close(got.body[i], want.body[i]);
+  };
+  // TEI's routes: the prefix picks; no prefix and no "model": the first --model.
+  const Reply mlm_embed = post(one_m, "/embed", json{{"inputs", texts}});
+  same_rows(post(all, "/embed", json{{"inputs", texts}}), mlm_embed);
+  same_rows(post(all, "/models/http_mlm/embed", json{{"inputs", texts}}), mlm_embed);
+  const Reply cls_embed = post(one_c, "/embed", json{{"inputs", texts}});
+  same_rows(post(all, "/models/cls/embed", json{{"inputs", texts}}), cls_embed);
+  same_rows(post(all, "/embed", json{{"inputs", texts}, {"model", "cls"}}), cls_embed);  // the body's model
+  // The prefix wins over the body's model.
+  same_rows(post(all, "/models/http_mlm/embed", json{{"inputs", texts}, {"model", "cls"}}), mlm_embed);
+  auto scores = [](const Reply& r) {  // /predict's [{score, label}] → label → score
+    std::map<std::string, double> out;
+    for (const auto& e : r.body) out[e["label"].get<std::string>()] = e["score"].get<double>();
+    return out;
+  };
+  const Reply cls_predict = post(one_c, "/predict", json{{"inputs", kTexts[0]}});
+  ASSERT_EQ(cls_predict.status, 200) << cls_predict.body;
+  for (const Reply& r : {post(all, "/models/cls/predict", json{{"inputs", kTexts[0]}}),
+                         post(all, "/models/cls/", json{{"inputs", kTexts[0]}}),  // POST / is /predict for a classifier
+                         post(all, "/models/cls", json{{"inputs", kTexts[0]}}),   // huggingface_hub's model URL
+                         post(all, "/", json{{"inputs", kTexts[0]}, {"model", "cls"}})}) {
+    ASSERT_EQ(r.status, 200) << r.body;
+    for (const auto& [label, score] : scores(cls_predict)) EXPECT_NEAR(scores(r)[label], score, 1e-5) << label;
+  }
+  expect_error(post(all, "/predict", json{{"inputs", kTexts[0]}}), 424, "Backend", "http_mlm");  // the first: no head
+
+  // OpenAI's routes: "model" picks, and is echoed.
+  Reply r = post(all, "/v1/embeddings", json{{"input", texts}, {"model", "cls"}});
+  ASSERT_EQ(r.status, 200) << r.body;
+  EXPECT_EQ(r.body["model"], "cls");
+  for (size_t i = 0; i < kTexts.size(); ++i) expect_close(r.body["data"][i]["embedding"], cls_embed.body[i]);
+  r = post(all, "/v1/embeddings", json{{"input", texts}, {"model", "http_mlm"}});
+  for (size_t i = 0; i < kTexts.size(); ++i) expect_close(r.body["data"][i]["embedding"], mlm_embed.body[i]);
+  // One model served: a "model" that names another is still answered by it (and echoed).
+  r = post(one_c, "/v1/embeddings", json{{"input", texts}, {"model", "something-else"}});
+  EXPECT_EQ(r.body["model"], "something-else");
+  expect_close(r.body["data"][0]["embedding"], cls_embed.body[0]);
+
+  // The causal LM, by the prefix and by OpenAI's "model": the single server's greedy text.
+  const json gen = {{"inputs", "In the beginning"}, {"parameters", {{"max_new_tokens", 6}}}};
+  const Reply want_gen = post(one_lm, "/generate", gen);
+  ASSERT_EQ(want_gen.status, 200) << want_gen.body;
+  EXPECT_EQ(post(all, "/models/gen/generate", gen).body, want_gen.body);
+  const json completion = {{"prompt", "In the beginning"}, {"max_tokens", 6}, {"temperature", 0}, {"model", "gen"}};
+  r = post(all, "/v1/completions", completion);
+  ASSERT_EQ(r.status, 200) << r.body;
+  EXPECT_EQ(r.body["model"], "gen");
+  EXPECT_EQ(r.body["choices"][0]["text"], want_gen.body["generated_text"]);
+  expect_error(post(all, "/generate", gen), 424, "Backend", "not a causal LM");  // the first model's answer
+
+  // Unknown names: 404 in TEI's shape, naming the served models.
+  expect_error(post(all, "/v1/embeddings", json{{"input", "x"}, {"model", "nope"}}), 404, "NotFound",
+               "\"nope\" is not served here (served: http_mlm, cls, gen)");
+  expect_error(post(all, "/models/nope/embed", json{{"inputs", "x"}}), 404, "NotFound", "(served: http_mlm, cls, gen)");
+  expect_error(post(one_m, "/models/nope/embed", json{{"inputs", "x"}}), 404, "NotFound", "(served: http_mlm)");
+  expect_error(post(all, "/models/cls/nowhere", json::object()), 404, "NotFound", "/models/cls/nowhere");
+  auto get = all.client().Get("/models/cls/embed");
+  ASSERT_TRUE(get);
+  EXPECT_EQ(get->status, 405);
+  EXPECT_EQ(get->get_header_value("Allow"), "POST");
+
+  // /v1/models lists every model in --model order; /info and /metrics per model.
+  json ids = json::array();
+  const json listed = json::parse(all.client().Get("/v1/models")->body);
+  for (const auto& d : listed["data"]) ids.push_back(d["id"]);
+  EXPECT_EQ(ids, json::array({"http_mlm", "cls", "gen"}));
+  EXPECT_EQ(json::parse(all.client().Get("/models/gen/v1/models")->body)["data"].size(), 1u);
+  EXPECT_EQ(json::parse(all.client().Get("/info")->body)["model_id"], "http_mlm");
+  const json cls_info = json::parse(all.client().Get("/models/cls/info")->body);
+  EXPECT_EQ(cls_info["model_id"], "cls");
+  EXPECT_EQ(cls_info["model_type"]["classifier"]["id2label"]["2"], "pos");
+  EXPECT_TRUE(json::parse(all.client().Get("/models/gen/info")->body)["model_type"].contains("generation"));
+  EXPECT_EQ(all.client().Get("/models/gen/health")->status, 200);
+  const std::string metrics = all.client().Get("/metrics")->body;
+  for (const char* series : {"roformer_requests_total{model=\"cls\",route=\"/predict\",status=\"200\"} 1\n",
+                             "roformer_requests_total{model=\"cls\",route=\"/\",status=\"200\"} 3\n",
+                             "roformer_requests_total{model=\"gen\",route=\"/generate\",status=\"200\"} 1\n",
+                             "roformer_requests_total{model=\"http_mlm\",route=\"/generate\",status=\"424\"} 1\n",
+                             "roformer_queue_depth{model=\"http_mlm\"} 0\n", "roformer_queue_depth{model=\"gen\"} 0\n",
+                             "roformer_sequences_total{model=\"cls\"} "}) {
+    EXPECT_NE(metrics.find(series), std::string::npos) << series << " not in\n" << metrics;
+  }
+  EXPECT_EQ(metrics.find("# TYPE roformer_queue_depth gauge"), metrics.rfind("# TYPE roformer_queue_depth gauge"));
+  const std::string cls_metrics = all.client().Get("/models/cls/metrics")->body;
+  EXPECT_NE(cls_metrics.find("model=\"cls\""), std::string::npos);
+  EXPECT_EQ(cls_metrics.find("model=\"http_mlm\""), std::string::npos);
+  EXPECT_EQ(all.stop(SIGTERM), 0);
+  EXPECT_NE(slurp(all.log).find("\"method\":\"POST\",\"model\":\"gen\""), std::string::npos)
+      << slurp(all.log);  // the access log names the model
+
+  // A name with '/' (a Hugging Face id's shape), in the path as it is or as %2F.
+  Server slash("--model org/x=" + m + " --model org=" + c + " --no-access-log");
+  for (const char* path : {"/models/org/x/info", "/models/org%2Fx/info"}) {
+    auto info = slash.client().Get(path);
+    ASSERT_TRUE(info);
+    EXPECT_EQ(json::parse(info->body)["model_id"], "org/x") << path;
+  }
+  EXPECT_EQ(json::parse(slash.client().Get("/models/org/info")->body)["model_id"], "org");
+  EXPECT_EQ(slash.stop(SIGTERM), 0);
+
+  // --model-id names one model only; names are unique.
+  const std::string base = std::string(ROFORMER_CLI) + " serve --port 0 --model " + m;
+  EXPECT_NE(std::system((base + " --model cls=" + c + " --model-id x 2> /dev/null").c_str()), 0);
+  EXPECT_NE(std::system((base + " --model " + m + " 2> /dev/null").c_str()), 0);
+  EXPECT_NE(std::system((base + " --model '/x=" + c + "' 2> /dev/null").c_str()), 0);
+}
+
 TEST(ServeHttp, ApiKeyGuardsEveryRouteButHealthAndMetrics) {
   Server s("--model " + model_dir("http_mlm") + " --api-key s3cret");
   expect_error(post(s, "/embed", json{{"inputs", "a"}}), 401, "Unauthorized", "API key");
@@ -314,6 +459,11 @@ TEST(ServeHttp, ApiKeyGuardsEveryRouteButHealthAndMetrics) {
   EXPECT_EQ(post(s, "/embed", json{{"inputs", "a"}}.dump(), {{"Authorization", "Bearer s3cret"}}).status, 200);
   EXPECT_EQ(s.client().Get("/health")->status, 200);
   EXPECT_EQ(s.client().Get("/metrics")->status, 200);
+  // Under /models/NAME/ too.
+  expect_error(post(s, "/models/http_mlm/embed", json{{"inputs", "a"}}), 401, "Unauthorized", "API key");
+  expect_error(post(s, "/models/nope/embed", json{{"inputs", "a"}}), 401, "Unauthorized", "API key");
+  EXPECT_EQ(s.client().Get("/models/http_mlm/metrics")->status, 200);
+  EXPECT_EQ(s.client().Get("/models/http_mlm/health")->status, 200);
   EXPECT_EQ(s.stop(SIGTERM), 0);
 }
 
@@ -569,22 +719,33 @@ TEST(ServeHttp, OpenApiDocumentsEveryRouteAndItsExamplesWork) {
                            "/v1/models", "/health", "/metrics", "/openapi.json"}) {
     EXPECT_TRUE(doc["paths"].contains(path)) << path;
   }
-  for (const auto& [path, ops] : doc["paths"].items()) {
+  for (const auto& [documented, ops] : doc["paths"].items()) {
+    // Every route is also under /models/{model}/, the model by the path (an enum of the served names).
+    std::string path = documented;
+    const std::string prefix = "/models/{model}";
+    const bool prefixed = path.rfind(prefix, 0) == 0;
+    if (prefixed) path = path.substr(prefix.size());
+    const std::string url = prefixed ? "/models/http_mlm" + path : path;
+    EXPECT_TRUE(prefixed || path == "/openapi.json" || doc["paths"].contains(prefix + path)) << path;
     for (const auto& [method, op] : ops.items()) {
+      if (prefixed) {
+        EXPECT_EQ(op["parameters"][0]["schema"]["enum"], json::array({"http_mlm"})) << documented;
+        EXPECT_TRUE(op["responses"].contains("404")) << documented;
+      }
       if (method == "get") {
-        EXPECT_EQ(s.client().Get(path.c_str())->status, 200) << path;
+        EXPECT_EQ(s.client().Get(url.c_str())->status, 200) << url;
         continue;
       }
       const json example = op["requestBody"]["content"]["application/json"]["example"];
-      const Reply r = post(s, path, example);
+      const Reply r = post(s, url, example);
       // An MLM answers 424 where a route needs another head or model (tests/hf/pipelines_vs_hf.py runs the
       // head routes, tests/hf/generate_clients.py the generation routes).
       const bool other_head = path == "/predict" || path == "/translate" || path == "/token-classification" ||
                               path == "/question-answering" || path == "/generate" || path == "/generate_stream" ||
                               path == "/v1/completions";
       EXPECT_TRUE(r.status == 200 || (r.status == 424 && other_head))
-          << path << " " << r.status << r.body;
-      EXPECT_TRUE(op["responses"].contains(std::to_string(r.status))) << path;
+          << url << " " << r.status << r.body;
+      EXPECT_TRUE(op["responses"].contains(std::to_string(r.status))) << url;
     }
   }
   EXPECT_EQ(s.stop(SIGTERM), 0);
@@ -695,9 +856,14 @@ TEST(ServeHttp, TranslateEqualsTheCommandLine) {
   EXPECT_EQ(r.body[0], "one two");
   // Every documented example: answered, or refused with 424 where an encoder model is needed.
   const json doc = json::parse(s.client().Get("/openapi.json")->body);
-  for (const auto& [path, ops] : doc["paths"].items()) {
+  for (const auto& [documented, ops] : doc["paths"].items()) {
     if (!ops.contains("post")) continue;
-    const int status = post(s, path, ops["post"]["requestBody"]["content"]["application/json"]["example"]).status;
+    std::string path = documented, url = documented;  // /models/{model}/ROUTE: the model by name
+    if (path.rfind("/models/{model}", 0) == 0) {
+      path = path.substr(15);
+      url = "/models/" + ops["post"]["parameters"][0]["schema"]["enum"][0].get<std::string>() + path;
+    }
+    const int status = post(s, url, ops["post"]["requestBody"]["content"]["application/json"]["example"]).status;
     const bool translation_route = path == "/translate" || path == "/" || path == "/tokenize" || path == "/decode";
     EXPECT_EQ(status, translation_route ? 200 : 424) << path;
   }
@@ -780,20 +946,22 @@ TEST(ServeHttp, IdleAndVanishingConnectionsDoNotStarveClients) {
   EXPECT_EQ(s.stop(SIGTERM), 0);
 }
 
-// A metric's value in /metrics ("name value" lines; -1 when absent).
-double metric(const Server& s, const std::string& name) {
+// A metric's value in /metrics: its series of `model` ("name{model=\"M\"} value"), or its first
+// series when model is ""; -1 when absent.
+double metric(const Server& s, const std::string& name, const std::string& model = "") {
+  const std::string start = name + (model.empty() ? "{" : "{model=\"" + model + "\"");
   std::istringstream in(s.client().Get("/metrics")->body);
   for (std::string line; std::getline(in, line);) {
-    if (line.rfind(name + " ", 0) == 0) return std::stod(line.substr(name.size() + 1));
+    if (line.rfind(start, 0) == 0) return std::stod(line.substr(line.rfind(' ') + 1));
   }
   return -1;
 }
 
 // Polls /metrics until `name` reads `value` (up to 60 s: debug builds on a loaded machine); its last value.
-double await_metric(const Server& s, const std::string& name, double value) {
+double await_metric(const Server& s, const std::string& name, double value, const std::string& model = "") {
   const auto end = std::chrono::steady_clock::now() + std::chrono::seconds(60);
-  double v = metric(s, name);
-  for (; v != value && std::chrono::steady_clock::now() < end; v = metric(s, name)) {
+  double v = metric(s, name, model);
+  for (; v != value && std::chrono::steady_clock::now() < end; v = metric(s, name, model)) {
     std::this_thread::sleep_for(std::chrono::milliseconds(2));
   }
   return v;
@@ -801,16 +969,17 @@ double await_metric(const Server& s, const std::string& name, double value) {
 
 // About a second of the model thread (4000 inputs of 62 tokens; servers with --threads 1 and
 // --max-client-batch-size 5000), posted from its own thread: constructed once the request is running.
+// route and model: another model's (several models served).
 struct BusyRequest {
   Reply reply;
   std::thread client;
-  explicit BusyRequest(const Server& s) {
+  explicit BusyRequest(const Server& s, const std::string& route = "/embed", const std::string& model = "") {
     std::string text;
     for (int i = 0; i < 30; ++i) text += "hello world ";
     const std::string busy = json{{"inputs", std::vector<std::string>(4000, text)}, {"truncate", true}}.dump();
-    client = std::thread([this, &s, busy] { reply = post(s, "/embed", busy); });
-    EXPECT_EQ(await_metric(s, "roformer_requests_in_flight", 1), 1);  // tokenized,
-    EXPECT_EQ(await_metric(s, "roformer_queue_depth", 0), 0);         // then taken by the model thread
+    client = std::thread([this, &s, busy, route] { reply = post(s, route, busy); });
+    EXPECT_EQ(await_metric(s, "roformer_requests_in_flight", 1, model), 1);  // tokenized,
+    EXPECT_EQ(await_metric(s, "roformer_queue_depth", 0, model), 0);         // then taken by the model thread
   }
   void answered() {  // joins the client: the request was answered in full
     client.join();
@@ -840,6 +1009,26 @@ TEST(ServeHttp, RequestsWhoseClientLeftTheQueueAreDropped) {
   EXPECT_EQ(post(s, "/embed", json{{"inputs", "still serving"}}).status, 200);
   EXPECT_EQ(s.stop(SIGTERM), 0);
   EXPECT_NE(slurp(s.log).find("\"error_type\":\"ClientClosed\""), std::string::npos) << slurp(s.log).substr(0, 2000);
+}
+
+// With several models, SIGTERM drains every model's queue: the request running on each model thread
+// and the one queued behind it are answered, then the server exits 0.
+TEST(ServeHttp, SigtermDrainsEveryModelsQueue) {
+  const std::string m = model_dir("http_mlm");
+  Server s("--model " + m + " --model b=" + m + " --max-client-batch-size 5000 --threads 2");  // a thread each
+  BusyRequest a(s), b(s, "/models/b/embed", "b");
+  Reply queued_a, queued_b;
+  std::thread qa([&] { queued_a = post(s, "/embed", json{{"inputs", "queued on a"}}); });
+  std::thread qb([&] { queued_b = post(s, "/models/b/embed", json{{"inputs", "queued on b"}}); });
+  ASSERT_EQ(await_metric(s, "roformer_queue_depth", 1, "http_mlm"), 1);
+  ASSERT_EQ(await_metric(s, "roformer_queue_depth", 1, "b"), 1);
+  EXPECT_EQ(s.stop(SIGTERM), 0);
+  a.answered();
+  b.answered();
+  qa.join();
+  qb.join();
+  EXPECT_EQ(queued_a.status, 200) << queued_a.body;
+  EXPECT_EQ(queued_b.status, 200) << queued_b.body;
 }
 
 // SIGTERM stops accepting and answers what was accepted; requests still queued when
@@ -877,7 +1066,7 @@ TEST(ServeHttp, RequestsPastTheQueueTimeoutAre503) {
     }
   }
   EXPECT_GT(timed_out, 0);
-  EXPECT_NE(s.client().Get("/metrics")->body.find("roformer_requests_timed_out_total " + std::to_string(timed_out)),
+  EXPECT_NE(s.client().Get("/metrics")->body.find("roformer_requests_timed_out_total{model=\"http_mlm\"} " + std::to_string(timed_out)),
             std::string::npos);
   EXPECT_EQ(slurp(s.log).find("\"path\""), std::string::npos);  // --no-access-log
   EXPECT_EQ(s.stop(SIGTERM), 0);

@@ -1,6 +1,6 @@
 # Real clients against `roformer serve`: OpenAI's client.embeddings.create and huggingface_hub's
 # InferenceClient (translation() too, on an encoder-decoder) give the command line's answers on the
-# same inputs.
+# same inputs, also with two models in one server, picked by OpenAI's `model` or the /models/NAME URL.
 # Usage: serve_clients.py ROFORMER_BINARY FIXTURES WORK_DIR
 import base64
 import json
@@ -148,6 +148,29 @@ try:
     with torch.no_grad():
         logits = head(**tokenizer(texts[0], return_tensors="pt")).logits[0]
     assert head.config.id2label[int(logits.argmax())] == want_cls[0]["label"], (logits, want_cls[0])
+finally:
+    server.stop()
+# ---- Two models in one server: OpenAI's `model` and huggingface_hub's model URL (/models/NAME) pick one ----
+server = Server("--model", f"mlm={model}", "--model", f"cls={classifier}")
+try:
+    client = openai.OpenAI(base_url=f"{server.url}/v1", api_key="none")
+    assert [m.id for m in client.models.list().data] == ["mlm", "cls"]
+    for name, path in (("mlm", model), ("cls", classifier)):
+        want = cli("embed", "--normalize", "--model", path, lines=texts)
+        got = client.embeddings.create(model=name, input=texts)
+        assert got.model == name, got.model
+        for g, w in zip(got.data, want):
+            close(g.embedding, w["embedding"])
+    try:
+        client.embeddings.create(model="nope", input="a")
+        raise AssertionError("an unknown model was answered")
+    except openai.NotFoundError as e:
+        assert "served: mlm, cls" in e.response.text, e.response.text
+    hub = huggingface_hub.InferenceClient(model=f"{server.url}/models/cls")
+    for text, w in zip(texts, want_cls):
+        got = hub.text_classification(text)
+        top = got[0] if isinstance(got, list) else got
+        assert top.label == w["label"] and abs(top.score - w["score"]) <= 1e-5, (top, w)
 finally:
     server.stop()
 # ---- huggingface_hub's translation() on an encoder-decoder (translate-train's, on a toy corpus) ----
