@@ -1,7 +1,7 @@
 # Generation throughput with many streams: `roformer serve` with a causal LM (step-level batching over
 # --slots) beside transformers' generate on the same model and threads, greedy, the same prompts:
-#   - roformer serve --slots S: S concurrent OpenAI streams (/v1/completions, stream: true); total
-#     tokens/s over the wall time, and time to first token (p50, p90) under that load;
+#   - roformer serve --slots S: S concurrent OpenAI completions (/v1/completions); total tokens/s over
+#     the wall time, then the time to first token (p50, p90) of the same load streamed (stream: true);
 #   - roformer serve --slots 1: the same requests, one sequence at a time (no batching);
 #   - transformers generate one request at a time (in process, no HTTP: the peer's best case), on a
 #     subset of the prompts (its rate is per request);
@@ -75,13 +75,15 @@ def serve_run(roformer, model, slots, prompts, tokens, threads):
             time.sleep(0.1)
         assert port, "the server did not start"
 
-        def one(prompt):
-            body = json.dumps({"prompt": prompt, "max_tokens": tokens, "temperature": 0, "stream": True}).encode()
+        def one(prompt, stream):
+            body = json.dumps({"prompt": prompt, "max_tokens": tokens, "temperature": 0, "stream": stream}).encode()
             req = urllib.request.Request(f"http://127.0.0.1:{port}/v1/completions", data=body,
                                          headers={"Content-Type": "application/json"})
             t0 = time.perf_counter()
             first, n = None, 0
             with urllib.request.urlopen(req) as r:
+                if not stream:
+                    return None, json.loads(r.read())["usage"]["completion_tokens"]
                 for line in r:
                     if line.startswith(b"data: {"):
                         c = json.loads(line[6:])
@@ -90,14 +92,16 @@ def serve_run(roformer, model, slots, prompts, tokens, threads):
                             first = first or time.perf_counter() - t0
             return first, n
 
-        one(prompts[0])  # warm-up
-        t = time.perf_counter()
+        one(prompts[0], False)  # warm-up
+        # Throughput: whole completions (a client parsing a server-sent event per token would be the
+        # bottleneck of a small model); then time to first token with the same load, streamed.
         with concurrent.futures.ThreadPoolExecutor(len(prompts)) as pool:
-            res = list(pool.map(one, prompts))
-        wall = time.perf_counter() - t
-        ttft = sorted(r[0] for r in res)
-        return {"tokens_per_s": sum(r[1] for r in res) / wall, "ttft_p50_s": statistics.median(ttft),
-                "ttft_p90_s": ttft[int(0.9 * (len(ttft) - 1))], "tokens": sum(r[1] for r in res)}
+            t = time.perf_counter()
+            done = list(pool.map(lambda q: one(q, False), prompts))
+            wall = time.perf_counter() - t
+            ttft = sorted(r[0] for r in pool.map(lambda q: one(q, True), prompts))
+        return {"tokens_per_s": sum(r[1] for r in done) / wall, "ttft_p50_s": statistics.median(ttft),
+                "ttft_p90_s": ttft[int(0.9 * (len(ttft) - 1))], "tokens": sum(r[1] for r in done)}
     finally:
         p.send_signal(signal.SIGTERM)
         p.wait(timeout=60)
