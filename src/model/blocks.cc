@@ -470,7 +470,18 @@ void self_attention_forward(T* out, AttentionActs<T>& a, const AttentionParams<T
   if (ctx.favor) {  // FAVOR+ scales the new keys (queries are scaled in attend)
     for (int64_t b = 0; b < B; b += rows) favor_scale(k + kv_row(b * T_) * H, rows * T_ * H, D);
   }
-  if (ragged) {  // row by row: each attends over its own cache row's first_of(b) + T_ keys
+  // One decoding step (a token per row over a cache, no masks, inference): every row and head in one
+  // pass, the rows at positions of their own or not, so that beams and a server's slots decode alike.
+  const bool decode_step = cache && softmax && T_ == 1 && !ctx.key_mask && !ctx.row_limit &&
+                           ctx.saved == ops::AttentionSaved::none && !ctx.bf16_products && ctx.dropout.attention == 0;
+  if (decode_step) {
+    grow_to(a.ctx, N * H);
+    std::vector<int64_t> keys(B), rows(B);
+    for (int64_t b = 0; b < B; ++b) keys[b] = first_of(b) + 1, rows[b] = cache_row(b);
+    ops::attention_decode_forward<T>(a.ctx.data(), a.q.data(), k, v,
+                                     {B, c.num_attention_heads, D, keys.data(), rows.data(), stride});
+    if (!ragged) cache->length = start + T_;
+  } else if (ragged) {  // row by row: each attends over its own cache row's first_of(b) + T_ keys
     grow_to(a.ctx, N * H);
     for (int64_t b = 0; b < B; ++b) {
       const ops::AttentionShape s = softmax_shape(ctx, 1, T_, first_of(b) + T_, first_of(b), stride);

@@ -74,6 +74,26 @@ void SoftmaxBackwardKernel(const float* a, float* ds, int64_t n) {
   });
 }
 
+// One decoding query of one head over n keys (key j at k + j·stride, value j at v + j·stride):
+// out (D) = softmax(q·kⱼ · scale)·v; p (n) is scratch for the scores, then the probabilities.
+void DecodeHeadKernel(float* out, const float* q, const float* k, const float* v, int64_t n, int64_t D,
+                      int64_t stride, float scale, float* p) {
+  const hn::ScalableTag<float> d;
+  for (int64_t j = 0; j < n; ++j) {
+    const float* kj = k + j * stride;
+    auto acc = hn::Zero(d);
+    ForEachVector(d, D, [&](int64_t i, size_t c) { acc = hn::MulAdd(LoadPart(d, q + i, c), LoadPart(d, kj + i, c), acc); });
+    p[j] = hn::GetLane(hn::SumOfLanes(d, acc)) * scale;
+  }
+  float stats[2];
+  SoftmaxKernel(p, n, stats);
+  ForEachVector(d, D, [&](int64_t i, size_t c) {
+    auto o = hn::Zero(d);
+    for (int64_t j = 0; j < n; ++j) o = hn::MulAdd(hn::Set(d, p[j]), LoadPart(d, v + j * stride + i, c), o);
+    StorePart(d, o, out + i, c);
+  });
+}
+
 }  // namespace HWY_NAMESPACE
 }  // namespace ops
 HWY_AFTER_NAMESPACE();
@@ -83,17 +103,20 @@ HWY_AFTER_NAMESPACE();
 #include <cmath>
 #include <limits>
 #include <stdexcept>
+#include <string>
 #include <type_traits>
 #include <vector>
 
 #include "blas.h"
 #include "onednn.h"
 #include "base/random.h"
+#include "base/threads.h"
 #include "dropout.h"
 
 namespace ops {
 
 HWY_EXPORT(SoftmaxKernel);
+HWY_EXPORT(DecodeHeadKernel);
 HWY_EXPORT(ExpScaleKernel);
 HWY_EXPORT(SoftmaxBackwardKernel);
 
@@ -341,6 +364,47 @@ void attention_forward(T* out, T* saved, const T* q, const T* k, const T* v, con
 }
 
 template <typename T>
+void attention_decode_forward(T* out, const T* q, const T* k, const T* v, const DecodeAttentionShape& s) {
+  const int64_t C = s.H * s.D, D = s.D;
+  const T scale = static_cast<T>(1.0 / std::sqrt(static_cast<double>(D)));
+  int64_t longest = 0;
+  for (int64_t b = 0; b < s.B; ++b) {
+    if (s.keys[b] < 1 || s.keys[b] > s.kv_stride) {
+      throw std::invalid_argument("attention_decode_forward: row " + std::to_string(b) + " has " +
+                                  std::to_string(s.keys[b]) + " keys");
+    }
+    longest = std::max(longest, s.keys[b]);
+  }
+#pragma omp parallel if (s.B * s.H * longest * D >= base::kParallelMinElements)
+  {
+    std::vector<T> p(longest);  // one row's scores, then probabilities
+#pragma omp for schedule(static)
+    for (int64_t bh = 0; bh < s.B * s.H; ++bh) {
+      const int64_t b = bh / s.H, h = bh % s.H, n = s.keys[b];
+      const int64_t row = (s.kv_rows ? s.kv_rows[b] : b) * s.kv_stride * C + h * D;  // key 0 of head h
+      const T* qh = q + b * C + h * D;
+      T* oh = out + b * C + h * D;
+      if constexpr (std::is_same_v<T, float>) {
+        HWY_DYNAMIC_DISPATCH(DecodeHeadKernel)(oh, qh, k + row, v + row, n, D, C, scale, p.data());
+        continue;
+      }
+      for (int64_t j = 0; j < n; ++j) {  // q·kᵀ/√D
+        const T* kj = k + row + j * C;
+        T dot = 0;
+        for (int64_t d = 0; d < D; ++d) dot += qh[d] * kj[d];
+        p[j] = dot * scale;
+      }
+      softmax_row(p.data(), n, RowKeys{n, false}, nullptr, static_cast<T*>(nullptr));
+      std::fill(oh, oh + D, T(0));
+      for (int64_t j = 0; j < n; ++j) {  // Σ p_j v_j
+        const T* vj = v + row + j * C;
+        for (int64_t d = 0; d < D; ++d) oh[d] += p[j] * vj[d];
+      }
+    }
+  }
+}
+
+template <typename T>
 void attention_backward(T* dq, T* dk, T* dv, const T* dout, const T* saved, const T* q, const T* k, const T* v,
                         const int64_t* key_mask, const AttentionShape& s) {
   const int64_t C = s.H * s.D, Tq = s.T, Tn = s.keys(), TT = Tq * Tn;
@@ -403,6 +467,10 @@ template void attention_forward<float>(float*, float*, const float*, const float
                                        const AttentionShape&);
 template void attention_forward<double>(double*, double*, const double*, const double*, const double*,
                                         const int64_t*, const AttentionShape&);
+template void attention_decode_forward<float>(float*, const float*, const float*, const float*,
+                                              const DecodeAttentionShape&);
+template void attention_decode_forward<double>(double*, const double*, const double*, const double*,
+                                               const DecodeAttentionShape&);
 template void attention_backward<float>(float*, float*, float*, const float*, const float*, const float*,
                                         const float*, const float*, const int64_t*, const AttentionShape&);
 template void attention_backward<double>(double*, double*, double*, const double*, const double*, const double*,

@@ -69,6 +69,23 @@ template <typename T>
 void attention_forward(T* out, T* saved, const T* q, const T* k, const T* v, const int64_t* key_mask,
                        const AttentionShape& s);
 
+// Decoding: one new query per batch row, each over keys of its own. Row b's query is q (B, H·D)'s
+// row b; its keys are rows [0, keys[b]) of cache row kv_rows[b] (b when kv_rows is null) of k and v
+// (cache rows kv_stride key rows apart, H·D each). No masks, no dropout, nothing saved: inference.
+struct DecodeAttentionShape {
+  int64_t B, H, D;
+  const int64_t* keys;               // (B) at least 1 each
+  const int64_t* kv_rows = nullptr;  // (B) or null
+  int64_t kv_stride = 0;             // at least the most keys of a row
+};
+
+// out (B, H·D) = softmax(q·kᵀ/√D)·v per row and head: attention_forward's result for T = 1 and
+// q_start = keys[b] − 1 (causal), up to rounding, but in one parallel region over (row, head) with
+// the scores in a thread's buffer, instead of two small products per row and head: every row of a
+// decoding step (beams, or a server's slots at positions of their own, model::Generator) at once.
+template <typename T>
+void attention_decode_forward(T* out, const T* q, const T* k, const T* v, const DecodeAttentionShape& s);
+
 // dq (B, T, H·D), dk, dv (B, kv_stride, H·D) += gradients given dout (B, T, H·D) and the forward's
 // saved buffer, shape and key_mask (read with row statistics; the probabilities carry the mask).
 template <typename T>

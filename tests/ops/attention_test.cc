@@ -386,3 +386,32 @@ TEST(Ops, AttentionBf16ProductsMatchTheReferenceWithinBf16Rounding) {
     EXPECT_GT(worst, 0.0) << "bf16 products should differ from fp64 somewhere";
   }
 }
+
+// The decode kernel is attention_forward at T = 1 (causal, the query at the last key) for each row on
+// its own cache row, in double to 1e-12 and in fp32 to float rounding; bad key counts are refused.
+TEST(Ops, AttentionDecodeEqualsTheForwardOfEachRow) {
+  std::mt19937_64 rng(5);
+  std::normal_distribution<double> z;
+  const int64_t H = 3, D = 16, C = H * D, stride = 40;
+  const std::vector<int64_t> keys = {1, 17, 40, 9}, rows = {3, 1, 0, 2};
+  const int64_t B = static_cast<int64_t>(keys.size());
+  std::vector<double> q(B * C), k(B * stride * C), v(B * stride * C);
+  for (auto* x : {&q, &k, &v}) for (double& e : *x) e = z(rng);
+  std::vector<double> fast(B * C), general(B * C);
+  ops::attention_decode_forward<double>(fast.data(), q.data(), k.data(), v.data(), {B, H, D, keys.data(), rows.data(), stride});
+  for (int64_t b = 0; b < B; ++b) {
+    ops::AttentionShape s{1, 1, H, D, true};
+    s.Tk = keys[b], s.kv_stride = stride, s.q_start = keys[b] - 1, s.saved = ops::AttentionSaved::none;
+    ops::attention_forward<double>(general.data() + b * C, nullptr, q.data() + b * C, k.data() + rows[b] * stride * C,
+                                   v.data() + rows[b] * stride * C, nullptr, s);
+  }
+  for (int64_t i = 0; i < B * C; ++i) EXPECT_NEAR(fast[i], general[i], 1e-12) << i;
+  std::vector<float> qf(q.begin(), q.end()), kf(k.begin(), k.end()), vf(v.begin(), v.end()), of(B * C);
+  ops::attention_decode_forward<float>(of.data(), qf.data(), kf.data(), vf.data(), {B, H, D, keys.data(), rows.data(), stride});
+  for (int64_t i = 0; i < B * C; ++i) EXPECT_NEAR(of[i], general[i], 1e-5) << i;
+  const std::vector<int64_t> none = {0}, too_many = {41};
+  EXPECT_THROW(ops::attention_decode_forward<double>(fast.data(), q.data(), k.data(), v.data(), {1, H, D, none.data(), nullptr, stride}),
+               std::invalid_argument);
+  EXPECT_THROW(ops::attention_decode_forward<double>(fast.data(), q.data(), k.data(), v.data(), {1, H, D, too_many.data(), nullptr, stride}),
+               std::invalid_argument);
+}

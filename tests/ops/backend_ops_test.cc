@@ -472,6 +472,46 @@ std::vector<OpCase> attention_cases() {
   return cases;
 }
 
+// Decoding's attention: a query per row over keys of its own (rows at different positions, cache rows
+// out of order, a row of one key), against attention_forward at T = 1 in the same run (its case's
+// second output), so that both the decode kernel and its agreement with the general path are checked.
+std::vector<OpCase> attention_decode_cases() {
+  struct Case { int64_t H, D, stride; std::vector<int64_t> keys, rows; };
+  std::vector<Case> table = {{1, 1, 1, {1}, {0}}, {4, 64, 80, {1, 33, 70}, {2, 0, 1}}, {2, 8, 9, {9, 5}, {1, 0}}};
+  std::mt19937_64 rng(77);
+  for (int i = 0; i < 4; ++i) {
+    Case c{1 + static_cast<int64_t>(rng() % 4), 1 + static_cast<int64_t>(rng() % 40), 0, {}, {}};
+    const int64_t B = 1 + static_cast<int64_t>(rng() % 5);
+    for (int64_t b = 0; b < B; ++b) c.keys.push_back(1 + static_cast<int64_t>(rng() % 50)), c.rows.push_back(B - 1 - b);
+    c.stride = *std::max_element(c.keys.begin(), c.keys.end()) + static_cast<int64_t>(rng() % 3);
+    table.push_back(c);
+  }
+  std::vector<OpCase> cases;
+  for (const Case& c : table) {
+    const int64_t B = static_cast<int64_t>(c.keys.size()), C = c.H * c.D;
+    Body body = typed([c, B, C]<class T>(Inputs& in, Outputs& out) {
+      const auto q = cast<T>(in.normal(B * C)), k = cast<T>(in.normal(B * c.stride * C));
+      const auto v = cast<T>(in.normal(B * c.stride * C));
+      auto o = cast<T>(in.normal(B * C)), general = o;
+      ops::attention_decode_forward<T>(o.data(), q.data(), k.data(), v.data(),
+                                       {B, c.H, c.D, c.keys.data(), c.rows.data(), c.stride});
+      for (int64_t b = 0; b < B; ++b) {
+        ops::AttentionShape s{1, 1, c.H, c.D, true};
+        s.Tk = c.keys[b], s.kv_stride = c.stride, s.q_start = c.keys[b] - 1, s.saved = ops::AttentionSaved::none;
+        const int64_t row = c.rows[b] * c.stride * C;
+        ops::attention_forward<T>(general.data() + b * C, nullptr, q.data() + b * C, k.data() + row, v.data() + row,
+                                  nullptr, s);
+      }
+      out.add(o), out.add(general);
+    });
+    std::string keys;
+    for (int64_t n : c.keys) keys += (keys.empty() ? "" : "-") + std::to_string(n);
+    cases.push_back({"attention_decode", fields({{"B", B}, {"H", c.H}, {"D", c.D}, {"stride", c.stride}}) + "_keys" + keys,
+                     body, {{Dtype::f32, kF32}}});
+  }
+  return cases;
+}
+
 // Linear attention (eq. 19): both feature maps, causal or not (in one chunk, several, or token by
 // token), each RoPE layout, a scaling method, an offset start; its backward; and the recurrent step.
 std::vector<OpCase> linear_attention_cases() {
@@ -602,7 +642,7 @@ const std::vector<OpCase>& all_cases() {
   static const std::vector<OpCase> cases = [] {
     std::vector<OpCase> all;
     for (auto make : {linear_cases, norm_cases, elementwise_cases, table_cases, attention_cases,
-                      linear_attention_cases, rope_cases}) {
+                      attention_decode_cases, linear_attention_cases, rope_cases}) {
       for (OpCase& c : make()) all.push_back(std::move(c));
     }
     return all;
