@@ -10,6 +10,7 @@
 #include <sys/socket.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cerrno>
 #include <condition_variable>
 #include <deque>
@@ -152,8 +153,15 @@ using Reply = std::variant<json, std::unique_ptr<EventStream>>;
 
 // Sends the events as they come (chunked text/event-stream). A client that is gone (a write fails, or
 // its socket is no longer writable while the model is quiet) cancels the stream: its slots are freed.
+// Streams being sent, and whether SIGINT/SIGTERM came: cpp-httplib's stop() ends a chunked response
+// where it is, so on a stop signal new requests get 503 while the streams already accepted run to
+// their ends (within --shutdown-timeout), and only then the server stops.
+std::atomic<int64_t> open_streams{0};
+std::atomic<bool> draining{false};
+
 void stream_events(httplib::Response& res, std::unique_ptr<EventStream> events) {
   std::shared_ptr<EventStream> s(std::move(events));
+  ++open_streams;
   res.status = 200;
   res.set_header("Cache-Control", "no-cache");
   res.set_chunked_content_provider(
@@ -178,6 +186,7 @@ void stream_events(httplib::Response& res, std::unique_ptr<EventStream> events) 
       },
       [s](bool success) {
         if (!success) s->cancel();
+        --open_streams;
       });
 }
 
@@ -482,6 +491,10 @@ void add_pre_routing(httplib::Server& svr, const Models& models, const std::stri
   svr.set_pre_routing_handler([&models, key](const httplib::Request& req, httplib::Response& res) {
     request_start = std::chrono::steady_clock::now();
     serving_model = nullptr;
+    if (draining) {
+      reply(res, 503, error_body("the server is shutting down", "Overloaded"));
+      return httplib::Server::HandlerResponse::Handled;
+    }
     if (key.empty()) return httplib::Server::HandlerResponse::Unhandled;
     const std::string route = route_of(models, req.path);
     if (route == "/health" || route == "/metrics") {
@@ -633,9 +646,14 @@ int serve_forever(const std::vector<ServedModel>& served_models, const ServerOpt
     std::unique_lock<std::mutex> lock(done_mutex);
     if (done) return;
     std::cerr << "roformer serve: " << (sig == SIGINT ? "SIGINT" : "SIGTERM") << ", stopping" << std::endl;
-    svr.stop();
     const auto timeout = std::chrono::duration<double>(o.shutdown_timeout_s);
-    if (!done_cv.wait_for(lock, timeout, [&] { return done; })) {
+    const auto deadline = std::chrono::steady_clock::now() + timeout;
+    draining = true;  // the streams accepted run to their ends first (stop() would cut them)
+    while (open_streams > 0 && std::chrono::steady_clock::now() < deadline) {
+      done_cv.wait_for(lock, std::chrono::milliseconds(20));
+    }
+    svr.stop();
+    if (!done_cv.wait_until(lock, deadline, [&] { return done; })) {
       int64_t n = 0;
       for (const auto& m : models.all) {
         n += m->scheduler->drop_queued("the server is shutting down: --shutdown-timeout passed before this "

@@ -8,6 +8,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 import urllib.request
 
 for name in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE"):  # InferenceClient calls the local server only
@@ -80,6 +81,18 @@ try:
         for q, got in pool.map(stream, prompts):
             assert got == want[q], (q, got, want[q])
 
+    # A client that never reads its stream holds neither the model thread nor the other slots: a
+    # stream of 100 tokens to a socket nobody reads, then greedy requests are answered as before.
+    import socket  # noqa: E402
+    idle = socket.create_connection(("127.0.0.1", server.port))
+    body = json.dumps({"inputs": p, "parameters": {"max_new_tokens": 100}}).encode()
+    idle.sendall(b"POST /generate_stream HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                 b"Content-Length: " + str(len(body)).encode() + b"\r\n\r\n" + body)
+    t = time.monotonic()
+    assert oa.completions.create(model="lm", prompt=p, max_tokens=30, temperature=0).choices[0].text == want[p]
+    assert time.monotonic() - t < 10, "a slow reader held the others"
+    idle.close()
+
     # Errors: TEI's body, naming the field.
     for body, field in [({"inputs": p, "parameters": {"max_new_tokens": 1000}}, "max_new_tokens"),
                         ({"inputs": p, "parameters": {"repetition_penalty": 1.2}}, "repetition_penalty"),
@@ -93,4 +106,20 @@ try:
             assert e.code == 422 and field in json.loads(e.read())["error"], (body, e.code)
 finally:
     server.stop()
+
+# SIGTERM while streams run: every accepted stream is answered to its end, then the server exits 0.
+# One slot: the streams run one after another; the signal comes once the last has sent its first token.
+server = Server(roformer, ["--model", model, "--slots", "1"], os.path.join(work, "server-term.log"))
+try:
+    oa = openai.OpenAI(base_url=f"{server.url}/v1", api_key="none")
+    streams = [oa.completions.create(model="lm", prompt=q, max_tokens=90, temperature=0, stream=True)
+               for q in prompts[:4]]
+    firsts = [next(iter(st)).choices[0].text for st in streams]
+    server.stop()  # asserts exit status 0 after every stream ended
+    for q, first, st in zip(prompts[:4], firsts, streams):
+        got = first + "".join(c.choices[0].text for c in st)
+        assert len(got) == 90 and got.startswith(want[q]), (q, got)
+except BaseException:
+    server.process.kill()
+    raise
 print("generation: huggingface_hub and openai clients equal `roformer generate`")
