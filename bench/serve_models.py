@@ -19,7 +19,9 @@ import time
 import urllib.request
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "peers"))
 import serve_load  # noqa: E402
+from serve_peers import make_model  # noqa: E402
 
 # name: (head, layers, hidden, heads, route)
 MODELS = {
@@ -27,25 +29,6 @@ MODELS = {
     "classify-small": ("RoFormerForSequenceClassification", 4, 256, 4, "/predict"),
     "embed-mid": ("RoFormerModel", 6, 384, 6, "/embed"),
 }
-
-
-def make_model(python, out, head, layers, hidden, heads):
-    if os.path.exists(os.path.join(out, "model.safetensors")):
-        return
-    code = f"""
-import torch, transformers, json, os
-torch.manual_seed(0)
-os.makedirs({out!r}, exist_ok=True)
-words = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"] + [f"w{{i}}" for i in range(30000)]
-open(os.path.join({out!r}, "vocab.txt"), "w").write("\\n".join(words) + "\\n")
-json.dump({{"tokenizer_class": "BertTokenizer", "do_lower_case": True, "model_max_length": 512}},
-          open(os.path.join({out!r}, "tokenizer_config.json"), "w"))
-c = transformers.RoFormerConfig(vocab_size=len(words), hidden_size={hidden}, num_hidden_layers={layers},
-                                num_attention_heads={heads}, intermediate_size={4 * hidden},
-                                max_position_embeddings=512, embedding_size={hidden}, num_labels=2)
-getattr(transformers, {head!r})(c).save_pretrained({out!r}, safe_serialization=True)
-"""
-    subprocess.run([python, "-c", code], check=True)
 
 
 def peak_rss_mib(pid):
@@ -103,7 +86,7 @@ def main():
     texts = {}
     for name, (head, layers, hidden, heads, _) in MODELS.items():
         paths[name] = os.path.join(args.work, name)
-        make_model(args.python, paths[name], head, layers, hidden, heads)
+        make_model(args.python, paths[name], head, layers, hidden, heads, num_labels=2)
         texts[name] = serve_load.make_texts(256, 32, 64, seed=0, english=False,
                                             words_file=os.path.join(paths[name], "vocab.txt"))
     alone, peak = {}, {}

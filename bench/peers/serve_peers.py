@@ -33,10 +33,12 @@ def free_port():
         return s.getsockname()[1]
 
 
-def make_model(python, out):
-    """A randomly initialised RoFormer of roformer_chinese_base's shape with a 30,000-word vocabulary."""
+def make_model(python, out, head="RoFormerModel", layers=12, hidden=768, heads=12, num_labels=None):
+    """A randomly initialised RoFormer (by default of roformer_chinese_base's shape) with a 30,000-word
+    vocabulary; `head` is the transformers class, num_labels goes to the config when given."""
     if os.path.exists(os.path.join(out, "model.safetensors")):
         return
+    labels = "" if num_labels is None else f", num_labels={num_labels}"
     code = f"""
 import torch, transformers, json, os
 torch.manual_seed(0)
@@ -45,9 +47,10 @@ words = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"] + [f"w{{i}}" for i in ran
 open(os.path.join({out!r}, "vocab.txt"), "w").write("\\n".join(words) + "\\n")
 json.dump({{"tokenizer_class": "BertTokenizer", "do_lower_case": True, "model_max_length": 512}},
           open(os.path.join({out!r}, "tokenizer_config.json"), "w"))
-c = transformers.RoFormerConfig(vocab_size=len(words), hidden_size=768, num_hidden_layers=12, num_attention_heads=12,
-                                intermediate_size=3072, max_position_embeddings=512, embedding_size=768)
-transformers.RoFormerModel(c).save_pretrained({out!r}, safe_serialization=True)
+c = transformers.RoFormerConfig(vocab_size=len(words), hidden_size={hidden}, num_hidden_layers={layers},
+                                num_attention_heads={heads}, intermediate_size={4 * hidden},
+                                max_position_embeddings=512, embedding_size={hidden}{labels})
+getattr(transformers, {head!r})(c).save_pretrained({out!r}, safe_serialization=True)
 """
     subprocess.run([python, "-c", code], check=True)
 

@@ -6,15 +6,16 @@
 #include <nlohmann/json.hpp>
 #include <stdexcept>
 
+#include "base/enum_names.h"
 #include "io/lines.h"
 
 namespace infer {
 
+constexpr base::EnumName<InputFormat> kInputFormatNames[] = {
+    {InputFormat::auto_detect, "auto"}, {InputFormat::text, "text"}, {InputFormat::jsonl, "jsonl"}};
+
 InputFormat parse_input_format(const std::string& name) {
-  if (name == "auto") return InputFormat::auto_detect;
-  if (name == "text") return InputFormat::text;
-  if (name == "jsonl") return InputFormat::jsonl;
-  throw std::invalid_argument("unknown input format '" + name + "' (auto, text, jsonl)");
+  return base::parse_enum(kInputFormatNames, name, "input format");
 }
 
 LineReader::LineReader(std::istream& in, std::string name, InputFormat format)

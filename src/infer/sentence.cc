@@ -8,6 +8,7 @@
 #include <nlohmann/json.hpp>
 #include <stdexcept>
 
+#include "base/enum_names.h"
 #include "io/mapped_file.h"
 #include "io/weights.h"
 
@@ -17,8 +18,10 @@ namespace {
 namespace fs = std::filesystem;
 using nlohmann::json;
 
-constexpr Pooling kAll[] = {Pooling::cls, Pooling::mean, Pooling::pooler, Pooling::max, Pooling::mean_sqrt_len,
-                            Pooling::weightedmean, Pooling::lasttoken, Pooling::automatic};
+constexpr base::EnumName<Pooling> kPoolingNames[] = {
+    {Pooling::cls, "cls"},       {Pooling::mean, "mean"},       {Pooling::pooler, "pooler"},
+    {Pooling::max, "max"},       {Pooling::mean_sqrt_len, "mean_sqrt_len"}, {Pooling::weightedmean, "weightedmean"},
+    {Pooling::lasttoken, "lasttoken"}, {Pooling::automatic, "auto"}};
 
 bool flag(const json& j, const char* name, const std::string& path) {
   if (!j.contains(name) || j[name].is_null()) return false;
@@ -64,37 +67,15 @@ DenseLayer read_dense(const std::string& dir, const std::string& module_dir, int
 
 }  // namespace
 
-const char* pooling_name(Pooling p) {
-  switch (p) {
-    case Pooling::cls: return "cls";
-    case Pooling::mean: return "mean";
-    case Pooling::pooler: return "pooler";
-    case Pooling::max: return "max";
-    case Pooling::mean_sqrt_len: return "mean_sqrt_len";
-    case Pooling::weightedmean: return "weightedmean";
-    case Pooling::lasttoken: return "lasttoken";
-    case Pooling::automatic: return "auto";
-  }
-  return "?";
-}
+const char* pooling_name(Pooling p) { return base::enum_name(kPoolingNames, p); }
 
 std::vector<std::string> pooling_names() {
   std::vector<std::string> out;
-  for (Pooling p : kAll) out.push_back(pooling_name(p));
+  for (const auto& n : kPoolingNames) out.push_back(n.name);
   return out;
 }
 
-Pooling parse_pooling(const std::string& name) {
-  for (Pooling p : kAll) {
-    if (name == pooling_name(p)) return p;
-  }
-  std::string names;
-  for (const auto& n : pooling_names()) {
-    if (!names.empty()) names += ", ";
-    names += n;
-  }
-  throw std::invalid_argument("unknown pooling '" + name + "' (" + names + ")");
-}
+Pooling parse_pooling(const std::string& name) { return base::parse_enum(kPoolingNames, name, "pooling"); }
 
 std::vector<double> DenseLayer::apply(const std::vector<double>& x) const {
   std::vector<double> y(static_cast<size_t>(out));

@@ -7,6 +7,7 @@
 #include <sstream>
 #include <stdexcept>
 
+#include "base/enum_names.h"
 #include "io/mapped_file.h"
 #include "model/head.h"
 #include "io/safetensors.h"
@@ -141,22 +142,14 @@ void check_sizes(const RoFormerConfig& c) {
 
 }  // namespace
 
-const char* position_encoding_name(PositionEncoding pe) {
-  switch (pe) {
-    case PositionEncoding::rope: return "rope";
-    case PositionEncoding::sinusoidal: return "sinusoidal";
-    case PositionEncoding::learned: return "learned";
-    case PositionEncoding::none: return "none";
-  }
-  return "?";
-}
+constexpr base::EnumName<PositionEncoding> kPositionEncodingNames[] = {
+    {PositionEncoding::rope, "rope"}, {PositionEncoding::sinusoidal, "sinusoidal"},
+    {PositionEncoding::learned, "learned"}, {PositionEncoding::none, "none"}};
+
+const char* position_encoding_name(PositionEncoding pe) { return base::enum_name(kPositionEncodingNames, pe); }
 
 PositionEncoding parse_position_encoding(const std::string& name) {
-  for (auto pe : {PositionEncoding::rope, PositionEncoding::sinusoidal, PositionEncoding::learned,
-                  PositionEncoding::none}) {
-    if (name == position_encoding_name(pe)) return pe;
-  }
-  throw std::invalid_argument("unknown position encoding '" + name + "' (rope, sinusoidal, learned, none)");
+  return base::parse_enum(kPositionEncodingNames, name, "position encoding");
 }
 
 const char* activation_name(Activation a) { return a == Activation::gelu ? "gelu" : "relu"; }
@@ -167,57 +160,41 @@ Activation parse_activation(const std::string& name) {
   throw std::invalid_argument("unknown activation '" + name + "' (supported: gelu, relu)");
 }
 
-const char* norm_type_name(NormType n) { return n == NormType::layer_norm ? "layer_norm" : "rms_norm"; }
+constexpr base::EnumName<NormType> kNormTypeNames[] = {{NormType::layer_norm, "layer_norm"},
+                                                       {NormType::rms_norm, "rms_norm"}};
 
-NormType parse_norm_type(const std::string& name) {
-  if (name == "layer_norm") return NormType::layer_norm;
-  if (name == "rms_norm") return NormType::rms_norm;
-  throw std::invalid_argument("unknown norm_type '" + name + "' (layer_norm, rms_norm)");
-}
+const char* norm_type_name(NormType n) { return base::enum_name(kNormTypeNames, n); }
 
-const char* attention_type_name(AttentionType a) {
-  switch (a) {
-    case AttentionType::softmax: return "softmax";
-    case AttentionType::linear: return "linear";
-    case AttentionType::performer: return "performer";
-  }
-  return "?";
-}
+NormType parse_norm_type(const std::string& name) { return base::parse_enum(kNormTypeNames, name, "norm_type"); }
+
+constexpr base::EnumName<AttentionType> kAttentionTypeNames[] = {
+    {AttentionType::softmax, "softmax"}, {AttentionType::linear, "linear"}, {AttentionType::performer, "performer"}};
+
+const char* attention_type_name(AttentionType a) { return base::enum_name(kAttentionTypeNames, a); }
 
 AttentionType parse_attention_type(const std::string& name) {
-  for (AttentionType a : {AttentionType::softmax, AttentionType::linear, AttentionType::performer}) {
-    if (name == attention_type_name(a)) return a;
-  }
-  throw std::invalid_argument("unknown attention_type '" + name + "' (softmax, linear, performer)");
+  return base::parse_enum(kAttentionTypeNames, name, "attention_type");
 }
 
-const char* pooler_activation_name(PoolerActivation a) {
-  return a == PoolerActivation::linear ? "linear" : a == PoolerActivation::tanh ? "tanh" : "";
-}
+constexpr base::EnumName<PoolerActivation> kPoolerActivationNames[] = {
+    {PoolerActivation::none, ""}, {PoolerActivation::linear, "linear"}, {PoolerActivation::tanh, "tanh"}};
+
+const char* pooler_activation_name(PoolerActivation a) { return base::enum_name(kPoolerActivationNames, a); }
 
 PoolerActivation parse_pooler_activation(const std::string& name) {
-  if (name == "linear") return PoolerActivation::linear;
-  if (name == "tanh") return PoolerActivation::tanh;
-  throw std::invalid_argument("unknown pooler_activation '" + name + "' (linear, tanh)");
+  return base::parse_enum(kPoolerActivationNames, name, "pooler_activation");
 }
 
-const char* problem_type_name(ProblemType p) {
-  switch (p) {
-    case ProblemType::none: return "";
-    case ProblemType::single_label_classification: return "single_label_classification";
-    case ProblemType::multi_label_classification: return "multi_label_classification";
-    case ProblemType::regression: return "regression";
-  }
-  return "?";
-}
+constexpr base::EnumName<ProblemType> kProblemTypeNames[] = {
+    {ProblemType::none, ""},
+    {ProblemType::single_label_classification, "single_label_classification"},
+    {ProblemType::multi_label_classification, "multi_label_classification"},
+    {ProblemType::regression, "regression"}};
+
+const char* problem_type_name(ProblemType p) { return base::enum_name(kProblemTypeNames, p); }
 
 ProblemType parse_problem_type(const std::string& name) {
-  for (ProblemType p : {ProblemType::single_label_classification, ProblemType::multi_label_classification,
-                        ProblemType::regression}) {
-    if (name == problem_type_name(p)) return p;
-  }
-  throw std::invalid_argument("unknown problem_type '" + name +
-                              "' (single_label_classification, multi_label_classification, regression)");
+  return base::parse_enum(kProblemTypeNames, name, "problem_type");
 }
 
 void RoFormerConfig::validate() const {

@@ -5,6 +5,7 @@
 #include <cmath>
 #include <stdexcept>
 
+#include "base/enum_names.h"
 #include "ops/loss.h"
 
 namespace model {
@@ -30,24 +31,13 @@ const HeadDef* find_head(const std::string& architecture) {
   return nullptr;
 }
 
-const char* head_task_name(HeadTask t) {
-  switch (t) {
-    case HeadTask::text_classification: return "text-classification";
-    case HeadTask::token_classification: return "token-classification";
-    case HeadTask::question_answering: return "question-answering";
-    case HeadTask::multiple_choice: return "multiple-choice";
-  }
-  return "?";
-}
+constexpr base::EnumName<HeadTask> kHeadTaskNames[] = {
+    {HeadTask::text_classification, "text-classification"}, {HeadTask::token_classification, "token-classification"},
+    {HeadTask::question_answering, "question-answering"}, {HeadTask::multiple_choice, "multiple-choice"}};
 
-HeadTask parse_head_task(const std::string& name) {
-  for (HeadTask t : {HeadTask::text_classification, HeadTask::token_classification, HeadTask::question_answering,
-                     HeadTask::multiple_choice}) {
-    if (name == head_task_name(t)) return t;
-  }
-  throw std::invalid_argument("unknown task '" + name +
-                              "' (text-classification, token-classification, question-answering, multiple-choice)");
-}
+const char* head_task_name(HeadTask t) { return base::enum_name(kHeadTaskNames, t); }
+
+HeadTask parse_head_task(const std::string& name) { return base::parse_enum(kHeadTaskNames, name, "task"); }
 
 const HeadDef& head_named(const std::string& name) {
   for (const HeadDef* h : head_registry()) {

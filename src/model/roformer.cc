@@ -8,6 +8,7 @@
 #include <unistd.h>
 #include <type_traits>
 
+#include "base/enum_names.h"
 #include "ops/loss.h"
 #include "ops/linear.h"
 #include "base/random.h"
@@ -549,38 +550,18 @@ int64_t RoFormer<T>::counted() const {
 template class RoFormer<float>;
 template class RoFormer<double>;
 
-const char* quantize_name(Quantize q) {
-  switch (q) {
-    case Quantize::automatic: return "auto";
-    case Quantize::none: return "none";
-    case Quantize::int8: return "int8";
-    case Quantize::bf16: return "bf16";
-  }
-  return "?";
-}
+constexpr base::EnumName<Quantize> kQuantizeNames[] = {
+    {Quantize::automatic, "auto"}, {Quantize::none, "none"}, {Quantize::int8, "int8"}, {Quantize::bf16, "bf16"}};
 
-Quantize parse_quantize(const std::string& name) {
-  for (Quantize q : {Quantize::automatic, Quantize::none, Quantize::int8, Quantize::bf16}) {
-    if (name == quantize_name(q)) return q;
-  }
-  throw std::invalid_argument("unknown quantize '" + name + "' (auto, none, int8, bf16)");
-}
+const char* quantize_name(Quantize q) { return base::enum_name(kQuantizeNames, q); }
 
-const char* gemm_name(Gemm g) {
-  switch (g) {
-    case Gemm::automatic: return "auto";
-    case Gemm::packed: return "packed";
-    case Gemm::blas: return "blas";
-  }
-  return "?";
-}
+Quantize parse_quantize(const std::string& name) { return base::parse_enum(kQuantizeNames, name, "quantize"); }
 
-Gemm parse_gemm(const std::string& name) {
-  for (Gemm g : {Gemm::automatic, Gemm::packed, Gemm::blas}) {
-    if (name == gemm_name(g)) return g;
-  }
-  throw std::invalid_argument("unknown gemm '" + name + "' (auto, packed, blas)");
-}
+constexpr base::EnumName<Gemm> kGemmNames[] = {{Gemm::automatic, "auto"}, {Gemm::packed, "packed"}, {Gemm::blas, "blas"}};
+
+const char* gemm_name(Gemm g) { return base::enum_name(kGemmNames, g); }
+
+Gemm parse_gemm(const std::string& name) { return base::parse_enum(kGemmNames, name, "gemm"); }
 
 void check_linear_options(const LinearOptions& o) {
   if (o.quantize == Quantize::bf16 && !ops::bf16_is_native()) {

@@ -1019,8 +1019,7 @@ struct Api::Sequences {
     std::shared_ptr<GenerationStream> stream;
     std::vector<GenerationEvent> tokens;  // gathered (non-streaming) or being streamed
     std::string text;                     // the completion so far
-    GenerationEvent end;
-    bool ended = false;
+    GenerationEvent end;  // finish != none once it ended
   };
   std::vector<One> all;
   bool details = false, full_text = false;
@@ -1211,7 +1210,7 @@ void Api::gather(Sequences& s) const {
   for (auto& one : s.all) {
     GenerationEvent e;
     bool probing = static_cast<bool>(options_.client_gone), timed_out = false;
-    while (!one.ended) {
+    while (one.end.finish == FinishReason::none) {
       if (!one.stream->next_for(e, std::chrono::milliseconds(probing ? 50 : 1000), timed_out)) {
         if (timed_out && probing && options_.client_gone()) {
           for (auto& x : s.all) x.stream->cancel();
@@ -1222,7 +1221,7 @@ void Api::gather(Sequences& s) const {
       one.text += e.text;
       if (e.finish == FinishReason::error) throw ApiError(500, "Backend", "generation failed");
       if (e.finish != FinishReason::none) {
-        one.end = std::move(e), one.ended = true;
+        one.end = std::move(e);
       } else {
         one.tokens.push_back(std::move(e));
       }

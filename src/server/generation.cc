@@ -81,9 +81,8 @@ void GenerationStream::push(GenerationEvent e) {
 // One row of the generator and the sequence it holds.
 struct Generation::Slot {
   int64_t row = 0;
-  bool busy = false;
   GenerationRequest r;
-  std::shared_ptr<GenerationStream> stream;
+  std::shared_ptr<GenerationStream> stream;  // null: the slot is free
   int64_t fed = 0;                 // prompt tokens fed
   std::vector<int64_t> history;    // prompt + generated (no-repeat n-grams)
   std::vector<int64_t> generated;
@@ -146,12 +145,11 @@ bool Generation::admit(std::unique_lock<std::mutex>&) {
   bool any = false;
   for (Slot& s : slots_) {
     if (queue_.empty()) break;
-    if (s.busy) continue;
+    if (s.stream) continue;
     Queued& q = queue_.front();
     const int64_t need = static_cast<int64_t>(q.request.prompt.size()) + q.request.max_new_tokens;
     if (reserved_ + need > budget_) break;  // first come, first served: it waits for room
     metrics_.queued(std::chrono::duration<double>(std::chrono::steady_clock::now() - q.queued).count());
-    s.busy = true;
     s.r = std::move(q.request);
     s.stream = std::move(q.stream);
     s.fed = 0, s.pending = -1, s.reserve = need;
@@ -176,7 +174,6 @@ void Generation::finish(Slot& s, FinishReason why) {
   e.generated_tokens = static_cast<int64_t>(s.generated.size());
   e.step = step_;
   const std::shared_ptr<GenerationStream> stream = std::move(s.stream);
-  s.busy = false;
   gen_.release(s.row);
   {
     std::lock_guard<std::mutex> lock(mutex_);  // out of flight before its reader sees the end
@@ -246,7 +243,7 @@ void Generation::decode_step() {
   std::vector<int64_t> rows, ids;
   std::vector<Slot*> fed;
   for (Slot& s : slots_) {
-    if (s.busy && s.pending >= 0) rows.push_back(s.row), ids.push_back(s.pending), fed.push_back(&s);
+    if (s.stream && s.pending >= 0) rows.push_back(s.row), ids.push_back(s.pending), fed.push_back(&s);
   }
   if (rows.empty()) return;
   const auto t0 = std::chrono::steady_clock::now();
@@ -265,7 +262,7 @@ void Generation::prefill_step() {
   for (Slot& s : slots_) {
     if (budget == 0) break;
     const int64_t P = static_cast<int64_t>(s.r.prompt.size());
-    if (!s.busy || s.fed >= P) continue;
+    if (!s.stream || s.fed >= P) continue;
     if (s.r.max_new_tokens == 0) {
       finish(s, FinishReason::length);
       continue;
@@ -290,7 +287,7 @@ void Generation::work() {
       admit(lock);
     }
     for (Slot& s : slots_) {  // clients gone: their slots free now
-      if (s.busy && s.stream->cancelled()) finish(s, FinishReason::none);
+      if (s.stream && s.stream->cancelled()) finish(s, FinishReason::none);
     }
     ++step_;
     try {
@@ -298,7 +295,7 @@ void Generation::work() {
       prefill_step();
     } catch (const std::exception& e) {  // not expected: every sequence ends, none is left hanging
       for (Slot& s : slots_) {
-        if (s.busy) finish(s, FinishReason::error);
+        if (s.stream) finish(s, FinishReason::error);
       }
       std::fprintf(stderr, "roformer serve: generation failed: %s\n", e.what());
     }

@@ -6,6 +6,7 @@
 #include <filesystem>
 #include <stdexcept>
 
+#include "base/enum_names.h"
 #include "base/error.h"
 #include "text/char_tokenizer.h"
 #include "text/roformer_tokenizer.h"
@@ -13,22 +14,14 @@
 
 namespace text {
 
-const char* tokenizer_kind_name(TokenizerKind k) {
-  switch (k) {
-    case TokenizerKind::byte: return "byte";
-    case TokenizerKind::character: return "char";
-    case TokenizerKind::wordpiece: return "wordpiece";
-    case TokenizerKind::sentencepiece: return "sentencepiece";
-  }
-  return "?";
-}
+constexpr base::EnumName<TokenizerKind> kTokenizerKindNames[] = {
+    {TokenizerKind::byte, "byte"}, {TokenizerKind::character, "char"}, {TokenizerKind::wordpiece, "wordpiece"},
+    {TokenizerKind::sentencepiece, "sentencepiece"}};
+
+const char* tokenizer_kind_name(TokenizerKind k) { return base::enum_name(kTokenizerKindNames, k); }
 
 TokenizerKind parse_tokenizer_kind(const std::string& name) {
-  for (TokenizerKind k : {TokenizerKind::byte, TokenizerKind::character, TokenizerKind::wordpiece,
-                          TokenizerKind::sentencepiece}) {
-    if (name == tokenizer_kind_name(k)) return k;
-  }
-  throw std::invalid_argument("unknown tokenizer '" + name + "' (byte, char, wordpiece, sentencepiece)");
+  return base::parse_enum(kTokenizerKindNames, name, "tokenizer");
 }
 
 std::vector<int32_t> Tokenizer::special_ids() const {

@@ -5,18 +5,16 @@
 #include <cmath>
 #include <stdexcept>
 
+#include "base/enum_names.h"
 #include "ops/loss.h"
 
 namespace train {
 
-const char* lm_objective_name(LmObjective o) { return o == LmObjective::clm ? "clm" : "mlm"; }
+constexpr base::EnumName<LmObjective> kLmObjectiveNames[] = {{LmObjective::clm, "clm"}, {LmObjective::mlm, "mlm"}};
 
-LmObjective parse_lm_objective(const std::string& name) {
-  for (LmObjective o : {LmObjective::clm, LmObjective::mlm}) {
-    if (name == lm_objective_name(o)) return o;
-  }
-  throw std::invalid_argument("unknown task '" + name + "' (clm, mlm)");
-}
+const char* lm_objective_name(LmObjective o) { return base::enum_name(kLmObjectiveNames, o); }
+
+LmObjective parse_lm_objective(const std::string& name) { return base::parse_enum(kLmObjectiveNames, name, "task"); }
 
 int64_t TokenTask::loss_count(const Batch& batch) const {
   return static_cast<int64_t>(batch.targets.size()) -

@@ -5,24 +5,19 @@
 #include <nlohmann/json.hpp>
 #include <stdexcept>
 
+#include "base/enum_names.h"
+
 namespace train {
 
 using nlohmann::json;
 
-const char* train_precision_name(TrainPrecision p) {
-  switch (p) {
-    case TrainPrecision::fp32: return "fp32";
-    case TrainPrecision::bf16: return "bf16";
-    case TrainPrecision::automatic: return "auto";
-  }
-  return "?";
-}
+constexpr base::EnumName<TrainPrecision> kTrainPrecisionNames[] = {
+    {TrainPrecision::fp32, "fp32"}, {TrainPrecision::bf16, "bf16"}, {TrainPrecision::automatic, "auto"}};
+
+const char* train_precision_name(TrainPrecision p) { return base::enum_name(kTrainPrecisionNames, p); }
 
 TrainPrecision parse_train_precision(const std::string& name) {
-  for (TrainPrecision p : {TrainPrecision::fp32, TrainPrecision::bf16, TrainPrecision::automatic}) {
-    if (name == train_precision_name(p)) return p;
-  }
-  throw std::invalid_argument("unknown precision '" + name + "' (fp32, bf16, auto)");
+  return base::parse_enum(kTrainPrecisionNames, name, "precision");
 }
 
 void LoopSettings::to_json(json& j) const {
