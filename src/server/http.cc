@@ -153,9 +153,10 @@ using Reply = std::variant<json, std::unique_ptr<EventStream>>;
 
 // Sends the events as they come (chunked text/event-stream). A client that is gone (a write fails, or
 // its socket is no longer writable while the model is quiet) cancels the stream: its slots are freed.
-// Streams being sent, and whether SIGINT/SIGTERM came: cpp-httplib's stop() ends a chunked response
-// where it is, so on a stop signal new requests get 503 while the streams already accepted run to
-// their ends (within --shutdown-timeout), and only then the server stops.
+// Streams being sent, and whether the server is waiting for them to end: cpp-httplib's stop() ends a
+// chunked response where it is, so on a stop signal with streams open, new requests get 503 while
+// those streams run to their ends (within --shutdown-timeout), and only then the server stops; with
+// none open it stops at once, as for the other routes.
 std::atomic<int64_t> open_streams{0};
 std::atomic<bool> draining{false};
 
@@ -648,9 +649,11 @@ int serve_forever(const std::vector<ServedModel>& served_models, const ServerOpt
     std::cerr << "roformer serve: " << (sig == SIGINT ? "SIGINT" : "SIGTERM") << ", stopping" << std::endl;
     const auto timeout = std::chrono::duration<double>(o.shutdown_timeout_s);
     const auto deadline = std::chrono::steady_clock::now() + timeout;
-    draining = true;  // the streams accepted run to their ends first (stop() would cut them)
-    while (open_streams > 0 && std::chrono::steady_clock::now() < deadline) {
-      done_cv.wait_for(lock, std::chrono::milliseconds(20));
+    if (open_streams > 0) {  // the streams accepted run to their ends first (stop() would cut them)
+      draining = true;
+      while (open_streams > 0 && std::chrono::steady_clock::now() < deadline) {
+        done_cv.wait_for(lock, std::chrono::milliseconds(20));
+      }
     }
     svr.stop();
     if (!done_cv.wait_until(lock, deadline, [&] { return done; })) {
