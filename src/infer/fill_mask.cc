@@ -127,13 +127,12 @@ std::vector<std::vector<MaskPredictions>> fill_mask_encoded(Pipeline& p, const s
   std::vector<std::vector<MaskPredictions>> out(encodings.size());
   std::vector<double> prob(static_cast<size_t>(V));
   std::vector<int32_t> order(static_cast<size_t>(V));
-  p.run(encodings, batch_size, [&](const std::vector<size_t>& rows, int64_t T) {
-    const float* logits = p.model().logits();
+  p.run(encodings, batch_size, [&](const std::vector<size_t>& rows, int64_t) {
+    const float* z = p.model().logits();  // (masks of the batch, V), batch row by batch row
     for (size_t b = 0; b < rows.size(); ++b) {
       const size_t i = rows[b];
       const bool single = positions[i].size() == 1;
       for (int64_t m : positions[i]) {
-        const float* z = logits + (static_cast<int64_t>(b) * T + m) * V;
         const double mx = *std::max_element(z, z + V);
         double sum = 0;
         for (int64_t v = 0; v < V; ++v) sum += (prob[v] = std::exp(double(z[v]) - mx));
@@ -156,9 +155,10 @@ std::vector<std::vector<MaskPredictions>> fill_mask_encoded(Pipeline& p, const s
           preds.push_back(std::move(pr));
         }
         out[i].push_back(std::move(preds));
+        z += V;
       }
     }
-  }, /*logits=*/true);
+  }, /*logits=*/true, &positions);
   return out;
 }
 

@@ -232,7 +232,8 @@ void Pipeline::check(const std::vector<text::Encoding>& encodings) const {
 }
 
 void Pipeline::run(const std::vector<text::Encoding>& encodings, int64_t batch_size,
-                   const std::function<void(const std::vector<size_t>& rows, int64_t T)>& visit, bool logits) {
+                   const std::function<void(const std::vector<size_t>& rows, int64_t T)>& visit, bool logits,
+                   const std::vector<std::vector<int64_t>>* logit_positions) {
   model::RoFormer<float>& m = model();
   std::vector<size_t> lengths;
   for (const auto& e : encodings) lengths.push_back(e.size());
@@ -261,8 +262,13 @@ void Pipeline::run(const std::vector<text::Encoding>& encodings, int64_t batch_s
     }
     // A mask of ones masks nothing: without it attention takes its unmasked path (same values).
     const bool masks = std::find(mask.begin(), mask.end(), 0) != mask.end();
+    std::vector<int64_t> logit_rows;  // (b, position) → b·T + position, batch row by batch row
+    for (int64_t b = 0; logit_positions && b < B; ++b) {
+      for (int64_t t : (*logit_positions)[rows[b]]) logit_rows.push_back(b * T + t);
+    }
     m.forward({.ids = ids.data(), .token_types = types.data(), .attention_mask = masks ? mask.data() : nullptr,
-               .B = B, .T = T, .logits = logits});
+               .B = B, .T = T, .logits = logits, .logit_rows = logit_positions ? logit_rows.data() : nullptr,
+               .logit_row_count = static_cast<int64_t>(logit_rows.size())});
     visit(rows, T);
   }
 }

@@ -174,9 +174,13 @@ class Pipeline {
   // Runs the encoder over the encodings in plan_batches order, right-padded to each batch's longest;
   // after each forward calls visit(rows, T): rows[b] is the index of batch row b, and model()'s views
   // hold the batch's outputs (B = rows.size(), T tokens). logits: run the MLM head too (fill-mask,
-  // forward); without it the forward stops at the hidden states, pooler and classifier.
+  // forward); without it the forward stops at the hidden states, pooler and classifier. With
+  // logit_positions (per encoding, token positions; fill-mask's masks) the head runs on those tokens
+  // only, and logits() holds them one after another, batch row by batch row: a long document's few
+  // masks cost (masks, V) logits instead of (B·T, V).
   void run(const std::vector<text::Encoding>& encodings, int64_t batch_size,
-           const std::function<void(const std::vector<size_t>& rows, int64_t T)>& visit, bool logits = false);
+           const std::function<void(const std::vector<size_t>& rows, int64_t T)>& visit, bool logits = false,
+           const std::vector<std::vector<int64_t>>* logit_positions = nullptr);
   // The padding bound of run's batches (plan_batches' max_padding; 1, no bound, by default).
   void set_max_padding(double fraction) { max_padding_ = fraction; }
   // Batches of batch_size encodings in input order instead, padded to each batch's longest: for a

@@ -112,6 +112,12 @@ void dropout_output(T* out, int64_t N, int64_t C, const Dropout& d, int64_t site
   if (d.hidden > 0) ops::dropout_forward(out, out, N * C, d.hidden, d.site_seed(site), d.first(C));
 }
 
+// Rows per pass of a row-wise sub-layer: `chunk` (an Acts' chunk_rows, set for inference) or, with
+// none or with dropout (whose masks are keyed by the whole batch's rows), all N at once.
+int64_t rows_per_pass(int64_t chunk, int64_t N, const Dropout& d) {
+  return chunk > 0 && d.hidden == 0 ? std::min(chunk, N) : N;
+}
+
 // dx (N, C) = dropout'(dy): the backward of a dropout site (dx and dy may alias). Written, not
 // accumulated, it is the forward's mask and scale applied to dy: dropout_forward, element-wise.
 template <typename T>
@@ -231,29 +237,41 @@ void embeddings_forward(const RoFormerConfig& c, T* out, EmbeddingActs<T>& a, co
   if (types) a.types.assign(types, types + N);
   a.positions.resize(N);
   for (int64_t i = 0; i < N; ++i) a.positions[i] = start + i % T_;
-  grow_to(a.sum, N * E);
-  grow_to(a.normed, N * E);
-  std::vector<T> tmp(N * E);  // (N, E)
-  ops::embedding_forward(a.sum.data(), a.ids.data(), p.word, N, c.vocab_size, E);
-  ops::embedding_forward(tmp.data(), a.types.data(), p.token_type, N, c.type_vocab_size, E);
-  accumulate(a.sum.data(), tmp.data(), N * E);
-  if (c.position_encoding == PositionEncoding::learned) {
-    ops::embedding_forward(tmp.data(), a.positions.data(), p.position, N, c.max_position_embeddings, E);
-    accumulate(a.sum.data(), tmp.data(), N * E);
-  } else if (c.position_encoding == PositionEncoding::sinusoidal) {
-    const std::vector<float> table = sinusoidal_positions(c, start, T_);  // (T, E)
-    for (int64_t i = 0; i < N * E; ++i) a.sum[i] += static_cast<T>(table[i % (T_ * E)]);
-  }
-  norm_forward(c, a.normed.data(), a.norm, a.sum.data(), p.norm, N, E);
-  grow_to(a.dropped, N * E);
-  std::copy_n(a.normed.data(), N * E, a.dropped.data());
-  if (d.hidden > 0) {
-    ops::dropout_forward(a.dropped.data(), a.dropped.data(), N * E, d.hidden, d.site_seed(0), d.first(E));
-  }
-  if (p.project.w) {
-    linear(out, a.dropped.data(), p.project, N, E, H);  // (N, H)
-  } else {
-    std::copy_n(a.dropped.data(), N * E, out);
+  const std::vector<float> table = c.position_encoding == PositionEncoding::sinusoidal
+                                       ? sinusoidal_positions(c, start, T_)  // (T, E)
+                                       : std::vector<float>{};
+  // Rows [r0, r0 + n) at a time: all N (the backward reads sum, normed, dropped) or, in inference,
+  // chunk_rows, whose dropout-free output is the norm's.
+  const int64_t step = rows_per_pass(a.chunk_rows, N, d);
+  grow_to(a.sum, step * E);
+  grow_to(a.normed, step * E);
+  std::vector<T> tmp(step * E);  // (n, E)
+  for (int64_t r0 = 0; r0 < N; r0 += step) {
+    const int64_t n = std::min(step, N - r0);
+    ops::embedding_forward(a.sum.data(), a.ids.data() + r0, p.word, n, c.vocab_size, E);
+    ops::embedding_forward(tmp.data(), a.types.data() + r0, p.token_type, n, c.type_vocab_size, E);
+    accumulate(a.sum.data(), tmp.data(), n * E);
+    if (c.position_encoding == PositionEncoding::learned) {
+      ops::embedding_forward(tmp.data(), a.positions.data() + r0, p.position, n, c.max_position_embeddings, E);
+      accumulate(a.sum.data(), tmp.data(), n * E);
+    } else if (!table.empty()) {
+      for (int64_t i = 0; i < n * E; ++i) a.sum[i] += static_cast<T>(table[(r0 * E + i) % (T_ * E)]);
+    }
+    norm_forward(c, a.normed.data(), a.norm, a.sum.data(), p.norm, n, E);
+    const T* normed = a.normed.data();
+    if (step == N) {  // the backward's copy, dropped in place
+      grow_to(a.dropped, N * E);
+      std::copy_n(a.normed.data(), N * E, a.dropped.data());
+      if (d.hidden > 0) {
+        ops::dropout_forward(a.dropped.data(), a.dropped.data(), N * E, d.hidden, d.site_seed(0), d.first(E));
+      }
+      normed = a.dropped.data();
+    }
+    if (p.project.w) {
+      linear(out + r0 * H, normed, p.project, n, E, H);  // (n, H)
+    } else {
+      std::copy_n(normed, n * E, out + r0 * H);
+    }
   }
 }
 
@@ -331,16 +349,22 @@ ops::AttentionShape softmax_shape(const AttentionContext<T>& ctx, int64_t B, int
   return s;
 }
 
-// out (N, H) = norm(x + dropout(ctx · Woᵀ + bo)): the attention output sub-layer.
+// out (N, H) = norm(x + dropout(ctx · Woᵀ + bo)): the attention output sub-layer, on ctx (N, H) (a.ctx,
+// or in inference the q buffer attention wrote over), chunk_rows rows at a time in inference.
 template <typename T>
 void attention_output(T* out, AttentionActs<T>& a, const AttentionParams<T>& p, const AttentionContext<T>& ctx,
-                      const T* x, int64_t B, int64_t T_) {
+                      const T* context, const T* x, int64_t B, int64_t T_) {
   const RoFormerConfig& c = *ctx.config;
   const int64_t N = B * T_, H = c.hidden_size;
-  grow_to(a.sum, N * H);
-  linear(a.sum.data(), a.ctx.data(), bf16_input(a.ctx16, a.ctx.data(), p.out, N * H), p.out, N, H, H);
-  dropout_output(a.sum.data(), N, H, ctx.dropout, 2 + 3 * ctx.layer);
-  residual_norm_forward(c, out, a.norm, a.sum.data(), x, p.norm, N, H);
+  const int64_t step = rows_per_pass(a.chunk_rows, N, ctx.dropout);
+  grow_to(a.sum, step * H);
+  const uint16_t* ctx16 = bf16_input(a.ctx16, context, p.out, N * H);  // bf16 training only: never chunked
+  for (int64_t r0 = 0; r0 < N; r0 += step) {
+    const int64_t n = std::min(step, N - r0);
+    linear(a.sum.data(), context + r0 * H, ctx16 ? ctx16 + r0 * H : nullptr, p.out, n, H, H);
+    dropout_output(a.sum.data(), n, H, ctx.dropout, 2 + 3 * ctx.layer);
+    residual_norm_forward(c, out + r0 * H, a.norm, a.sum.data(), x + r0 * H, p.norm, n, H);
+  }
 }
 
 // d_ctx (N, H) written, dx (N, H) = the residual branch's gradient, from dout (N, H).
@@ -356,13 +380,13 @@ void attention_output_backward(T* d_ctx, T* dx, const AttentionParams<T>& g, con
   linear_back(d_ctx, g.out, d_sum, a.ctx.data(), kept(a.ctx16), p.out, N, H, H, ops::Grad::overwrite);
 }
 
-// Softmax or linear attention of rotated q, k, v into a.ctx; keys (B, stride, H) with Tk valid.
+// Softmax or linear attention of rotated q, k, v; keys (B, stride, H) with Tk valid. Returns the
+// context (N, H): a.ctx, or in inference (chunk_rows set, nothing saved) a.q, written over.
 template <typename T>
-void attend(AttentionActs<T>& a, const AttentionContext<T>& ctx, const T* k, const T* v, int64_t B, int64_t T_,
-            int64_t Tk, int64_t start, int64_t stride, KVCache<T>* cache) {
+const T* attend(AttentionActs<T>& a, const AttentionContext<T>& ctx, const T* k, const T* v, int64_t B, int64_t T_,
+                int64_t Tk, int64_t start, int64_t stride, KVCache<T>* cache) {
   const RoFormerConfig& c = *ctx.config;
   const int64_t N = B * T_, H = c.hidden_size, D = c.head_dim();
-  grow_to(a.ctx, N * H);
   if (c.attention_type == AttentionType::softmax) {
     const ops::AttentionShape s = softmax_shape(ctx, B, T_, Tk, start, stride);
     T* saved = nullptr;
@@ -370,9 +394,15 @@ void attend(AttentionActs<T>& a, const AttentionContext<T>& ctx, const T* k, con
       grow_to(a.att, ops::attention_saved_size(s));
       saved = a.att.data();
     }
-    ops::attention_forward(a.ctx.data(), saved, a.q.data(), k, v, ctx.key_mask, s);
-    return;
+    T* out = a.q.data();
+    if (a.chunk_rows == 0 || saved) {
+      grow_to(a.ctx, N * H);
+      out = a.ctx.data();
+    }
+    ops::attention_forward(out, saved, a.q.data(), k, v, ctx.key_mask, s);
+    return out;
   }
+  grow_to(a.ctx, N * H);
   if (ctx.key_mask && std::find(ctx.key_mask, ctx.key_mask + B * Tk, 0) != ctx.key_mask + B * Tk) {
     throw std::invalid_argument("linear attention does not support padding masks");
   }
@@ -384,11 +414,12 @@ void attend(AttentionActs<T>& a, const AttentionContext<T>& ctx, const T* k, con
       ops::linear_attention_step(a.ctx.data() + t * H, a.q.data() + t * H, k + (start + t) * H, v + (start + t) * H,
                                  ctx.favor, ls, cache->linear);
     }
-    return;
+    return a.ctx.data();
   }
   const ops::LinearAttentionShape ls = linear_attention_shape(c, B, T_, start);
   grow_to(a.saved, ops::linear_attention_saved_size(ls));
   ops::linear_attention_forward(a.ctx.data(), a.saved.data(), a.q.data(), k, v, ctx.favor, ls);
+  return a.ctx.data();
 }
 
 }  // namespace
@@ -432,15 +463,19 @@ void self_attention_forward(T* out, AttentionActs<T>& a, const AttentionParams<T
   // Token t of batch row b goes to row cache_row(b) · stride + first_of(b) + t of k and v.
   auto kv_row = [&](int64_t i) { return cache_row(i / T_) * stride + first_of(i / T_) + i % T_; };
   if constexpr (std::is_same_v<T, float>) {
-    if (p.qkv) {  // one packed (N, 3H) product, split into q, k and v
-      grow_to(a.qkv, N * 3 * H);
-      p.qkv->forward(a.qkv.data(), x, N);
-#pragma omp parallel for schedule(static) if (N * H >= base::kParallelMinElements)
-      for (int64_t i = 0; i < N; ++i) {
-        const T* row = a.qkv.data() + i * 3 * H;
-        std::copy_n(row, H, a.q.data() + i * H);
-        std::copy_n(row + H, H, k + kv_row(i) * H);
-        std::copy_n(row + 2 * H, H, v + kv_row(i) * H);
+    if (p.qkv) {  // one packed (n, 3H) product per pass of rows, split into q, k and v
+      const int64_t step = a.chunk_rows > 0 ? std::min(a.chunk_rows, N) : N;
+      grow_to(a.qkv, step * 3 * H);
+      for (int64_t r0 = 0; r0 < N; r0 += step) {
+        const int64_t rows = std::min(step, N - r0);
+        p.qkv->forward(a.qkv.data(), x + r0 * H, rows);
+#pragma omp parallel for schedule(static) if (rows * H >= base::kParallelMinElements)
+        for (int64_t i = r0; i < r0 + rows; ++i) {
+          const T* row = a.qkv.data() + (i - r0) * 3 * H;
+          std::copy_n(row, H, a.q.data() + i * H);
+          std::copy_n(row + H, H, k + kv_row(i) * H);
+          std::copy_n(row + 2 * H, H, v + kv_row(i) * H);
+        }
       }
     }
   }
@@ -474,8 +509,10 @@ void self_attention_forward(T* out, AttentionActs<T>& a, const AttentionParams<T
   // pass, the rows at positions of their own or not, so that beams and a server's slots decode alike.
   const bool decode_step = cache && softmax && T_ == 1 && !ctx.key_mask && !ctx.row_limit &&
                            ctx.saved == ops::AttentionSaved::none && !ctx.bf16_products && ctx.dropout.attention == 0;
+  const T* context = a.ctx.data();  // (N, H); attend may return q's buffer instead
   if (decode_step) {
     grow_to(a.ctx, N * H);
+    context = a.ctx.data();
     std::vector<int64_t> keys(B), rows(B);
     for (int64_t b = 0; b < B; ++b) keys[b] = first_of(b) + 1, rows[b] = cache_row(b);
     ops::attention_decode_forward<T>(a.ctx.data(), a.q.data(), k, v,
@@ -483,6 +520,7 @@ void self_attention_forward(T* out, AttentionActs<T>& a, const AttentionParams<T
     if (!ragged) cache->length = start + T_;
   } else if (ragged) {  // row by row: each attends over its own cache row's first_of(b) + T_ keys
     grow_to(a.ctx, N * H);
+    context = a.ctx.data();
     for (int64_t b = 0; b < B; ++b) {
       const ops::AttentionShape s = softmax_shape(ctx, 1, T_, first_of(b) + T_, first_of(b), stride);
       if (s.saved != ops::AttentionSaved::none || ctx.key_mask || ctx.row_limit) {
@@ -493,10 +531,10 @@ void self_attention_forward(T* out, AttentionActs<T>& a, const AttentionParams<T
     }
   } else {
     const int64_t Tk = cache ? start + T_ : T_;
-    attend(a, ctx, k, v, B, T_, Tk, cache ? start : 0, stride, cache);
+    context = attend(a, ctx, k, v, B, T_, Tk, cache ? start : 0, stride, cache);
     if (cache) cache->length = start + T_;
   }
-  attention_output(out, a, p, ctx, x, B, T_);
+  attention_output(out, a, p, ctx, context, x, B, T_);
 }
 
 template <typename T>
@@ -558,8 +596,8 @@ void cross_attention_forward(T* out, AttentionActs<T>& a, const AttentionParams<
   std::vector<T>& v = cache ? cache->v : a.v;
   if (!cache || cache->length == 0) cross_attention_memory(k, v, p, ctx, memory, B, Tk);  // once per source
   if (cache) cache->B = B, cache->capacity = cache->length = Tk;
-  attend(a, ctx, k.data(), v.data(), B, T_, Tk, 0, Tk, static_cast<KVCache<T>*>(nullptr));
-  attention_output(out, a, p, ctx, x, B, T_);
+  const T* context = attend(a, ctx, k.data(), v.data(), B, T_, Tk, 0, Tk, static_cast<KVCache<T>*>(nullptr));
+  attention_output(out, a, p, ctx, context, x, B, T_);
 }
 
 template <typename T>
@@ -655,10 +693,14 @@ template <typename T>
 void feed_forward_forward(const RoFormerConfig& c, T* out, FeedForwardActs<T>& a, const FeedForwardParams<T>& p,
                           const T* x, int64_t N, int64_t layer, const Dropout& d) {
   const int64_t H = c.hidden_size;
-  grow_to(a.sum, N * H);
-  feed_forward_dense(c, a, p, x, N);
-  dropout_output(a.sum.data(), N, H, d, 3 + 3 * layer);
-  residual_norm_forward(c, out, a.norm, a.sum.data(), x, p.norm, N, H);
+  const int64_t step = rows_per_pass(a.chunk_rows, N, d);  // N, or in inference chunk_rows
+  grow_to(a.sum, step * H);
+  for (int64_t r0 = 0; r0 < N; r0 += step) {
+    const int64_t n = std::min(step, N - r0);
+    feed_forward_dense(c, a, p, x + r0 * H, n);
+    dropout_output(a.sum.data(), n, H, d, 3 + 3 * layer);
+    residual_norm_forward(c, out + r0 * H, a.norm, a.sum.data(), x + r0 * H, p.norm, n, H);
+  }
 }
 
 template <typename T>

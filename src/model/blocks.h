@@ -155,6 +155,7 @@ struct EmbeddingActs {
   std::vector<int64_t> ids, types, positions;  // (N)
   std::vector<T> sum, normed, dropped;         // (N, E): word + type (+ position); norm; dropout
   NormActs<T> norm;
+  int64_t chunk_rows = 0;  // inference: rows per pass (kept buffers (chunk, E)); 0: all N at once
 };
 // out (N, H) = project(dropout(norm(word[ids] + type[types] + position[start + t]))). types may be
 // null (all 0). Sinusoidal positions are added from librope's exact table; RoPE adds nothing here.
@@ -226,6 +227,10 @@ struct AttentionActs {
   // once in the forward and read again by their backward; empty otherwise.
   std::vector<uint16_t> x16, ctx16;
   NormActs<T> norm;
+  // Inference: the packed q/k/v product and the output dense + norm run over this many rows at a
+  // time (qkv (chunk, 3H), sum (chunk, H)), and softmax attention writes its context over q, which
+  // nothing reads again (ctx stays empty); 0: all N rows at once, every buffer kept for the backward.
+  int64_t chunk_rows = 0;
 };
 
 // Self-attention sub-layer (Tk = T, or with a cache, past + T): out (N, H) = norm(x + dropout(
@@ -271,6 +276,7 @@ struct FeedForwardActs {
                                  // pre stays empty
   std::vector<uint16_t> x16;     // (N, H): the input as the input dense reads it (bf16 training), likewise
   NormActs<T> norm;
+  int64_t chunk_rows = 0;        // inference: rows per pass (pre, act (chunk, I)); 0: all N at once
 };
 // out (N, H) = norm(x + dropout(act(x·W1ᵀ + b1)·W2ᵀ + b2)); dropout site 3 + 3·layer.
 template <typename T>

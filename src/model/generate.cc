@@ -41,6 +41,9 @@ Generator::Generator(const RoFormer<float>& m, int64_t capacity, int64_t batch)
   check_cache_fits(batch);
   st_->statics = std::make_unique<LayerStatics<float>>(c);
   st_->statics->set_length(capacity_);  // dynamic NTK: fixed for the whole generation, so cached keys stay valid
+  // Inference: a long prompt's feed runs its row-wise parts in passes of the model's inference rows.
+  st_->emb.chunk_rows = st_->layer.attn.chunk_rows = st_->layer.cross.chunk_rows = st_->layer.ffn.chunk_rows =
+      m.inference_rows();
   reset();
 }
 

@@ -31,7 +31,9 @@ struct RoFormer<T>::Activations {
   std::vector<LayerActs<T>> layers;  // L; Keep::outputs: 1, shared by every layer
   LayerActs<T>& layer(int64_t l) { return layers[keep != Keep::outputs ? l : 0]; }
   MlmHeadActs<T> head;
-  std::vector<T> logits, probs, d_logits;  // (N, V)
+  std::vector<T> logits, probs, d_logits;  // (N, V); logits (logit_rows.size(), V) when chosen
+  std::vector<int64_t> logit_rows;         // Inputs::logit_rows, or empty: every row
+  std::vector<T> picked;                   // (logit_rows.size(), H) the last hidden states of those rows
   PoolerActs<T> pooler;
   std::vector<T> head_logits;  // a task head's logits (HeadDef::logits_count)
   Dropout head_dropout;        // the task head's own sites, off at inference
@@ -170,6 +172,9 @@ void RoFormer<T>::embed(const Inputs& in, bool training, uint64_t dropout_seed) 
     for (std::vector<T>& h : a.h) grow_to(h, N * H);
     a.layers.resize(keep_ != Keep::outputs ? L : 1);
   }
+  const int64_t rows = keep_ == Keep::outputs ? inference_rows_ : 0;  // rows per pass; 0: all
+  a.emb.chunk_rows = rows;
+  for (LayerActs<T>& l : a.layers) l.attn.chunk_rows = l.cross.chunk_rows = l.ffn.chunk_rows = rows;
   statics_->set_length(S);  // dynamic NTK: frequencies for this length
   a.has_mask = in.attention_mask != nullptr;
   a.mask.assign(N, 1);
@@ -177,6 +182,18 @@ void RoFormer<T>::embed(const Inputs& in, bool training, uint64_t dropout_seed) 
   a.targets.assign(N, kIgnoreIndex);
   if (in.targets) a.targets.assign(in.targets, in.targets + N);
   a.has_loss = in.targets != nullptr;
+  a.logit_rows.clear();
+  if (in.logit_rows) {
+    if (in.targets) throw std::invalid_argument("forward: logit_rows with targets (a loss needs every row's logits)");
+    if (in.logit_row_count < 1) throw std::invalid_argument("forward: logit_rows needs at least one row");
+    for (int64_t r = 0; r < in.logit_row_count; ++r) {
+      if (in.logit_rows[r] < 0 || in.logit_rows[r] >= N) {
+        throw std::out_of_range("forward: logit row " + std::to_string(in.logit_rows[r]) + " outside the batch's " +
+                                std::to_string(N) + " rows");
+      }
+    }
+    a.logit_rows.assign(in.logit_rows, in.logit_rows + in.logit_row_count);
+  }
   a.counted = 0;
   a.dropout = training ? Dropout::training(cfg_, dropout_seed, in.row0, S) : Dropout{};
   // A task head's dropout sites draw from their own stream.
@@ -254,8 +271,16 @@ void RoFormer<T>::run_heads(bool logits) {
     a.logits.clear();  // logits() is null rather than an earlier batch's
     return;
   }
-  a.logits.resize(a.N * cfg_.vocab_size);
-  mlm_head_forward(cfg_, a.logits.data(), a.head, p.head, last, a.N);
+  if (a.logit_rows.empty()) {
+    a.logits.resize(a.N * cfg_.vocab_size);
+    mlm_head_forward(cfg_, a.logits.data(), a.head, p.head, last, a.N);
+    return;
+  }
+  const int64_t R = static_cast<int64_t>(a.logit_rows.size()), H = cfg_.hidden_size;
+  a.picked.resize(R * H);
+  for (int64_t r = 0; r < R; ++r) std::copy_n(last + a.logit_rows[r] * H, H, a.picked.data() + r * H);
+  a.logits.resize(R * cfg_.vocab_size);
+  mlm_head_forward(cfg_, a.logits.data(), a.head, p.head, a.picked.data(), R);
 }
 
 template <typename T>
@@ -515,7 +540,12 @@ void RoFormer<T>::allocate_grads() {
 
 template <typename T>
 const T* RoFormer<T>::embedding_output() const {
-  return act_->emb.normed.data();
+  const Activations& a = *act_;
+  if (a.emb.chunk_rows > 0 && a.N > a.emb.chunk_rows) {  // normed holds the last pass's rows only
+    throw std::logic_error("embedding_output: this forward ran its embeddings in passes (Keep::outputs over more "
+                           "than inference_rows() rows)");
+  }
+  return a.emb.normed.data();
 }
 template <typename T>
 const T* RoFormer<T>::hidden_state(int64_t l) const {

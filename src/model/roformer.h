@@ -40,6 +40,11 @@ struct Inputs {
   // false: the forward stops before the MLM head, and logits() is null after it. Embeddings and
   // classification read the hidden states only; a server that also fills masks keeps the head loaded.
   bool logits = true;
+  // With logits: only these rows of the flattened (B·T) batch, in this order, go through the MLM head,
+  // and logits() is (logit_row_count, V): fill-mask's masked positions of a long document, instead of
+  // B·T·V logits. Null: every row. Not with targets.
+  const int64_t* logit_rows = nullptr;
+  int64_t logit_row_count = 0;
 };
 
 // What a forward keeps (default: backward). all: every activation, for backward() and the per-layer views
@@ -129,6 +134,13 @@ class RoFormer : public Trainable<T> {
   // beyond. 0: always row statistics.
   void set_max_kept_keys(int64_t keys) { max_kept_keys_ = keys; }
   int64_t max_kept_keys() const { return max_kept_keys_; }
+  // Keep::outputs runs the row-wise parts of each layer (embeddings, the q/k/v product, the output
+  // denses, norms and the feed-forward) over at most this many rows of the batch at a time, and
+  // attention writes its context over the queries: activation memory is then about 6 (N, H) buffers
+  // plus (rows, 4H) (a long document's, linear in N with a small constant) instead of about 15
+  // (N, H). Results equal one pass's up to the products' rounding at another row count. 0: one pass.
+  void set_inference_rows(int64_t rows) { inference_rows_ = rows; }
+  int64_t inference_rows() const { return inference_rows_; }
 
   // Runs the network on a batch; with targets, returns the mean cross-entropy over counted
   // positions (0 when none count). training turns dropout on, with masks drawn from dropout_seed.
@@ -147,11 +159,12 @@ class RoFormer : public Trainable<T> {
   // (the head's and the pooler's lie above it), and after the embeddings with 0.
 
   // Views of the last forward.
-  const T* embedding_output() const;      // (B, T, E) after the embedding LayerNorm (before dropout)
+  const T* embedding_output() const;      // (B, T, E) after the embedding LayerNorm (before dropout); not after a
+                                          // Keep::outputs forward over more than inference_rows() rows
   const T* hidden_state(int64_t l) const; // (B, T, H), l = 0 (encoder input) .. L; only l = L with Keep::outputs
   const T* attention(int64_t l) const;    // (B, n, T, T) softmax probabilities of layer l (null for linear
                                           // attention); Keep::all only
-  const T* logits() const;                // (B, T, V); null without an MLM head
+  const T* logits() const;                // (B, T, V), or (logit_row_count, V); null without an MLM head
   const T* pooler_output() const;         // (B, H) with a pooler (RoFormer-Sim), else null
   const T* head_logits() const;           // a task head's logits (config().head->logits_count), else null
   int64_t counted() const;                // targets counted by the last loss
@@ -175,6 +188,7 @@ class RoFormer : public Trainable<T> {
   bool has_mlm_head_ = true;
   Keep keep_ = Keep::backward;
   int64_t max_kept_keys_ = 0;  // set from the config in the constructor
+  int64_t inference_rows_ = 1024;
   bool view_ = false;                  // p and g point into an owner's arenas
   const T* memory_ = nullptr;          // (B, Tk, H) cross-attention memory
   const int64_t* memory_mask_ = nullptr;

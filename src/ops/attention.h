@@ -62,7 +62,8 @@ int64_t attention_saved_size(const AttentionShape& s);
 
 // out (B, T, H·D) = softmax(q·kᵀ/√D + mask)·v per head; saved (attention_saved_size) written with
 // what s.saved names, or null: nothing kept (inference). Unless it keeps the probabilities, each
-// thread holds one block of 64 query rows × Tk at a time. key_mask (B, Tk): 1 = real token,
+// thread holds one block of 64 query rows × Tk at a time. out may be q itself (inference: the context
+// written over the queries, which each block reads before it writes them). key_mask (B, Tk): 1 = real token,
 // 0 = padding; may be null (all real). row_limit is (B, T). A saved buffer with AttentionSaved::none,
 // and bf16_products with T = double, throw std::invalid_argument.
 template <typename T>

@@ -14,6 +14,7 @@
 #include "model/decoding.h"
 #include "model/roformer.h"
 #include "ops/linear.h"
+#include "ops/packed_linear.h"
 #include "serve_fixtures.h"
 
 namespace {
@@ -282,6 +283,105 @@ TEST(RoFormerModel, KeepOutputsMatchesTheFullForwardBitForBit) {
     lean.zero_grad();
     EXPECT_NO_THROW(lean.backward());
   }
+}
+
+// Long inputs: Keep::outputs runs the row-wise parts in passes of inference_rows() rows and writes
+// attention's context over q. Any pass size gives one pass's results up to the products' rounding at
+// another row count (and a pass may end inside a sequence, so the sinusoidal table is indexed by the
+// whole row), for every block variant, packed (the q/k/v product in passes) or not, fp32 and bf16
+// weights; embedding_output, which keeps only the last pass, refuses.
+TEST(RoFormerModel, KeepOutputsInPassesOfRowsMatchesOnePass) {
+  auto rope = tiny(model::PositionEncoding::rope);
+  auto causal = rope;
+  causal.is_decoder = true;
+  auto v2 = rope;
+  v2.norm_type = model::NormType::rms_norm, v2.use_bias = false, v2.hidden_act = model::Activation::relu;
+  auto linear = rope;
+  linear.attention_type = model::AttentionType::linear;
+  auto sinusoidal = tiny(model::PositionEncoding::sinusoidal);
+  auto projected = tiny(model::PositionEncoding::learned);
+  projected.hidden_size = 12;
+  projected.num_attention_heads = 3;
+  std::vector<ops::Precision> precisions{ops::Precision::f32, ops::Precision::int8};
+  if (ops::bf16_is_native()) precisions.push_back(ops::Precision::bf16);
+  // Max |a − b| over the last hidden state and the logits.
+  auto max_diff = [](const model::RoFormer<float>& a, const model::RoFormer<float>& b, int64_t N) {
+    const auto& c = a.config();
+    double err = 0;
+    const float *ha = a.hidden_state(c.num_hidden_layers), *hb = b.hidden_state(c.num_hidden_layers);
+    for (int64_t i = 0; i < N * c.hidden_size; ++i) err = std::max(err, std::abs(double(ha[i]) - hb[i]));
+    for (int64_t i = 0; i < N * c.vocab_size; ++i) err = std::max(err, std::abs(double(a.logits()[i]) - b.logits()[i]));
+    return err;
+  };
+  for (const auto& c : {rope, causal, v2, linear, sinusoidal, projected}) {
+    const int64_t B = 3, T = 7, N = B * T;
+    Batch batch = random_batch(c, B, T, 4);
+    if (c.attention_type != model::AttentionType::softmax) batch.mask.assign(N, 1);
+    model::RoFormer<float> fp32(c);  // unpacked, one pass: int8's reference
+    randomise(fp32, 9);
+    fp32.set_keep(model::Keep::outputs);
+    fp32.set_inference_rows(0);
+    fp32.forward(batch.inputs());
+    EXPECT_NO_THROW(fp32.embedding_output());
+    double scale = 1;
+    for (int64_t i = 0; i < N * c.vocab_size; ++i) scale = std::max(scale, std::abs(double(fp32.logits()[i])));
+    // Every packing for RoPE's encoder; unpacked and fp32 packed for the other variants.
+    const int packings = c.to_json() == rope.to_json() ? static_cast<int>(precisions.size()) : 1;
+    for (int packing = -1; packing < packings; ++packing) {  // -1: unpacked
+      SCOPED_TRACE(c.to_json() + " packing " + std::to_string(packing));
+      model::RoFormer<float> one(c), passes(c);
+      one.params = passes.params = fp32.params;
+      for (auto* m : {&one, &passes}) {
+        m->set_keep(model::Keep::outputs);
+        if (packing >= 0) m->pack(precisions[packing]);
+      }
+      one.set_inference_rows(0);
+      one.forward(batch.inputs());
+      const bool int8 = packing >= 0 && precisions[packing] == ops::Precision::int8;
+      for (int64_t rows : {int64_t{1}, int64_t{4}, int64_t{5}, N - 1, N}) {
+        passes.set_inference_rows(rows);
+        passes.forward(batch.inputs());
+        if (int8) {  // one activation scale per call: per pass, a finer one; no less accurate than one pass
+          EXPECT_LE(max_diff(passes, fp32, N), 2 * max_diff(one, fp32, N) + 1e-3 * scale) << "rows " << rows;
+        } else {
+          EXPECT_LE(max_diff(passes, one, N), 1e-4 * scale) << "rows " << rows;
+        }
+        if (rows < N) {
+          EXPECT_THROW(passes.embedding_output(), std::logic_error);
+        }
+      }
+    }
+  }
+}
+
+// Inputs::logit_rows: the MLM head on the chosen rows only, in their order (fill-mask's masks), each
+// row's logits those of a forward over every row; rows outside the batch, none, or with targets are
+// refused.
+TEST(RoFormerModel, LogitRowsGiveThoseRowsLogits) {
+  const auto c = tiny(model::PositionEncoding::rope);
+  model::RoFormer<float> m(c);
+  randomise(m, 3);
+  m.set_keep(model::Keep::outputs);
+  const int64_t B = 2, T = 6, V = c.vocab_size;
+  Batch batch = random_batch(c, B, T, 5);
+  m.forward(batch.inputs());
+  const std::vector<float> all(m.logits(), m.logits() + B * T * V);
+  const std::vector<int64_t> rows{7, 0, 11, 7};
+  model::Inputs in = batch.inputs();
+  in.targets = nullptr;
+  in.logit_rows = rows.data(), in.logit_row_count = static_cast<int64_t>(rows.size());
+  m.forward(in);
+  for (size_t r = 0; r < rows.size(); ++r) {
+    for (int64_t v = 0; v < V; ++v) EXPECT_NEAR(m.logits()[r * V + v], all[rows[r] * V + v], 1e-5) << r << " " << v;
+  }
+  const std::vector<int64_t> outside{12};
+  in.logit_rows = outside.data(), in.logit_row_count = 1;
+  EXPECT_THROW(m.forward(in), std::out_of_range);
+  in.logit_row_count = 0;
+  EXPECT_THROW(m.forward(in), std::invalid_argument);
+  in.logit_rows = rows.data(), in.logit_row_count = 1;
+  in.targets = batch.targets.data();
+  EXPECT_THROW(m.forward(in), std::invalid_argument);
 }
 
 // Activation buffers only grow (model::grow_to): a model that has run a longer and a wider batch

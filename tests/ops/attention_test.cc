@@ -387,6 +387,33 @@ TEST(Ops, AttentionBf16ProductsMatchTheReferenceWithinBf16Rounding) {
   }
 }
 
+// Inference writes the context over the queries (model::AttentionActs::chunk_rows): each block of
+// query rows is read before its output rows, which no other block reads, are written; bit for bit the
+// separate output, over several row blocks with padding, causal or not, fp32 and bf16 products.
+TEST(Ops, AttentionOutputMayOverwriteTheQueries) {
+  std::mt19937_64 rng(41);
+  const int64_t B = 2, T = 150, H = 3, D = 16, n = B * T * H * D;
+  std::vector<int64_t> key_mask(B * T, 1);
+  for (int64_t j = 120; j < T; ++j) key_mask[T + j] = 0;
+  for (bool causal : {false, true}) {
+    for (bool bf16 : {false, true}) {
+      if (bf16 && !ops::bf16_is_native()) continue;
+      SCOPED_TRACE(testing::Message() << "causal " << causal << " bf16 " << bf16);
+      ops::AttentionShape shape{B, T, H, D, causal};
+      shape.bf16_products = bf16;
+      shape.saved = ops::AttentionSaved::none;
+      const auto q = to_f32(random_f32_vec(rng, n)), k = to_f32(random_f32_vec(rng, n)),
+                 v = to_f32(random_f32_vec(rng, n));
+      std::vector<float> out(n), over = q;
+      ops::attention_forward(out.data(), static_cast<float*>(nullptr), q.data(), k.data(), v.data(), key_mask.data(),
+                             shape);
+      ops::attention_forward(over.data(), static_cast<float*>(nullptr), over.data(), k.data(), v.data(),
+                             key_mask.data(), shape);
+      EXPECT_EQ(over, out);
+    }
+  }
+}
+
 // The decode kernel is attention_forward at T = 1 (causal, the query at the last key) for each row on
 // its own cache row, in double to 1e-12 and in fp32 to float rounding; bad key counts are refused.
 TEST(Ops, AttentionDecodeEqualsTheForwardOfEachRow) {
