@@ -174,6 +174,11 @@ bool TranslationBatch::drop(int64_t id) {
   return true;
 }
 
+void TranslationBatch::clear() {
+  for (int64_t r = 0; r < rows(); ++r) gen_.release(r), busy_[r] = 0;
+  running_.clear();
+}
+
 double sequence_log_prob(Seq2Seq<float>& m, const std::vector<int64_t>& source, const std::vector<int64_t>& target) {
   const Seq2SeqConfig& c = m.config();
   std::vector<int64_t> src = source, dec = {c.decoder_start_token_id};

@@ -60,6 +60,8 @@ class TranslationBatch {
   std::vector<std::pair<int64_t, std::vector<Hypothesis>>> step();
   // Frees the rows of source `id` (its client is gone); false when it is not running.
   bool drop(int64_t id);
+  // Frees every row (after a failed step: nothing runs on).
+  void clear();
   // The rows the last step fed.
   int64_t last_rows() const { return last_rows_; }
 

@@ -835,6 +835,20 @@ json Api::translate(const json& request) {
     }
     sources.push_back(std::move(ids));
   }
+  // The step batcher's slots: a source decodes on num_beams rows, and holds its tokens of the budget.
+  const SchedulerOptions& so = options_.scheduler;
+  if (o.beam_size > so.slots) {
+    throw invalid("`parameters.num_beams` " + std::to_string(o.beam_size) + " needs as many slots; this server decodes " +
+                  std::to_string(so.slots) + " rows at once (--slots)");
+  }
+  for (size_t i = 0; i < sources.size() && so.max_total_tokens > 0; ++i) {
+    const int64_t need = translation_tokens(t.model().config(), sources[i], o);
+    if (!sources[i].empty() && need > so.max_total_tokens) {
+      throw invalid("input " + std::to_string(i) + " needs " + std::to_string(need) +
+                    " tokens (num_beams x (subwords + eos + new tokens)), more than --max-total-tokens " +
+                    std::to_string(so.max_total_tokens));
+    }
+  }
   metrics_.tokenized(std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
   Ticket ticket;
   try {
