@@ -345,37 +345,44 @@ void Scheduler::translate_steps() {
     std::vector<model::TranslationBatch::Source> join;
     std::vector<Admitted> joining;
     int64_t rows_free = batch->free_rows();
-    auto take = [&](Job& j) {  // j's next sources while they fit; whether all of them are in
-      for (; j.admitted < j.order.size(); ++j.admitted) {
-        const size_t i = j.order[j.admitted];
-        const int64_t need = translation_tokens(c, j.sources[i], j.decode);
-        if (j.decode.beam_size > rows_free || (options_.max_total_tokens > 0 && reserved + need > options_.max_total_tokens)) {
-          return false;
-        }
-        join.push_back({j.sources[i], j.decode, static_cast<uint64_t>(j.admitted)});
-        joining.push_back({&j, i, need});
-        rows_free -= j.decode.beam_size, reserved += need;
+    // One source of j if it fits: true when taken, false when it must wait.
+    auto take = [&](Job& j) {
+      const size_t i = j.order[j.admitted];
+      const int64_t need = translation_tokens(c, j.sources[i], j.decode);
+      if (j.decode.beam_size > rows_free || (options_.max_total_tokens > 0 && reserved + need > options_.max_total_tokens)) {
+        return false;
       }
+      join.push_back({j.sources[i], j.decode, static_cast<uint64_t>(j.admitted)});
+      joining.push_back({&j, i, need});
+      rows_free -= j.decode.beam_size, reserved += need;
+      ++j.admitted;
       return true;
     };
-    bool blocked = false;
-    for (auto& j : running) {
-      if (!take(*j)) {
-        blocked = true;
-        break;
-      }
-    }
+    // Fair shares: the next source comes from the request that has had the fewest admitted (the
+    // earliest among equals; the queue's front has had none), so a short request joins at the next
+    // free rows rather than behind every source of a long one. The first source that does not fit
+    // ends the admission: it waits, first in line.
     const auto now = std::chrono::steady_clock::now();
-    while (!blocked && !queue_.empty()) {
-      if (time_out_front(now)) continue;
-      Job& j = *queue_.front();
-      const size_t before = join.size();
-      blocked = !take(j);
-      if (blocked && join.size() == before) break;  // nothing of it fits yet: it waits
-      metrics_.queued(std::chrono::duration<double>(now - j.queued).count());
-      stepping_.push_back(j.id);
-      running.push_back(std::move(queue_.front()));
-      queue_.pop_front();
+    for (;;) {
+      auto start = [&] {  // the queue's front is running from now on
+        metrics_.queued(std::chrono::duration<double>(now - queue_.front()->queued).count());
+        stepping_.push_back(queue_.front()->id);
+        running.push_back(std::move(queue_.front()));
+        queue_.pop_front();
+      };
+      while (!queue_.empty()) {
+        if (time_out_front(now)) continue;
+        if (!queue_.front()->order.empty()) break;
+        start();  // nothing to decode (no subwords): answered after this step
+      }
+      Job* next = nullptr;
+      for (auto& j : running) {
+        if (j->admitted < j->order.size() && (!next || j->admitted < next->admitted)) next = j.get();
+      }
+      const bool front = !queue_.empty() && (!next || next->admitted > 0);
+      if (front) next = queue_.front().get();
+      if (!next || !take(*next)) break;
+      if (front) start();
     }
     lock.unlock();
     for (uint64_t id : gone) {  // clients gone: their rows free now

@@ -1025,12 +1025,14 @@ TEST(ServeHttp, RequestsWhoseClientLeftTheQueueAreDropped) {
   EXPECT_NE(slurp(s.log).find("\"error_type\":\"ClientClosed\""), std::string::npos) << slurp(s.log).substr(0, 2000);
 }
 
-// A translation whose client closes the connection while it decodes frees its rows at the next step:
-// answered Cancelled (499, counted) long before its 4000 sources × 30 steps on one slot would end.
-TEST(ServeHttp, TranslationWhoseClientLeftFreesItsRows) {
+// On the step batcher (one slot): a translation whose client closes the connection while it decodes
+// frees its rows at the next step, answered Cancelled (499, counted) long before its 1000 sources × 30
+// steps would end; and a short request sent while such a long one decodes takes the next free row
+// (fewest admitted first), answered in a small part of the long one's time rather than behind its sources.
+TEST(ServeHttp, TranslationStepsFreeRowsOfClientsGoneAndLetShortRequestsIn) {
   Server s("--model " + translation_dir() + " --max-client-batch-size 5000 --slots 1 --threads 1");
   const int fd = connect_to(s.port);
-  const std::string body = json{{"inputs", std::vector<std::string>(4000, "one two")},
+  const std::string body = json{{"inputs", std::vector<std::string>(1000, "one two")},
                                 {"parameters", {{"num_beams", 1}, {"max_new_tokens", 30}, {"min_new_tokens", 30}}}}.dump();
   const std::string request = "POST /translate HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: " +
                               std::to_string(body.size()) + "\r\n\r\n" + body;
@@ -1041,6 +1043,24 @@ TEST(ServeHttp, TranslationWhoseClientLeftFreesItsRows) {
   EXPECT_EQ(await_metric(s, "roformer_requests_cancelled_total", 1), 1);
   EXPECT_EQ(await_metric(s, "roformer_requests_in_flight", 0), 0);
   EXPECT_EQ(post(s, "/translate", json{{"inputs", "one"}, {"parameters", {{"num_beams", 1}}}}).status, 200);
+
+  using clock = std::chrono::steady_clock;
+  const auto t0 = clock::now();
+  clock::time_point long_end;
+  Reply long_reply;
+  std::thread client([&] {
+    long_reply = post(s, "/translate", body);
+    long_end = clock::now();
+  });
+  ASSERT_EQ(await_metric(s, "roformer_requests_in_flight", 1), 1);
+  ASSERT_EQ(await_metric(s, "roformer_queue_depth", 0), 0);
+  const auto t1 = clock::now();
+  EXPECT_EQ(post(s, "/translate", json{{"inputs", "one"}, {"parameters", {{"num_beams", 1}, {"max_new_tokens", 2}}}}).status, 200);
+  const double short_s = std::chrono::duration<double>(clock::now() - t1).count();
+  client.join();
+  ASSERT_EQ(long_reply.status, 200);
+  EXPECT_EQ(long_reply.body.size(), 1000u);
+  EXPECT_LT(short_s, std::chrono::duration<double>(long_end - t0).count() / 4) << "the short request waited behind the long one";
   EXPECT_EQ(s.stop(SIGTERM), 0);
   EXPECT_NE(slurp(s.log).find("\"error_type\":\"ClientClosed\""), std::string::npos) << slurp(s.log).substr(0, 2000);
 }
