@@ -292,9 +292,9 @@ Output Scheduler::encode(std::vector<std::unique_ptr<Job>>& jobs, int64_t batch_
   return out;
 }
 
-// The step batcher's loop: each turn admits what fits (the requests partly admitted first, then the
-// queue's front, first come first served), frees the rows of clients gone, runs one decoding step and
-// answers the requests whose last source ended.
+// The step batcher's loop: each turn admits what fits (source by source, to the request that has had
+// the fewest admitted), frees the rows of clients gone, runs one decoding step and answers the
+// requests whose last source ended.
 void Scheduler::translate_steps() {
   infer::Translator& tr = *backend_.translator;
   const model::Seq2SeqConfig& c = tr.model().config();

@@ -4,8 +4,9 @@
 // stays within max_batch_tokens and its rows within max_batch_requests; infer::Pipeline runs them
 // sorted by length and padded per forward. A translation model's thread batches at the decoding step
 // instead (model::TranslationBatch): a source joins the running decoder rows at the next step with
-// num_beams free rows (slots) and room in the token budget, and leaves when its hypotheses are done;
-// a request is answered when its last source is. Neither model is thread-safe, so nothing but that
+// num_beams free rows (slots) and room in the token budget (free rows go to the request that has had
+// the fewest sources admitted), and leaves when its hypotheses are done; a request is answered when
+// its last source is. Neither model is thread-safe, so nothing but that
 // thread touches it.
 //
 //   server::Scheduler s({.pipeline = &pipeline}, {.max_concurrent_requests = 64}, metrics);

@@ -1026,13 +1026,14 @@ TEST(ServeHttp, RequestsWhoseClientLeftTheQueueAreDropped) {
 }
 
 // On the step batcher (one slot): a translation whose client closes the connection while it decodes
-// frees its rows at the next step, answered Cancelled (499, counted) long before its 1000 sources × 30
+// frees its rows at the next step, answered Cancelled (499, counted) long before its 600 sources × 30
 // steps would end; and a short request sent while such a long one decodes takes the next free row
-// (fewest admitted first), answered in a small part of the long one's time rather than behind its sources.
+// (fewest admitted first), answered in a small part of the long one's time rather than behind its
+// sources; SIGTERM answers the one decoding, then exits 0.
 TEST(ServeHttp, TranslationStepsFreeRowsOfClientsGoneAndLetShortRequestsIn) {
   Server s("--model " + translation_dir() + " --max-client-batch-size 5000 --slots 1 --threads 1");
   const int fd = connect_to(s.port);
-  const std::string body = json{{"inputs", std::vector<std::string>(1000, "one two")},
+  const std::string body = json{{"inputs", std::vector<std::string>(600, "one two")},
                                 {"parameters", {{"num_beams", 1}, {"max_new_tokens", 30}, {"min_new_tokens", 30}}}}.dump();
   const std::string request = "POST /translate HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: " +
                               std::to_string(body.size()) + "\r\n\r\n" + body;
@@ -1059,9 +1060,16 @@ TEST(ServeHttp, TranslationStepsFreeRowsOfClientsGoneAndLetShortRequestsIn) {
   const double short_s = std::chrono::duration<double>(clock::now() - t1).count();
   client.join();
   ASSERT_EQ(long_reply.status, 200);
-  EXPECT_EQ(long_reply.body.size(), 1000u);
+  EXPECT_EQ(long_reply.body.size(), 600u);
   EXPECT_LT(short_s, std::chrono::duration<double>(long_end - t0).count() / 4) << "the short request waited behind the long one";
+  // SIGTERM while one decodes: it is answered in full, then the server exits 0.
+  client = std::thread([&] { long_reply = post(s, "/translate", body); });
+  ASSERT_EQ(await_metric(s, "roformer_requests_in_flight", 1), 1);
+  ASSERT_EQ(await_metric(s, "roformer_queue_depth", 0), 0);
   EXPECT_EQ(s.stop(SIGTERM), 0);
+  client.join();
+  EXPECT_EQ(long_reply.status, 200);
+  EXPECT_EQ(long_reply.body.size(), 600u);
   EXPECT_NE(slurp(s.log).find("\"error_type\":\"ClientClosed\""), std::string::npos) << slurp(s.log).substr(0, 2000);
 }
 
