@@ -952,7 +952,9 @@ json Api::info() const {
     const model::Seq2SeqConfig& c = translator_->model().config();
     info["model_type"] = {{"translation", {{"position_encoding", model::position_encoding_name(c.encoder.position_encoding)},
                                            {"vocab_size", translator_->subwords().vocab_size()},
-                                           {"max_new_tokens", max_new_tokens()}}}};
+                                           {"max_new_tokens", max_new_tokens()},
+                                           {"slots", options_.scheduler.slots},
+                                           {"max_total_tokens", options_.scheduler.max_total_tokens}}}};
     info["fill_mask"] = false;
     info["max_input_length"] = translator_->max_source_length();
     return info;

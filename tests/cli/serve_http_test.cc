@@ -870,6 +870,7 @@ TEST(ServeHttp, TranslateEqualsTheCommandLine) {
   }
   const json info = json::parse(s.client().Get("/info")->body);
   EXPECT_EQ(info["model_type"]["translation"]["position_encoding"], "rope") << info;
+  EXPECT_EQ(info["model_type"]["translation"]["slots"], 7) << info;
   EXPECT_EQ(info["max_input_length"], 31) << info;
   EXPECT_EQ(s.stop(SIGTERM), 0);
 }
