@@ -37,8 +37,9 @@ class Generator {
   // (rows.size(), n), at that row's position, and returns the logits (rows.size(), V) after each row's
   // last token; release(row) empties a row for a new sequence. Softmax attention without UniLM's mask;
   // with cross-attention each fed row needs its memory (set_row_memory). Once feed_rows is used, feed
-  // and reorder are refused until reset(). A row fed in chunks, or beside other rows, gives the logits it gets alone in one feed (the same kernels, up to
-  // the GEMMs' blocking by row count). Throws std::length_error past a row's capacity.
+  // and reorder are refused until reset(). A row fed in chunks, or beside other rows, gives the logits
+  // it gets alone in one feed (the same kernels, up to the GEMMs' blocking by row count). Throws
+  // std::length_error past a row's capacity.
   const std::vector<float>& feed_rows(const std::vector<int64_t>& rows, const std::vector<int64_t>& ids);
   void release(int64_t row);
   int64_t position(int64_t row) const;

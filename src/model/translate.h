@@ -33,7 +33,8 @@ int64_t translation_limit(const Seq2SeqConfig& c, int64_t tokens, const DecodeOp
 // step feeds one token to every running row in one feed_rows and advances each source's BeamSearch
 // over its beam_size rows, whose caches are then copied as its beams were re-selected; a source
 // leaves, freeing its rows, at the step its search is done. A source's hypotheses equal translate's
-// for it with the same options (its scores up to rounding: the GEMMs' blocking by row count).
+// for it with the same options (its scores up to rounding: the GEMMs' blocking by row count), except
+// with dynamic NTK past max_position_embeddings, whose frequencies here stay those of that length.
 //
 //   model::TranslationBatch t(m, 32);
 //   const int64_t id = t.admit({{.tokens = src, .options = o}})[0];   // when free_rows() >= o.beam_size

@@ -155,7 +155,8 @@ TEST(Translate, SamplingIsSeededAndOptionsAreChecked) {
 
 // The step batcher (TranslationBatch): sources of different lengths and options join a running batch
 // at different steps (some wait for free rows) and leave when done; each gets translate's hypotheses
-// for it alone: greedy, sampling, beams 2–4 with n-best. A dropped source frees its rows mid-way.
+// for it alone: greedy, sampling, beams 2–4 with n-best, one longer than the rows' first capacity. A
+// dropped source frees its rows mid-way.
 TEST(Translate, StepBatchedSourcesJoiningAtAnyStepDecodeAsTranslateDoes) {
   for (auto pe : {model::PositionEncoding::rope, model::PositionEncoding::learned}) {
     model::Seq2Seq<float> m(tiny(23, pe));
@@ -167,6 +168,10 @@ TEST(Translate, StepBatchedSourcesJoiningAtAnyStepDecodeAsTranslateDoes) {
       o.sample = sample, o.temperature = 1.3, o.seed = 7;
       return o;
     };
+    // Past the 32 positions the rows hold at first (RoPE; learned positions cut it at 31): the batch's
+    // caches grow while other sources decode.
+    model::DecodeOptions long_opts = opts(2, 1);
+    long_opts.max_len_b = 40, long_opts.min_new_tokens = 36;
     struct Case {
       std::vector<int64_t> tokens;
       model::DecodeOptions o;
@@ -175,7 +180,7 @@ TEST(Translate, StepBatchedSourcesJoiningAtAnyStepDecodeAsTranslateDoes) {
     const std::vector<Case> cases = {{{4, 9, 12, 7, 5}, opts(4, 2), 0},     {{8, 6}, opts(1, 1), 0},
                                      {{20, 21, 22, 4, 4, 9, 1, 10}, opts(3, 3), 1}, {{11, 13, 4}, opts(2, 1), 2},
                                      {{5}, opts(1, 1, true), 2},            {{7, 7, 8, 9}, opts(4, 4), 3},
-                                     {{10, 4, 12}, opts(1, 1), 5}};
+                                     {{10, 4, 12}, opts(1, 1), 5},          {{6, 5}, long_opts, 3}};
     model::TranslationBatch batch(m, 9);  // 9 rows: the beam-4 sources wait for room at times
     std::map<int64_t, size_t> which;      // batch id → case
     std::map<size_t, std::vector<model::Hypothesis>> got;
