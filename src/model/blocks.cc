@@ -595,9 +595,36 @@ void cross_attention_forward(T* out, AttentionActs<T>& a, const AttentionParams<
   std::vector<T>& k = cache ? cache->k : a.k;
   std::vector<T>& v = cache ? cache->v : a.v;
   if (!cache || cache->length == 0) cross_attention_memory(k, v, p, ctx, memory, B, Tk);  // once per source
-  if (cache) cache->B = B, cache->capacity = cache->length = Tk;
-  const T* context = attend(a, ctx, k.data(), v.data(), B, T_, Tk, 0, Tk, static_cast<KVCache<T>*>(nullptr));
-  attention_output(out, a, p, ctx, context, x, B, T_);
+  if (!cache || (!cache->rows && !cache->lengths)) {
+    if (cache) cache->B = B, cache->capacity = cache->length = Tk;
+    const T* context = attend(a, ctx, k.data(), v.data(), B, T_, Tk, 0, Tk, static_cast<KVCache<T>*>(nullptr));
+    return attention_output(out, a, p, ctx, context, x, B, T_);
+  }
+  // Decoding over a padded memory: batch row b reads cache row rows[b] (b without rows), whose keys are
+  // its first lengths[row] (each source's own length; the padding behind them is never read).
+  const int64_t stride = cache->capacity;
+  std::vector<int64_t> keys(B), rows(B);
+  for (int64_t b = 0; b < B; ++b) {
+    rows[b] = cache->rows ? cache->rows[b] : b;
+    keys[b] = cache->lengths ? cache->lengths[rows[b]] : Tk;
+    if (rows[b] < 0 || rows[b] >= cache->B || keys[b] < 1 || keys[b] > stride) {
+      throw std::out_of_range("cross-attention: cache row " + std::to_string(rows[b]) + " holds no memory");
+    }
+  }
+  if (ctx.saved != ops::AttentionSaved::none || ctx.dropout.attention != 0 || ctx.key_mask) {
+    throw std::logic_error("cross-attention over a padded memory is for inference without key masks");
+  }
+  grow_to(a.ctx, N * H);
+  if (T_ == 1 && !ctx.bf16_products) {  // one decoding step: every row and head in one pass
+    ops::attention_decode_forward<T>(a.ctx.data(), a.q.data(), k.data(), v.data(), {B, n, D, keys.data(), rows.data(), stride});
+  } else {
+    for (int64_t b = 0; b < B; ++b) {
+      const int64_t row = rows[b] * stride * H;
+      ops::attention_forward<T>(a.ctx.data() + b * T_ * H, nullptr, a.q.data() + b * T_ * H, k.data() + row,
+                                v.data() + row, nullptr, softmax_shape(ctx, 1, T_, keys[b], 0, stride));
+    }
+  }
+  attention_output(out, a, p, ctx, a.ctx.data(), x, B, T_);
 }
 
 template <typename T>

@@ -195,6 +195,10 @@ struct KVCache {
   // caller advances positions after the last layer. Null: every row at `length` (softmax attention only).
   const int64_t* rows = nullptr;
   const int64_t* positions = nullptr;
+  // A cross-attention cache over a padded memory (decoding): cache row r holds lengths[r] real keys,
+  // its first ones; the rest is padding no query sees (each source's length, without a key mask). Null:
+  // every row holds Tk.
+  const int64_t* lengths = nullptr;
 };
 
 // What a call of the attention block sees besides its input: the layer's fixed state (rotation,
@@ -249,7 +253,8 @@ void self_attention_backward(T* dx, const AttentionParams<T>& g, const T* dout, 
 // Cross-attention sub-layer: queries from x (B, T, H) over keys and values from memory (B, Tk, H),
 // Tk independent of T. Softmax only. ctx.rope, when set, rotates queries at 0..T−1 and keys at
 // 0..Tk−1 (off by default in encoder-decoders: two sequences' positions are not comparable). With a
-// cache, keys and values are computed from memory once (cache.length == 0) and reused.
+// cache, keys and values are computed from memory once (cache.length == 0) and reused; a cache with
+// rows or lengths (KVCache) is a padded memory that decoding reads row by row, each over its own keys.
 template <typename T>
 void cross_attention_forward(T* out, AttentionActs<T>& a, const AttentionParams<T>& p, const AttentionContext<T>& ctx,
                              const T* x, const T* memory, int64_t B, int64_t T_, int64_t Tk,

@@ -58,10 +58,8 @@ int64_t pick_token(const std::vector<double>& logp, const DecodeOptions& o, uint
   return std::max_element(logp.begin(), logp.end()) - logp.begin();
 }
 
-namespace {
-
 // A source's finished hypotheses: HF's BeamHypotheses (the best `keep` by score).
-struct Finished {
+struct BeamSearch::Finished {
   int64_t keep = 1;
   double length_penalty = 1.0;
   std::vector<Hypothesis> hyps;
@@ -86,140 +84,100 @@ struct Finished {
   }
 };
 
-// The search over every row: each step, advance() picks each source's next K rows from the logits
-// and fills the step's (rows, tokens, scores); rows not yet done are then reordered and fed.
-class Search {
- public:
-  Search(const std::vector<std::vector<int64_t>>& prefixes, const std::vector<int64_t>& limits, int64_t eos,
-         const DecodeOptions& o, int64_t V)
-      : o_(o), eos_(eos), K_(o.beam_size), V_(V), limits_(limits), finished_(prefixes.size()),
-        done_(prefixes.size(), 0) {
-    const int64_t B = static_cast<int64_t>(prefixes.size()), R = B * K_;
-    for (int64_t r = 0; r < R; ++r) {
-      history_.push_back(prefixes[r / K_]);
-      score_.push_back(r % K_ == 0 ? 0.0 : -1e9);  // the first step expands beam 0 alone
-    }
-    for (auto& f : finished_) f.keep = K_, f.length_penalty = o.length_penalty;
-    for (int64_t b = 0; b < B; ++b) {
-      prefix_len_.push_back(static_cast<int64_t>(prefixes[b].size()));
-      if (limits[b] <= 0) finished_[b].add({}, 0.0, 1, false), done_[b] = 1;
-    }
-    rows_.resize(R), tokens_.resize(R), next_score_.resize(R);
+BeamSearch::BeamSearch(const std::vector<int64_t>& prefix, int64_t limit, int64_t eos, const DecodeOptions& o,
+                       uint64_t stream)
+    : o_(o), eos_(eos), K_(o.beam_size), limit_(limit), stream_(stream),
+      prefix_len_(static_cast<int64_t>(prefix.size())), finished_(std::make_unique<Finished>()) {
+  finished_->keep = K_, finished_->length_penalty = o.length_penalty;
+  for (int64_t k = 0; k < K_; ++k) {
+    history_.push_back(prefix);
+    score_.push_back(k == 0 ? 0.0 : -1e9);  // the first step expands beam 0 alone
   }
+  parents_.resize(K_), tokens_.resize(K_), next_score_.resize(K_);
+  if (limit <= 0) finished_->add({}, 0.0, 1, false), done_ = true;
+}
 
-  bool all_done() const { return std::all_of(done_.begin(), done_.end(), [](char d) { return d != 0; }); }
+BeamSearch::~BeamSearch() = default;
+BeamSearch::BeamSearch(BeamSearch&&) noexcept = default;
+BeamSearch& BeamSearch::operator=(BeamSearch&&) noexcept = default;
 
-  // One step over the logits (R, V) of every row: returns false once every source is done.
-  bool step(const float* logits, int64_t step) {
-    const int64_t B = static_cast<int64_t>(done_.size());
-    for (int64_t r = 0; r < B * K_; ++r) rows_[r] = r, tokens_[r] = 0, next_score_[r] = 0;
-    for (int64_t b = 0; b < B; ++b) {
-      if (!done_[b]) done_[b] = advance(b, logits, step);
+bool BeamSearch::step(const float* logits, int64_t V) {
+  if (done_) return true;
+  for (int64_t k = 0; k < K_; ++k) parents_[k] = k, tokens_[k] = 0, next_score_[k] = 0;
+  done_ = advance(logits, V);
+  ++step_;
+  if (done_) return true;
+  std::vector<std::vector<int64_t>> moved(K_);  // each beam's history moves to the beam it continues
+  for (int64_t k = 0; k < K_; ++k) {
+    moved[k] = history_[parents_[k]];
+    moved[k].push_back(tokens_[k]);
+  }
+  history_ = std::move(moved);
+  score_ = next_score_;
+  return false;
+}
+
+std::vector<Hypothesis> BeamSearch::best() {
+  auto& h = finished_->hyps;
+  std::stable_sort(h.begin(), h.end(), [](const Hypothesis& x, const Hypothesis& y) { return x.score > y.score; });
+  if (static_cast<int64_t>(h.size()) > o_.nbest) h.resize(o_.nbest);
+  return std::move(h);
+}
+
+// The candidates (score, beam·V + token): one per beam for beam 1 (greedy or a draw), every
+// continuation otherwise.
+void BeamSearch::candidates(const float* logits, int64_t V) {
+  cand_.clear();
+  for (int64_t k = 0; k < K_; ++k) {
+    step_log_probs(logits + k * V, V, history_[k], eos_, step_, o_, logp_);
+    if (*std::max_element(logp_.begin(), logp_.end()) == kNegInf) continue;  // every token banned
+    if (K_ == 1) {
+      const int64_t t = pick_token(logp_, o_, stream_, step_);
+      cand_.push_back({score_[k] + logp_[t], k * V + t});
+      continue;
     }
-    return !all_done();
-  }
-
-  // Moves each row's history to the row it continues, with its new token.
-  void commit() {
-    std::vector<std::vector<int64_t>> moved(rows_.size());
-    for (size_t r = 0; r < rows_.size(); ++r) {
-      moved[r] = history_[rows_[r]];
-      moved[r].push_back(tokens_[r]);
-    }
-    history_ = std::move(moved);
-    score_ = next_score_;
-  }
-
-  const std::vector<int64_t>& rows() const { return rows_; }
-  const std::vector<int64_t>& tokens() const { return tokens_; }
-
-  std::vector<std::vector<Hypothesis>> best() {
-    std::vector<std::vector<Hypothesis>> out(finished_.size());
-    for (size_t b = 0; b < finished_.size(); ++b) {
-      auto& h = finished_[b].hyps;
-      std::stable_sort(h.begin(), h.end(), [](const Hypothesis& x, const Hypothesis& y) { return x.score > y.score; });
-      if (static_cast<int64_t>(h.size()) > o_.nbest) h.resize(o_.nbest);
-      out[b] = std::move(h);
-    }
-    return out;
-  }
-
- private:
-  // log p of row r's continuations with the bans applied (−inf: never chosen).
-  void row_log_probs(const float* logits, int64_t r, int64_t step) {
-    step_log_probs(logits + r * V_, V_, history_[r], eos_, step, o_, logp_);
-  }
-
-  // Source b's candidates (score, row·V + token): one per row for beam 1 (greedy or a draw), every
-  // continuation otherwise.
-  void candidates(int64_t b, const float* logits, int64_t step) {
-    cand_.clear();
-    for (int64_t k = 0; k < K_; ++k) {
-      const int64_t r = b * K_ + k;
-      row_log_probs(logits, r, step);
-      if (*std::max_element(logp_.begin(), logp_.end()) == kNegInf) continue;  // every token banned
-      if (K_ == 1) {
-        const int64_t t = pick_token(logp_, o_, static_cast<uint64_t>(b), step);
-        cand_.push_back({score_[r] + logp_[t], r * V_ + t});
-        continue;
-      }
-      for (int64_t v = 0; v < V_; ++v) {
-        if (logp_[v] != kNegInf) cand_.push_back({score_[r] + logp_[v], r * V_ + v});
-      }
+    for (int64_t v = 0; v < V; ++v) {
+      if (logp_[v] != kNegInf) cand_.push_back({score_[k] + logp_[v], k * V + v});
     }
   }
+}
 
-  // Picks source b's next beams from its candidates; returns whether the source is done.
-  bool advance(int64_t b, const float* logits, int64_t step) {
-    const int64_t generated = step + 1;  // tokens of each row after this step
-    candidates(b, logits, step);
-    const int64_t top = std::min<int64_t>(2 * K_, static_cast<int64_t>(cand_.size()));
-    std::partial_sort(cand_.begin(), cand_.begin() + top, cand_.end(), [](const auto& x, const auto& y) {
-      return x.first > y.first || (x.first == y.first && x.second < y.second);
-    });
-    int64_t kept = 0;
-    for (int64_t rank = 0; rank < top && kept < K_; ++rank) {
-      const int64_t r = cand_[rank].second / V_, t = cand_[rank].second % V_;
-      if (t == eos_) {
-        if (rank >= K_) continue;
-        finished_[b].add(generated_tokens(b, r), cand_[rank].first, generated, true);
-        continue;
-      }
-      rows_[b * K_ + kept] = r, tokens_[b * K_ + kept] = t, next_score_[b * K_ + kept] = cand_[rank].first;
-      ++kept;
+// Picks the next beams from the candidates; returns whether the source is done.
+bool BeamSearch::advance(const float* logits, int64_t V) {
+  const int64_t generated = step_ + 1;  // tokens of each beam after this step
+  candidates(logits, V);
+  const int64_t top = std::min<int64_t>(2 * K_, static_cast<int64_t>(cand_.size()));
+  std::partial_sort(cand_.begin(), cand_.begin() + top, cand_.end(), [](const auto& x, const auto& y) {
+    return x.first > y.first || (x.first == y.first && x.second < y.second);
+  });
+  int64_t kept = 0;
+  for (int64_t rank = 0; rank < top && kept < K_; ++rank) {
+    const int64_t k = cand_[rank].second / V, t = cand_[rank].second % V;
+    if (t == eos_) {
+      if (rank >= K_) continue;
+      finished_->add(generated_tokens(k), cand_[rank].first, generated, true);
+      continue;
     }
-    if (kept == 0) {  // greedy/sampling drew eos, or nothing may follow: the source is finished
-      if (finished_[b].hyps.empty()) finished_[b].add(generated_tokens(b, b * K_), score_[b * K_], generated, false);
-      return true;
-    }
-    if (finished_[b].done(cand_[0].first, generated, o_.early_stopping || K_ == 1)) return true;
-    if (generated < limits_[b]) return false;
-    for (int64_t k = 0; k < kept; ++k) {  // the length limit: running beams finish as they are
-      std::vector<int64_t> h = generated_tokens(b, rows_[b * K_ + k]);
-      h.push_back(tokens_[b * K_ + k]);
-      finished_[b].add(std::move(h), next_score_[b * K_ + k], generated, false);
-    }
+    parents_[kept] = k, tokens_[kept] = t, next_score_[kept] = cand_[rank].first;
+    ++kept;
+  }
+  if (kept == 0) {  // greedy/sampling drew eos, or nothing may follow: the source is finished
+    if (finished_->hyps.empty()) finished_->add(generated_tokens(0), score_[0], generated, false);
     return true;
   }
-
-  std::vector<int64_t> generated_tokens(int64_t b, int64_t r) const {
-    return std::vector<int64_t>(history_[r].begin() + prefix_len_[b], history_[r].end());
+  if (finished_->done(cand_[0].first, generated, o_.early_stopping || K_ == 1)) return true;
+  if (generated < limit_) return false;
+  for (int64_t k = 0; k < kept; ++k) {  // the length limit: running beams finish as they are
+    std::vector<int64_t> h = generated_tokens(parents_[k]);
+    h.push_back(tokens_[k]);
+    finished_->add(std::move(h), next_score_[k], generated, false);
   }
+  return true;
+}
 
-  const DecodeOptions& o_;
-  const int64_t eos_, K_, V_;
-  const std::vector<int64_t>& limits_;
-  std::vector<Finished> finished_;
-  std::vector<char> done_;
-  std::vector<int64_t> prefix_len_;
-  std::vector<std::vector<int64_t>> history_;  // R: prefix + generated tokens
-  std::vector<double> score_;                  // R: Σ log p of the generated tokens
-  std::vector<int64_t> rows_, tokens_;         // R: this step's choice
-  std::vector<double> next_score_, logp_;
-  std::vector<std::pair<double, int64_t>> cand_;
-};
-
-}  // namespace
+std::vector<int64_t> BeamSearch::generated_tokens(int64_t k) const {
+  return std::vector<int64_t>(history_[k].begin() + prefix_len_, history_[k].end());
+}
 
 void check_decode_options(const DecodeOptions& o) {
   if (o.beam_size < 1 || o.beam_size > kMaxBeamSize || o.nbest < 1 || o.nbest > o.beam_size) {
@@ -289,14 +247,26 @@ std::vector<std::vector<Hypothesis>> decode(Generator& gen, const std::vector<fl
     if (id < 0 || id >= V) throw std::out_of_range("banned token " + std::to_string(id) + " is outside the vocabulary");
   }
   if (eos >= V) throw std::out_of_range("eos " + std::to_string(eos) + " is outside the vocabulary");
-  Search search(prefixes, limits, eos, o, V);
+  std::vector<BeamSearch> search;  // source b's beams are rows b·K .. b·K + K − 1; it samples from stream b
+  for (int64_t b = 0; b < B; ++b) search.emplace_back(prefixes[b], limits[b], eos, o, static_cast<uint64_t>(b));
+  const int64_t K = o.beam_size;
+  std::vector<int64_t> rows(R), tokens(R);
   const std::vector<float>* z = &logits;
-  for (int64_t step = 0; !search.all_done() && search.step(z->data(), step); ++step) {
-    gen.reorder(search.rows());
-    search.commit();
-    z = &gen.feed(search.tokens());
+  for (;;) {
+    bool running = false;
+    for (int64_t b = 0; b < B; ++b) {
+      for (int64_t k = 0; k < K; ++k) rows[b * K + k] = b * K + k, tokens[b * K + k] = 0;  // done: fed, unread
+      if (search[b].done() || search[b].step(z->data() + b * K * V, V)) continue;
+      running = true;
+      for (int64_t k = 0; k < K; ++k) rows[b * K + k] = b * K + search[b].parents()[k], tokens[b * K + k] = search[b].tokens()[k];
+    }
+    if (!running) break;
+    gen.reorder(rows);
+    z = &gen.feed(tokens);
   }
-  return search.best();
+  std::vector<std::vector<Hypothesis>> out;
+  for (auto& s : search) out.push_back(s.best());
+  return out;
 }
 
 std::vector<Hypothesis> generate(const RoFormer<float>& m, const std::vector<int64_t>& prompt, const DecodeOptions& o,

@@ -17,6 +17,8 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
+#include <utility>
 #include <vector>
 
 #include "model/generate.h"
@@ -72,6 +74,46 @@ void step_log_probs(const float* logits, int64_t V, const std::vector<int64_t>& 
 // draw from the counter stream mix64(o.seed ^ stream) at `step`. −1 when every token is −inf. decode
 // picks source b's tokens with stream b; a server's sequence takes its own stream.
 int64_t pick_token(const std::vector<double>& logp, const DecodeOptions& o, uint64_t stream, int64_t step);
+
+// One source's search by the rules above (beam 1: greedy or sampling): its K = beam_size beams'
+// histories and scores, and its finished hypotheses. decode runs one per source over a batch of
+// rows; a step-level batcher (translate.h's TranslationBatch) runs one per source over rows of its own.
+class BeamSearch {
+ public:
+  // prefix: the source's tokens so far (the history no-repeat n-grams look at); limit: new tokens at
+  // most (<= 0: done at once, with one empty, unfinished hypothesis); eos < 0: none; stream: beam 1's
+  // sampling stream (pick_token). o is copied.
+  BeamSearch(const std::vector<int64_t>& prefix, int64_t limit, int64_t eos, const DecodeOptions& o, uint64_t stream);
+  ~BeamSearch();
+  BeamSearch(BeamSearch&&) noexcept;
+  BeamSearch& operator=(BeamSearch&&) noexcept;
+  // One step over the logits (K, V) of its beams, beam k's at logits + k·V. Returns whether the source
+  // is done; while it is not, beam k continues the state beam parents()[k] had before this step (its
+  // cache rows are copied so) and is fed tokens()[k] next.
+  bool step(const float* logits, int64_t V);
+  bool done() const { return done_; }
+  const std::vector<int64_t>& parents() const { return parents_; }
+  const std::vector<int64_t>& tokens() const { return tokens_; }
+  // The nbest hypotheses, best first (once done; moved out).
+  std::vector<Hypothesis> best();
+
+ private:
+  struct Finished;
+  void candidates(const float* logits, int64_t V);
+  bool advance(const float* logits, int64_t V);
+  std::vector<int64_t> generated_tokens(int64_t k) const;
+  DecodeOptions o_;
+  int64_t eos_, K_, limit_;
+  uint64_t stream_;
+  int64_t prefix_len_, step_ = 0;
+  bool done_ = false;
+  std::unique_ptr<Finished> finished_;
+  std::vector<std::vector<int64_t>> history_;  // K: prefix + generated tokens
+  std::vector<double> score_;                  // K: Σ log p of the generated tokens
+  std::vector<int64_t> parents_, tokens_;      // K: this step's choice
+  std::vector<double> next_score_, logp_;
+  std::vector<std::pair<double, int64_t>> cand_;
+};
 
 // Decodes sources × beam_size rows of `gen` (source b's beams are consecutive rows) that have
 // consumed their prefixes; `logits` (rows, V) is the output of the feed of their last tokens.

@@ -16,6 +16,9 @@ struct Generator::State {
   std::vector<KVCache<float>> cache;         // L
   std::vector<KVCache<float>> cross;         // L: cross-attention keys and values, (batch, Tk, H) each
   std::vector<int64_t> cross_mask;           // (batch, Tk)
+  std::vector<int64_t> cross_len;            // (batch) real keys of each row's memory, a prefix (empty: read the mask)
+  std::vector<int64_t> memory_id;            // (batch) which set_row_memory call each row's memory came from
+  int64_t memories = 0;                      // set_row_memory calls
   std::vector<int64_t> memory_row;           // (batch) the source whose keys and values each row holds
   std::vector<int64_t> segment;              // (batch, capacity) cumsum of token types (UniLM)
   std::vector<int64_t> row_limit;            // (batch, n) of the current feed
@@ -62,6 +65,34 @@ void Generator::check_cache_fits(int64_t batch) const {
                             " GiB, more than this machine's memory (a smaller context: max_position_embeddings, "
                             "fewer tokens)");
   }
+}
+
+void Generator::reserve(int64_t capacity) {
+  if (capacity <= capacity_) return;
+  const auto& c = m_.config();
+  if (capacity > c.max_position_embeddings && c.position_encoding == PositionEncoding::learned) {
+    throw std::invalid_argument("a context of " + std::to_string(capacity) + " tokens exceeds the " +
+                                std::to_string(c.max_position_embeddings) + " learned positions");
+  }
+  const int64_t old = capacity_, H = c.hidden_size;
+  capacity_ = capacity;
+  try {
+    check_cache_fits(batch_);
+  } catch (...) {
+    capacity_ = old;
+    throw;
+  }
+  auto restride = [&](auto& v, int64_t width) {  // (batch, old·width) → (batch, capacity·width)
+    auto was = std::move(v);
+    v.assign(batch_ * capacity * width, 0);
+    for (int64_t b = 0; b < batch_; ++b) std::copy_n(was.begin() + b * old * width, old * width, v.begin() + b * capacity * width);
+  };
+  for (auto& kv : st_->cache) {
+    restride(kv.k, H);
+    restride(kv.v, H);
+    kv.capacity = capacity;
+  }
+  restride(st_->segment, 1);
 }
 
 void Generator::reset() {
@@ -114,6 +145,7 @@ void Generator::reorder(const std::vector<int64_t>& rows) {
     kv.B = R;
   }
   gather(st_->cross_mask, Tk);
+  if (!st_->cross_len.empty()) gather(st_->cross_len, 1);
   st_->memory_row = wanted;
 }
 
@@ -144,6 +176,118 @@ void Generator::set_memory(const float* memory, const int64_t* mask, int64_t sou
     st_->memory_row[b] = b / copies;
     if (mask) std::copy_n(mask + (b / copies) * Tk, Tk, st_->cross_mask.begin() + b * Tk);
   }
+  // Right-padded sources (every mask row ones, then zeros): each row reads its first keys alone, in
+  // the decoding kernel feed_rows' rows use too; any other mask is applied as a mask.
+  st_->cross_len.assign(batch_, Tk);
+  for (int64_t b = 0; b < batch_ && mask; ++b) {
+    const int64_t* row = st_->cross_mask.data() + b * Tk;
+    const int64_t n = std::find(row, row + Tk, 0) - row;
+    if (n == 0 || std::find(row + n, row + Tk, 1) != row + Tk) {
+      st_->cross_len.clear();
+      break;
+    }
+    st_->cross_len[b] = n;
+  }
+}
+
+void Generator::set_row_memory(const std::vector<int64_t>& rows, const float* memory, int64_t Tk) {
+  const auto& c = m_.config();
+  State& s = *st_;
+  if (!c.add_cross_attention) throw std::invalid_argument("set_row_memory: this decoder has no cross-attention");
+  if (rows.empty() || Tk < 1 || !memory) throw std::invalid_argument("set_row_memory: rows and a memory of at least one token");
+  for (int64_t r : rows) {
+    if (r < 0 || r >= batch_) throw std::out_of_range("set_row_memory: row " + std::to_string(r) + " of " + std::to_string(batch_));
+  }
+  if (row_pos_.empty()) row_pos_.assign(batch_, pos_);
+  const int64_t H = c.hidden_size, L = c.num_hidden_layers;
+  if (s.cross.empty()) s.cross.assign(L, KVCache<float>{});
+  if (s.cross_len.size() != static_cast<size_t>(batch_)) s.cross_len.assign(batch_, 0);
+  if (s.memory_id.size() != static_cast<size_t>(batch_)) s.memory_id.assign(batch_, -1);
+  const int64_t old_cap = s.cross[0].capacity;
+  if (Tk > old_cap || s.cross[0].B != batch_) {  // every row's memory moves to the longer stride
+    for (auto& kv : s.cross) {
+      std::vector<float> k(batch_ * Tk * H, 0.0f), v(batch_ * Tk * H, 0.0f);
+      for (int64_t b = 0; b < batch_ && kv.B == batch_; ++b) {
+        std::copy_n(kv.k.begin() + b * old_cap * H, s.cross_len[b] * H, k.begin() + b * Tk * H);
+        std::copy_n(kv.v.begin() + b * old_cap * H, s.cross_len[b] * H, v.begin() + b * Tk * H);
+      }
+      kv.k = std::move(k), kv.v = std::move(v);
+      kv.B = batch_, kv.capacity = kv.length = Tk;
+    }
+    s.cross_mask.clear();  // the lengths say which keys are real
+  }
+  const int64_t cap = s.cross[0].capacity;
+  std::vector<float> k, v;
+  for (int64_t l = 0; l < L; ++l) {  // once per source
+    cross_attention_memory(k, v, m_.p.layers[l].cross, s.statics->cross_context(l, AttentionCall{}), memory, 1, Tk);
+    for (int64_t r : rows) {
+      std::copy_n(k.begin(), Tk * H, s.cross[l].k.begin() + r * cap * H);
+      std::copy_n(v.begin(), Tk * H, s.cross[l].v.begin() + r * cap * H);
+    }
+  }
+  for (int64_t r : rows) s.cross_len[r] = Tk, s.memory_id[r] = s.memories;
+  ++s.memories;
+}
+
+void Generator::copy_rows(const std::vector<int64_t>& rows, const std::vector<int64_t>& from) {
+  State& s = *st_;
+  if (rows.size() != from.size()) throw std::invalid_argument("copy_rows: one source row for each row");
+  for (size_t i = 0; i < rows.size(); ++i) {
+    if (rows[i] < 0 || rows[i] >= batch_ || from[i] < 0 || from[i] >= batch_) {
+      throw std::out_of_range("copy_rows: rows of " + std::to_string(batch_));
+    }
+  }
+  if (row_pos_.empty()) row_pos_.assign(batch_, pos_);
+  const int64_t H = m_.config().hidden_size;
+  // Every source row's state before any is written (rows and from may overlap).
+  auto copy = [&](std::vector<float>& x, int64_t stride, auto length_of) {
+    std::vector<std::vector<float>> saved(rows.size());
+    for (size_t i = 0; i < rows.size(); ++i) {
+      if (from[i] == rows[i]) continue;
+      const auto at = x.begin() + from[i] * stride * H;
+      saved[i].assign(at, at + length_of(from[i]) * H);
+    }
+    for (size_t i = 0; i < rows.size(); ++i) {
+      if (from[i] != rows[i]) std::copy(saved[i].begin(), saved[i].end(), x.begin() + rows[i] * stride * H);
+    }
+  };
+  for (auto& kv : s.cache) {
+    copy(kv.k, capacity_, [&](int64_t r) { return row_pos_[r]; });
+    copy(kv.v, capacity_, [&](int64_t r) { return row_pos_[r]; });
+  }
+  std::vector<char> other_memory(rows.size(), 0);  // a row that continues another source's row
+  bool any = false;
+  for (size_t i = 0; i < rows.size() && !s.memory_id.empty(); ++i) {
+    other_memory[i] = s.memory_id[rows[i]] != s.memory_id[from[i]];
+    any = any || other_memory[i];
+  }
+  if (any) {
+    std::vector<int64_t> to, src;
+    for (size_t i = 0; i < rows.size(); ++i) {
+      if (other_memory[i]) to.push_back(rows[i]), src.push_back(from[i]);
+    }
+    for (auto& kv : s.cross) {
+      for (std::vector<float>* x : {&kv.k, &kv.v}) {
+        std::vector<std::vector<float>> saved(to.size());
+        for (size_t i = 0; i < to.size(); ++i) {
+          const auto at = x->begin() + src[i] * kv.capacity * H;
+          saved[i].assign(at, at + s.cross_len[src[i]] * H);
+        }
+        for (size_t i = 0; i < to.size(); ++i) std::copy(saved[i].begin(), saved[i].end(), x->begin() + to[i] * kv.capacity * H);
+      }
+    }
+  }
+  std::vector<int64_t> pos(rows.size()), len(rows.size()), id(rows.size());
+  for (size_t i = 0; i < rows.size(); ++i) {
+    pos[i] = row_pos_[from[i]];
+    if (!s.cross_len.empty()) len[i] = s.cross_len[from[i]];
+    if (!s.memory_id.empty()) id[i] = s.memory_id[from[i]];
+  }
+  for (size_t i = 0; i < rows.size(); ++i) {
+    row_pos_[rows[i]] = pos[i];
+    if (!s.cross_len.empty()) s.cross_len[rows[i]] = len[i];
+    if (!s.memory_id.empty()) s.memory_id[rows[i]] = id[i];
+  }
 }
 
 const std::vector<float>& Generator::feed(const std::vector<int64_t>& ids, const std::vector<int64_t>& types) {
@@ -165,7 +309,8 @@ const std::vector<float>& Generator::feed(const std::vector<int64_t>& ids, const
                      Dropout{});
   AttentionCall call;
   call.saved = ops::AttentionSaved::none;  // decoding has no backward
-  call.memory_mask = s.cross_mask.empty() ? nullptr : s.cross_mask.data();
+  // Right-padded memories: each row reads its first cross_len keys (set_memory); else the mask.
+  call.memory_mask = s.cross_mask.empty() || !s.cross_len.empty() ? nullptr : s.cross_mask.data();
   // Decoding keeps fp32 attention products for every model, also where the forward pass of a bf16 or
   // int8 model takes them in bf16 (RoFormer::attention_call), so that cached decoding gives the same
   // numbers on every CPU.
@@ -179,8 +324,10 @@ const std::vector<float>& Generator::feed(const std::vector<int64_t>& ids, const
   for (int64_t l = 0; l < c.num_hidden_layers; ++l) {  // x (N, H) in place, over the caches
     const CrossMemory<float> memory{nullptr, s.cross.empty() ? 0 : s.cross[l].length,
                                     s.cross.empty() ? nullptr : &s.cross[l]};
+    if (!s.cross.empty() && !s.cross_len.empty()) s.cross[l].lengths = s.cross_len.data();
     layer_forward(s.x.data(), s.layer, m_.p.layers[l], s.statics->self_context(l, call),
                   s.statics->cross_context(l, call), s.x.data(), B, n, pos_, &s.cache[l], memory);
+    if (!s.cross.empty()) s.cross[l].lengths = nullptr;
   }
   pos_ += n;
   s.last.resize(B * H);  // (B, H) each row's last token
@@ -199,6 +346,7 @@ void Generator::release(int64_t row) {
   if (row < 0 || row >= batch_) throw std::out_of_range("release: row " + std::to_string(row) + " of " + std::to_string(batch_));
   if (row_pos_.empty()) row_pos_.assign(batch_, pos_);
   row_pos_[row] = 0;  // its cached keys are overwritten before they are read again
+  if (!st_->cross_len.empty() && !st_->memory_id.empty()) st_->cross_len[row] = 0, st_->memory_id[row] = -1;
 }
 
 const std::vector<float>& Generator::feed_rows(const std::vector<int64_t>& rows, const std::vector<int64_t>& ids) {
@@ -207,14 +355,17 @@ const std::vector<float>& Generator::feed_rows(const std::vector<int64_t>& rows,
   const int64_t R = static_cast<int64_t>(rows.size()), H = c.hidden_size;
   if (R < 1 || ids.empty() || ids.size() % rows.size() != 0) throw std::invalid_argument("feed_rows: ids must be (rows, n), n >= 1");
   const int64_t n = static_cast<int64_t>(ids.size()) / R, N = R * n;
-  if (c.attention_type != AttentionType::softmax || c.unilm_mask() || c.add_cross_attention) {
-    throw std::invalid_argument("feed_rows: step-level batching is for softmax attention without UniLM's mask or cross-attention");
+  if (c.attention_type != AttentionType::softmax || c.unilm_mask()) {
+    throw std::invalid_argument("feed_rows: step-level batching is for softmax attention without UniLM's mask");
   }
   if (row_pos_.empty()) row_pos_.assign(batch_, pos_);
   std::vector<char> seen(batch_, 0);
   for (int64_t r : rows) {
     if (r < 0 || r >= batch_ || seen[r]) throw std::out_of_range("feed_rows: row " + std::to_string(r) + " is not a distinct row of " + std::to_string(batch_));
     seen[r] = 1;
+    if (c.add_cross_attention && (s.cross_len.size() != static_cast<size_t>(batch_) || s.cross_len[r] == 0)) {
+      throw std::logic_error("feed_rows: row " + std::to_string(r) + " has no memory (set_row_memory)");
+    }
     if (row_pos_[r] + n > capacity_) {
       throw std::length_error("context of " + std::to_string(row_pos_[r] + n) + " tokens exceeds the generator's capacity " +
                               std::to_string(capacity_));
@@ -231,9 +382,16 @@ const std::vector<float>& Generator::feed_rows(const std::vector<int64_t>& rows,
   for (int64_t l = 0; l < c.num_hidden_layers; ++l) {
     KVCache<float>& kv = s.cache[l];
     kv.rows = rows.data(), kv.positions = row_pos_.data();
+    CrossMemory<float> memory{};
+    if (c.add_cross_attention) {  // each row over its own memory's keys
+      KVCache<float>& cross = s.cross[l];
+      cross.rows = rows.data(), cross.lengths = s.cross_len.data();
+      memory = {nullptr, cross.capacity, &cross};
+    }
     layer_forward(s.x.data(), s.layer, m_.p.layers[l], s.statics->self_context(l, call), s.statics->cross_context(l, call),
-                  s.x.data(), R, n, 0, &kv, CrossMemory<float>{});
+                  s.x.data(), R, n, 0, &kv, memory);
     kv.rows = nullptr, kv.positions = nullptr;
+    if (c.add_cross_attention) s.cross[l].rows = nullptr, s.cross[l].lengths = nullptr;
   }
   for (int64_t r : rows) row_pos_[r] += n;
   s.last.resize(R * H);

@@ -35,14 +35,20 @@ class Generator {
   // Step-level batching (a server's slots, as llama.cpp's and TGI's): each row decodes on its own, at a
   // position of its own. feed_rows appends n tokens to each of `rows` (distinct rows of the batch), ids
   // (rows.size(), n), at that row's position, and returns the logits (rows.size(), V) after each row's
-  // last token; release(row) empties a row for a new sequence. Softmax attention without UniLM's mask or
-  // cross-attention. Once feed_rows is used, feed and reorder are refused until reset(). A row fed in
-  // chunks, or beside other rows, gives the logits it gets alone in one feed (the same kernels, up to
-  // the GEMMs' blocking by row count). Throws std::length_error past a row's capacity.
+  // last token; release(row) empties a row for a new sequence. Softmax attention without UniLM's mask;
+  // with cross-attention each fed row needs its memory (set_row_memory). Once feed_rows is used, feed
+  // and reorder are refused until reset(). A row fed in chunks, or beside other rows, gives the logits
+  // it gets alone in one feed (the same kernels, up to the GEMMs' blocking by row count). Throws
+  // std::length_error past a row's capacity.
   const std::vector<float>& feed_rows(const std::vector<int64_t>& rows, const std::vector<int64_t>& ids);
   void release(int64_t row);
   int64_t position(int64_t row) const;
   int64_t batch() const { return batch_; }
+  int64_t capacity() const { return capacity_; }
+  // Grows every row's cache to `capacity` tokens, keeping what they hold (a step-level batch meets a
+  // longer sequence); dynamic NTK's frequencies stay those of the first capacity. Throws as the
+  // constructor past learned positions or this machine's memory.
+  void reserve(int64_t capacity);
   void reset();
   // Beam search: row b continues from the state row rows[b] had; rows.size() is the new batch, so
   // reorder({0, 0, 0, 0}) copies a one-row prompt's cache to four beams. Throws std::length_error
@@ -53,6 +59,15 @@ class Generator {
   // source b / (batch / sources), so a source's beams are consecutive rows. The keys and values of
   // every layer are computed here, once per source.
   void set_memory(const float* memory, const int64_t* mask, int64_t sources, int64_t Tk);
+  // Step-level batching with cross-attention (an encoder-decoder's translations at a server): `rows`
+  // take one source's memory (Tk, H), its encoder output without padding; its keys and values are
+  // computed here once and copied to each row (a source's beams). Rows of different sources hold
+  // memories of different lengths: each row's cross-attention reads its own (feed_rows).
+  void set_row_memory(const std::vector<int64_t>& rows, const float* memory, int64_t Tk);
+  // Step-level beam search: row rows[i] continues from the state row from[i] had before the call (its
+  // position, its cached keys and values, its memory), e.g. a source's beams re-selected within its
+  // rows. Only the positions filled are copied.
+  void copy_rows(const std::vector<int64_t>& rows, const std::vector<int64_t>& from);
 
  private:
   struct State;

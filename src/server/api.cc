@@ -835,6 +835,20 @@ json Api::translate(const json& request) {
     }
     sources.push_back(std::move(ids));
   }
+  // The step batcher's slots: a source decodes on num_beams rows, and holds its tokens of the budget.
+  const SchedulerOptions& so = options_.scheduler;
+  if (o.beam_size > so.slots) {
+    throw invalid("`parameters.num_beams` " + std::to_string(o.beam_size) + " needs as many slots; this server decodes " +
+                  std::to_string(so.slots) + " rows at once (--slots)");
+  }
+  for (size_t i = 0; i < sources.size() && so.max_total_tokens > 0; ++i) {
+    const int64_t need = translation_tokens(t.model().config(), sources[i], o);
+    if (!sources[i].empty() && need > so.max_total_tokens) {
+      throw invalid("input " + std::to_string(i) + " needs " + std::to_string(need) +
+                    " tokens (num_beams x (subwords + eos + new tokens)), more than --max-total-tokens " +
+                    std::to_string(so.max_total_tokens));
+    }
+  }
   metrics_.tokenized(std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
   Ticket ticket;
   try {
@@ -938,7 +952,9 @@ json Api::info() const {
     const model::Seq2SeqConfig& c = translator_->model().config();
     info["model_type"] = {{"translation", {{"position_encoding", model::position_encoding_name(c.encoder.position_encoding)},
                                            {"vocab_size", translator_->subwords().vocab_size()},
-                                           {"max_new_tokens", max_new_tokens()}}}};
+                                           {"max_new_tokens", max_new_tokens()},
+                                           {"slots", options_.scheduler.slots},
+                                           {"max_total_tokens", options_.scheduler.max_total_tokens}}}};
     info["fill_mask"] = false;
     info["max_input_length"] = translator_->max_source_length();
     return info;

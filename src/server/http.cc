@@ -588,6 +588,8 @@ int serve_forever(const std::vector<ServedModel>& served_models, const ServerOpt
     api_options.model_id = s.name;
     api_options.scheduler.threads = threads[i];
     api_options.client_gone = client_gone;
+    api_options.scheduler.slots = o.api.generation.slots;  // a translation model's step batcher
+    api_options.scheduler.max_total_tokens = o.api.generation.max_total_tokens;
     m->scheduler = std::make_unique<Scheduler>(s.backend, api_options.scheduler, m->metrics);
     if (s.backend.lm) {
       GenerationOptions g = o.api.generation;

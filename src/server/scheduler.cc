@@ -4,6 +4,7 @@
 #include <omp.h>
 
 #include <algorithm>
+#include <map>
 #include <stdexcept>
 
 namespace server {
@@ -34,27 +35,24 @@ Output slice(Output& batch, size_t at, size_t k) {
 
 }  // namespace
 
-int64_t Scheduler::Job::rows() const {
-  if (task == Task::translate) return static_cast<int64_t>(sources.size()) * decode.beam_size;
-  return static_cast<int64_t>(encodings.size());
+int64_t translation_tokens(const model::Seq2SeqConfig& c, const std::vector<int64_t>& source, const model::DecodeOptions& o) {
+  const int64_t n = static_cast<int64_t>(source.size());
+  return o.beam_size * (n + 1 + model::translation_limit(c, n, o));
 }
 
-int64_t Scheduler::Job::longest() const {
-  if (task != Task::translate) return server::longest(encodings);
-  int64_t t = 0;
-  for (const auto& s : sources) t = std::max<int64_t>(t, static_cast<int64_t>(s.size()) + 1);
-  return t;
-}
+int64_t Scheduler::Job::rows() const { return static_cast<int64_t>(encodings.size()); }
 
-bool Scheduler::Job::batches_with(const Job& other) const {
-  return task == other.task && top_k == other.top_k && (task != Task::translate || decode == other.decode);
-}
+int64_t Scheduler::Job::longest() const { return server::longest(encodings); }
+
+bool Scheduler::Job::batches_with(const Job& other) const { return task == other.task && top_k == other.top_k; }
 
 Scheduler::Scheduler(Backend backend, const SchedulerOptions& options, Metrics& metrics)
     : backend_(backend), options_(options), metrics_(metrics) {
   if ((backend_.pipeline != nullptr) + (backend_.translator != nullptr) + (backend_.lm != nullptr) != 1) {
     throw std::invalid_argument("server::Scheduler: exactly one of Backend's pipeline, translator and lm");
   }
+  // Here, not on the model thread: a cache that cannot fit is an error at start.
+  if (backend_.translator) steps_ = std::make_unique<model::TranslationBatch>(backend_.translator->model(), options_.slots);
   worker_ = std::thread([this] { work(); });
 }
 
@@ -71,10 +69,28 @@ Ticket Scheduler::submit(Task task, std::vector<text::Encoding> encodings, int64
 
 Ticket Scheduler::submit_translation(std::vector<std::vector<int64_t>> sources,
                                                   const model::DecodeOptions& o) {
+  if (!backend_.translator) throw std::logic_error("Scheduler::submit_translation: not a translation model");
+  const model::Seq2SeqConfig& c = backend_.translator->model().config();
   auto job = std::make_unique<Job>();
   job->task = Task::translate;
   job->sources = std::move(sources);
   job->decode = o;
+  // A source without subwords translates to nothing, at once; the others decode in length order.
+  job->translations.resize(job->sources.size());
+  for (size_t i = 0; i < job->sources.size(); ++i) {
+    if (job->sources[i].empty()) {
+      job->translations[i] = {infer::Translation{}};
+      continue;
+    }
+    if (o.beam_size > options_.slots ||
+        (options_.max_total_tokens > 0 && translation_tokens(c, job->sources[i], o) > options_.max_total_tokens)) {
+      throw std::invalid_argument("Scheduler::submit_translation: a source that can never fit the slots");
+    }
+    job->order.push_back(i);
+  }
+  std::stable_sort(job->order.begin(), job->order.end(),
+                   [&](size_t a, size_t b) { return job->sources[a].size() < job->sources[b].size(); });
+  job->remaining = static_cast<int64_t>(job->order.size());
   return enqueue(std::move(job));
 }
 
@@ -120,7 +136,11 @@ bool Scheduler::cancel(uint64_t id) {
   {
     std::lock_guard<std::mutex> lock(mutex_);
     const auto it = std::find_if(queue_.begin(), queue_.end(), [id](const auto& j) { return j->id == id; });
-    if (it == queue_.end()) return false;
+    if (it == queue_.end()) {  // a translation decoding: its rows are freed at the next step
+      const bool stepping = std::find(stepping_.begin(), stepping_.end(), id) != stepping_.end();
+      if (stepping && std::find(cancelling_.begin(), cancelling_.end(), id) == cancelling_.end()) cancelling_.push_back(id);
+      return stepping;
+    }
     job = std::move(*it);
     queue_.erase(it);
     --in_flight_;
@@ -159,6 +179,7 @@ void Scheduler::release(size_t jobs) {
 void Scheduler::work() {
   // OpenMP's thread count is per thread: set it on the thread that runs the model.
   if (options_.threads > 0) omp_set_num_threads(options_.threads);
+  if (backend_.translator) return translate_steps();
   std::unique_lock<std::mutex> lock(mutex_);
   for (;;) {
     wake_.wait(lock, [this] { return stopping_ || !queue_.empty(); });
@@ -179,15 +200,7 @@ std::vector<std::unique_ptr<Scheduler::Job>> Scheduler::next_batch(std::unique_l
   int64_t sequences = 0, T = 0;
   const auto now = std::chrono::steady_clock::now();
   while (!queue_.empty()) {
-    if (queue_.front()->deadline < now) {  // waited too long: answered TimedOut, never run
-      queue_.front()->done.set_exception(std::make_exception_ptr(
-          TimedOut("request timed out after " + std::to_string(options_.request_timeout_s) +
-                   " s in the queue (--request-timeout)")));
-      queue_.pop_front();
-      --in_flight_;
-      metrics_.timed_out();
-      continue;
-    }
+    if (time_out_front(now)) continue;
     const Job& next = *queue_.front();
     const int64_t n = sequences + next.rows();
     const int64_t t = std::max(T, next.longest());
@@ -201,6 +214,16 @@ std::vector<std::unique_ptr<Scheduler::Job>> Scheduler::next_batch(std::unique_l
     queue_.pop_front();
   }
   return jobs;
+}
+
+bool Scheduler::time_out_front(std::chrono::steady_clock::time_point now) {
+  if (queue_.front()->deadline >= now) return false;
+  queue_.front()->done.set_exception(std::make_exception_ptr(
+      TimedOut("request timed out after " + std::to_string(options_.request_timeout_s) + " s in the queue (--request-timeout)")));
+  queue_.pop_front();
+  --in_flight_;
+  metrics_.timed_out();
+  return true;
 }
 
 void Scheduler::run_batch(std::vector<std::unique_ptr<Job>>& jobs) {
@@ -217,8 +240,7 @@ void Scheduler::run_batch(std::vector<std::unique_ptr<Job>>& jobs) {
   std::vector<size_t> counts;  // each job's inputs, moved out of it into one list
   int64_t tokens = 0;
   try {
-    out = jobs.front()->task == Task::translate ? translate(jobs, batch_size, counts, tokens)
-                                                : encode(jobs, batch_size, counts, tokens);
+    out = encode(jobs, batch_size, counts, tokens);
   } catch (...) {
     release(jobs.size());
     for (auto& j : jobs) j->done.set_exception(std::current_exception());
@@ -270,20 +292,145 @@ Output Scheduler::encode(std::vector<std::unique_ptr<Job>>& jobs, int64_t batch_
   return out;
 }
 
-Output Scheduler::translate(std::vector<std::unique_ptr<Job>>& jobs, int64_t batch_size, std::vector<size_t>& counts,
-                            int64_t& tokens) {
-  std::vector<std::vector<int64_t>> all;
-  for (const auto& j : jobs) {
-    counts.push_back(j->sources.size());
-    for (auto& s : j->sources) {
-      tokens += static_cast<int64_t>(s.size()) + 1;  // with the eos
-      all.push_back(std::move(s));
+// The step batcher's loop: each turn admits what fits (source by source, to the request that has had
+// the fewest admitted), frees the rows of clients gone, runs one decoding step and answers the
+// requests whose last source ended.
+void Scheduler::translate_steps() {
+  infer::Translator& tr = *backend_.translator;
+  const model::Seq2SeqConfig& c = tr.model().config();
+  model::TranslationBatch* batch = steps_.get();
+  struct Admitted {
+    Job* job;
+    size_t source;
+    int64_t tokens;  // of the budget
+  };
+  std::map<int64_t, Admitted> of;             // the batch's ids
+  std::vector<std::unique_ptr<Job>> running;  // requests with sources admitted, not answered
+  int64_t reserved = 0;
+  // Answers request j (error: its exception) and forgets it; its sources must have left the batch.
+  auto answer = [&](Job* j, std::exception_ptr error) {
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      stepping_.erase(std::remove(stepping_.begin(), stepping_.end(), j->id), stepping_.end());
+      cancelling_.erase(std::remove(cancelling_.begin(), cancelling_.end(), j->id), cancelling_.end());
+      --in_flight_;
     }
+    if (error) {
+      j->done.set_exception(error);
+    } else {
+      Output out;
+      out.translations = std::move(j->translations);
+      j->done.set_value(std::move(out));
+    }
+    running.erase(std::find_if(running.begin(), running.end(), [j](const auto& r) { return r.get() == j; }));
+  };
+  auto leave = [&](Job* j) {  // j's sources out of the batch
+    for (auto it = of.begin(); it != of.end();) {
+      if (it->second.job != j) {
+        ++it;
+        continue;
+      }
+      batch->drop(it->first);
+      reserved -= it->second.tokens;
+      it = of.erase(it);
+    }
+  };
+  std::unique_lock<std::mutex> lock(mutex_);
+  for (;;) {
+    wake_.wait(lock, [&] { return stopping_ || !queue_.empty() || !running.empty(); });
+    if (queue_.empty() && running.empty()) return;  // stopping, and every accepted request answered
+    std::vector<uint64_t> gone;
+    gone.swap(cancelling_);
+    // Admission: a source takes num_beams free rows and its tokens of the budget.
+    std::vector<model::TranslationBatch::Source> join;
+    std::vector<Admitted> joining;
+    int64_t rows_free = batch->free_rows();
+    // One source of j if it fits: true when taken, false when it must wait.
+    auto take = [&](Job& j) {
+      const size_t i = j.order[j.admitted];
+      const int64_t need = translation_tokens(c, j.sources[i], j.decode);
+      if (j.decode.beam_size > rows_free || (options_.max_total_tokens > 0 && reserved + need > options_.max_total_tokens)) {
+        return false;
+      }
+      join.push_back({j.sources[i], j.decode, static_cast<uint64_t>(j.admitted)});
+      joining.push_back({&j, i, need});
+      rows_free -= j.decode.beam_size, reserved += need;
+      ++j.admitted;
+      return true;
+    };
+    // Fair shares: the next source comes from the request that has had the fewest admitted (the
+    // earliest among equals; the queue's front has had none), so a short request joins at the next
+    // free rows rather than behind every source of a long one. The first source that does not fit
+    // ends the admission: it waits, first in line.
+    const auto now = std::chrono::steady_clock::now();
+    for (;;) {
+      auto start = [&] {  // the queue's front is running from now on
+        metrics_.queued(std::chrono::duration<double>(now - queue_.front()->queued).count());
+        stepping_.push_back(queue_.front()->id);
+        running.push_back(std::move(queue_.front()));
+        queue_.pop_front();
+      };
+      while (!queue_.empty()) {
+        if (time_out_front(now)) continue;
+        if (!queue_.front()->order.empty()) break;
+        start();  // nothing to decode (no subwords): answered after this step
+      }
+      Job* next = nullptr;
+      for (auto& j : running) {
+        if (j->admitted < j->order.size() && (!next || j->admitted < next->admitted)) next = j.get();
+      }
+      const bool front = !queue_.empty() && (!next || next->admitted > 0);
+      if (front) next = queue_.front().get();
+      if (!next || !take(*next)) break;
+      if (front) start();
+    }
+    lock.unlock();
+    for (uint64_t id : gone) {  // clients gone: their rows free now
+      const auto it = std::find_if(running.begin(), running.end(), [id](const auto& j) { return j->id == id; });
+      if (it == running.end()) continue;
+      Job* j = it->get();
+      leave(j);
+      for (auto& a : joining) {  // not admitted after all
+        if (a.job == j) reserved -= a.tokens, a.job = nullptr;
+      }
+      metrics_.cancelled();
+      answer(j, std::make_exception_ptr(Cancelled("the client closed the connection")));
+    }
+    try {
+      std::vector<model::TranslationBatch::Source> admit;
+      std::vector<Admitted> admitted;
+      for (size_t k = 0; k < join.size(); ++k) {
+        if (joining[k].job) admit.push_back(std::move(join[k])), admitted.push_back(joining[k]);
+      }
+      const std::vector<int64_t> ids = batch->admit(admit);  // their encoder, once
+      for (size_t k = 0; k < ids.size(); ++k) of.emplace(ids[k], admitted[k]);
+      const auto t0 = std::chrono::steady_clock::now();
+      auto done = batch->step();
+      const int64_t rows = batch->last_rows();
+      if (rows > 0) metrics_.batch(rows, rows, rows, std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+      for (auto& [id, hyps] : done) {
+        const Admitted a = of.at(id);
+        of.erase(id);
+        reserved -= a.tokens;
+        for (const model::Hypothesis& h : hyps) {
+          a.job->translations[a.source].push_back({tr.subwords().decode(h.tokens), h.score, h.tokens, h.finished});
+        }
+        --a.job->remaining;
+      }
+    } catch (...) {  // not expected: every running request gets the error, and the rows start afresh
+      const std::exception_ptr error = std::current_exception();
+      while (!running.empty()) answer(running.front().get(), error);
+      of.clear();
+      reserved = 0;
+      batch->clear();
+    }
+    std::vector<Job*> finished;
+    for (auto& j : running) {
+      if (j->remaining == 0 && j->admitted == j->order.size()) finished.push_back(j.get());
+    }
+    for (Job* j : finished) answer(j, nullptr);
+    lock.lock();
   }
-  const model::DecodeOptions& o = jobs.front()->decode;
-  Output out;
-  out.translations = backend_.translator->translate_encoded(all, o, std::max<int64_t>(batch_size / o.beam_size, 1));
-  return out;
 }
 
 }  // namespace server

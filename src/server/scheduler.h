@@ -1,9 +1,13 @@
 // The one path from HTTP threads to the model. Requests arrive already tokenized (the HTTP threads
 // encode), wait in a bounded queue, and ONE model thread takes them in batches: consecutive requests
 // of the same task (and top_k, or decoding options) while the batch's padded size (rows × longest)
-// stays within max_batch_tokens and its rows within max_batch_requests; infer::Pipeline (or the
-// Translator, whose rows are sources × beams) runs them sorted by length and padded per forward.
-// Neither is thread-safe, so nothing but that thread touches the model.
+// stays within max_batch_tokens and its rows within max_batch_requests; infer::Pipeline runs them
+// sorted by length and padded per forward. A translation model's thread batches at the decoding step
+// instead (model::TranslationBatch): a source joins the running decoder rows at the next step with
+// num_beams free rows (slots) and room in the token budget (free rows go to the request that has had
+// the fewest sources admitted), and leaves when its hypotheses are done; a request is answered when
+// its last source is. Neither model is thread-safe, so nothing but that
+// thread touches it.
 //
 //   server::Scheduler s({.pipeline = &pipeline}, {.max_concurrent_requests = 64}, metrics);
 //   server::Ticket t = s.submit(server::Task::embed, pipeline.encode(texts));  // Overloaded: 429
@@ -72,7 +76,15 @@ struct SchedulerOptions {
   infer::Pooling pooling = infer::Pooling::automatic;  // automatic: the folder's modules, else cls
   int threads = 0;                        // OpenMP threads of the model thread (0: the default)
   double request_timeout_s = 0;           // longest wait in the queue before TimedOut (0: none)
+  // A translation model's step batcher: decoder rows (a source takes num_beams of them), and the
+  // token budget Σ num_beams · (source + eos + its new-token limit) of the sources running (0: none
+  // but the rows). A source that can never fit is the caller's to refuse (need_slots, need_tokens).
+  int64_t slots = 32;
+  int64_t max_total_tokens = 0;
 };
+
+// What one source of a translation request holds of the step batcher's slots and token budget.
+int64_t translation_tokens(const model::Seq2SeqConfig& c, const std::vector<int64_t>& source, const model::DecodeOptions& o);
 
 // What one request gets back, in the order of its encodings.
 struct Output {
@@ -106,7 +118,8 @@ class Scheduler {
   // caller: model::check_decode_options); requests batch together when their options are equal.
   Ticket submit_translation(std::vector<std::vector<int64_t>> sources, const model::DecodeOptions& o);
   // Drops request `id` if it is still queued (its client is gone): its answer becomes Cancelled and
-  // it is no longer in flight. Returns false when it is running or answered already.
+  // it is no longer in flight. A translation decoding already frees its rows at the next step and is
+  // answered Cancelled then. Returns false when it is running (other tasks) or answered already.
   bool cancel(uint64_t id);
   // Answers every queued request TimedOut(why) unrun (the server's --shutdown-timeout passed); the
   // batch running, if any, finishes. Returns how many were dropped.
@@ -127,8 +140,15 @@ class Scheduler {
     std::vector<std::vector<int64_t>> sources;  // Task::translate's, with its decoding options
     model::DecodeOptions decode;
     std::promise<Output> done;
-    int64_t rows() const;     // sequences in a forward: encodings, or sources × beams
-    int64_t longest() const;  // tokens of the longest sequence (a source with its eos)
+    // Task::translate on the step batcher: each source's nbest as it ends, the sources in length order
+    // (source order[i] samples from stream i, as infer::Translator's batch), the next to admit, those
+    // not yet done.
+    std::vector<std::vector<infer::Translation>> translations;
+    std::vector<size_t> order;
+    size_t admitted = 0;
+    int64_t remaining = 0;
+    int64_t rows() const;     // sequences in a forward: the encodings
+    int64_t longest() const;  // tokens of the longest encoding
     bool batches_with(const Job& other) const;
   };
   Ticket enqueue(std::unique_ptr<Job> job);
@@ -139,9 +159,10 @@ class Scheduler {
   // real (unpadded) tokens. batch_size: rows per forward.
   Output encode(std::vector<std::unique_ptr<Job>>& jobs, int64_t batch_size, std::vector<size_t>& counts,
                 int64_t& tokens);
-  Output translate(std::vector<std::unique_ptr<Job>>& jobs, int64_t batch_size, std::vector<size_t>& counts,
-                   int64_t& tokens);
   void release(size_t jobs);  // the jobs are answered: no longer in flight
+  void translate_steps();     // a translation model's thread: the step batcher's loop
+  // Answers the queue's front TimedOut when its request_timeout_s has passed (under the lock).
+  bool time_out_front(std::chrono::steady_clock::time_point now);
 
   const Backend backend_;
   const SchedulerOptions options_;
@@ -152,6 +173,9 @@ class Scheduler {
   int64_t in_flight_ = 0;
   uint64_t next_id_ = 1;
   bool stopping_ = false;
+  std::unique_ptr<model::TranslationBatch> steps_;  // a translation model's decoder rows (the model thread's)
+  std::vector<uint64_t> stepping_;    // translation requests admitted to the step batcher, not answered
+  std::vector<uint64_t> cancelling_;  // of those, the ones whose clients are gone
   std::thread worker_;
 };
 

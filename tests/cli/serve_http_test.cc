@@ -801,8 +801,9 @@ std::vector<std::string> translate_cli(const std::string& args, const std::vecto
 }
 
 // /translate (and POST /) on an encoder-decoder equal `roformer translate` with the same options, also
-// when concurrent requests with different options share the model thread; transformers' pipeline
-// shapes; /tokenize, /decode, /info and the documented examples on a translation model.
+// when concurrent requests with different options share the step batcher's 7 rows (beam-4 and beam-3
+// sources wait for rows and join the running ones at later steps); transformers' pipeline shapes;
+// /tokenize, /decode, /info and the documented examples on a translation model.
 TEST(ServeHttp, TranslateEqualsTheCommandLine) {
   const std::string m = translation_dir();
   const std::vector<std::string> texts = {"one two three", "four", "nine eight seven six five four"};
@@ -811,7 +812,7 @@ TEST(ServeHttp, TranslateEqualsTheCommandLine) {
   const std::vector<std::string> greedy = translate_cli("--model " + m + " --beam 1 --max-len-a 0 --max-len-b 5", texts);
   ASSERT_EQ(beam4.size(), 3u);
   ASSERT_EQ(nbest.size(), 6u);
-  Server s("--model " + m + " --max-client-batch-size 8 --no-access-log");
+  Server s("--model " + m + " --max-client-batch-size 8 --slots 7 --no-access-log");
 
   Reply r = post(s, "/translate", json{{"inputs", texts[0]}});
   ASSERT_EQ(r.status, 200) << r.body;
@@ -869,6 +870,7 @@ TEST(ServeHttp, TranslateEqualsTheCommandLine) {
   }
   const json info = json::parse(s.client().Get("/info")->body);
   EXPECT_EQ(info["model_type"]["translation"]["position_encoding"], "rope") << info;
+  EXPECT_EQ(info["model_type"]["translation"]["slots"], 7) << info;
   EXPECT_EQ(info["max_input_length"], 31) << info;
   EXPECT_EQ(s.stop(SIGTERM), 0);
 }
@@ -901,6 +903,19 @@ TEST(ServeHttp, TranslateRefusesWhatItCannotDo) {
   EXPECT_EQ(r.status, 200) << r.body;
   EXPECT_EQ(post(s, "/translate", json{{"inputs", "one two"}, {"parameters", {{"do_sample", true}, {"seed", 7}}}}).body, r.body);
   expect_error(post(s, "/translate", json{{"inputs", std::vector<std::string>(9, "one")}}), 413, "Validation", "batch size 9");
+  {  // the step batcher's slots: what can never fit is 422, what fits is answered
+    Server small("--model " + translation_dir() + " --slots 2 --max-total-tokens 20 --no-access-log");
+    expect_error(post(small, "/translate", json{{"inputs", "one"}, {"parameters", {{"num_beams", 4}}}}), 422, "Validation",
+                 "`parameters.num_beams` 4 needs as many slots");
+    // "one": at most 3 subwords + eos + 14 tokens; six words: at least 6 + 1 + 14
+    const json budget = {{"num_beams", 1}, {"max_new_tokens", 14}};
+    expect_error(post(small, "/translate", json{{"inputs", {"one", long_text.substr(0, 24)}}, {"parameters", budget}}),
+                 422, "Validation", "input 1 needs");
+    EXPECT_EQ(post(small, "/translate", json{{"inputs", "one"}, {"parameters", budget}}).status, 200);
+    const Reply ok = post(small, "/translate", json{{"inputs", {"one", "two"}}, {"parameters", {{"num_beams", 2}, {"max_new_tokens", 3}}}});
+    EXPECT_EQ(ok.status, 200) << ok.body;
+    EXPECT_EQ(ok.body.size(), 2u) << ok.body;
+  }
   expect_error(post(s, "/embed", json{{"inputs", "one"}}), 424, "Backend", "a translation model");
   expect_error(post(s, "/fill-mask", json{{"inputs", "one"}}), 424, "Backend", "a translation model");
 
@@ -1008,6 +1023,54 @@ TEST(ServeHttp, RequestsWhoseClientLeftTheQueueAreDropped) {
   EXPECT_EQ(metric(s, "roformer_requests_in_flight"), 0);
   EXPECT_EQ(post(s, "/embed", json{{"inputs", "still serving"}}).status, 200);
   EXPECT_EQ(s.stop(SIGTERM), 0);
+  EXPECT_NE(slurp(s.log).find("\"error_type\":\"ClientClosed\""), std::string::npos) << slurp(s.log).substr(0, 2000);
+}
+
+// On the step batcher (one slot): a translation whose client closes the connection while it decodes
+// frees its rows at the next step, answered Cancelled (499, counted) long before its 600 sources × 30
+// steps would end; and a short request sent while such a long one decodes takes the next free row
+// (fewest admitted first), answered in a small part of the long one's time rather than behind its
+// sources; SIGTERM answers the one decoding, then exits 0.
+TEST(ServeHttp, TranslationStepsFreeRowsOfClientsGoneAndLetShortRequestsIn) {
+  Server s("--model " + translation_dir() + " --max-client-batch-size 5000 --slots 1 --threads 1");
+  const int fd = connect_to(s.port);
+  const std::string body = json{{"inputs", std::vector<std::string>(600, "one two")},
+                                {"parameters", {{"num_beams", 1}, {"max_new_tokens", 30}, {"min_new_tokens", 30}}}}.dump();
+  const std::string request = "POST /translate HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: " +
+                              std::to_string(body.size()) + "\r\n\r\n" + body;
+  ASSERT_EQ(send(fd, request.data(), request.size(), MSG_NOSIGNAL), static_cast<ssize_t>(request.size()));
+  ASSERT_EQ(await_metric(s, "roformer_requests_in_flight", 1), 1);  // accepted,
+  ASSERT_EQ(await_metric(s, "roformer_queue_depth", 0), 0);         // then decoding
+  close(fd);
+  EXPECT_EQ(await_metric(s, "roformer_requests_cancelled_total", 1), 1);
+  EXPECT_EQ(await_metric(s, "roformer_requests_in_flight", 0), 0);
+  EXPECT_EQ(post(s, "/translate", json{{"inputs", "one"}, {"parameters", {{"num_beams", 1}}}}).status, 200);
+
+  using clock = std::chrono::steady_clock;
+  const auto t0 = clock::now();
+  clock::time_point long_end;
+  Reply long_reply;
+  std::thread client([&] {
+    long_reply = post(s, "/translate", body);
+    long_end = clock::now();
+  });
+  ASSERT_EQ(await_metric(s, "roformer_requests_in_flight", 1), 1);
+  ASSERT_EQ(await_metric(s, "roformer_queue_depth", 0), 0);
+  const auto t1 = clock::now();
+  EXPECT_EQ(post(s, "/translate", json{{"inputs", "one"}, {"parameters", {{"num_beams", 1}, {"max_new_tokens", 2}}}}).status, 200);
+  const double short_s = std::chrono::duration<double>(clock::now() - t1).count();
+  client.join();
+  ASSERT_EQ(long_reply.status, 200);
+  EXPECT_EQ(long_reply.body.size(), 600u);
+  EXPECT_LT(short_s, std::chrono::duration<double>(long_end - t0).count() / 4) << "the short request waited behind the long one";
+  // SIGTERM while one decodes: it is answered in full, then the server exits 0.
+  client = std::thread([&] { long_reply = post(s, "/translate", body); });
+  ASSERT_EQ(await_metric(s, "roformer_requests_in_flight", 1), 1);
+  ASSERT_EQ(await_metric(s, "roformer_queue_depth", 0), 0);
+  EXPECT_EQ(s.stop(SIGTERM), 0);
+  client.join();
+  EXPECT_EQ(long_reply.status, 200);
+  EXPECT_EQ(long_reply.body.size(), 600u);
   EXPECT_NE(slurp(s.log).find("\"error_type\":\"ClientClosed\""), std::string::npos) << slurp(s.log).substr(0, 2000);
 }
 

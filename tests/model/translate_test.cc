@@ -153,4 +153,81 @@ TEST(Translate, SamplingIsSeededAndOptionsAreChecked) {
   EXPECT_THROW(model::translate(m, {{99}}, model::DecodeOptions{}), std::out_of_range);
 }
 
+// The step batcher (TranslationBatch): sources of different lengths and options join a running batch
+// at different steps (some wait for free rows) and leave when done; each gets translate's hypotheses
+// for it alone: greedy, sampling, beams 2–4 with n-best, one longer than the rows' first capacity. A
+// dropped source frees its rows mid-way.
+TEST(Translate, StepBatchedSourcesJoiningAtAnyStepDecodeAsTranslateDoes) {
+  for (auto pe : {model::PositionEncoding::rope, model::PositionEncoding::learned}) {
+    model::Seq2Seq<float> m(tiny(23, pe));
+    randomise(m, 5);
+    m.decoder().p.head.decoder_b[m.config().eos_token_id] += 4.0f;  // some hypotheses end early, some not
+    auto opts = [](int64_t beam, int64_t nbest, bool sample = false) {
+      model::DecodeOptions o;
+      o.beam_size = beam, o.nbest = nbest, o.length_penalty = 0.8, o.max_len_a = 1.0, o.max_len_b = 3;
+      o.sample = sample, o.temperature = 1.3, o.seed = 7;
+      return o;
+    };
+    // Past the 32 positions the rows hold at first (RoPE; learned positions cut it at 31): the batch's
+    // caches grow while other sources decode.
+    model::DecodeOptions long_opts = opts(2, 1);
+    long_opts.max_len_b = 40, long_opts.min_new_tokens = 36;
+    struct Case {
+      std::vector<int64_t> tokens;
+      model::DecodeOptions o;
+      int64_t join;  // the step it is admitted at (or later, waiting for rows)
+    };
+    const std::vector<Case> cases = {{{4, 9, 12, 7, 5}, opts(4, 2), 0},     {{8, 6}, opts(1, 1), 0},
+                                     {{20, 21, 22, 4, 4, 9, 1, 10}, opts(3, 3), 1}, {{11, 13, 4}, opts(2, 1), 2},
+                                     {{5}, opts(1, 1, true), 2},            {{7, 7, 8, 9}, opts(4, 4), 3},
+                                     {{10, 4, 12}, opts(1, 1), 5},          {{6, 5}, long_opts, 3}};
+    model::TranslationBatch batch(m, 9);  // 9 rows: the beam-4 sources wait for room at times
+    std::map<int64_t, size_t> which;      // batch id → case
+    std::map<size_t, std::vector<model::Hypothesis>> got;
+    size_t next = 0;
+    int64_t dropped = -1;
+    for (int64_t step = 0; next < cases.size() || !batch.empty(); ++step) {
+      std::vector<model::TranslationBatch::Source> join;
+      int64_t rows = 0;
+      std::vector<size_t> joined;
+      while (next < cases.size() && cases[next].join <= step && rows + cases[next].o.beam_size <= batch.free_rows()) {
+        join.push_back({cases[next].tokens, cases[next].o, 0});
+        rows += cases[next].o.beam_size;
+        joined.push_back(next++);
+      }
+      const std::vector<int64_t> ids = batch.admit(join);  // several at once: one encoder forward
+      for (size_t i = 0; i < ids.size(); ++i) which[ids[i]] = joined[i];
+      if (step == 2) {  // a client gone: source 0's rows are freed, the others run on
+        dropped = 0;
+        for (const auto& [id, c] : which) {
+          if (c == 0) EXPECT_TRUE(batch.drop(id));
+        }
+      }
+      for (auto& [id, hyps] : batch.step()) got[which.at(id)] = std::move(hyps);
+      ASSERT_LT(step, 100);
+    }
+    EXPECT_EQ(batch.free_rows(), 9);
+    for (size_t c = 0; c < cases.size(); ++c) {
+      if (static_cast<int64_t>(c) == dropped) {
+        EXPECT_EQ(got.count(c), 0u);
+        continue;
+      }
+      const auto want = model::translate(m, {cases[c].tokens}, cases[c].o)[0];
+      ASSERT_EQ(got[c].size(), want.size()) << c;
+      for (size_t i = 0; i < want.size(); ++i) {
+        EXPECT_EQ(got[c][i].tokens, want[i].tokens) << "case " << c << " hypothesis " << i;
+        EXPECT_EQ(got[c][i].finished, want[i].finished) << c << " " << i;
+        EXPECT_NEAR(got[c][i].score, want[i].score, 1e-4) << c << " " << i;
+      }
+    }
+    // Refused before anything is admitted: rows it cannot have, bad sources and options.
+    EXPECT_THROW(batch.admit({{{4, 5}, opts(4, 1), 0}, {{4}, opts(4, 1), 0}, {{6}, opts(2, 1), 0}}), std::length_error);
+    EXPECT_THROW(batch.admit({{{}, opts(1, 1), 0}}), std::invalid_argument);
+    EXPECT_THROW(batch.admit({{{99}, opts(1, 1), 0}}), std::out_of_range);
+    EXPECT_THROW(batch.admit({{{4}, opts(2, 3), 0}}), std::invalid_argument);
+    EXPECT_EQ(batch.free_rows(), 9);
+    EXPECT_TRUE(batch.empty());
+  }
+}
+
 }  // namespace

@@ -171,10 +171,11 @@ void add_serve_command(CLI::App& app, CommandTable& commands) {
                 "A batch is split into forwards whose padding stays within this share of their tokens")
       ->check(CLI::Range(0.0, 1.0))->capture_default_str();
   server::GenerationOptions& g = s.api.generation;
-  c->add_option("--slots", g.slots, "A causal LM's sequences decoded together, step by step")
+  c->add_option("--slots", g.slots, "Rows decoded together, step by step: a causal LM's sequences, a translation model's sources x num_beams")
       ->check(CLI::Range(int64_t{1}, int64_t{4096}))->capture_default_str();
   c->add_option("--max-total-tokens", g.max_total_tokens,
-                "A causal LM's token budget: prompt + max new tokens of the sequences in the slots (0: slots x context)")
+                "Token budget of the slots: a causal LM's prompt + max new tokens (0: slots x context); a translation's "
+                 "num_beams x (source + eos + new-token limit) (0: none)")
       ->check(CLI::Range(int64_t{0}, int64_t{1} << 40))->capture_default_str();
   c->add_option("--prefill-chunk", g.prefill_chunk, "Prompt tokens fed per decoding step beside the running sequences")
       ->check(CLI::Range(int64_t{1}, int64_t{1} << 20))->capture_default_str();
