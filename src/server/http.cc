@@ -160,6 +160,25 @@ using Reply = std::variant<json, std::unique_ptr<EventStream>>;
 std::atomic<int64_t> open_streams{0};
 std::atomic<bool> draining{false};
 
+// A refusal decided before routing (401 without the API key, 503 while draining) for a request with a
+// body: cpp-httplib reads the body only after pre-routing, and a request answered there leaves its
+// body on a keep-alive connection to be parsed as the next request (a 400 with the JSON as its
+// method). Such a refusal is kept here and sent by the handler or the error handler, after the body
+// was read; the connection then stays usable.
+struct Refusal {
+  int status = 0;  // 0: none
+  json body;
+};
+thread_local Refusal refusal;
+
+// Sends the pending refusal, if any; true when it did.
+bool send_refusal(httplib::Response& res) {
+  if (refusal.status == 0) return false;
+  reply(res, refusal.status, refusal.body);
+  refusal = Refusal{};
+  return true;
+}
+
 void stream_events(httplib::Response& res, std::unique_ptr<EventStream> events) {
   std::shared_ptr<EventStream> s(std::move(events));
   ++open_streams;
@@ -209,6 +228,7 @@ json parse_body(const httplib::Request& req) {
 
 // Answers a request with what `f` returns, every failure as TEI's error body.
 void answer(const httplib::Request& req, httplib::Response& res, const std::function<Reply()>& f) {
+  if (send_refusal(res)) return;
   serving = &req;
   serving_fd = -2;
   struct Done {
@@ -492,10 +512,17 @@ void add_pre_routing(httplib::Server& svr, const Models& models, const std::stri
   svr.set_pre_routing_handler([&models, key](const httplib::Request& req, httplib::Response& res) {
     request_start = std::chrono::steady_clock::now();
     serving_model = nullptr;
-    if (draining) {
-      reply(res, 503, error_body("the server is shutting down", "Overloaded"));
-      return httplib::Server::HandlerResponse::Handled;
-    }
+    refusal = Refusal{};
+    // A request without a body is refused here; one with a body once it is read (Refusal).
+    const auto refuse = [&](int status, json body) {
+      if (req.method == "GET" || req.method == "HEAD") {
+        reply(res, status, body);
+        return httplib::Server::HandlerResponse::Handled;
+      }
+      refusal = Refusal{status, std::move(body)};
+      return httplib::Server::HandlerResponse::Unhandled;
+    };
+    if (draining) return refuse(503, error_body("the server is shutting down", "Overloaded"));
     if (key.empty()) return httplib::Server::HandlerResponse::Unhandled;
     const std::string route = route_of(models, req.path);
     if (route == "/health" || route == "/metrics") {
@@ -506,8 +533,7 @@ void add_pre_routing(httplib::Server& svr, const Models& models, const std::stri
     if (auth.rfind(prefix, 0) == 0 && same_secret(auth.substr(prefix.size()), key)) {
       return httplib::Server::HandlerResponse::Unhandled;
     }
-    reply(res, 401, error_body("missing or wrong API key (Authorization: Bearer KEY)", "Unauthorized"));
-    return httplib::Server::HandlerResponse::Handled;
+    return refuse(401, error_body("missing or wrong API key (Authorization: Bearer KEY)", "Unauthorized"));
   });
 }
 
@@ -515,7 +541,7 @@ void add_pre_routing(httplib::Server& svr, const Models& models, const std::stri
 // 400 bad request) get TEI's body.
 void add_error_bodies(httplib::Server& svr, const Models& models, int64_t payload_limit) {
   svr.set_error_handler([&models, payload_limit](const httplib::Request& req, httplib::Response& res) {
-    if (!res.body.empty()) return;
+    if (send_refusal(res) || !res.body.empty()) return;
     const std::string allow = allowed_methods(route_of(models, req.path));
     // A route asked with another method: 404 from the router, or 400 for methods httplib does not parse.
     if ((res.status == 404 || res.status == 400) && !allow.empty() && req.method != allow) {

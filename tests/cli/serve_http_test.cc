@@ -464,6 +464,15 @@ TEST(ServeHttp, ApiKeyGuardsEveryRouteButHealthAndMetrics) {
   expect_error(post(s, "/models/nope/embed", json{{"inputs", "a"}}), 401, "Unauthorized", "API key");
   EXPECT_EQ(s.client().Get("/models/http_mlm/metrics")->status, 200);
   EXPECT_EQ(s.client().Get("/models/http_mlm/health")->status, 200);
+  // On one keep-alive connection, a refused request's body is read with it: the next request on the
+  // connection is answered as itself (not its predecessor's body parsed as a request line, a 400).
+  httplib::Client keep = s.client();
+  keep.set_keep_alive(true);
+  const std::string body = json{{"inputs", "a"}}.dump();
+  for (int i = 0; i < 3; ++i) {
+    EXPECT_EQ(keep.Post("/embed", body, "application/json")->status, 401) << i;
+    EXPECT_EQ(keep.Post("/embed", {{"Authorization", "Bearer s3cret"}}, body, "application/json")->status, 200) << i;
+  }
   EXPECT_EQ(s.stop(SIGTERM), 0);
 }
 
