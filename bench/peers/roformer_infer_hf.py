@@ -15,15 +15,15 @@ needs torch >= 2.0: scripts/torch2-env.sh makes build/torch2-venv (PyPI's torch 
 4.40.2), which runs every runner but ONNX Runtime's and OpenVINO's:
 
     build/torch2-venv/bin/python bench/peers/roformer_infer_hf.py --roformer build/release/tools/roformer \
-        --runners ours,torch-sdpa --bf16 --shapes 1x512,1x2048,1x8192 --max-positions 8192
+        --runners ours,torch-sdpa,ours-bf16,torch-sdpa-bf16 --shapes 1x512,1x2048,1x8192 --max-positions 8192
 
 (ONNX Runtime and OpenVINO need pip install onnx onnxruntime openvino nncf: build/ov-venv is
 python3 -m venv --system-site-packages over Debian's torch, plus transformers==4.40.2 onnx onnxruntime
 openvino nncf "numpy<2" "ml-dtypes<0.6" from PyPI.)
 
 Model: --preset base is RoFormer-base with a 12,000-token vocabulary (hidden 768, 12 layers, 12 heads,
-ff 3072, max positions 1536, or --max-positions): transformers' RoFormerModel (the encoder, no head) with its own random
-initialisation (torch.manual_seed(--seed)), saved once with save_pretrained(safe_serialization=True)
+ff 3072, max positions 1536, or --max-positions): transformers' RoFormerModel (the encoder, no head)
+with its own random initialisation (torch.manual_seed(--seed)), saved once with save_pretrained(safe_serialization=True)
 to --model-dir. Every runner loads that model.safetensors: ours through `roformer bench infer
 --model DIR`, PyTorch through RoFormerModel.from_pretrained(DIR) (eager attention: transformers 4.40's
 RoFormer has no SDPA path), torch-sdpa through bench/peers/roformer_sdpa.py (the same network with
