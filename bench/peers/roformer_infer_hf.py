@@ -10,15 +10,25 @@ Run it with the transformers environment (scripts/hf-env.sh makes build/hf-venv:
     build/hf-venv/bin/python bench/peers/roformer_infer_hf.py --roformer ... --preset tiny --min-time 0.2
     build/ov-venv/bin/python bench/peers/roformer_infer_hf.py --roformer ... --onnx --openvino --int8
 
+PyTorch 2's scaled_dot_product_attention (--sdpa: the torch-sdpa runner, torch-sdpa-bf16 with --bf16)
+needs torch >= 2.0: scripts/torch2-env.sh makes build/torch2-venv (PyPI's torch 2.15.0 + transformers
+4.40.2), which runs every runner but ONNX Runtime's and OpenVINO's:
+
+    build/torch2-venv/bin/python bench/peers/roformer_infer_hf.py --roformer build/release/tools/roformer \
+        --runners ours,torch-sdpa,ours-bf16,torch-sdpa-bf16 --shapes 1x512,1x2048,1x8192 --max-positions 8192
+
 (ONNX Runtime and OpenVINO need pip install onnx onnxruntime openvino nncf: build/ov-venv is
 python3 -m venv --system-site-packages over Debian's torch, plus transformers==4.40.2 onnx onnxruntime
 openvino nncf "numpy<2" "ml-dtypes<0.6" from PyPI.)
 
 Model: --preset base is RoFormer-base with a 12,000-token vocabulary (hidden 768, 12 layers, 12 heads,
-ff 3072, max positions 1536): transformers' RoFormerModel (the encoder, no head) with its own random
-initialisation (torch.manual_seed(--seed)), saved once with save_pretrained(safe_serialization=True)
+ff 3072, max positions 1536, or --max-positions): transformers' RoFormerModel (the encoder, no head)
+with its own random initialisation (torch.manual_seed(--seed)), saved once with save_pretrained(safe_serialization=True)
 to --model-dir. Every runner loads that model.safetensors: ours through `roformer bench infer
---model DIR`, PyTorch through RoFormerModel.from_pretrained(DIR), ONNX Runtime through a graph that
+--model DIR`, PyTorch through RoFormerModel.from_pretrained(DIR) (eager attention: transformers 4.40's
+RoFormer has no SDPA path), torch-sdpa through bench/peers/roformer_sdpa.py (the same network with
+torch.nn.functional.scaled_dot_product_attention, on the CPU its flash kernel; the kernel SDPA picks is
+reported as sdpa_backend), ONNX Runtime through a graph that
 torch.onnx.export wrote from the same loaded model (opset 14, dynamic batch and sequence axes), and
 OpenVINO through that same graph, reshaped to each run's static B x T (its fastest form; ours and ONNX
 Runtime take any shape) and compiled for the CPU.
@@ -58,6 +68,7 @@ PRESETS = {  # name: (hidden, layers, heads, ff, vocab, max positions)
     "base": (768, 12, 12, 3072, 12000, 1536),
     "tiny": (64, 2, 4, 128, 500, 256),
 }
+TORCH_CHILDREN = ("torch", "torch-bf16", "torch-sdpa", "torch-sdpa-bf16")
 
 
 def parse_args(argv=None):
@@ -65,7 +76,9 @@ def parse_args(argv=None):
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--roformer", help="our binary (build/release/tools/roformer)")
     ap.add_argument("--preset", choices=sorted(PRESETS), default="base")
-    ap.add_argument("--model-dir", help="model directory (default build/bench/roformer-<preset>); made if absent")
+    ap.add_argument("--max-positions", type=int, help="the model's max_position_embeddings (default: the preset's)")
+    ap.add_argument("--model-dir", help="model directory (default build/bench/roformer-<preset>, "
+                    "roformer-<preset>-pos<N> with --max-positions N); made if absent")
     ap.add_argument("--shapes", default="1x128,8x512", help="comma-separated BxT")
     ap.add_argument("--threads", type=int, default=len(os.sched_getaffinity(0)))
     ap.add_argument("--warmup", type=int, default=2)
@@ -77,22 +90,28 @@ def parse_args(argv=None):
     ap.add_argument("--runners", default="ours,torch",
                     help="comma-separated: ours, ours-int8 (roformer --quantize int8), ours-bf16 (roformer "
                          "--quantize bf16), torch, torch-bf16 (torch.autocast to bfloat16, oneDNN's bf16 "
-                         "matmuls), onnx, onnx-int8 (onnxruntime.quantization.quantize_dynamic of the same graph, "
+                         "matmuls), torch-sdpa, torch-sdpa-bf16 (bench/peers/roformer_sdpa.py: "
+                         "scaled_dot_product_attention, torch >= 2.0), onnx, onnx-int8 (onnxruntime.quantization.quantize_dynamic of the same graph, "
                          "per-channel s8 weights), openvino, openvino-int8 (NNCF's static int8 of the same graph), "
                          "openvino-bf16 (INFERENCE_PRECISION_HINT bf16; CPUs with AVX512-BF16 or AMX)")
     ap.add_argument("--openvino", action="store_true", help="add OpenVINO (pip install openvino nncf); with "
                     "--int8 also openvino-int8, with --bf16 also openvino-bf16")
     ap.add_argument("--int8", action="store_true", help="add ours-int8 and onnx-int8")
-    ap.add_argument("--bf16", action="store_true", help="add ours-bf16 and torch-bf16 (CPUs with AVX512-BF16 or AMX)")
+    ap.add_argument("--bf16", action="store_true", help="add ours-bf16 and torch-bf16 (CPUs with AVX512-BF16 or AMX); "
+                    "with --sdpa also torch-sdpa-bf16")
+    ap.add_argument("--sdpa", action="store_true", help="add torch-sdpa (torch >= 2.0: scripts/torch2-env.sh)")
     ap.add_argument("--json", help="write every run and the ratios here")
     ap.add_argument("--profile-torch", action="store_true",
                     help="print torch.profiler's op table for 3 PyTorch forwards of the first shape, and stop")
-    ap.add_argument("--child", choices=["torch", "torch-bf16", "onnx", "onnx-int8", "openvino", "openvino-int8",
+    ap.add_argument("--child", choices=list(TORCH_CHILDREN) + ["onnx", "onnx-int8", "openvino", "openvino-int8",
                                         "openvino-bf16", "quantize-openvino"], help=argparse.SUPPRESS)
     ap.add_argument("--shape", help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
+    if args.max_positions is not None and not 1 <= args.max_positions <= 1 << 20:
+        ap.error("--max-positions %d: use 1 to 1048576" % args.max_positions)
     if args.model_dir is None:
-        args.model_dir = os.path.join("build", "bench", "roformer-" + args.preset)
+        args.model_dir = os.path.join("build", "bench", "roformer-" + args.preset +
+                                      ("-pos%d" % args.max_positions if args.max_positions else ""))
     return args
 
 
@@ -130,21 +149,30 @@ def time_forwards(forward, args, B, T):
 
 # ---- children: one runner, one shape, JSON on stdout ----
 
-def torch_forward(args, B, T, bf16=False):
-    """The loaded model's forward on the benchmark batch (under bf16 autocast if bf16), and the load time."""
+def torch_forward(args, B, T, bf16=False, sdpa=False):
+    """The loaded model's forward on the benchmark batch (under bf16 autocast if bf16), and the load time:
+    transformers' RoFormerModel, or with sdpa roformer_sdpa.py's RoFormer on scaled_dot_product_attention."""
     import torch
-    from transformers import RoFormerModel
     torch.set_num_threads(args.threads)
     torch.set_num_interop_threads(1)
     t0 = time.perf_counter()
-    model = RoFormerModel.from_pretrained(args.model_dir).eval()
+    if sdpa:
+        from roformer_sdpa import load_roformer_sdpa
+        model = load_roformer_sdpa(args.model_dir)
+        V = model.embeddings.word_embeddings.num_embeddings
+    else:
+        from transformers import RoFormerModel
+        model = RoFormerModel.from_pretrained(args.model_dir).eval()
+        V = model.config.vocab_size
     load_s = time.perf_counter() - t0
-    ids = batch_ids(B, T, model.config.vocab_size)
+    ids = batch_ids(B, T, V)
     mask = torch.ones_like(ids)
     types = torch.zeros_like(ids)
 
     def forward():
         with torch.inference_mode(), torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16):
+            if sdpa:
+                return model(ids, attention_mask=mask, token_type_ids=types).float()
             return model(input_ids=ids, attention_mask=mask, token_type_ids=types).last_hidden_state.float()
 
     return forward, load_s
@@ -161,15 +189,29 @@ def profile_torch(args):
     print(prof.key_averages().table(sort_by="self_cpu_time_total", row_limit=15))
 
 
-def child_torch(args, bf16=False):
+def child_torch(args, runner):
+    """runner: one of TORCH_CHILDREN."""
     import torch
     B, T = parse_shape(args.shape)
-    forward, load_s = torch_forward(args, B, T, bf16)
+    bf16, sdpa = runner.endswith("-bf16"), runner.startswith("torch-sdpa")
+    if sdpa and not hasattr(torch.nn.functional, "scaled_dot_product_attention"):
+        sys.exit("%s: torch %s has no scaled_dot_product_attention (torch >= 2.0: scripts/torch2-env.sh)" %
+                 (runner, torch.__version__))
+    forward, load_s = torch_forward(args, B, T, bf16, sdpa)
     rss_load = peak_rss_mib()
     out, run = time_forwards(forward, args, B, T)
-    run.update({"runner": "torch-bf16" if bf16 else "torch", "version": "torch %s, transformers %s" % (torch.__version__, __import__("transformers").__version__),
-                "load_s": load_s, "rss_after_load_mib": rss_load, "peak_rss_mib": peak_rss_mib(),
-                "checksum": checksum(out)})
+    if sdpa:
+        from roformer_sdpa import sdpa_backend
+        with open(os.path.join(args.model_dir, "config.json")) as f:
+            c = json.load(f)
+        n = c["num_attention_heads"]
+        q = torch.zeros(B, n, T, c["hidden_size"] // n, dtype=torch.bfloat16 if bf16 else torch.float32)
+        run["sdpa_backend"] = sdpa_backend(q, q, q)
+        version = "torch %s" % torch.__version__
+    else:
+        version = "torch %s, transformers %s" % (torch.__version__, __import__("transformers").__version__)
+    run.update({"runner": runner, "version": version, "load_s": load_s, "rss_after_load_mib": rss_load,
+                "peak_rss_mib": peak_rss_mib(), "checksum": checksum(out)})
     return run
 
 
@@ -300,10 +342,16 @@ def child_openvino(args, variant):
 
 def ensure_model(args):
     if os.path.exists(os.path.join(args.model_dir, "model.safetensors")):
+        with open(os.path.join(args.model_dir, "config.json")) as f:
+            P = json.load(f)["max_position_embeddings"]
+        if args.max_positions and P != args.max_positions:
+            sys.exit("%s/config.json: max_position_embeddings %d, not --max-positions %d (use another --model-dir)" %
+                     (args.model_dir, P, args.max_positions))
         return
     import torch
     from transformers import RoFormerConfig, RoFormerModel
     H, L, n, I, V, P = PRESETS[args.preset]
+    P = args.max_positions or P
     cfg = RoFormerConfig(vocab_size=V, embedding_size=H, hidden_size=H, num_hidden_layers=L,
                          num_attention_heads=n, intermediate_size=I, max_position_embeddings=P)
     torch.manual_seed(args.seed)
@@ -356,8 +404,8 @@ def main(args):
         child_quantize_openvino(args.model_dir)
         return 0
     if args.child:
-        if args.child.startswith("torch"):
-            run = child_torch(args, args.child == "torch-bf16")
+        if args.child in TORCH_CHILDREN:
+            run = child_torch(args, args.child)
         elif args.child.startswith("onnx"):
             run = child_onnx(args, args.child == "onnx-int8")
         else:
@@ -377,13 +425,23 @@ def main(args):
         runners += [r for r in ("ours-int8", "onnx-int8") if r not in runners]
         if args.openvino and "openvino-int8" not in runners:
             runners.append("openvino-int8")
+    if args.sdpa and "torch-sdpa" not in runners:
+        runners.append("torch-sdpa")
     if args.bf16:
         runners += [r for r in ("ours-bf16", "torch-bf16") if r not in runners]
+        if "torch-sdpa" in runners and "torch-sdpa-bf16" not in runners:
+            runners.append("torch-sdpa-bf16")
         if args.openvino and "openvino-bf16" not in runners:
             runners.append("openvino-bf16")
     if "ours" in runners and not args.roformer:
         sys.exit("--roformer is required to run ours")
     ensure_model(args)
+    with open(os.path.join(args.model_dir, "config.json")) as f:
+        P = json.load(f)["max_position_embeddings"]
+    for shape in [s for s in args.shapes.split(",") if s]:
+        if parse_shape(shape)[1] > P:
+            sys.exit("--shapes %s: %d tokens exceed max_position_embeddings %d of %s (use --max-positions)" %
+                     (shape, parse_shape(shape)[1], P, args.model_dir))
     if any(r.startswith(("onnx", "openvino")) for r in runners) and not os.path.exists(onnx_path(args.model_dir)):
         export_onnx(args.model_dir)
     if "openvino-int8" in runners and not os.path.exists(openvino_int8_path(args.model_dir)):
@@ -440,6 +498,16 @@ def main(args):
             if "ours-int8" in by and "openvino-int8" in by:
                 row["openvino_int8_tok_s"] = by["openvino-int8"]["tokens_per_s"]
                 row["int8_speedup_vs_openvino_int8"] = by["ours-int8"]["tokens_per_s"] / by["openvino-int8"]["tokens_per_s"]
+            if "torch-sdpa" in by:
+                t = by["torch-sdpa"]
+                row.update({"sdpa_tok_s": t["tokens_per_s"], "sdpa_peak_mib": t["peak_rss_mib"],
+                            "speedup_vs_sdpa": o["tokens_per_s"] / t["tokens_per_s"],
+                            "memory_vs_sdpa": o["peak_rss_mib"] / t["peak_rss_mib"]})
+            if "ours-bf16" in by and "torch-sdpa-bf16" in by:
+                ob, tb = by["ours-bf16"], by["torch-sdpa-bf16"]
+                row.update({"sdpa_bf16_tok_s": tb["tokens_per_s"], "sdpa_bf16_peak_mib": tb["peak_rss_mib"],
+                            "bf16_speedup_vs_sdpa_bf16": ob["tokens_per_s"] / tb["tokens_per_s"],
+                            "bf16_memory_vs_sdpa_bf16": ob["peak_rss_mib"] / tb["peak_rss_mib"]})
             if "ours-bf16" in by and "openvino-bf16" in by:
                 row["openvino_bf16_tok_s"] = by["openvino-bf16"]["tokens_per_s"]
                 row["bf16_speedup_vs_openvino_bf16"] = by["ours-bf16"]["tokens_per_s"] / by["openvino-bf16"]["tokens_per_s"]
