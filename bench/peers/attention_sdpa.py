@@ -18,11 +18,10 @@ bench/peers/roformer_sdpa.py's rotate) is applied to q and k inside the timed ca
 runs in autograd (a complex product in fp32, PyTorch's fastest formulation: roformer_sdpa.rotate); --no-rope times SDPA alone. Threads: --threads (torch.set_num_threads, one interop
 thread). Each case reports the kernel SDPA picked (FLASH_ATTENTION, MATH, ...).
 
-Like for like: `roformer bench attention --heads H --head-dim D --lengths ...` times one causal layer,
-forward + backward, fp32, RoPE included (its "softmax + RoPE" column; it skips lengths whose (H, T, T)
-probabilities exceed --max-softmax-gb, 4 by default: raise it for 12 heads at 16,384 tokens, 12.9 GB);
-the matching rows here are causal, forward+backward, fp32 with --rope. It has no forward-only,
-non-causal or bf16 timing.
+Like for like: `roformer bench attention --softmax-only --heads H --head-dim D --lengths ... --mask
+causal|full --precision fp32|bf16` times one softmax layer with RoPE, forward (nothing kept) and
+forward + backward (two statistics per row, memory linear in T), after one untimed call: the rows
+here with --rope (ours with bf16 takes bf16 operands and fp32 accumulation on fp32 tensors).
 """
 import argparse
 import json
@@ -145,13 +144,13 @@ def main(args):
                         cases.append(case)
                         print("| %d | %d | %s | %s | %s | %.2f | %.0f | %s |" % (
                             T, D, dtype, pass_, mask, case["us_per_token"], case["tokens_per_s"], kernel), flush=True)
-    like = sorted({D for D in args.head_dims}) if ("fp32" in args.dtypes and "causal" in args.masks and
-                                                  "forward+backward" in args.passes and args.rope) else []
-    for D in like:
-        print("\nlike for like (causal, forward+backward, fp32, RoPE): roformer bench attention --heads %d --head-dim %d "
-              "--lengths %s --threads %d --max-softmax-gb %g" % (
-                  args.heads, D, ",".join(map(str, args.lengths)), args.threads,
-                  max(4.0, 1.25 * args.heads * max(args.lengths) ** 2 * 4 / 1e9)))
+    if args.rope:  # ours, the same rows
+        for D in sorted(set(args.head_dims)):
+            for mask in args.masks:
+                for dtype in args.dtypes:
+                    print("\nours: roformer bench attention --softmax-only --heads %d --head-dim %d --lengths %s "
+                          "--mask %s --precision %s --threads %d" % (
+                              args.heads, D, ",".join(map(str, args.lengths)), mask, dtype, args.threads))
     if args.json:
         with open(args.json + ".tmp", "w") as f:
             json.dump({"tool": "bench/peers/attention_sdpa.py", "torch": torch.__version__, "threads": args.threads,

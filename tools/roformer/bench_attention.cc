@@ -1,12 +1,17 @@
-// `roformer bench attention`: time per token of one attention layer, forward + backward, against the
-// sequence length, for softmax attention (O(T²) time and memory) and linear attention with RoPE
-// (elu+1 and FAVOR+, O(T)), to show where linear attention starts to win (paper §3.3).
+// `roformer bench attention`: time per token of one attention layer against the sequence length.
+// By default forward + backward of softmax attention (O(T²) time, its (H, T, T) probabilities kept)
+// and of linear attention with RoPE (elu+1 and FAVOR+, O(T)), to show where linear attention starts to
+// win (paper §3.3). --softmax-only times softmax attention alone as inference and training run it at
+// length, forward with nothing kept and forward + backward from two statistics per row (memory linear
+// in T), causal or full, fp32 or bf16 products: the rows bench/peers/attention_sdpa.py prints for
+// PyTorch's scaled_dot_product_attention.
 #include <fmt/core.h>
 #include <fmt/ranges.h>
 #include <omp.h>
 
 #include <algorithm>
 #include <cmath>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -16,6 +21,7 @@
 #include "commands.h"
 #include "ops/attention.h"
 #include "ops/linear_attention.h"
+#include "ops/packed_linear.h"
 #include "rope/rope.hpp"
 
 namespace roformer {
@@ -23,10 +29,20 @@ namespace roformer {
 int bench_attention(const BenchAttentionOptions& o) {
   if (o.threads > 0) omp_set_num_threads(o.threads);
   const int64_t H = o.heads, D = o.head_dim, C = H * D;
-  fmt::print("one causal attention layer, forward + backward, {} heads of {}, {} threads: microseconds per token\n\n",
-             H, D, omp_get_max_threads());
-  fmt::print("| tokens | softmax + RoPE | linear (elu+1) + RoPE | performer ({} features) + RoPE |\n|---|---|---|---|\n",
-             o.performer_features);
+  const bool causal = o.mask == "causal", bf16 = o.precision == "bf16";
+  if (bf16 && !ops::bf16_is_native()) {
+    throw std::invalid_argument("--precision bf16: this CPU has no native bf16 dot products (" + ops::cpu_isa_name() + ")");
+  }
+  const std::string what = fmt::format("{} heads of {}, {}{}, {} threads: microseconds per token", H, D,
+                                       causal ? "causal" : "full", bf16 ? ", bf16 products" : "", omp_get_max_threads());
+  if (o.softmax_only) {
+    fmt::print("one softmax attention layer with RoPE, {}\n\n| tokens | forward | forward + backward |\n|---|---|---|\n",
+               what);
+  } else {
+    fmt::print("one attention layer, forward + backward, {}\n\n", what);
+    fmt::print("| tokens | softmax + RoPE | linear (elu+1) + RoPE | performer ({} features) + RoPE |\n|---|---|---|---|\n",
+               o.performer_features);
+  }
   const rope::Plan plan(rope::default_config(static_cast<int32_t>(D)));
   std::vector<std::string> skipped;  // lengths whose softmax was not run, and why
   std::vector<float> W(o.performer_features * D);
@@ -51,25 +67,41 @@ int bench_attention(const BenchAttentionOptions& o) {
       }
       return best / T * 1e6;
     };
+    // Softmax attention with RoPE: q and k rotated, the forward, and with a backward, the gradients
+    // rotated back; `saved` as AttentionShape::saved (none: forward only).
+    auto softmax_layer = [&](ops::AttentionSaved saved, std::vector<float>& buffer) {
+      ops::AttentionShape s{1, T, H, D, causal};
+      s.bf16_products = bf16;
+      s.saved = saved;
+      buffer.resize(ops::attention_saved_size(s));
+      float* kept = saved == ops::AttentionSaved::none ? nullptr : buffer.data();
+      plan.apply_qk(ROPE_FORWARD, rope::offset_positions(0), rope::bshd(q.data(), ROPE_DTYPE_F32, 1, T, H, D),
+                    rope::bshd(k.data(), ROPE_DTYPE_F32, 1, T, H, D));
+      ops::attention_forward(out.data(), kept, q.data(), k.data(), v.data(), nullptr, s);
+      if (!kept) return;
+      ops::attention_backward(dq.data(), dk.data(), dv.data(), g.data(), kept, q.data(), k.data(), v.data(), nullptr, s);
+      plan.apply_qk(ROPE_BACKWARD, rope::offset_positions(0), rope::bshd(dq.data(), ROPE_DTYPE_F32, 1, T, H, D),
+                    rope::bshd(dk.data(), ROPE_DTYPE_F32, 1, T, H, D));
+    };
+    if (o.softmax_only) {
+      std::vector<float> stats;
+      softmax_layer(ops::AttentionSaved::row_stats, stats);  // untimed, as the peer's warm-up call
+      const double forward = best_of([&] { softmax_layer(ops::AttentionSaved::none, stats); });
+      const double both = best_of([&] { softmax_layer(ops::AttentionSaved::row_stats, stats); });
+      fmt::print("| {} | {:.2f} | {:.2f} |\n", T, forward, both);
+      std::fflush(stdout);
+      continue;
+    }
     const double softmax_gb = static_cast<double>(H) * T * T * sizeof(float) / 1e9;  // the (H, T, T) probabilities
     std::string softmax = "skipped¹";
     if (softmax_gb > o.max_softmax_gb) {
       skipped.push_back(fmt::format("{} tokens: {:.3g} GB", T, softmax_gb));
     } else {
-      std::vector<float> att(H * T * T);
-      const ops::AttentionShape s{1, T, H, D, true};
-      softmax = fmt::format("{:.2f}", best_of([&] {
-        plan.apply_qk(ROPE_FORWARD, rope::offset_positions(0), rope::bshd(q.data(), ROPE_DTYPE_F32, 1, T, H, D),
-                      rope::bshd(k.data(), ROPE_DTYPE_F32, 1, T, H, D));
-        ops::attention_forward(out.data(), att.data(), q.data(), k.data(), v.data(), nullptr, s);
-        ops::attention_backward(dq.data(), dk.data(), dv.data(), g.data(), att.data(), q.data(), k.data(), v.data(), nullptr,
-                                s);
-        plan.apply_qk(ROPE_BACKWARD, rope::offset_positions(0), rope::bshd(dq.data(), ROPE_DTYPE_F32, 1, T, H, D),
-                      rope::bshd(dk.data(), ROPE_DTYPE_F32, 1, T, H, D));
-      }));
+      std::vector<float> att;
+      softmax = fmt::format("{:.2f}", best_of([&] { softmax_layer(ops::AttentionSaved::probabilities, att); }));
     }
     auto linear = [&](ops::FeatureMap map) {
-      ops::LinearAttentionShape s{1, T, H, D, D, true};
+      ops::LinearAttentionShape s{1, T, H, D, D, causal};
       s.feature_map = map;
       s.favor_features = map == ops::FeatureMap::favor ? o.performer_features : 0;
       std::vector<float> saved(ops::linear_attention_saved_size(s));

@@ -91,6 +91,15 @@ void add_bench_commands(CLI::App& app, CommandTable& commands) {
                             "Skip softmax attention where its (heads, T, T) probabilities need more GB than this")
       ->check(CLI::PositiveNumber)->capture_default_str();
   bench_att_cmd->add_option("--threads", bench_att->threads, "OpenMP threads (0: all)")->check(thread_count());
+  bench_att_cmd->add_flag("--softmax-only", bench_att->softmax_only,
+                          "Softmax attention alone: forward (inference) and forward + backward keeping two statistics "
+                          "per row (memory linear in T, as a flash kernel): the rows of bench/peers/attention_sdpa.py");
+  bench_att_cmd->add_option("--mask", bench_att->mask, "causal or full (no mask)")
+      ->check(CLI::IsMember({"causal", "full"}))->capture_default_str();
+  bench_att_cmd->add_option("--precision", bench_att->precision,
+                            "Softmax attention's products: fp32, or bf16 operands with fp32 accumulation (CPUs with "
+                            "AVX512-BF16 or AMX)")
+      ->check(CLI::IsMember({"fp32", "bf16"}))->capture_default_str();
 
   auto bench_gemm = std::make_shared<BenchGemmOptions>();
   CLI::App* bench_gemm_cmd = bench->add_subcommand("gemm", "RoFormer-base's linear layers (sgemm, oneDNN packed fp32, int8) and training's products (OpenBLAS vs oneDNN's sgemm)");

@@ -90,6 +90,9 @@ struct BenchAttentionOptions {
   int64_t heads = 4, head_dim = 64, performer_features = 64;
   int repetitions = 2, threads = 0;
   double max_softmax_gb = 4;  // skip softmax where its (H, T, T) probabilities need more (--max-softmax-gb)
+  bool softmax_only = false;  // softmax attention alone: forward, and forward + backward from row statistics
+  std::string mask = "causal";     // causal or full
+  std::string precision = "fp32";  // softmax attention's products: fp32, or bf16 operands (fp32 accumulation)
 };
 int bench_attention(const BenchAttentionOptions& options);
 
