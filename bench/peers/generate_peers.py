@@ -8,7 +8,8 @@
 #   - transformers generate on all prompts as one left-padded batch (its best batched form).
 # Prints a table with each row's tokens/s and its ratio to the best transformers row; --json writes it.
 # With --base, the model is a randomly initialised RoFormer-base-sized causal LM (12 × 768, the
-# tokenizer of --model) made by transformers, instead of --model itself.
+# tokenizer of --model) made by transformers, instead of --model itself. --quantize bf16 (or int8) adds
+# the --slots STREAMS row with the model's linear layers in that precision (transformers stays fp32).
 #
 #   python3 bench/peers/generate_peers.py --roformer build/release/tools/roformer \
 #       --model runs/kjv/step-000600 --python build/hf-venv/bin/python --streams 32 --tokens 64
@@ -60,10 +61,10 @@ transformers.RoFormerForCausalLM(c).save_pretrained(out, safe_serialization=True
 """
 
 
-def serve_run(roformer, model, slots, prompts, tokens, threads):
+def serve_run(roformer, model, slots, prompts, tokens, threads, quantize="none"):
     log = tempfile.TemporaryFile("w+")
     p = subprocess.Popen([roformer, "serve", "--model", model, "--port", "0", "--slots", str(slots),
-                          "--threads", str(threads), "--no-access-log"], stderr=log)
+                          "--threads", str(threads), "--quantize", quantize, "--no-access-log"], stderr=log)
     try:
         port = None
         for _ in range(600):
@@ -117,6 +118,8 @@ def main():
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--sequential", type=int, default=4, help="prompts transformers runs one at a time")
     ap.add_argument("--base", action="store_true", help="a RoFormer-base-sized model with --model's tokenizer")
+    ap.add_argument("--quantize", nargs="*", default=[], choices=["int8", "bf16"],
+                    help="also roformer serve --slots STREAMS --quantize Q (bf16: CPUs with AVX512-BF16 or AMX)")
     ap.add_argument("--json")
     a = ap.parse_args()
     work = tempfile.mkdtemp()
@@ -137,6 +140,9 @@ def main():
         json.dump([[index.get(c, 1) for c in p] for p in prompts], f)
     rows = {}
     rows[f"roformer serve --slots {a.streams}"] = serve_run(a.roformer, model, a.streams, prompts, a.tokens, a.threads)
+    for q in a.quantize:
+        rows[f"roformer serve --slots {a.streams} --quantize {q}"] = serve_run(a.roformer, model, a.streams, prompts,
+                                                                                a.tokens, a.threads, q)
     rows["roformer serve --slots 1"] = serve_run(a.roformer, model, 1, prompts, a.tokens, a.threads)
     peer = json.loads(subprocess.run([a.python, "-c", PEER, model, os.path.join(work, "prompts.json"), str(a.tokens),
                                       str(a.threads), str(a.sequential)], check=True, capture_output=True,
