@@ -464,7 +464,7 @@ void self_attention_forward(T* out, AttentionActs<T>& a, const AttentionParams<T
   auto kv_row = [&](int64_t i) { return cache_row(i / T_) * stride + first_of(i / T_) + i % T_; };
   if constexpr (std::is_same_v<T, float>) {
     if (p.qkv) {  // one packed (n, 3H) product per pass of rows, split into q, k and v
-      const int64_t step = a.chunk_rows > 0 ? std::min(a.chunk_rows, N) : N;
+      const int64_t step = rows_per_pass(a.chunk_rows, N, ctx.dropout);
       grow_to(a.qkv, step * 3 * H);
       for (int64_t r0 = 0; r0 < N; r0 += step) {
         const int64_t rows = std::min(step, N - r0);
