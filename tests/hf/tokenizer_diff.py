@@ -59,14 +59,14 @@ JIEBA_DICT = os.path.join(os.path.dirname(jieba.__file__), "dict.txt")
 
 def category_pools():
     out = subprocess.run([args.driver, "--categories"], capture_output=True, text=True, check=True).stdout
-    runs, skew = {}, 0
+    runs, skew = {}, set()
     for line in out.splitlines():
         first, last, ours = line.split()
         start = None
         for cp in range(int(first), int(last) + 2):
             same = cp <= int(last) and not 0xD800 <= cp <= 0xDFFF and unicodedata.category(chr(cp)) == ours
             if cp <= int(last) and not same and not 0xD800 <= cp <= 0xDFFF:
-                skew += 1
+                skew.add(cp)
             if same and start is None:
                 start = cp
             elif not same and start is not None:
@@ -247,12 +247,17 @@ SEPARATORS = [b"", b" ", b" ", b"  ", b"\t", b"\n", b"\xc2\xa0", b"\xe3\x80\x80"
 
 
 def random_text():
+    # Random bytes (invalid(), and invalid segments side by side) can spell a valid code point on which the
+    # two Unicode versions disagree; such a text is drawn again, as the pools leave those code points out.
     kinds, weights = zip(*SEGMENTS)
-    parts = []
-    for _ in range(rng.choice([0, 1, 1, 2, 3, 4, 6, 8, 12, 20, 40])):
-        parts.append(rng.choices(kinds, weights)[0]())
-        parts.append(rng.choice(SEPARATORS))
-    return b"".join(parts)
+    while True:
+        parts = []
+        for _ in range(rng.choice([0, 1, 1, 2, 3, 4, 6, 8, 12, 20, 40])):
+            parts.append(rng.choices(kinds, weights)[0]())
+            parts.append(rng.choice(SEPARATORS))
+        text = b"".join(parts)
+        if not any(ord(c) in skew for c in text.decode("utf-8", errors="replace")):
+            return text
 
 
 # ---- the vocabulary and the two configurations ----
@@ -378,7 +383,7 @@ if args.replay:
     sys.exit(1 if bad else 0)
 
 print(f"tokenizer_diff: seed {seed}; {len(CONFIGS)} configurations ({', '.join(names)}); vocabulary "
-      f"{len(hf[0].vocab)} tokens ({extra_tokens} added to the fixture's); {skew} code points left out "
+      f"{len(hf[0].vocab)} tokens ({extra_tokens} added to the fixture's); {len(skew)} code points left out "
       f"(general category differs: Python's Unicode {unicodedata.unidata_version} vs utf8proc's)", flush=True)
 # Warm-up, not timed: both sides read jieba's dictionary on their first Chinese text (seconds in the
 # instrumented driver of build/fuzz).
