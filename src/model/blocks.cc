@@ -159,30 +159,40 @@ Dropout Dropout::training(const RoFormerConfig& c, uint64_t seed, int64_t row0, 
   return {c.hidden_dropout_prob, c.attention_probs_dropout_prob, seed, row0, tokens};
 }
 
+template <typename T>
+uint16_t* bf16_input_buffer(std::vector<uint16_t>& x16, const LinearParams<T>& p, int64_t n) {
+  if (!p.w16) return nullptr;
+  grow_to(x16, n);
+  return x16.data();
+}
+
 // ---- norm and activation ----
 
-// sum (N, C) += x, then out = norm(sum): a post-LN sub-layer's residual add and norm in one pass.
+// sum (N, C) += x, then out = norm(sum): a post-LN sub-layer's residual add and norm in one pass; out16
+// (N, C), when given, takes out rounded to bf16 in that pass.
 template <typename T>
 void residual_norm_forward(const RoFormerConfig& c, T* out, NormActs<T>& a, T* sum, const T* x,
-                           const NormParams<T>& p, int64_t N, int64_t C) {
+                           const NormParams<T>& p, int64_t N, int64_t C, uint16_t* out16) {
   grow_to(a.rstd, N);
   if (c.rms_norm()) {
-    ops::residual_rmsnorm_forward(out, a.rstd.data(), sum, x, static_cast<const T*>(nullptr), N, C, c.layer_norm_eps);
+    ops::residual_rmsnorm_forward(out, a.rstd.data(), sum, x, static_cast<const T*>(nullptr), N, C, c.layer_norm_eps,
+                                  out16);
   } else {
     grow_to(a.mean, N);
-    ops::residual_layernorm_forward(out, a.mean.data(), a.rstd.data(), sum, x, p.w, p.b, N, C, c.layer_norm_eps);
+    ops::residual_layernorm_forward(out, a.mean.data(), a.rstd.data(), sum, x, p.w, p.b, N, C, c.layer_norm_eps,
+                                    out16);
   }
 }
 
 template <typename T>
 void norm_forward(const RoFormerConfig& c, T* out, NormActs<T>& a, const T* in, const NormParams<T>& p, int64_t N,
-                  int64_t C) {
+                  int64_t C, uint16_t* out16) {
   grow_to(a.rstd, N);
   if (c.rms_norm()) {
-    ops::rmsnorm_forward(out, a.rstd.data(), in, static_cast<const T*>(nullptr), N, C, c.layer_norm_eps);
+    ops::rmsnorm_forward(out, a.rstd.data(), in, static_cast<const T*>(nullptr), N, C, c.layer_norm_eps, out16);
   } else {
     grow_to(a.mean, N);
-    ops::layernorm_forward(out, a.mean.data(), a.rstd.data(), in, p.w, p.b, N, C, c.layer_norm_eps);
+    ops::layernorm_forward(out, a.mean.data(), a.rstd.data(), in, p.w, p.b, N, C, c.layer_norm_eps, out16);
   }
 }
 
@@ -230,7 +240,7 @@ std::vector<float> sinusoidal_positions(const RoFormerConfig& c, int64_t start, 
 template <typename T>
 void embeddings_forward(const RoFormerConfig& c, T* out, EmbeddingActs<T>& a, const EmbeddingParams<T>& p,
                         const int64_t* ids, const int64_t* types, int64_t B, int64_t T_, int64_t start,
-                        const Dropout& d) {
+                        const Dropout& d, uint16_t* out16) {
   const int64_t N = B * T_, E = c.embedding_size, H = c.hidden_size;
   a.ids.assign(ids, ids + N);
   a.types.assign(N, 0);
@@ -257,7 +267,9 @@ void embeddings_forward(const RoFormerConfig& c, T* out, EmbeddingActs<T>& a, co
     } else if (!table.empty()) {
       for (int64_t i = 0; i < n * E; ++i) a.sum[i] += static_cast<T>(table[(r0 * E + i) % (T_ * E)]);
     }
-    norm_forward(c, a.normed.data(), a.norm, a.sum.data(), p.norm, n, E);
+    const bool norm_is_out = !p.project.w && d.hidden == 0;  // out's rows are the norm's
+    uint16_t* rows16 = out16 ? out16 + r0 * H : nullptr;
+    norm_forward(c, a.normed.data(), a.norm, a.sum.data(), p.norm, n, E, norm_is_out ? rows16 : nullptr);
     const T* normed = a.normed.data();
     if (step == N) {  // the backward's copy, dropped in place
       grow_to(a.dropped, N * E);
@@ -271,6 +283,9 @@ void embeddings_forward(const RoFormerConfig& c, T* out, EmbeddingActs<T>& a, co
       linear(out + r0 * H, normed, p.project, n, E, H);  // (n, H)
     } else {
       std::copy_n(normed, n * E, out + r0 * H);
+    }
+    if constexpr (std::is_same_v<T, float>) {
+      if (rows16 && !norm_is_out) ops::round_to_bf16(rows16, out + r0 * H, n * H);  // dropout or the projection's
     }
   }
 }
@@ -350,10 +365,11 @@ ops::AttentionShape softmax_shape(const AttentionContext<T>& ctx, int64_t B, int
 }
 
 // out (N, H) = norm(x + dropout(ctx · Woᵀ + bo)): the attention output sub-layer, on ctx (N, H) (a.ctx,
-// or in inference the q buffer attention wrote over), chunk_rows rows at a time in inference.
+// or in inference the q buffer attention wrote over), chunk_rows rows at a time in inference; out16
+// (N, H), when given, takes out rounded to bf16 in the norm's pass.
 template <typename T>
 void attention_output(T* out, AttentionActs<T>& a, const AttentionParams<T>& p, const AttentionContext<T>& ctx,
-                      const T* context, const T* x, int64_t B, int64_t T_) {
+                      const T* context, const T* x, int64_t B, int64_t T_, uint16_t* out16) {
   const RoFormerConfig& c = *ctx.config;
   const int64_t N = B * T_, H = c.hidden_size;
   const int64_t step = rows_per_pass(a.chunk_rows, N, ctx.dropout);
@@ -363,7 +379,8 @@ void attention_output(T* out, AttentionActs<T>& a, const AttentionParams<T>& p, 
     const int64_t n = std::min(step, N - r0);
     linear(a.sum.data(), context + r0 * H, ctx16 ? ctx16 + r0 * H : nullptr, p.out, n, H, H);
     dropout_output(a.sum.data(), n, H, ctx.dropout, 2 + 3 * ctx.layer);
-    residual_norm_forward(c, out + r0 * H, a.norm, a.sum.data(), x + r0 * H, p.norm, n, H);
+    residual_norm_forward(c, out + r0 * H, a.norm, a.sum.data(), x + r0 * H, p.norm, n, H,
+                          out16 ? out16 + r0 * H : nullptr);
   }
 }
 
@@ -426,7 +443,8 @@ const T* attend(AttentionActs<T>& a, const AttentionContext<T>& ctx, const T* k,
 
 template <typename T>
 void self_attention_forward(T* out, AttentionActs<T>& a, const AttentionParams<T>& p, const AttentionContext<T>& ctx,
-                            const T* x, int64_t B, int64_t T_, int64_t start, KVCache<T>* cache) {
+                            const T* x, int64_t B, int64_t T_, int64_t start, KVCache<T>* cache,
+                            const Bf16Handoff& bf16) {
   const RoFormerConfig& c = *ctx.config;
   const int64_t N = B * T_, H = c.hidden_size, n = c.num_attention_heads, D = c.head_dim();
   const bool softmax = c.attention_type == AttentionType::softmax;
@@ -480,7 +498,8 @@ void self_attention_forward(T* out, AttentionActs<T>& a, const AttentionParams<T
     }
   }
   if (!p.qkv) {
-    const uint16_t* x16 = bf16_input(a.x16, x, p.q, N * H);  // q, k and v read it (no w16 when decoding)
+    // q, k and v read it (no w16 when decoding): as the block that wrote x rounded it, or rounded here
+    const uint16_t* x16 = bf16.x16_written ? a.x16.data() : bf16_input(a.x16, x, p.q, N * H);
     linear(a.q.data(), x, x16, p.q, N, H, H);
     if (cache) {
       std::vector<T> tmp(N * H);
@@ -534,7 +553,7 @@ void self_attention_forward(T* out, AttentionActs<T>& a, const AttentionParams<T
     context = attend(a, ctx, k, v, B, T_, Tk, cache ? start : 0, stride, cache);
     if (cache) cache->length = start + T_;
   }
-  attention_output(out, a, p, ctx, context, x, B, T_);
+  attention_output(out, a, p, ctx, context, x, B, T_, bf16.out16);
 }
 
 template <typename T>
@@ -584,7 +603,8 @@ void cross_attention_memory(std::vector<T>& k, std::vector<T>& v, const Attentio
 
 template <typename T>
 void cross_attention_forward(T* out, AttentionActs<T>& a, const AttentionParams<T>& p, const AttentionContext<T>& ctx,
-                             const T* x, const T* memory, int64_t B, int64_t T_, int64_t Tk, KVCache<T>* cache) {
+                             const T* x, const T* memory, int64_t B, int64_t T_, int64_t Tk, KVCache<T>* cache,
+                             uint16_t* out16) {
   const RoFormerConfig& c = *ctx.config;
   const int64_t N = B * T_, H = c.hidden_size, n = c.num_attention_heads, D = c.head_dim();
   if (c.attention_type != AttentionType::softmax) throw std::invalid_argument("cross-attention supports softmax attention only");
@@ -598,7 +618,7 @@ void cross_attention_forward(T* out, AttentionActs<T>& a, const AttentionParams<
   if (!cache || (!cache->rows && !cache->lengths)) {
     if (cache) cache->B = B, cache->capacity = cache->length = Tk;
     const T* context = attend(a, ctx, k.data(), v.data(), B, T_, Tk, 0, Tk, static_cast<KVCache<T>*>(nullptr));
-    return attention_output(out, a, p, ctx, context, x, B, T_);
+    return attention_output(out, a, p, ctx, context, x, B, T_, out16);
   }
   // Decoding over a padded memory: batch row b reads cache row rows[b] (b without rows), whose keys are
   // its first lengths[row] (each source's own length; the padding behind them is never read).
@@ -624,7 +644,7 @@ void cross_attention_forward(T* out, AttentionActs<T>& a, const AttentionParams<
                                 v.data() + row, nullptr, softmax_shape(ctx, 1, T_, keys[b], 0, stride));
     }
   }
-  attention_output(out, a, p, ctx, a.ctx.data(), x, B, T_);
+  attention_output(out, a, p, ctx, a.ctx.data(), x, B, T_, out16);
 }
 
 template <typename T>
@@ -667,12 +687,13 @@ void activation_forward_bf16(const RoFormerConfig& c, uint16_t* out16, uint16_t*
 // a.sum (N, H) = act(x·W1ᵀ + b1)·W2ᵀ + b2, keeping what the backward needs: in bf16 training
 // (p.out.w16) the activation and its slope in bf16 alone (the pre-activation is transient: one
 // buffer per thread serves every layer); else pre and act, or with a packed layer that fuses the
-// activation (inference), act alone.
+// activation (inference), act alone. x16: x in bf16 as its producer wrote it (Bf16Handoff), or null:
+// rounded here when p.in trains in bf16.
 template <typename T>
 void feed_forward_dense(const RoFormerConfig& c, FeedForwardActs<T>& a, const FeedForwardParams<T>& p, const T* x,
-                        int64_t N) {
+                        const uint16_t* x16, int64_t N) {
   const int64_t H = c.hidden_size, I = c.intermediate_size;
-  const uint16_t* x16 = bf16_input(a.x16, x, p.in, N * H);
+  if (!x16) x16 = bf16_input(a.x16, x, p.in, N * H);
   if constexpr (std::is_same_v<T, float>) {
     if (p.in.w16 && p.out.w16) {
       thread_local std::vector<float> pre;
@@ -718,15 +739,16 @@ void feed_forward_dense_back(const RoFormerConfig& c, T* d_act, const FeedForwar
 
 template <typename T>
 void feed_forward_forward(const RoFormerConfig& c, T* out, FeedForwardActs<T>& a, const FeedForwardParams<T>& p,
-                          const T* x, int64_t N, int64_t layer, const Dropout& d) {
+                          const T* x, int64_t N, int64_t layer, const Dropout& d, const Bf16Handoff& bf16) {
   const int64_t H = c.hidden_size;
   const int64_t step = rows_per_pass(a.chunk_rows, N, d);  // N, or in inference chunk_rows
   grow_to(a.sum, step * H);
   for (int64_t r0 = 0; r0 < N; r0 += step) {
     const int64_t n = std::min(step, N - r0);
-    feed_forward_dense(c, a, p, x + r0 * H, n);
+    feed_forward_dense(c, a, p, x + r0 * H, bf16.x16_written ? a.x16.data() + r0 * H : nullptr, n);
     dropout_output(a.sum.data(), n, H, d, 3 + 3 * layer);
-    residual_norm_forward(c, out + r0 * H, a.norm, a.sum.data(), x + r0 * H, p.norm, n, H);
+    residual_norm_forward(c, out + r0 * H, a.norm, a.sum.data(), x + r0 * H, p.norm, n, H,
+                          bf16.out16 ? bf16.out16 + r0 * H : nullptr);
   }
 }
 
@@ -833,21 +855,23 @@ void head_dropout_backward(T* dx, const T* dy, int64_t count, const Dropout& d, 
 // ---- instantiations ----
 
 #define ROFORMER_BLOCKS(T)                                                                                           \
+  template uint16_t* bf16_input_buffer<T>(std::vector<uint16_t>&, const LinearParams<T>&, int64_t);                 \
   template void norm_forward<T>(const RoFormerConfig&, T*, NormActs<T>&, const T*, const NormParams<T>&, int64_t,   \
-                                int64_t);                                                                            \
+                                int64_t, uint16_t*);                                                                 \
   template void norm_backward<T>(const RoFormerConfig&, T*, const NormParams<T>&, const T*, const T*,               \
                                  const NormParams<T>&, const NormActs<T>&, int64_t, int64_t);                        \
   template void activation_forward<T>(const RoFormerConfig&, T*, const T*, int64_t);                                \
   template void activation_backward<T>(const RoFormerConfig&, T*, const T*, const T*, int64_t);                     \
   template void embeddings_forward<T>(const RoFormerConfig&, T*, EmbeddingActs<T>&, const EmbeddingParams<T>&,      \
-                                      const int64_t*, const int64_t*, int64_t, int64_t, int64_t, const Dropout&);    \
+                                      const int64_t*, const int64_t*, int64_t, int64_t, int64_t, const Dropout&,     \
+                                      uint16_t*);                                                                    \
   template void embeddings_backward<T>(const RoFormerConfig&, const EmbeddingParams<T>&, const T*,                  \
                                        const EmbeddingActs<T>&, const EmbeddingParams<T>&, const Dropout&,           \
                                        Scratch<T>&);                                                                 \
   template std::vector<T> performer_features<T>(const RoFormerConfig&, int64_t);                                    \
   template void self_attention_forward<T>(T*, AttentionActs<T>&, const AttentionParams<T>&,                         \
                                           const AttentionContext<T>&, const T*, int64_t, int64_t, int64_t,           \
-                                          KVCache<T>*);                                                              \
+                                          KVCache<T>*, const Bf16Handoff&);                                          \
   template void self_attention_backward<T>(T*, const AttentionParams<T>&, const T*, const AttentionActs<T>&,        \
                                            const AttentionParams<T>&, const AttentionContext<T>&, const T*, int64_t, \
                                            int64_t, Scratch<T>&);                                                    \
@@ -855,12 +879,13 @@ void head_dropout_backward(T* dx, const T* dy, int64_t count, const Dropout& d, 
                                           const AttentionContext<T>&, const T*, int64_t, int64_t);                 \
   template void cross_attention_forward<T>(T*, AttentionActs<T>&, const AttentionParams<T>&,                        \
                                            const AttentionContext<T>&, const T*, const T*, int64_t, int64_t,         \
-                                           int64_t, KVCache<T>*);                                                    \
+                                           int64_t, KVCache<T>*, uint16_t*);                                         \
   template void cross_attention_backward<T>(T*, T*, const AttentionParams<T>&, const T*, const AttentionActs<T>&,   \
                                             const AttentionParams<T>&, const AttentionContext<T>&, const T*,         \
                                             const T*, int64_t, int64_t, int64_t, Scratch<T>&);                       \
   template void feed_forward_forward<T>(const RoFormerConfig&, T*, FeedForwardActs<T>&,                             \
-                                        const FeedForwardParams<T>&, const T*, int64_t, int64_t, const Dropout&);    \
+                                        const FeedForwardParams<T>&, const T*, int64_t, int64_t, const Dropout&,     \
+                                        const Bf16Handoff&);                                                         \
   template void feed_forward_backward<T>(const RoFormerConfig&, T*, const FeedForwardParams<T>&, const T*,          \
                                          const FeedForwardActs<T>&, const FeedForwardParams<T>&, const T*, int64_t,  \
                                          int64_t, const Dropout&, Scratch<T>&);                                      \

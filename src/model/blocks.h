@@ -129,15 +129,30 @@ struct Scratch {
   }
 };
 
+// bf16 training hands a block's input on in bf16 as well: the block that writes x (N, H) writes its
+// bf16 rounding (ops::round_to_bf16's bits) in the same pass, its norm's out16 (ops/norm.h), straight
+// into the kept buffer of the block that reads x (AttentionActs::x16, FeedForwardActs::x16, sized by
+// bf16_input_buffer), which then rounds nothing itself. The forward functions below take it as:
+struct Bf16Handoff {
+  uint16_t* out16 = nullptr;  // (N, H): the block's output rounded to bf16 goes here too (the next
+                              // block's x16), or null
+  bool x16_written = false;   // the block's own x16 holds its input x rounded to bf16 already
+};
+// The buffer the producer of a block's input writes in bf16: x16, that block's kept buffer, grown to
+// n when p, the dense that reads it, trains in bf16 (p.w16); else null.
+template <typename T>
+uint16_t* bf16_input_buffer(std::vector<uint16_t>& x16, const LinearParams<T>& p, int64_t n);
+
 // ---- norm: LayerNorm (mean, rstd kept) or, with norm_type rms_norm, RoFormer-V2's RMS norm ----
 template <typename T>
 struct NormActs {
   std::vector<T> mean, rstd;  // (N)
 };
-// out (N, C) = norm(in). acts hold at least N (grow_to).
+// out (N, C) = norm(in), and out16 (N, C) = out rounded to bf16 when given (fp32 only). acts hold at
+// least N (grow_to).
 template <typename T>
 void norm_forward(const RoFormerConfig& c, T* out, NormActs<T>& a, const T* in, const NormParams<T>& p, int64_t N,
-                  int64_t C);
+                  int64_t C, uint16_t* out16 = nullptr);
 // din (N, C) written; g.w, g.b += gradients.
 template <typename T>
 void norm_backward(const RoFormerConfig& c, T* din, const NormParams<T>& g, const T* dout, const T* in,
@@ -159,10 +174,12 @@ struct EmbeddingActs {
 };
 // out (N, H) = project(dropout(norm(word[ids] + type[types] + position[start + t]))). types may be
 // null (all 0). Sinusoidal positions are added from librope's exact table; RoPE adds nothing here.
+// out16 (N, H), when given: out rounded to bf16 too (Bf16Handoff), by the norm where out is its output
+// (no dropout, no projection), else in a pass of its own.
 template <typename T>
 void embeddings_forward(const RoFormerConfig& c, T* out, EmbeddingActs<T>& a, const EmbeddingParams<T>& p,
                         const int64_t* ids, const int64_t* types, int64_t B, int64_t T_, int64_t start,
-                        const Dropout& d);
+                        const Dropout& d, uint16_t* out16 = nullptr);
 // Gradients of the tables (the padding row gets none, as nn.Embedding(padding_idx)) from dout (N, H).
 template <typename T>
 void embeddings_backward(const RoFormerConfig& c, const EmbeddingParams<T>& g, const T* dout, const EmbeddingActs<T>& a,
@@ -228,7 +245,8 @@ struct AttentionActs {
   std::vector<T> att;                // softmax: (B, n, T, Tk) probabilities or (B, n, T, 2) row statistics
   std::vector<T> saved;              // linear attention: (B, T, n, 2F + 2)
   // bf16 training: the block input and ctx as the q/k/v and output denses read them (N, H), rounded
-  // once in the forward and read again by their backward; empty otherwise.
+  // once in the forward (x16 by the block that wrote x, with Bf16Handoff) and read again by their
+  // backward; empty otherwise.
   std::vector<uint16_t> x16, ctx16;
   NormActs<T> norm;
   // Inference: the packed q/k/v product and the output dense + norm run over this many rows at a
@@ -240,10 +258,12 @@ struct AttentionActs {
 // Self-attention sub-layer (Tk = T, or with a cache, past + T): out (N, H) = norm(x + dropout(
 // attend(q(x), k(x), v(x)) · Woᵀ)), queries at positions start .. start + T − 1. With a cache, the
 // new keys and values are appended at cache.length (= start) and the queries attend over the whole
-// cache; without one, the block keeps what its backward needs.
+// cache; without one, the block keeps what its backward needs. bf16: its input and output in bf16
+// (Bf16Handoff; the q/k/v denses read a.x16).
 template <typename T>
 void self_attention_forward(T* out, AttentionActs<T>& a, const AttentionParams<T>& p, const AttentionContext<T>& ctx,
-                            const T* x, int64_t B, int64_t T_, int64_t start, KVCache<T>* cache = nullptr);
+                            const T* x, int64_t B, int64_t T_, int64_t start, KVCache<T>* cache = nullptr,
+                            const Bf16Handoff& bf16 = {});
 // dx (N, H) written from dout (N, H); parameter gradients accumulated.
 template <typename T>
 void self_attention_backward(T* dx, const AttentionParams<T>& g, const T* dout, const AttentionActs<T>& a,
@@ -255,10 +275,11 @@ void self_attention_backward(T* dx, const AttentionParams<T>& g, const T* dout, 
 // 0..Tk−1 (off by default in encoder-decoders: two sequences' positions are not comparable). With a
 // cache, keys and values are computed from memory once (cache.length == 0) and reused; a cache with
 // rows or lengths (KVCache) is a padded memory that decoding reads row by row, each over its own keys.
+// out16 (N, H), when given: out rounded to bf16 too (Bf16Handoff::out16).
 template <typename T>
 void cross_attention_forward(T* out, AttentionActs<T>& a, const AttentionParams<T>& p, const AttentionContext<T>& ctx,
                              const T* x, const T* memory, int64_t B, int64_t T_, int64_t Tk,
-                             KVCache<T>* cache = nullptr);
+                             KVCache<T>* cache = nullptr, uint16_t* out16 = nullptr);
 // The keys and values (B, Tk, H) each of a memory (B, Tk, H), rotated when ctx.rope is set: what a
 // cross-attention cache holds.
 template <typename T>
@@ -279,14 +300,16 @@ struct FeedForwardActs {
   std::vector<uint16_t> act16;   // (N, I)
   std::vector<uint16_t> slope16; // (N, I): act'(pre) in bf16, what the backward multiplies by (bf16 training);
                                  // pre stays empty
-  std::vector<uint16_t> x16;     // (N, H): the input as the input dense reads it (bf16 training), likewise
+  std::vector<uint16_t> x16;     // (N, H): the input as the input dense reads it (bf16 training: written by
+                                 // the block that wrote x, with Bf16Handoff), likewise
   NormActs<T> norm;
   int64_t chunk_rows = 0;        // inference: rows per pass (pre, act (chunk, I)); 0: all N at once
 };
-// out (N, H) = norm(x + dropout(act(x·W1ᵀ + b1)·W2ᵀ + b2)); dropout site 3 + 3·layer.
+// out (N, H) = norm(x + dropout(act(x·W1ᵀ + b1)·W2ᵀ + b2)); dropout site 3 + 3·layer. bf16: its input
+// and output in bf16 (Bf16Handoff; the input dense reads a.x16).
 template <typename T>
 void feed_forward_forward(const RoFormerConfig& c, T* out, FeedForwardActs<T>& a, const FeedForwardParams<T>& p,
-                          const T* x, int64_t N, int64_t layer, const Dropout& d);
+                          const T* x, int64_t N, int64_t layer, const Dropout& d, const Bf16Handoff& bf16 = {});
 template <typename T>
 void feed_forward_backward(const RoFormerConfig& c, T* dx, const FeedForwardParams<T>& g, const T* dout,
                            const FeedForwardActs<T>& a, const FeedForwardParams<T>& p, const T* x, int64_t N,

@@ -71,19 +71,23 @@ void unilm_row_limits(int64_t* limit, int64_t* segment, int64_t stride, const in
 template <typename T>
 void layer_forward(T* out, LayerActs<T>& a, const LayerParams<T>& p, const AttentionContext<T>& self,
                    const AttentionContext<T>& cross, const T* x, int64_t B, int64_t S, int64_t start,
-                   KVCache<T>* cache, const CrossMemory<T>& memory) {
+                   KVCache<T>* cache, const CrossMemory<T>& memory, const Bf16Handoff& bf16) {
   const RoFormerConfig& c = *self.config;
   const int64_t N = B * S, H = c.hidden_size;
   grow_to(a.mid, N * H);
-  self_attention_forward(a.mid.data(), a.attn, p.attn, self, x, B, S, start, cache);  // mid (N, H)
+  // The feed-forward's input in bf16 (null: fp32 only), written by the sub-layer before it.
+  uint16_t* ffn_in16 = bf16_input_buffer(a.ffn.x16, p.ffn.in, N * H);
+  self_attention_forward(a.mid.data(), a.attn, p.attn, self, x, B, S, start, cache,
+                         {c.add_cross_attention ? nullptr : ffn_in16, bf16.x16_written});  // mid (N, H)
   const T* ffn_in = a.mid.data();
   if (c.add_cross_attention) {  // crossed (N, H): queries from mid over the memory's keys and values
     grow_to(a.crossed, N * H);
     cross_attention_forward(a.crossed.data(), a.cross, p.cross, cross, a.mid.data(), memory.states, B, S, memory.Tk,
-                            memory.cache);
+                            memory.cache, ffn_in16);
     ffn_in = a.crossed.data();
   }
-  feed_forward_forward(c, out, a.ffn, p.ffn, ffn_in, N, self.layer, self.dropout);  // out (N, H)
+  feed_forward_forward(c, out, a.ffn, p.ffn, ffn_in, N, self.layer, self.dropout,
+                       {bf16.out16, ffn_in16 != nullptr});  // out (N, H)
 }
 
 template <typename T>
@@ -108,7 +112,7 @@ template class LayerStatics<double>;
 #define ROFORMER_LAYER(T)                                                                                           \
   template void layer_forward<T>(T*, LayerActs<T>&, const LayerParams<T>&, const AttentionContext<T>&,             \
                                  const AttentionContext<T>&, const T*, int64_t, int64_t, int64_t, KVCache<T>*,      \
-                                 const CrossMemory<T>&);                                                            \
+                                 const CrossMemory<T>&, const Bf16Handoff&);                                        \
   template void layer_backward<T>(T*, T*, T*, const LayerParams<T>&, const T*, const LayerActs<T>&,               \
                                   const LayerParams<T>&, const AttentionContext<T>&, const AttentionContext<T>&,   \
                                   const T*, const CrossMemory<T>&, int64_t, int64_t, Scratch<T>&);

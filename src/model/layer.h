@@ -86,11 +86,13 @@ void unilm_row_limits(int64_t* limit, int64_t* segment, int64_t stride, const in
 // cross-attention with add_cross_attention only. The feed-forward's dropout and sites are self's. With
 // a self-attention cache (decoding) the new keys and values are appended at cache.length = start and
 // the queries attend over the whole cache; without one (the forward pass, start = 0), a keeps what
-// layer_backward needs. out may alias x (only the self-attention sub-layer reads x).
+// layer_backward needs. out may alias x (only the self-attention sub-layer reads x). bf16 training:
+// bf16.x16_written when x's producer wrote a.attn.x16, bf16.out16 where out goes in bf16 too
+// (Bf16Handoff); inside the layer each sub-layer's norm writes the next one's bf16 input likewise.
 template <typename T>
 void layer_forward(T* out, LayerActs<T>& a, const LayerParams<T>& p, const AttentionContext<T>& self,
                    const AttentionContext<T>& cross, const T* x, int64_t B, int64_t S, int64_t start,
-                   KVCache<T>* cache = nullptr, const CrossMemory<T>& memory = {});
+                   KVCache<T>* cache = nullptr, const CrossMemory<T>& memory = {}, const Bf16Handoff& bf16 = {});
 // The backward of an uncached layer_forward: dx (N, H) written from dout (N, H); d_mid (N, H) is
 // scratch; dmemory (B, Tk, H) accumulated with cross-attention (memory.states as in the forward); the
 // parameter gradients g accumulated.

@@ -205,7 +205,15 @@ void RoFormer<T>::embed(const Inputs& in, bool training, uint64_t dropout_seed) 
     std::vector<int64_t> segment(N);  // (B, S)
     unilm_row_limits(a.row_limit.data(), segment.data(), S, in.token_types, B, S, 0);
   }
-  embeddings_forward(cfg_, a.input_of(0).data(), a.emb, p.emb, in.ids, in.token_types, B, S, 0, a.dropout);
+  embeddings_forward(cfg_, a.input_of(0).data(), a.emb, p.emb, in.ids, in.token_types, B, S, 0, a.dropout,
+                     input16(0));
+}
+
+template <typename T>
+uint16_t* RoFormer<T>::input16(int64_t l) {
+  Activations& a = *act_;
+  if (l >= cfg_.num_hidden_layers) return nullptr;  // the last layer's output: the heads round their own
+  return bf16_input_buffer(a.layer(l).attn.x16, p.layers[l].attn.q, a.N * cfg_.hidden_size);
 }
 
 template <typename T>
@@ -253,8 +261,10 @@ void RoFormer<T>::encode() {
   const CrossMemory<T> memory{memory_, memory_len_};
   KVCache<T>* const no_cache = nullptr;  // the whole sequence: the layers keep their keys and values
   for (int64_t l = 0; l < cfg_.num_hidden_layers; ++l) {  // h[l + 1] (N, H) from h[l]
+    // bf16 training: layer l's input in bf16 was written with h[l], and its output's goes to layer l + 1
+    const Bf16Handoff bf16{input16(l + 1), input16(l) != nullptr};
     layer_forward(a.input_of(l + 1).data(), a.layer(l), p.layers[l], statics_->self_context(l, call),
-                  statics_->cross_context(l, call), a.input_of(l).data(), a.B, a.S, 0, no_cache, memory);
+                  statics_->cross_context(l, call), a.input_of(l).data(), a.B, a.S, 0, no_cache, memory, bf16);
   }
 }
 

@@ -173,6 +173,9 @@ class RoFormer : public Trainable<T> {
   struct Activations;
   void embed(const Inputs& in, bool training, uint64_t dropout_seed);  // masks, dropout, embeddings → h[0]
   void encode();                                                      // the blocks over h[0]
+  // bf16 training: where h[l] goes in bf16 too, layer l's kept x16 (N, H), which h[l]'s producer writes
+  // (Bf16Handoff); null when layer l's denses read fp32, and for l = L.
+  uint16_t* input16(int64_t l);
   void run_heads(bool logits);
   void bind_head();                // the task head's views of p and g
   HeadCall<T> head_call() const;   // what the task head reads of the last forward

@@ -5,6 +5,7 @@
 // double too, so a result depends on the input and the SIMD target only (not the thread count).
 // fp64 (the gradient checks' type) and RMSNorm keep the scalar loops: 8 running partial sums for
 // fp32, one sequential sum for fp64.
+// out16 (bf16 training) rounds each output row right after it is written, while it is in cache.
 // The parameter gradients reduce over rows: each thread takes a band of channels and walks the
 // rows in order, reading a contiguous segment of each (same sums as one channel at a time).
 #include "norm.h"
@@ -13,10 +14,12 @@
 
 #include <algorithm>
 #include <cmath>
+#include <stdexcept>
 #include <type_traits>
 #include <vector>
 
 #include "base/threads.h"
+#include "vmath.h"
 
 #undef HWY_TARGET_INCLUDE
 #define HWY_TARGET_INCLUDE "ops/norm.cc"
@@ -230,23 +233,37 @@ void add_row(T* x, const T* residual, int64_t C) {
   for (int64_t c = 0; c < C; ++c) x[c] += residual[c];
 }
 
+// The rows of a forward, OpenMP over N: row(n) writes out's row n, which out16 (when given) then
+// takes rounded to bf16 while it is in cache.
+template <typename T, class Row>
+void forward_rows(T* out, uint16_t* out16, int64_t N, int64_t C, const Row& row) {
+  if (!std::is_same_v<T, float> && out16) throw std::invalid_argument("norm forward: out16 is for fp32 norms");
+#pragma omp parallel for schedule(static) if (N * C >= base::kParallelMinElements)
+  for (int64_t n = 0; n < N; ++n) {
+    row(n);
+    if constexpr (std::is_same_v<T, float>) {
+      if (out16) bf16_from_f32(out16 + n * C, out + n * C, C);
+    }
+  }
+}
+
 }  // namespace
 
 template <typename T>
 void layernorm_forward(T* out, T* mean, T* rstd, const T* inp, const T* weight, const T* bias, int64_t N,
-                       int64_t C, double eps) {
-#pragma omp parallel for schedule(static) if (N * C >= base::kParallelMinElements)
-  for (int64_t n = 0; n < N; ++n) layernorm_row(out + n * C, mean + n, rstd + n, inp + n * C, weight, bias, C, eps);
+                       int64_t C, double eps, uint16_t* out16) {
+  forward_rows(out, out16, N, C, [&](int64_t n) {
+    layernorm_row(out + n * C, mean + n, rstd + n, inp + n * C, weight, bias, C, eps);
+  });
 }
 
 template <typename T>
 void residual_layernorm_forward(T* out, T* mean, T* rstd, T* inp, const T* residual, const T* weight, const T* bias,
-                                int64_t N, int64_t C, double eps) {
-#pragma omp parallel for schedule(static) if (N * C >= base::kParallelMinElements)
-  for (int64_t n = 0; n < N; ++n) {
+                                int64_t N, int64_t C, double eps, uint16_t* out16) {
+  forward_rows(out, out16, N, C, [&](int64_t n) {
     add_row(inp + n * C, residual + n * C, C);
     layernorm_row(out + n * C, mean + n, rstd + n, inp + n * C, weight, bias, C, eps);
-  }
+  });
 }
 
 template <typename T>
@@ -273,19 +290,18 @@ void layernorm_backward(T* dinp, T* dweight, T* dbias, const T* dout, const T* i
 }
 
 template <typename T>
-void rmsnorm_forward(T* out, T* rrms, const T* inp, const T* weight, int64_t N, int64_t C, double eps) {
-#pragma omp parallel for schedule(static) if (N * C >= base::kParallelMinElements)
-  for (int64_t n = 0; n < N; ++n) rmsnorm_row(out + n * C, rrms + n, inp + n * C, weight, C, eps);
+void rmsnorm_forward(T* out, T* rrms, const T* inp, const T* weight, int64_t N, int64_t C, double eps,
+                     uint16_t* out16) {
+  forward_rows(out, out16, N, C, [&](int64_t n) { rmsnorm_row(out + n * C, rrms + n, inp + n * C, weight, C, eps); });
 }
 
 template <typename T>
 void residual_rmsnorm_forward(T* out, T* rrms, T* inp, const T* residual, const T* weight, int64_t N, int64_t C,
-                              double eps) {
-#pragma omp parallel for schedule(static) if (N * C >= base::kParallelMinElements)
-  for (int64_t n = 0; n < N; ++n) {
+                              double eps, uint16_t* out16) {
+  forward_rows(out, out16, N, C, [&](int64_t n) {
     add_row(inp + n * C, residual + n * C, C);
     rmsnorm_row(out + n * C, rrms + n, inp + n * C, weight, C, eps);
-  }
+  });
 }
 
 template <typename T>
@@ -322,13 +338,15 @@ void rmsnorm_backward(T* dinp, T* dweight, const T* dout, const T* inp, const T*
 }
 
 #define OPS_INSTANTIATE(T)                                                                              \
-  template void layernorm_forward<T>(T*, T*, T*, const T*, const T*, const T*, int64_t, int64_t, double); \
+  template void layernorm_forward<T>(T*, T*, T*, const T*, const T*, const T*, int64_t, int64_t, double,    \
+                                     uint16_t*);                                                          \
   template void layernorm_backward<T>(T*, T*, T*, const T*, const T*, const T*, const T*, const T*,       \
                                       int64_t, int64_t);                                                  \
-  template void rmsnorm_forward<T>(T*, T*, const T*, const T*, int64_t, int64_t, double);                 \
+  template void rmsnorm_forward<T>(T*, T*, const T*, const T*, int64_t, int64_t, double, uint16_t*);      \
   template void residual_layernorm_forward<T>(T*, T*, T*, T*, const T*, const T*, const T*, int64_t, int64_t,  \
-                                              double);                                                    \
-  template void residual_rmsnorm_forward<T>(T*, T*, T*, const T*, const T*, int64_t, int64_t, double);    \
+                                              double, uint16_t*);                                         \
+  template void residual_rmsnorm_forward<T>(T*, T*, T*, const T*, const T*, int64_t, int64_t, double,    \
+                                             uint16_t*);                                                  \
   template void rmsnorm_backward<T>(T*, T*, const T*, const T*, const T*, const T*, int64_t, int64_t);
 OPS_INSTANTIATE(float)
 OPS_INSTANTIATE(double)

@@ -12,8 +12,10 @@
 #include "io/atomic_file.h"
 #include "io/safetensors.h"
 #include "model/decoding.h"
+#include "model/layer.h"
 #include "model/roformer.h"
 #include "ops/linear.h"
+#include "ops/loss.h"
 #include "ops/packed_linear.h"
 #include "serve_fixtures.h"
 
@@ -525,6 +527,91 @@ TEST(RoFormerModel, Bf16TrainingStaysCloseToFp32AndEvaluatesInFp32) {
     const int64_t N = 3 * 40 * c.hidden_size;
     const int64_t L = c.num_hidden_layers;
     EXPECT_TRUE(std::equal(bf.hidden_state(L), bf.hidden_state(L) + N, fp.hidden_state(L)));
+  }
+}
+
+// bf16 training hands each block's input over in bf16 from the block that wrote it (the embeddings and
+// each sub-layer's norm write it in their own pass, blocks.h's Bf16Handoff): the bits of rounding it
+// where it is read, which the blocks do when nothing is handed over (as before the hand-off). The
+// reference is that step composed here from the blocks without hand-offs, on the model's bf16 weights:
+// hidden states, logits, loss and every gradient equal, bit for bit. The same blocks with the hand-offs
+// the model makes keep, for every block, its fp32 input rounded by round_to_bf16.
+TEST(RoFormerModel, Bf16InputsWrittenByTheirProducersEqualRoundingWhereRead) {
+  if (!ops::bf16_is_native()) GTEST_SKIP() << "no native bf16 (" << ops::cpu_isa_name() << ")";
+  for (const auto& c : softmax_variants(80)) {  // dropout on; RMS norms; E ≠ H (a projection)
+    SCOPED_TRACE(c.to_json());
+    model::RoFormer<float> m(c), ref(c);
+    randomise(m, 9);
+    ref.params = m.params;
+    m.set_precision(ops::Precision::bf16);
+    m.set_keep(model::Keep::all);  // the probabilities kept, as below
+    const int64_t B = 3, S = 40, N = B * S, H = c.hidden_size, V = c.vocab_size, L = c.num_hidden_layers;
+    const Batch batch = random_batch(c, B, S, 8);
+    const uint64_t seed = 5;
+    const double loss = m.forward(batch.inputs(), true, seed);  // binds m.p's bf16 weight copies (w16)
+    m.zero_grad();
+    m.backward();
+    // The reference step: every bf16 input rounded by the block that reads it.
+    const model::Dropout d = model::Dropout::training(c, seed, 0, S);
+    model::AttentionCall call;
+    call.key_mask = batch.mask.data(), call.dropout = d, call.bf16_products = true;
+    const model::LayerStatics<float> statics(c);
+    model::EmbeddingActs<float> emb;
+    std::vector<model::LayerActs<float>> acts(L);
+    std::vector<std::vector<float>> h(L + 1, std::vector<float>(N * H));
+    model::embeddings_forward(c, h[0].data(), emb, m.p.emb, batch.ids.data(), batch.types.data(), B, S, 0, d);
+    for (int64_t l = 0; l < L; ++l) {
+      model::layer_forward(h[l + 1].data(), acts[l], m.p.layers[l], statics.self_context(l, call),
+                           statics.cross_context(l, call), h[l].data(), B, S, 0);
+    }
+    for (int64_t l = 0; l <= L; ++l) {
+      ASSERT_TRUE(std::equal(h[l].begin(), h[l].end(), m.hidden_state(l))) << "hidden state " << l;
+    }
+    model::MlmHeadActs<float> head;
+    std::vector<float> logits(N * V), probs(N * V), d_logits(N * V, 0.0f);
+    model::mlm_head_forward(c, logits.data(), head, m.p.head, h[L].data(), N);
+    ASSERT_TRUE(std::equal(logits.begin(), logits.end(), m.logits()));
+    int64_t counted = 0;
+    EXPECT_EQ(ops::cross_entropy_forward(probs.data(), logits.data(), batch.targets.data(), N, V, model::kIgnoreIndex,
+                                         &counted),
+              loss);
+    ops::cross_entropy_backward(d_logits.data(), probs.data(), batch.targets.data(), N, V, model::kIgnoreIndex, counted,
+                                1.0);
+    ref.zero_grad();
+    model::Scratch<float> scratch;
+    std::vector<float> d_out(N * H), d_in(N * H), d_mid(N * H);
+    model::mlm_head_backward(c, d_out.data(), ref.g.head, d_logits.data(), head, m.p.head, h[L].data(), N, scratch);
+    for (int64_t l = L - 1; l >= 0; --l) {
+      model::layer_backward(d_in.data(), d_mid.data(), static_cast<float*>(nullptr), ref.g.layers[l], d_out.data(),
+                            acts[l], m.p.layers[l], statics.self_context(l, call), statics.cross_context(l, call),
+                            h[l].data(), model::CrossMemory<float>{}, B, S, scratch);
+      std::swap(d_out, d_in);
+    }
+    model::embeddings_backward(c, ref.g.emb, d_out.data(), emb, m.p.emb, d, scratch);
+    for (size_t i = 0; i < m.grads.size(); ++i) ASSERT_EQ(m.grads[i], ref.grads[i]) << "gradient " << i;
+    // The hand-offs as the model makes them: each layer's x16 written by the block before it.
+    auto rounded = [](const float* x, int64_t n) {
+      std::vector<uint16_t> r(n);
+      ops::round_to_bf16(r.data(), x, n);
+      return r;
+    };
+    std::vector<model::LayerActs<float>> handed(L);
+    auto input16 = [&](int64_t l) {
+      return l < L ? model::bf16_input_buffer(handed[l].attn.x16, m.p.layers[l].attn.q, N * H) : nullptr;
+    };
+    std::vector<float> x(N * H), y(N * H);
+    model::KVCache<float>* const no_cache = nullptr;
+    model::embeddings_forward(c, x.data(), emb, m.p.emb, batch.ids.data(), batch.types.data(), B, S, 0, d, input16(0));
+    for (int64_t l = 0; l < L; ++l) {
+      ASSERT_NE(input16(l), nullptr);
+      model::layer_forward(y.data(), handed[l], m.p.layers[l], statics.self_context(l, call),
+                           statics.cross_context(l, call), x.data(), B, S, 0, no_cache, {},
+                           model::Bf16Handoff{input16(l + 1), true});
+      EXPECT_EQ(y, h[l + 1]) << "layer " << l;
+      EXPECT_EQ(handed[l].attn.x16, rounded(x.data(), N * H)) << "layer " << l << "'s attention";
+      EXPECT_EQ(handed[l].ffn.x16, rounded(handed[l].mid.data(), N * H)) << "layer " << l << "'s feed-forward";
+      std::swap(x, y);
+    }
   }
 }
 

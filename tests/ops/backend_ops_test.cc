@@ -11,8 +11,8 @@
 // position tables, the vector maths) and librope's rotation. Columns (all_params): the CPU backend on
 // each SIMD target this machine supports and the build has (Highway's target selection), in fp32,
 // fp16/bf16 for librope, bf16 for the linear layer's mixed-precision products where the CPU has
-// native bf16, and bf16 for training's activations (output and slope kept in bf16). A new backend
-// adds its columns there; a new op adds rows below.
+// native bf16, and bf16 for training's activations (output and slope kept in bf16) and norms (output
+// also written in bf16). A new backend adds its columns there; a new op adds rows below.
 // The last test checks that the fp32 results are the same bits whatever the thread count.
 #include <gtest/gtest.h>
 #include <omp.h>
@@ -169,6 +169,8 @@ constexpr double kBf16Products = 1e-12;
 constexpr double kBf16Attention = 1e-5;  // 1.2e-6 at worst measured
 // bf16 training's activations: the output and the slope each rounded to bf16 once (relative 2^-9).
 constexpr double kBf16Activation = 1e-5;
+// bf16 training's norms: the output's bf16 copy, rounded once (relative 2^-9); the rest fp32's.
+constexpr double kBf16Norm = 1e-5;
 
 std::vector<OpCase> linear_cases() {
   std::vector<OpCase> cases;
@@ -223,31 +225,51 @@ std::vector<OpCase> norm_cases() {
   struct Shape { int64_t N, C; bool affine; };  // affine: LayerNorm's bias, RMSNorm's weight
   for (const Shape s : {Shape{1, 1, true}, Shape{3, 7, true}, Shape{4, 768, true}, Shape{2, 1030, false},
                         Shape{33, 64, true}}) {
+    // bf16 (training): the fp32 forward with its output also written in bf16 (out16), what the next
+    // dense reads; that copy, widened, stands for the output (the statistics and gradients are fp32's).
+    auto norm_body = [](auto run) -> Body {
+      return [run](const Variant& v, Inputs& in, Outputs& out) {
+        if (v.dtype == Dtype::f64) return run.template operator()<double>(in, out, false);
+        if (v.dtype == Dtype::f32) return run.template operator()<float>(in, out, false);
+        run.template operator()<float>(in, out, true);
+      };
+    };
+    // The output: y, or with round16 the bf16 copy y16 widened.
+    auto output = [](Outputs& out, const auto& y, const std::vector<uint16_t>& y16, bool round16) {
+      if (!round16) return out.add(y);
+      for (const uint16_t h : y16) out.add(rope::bf16_to_f32(h));
+    };
     // Inputs off centre (mean 3), where a one-pass variance would lose digits.
-    Body layernorm = typed([s]<class T>(Inputs& in, Outputs& out) {
+    Body layernorm = norm_body([s, output]<class T>(Inputs& in, Outputs& out, bool round16) {
       const auto x = cast<T>(in.normal(s.N * s.C, 2, 3)), w = cast<T>(in.normal(s.C, 0.5, 1));
       const auto b = cast<T>(in.normal(s.C)), g = cast<T>(in.normal(s.N * s.C));
       auto y = cast<T>(in.normal(s.N * s.C)), mean = cast<T>(in.normal(s.N)), rstd = cast<T>(in.normal(s.N));
       auto dx = cast<T>(in.normal(s.N * s.C)), dw = cast<T>(in.normal(s.C)), db = cast<T>(in.normal(s.C));
+      std::vector<uint16_t> y16(round16 ? s.N * s.C : 0);
       const T* bias = s.affine ? b.data() : nullptr;
-      ops::layernorm_forward(y.data(), mean.data(), rstd.data(), x.data(), w.data(), bias, s.N, s.C, 1e-12);
+      ops::layernorm_forward(y.data(), mean.data(), rstd.data(), x.data(), w.data(), bias, s.N, s.C, 1e-12,
+                             round16 ? y16.data() : nullptr);
       ops::layernorm_backward(dx.data(), dw.data(), s.affine ? db.data() : nullptr, g.data(), x.data(), w.data(),
                               mean.data(), rstd.data(), s.N, s.C);
-      out.add(y), out.add(mean), out.add(rstd), out.add(dx), out.add(dw), out.add(db);
+      output(out, y, y16, round16);
+      out.add(mean), out.add(rstd), out.add(dx), out.add(dw), out.add(db);
     });
-    Body rmsnorm = typed([s]<class T>(Inputs& in, Outputs& out) {
+    Body rmsnorm = norm_body([s, output]<class T>(Inputs& in, Outputs& out, bool round16) {
       const auto x = cast<T>(in.normal(s.N * s.C, 2, 1)), w = cast<T>(in.normal(s.C, 0.5, 1));
       const auto g = cast<T>(in.normal(s.N * s.C));
       auto y = cast<T>(in.normal(s.N * s.C)), rrms = cast<T>(in.normal(s.N));
       auto dx = cast<T>(in.normal(s.N * s.C)), dw = cast<T>(in.normal(s.C));
+      std::vector<uint16_t> y16(round16 ? s.N * s.C : 0);
       const T* weight = s.affine ? w.data() : nullptr;
-      ops::rmsnorm_forward(y.data(), rrms.data(), x.data(), weight, s.N, s.C, 1e-6);
+      ops::rmsnorm_forward(y.data(), rrms.data(), x.data(), weight, s.N, s.C, 1e-6, round16 ? y16.data() : nullptr);
       ops::rmsnorm_backward(dx.data(), dw.data(), g.data(), x.data(), weight, rrms.data(), s.N, s.C);
-      out.add(y), out.add(rrms), out.add(dx), out.add(dw);
+      output(out, y, y16, round16);
+      out.add(rrms), out.add(dx), out.add(dw);
     });
     const std::string shape = fields({{"N", s.N}, {"C", s.C}, {"affine", s.affine}});
-    cases.push_back({"layernorm", shape, layernorm, {{Dtype::f32, kF32}}});
-    cases.push_back({"rmsnorm", shape, rmsnorm, {{Dtype::f32, kF32}}});
+    const std::vector<std::pair<Dtype, double>> norm_variants = {{Dtype::f32, kF32}, {Dtype::bf16, kBf16Norm}};
+    cases.push_back({"layernorm", shape, layernorm, norm_variants});
+    cases.push_back({"rmsnorm", shape, rmsnorm, norm_variants});
   }
   return cases;
 }

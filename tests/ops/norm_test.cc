@@ -1,9 +1,11 @@
 // LayerNorm and RMSNorm (src/ops/norm.cc): gradients against central differences in float64, with and
 // without the optional parameters; fp32 against fp64 on wide threaded rows; fp64 parameter gradients
 // summed in row order; the residual-fused forwards equal the residual add followed by the norm, bit
-// for bit.
+// for bit; the bf16 copy a forward writes beside its output (out16) is round_to_bf16 of that output,
+// bit for bit, and leaves the output as it is.
 #include <gtest/gtest.h>
 
+#include <bit>
 #include <cmath>
 #include <cstdint>
 #include <limits>
@@ -12,6 +14,7 @@
 #include <utility>
 #include <vector>
 
+#include "ops/linear.h"
 #include "ops/norm.h"
 #include "ops/ops_testing.h"
 
@@ -131,6 +134,73 @@ TEST(Ops, ResidualFusedNormsEqualTheAddThenTheNorm) {
     expect_fused_residual_norm_is_exact<float>(N, C);
     expect_fused_residual_norm_is_exact<double>(N, C);
   }
+}
+
+// out16: on random shapes (one thread and across the team), with and without the optional parameters,
+// on every SIMD target built, and on rows whose outputs bf16 rounds specially: NaN (a NaN input),
+// subnormal (weights of 1e-39), and past bf16's largest finite value (weights of 3.3e38, where
+// rounding reaches infinity). out16 equals round_to_bf16(out), out equals the forward's without out16.
+TEST(Ops, NormForwardsWriteTheirBf16CopyAsRoundToBf16Does) {
+  std::mt19937_64 rng(16);
+  std::uniform_int_distribution<int64_t> rows(1, 70), cols(1, 1100);
+  std::vector<std::pair<int64_t, int64_t>> shapes = {{1, 1}, {3, 7}, {64, 768}};
+  for (int i = 0; i < 6; ++i) shapes.push_back({rows(rng), cols(rng)});
+  auto check = [](const char* what, const std::vector<float>& y, const std::vector<float>& y_plain,
+                  const std::vector<uint16_t>& y16) {
+    SCOPED_TRACE(what);
+    std::vector<uint16_t> want(y.size());
+    ops::round_to_bf16(want.data(), y.data(), static_cast<int64_t>(y.size()));
+    EXPECT_EQ(y16, want);
+    ASSERT_EQ(y.size(), y_plain.size());
+    for (size_t i = 0; i < y.size(); ++i) {  // the same bits (NaN included)
+      ASSERT_EQ(std::bit_cast<uint32_t>(y[i]), std::bit_cast<uint32_t>(y_plain[i])) << i;
+    }
+  };
+  ops_testing::for_each_simd_target([&] {
+    for (auto [N, C] : shapes) {
+      for (const double weight_scale : {1.0, 1e-39, 3.3e38}) {
+        SCOPED_TRACE(testing::Message() << "N " << N << " C " << C << " weight scale " << weight_scale);
+        auto x = to_f32(random_vec(rng, N * C, 2.0, 0.3));
+        if (N > 1) x[C] = std::numeric_limits<float>::quiet_NaN();  // row 1: NaN throughout
+        const auto r = to_f32(random_vec(rng, N * C)), b = to_f32(random_vec(rng, C));
+        std::vector<float> w = to_f32(random_vec(rng, C, 0.3, 1.0));
+        for (float& v : w) v = static_cast<float>(v * weight_scale);
+        for (const float* bias : {b.data(), static_cast<const float*>(nullptr)}) {
+          std::vector<float> y(N * C), y0(N * C), m(N), s(N);
+          std::vector<uint16_t> y16(N * C);
+          ops::layernorm_forward(y0.data(), m.data(), s.data(), x.data(), w.data(), bias, N, C, 1e-5);
+          ops::layernorm_forward(y.data(), m.data(), s.data(), x.data(), w.data(), bias, N, C, 1e-5, y16.data());
+          check("layernorm", y, y0, y16);
+          std::vector<float> sum0 = x, sum = x;
+          ops::residual_layernorm_forward(y0.data(), m.data(), s.data(), sum0.data(), r.data(), w.data(), bias, N, C,
+                                          1e-5);
+          ops::residual_layernorm_forward(y.data(), m.data(), s.data(), sum.data(), r.data(), w.data(), bias, N, C,
+                                          1e-5, y16.data());
+          check("residual layernorm", y, y0, y16);
+        }
+        for (const float* weight : {static_cast<const float*>(w.data()), static_cast<const float*>(nullptr)}) {
+          std::vector<float> y(N * C), y0(N * C), rr(N);
+          std::vector<uint16_t> y16(N * C);
+          ops::rmsnorm_forward(y0.data(), rr.data(), x.data(), weight, N, C, 1e-6);
+          ops::rmsnorm_forward(y.data(), rr.data(), x.data(), weight, N, C, 1e-6, y16.data());
+          check("rmsnorm", y, y0, y16);
+          std::vector<float> sum0 = x, sum = x;
+          ops::residual_rmsnorm_forward(y0.data(), rr.data(), sum0.data(), r.data(), weight, N, C, 1e-6);
+          ops::residual_rmsnorm_forward(y.data(), rr.data(), sum.data(), r.data(), weight, N, C, 1e-6, y16.data());
+          check("residual rmsnorm", y, y0, y16);
+        }
+      }
+    }
+  });
+  // fp64 norms have no bf16 copy.
+  Vec y(3), m(1), s(1);
+  const Vec x = {1, 2, 3}, w = {1, 1, 1};
+  std::vector<uint16_t> y16(3);
+  EXPECT_THROW(ops::layernorm_forward(y.data(), m.data(), s.data(), x.data(), w.data(), w.data(), 1, 3, 1e-5,
+                                      y16.data()),
+               std::invalid_argument);
+  EXPECT_THROW(ops::rmsnorm_forward(y.data(), s.data(), x.data(), w.data(), 1, 3, 1e-6, y16.data()),
+               std::invalid_argument);
 }
 
 }  // namespace
