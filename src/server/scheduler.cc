@@ -292,145 +292,165 @@ Output Scheduler::encode(std::vector<std::unique_ptr<Job>>& jobs, int64_t batch_
   return out;
 }
 
-// The step batcher's loop: each turn admits what fits (source by source, to the request that has had
-// the fewest admitted), frees the rows of clients gone, runs one decoding step and answers the
-// requests whose last source ended.
-void Scheduler::translate_steps() {
-  infer::Translator& tr = *backend_.translator;
-  const model::Seq2SeqConfig& c = tr.model().config();
-  model::TranslationBatch* batch = steps_.get();
+// The step batcher's state, the model thread's own: which request each of the batch's ids decodes a
+// source of, the requests running (sources admitted, not answered) and the budget they hold.
+struct Scheduler::Steps {
   struct Admitted {
     Job* job;
     size_t source;
     int64_t tokens;  // of the budget
   };
   std::map<int64_t, Admitted> of;             // the batch's ids
-  std::vector<std::unique_ptr<Job>> running;  // requests with sources admitted, not answered
+  std::vector<std::unique_ptr<Job>> running;
   int64_t reserved = 0;
-  // Answers request j (error: its exception) and forgets it; its sources must have left the batch.
-  auto answer = [&](Job* j, std::exception_ptr error) {
-    {
-      std::lock_guard<std::mutex> lock(mutex_);
-      stepping_.erase(std::remove(stepping_.begin(), stepping_.end(), j->id), stepping_.end());
-      cancelling_.erase(std::remove(cancelling_.begin(), cancelling_.end(), j->id), cancelling_.end());
-      --in_flight_;
-    }
-    if (error) {
-      j->done.set_exception(error);
-    } else {
-      Output out;
-      out.translations = std::move(j->translations);
-      j->done.set_value(std::move(out));
-    }
-    running.erase(std::find_if(running.begin(), running.end(), [j](const auto& r) { return r.get() == j; }));
-  };
-  auto leave = [&](Job* j) {  // j's sources out of the batch
-    for (auto it = of.begin(); it != of.end();) {
-      if (it->second.job != j) {
-        ++it;
-        continue;
-      }
-      batch->drop(it->first);
-      reserved -= it->second.tokens;
-      it = of.erase(it);
-    }
-  };
+  // This turn's admissions: sources to join the batch (job null once its client is gone).
+  std::vector<model::TranslationBatch::Source> join;
+  std::vector<Admitted> joining;
+};
+
+// The step batcher's loop: each turn admits what fits, frees the rows of clients gone, runs one
+// decoding step and answers the requests whose last source ended.
+void Scheduler::translate_steps() {
+  Steps st;
   std::unique_lock<std::mutex> lock(mutex_);
   for (;;) {
-    wake_.wait(lock, [&] { return stopping_ || !queue_.empty() || !running.empty(); });
-    if (queue_.empty() && running.empty()) return;  // stopping, and every accepted request answered
+    wake_.wait(lock, [&] { return stopping_ || !queue_.empty() || !st.running.empty(); });
+    if (queue_.empty() && st.running.empty()) return;  // stopping, and every accepted request answered
     std::vector<uint64_t> gone;
     gone.swap(cancelling_);
-    // Admission: a source takes num_beams free rows and its tokens of the budget.
-    std::vector<model::TranslationBatch::Source> join;
-    std::vector<Admitted> joining;
-    int64_t rows_free = batch->free_rows();
-    // One source of j if it fits: true when taken, false when it must wait.
-    auto take = [&](Job& j) {
-      const size_t i = j.order[j.admitted];
-      const int64_t need = translation_tokens(c, j.sources[i], j.decode);
-      if (j.decode.beam_size > rows_free || (options_.max_total_tokens > 0 && reserved + need > options_.max_total_tokens)) {
-        return false;
-      }
-      join.push_back({j.sources[i], j.decode, static_cast<uint64_t>(j.admitted)});
-      joining.push_back({&j, i, need});
-      rows_free -= j.decode.beam_size, reserved += need;
-      ++j.admitted;
-      return true;
-    };
-    // Fair shares: the next source comes from the request that has had the fewest admitted (the
-    // earliest among equals; the queue's front has had none), so a short request joins at the next
-    // free rows rather than behind every source of a long one. The first source that does not fit
-    // ends the admission: it waits, first in line.
-    const auto now = std::chrono::steady_clock::now();
-    for (;;) {
-      auto start = [&] {  // the queue's front is running from now on
-        metrics_.queued(std::chrono::duration<double>(now - queue_.front()->queued).count());
-        stepping_.push_back(queue_.front()->id);
-        running.push_back(std::move(queue_.front()));
-        queue_.pop_front();
-      };
-      while (!queue_.empty()) {
-        if (time_out_front(now)) continue;
-        if (!queue_.front()->order.empty()) break;
-        start();  // nothing to decode (no subwords): answered after this step
-      }
-      Job* next = nullptr;
-      for (auto& j : running) {
-        if (j->admitted < j->order.size() && (!next || j->admitted < next->admitted)) next = j.get();
-      }
-      const bool front = !queue_.empty() && (!next || next->admitted > 0);
-      if (front) next = queue_.front().get();
-      if (!next || !take(*next)) break;
-      if (front) start();
-    }
+    admit_sources(st);
     lock.unlock();
-    for (uint64_t id : gone) {  // clients gone: their rows free now
-      const auto it = std::find_if(running.begin(), running.end(), [id](const auto& j) { return j->id == id; });
-      if (it == running.end()) continue;
-      Job* j = it->get();
-      leave(j);
-      for (auto& a : joining) {  // not admitted after all
-        if (a.job == j) reserved -= a.tokens, a.job = nullptr;
-      }
-      metrics_.cancelled();
-      answer(j, std::make_exception_ptr(Cancelled("the client closed the connection")));
-    }
-    try {
-      std::vector<model::TranslationBatch::Source> admit;
-      std::vector<Admitted> admitted;
-      for (size_t k = 0; k < join.size(); ++k) {
-        if (joining[k].job) admit.push_back(std::move(join[k])), admitted.push_back(joining[k]);
-      }
-      const std::vector<int64_t> ids = batch->admit(admit);  // their encoder, once
-      for (size_t k = 0; k < ids.size(); ++k) of.emplace(ids[k], admitted[k]);
-      const auto t0 = std::chrono::steady_clock::now();
-      auto done = batch->step();
-      const int64_t rows = batch->last_rows();
-      if (rows > 0) metrics_.batch(rows, rows, rows, std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
-      for (auto& [id, hyps] : done) {
-        const Admitted a = of.at(id);
-        of.erase(id);
-        reserved -= a.tokens;
-        for (const model::Hypothesis& h : hyps) {
-          a.job->translations[a.source].push_back({tr.subwords().decode(h.tokens), h.score, h.tokens, h.finished});
-        }
-        --a.job->remaining;
-      }
-    } catch (...) {  // not expected: every running request gets the error, and the rows start afresh
-      const std::exception_ptr error = std::current_exception();
-      while (!running.empty()) answer(running.front().get(), error);
-      of.clear();
-      reserved = 0;
-      batch->clear();
-    }
+    drop_gone(st, gone);
+    translate_step(st);
     std::vector<Job*> finished;
-    for (auto& j : running) {
+    for (auto& j : st.running) {
       if (j->remaining == 0 && j->admitted == j->order.size()) finished.push_back(j.get());
     }
-    for (Job* j : finished) answer(j, nullptr);
+    for (Job* j : finished) answer_translation(st, j, nullptr);
     lock.lock();
   }
+}
+
+// Admission, under the lock: a source takes num_beams free rows and its tokens of the budget. Fair
+// shares: the next source comes from the request that has had the fewest admitted (the earliest among
+// equals; the queue's front has had none), so a short request joins at the next free rows rather than
+// behind every source of a long one. The first source that does not fit ends the admission: it waits,
+// first in line.
+void Scheduler::admit_sources(Steps& st) {
+  const model::Seq2SeqConfig& c = backend_.translator->model().config();
+  st.join.clear(), st.joining.clear();
+  int64_t rows_free = steps_->free_rows();
+  auto take = [&](Job& j) {  // one source of j if it fits: true when taken, false when it must wait
+    const size_t i = j.order[j.admitted];
+    const int64_t need = translation_tokens(c, j.sources[i], j.decode);
+    if (j.decode.beam_size > rows_free || (options_.max_total_tokens > 0 && st.reserved + need > options_.max_total_tokens)) {
+      return false;
+    }
+    st.join.push_back({j.sources[i], j.decode, static_cast<uint64_t>(j.admitted)});
+    st.joining.push_back({&j, i, need});
+    rows_free -= j.decode.beam_size, st.reserved += need;
+    ++j.admitted;
+    return true;
+  };
+  const auto now = std::chrono::steady_clock::now();
+  auto start = [&] {  // the queue's front is running from now on
+    metrics_.queued(std::chrono::duration<double>(now - queue_.front()->queued).count());
+    stepping_.push_back(queue_.front()->id);
+    st.running.push_back(std::move(queue_.front()));
+    queue_.pop_front();
+  };
+  for (;;) {
+    while (!queue_.empty()) {
+      if (time_out_front(now)) continue;
+      if (!queue_.front()->order.empty()) break;
+      start();  // nothing to decode (no subwords): answered after this step
+    }
+    Job* next = nullptr;
+    for (auto& j : st.running) {
+      if (j->admitted < j->order.size() && (!next || j->admitted < next->admitted)) next = j.get();
+    }
+    const bool front = !queue_.empty() && (!next || next->admitted > 0);
+    if (front) next = queue_.front().get();
+    if (!next || !take(*next)) break;
+    if (front) start();
+  }
+}
+
+// The requests whose clients are gone (their ids): their sources leave the batch and this turn's
+// admissions, their budget is returned, and they are answered Cancelled.
+void Scheduler::drop_gone(Steps& st, const std::vector<uint64_t>& gone) {
+  for (uint64_t id : gone) {
+    const auto it = std::find_if(st.running.begin(), st.running.end(), [id](const auto& j) { return j->id == id; });
+    if (it == st.running.end()) continue;
+    Job* j = it->get();
+    for (auto a = st.of.begin(); a != st.of.end();) {  // its sources out of the batch
+      if (a->second.job != j) {
+        ++a;
+        continue;
+      }
+      steps_->drop(a->first);
+      st.reserved -= a->second.tokens;
+      a = st.of.erase(a);
+    }
+    for (auto& a : st.joining) {  // not admitted after all
+      if (a.job == j) st.reserved -= a.tokens, a.job = nullptr;
+    }
+    metrics_.cancelled();
+    answer_translation(st, j, std::make_exception_ptr(Cancelled("the client closed the connection")));
+  }
+}
+
+// The admitted sources join (their encoder runs once), one decoding step runs, and the sources that
+// ended hand their n-best to their requests. An exception (not expected) answers every running
+// request with it and starts the rows afresh.
+void Scheduler::translate_step(Steps& st) {
+  infer::Translator& tr = *backend_.translator;
+  try {
+    std::vector<model::TranslationBatch::Source> admit;
+    std::vector<Steps::Admitted> admitted;
+    for (size_t k = 0; k < st.join.size(); ++k) {
+      if (st.joining[k].job) admit.push_back(std::move(st.join[k])), admitted.push_back(st.joining[k]);
+    }
+    const std::vector<int64_t> ids = steps_->admit(admit);
+    for (size_t k = 0; k < ids.size(); ++k) st.of.emplace(ids[k], admitted[k]);
+    const auto t0 = std::chrono::steady_clock::now();
+    auto done = steps_->step();
+    const int64_t rows = steps_->last_rows();
+    if (rows > 0) metrics_.batch(rows, rows, rows, std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+    for (auto& [id, hyps] : done) {
+      const Steps::Admitted a = st.of.at(id);
+      st.of.erase(id);
+      st.reserved -= a.tokens;
+      for (const model::Hypothesis& h : hyps) {
+        a.job->translations[a.source].push_back({tr.subwords().decode(h.tokens), h.score, h.tokens, h.finished});
+      }
+      --a.job->remaining;
+    }
+  } catch (...) {
+    const std::exception_ptr error = std::current_exception();
+    while (!st.running.empty()) answer_translation(st, st.running.front().get(), error);
+    st.of.clear();
+    st.reserved = 0;
+    steps_->clear();
+  }
+}
+
+// Answers request j (error: its exception) and forgets it; its sources must have left the batch.
+void Scheduler::answer_translation(Steps& st, Job* j, std::exception_ptr error) {
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    stepping_.erase(std::remove(stepping_.begin(), stepping_.end(), j->id), stepping_.end());
+    cancelling_.erase(std::remove(cancelling_.begin(), cancelling_.end(), j->id), cancelling_.end());
+    --in_flight_;
+  }
+  if (error) {
+    j->done.set_exception(error);
+  } else {
+    Output out;
+    out.translations = std::move(j->translations);
+    j->done.set_value(std::move(out));
+  }
+  st.running.erase(std::find_if(st.running.begin(), st.running.end(), [j](const auto& r) { return r.get() == j; }));
 }
 
 }  // namespace server

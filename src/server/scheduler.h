@@ -19,6 +19,7 @@
 #include <condition_variable>
 #include <cstdint>
 #include <deque>
+#include <exception>
 #include <future>
 #include <memory>
 #include <mutex>
@@ -160,7 +161,14 @@ class Scheduler {
   Output encode(std::vector<std::unique_ptr<Job>>& jobs, int64_t batch_size, std::vector<size_t>& counts,
                 int64_t& tokens);
   void release(size_t jobs);  // the jobs are answered: no longer in flight
-  void translate_steps();     // a translation model's thread: the step batcher's loop
+  // A translation model's thread: the step batcher's loop, each turn admit_sources, drop_gone,
+  // translate_step and the answers.
+  struct Steps;
+  void translate_steps();
+  void admit_sources(Steps& st);                                   // under the lock
+  void drop_gone(Steps& st, const std::vector<uint64_t>& gone);    // the requests whose clients left
+  void translate_step(Steps& st);                                  // the joins and one decoding step
+  void answer_translation(Steps& st, Job* j, std::exception_ptr error);
   // Answers the queue's front TimedOut when its request_timeout_s has passed (under the lock).
   bool time_out_front(std::chrono::steady_clock::time_point now);
 
