@@ -1,7 +1,8 @@
 // PackedLinear on oneDNN's matmul primitive. oneDNN chooses the weight layout for the machine
 // (format_tag::any; brgemm's blocked layout on AVX-512, which does not depend on the batch size), the
-// weights are reordered into it once, and one primitive per batch size N is made on first use and
-// cached (oneDNN's runtime-dimension matmul falls back to its reference kernel, so shapes stay fixed).
+// weights are reordered into it once, and one primitive per product shape and batch size N is made on
+// first use and kept per thread, shared by the layers of that shape (oneDNN's runtime-dimension
+// matmul falls back to its reference kernel, so shapes stay fixed).
 // Also the oneDNN pieces the other ops share (onednn.h): the engine, onednn_matmul and onednn_sgemm.
 #include "packed_linear.h"
 
@@ -16,8 +17,6 @@
 #include <array>
 #include <cmath>
 #include <list>
-#include <map>
-#include <mutex>
 #include <stdexcept>
 #include <unordered_map>
 #include <vector>
@@ -56,6 +55,22 @@ struct CachedMatmul {
   std::unordered_map<int, dnnl::memory> args;
 };
 
+// The entry of `recent` (one thread's primitives, the most recently used first) whose key is `key`,
+// moved to the front; when none has it, make()'s, put in front, and the least recently used dropped
+// past `capacity` (each holds JIT code, about 0.25 MiB). Callers alternate among a few shapes, so the
+// search starts at the most recent end.
+template <typename Entry, typename Key, typename Make>
+Entry& recent_entry(std::list<Entry>& recent, const Key& key, size_t capacity, Make&& make) {
+  auto found = std::find_if(recent.begin(), recent.end(), [&](const Entry& e) { return e.key == key; });
+  if (found != recent.end()) {
+    if (found != recent.begin()) recent.splice(recent.begin(), recent, found);  // now the most recent
+  } else {
+    if (recent.size() >= capacity) recent.pop_back();
+    recent.push_front(make());
+  }
+  return recent.front();
+}
+
 }  // namespace
 
 void onednn_matmul(const dnnl::memory::desc& src, const void* src_data, const dnnl::memory::desc& weights,
@@ -69,15 +84,9 @@ void onednn_matmul(const dnnl::memory::desc& src, const void* src_data, const dn
   put_desc(key, at, dst);
   key[at++] = bias != nullptr;
   key[at++] = accumulate;
-  // Least recently used last; at most kCached per thread (each holds JIT code, about 0.25 MiB). A
-  // layer's products alternate among a few shapes, so the list is searched from its most recent end.
-  constexpr size_t kCached = 64;
+  constexpr size_t kCached = 64;  // per thread
   thread_local std::list<CachedMatmul> recent;
-  auto found = std::find_if(recent.begin(), recent.end(), [&](const CachedMatmul& m) { return m.key == key; });
-  if (found != recent.end()) {
-    if (found != recent.begin()) recent.splice(recent.begin(), recent, found);  // now the most recent
-  } else {
-    if (recent.size() >= kCached) recent.pop_back();
+  CachedMatmul& m = recent_entry(recent, key, kCached, [&] {
     dnnl::primitive_attr attr;
     if (accumulate) {
       dnnl::post_ops ops;
@@ -93,9 +102,8 @@ void onednn_matmul(const dnnl::memory::desc& src, const void* src_data, const dn
                        {DNNL_ARG_WEIGHTS, memory(weights, engine, nullptr)},
                        {DNNL_ARG_DST, memory(dst, engine, nullptr)}}};
     if (bias) made.args.emplace(DNNL_ARG_BIAS, memory(bias_desc, engine, nullptr));
-    recent.push_front(std::move(made));
-  }
-  CachedMatmul& m = recent.front();
+    return made;
+  });
   m.args.at(DNNL_ARG_SRC).set_data_handle(const_cast<void*>(src_data));
   m.args.at(DNNL_ARG_WEIGHTS).set_data_handle(const_cast<void*>(weights_data));
   m.args.at(DNNL_ARG_DST).set_data_handle(dst_data);
@@ -238,6 +246,20 @@ dt operand_type(Precision p, bool weights) {
 
 }  // namespace
 
+// The primitives of one product shape and batch size N: what PackedLinear::forward runs. They do not
+// depend on a layer's weights, scales or bias (call arguments), so every layer of the same shape
+// shares them.
+struct PackedShape {
+  dnnl::matmul matmul;
+  dnnl::reorder convert;  // bf16: (N, IC) f32 → bf16 (nearest even)
+  std::string implementation;
+};
+using ShapeKey = std::array<int64_t, 6>;  // IC, OC, precision, epilogue, bias, N
+struct CachedShape {
+  ShapeKey key;
+  PackedShape shape;
+};
+
 struct PackedLinear::Impl {
   int64_t OC = 0, IC = 0;
   Precision precision = Precision::f32;
@@ -246,24 +268,19 @@ struct PackedLinear::Impl {
   memory weights;                   // oneDNN's layout for this machine
   memory bias;                      // (1, OC) f32
   std::vector<float> weight_scale;  // int8: (OC), w ≈ weight_scale[o] · q
-
-  // The primitives for one batch size.
-  struct Shape {
-    dnnl::matmul matmul;
-    dnnl::reorder convert;  // bf16: (N, IC) f32 → bf16 (nearest even)
-    std::string implementation;
-  };
-  mutable std::mutex mutex;
-  mutable std::map<int64_t, std::shared_ptr<const Shape>> shapes;
+  memory scales;                    // int8: weight_scale as the (1, OC) operand of the first post-op
 
   dnnl::primitive_attr matmul_attr() const {
     dnnl::primitive_attr attr;
     dnnl::post_ops ops;
     if (precision == Precision::int8) {
-      // int32 product · s_w[o] (fixed), then · s_x (this call's, a (1, 1) runtime operand): oneDNN 2.6
-      // leaves its brgemm kernels for a slower GEMM when the output scales themselves are runtime.
-      attr.set_output_scales(1 << 1, weight_scale);
+      // int32 product · s_w[o] · s_x, each a binary post-op on a runtime operand (the layer's
+      // per-channel scales, this call's activation scale), so that the primitive is the same for
+      // every layer of the shape; oneDNN 2.6 leaves its brgemm kernels for a slower GEMM when the
+      // output scales themselves are runtime. The same products in the same order as fixed output
+      // scales s_w[o] followed by · s_x.
       attr.set_zero_points(DNNL_ARG_SRC, 0, {DNNL_RUNTIME_S32_VAL});
+      ops.append_binary(dnnl::algorithm::binary_mul, memory::desc({1, OC}, dt::f32, tag::ab));
       ops.append_binary(dnnl::algorithm::binary_mul, memory::desc({1, 1}, dt::f32, tag::ab));
       // oneDNN 2.x adds an int8 matmul's bias before the output scales; added after them instead.
       if (has_bias) ops.append_binary(dnnl::algorithm::binary_add, bias.get_desc());
@@ -282,21 +299,26 @@ struct PackedLinear::Impl {
     return dnnl::matmul::primitive_desc(desc, matmul_attr(), onednn_engine());
   }
 
-  std::shared_ptr<const Shape> shape(int64_t N) const {
-    std::lock_guard<std::mutex> lock(mutex);
-    auto it = shapes.find(N);
-    if (it != shapes.end()) return it->second;
-    if (shapes.size() >= 64) shapes.clear();  // a bound for callers whose batch sizes keep changing
-    auto s = std::make_shared<Shape>();
-    const auto pd = matmul_desc(N, weights.get_desc());
-    s->matmul = dnnl::matmul(pd);
-    s->implementation = pd.impl_info_str();
-    if (precision == Precision::bf16) {
-      const memory::desc from({N, IC}, dt::f32, tag::ab), to({N, IC}, dt::bf16, tag::ab);
-      s->convert = dnnl::reorder(dnnl::reorder::primitive_desc(onednn_engine(), from, onednn_engine(), to));
-    }
-    shapes.emplace(N, s);
-    return s;
+  // This thread's primitives for N rows, made on first use. Kept per thread (no lock, and no primitive
+  // runs on two threads at once) and shared by the layers of the same shape: a RoFormer-base forward
+  // at a new length makes 4 matmuls, not 48 (creating one takes up to 1.3 ms: a server whose
+  // requests vary in length spent as long making them as running them). The reference is valid until
+  // this thread's next call.
+  const PackedShape& shape(int64_t N) const {
+    constexpr size_t kShapes = 256;  // per thread: 64 MiB of JIT code at most
+    thread_local std::list<CachedShape> recent;
+    const ShapeKey key{IC, OC, static_cast<int64_t>(precision), static_cast<int64_t>(epilogue), has_bias, N};
+    return recent_entry(recent, key, kShapes, [&] {
+      CachedShape made{key, {}};
+      const auto pd = matmul_desc(N, weights.get_desc());
+      made.shape.matmul = dnnl::matmul(pd);
+      made.shape.implementation = pd.impl_info_str();
+      if (precision == Precision::bf16) {
+        const memory::desc from({N, IC}, dt::f32, tag::ab), to({N, IC}, dt::bf16, tag::ab);
+        made.shape.convert = dnnl::reorder(dnnl::reorder::primitive_desc(onednn_engine(), from, onednn_engine(), to));
+      }
+      return made;
+    }).shape;
   }
 };
 
@@ -326,6 +348,7 @@ PackedLinear::PackedLinear(const float* weight, const float* bias, int64_t OC, i
       throw std::domain_error("PackedLinear: the weight holds a NaN or infinite value");
     }
     source = memory(plain, engine, quantized.data());
+    m.scales = memory({{1, OC}, dt::f32, tag::ab}, engine, m.weight_scale.data());
   } else {
     source = memory({{IC, OC}, dt::f32, tag::ba}, engine, const_cast<float*>(weight));
   }
@@ -342,7 +365,7 @@ PackedLinear& PackedLinear::operator=(PackedLinear&&) noexcept = default;
 void PackedLinear::forward(float* out, const float* inp, int64_t N) const {
   if (N <= 0) return;
   const Impl& m = *impl_;
-  const auto shape = m.shape(N);
+  const PackedShape& shape = m.shape(N);
   const dnnl::engine& engine = onednn_engine();
   dnnl::stream stream(engine);
   memory dst({{N, m.OC}, dt::f32, tag::ab}, engine, out);
@@ -352,12 +375,12 @@ void PackedLinear::forward(float* out, const float* inp, int64_t N) const {
       thread_local std::vector<uint16_t> converted;
       converted.resize(N * m.IC);
       memory src_bf16({{N, m.IC}, dt::bf16, tag::ab}, engine, converted.data());
-      shape->convert.execute(stream, src, src_bf16);
+      shape.convert.execute(stream, src, src_bf16);
       src = src_bf16;
     }
     std::unordered_map<int, memory> args{{DNNL_ARG_SRC, src}, {DNNL_ARG_WEIGHTS, m.weights}, {DNNL_ARG_DST, dst}};
     if (m.has_bias) args.emplace(DNNL_ARG_BIAS, m.bias);
-    shape->matmul.execute(stream, args);
+    shape.matmul.execute(stream, args);
     stream.wait();
     return;
   }
@@ -374,9 +397,10 @@ void PackedLinear::forward(float* out, const float* inp, int64_t N) const {
                                        {DNNL_ARG_WEIGHTS, m.weights},
                                        {DNNL_ARG_DST, dst},
                                        {DNNL_ARG_ATTR_ZERO_POINTS | DNNL_ARG_SRC, zero_point_mem},
-                                       {DNNL_ARG_ATTR_MULTIPLE_POST_OP(0) | DNNL_ARG_SRC_1, scale_mem}};
-  if (m.has_bias) args.emplace(DNNL_ARG_ATTR_MULTIPLE_POST_OP(1) | DNNL_ARG_SRC_1, m.bias);
-  shape->matmul.execute(stream, args);
+                                       {DNNL_ARG_ATTR_MULTIPLE_POST_OP(0) | DNNL_ARG_SRC_1, m.scales},
+                                       {DNNL_ARG_ATTR_MULTIPLE_POST_OP(1) | DNNL_ARG_SRC_1, scale_mem}};
+  if (m.has_bias) args.emplace(DNNL_ARG_ATTR_MULTIPLE_POST_OP(2) | DNNL_ARG_SRC_1, m.bias);
+  shape.matmul.execute(stream, args);
   stream.wait();
 }
 
@@ -390,7 +414,7 @@ size_t PackedLinear::packed_bytes() const {
          impl_->weight_scale.size() * sizeof(float);
 }
 
-std::string PackedLinear::implementation(int64_t N) const { return impl_->shape(N)->implementation; }
+std::string PackedLinear::implementation(int64_t N) const { return impl_->shape(N).implementation; }
 
 bool packed_f32_is_native() {
   static const bool native = [] {

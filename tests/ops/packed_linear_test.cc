@@ -201,6 +201,45 @@ TEST(PackedLinear, ConcurrentCallsOfDifferentBatchSizesAgreeWithSerialOnes) {
   }
 }
 
+// Layers of one shape share their primitives (kept per thread, per batch size): each call must still
+// read its own layer's weights, bias and int8 scales, however the calls interleave and after the
+// least recently used primitives were dropped.
+TEST(PackedLinear, LayersOfOneShapeShareTheirPrimitivesButNotTheirWeights) {
+  std::mt19937_64 rng(21);
+  const int64_t IC = 48, OC = 40;
+  for (Precision p : precisions()) {
+    SCOPED_TRACE(ops::precision_name(p));
+    std::vector<PackedLinear> layers;
+    for (double spread : {0.1, 30.0}) {  // scales two orders of magnitude apart
+      const auto w = to_f32(random_f32_vec(rng, OC * IC, spread)), b = to_f32(random_f32_vec(rng, OC, spread));
+      layers.emplace_back(w.data(), b.data(), OC, IC, p, Epilogue::relu);
+    }
+    const std::vector<int64_t> sizes = {5, 33, 5, 1, 33};
+    std::vector<std::vector<float>> inputs, alone(2 * sizes.size());
+    for (int64_t N : sizes) inputs.push_back(to_f32(random_f32_vec(rng, N * IC)));
+    for (size_t l = 0; l < 2; ++l) {  // each layer on a thread of its own: primitives made for it alone
+      std::thread([&, l] {
+        for (size_t i = 0; i < sizes.size(); ++i) {
+          alone[2 * i + l].resize(sizes[i] * OC);
+          layers[l].forward(alone[2 * i + l].data(), inputs[i].data(), sizes[i]);
+        }
+      }).join();
+    }
+    for (int round = 0; round < 2; ++round) {  // interleaved on this thread; then after 300 other sizes
+      for (size_t i = 0; i < sizes.size(); ++i) {
+        for (size_t l = 0; l < 2; ++l) {
+          std::vector<float> y(sizes[i] * OC, NAN);
+          layers[l].forward(y.data(), inputs[i].data(), sizes[i]);
+          EXPECT_EQ(y, alone[2 * i + l]) << "round " << round << " N " << sizes[i] << " layer " << l;
+        }
+      }
+      std::vector<float> x(300 * IC, 0.5f), y(300 * OC);
+      const bool evict = round == 0 && p == Precision::f32;  // making 300 primitives takes seconds: once
+      for (int64_t N = 40; N < 340 && evict; ++N) layers[N % 2].forward(y.data(), x.data(), N - 39);
+    }
+  }
+}
+
 TEST(PackedLinear, BadInputsAreRejected) {
   const std::vector<float> w(4, 1.0f), x = {1.0f, NAN};
   EXPECT_THROW(PackedLinear(w.data(), nullptr, 0, 4, Precision::f32), std::invalid_argument);
