@@ -31,10 +31,26 @@ REPS=${REPS:-3}
 ONLY=${ONLY:-}
 THREADS=${THREADS:-"1 2"}
 ISAS=${ISAS:-"native avx2"}
-GOMP_LIB=${GOMP_LIB:-/tmp/onednn-gomp/onednn_cpu_gomp-2023.2.0.data/data/lib}
-ONEDNN313_LIB=${ONEDNN313_LIB:-/tmp/onednn-pypi/x/onednn-2026.1.0.data/data/lib}
-ONEDNN313_INCLUDE=${ONEDNN313_INCLUDE:-/tmp/onednn-pypi/x/onednn_devel-2026.1.0.data/data/include}
-ONEDNN_RT=${ONEDNN_RT:-/tmp/onednn-rt}
+# The PyPI builds, fetched into PEERS (default build/onednn-peers) when missing: the wheels unpacked
+# (pip download, no install) and the SYCL runtime in a venv.
+PEERS=${PEERS:-build/onednn-peers}
+fetch() {  # PACKAGE==VERSION: its wheel unpacked into $PEERS
+  local dir="$PEERS/${1%%==*}"
+  [ -d "$dir" ] && return
+  mkdir -p "$dir" && python3 -m pip download -q --no-deps -d "$dir" "$1" && (cd "$dir" && unzip -qo ./*.whl)
+}
+if [ -z "${GOMP_LIB:-}${ONEDNN313_LIB:-}" ]; then
+  for p in onednn-cpu-gomp==2023.2.0 onednn-devel-cpu-gomp==2023.2.0 onednn==2026.1.0 onednn-devel==2026.1.0; do
+    fetch "$p" || echo "could not fetch $p"
+  done
+  [ -d "$PEERS/rt" ] || { python3 -m venv "$PEERS/rt" && "$PEERS/rt/bin/pip" install -q dpcpp-cpp-rt intel-opencl-rt tbb; } ||
+    echo "could not install the SYCL runtime"
+  GOMP_INCLUDE=${GOMP_INCLUDE:-$PEERS/onednn-devel-cpu-gomp/onednn_devel_cpu_gomp-2023.2.0.data/data/include}
+fi
+GOMP_LIB=${GOMP_LIB:-$PEERS/onednn-cpu-gomp/onednn_cpu_gomp-2023.2.0.data/data/lib}
+ONEDNN313_LIB=${ONEDNN313_LIB:-$PEERS/onednn/onednn-2026.1.0.data/data/lib}
+ONEDNN313_INCLUDE=${ONEDNN313_INCLUDE:-$PEERS/onednn-devel/onednn_devel-2026.1.0.data/data/include}
+ONEDNN_RT=${ONEDNN_RT:-$PEERS/rt}
 OUT=${OUT:-$(mktemp -d /tmp/onednn_versions.XXXX)}
 SRC=$(cd "$(dirname "$0")" && pwd)/onednn_matmul.cc
 CXX=${CXX:-g++}
