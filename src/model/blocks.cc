@@ -51,10 +51,9 @@ void linear(T* out, const T* x, const LinearParams<T>& p, int64_t N, int64_t IC,
 template <typename T>
 const uint16_t* bf16_input(std::vector<uint16_t>& x16, const T* x, const LinearParams<T>& p, int64_t n) {
   if constexpr (std::is_same_v<T, float>) {
-    if (p.w16) {
-      grow_to(x16, n);
-      ops::round_to_bf16(x16.data(), x, n);
-      return x16.data();
+    if (uint16_t* out = bf16_input_buffer(x16, p, n)) {
+      ops::round_to_bf16(out, x, n);
+      return out;
     }
   }
   x16.clear();

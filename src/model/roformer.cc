@@ -260,9 +260,11 @@ void RoFormer<T>::encode() {
   const AttentionCall call = attention_call();
   const CrossMemory<T> memory{memory_, memory_len_};
   KVCache<T>* const no_cache = nullptr;  // the whole sequence: the layers keep their keys and values
+  uint16_t* in16 = input16(0);  // bf16 training: h[0] in bf16, which the embeddings wrote
   for (int64_t l = 0; l < cfg_.num_hidden_layers; ++l) {  // h[l + 1] (N, H) from h[l]
-    // bf16 training: layer l's input in bf16 was written with h[l], and its output's goes to layer l + 1
-    const Bf16Handoff bf16{input16(l + 1), input16(l) != nullptr};
+    // layer l's input in bf16 was written with h[l], and its output's goes to layer l + 1
+    const Bf16Handoff bf16{input16(l + 1), in16 != nullptr};
+    in16 = bf16.out16;
     layer_forward(a.input_of(l + 1).data(), a.layer(l), p.layers[l], statics_->self_context(l, call),
                   statics_->cross_context(l, call), a.input_of(l).data(), a.B, a.S, 0, no_cache, memory, bf16);
   }
