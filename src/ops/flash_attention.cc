@@ -1,20 +1,21 @@
 // The fused inference forward of softmax attention (see flash_attention.h). OpenMP splits the
-// (batch, head, block of kBlockRows query rows) triples; a block runs in FlashBlockKernel, compiled
-// once per SIMD target (Highway) and dispatched at run time:
-//  - its queries, times 1/√D, are copied to the thread's buffer first (so out may be q);
+// (batch, head, block of kBlockRows query rows) triples statically; a block runs in FlashBlockKernel,
+// compiled once per SIMD target (Highway) and dispatched at run time:
+//  - its queries, times 1/√D, are copied transposed to the thread's buffer qt (D, kBlockRows) first
+//    (so out may be q), with each row's key limit;
 //  - for each tile of kTileKeys keys that some row of the block sees (the causal upper triangle,
-//    trailing padding and prefix limits cut the loop; a tile of padding only is skipped), the scores
-//    S = Q·Kᵀ of the rows that see the tile come from a register-blocked product (4 rows × up to 4
-//    vectors of keys, over the head's keys transposed into (D, kTileKeys) panels), then each row masks
-//    the keys it cannot see with −inf, takes the tile's maximum, rescales its running sum and output
-//    if the maximum grew, and turns the scores into exp(S − maximum), which the same product adds,
-//    times the tile's values, into the block's fp32 output rows;
+//    trailing padding and prefix limits end the loop; a tile of padding only is skipped), the scores
+//    come transposed, st (keys, rows) = k·qt, from a register-blocked product (4 keys × up to 4 vectors
+//    of rows, the keys read in place), over the vectors of rows that see some key of the tile. A
+//    vector of rows is then a vector of lanes all through the online softmax: masked scores become
+//    −inf (a key past a row's limit, a padded key), each lane's maximum over the tile is a vertical
+//    max, the running maxima, sums and rescaling factors are vectors, st becomes exp(score − max);
+//    no horizontal reduction anywhere. The block's fp32 outputs are rescaled where a maximum grew
+//    and accumulate p·v (the same product, p read from st transposed, values read in place, or from a
+//    copy padded to whole vectors when D is not a multiple of the vector width);
 //  - the rows are divided by their sums and written; a row that sees no key gets the mean of all Tk
 //    values (uniform attention, as Hugging Face's finfo.min mask gives).
-// A thread transposes each head's keys once, panel by panel as its blocks first reach them (and copies
-// the values into rows padded to whole vectors when D is not a multiple of the vector width); the
-// blocks of one head follow each other on a thread under the static schedule, so the transposition
-// is shared by all of them.
+// A thread holds about (2·D + kTileKeys)·kBlockRows floats, whatever T and Tk are.
 #include "flash_attention.h"
 
 #include "attention_mask.h"
@@ -40,14 +41,14 @@ struct FlashWork {
   const KeyMask* mask;
   const AttentionShape* s;
   float scale;
-  // The thread's buffers: scaled queries (kBlockRows, D), scores then probabilities (kBlockRows,
-  // kTileKeys), outputs (kBlockRows, Dp), running maxima and sums and each row's key limit (kBlockRows;
-  // −1: uniform), a tile's padding bias (kTileKeys), the head's keys as (D, kTileKeys) panels, its
-  // values padded to Dp columns (when D is not a multiple of the vector width) and their mean (Dp).
-  float *qs, *sc, *o, *m, *l, *bias, *kt, *vp, *mean;
-  int64_t* lim;
-  int64_t packed_bh = -1, packed_keys = 0;  // kt (and vp) hold keys [0, packed_keys) of pair packed_bh
-  int64_t mean_bh = -1;                     // mean holds pair mean_bh's
+  // The thread's buffers: the block's scaled queries transposed (D, kBlockRows), a tile's scores
+  // transposed then its probabilities (kTileKeys, kBlockRows), the block's outputs (kBlockRows, Dp),
+  // each row's running maximum and sum, last rescaling factor and key limit (kBlockRows; limit −1:
+  // sees nothing), a tile's values padded to Dp columns (kTileKeys, Dp: when D is not a multiple of
+  // the vector width) and the head's mean value (Dp: for rows that see no key).
+  float *qt, *st, *o, *m, *l, *alpha, *vt, *mean;
+  int32_t* lim;
+  int64_t mean_bh = -1;  // mean holds pair mean_bh's
 };
 
 }  // namespace ops
@@ -73,11 +74,11 @@ constexpr int kColVectors = 2;
 #endif
 constexpr int kRows = 4;
 
-// c (R rows, NV vectors; row stride ldc) written, or with add accumulated, = a (R, K; row stride lda) ·
-// b (K, NV vectors; row stride ldb).
+// c (R rows, NV vectors; row stride ldc) written, or with add accumulated, = a (R, K) · b (K, NV
+// vectors; row stride ldb), where a's element (r, x) is a[r·ar + x·ax].
 template <int R, int NV>
-HWY_INLINE void PanelProduct(const float* HWY_RESTRICT a, int64_t lda, const float* HWY_RESTRICT b, int64_t ldb,
-                             int64_t K, float* HWY_RESTRICT c, int64_t ldc, bool add) {
+HWY_INLINE void PanelProduct(const float* HWY_RESTRICT a, int64_t ar, int64_t ax, const float* HWY_RESTRICT b,
+                             int64_t ldb, int64_t K, float* HWY_RESTRICT c, int64_t ldc, bool add) {
   const hn::ScalableTag<float> d;
   const size_t N = hn::Lanes(d);
   hn::Vec<decltype(d)> acc[R][NV];
@@ -88,8 +89,8 @@ HWY_INLINE void PanelProduct(const float* HWY_RESTRICT a, int64_t lda, const flo
     hn::Vec<decltype(d)> bv[NV];
     for (int j = 0; j < NV; ++j) bv[j] = hn::LoadU(d, b + x * ldb + j * N);
     for (int r = 0; r < R; ++r) {
-      const auto ar = hn::Set(d, a[r * lda + x]);
-      for (int j = 0; j < NV; ++j) acc[r][j] = hn::MulAdd(ar, bv[j], acc[r][j]);
+      const auto av = hn::Set(d, a[r * ar + x * ax]);
+      for (int j = 0; j < NV; ++j) acc[r][j] = hn::MulAdd(av, bv[j], acc[r][j]);
     }
   }
   for (int r = 0; r < R; ++r) {
@@ -99,30 +100,30 @@ HWY_INLINE void PanelProduct(const float* HWY_RESTRICT a, int64_t lda, const flo
 
 // R rows of c over `vectors` vectors of columns, in panels of kColVectors and a narrower last one.
 template <int R>
-HWY_INLINE void RowsProduct(const float* a, int64_t lda, const float* b, int64_t ldb, int64_t K, float* c,
+HWY_INLINE void RowsProduct(const float* a, int64_t ar, int64_t ax, const float* b, int64_t ldb, int64_t K, float* c,
                             int64_t ldc, int64_t vectors, bool add) {
   const int64_t N = static_cast<int64_t>(hn::Lanes(hn::ScalableTag<float>()));
   int64_t j = 0;
   for (; j + kColVectors <= vectors; j += kColVectors) {
-    PanelProduct<R, kColVectors>(a, lda, b + j * N, ldb, K, c + j * N, ldc, add);
+    PanelProduct<R, kColVectors>(a, ar, ax, b + j * N, ldb, K, c + j * N, ldc, add);
   }
   switch (vectors - j) {
-    case 3: return PanelProduct<R, 3>(a, lda, b + j * N, ldb, K, c + j * N, ldc, add);
-    case 2: return PanelProduct<R, 2>(a, lda, b + j * N, ldb, K, c + j * N, ldc, add);
-    case 1: return PanelProduct<R, 1>(a, lda, b + j * N, ldb, K, c + j * N, ldc, add);
+    case 3: return PanelProduct<R, 3>(a, ar, ax, b + j * N, ldb, K, c + j * N, ldc, add);
+    case 2: return PanelProduct<R, 2>(a, ar, ax, b + j * N, ldb, K, c + j * N, ldc, add);
+    case 1: return PanelProduct<R, 1>(a, ar, ax, b + j * N, ldb, K, c + j * N, ldc, add);
     default: return;
   }
 }
 
 // c (M, vectors·Lanes) written or accumulated = a (M, K) · b (K, vectors·Lanes), strides as PanelProduct.
-void Product(const float* a, int64_t lda, const float* b, int64_t ldb, int64_t M, int64_t K, float* c, int64_t ldc,
-             int64_t vectors, bool add) {
+void Product(const float* a, int64_t ar, int64_t ax, const float* b, int64_t ldb, int64_t M, int64_t K, float* c,
+             int64_t ldc, int64_t vectors, bool add) {
   int64_t i = 0;
-  for (; i + kRows <= M; i += kRows) RowsProduct<kRows>(a + i * lda, lda, b, ldb, K, c + i * ldc, ldc, vectors, add);
+  for (; i + kRows <= M; i += kRows) RowsProduct<kRows>(a + i * ar, ar, ax, b, ldb, K, c + i * ldc, ldc, vectors, add);
   switch (M - i) {
-    case 3: return RowsProduct<3>(a + i * lda, lda, b, ldb, K, c + i * ldc, ldc, vectors, add);
-    case 2: return RowsProduct<2>(a + i * lda, lda, b, ldb, K, c + i * ldc, ldc, vectors, add);
-    case 1: return RowsProduct<1>(a + i * lda, lda, b, ldb, K, c + i * ldc, ldc, vectors, add);
+    case 3: return RowsProduct<3>(a + i * ar, ar, ax, b, ldb, K, c + i * ldc, ldc, vectors, add);
+    case 2: return RowsProduct<2>(a + i * ar, ar, ax, b, ldb, K, c + i * ldc, ldc, vectors, add);
+    case 1: return RowsProduct<1>(a + i * ar, ar, ax, b, ldb, K, c + i * ldc, ldc, vectors, add);
     default: return;
   }
 }
@@ -130,98 +131,89 @@ void Product(const float* a, int64_t lda, const float* b, int64_t ldb, int64_t M
 // Rows [r0, r0 + rows) of pair bh (see the file comment).
 void FlashBlockKernel(FlashWork& w, int64_t bh, int64_t r0, int64_t rows) {
   const hn::ScalableTag<float> d;
-  const int64_t N = static_cast<int64_t>(hn::Lanes(d));
+  const hn::RebindToSigned<decltype(d)> di;
+  const int64_t N = static_cast<int64_t>(hn::Lanes(d)), vectors = kBlockRows / N;  // query vectors
   const AttentionShape& s = *w.s;
   const int64_t H = s.H, D = s.D, C = H * D, Tk = s.keys(), b = bh / H, h = bh % H;
   const int64_t Dp = (D + N - 1) / N * N;  // output columns: whole vectors
-  const bool direct_v = Dp == D;           // values read in place (rows C apart), else from vp (rows Dp apart)
+  const bool direct_v = Dp == D;           // values read in place (rows C apart), else from vt (rows Dp apart)
   const float* kh = w.k + b * s.key_stride() * C + h * D;  // head h of key 0 in batch b
   const float* vh = w.v + b * s.key_stride() * C + h * D;
   const float ninf = -std::numeric_limits<float>::infinity();
+  const int64_t* keys = w.mask->keys(b);
 
-  // The rows' key limits, the extent of the keys any row sees, and the scaled queries.
-  int64_t E = 0;
-  for (int64_t i = 0; i < rows; ++i) {
-    const RowKeys rk = w.mask->row(b, r0 + i, s.causal);
-    w.lim[i] = rk.uniform ? -1 : rk.lim;
-    E = std::max(E, w.lim[i]);
-    const float* qi = w.q + (b * s.T + r0 + i) * C + h * D;
-    for (int64_t x = 0; x < D; ++x) w.qs[i * D + x] = qi[x] * w.scale;
+  // The rows' key limits (−1: sees no key, or past the block), the extent of the keys any row sees,
+  // each query vector's, and the scaled queries, transposed.
+  int64_t E = 0, vector_extent[kBlockRows] = {};
+  for (int64_t i = 0; i < kBlockRows; ++i) {
+    int64_t lim = -1;
+    if (i < rows) {
+      const RowKeys rk = w.mask->row(b, r0 + i, s.causal);
+      lim = rk.uniform ? -1 : rk.lim;
+      const float* qi = w.q + (b * s.T + r0 + i) * C + h * D;
+      for (int64_t x = 0; x < D; ++x) w.qt[x * kBlockRows + i] = qi[x] * w.scale;
+    } else {
+      for (int64_t x = 0; x < D; ++x) w.qt[x * kBlockRows + i] = 0.0f;
+    }
+    w.lim[i] = static_cast<int32_t>(lim);
+    E = std::max(E, lim);
+    vector_extent[i / N] = std::max(vector_extent[i / N], lim);
     w.m[i] = ninf;
     w.l[i] = 0;
   }
   std::fill(w.o, w.o + rows * Dp, 0.0f);
 
-  // The head's keys as (D, kTileKeys) panels (zero past Tk), and its values as rows of Dp, up to E.
-  if (w.packed_bh != bh) w.packed_bh = bh, w.packed_keys = 0;
-  for (; w.packed_keys < E; w.packed_keys += kTileKeys) {
-    const int64_t j0 = w.packed_keys, n = std::min(kTileKeys, Tk - j0);
-    float* panel = w.kt + j0 * D;  // panel j0 / kTileKeys: D · kTileKeys floats
-    for (int64_t j = 0; j < kTileKeys; ++j) {
-      const float* kj = kh + (j0 + j) * C;
-      for (int64_t x = 0; x < D; ++x) panel[x * kTileKeys + j] = j < n ? kj[x] : 0.0f;
-    }
-    if (direct_v) continue;
-    for (int64_t j = 0; j < n; ++j) {
-      float* row = w.vp + (j0 + j) * Dp;
-      std::copy(vh + (j0 + j) * C, vh + (j0 + j) * C + D, row);
-      std::fill(row + D, row + Dp, 0.0f);
-    }
-  }
-
-  const int64_t* keys = w.mask->keys(b);
   for (int64_t j0 = 0; j0 < E; j0 += kTileKeys) {
     const int64_t n = std::min({kTileKeys, Tk - j0, E - j0});  // keys of the tile some row sees
-    int64_t ra = 0, rb = rows;  // the rows that see some key of the tile
-    while (ra < rb && w.lim[ra] <= j0) ++ra;
-    while (rb > ra && w.lim[rb - 1] <= j0) --rb;
-    if (ra == rb) continue;
-    const int64_t real = w.mask->real_keys(b, j0, j0 + n);
+    int64_t v0 = 0;  // the first query vector with a row that sees a key of the tile
+    while (vector_extent[v0] <= j0) ++v0;
+    const int64_t i0 = v0 * N, real = w.mask->real_keys(b, j0, j0 + n);
     if (real == 0) continue;  // padding only
-    const bool padded = real < n;
-    if (padded) {
-      for (int64_t j = 0; j < kTileKeys; ++j) w.bias[j] = j < n && keys[j0 + j] == 0 ? ninf : 0.0f;
-    }
-    Product(w.qs + ra * D, D, w.kt + j0 * D, kTileKeys, rb - ra, D, w.sc + ra * kTileKeys, kTileKeys,
-            kTileKeys / N, false);
-    for (int64_t i = ra; i < rb; ++i) {
-      float* row = w.sc + i * kTileKeys;
-      const int64_t visible = std::min(w.lim[i] - j0, kTileKeys);
-      if (visible <= 0) {  // sees nothing here: probabilities 0
-        std::fill(row, row + kTileKeys, 0.0f);
-        continue;
-      }
-      std::fill(row + visible, row + kTileKeys, ninf);
+    bool limited = false;     // some row of vectors [v0, ...) sees only part of the tile
+    for (int64_t i = i0; i < kBlockRows; ++i) limited |= w.lim[i] < j0 + n;
+    // Scores, transposed: st (n, kBlockRows) columns [i0, kBlockRows) = k (n, D) · qt.
+    Product(kh + j0 * C, C, 1, w.qt + i0, kBlockRows, n, D, w.st + i0, kBlockRows, vectors - v0, false);
+    for (int64_t i = i0; i < kBlockRows; i += N) {  // online softmax, a vector of rows at a time
+      const auto lim = hn::LoadU(di, w.lim + i);
       auto vmax = hn::Set(d, ninf);
-      for (int64_t j = 0; j < kTileKeys; j += N) {
-        auto x = hn::LoadU(d, row + j);
-        if (padded) x = hn::Add(x, hn::LoadU(d, w.bias + j));
-        hn::StoreU(x, d, row + j);
+      for (int64_t j = 0; j < n; ++j) {
+        float* sj = w.st + j * kBlockRows + i;
+        auto x = hn::LoadU(d, sj);
+        if (limited) x = hn::IfThenElse(hn::RebindMask(d, hn::Lt(hn::Set(di, static_cast<int32_t>(j0 + j)), lim)), x, hn::Set(d, ninf));
+        if (real < n && keys[j0 + j] == 0) x = hn::Set(d, ninf);
+        if (limited || real < n) hn::StoreU(x, d, sj);
         vmax = hn::Max(vmax, x);
       }
-      const float m_new = std::max(w.m[i], hn::GetLane(hn::MaxOfLanes(d, vmax)));
-      if (m_new == ninf) {  // every key it sees here is padding
-        std::fill(row, row + kTileKeys, 0.0f);
-        continue;
-      }
-      const auto mx = hn::Set(d, m_new);
+      const auto m_old = hn::LoadU(d, w.m + i), m_new = hn::Max(m_old, vmax);
+      const auto m_sub = hn::IfThenZeroElse(hn::Eq(m_new, hn::Set(d, ninf)), m_new);  // rows that saw nothing yet: e^−inf = 0
       auto vsum = hn::Zero(d);
-      for (int64_t j = 0; j < kTileKeys; j += N) {
-        const auto e = Exp(d, hn::Sub(hn::LoadU(d, row + j), mx));  // −inf: 0
-        vsum = hn::Add(vsum, e);
-        hn::StoreU(e, d, row + j);
+      for (int64_t j = 0; j < n; ++j) {
+        float* sj = w.st + j * kBlockRows + i;
+        const auto p = Exp(d, hn::Sub(hn::LoadU(d, sj), m_sub));
+        vsum = hn::Add(vsum, p);
+        hn::StoreU(p, d, sj);
       }
-      const float alpha = w.m[i] == ninf ? 0.0f : std::exp(w.m[i] - m_new);
-      w.l[i] = w.l[i] * alpha + hn::GetLane(hn::SumOfLanes(d, vsum));
-      w.m[i] = m_new;
-      if (alpha != 1.0f) {
-        float* oi = w.o + i * Dp;
-        const auto va = hn::Set(d, alpha);
-        for (int64_t x = 0; x < Dp; x += N) hn::StoreU(hn::Mul(hn::LoadU(d, oi + x), va), d, oi + x);
-      }
+      const auto alpha = Exp(d, hn::Sub(m_old, m_sub));
+      hn::StoreU(hn::MulAdd(hn::LoadU(d, w.l + i), alpha, vsum), d, w.l + i);
+      hn::StoreU(m_new, d, w.m + i);
+      hn::StoreU(alpha, d, w.alpha + i);
     }
-    const float* vt = direct_v ? vh + j0 * C : w.vp + j0 * Dp;
-    Product(w.sc + ra * kTileKeys, kTileKeys, vt, direct_v ? C : Dp, rb - ra, n, w.o + ra * Dp, Dp, Dp / N, true);
+    for (int64_t i = i0; i < rows; ++i) {  // outputs of rows whose maximum grew: rescaled
+      if (w.alpha[i] == 1.0f) continue;
+      float* oi = w.o + i * Dp;
+      const auto va = hn::Set(d, w.alpha[i]);
+      for (int64_t x = 0; x < Dp; x += N) hn::StoreU(hn::Mul(hn::LoadU(d, oi + x), va), d, oi + x);
+    }
+    const float* vt = vh + j0 * C;
+    if (!direct_v) {
+      for (int64_t j = 0; j < n; ++j) {
+        std::copy(vh + (j0 + j) * C, vh + (j0 + j) * C + D, w.vt + j * Dp);
+        std::fill(w.vt + j * Dp + D, w.vt + (j + 1) * Dp, 0.0f);
+      }
+      vt = w.vt;
+    }
+    // o (rows, Dp) rows [i0, rows) += p (rows, n) · v (n, Dp), p read from st transposed.
+    if (rows > i0) Product(w.st + i0, 1, kBlockRows, vt, direct_v ? C : Dp, rows - i0, n, w.o + i0 * Dp, Dp, Dp / N, true);
   }
 
   // Outputs: o / l, or the mean of all values for a row that sees no key.
@@ -271,17 +263,17 @@ void flash_attention_forward(float* out, const float* q, const float* k, const f
     throw std::invalid_argument("flash_attention_forward: inference only (nothing saved, no dropout, fp32 products)");
   }
   const int64_t D = s.D, Tk = s.keys(), blocks = (s.T + kBlockRows - 1) / kBlockRows;
-  const int64_t Dp = (D + kMaxLanes - 1) / kMaxLanes * kMaxLanes, panels = (Tk + kTileKeys - 1) / kTileKeys;
+  const int64_t Dp = (D + kMaxLanes - 1) / kMaxLanes * kMaxLanes;
   const KeyMask mask(key_mask, s);
   const float scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(D)));
   const double work = static_cast<double>(s.B * s.H) * static_cast<double>(s.T) * static_cast<double>(Tk) * D;
 #pragma omp parallel if (work >= base::kParallelMinElements)
   {
-    std::vector<float> qs(kBlockRows * D), sc(kBlockRows * kTileKeys), o(kBlockRows * Dp), m(kBlockRows),
-        l(kBlockRows), bias(kTileKeys), kt(panels * kTileKeys * D), vp(D % kMaxLanes ? Tk * Dp : 0), mean(Dp);
-    std::vector<int64_t> lim(kBlockRows);
-    FlashWork w{q, k, v, out, &mask, &s, scale, qs.data(), sc.data(), o.data(), m.data(), l.data(),
-                bias.data(), kt.data(), vp.data(), mean.data(), lim.data()};
+    std::vector<float> qt(D * kBlockRows), st(kTileKeys * kBlockRows), o(kBlockRows * Dp), m(kBlockRows),
+        l(kBlockRows), alpha(kBlockRows), vt(D % kMaxLanes ? kTileKeys * Dp : 0), mean(Dp);
+    std::vector<int32_t> lim(kBlockRows);
+    FlashWork w{q, k, v, out, &mask, &s, scale, qt.data(), st.data(), o.data(), m.data(), l.data(),
+                alpha.data(), vt.data(), mean.data(), lim.data()};
 #pragma omp for schedule(static)
     for (int64_t item = 0; item < s.B * s.H * blocks; ++item) {
       const int64_t bh = item / blocks, r0 = item % blocks * kBlockRows;

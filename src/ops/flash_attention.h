@@ -3,8 +3,8 @@
 // register-blocked SIMD product (Highway, runtime dispatch), masks them in the tile, folds them into
 // each row's running maximum and sum (online softmax, fp32) and adds their probabilities times the
 // tile's values into the block's output rows, which are divided by the sums at the end. No (T, Tk)
-// or (rows, Tk) matrix exists: a thread holds its block's queries, scores and outputs and the current
-// head's keys (transposed once, tile by tile, as the blocks reach them) and values.
+// or (rows, Tk) matrix exists: a thread holds its block's queries, one tile of scores and the block's
+// outputs (about 50 KB at head dim 64), whatever the lengths.
 // Semantics are attention_forward's (attention.h) with AttentionSaved::none, no dropout and fp32
 // products: the same causal mask (with q_start), UniLM prefix limits (row_limit), key padding mask,
 // cross-attention (Tk) and cache layout (kv_stride), and a row that sees no key attends uniformly over

@@ -7,8 +7,8 @@
 // the reference writes (or the reverse) fails too.
 //
 // Rows: the ops of src/ops (linear, norms, activations, embedding, cross-entropy, dropout, softmax
-// attention with caches, cross-attention, masks and dropout, linear attention and its recurrent step,
-// position tables, the vector maths) and librope's rotation. Columns (all_params): the CPU backend on
+// attention with caches, cross-attention, masks and dropout, its fused inference forward, linear
+// attention and its recurrent step, position tables, the vector maths) and librope's rotation. Columns (all_params): the CPU backend on
 // each SIMD target this machine supports and the build has (Highway's target selection), in fp32,
 // fp16/bf16 for librope, bf16 for the linear layer's mixed-precision products where the CPU has
 // native bf16, and bf16 for training's activations (output and slope kept in bf16) and norms (output
@@ -33,6 +33,7 @@
 #include "ops/attention.h"
 #include "ops/dropout.h"
 #include "ops/embedding.h"
+#include "ops/flash_attention.h"
 #include "ops/linear.h"
 #include "ops/linear_attention.h"
 #include "ops/loss.h"
@@ -410,24 +411,32 @@ std::string attention_name(const AttentionCase& a) {
                  {"drop", s.dropout_p > 0}, {"stats", s.saved == ops::AttentionSaved::row_stats}});
 }
 
+// The case's key mask (B, Tk) and, with prefix limits, its limits (B, T), which s.row_limit points to.
+void attention_masks(const AttentionCase& a, ops::AttentionShape& s, std::vector<int64_t>& key_mask,
+                     std::vector<int64_t>& limits) {
+  const int64_t Tk = s.keys();
+  key_mask.assign(s.B * Tk, 1);
+  if (a.padding) {  // row b keeps its first Tk − 1 − b keys (at least one)
+    for (int64_t b = 0; b < s.B; ++b)
+      for (int64_t j = std::max<int64_t>(1, Tk - 1 - b); j < Tk; ++j) key_mask[b * Tk + j] = 0;
+  }
+  if (a.prefix_limits) {  // UniLM: a segment of 3 keys, then causal
+    for (int64_t b = 0; b < s.B; ++b)
+      for (int64_t t = 0; t < s.T; ++t) limits.push_back(std::max<int64_t>(3, s.q_start + t + 1));
+    s.row_limit = limits.data();
+  }
+}
+
 // bf16: fp32 tensors with every product in bf16 (AttentionShape::bf16_products), forward and backward.
 Body attention_body(const AttentionCase& a) {
   auto run = [a]<class T>(Inputs& in, Outputs& out, bool bf16) {
     ops::AttentionShape s = a.s;
     s.bf16_products = bf16;
-    const int64_t C = s.H * s.D, Tk = s.keys(), kv = s.B * s.key_stride() * C;
+    const int64_t C = s.H * s.D, kv = s.B * s.key_stride() * C;
     const auto q = cast<T>(in.normal(s.B * s.T * C)), k = cast<T>(in.normal(kv)), v = cast<T>(in.normal(kv));
     const auto g = cast<T>(in.normal(s.B * s.T * C));
-    std::vector<int64_t> key_mask(s.B * Tk, 1), limits;
-    if (a.padding) {  // row b keeps its first Tk − 1 − b keys (at least one)
-      for (int64_t b = 0; b < s.B; ++b)
-        for (int64_t j = std::max<int64_t>(1, Tk - 1 - b); j < Tk; ++j) key_mask[b * Tk + j] = 0;
-    }
-    if (a.prefix_limits) {  // UniLM: a segment of 3 keys, then causal
-      for (int64_t b = 0; b < s.B; ++b)
-        for (int64_t t = 0; t < s.T; ++t) limits.push_back(std::max<int64_t>(3, s.q_start + t + 1));
-      s.row_limit = limits.data();
-    }
+    std::vector<int64_t> key_mask, limits;
+    attention_masks(a, s, key_mask, limits);
     auto o = cast<T>(in.normal(s.B * s.T * C)), att = cast<T>(in.normal(ops::attention_saved_size(s)));
     auto dq = cast<T>(in.normal(s.B * s.T * C)), dk = cast<T>(in.normal(kv)), dv = cast<T>(in.normal(kv));
     ops::attention_forward(o.data(), att.data(), q.data(), k.data(), v.data(), key_mask.data(), s);
@@ -441,7 +450,7 @@ Body attention_body(const AttentionCase& a) {
   };
 }
 
-std::vector<OpCase> attention_cases() {
+std::vector<AttentionCase> attention_table() {
   std::vector<AttentionCase> table;
   auto shape = [](int64_t B, int64_t T, int64_t H, int64_t D, bool causal) { return ops::AttentionShape{B, T, H, D, causal}; };
   table.push_back({shape(1, 1, 1, 1, false)});
@@ -482,14 +491,56 @@ std::vector<OpCase> attention_cases() {
     if (rng() % 3 == 0) r.s.dropout_p = 0.2, r.s.dropout_seed = rng();
     table.push_back(r);
   }
+  return table;
+}
+
+std::vector<OpCase> attention_cases() {
   std::vector<OpCase> cases;
-  for (AttentionCase a : table) {
+  for (AttentionCase a : attention_table()) {
     for (const ops::AttentionSaved saved : {ops::AttentionSaved::probabilities, ops::AttentionSaved::row_stats}) {
       a.s.saved = saved;
       std::vector<std::pair<Dtype, double>> variants = {{Dtype::f32, kF32}};
       if (ops::bf16_is_native()) variants.push_back({Dtype::bf16, kBf16Attention});
       cases.push_back({"attention", attention_name(a), attention_body(a), variants});
     }
+  }
+  return cases;
+}
+
+// The fused inference forward (flash_attention.h): its fp32 result against attention_forward's in
+// fp64 (the reference run), on the attention rows' shapes without dropout (inference has none) and at
+// head dims that are not a multiple of any vector width, with RoFormer-base's 64 over several key tiles.
+std::vector<OpCase> flash_attention_cases() {
+  std::vector<AttentionCase> table;
+  for (AttentionCase a : attention_table()) {
+    if (a.s.dropout_p > 0) continue;
+    table.push_back(a);
+  }
+  AttentionCase odd{ops::AttentionShape{2, 70, 2, 24, true}, true, true};  // D 24, prefix limits, padding
+  odd.s.Tk = 100, odd.s.kv_stride = 110, odd.s.q_start = 30;
+  table.push_back(odd);
+  table.push_back({ops::AttentionShape{3, 200, 2, 80, false}, true});  // D 80, batch 2 keeps one key
+  table.push_back({ops::AttentionShape{2, 150, 1, 128, true}});
+  std::vector<OpCase> cases;
+  for (AttentionCase a : table) {
+    a.s.saved = ops::AttentionSaved::none;
+    Body body = [a](const Variant& variant, Inputs& in, Outputs& out) {
+      ops::AttentionShape s = a.s;
+      const int64_t C = s.H * s.D, kv = s.B * s.key_stride() * C;
+      const auto q = in.normal(s.B * s.T * C), k = in.normal(kv), v = in.normal(kv);
+      std::vector<int64_t> key_mask, limits;
+      attention_masks(a, s, key_mask, limits);
+      if (variant.dtype == Dtype::f64) {
+        std::vector<double> o(s.B * s.T * C);
+        ops::attention_forward<double>(o.data(), nullptr, q.data(), k.data(), v.data(), key_mask.data(), s);
+        return out.add(o);
+      }
+      auto o = cast<float>(in.normal(s.B * s.T * C));  // written over: it starts random
+      const auto qf = cast<float>(q), kf = cast<float>(k), vf = cast<float>(v);
+      ops::flash_attention_forward(o.data(), qf.data(), kf.data(), vf.data(), key_mask.data(), s);
+      out.add(o);
+    };
+    cases.push_back({"flash_attention", attention_name(a), body, {{Dtype::f32, kF32}}});
   }
   return cases;
 }
@@ -664,7 +715,7 @@ const std::vector<OpCase>& all_cases() {
   static const std::vector<OpCase> cases = [] {
     std::vector<OpCase> all;
     for (auto make : {linear_cases, norm_cases, elementwise_cases, table_cases, attention_cases,
-                      attention_decode_cases, linear_attention_cases, rope_cases}) {
+                      flash_attention_cases, attention_decode_cases, linear_attention_cases, rope_cases}) {
       for (OpCase& c : make()) all.push_back(std::move(c));
     }
     return all;

@@ -4,29 +4,106 @@
 // win (paper §3.3). --softmax-only times softmax attention alone as inference and training run it at
 // length, forward with nothing kept and forward + backward from two statistics per row (memory linear
 // in T), causal or full, fp32 or bf16 products: the rows bench/peers/attention_sdpa.py prints for
-// PyTorch's scaled_dot_product_attention.
+// PyTorch's scaled_dot_product_attention. --fused times the fp32 inference forward two ways side by
+// side, attention_forward's per-block products (oneDNN or OpenBLAS sgemm) and softmax against the
+// fused flash_attention_forward, at each batch size, length and thread count (Google Benchmark, the
+// repetitions in random order, the fastest kept; --simd-target caps the fused kernel's dispatch).
 #include <fmt/core.h>
 #include <fmt/ranges.h>
 #include <omp.h>
 
 #include <algorithm>
 #include <cmath>
+#include <map>
+#include <memory>
 #include <stdexcept>
 #include <string>
 #include <vector>
 
+#include "bench_gbench.h"
 #include "bench_util.h"
 #include "base/memory.h"
 #include "base/random.h"
 #include "commands.h"
 #include "ops/attention.h"
+#include "ops/flash_attention.h"
 #include "ops/linear_attention.h"
 #include "ops/packed_linear.h"
+#include "ops/vmath.h"
 #include "rope/rope.hpp"
 
 namespace roformer {
+namespace {
+
+// --fused: milliseconds per call of each kernel, and the ratio.
+int bench_attention_fused(const BenchAttentionOptions& o) {
+  if (!o.simd_target.empty() && !cap_simd_target(o.simd_target)) {
+    throw std::invalid_argument("--simd-target " + o.simd_target + ": not a Highway target this CPU supports");
+  }
+  const int64_t H = o.heads, D = o.head_dim, C = H * D;
+  const bool causal = o.mask == "causal";
+  struct Inputs {
+    std::vector<float> q, k, v, out;
+  };
+  std::map<std::string, double> seconds;
+  std::vector<std::unique_ptr<Inputs>> inputs;
+  auto name = [](const char* kernel, int64_t B, int64_t T, int threads) {
+    return fmt::format("{}/B{}/T{}/t{}", kernel, B, T, threads);
+  };
+  for (int64_t B : o.batches) {
+    for (int64_t T : o.lengths) {
+      const int64_t n = B * T * C;
+      base::check_fits_in_memory(4.0 * sizeof(float) * static_cast<double>(n),
+                                 fmt::format("--batches {} with --lengths {}", B, T));
+      auto& in = *inputs.emplace_back(std::make_unique<Inputs>(Inputs{std::vector<float>(n), std::vector<float>(n),
+                                                                       std::vector<float>(n), std::vector<float>(n)}));
+      for (int64_t i = 0; i < n; ++i) {
+        in.q[i] = static_cast<float>(base::uniform01(1, i) - 0.5);
+        in.k[i] = static_cast<float>(base::uniform01(2, i) - 0.5);
+        in.v[i] = static_cast<float>(base::uniform01(3, i) - 0.5);
+      }
+      ops::AttentionShape s{B, T, H, D, causal};
+      s.saved = ops::AttentionSaved::none;
+      for (int threads : o.thread_counts) {
+        for (const bool fused : {false, true}) {
+          const std::string key = name(fused ? "fused" : "attention_forward", B, T, threads);
+          seconds[key] = INFINITY;
+          benchmark::RegisterBenchmark(key.c_str(), [&in, s, threads, fused](benchmark::State& st) {
+            omp_set_num_threads(threads);
+            for (auto _ : st) {
+              if (fused) {
+                ops::flash_attention_forward(in.out.data(), in.q.data(), in.k.data(), in.v.data(), nullptr, s);
+              } else {
+                ops::attention_forward(in.out.data(), static_cast<float*>(nullptr), in.q.data(), in.k.data(),
+                                       in.v.data(), nullptr, s);
+              }
+              benchmark::ClobberMemory();
+            }
+          })->UseRealTime()->MinTime(o.min_time)->Repetitions(o.repetitions)->Unit(benchmark::kMillisecond);
+        }
+      }
+    }
+  }
+  FastestRunReporter reporter(&seconds, [](double& x) -> double& { return x; });
+  run_benchmarks_interleaved(reporter);
+  fmt::print("softmax attention's fp32 inference forward, {} heads of {}, {}, SIMD target {}: milliseconds per call, "
+             "fastest of {}\n\n| batch | tokens | threads | attention_forward | fused | speed-up |\n|---|---|---|---|---|---|\n",
+             H, D, causal ? "causal" : "full", ops::vmath_target(), o.repetitions);
+  for (int64_t B : o.batches) {
+    for (int64_t T : o.lengths) {
+      for (int threads : o.thread_counts) {
+        const double tiled = seconds.at(name("attention_forward", B, T, threads)), fused = seconds.at(name("fused", B, T, threads));
+        fmt::print("| {} | {} | {} | {:.3f} | {:.3f} | {:.2f}× |\n", B, T, threads, tiled * 1e3, fused * 1e3, tiled / fused);
+      }
+    }
+  }
+  return 0;
+}
+
+}  // namespace
 
 int bench_attention(const BenchAttentionOptions& o) {
+  if (o.fused) return bench_attention_fused(o);
   if (o.threads > 0) omp_set_num_threads(o.threads);
   const int64_t H = o.heads, D = o.head_dim, C = H * D;
   const bool causal = o.mask == "causal", bf16 = o.precision == "bf16";

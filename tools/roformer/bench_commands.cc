@@ -100,6 +100,18 @@ void add_bench_commands(CLI::App& app, CommandTable& commands) {
                             "Softmax attention's products: fp32, or bf16 operands with fp32 accumulation (CPUs with "
                             "AVX512-BF16 or AMX)")
       ->check(CLI::IsMember({"fp32", "bf16"}))->capture_default_str();
+  bench_att_cmd->add_flag("--fused", bench_att->fused,
+                          "The fp32 inference forward: attention_forward's per-block products and softmax against "
+                          "the fused flash_attention_forward, side by side (Google Benchmark), at each of --batches, "
+                          "--lengths and --thread-counts");
+  bench_att_cmd->add_option("--batches", bench_att->batches, "Batch sizes (--fused)")->delimiter(',')
+      ->check(CLI::Range(int64_t{1}, int64_t{1} << 16));
+  bench_att_cmd->add_option("--thread-counts", bench_att->thread_counts, "OpenMP thread counts (--fused)")
+      ->delimiter(',')->check(CLI::Range(1, 1024));
+  bench_att_cmd->add_option("--min-time", bench_att->min_time, "Seconds per benchmark (--fused)")
+      ->check(CLI::Range(0.001, 60.0));
+  bench_att_cmd->add_option("--simd-target", bench_att->simd_target,
+                            "Cap the SIMD dispatch at this Highway target (e.g. AVX2 on an AVX-512 CPU)");
 
   auto bench_gemm = std::make_shared<BenchGemmOptions>();
   CLI::App* bench_gemm_cmd = bench->add_subcommand("gemm", "RoFormer-base's linear layers (sgemm, oneDNN packed fp32, int8) and training's products (OpenBLAS vs oneDNN's sgemm)");

@@ -17,12 +17,10 @@
 #include <nlohmann/json.hpp>
 #include <random>
 
-#include <strings.h>  // strcasecmp
-
+#include "bench_gbench.h"
 #include "bench_util.h"
 #include "commands.h"
 #include "hwy/aligned_allocator.h"
-#include "hwy/targets.h"
 #include "memory_floor.h"
 #include "rope/convert.h"
 #include "rope/rope.hpp"
@@ -72,37 +70,6 @@ struct Result {
   int threads = 0;
   double bytes = 0, seconds = 1e30;
 };
-
-// Keeps the fastest repetition of each benchmark.
-class CollectingReporter : public benchmark::BenchmarkReporter {
- public:
-  explicit CollectingReporter(std::map<std::string, Result>* results) : results_(results) {}
-  bool ReportContext(const Context&) override { return true; }
-  void ReportRuns(const std::vector<Run>& runs) override {
-    for (const Run& run : runs) {
-      if (run.run_type != Run::RT_Iteration || run.iterations == 0) continue;
-      auto it = results_->find(run.run_name.function_name);
-      if (it == results_->end()) continue;
-      it->second.seconds = std::min(it->second.seconds, run.real_accumulated_time / run.iterations);
-    }
-  }
-
- private:
-  std::map<std::string, Result>* results_;
-};
-
-
-// Disables every Highway target better than `name` (lower bits are better targets). False if the
-// CPU does not support that target.
-bool cap_simd_target(const std::string& name) {
-  for (int64_t target : hwy::SupportedAndGeneratedTargets()) {
-    if (strcasecmp(hwy::TargetName(target), name.c_str()) == 0) {
-      hwy::DisableTargets(target - 1);
-      return true;
-    }
-  }
-  return false;
-}
 
 std::string floor_key(const std::string& shape, const std::string& dtype, bool in_place, int threads) {
   return fmt::format("floor/{}/{}/{}/t{}", shape, dtype, in_place ? "inplace_scale" : "stream_copy", threads);
@@ -315,14 +282,8 @@ int bench_rope(const BenchRopeOptions& options) {
 
   // Repetitions of all benchmarks run in random order, so this machine's noise spreads evenly over
   // the floor and the kernels instead of biasing whichever ran in a bad moment.
-  std::string interleave = "--benchmark_enable_random_interleaving=true";
-  std::string program = "roformer";
-  char* bench_argv[] = {program.data(), interleave.data(), nullptr};
-  int bench_argc = 2;
-  benchmark::Initialize(&bench_argc, bench_argv);
-  CollectingReporter reporter(&results);
-  benchmark::RunSpecifiedBenchmarks(&reporter);
-  benchmark::ClearRegisteredBenchmarks();
+  FastestRunReporter reporter(&results, [](Result& r) -> double& { return r.seconds; });
+  run_benchmarks_interleaved(reporter);
 
   const nlohmann::json out = results_json(results);
   if (options.json) {

@@ -93,6 +93,13 @@ struct BenchAttentionOptions {
   bool softmax_only = false;  // softmax attention alone: forward, and forward + backward from row statistics
   std::string mask = "causal";     // causal or full
   std::string precision = "fp32";  // softmax attention's products: fp32, or bf16 operands (fp32 accumulation)
+  // --fused: the fp32 inference forward, attention_forward's products and softmax against the fused
+  // flash_attention_forward, Google Benchmark at each batch, length and thread count.
+  bool fused = false;
+  std::vector<int64_t> batches = {1, 8};
+  std::vector<int> thread_counts = {1, 2};
+  double min_time = 0.2;    // seconds per benchmark (--fused)
+  std::string simd_target;  // e.g. AVX2: dispatch to no better Highway target (the CPU's best if empty)
 };
 int bench_attention(const BenchAttentionOptions& options);
 
