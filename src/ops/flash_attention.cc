@@ -69,10 +69,11 @@ namespace HWY_NAMESPACE {
 // the 16 of AVX2 and SSE4.
 #if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX3
 constexpr int kColVectors = 4;
+constexpr int kRows = 4;
 #else
 constexpr int kColVectors = 2;
+constexpr int kRows = 6;
 #endif
-constexpr int kRows = 4;
 
 // c (R rows, NV vectors; row stride ldc) written, or with add accumulated, = a (R, K) · b (K, NV
 // vectors; row stride ldb), where a's element (r, x) is a[r·ar + x·ax].
@@ -121,6 +122,8 @@ void Product(const float* a, int64_t ar, int64_t ax, const float* b, int64_t ldb
   int64_t i = 0;
   for (; i + kRows <= M; i += kRows) RowsProduct<kRows>(a + i * ar, ar, ax, b, ldb, K, c + i * ldc, ldc, vectors, add);
   switch (M - i) {
+    case 5: return RowsProduct<5>(a + i * ar, ar, ax, b, ldb, K, c + i * ldc, ldc, vectors, add);
+    case 4: return RowsProduct<4>(a + i * ar, ar, ax, b, ldb, K, c + i * ldc, ldc, vectors, add);
     case 3: return RowsProduct<3>(a + i * ar, ar, ax, b, ldb, K, c + i * ldc, ldc, vectors, add);
     case 2: return RowsProduct<2>(a + i * ar, ar, ax, b, ldb, K, c + i * ldc, ldc, vectors, add);
     case 1: return RowsProduct<1>(a + i * ar, ar, ax, b, ldb, K, c + i * ldc, ldc, vectors, add);
@@ -165,15 +168,16 @@ void FlashBlockKernel(FlashWork& w, int64_t bh, int64_t r0, int64_t rows) {
 
   for (int64_t j0 = 0; j0 < E; j0 += kTileKeys) {
     const int64_t n = std::min({kTileKeys, Tk - j0, E - j0});  // keys of the tile some row sees
-    int64_t v0 = 0;  // the first query vector with a row that sees a key of the tile
+    int64_t v0 = 0, v1 = vectors;  // the query vectors [v0, v1) hold the rows that see a key of the tile
     while (vector_extent[v0] <= j0) ++v0;
-    const int64_t i0 = v0 * N, real = w.mask->real_keys(b, j0, j0 + n);
+    while (vector_extent[v1 - 1] <= j0) --v1;
+    const int64_t i0 = v0 * N, i1 = std::min(v1 * N, rows), real = w.mask->real_keys(b, j0, j0 + n);
     if (real == 0) continue;  // padding only
-    bool limited = false;     // some row of vectors [v0, ...) sees only part of the tile
-    for (int64_t i = i0; i < kBlockRows; ++i) limited |= w.lim[i] < j0 + n;
-    // Scores, transposed: st (n, kBlockRows) columns [i0, kBlockRows) = k (n, D) · qt.
-    Product(kh + j0 * C, C, 1, w.qt + i0, kBlockRows, n, D, w.st + i0, kBlockRows, vectors - v0, false);
-    for (int64_t i = i0; i < kBlockRows; i += N) {  // online softmax, a vector of rows at a time
+    bool limited = false;     // some row of those vectors sees only part of the tile
+    for (int64_t i = i0; i < v1 * N; ++i) limited |= w.lim[i] < j0 + n;
+    // Scores, transposed: st (n, kBlockRows) columns [i0, v1·N) = k (n, D) · qt.
+    Product(kh + j0 * C, C, 1, w.qt + i0, kBlockRows, n, D, w.st + i0, kBlockRows, v1 - v0, false);
+    for (int64_t i = i0; i < v1 * N; i += N) {  // online softmax, a vector of rows at a time
       const auto lim = hn::LoadU(di, w.lim + i);
       auto vmax = hn::Set(d, ninf);
       for (int64_t j = 0; j < n; ++j) {
@@ -198,7 +202,7 @@ void FlashBlockKernel(FlashWork& w, int64_t bh, int64_t r0, int64_t rows) {
       hn::StoreU(m_new, d, w.m + i);
       hn::StoreU(alpha, d, w.alpha + i);
     }
-    for (int64_t i = i0; i < rows; ++i) {  // outputs of rows whose maximum grew: rescaled
+    for (int64_t i = i0; i < i1; ++i) {  // outputs of rows whose maximum grew: rescaled
       if (w.alpha[i] == 1.0f) continue;
       float* oi = w.o + i * Dp;
       const auto va = hn::Set(d, w.alpha[i]);
@@ -212,8 +216,8 @@ void FlashBlockKernel(FlashWork& w, int64_t bh, int64_t r0, int64_t rows) {
       }
       vt = w.vt;
     }
-    // o (rows, Dp) rows [i0, rows) += p (rows, n) · v (n, Dp), p read from st transposed.
-    if (rows > i0) Product(w.st + i0, 1, kBlockRows, vt, direct_v ? C : Dp, rows - i0, n, w.o + i0 * Dp, Dp, Dp / N, true);
+    // o (rows, Dp) rows [i0, i1) += p (rows, n) · v (n, Dp), p read from st transposed.
+    if (i1 > i0) Product(w.st + i0, 1, kBlockRows, vt, direct_v ? C : Dp, i1 - i0, n, w.o + i0 * Dp, Dp, Dp / N, true);
   }
 
   // Outputs: o / l, or the mean of all values for a row that sees no key.

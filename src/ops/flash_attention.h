@@ -26,8 +26,15 @@ namespace ops {
 void flash_attention_forward(float* out, const float* q, const float* k, const float* v, const int64_t* key_mask,
                              const AttentionShape& s);
 
-// Whether attention_forward runs s through flash_attention_forward: fp32 inference (nothing saved, no
-// dropout, fp32 products).
+// Whether flash_attention_forward takes s: fp32 inference (nothing saved, no dropout, fp32 products).
+// attention_forward<float> runs such shapes of 16 query rows or more through it (fewer leave most of its
+// vector lanes, which hold query rows, idle).
 bool flash_attention_applies(const AttentionShape& s);
+
+// attention_forward's fp32 inference without the fused kernel: per block of 64 query rows, the scores'
+// product (oneDNN's or OpenBLAS's sgemm), softmax and p·v product, as attention_forward ran it before
+// (attention.cc), to compare the two. The same arguments and refusals as flash_attention_forward.
+void attention_forward_blocks(float* out, const float* q, const float* k, const float* v, const int64_t* key_mask,
+                              const AttentionShape& s);
 
 }  // namespace ops

@@ -9,9 +9,11 @@
 #include <limits>
 #include <random>
 #include <stdexcept>
+#include <type_traits>
 #include <vector>
 
 #include "ops/attention.h"
+#include "ops/flash_attention.h"
 #include "ops/packed_linear.h"
 #include "ops/ops_testing.h"
 
@@ -191,11 +193,21 @@ void expect_all_near(const char* what, const Vec& a, const Vec& b, double tol) {
 }
 
 // Without att (inference), one tile of rows per thread: the same outputs as the forward that keeps the
-// probabilities, bit for bit.
+// probabilities, bit for bit (the per-block path; fp32 inference's fused kernel has tests of its own,
+// flash_attention_test.cc).
 template <typename T>
 void expect_tiled_forward_equals(const std::vector<T>& out, const std::vector<T>& q, const std::vector<T>& k,
                                  const std::vector<T>& v, const int64_t* key_mask, const ops::AttentionShape& shape) {
   std::vector<T> tiled(out.size());
+  ops::AttentionShape none = shape;
+  none.saved = ops::AttentionSaved::none;
+  if constexpr (std::is_same_v<T, float>) {
+    if (ops::flash_attention_applies(none)) {
+      ops::attention_forward_blocks(tiled.data(), q.data(), k.data(), v.data(), key_mask, none);
+      EXPECT_EQ(tiled, out);
+      return;
+    }
+  }
   ops::attention_forward(tiled.data(), static_cast<T*>(nullptr), q.data(), k.data(), v.data(), key_mask, shape);
   EXPECT_EQ(tiled, out);
 }

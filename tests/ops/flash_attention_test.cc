@@ -158,6 +158,26 @@ TEST(FlashAttention, SameBitsWhateverTheThreadCount) {
   EXPECT_EQ(one, two);
 }
 
+// attention_forward runs fp32 inference of 16 query rows or more through the fused kernel (the same
+// bits), fewer through its per-block products (attention_forward_blocks).
+TEST(FlashAttention, AttentionForwardRoutesFp32InferenceFrom16Rows) {
+  std::mt19937_64 rng(58);
+  for (int64_t T : {15, 16, 100}) {
+    SCOPED_TRACE(T);
+    const FlashCase c = make_case(rng, ops::AttentionShape{2, T, 2, 32, true}, true, false);
+    const auto q = to_f32(c.q), k = to_f32(c.k), v = to_f32(c.v);
+    std::vector<float> routed(q.size()), blocks(q.size());
+    ops::attention_forward(routed.data(), static_cast<float*>(nullptr), q.data(), k.data(), v.data(), c.key_mask.data(), c.s);
+    ops::attention_forward_blocks(blocks.data(), q.data(), k.data(), v.data(), c.key_mask.data(), c.s);
+    if (T >= 16) {
+      EXPECT_EQ(routed, fused(c));
+      EXPECT_NE(routed, blocks);  // another order of sums somewhere
+    } else {
+      EXPECT_EQ(routed, blocks);
+    }
+  }
+}
+
 TEST(FlashAttention, RefusesWhatIsNotFp32Inference) {
   std::vector<float> x(4);
   ops::AttentionShape s{1, 2, 1, 2, false};

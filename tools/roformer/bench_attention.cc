@@ -52,18 +52,19 @@ int bench_attention_fused(const BenchAttentionOptions& o) {
   };
   for (int64_t B : o.batches) {
     for (int64_t T : o.lengths) {
-      const int64_t n = B * T * C;
-      base::check_fits_in_memory(4.0 * sizeof(float) * static_cast<double>(n),
+      const int64_t n = B * T * C, nk = B * (o.past + T) * C;
+      base::check_fits_in_memory(sizeof(float) * (2.0 * static_cast<double>(n) + 2.0 * static_cast<double>(nk)),
                                  fmt::format("--batches {} with --lengths {}", B, T));
-      auto& in = *inputs.emplace_back(std::make_unique<Inputs>(Inputs{std::vector<float>(n), std::vector<float>(n),
-                                                                       std::vector<float>(n), std::vector<float>(n)}));
-      for (int64_t i = 0; i < n; ++i) {
-        in.q[i] = static_cast<float>(base::uniform01(1, i) - 0.5);
+      auto& in = *inputs.emplace_back(std::make_unique<Inputs>(Inputs{std::vector<float>(n), std::vector<float>(nk),
+                                                                       std::vector<float>(nk), std::vector<float>(n)}));
+      for (int64_t i = 0; i < nk; ++i) {
+        if (i < n) in.q[i] = static_cast<float>(base::uniform01(1, i) - 0.5);
         in.k[i] = static_cast<float>(base::uniform01(2, i) - 0.5);
         in.v[i] = static_cast<float>(base::uniform01(3, i) - 0.5);
       }
       ops::AttentionShape s{B, T, H, D, causal};
       s.saved = ops::AttentionSaved::none;
+      s.Tk = o.past + T, s.q_start = o.past;
       for (int threads : o.thread_counts) {
         for (const bool fused : {false, true}) {
           const std::string key = name(fused ? "fused" : "attention_forward", B, T, threads);
@@ -74,8 +75,7 @@ int bench_attention_fused(const BenchAttentionOptions& o) {
               if (fused) {
                 ops::flash_attention_forward(in.out.data(), in.q.data(), in.k.data(), in.v.data(), nullptr, s);
               } else {
-                ops::attention_forward(in.out.data(), static_cast<float*>(nullptr), in.q.data(), in.k.data(),
-                                       in.v.data(), nullptr, s);
+                ops::attention_forward_blocks(in.out.data(), in.q.data(), in.k.data(), in.v.data(), nullptr, s);
               }
               benchmark::ClobberMemory();
             }
@@ -86,9 +86,11 @@ int bench_attention_fused(const BenchAttentionOptions& o) {
   }
   FastestRunReporter reporter(&seconds, [](double& x) -> double& { return x; });
   run_benchmarks_interleaved(reporter);
-  fmt::print("softmax attention's fp32 inference forward, {} heads of {}, {}, SIMD target {}: milliseconds per call, "
-             "fastest of {}\n\n| batch | tokens | threads | attention_forward | fused | speed-up |\n|---|---|---|---|---|---|\n",
-             H, D, causal ? "causal" : "full", ops::vmath_target(), o.repetitions);
+  fmt::print("softmax attention's fp32 inference forward, {} heads of {}, {}{}, SIMD target {}: milliseconds per "
+             "call, fastest of {}\n\n| batch | tokens | threads | attention_forward | fused | speed-up |\n"
+             "|---|---|---|---|---|---|\n",
+             H, D, causal ? "causal" : "full", o.past ? fmt::format(" after {} cached keys", o.past) : "",
+             ops::vmath_target(), o.repetitions);
   for (int64_t B : o.batches) {
     for (int64_t T : o.lengths) {
       for (int threads : o.thread_counts) {

@@ -108,6 +108,10 @@ void add_bench_commands(CLI::App& app, CommandTable& commands) {
       ->check(CLI::Range(int64_t{1}, int64_t{1} << 16));
   bench_att_cmd->add_option("--thread-counts", bench_att->thread_counts, "OpenMP thread counts (--fused)")
       ->delimiter(',')->check(CLI::Range(1, 1024));
+  bench_att_cmd->add_option("--past", bench_att->past,
+                            "Keys already in a cache before the queries (--fused): Tk = past + length, queries at "
+                            "key positions past.. (a cache's prefill or a chunk of decoding)")
+      ->check(CLI::Range(int64_t{0}, int64_t{1} << 24));
   bench_att_cmd->add_option("--min-time", bench_att->min_time, "Seconds per benchmark (--fused)")
       ->check(CLI::Range(0.001, 60.0));
   bench_att_cmd->add_option("--simd-target", bench_att->simd_target,
