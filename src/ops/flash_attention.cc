@@ -57,6 +57,7 @@ struct FlashWork {
 #undef HWY_TARGET_INCLUDE
 #define HWY_TARGET_INCLUDE "ops/flash_attention.cc"
 #include "hwy/foreach_target.h"  // IWYU pragma: keep
+#include "hwy/cache_control.h"
 #include "hwy/highway.h"
 #include "ops/vmath-inl.h"
 
@@ -166,7 +167,14 @@ void FlashBlockKernel(FlashWork& w, int64_t bh, int64_t r0, int64_t rows) {
   }
   std::fill(w.o, w.o + rows * Dp, 0.0f);
 
+  // The next tile's keys and values are asked for while this one's are multiplied: rows C apart, read
+  // an element at a time by the products, from L3 at long lengths (a head's keys and values outgrow L2
+  // past about 2,048 keys at head dim 64).
+  const int64_t line = 64 / static_cast<int64_t>(sizeof(float));
   for (int64_t j0 = 0; j0 < E; j0 += kTileKeys) {
+    for (int64_t j = j0 + kTileKeys; j < std::min(j0 + 2 * kTileKeys, E); ++j) {
+      for (int64_t x = 0; x < D; x += line) hwy::Prefetch(kh + j * C + x), hwy::Prefetch(vh + j * C + x);
+    }
     const int64_t n = std::min({kTileKeys, Tk - j0, E - j0});  // keys of the tile some row sees
     int64_t v0 = 0, v1 = vectors;  // the query vectors [v0, v1) hold the rows that see a key of the tile
     while (vector_extent[v0] <= j0) ++v0;
