@@ -10,7 +10,7 @@
 // probabilities (B, H, T, Tk) — the attention maps — or only two statistics per query row, from which
 // the backward recomputes each block of probabilities bit for bit as the forward made them (memory
 // linear in T: FlashAttention's recomputation, with blocks of query rows over all their keys);
-// inference passes no `saved` and keeps one tile of rows per thread.
+// inference passes no `saved` (fp32 from 16 query rows on: flash_attention.h's fused kernel).
 // (batch, head) pairs run in parallel on OpenMP, each with single-threaded products (oneDNN's or
 // OpenBLAS's sgemm in fp32 by shape, BLAS in fp64); blocks of query rows skip the key columns none of
 // their rows can see (the causal upper triangle, trailing padding), and the backward finds each row's
@@ -61,11 +61,11 @@ struct AttentionShape {
 int64_t attention_saved_size(const AttentionShape& s);
 
 // out (B, T, H·D) = softmax(q·kᵀ/√D + mask)·v per head; saved (attention_saved_size) written with
-// what s.saved names, or null: nothing kept (inference). Unless it keeps the probabilities, each
-// thread holds one block of 64 query rows × Tk at a time. out may be q itself (inference: the context
-// written over the queries, which each block reads before it writes them). key_mask (B, Tk): 1 = real token,
-// 0 = padding; may be null (all real). row_limit is (B, T). A saved buffer with AttentionSaved::none,
-// and bf16_products with T = double, throw std::invalid_argument.
+// what s.saved names, or null: nothing kept (inference: fp32 without dropout or bf16 products, 16 query
+// rows or more, runs flash_attention_forward, equal up to rounding). Otherwise, unless it keeps the
+// probabilities, each thread holds 64 query rows × Tk at a time. out may be q itself (inference: the
+// context over the queries, each block reading them first). key_mask (B, Tk): 1 = real token, 0 = padding,
+// or null; row_limit (B, T). A saved buffer with AttentionSaved::none, or fp64 bf16_products: invalid_argument.
 template <typename T>
 void attention_forward(T* out, T* saved, const T* q, const T* k, const T* v, const int64_t* key_mask,
                        const AttentionShape& s);

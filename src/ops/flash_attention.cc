@@ -121,7 +121,9 @@ HWY_INLINE void RowsProduct(const float* a, int64_t ar, int64_t ax, const float*
 void Product(const float* a, int64_t ar, int64_t ax, const float* b, int64_t ldb, int64_t M, int64_t K, float* c,
              int64_t ldc, int64_t vectors, bool add) {
   int64_t i = 0;
-  for (; i + kRows <= M; i += kRows) RowsProduct<kRows>(a + i * ar, ar, ax, b, ldb, K, c + i * ldc, ldc, vectors, add);
+  for (; i + kRows <= M; i += kRows) {
+    RowsProduct<kRows>(a + i * ar, ar, ax, b, ldb, K, c + i * ldc, ldc, vectors, add);
+  }
   switch (M - i) {
     case 5: return RowsProduct<5>(a + i * ar, ar, ax, b, ldb, K, c + i * ldc, ldc, vectors, add);
     case 4: return RowsProduct<4>(a + i * ar, ar, ax, b, ldb, K, c + i * ldc, ldc, vectors, add);
@@ -191,13 +193,17 @@ void FlashBlockKernel(FlashWork& w, int64_t bh, int64_t r0, int64_t rows) {
       for (int64_t j = 0; j < n; ++j) {
         float* sj = w.st + j * kBlockRows + i;
         auto x = hn::LoadU(d, sj);
-        if (limited) x = hn::IfThenElse(hn::RebindMask(d, hn::Lt(hn::Set(di, static_cast<int32_t>(j0 + j)), lim)), x, hn::Set(d, ninf));
+        if (limited) {  // rows whose limit is at or before key j0 + j
+          const auto seen = hn::RebindMask(d, hn::Lt(hn::Set(di, static_cast<int32_t>(j0 + j)), lim));
+          x = hn::IfThenElse(seen, x, hn::Set(d, ninf));
+        }
         if (real < n && keys[j0 + j] == 0) x = hn::Set(d, ninf);
         if (limited || real < n) hn::StoreU(x, d, sj);
         vmax = hn::Max(vmax, x);
       }
       const auto m_old = hn::LoadU(d, w.m + i), m_new = hn::Max(m_old, vmax);
-      const auto m_sub = hn::IfThenZeroElse(hn::Eq(m_new, hn::Set(d, ninf)), m_new);  // rows that saw nothing yet: e^−inf = 0
+      // Rows that have seen no key yet subtract 0 instead: e^−inf = 0, not e^NaN.
+      const auto m_sub = hn::IfThenZeroElse(hn::Eq(m_new, hn::Set(d, ninf)), m_new);
       auto vsum = hn::Zero(d);
       for (int64_t j = 0; j < n; ++j) {
         float* sj = w.st + j * kBlockRows + i;
@@ -225,7 +231,9 @@ void FlashBlockKernel(FlashWork& w, int64_t bh, int64_t r0, int64_t rows) {
       vt = w.vt;
     }
     // o (rows, Dp) rows [i0, i1) += p (rows, n) · v (n, Dp), p read from st transposed.
-    if (i1 > i0) Product(w.st + i0, 1, kBlockRows, vt, direct_v ? C : Dp, i1 - i0, n, w.o + i0 * Dp, Dp, Dp / N, true);
+    if (i1 > i0) {
+      Product(w.st + i0, 1, kBlockRows, vt, direct_v ? C : Dp, i1 - i0, n, w.o + i0 * Dp, Dp, Dp / N, true);
+    }
   }
 
   // Outputs: o / l, or the mean of all values for a row that sees no key.
@@ -247,7 +255,9 @@ void FlashBlockKernel(FlashWork& w, int64_t bh, int64_t r0, int64_t rows) {
       continue;
     }
     const auto inv = hn::Set(d, 1.0f / w.l[i]);
-    ForEachVector(d, D, [&](int64_t x, size_t c) { StorePart(d, hn::Mul(hn::LoadU(d, w.o + i * Dp + x), inv), oi + x, c); });
+    ForEachVector(d, D, [&](int64_t x, size_t c) {
+      StorePart(d, hn::Mul(hn::LoadU(d, w.o + i * Dp + x), inv), oi + x, c);
+    });
   }
 }
 

@@ -167,7 +167,8 @@ TEST(FlashAttention, AttentionForwardRoutesFp32InferenceFrom16Rows) {
     const FlashCase c = make_case(rng, ops::AttentionShape{2, T, 2, 32, true}, true, false);
     const auto q = to_f32(c.q), k = to_f32(c.k), v = to_f32(c.v);
     std::vector<float> routed(q.size()), blocks(q.size());
-    ops::attention_forward(routed.data(), static_cast<float*>(nullptr), q.data(), k.data(), v.data(), c.key_mask.data(), c.s);
+    ops::attention_forward(routed.data(), static_cast<float*>(nullptr), q.data(), k.data(), v.data(),
+                           c.key_mask.data(), c.s);
     ops::attention_forward_blocks(blocks.data(), q.data(), k.data(), v.data(), c.key_mask.data(), c.s);
     if (T >= 16) {
       EXPECT_EQ(routed, fused(c));
@@ -189,7 +190,8 @@ TEST(FlashAttention, RefusesWhatIsNotFp32Inference) {
     if (i == 1) bad.dropout_p = 0.1;
     if (i == 2) bad.bf16_products = true;
     EXPECT_FALSE(ops::flash_attention_applies(bad));
-    EXPECT_THROW(ops::flash_attention_forward(x.data(), x.data(), x.data(), x.data(), nullptr, bad), std::invalid_argument);
+    EXPECT_THROW(ops::flash_attention_forward(x.data(), x.data(), x.data(), x.data(), nullptr, bad),
+                 std::invalid_argument);
   }
 }
 

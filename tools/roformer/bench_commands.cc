@@ -101,8 +101,8 @@ void add_bench_commands(CLI::App& app, CommandTable& commands) {
                             "AVX512-BF16 or AMX)")
       ->check(CLI::IsMember({"fp32", "bf16"}))->capture_default_str();
   bench_att_cmd->add_flag("--fused", bench_att->fused,
-                          "The fp32 inference forward: attention_forward's per-block products and softmax against "
-                          "the fused flash_attention_forward, side by side (Google Benchmark), at each of --batches, "
+                          "The fp32 inference forward: the per-block products and softmax (attention_forward_blocks) "
+                          "against the fused flash_attention_forward, side by side (Google Benchmark), at each of --batches, "
                           "--lengths and --thread-counts");
   bench_att_cmd->add_option("--batches", bench_att->batches, "Batch sizes (--fused)")->delimiter(',')
       ->check(CLI::Range(int64_t{1}, int64_t{1} << 16));

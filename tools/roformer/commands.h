@@ -93,8 +93,8 @@ struct BenchAttentionOptions {
   bool softmax_only = false;  // softmax attention alone: forward, and forward + backward from row statistics
   std::string mask = "causal";     // causal or full
   std::string precision = "fp32";  // softmax attention's products: fp32, or bf16 operands (fp32 accumulation)
-  // --fused: the fp32 inference forward, attention_forward's products and softmax against the fused
-  // flash_attention_forward, Google Benchmark at each batch, length and thread count.
+  // --fused: the fp32 inference forward, the per-block products and softmax (attention_forward_blocks)
+  // against the fused flash_attention_forward, Google Benchmark at each batch, length and thread count.
   bool fused = false;
   std::vector<int64_t> batches = {1, 8};
   std::vector<int> thread_counts = {1, 2};
