@@ -193,7 +193,7 @@ void FlashBlockKernel(FlashWork& w, int64_t bh, int64_t r0, int64_t rows) {
       for (int64_t j = 0; j < n; ++j) {
         float* sj = w.st + j * kBlockRows + i;
         auto x = hn::LoadU(d, sj);
-        if (limited) {  // rows whose limit is at or before key j0 + j
+        if (limited) {  // −inf in the rows whose limit is at or before key j0 + j
           const auto seen = hn::RebindMask(d, hn::Lt(hn::Set(di, static_cast<int32_t>(j0 + j)), lim));
           x = hn::IfThenElse(seen, x, hn::Set(d, ninf));
         }
@@ -275,8 +275,9 @@ namespace ops {
 
 HWY_EXPORT(FlashBlockKernel);
 
-bool flash_attention_applies(const AttentionShape& s) {
-  return s.saved == AttentionSaved::none && s.dropout_p == 0 && !s.bf16_products;
+bool flash_attention_applies(const AttentionShape& s) {  // key limits are int32 lanes
+  return s.saved == AttentionSaved::none && s.dropout_p == 0 && !s.bf16_products &&
+         s.keys() <= std::numeric_limits<int32_t>::max();
 }
 
 void flash_attention_forward(float* out, const float* q, const float* k, const float* v, const int64_t* key_mask,

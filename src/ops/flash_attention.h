@@ -21,12 +21,12 @@ namespace ops {
 // out (B, T, H·D) written = softmax(q·kᵀ/√D + mask)·v per head, for q (B, T, H·D) and k, v
 // (B, kv_stride, H·D) with rows [0, Tk) used; key_mask (B, Tk): 1 = real token, 0 = padding, or null
 // (all real). out may be q itself: each block of query rows is read before its output rows are
-// written. Throws std::invalid_argument unless s.saved is none, s.dropout_p is 0 and s.bf16_products is
-// false (what attention_forward routes here).
+// written. Throws std::invalid_argument unless flash_attention_applies(s).
 void flash_attention_forward(float* out, const float* q, const float* k, const float* v, const int64_t* key_mask,
                              const AttentionShape& s);
 
-// Whether flash_attention_forward takes s: fp32 inference (nothing saved, no dropout, fp32 products).
+// Whether flash_attention_forward takes s: fp32 inference (nothing saved, no dropout, fp32 products),
+// fewer than 2^31 keys.
 // attention_forward<float> runs such shapes of 16 query rows or more through it (fewer leave most of its
 // vector lanes, which hold query rows, idle).
 bool flash_attention_applies(const AttentionShape& s);
