@@ -76,11 +76,15 @@ void SoftmaxBackwardKernel(const float* a, float* ds, int64_t n) {
 
 // One decoding query of one head over n keys (key j at k + j·stride, value j at v + j·stride):
 // out (D) = softmax(q·kⱼ · scale)·v; p (n) is scratch for the scores, then the probabilities.
-void DecodeHeadKernel(float* out, const float* q, const float* k, const float* v, int64_t n, int64_t D,
-                      int64_t stride, float scale, float* p) {
+// One decoding row and head: out (D) = softmax(scale · q·kᵀ)·v over n keys, k and v rows `stride`
+// apart, as fp32 or as bf16 bits (a bf16 cache, widened exactly as they are read: the same operations
+// on the same values as the fp32 kernel over the widened cache). p (n): the scores' buffer.
+template <typename KV>
+void DecodeHead(float* out, const float* q, const KV* k, const KV* v, int64_t n, int64_t D, int64_t stride, float scale,
+                float* p) {
   const hn::ScalableTag<float> d;
   for (int64_t j = 0; j < n; ++j) {
-    const float* kj = k + j * stride;
+    const KV* kj = k + j * stride;
     auto acc = hn::Zero(d);
     ForEachVector(d, D, [&](int64_t i, size_t c) { acc = hn::MulAdd(LoadPart(d, q + i, c), LoadPart(d, kj + i, c), acc); });
     p[j] = hn::GetLane(hn::SumOfLanes(d, acc)) * scale;
@@ -92,6 +96,14 @@ void DecodeHeadKernel(float* out, const float* q, const float* k, const float* v
     for (int64_t j = 0; j < n; ++j) o = hn::MulAdd(hn::Set(d, p[j]), LoadPart(d, v + j * stride + i, c), o);
     StorePart(d, o, out + i, c);
   });
+}
+void DecodeHeadKernel(float* out, const float* q, const float* k, const float* v, int64_t n, int64_t D, int64_t stride,
+                      float scale, float* p) {
+  DecodeHead(out, q, k, v, n, D, stride, scale, p);
+}
+void DecodeHeadBf16Kernel(float* out, const float* q, const uint16_t* k, const uint16_t* v, int64_t n, int64_t D,
+                          int64_t stride, float scale, float* p) {
+  DecodeHead(out, q, k, v, n, D, stride, scale, p);
 }
 
 }  // namespace HWY_NAMESPACE
@@ -117,6 +129,7 @@ namespace ops {
 
 HWY_EXPORT(SoftmaxKernel);
 HWY_EXPORT(DecodeHeadKernel);
+HWY_EXPORT(DecodeHeadBf16Kernel);
 HWY_EXPORT(ExpScaleKernel);
 HWY_EXPORT(SoftmaxBackwardKernel);
 
@@ -363,8 +376,11 @@ void attention_forward(T* out, T* saved, const T* q, const T* k, const T* v, con
   }
 }
 
-template <typename T>
-void attention_decode_forward(T* out, const T* q, const T* k, const T* v, const DecodeAttentionShape& s) {
+namespace {
+
+// attention_decode_forward over keys and values of type KV (T, or bf16 bits with T = float).
+template <typename T, typename KV>
+void decode_forward(T* out, const T* q, const KV* k, const KV* v, const DecodeAttentionShape& s) {
   const int64_t C = s.H * s.D, D = s.D;
   const T scale = static_cast<T>(1.0 / std::sqrt(static_cast<double>(D)));
   int64_t longest = 0;
@@ -384,24 +400,38 @@ void attention_decode_forward(T* out, const T* q, const T* k, const T* v, const 
       const int64_t row = (s.kv_rows ? s.kv_rows[b] : b) * s.kv_stride * C + h * D;  // key 0 of head h
       const T* qh = q + b * C + h * D;
       T* oh = out + b * C + h * D;
-      if constexpr (std::is_same_v<T, float>) {
+      if constexpr (std::is_same_v<KV, uint16_t>) {
+        HWY_DYNAMIC_DISPATCH(DecodeHeadBf16Kernel)(oh, qh, k + row, v + row, n, D, C, scale, p.data());
+      } else if constexpr (std::is_same_v<T, float>) {
         HWY_DYNAMIC_DISPATCH(DecodeHeadKernel)(oh, qh, k + row, v + row, n, D, C, scale, p.data());
-        continue;
-      }
-      for (int64_t j = 0; j < n; ++j) {  // q·kᵀ/√D
-        const T* kj = k + row + j * C;
-        T dot = 0;
-        for (int64_t d = 0; d < D; ++d) dot += qh[d] * kj[d];
-        p[j] = dot * scale;
-      }
-      softmax_row(p.data(), n, RowKeys{n, false}, nullptr, static_cast<T*>(nullptr));
-      std::fill(oh, oh + D, T(0));
-      for (int64_t j = 0; j < n; ++j) {  // Σ p_j v_j
-        const T* vj = v + row + j * C;
-        for (int64_t d = 0; d < D; ++d) oh[d] += p[j] * vj[d];
+      } else {
+        for (int64_t j = 0; j < n; ++j) {  // q·kᵀ/√D
+          const T* kj = k + row + j * C;
+          T dot = 0;
+          for (int64_t d = 0; d < D; ++d) dot += qh[d] * kj[d];
+          p[j] = dot * scale;
+        }
+        softmax_row(p.data(), n, RowKeys{n, false}, nullptr, static_cast<T*>(nullptr));
+        std::fill(oh, oh + D, T(0));
+        for (int64_t j = 0; j < n; ++j) {  // Σ p_j v_j
+          const T* vj = v + row + j * C;
+          for (int64_t d = 0; d < D; ++d) oh[d] += p[j] * vj[d];
+        }
       }
     }
   }
+}
+
+}  // namespace
+
+template <typename T>
+void attention_decode_forward(T* out, const T* q, const T* k, const T* v, const DecodeAttentionShape& s) {
+  decode_forward(out, q, k, v, s);
+}
+
+void attention_decode_forward(float* out, const float* q, const uint16_t* k, const uint16_t* v,
+                              const DecodeAttentionShape& s) {
+  decode_forward(out, q, k, v, s);
 }
 
 template <typename T>

@@ -87,6 +87,12 @@ struct DecodeAttentionShape {
 template <typename T>
 void attention_decode_forward(T* out, const T* q, const T* k, const T* v, const DecodeAttentionShape& s);
 
+// The same over a bf16 key/value cache: k and v hold bfloat16 bits, widened to fp32 exactly as they
+// are read, so the result equals the fp32 kernel's over the widened cache bit for bit, with half the
+// bytes read. fp32 queries and output.
+void attention_decode_forward(float* out, const float* q, const uint16_t* k, const uint16_t* v,
+                              const DecodeAttentionShape& s);
+
 // dq (B, T, H·D), dk, dv (B, kv_stride, H·D) += gradients given dout (B, T, H·D) and the forward's
 // saved buffer, shape and key_mask (read with row statistics; the probabilities carry the mask).
 template <typename T>

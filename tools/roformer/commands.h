@@ -132,6 +132,8 @@ void add_serve_command(CLI::App& app, CommandTable& commands);      // serve (th
 // --quantize auto|none|int8|bf16 and --gemm auto|packed|blas (model::LinearOptions) for every command that
 // runs a model.
 void add_linear_options(CLI::App* command, model::LinearOptions& linears);
+// --kv-cache fp32|bf16 (LinearOptions::kv_cache) for the commands that decode: generate, translate, serve.
+void add_kv_cache_option(CLI::App* command, model::LinearOptions& linears);
 
 // With --resume a training run continues with the options saved in its checkpoint: any other option
 // given (besides --resume, --out, --no-progress and `also_allowed`) is refused by name, instead of
