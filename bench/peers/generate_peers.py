@@ -104,8 +104,10 @@ def serve_run(roformer, model, slots, prompts, tokens, threads, quantize="none",
             done = list(pool.map(lambda q: one(q, False), prompts))
             wall = time.perf_counter() - t
             ttft = sorted(r[0] for r in pool.map(lambda q: one(q, True), prompts))
+        hwm = next(int(l.split()[1]) for l in open(f"/proc/{p.pid}/status") if l.startswith("VmHWM:"))
         return {"tokens_per_s": sum(r[1] for r in done) / wall, "ttft_p50_s": statistics.median(ttft),
-                "ttft_p90_s": ttft[int(0.9 * (len(ttft) - 1))], "tokens": sum(r[1] for r in done)}
+                "ttft_p90_s": ttft[int(0.9 * (len(ttft) - 1))], "tokens": sum(r[1] for r in done),
+                "peak_rss_mib": hwm / 1024}
     finally:
         p.send_signal(signal.SIGTERM)
         p.wait(timeout=60)
@@ -160,10 +162,11 @@ def main():
     cpu = next((l.split(":", 1)[1].strip() for l in open("/proc/cpuinfo") if l.startswith("model name")), "?")
     print(f"{cpu}, {a.threads} threads; {a.streams} streams x {a.tokens} new tokens, greedy, prompts x {a.prompt_repeat}; "
           f"model {'RoFormer-base-sized (12 x 768)' if a.base else a.model}")
-    print("| system | tokens/s | vs best transformers | TTFT p50 | TTFT p90 |")
-    print("|---|---|---|---|---|")
+    print("| system | tokens/s | vs best transformers | TTFT p50 | TTFT p90 | server peak RSS |")
+    print("|---|---|---|---|---|---|")
     for name, r in rows.items():
-        ttft = (f"{r['ttft_p50_s'] * 1000:.0f} ms | {r['ttft_p90_s'] * 1000:.0f} ms" if "ttft_p50_s" in r else "- | -")
+        ttft = (f"{r['ttft_p50_s'] * 1000:.0f} ms | {r['ttft_p90_s'] * 1000:.0f} ms | {r['peak_rss_mib']:.0f} MiB"
+                if "ttft_p50_s" in r else "- | - | -")
         print(f"| {name} | {r['tokens_per_s']:.0f} | {r['tokens_per_s'] / best:.2f}x | {ttft} |")
     if a.json:
         with open(a.json, "w") as f:

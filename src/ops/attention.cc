@@ -22,6 +22,7 @@
 #undef HWY_TARGET_INCLUDE
 #define HWY_TARGET_INCLUDE "ops/attention.cc"
 #include "hwy/foreach_target.h"  // IWYU pragma: keep
+#include "hwy/cache_control.h"
 #include "hwy/highway.h"
 #include "ops/vmath-inl.h"
 
@@ -83,18 +84,44 @@ template <typename KV>
 void DecodeHead(float* out, const float* q, const KV* k, const KV* v, int64_t n, int64_t D, int64_t stride, float scale,
                 float* p) {
   const hn::ScalableTag<float> d;
+  // Key rows are H·D apart, each in a page of its own in a long cache, where the hardware prefetchers
+  // do not follow: the rows kAhead keys on are asked for while this one is read.
+  constexpr int64_t kAhead = 8;
+  const int64_t row_bytes = D * static_cast<int64_t>(sizeof(KV));
+  auto prefetch_row = [&](const KV* row) {
+    for (int64_t b = 0; b < row_bytes; b += 64) hwy::Prefetch(reinterpret_cast<const char*>(row) + b);
+  };
   for (int64_t j = 0; j < n; ++j) {
     const KV* kj = k + j * stride;
+    if (j + kAhead < n) prefetch_row(kj + kAhead * stride);
     auto acc = hn::Zero(d);
     ForEachVector(d, D, [&](int64_t i, size_t c) { acc = hn::MulAdd(LoadPart(d, q + i, c), LoadPart(d, kj + i, c), acc); });
     p[j] = hn::GetLane(hn::SumOfLanes(d, acc)) * scale;
   }
   float stats[2];
   SoftmaxKernel(p, n, stats);
-  ForEachVector(d, D, [&](int64_t i, size_t c) {
+  // Σ_j p_j·v_j: every lane adds the keys in order, one fused multiply-add each. Four vectors of D at
+  // a time over all keys (four independent chains, each key row's 4·L values read once, in order),
+  // then the rest a vector at a time.
+  const int64_t L = static_cast<int64_t>(hn::Lanes(d));
+  int64_t i = 0;
+  for (; i + 4 * L <= D; i += 4 * L) {
+    auto o0 = hn::Zero(d), o1 = hn::Zero(d), o2 = hn::Zero(d), o3 = hn::Zero(d);
+    for (int64_t j = 0; j < n; ++j) {
+      const auto pj = hn::Set(d, p[j]);
+      const KV* vj = v + j * stride + i;
+      if (i == 0 && j + kAhead < n) prefetch_row(vj + kAhead * stride);
+      o0 = hn::MulAdd(pj, LoadPart(d, vj, L), o0);
+      o1 = hn::MulAdd(pj, LoadPart(d, vj + L, L), o1);
+      o2 = hn::MulAdd(pj, LoadPart(d, vj + 2 * L, L), o2);
+      o3 = hn::MulAdd(pj, LoadPart(d, vj + 3 * L, L), o3);
+    }
+    hn::StoreU(o0, d, out + i), hn::StoreU(o1, d, out + i + L), hn::StoreU(o2, d, out + i + 2 * L), hn::StoreU(o3, d, out + i + 3 * L);
+  }
+  ForEachVector(d, D - i, [&](int64_t at, size_t c) {
     auto o = hn::Zero(d);
-    for (int64_t j = 0; j < n; ++j) o = hn::MulAdd(hn::Set(d, p[j]), LoadPart(d, v + j * stride + i, c), o);
-    StorePart(d, o, out + i, c);
+    for (int64_t j = 0; j < n; ++j) o = hn::MulAdd(hn::Set(d, p[j]), LoadPart(d, v + j * stride + i + at, c), o);
+    StorePart(d, o, out + i + at, c);
   });
 }
 void DecodeHeadKernel(float* out, const float* q, const float* k, const float* v, int64_t n, int64_t D, int64_t stride,

@@ -91,6 +91,7 @@ struct BenchAttentionOptions {
   int repetitions = 2, threads = 0;
   double max_softmax_gb = 4;  // skip softmax where its (H, T, T) probabilities need more (--max-softmax-gb)
   bool softmax_only = false;  // softmax attention alone: forward, and forward + backward from row statistics
+  int64_t decode_rows = 0;    // > 0: decoding steps of this many rows over fp32 and bf16 caches (--decode)
   std::string mask = "causal";     // causal or full
   std::string precision = "fp32";  // softmax attention's products: fp32, or bf16 operands (fp32 accumulation)
 };
