@@ -532,16 +532,26 @@ void self_attention_forward(T* out, AttentionActs<T>& a, const AttentionParams<T
     if (staged) {  // the new rows into the bf16 cache, rounded once; every read below sees them rounded
 #pragma omp parallel for schedule(static) if (N * H >= base::kParallelMinElements)
       for (int64_t i = 0; i < N; ++i) {
-        ops::bf16_from_f32(cache->k16.data() + cache_kv_row(i) * H, k + i * H, H);
-        ops::bf16_from_f32(cache->v16.data() + cache_kv_row(i) * H, v + i * H, H);
+        const int64_t at = cache_kv_row(i);  // cache row r, position t: r · stride + t
+        for (int64_t h = 0; h < n; ++h) {    // head-major: (r, h, t)
+          const int64_t to = ((at / stride * n + h) * stride + at % stride) * D;
+          ops::bf16_from_f32(cache->k16.data() + to, k + i * H + h * D, D);
+          ops::bf16_from_f32(cache->v16.data() + to, v + i * H + h * D, D);
+        }
       }
     }
   }
-  // A bf16 cache's rows [0, keys) of cache row r, widened into a.k, a.v (keys, H) for attention_forward.
+  // A bf16 cache's positions [0, keys) of cache row r, widened into rows [at, at + keys) of a.k, a.v
+  // (position, H) for attention_forward.
   auto widen = [&](int64_t r, int64_t keys, int64_t at) {
     if constexpr (std::is_same_v<T, float>) {
-      ops::f32_from_bf16(a.k.data() + at * H, cache->k16.data() + r * stride * H, keys * H);
-      ops::f32_from_bf16(a.v.data() + at * H, cache->v16.data() + r * stride * H, keys * H);
+      for (int64_t h = 0; h < n; ++h) {
+        const int64_t from = (r * n + h) * stride * D;
+        for (int64_t t = 0; t < keys; ++t) {
+          ops::f32_from_bf16(a.k.data() + (at + t) * H + h * D, cache->k16.data() + from + t * D, D);
+          ops::f32_from_bf16(a.v.data() + (at + t) * H + h * D, cache->v16.data() + from + t * D, D);
+        }
+      }
     }
   };
   // One decoding step (a token per row over a cache, no masks, inference): every row and head in one
@@ -554,8 +564,9 @@ void self_attention_forward(T* out, AttentionActs<T>& a, const AttentionParams<T
     context = a.ctx.data();
     std::vector<int64_t> keys(B), rows(B);
     for (int64_t b = 0; b < B; ++b) keys[b] = first_of(b) + 1, rows[b] = cache_row(b);
-    const ops::DecodeAttentionShape s{B, c.num_attention_heads, D, keys.data(), rows.data(), stride};
+    ops::DecodeAttentionShape s{B, c.num_attention_heads, D, keys.data(), rows.data(), stride};
     if constexpr (std::is_same_v<T, float>) {
+      s.heads_major = staged;
       if (staged) ops::attention_decode_forward(a.ctx.data(), a.q.data(), cache->k16.data(), cache->v16.data(), s);
     }
     if (!staged) ops::attention_decode_forward<T>(a.ctx.data(), a.q.data(), k, v, s);

@@ -206,8 +206,9 @@ template <typename T>
 struct KVCache {
   int64_t B = 0, capacity = 0, length = 0;
   std::vector<T> k, v;                     // (B, capacity, H)
-  // A self-attention cache in bf16 (fp32 models, softmax attention): k16 and v16 (B, capacity, H) hold
-  // the keys and values as bfloat16 bits, rounded once as they are appended, and k and v stay empty.
+  // A self-attention cache in bf16 (fp32 models, softmax attention): k16 and v16 (B, n, capacity, D),
+  // head-major so that a decoding step streams each head's keys, hold the keys and values as bfloat16
+  // bits, rounded once as they are appended, and k and v stay empty.
   // A decoding step reads them widened in its kernel (half the bytes of an fp32 cache); any other feed
   // widens the rows it attends over first. Every read sees the same rounded values, so a sequence
   // decodes alike in one feed or in chunks, alone or beside others.

@@ -424,16 +424,17 @@ void decode_forward(T* out, const T* q, const KV* k, const KV* v, const DecodeAt
 #pragma omp for schedule(static)
     for (int64_t bh = 0; bh < s.B * s.H; ++bh) {
       const int64_t b = bh / s.H, h = bh % s.H, n = s.keys[b];
-      const int64_t row = (s.kv_rows ? s.kv_rows[b] : b) * s.kv_stride * C + h * D;  // key 0 of head h
+      const int64_t head = s.heads_major ? h * s.kv_stride * D : h * D, key_stride = s.heads_major ? D : C;
+      const int64_t row = (s.kv_rows ? s.kv_rows[b] : b) * s.kv_stride * C + head;  // key 0 of head h
       const T* qh = q + b * C + h * D;
       T* oh = out + b * C + h * D;
       if constexpr (std::is_same_v<KV, uint16_t>) {
-        HWY_DYNAMIC_DISPATCH(DecodeHeadBf16Kernel)(oh, qh, k + row, v + row, n, D, C, scale, p.data());
+        HWY_DYNAMIC_DISPATCH(DecodeHeadBf16Kernel)(oh, qh, k + row, v + row, n, D, key_stride, scale, p.data());
       } else if constexpr (std::is_same_v<T, float>) {
-        HWY_DYNAMIC_DISPATCH(DecodeHeadKernel)(oh, qh, k + row, v + row, n, D, C, scale, p.data());
+        HWY_DYNAMIC_DISPATCH(DecodeHeadKernel)(oh, qh, k + row, v + row, n, D, key_stride, scale, p.data());
       } else {
         for (int64_t j = 0; j < n; ++j) {  // q·kᵀ/√D
-          const T* kj = k + row + j * C;
+          const T* kj = k + row + j * key_stride;
           T dot = 0;
           for (int64_t d = 0; d < D; ++d) dot += qh[d] * kj[d];
           p[j] = dot * scale;
@@ -441,7 +442,7 @@ void decode_forward(T* out, const T* q, const KV* k, const KV* v, const DecodeAt
         softmax_row(p.data(), n, RowKeys{n, false}, nullptr, static_cast<T*>(nullptr));
         std::fill(oh, oh + D, T(0));
         for (int64_t j = 0; j < n; ++j) {  // Σ p_j v_j
-          const T* vj = v + row + j * C;
+          const T* vj = v + row + j * key_stride;
           for (int64_t d = 0; d < D; ++d) oh[d] += p[j] * vj[d];
         }
       }

@@ -78,6 +78,9 @@ struct DecodeAttentionShape {
   const int64_t* keys;               // (B) at least 1 each
   const int64_t* kv_rows = nullptr;  // (B) or null
   int64_t kv_stride = 0;             // at least the most keys of a row
+  // k, v head-major, (cache rows, H, kv_stride, D): each head's keys D apart, streamed by the kernel;
+  // false: (cache rows, kv_stride, H·D), keys H·D apart.
+  bool heads_major = false;
 };
 
 // out (B, H·D) = softmax(q·kᵀ/√D)·v per row and head: attention_forward's result for T = 1 and

@@ -417,7 +417,8 @@ TEST(Ops, AttentionOutputMayOverwriteTheQueries) {
 }
 
 // Over a bf16 cache the decode kernel reads each key and value widened, and gives the fp32 kernel's
-// result over the widened cache bit for bit, on every SIMD target.
+// result over the widened cache bit for bit, on every SIMD target, with the cache laid out by
+// position (H·D per key) or head-major.
 TEST(Ops, AttentionDecodeOverABf16CacheEqualsTheFp32KernelOverItsValues) {
   std::mt19937_64 rng(9);
   std::normal_distribution<float> z;
@@ -435,11 +436,25 @@ TEST(Ops, AttentionDecodeOverABf16CacheEqualsTheFp32KernelOverItsValues) {
     ops::f32_from_bf16(vw.data(), v16.data(), static_cast<int64_t>(v.size()));
     for (size_t i = 0; i < k.size(); ++i) ASSERT_EQ(kw[i], rope::bf16_to_f32(k16[i])) << i;  // widening is exact
     const ops::DecodeAttentionShape s{B, H, D, keys.data(), rows.data(), stride};
+    // The same cache head-major, (rows, H, stride, D), as model::KVCache keeps a bf16 one.
+    std::vector<uint16_t> kh(k.size()), vh(v.size());
+    for (int64_t r = 0; r < B; ++r) {
+      for (int64_t t = 0; t < stride; ++t) {
+        for (int64_t h = 0; h < H; ++h) {
+          std::copy_n(k16.begin() + (r * stride + t) * C + h * D, D, kh.begin() + ((r * H + h) * stride + t) * D);
+          std::copy_n(v16.begin() + (r * stride + t) * C + h * D, D, vh.begin() + ((r * H + h) * stride + t) * D);
+        }
+      }
+    }
+    ops::DecodeAttentionShape sh = s;
+    sh.heads_major = true;
     ops_testing::for_each_simd_target([&] {
-      std::vector<float> want(B * C), got(B * C);
+      std::vector<float> want(B * C), got(B * C), heads(B * C);
       ops::attention_decode_forward<float>(want.data(), q.data(), kw.data(), vw.data(), s);
       ops::attention_decode_forward(got.data(), q.data(), k16.data(), v16.data(), s);
+      ops::attention_decode_forward(heads.data(), q.data(), kh.data(), vh.data(), sh);
       EXPECT_EQ(got, want) << "D " << D;
+      EXPECT_EQ(heads, want) << "D " << D;
     });
   }
 }

@@ -6,7 +6,7 @@
 // in T), causal or full, fp32 or bf16 products: the rows bench/peers/attention_sdpa.py prints for
 // PyTorch's scaled_dot_product_attention. --decode ROWS times decoding steps instead: ROWS queries, each
 // over the keys of its own cache row, as a server's slots or a beam decode them, over an fp32 and a
-// bf16 key/value cache.
+// bf16 key/value cache (head-major, as the model keeps it).
 #include <fmt/core.h>
 #include <fmt/ranges.h>
 #include <omp.h>
@@ -44,15 +44,25 @@ int bench_decode(const BenchAttentionOptions& o) {
     v[i] = static_cast<float>(base::uniform01(3, i) - 0.5);
   }
   for (int64_t i = 0; i < B * C; ++i) q[i] = static_cast<float>(base::uniform01(1, i) - 0.5);
+  // The bf16 cache head-major, (rows, H, capacity, D), as model::KVCache keeps one.
   std::vector<uint16_t> k16(k.size()), v16(v.size());
-  ops::bf16_from_f32(k16.data(), k.data(), static_cast<int64_t>(k.size()));
-  ops::bf16_from_f32(v16.data(), v.data(), static_cast<int64_t>(v.size()));
+  for (int64_t r = 0; r < B; ++r) {
+    for (int64_t t = 0; t < capacity; ++t) {
+      for (int64_t h = 0; h < H; ++h) {
+        const int64_t from = (r * capacity + t) * C + h * D, to = ((r * H + h) * capacity + t) * D;
+        ops::bf16_from_f32(k16.data() + to, k.data() + from, D);
+        ops::bf16_from_f32(v16.data() + to, v.data() + from, D);
+      }
+    }
+  }
   fmt::print("a decoding step of one attention layer: {} rows, {} heads of {}, {} threads: microseconds per step\n\n"
              "| keys per row | fp32 cache | bf16 cache | fp32 / bf16 |\n|---|---|---|---|\n",
              B, H, D, omp_get_max_threads());
   for (int64_t T : o.lengths) {
     const std::vector<int64_t> keys(B, T);
     const ops::DecodeAttentionShape s{B, H, D, keys.data(), nullptr, capacity};
+    ops::DecodeAttentionShape heads = s;
+    heads.heads_major = true;
     auto best_of = [&](auto&& run) {
       run();
       double best = INFINITY;
@@ -64,7 +74,7 @@ int bench_decode(const BenchAttentionOptions& o) {
       return best * 1e6;
     };
     const double f32 = best_of([&] { ops::attention_decode_forward<float>(out.data(), q.data(), k.data(), v.data(), s); });
-    const double b16 = best_of([&] { ops::attention_decode_forward(out.data(), q.data(), k16.data(), v16.data(), s); });
+    const double b16 = best_of([&] { ops::attention_decode_forward(out.data(), q.data(), k16.data(), v16.data(), heads); });
     fmt::print("| {} | {:.1f} | {:.1f} | {:.2f}× |\n", T, f32, b16, f32 / b16);
     std::fflush(stdout);
   }
