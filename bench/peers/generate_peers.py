@@ -9,7 +9,9 @@
 # Prints a table with each row's tokens/s and its ratio to the best transformers row; --json writes it.
 # With --base, the model is a randomly initialised RoFormer-base-sized causal LM (12 × 768, the
 # tokenizer of --model) made by transformers, instead of --model itself. --quantize bf16 (or int8) adds
-# the --slots STREAMS row with the model's linear layers in that precision (transformers stays fp32).
+# the --slots STREAMS row with the model's linear layers in that precision (transformers stays fp32);
+# --kv-cache bf16 adds, for each such row, one with the server's key/value cache in bf16. --prompt-repeat
+# N makes each prompt N copies of itself (longer contexts, where the cache is a larger share of a step).
 #
 #   python3 bench/peers/generate_peers.py --roformer build/release/tools/roformer \
 #       --model runs/kjv/step-000600 --python build/hf-venv/bin/python --streams 32 --tokens 64
@@ -61,10 +63,11 @@ transformers.RoFormerForCausalLM(c).save_pretrained(out, safe_serialization=True
 """
 
 
-def serve_run(roformer, model, slots, prompts, tokens, threads, quantize="none"):
+def serve_run(roformer, model, slots, prompts, tokens, threads, quantize="none", kv_cache="fp32"):
     log = tempfile.TemporaryFile("w+")
     p = subprocess.Popen([roformer, "serve", "--model", model, "--port", "0", "--slots", str(slots),
-                          "--threads", str(threads), "--quantize", quantize, "--no-access-log"], stderr=log)
+                          "--threads", str(threads), "--quantize", quantize, "--kv-cache", kv_cache,
+                          "--no-access-log"], stderr=log)
     try:
         port = None
         for _ in range(600):
@@ -101,8 +104,10 @@ def serve_run(roformer, model, slots, prompts, tokens, threads, quantize="none")
             done = list(pool.map(lambda q: one(q, False), prompts))
             wall = time.perf_counter() - t
             ttft = sorted(r[0] for r in pool.map(lambda q: one(q, True), prompts))
+        hwm = next(int(l.split()[1]) for l in open(f"/proc/{p.pid}/status") if l.startswith("VmHWM:"))
         return {"tokens_per_s": sum(r[1] for r in done) / wall, "ttft_p50_s": statistics.median(ttft),
-                "ttft_p90_s": ttft[int(0.9 * (len(ttft) - 1))], "tokens": sum(r[1] for r in done)}
+                "ttft_p90_s": ttft[int(0.9 * (len(ttft) - 1))], "tokens": sum(r[1] for r in done),
+                "peak_rss_mib": hwm / 1024}
     finally:
         p.send_signal(signal.SIGTERM)
         p.wait(timeout=60)
@@ -120,6 +125,9 @@ def main():
     ap.add_argument("--base", action="store_true", help="a RoFormer-base-sized model with --model's tokenizer")
     ap.add_argument("--quantize", nargs="*", default=[], choices=["int8", "bf16"],
                     help="also roformer serve --slots STREAMS --quantize Q (bf16: CPUs with AVX512-BF16 or AMX)")
+    ap.add_argument("--kv-cache", nargs="*", default=[], choices=["bf16"],
+                    help="also each --slots STREAMS row with roformer serve --kv-cache bf16")
+    ap.add_argument("--prompt-repeat", type=int, default=1, help="each prompt this many times over")
     ap.add_argument("--json")
     a = ap.parse_args()
     work = tempfile.mkdtemp()
@@ -132,17 +140,18 @@ def main():
                 shutil.copy(os.path.join(a.model, f), model)
     # Prompts of 3-13 words; the peer gets the char tokenizer's ids (5 special ids, then tokenizer.json's tokens).
     words = "In the beginning God created the heaven and the earth And the earth was without form and void".split()
-    prompts = [" ".join(words[i % 7: i % 7 + 3 + i % 11]) for i in range(a.streams)]
+    prompts = [" ".join(words[i % 7: i % 7 + 3 + i % 11] * a.prompt_repeat) for i in range(a.streams)]
     tok = json.load(open(os.path.join(model, "tokenizer.json")))
     assert tok["kind"] == "char", "a character-level causal LM (roformer train's default)"
     index = {t: 5 + i for i, t in enumerate(tok["tokens"])}
     with open(os.path.join(work, "prompts.json"), "w") as f:
         json.dump([[index.get(c, 1) for c in p] for p in prompts], f)
     rows = {}
-    rows[f"roformer serve --slots {a.streams}"] = serve_run(a.roformer, model, a.streams, prompts, a.tokens, a.threads)
-    for q in a.quantize:
-        rows[f"roformer serve --slots {a.streams} --quantize {q}"] = serve_run(a.roformer, model, a.streams, prompts,
-                                                                                a.tokens, a.threads, q)
+    for q in ["none"] + a.quantize:
+        for kv in ["fp32"] + a.kv_cache:
+            name = (f"roformer serve --slots {a.streams}" + (f" --quantize {q}" if q != "none" else "") +
+                    (f" --kv-cache {kv}" if kv != "fp32" else ""))
+            rows[name] = serve_run(a.roformer, model, a.streams, prompts, a.tokens, a.threads, q, kv)
     rows["roformer serve --slots 1"] = serve_run(a.roformer, model, 1, prompts, a.tokens, a.threads)
     peer = json.loads(subprocess.run([a.python, "-c", PEER, model, os.path.join(work, "prompts.json"), str(a.tokens),
                                       str(a.threads), str(a.sequential)], check=True, capture_output=True,
@@ -151,17 +160,18 @@ def main():
     rows[f"transformers generate, {a.streams} prompts in one batch"] = {"tokens_per_s": peer["batched"]}
     best = max(peer["sequential"], peer["batched"])
     cpu = next((l.split(":", 1)[1].strip() for l in open("/proc/cpuinfo") if l.startswith("model name")), "?")
-    print(f"{cpu}, {a.threads} threads; {a.streams} streams x {a.tokens} new tokens, greedy; "
+    print(f"{cpu}, {a.threads} threads; {a.streams} streams x {a.tokens} new tokens, greedy, prompts x {a.prompt_repeat}; "
           f"model {'RoFormer-base-sized (12 x 768)' if a.base else a.model}")
-    print("| system | tokens/s | vs best transformers | TTFT p50 | TTFT p90 |")
-    print("|---|---|---|---|---|")
+    print("| system | tokens/s | vs best transformers | TTFT p50 | TTFT p90 | server peak RSS |")
+    print("|---|---|---|---|---|---|")
     for name, r in rows.items():
-        ttft = (f"{r['ttft_p50_s'] * 1000:.0f} ms | {r['ttft_p90_s'] * 1000:.0f} ms" if "ttft_p50_s" in r else "- | -")
+        ttft = (f"{r['ttft_p50_s'] * 1000:.0f} ms | {r['ttft_p90_s'] * 1000:.0f} ms | {r['peak_rss_mib']:.0f} MiB"
+                if "ttft_p50_s" in r else "- | - | -")
         print(f"| {name} | {r['tokens_per_s']:.0f} | {r['tokens_per_s'] / best:.2f}x | {ttft} |")
     if a.json:
         with open(a.json, "w") as f:
             json.dump({"cpu": cpu, "threads": a.threads, "streams": a.streams, "tokens": a.tokens, "base": a.base,
-                       "rows": rows}, f, indent=1)
+                       "prompt_repeat": a.prompt_repeat, "rows": rows}, f, indent=1)
     shutil.rmtree(work)
 
 

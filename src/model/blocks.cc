@@ -453,6 +453,9 @@ void self_attention_forward(T* out, AttentionActs<T>& a, const AttentionParams<T
   int64_t stride = T_;
   // Step-level batching: each batch row at a cache row and position of its own (KVCache::rows).
   const bool ragged = cache && cache->rows;
+  // A bf16 cache: the new keys and values are made in a.k, a.v as without a cache, then rounded into it.
+  const bool staged = cache && cache->bf16;
+  if (staged && (!softmax || !std::is_same_v<T, float>)) throw std::logic_error("a bf16 key/value cache is for fp32 softmax attention");
   auto cache_row = [&](int64_t b) { return ragged ? cache->rows[b] : b; };
   auto first_of = [&](int64_t b) { return ragged ? cache->positions[cache->rows[b]] : cache ? start : 0; };
   if (ragged) {
@@ -463,22 +466,24 @@ void self_attention_forward(T* out, AttentionActs<T>& a, const AttentionParams<T
                                 std::to_string(T_) + " more tokens");
       }
     }
-    stride = cache->capacity;
-    k = cache->k.data(), v = cache->v.data();
   } else if (cache) {
     if (cache->B != B || start != cache->length || start + T_ > cache->capacity) {
       throw std::length_error("the key/value cache holds " + std::to_string(cache->length) + " of " +
                               std::to_string(cache->capacity) + " tokens; cannot append " + std::to_string(T_));
     }
-    stride = cache->capacity;
+  }
+  if (cache) stride = cache->capacity;
+  if (cache && !staged) {
     k = cache->k.data(), v = cache->v.data();
   } else {
     grow_to(a.k, N * H);
     grow_to(a.v, N * H);
     k = a.k.data(), v = a.v.data();
   }
-  // Token t of batch row b goes to row cache_row(b) · stride + first_of(b) + t of k and v.
-  auto kv_row = [&](int64_t i) { return cache_row(i / T_) * stride + first_of(i / T_) + i % T_; };
+  // Token t of batch row b is row cache_row(b) · stride + first_of(b) + t of the cache, and of k and v
+  // unless they are staged (row i of a.k, a.v).
+  auto cache_kv_row = [&](int64_t i) { return cache_row(i / T_) * stride + first_of(i / T_) + i % T_; };
+  auto kv_row = [&](int64_t i) { return staged ? i : cache_kv_row(i); };
   if constexpr (std::is_same_v<T, float>) {
     if (p.qkv) {  // one packed (n, 3H) product per pass of rows, split into q, k and v
       const int64_t step = rows_per_pass(a.chunk_rows, N, ctx.dropout);
@@ -523,6 +528,32 @@ void self_attention_forward(T* out, AttentionActs<T>& a, const AttentionParams<T
   if (ctx.favor) {  // FAVOR+ scales the new keys (queries are scaled in attend)
     for (int64_t b = 0; b < B; b += rows) favor_scale(k + kv_row(b * T_) * H, rows * T_ * H, D);
   }
+  if constexpr (std::is_same_v<T, float>) {
+    if (staged) {  // the new rows into the bf16 cache, rounded once; every read below sees them rounded
+#pragma omp parallel for schedule(static) if (N * H >= base::kParallelMinElements)
+      for (int64_t i = 0; i < N; ++i) {
+        const int64_t at = cache_kv_row(i);  // cache row r, position t: r · stride + t
+        for (int64_t h = 0; h < n; ++h) {    // head-major: (r, h, t)
+          const int64_t to = ((at / stride * n + h) * stride + at % stride) * D;
+          ops::bf16_from_f32(cache->k16.data() + to, k + i * H + h * D, D);
+          ops::bf16_from_f32(cache->v16.data() + to, v + i * H + h * D, D);
+        }
+      }
+    }
+  }
+  // A bf16 cache's positions [0, keys) of cache row r, widened into rows [at, at + keys) of a.k, a.v
+  // (position, H) for attention_forward.
+  auto widen = [&](int64_t r, int64_t keys, int64_t at) {
+    if constexpr (std::is_same_v<T, float>) {
+      for (int64_t h = 0; h < n; ++h) {
+        const int64_t from = (r * n + h) * stride * D;
+        for (int64_t t = 0; t < keys; ++t) {
+          ops::f32_from_bf16(a.k.data() + (at + t) * H + h * D, cache->k16.data() + from + t * D, D);
+          ops::f32_from_bf16(a.v.data() + (at + t) * H + h * D, cache->v16.data() + from + t * D, D);
+        }
+      }
+    }
+  };
   // One decoding step (a token per row over a cache, no masks, inference): every row and head in one
   // pass, the rows at positions of their own or not, so that beams and a server's slots decode alike.
   const bool decode_step = cache && softmax && T_ == 1 && !ctx.key_mask && !ctx.row_limit &&
@@ -533,22 +564,37 @@ void self_attention_forward(T* out, AttentionActs<T>& a, const AttentionParams<T
     context = a.ctx.data();
     std::vector<int64_t> keys(B), rows(B);
     for (int64_t b = 0; b < B; ++b) keys[b] = first_of(b) + 1, rows[b] = cache_row(b);
-    ops::attention_decode_forward<T>(a.ctx.data(), a.q.data(), k, v,
-                                     {B, c.num_attention_heads, D, keys.data(), rows.data(), stride});
+    ops::DecodeAttentionShape s{B, c.num_attention_heads, D, keys.data(), rows.data(), stride};
+    if constexpr (std::is_same_v<T, float>) {
+      s.heads_major = staged;
+      if (staged) ops::attention_decode_forward(a.ctx.data(), a.q.data(), cache->k16.data(), cache->v16.data(), s);
+    }
+    if (!staged) ops::attention_decode_forward<T>(a.ctx.data(), a.q.data(), k, v, s);
     if (!ragged) cache->length = start + T_;
   } else if (ragged) {  // row by row: each attends over its own cache row's first_of(b) + T_ keys
     grow_to(a.ctx, N * H);
     context = a.ctx.data();
     for (int64_t b = 0; b < B; ++b) {
-      const ops::AttentionShape s = softmax_shape(ctx, 1, T_, first_of(b) + T_, first_of(b), stride);
+      const int64_t keys = first_of(b) + T_;
+      const ops::AttentionShape s = softmax_shape(ctx, 1, T_, keys, first_of(b), staged ? keys : stride);
       if (s.saved != ops::AttentionSaved::none || ctx.key_mask || ctx.row_limit) {
         throw std::logic_error("step-level batching is for inference without masks");
       }
-      const int64_t row = cache_row(b) * stride * H;
+      int64_t row = cache_row(b) * stride * H;
+      if (staged) {
+        grow_to(a.k, keys * H), grow_to(a.v, keys * H);
+        widen(cache_row(b), keys, 0);
+        k = a.k.data(), v = a.v.data(), row = 0;
+      }
       ops::attention_forward<T>(a.ctx.data() + b * T_ * H, nullptr, a.q.data() + b * T_ * H, k + row, v + row, nullptr, s);
     }
   } else {
     const int64_t Tk = cache ? start + T_ : T_;
+    if (staged) {  // every row's Tk keys, (B, Tk, H)
+      grow_to(a.k, B * Tk * H), grow_to(a.v, B * Tk * H);
+      for (int64_t b = 0; b < B; ++b) widen(b, Tk, b * Tk);
+      k = a.k.data(), v = a.v.data(), stride = Tk;
+    }
     context = attend(a, ctx, k, v, B, T_, Tk, cache ? start : 0, stride, cache);
     if (cache) cache->length = start + T_;
   }

@@ -206,6 +206,14 @@ template <typename T>
 struct KVCache {
   int64_t B = 0, capacity = 0, length = 0;
   std::vector<T> k, v;                     // (B, capacity, H)
+  // A self-attention cache in bf16 (fp32 models, softmax attention): k16 and v16 (B, n, capacity, D),
+  // head-major so that a decoding step streams each head's keys, hold the keys and values as bfloat16
+  // bits, rounded once as they are appended, and k and v stay empty.
+  // A decoding step reads them widened in its kernel (half the bytes of an fp32 cache); any other feed
+  // widens the rows it attends over first. Every read sees the same rounded values, so a sequence
+  // decodes alike in one feed or in chunks, alone or beside others.
+  bool bf16 = false;
+  std::vector<uint16_t> k16, v16;
   ops::LinearAttentionState<T> linear;     // linear / performer attention
   // Step-level batching (Generator::feed_rows), set for one call: batch row b of the call is cache row
   // rows[b], whose new tokens start at position positions[rows[b]] (each row at its own length); the

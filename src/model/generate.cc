@@ -5,10 +5,34 @@
 #include <algorithm>
 #include <cmath>
 #include <stdexcept>
+#include <type_traits>
 
 #include "base/memory.h"
 
 namespace model {
+
+namespace {
+
+// f on each store of a self-attention cache: k and v, or k16 and v16 for a bf16 cache.
+template <typename F>
+void each_store(KVCache<float>& kv, F&& f) {
+  if (kv.bf16) {
+    f(kv.k16), f(kv.v16);
+  } else {
+    f(kv.k), f(kv.v);
+  }
+}
+
+// A self-attention cache row is `runs` runs of capacity × width values: an fp32 cache one run of
+// positions H wide, a bf16 cache (head-major, KVCache::bf16) one run per head of positions D wide.
+struct CacheRow {
+  int64_t runs, width;
+};
+CacheRow cache_row(const KVCache<float>& kv, const RoFormerConfig& c) {
+  return kv.bf16 ? CacheRow{c.num_attention_heads, c.head_dim()} : CacheRow{1, c.hidden_size};
+}
+
+}  // namespace
 
 // The decoder's state: the model's fixed pieces, the caches and the activations of one feed.
 struct Generator::State {
@@ -52,11 +76,12 @@ Generator::Generator(const RoFormer<float>& m, int64_t capacity, int64_t batch)
 
 Generator::~Generator() = default;
 
-// Keys and values of every layer, batch × capacity × H floats each: refused when they cannot fit in
-// this machine's memory, instead of failing in the allocation.
+// Keys and values of every layer, batch × capacity × H fp32 or bf16 values each: refused when they
+// cannot fit in this machine's memory, instead of failing in the allocation.
 void Generator::check_cache_fits(int64_t batch) const {
   const auto& c = m_.config();
-  const double cache_bytes = 2.0 * sizeof(float) * static_cast<double>(c.num_hidden_layers) *
+  const double element = bf16_cache() ? 2.0 : 4.0;
+  const double cache_bytes = 2.0 * element * static_cast<double>(c.num_hidden_layers) *
                              static_cast<double>(batch) * static_cast<double>(capacity_) * static_cast<double>(c.hidden_size);
   const double memory = base::machine_memory_bytes();
   if (memory > 0 && cache_bytes > memory) {
@@ -67,6 +92,10 @@ void Generator::check_cache_fits(int64_t batch) const {
   }
 }
 
+bool Generator::bf16_cache() const {
+  return m_.kv_cache() == CacheType::bf16 && m_.config().attention_type == AttentionType::softmax;
+}
+
 void Generator::reserve(int64_t capacity) {
   if (capacity <= capacity_) return;
   const auto& c = m_.config();
@@ -74,7 +103,7 @@ void Generator::reserve(int64_t capacity) {
     throw std::invalid_argument("a context of " + std::to_string(capacity) + " tokens exceeds the " +
                                 std::to_string(c.max_position_embeddings) + " learned positions");
   }
-  const int64_t old = capacity_, H = c.hidden_size;
+  const int64_t old = capacity_;
   capacity_ = capacity;
   try {
     check_cache_fits(batch_);
@@ -82,17 +111,17 @@ void Generator::reserve(int64_t capacity) {
     capacity_ = old;
     throw;
   }
-  auto restride = [&](auto& v, int64_t width) {  // (batch, old·width) → (batch, capacity·width)
+  auto restride = [&](auto& v, int64_t runs, int64_t width) {  // (runs, old·width) → (runs, capacity·width)
     auto was = std::move(v);
-    v.assign(batch_ * capacity * width, 0);
-    for (int64_t b = 0; b < batch_; ++b) std::copy_n(was.begin() + b * old * width, old * width, v.begin() + b * capacity * width);
+    v.assign(runs * capacity * width, 0);
+    for (int64_t b = 0; b < runs; ++b) std::copy_n(was.begin() + b * old * width, old * width, v.begin() + b * capacity * width);
   };
   for (auto& kv : st_->cache) {
-    restride(kv.k, H);
-    restride(kv.v, H);
+    const CacheRow row = cache_row(kv, c);
+    each_store(kv, [&](auto& x) { restride(x, batch_ * row.runs, row.width); });
     kv.capacity = capacity;
   }
-  restride(st_->segment, 1);
+  restride(st_->segment, batch_, 1);
 }
 
 void Generator::reset() {
@@ -101,9 +130,8 @@ void Generator::reset() {
   row_pos_.clear();
   st_->cache.assign(c.num_hidden_layers, KVCache<float>{});
   for (auto& kv : st_->cache) {
-    kv.B = batch_, kv.capacity = capacity_;
-    kv.k.assign(batch_ * capacity_ * c.hidden_size, 0.0f);
-    kv.v = kv.k;
+    kv.B = batch_, kv.capacity = capacity_, kv.bf16 = bf16_cache();
+    each_store(kv, [&](auto& x) { x.assign(batch_ * capacity_ * c.hidden_size, 0); });
     if (c.attention_type != AttentionType::softmax) kv.linear = ops::linear_attention_state<float>(linear_attention_shape(c, 1, 1, 0));
   }
   st_->segment.assign(batch_ * capacity_, 0);
@@ -126,8 +154,7 @@ void Generator::reorder(const std::vector<int64_t>& rows) {
     for (int64_t b = 0; b < R; ++b) std::copy_n(old.begin() + rows[b] * width, width, v.begin() + b * width);
   };
   for (auto& kv : st_->cache) {
-    gather(kv.k, capacity_ * H);
-    gather(kv.v, capacity_ * H);
+    each_store(kv, [&](auto& x) { gather(x, capacity_ * H); });
     kv.B = R;
   }
   gather(st_->segment, capacity_);
@@ -239,21 +266,28 @@ void Generator::copy_rows(const std::vector<int64_t>& rows, const std::vector<in
   }
   if (row_pos_.empty()) row_pos_.assign(batch_, pos_);
   const int64_t H = m_.config().hidden_size;
-  // Every source row's state before any is written (rows and from may overlap).
-  auto copy = [&](std::vector<float>& x, int64_t stride, auto length_of) {
-    std::vector<std::vector<float>> saved(rows.size());
+  // Every source row's state before any is written (rows and from may overlap): the first
+  // length_of(row) positions of each of its runs.
+  auto copy = [&](auto& x, int64_t stride, CacheRow shape, auto length_of) {
+    std::vector<std::remove_reference_t<decltype(x)>> saved(rows.size());
     for (size_t i = 0; i < rows.size(); ++i) {
       if (from[i] == rows[i]) continue;
-      const auto at = x.begin() + from[i] * stride * H;
-      saved[i].assign(at, at + length_of(from[i]) * H);
+      const int64_t n = length_of(from[i]) * shape.width;
+      for (int64_t run = 0; run < shape.runs; ++run) {
+        const auto at = x.begin() + ((from[i] * shape.runs + run) * stride) * shape.width;
+        saved[i].insert(saved[i].end(), at, at + n);
+      }
     }
     for (size_t i = 0; i < rows.size(); ++i) {
-      if (from[i] != rows[i]) std::copy(saved[i].begin(), saved[i].end(), x.begin() + rows[i] * stride * H);
+      if (from[i] == rows[i]) continue;
+      const int64_t n = static_cast<int64_t>(saved[i].size()) / shape.runs;
+      for (int64_t run = 0; run < shape.runs; ++run) {
+        std::copy_n(saved[i].begin() + run * n, n, x.begin() + ((rows[i] * shape.runs + run) * stride) * shape.width);
+      }
     }
   };
   for (auto& kv : s.cache) {
-    copy(kv.k, capacity_, [&](int64_t r) { return row_pos_[r]; });
-    copy(kv.v, capacity_, [&](int64_t r) { return row_pos_[r]; });
+    each_store(kv, [&](auto& x) { copy(x, capacity_, cache_row(kv, m_.config()), [&](int64_t r) { return row_pos_[r]; }); });
   }
   std::vector<char> other_memory(rows.size(), 0);  // a row that continues another source's row
   bool any = false;

@@ -74,6 +74,8 @@ class Generator {
   const RoFormer<float>& m_;
   std::unique_ptr<State> st_;
   void check_cache_fits(int64_t batch) const;
+  // The model's self-attention caches in bf16 (RoFormer::kv_cache; softmax attention only).
+  bool bf16_cache() const;
   int64_t batch_ = 1, pos_ = 0, capacity_ = 0;
   std::vector<int64_t> row_pos_;  // (batch) each row's position, after feed_rows (empty before)
 };

@@ -605,6 +605,12 @@ const char* gemm_name(Gemm g) { return base::enum_name(kGemmNames, g); }
 
 Gemm parse_gemm(const std::string& name) { return base::parse_enum(kGemmNames, name, "gemm"); }
 
+constexpr base::EnumName<CacheType> kCacheTypeNames[] = {{CacheType::f32, "fp32"}, {CacheType::bf16, "bf16"}};
+
+const char* cache_type_name(CacheType t) { return base::enum_name(kCacheTypeNames, t); }
+
+CacheType parse_cache_type(const std::string& name) { return base::parse_enum(kCacheTypeNames, name, "key/value cache type"); }
+
 void check_linear_options(const LinearOptions& o) {
   if (o.quantize == Quantize::bf16 && !ops::bf16_is_native()) {
     throw io::Error("--quantize bf16: this CPU has no native bf16 dot products (AVX512-BF16 or AMX; oneDNN finds " +
@@ -614,6 +620,7 @@ void check_linear_options(const LinearOptions& o) {
 
 void prepare_for_inference(RoFormer<float>& m, const LinearOptions& o, bool int8_checkpoint, bool release_arena) {
   check_linear_options(o);
+  m.set_kv_cache(o.kv_cache);
   if (o.quantize == Quantize::int8 || (o.quantize == Quantize::automatic && int8_checkpoint)) {
     m.pack(ops::Precision::int8, release_arena);
   } else if (o.quantize == Quantize::bf16) {

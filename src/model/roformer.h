@@ -58,6 +58,9 @@ struct Inputs {
 // pooler_output() remain readable.
 enum class Keep { all, backward, outputs };
 
+// A decoder's self-attention key/value cache (RoFormer::set_kv_cache): fp32 or bf16.
+enum class CacheType { f32, bf16 };
+
 template <typename T>
 class RoFormer : public Trainable<T> {
  public:
@@ -141,6 +144,12 @@ class RoFormer : public Trainable<T> {
   // (N, H). Results equal one pass's up to the products' rounding at another row count. 0: one pass.
   void set_inference_rows(int64_t rows) { inference_rows_ = rows; }
   int64_t inference_rows() const { return inference_rows_; }
+  // Decoding (Generator, generate.h): the element type of the self-attention key/value caches. bf16
+  // keeps each key and value rounded to bfloat16 once, as it is cached: half the memory, and half the
+  // bytes a decoding step reads from it, on every CPU (widening is exact; no bf16 arithmetic). Softmax
+  // attention of fp32 models; linear attention's recurrent state and cross-attention memories stay fp32.
+  void set_kv_cache(CacheType t) { kv_cache_ = t; }
+  CacheType kv_cache() const { return kv_cache_; }
 
   // Runs the network on a batch; with targets, returns the mean cross-entropy over counted
   // positions (0 when none count). training turns dropout on, with masks drawn from dropout_seed.
@@ -192,6 +201,7 @@ class RoFormer : public Trainable<T> {
   Keep keep_ = Keep::backward;
   int64_t max_kept_keys_ = 0;  // set from the config in the constructor
   int64_t inference_rows_ = 1024;
+  CacheType kv_cache_ = CacheType::f32;
   bool view_ = false;                  // p and g point into an owner's arenas
   const T* memory_ = nullptr;          // (B, Tk, H) cross-attention memory
   const int64_t* memory_mask_ = nullptr;
@@ -229,6 +239,7 @@ enum class Gemm { automatic, packed, blas };
 struct LinearOptions {
   Quantize quantize = Quantize::automatic;
   Gemm gemm = Gemm::automatic;
+  CacheType kv_cache = CacheType::f32;  // --kv-cache of the decoding commands (generate, translate, serve)
 };
 // The command-line names ("auto", "none", "int8", "bf16"; "auto", "packed", "blas"); the parsers
 // throw std::invalid_argument naming the option and the names it takes.
@@ -236,6 +247,8 @@ const char* quantize_name(Quantize q);
 Quantize parse_quantize(const std::string& name);
 const char* gemm_name(Gemm g);
 Gemm parse_gemm(const std::string& name);
+const char* cache_type_name(CacheType t);  // "fp32", "bf16"
+CacheType parse_cache_type(const std::string& name);
 
 // Throws io::Error naming the option where the CPU cannot run what it asks for (--quantize bf16 on a
 // CPU without native bf16 names oneDNN's kernel family), so that a run fails before it loads or trains.

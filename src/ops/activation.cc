@@ -74,20 +74,12 @@ void GeluWithSlopeKernel(float* out, float* slope, const float* x, int64_t n) {
 // out = x · s, s given as bf16 bits (widened exactly).
 void MulBf16Kernel(float* out, const float* x, const uint16_t* s16, int64_t n) {
   const hn::ScalableTag<float> d;
-  const hn::RebindToUnsigned<decltype(d)> du;
-  const hn::Rebind<uint16_t, decltype(d)> d16;
-  const int64_t lanes = static_cast<int64_t>(hn::Lanes(d));
-  int64_t i = 0;
-  for (; i + lanes <= n; i += lanes) {
-    const auto s = hn::BitCast(d, hn::ShiftLeft<16>(hn::PromoteTo(du, hn::LoadU(d16, s16 + i))));
-    hn::StoreU(hn::Mul(hn::LoadU(d, x + i), s), d, out + i);
-  }
-  for (; i < n; ++i) {
-    const uint32_t bits = static_cast<uint32_t>(s16[i]) << 16;
-    float v;
-    std::memcpy(&v, &bits, sizeof v);
-    out[i] = x[i] * v;
-  }
+  ForEachVector(d, n, [&](int64_t i, size_t c) { StorePart(d, hn::Mul(LoadPart(d, x + i, c), LoadPart(d, s16 + i, c)), out + i, c); });
+}
+
+void F32FromBf16Kernel(float* out, const uint16_t* x, int64_t n) {
+  const hn::ScalableTag<float> d;
+  ForEachVector(d, n, [&](int64_t i, size_t c) { StorePart(d, LoadPart(d, x + i, c), out + i, c); });
 }
 
 // dx += dy · (Φ(x) + x·φ(x)), φ(x) = e^(−x²/2)/√(2π); dx = that without accumulate.
@@ -246,6 +238,7 @@ HWY_EXPORT(GeluForwardKernel);
 HWY_EXPORT(GeluBackwardKernel);
 HWY_EXPORT(GeluWithSlopeKernel);
 HWY_EXPORT(MulBf16Kernel);
+HWY_EXPORT(F32FromBf16Kernel);
 HWY_EXPORT(TargetKernel);
 HWY_EXPORT(FiniteRangeKernel);
 HWY_EXPORT(QuantizeU8Kernel);
@@ -291,6 +284,7 @@ void count_small_f32(const float* x, int64_t n, const float below[2], int64_t co
 void mul_bf16_f32(float* out, const float* x, const uint16_t* s16, int64_t n) {
   HWY_DYNAMIC_DISPATCH(MulBf16Kernel)(out, x, s16, n);
 }
+void f32_from_bf16(float* out, const uint16_t* x, int64_t n) { HWY_DYNAMIC_DISPATCH(F32FromBf16Kernel)(out, x, n); }
 void adamw_step_f32(float* p, float* m, float* v, const float* g, int64_t n, const AdamWStep& s) {
   HWY_DYNAMIC_DISPATCH(AdamWStepKernel)(p, m, v, g, n, s);
 }

@@ -24,6 +24,7 @@
 #undef HWY_TARGET_INCLUDE
 #define HWY_TARGET_INCLUDE "ops/attention.cc"
 #include "hwy/foreach_target.h"  // IWYU pragma: keep
+#include "hwy/cache_control.h"
 #include "hwy/highway.h"
 #include "ops/vmath-inl.h"
 
@@ -78,22 +79,60 @@ void SoftmaxBackwardKernel(const float* a, float* ds, int64_t n) {
 
 // One decoding query of one head over n keys (key j at k + j·stride, value j at v + j·stride):
 // out (D) = softmax(q·kⱼ · scale)·v; p (n) is scratch for the scores, then the probabilities.
-void DecodeHeadKernel(float* out, const float* q, const float* k, const float* v, int64_t n, int64_t D,
-                      int64_t stride, float scale, float* p) {
+// One decoding row and head: out (D) = softmax(scale · q·kᵀ)·v over n keys, k and v rows `stride`
+// apart, as fp32 or as bf16 bits (a bf16 cache, widened exactly as they are read: the same operations
+// on the same values as the fp32 kernel over the widened cache). p (n): the scores' buffer.
+template <typename KV>
+void DecodeHead(float* out, const float* q, const KV* k, const KV* v, int64_t n, int64_t D, int64_t stride, float scale,
+                float* p) {
   const hn::ScalableTag<float> d;
+  // Key rows are H·D apart, each in a page of its own in a long cache, where the hardware prefetchers
+  // do not follow: the rows kAhead keys on are asked for while this one is read.
+  constexpr int64_t kAhead = 8;
+  const int64_t row_bytes = D * static_cast<int64_t>(sizeof(KV));
+  auto prefetch_row = [&](const KV* row) {
+    for (int64_t b = 0; b < row_bytes; b += 64) hwy::Prefetch(reinterpret_cast<const char*>(row) + b);
+  };
   for (int64_t j = 0; j < n; ++j) {
-    const float* kj = k + j * stride;
+    const KV* kj = k + j * stride;
+    if (j + kAhead < n) prefetch_row(kj + kAhead * stride);
     auto acc = hn::Zero(d);
     ForEachVector(d, D, [&](int64_t i, size_t c) { acc = hn::MulAdd(LoadPart(d, q + i, c), LoadPart(d, kj + i, c), acc); });
     p[j] = hn::GetLane(hn::SumOfLanes(d, acc)) * scale;
   }
   float stats[2];
   SoftmaxKernel(p, n, stats);
-  ForEachVector(d, D, [&](int64_t i, size_t c) {
+  // Σ_j p_j·v_j: every lane adds the keys in order, one fused multiply-add each. Four vectors of D at
+  // a time over all keys (four independent chains, each key row's 4·L values read once, in order),
+  // then the rest a vector at a time.
+  const int64_t L = static_cast<int64_t>(hn::Lanes(d));
+  int64_t i = 0;
+  for (; i + 4 * L <= D; i += 4 * L) {
+    auto o0 = hn::Zero(d), o1 = hn::Zero(d), o2 = hn::Zero(d), o3 = hn::Zero(d);
+    for (int64_t j = 0; j < n; ++j) {
+      const auto pj = hn::Set(d, p[j]);
+      const KV* vj = v + j * stride + i;
+      if (i == 0 && j + kAhead < n) prefetch_row(vj + kAhead * stride);
+      o0 = hn::MulAdd(pj, LoadPart(d, vj, L), o0);
+      o1 = hn::MulAdd(pj, LoadPart(d, vj + L, L), o1);
+      o2 = hn::MulAdd(pj, LoadPart(d, vj + 2 * L, L), o2);
+      o3 = hn::MulAdd(pj, LoadPart(d, vj + 3 * L, L), o3);
+    }
+    hn::StoreU(o0, d, out + i), hn::StoreU(o1, d, out + i + L), hn::StoreU(o2, d, out + i + 2 * L), hn::StoreU(o3, d, out + i + 3 * L);
+  }
+  ForEachVector(d, D - i, [&](int64_t at, size_t c) {
     auto o = hn::Zero(d);
-    for (int64_t j = 0; j < n; ++j) o = hn::MulAdd(hn::Set(d, p[j]), LoadPart(d, v + j * stride + i, c), o);
-    StorePart(d, o, out + i, c);
+    for (int64_t j = 0; j < n; ++j) o = hn::MulAdd(hn::Set(d, p[j]), LoadPart(d, v + j * stride + i + at, c), o);
+    StorePart(d, o, out + i + at, c);
   });
+}
+void DecodeHeadKernel(float* out, const float* q, const float* k, const float* v, int64_t n, int64_t D, int64_t stride,
+                      float scale, float* p) {
+  DecodeHead(out, q, k, v, n, D, stride, scale, p);
+}
+void DecodeHeadBf16Kernel(float* out, const float* q, const uint16_t* k, const uint16_t* v, int64_t n, int64_t D,
+                          int64_t stride, float scale, float* p) {
+  DecodeHead(out, q, k, v, n, D, stride, scale, p);
 }
 
 }  // namespace HWY_NAMESPACE
@@ -119,6 +158,7 @@ namespace ops {
 
 HWY_EXPORT(SoftmaxKernel);
 HWY_EXPORT(DecodeHeadKernel);
+HWY_EXPORT(DecodeHeadBf16Kernel);
 HWY_EXPORT(ExpScaleKernel);
 HWY_EXPORT(SoftmaxBackwardKernel);
 
@@ -348,8 +388,11 @@ void attention_forward_blocks(float* out, const float* q, const float* k, const 
   forward_blocks(out, static_cast<float*>(nullptr), q, k, v, key_mask, s);
 }
 
-template <typename T>
-void attention_decode_forward(T* out, const T* q, const T* k, const T* v, const DecodeAttentionShape& s) {
+namespace {
+
+// attention_decode_forward over keys and values of type KV (T, or bf16 bits with T = float).
+template <typename T, typename KV>
+void decode_forward(T* out, const T* q, const KV* k, const KV* v, const DecodeAttentionShape& s) {
   const int64_t C = s.H * s.D, D = s.D;
   const T scale = static_cast<T>(1.0 / std::sqrt(static_cast<double>(D)));
   int64_t longest = 0;
@@ -366,27 +409,42 @@ void attention_decode_forward(T* out, const T* q, const T* k, const T* v, const 
 #pragma omp for schedule(static)
     for (int64_t bh = 0; bh < s.B * s.H; ++bh) {
       const int64_t b = bh / s.H, h = bh % s.H, n = s.keys[b];
-      const int64_t row = (s.kv_rows ? s.kv_rows[b] : b) * s.kv_stride * C + h * D;  // key 0 of head h
+      const int64_t head = s.heads_major ? h * s.kv_stride * D : h * D, key_stride = s.heads_major ? D : C;
+      const int64_t row = (s.kv_rows ? s.kv_rows[b] : b) * s.kv_stride * C + head;  // key 0 of head h
       const T* qh = q + b * C + h * D;
       T* oh = out + b * C + h * D;
-      if constexpr (std::is_same_v<T, float>) {
-        HWY_DYNAMIC_DISPATCH(DecodeHeadKernel)(oh, qh, k + row, v + row, n, D, C, scale, p.data());
-        continue;
-      }
-      for (int64_t j = 0; j < n; ++j) {  // q·kᵀ/√D
-        const T* kj = k + row + j * C;
-        T dot = 0;
-        for (int64_t d = 0; d < D; ++d) dot += qh[d] * kj[d];
-        p[j] = dot * scale;
-      }
-      softmax_row(p.data(), n, RowKeys{n, false}, nullptr, static_cast<T*>(nullptr));
-      std::fill(oh, oh + D, T(0));
-      for (int64_t j = 0; j < n; ++j) {  // Σ p_j v_j
-        const T* vj = v + row + j * C;
-        for (int64_t d = 0; d < D; ++d) oh[d] += p[j] * vj[d];
+      if constexpr (std::is_same_v<KV, uint16_t>) {
+        HWY_DYNAMIC_DISPATCH(DecodeHeadBf16Kernel)(oh, qh, k + row, v + row, n, D, key_stride, scale, p.data());
+      } else if constexpr (std::is_same_v<T, float>) {
+        HWY_DYNAMIC_DISPATCH(DecodeHeadKernel)(oh, qh, k + row, v + row, n, D, key_stride, scale, p.data());
+      } else {
+        for (int64_t j = 0; j < n; ++j) {  // q·kᵀ/√D
+          const T* kj = k + row + j * key_stride;
+          T dot = 0;
+          for (int64_t d = 0; d < D; ++d) dot += qh[d] * kj[d];
+          p[j] = dot * scale;
+        }
+        softmax_row(p.data(), n, RowKeys{n, false}, nullptr, static_cast<T*>(nullptr));
+        std::fill(oh, oh + D, T(0));
+        for (int64_t j = 0; j < n; ++j) {  // Σ p_j v_j
+          const T* vj = v + row + j * key_stride;
+          for (int64_t d = 0; d < D; ++d) oh[d] += p[j] * vj[d];
+        }
       }
     }
   }
+}
+
+}  // namespace
+
+template <typename T>
+void attention_decode_forward(T* out, const T* q, const T* k, const T* v, const DecodeAttentionShape& s) {
+  decode_forward(out, q, k, v, s);
+}
+
+void attention_decode_forward(float* out, const float* q, const uint16_t* k, const uint16_t* v,
+                              const DecodeAttentionShape& s) {
+  decode_forward(out, q, k, v, s);
 }
 
 template <typename T>

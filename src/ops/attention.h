@@ -78,6 +78,9 @@ struct DecodeAttentionShape {
   const int64_t* keys;               // (B) at least 1 each
   const int64_t* kv_rows = nullptr;  // (B) or null
   int64_t kv_stride = 0;             // at least the most keys of a row
+  // k, v head-major, (cache rows, H, kv_stride, D): each head's keys D apart, streamed by the kernel;
+  // false: (cache rows, kv_stride, H·D), keys H·D apart.
+  bool heads_major = false;
 };
 
 // out (B, H·D) = softmax(q·kᵀ/√D)·v per row and head: attention_forward's result for T = 1 and
@@ -86,6 +89,12 @@ struct DecodeAttentionShape {
 // decoding step (beams, or a server's slots at positions of their own, model::Generator) at once.
 template <typename T>
 void attention_decode_forward(T* out, const T* q, const T* k, const T* v, const DecodeAttentionShape& s);
+
+// The same over a bf16 key/value cache: k and v hold bfloat16 bits, widened to fp32 exactly as they
+// are read, so the result equals the fp32 kernel's over the widened cache bit for bit, with half the
+// bytes read. fp32 queries and output.
+void attention_decode_forward(float* out, const float* q, const uint16_t* k, const uint16_t* v,
+                              const DecodeAttentionShape& s);
 
 // dq (B, T, H·D), dk, dv (B, kv_stride, H·D) += gradients given dout (B, T, H·D) and the forward's
 // saved buffer, shape and key_mask (read with row statistics; the probabilities carry the mask).

@@ -48,6 +48,18 @@ HWY_INLINE hn::Vec<D> LoadPart(D d, const float* p, size_t count, float fill = 0
   return hn::Load(d, buf);
 }
 
+// Loads `count` ≤ Lanes(d) bfloat16 values (their bits) from p, widened exactly to fp32; the other
+// lanes are 0.
+template <class D>
+HWY_INLINE hn::Vec<D> LoadPart(D d, const uint16_t* p, size_t count) {
+  const hn::RebindToUnsigned<D> du;
+  const hn::Rebind<uint16_t, D> d16;
+  if (count == hn::Lanes(d)) return hn::BitCast(d, hn::ShiftLeft<16>(hn::PromoteTo(du, hn::LoadU(d16, p))));
+  HWY_ALIGN uint16_t buf[HWY_MAX_BYTES / sizeof(float)];
+  for (size_t j = 0; j < hn::Lanes(d); ++j) buf[j] = j < count ? p[j] : 0;
+  return hn::BitCast(d, hn::ShiftLeft<16>(hn::PromoteTo(du, hn::Load(d16, buf))));
+}
+
 // Stores the first `count` ≤ Lanes(d) lanes of v to p.
 template <class D>
 HWY_INLINE void StorePart(D d, hn::Vec<D> v, float* p, size_t count) {

@@ -37,6 +37,10 @@ void bf16_from_f32(uint16_t* out, const float* x, int64_t n, float scale = 1.0f)
 // out may equal x. bf16 training's activation slopes (activation.h).
 void mul_bf16_f32(float* out, const float* x, const uint16_t* s16, int64_t n);
 
+// out[i] = x[i], given as bfloat16 bits, widened to fp32 exactly: a bf16 key/value cache's rows read
+// by attention_forward (model/blocks.h's KVCache).
+void f32_from_bf16(float* out, const uint16_t* x, int64_t n);
+
 // Counts over x[0, n): counts[0] the nonzero values, counts[1 + j] those nonzero with |x| < below[j]
 // (j = 0, 1), added to what counts holds. NaN counts as nonzero and below nothing. bf16 training's
 // gradient census (linear.h's GradientUnderflow).

@@ -942,7 +942,8 @@ json Api::info() const {
   if (generation_) {
     info["model_type"] = {{"generation", {{"vocab_size", lm_tokenizer_->vocab_size()},
                                           {"slots", options_.generation.slots},
-                                          {"max_total_tokens", options_.generation.max_total_tokens}}}};
+                                          {"max_total_tokens", options_.generation.max_total_tokens},
+                                          {"kv_cache", model::cache_type_name(generation_->model().kv_cache())}}}};
     info["fill_mask"] = false;
     info["max_input_length"] = generation_->context() - 1;
     info["max_total_tokens"] = generation_->context();
@@ -954,7 +955,8 @@ json Api::info() const {
                                            {"vocab_size", translator_->subwords().vocab_size()},
                                            {"max_new_tokens", max_new_tokens()},
                                            {"slots", options_.scheduler.slots},
-                                           {"max_total_tokens", options_.scheduler.max_total_tokens}}}};
+                                           {"max_total_tokens", options_.scheduler.max_total_tokens},
+                                           {"kv_cache", model::cache_type_name(translator_->model().decoder().kv_cache())}}}};
     info["fill_mask"] = false;
     info["max_input_length"] = translator_->max_source_length();
     return info;

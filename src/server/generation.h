@@ -101,6 +101,7 @@ class Generation {
 
   // The longest prompt + max_new_tokens of one sequence.
   int64_t context() const { return context_; }
+  const model::RoFormer<float>& model() const { return m_; }
   // Queues the sequence (checked by the caller: prompt length, options); Overloaded when max_queued
   // wait already or the server is stopping.
   std::shared_ptr<GenerationStream> submit(GenerationRequest r);

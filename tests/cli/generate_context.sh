@@ -2,7 +2,8 @@
 # `roformer generate` (and train's final sample) at the end of the model's context: a prompt that
 # fills max_position_embeddings is refused with one error line naming --prompt and the limit (nothing
 # on stdout); a prompt that leaves fewer positions than --tokens generates what fits and says so on
-# stderr; a request that fits prints no note. A 2-step character-level model with a 64-token context.
+# stderr; a request that fits prints no note; --kv-cache bf16 runs, and a cache type it does not know is one
+# error line. A 2-step character-level model with a 64-token context.
 # Usage: generate_context.sh ROFORMER_BINARY WORK_DIR
 set -euo pipefail
 roformer="$1"
@@ -41,4 +42,12 @@ grep -q "^roformer generate: generating 14 tokens, not --tokens 20: the prompt's
 "$roformer" generate --model "$model" --prompt "${long:0:50}" --tokens 14 --seed 1 > "$work/fits.out" 2> "$work/fits.err"
 cmp "$work/near.out" "$work/fits.out"
 [ ! -s "$work/fits.err" ]
+
+echo "== --kv-cache bf16 decodes to the end of the context; an unknown cache type is one error line"
+"$roformer" generate --model "$model" --prompt "${long:0:50}" --tokens 14 --seed 1 --kv-cache bf16 > "$work/bf16.out" 2> "$work/bf16.err"
+[ ! -s "$work/bf16.err" ] && [ "$(head -c 50 "$work/bf16.out")" = "${long:0:50}" ] && [ "$(wc -c < "$work/bf16.out")" -ge 64 ]
+if "$roformer" generate --model "$model" --prompt the --kv-cache fp16 > /dev/null 2> "$work/kv.err"; then
+  echo "generate accepted --kv-cache fp16" >&2; exit 1
+fi
+grep -q -- "--kv-cache: unknown key/value cache type 'fp16' (fp32, bf16)" "$work/kv.err"
 echo "ok"

@@ -177,6 +177,22 @@ TEST(Decoding, SamplingIsSeededAndBadOptionsAreRefused) {
   EXPECT_THROW(model::generate(m, {4}, model::DecodeOptions{}, 15), std::out_of_range);
 }
 
+// Feeds ids (rows, n) to those rows of gen, appends them to each row's sequence in seq, and calls
+// expect(z, sequence) with each row's logits (V) and its whole sequence so far.
+void feed_rows_and_check(model::Generator& gen, std::vector<std::vector<int64_t>>& seq, const std::vector<int64_t>& rows,
+                         const std::vector<int64_t>& ids, int64_t V,
+                         const std::function<void(const float*, const std::vector<int64_t>&)>& expect) {
+  const std::vector<float> z = gen.feed_rows(rows, ids);
+  const size_t n = ids.size() / rows.size();
+  for (size_t r = 0; r < rows.size(); ++r) {
+    auto& s = seq[rows[r]];
+    s.insert(s.end(), ids.begin() + r * n, ids.begin() + (r + 1) * n);
+    ASSERT_EQ(gen.position(rows[r]), static_cast<int64_t>(s.size()));
+    SCOPED_TRACE(testing::Message() << "row " << rows[r] << " at " << s.size());
+    expect(z.data() + r * V, s);
+  }
+}
+
 }  // namespace
 
 // Step-level batching: rows that join, are fed in chunks, decode beside others and are released give,
@@ -194,18 +210,11 @@ TEST(Decoding, FeedRowsGivesEachRowTheLogitsOfItsOwnSequence) {
     std::vector<std::vector<int64_t>> seq(3);
     std::mt19937_64 rng(7);
     auto check = [&](const std::vector<int64_t>& rows, const std::vector<int64_t>& ids) {
-      const std::vector<float> z = gen.feed_rows(rows, ids);
-      const size_t n = ids.size() / rows.size();
-      for (size_t r = 0; r < rows.size(); ++r) {
-        auto& s = seq[rows[r]];
-        s.insert(s.end(), ids.begin() + r * n, ids.begin() + (r + 1) * n);
-        ASSERT_EQ(gen.position(rows[r]), static_cast<int64_t>(s.size()));
+      feed_rows_and_check(gen, seq, rows, ids, V, [&](const float* z, const std::vector<int64_t>& s) {
         m.forward({.ids = s.data(), .B = 1, .T = static_cast<int64_t>(s.size())});
         const float* want = m.logits() + (s.size() - 1) * V;
-        for (int64_t v = 0; v < V; ++v) {
-          ASSERT_NEAR(z[r * V + v], want[v], 1e-4) << "row " << rows[r] << " at " << s.size() << " token " << v;
-        }
-      }
+        for (int64_t v = 0; v < V; ++v) ASSERT_NEAR(z[v], want[v], 1e-4) << "token " << v;
+      });
     };
     auto tokens = [&](size_t n) {
       std::vector<int64_t> t(n);
@@ -227,4 +236,67 @@ TEST(Decoding, FeedRowsGivesEachRowTheLogitsOfItsOwnSequence) {
     EXPECT_THROW(gen.feed({1, 2, 3}), std::logic_error);
     EXPECT_THROW(gen.reorder({0}), std::logic_error);
   }
+}
+
+// A bf16 key/value cache (RoFormer::set_kv_cache): every feed reads the same rounded keys and values,
+// so a row fed in chunks, beside others, one token a step (the decoding kernel) or after the cache
+// grows gives the logits of one feed of its whole sequence over a bf16 cache (which widens the rows
+// first); those differ from the fp32 cache's by the rounding alone. Beams copied and reordered over
+// it score as a full forward does, to that rounding.
+TEST(Decoding, ABf16CacheDecodesAlikeInEveryFeedAndCloseToFp32) {
+  for (const auto pe : {model::PositionEncoding::rope, model::PositionEncoding::learned}) {
+    model::RoFormerConfig c = model_testing::tiny_config(11, pe);
+    c.is_decoder = true;
+    model::RoFormer<float> m(c);
+    model_testing::randomise(m, 3, 0.4);
+    m.set_kv_cache(model::CacheType::bf16);
+    const int64_t V = 11;
+    model::Generator gen(m, 8, 3);
+    std::vector<std::vector<int64_t>> seq(3);
+    std::mt19937_64 rng(7);
+    double rounding = 0;  // the largest difference from the fp32 forward
+    auto check = [&](const std::vector<int64_t>& rows, const std::vector<int64_t>& ids) {
+      feed_rows_and_check(gen, seq, rows, ids, V, [&](const float* z, const std::vector<int64_t>& s) {
+        model::Generator whole(m, static_cast<int64_t>(s.size()));
+        const std::vector<float> want = whole.feed(s);
+        m.forward({.ids = s.data(), .B = 1, .T = static_cast<int64_t>(s.size())});
+        const float* fp32 = m.logits() + (s.size() - 1) * V;
+        for (int64_t v = 0; v < V; ++v) {
+          ASSERT_NEAR(z[v], want[v], 1e-5) << "token " << v;
+          ASSERT_NEAR(z[v], fp32[v], 5e-2) << "token " << v;
+          rounding = std::max(rounding, std::abs(static_cast<double>(z[v]) - fp32[v]));
+        }
+      });
+    };
+    auto tokens = [&](size_t n) {
+      std::vector<int64_t> t(n);
+      for (auto& x : t) x = static_cast<int64_t>(rng() % V);
+      return t;
+    };
+    check({0}, tokens(5));
+    check({2}, tokens(2));
+    check({2}, tokens(1));
+    for (int step = 0; step < 3; ++step) check({0, 2}, tokens(2));  // decoding steps, a token per row
+    gen.reserve(24);                                                  // the cache grows, keeping its rows
+    check({1}, tokens(4));
+    for (int step = 0; step < 4; ++step) check({2, 0, 1}, tokens(3));
+    gen.copy_rows({1}, {0}), seq[1] = seq[0];                         // a beam continues another row
+    check({1, 0}, tokens(2));
+    gen.release(0), seq[0].clear();
+    check({0}, tokens(3));
+    check({1, 0}, tokens(2));
+    EXPECT_GT(rounding, 0.0) << "the cache held fp32 values";
+  }
+  // Beam search over a bf16 cache: each hypothesis's score is a full forward's, to the rounding (a
+  // score is a sum of about 6 log-probabilities).
+  auto lm = tiny_lm(23, 5, 0.5);
+  auto& m = *lm;
+  m.set_kv_cache(model::CacheType::bf16);
+  m.p.head.decoder_b[7] += 4.0f;
+  const std::vector<int64_t> prompt = {4, 9, 12, 7, 5};
+  model::DecodeOptions o;
+  o.beam_size = 4, o.nbest = 4, o.length_penalty = 0, o.max_len_b = 6;
+  const auto out = model::generate(m, prompt, o, 7);
+  ASSERT_EQ(out.size(), 4u);
+  for (const auto& h : out) EXPECT_NEAR(h.score, full_forward_log_prob(m, prompt, h.tokens, h.finished ? 7 : -1), 0.1);
 }

@@ -15,7 +15,9 @@
 #include "ops/attention.h"
 #include "ops/flash_attention.h"
 #include "ops/packed_linear.h"
+#include "ops/vmath.h"
 #include "ops/ops_testing.h"
+#include "rope/convert.h"
 
 namespace {
 
@@ -423,6 +425,49 @@ TEST(Ops, AttentionOutputMayOverwriteTheQueries) {
                              key_mask.data(), shape);
       EXPECT_EQ(over, out);
     }
+  }
+}
+
+// Over a bf16 cache the decode kernel reads each key and value widened, and gives the fp32 kernel's
+// result over the widened cache bit for bit, on every SIMD target, with the cache laid out by
+// position (H·D per key) or head-major.
+TEST(Ops, AttentionDecodeOverABf16CacheEqualsTheFp32KernelOverItsValues) {
+  std::mt19937_64 rng(9);
+  std::normal_distribution<float> z;
+  for (const int64_t D : {1, 7, 16, 24, 64, 80}) {
+    const int64_t H = 3, C = H * D, stride = 45;
+    const std::vector<int64_t> keys = {1, 17, 45, 9, 30}, rows = {3, 1, 0, 2, 4};
+    const int64_t B = static_cast<int64_t>(keys.size());
+    std::vector<float> q(B * C), k(B * stride * C), v(B * stride * C);
+    for (auto* x : {&q, &k, &v}) for (float& e : *x) e = z(rng);
+    std::vector<uint16_t> k16(k.size()), v16(v.size());
+    ops::bf16_from_f32(k16.data(), k.data(), static_cast<int64_t>(k.size()));
+    ops::bf16_from_f32(v16.data(), v.data(), static_cast<int64_t>(v.size()));
+    std::vector<float> kw(k.size()), vw(v.size());
+    ops::f32_from_bf16(kw.data(), k16.data(), static_cast<int64_t>(k.size()));
+    ops::f32_from_bf16(vw.data(), v16.data(), static_cast<int64_t>(v.size()));
+    for (size_t i = 0; i < k.size(); ++i) ASSERT_EQ(kw[i], rope::bf16_to_f32(k16[i])) << i;  // widening is exact
+    const ops::DecodeAttentionShape s{B, H, D, keys.data(), rows.data(), stride};
+    // The same cache head-major, (rows, H, stride, D), as model::KVCache keeps a bf16 one.
+    std::vector<uint16_t> kh(k.size()), vh(v.size());
+    for (int64_t r = 0; r < B; ++r) {
+      for (int64_t t = 0; t < stride; ++t) {
+        for (int64_t h = 0; h < H; ++h) {
+          std::copy_n(k16.begin() + (r * stride + t) * C + h * D, D, kh.begin() + ((r * H + h) * stride + t) * D);
+          std::copy_n(v16.begin() + (r * stride + t) * C + h * D, D, vh.begin() + ((r * H + h) * stride + t) * D);
+        }
+      }
+    }
+    ops::DecodeAttentionShape sh = s;
+    sh.heads_major = true;
+    ops_testing::for_each_simd_target([&] {
+      std::vector<float> want(B * C), got(B * C), heads(B * C);
+      ops::attention_decode_forward<float>(want.data(), q.data(), kw.data(), vw.data(), s);
+      ops::attention_decode_forward(got.data(), q.data(), k16.data(), v16.data(), s);
+      ops::attention_decode_forward(heads.data(), q.data(), kh.data(), vh.data(), sh);
+      EXPECT_EQ(got, want) << "D " << D;
+      EXPECT_EQ(heads, want) << "D " << D;
+    });
   }
 }
 

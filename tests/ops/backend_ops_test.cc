@@ -168,6 +168,8 @@ constexpr double kBf16Products = 1e-12;
 // Attention with bf16 products: the probabilities, output gradients and score gradients are rounded
 // to bf16 on their way into the next product (relative 2^-9 each).
 constexpr double kBf16Attention = 1e-5;  // 1.2e-6 at worst measured
+// Decoding over a bf16 key/value cache: inputs that bf16 holds (relative 2^-9 each), then fp32 arithmetic.
+constexpr double kBf16Cache = 1e-5;
 // bf16 training's activations: the output and the slope each rounded to bf16 once (relative 2^-9).
 constexpr double kBf16Activation = 1e-5;
 // bf16 training's norms: the output's bf16 copy, rounded once (relative 2^-9); the rest fp32's.
@@ -562,12 +564,21 @@ std::vector<OpCase> attention_decode_cases() {
   std::vector<OpCase> cases;
   for (const Case& c : table) {
     const int64_t B = static_cast<int64_t>(c.keys.size()), C = c.H * c.D;
-    Body body = typed([c, B, C]<class T>(Inputs& in, Outputs& out) {
+    // bf16: the cache's keys and values as bfloat16 bits (a bf16 KVCache), read by the bf16 kernel.
+    Body body = [c, B, C](const Variant& variant, Inputs& in, Outputs& out) {
+      auto run = [&]<class T>() {
       const auto q = cast<T>(in.normal(B * C)), k = cast<T>(in.normal(B * c.stride * C));
       const auto v = cast<T>(in.normal(B * c.stride * C));
       auto o = cast<T>(in.normal(B * C)), general = o;
-      ops::attention_decode_forward<T>(o.data(), q.data(), k.data(), v.data(),
-                                       {B, c.H, c.D, c.keys.data(), c.rows.data(), c.stride});
+      const ops::DecodeAttentionShape shape{B, c.H, c.D, c.keys.data(), c.rows.data(), c.stride};
+      if constexpr (std::is_same_v<T, float>) {
+        if (variant.dtype == Dtype::bf16) {
+          std::vector<uint16_t> k16(k.size()), v16(v.size());
+          for (size_t i = 0; i < k.size(); ++i) k16[i] = rope::f32_to_bf16(k[i]), v16[i] = rope::f32_to_bf16(v[i]);
+          ops::attention_decode_forward(o.data(), q.data(), k16.data(), v16.data(), shape);
+        }
+      }
+      if (variant.dtype != Dtype::bf16) ops::attention_decode_forward<T>(o.data(), q.data(), k.data(), v.data(), shape);
       for (int64_t b = 0; b < B; ++b) {
         ops::AttentionShape s{1, 1, c.H, c.D, true};
         s.Tk = c.keys[b], s.kv_stride = c.stride, s.q_start = c.keys[b] - 1, s.saved = ops::AttentionSaved::none;
@@ -576,11 +587,14 @@ std::vector<OpCase> attention_decode_cases() {
                                   nullptr, s);
       }
       out.add(o), out.add(general);
-    });
+      };
+      if (variant.dtype == Dtype::f64) run.template operator()<double>();
+      else run.template operator()<float>();
+    };
     std::string keys;
     for (int64_t n : c.keys) keys += (keys.empty() ? "" : "-") + std::to_string(n);
     cases.push_back({"attention_decode", fields({{"B", B}, {"H", c.H}, {"D", c.D}, {"stride", c.stride}}) + "_keys" + keys,
-                     body, {{Dtype::f32, kF32}}});
+                     body, {{Dtype::f32, kF32}, {Dtype::bf16, kBf16Cache}}});
   }
   return cases;
 }

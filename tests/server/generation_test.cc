@@ -59,36 +59,42 @@ model::DecodeOptions decode_options(const text::Tokenizer& tok, bool sample, uin
   return o;
 }
 
+// With either key/value cache (roformer serve --kv-cache): the served tokens are `roformer generate`'s
+// over the same cache type.
 TEST(Generation, ConcurrentSequencesGiveGeneratesTokens) {
-  Lm lm;
-  server::Metrics metrics;
-  server::Generation g(*lm.m, lm.tok, {.slots = 3, .prefill_chunk = 5}, metrics);
-  const std::vector<std::string> prompts = {"in the beginning", "and", "god said let there be light, and there was",
-                                            "a", "the earth was without form", "b c d"};
-  std::vector<std::shared_ptr<server::GenerationStream>> streams;
-  std::vector<server::GenerationRequest> requests;
-  for (size_t i = 0; i < prompts.size(); ++i) {  // more sequences than slots, prompts longer than a chunk
-    server::GenerationRequest r;
-    r.prompt = lm.ids(prompts[i]);
-    r.max_new_tokens = 4 + static_cast<int64_t>(i) * 3;
-    r.decode = decode_options(lm.tok, i % 2 == 1, 100 + i);
-    r.stream = i % 3;
-    requests.push_back(r);
-    streams.push_back(g.submit(r));
+  for (const auto kv : {model::CacheType::f32, model::CacheType::bf16}) {
+    SCOPED_TRACE(model::cache_type_name(kv));
+    Lm lm;
+    lm.m->set_kv_cache(kv);
+    server::Metrics metrics;
+    server::Generation g(*lm.m, lm.tok, {.slots = 3, .prefill_chunk = 5}, metrics);
+    const std::vector<std::string> prompts = {"in the beginning", "and", "god said let there be light, and there was",
+                                              "a", "the earth was without form", "b c d"};
+    std::vector<std::shared_ptr<server::GenerationStream>> streams;
+    std::vector<server::GenerationRequest> requests;
+    for (size_t i = 0; i < prompts.size(); ++i) {  // more sequences than slots, prompts longer than a chunk
+      server::GenerationRequest r;
+      r.prompt = lm.ids(prompts[i]);
+      r.max_new_tokens = 4 + static_cast<int64_t>(i) * 3;
+      r.decode = decode_options(lm.tok, i % 2 == 1, 100 + i);
+      r.stream = i % 3;
+      requests.push_back(r);
+      streams.push_back(g.submit(r));
+    }
+    for (size_t i = 0; i < prompts.size(); ++i) {
+      const Read got = read_all(*streams[i]);
+      model::DecodeOptions o = requests[i].decode;
+      o.max_len_b = requests[i].max_new_tokens;
+      o.seed ^= requests[i].stream;  // model::generate draws from stream 0: mix64(seed ^ 0)
+      const auto want = model::generate(*lm.m, requests[i].prompt, o);
+      EXPECT_EQ(got.ids, want[0].tokens) << "sequence " << i;
+      EXPECT_EQ(got.text, lm.tok.decode_ids(std::vector<int32_t>(want[0].tokens.begin(), want[0].tokens.end())));
+      EXPECT_EQ(got.end.finish, server::FinishReason::length);
+      EXPECT_EQ(got.end.generated_tokens, requests[i].max_new_tokens);
+      EXPECT_EQ(got.end.prompt_tokens, static_cast<int64_t>(requests[i].prompt.size()));
+    }
+    EXPECT_EQ(g.in_flight(), 0);
   }
-  for (size_t i = 0; i < prompts.size(); ++i) {
-    const Read got = read_all(*streams[i]);
-    model::DecodeOptions o = requests[i].decode;
-    o.max_len_b = requests[i].max_new_tokens;
-    o.seed ^= requests[i].stream;  // model::generate draws from stream 0: mix64(seed ^ 0)
-    const auto want = model::generate(*lm.m, requests[i].prompt, o);
-    EXPECT_EQ(got.ids, want[0].tokens) << "sequence " << i;
-    EXPECT_EQ(got.text, lm.tok.decode_ids(std::vector<int32_t>(want[0].tokens.begin(), want[0].tokens.end())));
-    EXPECT_EQ(got.end.finish, server::FinishReason::length);
-    EXPECT_EQ(got.end.generated_tokens, requests[i].max_new_tokens);
-    EXPECT_EQ(got.end.prompt_tokens, static_cast<int64_t>(requests[i].prompt.size()));
-  }
-  EXPECT_EQ(g.in_flight(), 0);
 }
 
 TEST(Generation, StopStringsCutTheTextAndAreNeverSent) {

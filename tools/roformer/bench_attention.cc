@@ -4,10 +4,13 @@
 // win (paper §3.3). --softmax-only times softmax attention alone as inference and training run it at
 // length, forward with nothing kept and forward + backward from two statistics per row (memory linear
 // in T), causal or full, fp32 or bf16 products: the rows bench/peers/attention_sdpa.py prints for
-// PyTorch's scaled_dot_product_attention. --fused times the fp32 inference forward two ways side by
-// side, the per-block products (oneDNN or OpenBLAS sgemm) and softmax (attention_forward_blocks, what
-// attention_forward ran before) against the fused flash_attention_forward (what it runs now), at each batch size, length and thread count (Google Benchmark, the
-// repetitions in random order, the fastest kept; --simd-target caps the fused kernel's dispatch).
+// PyTorch's scaled_dot_product_attention. --decode ROWS times decoding steps instead: ROWS queries, each
+// over the keys of its own cache row, as a server's slots or a beam decode them, over an fp32 and a
+// bf16 key/value cache (head-major, as the model keeps it). --fused times the fp32 inference forward two
+// ways side by side, the per-block products (oneDNN or OpenBLAS sgemm) and softmax
+// (attention_forward_blocks, what attention_forward ran before) against the fused flash_attention_forward
+// (what it runs now), at each batch size, length and thread count (Google Benchmark, the repetitions in
+// random order, the fastest kept; --simd-target caps the fused kernel's dispatch).
 #include <fmt/core.h>
 #include <fmt/ranges.h>
 #include <omp.h>
@@ -104,11 +107,62 @@ int bench_attention_fused(const BenchAttentionOptions& o) {
   return 0;
 }
 
+// --decode: one layer's decoding step (B rows, one query each over T keys of its own cache row) in µs,
+// over an fp32 cache and over the same keys and values in bf16.
+int bench_decode(const BenchAttentionOptions& o) {
+  const int64_t B = o.decode_rows, H = o.heads, D = o.head_dim, C = H * D;
+  const int64_t capacity = *std::max_element(o.lengths.begin(), o.lengths.end());
+  base::check_fits_in_memory(3.0 * sizeof(float) * static_cast<double>(B) * static_cast<double>(capacity) * static_cast<double>(C),
+                             "--decode " + std::to_string(B) + " with --lengths up to " + std::to_string(capacity));
+  std::vector<float> k(B * capacity * C), v(B * capacity * C), q(B * C), out(B * C);
+  for (int64_t i = 0; i < B * capacity * C; ++i) {
+    k[i] = static_cast<float>(base::uniform01(2, i) - 0.5);
+    v[i] = static_cast<float>(base::uniform01(3, i) - 0.5);
+  }
+  for (int64_t i = 0; i < B * C; ++i) q[i] = static_cast<float>(base::uniform01(1, i) - 0.5);
+  // The bf16 cache head-major, (rows, H, capacity, D), as model::KVCache keeps one.
+  std::vector<uint16_t> k16(k.size()), v16(v.size());
+  for (int64_t r = 0; r < B; ++r) {
+    for (int64_t t = 0; t < capacity; ++t) {
+      for (int64_t h = 0; h < H; ++h) {
+        const int64_t from = (r * capacity + t) * C + h * D, to = ((r * H + h) * capacity + t) * D;
+        ops::bf16_from_f32(k16.data() + to, k.data() + from, D);
+        ops::bf16_from_f32(v16.data() + to, v.data() + from, D);
+      }
+    }
+  }
+  fmt::print("a decoding step of one attention layer: {} rows, {} heads of {}, {} threads: microseconds per step\n\n"
+             "| keys per row | fp32 cache | bf16 cache | fp32 / bf16 |\n|---|---|---|---|\n",
+             B, H, D, omp_get_max_threads());
+  for (int64_t T : o.lengths) {
+    const std::vector<int64_t> keys(B, T);
+    const ops::DecodeAttentionShape s{B, H, D, keys.data(), nullptr, capacity};
+    ops::DecodeAttentionShape heads = s;
+    heads.heads_major = true;
+    auto best_of = [&](auto&& run) {
+      run();
+      double best = INFINITY;
+      for (int r = 0; r < std::max(o.repetitions, 20); ++r) {
+        const auto t0 = bench_clock::now();
+        run();
+        best = std::min(best, seconds_since(t0));
+      }
+      return best * 1e6;
+    };
+    const double f32 = best_of([&] { ops::attention_decode_forward<float>(out.data(), q.data(), k.data(), v.data(), s); });
+    const double b16 = best_of([&] { ops::attention_decode_forward(out.data(), q.data(), k16.data(), v16.data(), heads); });
+    fmt::print("| {} | {:.1f} | {:.1f} | {:.2f}× |\n", T, f32, b16, f32 / b16);
+    std::fflush(stdout);
+  }
+  return 0;
+}
+
 }  // namespace
 
 int bench_attention(const BenchAttentionOptions& o) {
   if (o.fused) return bench_attention_fused(o);
   if (o.threads > 0) omp_set_num_threads(o.threads);
+  if (o.decode_rows > 0) return bench_decode(o);
   const int64_t H = o.heads, D = o.head_dim, C = H * D;
   const bool causal = o.mask == "causal", bf16 = o.precision == "bf16";
   if (bf16 && !ops::bf16_is_native()) {

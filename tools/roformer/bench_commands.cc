@@ -94,6 +94,10 @@ void add_bench_commands(CLI::App& app, CommandTable& commands) {
   bench_att_cmd->add_flag("--softmax-only", bench_att->softmax_only,
                           "Softmax attention alone: forward (inference) and forward + backward keeping two statistics "
                           "per row (memory linear in T, as a flash kernel): the rows of bench/peers/attention_sdpa.py");
+  bench_att_cmd->add_option("--decode", bench_att->decode_rows,
+                            "Decoding steps instead: this many rows, each one query over --lengths keys of its own "
+                            "cache row, over an fp32 and a bf16 key/value cache (ops::attention_decode_forward)")
+      ->check(CLI::Range(int64_t{1}, int64_t{4096}));
   bench_att_cmd->add_option("--mask", bench_att->mask, "causal or full (no mask)")
       ->check(CLI::IsMember({"causal", "full"}))->capture_default_str();
   bench_att_cmd->add_option("--precision", bench_att->precision,
@@ -101,9 +105,9 @@ void add_bench_commands(CLI::App& app, CommandTable& commands) {
                             "AVX512-BF16 or AMX)")
       ->check(CLI::IsMember({"fp32", "bf16"}))->capture_default_str();
   bench_att_cmd->add_flag("--fused", bench_att->fused,
-                          "The fp32 inference forward: the per-block products and softmax (attention_forward_blocks) "
-                          "against the fused flash_attention_forward, side by side (Google Benchmark), at each of --batches, "
-                          "--lengths and --thread-counts");
+                          "The fp32 inference forward: the per-block products and softmax "
+                          "(attention_forward_blocks) against the fused flash_attention_forward, side by side "
+                          "(Google Benchmark), at each of --batches, --lengths and --thread-counts");
   bench_att_cmd->add_option("--batches", bench_att->batches, "Batch sizes (--fused)")->delimiter(',')
       ->check(CLI::Range(int64_t{1}, int64_t{1} << 16));
   bench_att_cmd->add_option("--thread-counts", bench_att->thread_counts, "OpenMP thread counts (--fused)")

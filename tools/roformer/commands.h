@@ -91,6 +91,7 @@ struct BenchAttentionOptions {
   int repetitions = 2, threads = 0;
   double max_softmax_gb = 4;  // skip softmax where its (H, T, T) probabilities need more (--max-softmax-gb)
   bool softmax_only = false;  // softmax attention alone: forward, and forward + backward from row statistics
+  int64_t decode_rows = 0;    // > 0: decoding steps of this many rows over fp32 and bf16 caches (--decode)
   std::string mask = "causal";     // causal or full
   std::string precision = "fp32";  // softmax attention's products: fp32, or bf16 operands (fp32 accumulation)
   // --fused: the fp32 inference forward, the per-block products and softmax (attention_forward_blocks)
@@ -140,6 +141,8 @@ void add_serve_command(CLI::App& app, CommandTable& commands);      // serve (th
 // --quantize auto|none|int8|bf16 and --gemm auto|packed|blas (model::LinearOptions) for every command that
 // runs a model.
 void add_linear_options(CLI::App* command, model::LinearOptions& linears);
+// --kv-cache fp32|bf16 (LinearOptions::kv_cache) for the commands that decode: generate, translate, serve.
+void add_kv_cache_option(CLI::App* command, model::LinearOptions& linears);
 
 // With --resume a training run continues with the options saved in its checkpoint: any other option
 // given (besides --resume, --out, --no-progress and `also_allowed`) is refused by name, instead of

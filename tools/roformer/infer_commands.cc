@@ -260,6 +260,12 @@ void add_linear_options(CLI::App* command, model::LinearOptions& linears) {
                   "or auto (packed where oneDNN has its own kernel)");
 }
 
+void add_kv_cache_option(CLI::App* command, model::LinearOptions& linears) {
+  add_enum_option(command, "--kv-cache", linears.kv_cache, model::parse_cache_type, model::cache_type_name,
+                  "The decoder's key/value cache: fp32, or bf16 (half the memory and the bytes read per "
+                  "token; keys and values rounded once as they are cached)");
+}
+
 void add_infer_commands(CLI::App& app, CommandTable& commands) {
   auto o = std::make_shared<InferOptions>();
   auto common = [&](CLI::App* c, bool batched) {

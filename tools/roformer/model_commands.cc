@@ -289,6 +289,7 @@ void add_generate_command(CLI::App& app, CommandTable& commands, const std::shar
     if (o->top_p <= 0) throw CLI::ValidationError("--top-p", "must be in (0, 1]");
   });
   add_linear_options(gen, o->linears);
+  add_kv_cache_option(gen, o->linears);
   commands.add(gen, [o] { return run_generate(*o); });
 }
 

@@ -213,6 +213,7 @@ void add_serve_command(CLI::App& app, CommandTable& commands) {
   c->add_option("--rope-scaling", o->rope_scaling,
                 "Accept inputs up to F x max_position_embeddings: linear:F, ntk:F, dynamic-ntk:F:ORIG, yarn:F:ORIG, llama3:F:ORIG");
   add_linear_options(c, o->linears);
+  add_kv_cache_option(c, o->linears);
   commands.add(c, [o] { return run_serve(*o); });
 }
 

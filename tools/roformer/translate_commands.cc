@@ -280,6 +280,7 @@ void add_translate_command(CLI::App& app, CommandTable& commands, const std::sha
   tr->add_flag("--timing", c->timing, "Print decoding time and tokens/s (a JSON line on stderr)");
   tr->add_option("--threads", c->threads, "OpenMP threads (0: all cores)")->check(roformer::thread_count());
   add_linear_options(tr, c->linears);
+  add_kv_cache_option(tr, c->linears);
   commands.add(tr, [c] { return run_translate(*c); });
 }
 
