@@ -12,6 +12,7 @@
 # the --slots STREAMS row with the model's linear layers in that precision (transformers stays fp32);
 # --kv-cache bf16 adds, for each such row, one with the server's key/value cache in bf16. --prompt-repeat
 # N makes each prompt N copies of itself (longer contexts, where the cache is a larger share of a step).
+# --base-out DIR keeps the base-sized model in DIR (for `roformer generate` runs of one's own).
 #
 #   python3 bench/peers/generate_peers.py --roformer build/release/tools/roformer \
 #       --model runs/kjv/step-000600 --python build/hf-venv/bin/python --streams 32 --tokens 64
@@ -123,6 +124,7 @@ def main():
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--sequential", type=int, default=4, help="prompts transformers runs one at a time")
     ap.add_argument("--base", action="store_true", help="a RoFormer-base-sized model with --model's tokenizer")
+    ap.add_argument("--base-out", help="with --base: write that model to this directory and keep it")
     ap.add_argument("--quantize", nargs="*", default=[], choices=["int8", "bf16"],
                     help="also roformer serve --slots STREAMS --quantize Q (bf16: CPUs with AVX512-BF16 or AMX)")
     ap.add_argument("--kv-cache", nargs="*", default=[], choices=["bf16"],
@@ -133,7 +135,7 @@ def main():
     work = tempfile.mkdtemp()
     model = a.model
     if a.base:
-        model = os.path.join(work, "base")
+        model = a.base_out or os.path.join(work, "base")
         subprocess.run([a.python, "-c", BASE, a.model, model], check=True)
         for f in os.listdir(a.model):
             if f not in ("config.json", "model.safetensors", "optimizer.safetensors") and os.path.isfile(os.path.join(a.model, f)):

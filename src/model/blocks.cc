@@ -438,6 +438,40 @@ const T* attend(AttentionActs<T>& a, const AttentionContext<T>& ctx, const T* k,
   return a.ctx.data();
 }
 
+// A bf16 cache (KVCache::bf16) is head-major, (cache row, head, position, D): where position t of
+// head h of cache row r starts.
+int64_t bf16_cache_at(const KVCache<float>& cache, int64_t r, int64_t h, int64_t t, int64_t heads, int64_t D) {
+  return ((r * heads + h) * cache.capacity + t) * D;
+}
+
+// Rows i of k, v (N, heads·D) into the bf16 cache, rounded: row i at position position_of(i) of cache
+// row row_of(i).
+template <class RowOf, class PositionOf>
+void store_bf16(KVCache<float>& cache, const float* k, const float* v, int64_t N, int64_t heads, int64_t D,
+                const RowOf& row_of, const PositionOf& position_of) {
+  const int64_t H = heads * D;
+#pragma omp parallel for schedule(static) if (N * H >= base::kParallelMinElements)
+  for (int64_t i = 0; i < N; ++i) {
+    for (int64_t h = 0; h < heads; ++h) {
+      const int64_t to = bf16_cache_at(cache, row_of(i), h, position_of(i), heads, D);
+      ops::bf16_from_f32(cache.k16.data() + to, k + i * H + h * D, D);
+      ops::bf16_from_f32(cache.v16.data() + to, v + i * H + h * D, D);
+    }
+  }
+}
+
+// k, v (keys, heads·D) = positions [0, keys) of the bf16 cache's row r, widened: what attention_forward reads.
+void widen_bf16(float* k, float* v, const KVCache<float>& cache, int64_t r, int64_t keys, int64_t heads, int64_t D) {
+  const int64_t H = heads * D;
+  for (int64_t h = 0; h < heads; ++h) {
+    for (int64_t t = 0; t < keys; ++t) {
+      const int64_t from = bf16_cache_at(cache, r, h, t, heads, D);
+      ops::f32_from_bf16(k + t * H + h * D, cache.k16.data() + from, D);
+      ops::f32_from_bf16(v + t * H + h * D, cache.v16.data() + from, D);
+    }
+  }
+}
+
 }  // namespace
 
 template <typename T>
@@ -480,10 +514,9 @@ void self_attention_forward(T* out, AttentionActs<T>& a, const AttentionParams<T
     grow_to(a.v, N * H);
     k = a.k.data(), v = a.v.data();
   }
-  // Token t of batch row b is row cache_row(b) · stride + first_of(b) + t of the cache, and of k and v
-  // unless they are staged (row i of a.k, a.v).
-  auto cache_kv_row = [&](int64_t i) { return cache_row(i / T_) * stride + first_of(i / T_) + i % T_; };
-  auto kv_row = [&](int64_t i) { return staged ? i : cache_kv_row(i); };
+  // Token t of batch row b goes to row cache_row(b) · stride + first_of(b) + t of k and v, or, staged,
+  // to row i of a.k, a.v.
+  auto kv_row = [&](int64_t i) { return staged ? i : cache_row(i / T_) * stride + first_of(i / T_) + i % T_; };
   if constexpr (std::is_same_v<T, float>) {
     if (p.qkv) {  // one packed (n, 3H) product per pass of rows, split into q, k and v
       const int64_t step = rows_per_pass(a.chunk_rows, N, ctx.dropout);
@@ -528,31 +561,13 @@ void self_attention_forward(T* out, AttentionActs<T>& a, const AttentionParams<T
   if (ctx.favor) {  // FAVOR+ scales the new keys (queries are scaled in attend)
     for (int64_t b = 0; b < B; b += rows) favor_scale(k + kv_row(b * T_) * H, rows * T_ * H, D);
   }
-  if constexpr (std::is_same_v<T, float>) {
-    if (staged) {  // the new rows into the bf16 cache, rounded once; every read below sees them rounded
-#pragma omp parallel for schedule(static) if (N * H >= base::kParallelMinElements)
-      for (int64_t i = 0; i < N; ++i) {
-        const int64_t at = cache_kv_row(i);  // cache row r, position t: r · stride + t
-        for (int64_t h = 0; h < n; ++h) {    // head-major: (r, h, t)
-          const int64_t to = ((at / stride * n + h) * stride + at % stride) * D;
-          ops::bf16_from_f32(cache->k16.data() + to, k + i * H + h * D, D);
-          ops::bf16_from_f32(cache->v16.data() + to, v + i * H + h * D, D);
-        }
-      }
-    }
+  if constexpr (std::is_same_v<T, float>) {  // the new rows into the bf16 cache, rounded once; every read sees them so
+    if (staged) store_bf16(*cache, k, v, N, n, D, [&](int64_t i) { return cache_row(i / T_); },
+                           [&](int64_t i) { return first_of(i / T_) + i % T_; });
   }
-  // A bf16 cache's positions [0, keys) of cache row r, widened into rows [at, at + keys) of a.k, a.v
-  // (position, H) for attention_forward.
+  // A bf16 cache's positions [0, keys) of cache row r, widened into rows [at, at + keys) of a.k, a.v.
   auto widen = [&](int64_t r, int64_t keys, int64_t at) {
-    if constexpr (std::is_same_v<T, float>) {
-      for (int64_t h = 0; h < n; ++h) {
-        const int64_t from = (r * n + h) * stride * D;
-        for (int64_t t = 0; t < keys; ++t) {
-          ops::f32_from_bf16(a.k.data() + (at + t) * H + h * D, cache->k16.data() + from + t * D, D);
-          ops::f32_from_bf16(a.v.data() + (at + t) * H + h * D, cache->v16.data() + from + t * D, D);
-        }
-      }
-    }
+    if constexpr (std::is_same_v<T, float>) widen_bf16(a.k.data() + at * H, a.v.data() + at * H, *cache, r, keys, n, D);
   };
   // One decoding step (a token per row over a cache, no masks, inference): every row and head in one
   // pass, the rows at positions of their own or not, so that beams and a server's slots decode alike.

@@ -134,10 +134,80 @@ void Product(const float* a, int64_t ar, int64_t ax, const float* b, int64_t ldb
   }
 }
 
+// The online softmax of one tile's scores, st (n keys, rows [i0, i1) in whole vectors) for keys
+// j0.., a vector of rows at a time: scores past a row's limit (when `limited`) and of padded keys
+// (padded: the batch's key mask, when the tile has padding) become −inf, st becomes
+// exp(score − running maximum), and each row's maximum, sum and rescaling factor are updated.
+void TileSoftmax(FlashWork& w, int64_t i0, int64_t i1, int64_t j0, int64_t n, bool limited, const int64_t* padded) {
+  const hn::ScalableTag<float> d;
+  const hn::RebindToSigned<decltype(d)> di;
+  const int64_t N = static_cast<int64_t>(hn::Lanes(d));
+  const float ninf = -std::numeric_limits<float>::infinity();
+  for (int64_t i = i0; i < i1; i += N) {
+    const auto lim = hn::LoadU(di, w.lim + i);
+    auto vmax = hn::Set(d, ninf);
+    for (int64_t j = 0; j < n; ++j) {
+      float* sj = w.st + j * kBlockRows + i;
+      auto x = hn::LoadU(d, sj);
+      if (limited) {  // −inf in the rows whose limit is at or before key j0 + j
+        const auto seen = hn::RebindMask(d, hn::Lt(hn::Set(di, static_cast<int32_t>(j0 + j)), lim));
+        x = hn::IfThenElse(seen, x, hn::Set(d, ninf));
+      }
+      if (padded && padded[j0 + j] == 0) x = hn::Set(d, ninf);
+      if (limited || padded) hn::StoreU(x, d, sj);
+      vmax = hn::Max(vmax, x);
+    }
+    const auto m_old = hn::LoadU(d, w.m + i), m_new = hn::Max(m_old, vmax);
+    // Rows that have seen no key yet subtract 0 instead: e^−inf = 0, not e^NaN.
+    const auto m_sub = hn::IfThenZeroElse(hn::Eq(m_new, hn::Set(d, ninf)), m_new);
+    auto vsum = hn::Zero(d);
+    for (int64_t j = 0; j < n; ++j) {
+      float* sj = w.st + j * kBlockRows + i;
+      const auto p = Exp(d, hn::Sub(hn::LoadU(d, sj), m_sub));
+      vsum = hn::Add(vsum, p);
+      hn::StoreU(p, d, sj);
+    }
+    const auto alpha = Exp(d, hn::Sub(m_old, m_sub));
+    hn::StoreU(hn::MulAdd(hn::LoadU(d, w.l + i), alpha, vsum), d, w.l + i);
+    hn::StoreU(m_new, d, w.m + i);
+    hn::StoreU(alpha, d, w.alpha + i);
+  }
+}
+
+// Rows [r0, r0 + rows) of pair bh written: o / l, or the mean of all Tk values for a row that sees
+// no key (its head's mean, kept for the thread's next such row of the same pair).
+void WriteRows(FlashWork& w, int64_t bh, int64_t r0, int64_t rows, int64_t Dp) {
+  const hn::ScalableTag<float> d;
+  const AttentionShape& s = *w.s;
+  const int64_t H = s.H, D = s.D, C = H * D, Tk = s.keys(), b = bh / H, h = bh % H;
+  const float* vh = w.v + b * s.key_stride() * C + h * D;
+  for (int64_t i = 0; i < rows; ++i) {
+    float* oi = w.out + (b * s.T + r0 + i) * C + h * D;
+    if (w.lim[i] < 0) {
+      if (w.mean_bh != bh) {
+        w.mean_bh = bh;
+        std::fill(w.mean, w.mean + Dp, 0.0f);
+        for (int64_t j = 0; j < Tk; ++j) {
+          ForEachVector(d, D, [&](int64_t x, size_t c) {
+            StorePart(d, hn::Add(LoadPart(d, w.mean + x, c), LoadPart(d, vh + j * C + x, c)), w.mean + x, c);
+          });
+        }
+        const float inv = 1.0f / static_cast<float>(Tk);
+        for (int64_t x = 0; x < D; ++x) w.mean[x] *= inv;
+      }
+      std::copy(w.mean, w.mean + D, oi);
+      continue;
+    }
+    const auto inv = hn::Set(d, 1.0f / w.l[i]);
+    ForEachVector(d, D, [&](int64_t x, size_t c) {
+      StorePart(d, hn::Mul(hn::LoadU(d, w.o + i * Dp + x), inv), oi + x, c);
+    });
+  }
+}
+
 // Rows [r0, r0 + rows) of pair bh (see the file comment).
 void FlashBlockKernel(FlashWork& w, int64_t bh, int64_t r0, int64_t rows) {
   const hn::ScalableTag<float> d;
-  const hn::RebindToSigned<decltype(d)> di;
   const int64_t N = static_cast<int64_t>(hn::Lanes(d)), vectors = kBlockRows / N;  // query vectors
   const AttentionShape& s = *w.s;
   const int64_t H = s.H, D = s.D, C = H * D, Tk = s.keys(), b = bh / H, h = bh % H;
@@ -187,35 +257,7 @@ void FlashBlockKernel(FlashWork& w, int64_t bh, int64_t r0, int64_t rows) {
     for (int64_t i = i0; i < v1 * N; ++i) limited |= w.lim[i] < j0 + n;
     // Scores, transposed: st (n, kBlockRows) columns [i0, v1·N) = k (n, D) · qt.
     Product(kh + j0 * C, C, 1, w.qt + i0, kBlockRows, n, D, w.st + i0, kBlockRows, v1 - v0, false);
-    for (int64_t i = i0; i < v1 * N; i += N) {  // online softmax, a vector of rows at a time
-      const auto lim = hn::LoadU(di, w.lim + i);
-      auto vmax = hn::Set(d, ninf);
-      for (int64_t j = 0; j < n; ++j) {
-        float* sj = w.st + j * kBlockRows + i;
-        auto x = hn::LoadU(d, sj);
-        if (limited) {  // −inf in the rows whose limit is at or before key j0 + j
-          const auto seen = hn::RebindMask(d, hn::Lt(hn::Set(di, static_cast<int32_t>(j0 + j)), lim));
-          x = hn::IfThenElse(seen, x, hn::Set(d, ninf));
-        }
-        if (real < n && keys[j0 + j] == 0) x = hn::Set(d, ninf);
-        if (limited || real < n) hn::StoreU(x, d, sj);
-        vmax = hn::Max(vmax, x);
-      }
-      const auto m_old = hn::LoadU(d, w.m + i), m_new = hn::Max(m_old, vmax);
-      // Rows that have seen no key yet subtract 0 instead: e^−inf = 0, not e^NaN.
-      const auto m_sub = hn::IfThenZeroElse(hn::Eq(m_new, hn::Set(d, ninf)), m_new);
-      auto vsum = hn::Zero(d);
-      for (int64_t j = 0; j < n; ++j) {
-        float* sj = w.st + j * kBlockRows + i;
-        const auto p = Exp(d, hn::Sub(hn::LoadU(d, sj), m_sub));
-        vsum = hn::Add(vsum, p);
-        hn::StoreU(p, d, sj);
-      }
-      const auto alpha = Exp(d, hn::Sub(m_old, m_sub));
-      hn::StoreU(hn::MulAdd(hn::LoadU(d, w.l + i), alpha, vsum), d, w.l + i);
-      hn::StoreU(m_new, d, w.m + i);
-      hn::StoreU(alpha, d, w.alpha + i);
-    }
+    TileSoftmax(w, i0, v1 * N, j0, n, limited, real < n ? keys : nullptr);
     for (int64_t i = i0; i < i1; ++i) {  // outputs of rows whose maximum grew: rescaled
       if (w.alpha[i] == 1.0f) continue;
       float* oi = w.o + i * Dp;
@@ -236,29 +278,7 @@ void FlashBlockKernel(FlashWork& w, int64_t bh, int64_t r0, int64_t rows) {
     }
   }
 
-  // Outputs: o / l, or the mean of all values for a row that sees no key.
-  for (int64_t i = 0; i < rows; ++i) {
-    float* oi = w.out + (b * s.T + r0 + i) * C + h * D;
-    if (w.lim[i] < 0) {
-      if (w.mean_bh != bh) {
-        w.mean_bh = bh;
-        std::fill(w.mean, w.mean + Dp, 0.0f);
-        for (int64_t j = 0; j < Tk; ++j) {
-          ForEachVector(d, D, [&](int64_t x, size_t c) {
-            StorePart(d, hn::Add(LoadPart(d, w.mean + x, c), LoadPart(d, vh + j * C + x, c)), w.mean + x, c);
-          });
-        }
-        const float inv = 1.0f / static_cast<float>(Tk);
-        for (int64_t x = 0; x < D; ++x) w.mean[x] *= inv;
-      }
-      std::copy(w.mean, w.mean + D, oi);
-      continue;
-    }
-    const auto inv = hn::Set(d, 1.0f / w.l[i]);
-    ForEachVector(d, D, [&](int64_t x, size_t c) {
-      StorePart(d, hn::Mul(hn::LoadU(d, w.o + i * Dp + x), inv), oi + x, c);
-    });
-  }
+  WriteRows(w, bh, r0, rows, Dp);
 }
 
 }  // namespace HWY_NAMESPACE

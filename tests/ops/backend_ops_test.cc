@@ -564,21 +564,31 @@ std::vector<OpCase> attention_decode_cases() {
   std::vector<OpCase> cases;
   for (const Case& c : table) {
     const int64_t B = static_cast<int64_t>(c.keys.size()), C = c.H * c.D;
-    // bf16: the cache's keys and values as bfloat16 bits (a bf16 KVCache), read by the bf16 kernel.
-    Body body = [c, B, C](const Variant& variant, Inputs& in, Outputs& out) {
-      auto run = [&]<class T>() {
+    // bf16: the cache's keys and values as bfloat16 bits, head-major as a bf16 KVCache keeps them,
+    // read by the bf16 kernel.
+    auto run = [c, B, C]<class T>(Inputs& in, Outputs& out, bool bf16) {
       const auto q = cast<T>(in.normal(B * C)), k = cast<T>(in.normal(B * c.stride * C));
       const auto v = cast<T>(in.normal(B * c.stride * C));
       auto o = cast<T>(in.normal(B * C)), general = o;
-      const ops::DecodeAttentionShape shape{B, c.H, c.D, c.keys.data(), c.rows.data(), c.stride};
+      ops::DecodeAttentionShape shape{B, c.H, c.D, c.keys.data(), c.rows.data(), c.stride};
       if constexpr (std::is_same_v<T, float>) {
-        if (variant.dtype == Dtype::bf16) {
+        if (bf16) {
           std::vector<uint16_t> k16(k.size()), v16(v.size());
-          for (size_t i = 0; i < k.size(); ++i) k16[i] = rope::f32_to_bf16(k[i]), v16[i] = rope::f32_to_bf16(v[i]);
+          for (int64_t r = 0; r < B; ++r) {
+            for (int64_t t = 0; t < c.stride; ++t) {
+              for (int64_t h = 0; h < c.H; ++h) {
+                for (int64_t x = 0; x < c.D; ++x) {
+                  const int64_t from = (r * c.stride + t) * C + h * c.D + x, to = ((r * c.H + h) * c.stride + t) * c.D + x;
+                  k16[to] = rope::f32_to_bf16(k[from]), v16[to] = rope::f32_to_bf16(v[from]);
+                }
+              }
+            }
+          }
+          shape.heads_major = true;
           ops::attention_decode_forward(o.data(), q.data(), k16.data(), v16.data(), shape);
         }
       }
-      if (variant.dtype != Dtype::bf16) ops::attention_decode_forward<T>(o.data(), q.data(), k.data(), v.data(), shape);
+      if (!bf16) ops::attention_decode_forward<T>(o.data(), q.data(), k.data(), v.data(), shape);
       for (int64_t b = 0; b < B; ++b) {
         ops::AttentionShape s{1, 1, c.H, c.D, true};
         s.Tk = c.keys[b], s.kv_stride = c.stride, s.q_start = c.keys[b] - 1, s.saved = ops::AttentionSaved::none;
@@ -587,9 +597,10 @@ std::vector<OpCase> attention_decode_cases() {
                                   nullptr, s);
       }
       out.add(o), out.add(general);
-      };
-      if (variant.dtype == Dtype::f64) run.template operator()<double>();
-      else run.template operator()<float>();
+    };
+    Body body = [run](const Variant& variant, Inputs& in, Outputs& out) {
+      if (variant.dtype == Dtype::f64) return run.template operator()<double>(in, out, false);
+      run.template operator()<float>(in, out, variant.dtype == Dtype::bf16);
     };
     std::string keys;
     for (int64_t n : c.keys) keys += (keys.empty() ? "" : "-") + std::to_string(n);

@@ -38,11 +38,16 @@
 namespace roformer {
 namespace {
 
-// --fused: milliseconds per call of each kernel, and the ratio.
-int bench_attention_fused(const BenchAttentionOptions& o) {
+// --simd-target: Highway's dispatch capped at that target.
+void apply_simd_target(const BenchAttentionOptions& o) {
   if (!o.simd_target.empty() && !cap_simd_target(o.simd_target)) {
     throw std::invalid_argument("--simd-target " + o.simd_target + ": not a Highway target this CPU supports");
   }
+}
+
+// --fused: milliseconds per call of each kernel, and the ratio.
+int bench_attention_fused(const BenchAttentionOptions& o) {
+  apply_simd_target(o);
   const int64_t H = o.heads, D = o.head_dim, C = H * D;
   const bool causal = o.mask == "causal";
   struct Inputs {
@@ -108,8 +113,9 @@ int bench_attention_fused(const BenchAttentionOptions& o) {
 }
 
 // --decode: one layer's decoding step (B rows, one query each over T keys of its own cache row) in µs,
-// over an fp32 cache and over the same keys and values in bf16.
+// over an fp32 cache and over the same keys and values in bf16 (Google Benchmark, interleaved).
 int bench_decode(const BenchAttentionOptions& o) {
+  apply_simd_target(o);
   const int64_t B = o.decode_rows, H = o.heads, D = o.head_dim, C = H * D;
   const int64_t capacity = *std::max_element(o.lengths.begin(), o.lengths.end());
   base::check_fits_in_memory(3.0 * sizeof(float) * static_cast<double>(B) * static_cast<double>(capacity) * static_cast<double>(C),
@@ -131,28 +137,37 @@ int bench_decode(const BenchAttentionOptions& o) {
       }
     }
   }
-  fmt::print("a decoding step of one attention layer: {} rows, {} heads of {}, {} threads: microseconds per step\n\n"
-             "| keys per row | fp32 cache | bf16 cache | fp32 / bf16 |\n|---|---|---|---|\n",
-             B, H, D, omp_get_max_threads());
+  std::map<std::string, double> seconds;
+  auto name = [](const char* cache, int64_t T) { return fmt::format("{}/T{}", cache, T); };
+  std::vector<std::vector<int64_t>> keys;  // each length's (B) key counts, which the shapes point to
   for (int64_t T : o.lengths) {
-    const std::vector<int64_t> keys(B, T);
-    const ops::DecodeAttentionShape s{B, H, D, keys.data(), nullptr, capacity};
+    const ops::DecodeAttentionShape s{B, H, D, keys.emplace_back(B, T).data(), nullptr, capacity};
     ops::DecodeAttentionShape heads = s;
     heads.heads_major = true;
-    auto best_of = [&](auto&& run) {
-      run();
-      double best = INFINITY;
-      for (int r = 0; r < std::max(o.repetitions, 20); ++r) {
-        const auto t0 = bench_clock::now();
-        run();
-        best = std::min(best, seconds_since(t0));
-      }
-      return best * 1e6;
-    };
-    const double f32 = best_of([&] { ops::attention_decode_forward<float>(out.data(), q.data(), k.data(), v.data(), s); });
-    const double b16 = best_of([&] { ops::attention_decode_forward(out.data(), q.data(), k16.data(), v16.data(), heads); });
-    fmt::print("| {} | {:.1f} | {:.1f} | {:.2f}× |\n", T, f32, b16, f32 / b16);
-    std::fflush(stdout);
+    for (const bool bf16 : {false, true}) {
+      const std::string key = name(bf16 ? "bf16" : "fp32", T);
+      seconds[key] = INFINITY;
+      benchmark::RegisterBenchmark(key.c_str(), [&, s, heads, bf16](benchmark::State& st) {
+        for (auto _ : st) {
+          if (bf16) {
+            ops::attention_decode_forward(out.data(), q.data(), k16.data(), v16.data(), heads);
+          } else {
+            ops::attention_decode_forward<float>(out.data(), q.data(), k.data(), v.data(), s);
+          }
+          benchmark::ClobberMemory();
+        }
+      })->UseRealTime()->MinTime(o.min_time)->Repetitions(o.repetitions)->Unit(benchmark::kMicrosecond);
+    }
+  }
+  FastestRunReporter reporter(&seconds, [](double& x) -> double& { return x; });
+  run_benchmarks_interleaved(reporter);
+  fmt::print("a decoding step of one attention layer: {} rows, {} heads of {}, {} threads, SIMD target {}: "
+             "microseconds per step, fastest of {}\n\n| keys per row | fp32 cache | bf16 cache | fp32 / bf16 |\n"
+             "|---|---|---|---|\n",
+             B, H, D, omp_get_max_threads(), ops::vmath_target(), o.repetitions);
+  for (int64_t T : o.lengths) {
+    const double f32 = seconds.at(name("fp32", T)), b16 = seconds.at(name("bf16", T));
+    fmt::print("| {} | {:.1f} | {:.1f} | {:.2f}× |\n", T, f32 * 1e6, b16 * 1e6, f32 / b16);
   }
   return 0;
 }

@@ -116,7 +116,7 @@ void add_bench_commands(CLI::App& app, CommandTable& commands) {
                             "Keys already in a cache before the queries (--fused): Tk = past + length, queries at "
                             "key positions past.. (a cache's prefill or a chunk of decoding)")
       ->check(CLI::Range(int64_t{0}, int64_t{1} << 24));
-  bench_att_cmd->add_option("--min-time", bench_att->min_time, "Seconds per benchmark (--fused)")
+  bench_att_cmd->add_option("--min-time", bench_att->min_time, "Seconds per benchmark (--fused, --decode)")
       ->check(CLI::Range(0.001, 60.0));
   bench_att_cmd->add_option("--simd-target", bench_att->simd_target,
                             "Cap the SIMD dispatch at this Highway target (e.g. AVX2 on an AVX-512 CPU)");

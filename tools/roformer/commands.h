@@ -100,7 +100,7 @@ struct BenchAttentionOptions {
   std::vector<int64_t> batches = {1, 8};
   std::vector<int> thread_counts = {1, 2};
   int64_t past = 0;         // --fused: keys already cached before the queries (Tk = past + T, causal offset)
-  double min_time = 0.2;    // seconds per benchmark (--fused)
+  double min_time = 0.2;    // seconds per benchmark (--fused, --decode)
   std::string simd_target;  // e.g. AVX2: dispatch to no better Highway target (the CPU's best if empty)
 };
 int bench_attention(const BenchAttentionOptions& options);
