@@ -26,7 +26,7 @@ void add_bench_train_command(CLI::App& bench, CommandTable& commands) {
   bench_train_cmd->add_option("--steps", bench_train->steps, "Timed steps")->check(CLI::PositiveNumber);
   bench_train_cmd->add_option("--warmup", bench_train->warmup, "Untimed steps first")->check(CLI::NonNegativeNumber);
   bench_train_cmd->add_option("--threads", bench_train->threads, "OpenMP threads (0: all)")->check(thread_count());
-  bench_train_cmd->add_flag("!--no-sgemm", bench_train->sgemm, "Skip the sgemm rate probe");
+  add_off_flag(bench_train_cmd, "--no-sgemm", bench_train->sgemm, "Skip the sgemm rate probe");
   bench_train_cmd->add_option("--attention-memory", bench_train->attention_memory,
                               "auto: as training runs (the (T, T) probabilities up to 12 × head dim keys, row "
                               "statistics beyond); linear: two statistics per row at any length, the backward "

@@ -13,6 +13,7 @@
 
 namespace CLI {
 class App;
+class Option;
 }
 
 namespace roformer {
@@ -157,5 +158,10 @@ void add_loop_options(CLI::App* command, train::LoopSettings& loop, const std::s
 
 // --precision fp32|bf16|auto (train::resolve_precision) for every training command and bench train.
 void add_precision_option(CLI::App* command, train::TrainPrecision& precision);
+
+// A flag that turns a setting off (--no-sgemm, --no-access-log): `value` becomes false when given. Not
+// CLI11's "!--name" negation, which negates a value given to the flag as a number and overflows on
+// --name=-9223372036854775808 (found by the CLI fuzzer); this flag's value is read as a plain bool.
+CLI::Option* add_off_flag(CLI::App* command, const std::string& name, bool& value, const std::string& description);
 
 }  // namespace roformer

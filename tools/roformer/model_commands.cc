@@ -332,6 +332,10 @@ void add_precision_option(CLI::App* command, train::TrainPrecision& precision) {
                   "master weights; CPUs with AVX512-BF16 or AMX) or auto (bf16 where the CPU has it)");
 }
 
+CLI::Option* add_off_flag(CLI::App* command, const std::string& name, bool& value, const std::string& description) {
+  return command->add_flag_callback(name, [&value] { value = false; }, description);
+}
+
 void add_model_commands(CLI::App& app, CommandTable& commands) {
   auto o = std::make_shared<ModelCommandOptions>();
   add_train_command(app, commands, o);

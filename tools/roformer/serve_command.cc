@@ -200,7 +200,8 @@ void add_serve_command(CLI::App& app, CommandTable& commands) {
   c->add_option("--shutdown-timeout", s.shutdown_timeout_s,
                 "Seconds after SIGINT/SIGTERM to answer accepted requests; then queued ones get 503 and it exits")
       ->check(CLI::Range(0.0, 86400.0))->capture_default_str();
-  c->add_flag("--access-log,!--no-access-log", s.access_log, "One JSON line per request on stderr (default on)");
+  CLI::Option* access_log = c->add_flag("--access-log", s.access_log, "One JSON line per request on stderr (default on)");
+  add_off_flag(c, "--no-access-log", s.access_log, "No access log")->excludes(access_log);
   c->add_option("--pooling", o->pooling,
                 "auto (a sentence-transformers folder's Pooling, Dense and Normalize modules, else cls), or one mode "
                 "instead of them: cls, mean, pooler, max, mean_sqrt_len, weightedmean or lasttoken")

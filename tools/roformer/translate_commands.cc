@@ -222,7 +222,7 @@ void add_translate_train_command(CLI::App& app, CommandTable& commands, const st
   tt->add_option("--max-positions", t.model.max_position_embeddings, "max_position_embeddings")
       ->check(CLI::PositiveNumber)->capture_default_str();
   tt->add_option("--dropout", c->dropout, "Hidden and attention dropout")->check(CLI::Range(0.0, 0.99))->capture_default_str();
-  tt->add_flag("!--separate-embeddings", t.shared_embeddings, "Separate source and target embedding tables");
+  add_off_flag(tt, "--separate-embeddings", t.shared_embeddings, "Separate source and target embedding tables");
   tt->add_option("--max-tokens", t.max_tokens, "Padded tokens per batch and side")->check(CLI::PositiveNumber)->capture_default_str();
   tt->add_option("--max-source-length", t.max_source_length, "Skip training pairs with a longer source (subwords)")
       ->capture_default_str();
