@@ -150,6 +150,19 @@ void rotate_qk(const rope::Plan& plan, rope_direction dir, T* q, T* k, int64_t B
                 rope::bshd(k, rope_dtype_of<T>(), B, S, n, D));
 }
 
+// Rows [0, len) of a (len, 3H) packed product's q and k parts (columns [0, H) and [H, 2H)), rotated
+// at positions at .. at + len − 1 and written to q_out and k_out (len, H): a copy and a rotation in
+// one librope pass (out of place, strided input).
+void rotate_qk_from_packed(const rope::Plan& plan, const float* qkv, float* q_out, float* k_out, int64_t len,
+                           int64_t n, int64_t D, int64_t at) {
+  const int64_t H = n * D;
+  auto view = [&](const float* data, int64_t row_stride) {
+    return rope_tensor{const_cast<float*>(data), ROPE_DTYPE_F32, 1, len, n, len * row_stride, row_stride, D};
+  };
+  const rope_tensor q = view(qkv, 3 * H), k = view(qkv + H, 3 * H), qo = view(q_out, H), ko = view(k_out, H);
+  plan.apply_qk(ROPE_FORWARD, rope::offset_positions(at), q, k, &qo, &ko);
+}
+
 }  // namespace
 
 uint64_t Dropout::site_seed(int64_t site) const { return base::mix64(seed ^ base::mix64(0x5eed0000ull + site)); }
@@ -517,6 +530,11 @@ void self_attention_forward(T* out, AttentionActs<T>& a, const AttentionParams<T
   // Token t of batch row b goes to row cache_row(b) · stride + first_of(b) + t of k and v, or, staged,
   // to row i of a.k, a.v.
   auto kv_row = [&](int64_t i) { return staged ? i : cache_row(i / T_) * stride + first_of(i / T_) + i % T_; };
+  // Where batch row b's new tokens start: the position RoPE rotates its first one at.
+  auto rope_at = [&](int64_t b) { return ragged ? first_of(b) : start; };
+  // With RoPE on softmax attention's q and k, the packed product's q and k leave it rotated: librope
+  // reads them from the product's buffer and writes them in place of the copy (one pass, not two).
+  const bool rotated_in_split = std::is_same_v<T, float> && p.qkv && ctx.rope && softmax;
   if constexpr (std::is_same_v<T, float>) {
     if (p.qkv) {  // one packed (n, 3H) product per pass of rows, split into q, k and v
       const int64_t step = rows_per_pass(a.chunk_rows, N, ctx.dropout);
@@ -524,11 +542,20 @@ void self_attention_forward(T* out, AttentionActs<T>& a, const AttentionParams<T
       for (int64_t r0 = 0; r0 < N; r0 += step) {
         const int64_t rows = std::min(step, N - r0);
         p.qkv->forward(a.qkv.data(), x + r0 * H, rows);
+        // A pass may start or end inside a batch row: one librope call per batch row's part of it.
+        for (int64_t i = r0; rotated_in_split && i < r0 + rows;) {
+          const int64_t b = i / T_, end = std::min(r0 + rows, (b + 1) * T_);
+          rotate_qk_from_packed(*ctx.rope, a.qkv.data() + (i - r0) * 3 * H, a.q.data() + i * H, k + kv_row(i) * H,
+                                end - i, n, D, rope_at(b) + i % T_);
+          i = end;
+        }
 #pragma omp parallel for schedule(static) if (rows * H >= base::kParallelMinElements)
         for (int64_t i = r0; i < r0 + rows; ++i) {
           const T* row = a.qkv.data() + (i - r0) * 3 * H;
-          std::copy_n(row, H, a.q.data() + i * H);
-          std::copy_n(row + H, H, k + kv_row(i) * H);
+          if (!rotated_in_split) {
+            std::copy_n(row, H, a.q.data() + i * H);
+            std::copy_n(row + H, H, k + kv_row(i) * H);
+          }
           std::copy_n(row + 2 * H, H, v + kv_row(i) * H);
         }
       }
@@ -553,9 +580,9 @@ void self_attention_forward(T* out, AttentionActs<T>& a, const AttentionParams<T
   // are strided by its capacity, so they are rotated one by one.
   const int64_t rows = cache ? 1 : B;
   for (int64_t b = 0; b < B && ctx.rope; b += rows) {
-    const int64_t at = ragged ? first_of(b) : start;
+    const int64_t at = rope_at(b);
     T *qb = a.q.data() + b * T_ * H, *kb = k + kv_row(b * T_) * H, *vb = v + kv_row(b * T_) * H;
-    if (softmax) rotate_qk(*ctx.rope, ROPE_FORWARD, qb, kb, rows, T_, n, D, at);
+    if (softmax && !rotated_in_split) rotate_qk(*ctx.rope, ROPE_FORWARD, qb, kb, rows, T_, n, D, at);
     if (c.rotary_value) rotate(*ctx.rope, ROPE_FORWARD, ROPE_ROLE_KEY, vb, rows, T_, n, D, at);
   }
   if (ctx.favor) {  // FAVOR+ scales the new keys (queries are scaled in attend)
