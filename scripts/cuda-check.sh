@@ -20,6 +20,7 @@
 #   HWY_DIR=$PWD/.devcarry/usr/lib/x86_64-linux-gnu/cmake/hwy scripts/cuda-check.sh /tmp/check
 set -uo pipefail
 cd "$(dirname "$0")/.."
+case "${1:-}" in -*) echo "$(basename "$0"): usage: $(basename "$0") [OUT_DIR] (not an option: '$1')" >&2; exit 2 ;; esac
 out="${1:-build/cuda-check}"
 mkdir -p "$out"
 build="${BUILD:-build/release}"

@@ -14,6 +14,7 @@
 # Idempotent: a venv that already runs transformers' RoFormer and sacrebleu is kept as it is.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+case "${1:-}" in -*) echo "$(basename "$0"): usage: $(basename "$0") [VENV_DIR] (not an option: '$1')" >&2; exit 2 ;; esac
 venv="${1:-build/hf-venv}"
 pins=(transformers==4.40.2 tokenizers==0.19.1 safetensors==0.4.3 "huggingface-hub>=0.19.3,<0.24" sacrebleu==2.6.0
       accelerate==0.30.1 openai==3.57.0 requests)

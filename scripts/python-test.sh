@@ -9,6 +9,7 @@
 # and sets ROFORMER_REQUIRE_CLI=1: then the tests that need the command line fail instead of skipping).
 set -euo pipefail
 cd "$(dirname "$0")/.."
+case "${1:-}" in -*) echo "$(basename "$0"): usage: $(basename "$0") [VENV_DIR] (not an option: '$1')" >&2; exit 2 ;; esac
 venv="$(realpath -m "${1:-build/py-venv}")"
 torch_version="${2:-}"
 scripts/apt-install.sh python3 python3-venv python3-dev python3-numpy python3-torch >&2

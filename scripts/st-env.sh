@@ -8,6 +8,7 @@
 # ...) stay out of the transformers environment. Idempotent: a venv whose st runs is kept.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+case "${1:-}" in -*) echo "$(basename "$0"): usage: $(basename "$0") [VENV_DIR] (not an option: '$1')" >&2; exit 2 ;; esac
 venv="${1:-build/st-venv}"
 mkdir -p "$(dirname "$venv")"
 venv="$(cd "$(dirname "$venv")" && pwd)/$(basename "$venv")"

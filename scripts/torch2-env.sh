@@ -12,6 +12,7 @@
 # Idempotent: a venv whose torch is that version and runs SDPA and transformers' RoFormer is kept.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+case "${1:-}" in -*) echo "$(basename "$0"): usage: $(basename "$0") [VENV_DIR] (not an option: '$1')" >&2; exit 2 ;; esac
 venv="${1:-build/torch2-venv}"
 torch_version="${TORCH_VERSION:-2.15.0}"
 pins=("torch==$torch_version" "numpy<2" transformers==4.40.2 tokenizers==0.19.1 safetensors==0.4.3
