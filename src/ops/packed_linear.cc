@@ -6,6 +6,7 @@
 // Also the oneDNN pieces the other ops share (onednn.h): the engine, onednn_matmul and onednn_sgemm.
 #include "packed_linear.h"
 
+#include "base/random.h"
 #include "base/threads.h"
 #include "onednn.h"
 #include "vmath.h"
@@ -55,21 +56,45 @@ struct CachedMatmul {
   std::unordered_map<int, dnnl::memory> args;
 };
 
-// The entry of `recent` (one thread's primitives, the most recently used first) whose key is `key`,
-// moved to the front; when none has it, make()'s, put in front, and the least recently used dropped
-// past `capacity` (each holds JIT code, about 0.25 MiB). Callers alternate among a few shapes, so the
-// search starts at the most recent end.
-template <typename Entry, typename Key, typename Make>
-Entry& recent_entry(std::list<Entry>& recent, const Key& key, size_t capacity, Make&& make) {
-  auto found = std::find_if(recent.begin(), recent.end(), [&](const Entry& e) { return e.key == key; });
-  if (found != recent.end()) {
-    if (found != recent.begin()) recent.splice(recent.begin(), recent, found);  // now the most recent
-  } else {
-    if (recent.size() >= capacity) recent.pop_back();
-    recent.push_front(make());
+// One thread's primitives, the least recently used dropped past `capacity`: a list in order of use
+// and a hash index into it. Callers may cycle through hundreds of shapes (a causal attention's bf16
+// products take one per block of query rows: five kinds × T/64 key extents in the backward), and a
+// cycle longer than an LRU's capacity misses on every call, re-making each primitive.
+template <typename Entry, size_t K>
+class RecentPrimitives {
+ public:
+  using Key = std::array<int64_t, K>;
+  explicit RecentPrimitives(size_t capacity) : capacity_(capacity) {}
+
+  // The entry whose key is `key`, now the most recent; when none has it, make()'s.
+  template <typename Make>
+  Entry& get(const Key& key, Make&& make) {
+    const auto found = index_.find(key);
+    if (found != index_.end()) {
+      order_.splice(order_.begin(), order_, found->second);
+      return order_.front();
+    }
+    if (order_.size() >= capacity_) {
+      index_.erase(order_.back().key);
+      order_.pop_back();
+    }
+    order_.push_front(make());
+    index_.emplace(key, order_.begin());
+    return order_.front();
   }
-  return recent.front();
-}
+
+ private:
+  struct Hash {
+    size_t operator()(const Key& key) const {
+      uint64_t h = 0;
+      for (const int64_t x : key) h = base::mix64(h ^ static_cast<uint64_t>(x));
+      return static_cast<size_t>(h);
+    }
+  };
+  size_t capacity_;
+  std::list<Entry> order_;  // the most recently used first
+  std::unordered_map<Key, typename std::list<Entry>::iterator, Hash> index_;
+};
 
 }  // namespace
 
@@ -84,9 +109,11 @@ void onednn_matmul(const dnnl::memory::desc& src, const void* src_data, const dn
   put_desc(key, at, dst);
   key[at++] = bias != nullptr;
   key[at++] = accumulate;
-  constexpr size_t kCached = 64;  // per thread
-  thread_local std::list<CachedMatmul> recent;
-  CachedMatmul& m = recent_entry(recent, key, kCached, [&] {
+  // Per thread, about 35 KB each: a causal attention of up to 6,500 keys (5 products × T/64 extents)
+  // runs from the cache.
+  constexpr size_t kCached = 512;
+  thread_local RecentPrimitives<CachedMatmul, std::tuple_size_v<MatmulKey>> recent(kCached);
+  CachedMatmul& m = recent.get(key, [&] {
     dnnl::primitive_attr attr;
     if (accumulate) {
       dnnl::post_ops ops;
@@ -306,9 +333,9 @@ struct PackedLinear::Impl {
   // this thread's next call.
   const PackedShape& shape(int64_t N) const {
     constexpr size_t kShapes = 256;  // per thread: 64 MiB of JIT code at most
-    thread_local std::list<CachedShape> recent;
+    thread_local RecentPrimitives<CachedShape, std::tuple_size_v<ShapeKey>> recent(kShapes);
     const ShapeKey key{IC, OC, static_cast<int64_t>(precision), static_cast<int64_t>(epilogue), has_bias, N};
-    return recent_entry(recent, key, kShapes, [&] {
+    return recent.get(key, [&] {
       CachedShape made{key, {}};
       const auto pd = matmul_desc(N, weights.get_desc());
       made.shape.matmul = dnnl::matmul(pd);
