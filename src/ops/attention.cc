@@ -375,15 +375,20 @@ void attention_forward(T* out, T* saved, const T* q, const T* k, const T* v, con
   if (s.bf16_products && !std::is_same_v<T, float>) {
     throw std::invalid_argument("attention_forward: bf16 products are for fp32 tensors");
   }
-  if constexpr (std::is_same_v<T, float>) {  // fp32 inference: the fused kernel from kFusedMinRows queries on
-    if (flash_attention_applies(s) && s.T >= kFusedMinRows) return flash_attention_forward(out, q, k, v, key_mask, s);
+  if constexpr (std::is_same_v<T, float>) {  // inference: a fused kernel from kFusedMinRows queries on
+    if (s.T >= kFusedMinRows && flash_attention_applies(s)) return flash_attention_forward(out, q, k, v, key_mask, s);
+    if (s.T >= kFusedMinRows && flash_attention_bf16_applies(s)) {  // bf16 products on AVX512-BF16
+      return flash_attention_forward_bf16(out, q, k, v, key_mask, s);
+    }
   }
   forward_blocks(out, saved, q, k, v, key_mask, s);
 }
 
 void attention_forward_blocks(float* out, const float* q, const float* k, const float* v, const int64_t* key_mask,
                               const AttentionShape& s) {
-  if (!flash_attention_applies(s)) throw std::invalid_argument("attention_forward_blocks: fp32 inference only");
+  if (s.saved != AttentionSaved::none || s.dropout_p != 0) {
+    throw std::invalid_argument("attention_forward_blocks: inference only (nothing saved, no dropout)");
+  }
   forward_blocks(out, static_cast<float*>(nullptr), q, k, v, key_mask, s);
 }
 

@@ -10,7 +10,8 @@
 // probabilities (B, H, T, Tk) — the attention maps — or only two statistics per query row, from which
 // the backward recomputes each block of probabilities bit for bit as the forward made them (memory
 // linear in T: FlashAttention's recomputation, with blocks of query rows over all their keys);
-// inference passes no `saved` (fp32 from 16 query rows on: flash_attention.h's fused kernel).
+// inference passes no `saved` (from 16 query rows on: flash_attention.h's fused kernels, fp32, or bf16
+// products on AVX512-BF16).
 // (batch, head) pairs run in parallel on OpenMP, each with single-threaded products (oneDNN's or
 // OpenBLAS's sgemm in fp32 by shape, BLAS in fp64); blocks of query rows skip the key columns none of
 // their rows can see (the causal upper triangle, trailing padding), and the backward finds each row's
@@ -61,8 +62,9 @@ struct AttentionShape {
 int64_t attention_saved_size(const AttentionShape& s);
 
 // out (B, T, H·D) = softmax(q·kᵀ/√D + mask)·v per head; saved (attention_saved_size) written with
-// what s.saved names, or null: nothing kept (inference: fp32 without dropout or bf16 products, 16 query
-// rows or more, runs flash_attention_forward, equal up to rounding). Otherwise, unless it keeps the
+// what s.saved names, or null: nothing kept (inference without dropout, 16 query rows or more, runs
+// flash_attention_forward in fp32, or flash_attention_forward_bf16 with bf16 products on a CPU with
+// AVX512-BF16; equal up to rounding). Otherwise, unless it keeps the
 // probabilities, each thread holds 64 query rows × Tk at a time. out may be q itself (inference: the
 // context over the queries, each block reading them first). key_mask (B, Tk): 1 = real token, 0 = padding,
 // or null; row_limit (B, T). A saved buffer with AttentionSaved::none, or fp64 bf16_products: invalid_argument.

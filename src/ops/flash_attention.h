@@ -9,7 +9,8 @@
 // products: the same causal mask (with q_start), UniLM prefix limits (row_limit), key padding mask,
 // cross-attention (Tk) and cache layout (kv_stride), and a row that sees no key attends uniformly over
 // all Tk keys, as Hugging Face's finfo.min mask gives. Results equal attention_forward's up to fp32
-// rounding (the sums are accumulated in another order), not bit for bit.
+// rounding (the sums are accumulated in another order), not bit for bit. A bf16-product variant of the
+// same kernel (flash_attention_forward_bf16) serves bf16 inference on CPUs with AVX512-BF16.
 #pragma once
 
 #include <cstdint>
@@ -31,9 +32,25 @@ void flash_attention_forward(float* out, const float* q, const float* k, const f
 // vector lanes, which hold query rows, idle).
 bool flash_attention_applies(const AttentionShape& s);
 
+// The same forward with bf16 products (AttentionShape::bf16_products: queries times 1/√D, keys, values
+// and the probabilities rounded to bf16, fp32 accumulation; softmax and outputs fp32) on AVX512-BF16's
+// dot products (flash_attention_bf16.cc). Its results equal the per-block bf16 path's
+// (attention_forward_blocks with bf16_products) up to rounding: that path rounds the normalised
+// probabilities, this one exp(score − running maximum) before the final division. The same arguments;
+// throws std::invalid_argument unless flash_attention_bf16_applies(s).
+void flash_attention_forward_bf16(float* out, const float* q, const float* k, const float* v, const int64_t* key_mask,
+                                  const AttentionShape& s);
+
+// Whether flash_attention_forward_bf16 takes s: bf16-product inference (nothing saved, no dropout),
+// fewer than 2^31 keys, on a CPU with AVX512-BF16 (never true elsewhere). attention_forward<float>
+// runs such shapes of 16 query rows or more through it.
+bool flash_attention_bf16_applies(const AttentionShape& s);
+
 // attention_forward's fp32 inference without the fused kernel: per block of 64 query rows, the scores'
 // product (oneDNN's or OpenBLAS's sgemm), softmax and p·v product, as attention_forward ran it before
-// (attention.cc), to compare the two. The same arguments and refusals as flash_attention_forward.
+// (attention.cc), to compare the two; with bf16_products, the per-block bf16 path (oneDNN's bf16
+// matmuls, attention_bf16.h) that flash_attention_forward_bf16 replaces. Any inference shape (nothing
+// saved, no dropout); std::invalid_argument otherwise.
 void attention_forward_blocks(float* out, const float* q, const float* k, const float* v, const int64_t* key_mask,
                               const AttentionShape& s);
 

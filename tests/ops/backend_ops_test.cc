@@ -7,11 +7,13 @@
 // the reference writes (or the reverse) fails too.
 //
 // Rows: the ops of src/ops (linear, norms, activations, embedding, cross-entropy, dropout, softmax
-// attention with caches, cross-attention, masks and dropout, its fused inference forward, linear
-// attention and its recurrent step, position tables, the vector maths) and librope's rotation. Columns (all_params): the CPU backend on
+// attention with caches, cross-attention, masks and dropout, its fused inference forwards (fp32, and bf16
+// products), linear attention and its recurrent step, position tables, the vector maths) and librope's
+// rotation. Columns (all_params): the CPU backend on
 // each SIMD target this machine supports and the build has (Highway's target selection), in fp32,
 // fp16/bf16 for librope, bf16 for the linear layer's mixed-precision products where the CPU has
-// native bf16, and bf16 for training's activations (output and slope kept in bf16) and norms (output
+// native bf16, bf16 for the fused bf16-product attention forward where the CPU has AVX512-BF16, and
+// bf16 for training's activations (output and slope kept in bf16) and norms (output
 // also written in bf16). A new backend adds its columns there; a new op adds rows below.
 // The last test checks that the fp32 results are the same bits whatever the thread count.
 #include <gtest/gtest.h>
@@ -168,6 +170,9 @@ constexpr double kBf16Products = 1e-12;
 // Attention with bf16 products: the probabilities, output gradients and score gradients are rounded
 // to bf16 on their way into the next product (relative 2^-9 each).
 constexpr double kBf16Attention = 1e-5;  // 1.2e-6 at worst measured
+// The fused bf16-product inference forward: its scaled queries, probabilities (before the division by
+// their sum) rounded to bf16 on top of the inputs' (relative 2^-9 each).
+constexpr double kBf16FusedAttention = 1e-5;  // 4.8e-6 at worst measured (D 80, padding)
 // Decoding over a bf16 key/value cache: inputs that bf16 holds (relative 2^-9 each), then fp32 arithmetic.
 constexpr double kBf16Cache = 1e-5;
 // bf16 training's activations: the output and the slope each rounded to bf16 once (relative 2^-9).
@@ -512,6 +517,8 @@ std::vector<OpCase> attention_cases() {
 // The fused inference forward (flash_attention.h): its fp32 result against attention_forward's in
 // fp64 (the reference run), on the attention rows' shapes without dropout (inference has none) and at
 // head dims that are not a multiple of any vector width, with RoFormer-base's 64 over several key tiles.
+// bf16: the bf16-product kernel (flash_attention_forward_bf16) where the CPU has AVX512-BF16, on inputs
+// bf16 holds (its own rounding: the scaled queries and the probabilities).
 std::vector<OpCase> flash_attention_cases() {
   std::vector<AttentionCase> table;
   for (AttentionCase a : attention_table()) {
@@ -539,10 +546,19 @@ std::vector<OpCase> flash_attention_cases() {
       }
       auto o = cast<float>(in.normal(s.B * s.T * C));  // written over: it starts random
       const auto qf = cast<float>(q), kf = cast<float>(k), vf = cast<float>(v);
-      ops::flash_attention_forward(o.data(), qf.data(), kf.data(), vf.data(), key_mask.data(), s);
+      if (variant.dtype == Dtype::bf16) {
+        s.bf16_products = true;
+        ops::flash_attention_forward_bf16(o.data(), qf.data(), kf.data(), vf.data(), key_mask.data(), s);
+      } else {
+        ops::flash_attention_forward(o.data(), qf.data(), kf.data(), vf.data(), key_mask.data(), s);
+      }
       out.add(o);
     };
-    cases.push_back({"flash_attention", attention_name(a), body, {{Dtype::f32, kF32}}});
+    std::vector<std::pair<Dtype, double>> variants = {{Dtype::f32, kF32}};
+    ops::AttentionShape bf16 = a.s;
+    bf16.bf16_products = true;
+    if (ops::flash_attention_bf16_applies(bf16)) variants.push_back({Dtype::bf16, kBf16FusedAttention});
+    cases.push_back({"flash_attention", attention_name(a), body, variants});
   }
   return cases;
 }

@@ -4,14 +4,18 @@
 // vector width, key padding masks (interior, trailing, whole batch rows: uniform rows), causal masks
 // with queries at an offset (a cache's prefill), prefix limits, cross-attention, keys strided by a
 // cache's capacity; the output written over the queries; the same bits whatever the thread count; and
-// what it refuses.
+// what it refuses. The same for the bf16-product kernel (flash_attention_bf16.cc, CPUs with
+// AVX512-BF16), held to the per-block bf16 path's error against fp64.
 #include <gtest/gtest.h>
 #include <omp.h>
 
+#include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <cstdint>
 #include <random>
 #include <stdexcept>
+#include <utility>
 #include <vector>
 
 #include "ops/attention.h"
@@ -53,19 +57,51 @@ FlashCase make_case(std::mt19937_64& rng, ops::AttentionShape s, bool masked, bo
   return c;
 }
 
-// attention_forward in fp64, nothing kept.
+// attention_forward in fp64, nothing kept (fp64 products whatever the case asks).
 Vec reference(const FlashCase& c) {
   Vec out(c.q.size());
+  ops::AttentionShape s = c.s;
+  s.bf16_products = false;
   ops::attention_forward<double>(out.data(), nullptr, c.q.data(), c.k.data(), c.v.data(),
-                                 c.masked ? c.key_mask.data() : nullptr, c.s);
+                                 c.masked ? c.key_mask.data() : nullptr, s);
   return out;
 }
 
-std::vector<float> fused(const FlashCase& c) {
+// The fused kernel that the case's shape names: flash_attention_forward, or with bf16_products
+// flash_attention_forward_bf16.
+std::vector<float> run(const FlashCase& c) {
   std::vector<float> out(c.q.size());
   const auto q = to_f32(c.q), k = to_f32(c.k), v = to_f32(c.v);
-  ops::flash_attention_forward(out.data(), q.data(), k.data(), v.data(), c.masked ? c.key_mask.data() : nullptr, c.s);
+  const int64_t* mask = c.masked ? c.key_mask.data() : nullptr;
+  if (c.s.bf16_products) {
+    ops::flash_attention_forward_bf16(out.data(), q.data(), k.data(), v.data(), mask, c.s);
+  } else {
+    ops::flash_attention_forward(out.data(), q.data(), k.data(), v.data(), mask, c.s);
+  }
   return out;
+}
+
+// The per-block path on the same case (attention_forward_blocks: fp32 sgemm, or oneDNN's bf16 matmuls).
+std::vector<float> run_blocks(const FlashCase& c) {
+  std::vector<float> out(c.q.size());
+  const auto q = to_f32(c.q), k = to_f32(c.k), v = to_f32(c.v);
+  ops::attention_forward_blocks(out.data(), q.data(), k.data(), v.data(), c.masked ? c.key_mask.data() : nullptr, c.s);
+  return out;
+}
+
+// Whether the bf16-product kernel runs here (AVX512-BF16).
+bool bf16_kernel_runs() {
+  ops::AttentionShape s{1, 1, 1, 1, false};
+  s.saved = ops::AttentionSaved::none;
+  s.bf16_products = true;
+  return ops::flash_attention_bf16_applies(s);
+}
+
+// The kernels the tests below hold to the same properties: bf16_products false (fp32), and true where
+// the bf16 kernel runs.
+std::vector<bool> kernels() {
+  if (bf16_kernel_runs()) return {false, true};
+  return {false};
 }
 
 std::string describe(const FlashCase& c) {
@@ -75,59 +111,128 @@ std::string describe(const FlashCase& c) {
          " prefix " + std::to_string(s.row_limit != nullptr);
 }
 
+// Random case i of a sequence: batch 1–3, 1–max_T queries, 1–3 heads of D, causal but every third;
+// every fourth a cache's prefill (queries after q_start cached keys, rows kv_stride apart, at least
+// min_spare rows to spare), every fourth from the second cross-attention over 1–max_Tk keys (causal
+// too: query t sees keys [0, t]); key padding and prefix limits on some.
+FlashCase random_case(std::mt19937_64& rng, int i, int64_t D, int64_t max_T, int64_t max_Tk, int64_t min_spare,
+                      bool bf16) {
+  auto pick = [&](int64_t lo, int64_t hi) { return lo + static_cast<int64_t>(rng() % (hi - lo + 1)); };
+  ops::AttentionShape s{pick(1, 3), pick(1, max_T), pick(1, 3), D, i % 3 != 1};
+  s.bf16_products = bf16;
+  switch (i % 4) {
+    case 1:
+      s.q_start = pick(0, 90);
+      s.Tk = s.q_start + s.T;
+      s.kv_stride = s.Tk + pick(min_spare, 20);
+      break;
+    case 3:
+      s.Tk = pick(1, max_Tk);
+      s.kv_stride = s.Tk + pick(0, 3);
+      break;
+    default: break;
+  }
+  return make_case(rng, s, i % 2 == 0 || i % 7 == 3, i % 5 == 4);
+}
+
 TEST(FlashAttention, MatchesTheFp64ForwardOnRandomShapesOnEverySimdTarget) {
   std::mt19937_64 rng(53);
-  auto pick = [&](int64_t lo, int64_t hi) { return lo + static_cast<int64_t>(rng() % (hi - lo + 1)); };
   const int64_t dims[] = {1, 3, 8, 24, 64, 80, 128};
   for (int i = 0; i < 28; ++i) {
-    ops::AttentionShape s{pick(1, 3), pick(1, 150), pick(1, 3), dims[i % 7], i % 3 != 1};
-    switch (i % 4) {
-      case 1:  // a cache's prefill: queries after q_start cached keys, rows kv_stride apart
-        s.q_start = pick(0, 90);
-        s.Tk = s.q_start + s.T;
-        s.kv_stride = s.Tk + pick(0, 20);
-        break;
-      case 3:  // cross-attention (causal too: query t sees keys [0, t])
-        s.Tk = pick(1, 200);
-        s.kv_stride = s.Tk + pick(0, 3);
-        break;
-      default: break;
-    }
-    const FlashCase c = make_case(rng, s, i % 2 == 0 || i % 7 == 3, i % 5 == 4);
+    const FlashCase c = random_case(rng, i, dims[i % 7], 150, 200, 0, false);
     SCOPED_TRACE(describe(c));
     const Vec ref = reference(c);
-    for_each_simd_target([&] { expect_close_fp32(fused(c), ref, 5e-6); });
+    for_each_simd_target([&] { expect_close_fp32(run(c), ref, 5e-6); });
   }
 }
 
 // Shapes of the models: RoFormer-base's heads over several row blocks and key tiles (a partial last
 // one), causal and not, with trailing padding.
+FlashCase model_case(std::mt19937_64& rng, bool causal, bool bf16) {
+  ops::AttentionShape s{2, 300, 2, 64, causal};
+  s.bf16_products = bf16;
+  FlashCase c = make_case(rng, s, false, false);
+  c.key_mask.assign(s.B * s.T, 1);
+  for (int64_t j = 250; j < s.T; ++j) c.key_mask[s.T + j] = 0;
+  c.masked = true;
+  return c;
+}
+
 TEST(FlashAttention, MatchesTheFp64ForwardAtModelShapes) {
   std::mt19937_64 rng(54);
   for (bool causal : {false, true}) {
-    ops::AttentionShape s{2, 300, 2, 64, causal};
-    FlashCase c = make_case(rng, s, false, false);
-    c.key_mask.assign(s.B * s.T, 1);
-    for (int64_t j = 250; j < s.T; ++j) c.key_mask[s.T + j] = 0;
-    c.masked = true;
+    const FlashCase c = model_case(rng, causal, false);
     SCOPED_TRACE(describe(c));
     const Vec ref = reference(c);
-    for_each_simd_target([&] { expect_close_fp32(fused(c), ref, 5e-6); });
+    for_each_simd_target([&] { expect_close_fp32(run(c), ref, 5e-6); });
   }
+}
+
+// The bf16-product kernel (flash_attention_bf16.cc): bf16 inference, where the CPU has AVX512-BF16.
+
+// Σ(x − ref)² / Σ ref².
+double nmse(const std::vector<float>& x, const Vec& ref) {
+  double err = 0, norm = 0;
+  for (size_t i = 0; i < x.size(); ++i) {
+    err += (x[i] - ref[i]) * (x[i] - ref[i]);
+    norm += ref[i] * ref[i];
+  }
+  return norm > 0 ? err / norm : err;
+}
+
+// The bf16 kernel's NMSE against fp64: at most twice the per-block bf16 path's on the same inputs, and
+// 1e-4. Returns the two NMSEs.
+std::pair<double, double> expect_as_close_as_the_blocks(const FlashCase& c) {
+  SCOPED_TRACE(describe(c));
+  const Vec ref = reference(c);
+  const double fused = nmse(run(c), ref), blocks = nmse(run_blocks(c), ref);
+  EXPECT_LE(fused, 2 * blocks) << "per-block bf16 path " << blocks;
+  EXPECT_LE(fused, 1e-4);
+  return {fused, blocks};
+}
+
+// Against attention_forward in fp64: no worse than twice the per-block bf16 path's NMSE on the same
+// inputs (both round q, k and v the same way; the probabilities are rounded before the division by
+// their sum here, after it there) and 1e-4 at most, over every mask: causal with queries after cached
+// keys strided by a capacity, cross-attention, padding (batch 1 all padded: uniform rows), prefix
+// limits; fewer than 16 rows (attention_forward routes those elsewhere, the kernel takes them); odd
+// head dims (a zero dimension pads the pairs) and odd tiles (a zero probability pads the last pair).
+TEST(FlashAttentionBf16, AsCloseToTheFp64ForwardAsThePerBlockBf16Path) {
+  if (!bf16_kernel_runs()) GTEST_SKIP() << "no AVX512-BF16";
+  std::mt19937_64 rng(60);
+  const int64_t dims[] = {7, 8, 30, 64, 80, 128, 3};
+  double worst = 0, worst_ratio = 0;
+  for (int i = 0; i < 35; ++i) {
+    const auto [fused, blocks] =
+        expect_as_close_as_the_blocks(random_case(rng, i, dims[i % 7], i % 5 == 2 ? 15 : 300, 300, 1, true));
+    worst = std::max(worst, fused), worst_ratio = std::max(worst_ratio, fused / blocks);
+  }
+  std::printf("worst NMSE %.3g, worst ratio to the per-block bf16 path %.3g\n", worst, worst_ratio);
+}
+
+// RoFormer-base's heads over several blocks and tiles, causal and not, trailing padding.
+TEST(FlashAttentionBf16, AsCloseToTheFp64ForwardAtModelShapes) {
+  if (!bf16_kernel_runs()) GTEST_SKIP() << "no AVX512-BF16";
+  std::mt19937_64 rng(61);
+  for (bool causal : {false, true}) expect_as_close_as_the_blocks(model_case(rng, causal, true));
 }
 
 TEST(FlashAttention, RowsThatSeeNoKeyAttendUniformlyOverAllKeys) {
   std::mt19937_64 rng(55);
-  ops::AttentionShape s{1, 5, 2, 8, false};
-  FlashCase c = make_case(rng, s, false, false);
-  c.key_mask.assign(s.T, 0);
-  c.masked = true;
-  const std::vector<float> out = fused(c);
-  for (int64_t t = 0; t < s.T; ++t) {
-    for (int64_t x = 0; x < s.H * s.D; ++x) {
-      double mean = 0;
-      for (int64_t j = 0; j < s.T; ++j) mean += c.v[j * s.H * s.D + x] / s.T;
-      EXPECT_NEAR(out[t * s.H * s.D + x], mean, 1e-6);
+  for (bool bf16 : kernels()) {
+    SCOPED_TRACE(bf16 ? "bf16 products" : "fp32");
+    ops::AttentionShape s{1, 5, 2, 8, false};
+    FlashCase c = make_case(rng, s, false, false);
+    c.key_mask.assign(s.T, 0);
+    c.masked = true;
+    c.s.bf16_products = bf16;
+    const std::vector<float> out = run(c);
+    for (int64_t t = 0; t < s.T; ++t) {
+      for (int64_t x = 0; x < s.H * s.D; ++x) {
+        double mean = 0;
+        for (int64_t j = 0; j < s.T; ++j) mean += c.v[j * s.H * s.D + x] / s.T;
+        EXPECT_NEAR(out[t * s.H * s.D + x], mean, 1e-6);  // the fp32 mean of the values, bf16 kernel too
+      }
     }
   }
 }
@@ -135,63 +240,92 @@ TEST(FlashAttention, RowsThatSeeNoKeyAttendUniformlyOverAllKeys) {
 // Inference writes the context over the queries: each block reads its queries before it writes.
 TEST(FlashAttention, OutputMayOverwriteTheQueries) {
   std::mt19937_64 rng(56);
-  for (bool causal : {false, true}) {
-    ops::AttentionShape s{2, 150, 3, 24, causal};
-    const FlashCase c = make_case(rng, s, true, false);
-    const auto k = to_f32(c.k), v = to_f32(c.v);
-    std::vector<float> over = to_f32(c.q);
-    ops::flash_attention_forward(over.data(), over.data(), k.data(), v.data(), c.key_mask.data(), c.s);
-    EXPECT_EQ(over, fused(c));
-  }
-}
-
-// Each block's arithmetic is its own: 1 and 2 threads give the same bits.
-TEST(FlashAttention, SameBitsWhateverTheThreadCount) {
-  std::mt19937_64 rng(57);
-  const FlashCase c = make_case(rng, ops::AttentionShape{2, 200, 3, 64, true}, true, false);
-  const int threads = omp_get_max_threads();
-  omp_set_num_threads(1);
-  const std::vector<float> one = fused(c);
-  omp_set_num_threads(2);
-  const std::vector<float> two = fused(c);
-  omp_set_num_threads(threads);
-  EXPECT_EQ(one, two);
-}
-
-// attention_forward runs fp32 inference of 16 query rows or more through the fused kernel (the same
-// bits), fewer through its per-block products (attention_forward_blocks).
-TEST(FlashAttention, AttentionForwardRoutesFp32InferenceFrom16Rows) {
-  std::mt19937_64 rng(58);
-  for (int64_t T : {15, 16, 100}) {
-    SCOPED_TRACE(T);
-    const FlashCase c = make_case(rng, ops::AttentionShape{2, T, 2, 32, true}, true, false);
-    const auto q = to_f32(c.q), k = to_f32(c.k), v = to_f32(c.v);
-    std::vector<float> routed(q.size()), blocks(q.size());
-    ops::attention_forward(routed.data(), static_cast<float*>(nullptr), q.data(), k.data(), v.data(),
-                           c.key_mask.data(), c.s);
-    ops::attention_forward_blocks(blocks.data(), q.data(), k.data(), v.data(), c.key_mask.data(), c.s);
-    if (T >= 16) {
-      EXPECT_EQ(routed, fused(c));
-      EXPECT_NE(routed, blocks);  // another order of sums somewhere
-    } else {
-      EXPECT_EQ(routed, blocks);
+  for (bool bf16 : kernels()) {
+    for (bool causal : {false, true}) {
+      SCOPED_TRACE(bf16 ? "bf16 products" : "fp32");
+      ops::AttentionShape s{2, 150, 3, 24, causal};
+      s.bf16_products = bf16;
+      const FlashCase c = make_case(rng, s, true, false);
+      const auto k = to_f32(c.k), v = to_f32(c.v);
+      std::vector<float> over = to_f32(c.q);
+      if (bf16) {
+        ops::flash_attention_forward_bf16(over.data(), over.data(), k.data(), v.data(), c.key_mask.data(), c.s);
+      } else {
+        ops::flash_attention_forward(over.data(), over.data(), k.data(), v.data(), c.key_mask.data(), c.s);
+      }
+      EXPECT_EQ(over, run(c));
     }
   }
 }
 
-TEST(FlashAttention, RefusesWhatIsNotFp32Inference) {
+// Each block's arithmetic is its own (the bf16 kernel's threads round the keys and values of the heads
+// they read themselves): 1 and 2 threads give the same bits.
+TEST(FlashAttention, SameBitsWhateverTheThreadCount) {
+  std::mt19937_64 rng(57);
+  for (bool bf16 : kernels()) {
+    SCOPED_TRACE(bf16 ? "bf16 products" : "fp32");
+    ops::AttentionShape s{2, 200, 3, 64, true};
+    s.bf16_products = bf16;
+    const FlashCase c = make_case(rng, s, true, false);
+    const int threads = omp_get_max_threads();
+    omp_set_num_threads(1);
+    const std::vector<float> one = run(c);
+    omp_set_num_threads(2);
+    const std::vector<float> two = run(c);
+    omp_set_num_threads(threads);
+    EXPECT_EQ(one, two);
+  }
+}
+
+// attention_forward runs inference of 16 query rows or more through the fused kernel of its products
+// (the same bits), fewer through the per-block path (attention_forward_blocks).
+TEST(FlashAttention, AttentionForwardRoutesInferenceFrom16Rows) {
+  std::mt19937_64 rng(58);
+  for (bool bf16 : kernels()) {
+    for (int64_t T : {15, 16, 100}) {
+      SCOPED_TRACE(testing::Message() << (bf16 ? "bf16 products, T " : "fp32, T ") << T);
+      ops::AttentionShape s{2, T, 2, 32, true};
+      s.bf16_products = bf16;
+      const FlashCase c = make_case(rng, s, true, false);
+      const auto q = to_f32(c.q), k = to_f32(c.k), v = to_f32(c.v);
+      std::vector<float> routed(q.size());
+      ops::attention_forward(routed.data(), static_cast<float*>(nullptr), q.data(), k.data(), v.data(),
+                             c.key_mask.data(), c.s);
+      if (T >= 16) {
+        EXPECT_EQ(routed, run(c));
+        EXPECT_NE(routed, run_blocks(c));  // another order of sums (and of roundings) somewhere
+      } else {
+        EXPECT_EQ(routed, run_blocks(c));
+      }
+    }
+  }
+}
+
+// Each kernel takes inference with its own products only; the bf16 one only where the CPU has
+// AVX512-BF16.
+TEST(FlashAttention, RefusesWhatIsNotItsInference) {
   std::vector<float> x(4);
-  ops::AttentionShape s{1, 2, 1, 2, false};
-  s.saved = ops::AttentionSaved::none;
-  EXPECT_TRUE(ops::flash_attention_applies(s));
-  for (int i = 0; i < 3; ++i) {
-    ops::AttentionShape bad = s;
-    if (i == 0) bad.saved = ops::AttentionSaved::row_stats;
-    if (i == 1) bad.dropout_p = 0.1;
-    if (i == 2) bad.bf16_products = true;
-    EXPECT_FALSE(ops::flash_attention_applies(bad));
-    EXPECT_THROW(ops::flash_attention_forward(x.data(), x.data(), x.data(), x.data(), nullptr, bad),
-                 std::invalid_argument);
+  for (bool bf16 : {false, true}) {
+    SCOPED_TRACE(bf16 ? "bf16 products" : "fp32");
+    ops::AttentionShape s{1, 2, 1, 2, false};
+    s.saved = ops::AttentionSaved::none;
+    s.bf16_products = bf16;
+    auto applies = [&](const ops::AttentionShape& a) {
+      return bf16 ? ops::flash_attention_bf16_applies(a) : ops::flash_attention_applies(a);
+    };
+    auto forward = [&](const ops::AttentionShape& a) {
+      if (bf16) return ops::flash_attention_forward_bf16(x.data(), x.data(), x.data(), x.data(), nullptr, a);
+      ops::flash_attention_forward(x.data(), x.data(), x.data(), x.data(), nullptr, a);
+    };
+    EXPECT_EQ(applies(s), !bf16 || bf16_kernel_runs());
+    for (int i = 0; i < 3; ++i) {
+      ops::AttentionShape bad = s;
+      if (i == 0) bad.saved = ops::AttentionSaved::row_stats;
+      if (i == 1) bad.dropout_p = 0.1;
+      if (i == 2) bad.bf16_products = !bf16;
+      EXPECT_FALSE(applies(bad));
+      EXPECT_THROW(forward(bad), std::invalid_argument);
+    }
   }
 }
 

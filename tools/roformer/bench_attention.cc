@@ -10,7 +10,9 @@
 // ways side by side, the per-block products (oneDNN or OpenBLAS sgemm) and softmax
 // (attention_forward_blocks, what attention_forward ran before) against the fused flash_attention_forward
 // (what it runs now), at each batch size, length and thread count (Google Benchmark, the repetitions in
-// random order, the fastest kept; --simd-target caps the fused kernel's dispatch).
+// random order, the fastest kept; --simd-target caps the fused kernel's dispatch); with --precision bf16,
+// the bf16-product inference forward the same two ways, the per-block oneDNN bf16 matmuls and softmax
+// against the fused flash_attention_forward_bf16 (AVX512-BF16 only).
 #include <fmt/core.h>
 #include <fmt/ranges.h>
 #include <omp.h>
@@ -49,7 +51,15 @@ void apply_simd_target(const BenchAttentionOptions& o) {
 int bench_attention_fused(const BenchAttentionOptions& o) {
   apply_simd_target(o);
   const int64_t H = o.heads, D = o.head_dim, C = H * D;
-  const bool causal = o.mask == "causal";
+  const bool causal = o.mask == "causal", bf16 = o.precision == "bf16";
+  if (bf16) {
+    ops::AttentionShape probe{1, 1, 1, 1, false};
+    probe.saved = ops::AttentionSaved::none, probe.bf16_products = true;
+    if (!ops::flash_attention_bf16_applies(probe)) {
+      throw std::invalid_argument("--fused --precision bf16: the fused bf16 kernel needs AVX512-BF16 (" +
+                                  ops::cpu_isa_name() + ")");
+    }
+  }
   struct Inputs {
     std::vector<float> q, k, v, out;
   };
@@ -72,15 +82,18 @@ int bench_attention_fused(const BenchAttentionOptions& o) {
       }
       ops::AttentionShape s{B, T, H, D, causal};
       s.saved = ops::AttentionSaved::none;
+      s.bf16_products = bf16;
       s.Tk = o.past + T, s.q_start = o.past;
       for (int threads : o.thread_counts) {
         for (const bool fused : {false, true}) {
           const std::string key = name(fused ? "fused" : "blocks", B, T, threads);
           seconds[key] = INFINITY;
-          benchmark::RegisterBenchmark(key.c_str(), [&in, s, threads, fused](benchmark::State& st) {
+          benchmark::RegisterBenchmark(key.c_str(), [&in, s, threads, fused, bf16](benchmark::State& st) {
             omp_set_num_threads(threads);
             for (auto _ : st) {
-              if (fused) {
+              if (fused && bf16) {
+                ops::flash_attention_forward_bf16(in.out.data(), in.q.data(), in.k.data(), in.v.data(), nullptr, s);
+              } else if (fused) {
                 ops::flash_attention_forward(in.out.data(), in.q.data(), in.k.data(), in.v.data(), nullptr, s);
               } else {
                 ops::attention_forward_blocks(in.out.data(), in.q.data(), in.k.data(), in.v.data(), nullptr, s);
@@ -94,11 +107,13 @@ int bench_attention_fused(const BenchAttentionOptions& o) {
   }
   FastestRunReporter reporter(&seconds, [](double& x) -> double& { return x; });
   run_benchmarks_interleaved(reporter);
-  fmt::print("softmax attention's fp32 inference forward, {} heads of {}, {}{}, SIMD target {}: milliseconds per "
-             "call, fastest of {}\n\n| batch | tokens | threads | per-block (attention_forward_blocks) "
-             "| fused (flash_attention_forward) | speed-up |\n|---|---|---|---|---|---|\n",
-             H, D, causal ? "causal" : "full", o.past ? fmt::format(" after {} cached keys", o.past) : "",
-             ops::vmath_target(), o.repetitions);
+  fmt::print("softmax attention's {} inference forward, {} heads of {}, {}{}, SIMD target {}: milliseconds per "
+             "call, fastest of {}\n\n| batch | tokens | threads | per-block (attention_forward_blocks{}) "
+             "| fused ({}) | speed-up |\n|---|---|---|---|---|---|\n",
+             bf16 ? "bf16-product" : "fp32", H, D, causal ? "causal" : "full",
+             o.past ? fmt::format(" after {} cached keys", o.past) : "", bf16 ? "AVX512-BF16" : ops::vmath_target(),
+             o.repetitions, bf16 ? ", oneDNN bf16" : "",
+             bf16 ? "flash_attention_forward_bf16" : "flash_attention_forward");
   for (int64_t B : o.batches) {
     for (int64_t T : o.lengths) {
       for (int threads : o.thread_counts) {

@@ -1,0 +1,402 @@
+// The fused inference forward of softmax attention with bf16 products (flash_attention.h's
+// flash_attention_forward_bf16): flash_attention.cc's kernel in shape, with both products on
+// AVX512-BF16's dot-product instruction (VDPBF16PS: 16 fp32 lanes, each += the two products of a pair
+// of bf16), for AttentionShape::bf16_products inference on CPUs that have it (Zen 4, Cooper Lake,
+// Sapphire Rapids). Highway 1.0 has no bf16 dot product, hence intrinsics in functions compiled for
+// that ISA (kTarget) behind a CPUID check, as activation.cc's bf16_from_f32_avx512.
+//
+// The same roundings as the per-block bf16 path (attention_bf16.h): queries times 1/√D, keys and
+// values rounded to bf16 (nearest even, subnormals to 0), fp32 accumulation, the softmax in fp32, the
+// probabilities rounded to bf16 on their way into p·v. One difference: the per-block path rounds the
+// normalised probabilities, this kernel exp(score − running maximum), as FlashAttention does (the
+// division by the sum comes at the end, in fp32); the relative rounding error is the same 2^-9.
+//
+// Per (batch, head) and block of kBlockRows query rows (OpenMP, static over the triples):
+//  - the scaled queries are rounded and stored as bf16 pairs along D, qt2 (Dh = ⌈D/2⌉ pairs,
+//    kBlockRows rows) of 32-bit words, a row per lane (an odd D is padded with a zero dimension);
+//  - the head's keys and values are rounded once per thread as the blocks first need them (lazily, a
+//    tile at a time, so a causal block converts only what it reads): keys k2 (Tk, Dh) pairs along D,
+//    values v2 (⌈Tk/2⌉, D) pairs of consecutive keys (an odd last key paired with a zero value);
+//  - for each tile of kTileKeys keys some row sees: scores transposed, st (keys, rows) = k2 · qt2,
+//    register-blocked (4 keys × up to 4 vectors of 16 rows; each step broadcasts a key's pair
+//    (k[j,x], k[j,x+1]) and dot-products it with the vectors of (q[i,x], q[i,x+1]) pairs);
+//  - the online softmax of flash_attention.cc's TileSoftmax, vectors of rows as lanes, the same
+//    arithmetic (its Exp too, vmath-inl.h's, here in intrinsics, with a shorter 2^n: Exp16), which
+//    writes the probabilities rounded to bf16 in pairs of keys, pt2 (⌈n/2⌉, rows) (an odd tile's last
+//    pair has p = 0 beside its last key);
+//  - the outputs, kept transposed in fp32, oT (D, rows) = α·oT + v2ᵀ · pt2: the same register-blocked
+//    product with D in place of the keys and key pairs in place of dimension pairs, each row's
+//    rescaling by α (a lane's) applied as the product loads its accumulators;
+//  - rows written as oT / l, transposed back; a row that sees no key gets the fp32 mean of all Tk values.
+// A thread holds the block's buffers (about (D + 2·kTileKeys)·kBlockRows words) and one head's bf16
+// keys and values (4·Tk·D bytes: 2 MB at 8,192 keys of 64).
+#include "flash_attention.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <limits>
+#include <stdexcept>
+#include <vector>
+
+#include "attention_mask.h"
+#include "base/threads.h"
+
+#if defined(__x86_64__) && defined(__GNUC__)
+// GCC 12 warns inside avx512fintrin.h (its intrinsics start from an undefined vector).
+#if !defined(__clang__)
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#endif
+#include <immintrin.h>
+#define OPS_BF16_KERNELS 1
+#endif
+
+namespace ops {
+
+#ifdef OPS_BF16_KERNELS
+
+#define OPS_BF16_TARGET __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx512bf16")))
+
+namespace {
+
+constexpr int64_t kBlockRows = 64;  // query rows per block: 4 vectors of 16 lanes
+constexpr int64_t kTileKeys = 64;   // keys per tile (even: a tile's pairs of keys never straddle tiles)
+constexpr int64_t kLanes = 16;      // fp32 lanes of a vector
+constexpr int kPanelRows = 4;       // rows of a product's register block (keys, or dimensions for p·v)
+
+// What one thread's blocks read and where they work.
+struct Bf16Work {
+  // The call's.
+  const float *q = nullptr, *k = nullptr, *v = nullptr;
+  float* out = nullptr;
+  const KeyMask* mask = nullptr;
+  const AttentionShape* s = nullptr;
+  float scale = 1;
+  int64_t Dh = 0;  // pairs of dimensions, ⌈D/2⌉
+  // The block's: scaled queries as bf16 pairs (Dh, kBlockRows); a tile's scores, then probabilities
+  // (kTileKeys, kBlockRows); the probabilities as bf16 pairs of keys (kTileKeys/2, kBlockRows); the
+  // outputs transposed (D, kBlockRows); each row's running maximum, sum, last rescaling factor, key
+  // limit (−1: sees nothing); the head's mean value (D: rows that see no key).
+  std::vector<uint32_t> qt2, pt2;
+  std::vector<uint16_t> q16;  // one query row's bf16 (2·Dh)
+  std::vector<float> st, oT, m, l, alpha, mean;
+  std::vector<int32_t> lim;
+  // The head's keys and values in bf16 (k2 (Tk, Dh) pairs, v2 (⌈Tk/2⌉, D) pairs of keys), those of
+  // pair head_bh, converted for keys [0, converted).
+  std::vector<uint32_t> k2, v2;
+  int64_t head_bh = -1, converted = 0, mean_bh = -1;
+};
+
+// e^x for 16 lanes, x ≤ 0 (scores minus their running maximum, −inf for masked keys) or NaN:
+// vmath-inl.h's Exp (the fp32 kernel's: Cody–Waite reduction, the Cephes polynomial) with its 2^n made by
+// VSCALEFPS, which rounds p·2^n once as its two multiplications by normal powers of two do: the same
+// bits for x ≥ −103.97 (its cut to 0), where it returns 0 below and this returns e^x rounded (0 or a
+// subnormal under 2^-149, which bf16 rounding flushes to 0 anyway). About half the instructions: the
+// softmax is a third of the kernel's time at head dim 64, the products being at the dot-product
+// instruction's peak.
+OPS_BF16_TARGET inline __m512 Exp16(__m512 x) {
+  // −110: e^x underflows to +0 (−inf included); max(lo, x) keeps a NaN x (the second operand's).
+  const __m512 xc = _mm512_max_ps(_mm512_set1_ps(-110.0f), x);
+  const __m512 n = _mm512_roundscale_ps(_mm512_mul_ps(xc, _mm512_set1_ps(1.44269504088896341f)),
+                                        _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+  __m512 r = _mm512_fnmadd_ps(n, _mm512_set1_ps(0.693359375f), xc);  // ln2 = 0.693359375 − 2.12194440e-4
+  r = _mm512_fnmadd_ps(n, _mm512_set1_ps(-2.12194440e-4f), r);
+  __m512 p = _mm512_set1_ps(1.9875691500e-4f);
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.3981999507e-3f));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(8.3334519073e-3f));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(4.1665795894e-2f));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.6666665459e-1f));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(5.0000001201e-1f));
+  p = _mm512_fmadd_ps(p, _mm512_mul_ps(r, r), _mm512_add_ps(r, _mm512_set1_ps(1.0f)));
+  return _mm512_scalef_ps(p, n);
+}
+
+// 16 bf16 pairs (a[i], b[i]) from two fp32 vectors, rounded to nearest even: word 2i = a[i], 2i + 1 = b[i].
+OPS_BF16_TARGET inline __m512i Pairs(__m512 a, __m512 b) {
+  // cvtne2ps: words 0..15 = bf16(a), 16..31 = bf16(b); interleaved.
+  const __m512i order = _mm512_set_epi16(31, 15, 30, 14, 29, 13, 28, 12, 27, 11, 26, 10, 25, 9, 24, 8, 23, 7, 22, 6,
+                                         21, 5, 20, 4, 19, 3, 18, 2, 17, 1, 16, 0);
+  return _mm512_permutexvar_epi16(order, reinterpret_cast<__m512i>(_mm512_cvtne2ps_pbh(b, a)));
+}
+
+// n fp32 values of x, times scale, rounded into out as 2·⌈n/2⌉ bf16 (a zero after an odd n).
+OPS_BF16_TARGET inline void RoundRow(uint16_t* out, const float* x, int64_t n, float scale) {
+  const __m512 s = _mm512_set1_ps(scale);
+  const int64_t words = (n + 1) / 2 * 2;
+  for (int64_t i = 0; i < words; i += 16) {
+    const int64_t c = std::min<int64_t>(16, n - i), w = std::min<int64_t>(16, words - i);
+    const __m512 xv = _mm512_mul_ps(_mm512_maskz_loadu_ps(static_cast<__mmask16>((1u << c) - 1), x + i), s);
+    _mm256_mask_storeu_epi16(out + i, static_cast<__mmask16>((1u << w) - 1),
+                             reinterpret_cast<__m256i>(_mm512_cvtneps_pbh(xv)));
+  }
+}
+
+// c (R rows, NV vectors of 16 lanes; row stride ldc) written = Σ over K pairs of a's pair (r, x), a
+// 32-bit word at a[r·ar + x·ax] broadcast, dot b's vector of pairs (x, vector), b + x·ldb words on; with
+// `scale` (NV vectors) that plus c times scale, column by column (the online softmax's rescaling of
+// the outputs, folded into the product's loads of them).
+template <int R, int NV>
+OPS_BF16_TARGET inline void PanelProduct(const uint32_t* a, int64_t ar, int64_t ax, const uint32_t* b, int64_t ldb,
+                                         int64_t K, float* c, int64_t ldc, const float* scale) {
+  __m512 acc[R][NV];
+  for (int r = 0; r < R; ++r) {
+    for (int j = 0; j < NV; ++j) {
+      acc[r][j] = scale ? _mm512_mul_ps(_mm512_loadu_ps(c + r * ldc + j * kLanes), _mm512_loadu_ps(scale + j * kLanes))
+                        : _mm512_setzero_ps();
+    }
+  }
+  for (int64_t x = 0; x < K; ++x) {
+    __m512bh bv[NV];
+    for (int j = 0; j < NV; ++j) bv[j] = reinterpret_cast<__m512bh>(_mm512_loadu_si512(b + x * ldb + j * kLanes));
+    for (int r = 0; r < R; ++r) {
+      const __m512bh av = reinterpret_cast<__m512bh>(_mm512_set1_epi32(static_cast<int>(a[r * ar + x * ax])));
+      for (int j = 0; j < NV; ++j) acc[r][j] = _mm512_dpbf16_ps(acc[r][j], av, bv[j]);
+    }
+  }
+  for (int r = 0; r < R; ++r) {
+    for (int j = 0; j < NV; ++j) _mm512_storeu_ps(c + r * ldc + j * kLanes, acc[r][j]);
+  }
+}
+
+template <int NV>
+OPS_BF16_TARGET void ProductNV(const uint32_t* a, int64_t ar, int64_t ax, const uint32_t* b, int64_t ldb, int64_t M,
+                               int64_t K, float* c, int64_t ldc, const float* scale) {
+  int64_t i = 0;
+  for (; i + kPanelRows <= M; i += kPanelRows) {
+    PanelProduct<kPanelRows, NV>(a + i * ar, ar, ax, b, ldb, K, c + i * ldc, ldc, scale);
+  }
+  switch (M - i) {
+    case 3: return PanelProduct<3, NV>(a + i * ar, ar, ax, b, ldb, K, c + i * ldc, ldc, scale);
+    case 2: return PanelProduct<2, NV>(a + i * ar, ar, ax, b, ldb, K, c + i * ldc, ldc, scale);
+    case 1: return PanelProduct<1, NV>(a + i * ar, ar, ax, b, ldb, K, c + i * ldc, ldc, scale);
+    default: return;
+  }
+}
+
+// c (M, vectors·16) written, or with scale (vectors·16) rescaled and accumulated, = a (M, K pairs) ·
+// b (K pairs, vectors·16), vectors ≤ 4 (a block's rows), strides as PanelProduct.
+OPS_BF16_TARGET void Product(const uint32_t* a, int64_t ar, int64_t ax, const uint32_t* b, int64_t ldb, int64_t M,
+                             int64_t K, float* c, int64_t ldc, int64_t vectors, const float* scale) {
+  switch (vectors) {
+    case 4: return ProductNV<4>(a, ar, ax, b, ldb, M, K, c, ldc, scale);
+    case 3: return ProductNV<3>(a, ar, ax, b, ldb, M, K, c, ldc, scale);
+    case 2: return ProductNV<2>(a, ar, ax, b, ldb, M, K, c, ldc, scale);
+    case 1: return ProductNV<1>(a, ar, ax, b, ldb, M, K, c, ldc, scale);
+    default: return;
+  }
+}
+
+// Keys and values [w.converted, end) of head h in batch b rounded into w.k2 and w.v2 (end even or Tk).
+OPS_BF16_TARGET void ConvertKeys(Bf16Work& w, const float* kh, const float* vh, int64_t end) {
+  const AttentionShape& s = *w.s;
+  const int64_t C = s.H * s.D, D = s.D, Dh = w.Dh;
+  for (int64_t j = w.converted; j < end; ++j) {
+    RoundRow(reinterpret_cast<uint16_t*>(w.k2.data() + j * Dh), kh + j * C, D, 1.0f);
+  }
+  for (int64_t j = w.converted; j < end; j += 2) {  // pairs (v[j, x], v[j + 1, x]), 16 dimensions at a time
+    const float* v0 = vh + j * C;
+    const float* v1 = j + 1 < end ? v0 + C : nullptr;  // an odd Tk's last key pairs with zeros
+    uint32_t* row = w.v2.data() + j / 2 * D;
+    for (int64_t x = 0; x < D; x += kLanes) {
+      const __mmask16 m = static_cast<__mmask16>((1u << std::min<int64_t>(kLanes, D - x)) - 1);
+      const __m512 a = _mm512_maskz_loadu_ps(m, v0 + x), b = v1 ? _mm512_maskz_loadu_ps(m, v1 + x) : _mm512_setzero_ps();
+      _mm512_mask_storeu_epi32(row + x, m, Pairs(a, b));
+    }
+  }
+  w.converted = end;
+}
+
+// flash_attention.cc's TileSoftmax over st (n keys, rows [i0, i1) in whole vectors) for keys j0..:
+// masked scores to −inf, exp(score − running maximum) in fp32 summed, each row's maximum, sum and
+// rescaling factor updated; the same operations in the same order. The probabilities go straight to
+// pt2 as bf16 pairs of keys (⌈n/2⌉, rows), 32-bit lane i holding (p[row i, key 2jp], p[row i, 2jp + 1]),
+// with p = 0 beside an odd tile's last key.
+OPS_BF16_TARGET void TileSoftmax(Bf16Work& w, int64_t i0, int64_t i1, int64_t j0, int64_t n, bool limited,
+                                 const int64_t* padded) {
+  const __m512 ninf = _mm512_set1_ps(-std::numeric_limits<float>::infinity());
+  for (int64_t i = i0; i < i1; i += kLanes) {
+    const __m512i lim = _mm512_loadu_si512(w.lim.data() + i);
+    __m512 vmax = ninf;
+    for (int64_t j = 0; j < n; ++j) {
+      float* sj = w.st.data() + j * kBlockRows + i;
+      __m512 x = _mm512_loadu_ps(sj);
+      if (limited) {  // −inf in the rows whose limit is at or before key j0 + j
+        const __mmask16 seen = _mm512_cmplt_epi32_mask(_mm512_set1_epi32(static_cast<int32_t>(j0 + j)), lim);
+        x = _mm512_mask_mov_ps(ninf, seen, x);
+      }
+      if (padded && padded[j0 + j] == 0) x = ninf;
+      if (limited || padded) _mm512_storeu_ps(sj, x);
+      vmax = _mm512_max_ps(vmax, x);
+    }
+    const __m512 m_old = _mm512_loadu_ps(w.m.data() + i), m_new = _mm512_max_ps(m_old, vmax);
+    // Rows that have seen no key yet subtract 0 instead: e^−inf = 0, not e^NaN.
+    const __m512 m_sub = _mm512_maskz_mov_ps(_mm512_cmp_ps_mask(m_new, ninf, _CMP_NEQ_UQ), m_new);
+    __m512 vsum = _mm512_setzero_ps();
+    for (int64_t j = 0; j < n; j += 2) {
+      const float* sj = w.st.data() + j * kBlockRows + i;
+      const __m512 p0 = Exp16(_mm512_sub_ps(_mm512_loadu_ps(sj), m_sub));
+      vsum = _mm512_add_ps(vsum, p0);
+      __m512 p1 = _mm512_setzero_ps();
+      if (j + 1 < n) {
+        p1 = Exp16(_mm512_sub_ps(_mm512_loadu_ps(sj + kBlockRows), m_sub));
+        vsum = _mm512_add_ps(vsum, p1);
+      }
+      _mm512_storeu_si512(w.pt2.data() + j / 2 * kBlockRows + i, Pairs(p0, p1));
+    }
+    const __m512 alpha = Exp16(_mm512_sub_ps(m_old, m_sub));
+    _mm512_storeu_ps(w.l.data() + i, _mm512_fmadd_ps(_mm512_loadu_ps(w.l.data() + i), alpha, vsum));
+    _mm512_storeu_ps(w.m.data() + i, m_new);
+    _mm512_storeu_ps(w.alpha.data() + i, alpha);
+  }
+}
+
+// Rows [r0, r0 + rows) of pair bh written from oT: oT[x, i] / l[i], or the mean of all Tk values for
+// a row that sees no key (its head's, kept for the thread's next such row of the same pair).
+OPS_BF16_TARGET void WriteRows(Bf16Work& w, int64_t bh, int64_t r0, int64_t rows, const float* vh) {
+  const AttentionShape& s = *w.s;
+  const int64_t D = s.D, C = s.H * D, Tk = s.keys(), b = bh / s.H, h = bh % s.H;
+  for (int64_t i = 0; i < rows; ++i) {
+    float* oi = w.out + (b * s.T + r0 + i) * C + h * D;
+    if (w.lim[i] < 0) {
+      if (w.mean_bh != bh) {
+        w.mean_bh = bh;
+        std::fill(w.mean.begin(), w.mean.end(), 0.0f);
+        for (int64_t j = 0; j < Tk; ++j) {
+          for (int64_t x = 0; x < D; ++x) w.mean[x] += vh[j * C + x];
+        }
+        const float inv = 1.0f / static_cast<float>(Tk);
+        for (int64_t x = 0; x < D; ++x) w.mean[x] *= inv;
+      }
+      std::copy(w.mean.begin(), w.mean.begin() + D, oi);
+      continue;
+    }
+    const float inv = 1.0f / w.l[i];
+    for (int64_t x = 0; x < D; ++x) oi[x] = w.oT[x * kBlockRows + i] * inv;
+  }
+}
+
+// Rows [r0, r0 + rows) of pair bh (see the file comment).
+OPS_BF16_TARGET void BlockKernel(Bf16Work& w, int64_t bh, int64_t r0, int64_t rows) {
+  const AttentionShape& s = *w.s;
+  const int64_t H = s.H, D = s.D, C = H * D, Tk = s.keys(), b = bh / H, h = bh % H, Dh = w.Dh;
+  constexpr int64_t vectors = kBlockRows / kLanes;
+  const float* kh = w.k + b * s.key_stride() * C + h * D;  // head h of key 0 in batch b
+  const float* vh = w.v + b * s.key_stride() * C + h * D;
+  const int64_t* keys = w.mask->keys(b);
+  if (w.head_bh != bh) w.head_bh = bh, w.converted = 0;
+
+  // The rows' key limits (−1: sees no key, or past the block), the extent of the keys any row sees,
+  // each query vector's, and the scaled queries as bf16 pairs, a row per lane.
+  int64_t E = 0, vector_extent[vectors] = {};
+  uint16_t* q16 = w.q16.data();
+  for (int64_t i = 0; i < kBlockRows; ++i) {
+    int64_t lim = -1;
+    if (i < rows) {
+      const RowKeys rk = w.mask->row(b, r0 + i, s.causal);
+      lim = rk.uniform ? -1 : rk.lim;
+      RoundRow(q16, w.q + (b * s.T + r0 + i) * C + h * D, D, w.scale);
+      uint32_t pair;
+      for (int64_t x = 0; x < Dh; ++x) {
+        std::memcpy(&pair, q16 + 2 * x, sizeof pair);
+        w.qt2[x * kBlockRows + i] = pair;
+      }
+    } else {
+      for (int64_t x = 0; x < Dh; ++x) w.qt2[x * kBlockRows + i] = 0;
+    }
+    w.lim[i] = static_cast<int32_t>(lim);
+    E = std::max(E, lim);
+    vector_extent[i / kLanes] = std::max(vector_extent[i / kLanes], lim);
+    w.m[i] = -std::numeric_limits<float>::infinity();
+    w.l[i] = 0;
+  }
+  std::fill(w.oT.begin(), w.oT.end(), 0.0f);
+
+  for (int64_t j0 = 0; j0 < E; j0 += kTileKeys) {
+    const int64_t n = std::min({kTileKeys, Tk - j0, E - j0});  // keys of the tile some row sees
+    int64_t v0 = 0, v1 = vectors;  // the query vectors [v0, v1) hold the rows that see a key of the tile
+    while (vector_extent[v0] <= j0) ++v0;
+    while (vector_extent[v1 - 1] <= j0) --v1;
+    const int64_t i0 = v0 * kLanes, i1 = v1 * kLanes, real = w.mask->real_keys(b, j0, j0 + n);
+    if (real == 0) continue;  // padding only
+    bool limited = false;     // some row of those vectors sees only part of the tile
+    for (int64_t i = i0; i < i1; ++i) limited |= w.lim[i] < j0 + n;
+    // The tile's keys and values in bf16, the first time this thread reads them for this head; the
+    // next tile's rows asked for meanwhile (C apart: the hardware prefetchers miss them).
+    const int64_t end = std::min(Tk, j0 + kTileKeys);
+    if (w.converted < end) {
+      for (int64_t j = end; j < std::min(Tk, end + kTileKeys); ++j) {
+        for (int64_t x = 0; x < D; x += kLanes) {
+          _mm_prefetch(reinterpret_cast<const char*>(kh + j * C + x), _MM_HINT_T0);
+          _mm_prefetch(reinterpret_cast<const char*>(vh + j * C + x), _MM_HINT_T0);
+        }
+      }
+      ConvertKeys(w, kh, vh, end);
+    }
+    // Scores, transposed: st (n, kBlockRows) columns [i0, i1) = k2 (n, Dh) · qt2 (Dh, rows).
+    Product(w.k2.data() + j0 * Dh, Dh, 1, w.qt2.data() + i0, kBlockRows, n, Dh, w.st.data() + i0, kBlockRows, v1 - v0,
+            nullptr);
+    TileSoftmax(w, i0, i1, j0, n, limited, real < n ? keys : nullptr);  // the probabilities: pt2
+    // oT (D, rows) columns [i0, i1) = α · oT + v2ᵀ (D, np pairs) · pt2 (np, rows), the outputs of rows
+    // whose maximum grew rescaled as they are loaded; the value pairs of keys j0.., the pair's word
+    // (x, jp) at v2[(j0/2 + jp)·D + x].
+    Product(w.v2.data() + j0 / 2 * D, 1, D, w.pt2.data() + i0, kBlockRows, D, (n + 1) / 2, w.oT.data() + i0,
+            kBlockRows, v1 - v0, w.alpha.data() + i0);
+  }
+
+  WriteRows(w, bh, r0, rows, vh);
+}
+
+bool cpu_has_avx512_bf16() {
+  static const bool has = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+                          __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq") &&
+                          __builtin_cpu_supports("avx512bf16");
+  return has;
+}
+
+}  // namespace
+
+bool flash_attention_bf16_applies(const AttentionShape& s) {  // key limits are int32 lanes
+  return s.saved == AttentionSaved::none && s.dropout_p == 0 && s.bf16_products &&
+         s.keys() <= std::numeric_limits<int32_t>::max() && cpu_has_avx512_bf16();
+}
+
+void flash_attention_forward_bf16(float* out, const float* q, const float* k, const float* v, const int64_t* key_mask,
+                                  const AttentionShape& s) {
+  if (!flash_attention_bf16_applies(s)) {
+    throw std::invalid_argument(
+        "flash_attention_forward_bf16: bf16-product inference only (nothing saved, no dropout), on a CPU with "
+        "AVX512-BF16");
+  }
+  const int64_t D = s.D, Dh = (D + 1) / 2, Tk = s.keys(), blocks = (s.T + kBlockRows - 1) / kBlockRows;
+  const KeyMask mask(key_mask, s);
+  const float scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(D)));
+  const double work = static_cast<double>(s.B * s.H) * static_cast<double>(s.T) * static_cast<double>(Tk) * D;
+#pragma omp parallel if (work >= base::kParallelMinElements)
+  {
+    Bf16Work w;
+    w.q = q, w.k = k, w.v = v, w.out = out, w.mask = &mask, w.s = &s, w.scale = scale, w.Dh = Dh;
+    w.q16.resize(2 * Dh), w.qt2.resize(Dh * kBlockRows), w.pt2.resize(kTileKeys / 2 * kBlockRows);
+    w.st.resize(kTileKeys * kBlockRows), w.oT.resize(D * kBlockRows), w.mean.resize(D);
+    w.m.resize(kBlockRows), w.l.resize(kBlockRows), w.alpha.resize(kBlockRows), w.lim.resize(kBlockRows);
+    w.k2.resize(Tk * Dh), w.v2.resize((Tk + 1) / 2 * D);
+#pragma omp for schedule(static)
+    for (int64_t item = 0; item < s.B * s.H * blocks; ++item) {
+      const int64_t bh = item / blocks, r0 = item % blocks * kBlockRows;
+      BlockKernel(w, bh, r0, std::min(kBlockRows, s.T - r0));
+    }
+  }
+}
+
+#else  // not x86-64: no AVX512-BF16, never applies
+
+bool flash_attention_bf16_applies(const AttentionShape&) { return false; }
+
+void flash_attention_forward_bf16(float*, const float*, const float*, const float*, const int64_t*,
+                                  const AttentionShape&) {
+  throw std::invalid_argument("flash_attention_forward_bf16: needs AVX512-BF16 (x86-64)");
+}
+
+#endif
+
+}  // namespace ops
