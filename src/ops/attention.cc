@@ -167,7 +167,9 @@ constexpr int64_t kRowBlock = 64;  // query rows per block of products
 // fp32 inference runs flash_attention_forward from this many query rows on. Its products run down
 // vectors of query rows: below a vector's worth (16 on AVX-512) most lanes idle, and these per-block
 // products are faster (after 512 cached keys: 0.22× at 1 query, 1.10× at 16; `roformer bench attention
-// --fused --mask causal --batches 1 --lengths 1,4,16 --past 512 --thread-counts 1`, Zen 4).
+// --fused --mask causal --batches 1 --lengths 1,4,16 --past 512 --thread-counts 1`, Zen 4). The bf16
+// kernel crosses over at about 8 rows (0.64× at 1 query, 0.97× at 8, 1.28× at 16; the same command
+// with --precision bf16 --heads 12 --lengths 1,4,8,16,32), so the same threshold serves both.
 constexpr int64_t kFusedMinRows = 16;
 
 // Seed of the dropout mask of one (global batch row, head) probability block.
