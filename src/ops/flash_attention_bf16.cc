@@ -3,7 +3,7 @@
 // AVX512-BF16's dot-product instruction (VDPBF16PS: 16 fp32 lanes, each += the two products of a pair
 // of bf16), for AttentionShape::bf16_products inference on CPUs that have it (Zen 4, Cooper Lake,
 // Sapphire Rapids). Highway 1.0 has no bf16 dot product, hence intrinsics in functions compiled for
-// that ISA (kTarget) behind a CPUID check, as activation.cc's bf16_from_f32_avx512.
+// that ISA (OPS_BF16_TARGET) behind a CPUID check, as activation.cc's bf16_from_f32_avx512.
 //
 // The same roundings as the per-block bf16 path (attention_bf16.h): queries times 1/√D, keys and
 // values rounded to bf16 (nearest even, subnormals to 0), fp32 accumulation, the softmax in fp32, the
@@ -20,12 +20,14 @@
 //    Rounding each tile again for every block instead made the kernel 1.16× slower at 512 keys and
 //    1.25× at 2,048 (12 heads of 64, full, 1 thread, Zen 4);
 //  - for each tile of kTileKeys keys some row sees: scores transposed, st (keys, rows) = k2 · qt2,
-//    register-blocked (4 keys × up to 4 vectors of 16 rows; each step broadcasts a key's pair
-//    (k[j,x], k[j,x+1]) and dot-products it with the vectors of (q[i,x], q[i,x+1]) pairs);
+//    register-blocked (4 keys × up to 4 vectors of 16 rows: 16 accumulators, 4 vectors and a
+//    broadcast of AVX-512's 32 registers; each step broadcasts a key's pair (k[j,x], k[j,x+1]) and
+//    dot-products it with the vectors of (q[i,x], q[i,x+1]) pairs);
 //  - the online softmax of flash_attention.cc's TileSoftmax, vectors of rows as lanes, the same
 //    arithmetic (its Exp too, vmath-inl.h's, here in intrinsics, with a shorter 2^n: Exp16), which
 //    writes the probabilities rounded to bf16 in pairs of keys, pt2 (⌈n/2⌉, rows) (an odd tile's last
-//    pair has p = 0 beside its last key);
+//    pair has p = 0 beside its last key, times the next key's value where the tile stops before Tk:
+//    finite values are assumed there, as in any cache);
 //  - the outputs, kept transposed in fp32, oT (D, rows) = α·oT + v2ᵀ · pt2: the same register-blocked
 //    product with D in place of the keys and key pairs in place of dimension pairs, each row's
 //    rescaling by α (a lane's) applied as the product loads its accumulators;
@@ -76,8 +78,8 @@ struct Bf16Work {
   const AttentionShape* s = nullptr;
   float scale = 1;
   int64_t Dh = 0;  // pairs of dimensions, ⌈D/2⌉
-  // The block's: scaled queries as bf16 pairs (Dh, kBlockRows); a tile's scores, then probabilities
-  // (kTileKeys, kBlockRows); the probabilities as bf16 pairs of keys (kTileKeys/2, kBlockRows); the
+  // The block's: scaled queries as bf16 pairs (Dh, kBlockRows); a tile's scores (kTileKeys,
+  // kBlockRows); its probabilities as bf16 pairs of keys (kTileKeys/2, kBlockRows); the
   // outputs transposed (D, kBlockRows); each row's running maximum, sum, last rescaling factor, key
   // limit (−1: sees nothing); the head's mean value (D: rows that see no key).
   std::vector<uint32_t> qt2, pt2;
