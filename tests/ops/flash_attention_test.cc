@@ -170,16 +170,6 @@ TEST(FlashAttention, MatchesTheFp64ForwardAtModelShapes) {
 
 // The bf16-product kernel (flash_attention_bf16.cc): bf16 inference, where the CPU has AVX512-BF16.
 
-// Σ(x − ref)² / Σ ref².
-double nmse(const std::vector<float>& x, const Vec& ref) {
-  double err = 0, norm = 0;
-  for (size_t i = 0; i < x.size(); ++i) {
-    err += (x[i] - ref[i]) * (x[i] - ref[i]);
-    norm += ref[i] * ref[i];
-  }
-  return norm > 0 ? err / norm : err;
-}
-
 // The bf16 kernel's NMSE against fp64: at most twice the per-block bf16 path's on the same inputs, and
 // 1e-4. Returns the two NMSEs.
 std::pair<double, double> expect_as_close_as_the_blocks(const FlashCase& c) {

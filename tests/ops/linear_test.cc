@@ -69,13 +69,6 @@ TEST(Ops, LinearBiasGradientIsTheColumnSumInRowOrder) {
 
 double rounded_to_bf16(double x) { return rope::bf16_to_f32(rope::f32_to_bf16(static_cast<float>(x))); }
 
-// Σ(x − ref)² / Σ ref².
-double nmse(const std::vector<float>& x, const Vec& ref) {
-  double err = 0, norm = 0;
-  for (size_t i = 0; i < ref.size(); ++i) err += (x[i] - ref[i]) * (x[i] - ref[i]), norm += ref[i] * ref[i];
-  return err / norm;
-}
-
 // Arbitrary fp32 operands: the products equal fp64's on the operands rounded to nearest-even bf16, to
 // fp32 accumulation (1e-11), and differ from the unrounded fp64 products by bf16 rounding (~1e-5): so
 // every operand is rounded, and only once. Forward writes; both backward products accumulate.

@@ -1,5 +1,5 @@
 // Shared by the op tests (tests/ops/*_test.cc): random vectors, fp32 copies, the finite-difference
-// gradient check on a stride of elements (tests/grad_check.h), fp32-against-fp64 closeness, and a
+// gradient check on a stride of elements (tests/grad_check.h), fp32-against-fp64 closeness and NMSE, and a
 // loop over the SIMD targets the ops were built for.
 #pragma once
 
@@ -47,6 +47,14 @@ inline void expect_close_fp32(const std::vector<float>& f, const Vec& d, double 
     err = std::max(err, std::fabs(f[i] - d[i]));
   }
   EXPECT_LE(err, tol * std::max(1.0, scale));
+}
+
+// Normalised mean squared error of an fp32 result against the fp64 one: Σ(x − ref)² / Σ ref² (Σ(x − ref)²
+// when ref is all zeros).
+inline double nmse(const std::vector<float>& x, const Vec& ref) {
+  double err = 0, norm = 0;
+  for (size_t i = 0; i < ref.size(); ++i) err += (x[i] - ref[i]) * (x[i] - ref[i]), norm += ref[i] * ref[i];
+  return norm > 0 ? err / norm : err;
 }
 
 inline std::vector<float> to_f32(const Vec& v) { return std::vector<float>(v.begin(), v.end()); }
