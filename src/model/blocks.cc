@@ -543,11 +543,11 @@ void self_attention_forward(T* out, AttentionActs<T>& a, const AttentionParams<T
         const int64_t rows = std::min(step, N - r0);
         p.qkv->forward(a.qkv.data(), x + r0 * H, rows);
         // A pass may start or end inside a batch row: one librope call per batch row's part of it.
-        for (int64_t i = r0; rotated_in_split && i < r0 + rows;) {
-          const int64_t b = i / T_, end = std::min(r0 + rows, (b + 1) * T_);
+        for (int64_t i = r0, end = 0; rotated_in_split && i < r0 + rows; i = end) {
+          const int64_t b = i / T_;
+          end = std::min(r0 + rows, (b + 1) * T_);
           rotate_qk_from_packed(*ctx.rope, a.qkv.data() + (i - r0) * 3 * H, a.q.data() + i * H, k + kv_row(i) * H,
                                 end - i, n, D, rope_at(b) + i % T_);
-          i = end;
         }
 #pragma omp parallel for schedule(static) if (rows * H >= base::kParallelMinElements)
         for (int64_t i = r0; i < r0 + rows; ++i) {

@@ -109,8 +109,8 @@ void onednn_matmul(const dnnl::memory::desc& src, const void* src_data, const dn
   put_desc(key, at, dst);
   key[at++] = bias != nullptr;
   key[at++] = accumulate;
-  // Per thread, about 35 KB each: a causal attention of up to 6,500 keys (5 products × T/64 extents)
-  // runs from the cache.
+  // Per thread, about 45 KB each: a causal attention of up to 6,500 keys (5 products × T/64 key
+  // extents) runs from the cache.
   constexpr size_t kCached = 512;
   thread_local RecentPrimitives<CachedMatmul, std::tuple_size_v<MatmulKey>> recent(kCached);
   CachedMatmul& m = recent.get(key, [&] {

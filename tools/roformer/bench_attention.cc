@@ -19,6 +19,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <functional>
 #include <map>
 #include <memory>
 #include <stdexcept>
@@ -45,6 +46,21 @@ void apply_simd_target(const BenchAttentionOptions& o) {
   if (!o.simd_target.empty() && !cap_simd_target(o.simd_target)) {
     throw std::invalid_argument("--simd-target " + o.simd_target + ": not a Highway target this CPU supports");
   }
+}
+
+// Registers `call` with Google Benchmark under `key` for --repetitions repetitions of --min-time each,
+// on `threads` OpenMP threads (0: as set); run_benchmarks_interleaved then leaves its fastest seconds
+// per call in seconds[key].
+void register_timed(std::map<std::string, double>& seconds, const std::string& key, const BenchAttentionOptions& o,
+                    int threads, benchmark::TimeUnit unit, std::function<void()> call) {
+  seconds[key] = INFINITY;
+  benchmark::RegisterBenchmark(key.c_str(), [threads, call = std::move(call)](benchmark::State& st) {
+    if (threads > 0) omp_set_num_threads(threads);
+    for (auto _ : st) {
+      call();
+      benchmark::ClobberMemory();
+    }
+  })->UseRealTime()->MinTime(o.min_time)->Repetitions(o.repetitions)->Unit(unit);
 }
 
 // --fused: milliseconds per call of each kernel, and the ratio.
@@ -86,21 +102,19 @@ int bench_attention_fused(const BenchAttentionOptions& o) {
       s.Tk = o.past + T, s.q_start = o.past;
       for (int threads : o.thread_counts) {
         for (const bool fused : {false, true}) {
-          const std::string key = name(fused ? "fused" : "blocks", B, T, threads);
-          seconds[key] = INFINITY;
-          benchmark::RegisterBenchmark(key.c_str(), [&in, s, threads, fused, bf16](benchmark::State& st) {
-            omp_set_num_threads(threads);
-            for (auto _ : st) {
-              if (fused && bf16) {
-                ops::flash_attention_forward_bf16(in.out.data(), in.q.data(), in.k.data(), in.v.data(), nullptr, s);
-              } else if (fused) {
-                ops::flash_attention_forward(in.out.data(), in.q.data(), in.k.data(), in.v.data(), nullptr, s);
-              } else {
-                ops::attention_forward_blocks(in.out.data(), in.q.data(), in.k.data(), in.v.data(), nullptr, s);
-              }
-              benchmark::ClobberMemory();
-            }
-          })->UseRealTime()->MinTime(o.min_time)->Repetitions(o.repetitions)->Unit(benchmark::kMillisecond);
+          register_timed(seconds, name(fused ? "fused" : "blocks", B, T, threads), o, threads, benchmark::kMillisecond,
+                         [&in, s, fused, bf16] {
+                           if (fused && bf16) {
+                             ops::flash_attention_forward_bf16(in.out.data(), in.q.data(), in.k.data(), in.v.data(),
+                                                               nullptr, s);
+                           } else if (fused) {
+                             ops::flash_attention_forward(in.out.data(), in.q.data(), in.k.data(), in.v.data(),
+                                                          nullptr, s);
+                           } else {
+                             ops::attention_forward_blocks(in.out.data(), in.q.data(), in.k.data(), in.v.data(),
+                                                           nullptr, s);
+                           }
+                         });
         }
       }
     }
@@ -159,20 +173,10 @@ int bench_decode(const BenchAttentionOptions& o) {
     const ops::DecodeAttentionShape s{B, H, D, keys.emplace_back(B, T).data(), nullptr, capacity};
     ops::DecodeAttentionShape heads = s;
     heads.heads_major = true;
-    for (const bool bf16 : {false, true}) {
-      const std::string key = name(bf16 ? "bf16" : "fp32", T);
-      seconds[key] = INFINITY;
-      benchmark::RegisterBenchmark(key.c_str(), [&, s, heads, bf16](benchmark::State& st) {
-        for (auto _ : st) {
-          if (bf16) {
-            ops::attention_decode_forward(out.data(), q.data(), k16.data(), v16.data(), heads);
-          } else {
-            ops::attention_decode_forward<float>(out.data(), q.data(), k.data(), v.data(), s);
-          }
-          benchmark::ClobberMemory();
-        }
-      })->UseRealTime()->MinTime(o.min_time)->Repetitions(o.repetitions)->Unit(benchmark::kMicrosecond);
-    }
+    register_timed(seconds, name("fp32", T), o, 0, benchmark::kMicrosecond,
+                   [&, s] { ops::attention_decode_forward<float>(out.data(), q.data(), k.data(), v.data(), s); });
+    register_timed(seconds, name("bf16", T), o, 0, benchmark::kMicrosecond,
+                   [&, heads] { ops::attention_decode_forward(out.data(), q.data(), k16.data(), v16.data(), heads); });
   }
   FastestRunReporter reporter(&seconds, [](double& x) -> double& { return x; });
   run_benchmarks_interleaved(reporter);
