@@ -656,7 +656,8 @@ void self_attention_backward(T* dx, const AttentionParams<T>& g, const T* dout, 
   zero(dq, N * H), zero(dk, N * H), zero(dv, N * H);
   if (c.attention_type == AttentionType::softmax) {
     const ops::AttentionShape shape = softmax_shape(ctx, B, T_, T_, 0, T_);
-    ops::attention_backward(dq, dk, dv, d_ctx, a.att.data(), a.q.data(), a.k.data(), a.v.data(), ctx.key_mask, shape);
+    ops::attention_backward(dq, dk, dv, d_ctx, a.att.data(), a.q.data(), a.k.data(), a.v.data(), ctx.key_mask, shape,
+                            a.ctx.data());  // the forward's output: Δ for the fused bf16 backward
     if (ctx.rope) {  // the rotation is orthogonal: its backward rotates by −θ
       rotate(*ctx.rope, ROPE_BACKWARD, ROPE_ROLE_QUERY, dq, B, T_, n, D, 0);
       rotate(*ctx.rope, ROPE_BACKWARD, ROPE_ROLE_KEY, dk, B, T_, n, D, 0);
@@ -746,7 +747,7 @@ void cross_attention_backward(T* dx, T* dmemory, const AttentionParams<T>& g, co
   attention_output_backward(d_ctx, dx, g, dout, a, p, ctx, B, T_, s);
   zero(dq, N * H), zero(dk, M * H), zero(dv, M * H);
   ops::attention_backward(dq, dk, dv, d_ctx, a.att.data(), a.q.data(), a.k.data(), a.v.data(), ctx.key_mask,
-                          softmax_shape(ctx, B, T_, Tk, 0, Tk));
+                          softmax_shape(ctx, B, T_, Tk, 0, Tk), a.ctx.data());
   if (ctx.rope) {
     rotate(*ctx.rope, ROPE_BACKWARD, ROPE_ROLE_QUERY, dq, B, T_, n, D, 0);
     rotate(*ctx.rope, ROPE_BACKWARD, ROPE_ROLE_KEY, dk, B, Tk, n, D, 0);

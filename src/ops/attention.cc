@@ -380,7 +380,8 @@ void attention_forward(T* out, T* saved, const T* q, const T* k, const T* v, con
   if constexpr (std::is_same_v<T, float>) {  // inference: a fused kernel from kFusedMinRows queries on
     if (s.T >= kFusedMinRows && flash_attention_applies(s)) return flash_attention_forward(out, q, k, v, key_mask, s);
     if (s.T >= kFusedMinRows && flash_attention_bf16_applies(s)) {  // bf16 products on AVX512-BF16
-      return flash_attention_forward_bf16(out, q, k, v, key_mask, s);
+      return flash_attention_forward_bf16(out, q, k, v, key_mask, s,
+                                          s.saved == AttentionSaved::row_stats ? saved : nullptr);
     }
   }
   forward_blocks(out, saved, q, k, v, key_mask, s);
@@ -455,10 +456,15 @@ void attention_decode_forward(float* out, const float* q, const uint16_t* k, con
 
 template <typename T>
 void attention_backward(T* dq, T* dk, T* dv, const T* dout, const T* saved, const T* q, const T* k, const T* v,
-                        const int64_t* key_mask, const AttentionShape& s) {
+                        const int64_t* key_mask, const AttentionShape& s, const T* out) {
   const int64_t C = s.H * s.D, Tq = s.T, Tn = s.keys(), TT = Tq * Tn;
   const T scale = static_cast<T>(1.0 / std::sqrt(static_cast<double>(s.D)));
   if (s.saved == AttentionSaved::none || !saved) throw std::invalid_argument("attention_backward: the forward saved nothing");
+  if constexpr (std::is_same_v<T, float>) {  // bf16 training from row statistics: the fused backward
+    if (out && s.T >= kFusedMinRows && s.saved == AttentionSaved::row_stats && flash_attention_bf16_applies(s)) {
+      return flash_attention_backward_bf16(dq, dk, dv, dout, out, saved, q, k, v, key_mask, s);
+    }
+  }
   const bool recompute = s.saved == AttentionSaved::row_stats;
   const KeyMask mask(recompute ? key_mask : nullptr, s);  // the probabilities carry the mask themselves
 #pragma omp parallel
@@ -521,9 +527,11 @@ template void attention_decode_forward<float>(float*, const float*, const float*
 template void attention_decode_forward<double>(double*, const double*, const double*, const double*,
                                                const DecodeAttentionShape&);
 template void attention_backward<float>(float*, float*, float*, const float*, const float*, const float*,
-                                        const float*, const float*, const int64_t*, const AttentionShape&);
+                                        const float*, const float*, const int64_t*, const AttentionShape&,
+                                        const float*);
 template void attention_backward<double>(double*, double*, double*, const double*, const double*, const double*,
-                                         const double*, const double*, const int64_t*, const AttentionShape&);
+                                         const double*, const double*, const int64_t*, const AttentionShape&,
+                                         const double*);
 
 }  // namespace ops
 #endif  // HWY_ONCE

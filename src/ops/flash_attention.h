@@ -10,7 +10,8 @@
 // cross-attention (Tk) and cache layout (kv_stride), and a row that sees no key attends uniformly over
 // all Tk keys, as Hugging Face's finfo.min mask gives. Results equal attention_forward's up to fp32
 // rounding (the sums are accumulated in another order), not bit for bit. A bf16-product variant of the
-// same kernel (flash_attention_forward_bf16) serves bf16 inference on CPUs with AVX512-BF16.
+// same kernel (flash_attention_forward_bf16) serves bf16 inference on CPUs with AVX512-BF16, and bf16
+// training with its fused backward (flash_attention_backward_bf16).
 #pragma once
 
 #include <cstdint>
@@ -36,14 +37,27 @@ bool flash_attention_applies(const AttentionShape& s);
 // and the probabilities rounded to bf16, fp32 accumulation; softmax and outputs fp32) on AVX512-BF16's
 // dot products (flash_attention_bf16.cc). Its results equal the per-block bf16 path's
 // (attention_forward_blocks with bf16_products) up to rounding: that path rounds the normalised
-// probabilities, this one exp(score − running maximum) before the final division. The same arguments;
-// throws std::invalid_argument unless flash_attention_bf16_applies(s).
+// probabilities, this one exp(score − running maximum) before the final division. The same arguments,
+// and for training (s.saved = row_stats) stats (B, H, T, 2) written with each row's largest visible
+// score and 1/Σexp, null otherwise; throws std::invalid_argument unless flash_attention_bf16_applies(s)
+// and stats is given exactly when s keeps row statistics.
 void flash_attention_forward_bf16(float* out, const float* q, const float* k, const float* v, const int64_t* key_mask,
-                                  const AttentionShape& s);
+                                  const AttentionShape& s, float* stats = nullptr);
 
-// Whether flash_attention_forward_bf16 takes s: bf16-product inference (nothing saved, no dropout),
-// fewer than 2^31 keys, on a CPU with AVX512-BF16 (never true elsewhere). attention_forward<float>
-// runs such shapes of 16 query rows or more through it.
+// Its backward, fused the same way (FlashAttention-2's: the probabilities remade per tile from the
+// row statistics, never kept; Δ = rowsum(dO ⊙ out) from the forward's output): dq (B, T, H·D), dk, dv
+// (B, kv_stride, H·D) += the gradients given dout, the forward's out and stats, with the per-block bf16
+// backward's roundings (q, k, v, dout, the probabilities and the scaled score gradients in bf16, fp32
+// accumulation). Equal to attention_backward's bf16 path up to rounding, for stats from either forward.
+// Throws std::invalid_argument unless flash_attention_bf16_applies(s) with s.saved = row_stats.
+void flash_attention_backward_bf16(float* dq, float* dk, float* dv, const float* dout, const float* out,
+                                   const float* stats, const float* q, const float* k, const float* v,
+                                   const int64_t* key_mask, const AttentionShape& s);
+
+// Whether flash_attention_forward_bf16 takes s: bf16 products without dropout, nothing saved (inference)
+// or row statistics (training; the backward too), fewer than 2^31 keys, on a CPU with AVX512-BF16
+// (never true elsewhere). attention_forward<float> and attention_backward<float> (given the forward's
+// output) run such shapes of 16 query rows or more through them.
 bool flash_attention_bf16_applies(const AttentionShape& s);
 
 // attention_forward's fp32 inference without the fused kernel: per block of 64 query rows, the scores'

@@ -1,8 +1,9 @@
-// The fused inference forward of softmax attention with bf16 products (flash_attention.h's
-// flash_attention_forward_bf16): flash_attention.cc's kernel in shape, with both products on
-// AVX512-BF16's dot-product instruction (VDPBF16PS: 16 fp32 lanes, each += the two products of a pair
-// of bf16), for AttentionShape::bf16_products inference on CPUs that have it (Zen 4, Cooper Lake,
-// Sapphire Rapids). Highway 1.0 has no bf16 dot product, hence intrinsics in functions compiled for
+// The fused forward of softmax attention with bf16 products (flash_attention.h's
+// flash_attention_forward_bf16, for inference and for training from row statistics) and its fused
+// backward (flash_attention_backward_bf16, described where it starts below): flash_attention.cc's
+// kernel in shape, with the products on AVX512-BF16's dot-product instruction (VDPBF16PS: 16 fp32
+// lanes, each += the two products of a pair of bf16), for AttentionShape::bf16_products on CPUs that
+// have it (Zen 4, Cooper Lake, Sapphire Rapids). Highway 1.0 has no bf16 dot product, hence intrinsics in functions compiled for
 // that ISA (OPS_BF16_TARGET) behind a CPUID check, as activation.cc's bf16_from_f32_avx512.
 //
 // The same roundings as the per-block bf16 path (attention_bf16.h): queries times 1/√D, keys and
@@ -74,6 +75,7 @@ struct Bf16Work {
   // The call's.
   const float *q = nullptr, *k = nullptr, *v = nullptr;
   float* out = nullptr;
+  float* stats = nullptr;  // (B, H, T, 2) row statistics for the backward, or null
   const KeyMask* mask = nullptr;
   const AttentionShape* s = nullptr;
   float scale = 1;
@@ -256,12 +258,18 @@ OPS_BF16_TARGET void TileSoftmax(Bf16Work& w, int64_t i0, int64_t i1, int64_t j0
 }
 
 // Rows [r0, r0 + rows) of pair bh written from oT: oT[x, i] / l[i], or the mean of all Tk values for
-// a row that sees no key (its head's, kept for the thread's next such row of the same pair).
+// a row that sees no key (its head's, kept for the thread's next such row of the same pair); with
+// stats, each row's (m, 1/l) beside them ((0, 1) for a row that sees no key: unused).
 OPS_BF16_TARGET void WriteRows(Bf16Work& w, int64_t bh, int64_t r0, int64_t rows, const float* vh) {
   const AttentionShape& s = *w.s;
   const int64_t D = s.D, C = s.H * D, Tk = s.keys(), b = bh / s.H, h = bh % s.H;
   for (int64_t i = 0; i < rows; ++i) {
     float* oi = w.out + (b * s.T + r0 + i) * C + h * D;
+    if (w.stats) {
+      float* st = w.stats + (bh * s.T + r0 + i) * 2;
+      st[0] = w.lim[i] < 0 ? 0.0f : w.m[i];
+      st[1] = w.lim[i] < 0 ? 1.0f : 1.0f / w.l[i];
+    }
     if (w.lim[i] < 0) {
       if (w.mean_bh != bh) {
         w.mean_bh = bh;
@@ -351,6 +359,231 @@ OPS_BF16_TARGET void BlockKernel(Bf16Work& w, int64_t bh, int64_t r0, int64_t ro
   WriteRows(w, bh, r0, rows, vh);
 }
 
+// ---- The backward (flash_attention_backward_bf16) ----
+// Per (batch, head), on one thread (its keys' gradients accumulate in the thread's buffers, then are
+// added to dk and dv once): the head's keys rounded as the scores read them (k2, pairs along D) and
+// as dQ's product reads them (kp2, pairs of consecutive keys), its values as dP's product reads them
+// (vd2, pairs along D); then per block of kBlockRows query rows, the block's scaled queries and output
+// gradients as bf16 pairs along D with a row per lane (qt2, gt2) and as pairs of consecutive rows
+// (qr2, gr2); per tile of keys some row sees, with the rows as lanes:
+//   st (n, rows)  = k2 · qt2                       the scores again
+//   dpt (n, rows) = vd2 · gt2                      dP = dO·vᵀ
+//   P = exp(st − m)·inv from the forward's statistics, dS = scale · P ⊙ (dP − Δ), Δ = rowsum(dO ⊙ O);
+//   P and dS rounded in pairs of rows (pr2, dsr2) and dS in pairs of keys (dsk2);
+//   dV (n, D) += pr2 · gr2, dK (n, D) += dsr2 · qr2 (D as lanes), dQᵀ (D, rows) += kp2ᵀ · dsk2 (rows
+//   as lanes), each product accumulating into its fp32 buffer as it loads it (scale 1).
+// The roundings are the per-block bf16 backward's (attention_bf16.h): q, k, v, dO, P and scale·dS
+// rounded to bf16, fp32 accumulation and softmax; Δ is taken from the forward's output in fp32.
+struct Bf16BackWork {
+  const float *q = nullptr, *k = nullptr, *v = nullptr, *out = nullptr, *dout = nullptr, *stats = nullptr;
+  float *dq = nullptr, *dk = nullptr, *dv = nullptr;
+  const KeyMask* mask = nullptr;
+  const AttentionShape* s = nullptr;
+  float scale = 1;
+  int64_t Dh = 0, Dp = 0;  // pairs of dimensions ⌈D/2⌉; D rounded up to whole vectors
+  // The head's: k2, vd2 (Tk, Dh); kp2 (⌈Tk/2⌉, D); dK, dV (Tk, Dp) fp32.
+  std::vector<uint32_t> k2, vd2, kp2;
+  std::vector<float> dK, dV;
+  // The block's: qt2, gt2 (Dh, kBlockRows); qr2, gr2 (kBlockRows/2, Dp); dQT (D, kBlockRows) fp32;
+  // per row the statistics m, inv, Δ and the key limit (−1: sees no key, or past the block).
+  std::vector<uint32_t> qt2, gt2, qr2, gr2;
+  std::vector<float> dQT, m, inv, delta, ones;
+  std::vector<int32_t> lim;
+  std::vector<uint16_t> row16;  // one row's bf16 (2·Dh)
+  // The tile's: st, dpt (kTileKeys, kBlockRows) fp32; pr2, dsr2 (kTileKeys, kBlockRows/2); dsk2
+  // (kTileKeys/2, kBlockRows).
+  std::vector<float> st, dpt;
+  std::vector<uint32_t> pr2, dsr2, dsk2;
+};
+
+// Rows [0, rows) of x (row stride C, D each) times scale, rounded to bf16: into t2 (Dh, kBlockRows) as
+// pairs along D, a row per lane, and into r2 (kBlockRows/2, Dp) as pairs of consecutive rows, D as
+// lanes (either null: not wanted); rows past `rows` zero in both.
+OPS_BF16_TARGET void RoundBlock(Bf16BackWork& w, const float* x, int64_t C, int64_t rows, float scale,
+                                uint32_t* t2, uint32_t* r2) {
+  const int64_t D = w.s->D, Dh = w.Dh, Dp = w.Dp;
+  uint16_t* row16 = w.row16.data();
+  for (int64_t i = 0; t2 && i < kBlockRows; ++i) {
+    if (i < rows) {
+      RoundRow(row16, x + i * C, D, scale);
+      for (int64_t p = 0; p < Dh; ++p) std::memcpy(t2 + p * kBlockRows + i, row16 + 2 * p, sizeof(uint32_t));
+    } else {
+      for (int64_t p = 0; p < Dh; ++p) t2[p * kBlockRows + i] = 0;
+    }
+  }
+  if (!r2) return;
+  for (int64_t i = 0; i < kBlockRows; i += 2) {
+    uint32_t* out = r2 + i / 2 * Dp;
+    for (int64_t c = 0; c < Dp; c += kLanes) {
+      const __mmask16 mk = static_cast<__mmask16>((1u << std::min<int64_t>(kLanes, std::max<int64_t>(0, D - c))) - 1);
+      const __m512 sv = _mm512_set1_ps(scale);
+      const __m512 a = i < rows ? _mm512_mul_ps(_mm512_maskz_loadu_ps(mk, x + i * C + c), sv) : _mm512_setzero_ps();
+      const __m512 b = i + 1 < rows ? _mm512_mul_ps(_mm512_maskz_loadu_ps(mk, x + (i + 1) * C + c), sv) : _mm512_setzero_ps();
+      _mm512_storeu_si512(out + c, Pairs(a, b));
+    }
+  }
+}
+
+// The head's keys and values rounded (k2, vd2, kp2) and its gradient buffers zeroed.
+OPS_BF16_TARGET void LoadHead(Bf16BackWork& w, const float* kh, const float* vh) {
+  const AttentionShape& s = *w.s;
+  const int64_t C = s.H * s.D, D = s.D, Dh = w.Dh, Tk = s.keys();
+  for (int64_t j = 0; j < Tk; ++j) {
+    RoundRow(reinterpret_cast<uint16_t*>(w.k2.data() + j * Dh), kh + j * C, D, 1.0f);
+    RoundRow(reinterpret_cast<uint16_t*>(w.vd2.data() + j * Dh), vh + j * C, D, 1.0f);
+  }
+  for (int64_t j = 0; j < Tk; j += 2) {  // pairs (k[j, x], k[j + 1, x]); an odd Tk's last key with zeros
+    const float* k0 = kh + j * C;
+    const float* k1 = j + 1 < Tk ? k0 + C : nullptr;
+    uint32_t* row = w.kp2.data() + j / 2 * D;
+    for (int64_t x = 0; x < D; x += kLanes) {
+      const __mmask16 mk = static_cast<__mmask16>((1u << std::min<int64_t>(kLanes, D - x)) - 1);
+      const __m512 a = _mm512_maskz_loadu_ps(mk, k0 + x), b = k1 ? _mm512_maskz_loadu_ps(mk, k1 + x) : _mm512_setzero_ps();
+      _mm512_mask_storeu_epi32(row + x, mk, Pairs(a, b));
+    }
+  }
+  std::fill(w.dK.begin(), w.dK.end(), 0.0f);
+  std::fill(w.dV.begin(), w.dV.end(), 0.0f);
+}
+
+// Key j (of the tile from j0) for the rows of vector i: its probabilities exp(score − m)·inv, 0 where
+// masked (the row's limit, a padded key), stored in pairs of rows in pr2, and its score gradients
+// scale · p ⊙ (dP − Δ), stored so in dsr2 and returned.
+OPS_BF16_TARGET inline __m512 KeyGrads(Bf16BackWork& w, int64_t i, int64_t j0, int64_t j, const int64_t* padded,
+                                       __m512i lim, __m512 m, __m512 inv, __m512 delta) {
+  constexpr int64_t R = kBlockRows, R2 = kBlockRows / 2;
+  __m512 x = _mm512_loadu_ps(w.st.data() + j * R + i);
+  const __mmask16 seen = _mm512_cmplt_epi32_mask(_mm512_set1_epi32(static_cast<int32_t>(j0 + j)), lim);
+  x = _mm512_mask_mov_ps(_mm512_set1_ps(-std::numeric_limits<float>::infinity()), seen, x);
+  if (padded && padded[j0 + j] == 0) x = _mm512_set1_ps(-std::numeric_limits<float>::infinity());
+  const __m512 p = _mm512_mul_ps(Exp16(_mm512_sub_ps(x, m)), inv);
+  const __m512 dp = _mm512_sub_ps(_mm512_loadu_ps(w.dpt.data() + j * R + i), delta);
+  const __m512 ds = _mm512_mul_ps(_mm512_mul_ps(p, dp), _mm512_set1_ps(w.scale));
+  _mm256_storeu_si256(reinterpret_cast<__m256i*>(w.pr2.data() + j * R2 + i / 2),
+                      reinterpret_cast<__m256i>(_mm512_cvtneps_pbh(p)));
+  _mm256_storeu_si256(reinterpret_cast<__m256i*>(w.dsr2.data() + j * R2 + i / 2),
+                      reinterpret_cast<__m256i>(_mm512_cvtneps_pbh(ds)));
+  return ds;
+}
+
+// The tile's probabilities and score gradients from st and dpt (n keys from j0, rows [i0, i1) in whole
+// vectors): pr2, dsr2 (pairs of rows) and dsk2 (pairs of keys; dS = 0 beside an odd tile's last key).
+OPS_BF16_TARGET void TileGrads(Bf16BackWork& w, int64_t i0, int64_t i1, int64_t j0, int64_t n, const int64_t* padded) {
+  for (int64_t i = i0; i < i1; i += kLanes) {
+    const __m512i lim = _mm512_loadu_si512(w.lim.data() + i);
+    const __m512 m = _mm512_loadu_ps(w.m.data() + i), inv = _mm512_loadu_ps(w.inv.data() + i);
+    const __m512 delta = _mm512_loadu_ps(w.delta.data() + i);
+    for (int64_t j = 0; j < n; j += 2) {
+      const __m512 ds0 = KeyGrads(w, i, j0, j, padded, lim, m, inv, delta);
+      const __m512 ds1 = j + 1 < n ? KeyGrads(w, i, j0, j + 1, padded, lim, m, inv, delta) : _mm512_setzero_ps();
+      _mm512_storeu_si512(w.dsk2.data() + j / 2 * kBlockRows + i, Pairs(ds0, ds1));
+    }
+  }
+}
+
+// A row that sees no key attends uniformly over all Tk keys (p = 1/Tk): its gradients in fp32, as the
+// per-block path gives them (the scores' gradient reaches q and k though the mask made them equal).
+// g, o, q: the row's dO, output and query (D); dq: its gradient row.
+void UniformRowGrads(Bf16BackWork& w, const float* g, const float* o, const float* q, float* dq, const float* kh,
+                     const float* vh) {
+  const AttentionShape& s = *w.s;
+  const int64_t D = s.D, C = s.H * D, Tk = s.keys(), Dp = w.Dp;
+  const float p = 1.0f / static_cast<float>(Tk);
+  double delta = 0;
+  for (int64_t x = 0; x < D; ++x) delta += static_cast<double>(g[x]) * o[x];
+  float* row = w.dQT.data();  // the row's dq, added to dq once (D ≤ dQT's size)
+  std::fill(row, row + D, 0.0f);
+  for (int64_t j = 0; j < Tk; ++j) {
+    double dp = 0;
+    for (int64_t x = 0; x < D; ++x) dp += static_cast<double>(g[x]) * vh[j * C + x];
+    const float ds = static_cast<float>(p * (dp - delta) * w.scale);
+    float *dKj = w.dK.data() + j * Dp, *dVj = w.dV.data() + j * Dp;
+    for (int64_t x = 0; x < D; ++x) {
+      dVj[x] += p * g[x];
+      dKj[x] += ds * q[x];
+      row[x] += ds * kh[j * C + x];
+    }
+  }
+  for (int64_t x = 0; x < D; ++x) dq[x] += row[x];
+}
+
+// Rows [r0, r0 + rows) of pair bh: their dq rows, and their share of the head's dK and dV buffers.
+OPS_BF16_TARGET void BackwardBlock(Bf16BackWork& w, int64_t bh, int64_t r0, int64_t rows) {
+  const AttentionShape& s = *w.s;
+  const int64_t H = s.H, D = s.D, C = H * D, Tk = s.keys(), b = bh / H, h = bh % H, Dh = w.Dh, Dp = w.Dp;
+  constexpr int64_t R = kBlockRows, R2 = kBlockRows / 2, vectors = kBlockRows / kLanes;
+  const float* kh = w.k + b * s.key_stride() * C + h * D;
+  const float* vh = w.v + b * s.key_stride() * C + h * D;
+  const int64_t row0 = (b * s.T + r0) * C + h * D;  // head h of query row r0 in batch b
+  const int64_t* keys = w.mask->keys(b);
+
+  int64_t E = 0, vector_extent[vectors] = {};
+  for (int64_t i = 0; i < R; ++i) {
+    int64_t lim = -1;
+    float m = 0, inv = 0, delta = 0;
+    if (i < rows) {
+      const RowKeys rk = w.mask->row(b, r0 + i, s.causal);
+      if (!rk.uniform) {
+        lim = rk.lim;
+        const float* st = w.stats + (bh * s.T + r0 + i) * 2;
+        m = st[0], inv = st[1];
+        // Δ = rowsum(dO ⊙ out) with dO rounded as dP's product reads it: a row that sees one key
+        // then gets dP − Δ = 0 up to fp32 sums, as the exact gradient (the per-block path takes
+        // Σ p·dP from the same products instead).
+        const float* o = w.out + row0 + i * C;
+        RoundRow(w.row16.data(), w.dout + row0 + i * C, D, 1.0f);
+        for (int64_t x = 0; x < D; ++x) {
+          const uint32_t bits = static_cast<uint32_t>(w.row16[x]) << 16;
+          float g;
+          std::memcpy(&g, &bits, sizeof g);
+          delta += g * o[x];
+        }
+      }
+    }
+    w.lim[i] = static_cast<int32_t>(lim), w.m[i] = m, w.inv[i] = inv, w.delta[i] = delta;
+    E = std::max(E, lim);
+    vector_extent[i / kLanes] = std::max(vector_extent[i / kLanes], lim);
+  }
+  if (E > 0) {
+    RoundBlock(w, w.q + row0, C, rows, w.scale, w.qt2.data(), nullptr);  // scaled queries for the scores
+    RoundBlock(w, w.q + row0, C, rows, 1.0f, nullptr, w.qr2.data());  // unscaled, in pairs of rows, for dK
+    RoundBlock(w, w.dout + row0, C, rows, 1.0f, w.gt2.data(), w.gr2.data());
+    std::fill(w.dQT.begin(), w.dQT.end(), 0.0f);
+  }
+  const float* ones = w.ones.data();
+  for (int64_t j0 = 0; j0 < E; j0 += kTileKeys) {
+    const int64_t n = std::min({kTileKeys, Tk - j0, E - j0});
+    int64_t v0 = 0, v1 = vectors;
+    while (vector_extent[v0] <= j0) ++v0;
+    while (vector_extent[v1 - 1] <= j0) --v1;
+    const int64_t i0 = v0 * kLanes, i1 = v1 * kLanes, real = w.mask->real_keys(b, j0, j0 + n);
+    if (real == 0) continue;  // padding only: P = 0
+    Product(w.k2.data() + j0 * Dh, Dh, 1, w.qt2.data() + i0, R, n, Dh, w.st.data() + i0, R, v1 - v0, nullptr);
+    Product(w.vd2.data() + j0 * Dh, Dh, 1, w.gt2.data() + i0, R, n, Dh, w.dpt.data() + i0, R, v1 - v0, nullptr);
+    TileGrads(w, i0, i1, j0, n, real < n ? keys : nullptr);
+    // dV and dK (n, D) += over the row pairs [i0/2, i1/2), 4 vectors of D at a time.
+    for (int64_t c = 0; c < Dp; c += 4 * kLanes) {
+      const int64_t nv = std::min<int64_t>(4, (Dp - c) / kLanes);
+      Product(w.pr2.data() + i0 / 2, R2, 1, w.gr2.data() + i0 / 2 * Dp + c, Dp, n, (i1 - i0) / 2,
+              w.dV.data() + j0 * Dp + c, Dp, nv, ones);
+      Product(w.dsr2.data() + i0 / 2, R2, 1, w.qr2.data() + i0 / 2 * Dp + c, Dp, n, (i1 - i0) / 2,
+              w.dK.data() + j0 * Dp + c, Dp, nv, ones);
+    }
+    // dQᵀ (D, rows) columns [i0, i1) += kp2ᵀ (D, key pairs) · dsk2 (key pairs, rows).
+    Product(w.kp2.data() + j0 / 2 * D, 1, D, w.dsk2.data() + i0, R, D, (n + 1) / 2, w.dQT.data() + i0, R, v1 - v0,
+            ones);
+  }
+  for (int64_t i = 0; i < rows; ++i) {  // dq rows once each (dQT is scratch for uniform rows after)
+    if (w.lim[i] < 0) continue;
+    float* dqi = w.dq + row0 + i * C;
+    for (int64_t x = 0; x < D; ++x) dqi[x] += w.dQT[x * R + i];
+  }
+  for (int64_t i = 0; i < rows; ++i) {
+    if (w.lim[i] >= 0) continue;
+    UniformRowGrads(w, w.dout + row0 + i * C, w.out + row0 + i * C, w.q + row0 + i * C, w.dq + row0 + i * C, kh, vh);
+  }
+}
+
 bool cpu_has_avx512_bf16() {
   static const bool has = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
                           __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq") &&
@@ -361,16 +594,20 @@ bool cpu_has_avx512_bf16() {
 }  // namespace
 
 bool flash_attention_bf16_applies(const AttentionShape& s) {  // key limits are int32 lanes
-  return s.saved == AttentionSaved::none && s.dropout_p == 0 && s.bf16_products &&
-         s.keys() <= std::numeric_limits<int32_t>::max() && cpu_has_avx512_bf16();
+  return (s.saved == AttentionSaved::none || s.saved == AttentionSaved::row_stats) && s.dropout_p == 0 &&
+         s.bf16_products && s.keys() <= std::numeric_limits<int32_t>::max() && cpu_has_avx512_bf16();
 }
 
 void flash_attention_forward_bf16(float* out, const float* q, const float* k, const float* v, const int64_t* key_mask,
-                                  const AttentionShape& s) {
+                                  const AttentionShape& s, float* stats) {
   if (!flash_attention_bf16_applies(s)) {
     throw std::invalid_argument(
-        "flash_attention_forward_bf16: bf16-product inference only (nothing saved, no dropout), on a CPU with "
-        "AVX512-BF16");
+        "flash_attention_forward_bf16: bf16 products without dropout (nothing saved, or row statistics), on a CPU "
+        "with AVX512-BF16");
+  }
+  if ((s.saved == AttentionSaved::row_stats) != (stats != nullptr)) {
+    throw std::invalid_argument("flash_attention_forward_bf16: row statistics are written where, and only where, "
+                                "the shape saves them");
   }
   const int64_t D = s.D, Dh = (D + 1) / 2, Tk = s.keys(), blocks = (s.T + kBlockRows - 1) / kBlockRows;
   const KeyMask mask(key_mask, s);
@@ -379,7 +616,7 @@ void flash_attention_forward_bf16(float* out, const float* q, const float* k, co
 #pragma omp parallel if (work >= base::kParallelMinElements)
   {
     Bf16Work w;
-    w.q = q, w.k = k, w.v = v, w.out = out, w.mask = &mask, w.s = &s, w.scale = scale, w.Dh = Dh;
+    w.q = q, w.k = k, w.v = v, w.out = out, w.stats = stats, w.mask = &mask, w.s = &s, w.scale = scale, w.Dh = Dh;
     w.q16.resize(2 * Dh), w.qt2.resize(Dh * kBlockRows), w.pt2.resize(kTileKeys / 2 * kBlockRows);
     w.st.resize(kTileKeys * kBlockRows), w.oT.resize(D * kBlockRows), w.mean.resize(D);
     w.m.resize(kBlockRows), w.l.resize(kBlockRows), w.alpha.resize(kBlockRows), w.lim.resize(kBlockRows);
@@ -392,13 +629,59 @@ void flash_attention_forward_bf16(float* out, const float* q, const float* k, co
   }
 }
 
+void flash_attention_backward_bf16(float* dq, float* dk, float* dv, const float* dout, const float* out,
+                                   const float* stats, const float* q, const float* k, const float* v,
+                                   const int64_t* key_mask, const AttentionShape& s) {
+  if (!flash_attention_bf16_applies(s) || s.saved != AttentionSaved::row_stats || !out || !stats) {
+    throw std::invalid_argument(
+        "flash_attention_backward_bf16: bf16 products without dropout from row statistics and the forward's "
+        "output, on a CPU with AVX512-BF16");
+  }
+  const int64_t D = s.D, Dh = (D + 1) / 2, Dp = (D + kLanes - 1) / kLanes * kLanes, Tk = s.keys(), C = s.H * D;
+  const KeyMask mask(key_mask, s);
+  const float scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(D)));
+  const double work = static_cast<double>(s.B * s.H) * static_cast<double>(s.T) * static_cast<double>(Tk) * D;
+#pragma omp parallel if (work >= base::kParallelMinElements)
+  {
+    Bf16BackWork w;
+    w.q = q, w.k = k, w.v = v, w.out = out, w.dout = dout, w.stats = stats, w.dq = dq, w.dk = dk, w.dv = dv;
+    w.mask = &mask, w.s = &s, w.scale = scale, w.Dh = Dh, w.Dp = Dp;
+    w.k2.resize(Tk * Dh), w.vd2.resize(Tk * Dh), w.kp2.resize((Tk + 1) / 2 * D);
+    w.dK.resize(Tk * Dp), w.dV.resize(Tk * Dp);
+    w.qt2.resize(Dh * kBlockRows), w.gt2.resize(Dh * kBlockRows);
+    w.qr2.resize(kBlockRows / 2 * Dp), w.gr2.resize(kBlockRows / 2 * Dp), w.dQT.resize(D * kBlockRows);
+    w.m.resize(kBlockRows), w.inv.resize(kBlockRows), w.delta.resize(kBlockRows), w.lim.resize(kBlockRows);
+    w.ones.assign(kBlockRows > Dp ? kBlockRows : Dp, 1.0f), w.row16.resize(2 * Dh);
+    w.st.resize(kTileKeys * kBlockRows), w.dpt.resize(kTileKeys * kBlockRows);
+    w.pr2.resize(kTileKeys * kBlockRows / 2), w.dsr2.resize(kTileKeys * kBlockRows / 2);
+    w.dsk2.resize(kTileKeys / 2 * kBlockRows);
+#pragma omp for schedule(static)
+    for (int64_t bh = 0; bh < s.B * s.H; ++bh) {
+      const int64_t b = bh / s.H, h = bh % s.H, key0 = b * s.key_stride() * C + h * D;  // head h of key 0 in batch b
+      LoadHead(w, k + key0, v + key0);
+      for (int64_t r0 = 0; r0 < s.T; r0 += kBlockRows) BackwardBlock(w, bh, r0, std::min(kBlockRows, s.T - r0));
+      for (int64_t j = 0; j < Tk; ++j) {
+        for (int64_t x = 0; x < D; ++x) {
+          dk[key0 + j * C + x] += w.dK[j * Dp + x];
+          dv[key0 + j * C + x] += w.dV[j * Dp + x];
+        }
+      }
+    }
+  }
+}
+
 #else  // not x86-64: no AVX512-BF16, never applies
 
 bool flash_attention_bf16_applies(const AttentionShape&) { return false; }
 
 void flash_attention_forward_bf16(float*, const float*, const float*, const float*, const int64_t*,
-                                  const AttentionShape&) {
+                                  const AttentionShape&, float*) {
   throw std::invalid_argument("flash_attention_forward_bf16: needs AVX512-BF16 (x86-64)");
+}
+
+void flash_attention_backward_bf16(float*, float*, float*, const float*, const float*, const float*, const float*,
+                                   const float*, const float*, const int64_t*, const AttentionShape&) {
+  throw std::invalid_argument("flash_attention_backward_bf16: needs AVX512-BF16 (x86-64)");
 }
 
 #endif

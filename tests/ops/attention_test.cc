@@ -341,7 +341,11 @@ TEST(Ops, AttentionRowStatisticsGiveTheKeptProbabilitiesGradientsBitForBit) {
     for_each_simd_target([&] { expect_row_stats_path_equals<float>(rng, s); });
     if (ops::bf16_is_native()) {  // bf16 mixed-precision training: the recomputed products are bf16 too
       s.bf16_products = true;
-      expect_row_stats_path_equals<float>(rng, s);
+      ops::AttentionShape stats = s;
+      stats.saved = ops::AttentionSaved::row_stats;
+      // Where the fused bf16 kernels take row statistics (no dropout, 16 rows or more, AVX512-BF16),
+      // they round otherwise: flash_attention_test.cc holds them to the fp64 gradients.
+      if (s.T < 16 || !ops::flash_attention_bf16_applies(stats)) expect_row_stats_path_equals<float>(rng, s);
       s.bf16_products = false;
     }
     s.row_limit = nullptr;

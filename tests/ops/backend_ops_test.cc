@@ -434,7 +434,9 @@ void attention_masks(const AttentionCase& a, ops::AttentionShape& s, std::vector
   }
 }
 
-// bf16: fp32 tensors with every product in bf16 (AttentionShape::bf16_products), forward and backward.
+// bf16: fp32 tensors with every product in bf16 (AttentionShape::bf16_products), forward and backward
+// (the backward given the forward's output, as the model gives it: with row statistics, no dropout and
+// 16 rows or more, on AVX512-BF16, the fused kernels).
 Body attention_body(const AttentionCase& a) {
   auto run = [a]<class T>(Inputs& in, Outputs& out, bool bf16) {
     ops::AttentionShape s = a.s;
@@ -448,7 +450,7 @@ Body attention_body(const AttentionCase& a) {
     auto dq = cast<T>(in.normal(s.B * s.T * C)), dk = cast<T>(in.normal(kv)), dv = cast<T>(in.normal(kv));
     ops::attention_forward(o.data(), att.data(), q.data(), k.data(), v.data(), key_mask.data(), s);
     ops::attention_backward(dq.data(), dk.data(), dv.data(), g.data(), att.data(), q.data(), k.data(), v.data(),
-                            key_mask.data(), s);
+                            key_mask.data(), s, o.data());
     out.add(o), out.add(att), out.add(dq), out.add(dk), out.add(dv);
   };
   return [run](const Variant& v, Inputs& in, Outputs& out) {

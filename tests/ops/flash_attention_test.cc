@@ -10,6 +10,7 @@
 #include <omp.h>
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <cstdio>
 #include <cstdint>
@@ -291,8 +292,8 @@ TEST(FlashAttention, AttentionForwardRoutesInferenceFrom16Rows) {
   }
 }
 
-// Each kernel takes inference with its own products only; the bf16 one only where the CPU has
-// AVX512-BF16.
+// Each kernel takes inference with its own products only (the bf16 one also training from row
+// statistics); the bf16 one only where the CPU has AVX512-BF16.
 TEST(FlashAttention, RefusesWhatIsNotItsInference) {
   std::vector<float> x(4);
   for (bool bf16 : {false, true}) {
@@ -308,14 +309,184 @@ TEST(FlashAttention, RefusesWhatIsNotItsInference) {
       ops::flash_attention_forward(x.data(), x.data(), x.data(), x.data(), nullptr, a);
     };
     EXPECT_EQ(applies(s), !bf16 || bf16_kernel_runs());
+    ops::AttentionShape training = s;  // row statistics: the bf16 kernels' training, not fp32's
+    training.saved = ops::AttentionSaved::row_stats;
+    EXPECT_EQ(applies(training), bf16 && bf16_kernel_runs());
     for (int i = 0; i < 3; ++i) {
       ops::AttentionShape bad = s;
-      if (i == 0) bad.saved = ops::AttentionSaved::row_stats;
+      if (i == 0) bad.saved = ops::AttentionSaved::probabilities;
       if (i == 1) bad.dropout_p = 0.1;
       if (i == 2) bad.bf16_products = !bf16;
       EXPECT_FALSE(applies(bad));
       EXPECT_THROW(forward(bad), std::invalid_argument);
     }
+  }
+}
+
+// The fused bf16 backward (flash_attention_backward_bf16) and the forward that keeps row statistics
+// for it, where the CPU has AVX512-BF16.
+
+struct Grads {
+  std::vector<float> dq, dk, dv;
+};
+
+// A random output gradient for the case (exactly fp32).
+Vec random_dout(std::mt19937_64& rng, const FlashCase& c) { return random_f32_vec(rng, c.q.size()); }
+
+// The fp64 gradients: attention_forward<double> keeping the probabilities, then its backward.
+std::array<Vec, 3> reference_grads(const FlashCase& c, const Vec& g) {
+  ops::AttentionShape s = c.s;
+  s.bf16_products = false, s.saved = ops::AttentionSaved::probabilities;
+  Vec out(c.q.size()), att(ops::attention_saved_size(s)), dq(c.q.size()), dk(c.k.size()), dv(c.v.size());
+  const int64_t* mask = c.masked ? c.key_mask.data() : nullptr;
+  ops::attention_forward<double>(out.data(), att.data(), c.q.data(), c.k.data(), c.v.data(), mask, s);
+  ops::attention_backward<double>(dq.data(), dk.data(), dv.data(), g.data(), att.data(), c.q.data(), c.k.data(),
+                                  c.v.data(), mask, s);
+  return {dq, dk, dv};
+}
+
+// The per-block bf16 path's gradients (probabilities kept: oneDNN's bf16 matmuls, the same roundings
+// as with row statistics).
+Grads blocks_grads(const FlashCase& c, const Vec& g) {
+  ops::AttentionShape s = c.s;
+  s.saved = ops::AttentionSaved::probabilities;
+  const auto q = to_f32(c.q), k = to_f32(c.k), v = to_f32(c.v), gf = to_f32(g);
+  std::vector<float> out(q.size()), att(ops::attention_saved_size(s));
+  Grads r{std::vector<float>(q.size()), std::vector<float>(k.size()), std::vector<float>(v.size())};
+  const int64_t* mask = c.masked ? c.key_mask.data() : nullptr;
+  ops::attention_forward(out.data(), att.data(), q.data(), k.data(), v.data(), mask, s);
+  ops::attention_backward(r.dq.data(), r.dk.data(), r.dv.data(), gf.data(), att.data(), q.data(), k.data(), v.data(),
+                          mask, s);
+  return r;
+}
+
+// The fused kernels' gradients, added to `start` (the same value in every element of dq, dk, dv).
+Grads fused_grads(const FlashCase& c, const Vec& g, float start = 0) {
+  ops::AttentionShape s = c.s;
+  s.saved = ops::AttentionSaved::row_stats;
+  const auto q = to_f32(c.q), k = to_f32(c.k), v = to_f32(c.v), gf = to_f32(g);
+  std::vector<float> out(q.size()), stats(ops::attention_saved_size(s));
+  Grads r{std::vector<float>(q.size(), start), std::vector<float>(k.size(), start), std::vector<float>(v.size(), start)};
+  const int64_t* mask = c.masked ? c.key_mask.data() : nullptr;
+  ops::flash_attention_forward_bf16(out.data(), q.data(), k.data(), v.data(), mask, s, stats.data());
+  ops::flash_attention_backward_bf16(r.dq.data(), r.dk.data(), r.dv.data(), gf.data(), out.data(), stats.data(),
+                                     q.data(), k.data(), v.data(), mask, s);
+  return r;
+}
+
+// Each gradient's NMSE against fp64 at most twice the per-block bf16 path's on the same inputs, and
+// 3e-4 (the per-block path's own reach 1e-4 at head dims of 3 and 7). Returns the worst NMSE and the
+// worst ratio to the per-block path's.
+std::pair<double, double> expect_grads_as_close_as_the_blocks(std::mt19937_64& rng, const FlashCase& c) {
+  SCOPED_TRACE(describe(c));
+  const Vec g = random_dout(rng, c);
+  const auto ref = reference_grads(c, g);
+  const Grads fused = fused_grads(c, g), blocks = blocks_grads(c, g);
+  const std::vector<float>* f[] = {&fused.dq, &fused.dk, &fused.dv};
+  const std::vector<float>* b[] = {&blocks.dq, &blocks.dk, &blocks.dv};
+  const char* names[] = {"dq", "dk", "dv"};
+  double worst = 0, ratio = 0;
+  for (int i = 0; i < 3; ++i) {
+    const double nf = nmse(*f[i], ref[i]), nb = nmse(*b[i], ref[i]);
+    EXPECT_LE(nf, 2 * nb + 1e-12) << names[i] << ": per-block bf16 path " << nb;
+    EXPECT_LE(nf, 3e-4) << names[i];
+    worst = std::max(worst, nf), ratio = std::max(ratio, nb > 0 ? nf / nb : 0.0);
+  }
+  return {worst, ratio};
+}
+
+// Against attention_backward in fp64: no worse than twice the per-block bf16 path's NMSE, and 3e-4,
+// over the forward's masks (causal with queries after cached keys strided by a capacity,
+// cross-attention, padding with whole batch rows padded: uniform rows, prefix limits), fewer than 16
+// rows, odd head dims and odd tiles.
+TEST(FlashAttentionBf16, BackwardAsCloseToTheFp64GradientsAsThePerBlockBf16Path) {
+  if (!bf16_kernel_runs()) GTEST_SKIP() << "no AVX512-BF16";
+  std::mt19937_64 rng(62);
+  const int64_t dims[] = {7, 8, 30, 64, 80, 128, 3};
+  double worst = 0, worst_ratio = 0;
+  for (int i = 0; i < 35; ++i) {
+    FlashCase c = random_case(rng, i, dims[i % 7], i % 5 == 2 ? 15 : 200, 200, 1, true);
+    const auto [w, r] = expect_grads_as_close_as_the_blocks(rng, c);
+    worst = std::max(worst, w), worst_ratio = std::max(worst_ratio, r);
+  }
+  std::printf("worst gradient NMSE %.3g, worst ratio to the per-block bf16 path %.3g\n", worst, worst_ratio);
+}
+
+TEST(FlashAttentionBf16, BackwardAsCloseToTheFp64GradientsAtModelShapes) {
+  if (!bf16_kernel_runs()) GTEST_SKIP() << "no AVX512-BF16";
+  std::mt19937_64 rng(63);
+  for (bool causal : {false, true}) expect_grads_as_close_as_the_blocks(rng, model_case(rng, causal, true));
+}
+
+// The gradients are added to dq, dk and dv (each element once, so bit for bit start + the gradient);
+// the same bits whatever the thread count; attention_forward and attention_backward (given the
+// forward's output) route bf16 row statistics from 16 rows on to these kernels.
+TEST(FlashAttentionBf16, BackwardAccumulatesIsDeterministicAndIsRouted) {
+  if (!bf16_kernel_runs()) GTEST_SKIP() << "no AVX512-BF16";
+  std::mt19937_64 rng(64);
+  const FlashCase c = random_case(rng, 0, 64, 200, 200, 1, true);  // causal, padded, uniform rows
+  SCOPED_TRACE(describe(c));
+  const Vec g = random_dout(rng, c);
+  const Grads zero = fused_grads(c, g), plus = fused_grads(c, g, 0.75f);
+  for (size_t i = 0; i < zero.dq.size(); ++i) ASSERT_EQ(plus.dq[i], 0.75f + zero.dq[i]) << "dq " << i;
+  for (size_t i = 0; i < zero.dk.size(); ++i) ASSERT_EQ(plus.dk[i], 0.75f + zero.dk[i]) << "dk " << i;
+  for (size_t i = 0; i < zero.dv.size(); ++i) ASSERT_EQ(plus.dv[i], 0.75f + zero.dv[i]) << "dv " << i;
+  const int threads = omp_get_max_threads();
+  omp_set_num_threads(1);
+  const Grads one = fused_grads(c, g);
+  omp_set_num_threads(3);
+  const Grads three = fused_grads(c, g);
+  omp_set_num_threads(threads);
+  for (const Grads* r : {&one, &three}) {
+    EXPECT_EQ(r->dq, zero.dq);
+    EXPECT_EQ(r->dk, zero.dk);
+    EXPECT_EQ(r->dv, zero.dv);
+  }
+
+  ops::AttentionShape s = c.s;
+  s.saved = ops::AttentionSaved::row_stats;
+  const auto q = to_f32(c.q), k = to_f32(c.k), v = to_f32(c.v), gf = to_f32(g);
+  std::vector<float> out(q.size()), stats(ops::attention_saved_size(s)), dq(q.size()), dk(k.size()), dv(v.size());
+  ops::attention_forward(out.data(), stats.data(), q.data(), k.data(), v.data(), c.key_mask.data(), s);
+  ops::attention_backward(dq.data(), dk.data(), dv.data(), gf.data(), stats.data(), q.data(), k.data(), v.data(),
+                          c.key_mask.data(), s, out.data());
+  EXPECT_EQ(dq, zero.dq);
+  EXPECT_EQ(dk, zero.dk);
+  EXPECT_EQ(dv, zero.dv);
+  // Without the forward's output the backward takes the per-block path: close, not the same bits.
+  std::vector<float> dq2(q.size()), dk2(k.size()), dv2(v.size());
+  ops::attention_backward(dq2.data(), dk2.data(), dv2.data(), gf.data(), stats.data(), q.data(), k.data(), v.data(),
+                          c.key_mask.data(), s);
+  EXPECT_NE(dq2, dq);
+  EXPECT_LE(nmse(dq2, Vec(dq.begin(), dq.end())), 1e-4);
+}
+
+// What the backward refuses: inference shapes, kept probabilities, dropout, no output or statistics.
+TEST(FlashAttentionBf16, BackwardRefusesWhatIsNotItsTraining) {
+  std::vector<float> x(4);
+  ops::AttentionShape s{1, 2, 1, 2, false};
+  s.bf16_products = true;
+  auto backward = [&](const ops::AttentionShape& a, const float* out, const float* stats) {
+    ops::flash_attention_backward_bf16(x.data(), x.data(), x.data(), x.data(), out, stats, x.data(), x.data(),
+                                       x.data(), nullptr, a);
+  };
+  for (int i = 0; i < 5; ++i) {
+    ops::AttentionShape bad = s;
+    bad.saved = ops::AttentionSaved::row_stats;
+    if (i == 0) bad.saved = ops::AttentionSaved::none;
+    if (i == 1) bad.saved = ops::AttentionSaved::probabilities;
+    if (i == 2) bad.dropout_p = 0.1;
+    EXPECT_THROW(backward(bad, i == 3 ? nullptr : x.data(), i == 4 ? nullptr : x.data()), std::invalid_argument) << i;
+  }
+  // The forward writes statistics where, and only where, the shape keeps them.
+  ops::AttentionShape training = s;
+  training.saved = ops::AttentionSaved::row_stats;
+  if (bf16_kernel_runs()) {
+    EXPECT_THROW(ops::flash_attention_forward_bf16(x.data(), x.data(), x.data(), x.data(), nullptr, training),
+                 std::invalid_argument);
+    s.saved = ops::AttentionSaved::none;
+    EXPECT_THROW(ops::flash_attention_forward_bf16(x.data(), x.data(), x.data(), x.data(), nullptr, s, x.data()),
+                 std::invalid_argument);
   }
 }
 

@@ -248,7 +248,8 @@ int bench_attention(const BenchAttentionOptions& o) {
                     rope::bshd(k.data(), ROPE_DTYPE_F32, 1, T, H, D));
       ops::attention_forward(out.data(), kept, q.data(), k.data(), v.data(), nullptr, s);
       if (!kept) return;
-      ops::attention_backward(dq.data(), dk.data(), dv.data(), g.data(), kept, q.data(), k.data(), v.data(), nullptr, s);
+      ops::attention_backward(dq.data(), dk.data(), dv.data(), g.data(), kept, q.data(), k.data(), v.data(), nullptr, s,
+                              out.data());
       plan.apply_qk(ROPE_BACKWARD, rope::offset_positions(0), rope::bshd(dq.data(), ROPE_DTYPE_F32, 1, T, H, D),
                     rope::bshd(dk.data(), ROPE_DTYPE_F32, 1, T, H, D));
     };
