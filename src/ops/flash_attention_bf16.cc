@@ -368,12 +368,13 @@ OPS_BF16_TARGET void BlockKernel(Bf16Work& w, int64_t bh, int64_t r0, int64_t ro
 // (qr2, gr2); per tile of keys some row sees, with the rows as lanes:
 //   st (n, rows)  = k2 · qt2                       the scores again
 //   dpt (n, rows) = vd2 · gt2                      dP = dO·vᵀ
-//   P = exp(st − m)·inv from the forward's statistics, dS = scale · P ⊙ (dP − Δ), Δ = rowsum(dO ⊙ O);
+//   P = exp(st − m)·inv from the forward's statistics, dS = scale · P ⊙ (dP − Δ), Δ = rowsum(dO ⊙ out);
 //   P and dS rounded in pairs of rows (pr2, dsr2) and dS in pairs of keys (dsk2);
 //   dV (n, D) += pr2 · gr2, dK (n, D) += dsr2 · qr2 (D as lanes), dQᵀ (D, rows) += kp2ᵀ · dsk2 (rows
 //   as lanes), each product accumulating into its fp32 buffer as it loads it (scale 1).
 // The roundings are the per-block bf16 backward's (attention_bf16.h): q, k, v, dO, P and scale·dS
-// rounded to bf16, fp32 accumulation and softmax; Δ is taken from the forward's output in fp32.
+// rounded to bf16, fp32 accumulation and softmax; Δ in fp32 from the forward's output and dO rounded
+// as dP's product reads it.
 struct Bf16BackWork {
   const float *q = nullptr, *k = nullptr, *v = nullptr, *out = nullptr, *dout = nullptr, *stats = nullptr;
   float *dq = nullptr, *dk = nullptr, *dv = nullptr;
