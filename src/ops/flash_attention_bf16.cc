@@ -138,6 +138,35 @@ OPS_BF16_TARGET inline void RoundRow(uint16_t* out, const float* x, int64_t n, f
   }
 }
 
+// Words [0, width) of out: bf16 pairs (x0[x], x1[x]) times scale for x < D, rounded to nearest even;
+// x1 null pairs x0 with zeros, and words from D on are zero (width ≥ D, whole vectors or D).
+OPS_BF16_TARGET inline void PairRows(uint32_t* out, const float* x0, const float* x1, int64_t D, int64_t width,
+                                     float scale) {
+  const __m512 s = _mm512_set1_ps(scale);
+  for (int64_t x = 0; x < width; x += kLanes) {
+    const __mmask16 in = static_cast<__mmask16>((1u << std::clamp<int64_t>(D - x, 0, kLanes)) - 1);
+    const __mmask16 stored = static_cast<__mmask16>((1u << std::min<int64_t>(kLanes, width - x)) - 1);
+    const __m512 a = _mm512_mul_ps(_mm512_maskz_loadu_ps(in, x0 + x), s);
+    const __m512 b = x1 ? _mm512_mul_ps(_mm512_maskz_loadu_ps(in, x1 + x), s) : _mm512_setzero_ps();
+    _mm512_mask_storeu_epi32(out + x, stored, Pairs(a, b));
+  }
+}
+
+// Rows [0, rows) of x (row stride C, D each) times scale into t2 (⌈D/2⌉ pairs, kBlockRows lanes) as
+// bf16 pairs along D, a row per lane (rows from `rows` on zero); row16 (2·⌈D/2⌉) is scratch.
+OPS_BF16_TARGET inline void TransposedPairs(uint32_t* t2, uint16_t* row16, const float* x, int64_t C, int64_t rows,
+                                            int64_t D, float scale) {
+  const int64_t Dh = (D + 1) / 2;
+  for (int64_t i = 0; i < kBlockRows; ++i) {
+    if (i < rows) {
+      RoundRow(row16, x + i * C, D, scale);
+      for (int64_t p = 0; p < Dh; ++p) std::memcpy(t2 + p * kBlockRows + i, row16 + 2 * p, sizeof(uint32_t));
+    } else {
+      for (int64_t p = 0; p < Dh; ++p) t2[p * kBlockRows + i] = 0;
+    }
+  }
+}
+
 // c (R rows, NV vectors of 16 lanes; row stride ldc) written = Σ over K pairs of a's pair (r, x), a
 // 32-bit word at a[r·ar + x·ax] broadcast, dot b's vector of pairs (x, vector), b + x·ldb words on; with
 // `scale` (NV vectors) that plus c times scale, column by column (the online softmax's rescaling of
@@ -200,15 +229,8 @@ OPS_BF16_TARGET void ConvertKeys(Bf16Work& w, const float* kh, const float* vh, 
   for (int64_t j = w.converted; j < end; ++j) {
     RoundRow(reinterpret_cast<uint16_t*>(w.k2.data() + j * Dh), kh + j * C, D, 1.0f);
   }
-  for (int64_t j = w.converted; j < end; j += 2) {  // pairs (v[j, x], v[j + 1, x]), 16 dimensions at a time
-    const float* v0 = vh + j * C;
-    const float* v1 = j + 1 < end ? v0 + C : nullptr;  // an odd Tk's last key pairs with zeros
-    uint32_t* row = w.v2.data() + j / 2 * D;
-    for (int64_t x = 0; x < D; x += kLanes) {
-      const __mmask16 m = static_cast<__mmask16>((1u << std::min<int64_t>(kLanes, D - x)) - 1);
-      const __m512 a = _mm512_maskz_loadu_ps(m, v0 + x), b = v1 ? _mm512_maskz_loadu_ps(m, v1 + x) : _mm512_setzero_ps();
-      _mm512_mask_storeu_epi32(row + x, m, Pairs(a, b));
-    }
+  for (int64_t j = w.converted; j < end; j += 2) {  // pairs (v[j, x], v[j + 1, x]); an odd Tk's last key with zeros
+    PairRows(w.v2.data() + j / 2 * D, vh + j * C, j + 1 < end ? vh + (j + 1) * C : nullptr, D, D, 1.0f);
   }
   w.converted = end;
 }
@@ -298,23 +320,15 @@ OPS_BF16_TARGET void BlockKernel(Bf16Work& w, int64_t bh, int64_t r0, int64_t ro
   const int64_t* keys = w.mask->keys(b);
   if (w.head_bh != bh) w.head_bh = bh, w.converted = 0;
 
-  // The rows' key limits (−1: sees no key, or past the block), the extent of the keys any row sees,
-  // each query vector's, and the scaled queries as bf16 pairs, a row per lane.
+  // The scaled queries as bf16 pairs, a row per lane; the rows' key limits (−1: sees no key, or past
+  // the block), the extent of the keys any row sees and each query vector's.
+  TransposedPairs(w.qt2.data(), w.q16.data(), w.q + (b * s.T + r0) * C + h * D, C, rows, D, w.scale);
   int64_t E = 0, vector_extent[vectors] = {};
-  uint16_t* q16 = w.q16.data();
   for (int64_t i = 0; i < kBlockRows; ++i) {
     int64_t lim = -1;
     if (i < rows) {
       const RowKeys rk = w.mask->row(b, r0 + i, s.causal);
       lim = rk.uniform ? -1 : rk.lim;
-      RoundRow(q16, w.q + (b * s.T + r0 + i) * C + h * D, D, w.scale);
-      uint32_t pair;
-      for (int64_t x = 0; x < Dh; ++x) {
-        std::memcpy(&pair, q16 + 2 * x, sizeof pair);
-        w.qt2[x * kBlockRows + i] = pair;
-      }
-    } else {
-      for (int64_t x = 0; x < Dh; ++x) w.qt2[x * kBlockRows + i] = 0;
     }
     w.lim[i] = static_cast<int32_t>(lim);
     E = std::max(E, lim);
@@ -390,7 +404,7 @@ struct Bf16BackWork {
   std::vector<uint32_t> qt2, gt2, qr2, gr2;
   std::vector<float> dQT, m, inv, delta, ones;
   std::vector<int32_t> lim;
-  std::vector<uint16_t> row16;  // one row's bf16 (2·Dh)
+  std::vector<uint16_t> row16;  // one row's bf16 (2·Dh): RoundBlock's scratch
   // The tile's: st, dpt (kTileKeys, kBlockRows) fp32; pr2, dsr2 (kTileKeys, kBlockRows/2); dsk2
   // (kTileKeys/2, kBlockRows).
   std::vector<float> st, dpt;
@@ -402,25 +416,14 @@ struct Bf16BackWork {
 // lanes (either null: not wanted); rows past `rows` zero in both.
 OPS_BF16_TARGET void RoundBlock(Bf16BackWork& w, const float* x, int64_t C, int64_t rows, float scale,
                                 uint32_t* t2, uint32_t* r2) {
-  const int64_t D = w.s->D, Dh = w.Dh, Dp = w.Dp;
-  uint16_t* row16 = w.row16.data();
-  for (int64_t i = 0; t2 && i < kBlockRows; ++i) {
-    if (i < rows) {
-      RoundRow(row16, x + i * C, D, scale);
-      for (int64_t p = 0; p < Dh; ++p) std::memcpy(t2 + p * kBlockRows + i, row16 + 2 * p, sizeof(uint32_t));
-    } else {
-      for (int64_t p = 0; p < Dh; ++p) t2[p * kBlockRows + i] = 0;
-    }
-  }
-  if (!r2) return;
-  for (int64_t i = 0; i < kBlockRows; i += 2) {
+  const int64_t D = w.s->D, Dp = w.Dp;
+  if (t2) TransposedPairs(t2, w.row16.data(), x, C, rows, D, scale);
+  for (int64_t i = 0; r2 && i < kBlockRows; i += 2) {
     uint32_t* out = r2 + i / 2 * Dp;
-    for (int64_t c = 0; c < Dp; c += kLanes) {
-      const __mmask16 mk = static_cast<__mmask16>((1u << std::min<int64_t>(kLanes, std::max<int64_t>(0, D - c))) - 1);
-      const __m512 sv = _mm512_set1_ps(scale);
-      const __m512 a = i < rows ? _mm512_mul_ps(_mm512_maskz_loadu_ps(mk, x + i * C + c), sv) : _mm512_setzero_ps();
-      const __m512 b = i + 1 < rows ? _mm512_mul_ps(_mm512_maskz_loadu_ps(mk, x + (i + 1) * C + c), sv) : _mm512_setzero_ps();
-      _mm512_storeu_si512(out + c, Pairs(a, b));
+    if (i >= rows) {
+      std::fill(out, out + Dp, 0u);
+    } else {
+      PairRows(out, x + i * C, i + 1 < rows ? x + (i + 1) * C : nullptr, D, Dp, scale);
     }
   }
 }
@@ -434,14 +437,7 @@ OPS_BF16_TARGET void LoadHead(Bf16BackWork& w, const float* kh, const float* vh)
     RoundRow(reinterpret_cast<uint16_t*>(w.vd2.data() + j * Dh), vh + j * C, D, 1.0f);
   }
   for (int64_t j = 0; j < Tk; j += 2) {  // pairs (k[j, x], k[j + 1, x]); an odd Tk's last key with zeros
-    const float* k0 = kh + j * C;
-    const float* k1 = j + 1 < Tk ? k0 + C : nullptr;
-    uint32_t* row = w.kp2.data() + j / 2 * D;
-    for (int64_t x = 0; x < D; x += kLanes) {
-      const __mmask16 mk = static_cast<__mmask16>((1u << std::min<int64_t>(kLanes, D - x)) - 1);
-      const __m512 a = _mm512_maskz_loadu_ps(mk, k0 + x), b = k1 ? _mm512_maskz_loadu_ps(mk, k1 + x) : _mm512_setzero_ps();
-      _mm512_mask_storeu_epi32(row + x, mk, Pairs(a, b));
-    }
+    PairRows(w.kp2.data() + j / 2 * D, kh + j * C, j + 1 < Tk ? kh + (j + 1) * C : nullptr, D, D, 1.0f);
   }
   std::fill(w.dK.begin(), w.dK.end(), 0.0f);
   std::fill(w.dV.begin(), w.dV.end(), 0.0f);
@@ -451,7 +447,7 @@ OPS_BF16_TARGET void LoadHead(Bf16BackWork& w, const float* kh, const float* vh)
 // masked (the row's limit, a padded key), stored in pairs of rows in pr2, and its score gradients
 // scale · p ⊙ (dP − Δ), stored so in dsr2 and returned.
 OPS_BF16_TARGET inline __m512 KeyGrads(Bf16BackWork& w, int64_t i, int64_t j0, int64_t j, const int64_t* padded,
-                                       __m512i lim, __m512 m, __m512 inv, __m512 delta) {
+                                       __m512i lim, __m512 m, __m512 inv, __m512 delta, __m512 scale) {
   constexpr int64_t R = kBlockRows, R2 = kBlockRows / 2;
   __m512 x = _mm512_loadu_ps(w.st.data() + j * R + i);
   const __mmask16 seen = _mm512_cmplt_epi32_mask(_mm512_set1_epi32(static_cast<int32_t>(j0 + j)), lim);
@@ -459,7 +455,7 @@ OPS_BF16_TARGET inline __m512 KeyGrads(Bf16BackWork& w, int64_t i, int64_t j0, i
   if (padded && padded[j0 + j] == 0) x = _mm512_set1_ps(-std::numeric_limits<float>::infinity());
   const __m512 p = _mm512_mul_ps(Exp16(_mm512_sub_ps(x, m)), inv);
   const __m512 dp = _mm512_sub_ps(_mm512_loadu_ps(w.dpt.data() + j * R + i), delta);
-  const __m512 ds = _mm512_mul_ps(_mm512_mul_ps(p, dp), _mm512_set1_ps(w.scale));
+  const __m512 ds = _mm512_mul_ps(_mm512_mul_ps(p, dp), scale);
   _mm256_storeu_si256(reinterpret_cast<__m256i*>(w.pr2.data() + j * R2 + i / 2),
                       reinterpret_cast<__m256i>(_mm512_cvtneps_pbh(p)));
   _mm256_storeu_si256(reinterpret_cast<__m256i*>(w.dsr2.data() + j * R2 + i / 2),
@@ -470,13 +466,14 @@ OPS_BF16_TARGET inline __m512 KeyGrads(Bf16BackWork& w, int64_t i, int64_t j0, i
 // The tile's probabilities and score gradients from st and dpt (n keys from j0, rows [i0, i1) in whole
 // vectors): pr2, dsr2 (pairs of rows) and dsk2 (pairs of keys; dS = 0 beside an odd tile's last key).
 OPS_BF16_TARGET void TileGrads(Bf16BackWork& w, int64_t i0, int64_t i1, int64_t j0, int64_t n, const int64_t* padded) {
+  const __m512 scale = _mm512_set1_ps(w.scale);
   for (int64_t i = i0; i < i1; i += kLanes) {
     const __m512i lim = _mm512_loadu_si512(w.lim.data() + i);
     const __m512 m = _mm512_loadu_ps(w.m.data() + i), inv = _mm512_loadu_ps(w.inv.data() + i);
     const __m512 delta = _mm512_loadu_ps(w.delta.data() + i);
     for (int64_t j = 0; j < n; j += 2) {
-      const __m512 ds0 = KeyGrads(w, i, j0, j, padded, lim, m, inv, delta);
-      const __m512 ds1 = j + 1 < n ? KeyGrads(w, i, j0, j + 1, padded, lim, m, inv, delta) : _mm512_setzero_ps();
+      const __m512 ds0 = KeyGrads(w, i, j0, j, padded, lim, m, inv, delta, scale);
+      const __m512 ds1 = j + 1 < n ? KeyGrads(w, i, j0, j + 1, padded, lim, m, inv, delta, scale) : _mm512_setzero_ps();
       _mm512_storeu_si512(w.dsk2.data() + j / 2 * kBlockRows + i, Pairs(ds0, ds1));
     }
   }
@@ -521,27 +518,16 @@ OPS_BF16_TARGET void BackwardBlock(Bf16BackWork& w, int64_t bh, int64_t r0, int6
   int64_t E = 0, vector_extent[vectors] = {};
   for (int64_t i = 0; i < R; ++i) {
     int64_t lim = -1;
-    float m = 0, inv = 0, delta = 0;
+    float m = 0, inv = 0;
     if (i < rows) {
       const RowKeys rk = w.mask->row(b, r0 + i, s.causal);
       if (!rk.uniform) {
         lim = rk.lim;
         const float* st = w.stats + (bh * s.T + r0 + i) * 2;
         m = st[0], inv = st[1];
-        // Δ = rowsum(dO ⊙ out) with dO rounded as dP's product reads it: a row that sees one key
-        // then gets dP − Δ = 0 up to fp32 sums, as the exact gradient (the per-block path takes
-        // Σ p·dP from the same products instead).
-        const float* o = w.out + row0 + i * C;
-        RoundRow(w.row16.data(), w.dout + row0 + i * C, D, 1.0f);
-        for (int64_t x = 0; x < D; ++x) {
-          const uint32_t bits = static_cast<uint32_t>(w.row16[x]) << 16;
-          float g;
-          std::memcpy(&g, &bits, sizeof g);
-          delta += g * o[x];
-        }
       }
     }
-    w.lim[i] = static_cast<int32_t>(lim), w.m[i] = m, w.inv[i] = inv, w.delta[i] = delta;
+    w.lim[i] = static_cast<int32_t>(lim), w.m[i] = m, w.inv[i] = inv;
     E = std::max(E, lim);
     vector_extent[i / kLanes] = std::max(vector_extent[i / kLanes], lim);
   }
@@ -550,6 +536,20 @@ OPS_BF16_TARGET void BackwardBlock(Bf16BackWork& w, int64_t bh, int64_t r0, int6
     RoundBlock(w, w.q + row0, C, rows, 1.0f, nullptr, w.qr2.data());  // unscaled, in pairs of rows, for dK
     RoundBlock(w, w.dout + row0, C, rows, 1.0f, w.gt2.data(), w.gr2.data());
     std::fill(w.dQT.begin(), w.dQT.end(), 0.0f);
+    // Δ = rowsum(dO ⊙ out) with dO as dP's product reads it (gt2, bf16): a row that sees one key then
+    // gets dP − Δ = 0 up to fp32 sums, as the exact gradient (the per-block path takes Σ p·dP from
+    // the same products instead).
+    for (int64_t i = 0; i < R; ++i) {
+      float delta = 0;
+      for (int64_t x = 0; w.lim[i] >= 0 && x < D; ++x) {  // rows that see a key
+        // Pair word p holds dimension 2p in its low half, 2p + 1 in its high half.
+        const uint32_t pair = w.gt2[x / 2 * R + i], bits = x % 2 == 0 ? pair << 16 : pair & 0xffff0000u;
+        float g;
+        std::memcpy(&g, &bits, sizeof g);
+        delta += g * w.out[row0 + i * C + x];
+      }
+      w.delta[i] = delta;
+    }
   }
   const float* ones = w.ones.data();
   for (int64_t j0 = 0; j0 < E; j0 += kTileKeys) {
@@ -652,7 +652,7 @@ void flash_attention_backward_bf16(float* dq, float* dk, float* dv, const float*
     w.qt2.resize(Dh * kBlockRows), w.gt2.resize(Dh * kBlockRows);
     w.qr2.resize(kBlockRows / 2 * Dp), w.gr2.resize(kBlockRows / 2 * Dp), w.dQT.resize(D * kBlockRows);
     w.m.resize(kBlockRows), w.inv.resize(kBlockRows), w.delta.resize(kBlockRows), w.lim.resize(kBlockRows);
-    w.ones.assign(kBlockRows > Dp ? kBlockRows : Dp, 1.0f), w.row16.resize(2 * Dh);
+    w.ones.assign(4 * kLanes, 1.0f), w.row16.resize(2 * Dh);  // a product's 4 vectors at most
     w.st.resize(kTileKeys * kBlockRows), w.dpt.resize(kTileKeys * kBlockRows);
     w.pr2.resize(kTileKeys * kBlockRows / 2), w.dsr2.resize(kTileKeys * kBlockRows / 2);
     w.dsk2.resize(kTileKeys / 2 * kBlockRows);
