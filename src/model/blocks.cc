@@ -657,7 +657,7 @@ void self_attention_backward(T* dx, const AttentionParams<T>& g, const T* dout, 
   if (c.attention_type == AttentionType::softmax) {
     const ops::AttentionShape shape = softmax_shape(ctx, B, T_, T_, 0, T_);
     ops::attention_backward(dq, dk, dv, d_ctx, a.att.data(), a.q.data(), a.k.data(), a.v.data(), ctx.key_mask, shape,
-                            a.ctx.data());  // the forward's output: Δ for the fused bf16 backward
+                            a.ctx.data());  // the forward's output: Δ for the fused backwards
     if (ctx.rope) {  // the rotation is orthogonal: its backward rotates by −θ
       rotate(*ctx.rope, ROPE_BACKWARD, ROPE_ROLE_QUERY, dq, B, T_, n, D, 0);
       rotate(*ctx.rope, ROPE_BACKWARD, ROPE_ROLE_KEY, dk, B, T_, n, D, 0);

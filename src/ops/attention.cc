@@ -378,10 +378,10 @@ void attention_forward(T* out, T* saved, const T* q, const T* k, const T* v, con
     throw std::invalid_argument("attention_forward: bf16 products are for fp32 tensors");
   }
   if constexpr (std::is_same_v<T, float>) {  // inference: a fused kernel from kFusedMinRows queries on
-    if (s.T >= kFusedMinRows && flash_attention_applies(s)) return flash_attention_forward(out, q, k, v, key_mask, s);
+    float* stats = s.saved == AttentionSaved::row_stats ? saved : nullptr;
+    if (s.T >= kFusedMinRows && flash_attention_applies(s)) return flash_attention_forward(out, q, k, v, key_mask, s, stats);
     if (s.T >= kFusedMinRows && flash_attention_bf16_applies(s)) {  // bf16 products on AVX512-BF16
-      return flash_attention_forward_bf16(out, q, k, v, key_mask, s,
-                                          s.saved == AttentionSaved::row_stats ? saved : nullptr);
+      return flash_attention_forward_bf16(out, q, k, v, key_mask, s, stats);
     }
   }
   forward_blocks(out, saved, q, k, v, key_mask, s);
@@ -460,9 +460,12 @@ void attention_backward(T* dq, T* dk, T* dv, const T* dout, const T* saved, cons
   const int64_t C = s.H * s.D, Tq = s.T, Tn = s.keys(), TT = Tq * Tn;
   const T scale = static_cast<T>(1.0 / std::sqrt(static_cast<double>(s.D)));
   if (s.saved == AttentionSaved::none || !saved) throw std::invalid_argument("attention_backward: the forward saved nothing");
-  if constexpr (std::is_same_v<T, float>) {  // bf16 training from row statistics: the fused backward
-    if (out && s.T >= kFusedMinRows && s.saved == AttentionSaved::row_stats && flash_attention_bf16_applies(s)) {
-      return flash_attention_backward_bf16(dq, dk, dv, dout, out, saved, q, k, v, key_mask, s);
+  if constexpr (std::is_same_v<T, float>) {  // training from row statistics: the fused backwards
+    if (out && s.T >= kFusedMinRows && s.saved == AttentionSaved::row_stats) {
+      if (flash_attention_applies(s)) return flash_attention_backward(dq, dk, dv, dout, out, saved, q, k, v, key_mask, s);
+      if (flash_attention_bf16_applies(s)) {
+        return flash_attention_backward_bf16(dq, dk, dv, dout, out, saved, q, k, v, key_mask, s);
+      }
     }
   }
   const bool recompute = s.saved == AttentionSaved::row_stats;

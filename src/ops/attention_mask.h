@@ -1,6 +1,6 @@
 // Which keys each query row of softmax attention sees (AttentionShape's causal mask, UniLM prefix
 // limits and a (B, Tk) key padding mask), shared by attention_forward/backward (attention.cc) and the
-// fused inference forward (flash_attention.cc). A row sees the keys of [0, lim) that the padding mask
+// fused kernels (flash_attention.cc, flash_attention_bf16.cc). A row sees the keys of [0, lim) that the padding mask
 // keeps; a row that sees none attends uniformly over all Tk keys, as Hugging Face's finfo.min mask
 // gives. Internal to the ops.
 #pragma once
@@ -60,5 +60,59 @@ struct KeyMask {
   const int64_t* row_limit_;
   std::vector<int64_t> prefix_, end_;
 };
+
+// The fused backwards' rows of one block: rows [r0, r0 + rows) of pair bh (of B·H), in R slots. Each
+// slot's key limit (lim: −1 where the row sees no key, or past the block) and the forward's row
+// statistics (B, H, T, 2) m and 1/l (0 where it sees none); extent[i / lanes] the largest limit over
+// each vector of `lanes` slots (zeroed first). Returns the largest limit of all (0: no tile to visit).
+inline int64_t backward_block_rows(const KeyMask& mask, const AttentionShape& s, const float* stats, int64_t bh,
+                                   int64_t r0, int64_t rows, int64_t R, int64_t lanes, int32_t* lim, float* m,
+                                   float* inv, int64_t* extent) {
+  const int64_t b = bh / s.H;
+  int64_t E = 0;
+  std::fill(extent, extent + (R + lanes - 1) / lanes, 0);
+  for (int64_t i = 0; i < R; ++i) {
+    int64_t l = -1;
+    float mi = 0, invi = 0;
+    if (i < rows) {
+      const RowKeys rk = mask.row(b, r0 + i, s.causal);
+      if (!rk.uniform) {
+        l = rk.lim;
+        const float* st = stats + (bh * s.T + r0 + i) * 2;
+        mi = st[0], invi = st[1];
+      }
+    }
+    lim[i] = static_cast<int32_t>(l), m[i] = mi, inv[i] = invi;
+    E = std::max(E, l);
+    extent[i / lanes] = std::max(extent[i / lanes], l);
+  }
+  return E;
+}
+
+// Gradients of a row that sees no key, as the fused backwards give them (in fp32, the way the per-block
+// path does: the mask made the scores equal, but their gradient still reaches q and k): it attends
+// uniformly over all Tk keys (p = 1/Tk). g, o, q: the row's dO, output and query (D); kh, vh: its
+// head's keys and values (rows C apart); dq (D) += its query's gradient; dK, dV (Tk rows, ld apart)
+// += its share of the head's key and value gradients; row: D floats of scratch.
+inline void uniform_row_grads(const float* g, const float* o, const float* q, float* dq, const float* kh,
+                              const float* vh, int64_t Tk, int64_t D, int64_t C, float scale, float* dK, float* dV,
+                              int64_t ld, float* row) {
+  const float p = 1.0f / static_cast<float>(Tk);
+  double delta = 0;
+  for (int64_t x = 0; x < D; ++x) delta += static_cast<double>(g[x]) * o[x];
+  std::fill(row, row + D, 0.0f);
+  for (int64_t j = 0; j < Tk; ++j) {
+    double dp = 0;
+    for (int64_t x = 0; x < D; ++x) dp += static_cast<double>(g[x]) * vh[j * C + x];
+    const float ds = static_cast<float>(p * (dp - delta) * scale);
+    float *dKj = dK + j * ld, *dVj = dV + j * ld;
+    for (int64_t x = 0; x < D; ++x) {
+      dVj[x] += p * g[x];
+      dKj[x] += ds * q[x];
+      row[x] += ds * kh[j * C + x];
+    }
+  }
+  for (int64_t x = 0; x < D; ++x) dq[x] += row[x];
+}
 
 }  // namespace ops

@@ -1,8 +1,8 @@
 // The fused inference forward of softmax attention (see flash_attention.h). OpenMP splits the
 // (batch, head, block of kBlockRows query rows) triples statically; a block runs in FlashBlockKernel,
 // compiled once per SIMD target (Highway) and dispatched at run time:
-//  - its queries, times 1/√D, are copied transposed to the thread's buffer qt (D, kBlockRows) first
-//    (so out may be q), with each row's key limit;
+//  - its queries are copied transposed to the thread's buffer qt (D, kBlockRows) first (so out may
+//    be q), with each row's key limit;
 //  - for each tile of kTileKeys keys that some row of the block sees (the causal upper triangle,
 //    trailing padding and prefix limits end the loop; a tile of padding only is skipped), the scores
 //    come transposed, st (keys, rows) = k·qt, from a register-blocked product (4 keys × up to 4 vectors
@@ -10,7 +10,9 @@
 //    vector of rows is then a vector of lanes all through the online softmax: masked scores become
 //    −inf (a key past a row's limit, a padded key), each lane's maximum over the tile is a vertical
 //    max, the running maxima, sums and rescaling factors are vectors, st becomes exp(score − max);
-//    no horizontal reduction anywhere. The block's fp32 outputs are rescaled where a maximum grew
+//    no horizontal reduction anywhere. The scale 1/√D enters there, in one fused multiply-subtract
+//    (score·scale − max), not by rounding scaled queries: an error in a score is an error in its
+//    exponential, relative to the score's size. The block's fp32 outputs are rescaled where a maximum grew
 //    and accumulate p·v (the same product, p read from st transposed, values read in place, or from a
 //    copy padded to whole vectors when D is not a multiple of the vector width);
 //  - the rows are divided by their sums and written; a row that sees no key gets the mean of all Tk
@@ -41,14 +43,32 @@ struct FlashWork {
   const KeyMask* mask;
   const AttentionShape* s;
   float scale;
-  // The thread's buffers: the block's scaled queries transposed (D, kBlockRows), a tile's scores
+  // The thread's buffers: the block's queries transposed (D, kBlockRows), a tile's scores (unscaled)
   // transposed then its probabilities (kTileKeys, kBlockRows), the block's outputs (kBlockRows, Dp),
   // each row's running maximum and sum, last rescaling factor and key limit (kBlockRows; limit −1:
   // sees nothing), a tile's values padded to Dp columns (kTileKeys, Dp: when D is not a multiple of
   // the vector width) and the head's mean value (Dp: for rows that see no key).
   float *qt, *st, *o, *m, *l, *alpha, *vt, *mean;
   int32_t* lim;
-  int64_t mean_bh = -1;  // mean holds pair mean_bh's
+  int64_t mean_bh = -1;    // mean holds pair mean_bh's
+  float* stats = nullptr;  // training: (B, H, T, 2) each row's (m, 1/l) written, else null
+};
+
+// What one thread's heads read and where they work in the backward (BackwardHeadKernel). Dp: D
+// rounded up to whole vectors of the widest target (a target's own Dp is at most that).
+struct FlashBackWork {
+  // The call's.
+  const float *q, *k, *v, *out, *dout, *stats;
+  float *dq, *dk, *dv;
+  const KeyMask* mask;
+  const AttentionShape* s;
+  float scale;
+  // The head's: dK, dV (Tk, Dp) accumulated, and its keys padded to Dp columns (Tk, Dp; when D is not
+  // a multiple of the vector width). The block's: queries and dO transposed (D, kBlockRows), as rows
+  // padded to Dp (kBlockRows, Dp; the queries scaled), its dQ (kBlockRows, Dp), each row's m, 1/l, Δ
+  // and key limit. The tile's: scores then probabilities, dP then dS (kTileKeys, kBlockRows).
+  float *dK, *dV, *kp, *qt, *gt, *qs, *go, *dQ, *m, *inv, *delta, *st, *dpt;
+  int32_t* lim;
 };
 
 }  // namespace ops
@@ -137,7 +157,8 @@ void Product(const float* a, int64_t ar, int64_t ax, const float* b, int64_t ldb
 // The online softmax of one tile's scores, st (n keys, rows [i0, i1) in whole vectors) for keys
 // j0.., a vector of rows at a time: scores past a row's limit (when `limited`) and of padded keys
 // (padded: the batch's key mask, when the tile has padding) become −inf, st becomes
-// exp(score − running maximum), and each row's maximum, sum and rescaling factor are updated.
+// exp(score·scale − running maximum), and each row's maximum (of scaled scores), sum and rescaling
+// factor are updated.
 void TileSoftmax(FlashWork& w, int64_t i0, int64_t i1, int64_t j0, int64_t n, bool limited, const int64_t* padded) {
   const hn::ScalableTag<float> d;
   const hn::RebindToSigned<decltype(d)> di;
@@ -157,13 +178,14 @@ void TileSoftmax(FlashWork& w, int64_t i0, int64_t i1, int64_t j0, int64_t n, bo
       if (limited || padded) hn::StoreU(x, d, sj);
       vmax = hn::Max(vmax, x);
     }
-    const auto m_old = hn::LoadU(d, w.m + i), m_new = hn::Max(m_old, vmax);
+    const auto scale = hn::Set(d, w.scale);  // > 0: the largest scaled score is the largest score, scaled
+    const auto m_old = hn::LoadU(d, w.m + i), m_new = hn::Max(m_old, hn::Mul(vmax, scale));
     // Rows that have seen no key yet subtract 0 instead: e^−inf = 0, not e^NaN.
     const auto m_sub = hn::IfThenZeroElse(hn::Eq(m_new, hn::Set(d, ninf)), m_new);
     auto vsum = hn::Zero(d);
     for (int64_t j = 0; j < n; ++j) {
       float* sj = w.st + j * kBlockRows + i;
-      const auto p = Exp(d, hn::Sub(hn::LoadU(d, sj), m_sub));
+      const auto p = Exp(d, hn::MulSub(hn::LoadU(d, sj), scale, m_sub));
       vsum = hn::Add(vsum, p);
       hn::StoreU(p, d, sj);
     }
@@ -227,7 +249,7 @@ void FlashBlockKernel(FlashWork& w, int64_t bh, int64_t r0, int64_t rows) {
       const RowKeys rk = w.mask->row(b, r0 + i, s.causal);
       lim = rk.uniform ? -1 : rk.lim;
       const float* qi = w.q + (b * s.T + r0 + i) * C + h * D;
-      for (int64_t x = 0; x < D; ++x) w.qt[x * kBlockRows + i] = qi[x] * w.scale;
+      for (int64_t x = 0; x < D; ++x) w.qt[x * kBlockRows + i] = qi[x];
     } else {
       for (int64_t x = 0; x < D; ++x) w.qt[x * kBlockRows + i] = 0.0f;
     }
@@ -279,6 +301,130 @@ void FlashBlockKernel(FlashWork& w, int64_t bh, int64_t r0, int64_t rows) {
   }
 
   WriteRows(w, bh, r0, rows, Dp);
+  for (int64_t i = 0; w.stats && i < rows; ++i) {  // (0, 1) for a row that sees no key: unused
+    float* st = w.stats + (bh * s.T + r0 + i) * 2;
+    st[0] = w.lim[i] < 0 ? 0.0f : w.m[i];
+    st[1] = w.lim[i] < 0 ? 1.0f : 1.0f / w.l[i];
+  }
+}
+
+// The backward's tile of n keys from j0, rows [i0, i1) in whole vectors: st's scores become the
+// probabilities exp(score·scale − m)·inv (0 past a row's limit or at a padded key: padded, the batch's key
+// mask, or null) and dpt's dP the score gradients P ⊙ (dP − Δ) (unscaled).
+void TileGrads(FlashBackWork& w, int64_t i0, int64_t i1, int64_t j0, int64_t n, const int64_t* padded) {
+  const hn::ScalableTag<float> d;
+  const hn::RebindToSigned<decltype(d)> di;
+  const int64_t N = static_cast<int64_t>(hn::Lanes(d));
+  const auto ninf = hn::Set(d, -std::numeric_limits<float>::infinity());
+  for (int64_t i = i0; i < i1; i += N) {
+    const auto lim = hn::LoadU(di, w.lim + i);
+    const auto m = hn::LoadU(d, w.m + i), inv = hn::LoadU(d, w.inv + i), delta = hn::LoadU(d, w.delta + i);
+    const auto scale = hn::Set(d, w.scale);
+    for (int64_t j = 0; j < n; ++j) {
+      float *sj = w.st + j * kBlockRows + i, *dj = w.dpt + j * kBlockRows + i;
+      const auto seen = hn::RebindMask(d, hn::Lt(hn::Set(di, static_cast<int32_t>(j0 + j)), lim));
+      auto x = hn::IfThenElse(seen, hn::LoadU(d, sj), ninf);
+      if (padded && padded[j0 + j] == 0) x = ninf;
+      const auto p = hn::Mul(Exp(d, hn::MulSub(x, scale, m)), inv);
+      hn::StoreU(p, d, sj);
+      hn::StoreU(hn::Mul(p, hn::Sub(hn::LoadU(d, dj), delta)), d, dj);
+    }
+  }
+}
+
+// x's rows [0, rows) (row stride C, D each) into t (D, kBlockRows) transposed and, times r_scale, into
+// r (kBlockRows, Dp) as rows padded with zeros; rows past `rows` zero in both.
+void LoadBlock(const float* x, int64_t C, int64_t rows, int64_t D, int64_t Dp, float r_scale, float* t, float* r) {
+  for (int64_t i = 0; i < kBlockRows; ++i) {
+    float* ri = r + i * Dp;
+    if (i >= rows) {
+      for (int64_t c = 0; c < D; ++c) t[c * kBlockRows + i] = 0.0f;
+      std::fill(ri, ri + Dp, 0.0f);
+      continue;
+    }
+    for (int64_t c = 0; c < D; ++c) t[c * kBlockRows + i] = x[i * C + c], ri[c] = x[i * C + c] * r_scale;
+    std::fill(ri + D, ri + Dp, 0.0f);
+  }
+}
+
+// Rows [r0, r0 + rows) of pair bh: their dq rows, and their share of the head's dK and dV (see
+// flash_attention_backward's comment in the HWY_ONCE part).
+void BackwardBlock(FlashBackWork& w, int64_t bh, int64_t r0, int64_t rows, int64_t Dp) {
+  const hn::ScalableTag<float> d;
+  const int64_t N = static_cast<int64_t>(hn::Lanes(d)), vectors = kBlockRows / N;
+  const AttentionShape& s = *w.s;
+  const int64_t H = s.H, D = s.D, C = H * D, Tk = s.keys(), b = bh / H, h = bh % H;
+  const float* kh = w.k + b * s.key_stride() * C + h * D;
+  const float* vh = w.v + b * s.key_stride() * C + h * D;
+  const int64_t row0 = (b * s.T + r0) * C + h * D;  // head h of query row r0 in batch b
+  const int64_t* keys = w.mask->keys(b);
+  const bool direct_k = Dp == D;  // dQ's product reads the keys in place, else from kp
+
+  int64_t vector_extent[kBlockRows];
+  const int64_t E = backward_block_rows(*w.mask, s, w.stats, bh, r0, rows, kBlockRows, N, w.lim, w.m, w.inv,
+                                        vector_extent);
+  if (E > 0) {
+    LoadBlock(w.q + row0, C, rows, D, Dp, w.scale, w.qt, w.qs);
+    LoadBlock(w.dout + row0, C, rows, D, Dp, 1.0f, w.gt, w.go);
+    std::fill(w.dQ, w.dQ + kBlockRows * Dp, 0.0f);
+    for (int64_t i = 0; i < kBlockRows; ++i) {  // Δ = rowsum(dO ⊙ out), for rows that see a key
+      double delta = 0;
+      for (int64_t x = 0; w.lim[i] >= 0 && x < D; ++x) delta += static_cast<double>(w.go[i * Dp + x]) * w.out[row0 + i * C + x];
+      w.delta[i] = static_cast<float>(delta);
+    }
+  }
+  for (int64_t j0 = 0; j0 < E; j0 += kTileKeys) {
+    const int64_t n = std::min({kTileKeys, Tk - j0, E - j0});
+    int64_t v0 = 0, v1 = vectors;
+    while (vector_extent[v0] <= j0) ++v0;
+    while (vector_extent[v1 - 1] <= j0) --v1;
+    const int64_t i0 = v0 * N, i1 = v1 * N, real = w.mask->real_keys(b, j0, j0 + n);
+    if (real == 0) continue;  // padding only: P = 0
+    // st, dpt (n, rows) columns [i0, i1) = k (n, D) · qt and v (n, D) · gt: the scores and dP.
+    Product(kh + j0 * C, C, 1, w.qt + i0, kBlockRows, n, D, w.st + i0, kBlockRows, v1 - v0, false);
+    Product(vh + j0 * C, C, 1, w.gt + i0, kBlockRows, n, D, w.dpt + i0, kBlockRows, v1 - v0, false);
+    TileGrads(w, i0, i1, j0, n, real < n ? keys : nullptr);
+    // dV, dK (n, Dp) += Pᵀ · dO and dSᵀ · (scale·q) over rows [i0, i1): P and dS read from st, dpt.
+    Product(w.st + i0, kBlockRows, 1, w.go + i0 * Dp, Dp, n, i1 - i0, w.dV + j0 * Dp, Dp, Dp / N, true);
+    Product(w.dpt + i0, kBlockRows, 1, w.qs + i0 * Dp, Dp, n, i1 - i0, w.dK + j0 * Dp, Dp, Dp / N, true);
+    // dQ (rows, Dp) rows [i0, i1) += dS (rows, n) · k (n, Dp), dS read from dpt transposed.
+    const float* kt = direct_k ? kh + j0 * C : w.kp + j0 * Dp;
+    Product(w.dpt + i0, 1, kBlockRows, kt, direct_k ? C : Dp, i1 - i0, n, w.dQ + i0 * Dp, Dp, Dp / N, true);
+  }
+  for (int64_t i = 0; i < rows; ++i) {  // dq rows once each (dQ is scratch for uniform rows after)
+    if (w.lim[i] < 0) continue;
+    float* dqi = w.dq + row0 + i * C;
+    for (int64_t x = 0; x < D; ++x) dqi[x] += w.scale * w.dQ[i * Dp + x];
+  }
+  for (int64_t i = 0; i < rows; ++i) {
+    if (w.lim[i] >= 0) continue;
+    uniform_row_grads(w.dout + row0 + i * C, w.out + row0 + i * C, w.q + row0 + i * C, w.dq + row0 + i * C, kh, vh,
+                      Tk, D, C, w.scale, w.dK, w.dV, Dp, w.dQ);
+  }
+}
+
+// Pair bh's gradients: its keys padded where needed, dK and dV zeroed, its blocks of query rows, then
+// dK and dV added to dk and dv once.
+void BackwardHeadKernel(FlashBackWork& w, int64_t bh) {
+  const int64_t N = static_cast<int64_t>(hn::Lanes(hn::ScalableTag<float>()));
+  const AttentionShape& s = *w.s;
+  const int64_t D = s.D, C = s.H * D, Tk = s.keys(), Dp = (D + N - 1) / N * N;
+  const int64_t key0 = bh / s.H * s.key_stride() * C + bh % s.H * D;  // head h of key 0 in batch b
+  if (Dp != D) {
+    for (int64_t j = 0; j < Tk; ++j) {
+      std::copy(w.k + key0 + j * C, w.k + key0 + j * C + D, w.kp + j * Dp);
+      std::fill(w.kp + j * Dp + D, w.kp + (j + 1) * Dp, 0.0f);
+    }
+  }
+  std::fill(w.dK, w.dK + Tk * Dp, 0.0f);
+  std::fill(w.dV, w.dV + Tk * Dp, 0.0f);
+  for (int64_t r0 = 0; r0 < s.T; r0 += kBlockRows) BackwardBlock(w, bh, r0, std::min(kBlockRows, s.T - r0), Dp);
+  for (int64_t j = 0; j < Tk; ++j) {
+    for (int64_t x = 0; x < D; ++x) {
+      w.dk[key0 + j * C + x] += w.dK[j * Dp + x];
+      w.dv[key0 + j * C + x] += w.dV[j * Dp + x];
+    }
+  }
 }
 
 }  // namespace HWY_NAMESPACE
@@ -294,16 +440,22 @@ HWY_AFTER_NAMESPACE();
 namespace ops {
 
 HWY_EXPORT(FlashBlockKernel);
+HWY_EXPORT(BackwardHeadKernel);
 
 bool flash_attention_applies(const AttentionShape& s) {  // key limits are int32 lanes
-  return s.saved == AttentionSaved::none && s.dropout_p == 0 && !s.bf16_products &&
-         s.keys() <= std::numeric_limits<int32_t>::max();
+  return (s.saved == AttentionSaved::none || s.saved == AttentionSaved::row_stats) && s.dropout_p == 0 &&
+         !s.bf16_products && s.keys() <= std::numeric_limits<int32_t>::max();
 }
 
 void flash_attention_forward(float* out, const float* q, const float* k, const float* v, const int64_t* key_mask,
-                             const AttentionShape& s) {
+                             const AttentionShape& s, float* stats) {
   if (!flash_attention_applies(s)) {
-    throw std::invalid_argument("flash_attention_forward: inference only (nothing saved, no dropout, fp32 products)");
+    throw std::invalid_argument(
+        "flash_attention_forward: fp32 products without dropout (nothing saved, or row statistics)");
+  }
+  if ((s.saved == AttentionSaved::row_stats) != (stats != nullptr)) {
+    throw std::invalid_argument("flash_attention_forward: row statistics are written where, and only where, the "
+                                "shape saves them");
   }
   const int64_t D = s.D, Tk = s.keys(), blocks = (s.T + kBlockRows - 1) / kBlockRows;
   const int64_t Dp = (D + kMaxLanes - 1) / kMaxLanes * kMaxLanes;
@@ -317,11 +469,45 @@ void flash_attention_forward(float* out, const float* q, const float* k, const f
     std::vector<int32_t> lim(kBlockRows);
     FlashWork w{q, k, v, out, &mask, &s, scale, qt.data(), st.data(), o.data(), m.data(), l.data(),
                 alpha.data(), vt.data(), mean.data(), lim.data()};
+    w.stats = stats;
 #pragma omp for schedule(static)
     for (int64_t item = 0; item < s.B * s.H * blocks; ++item) {
       const int64_t bh = item / blocks, r0 = item % blocks * kBlockRows;
       HWY_DYNAMIC_DISPATCH(FlashBlockKernel)(w, bh, r0, std::min(kBlockRows, s.T - r0));
     }
+  }
+}
+
+// Per (batch, head) on one thread (its dK and dV in the thread's buffers, added once), per block of
+// kBlockRows query rows (queries and dO, transposed with a row per lane and as padded rows), per tile
+// of keys that some row sees, five products on the forward's register-blocked kernel, the rows as
+// lanes where they are the output's columns: st = k·qt (the scores again), dpt = v·gt (dP = dO·vᵀ);
+// P = exp(st·scale − m)·inv from the forward's statistics, dS = P ⊙ (dP − Δ) with Δ = rowsum(dO ⊙ out);
+// dV += Pᵀ·dO, dK += dSᵀ·(scale·q), dQ += dS·k; dq += scale·dQ per block. Rows that see no key get
+// their gradients on the side (uniform_row_grads).
+void flash_attention_backward(float* dq, float* dk, float* dv, const float* dout, const float* out, const float* stats,
+                              const float* q, const float* k, const float* v, const int64_t* key_mask,
+                              const AttentionShape& s) {
+  if (!flash_attention_applies(s) || s.saved != AttentionSaved::row_stats || !out || !stats) {
+    throw std::invalid_argument(
+        "flash_attention_backward: fp32 products without dropout, from row statistics and the forward's output");
+  }
+  const int64_t D = s.D, Tk = s.keys(), Dp = (D + kMaxLanes - 1) / kMaxLanes * kMaxLanes;
+  const KeyMask mask(key_mask, s);
+  const float scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(D)));
+  const double work = static_cast<double>(s.B * s.H) * static_cast<double>(s.T) * static_cast<double>(Tk) * D;
+#pragma omp parallel if (work >= base::kParallelMinElements)
+  {
+    std::vector<float> dK(Tk * Dp), dV(Tk * Dp), kp(D % kMaxLanes ? Tk * Dp : 0), qt(D * kBlockRows),
+        gt(D * kBlockRows), qs(kBlockRows * Dp), go(kBlockRows * Dp), dQ(kBlockRows * Dp), m(kBlockRows),
+        inv(kBlockRows), delta(kBlockRows), st(kTileKeys * kBlockRows), dpt(kTileKeys * kBlockRows);
+    std::vector<int32_t> lim(kBlockRows);
+    FlashBackWork w{q,         k,         v,        out,       dout,    stats,     dq,        dk,
+                    dv,        &mask,     &s,       scale,     dK.data(), dV.data(), kp.data(), qt.data(),
+                    gt.data(), qs.data(), go.data(), dQ.data(), m.data(), inv.data(), delta.data(), st.data(),
+                    dpt.data(), lim.data()};
+#pragma omp for schedule(static)
+    for (int64_t bh = 0; bh < s.B * s.H; ++bh) HWY_DYNAMIC_DISPATCH(BackwardHeadKernel)(w, bh);
   }
 }
 

@@ -1,17 +1,18 @@
-// Softmax attention's inference forward as one fused kernel in FlashAttention-2's shape, fp32: per
-// (batch, head) and block of query rows, a loop over tiles of keys computes the tile's scores with a
-// register-blocked SIMD product (Highway, runtime dispatch), masks them in the tile, folds them into
+// Softmax attention as fused kernels in FlashAttention-2's shape, fp32: per (batch, head) and block of
+// query rows, a loop over tiles of keys computes the tile's scores with a register-blocked SIMD product
+// (Highway, runtime dispatch: AVX-512, AVX2, SSE4, scalar), masks them in the tile, folds them into
 // each row's running maximum and sum (online softmax, fp32) and adds their probabilities times the
 // tile's values into the block's output rows, which are divided by the sums at the end. No (T, Tk)
 // or (rows, Tk) matrix exists: a thread holds its block's queries, one tile of scores and the block's
-// outputs (about 50 KB at head dim 64), whatever the lengths.
-// Semantics are attention_forward's (attention.h) with AttentionSaved::none, no dropout and fp32
-// products: the same causal mask (with q_start), UniLM prefix limits (row_limit), key padding mask,
-// cross-attention (Tk) and cache layout (kv_stride), and a row that sees no key attends uniformly over
-// all Tk keys, as Hugging Face's finfo.min mask gives. Results equal attention_forward's up to fp32
-// rounding (the sums are accumulated in another order), not bit for bit. A bf16-product variant of the
-// same kernel (flash_attention_forward_bf16) serves bf16 inference on CPUs with AVX512-BF16, and bf16
-// training with its fused backward (flash_attention_backward_bf16).
+// outputs (about 50 KB at head dim 64), whatever the lengths. The backward has the same shape, the
+// probabilities remade per tile from each row's statistics (m, 1/l), which the forward writes for it.
+// Semantics are attention_forward's (attention.h) without dropout and with fp32 products: the same
+// causal mask (with q_start), UniLM prefix limits (row_limit), key padding mask, cross-attention (Tk)
+// and cache layout (kv_stride), and a row that sees no key attends uniformly over all Tk keys, as
+// Hugging Face's finfo.min mask gives. Results equal attention_forward's and attention_backward's per-
+// block path up to fp32 rounding (the sums are accumulated in another order), not bit for bit. A
+// bf16-product variant of both (flash_attention_forward_bf16, flash_attention_backward_bf16) serves
+// bf16 inference and training on CPUs with AVX512-BF16.
 #pragma once
 
 #include <cstdint>
@@ -23,14 +24,26 @@ namespace ops {
 // out (B, T, H·D) written = softmax(q·kᵀ/√D + mask)·v per head, for q (B, T, H·D) and k, v
 // (B, kv_stride, H·D) with rows [0, Tk) used; key_mask (B, Tk): 1 = real token, 0 = padding, or null
 // (all real). out may be q itself: each block of query rows is read before its output rows are
-// written. Throws std::invalid_argument unless flash_attention_applies(s).
+// written. For training (s.saved = row_stats) stats (B, H, T, 2) written with each row's largest
+// visible score and 1/Σexp ((0, 1) for a row that sees no key), null otherwise. Throws
+// std::invalid_argument unless flash_attention_applies(s) and stats is given exactly when s keeps row
+// statistics.
 void flash_attention_forward(float* out, const float* q, const float* k, const float* v, const int64_t* key_mask,
-                             const AttentionShape& s);
+                             const AttentionShape& s, float* stats = nullptr);
 
-// Whether flash_attention_forward takes s: fp32 inference (nothing saved, no dropout, fp32 products),
-// fewer than 2^31 keys.
-// attention_forward<float> runs such shapes of 16 query rows or more through it (fewer leave most of its
-// vector lanes, which hold query rows, idle).
+// Its backward: dq (B, T, H·D), dk, dv (B, kv_stride, H·D) += the gradients given dout, the forward's
+// out and stats (FlashAttention-2's: the probabilities remade per tile, never kept; Δ = rowsum(dO ⊙ out)).
+// Equal to attention_backward's per-block fp32 path up to rounding, for stats from either forward.
+// Throws std::invalid_argument unless flash_attention_applies(s) with s.saved = row_stats.
+void flash_attention_backward(float* dq, float* dk, float* dv, const float* dout, const float* out, const float* stats,
+                              const float* q, const float* k, const float* v, const int64_t* key_mask,
+                              const AttentionShape& s);
+
+// Whether flash_attention_forward (and, with row statistics, flash_attention_backward) take s: fp32
+// products without dropout, nothing saved (inference) or row statistics (training), fewer than 2^31
+// keys. attention_forward<float> and attention_backward<float> (given the forward's output) run such
+// shapes of 16 query rows or more through them (fewer leave most of their vector lanes, which hold
+// query rows, idle).
 bool flash_attention_applies(const AttentionShape& s);
 
 // The same forward with bf16 products (AttentionShape::bf16_products: queries times 1/√D, keys, values

@@ -479,32 +479,6 @@ OPS_BF16_TARGET void TileGrads(Bf16BackWork& w, int64_t i0, int64_t i1, int64_t 
   }
 }
 
-// A row that sees no key attends uniformly over all Tk keys (p = 1/Tk): its gradients in fp32, as the
-// per-block path gives them (the scores' gradient reaches q and k though the mask made them equal).
-// g, o, q: the row's dO, output and query (D); dq: its gradient row.
-void UniformRowGrads(Bf16BackWork& w, const float* g, const float* o, const float* q, float* dq, const float* kh,
-                     const float* vh) {
-  const AttentionShape& s = *w.s;
-  const int64_t D = s.D, C = s.H * D, Tk = s.keys(), Dp = w.Dp;
-  const float p = 1.0f / static_cast<float>(Tk);
-  double delta = 0;
-  for (int64_t x = 0; x < D; ++x) delta += static_cast<double>(g[x]) * o[x];
-  float* row = w.dQT.data();  // the row's dq, added to dq once (D ≤ dQT's size)
-  std::fill(row, row + D, 0.0f);
-  for (int64_t j = 0; j < Tk; ++j) {
-    double dp = 0;
-    for (int64_t x = 0; x < D; ++x) dp += static_cast<double>(g[x]) * vh[j * C + x];
-    const float ds = static_cast<float>(p * (dp - delta) * w.scale);
-    float *dKj = w.dK.data() + j * Dp, *dVj = w.dV.data() + j * Dp;
-    for (int64_t x = 0; x < D; ++x) {
-      dVj[x] += p * g[x];
-      dKj[x] += ds * q[x];
-      row[x] += ds * kh[j * C + x];
-    }
-  }
-  for (int64_t x = 0; x < D; ++x) dq[x] += row[x];
-}
-
 // Rows [r0, r0 + rows) of pair bh: their dq rows, and their share of the head's dK and dV buffers.
 OPS_BF16_TARGET void BackwardBlock(Bf16BackWork& w, int64_t bh, int64_t r0, int64_t rows) {
   const AttentionShape& s = *w.s;
@@ -515,22 +489,9 @@ OPS_BF16_TARGET void BackwardBlock(Bf16BackWork& w, int64_t bh, int64_t r0, int6
   const int64_t row0 = (b * s.T + r0) * C + h * D;  // head h of query row r0 in batch b
   const int64_t* keys = w.mask->keys(b);
 
-  int64_t E = 0, vector_extent[vectors] = {};
-  for (int64_t i = 0; i < R; ++i) {
-    int64_t lim = -1;
-    float m = 0, inv = 0;
-    if (i < rows) {
-      const RowKeys rk = w.mask->row(b, r0 + i, s.causal);
-      if (!rk.uniform) {
-        lim = rk.lim;
-        const float* st = w.stats + (bh * s.T + r0 + i) * 2;
-        m = st[0], inv = st[1];
-      }
-    }
-    w.lim[i] = static_cast<int32_t>(lim), w.m[i] = m, w.inv[i] = inv;
-    E = std::max(E, lim);
-    vector_extent[i / kLanes] = std::max(vector_extent[i / kLanes], lim);
-  }
+  int64_t vector_extent[vectors];
+  const int64_t E = backward_block_rows(*w.mask, s, w.stats, bh, r0, rows, R, kLanes, w.lim.data(), w.m.data(),
+                                        w.inv.data(), vector_extent);
   if (E > 0) {
     RoundBlock(w, w.q + row0, C, rows, w.scale, w.qt2.data(), nullptr);  // scaled queries for the scores
     RoundBlock(w, w.q + row0, C, rows, 1.0f, nullptr, w.qr2.data());  // unscaled, in pairs of rows, for dK
@@ -581,7 +542,8 @@ OPS_BF16_TARGET void BackwardBlock(Bf16BackWork& w, int64_t bh, int64_t r0, int6
   }
   for (int64_t i = 0; i < rows; ++i) {
     if (w.lim[i] >= 0) continue;
-    UniformRowGrads(w, w.dout + row0 + i * C, w.out + row0 + i * C, w.q + row0 + i * C, w.dq + row0 + i * C, kh, vh);
+    uniform_row_grads(w.dout + row0 + i * C, w.out + row0 + i * C, w.q + row0 + i * C, w.dq + row0 + i * C, kh, vh,
+                      Tk, D, C, w.scale, w.dK.data(), w.dV.data(), Dp, w.dQT.data());  // dQT: scratch now
   }
 }
 
