@@ -172,11 +172,6 @@ constexpr int64_t kRowBlock = 64;  // query rows per block of products
 // with --precision bf16 --heads 12 --lengths 1,4,8,16,32), so the same threshold serves both.
 constexpr int64_t kFusedMinRows = 16;
 
-// Seed of the dropout mask of one (global batch row, head) probability block.
-uint64_t block_seed(const AttentionShape& s, int64_t b, int64_t h) {
-  return base::mix64(s.dropout_seed ^ base::mix64(static_cast<uint64_t>((s.dropout_row0 + b) * s.H + h)));
-}
-
 // row (Tn): scores in [0, lim) → probabilities over the visible keys, 0 elsewhere (keys: the batch's
 // key mask or null); a row that sees no key gets 1/Tn everywhere. stats (2), when given, get the
 // largest visible score and 1/Σexp; given those as `again`, a second call makes the first one's
@@ -344,7 +339,7 @@ void forward_blocks(T* out, T* saved, const T* q, const T* k, const T* v, const 
       const int64_t b = bh / s.H, h = bh % s.H;
       const int64_t off = b * Tq * C + h * s.D;  // head h of query 0 in batch b
       products.load_head(b * s.key_stride() * C + h * s.D);  // head h of key 0 in batch b
-      const uint64_t seed = s.dropout_p > 0 ? block_seed(s, b, h) : 0;
+      const uint64_t seed = s.dropout_p > 0 ? dropout_block_seed(s, b, h) : 0;
       for (int64_t r0 = 0; r0 < Tq; r0 += kRowBlock) {
         const int64_t rows = std::min(kRowBlock, Tq - r0);
         int64_t E = 0;  // key columns this block reads
@@ -389,9 +384,7 @@ void attention_forward(T* out, T* saved, const T* q, const T* k, const T* v, con
 
 void attention_forward_blocks(float* out, const float* q, const float* k, const float* v, const int64_t* key_mask,
                               const AttentionShape& s) {
-  if (s.saved != AttentionSaved::none || s.dropout_p != 0) {
-    throw std::invalid_argument("attention_forward_blocks: inference only (nothing saved, no dropout)");
-  }
+  if (s.saved != AttentionSaved::none) throw std::invalid_argument("attention_forward_blocks: nothing saved");
   forward_blocks(out, static_cast<float*>(nullptr), q, k, v, key_mask, s);
 }
 
@@ -481,7 +474,7 @@ void attention_backward(T* dq, T* dk, T* dv, const T* dout, const T* saved, cons
       const int64_t off = b * Tq * C + h * s.D;
       const int64_t koff = b * s.key_stride() * C + h * s.D;
       products.load_head(koff);
-      const uint64_t seed = s.dropout_p > 0 ? block_seed(s, b, h) : 0;
+      const uint64_t seed = s.dropout_p > 0 ? dropout_block_seed(s, b, h) : 0;
       for (int64_t r0 = 0; r0 < Tq; r0 += kRowBlock) {
         const int64_t rows = std::min(kRowBlock, Tq - r0);
         const T* a = saved + bh * TT + r0 * Tn;  // (rows, Tk): the block's probabilities

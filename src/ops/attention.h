@@ -11,8 +11,8 @@
 // the backward recomputes each block of probabilities bit for bit as the forward made them (memory
 // linear in T: FlashAttention's recomputation, with blocks of query rows over all their keys);
 // inference passes no `saved` (from 16 query rows on: flash_attention.h's fused kernels, fp32, or bf16
-// products on AVX512-BF16; training from row statistics without dropout runs the same fused forward
-// and, given the forward's output, its fused backward).
+// products on AVX512-BF16; training from row statistics runs the same fused forward and, given the
+// forward's output, its fused backward, attention dropout included).
 // (batch, head) pairs run in parallel on OpenMP, each with single-threaded products (oneDNN's or
 // OpenBLAS's sgemm in fp32 by shape, BLAS in fp64); blocks of query rows skip the key columns none of
 // their rows can see (the causal upper triangle, trailing padding), and the backward finds each row's
@@ -63,9 +63,9 @@ struct AttentionShape {
 int64_t attention_saved_size(const AttentionShape& s);
 
 // out (B, T, H·D) = softmax(q·kᵀ/√D + mask)·v per head; saved (attention_saved_size) written with
-// what s.saved names, or null: nothing kept. Without dropout, from 16 query rows on, inference and row
-// statistics run flash_attention_forward in fp32, or flash_attention_forward_bf16 with bf16 products on
-// a CPU with AVX512-BF16 (equal up to rounding). Otherwise, unless it keeps the
+// what s.saved names, or null: nothing kept. From 16 query rows on, inference and row statistics run
+// flash_attention_forward in fp32, or flash_attention_forward_bf16 with bf16 products on a CPU with
+// AVX512-BF16 (equal up to rounding; attention dropout with the same mask). Otherwise, unless it keeps the
 // probabilities, each thread holds 64 query rows × Tk at a time. out may be q itself (inference: the
 // context over the queries, each block reading them first). key_mask (B, Tk): 1 = real token, 0 = padding,
 // or null; row_limit (B, T). A saved buffer with AttentionSaved::none, or fp64 bf16_products: invalid_argument.
@@ -101,8 +101,8 @@ void attention_decode_forward(float* out, const float* q, const uint16_t* k, con
 
 // dq (B, T, H·D), dk, dv (B, kv_stride, H·D) += gradients given dout (B, T, H·D) and the forward's
 // saved buffer, shape and key_mask (read with row statistics; the probabilities carry the mask).
-// out (B, T, H·D), the forward's output, or null: given it, row statistics without dropout from 16
-// query rows on run the fused backward (flash_attention_backward, or flash_attention_backward_bf16 for
+// out (B, T, H·D), the forward's output, or null: given it, row statistics from 16 query rows on run
+// the fused backward (flash_attention_backward, or flash_attention_backward_bf16 for
 // bf16 products on AVX512-BF16), as the forward ran the fused forward; otherwise each block of 64 rows
 // is remade as the forward made it, bit for bit when the forward was the per-block path.
 template <typename T>

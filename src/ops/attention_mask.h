@@ -10,8 +10,16 @@
 #include <vector>
 
 #include "attention.h"
+#include "base/random.h"
 
 namespace ops {
+
+// Seed of the dropout mask of one (global batch row, head) probability block: element (t, j) of the
+// block, query row t and key j of Tk, is kept iff base::Keep(seed, p) keeps t·Tk + j, whichever path
+// (per block of rows or fused) applies it.
+inline uint64_t dropout_block_seed(const AttentionShape& s, int64_t b, int64_t h) {
+  return base::mix64(s.dropout_seed ^ base::mix64(static_cast<uint64_t>((s.dropout_row0 + b) * s.H + h)));
+}
 
 // Which keys row t of a batch sees: [0, lim) minus padded keys; none → uniform over all Tk.
 struct RowKeys {
@@ -89,25 +97,60 @@ inline int64_t backward_block_rows(const KeyMask& mask, const AttentionShape& s,
   return E;
 }
 
-// Gradients of a row that sees no key, as the fused backwards give them (in fp32, the way the per-block
-// path does: the mask made the scores equal, but their gradient still reaches q and k): it attends
-// uniformly over all Tk keys (p = 1/Tk). g, o, q: the row's dO, output and query (D); kh, vh: its
-// head's keys and values (rows C apart); dq (D) += its query's gradient; dK, dV (Tk rows, ld apart)
-// += its share of the head's key and value gradients; row: D floats of scratch.
+// Attention dropout as the fused kernels apply it to one (batch, head) block: element (t, j) kept iff
+// keep(t·Tk + j), kept probabilities times `scale` = 1/(1 − p). Null `keep`: no dropout.
+struct BlockDropout {
+  const base::Keep* keep = nullptr;
+  uint64_t Tk = 0;
+  float scale = 1;
+  float factor(int64_t t, int64_t j) const {  // what probability (t, j) is multiplied by
+    return !keep || (*keep)(static_cast<uint64_t>(t) * Tk + static_cast<uint64_t>(j)) ? scale : 0.0f;
+  }
+};
+
+// Pair bh's dropout mask into a fused kernel's work area w (its members keep, a base::Keep, and drop,
+// pointing at it; drop.keep null where s has no dropout).
+template <class Work>
+void set_block_dropout(Work& w, const AttentionShape& s, int64_t bh) {
+  w.drop = {};
+  if (s.dropout_p <= 0) return;
+  w.keep = base::Keep(dropout_block_seed(s, bh / s.H, bh % s.H), s.dropout_p);
+  w.drop = {&w.keep, static_cast<uint64_t>(s.keys()), static_cast<float>(1.0 / (1.0 - s.dropout_p))};
+}
+
+// The output of a row t that sees no key under dropout: it attends uniformly over all Tk keys, so
+// out (D) = Σ_j v_j · factor(t, j) / Tk (without dropout the fused kernels keep the head's mean).
+inline void dropped_uniform_row(float* out, const float* vh, int64_t Tk, int64_t D, int64_t C, const BlockDropout& drop,
+                                int64_t t) {
+  std::fill(out, out + D, 0.0f);
+  for (int64_t j = 0; j < Tk; ++j) {
+    const float f = drop.factor(t, j);
+    for (int64_t x = 0; f != 0 && x < D; ++x) out[x] += f * vh[j * C + x];
+  }
+  const float inv = 1.0f / static_cast<float>(Tk);
+  for (int64_t x = 0; x < D; ++x) out[x] *= inv;
+}
+
+// Gradients of a row t that sees no key, as the fused backwards give them (in fp32, the way the
+// per-block path does: the mask made the scores equal, but their gradient still reaches q and k): it
+// attends uniformly over all Tk keys (p = 1/Tk, then dropout). g, o, q: the row's dO, output and query
+// (D); kh, vh: its head's keys and values (rows C apart); dq (D) += its query's gradient; dK, dV (Tk
+// rows, ld apart) += its share of the head's key and value gradients; row: D floats of scratch.
 inline void uniform_row_grads(const float* g, const float* o, const float* q, float* dq, const float* kh,
                               const float* vh, int64_t Tk, int64_t D, int64_t C, float scale, float* dK, float* dV,
-                              int64_t ld, float* row) {
+                              int64_t ld, float* row, const BlockDropout& drop, int64_t t) {
   const float p = 1.0f / static_cast<float>(Tk);
   double delta = 0;
   for (int64_t x = 0; x < D; ++x) delta += static_cast<double>(g[x]) * o[x];
   std::fill(row, row + D, 0.0f);
   for (int64_t j = 0; j < Tk; ++j) {
+    const float f = drop.factor(t, j);
     double dp = 0;
-    for (int64_t x = 0; x < D; ++x) dp += static_cast<double>(g[x]) * vh[j * C + x];
-    const float ds = static_cast<float>(p * (dp - delta) * scale);
+    for (int64_t x = 0; f != 0 && x < D; ++x) dp += static_cast<double>(g[x]) * vh[j * C + x];
+    const float ds = static_cast<float>(p * (dp * f - delta) * scale);
     float *dKj = dK + j * ld, *dVj = dV + j * ld;
     for (int64_t x = 0; x < D; ++x) {
-      dVj[x] += p * g[x];
+      dVj[x] += p * f * g[x];
       dKj[x] += ds * q[x];
       row[x] += ds * kh[j * C + x];
     }

@@ -1,13 +1,14 @@
 // Dropout forward/backward (see dropout.h). The keep decision is base::Keep's, element by element:
-// fp32 takes it eight or sixteen lanes at a time (SplitMix64's finaliser on 64-bit lanes; AVX2 has
-// no 64-bit multiply, so it is built from 32-bit ones), fp64 and the tails one at a time; both give
-// the same mask bit for bit, which the tests check on every SIMD target.
+// fp32 takes it eight or sixteen lanes at a time (dropout-inl.h: SplitMix64's finaliser on 64-bit
+// lanes), fp64 and the tails one at a time; both give the same mask bit for bit, which the tests check
+// on every SIMD target.
 #include "dropout.h"
 
 #undef HWY_TARGET_INCLUDE
 #define HWY_TARGET_INCLUDE "ops/dropout.cc"
 #include "hwy/foreach_target.h"  // IWYU pragma: keep
 #include "hwy/highway.h"
+#include "ops/dropout-inl.h"
 
 #include "base/random.h"
 
@@ -15,32 +16,6 @@ HWY_BEFORE_NAMESPACE();
 namespace ops {
 namespace HWY_NAMESPACE {
 namespace hn = hwy::HWY_NAMESPACE;
-
-// The low 64 bits of a · c per 64-bit lane.
-template <class V>
-HWY_INLINE V Mul64(V a, V c) {
-#if HWY_TARGET <= HWY_AVX3
-  return hn::Mul(a, c);
-#else
-  const hn::Repartition<uint32_t, hn::DFromV<V>> d32;
-  const auto lo = hn::MulEven(hn::BitCast(d32, a), hn::BitCast(d32, c));  // lo(a)·lo(c), 64 bits
-  const auto cross = hn::Add(hn::MulEven(hn::BitCast(d32, hn::ShiftRight<32>(a)), hn::BitCast(d32, c)),
-                             hn::MulEven(hn::BitCast(d32, a), hn::BitCast(d32, hn::ShiftRight<32>(c))));
-  return hn::Add(lo, hn::ShiftLeft<32>(cross));
-#endif
-}
-
-// All ones where base::Keep keeps element `index` (one per 64-bit lane), else zero.
-template <class D64>
-HWY_INLINE hn::Vec<D64> KeepLanes(D64 d64, hn::Vec<D64> index, uint64_t stream, uint64_t threshold) {
-  auto x = hn::Add(hn::Xor(index, hn::Set(d64, stream)), hn::Set(d64, 0x9e3779b97f4a7c15ull));
-  x = Mul64(hn::Xor(x, hn::ShiftRight<30>(x)), hn::Set(d64, 0xbf58476d1ce4e5b9ull));
-  x = Mul64(hn::Xor(x, hn::ShiftRight<27>(x)), hn::Set(d64, 0x94d049bb133111ebull));
-  x = hn::ShiftRight<11>(hn::Xor(x, hn::ShiftRight<31>(x)));  // < 2^53: compares as signed
-  const hn::RebindToSigned<D64> di;  // x ≥ threshold ⟺ x > threshold − 1 (threshold ≤ 2^53)
-  const auto above = hn::Gt(hn::BitCast(di, x), hn::Set(di, static_cast<int64_t>(threshold) - 1));
-  return hn::BitCast(d64, hn::VecFromMask(di, above));
-}
 
 // out[i] (=, or += with accumulate) keep(first + i) ? in[i] · scale : 0 for i < n, whole vectors only;
 // returns how many elements it did (a multiple of the lane count).
@@ -52,7 +27,6 @@ int64_t DropoutKernel(float* out, const float* in, int64_t n, uint64_t stream, u
 #else
   const hn::ScalableTag<float> df;
   const hn::Repartition<uint64_t, decltype(df)> d64;  // half as many lanes
-  const hn::Repartition<uint32_t, decltype(df)> d32;
   const int64_t N = static_cast<int64_t>(hn::Lanes(df)), half = N / 2;
   auto index = hn::Add(hn::Iota(d64, 0), hn::Set(d64, first));
   const auto step = hn::Set(d64, static_cast<uint64_t>(half));
@@ -63,9 +37,7 @@ int64_t DropoutKernel(float* out, const float* in, int64_t n, uint64_t stream, u
     index = hn::Add(index, step);
     const auto hi = KeepLanes(d64, index, stream, threshold);
     index = hn::Add(index, step);
-    // The low 32 bits of each 64-bit flag, in element order: lo's lanes, then hi's.
-    const auto flags = hn::ConcatEven(d32, hn::BitCast(d32, hi), hn::BitCast(d32, lo));
-    const auto keep = hn::MaskFromVec(hn::BitCast(df, flags));
+    const auto keep = KeepFloats(df, lo, hi);
     const auto scaled = hn::Mul(hn::LoadU(df, in + i), vscale);
     if (accumulate) {  // dropped elements keep their value as it is (−0 stays −0)
       const auto o = hn::LoadU(df, out + i);

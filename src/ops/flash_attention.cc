@@ -52,7 +52,12 @@ struct FlashWork {
   int32_t* lim;
   int64_t mean_bh = -1;    // mean holds pair mean_bh's
   float* stats = nullptr;  // training: (B, H, T, 2) each row's (m, 1/l) written, else null
+  // Attention dropout: the block's pair's mask (drop.keep null without), and the block's first row.
+  base::Keep keep{0, 0.0};
+  BlockDropout drop;
+  int64_t r0 = 0;
 };
+
 
 // What one thread's heads read and where they work in the backward (BackwardHeadKernel). Dp: D
 // rounded up to whole vectors of the widest target (a target's own Dp is at most that).
@@ -69,6 +74,10 @@ struct FlashBackWork {
   // and key limit. The tile's: scores then probabilities, dP then dS (kTileKeys, kBlockRows).
   float *dK, *dV, *kp, *qt, *gt, *qs, *go, *dQ, *m, *inv, *delta, *st, *dpt;
   int32_t* lim;
+  // Attention dropout: the head's mask (drop.keep null without), and the block's first row.
+  base::Keep keep{0, 0.0};
+  BlockDropout drop;
+  int64_t r0 = 0;
 };
 
 }  // namespace ops
@@ -79,6 +88,7 @@ struct FlashBackWork {
 #include "hwy/foreach_target.h"  // IWYU pragma: keep
 #include "hwy/cache_control.h"
 #include "hwy/highway.h"
+#include "ops/dropout-inl.h"
 #include "ops/vmath-inl.h"
 
 HWY_BEFORE_NAMESPACE();
@@ -154,11 +164,20 @@ void Product(const float* a, int64_t ar, int64_t ax, const float* b, int64_t ldb
   }
 }
 
+// p's lanes, probabilities of rows t0.. (a row per lane) at key j, after attention dropout: kept ones
+// times drop.scale, the others 0.
+template <class D, class V = hn::Vec<D>>
+HWY_INLINE V DropLanes(D d, V p, const BlockDropout& drop, const base::Keep& keep, int64_t t0, int64_t j) {
+  const auto kept = KeepStrided(d, static_cast<uint64_t>(t0) * drop.Tk + static_cast<uint64_t>(j), drop.Tk,
+                                keep.stream(), keep.threshold());
+  return hn::IfThenElseZero(kept, hn::Mul(p, hn::Set(d, drop.scale)));
+}
+
 // The online softmax of one tile's scores, st (n keys, rows [i0, i1) in whole vectors) for keys
 // j0.., a vector of rows at a time: scores past a row's limit (when `limited`) and of padded keys
 // (padded: the batch's key mask, when the tile has padding) become −inf, st becomes
-// exp(score·scale − running maximum), and each row's maximum (of scaled scores), sum and rescaling
-// factor are updated.
+// exp(score·scale − running maximum) (after attention dropout, where there is), and each row's maximum
+// (of scaled scores), sum and rescaling factor are updated.
 void TileSoftmax(FlashWork& w, int64_t i0, int64_t i1, int64_t j0, int64_t n, bool limited, const int64_t* padded) {
   const hn::ScalableTag<float> d;
   const hn::RebindToSigned<decltype(d)> di;
@@ -185,8 +204,9 @@ void TileSoftmax(FlashWork& w, int64_t i0, int64_t i1, int64_t j0, int64_t n, bo
     auto vsum = hn::Zero(d);
     for (int64_t j = 0; j < n; ++j) {
       float* sj = w.st + j * kBlockRows + i;
-      const auto p = Exp(d, hn::MulSub(hn::LoadU(d, sj), scale, m_sub));
-      vsum = hn::Add(vsum, p);
+      auto p = Exp(d, hn::MulSub(hn::LoadU(d, sj), scale, m_sub));
+      vsum = hn::Add(vsum, p);  // the softmax's sum: before dropout
+      if (w.drop.keep) p = DropLanes(d, p, w.drop, w.keep, w.r0 + i, j0 + j);
       hn::StoreU(p, d, sj);
     }
     const auto alpha = Exp(d, hn::Sub(m_old, m_sub));
@@ -196,8 +216,9 @@ void TileSoftmax(FlashWork& w, int64_t i0, int64_t i1, int64_t j0, int64_t n, bo
   }
 }
 
-// Rows [r0, r0 + rows) of pair bh written: o / l, or the mean of all Tk values for a row that sees
-// no key (its head's mean, kept for the thread's next such row of the same pair).
+// Rows [r0, r0 + rows) of pair bh written: o / l, or for a row that sees no key the mean of all Tk
+// values (the head's, kept for the thread's next such row of the same pair; with dropout the row's
+// own, dropped_uniform_row).
 void WriteRows(FlashWork& w, int64_t bh, int64_t r0, int64_t rows, int64_t Dp) {
   const hn::ScalableTag<float> d;
   const AttentionShape& s = *w.s;
@@ -205,6 +226,10 @@ void WriteRows(FlashWork& w, int64_t bh, int64_t r0, int64_t rows, int64_t Dp) {
   const float* vh = w.v + b * s.key_stride() * C + h * D;
   for (int64_t i = 0; i < rows; ++i) {
     float* oi = w.out + (b * s.T + r0 + i) * C + h * D;
+    if (w.lim[i] < 0 && w.drop.keep) {
+      dropped_uniform_row(oi, vh, Tk, D, C, w.drop, r0 + i);
+      continue;
+    }
     if (w.lim[i] < 0) {
       if (w.mean_bh != bh) {
         w.mean_bh = bh;
@@ -241,7 +266,9 @@ void FlashBlockKernel(FlashWork& w, int64_t bh, int64_t r0, int64_t rows) {
   const int64_t* keys = w.mask->keys(b);
 
   // The rows' key limits (−1: sees no key, or past the block), the extent of the keys any row sees,
-  // each query vector's, and the scaled queries, transposed.
+  // each query vector's, and the queries, transposed; the pair's dropout mask.
+  set_block_dropout(w, s, bh);
+  w.r0 = r0;
   int64_t E = 0, vector_extent[kBlockRows] = {};
   for (int64_t i = 0; i < kBlockRows; ++i) {
     int64_t lim = -1;
@@ -310,7 +337,8 @@ void FlashBlockKernel(FlashWork& w, int64_t bh, int64_t r0, int64_t rows) {
 
 // The backward's tile of n keys from j0, rows [i0, i1) in whole vectors: st's scores become the
 // probabilities exp(score·scale − m)·inv (0 past a row's limit or at a padded key: padded, the batch's key
-// mask, or null) and dpt's dP the score gradients P ⊙ (dP − Δ) (unscaled).
+// mask, or null), after dropout where there is, and dpt's dP the score gradients P ⊙ (dP − Δ) (unscaled,
+// dP through dropout's backward).
 void TileGrads(FlashBackWork& w, int64_t i0, int64_t i1, int64_t j0, int64_t n, const int64_t* padded) {
   const hn::ScalableTag<float> d;
   const hn::RebindToSigned<decltype(d)> di;
@@ -326,8 +354,15 @@ void TileGrads(FlashBackWork& w, int64_t i0, int64_t i1, int64_t j0, int64_t n, 
       auto x = hn::IfThenElse(seen, hn::LoadU(d, sj), ninf);
       if (padded && padded[j0 + j] == 0) x = ninf;
       const auto p = hn::Mul(Exp(d, hn::MulSub(x, scale, m)), inv);
-      hn::StoreU(p, d, sj);
-      hn::StoreU(hn::Mul(p, hn::Sub(hn::LoadU(d, dj), delta)), d, dj);
+      auto dp = hn::LoadU(d, dj);  // the gradient of the probabilities after dropout
+      if (w.drop.keep) {  // P's own gradient: dropout's backward; dV's product reads P after dropout
+        const int64_t t0 = w.r0 + i;
+        hn::StoreU(DropLanes(d, p, w.drop, w.keep, t0, j0 + j), d, sj);
+        dp = DropLanes(d, dp, w.drop, w.keep, t0, j0 + j);
+      } else {
+        hn::StoreU(p, d, sj);
+      }
+      hn::StoreU(hn::Mul(p, hn::Sub(dp, delta)), d, dj);
     }
   }
 }
@@ -363,6 +398,7 @@ void BackwardBlock(FlashBackWork& w, int64_t bh, int64_t r0, int64_t rows, int64
   int64_t vector_extent[kBlockRows];
   const int64_t E = backward_block_rows(*w.mask, s, w.stats, bh, r0, rows, kBlockRows, N, w.lim, w.m, w.inv,
                                         vector_extent);
+  w.r0 = r0;
   if (E > 0) {
     LoadBlock(w.q + row0, C, rows, D, Dp, w.scale, w.qt, w.qs);
     LoadBlock(w.dout + row0, C, rows, D, Dp, 1.0f, w.gt, w.go);
@@ -399,7 +435,7 @@ void BackwardBlock(FlashBackWork& w, int64_t bh, int64_t r0, int64_t rows, int64
   for (int64_t i = 0; i < rows; ++i) {
     if (w.lim[i] >= 0) continue;
     uniform_row_grads(w.dout + row0 + i * C, w.out + row0 + i * C, w.q + row0 + i * C, w.dq + row0 + i * C, kh, vh,
-                      Tk, D, C, w.scale, w.dK, w.dV, Dp, w.dQ);
+                      Tk, D, C, w.scale, w.dK, w.dV, Dp, w.dQ, w.drop, r0 + i);
   }
 }
 
@@ -418,6 +454,7 @@ void BackwardHeadKernel(FlashBackWork& w, int64_t bh) {
   }
   std::fill(w.dK, w.dK + Tk * Dp, 0.0f);
   std::fill(w.dV, w.dV + Tk * Dp, 0.0f);
+  set_block_dropout(w, s, bh);
   for (int64_t r0 = 0; r0 < s.T; r0 += kBlockRows) BackwardBlock(w, bh, r0, std::min(kBlockRows, s.T - r0), Dp);
   for (int64_t j = 0; j < Tk; ++j) {
     for (int64_t x = 0; x < D; ++x) {
@@ -443,15 +480,14 @@ HWY_EXPORT(FlashBlockKernel);
 HWY_EXPORT(BackwardHeadKernel);
 
 bool flash_attention_applies(const AttentionShape& s) {  // key limits are int32 lanes
-  return (s.saved == AttentionSaved::none || s.saved == AttentionSaved::row_stats) && s.dropout_p == 0 &&
-         !s.bf16_products && s.keys() <= std::numeric_limits<int32_t>::max();
+  return (s.saved == AttentionSaved::none || s.saved == AttentionSaved::row_stats) && !s.bf16_products &&
+         s.keys() <= std::numeric_limits<int32_t>::max();
 }
 
 void flash_attention_forward(float* out, const float* q, const float* k, const float* v, const int64_t* key_mask,
                              const AttentionShape& s, float* stats) {
   if (!flash_attention_applies(s)) {
-    throw std::invalid_argument(
-        "flash_attention_forward: fp32 products without dropout (nothing saved, or row statistics)");
+    throw std::invalid_argument("flash_attention_forward: fp32 products, nothing saved or row statistics");
   }
   if ((s.saved == AttentionSaved::row_stats) != (stats != nullptr)) {
     throw std::invalid_argument("flash_attention_forward: row statistics are written where, and only where, the "
@@ -490,7 +526,7 @@ void flash_attention_backward(float* dq, float* dk, float* dv, const float* dout
                               const AttentionShape& s) {
   if (!flash_attention_applies(s) || s.saved != AttentionSaved::row_stats || !out || !stats) {
     throw std::invalid_argument(
-        "flash_attention_backward: fp32 products without dropout, from row statistics and the forward's output");
+        "flash_attention_backward: fp32 products, from row statistics and the forward's output");
   }
   const int64_t D = s.D, Tk = s.keys(), Dp = (D + kMaxLanes - 1) / kMaxLanes * kMaxLanes;
   const KeyMask mask(key_mask, s);

@@ -6,10 +6,11 @@
 // or (rows, Tk) matrix exists: a thread holds its block's queries, one tile of scores and the block's
 // outputs (about 50 KB at head dim 64), whatever the lengths. The backward has the same shape, the
 // probabilities remade per tile from each row's statistics (m, 1/l), which the forward writes for it.
-// Semantics are attention_forward's (attention.h) without dropout and with fp32 products: the same
-// causal mask (with q_start), UniLM prefix limits (row_limit), key padding mask, cross-attention (Tk)
-// and cache layout (kv_stride), and a row that sees no key attends uniformly over all Tk keys, as
-// Hugging Face's finfo.min mask gives. Results equal attention_forward's and attention_backward's per-
+// Semantics are attention_forward's (attention.h) with fp32 products: the same causal mask (with
+// q_start), UniLM prefix limits (row_limit), key padding mask, cross-attention (Tk) and cache layout
+// (kv_stride), attention dropout with the same counter-based mask (regenerated per tile, in the
+// backward too), and a row that sees no key attends uniformly over all Tk keys, as Hugging Face's
+// finfo.min mask gives. Results equal attention_forward's and attention_backward's per-
 // block path up to fp32 rounding (the sums are accumulated in another order), not bit for bit. A
 // bf16-product variant of both (flash_attention_forward_bf16, flash_attention_backward_bf16) serves
 // bf16 inference and training on CPUs with AVX512-BF16.
@@ -40,8 +41,7 @@ void flash_attention_backward(float* dq, float* dk, float* dv, const float* dout
                               const AttentionShape& s);
 
 // Whether flash_attention_forward (and, with row statistics, flash_attention_backward) take s: fp32
-// products without dropout, nothing saved (inference) or row statistics (training), fewer than 2^31
-// keys. attention_forward<float> and attention_backward<float> (given the forward's output) run such
+// products, nothing saved (inference) or row statistics (training), fewer than 2^31 keys. attention_forward<float> and attention_backward<float> (given the forward's output) run such
 // shapes of 16 query rows or more through them (fewer leave most of their vector lanes, which hold
 // query rows, idle).
 bool flash_attention_applies(const AttentionShape& s);
@@ -67,8 +67,8 @@ void flash_attention_backward_bf16(float* dq, float* dk, float* dv, const float*
                                    const float* stats, const float* q, const float* k, const float* v,
                                    const int64_t* key_mask, const AttentionShape& s);
 
-// Whether flash_attention_forward_bf16 takes s: bf16 products without dropout, nothing saved (inference)
-// or row statistics (training; the backward too), fewer than 2^31 keys, on a CPU with AVX512-BF16
+// Whether flash_attention_forward_bf16 takes s: bf16 products, nothing saved (inference) or row
+// statistics (training; the backward too), fewer than 2^31 keys, on a CPU with AVX512-BF16
 // (never true elsewhere). attention_forward<float> and attention_backward<float> (given the forward's
 // output) run such shapes of 16 query rows or more through them.
 bool flash_attention_bf16_applies(const AttentionShape& s);
@@ -76,8 +76,8 @@ bool flash_attention_bf16_applies(const AttentionShape& s);
 // attention_forward's fp32 inference without the fused kernel: per block of 64 query rows, the scores'
 // product (oneDNN's or OpenBLAS's sgemm), softmax and p·v product, as attention_forward ran it before
 // (attention.cc), to compare the two; with bf16_products, the per-block bf16 path (oneDNN's bf16
-// matmuls, attention_bf16.h) that flash_attention_forward_bf16 replaces. Any inference shape (nothing
-// saved, no dropout); std::invalid_argument otherwise.
+// matmuls, attention_bf16.h) that flash_attention_forward_bf16 replaces. Any shape that saves nothing
+// (attention dropout too); std::invalid_argument otherwise.
 void attention_forward_blocks(float* out, const float* q, const float* k, const float* v, const int64_t* key_mask,
                               const AttentionShape& s);
 

@@ -11,6 +11,8 @@
 // probabilities rounded to bf16 on their way into p·v. One difference: the per-block path rounds the
 // normalised probabilities, this kernel exp(score − running maximum), as FlashAttention does (the
 // division by the sum comes at the end, in fp32); the relative rounding error is the same 2^-9.
+// Attention dropout takes the same counter-based mask (KeepMask16, base::Keep's), applied to the
+// probabilities before they are rounded.
 //
 // Per (batch, head) and block of kBlockRows query rows (OpenMP, static over the triples):
 //  - the scaled queries are rounded and stored as bf16 pairs along D, qt2 (Dh = ⌈D/2⌉ pairs,
@@ -92,6 +94,10 @@ struct Bf16Work {
   // pair head_bh, converted for keys [0, converted).
   std::vector<uint32_t> k2, v2;
   int64_t head_bh = -1, converted = 0, mean_bh = -1;
+  // Attention dropout: the block's pair's mask (drop.keep null without), and the block's first row.
+  base::Keep keep{0, 0.0};
+  BlockDropout drop;
+  int64_t r0 = 0;
 };
 
 // e^x for 16 lanes, x ≤ 0 (scores minus their running maximum, −inf for masked keys) or NaN:
@@ -116,6 +122,34 @@ OPS_BF16_TARGET inline __m512 Exp16(__m512 x) {
   p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(5.0000001201e-1f));
   p = _mm512_fmadd_ps(p, _mm512_mul_ps(r, r), _mm512_add_ps(r, _mm512_set1_ps(1.0f)));
   return _mm512_scalef_ps(p, n);
+}
+
+// Whether base::Keep keeps each of eight 64-bit indices: SplitMix64's finaliser (dropout-inl.h's, in
+// intrinsics), its top 53 bits against the threshold.
+OPS_BF16_TARGET inline __mmask8 KeepMask8(const base::Keep& keep, __m512i index) {
+  auto c = [](uint64_t x) { return static_cast<long long>(x); };
+  __m512i x = _mm512_add_epi64(_mm512_xor_si512(index, _mm512_set1_epi64(c(keep.stream()))),
+                               _mm512_set1_epi64(c(0x9e3779b97f4a7c15ull)));
+  x = _mm512_mullo_epi64(_mm512_xor_si512(x, _mm512_srli_epi64(x, 30)), _mm512_set1_epi64(c(0xbf58476d1ce4e5b9ull)));
+  x = _mm512_mullo_epi64(_mm512_xor_si512(x, _mm512_srli_epi64(x, 27)), _mm512_set1_epi64(c(0x94d049bb133111ebull)));
+  x = _mm512_srli_epi64(_mm512_xor_si512(x, _mm512_srli_epi64(x, 31)), 11);
+  return _mm512_cmpge_epu64_mask(x, _mm512_set1_epi64(c(keep.threshold())));
+}
+
+// Whether base::Keep keeps elements first + lane·stride, one per lane of 16.
+OPS_BF16_TARGET inline __mmask16 KeepMask16(const base::Keep& keep, uint64_t first, uint64_t stride) {
+  const __m512i lanes = _mm512_mullo_epi64(_mm512_set_epi64(7, 6, 5, 4, 3, 2, 1, 0),
+                                           _mm512_set1_epi64(static_cast<long long>(stride)));
+  const __m512i lo = _mm512_add_epi64(_mm512_set1_epi64(static_cast<long long>(first)), lanes);
+  const __m512i hi = _mm512_add_epi64(lo, _mm512_set1_epi64(static_cast<long long>(8 * stride)));
+  return static_cast<__mmask16>(KeepMask8(keep, lo) | (KeepMask8(keep, hi) << 8));
+}
+
+// p's 16 lanes, probabilities of rows t0.. (a row per lane) at key j, after attention dropout: kept
+// ones times drop.scale, the others 0.
+OPS_BF16_TARGET inline __m512 Drop16(__m512 p, const BlockDropout& drop, const base::Keep& keep, int64_t t0, int64_t j) {
+  const __mmask16 kept = KeepMask16(keep, static_cast<uint64_t>(t0) * drop.Tk + static_cast<uint64_t>(j), drop.Tk);
+  return _mm512_maskz_mul_ps(kept, p, _mm512_set1_ps(drop.scale));
 }
 
 // 16 bf16 pairs (a[i], b[i]) from two fp32 vectors, rounded to nearest even: word 2i = a[i], 2i + 1 = b[i].
@@ -237,7 +271,8 @@ OPS_BF16_TARGET void ConvertKeys(Bf16Work& w, const float* kh, const float* vh, 
 
 // flash_attention.cc's TileSoftmax over st (n keys, rows [i0, i1) in whole vectors) for keys j0..:
 // masked scores to −inf, exp(score − running maximum) in fp32 summed, each row's maximum, sum and
-// rescaling factor updated; the same operations in the same order. The probabilities go straight to
+// rescaling factor updated (the scores come scaled here: the queries are scaled before they are
+// rounded to bf16), then attention dropout where there is. The probabilities go straight to
 // pt2 as bf16 pairs of keys (⌈n/2⌉, rows), 32-bit lane i holding (p[row i, key 2jp], p[row i, 2jp + 1]),
 // with p = 0 beside an odd tile's last key.
 OPS_BF16_TARGET void TileSoftmax(Bf16Work& w, int64_t i0, int64_t i1, int64_t j0, int64_t n, bool limited,
@@ -263,13 +298,15 @@ OPS_BF16_TARGET void TileSoftmax(Bf16Work& w, int64_t i0, int64_t i1, int64_t j0
     __m512 vsum = _mm512_setzero_ps();
     for (int64_t j = 0; j < n; j += 2) {
       const float* sj = w.st.data() + j * kBlockRows + i;
-      const __m512 p0 = Exp16(_mm512_sub_ps(_mm512_loadu_ps(sj), m_sub));
-      vsum = _mm512_add_ps(vsum, p0);
+      __m512 p0 = Exp16(_mm512_sub_ps(_mm512_loadu_ps(sj), m_sub));
+      vsum = _mm512_add_ps(vsum, p0);  // the softmax's sum: before dropout
       __m512 p1 = _mm512_setzero_ps();
       if (j + 1 < n) {
         p1 = Exp16(_mm512_sub_ps(_mm512_loadu_ps(sj + kBlockRows), m_sub));
         vsum = _mm512_add_ps(vsum, p1);
+        if (w.drop.keep) p1 = Drop16(p1, w.drop, w.keep, w.r0 + i, j0 + j + 1);
       }
+      if (w.drop.keep) p0 = Drop16(p0, w.drop, w.keep, w.r0 + i, j0 + j);
       _mm512_storeu_si512(w.pt2.data() + j / 2 * kBlockRows + i, Pairs(p0, p1));
     }
     const __m512 alpha = Exp16(_mm512_sub_ps(m_old, m_sub));
@@ -280,7 +317,8 @@ OPS_BF16_TARGET void TileSoftmax(Bf16Work& w, int64_t i0, int64_t i1, int64_t j0
 }
 
 // Rows [r0, r0 + rows) of pair bh written from oT: oT[x, i] / l[i], or the mean of all Tk values for
-// a row that sees no key (its head's, kept for the thread's next such row of the same pair); with
+// a row that sees no key (its head's, kept for the thread's next such row of the same pair; with
+// dropout the row's own, dropped_uniform_row); with
 // stats, each row's (m, 1/l) beside them ((0, 1) for a row that sees no key: unused).
 OPS_BF16_TARGET void WriteRows(Bf16Work& w, int64_t bh, int64_t r0, int64_t rows, const float* vh) {
   const AttentionShape& s = *w.s;
@@ -291,6 +329,10 @@ OPS_BF16_TARGET void WriteRows(Bf16Work& w, int64_t bh, int64_t r0, int64_t rows
       float* st = w.stats + (bh * s.T + r0 + i) * 2;
       st[0] = w.lim[i] < 0 ? 0.0f : w.m[i];
       st[1] = w.lim[i] < 0 ? 1.0f : 1.0f / w.l[i];
+    }
+    if (w.lim[i] < 0 && w.drop.keep) {
+      dropped_uniform_row(oi, vh, Tk, D, C, w.drop, r0 + i);
+      continue;
     }
     if (w.lim[i] < 0) {
       if (w.mean_bh != bh) {
@@ -319,6 +361,8 @@ OPS_BF16_TARGET void BlockKernel(Bf16Work& w, int64_t bh, int64_t r0, int64_t ro
   const float* vh = w.v + b * s.key_stride() * C + h * D;
   const int64_t* keys = w.mask->keys(b);
   if (w.head_bh != bh) w.head_bh = bh, w.converted = 0;
+  set_block_dropout(w, s, bh);
+  w.r0 = r0;
 
   // The scaled queries as bf16 pairs, a row per lane; the rows' key limits (−1: sees no key, or past
   // the block), the extent of the keys any row sees and each query vector's.
@@ -409,6 +453,10 @@ struct Bf16BackWork {
   // (kTileKeys/2, kBlockRows).
   std::vector<float> st, dpt;
   std::vector<uint32_t> pr2, dsr2, dsk2;
+  // Attention dropout: the head's mask (drop.keep null without), and the block's first row.
+  base::Keep keep{0, 0.0};
+  BlockDropout drop;
+  int64_t r0 = 0;
 };
 
 // Rows [0, rows) of x (row stride C, D each) times scale, rounded to bf16: into t2 (Dh, kBlockRows) as
@@ -444,8 +492,8 @@ OPS_BF16_TARGET void LoadHead(Bf16BackWork& w, const float* kh, const float* vh)
 }
 
 // Key j (of the tile from j0) for the rows of vector i: its probabilities exp(score − m)·inv, 0 where
-// masked (the row's limit, a padded key), stored in pairs of rows in pr2, and its score gradients
-// scale · p ⊙ (dP − Δ), stored so in dsr2 and returned.
+// masked (the row's limit, a padded key), stored after dropout in pairs of rows in pr2, and its score
+// gradients scale · p ⊙ (dP − Δ) (dP through dropout's backward), stored so in dsr2 and returned.
 OPS_BF16_TARGET inline __m512 KeyGrads(Bf16BackWork& w, int64_t i, int64_t j0, int64_t j, const int64_t* padded,
                                        __m512i lim, __m512 m, __m512 inv, __m512 delta, __m512 scale) {
   constexpr int64_t R = kBlockRows, R2 = kBlockRows / 2;
@@ -454,10 +502,14 @@ OPS_BF16_TARGET inline __m512 KeyGrads(Bf16BackWork& w, int64_t i, int64_t j0, i
   x = _mm512_mask_mov_ps(_mm512_set1_ps(-std::numeric_limits<float>::infinity()), seen, x);
   if (padded && padded[j0 + j] == 0) x = _mm512_set1_ps(-std::numeric_limits<float>::infinity());
   const __m512 p = _mm512_mul_ps(Exp16(_mm512_sub_ps(x, m)), inv);
-  const __m512 dp = _mm512_sub_ps(_mm512_loadu_ps(w.dpt.data() + j * R + i), delta);
-  const __m512 ds = _mm512_mul_ps(_mm512_mul_ps(p, dp), scale);
+  __m512 dp = _mm512_loadu_ps(w.dpt.data() + j * R + i), pv = p;  // pv: the probabilities dV's product reads
+  if (w.drop.keep) {  // dropout: dV's product reads P after it, P's gradient goes through its backward
+    pv = Drop16(p, w.drop, w.keep, w.r0 + i, j0 + j);
+    dp = Drop16(dp, w.drop, w.keep, w.r0 + i, j0 + j);
+  }
+  const __m512 ds = _mm512_mul_ps(_mm512_mul_ps(p, _mm512_sub_ps(dp, delta)), scale);
   _mm256_storeu_si256(reinterpret_cast<__m256i*>(w.pr2.data() + j * R2 + i / 2),
-                      reinterpret_cast<__m256i>(_mm512_cvtneps_pbh(p)));
+                      reinterpret_cast<__m256i>(_mm512_cvtneps_pbh(pv)));
   _mm256_storeu_si256(reinterpret_cast<__m256i*>(w.dsr2.data() + j * R2 + i / 2),
                       reinterpret_cast<__m256i>(_mm512_cvtneps_pbh(ds)));
   return ds;
@@ -492,6 +544,7 @@ OPS_BF16_TARGET void BackwardBlock(Bf16BackWork& w, int64_t bh, int64_t r0, int6
   int64_t vector_extent[vectors];
   const int64_t E = backward_block_rows(*w.mask, s, w.stats, bh, r0, rows, R, kLanes, w.lim.data(), w.m.data(),
                                         w.inv.data(), vector_extent);
+  w.r0 = r0;
   if (E > 0) {
     RoundBlock(w, w.q + row0, C, rows, w.scale, w.qt2.data(), nullptr);  // scaled queries for the scores
     RoundBlock(w, w.q + row0, C, rows, 1.0f, nullptr, w.qr2.data());  // unscaled, in pairs of rows, for dK
@@ -543,7 +596,7 @@ OPS_BF16_TARGET void BackwardBlock(Bf16BackWork& w, int64_t bh, int64_t r0, int6
   for (int64_t i = 0; i < rows; ++i) {
     if (w.lim[i] >= 0) continue;
     uniform_row_grads(w.dout + row0 + i * C, w.out + row0 + i * C, w.q + row0 + i * C, w.dq + row0 + i * C, kh, vh,
-                      Tk, D, C, w.scale, w.dK.data(), w.dV.data(), Dp, w.dQT.data());  // dQT: scratch now
+                      Tk, D, C, w.scale, w.dK.data(), w.dV.data(), Dp, w.dQT.data(), w.drop, r0 + i);
   }
 }
 
@@ -557,15 +610,15 @@ bool cpu_has_avx512_bf16() {
 }  // namespace
 
 bool flash_attention_bf16_applies(const AttentionShape& s) {  // key limits are int32 lanes
-  return (s.saved == AttentionSaved::none || s.saved == AttentionSaved::row_stats) && s.dropout_p == 0 &&
-         s.bf16_products && s.keys() <= std::numeric_limits<int32_t>::max() && cpu_has_avx512_bf16();
+  return (s.saved == AttentionSaved::none || s.saved == AttentionSaved::row_stats) && s.bf16_products &&
+         s.keys() <= std::numeric_limits<int32_t>::max() && cpu_has_avx512_bf16();
 }
 
 void flash_attention_forward_bf16(float* out, const float* q, const float* k, const float* v, const int64_t* key_mask,
                                   const AttentionShape& s, float* stats) {
   if (!flash_attention_bf16_applies(s)) {
     throw std::invalid_argument(
-        "flash_attention_forward_bf16: bf16 products without dropout (nothing saved, or row statistics), on a CPU "
+        "flash_attention_forward_bf16: bf16 products (nothing saved, or row statistics), on a CPU "
         "with AVX512-BF16");
   }
   if ((s.saved == AttentionSaved::row_stats) != (stats != nullptr)) {
@@ -597,7 +650,7 @@ void flash_attention_backward_bf16(float* dq, float* dk, float* dv, const float*
                                    const int64_t* key_mask, const AttentionShape& s) {
   if (!flash_attention_bf16_applies(s) || s.saved != AttentionSaved::row_stats || !out || !stats) {
     throw std::invalid_argument(
-        "flash_attention_backward_bf16: bf16 products without dropout from row statistics and the forward's "
+        "flash_attention_backward_bf16: bf16 products from row statistics and the forward's "
         "output, on a CPU with AVX512-BF16");
   }
   const int64_t D = s.D, Dh = (D + 1) / 2, Dp = (D + kLanes - 1) / kLanes * kLanes, Tk = s.keys(), C = s.H * D;
@@ -622,6 +675,7 @@ void flash_attention_backward_bf16(float* dq, float* dk, float* dv, const float*
     for (int64_t bh = 0; bh < s.B * s.H; ++bh) {
       const int64_t b = bh / s.H, h = bh % s.H, key0 = b * s.key_stride() * C + h * D;  // head h of key 0 in batch b
       LoadHead(w, k + key0, v + key0);
+      set_block_dropout(w, s, bh);
       for (int64_t r0 = 0; r0 < s.T; r0 += kBlockRows) BackwardBlock(w, bh, r0, std::min(kBlockRows, s.T - r0));
       for (int64_t j = 0; j < Tk; ++j) {
         for (int64_t x = 0; x < D; ++x) {

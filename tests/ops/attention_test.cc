@@ -339,8 +339,8 @@ TEST(Ops, AttentionRowStatisticsGiveTheKeptProbabilitiesGradientsBitForBit) {
                                     << s.keys() << " causal " << s.causal << " dropout " << s.dropout_p
                                     << " prefix " << (s.row_limit != nullptr));
     expect_row_stats_path_equals<double>(rng, s);
-    // Where the fused kernels take row statistics (no dropout, 16 rows or more; bf16 on AVX512-BF16),
-    // they round otherwise: flash_attention_test.cc holds them to the fp64 gradients.
+    // Where the fused kernels take row statistics (16 rows or more; bf16 on AVX512-BF16, without
+    // dropout), they round otherwise: flash_attention_test.cc holds them to the fp64 gradients.
     ops::AttentionShape stats = s;
     stats.saved = ops::AttentionSaved::row_stats;
     if (s.T < 16 || !ops::flash_attention_applies(stats)) {
@@ -353,13 +353,12 @@ TEST(Ops, AttentionRowStatisticsGiveTheKeptProbabilitiesGradientsBitForBit) {
     }
     s.row_limit = nullptr;
   }
-  // Full blocks of 64 rows over 256 keys or more, whose fp32 products run on oneDNN's sgemm (batch 1:
-  // batch 0 sees no key), the causal one's early blocks and both partial last blocks on OpenBLAS;
-  // with dropout, which keeps them on the per-block path.
-  ops::AttentionShape causal{2, 400, 1, 64, true, 0.05, 7}, dropout{2, 330, 1, 64, false, 0.1, 5};
+  // Full blocks of 64 rows over 256 keys or more (batch 1: batch 0 sees no key) and partial last
+  // blocks, in fp64 (fp32 runs such shapes in the fused kernels).
+  ops::AttentionShape causal{2, 400, 1, 64, true}, dropout{2, 330, 1, 64, false, 0.1, 5};
   for (const ops::AttentionShape& s : {causal, dropout}) {
     SCOPED_TRACE(testing::Message() << "T " << s.T << " causal " << s.causal);
-    expect_row_stats_path_equals<float>(rng, s);
+    expect_row_stats_path_equals<double>(rng, s);
   }
 }
 
