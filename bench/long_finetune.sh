@@ -6,6 +6,7 @@
 # Testament holds no more; DOCS=N sets the training documents per class), then one epoch of
 # `roformer finetune --batch 1` at each length. Prints tokens/s of the last step, the process's peak
 # RSS and the wall time. A model whose vocabulary lacks these words reads [UNK]s: the same tokens.
+# FLAGS adds options to every `roformer finetune` (FLAGS="--precision bf16").
 #
 #   bench/long_finetune.sh ROFORMER MODEL [LENGTH...]    (default lengths 1024 ... 32768)
 #   bench/long_finetune.sh build/release/tools/roformer runs/mlm/step-000300
@@ -41,7 +42,7 @@ for name, (o, w, k) in splits.items():
 PY
   /usr/bin/time -v "$roformer" finetune --model "$model" --train "$work/$T/train.jsonl" \
     --validation "$work/$T/validation.jsonl" --out "$work/$T/run" --max-length "$T" --batch 1 --epochs 1 \
-    --threads 2 > "$work/$T/log" 2>&1
+    --threads 2 ${FLAGS:-} > "$work/$T/log" 2>&1
   tps=$(grep -E '^step' "$work/$T/log" | tail -1 | grep -oE '[0-9]+ tok/s' | cut -d' ' -f1)
   rss=$(grep 'Maximum resident' "$work/$T/log" | grep -oE '[0-9]+$')
   wall=$(grep 'Elapsed (wall' "$work/$T/log" | awk '{print $NF}')

@@ -51,8 +51,9 @@ struct Inputs {
 // (hidden_state(l) of every layer, attention(l)); softmax attention keeps its probabilities
 // (B, n, T, T), memory quadratic in T. backward: the same, except that softmax attention over more
 // keys than max_kept_keys() keeps two statistics per query row instead, and the backward recomputes
-// the probabilities from them, bit for bit (ops::AttentionSaved::row_stats): memory linear in T, at
-// the price of one more q·kᵀ product; attention(l) is not readable.
+// the probabilities from them (ops::AttentionSaved::row_stats; fp32 and bf16 in the fused kernels of
+// ops/flash_attention.h, fp64 bit for bit): memory linear in T, at the price of one more q·kᵀ
+// product; attention(l) is not readable.
 // outputs: inference only; the layers share one set of scratch buffers, so activation memory does
 // not grow with depth, and only embedding_output(), the last hidden state, logits() and
 // pooler_output() remain readable.

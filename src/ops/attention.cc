@@ -11,7 +11,9 @@
 // backward reads each row's extent back from the probabilities (the last nonzero column). With row
 // statistics instead of probabilities, the backward first remakes each block's probabilities: the
 // same product over the same columns and the same exponentials, scaled by the kept maximum and
-// 1/sum, so every later step, and the gradients, equal the kept-probabilities path bit for bit.
+// 1/sum, so every later step, and the gradients, equal the kept-probabilities path bit for bit. That
+// per-block path serves fp64, fewer than 16 query rows and the kept probabilities; fp32 from 16 rows
+// on, nothing kept or row statistics, runs the fused kernels (flash_attention.h) in both passes.
 //
 // fp32 rows go through a vectorised softmax (vmath-inl.h's Exp, runtime-dispatched SIMD); fp64
 // rows keep std::exp in double, as before, for the gradient checks.
@@ -164,7 +166,7 @@ HWY_EXPORT(SoftmaxBackwardKernel);
 namespace {
 
 constexpr int64_t kRowBlock = 64;  // query rows per block of products
-// fp32 inference runs flash_attention_forward from this many query rows on. Its products run down
+// The fused kernels (inference, and training from row statistics) run from this many query rows on. Its products run down
 // vectors of query rows: below a vector's worth (16 on AVX-512) most lanes idle, and these per-block
 // products are faster (after 512 cached keys: 0.22× at 1 query, 1.10× at 16; `roformer bench attention
 // --fused --mask causal --batches 1 --lengths 1,4,16 --past 512 --thread-counts 1`, Zen 4). The bf16
@@ -372,11 +374,13 @@ void attention_forward(T* out, T* saved, const T* q, const T* k, const T* v, con
   if (s.bf16_products && !std::is_same_v<T, float>) {
     throw std::invalid_argument("attention_forward: bf16 products are for fp32 tensors");
   }
-  if constexpr (std::is_same_v<T, float>) {  // inference: a fused kernel from kFusedMinRows queries on
+  // fp32 from kFusedMinRows queries on: a fused kernel, for inference and for row statistics (which
+  // need their buffer: without one, nothing is kept, as the per-block path allows).
+  if constexpr (std::is_same_v<T, float>) {
     float* stats = s.saved == AttentionSaved::row_stats ? saved : nullptr;
-    if (s.T >= kFusedMinRows && flash_attention_applies(s)) return flash_attention_forward(out, q, k, v, key_mask, s, stats);
-    if (s.T >= kFusedMinRows && flash_attention_bf16_applies(s)) {  // bf16 products on AVX512-BF16
-      return flash_attention_forward_bf16(out, q, k, v, key_mask, s, stats);
+    if (s.T >= kFusedMinRows && (s.saved == AttentionSaved::none || stats)) {
+      if (flash_attention_applies(s)) return flash_attention_forward(out, q, k, v, key_mask, s, stats);
+      if (flash_attention_bf16_applies(s)) return flash_attention_forward_bf16(out, q, k, v, key_mask, s, stats);
     }
   }
   forward_blocks(out, saved, q, k, v, key_mask, s);
@@ -455,7 +459,9 @@ void attention_backward(T* dq, T* dk, T* dv, const T* dout, const T* saved, cons
   if (s.saved == AttentionSaved::none || !saved) throw std::invalid_argument("attention_backward: the forward saved nothing");
   if constexpr (std::is_same_v<T, float>) {  // training from row statistics: the fused backwards
     if (out && s.T >= kFusedMinRows && s.saved == AttentionSaved::row_stats) {
-      if (flash_attention_applies(s)) return flash_attention_backward(dq, dk, dv, dout, out, saved, q, k, v, key_mask, s);
+      if (flash_attention_applies(s)) {
+        return flash_attention_backward(dq, dk, dv, dout, out, saved, q, k, v, key_mask, s);
+      }
       if (flash_attention_bf16_applies(s)) {
         return flash_attention_backward_bf16(dq, dk, dv, dout, out, saved, q, k, v, key_mask, s);
       }

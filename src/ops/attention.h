@@ -8,11 +8,12 @@
 // Masked scores get −FLT_MAX added, as Hugging Face adds finfo(float32).min: a row whose keys are all
 // masked attends uniformly instead of producing NaN. Training keeps, in `saved`, either the
 // probabilities (B, H, T, Tk) — the attention maps — or only two statistics per query row, from which
-// the backward recomputes each block of probabilities bit for bit as the forward made them (memory
-// linear in T: FlashAttention's recomputation, with blocks of query rows over all their keys);
-// inference passes no `saved` (from 16 query rows on: flash_attention.h's fused kernels, fp32, or bf16
-// products on AVX512-BF16; training from row statistics runs the same fused forward and, given the
-// forward's output, its fused backward, attention dropout included).
+// the backward recomputes the probabilities (memory linear in T: FlashAttention's recomputation);
+// inference passes no `saved`. From 16 query rows on, inference and row statistics run
+// flash_attention.h's fused kernels (fp32, or bf16 products on AVX512-BF16): the forward, and, given
+// the forward's output, the backward, attention dropout included. Otherwise (fp64, fewer rows, kept
+// probabilities) blocks of query rows run over all their keys, and the backward remakes each block of
+// probabilities from the row statistics bit for bit as the forward made them.
 // (batch, head) pairs run in parallel on OpenMP, each with single-threaded products (oneDNN's or
 // OpenBLAS's sgemm in fp32 by shape, BLAS in fp64); blocks of query rows skip the key columns none of
 // their rows can see (the causal upper triangle, trailing padding), and the backward finds each row's
@@ -27,7 +28,7 @@ namespace ops {
 enum class AttentionSaved {
   none,           // inference: no backward, no buffer
   probabilities,  // (B, H, T, Tk) softmax probabilities: the attention maps; memory quadratic in T
-  row_stats,      // (B, H, T, 2) each row's largest visible score and 1 / Σ exp(score − largest); the
+  row_stats,      // (B, H, T, 2) each row's largest visible score (q·kᵀ/√D) and 1 / Σ exp(score − largest); the
                   // backward recomputes q·kᵀ once more per block (about a sixth more products)
 };
 

@@ -61,8 +61,8 @@ HWY_INLINE hn::Mask<DF> KeepFloats(DF df, V64 lo, V64 hi) {
 // Whether base::Keep keeps elements first + lane·stride, one per fp32 lane of df.
 template <class DF>
 HWY_INLINE hn::Mask<DF> KeepStrided(DF df, uint64_t first, uint64_t stride, uint64_t stream, uint64_t threshold) {
-#if HWY_TARGET == HWY_SCALAR
-  (void)df;
+#if HWY_TARGET == HWY_SCALAR  // one lane: element `first` only
+  (void)df, (void)stride;
   return hn::Mask<DF>::FromBool((base::mix64(stream ^ first) >> 11) >= threshold);
 #else
   const hn::Repartition<uint64_t, DF> d64;  // half as many lanes

@@ -1,6 +1,8 @@
-// The fused inference forward of softmax attention (see flash_attention.h). OpenMP splits the
-// (batch, head, block of kBlockRows query rows) triples statically; a block runs in FlashBlockKernel,
-// compiled once per SIMD target (Highway) and dispatched at run time:
+// The fused fp32 kernels of softmax attention (see flash_attention.h): the forward, for inference and
+// for training (row statistics), and the backward (described where flash_attention_backward starts
+// below). In the forward OpenMP splits the (batch, head, block of kBlockRows query rows) triples
+// statically; a block runs in FlashBlockKernel, compiled once per SIMD target (Highway) and
+// dispatched at run time:
 //  - its queries are copied transposed to the thread's buffer qt (D, kBlockRows) first (so out may
 //    be q), with each row's key limit;
 //  - for each tile of kTileKeys keys that some row of the block sees (the causal upper triangle,
@@ -12,11 +14,13 @@
 //    max, the running maxima, sums and rescaling factors are vectors, st becomes exp(score − max);
 //    no horizontal reduction anywhere. The scale 1/√D enters there, in one fused multiply-subtract
 //    (score·scale − max), not by rounding scaled queries: an error in a score is an error in its
-//    exponential, relative to the score's size. The block's fp32 outputs are rescaled where a maximum grew
-//    and accumulate p·v (the same product, p read from st transposed, values read in place, or from a
-//    copy padded to whole vectors when D is not a multiple of the vector width);
-//  - the rows are divided by their sums and written; a row that sees no key gets the mean of all Tk
-//    values (uniform attention, as Hugging Face's finfo.min mask gives).
+//    exponential, relative to the score's size. Attention dropout then zeroes and scales p by its
+//    counter-based mask (dropout-inl.h), after the sums. The block's fp32 outputs are rescaled where a
+//    maximum grew and accumulate p·v (the same product, p read from st transposed, values read in
+//    place, or from a copy padded to whole vectors when D is not a multiple of the vector width);
+//  - the rows are divided by their sums and written (with the statistics m, 1/l for training); a row
+//    that sees no key gets the mean of all Tk values (uniform attention, as Hugging Face's finfo.min
+//    mask gives; under dropout the mean of the kept ones, scaled).
 // A thread holds about (2·D + kTileKeys)·kBlockRows floats, whatever T and Tk are.
 #include "flash_attention.h"
 
@@ -519,8 +523,9 @@ void flash_attention_forward(float* out, const float* q, const float* k, const f
 // of keys that some row sees, five products on the forward's register-blocked kernel, the rows as
 // lanes where they are the output's columns: st = k·qt (the scores again), dpt = v·gt (dP = dO·vᵀ);
 // P = exp(st·scale − m)·inv from the forward's statistics, dS = P ⊙ (dP − Δ) with Δ = rowsum(dO ⊙ out);
-// dV += Pᵀ·dO, dK += dSᵀ·(scale·q), dQ += dS·k; dq += scale·dQ per block. Rows that see no key get
-// their gradients on the side (uniform_row_grads).
+// dV += Pᵀ·dO, dK += dSᵀ·(scale·q), dQ += dS·k; dq += scale·dQ per block. Under attention dropout dV's
+// product reads P after the mask and dP passes through the mask's backward (Δ stays rowsum(dO ⊙ out),
+// = Σ P·dP). Rows that see no key get their gradients on the side (uniform_row_grads).
 void flash_attention_backward(float* dq, float* dk, float* dv, const float* dout, const float* out, const float* stats,
                               const float* q, const float* k, const float* v, const int64_t* key_mask,
                               const AttentionShape& s) {

@@ -34,7 +34,8 @@
 //  - the outputs, kept transposed in fp32, oT (D, rows) = α·oT + v2ᵀ · pt2: the same register-blocked
 //    product with D in place of the keys and key pairs in place of dimension pairs, each row's
 //    rescaling by α (a lane's) applied as the product loads its accumulators;
-//  - rows written as oT / l, transposed back; a row that sees no key gets the fp32 mean of all Tk values.
+//  - rows written as oT / l, transposed back; a row that sees no key gets the fp32 mean of all Tk values
+//    (under dropout the mean of the kept ones, scaled).
 // A thread holds the block's buffers (about (D + 2·kTileKeys)·kBlockRows words) and one head's bf16
 // keys and values (4·Tk·D bytes: 2 MB at 8,192 keys of 64).
 #include "flash_attention.h"
@@ -426,7 +427,8 @@ OPS_BF16_TARGET void BlockKernel(Bf16Work& w, int64_t bh, int64_t r0, int64_t ro
 // (qr2, gr2); per tile of keys some row sees, with the rows as lanes:
 //   st (n, rows)  = k2 · qt2                       the scores again
 //   dpt (n, rows) = vd2 · gt2                      dP = dO·vᵀ
-//   P = exp(st − m)·inv from the forward's statistics, dS = scale · P ⊙ (dP − Δ), Δ = rowsum(dO ⊙ out);
+//   P = exp(st − m)·inv from the forward's statistics, dS = scale · P ⊙ (dP − Δ), Δ = rowsum(dO ⊙ out)
+//   (under attention dropout dP through the mask's backward, and pr2 below holds P after the mask);
 //   P and dS rounded in pairs of rows (pr2, dsr2) and dS in pairs of keys (dsk2);
 //   dV (n, D) += pr2 · gr2, dK (n, D) += dsr2 · qr2 (D as lanes), dQᵀ (D, rows) += kp2ᵀ · dsk2 (rows
 //   as lanes), each product accumulating into its fp32 buffer as it loads it (scale 1).

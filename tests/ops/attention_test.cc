@@ -339,13 +339,11 @@ TEST(Ops, AttentionRowStatisticsGiveTheKeptProbabilitiesGradientsBitForBit) {
                                     << s.keys() << " causal " << s.causal << " dropout " << s.dropout_p
                                     << " prefix " << (s.row_limit != nullptr));
     expect_row_stats_path_equals<double>(rng, s);
-    // Where the fused kernels take row statistics (16 rows or more; bf16 on AVX512-BF16, without
-    // dropout), they round otherwise: flash_attention_test.cc holds them to the fp64 gradients.
+    // From 16 rows on the fused kernels take row statistics (fp32; bf16 on AVX512-BF16) and round
+    // otherwise: flash_attention_test.cc holds them to the fp64 gradients.
     ops::AttentionShape stats = s;
     stats.saved = ops::AttentionSaved::row_stats;
-    if (s.T < 16 || !ops::flash_attention_applies(stats)) {
-      for_each_simd_target([&] { expect_row_stats_path_equals<float>(rng, s); });
-    }
+    if (s.T < 16) for_each_simd_target([&] { expect_row_stats_path_equals<float>(rng, s); });
     if (ops::bf16_is_native()) {  // bf16 mixed-precision training: the recomputed products are bf16 too
       s.bf16_products = stats.bf16_products = true;
       if (s.T < 16 || !ops::flash_attention_bf16_applies(stats)) expect_row_stats_path_equals<float>(rng, s);
@@ -354,7 +352,7 @@ TEST(Ops, AttentionRowStatisticsGiveTheKeptProbabilitiesGradientsBitForBit) {
     s.row_limit = nullptr;
   }
   // Full blocks of 64 rows over 256 keys or more (batch 1: batch 0 sees no key) and partial last
-  // blocks, in fp64 (fp32 runs such shapes in the fused kernels).
+  // blocks, in fp64 (the per-block path's BLAS blocks; fp32 runs such shapes in the fused kernels).
   ops::AttentionShape causal{2, 400, 1, 64, true}, dropout{2, 330, 1, 64, false, 0.1, 5};
   for (const ops::AttentionShape& s : {causal, dropout}) {
     SCOPED_TRACE(testing::Message() << "T " << s.T << " causal " << s.causal);

@@ -479,9 +479,9 @@ std::vector<AttentionCase> attention_table() {
   AttentionCase dropout{shape(2, 6, 2, 4, true)};
   dropout.s.dropout_p = 0.3, dropout.s.dropout_seed = 1234, dropout.s.dropout_row0 = 3;
   table.push_back(dropout);
-  // Full blocks of 64 rows over 256 keys or more: fp32 products on oneDNN's sgemm, with trailing
-  // padding and keys strided by a cache's capacity; partial last blocks and the causal one's early
-  // blocks on OpenBLAS.
+  // Full blocks of 64 rows over 256 keys or more: with kept probabilities fp32 products on oneDNN's
+  // sgemm (with row statistics the fused kernels), with trailing padding and keys strided by a
+  // cache's capacity; partial last blocks and the causal one's early blocks on OpenBLAS.
   table.push_back({shape(2, 330, 1, 64, false), true});
   table.push_back({shape(1, 400, 1, 64, true)});
   AttentionCase long_cache{shape(1, 70, 2, 64, true)};  // 70 new tokens after 260 cached, capacity 340

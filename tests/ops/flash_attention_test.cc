@@ -302,7 +302,7 @@ TEST(FlashAttention, AttentionForwardRoutesInferenceFrom16Rows) {
 
 // Each kernel takes inference and training from row statistics, attention dropout too, with its own
 // products only; the bf16 one only where the CPU has AVX512-BF16.
-TEST(FlashAttention, RefusesWhatIsNotItsInference) {
+TEST(FlashAttention, TakesItsOwnProductsOnly) {
   std::vector<float> x(4);
   for (bool bf16 : {false, true}) {
     SCOPED_TRACE(bf16 ? "bf16 products" : "fp32");
@@ -471,9 +471,11 @@ TEST(FlashAttentionBf16, BackwardAsCloseToTheFp64GradientsAtModelShapes) {
 TEST(FlashAttention, BackwardAccumulatesIsDeterministicAndIsRouted) {
   std::mt19937_64 rng(64);
   for (bool bf16 : kernels()) {
-    for (int which : {0, 2}) {  // causal, padded (uniform rows where B > 1); the second with dropout
-      SCOPED_TRACE(bf16 ? "bf16 products" : "fp32");
-      const FlashCase c = random_case(rng, which, 64, 200, 200, 1, bf16, true);
+    for (double dropout : {0.0, 0.3}) {
+      SCOPED_TRACE(testing::Message() << (bf16 ? "bf16 products" : "fp32") << ", dropout " << dropout);
+      ops::AttentionShape shape{2, 150, 2, 64, true, dropout, 9};  // causal, over 16 rows (routed)
+      shape.bf16_products = bf16;
+      const FlashCase c = make_case(rng, shape, true, false);  // padded, batch 1 all: uniform rows
       SCOPED_TRACE(describe(c));
       const Vec g = random_dout(rng, c);
       const Grads zero = fused_grads(c, g), plus = fused_grads(c, g, 0.75f);
