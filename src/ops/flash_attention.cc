@@ -168,13 +168,17 @@ void Product(const float* a, int64_t ar, int64_t ax, const float* b, int64_t ldb
   }
 }
 
-// p's lanes, probabilities of rows t0.. (a row per lane) at key j, after attention dropout: kept ones
-// times drop.scale, the others 0.
+// Attention dropout's mask for rows t0.. (a row per lane) at key j.
+template <class D>
+HWY_INLINE hn::Mask<D> KeptLanes(D d, const BlockDropout& drop, const base::Keep& keep, int64_t t0, int64_t j) {
+  return KeepStrided(d, static_cast<uint64_t>(t0) * drop.Tk + static_cast<uint64_t>(j), drop.Tk, keep.stream(),
+                     keep.threshold());
+}
+
+// x's lanes after attention dropout with mask `kept`: kept ones times drop.scale, the others 0.
 template <class D, class V = hn::Vec<D>>
-HWY_INLINE V DropLanes(D d, V p, const BlockDropout& drop, const base::Keep& keep, int64_t t0, int64_t j) {
-  const auto kept = KeepStrided(d, static_cast<uint64_t>(t0) * drop.Tk + static_cast<uint64_t>(j), drop.Tk,
-                                keep.stream(), keep.threshold());
-  return hn::IfThenElseZero(kept, hn::Mul(p, hn::Set(d, drop.scale)));
+HWY_INLINE V Dropped(D d, hn::Mask<D> kept, V x, const BlockDropout& drop) {
+  return hn::IfThenElseZero(kept, hn::Mul(x, hn::Set(d, drop.scale)));
 }
 
 // The online softmax of one tile's scores, st (n keys, rows [i0, i1) in whole vectors) for keys
@@ -210,7 +214,7 @@ void TileSoftmax(FlashWork& w, int64_t i0, int64_t i1, int64_t j0, int64_t n, bo
       float* sj = w.st + j * kBlockRows + i;
       auto p = Exp(d, hn::MulSub(hn::LoadU(d, sj), scale, m_sub));
       vsum = hn::Add(vsum, p);  // the softmax's sum: before dropout
-      if (w.drop.keep) p = DropLanes(d, p, w.drop, w.keep, w.r0 + i, j0 + j);
+      if (w.drop.keep) p = Dropped(d, KeptLanes(d, w.drop, w.keep, w.r0 + i, j0 + j), p, w.drop);
       hn::StoreU(p, d, sj);
     }
     const auto alpha = Exp(d, hn::Sub(m_old, m_sub));
@@ -361,8 +365,9 @@ void TileGrads(FlashBackWork& w, int64_t i0, int64_t i1, int64_t j0, int64_t n, 
       auto dp = hn::LoadU(d, dj);  // the gradient of the probabilities after dropout
       if (w.drop.keep) {  // P's own gradient: dropout's backward; dV's product reads P after dropout
         const int64_t t0 = w.r0 + i;
-        hn::StoreU(DropLanes(d, p, w.drop, w.keep, t0, j0 + j), d, sj);
-        dp = DropLanes(d, dp, w.drop, w.keep, t0, j0 + j);
+        const auto kept = KeptLanes(d, w.drop, w.keep, t0, j0 + j);
+        hn::StoreU(Dropped(d, kept, p, w.drop), d, sj);
+        dp = Dropped(d, kept, dp, w.drop);
       } else {
         hn::StoreU(p, d, sj);
       }

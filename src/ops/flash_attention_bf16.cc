@@ -146,11 +146,14 @@ OPS_BF16_TARGET inline __mmask16 KeepMask16(const base::Keep& keep, uint64_t fir
   return static_cast<__mmask16>(KeepMask8(keep, lo) | (KeepMask8(keep, hi) << 8));
 }
 
-// p's 16 lanes, probabilities of rows t0.. (a row per lane) at key j, after attention dropout: kept
-// ones times drop.scale, the others 0.
-OPS_BF16_TARGET inline __m512 Drop16(__m512 p, const BlockDropout& drop, const base::Keep& keep, int64_t t0, int64_t j) {
-  const __mmask16 kept = KeepMask16(keep, static_cast<uint64_t>(t0) * drop.Tk + static_cast<uint64_t>(j), drop.Tk);
-  return _mm512_maskz_mul_ps(kept, p, _mm512_set1_ps(drop.scale));
+// Attention dropout's mask for rows t0.. (a row per lane of 16) at key j.
+OPS_BF16_TARGET inline __mmask16 Kept16(const BlockDropout& drop, const base::Keep& keep, int64_t t0, int64_t j) {
+  return KeepMask16(keep, static_cast<uint64_t>(t0) * drop.Tk + static_cast<uint64_t>(j), drop.Tk);
+}
+
+// x's 16 lanes after attention dropout with mask `kept`: kept ones times drop.scale, the others 0.
+OPS_BF16_TARGET inline __m512 Drop16(__mmask16 kept, __m512 x, const BlockDropout& drop) {
+  return _mm512_maskz_mul_ps(kept, x, _mm512_set1_ps(drop.scale));
 }
 
 // 16 bf16 pairs (a[i], b[i]) from two fp32 vectors, rounded to nearest even: word 2i = a[i], 2i + 1 = b[i].
@@ -305,9 +308,9 @@ OPS_BF16_TARGET void TileSoftmax(Bf16Work& w, int64_t i0, int64_t i1, int64_t j0
       if (j + 1 < n) {
         p1 = Exp16(_mm512_sub_ps(_mm512_loadu_ps(sj + kBlockRows), m_sub));
         vsum = _mm512_add_ps(vsum, p1);
-        if (w.drop.keep) p1 = Drop16(p1, w.drop, w.keep, w.r0 + i, j0 + j + 1);
+        if (w.drop.keep) p1 = Drop16(Kept16(w.drop, w.keep, w.r0 + i, j0 + j + 1), p1, w.drop);
       }
-      if (w.drop.keep) p0 = Drop16(p0, w.drop, w.keep, w.r0 + i, j0 + j);
+      if (w.drop.keep) p0 = Drop16(Kept16(w.drop, w.keep, w.r0 + i, j0 + j), p0, w.drop);
       _mm512_storeu_si512(w.pt2.data() + j / 2 * kBlockRows + i, Pairs(p0, p1));
     }
     const __m512 alpha = Exp16(_mm512_sub_ps(m_old, m_sub));
@@ -506,8 +509,9 @@ OPS_BF16_TARGET inline __m512 KeyGrads(Bf16BackWork& w, int64_t i, int64_t j0, i
   const __m512 p = _mm512_mul_ps(Exp16(_mm512_sub_ps(x, m)), inv);
   __m512 dp = _mm512_loadu_ps(w.dpt.data() + j * R + i), pv = p;  // pv: the probabilities dV's product reads
   if (w.drop.keep) {  // dropout: dV's product reads P after it, P's gradient goes through its backward
-    pv = Drop16(p, w.drop, w.keep, w.r0 + i, j0 + j);
-    dp = Drop16(dp, w.drop, w.keep, w.r0 + i, j0 + j);
+    const __mmask16 kept = Kept16(w.drop, w.keep, w.r0 + i, j0 + j);
+    pv = Drop16(kept, p, w.drop);
+    dp = Drop16(kept, dp, w.drop);
   }
   const __m512 ds = _mm512_mul_ps(_mm512_mul_ps(p, _mm512_sub_ps(dp, delta)), scale);
   _mm256_storeu_si256(reinterpret_cast<__m256i*>(w.pr2.data() + j * R2 + i / 2),
