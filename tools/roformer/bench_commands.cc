@@ -33,6 +33,10 @@ void add_bench_train_command(CLI::App& bench, CommandTable& commands) {
                               "recomputing the probabilities; quadratic: the probabilities at any length")
       ->check(CLI::IsMember({"auto", "linear", "quadratic"}));
   add_precision_option(bench_train_cmd, bench_train->precision);
+  bench_train_cmd->add_option("--dropout", bench_train->dropout,
+                              "Hidden and attention dropout (default 0, as bench/peers/roformer_torch.py builds the "
+                              "model; HF RoFormer's configs train with 0.1)")
+      ->check(CLI::Range(0.0, 0.99));
   bench_train_cmd->add_flag("--json", bench_train->json, "Print JSON (for bench/peers/roformer_torch.py --ours)");
   bench_train_cmd->add_option("--bucket-mb", bench_train->bucket_mb, "Under mpirun: gradient buckets in MiB (0: one "
                               "allreduce after the backward)")->check(CLI::Range(0.0, 65536.0));

@@ -68,7 +68,7 @@ class RandomTokenTask : public train::TokenTask {
   std::vector<train::Batch> val_;
 };
 
-// The --preset's model (as the PyTorch peer builds it), no dropout, for --task and --seq.
+// The --preset's model (as the PyTorch peer builds it: no dropout unless --dropout), for --task and --seq.
 model::RoFormerConfig preset_config(const BenchTrainOptions& o) {
   model::RoFormerConfig c;
   const bool large = o.preset == "large", base = o.preset == "base";
@@ -78,7 +78,7 @@ model::RoFormerConfig preset_config(const BenchTrainOptions& o) {
   c.intermediate_size = base ? 3072 : large ? 2048 : 1024;
   c.vocab_size = o.vocab;
   c.max_position_embeddings = std::max<int64_t>(512, o.seq);
-  c.hidden_dropout_prob = c.attention_probs_dropout_prob = 0;
+  c.hidden_dropout_prob = c.attention_probs_dropout_prob = o.dropout;
   c.is_decoder = o.task == train::LmObjective::clm;
   return c;
 }
@@ -182,6 +182,7 @@ int bench_train(const BenchTrainOptions& o) {
                               {"processes", comm.size()},
                               {"bucket_mb", o.bucket_mb},
                               {"attention_memory", o.attention_memory},
+                              {"dropout", o.dropout},
                               {"precision", train::train_precision_name(precision)},
                               {"cpu_isa", ops::cpu_isa_name()},
                               {"comm_wait_ms_median", waits[waits.size() / 2] * 1e3}};

@@ -45,6 +45,7 @@ struct BenchTrainOptions {
   std::string attention_memory = "auto";  // auto: what training does (model::Keep::backward); linear: row
                                           // statistics at any length; quadratic: the probabilities
   train::TrainPrecision precision = train::TrainPrecision::fp32;  // the training products (train::resolve_precision)
+  double dropout = 0;  // hidden and attention dropout (0: as the PyTorch peer builds the model)
   bool json = false;
 };
 int bench_train(const BenchTrainOptions& options);
