@@ -69,6 +69,14 @@ struct KeyMask {
   std::vector<int64_t> prefix_, end_;
 };
 
+// The fused kernels' vectors of query rows [v0, v1) (of `vectors`, extent[v] the largest key limit of
+// vector v's rows) that see some key of the tile starting at key j0 < the block's largest limit.
+inline void tile_vectors(const int64_t* extent, int64_t vectors, int64_t j0, int64_t& v0, int64_t& v1) {
+  v0 = 0, v1 = vectors;
+  while (extent[v0] <= j0) ++v0;
+  while (extent[v1 - 1] <= j0) --v1;
+}
+
 // The fused backwards' rows of one block: rows [r0, r0 + rows) of pair bh (of B·H), in R slots. Each
 // slot's key limit (lim: −1 where the row sees no key, or past the block) and the forward's row
 // statistics (B, H, T, 2) m and 1/l (0 where it sees none); extent[i / lanes] the largest limit over

@@ -58,10 +58,9 @@ struct FlashWork {
   float* stats = nullptr;  // training: (B, H, T, 2) each row's (m, 1/l) written, else null
   // Attention dropout: the block's pair's mask (drop.keep null without), and the block's first row.
   base::Keep keep{0, 0.0};
-  BlockDropout drop;
+  BlockDropout drop{};
   int64_t r0 = 0;
 };
-
 
 // What one thread's heads read and where they work in the backward (BackwardHeadKernel). Dp: D
 // rounded up to whole vectors of the widest target (a target's own Dp is at most that).
@@ -80,7 +79,7 @@ struct FlashBackWork {
   int32_t* lim;
   // Attention dropout: the head's mask (drop.keep null without), and the block's first row.
   base::Keep keep{0, 0.0};
-  BlockDropout drop;
+  BlockDropout drop{};
   int64_t r0 = 0;
 };
 
@@ -226,7 +225,8 @@ void TileSoftmax(FlashWork& w, int64_t i0, int64_t i1, int64_t j0, int64_t n, bo
 
 // Rows [r0, r0 + rows) of pair bh written: o / l, or for a row that sees no key the mean of all Tk
 // values (the head's, kept for the thread's next such row of the same pair; with dropout the row's
-// own, dropped_uniform_row).
+// own, dropped_uniform_row); with stats, each row's (m, 1/l) beside them ((0, 1) for a row that sees
+// no key: unused).
 void WriteRows(FlashWork& w, int64_t bh, int64_t r0, int64_t rows, int64_t Dp) {
   const hn::ScalableTag<float> d;
   const AttentionShape& s = *w.s;
@@ -234,6 +234,11 @@ void WriteRows(FlashWork& w, int64_t bh, int64_t r0, int64_t rows, int64_t Dp) {
   const float* vh = w.v + b * s.key_stride() * C + h * D;
   for (int64_t i = 0; i < rows; ++i) {
     float* oi = w.out + (b * s.T + r0 + i) * C + h * D;
+    if (w.stats) {
+      float* st = w.stats + (bh * s.T + r0 + i) * 2;
+      st[0] = w.lim[i] < 0 ? 0.0f : w.m[i];
+      st[1] = w.lim[i] < 0 ? 1.0f : 1.0f / w.l[i];
+    }
     if (w.lim[i] < 0 && w.drop.keep) {
       dropped_uniform_row(oi, vh, Tk, D, C, w.drop, r0 + i);
       continue;
@@ -305,9 +310,8 @@ void FlashBlockKernel(FlashWork& w, int64_t bh, int64_t r0, int64_t rows) {
       for (int64_t x = 0; x < D; x += line) hwy::Prefetch(kh + j * C + x), hwy::Prefetch(vh + j * C + x);
     }
     const int64_t n = std::min({kTileKeys, Tk - j0, E - j0});  // keys of the tile some row sees
-    int64_t v0 = 0, v1 = vectors;  // the query vectors [v0, v1) hold the rows that see a key of the tile
-    while (vector_extent[v0] <= j0) ++v0;
-    while (vector_extent[v1 - 1] <= j0) --v1;
+    int64_t v0, v1;  // the query vectors [v0, v1) hold the rows that see a key of the tile
+    tile_vectors(vector_extent, vectors, j0, v0, v1);
     const int64_t i0 = v0 * N, i1 = std::min(v1 * N, rows), real = w.mask->real_keys(b, j0, j0 + n);
     if (real == 0) continue;  // padding only
     bool limited = false;     // some row of those vectors sees only part of the tile
@@ -336,11 +340,6 @@ void FlashBlockKernel(FlashWork& w, int64_t bh, int64_t r0, int64_t rows) {
   }
 
   WriteRows(w, bh, r0, rows, Dp);
-  for (int64_t i = 0; w.stats && i < rows; ++i) {  // (0, 1) for a row that sees no key: unused
-    float* st = w.stats + (bh * s.T + r0 + i) * 2;
-    st[0] = w.lim[i] < 0 ? 0.0f : w.m[i];
-    st[1] = w.lim[i] < 0 ? 1.0f : 1.0f / w.l[i];
-  }
 }
 
 // The backward's tile of n keys from j0, rows [i0, i1) in whole vectors: st's scores become the
@@ -352,10 +351,10 @@ void TileGrads(FlashBackWork& w, int64_t i0, int64_t i1, int64_t j0, int64_t n, 
   const hn::RebindToSigned<decltype(d)> di;
   const int64_t N = static_cast<int64_t>(hn::Lanes(d));
   const auto ninf = hn::Set(d, -std::numeric_limits<float>::infinity());
+  const auto scale = hn::Set(d, w.scale);
   for (int64_t i = i0; i < i1; i += N) {
     const auto lim = hn::LoadU(di, w.lim + i);
     const auto m = hn::LoadU(d, w.m + i), inv = hn::LoadU(d, w.inv + i), delta = hn::LoadU(d, w.delta + i);
-    const auto scale = hn::Set(d, w.scale);
     for (int64_t j = 0; j < n; ++j) {
       float *sj = w.st + j * kBlockRows + i, *dj = w.dpt + j * kBlockRows + i;
       const auto seen = hn::RebindMask(d, hn::Lt(hn::Set(di, static_cast<int32_t>(j0 + j)), lim));
@@ -414,15 +413,16 @@ void BackwardBlock(FlashBackWork& w, int64_t bh, int64_t r0, int64_t rows, int64
     std::fill(w.dQ, w.dQ + kBlockRows * Dp, 0.0f);
     for (int64_t i = 0; i < kBlockRows; ++i) {  // Δ = rowsum(dO ⊙ out), for rows that see a key
       double delta = 0;
-      for (int64_t x = 0; w.lim[i] >= 0 && x < D; ++x) delta += static_cast<double>(w.go[i * Dp + x]) * w.out[row0 + i * C + x];
+      for (int64_t x = 0; w.lim[i] >= 0 && x < D; ++x) {
+        delta += static_cast<double>(w.go[i * Dp + x]) * w.out[row0 + i * C + x];
+      }
       w.delta[i] = static_cast<float>(delta);
     }
   }
   for (int64_t j0 = 0; j0 < E; j0 += kTileKeys) {
     const int64_t n = std::min({kTileKeys, Tk - j0, E - j0});
-    int64_t v0 = 0, v1 = vectors;
-    while (vector_extent[v0] <= j0) ++v0;
-    while (vector_extent[v1 - 1] <= j0) --v1;
+    int64_t v0, v1;
+    tile_vectors(vector_extent, vectors, j0, v0, v1);
     const int64_t i0 = v0 * N, i1 = v1 * N, real = w.mask->real_keys(b, j0, j0 + n);
     if (real == 0) continue;  // padding only: P = 0
     // st, dpt (n, rows) columns [i0, i1) = k (n, D) · qt and v (n, D) · gt: the scores and dP.
@@ -548,10 +548,9 @@ void flash_attention_backward(float* dq, float* dk, float* dv, const float* dout
         gt(D * kBlockRows), qs(kBlockRows * Dp), go(kBlockRows * Dp), dQ(kBlockRows * Dp), m(kBlockRows),
         inv(kBlockRows), delta(kBlockRows), st(kTileKeys * kBlockRows), dpt(kTileKeys * kBlockRows);
     std::vector<int32_t> lim(kBlockRows);
-    FlashBackWork w{q,         k,         v,        out,       dout,    stats,     dq,        dk,
-                    dv,        &mask,     &s,       scale,     dK.data(), dV.data(), kp.data(), qt.data(),
-                    gt.data(), qs.data(), go.data(), dQ.data(), m.data(), inv.data(), delta.data(), st.data(),
-                    dpt.data(), lim.data()};
+    FlashBackWork w{q, k, v, out, dout, stats, dq, dk, dv, &mask, &s, scale,
+                    dK.data(), dV.data(), kp.data(), qt.data(), gt.data(), qs.data(), go.data(), dQ.data(),
+                    m.data(), inv.data(), delta.data(), st.data(), dpt.data(), lim.data()};
 #pragma omp for schedule(static)
     for (int64_t bh = 0; bh < s.B * s.H; ++bh) HWY_DYNAMIC_DISPATCH(BackwardHeadKernel)(w, bh);
   }

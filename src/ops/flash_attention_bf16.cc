@@ -97,7 +97,7 @@ struct Bf16Work {
   int64_t head_bh = -1, converted = 0, mean_bh = -1;
   // Attention dropout: the block's pair's mask (drop.keep null without), and the block's first row.
   base::Keep keep{0, 0.0};
-  BlockDropout drop;
+  BlockDropout drop{};
   int64_t r0 = 0;
 };
 
@@ -388,9 +388,8 @@ OPS_BF16_TARGET void BlockKernel(Bf16Work& w, int64_t bh, int64_t r0, int64_t ro
 
   for (int64_t j0 = 0; j0 < E; j0 += kTileKeys) {
     const int64_t n = std::min({kTileKeys, Tk - j0, E - j0});  // keys of the tile some row sees
-    int64_t v0 = 0, v1 = vectors;  // the query vectors [v0, v1) hold the rows that see a key of the tile
-    while (vector_extent[v0] <= j0) ++v0;
-    while (vector_extent[v1 - 1] <= j0) --v1;
+    int64_t v0, v1;  // the query vectors [v0, v1) hold the rows that see a key of the tile
+    tile_vectors(vector_extent, vectors, j0, v0, v1);
     const int64_t i0 = v0 * kLanes, i1 = v1 * kLanes, real = w.mask->real_keys(b, j0, j0 + n);
     if (real == 0) continue;  // padding only
     bool limited = false;     // some row of those vectors sees only part of the tile
@@ -460,7 +459,7 @@ struct Bf16BackWork {
   std::vector<uint32_t> pr2, dsr2, dsk2;
   // Attention dropout: the head's mask (drop.keep null without), and the block's first row.
   base::Keep keep{0, 0.0};
-  BlockDropout drop;
+  BlockDropout drop{};
   int64_t r0 = 0;
 };
 
@@ -574,9 +573,8 @@ OPS_BF16_TARGET void BackwardBlock(Bf16BackWork& w, int64_t bh, int64_t r0, int6
   const float* ones = w.ones.data();
   for (int64_t j0 = 0; j0 < E; j0 += kTileKeys) {
     const int64_t n = std::min({kTileKeys, Tk - j0, E - j0});
-    int64_t v0 = 0, v1 = vectors;
-    while (vector_extent[v0] <= j0) ++v0;
-    while (vector_extent[v1 - 1] <= j0) --v1;
+    int64_t v0, v1;
+    tile_vectors(vector_extent, vectors, j0, v0, v1);
     const int64_t i0 = v0 * kLanes, i1 = v1 * kLanes, real = w.mask->real_keys(b, j0, j0 + n);
     if (real == 0) continue;  // padding only: P = 0
     Product(w.k2.data() + j0 * Dh, Dh, 1, w.qt2.data() + i0, R, n, Dh, w.st.data() + i0, R, v1 - v0, nullptr);
