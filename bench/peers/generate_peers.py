@@ -6,6 +6,7 @@
 #   - transformers generate one request at a time (in process, no HTTP: the peer's best case), on a
 #     subset of the prompts (its rate is per request);
 #   - transformers generate on all prompts as one left-padded batch (its best batched form).
+# The --slots STREAMS rows and the batched peer are the median of --rounds loads.
 # Prints a table with each row's tokens/s and its ratio to the best transformers row; --json writes it.
 # With --base, the model is a randomly initialised RoFormer-base-sized causal LM (12 × 768, the
 # tokenizer of --model) made by transformers, instead of --model itself. --quantize bf16 (or int8) adds
@@ -31,7 +32,7 @@ import urllib.request
 
 PEER = r"""
 import json, sys, time, torch, transformers
-model_dir, prompts_file, tokens, threads, sequential = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4]), int(sys.argv[5])
+model_dir, prompts_file, tokens, threads, sequential, rounds = sys.argv[1], sys.argv[2], *map(int, sys.argv[3:7])
 torch.set_num_threads(threads)
 prompts = json.load(open(prompts_file))
 m = transformers.RoFormerForCausalLM.from_pretrained(model_dir).eval()
@@ -47,9 +48,12 @@ with torch.inference_mode():
     L = max(len(p) for p in prompts)
     ids = torch.tensor([[0] * (L - len(p)) + p for p in prompts])
     mask = torch.tensor([[0] * (L - len(p)) + [1] * len(p) for p in prompts])
-    t = time.perf_counter()
-    g = m.generate(ids, attention_mask=mask, max_new_tokens=tokens, min_new_tokens=tokens, do_sample=False, pad_token_id=0)
-    out["batched"] = (g.shape[1] - L) * len(prompts) / (time.perf_counter() - t)
+    rates = []
+    for _ in range(rounds):
+        t = time.perf_counter()
+        g = m.generate(ids, attention_mask=mask, max_new_tokens=tokens, min_new_tokens=tokens, do_sample=False, pad_token_id=0)
+        rates.append((g.shape[1] - L) * len(prompts) / (time.perf_counter() - t))
+    out["batched"], out["batched_rounds"] = sorted(rates)[len(rates) // 2], rates
 print(json.dumps(out))
 """
 
@@ -64,7 +68,7 @@ transformers.RoFormerForCausalLM(c).save_pretrained(out, safe_serialization=True
 """
 
 
-def serve_run(roformer, model, slots, prompts, tokens, threads, quantize="none", kv_cache="fp32"):
+def serve_run(roformer, model, slots, prompts, tokens, threads, quantize="none", kv_cache="fp32", rounds=1):
     log = tempfile.TemporaryFile("w+")
     p = subprocess.Popen([roformer, "serve", "--model", model, "--port", "0", "--slots", str(slots),
                           "--threads", str(threads), "--quantize", quantize, "--kv-cache", kv_cache,
@@ -97,16 +101,22 @@ def serve_run(roformer, model, slots, prompts, tokens, threads, quantize="none",
                             first = first or time.perf_counter() - t0
             return first, n
 
-        one(prompts[0], False)  # warm-up
+        # Warm-up: one whole load, so that every slot's cache is in memory before the timed loads
+        # (one request with one slot).
+        with concurrent.futures.ThreadPoolExecutor(len(prompts)) as pool:
+            list(pool.map(lambda q: one(q, False), prompts if slots > 1 else prompts[:1]))
         # Throughput: whole completions (a client parsing a server-sent event per token would be the
         # bottleneck of a small model); then time to first token with the same load, streamed.
+        # The median of `rounds` such loads: one load of a small model lasts a fraction of a second.
         with concurrent.futures.ThreadPoolExecutor(len(prompts)) as pool:
-            t = time.perf_counter()
-            done = list(pool.map(lambda q: one(q, False), prompts))
-            wall = time.perf_counter() - t
+            rates = []
+            for _ in range(rounds):
+                t = time.perf_counter()
+                done = list(pool.map(lambda q: one(q, False), prompts))
+                rates.append(sum(r[1] for r in done) / (time.perf_counter() - t))
             ttft = sorted(r[0] for r in pool.map(lambda q: one(q, True), prompts))
         hwm = next(int(l.split()[1]) for l in open(f"/proc/{p.pid}/status") if l.startswith("VmHWM:"))
-        return {"tokens_per_s": sum(r[1] for r in done) / wall, "ttft_p50_s": statistics.median(ttft),
+        return {"tokens_per_s": sorted(rates)[len(rates) // 2], "rounds": rates, "ttft_p50_s": statistics.median(ttft),
                 "ttft_p90_s": ttft[int(0.9 * (len(ttft) - 1))], "tokens": sum(r[1] for r in done),
                 "peak_rss_mib": hwm / 1024}
     finally:
@@ -130,6 +140,8 @@ def main():
     ap.add_argument("--kv-cache", nargs="*", default=[], choices=["bf16"],
                     help="also each --slots STREAMS row with roformer serve --kv-cache bf16")
     ap.add_argument("--prompt-repeat", type=int, default=1, help="each prompt this many times over")
+    ap.add_argument("--rounds", type=int, default=3,
+                    help="loads timed for each --slots STREAMS row and transformers' batched generate (median)")
     ap.add_argument("--json")
     a = ap.parse_args()
     work = tempfile.mkdtemp()
@@ -153,13 +165,14 @@ def main():
         for kv in ["fp32"] + a.kv_cache:
             name = (f"roformer serve --slots {a.streams}" + (f" --quantize {q}" if q != "none" else "") +
                     (f" --kv-cache {kv}" if kv != "fp32" else ""))
-            rows[name] = serve_run(a.roformer, model, a.streams, prompts, a.tokens, a.threads, q, kv)
+            rows[name] = serve_run(a.roformer, model, a.streams, prompts, a.tokens, a.threads, q, kv, a.rounds)
     rows["roformer serve --slots 1"] = serve_run(a.roformer, model, 1, prompts, a.tokens, a.threads)
     peer = json.loads(subprocess.run([a.python, "-c", PEER, model, os.path.join(work, "prompts.json"), str(a.tokens),
-                                      str(a.threads), str(a.sequential)], check=True, capture_output=True,
+                                      str(a.threads), str(a.sequential), str(a.rounds)], check=True, capture_output=True,
                                      text=True).stdout.strip().splitlines()[-1])
     rows["transformers generate, one request at a time"] = {"tokens_per_s": peer["sequential"]}
-    rows[f"transformers generate, {a.streams} prompts in one batch"] = {"tokens_per_s": peer["batched"]}
+    rows[f"transformers generate, {a.streams} prompts in one batch"] = {"tokens_per_s": peer["batched"],
+                                                                      "rounds": peer["batched_rounds"]}
     best = max(peer["sequential"], peer["batched"])
     cpu = next((l.split(":", 1)[1].strip() for l in open("/proc/cpuinfo") if l.startswith("model name")), "?")
     print(f"{cpu}, {a.threads} threads; {a.streams} streams x {a.tokens} new tokens, greedy, prompts x {a.prompt_repeat}; "
@@ -173,7 +186,7 @@ def main():
     if a.json:
         with open(a.json, "w") as f:
             json.dump({"cpu": cpu, "threads": a.threads, "streams": a.streams, "tokens": a.tokens, "base": a.base,
-                       "prompt_repeat": a.prompt_repeat, "rows": rows}, f, indent=1)
+                       "prompt_repeat": a.prompt_repeat, "rounds": a.rounds, "rows": rows}, f, indent=1)
     shutil.rmtree(work)
 
 

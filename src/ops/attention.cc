@@ -127,6 +127,58 @@ void DecodeHead(float* out, const float* q, const KV* k, const KV* v, int64_t n,
     StorePart(d, o, out + i + at, c);
   });
 }
+// One decoding query over n keys for a group of `heads` consecutive heads of a position-major cache
+// (key j's heads side by side at k + j·stride, as are its values): DecodeHead's result for each head bit
+// for bit (each head's dot products, softmax and per-lane sums in the same order), but reading each key's
+// heads·D values as one run, key after key. A row of a position-major cache is then one sequential
+// stream that the hardware prefetchers follow, where DecodeHead's per-head walk jumps H·D values a key.
+// q, out (heads·D); p (heads, n) is scratch for the scores, then the probabilities. The sums over the
+// values are kept in `out` (L1) as each key's run goes by.
+template <typename KV>
+void DecodeGroup(float* out, const float* q, const KV* k, const KV* v, int64_t n, int64_t heads, int64_t D,
+                 int64_t stride, float scale, float* p) {
+  const hn::ScalableTag<float> d;
+  const int64_t width = heads * D, run_bytes = width * static_cast<int64_t>(sizeof(KV));
+  // A group narrower than the key rows is a strided walk again: ask for the runs kAhead keys on.
+  constexpr int64_t kAhead = 8;
+  const bool strided = width < stride;
+  auto prefetch_run = [&](const KV* run) {
+    for (int64_t b = 0; b < run_bytes; b += 64) hwy::Prefetch(reinterpret_cast<const char*>(run) + b);
+  };
+  for (int64_t j = 0; j < n; ++j) {
+    const KV* kj = k + j * stride;
+    if (strided && j + kAhead < n) prefetch_run(kj + kAhead * stride);
+    for (int64_t h = 0; h < heads; ++h) {
+      auto acc = hn::Zero(d);
+      ForEachVector(d, D, [&](int64_t i, size_t c) {
+        acc = hn::MulAdd(LoadPart(d, q + h * D + i, c), LoadPart(d, kj + h * D + i, c), acc);
+      });
+      p[h * n + j] = hn::GetLane(hn::SumOfLanes(d, acc)) * scale;
+    }
+  }
+  float stats[2];
+  for (int64_t h = 0; h < heads; ++h) SoftmaxKernel(p + h * n, n, stats);
+  std::fill(out, out + width, 0.0f);
+  for (int64_t j = 0; j < n; ++j) {
+    const KV* vj = v + j * stride;
+    if (strided && j + kAhead < n) prefetch_run(vj + kAhead * stride);
+    for (int64_t h = 0; h < heads; ++h) {
+      const auto pj = hn::Set(d, p[h * n + j]);
+      ForEachVector(d, D, [&](int64_t i, size_t c) {
+        float* o = out + h * D + i;
+        StorePart(d, hn::MulAdd(pj, LoadPart(d, vj + h * D + i, c), LoadPart(d, o, c)), o, c);
+      });
+    }
+  }
+}
+void DecodeGroupKernel(float* out, const float* q, const float* k, const float* v, int64_t n, int64_t heads, int64_t D,
+                       int64_t stride, float scale, float* p) {
+  DecodeGroup(out, q, k, v, n, heads, D, stride, scale, p);
+}
+void DecodeGroupBf16Kernel(float* out, const float* q, const uint16_t* k, const uint16_t* v, int64_t n, int64_t heads,
+                           int64_t D, int64_t stride, float scale, float* p) {
+  DecodeGroup(out, q, k, v, n, heads, D, stride, scale, p);
+}
 void DecodeHeadKernel(float* out, const float* q, const float* k, const float* v, int64_t n, int64_t D, int64_t stride,
                       float scale, float* p) {
   DecodeHead(out, q, k, v, n, D, stride, scale, p);
@@ -141,6 +193,8 @@ void DecodeHeadBf16Kernel(float* out, const float* q, const uint16_t* k, const u
 HWY_AFTER_NAMESPACE();
 
 #if HWY_ONCE
+#include <omp.h>
+
 #include <algorithm>
 #include <cmath>
 #include <limits>
@@ -160,6 +214,8 @@ namespace ops {
 HWY_EXPORT(SoftmaxKernel);
 HWY_EXPORT(DecodeHeadKernel);
 HWY_EXPORT(DecodeHeadBf16Kernel);
+HWY_EXPORT(DecodeGroupKernel);
+HWY_EXPORT(DecodeGroupBf16Kernel);
 HWY_EXPORT(ExpScaleKernel);
 HWY_EXPORT(SoftmaxBackwardKernel);
 
@@ -407,7 +463,33 @@ void decode_forward(T* out, const T* q, const KV* k, const KV* v, const DecodeAt
     }
     longest = std::max(longest, s.keys[b]);
   }
-#pragma omp parallel if (s.B * s.H * longest * D >= base::kParallelMinElements)
+  const bool parallel = s.B * s.H * longest * D >= base::kParallelMinElements;
+  if constexpr (std::is_same_v<T, float>) {
+    if (!s.heads_major) {  // position-major: a row's heads together, in G groups (DecodeGroup)
+      // One group (a row's whole key runs) per item once the rows alone give every thread work; fewer
+      // rows (a lone sequence, a few beams) split the heads.
+      const int64_t threads = parallel ? omp_get_max_threads() : 1;
+      const int64_t G = s.B >= threads ? 1 : std::min(s.H, (threads + s.B - 1) / s.B);
+#pragma omp parallel if (parallel)
+      {
+        std::vector<float> p((s.H + G - 1) / G * longest);  // a group's scores, then probabilities
+#pragma omp for schedule(dynamic, 1)
+        for (int64_t bg = 0; bg < s.B * G; ++bg) {
+          const int64_t b = bg / G, h0 = bg % G * s.H / G, h1 = (bg % G + 1) * s.H / G;
+          const int64_t at = (s.kv_rows ? s.kv_rows[b] : b) * s.kv_stride * C + h0 * D;  // key 0, head h0
+          const float* qb = q + b * C + h0 * D;
+          float* ob = out + b * C + h0 * D;
+          if constexpr (std::is_same_v<KV, uint16_t>) {
+            HWY_DYNAMIC_DISPATCH(DecodeGroupBf16Kernel)(ob, qb, k + at, v + at, s.keys[b], h1 - h0, D, C, scale, p.data());
+          } else {
+            HWY_DYNAMIC_DISPATCH(DecodeGroupKernel)(ob, qb, k + at, v + at, s.keys[b], h1 - h0, D, C, scale, p.data());
+          }
+        }
+      }
+      return;
+    }
+  }
+#pragma omp parallel if (parallel)
   {
     std::vector<T> p(longest);  // one row's scores, then probabilities
 #pragma omp for schedule(static)

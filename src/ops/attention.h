@@ -82,13 +82,15 @@ struct DecodeAttentionShape {
   const int64_t* keys;               // (B) at least 1 each
   const int64_t* kv_rows = nullptr;  // (B) or null
   int64_t kv_stride = 0;             // at least the most keys of a row
-  // k, v head-major, (cache rows, H, kv_stride, D): each head's keys D apart, streamed by the kernel;
-  // false: (cache rows, kv_stride, H·D), keys H·D apart.
+  // k, v head-major, (cache rows, H, kv_stride, D): each head's keys D apart, read head by head;
+  // false: (cache rows, kv_stride, H·D), a row's heads read together, key after key (each key's H·D
+  // values one run), in groups of heads when there are fewer rows than threads. Either way a row's
+  // cache is read as sequential runs, and both give the same bits.
   bool heads_major = false;
 };
 
 // out (B, H·D) = softmax(q·kᵀ/√D)·v per row and head: attention_forward's result for T = 1 and
-// q_start = keys[b] − 1 (causal), up to rounding, but in one parallel region over (row, head) with
+// q_start = keys[b] − 1 (causal), up to rounding, but in one parallel region over rows (and heads) with
 // the scores in a thread's buffer, instead of two small products per row and head: every row of a
 // decoding step (beams, or a server's slots at positions of their own, model::Generator) at once.
 template <typename T>

@@ -1213,9 +1213,12 @@ Api::Sequences Api::openai_sequences(const json& request) const {
   return s;
 }
 
-void Api::submit(Sequences& s) const {
+void Api::submit(Sequences& s, bool whole) const {
   try {
-    for (auto& one : s.all) one.stream = generation_->submit(one.request);
+    for (auto& one : s.all) {
+      one.request.whole = whole;
+      one.stream = generation_->submit(one.request);
+    }
   } catch (const Overloaded& e) {
     for (auto& one : s.all) {
       if (one.stream) one.stream->cancel();
@@ -1265,7 +1268,7 @@ json tgi_top_tokens(const text::Tokenizer& tok, const GenerationEvent& e) {
 
 json Api::generate(const json& request) {
   Sequences s = tgi_sequences(request);
-  submit(s);
+  submit(s, /*whole=*/true);
   gather(s);
   const auto& one = s.all[0];
   json out = {{"generated_text", s.full_text ? one.prompt_text + one.text : one.text}};
@@ -1393,7 +1396,7 @@ json completion_head(const std::string& id, const std::string& model) {
 
 json Api::completions(const json& request) {
   Sequences s = openai_sequences(request);
-  submit(s);
+  submit(s, /*whole=*/true);
   gather(s);
   json out = completion_head("cmpl-" + std::to_string(completion_ids++), s.model);
   json choices = json::array();

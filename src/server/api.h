@@ -169,7 +169,8 @@ class Api {
   struct Sequences;
   Sequences tgi_sequences(const nlohmann::json& request) const;
   Sequences openai_sequences(const nlohmann::json& request) const;
-  void submit(Sequences& s) const;
+  // whole: the route gathers them (GenerationRequest::whole), instead of streaming.
+  void submit(Sequences& s, bool whole = false) const;
   void gather(Sequences& s) const;  // every sequence to its end; 499 when the client goes
 
   infer::Pipeline* pipeline_;        // exactly one of these three is set (Backend)

@@ -74,8 +74,9 @@ bool GenerationStream::cancelled() const {
 
 void GenerationStream::push(GenerationEvent e) {
   std::lock_guard<std::mutex> lock(mutex_);
+  const bool wake = !wake_at_end_ || e.finish != FinishReason::none;
   events_.push_back(std::move(e));
-  ready_.notify_all();
+  if (wake) ready_.notify_all();
 }
 
 // One row of the generator and the sequence it holds.
@@ -112,6 +113,7 @@ std::shared_ptr<GenerationStream> Generation::submit(GenerationRequest r) {
     throw std::invalid_argument("server::Generation::submit: a prompt of 1 .. context − max_new_tokens tokens");
   }
   auto stream = std::make_shared<GenerationStream>();
+  stream->wake_at_end_ = r.whole;
   std::lock_guard<std::mutex> lock(mutex_);
   if (stopping_) throw Overloaded("the server is shutting down");
   if (static_cast<int64_t>(queue_.size()) >= o_.max_queued) {
@@ -134,6 +136,11 @@ void Generation::stop() {
 int64_t Generation::queue_depth() const {
   std::lock_guard<std::mutex> lock(mutex_);
   return static_cast<int64_t>(queue_.size());
+}
+
+GenerationTotals Generation::totals() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return totals_;
 }
 
 int64_t Generation::in_flight() const {
@@ -248,8 +255,13 @@ void Generation::decode_step() {
   if (rows.empty()) return;
   const auto t0 = std::chrono::steady_clock::now();
   const std::vector<float>& logits = gen_.feed_rows(rows, ids);
-  metrics_.batch(static_cast<int64_t>(rows.size()), static_cast<int64_t>(rows.size()), static_cast<int64_t>(rows.size()),
-                 std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  const int64_t R = static_cast<int64_t>(rows.size());
+  metrics_.batch(R, R, R, seconds);
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    totals_.decode_steps += 1, totals_.decode_rows += R, totals_.decode_seconds += seconds;
+  }
   const int64_t V = m_.config().vocab_size;
   for (size_t i = 0; i < fed.size(); ++i) {
     fed[i]->pending = -1;
@@ -258,22 +270,45 @@ void Generation::decode_step() {
 }
 
 void Generation::prefill_step() {
-  int64_t budget = o_.prefill_chunk;
   for (Slot& s : slots_) {
-    if (budget == 0) break;
-    const int64_t P = static_cast<int64_t>(s.r.prompt.size());
-    if (!s.stream || s.fed >= P) continue;
-    if (s.r.max_new_tokens == 0) {
-      finish(s, FinishReason::length);
-      continue;
+    if (s.stream && s.fed < static_cast<int64_t>(s.r.prompt.size()) && s.r.max_new_tokens == 0) finish(s, FinishReason::length);
+  }
+  // The slots reading prompts, at most one per token of the budget (in slot order, so the earliest
+  // joined go first), take an equal slice each, as long as the shortest rest: one feed_rows over all
+  // their rows (M = slots × slice, where one call per prompt would run products of a prompt's rows).
+  // Those whose prompt is done then leave, and the rest go on while the budget lasts.
+  int64_t budget = o_.prefill_chunk;
+  while (budget > 0) {
+    std::vector<Slot*> reading;
+    for (Slot& s : slots_) {
+      if (s.stream && s.fed < static_cast<int64_t>(s.r.prompt.size()) && static_cast<int64_t>(reading.size()) < budget) {
+        reading.push_back(&s);
+      }
     }
-    const int64_t n = std::min(P - s.fed, budget);
-    const std::vector<int64_t> chunk(s.r.prompt.begin() + s.fed, s.r.prompt.begin() + s.fed + n);
+    if (reading.empty()) return;
+    const int64_t R = static_cast<int64_t>(reading.size());
+    int64_t n = budget / R;
+    for (Slot* s : reading) n = std::min(n, static_cast<int64_t>(s->r.prompt.size()) - s->fed);
+    std::vector<int64_t> rows, ids;
+    for (Slot* s : reading) {
+      rows.push_back(s->row);
+      ids.insert(ids.end(), s->r.prompt.begin() + s->fed, s->r.prompt.begin() + s->fed + n);
+    }
     const auto t0 = std::chrono::steady_clock::now();
-    const std::vector<float>& logits = gen_.feed_rows({s.row}, chunk);
-    metrics_.batch(1, n, n, std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
-    s.fed += n, budget -= n;
-    if (s.fed == P) advance(s, logits.data());  // the first new token
+    const std::vector<float>& logits = gen_.feed_rows(rows, ids);
+    const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    metrics_.batch(R, R * n, R * n, seconds);
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      totals_.prefill_calls += 1, totals_.prefill_tokens += R * n, totals_.prefill_seconds += seconds;
+    }
+    budget -= R * n;
+    const int64_t V = m_.config().vocab_size;
+    for (int64_t i = 0; i < R; ++i) {
+      Slot& s = *reading[i];
+      s.fed += n;
+      if (s.fed == static_cast<int64_t>(s.r.prompt.size())) advance(s, logits.data() + i * V);  // the first new token
+    }
   }
 }
 

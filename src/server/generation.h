@@ -2,7 +2,8 @@
 // set of slots (rows of one model::Generator, each at a position of its own), ONE model thread, and a
 // loop of steps. Each step feeds one new token to every decoding slot in one batched feed_rows, then
 // at most prefill_chunk prompt tokens of the slots still reading their prompts, so that a long prompt
-// joins over several steps without stalling the running ones. A request joins at the next step that
+// joins over several steps without stalling the running ones; the slots reading prompts are fed
+// together, an equal slice of each per call, so that their products run over all their rows at once. A request joins at the next step that
 // has a free slot and room in the token budget (each holds prompt + max_new_tokens of it); it leaves
 // when it ends (eos, max_new_tokens, a stop string, the context) or its client is gone.
 //
@@ -48,6 +49,10 @@ struct GenerationRequest {
   int64_t eos = -1;                // ends the sequence (not emitted); -1: none
   std::vector<std::string> stop;   // a stop string ends the text before it
   int64_t top_logprobs = 0;        // alternatives reported per token (OpenAI's logprobs)
+  // The reader takes the sequence whole (a route that does not stream): its events queue without waking
+  // it until the end, so that a step of S such sequences wakes no reader thread, where waking each for
+  // every token puts S thread switches on the cores the step's workers run on.
+  bool whole = false;
 };
 
 // error: the model thread failed (not expected; the stream ends instead of hanging).
@@ -88,6 +93,14 @@ class GenerationStream {
   std::condition_variable ready_;
   std::deque<GenerationEvent> events_;
   bool read_end_ = false, cancelled_ = false;
+  bool wake_at_end_ = false;  // GenerationRequest::whole
+};
+
+// What the model thread has run so far (Generation::totals): decoding steps and the prompt feeds
+// beside them, with their rows, tokens and seconds.
+struct GenerationTotals {
+  int64_t decode_steps = 0, decode_rows = 0, prefill_calls = 0, prefill_tokens = 0;
+  double decode_seconds = 0, prefill_seconds = 0;
 };
 
 class Generation {
@@ -109,13 +122,14 @@ class Generation {
   void stop();
   int64_t queue_depth() const;
   int64_t in_flight() const;
+  GenerationTotals totals() const;
 
  private:
   struct Slot;
   void work();
   bool admit(std::unique_lock<std::mutex>& lock);  // queued sequences into free slots
   void decode_step();                               // one token for every decoding slot
-  void prefill_step();                              // up to prefill_chunk prompt tokens
+  void prefill_step();                              // up to prefill_chunk prompt tokens, slots together
   // The slot's next token from its logits (V), emitted; ends the sequence when it should.
   void advance(Slot& s, const float* logits);
   // The text of s's tokens not sent yet, up to a stop string (*stopped) or, unless final, the last
@@ -140,6 +154,7 @@ class Generation {
   };
   std::deque<Queued> queue_;
   int64_t running_ = 0;
+  GenerationTotals totals_;  // under mutex_
   bool stopping_ = false;
   std::thread worker_;
 };

@@ -3,7 +3,8 @@
 # fills max_position_embeddings is refused with one error line naming --prompt and the limit (nothing
 # on stdout); a prompt that leaves fewer positions than --tokens generates what fits and says so on
 # stderr; a request that fits prints no note; --kv-cache bf16 runs, and a cache type it does not know is one
-# error line. A 2-step character-level model with a 64-token context.
+# error line; `roformer bench generate` runs on it and refuses a context it cannot hold. A 2-step
+# character-level model with a 64-token context.
 # Usage: generate_context.sh ROFORMER_BINARY WORK_DIR
 set -euo pipefail
 roformer="$1"
@@ -50,4 +51,13 @@ if "$roformer" generate --model "$model" --prompt the --kv-cache fp16 > /dev/nul
   echo "generate accepted --kv-cache fp16" >&2; exit 1
 fi
 grep -q -- "--kv-cache: unknown key/value cache type 'fp16' (fp32, bf16)" "$work/kv.err"
+
+echo "== bench generate: the server's decoding steps on this model; a context it cannot hold is one error line"
+"$roformer" bench generate --model "$model" --rows 3 --prompt 10 --tokens 5 --threads 2 --json > "$work/bench.json"
+python3 -c 'import json, sys; r = json.load(open(sys.argv[1]))["runs"][0]; assert r["rows"] == 3 and r["tokens"] == 5 and r["tokens_per_s"] > 0 and r["step_ms_mean"] > 0 and len(r["rounds"]) == 3, r' "$work/bench.json"
+if "$roformer" bench generate --model "$model" --prompt 60 --tokens 5 > /dev/null 2> "$work/bench.err"; then
+  echo "bench generate accepted 60 + 5 tokens with a 64-token context" >&2; exit 1
+fi
+[ "$(wc -l < "$work/bench.err")" -eq 1 ]
+grep -q -- "--prompt 60 + --tokens 5 exceed max_position_embeddings 64 of $model" "$work/bench.err"
 echo "ok"

@@ -3,6 +3,7 @@
 // rows with no visible key (uniform, as Hugging Face), several row blocks, fp32 on every SIMD
 // target, and the row-statistics path against the kept probabilities bit for bit.
 #include <gtest/gtest.h>
+#include <omp.h>
 
 #include <cmath>
 #include <cstdint>
@@ -474,6 +475,54 @@ TEST(Ops, AttentionDecodeOverABf16CacheEqualsTheFp32KernelOverItsValues) {
       EXPECT_EQ(heads, want) << "D " << D;
     });
   }
+}
+
+// A position-major cache is read a row's heads at a time (one run per key), in groups of heads when
+// there are fewer rows than threads: every grouping gives the per-head kernel's bits (over the same
+// cache laid out head-major), on every SIMD target, and attention_forward's result in double.
+TEST(Ops, AttentionDecodeGivesThePerHeadBitsHoweverTheHeadsAreGrouped) {
+  std::mt19937_64 rng(11);
+  std::normal_distribution<float> z;
+  const int saved_threads = omp_get_max_threads();
+  for (const int64_t D : {8, 64, 24}) {
+    for (const std::vector<int64_t>& keys : {std::vector<int64_t>{300}, {1, 250}, {77, 300, 5, 120, 299}}) {
+      const int64_t H = 5, C = H * D, stride = 300, B = static_cast<int64_t>(keys.size());
+      std::vector<int64_t> rows(B);
+      for (int64_t b = 0; b < B; ++b) rows[b] = B - 1 - b;
+      std::vector<float> q(B * C), k(B * stride * C), v(B * stride * C), kh(k.size()), vh(v.size());
+      for (auto* x : {&q, &k, &v}) for (float& e : *x) e = z(rng);
+      for (int64_t r = 0; r < B; ++r) {  // head-major copies, (rows, H, stride, D)
+        for (int64_t t = 0; t < stride; ++t) {
+          for (int64_t h = 0; h < H; ++h) {
+            std::copy_n(k.begin() + (r * stride + t) * C + h * D, D, kh.begin() + ((r * H + h) * stride + t) * D);
+            std::copy_n(v.begin() + (r * stride + t) * C + h * D, D, vh.begin() + ((r * H + h) * stride + t) * D);
+          }
+        }
+      }
+      const ops::DecodeAttentionShape s{B, H, D, keys.data(), rows.data(), stride};
+      ops::DecodeAttentionShape sh = s;
+      sh.heads_major = true;
+      // attention_forward in double, each row on its own cache row
+      std::vector<double> qd(q.begin(), q.end()), kd(k.begin(), k.end()), vd(v.begin(), v.end()), want(B * C);
+      for (int64_t b = 0; b < B; ++b) {
+        ops::AttentionShape a{1, 1, H, D, true};
+        a.Tk = keys[b], a.kv_stride = stride, a.q_start = keys[b] - 1, a.saved = ops::AttentionSaved::none;
+        ops::attention_forward<double>(want.data() + b * C, nullptr, qd.data() + b * C, kd.data() + rows[b] * stride * C,
+                                       vd.data() + rows[b] * stride * C, nullptr, a);
+      }
+      for (const int threads : {1, 2, 3, 8}) {  // G = 1 .. H groups of heads per row
+        omp_set_num_threads(threads);
+        ops_testing::for_each_simd_target([&] {
+          std::vector<float> grouped(B * C), per_head(B * C);
+          ops::attention_decode_forward<float>(grouped.data(), q.data(), k.data(), v.data(), s);
+          ops::attention_decode_forward<float>(per_head.data(), q.data(), kh.data(), vh.data(), sh);
+          EXPECT_EQ(grouped, per_head) << "D " << D << ", " << B << " rows, " << threads << " threads";
+          for (int64_t i = 0; i < B * C; ++i) ASSERT_NEAR(grouped[i], want[i], 2e-5) << i;
+        });
+      }
+    }
+  }
+  omp_set_num_threads(saved_threads);
 }
 
 // The decode kernel is attention_forward at T = 1 (causal, the query at the last key) for each row on

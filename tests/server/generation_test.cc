@@ -60,7 +60,7 @@ model::DecodeOptions decode_options(const text::Tokenizer& tok, bool sample, uin
 }
 
 // With either key/value cache (roformer serve --kv-cache): the served tokens are `roformer generate`'s
-// over the same cache type.
+// over the same cache type, streamed or read whole.
 TEST(Generation, ConcurrentSequencesGiveGeneratesTokens) {
   for (const auto kv : {model::CacheType::f32, model::CacheType::bf16}) {
     SCOPED_TRACE(model::cache_type_name(kv));
@@ -78,6 +78,7 @@ TEST(Generation, ConcurrentSequencesGiveGeneratesTokens) {
       r.max_new_tokens = 4 + static_cast<int64_t>(i) * 3;
       r.decode = decode_options(lm.tok, i % 2 == 1, 100 + i);
       r.stream = i % 3;
+      r.whole = i / 2 % 2 == 1;  // read whole: woken at the end only, the same events
       requests.push_back(r);
       streams.push_back(g.submit(r));
     }
@@ -140,7 +141,9 @@ TEST(Generation, CancelledStreamsFreeTheirSlotsAndTheBudgetQueues) {
   EXPECT_EQ(rest.end.finish, server::FinishReason::length);
   EXPECT_EQ(rest.ids, a.ids);
   EXPECT_EQ(g.in_flight(), 0);
-  EXPECT_THROW(g.submit({.prompt = {}, .max_new_tokens = 1}), std::invalid_argument);
+  server::GenerationRequest empty;
+  empty.max_new_tokens = 1;
+  EXPECT_THROW(g.submit(empty), std::invalid_argument);
   r.max_new_tokens = 64;
   EXPECT_THROW(g.submit(r), std::invalid_argument);  // past the context
 }

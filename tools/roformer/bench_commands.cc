@@ -126,6 +126,23 @@ void add_bench_commands(CLI::App& app, CommandTable& commands) {
   bench_att_cmd->add_option("--simd-target", bench_att->simd_target,
                             "Cap the SIMD dispatch at this Highway target (e.g. AVX2 on an AVX-512 CPU)");
 
+  auto bench_gen = std::make_shared<BenchGenerateOptions>();
+  CLI::App* bench_gen_cmd = bench->add_subcommand(
+      "generate", "A causal LM's generation with the server's step-level batching, in process (no HTTP)");
+  bench_gen_cmd->add_option("--model", bench_gen->model, "Causal LM directory (roformer train's step-NNNNNN)")
+      ->transform(model_location())->required();
+  bench_gen_cmd->add_option("--rows", bench_gen->rows, "Sequences decoded together (the server's --slots)")
+      ->check(CLI::Range(1, 4096));
+  bench_gen_cmd->add_option("--prompt", bench_gen->prompt, "Prompt tokens per row")->check(CLI::Range(1, 1 << 20));
+  bench_gen_cmd->add_option("--tokens", bench_gen->tokens, "New tokens per row")->check(CLI::Range(1, 1 << 20));
+  bench_gen_cmd->add_option("--prefill-chunk", bench_gen->prefill_chunk, "Prompt tokens fed per step (serve's --prefill-chunk)")
+      ->check(CLI::Range(1, 1 << 20));
+  bench_gen_cmd->add_option("--rounds", bench_gen->rounds, "Timed loads (median)")->check(CLI::Range(1, 1000));
+  add_linear_options(bench_gen_cmd, bench_gen->linears);
+  add_kv_cache_option(bench_gen_cmd, bench_gen->linears);
+  bench_gen_cmd->add_option("--threads", bench_gen->threads, "OpenMP threads (0: all)")->check(thread_count());
+  bench_gen_cmd->add_flag("--json", bench_gen->json, "Print JSON");
+
   auto bench_gemm = std::make_shared<BenchGemmOptions>();
   CLI::App* bench_gemm_cmd = bench->add_subcommand("gemm", "RoFormer-base's linear layers (sgemm, oneDNN packed fp32, int8) and training's products (OpenBLAS vs oneDNN's sgemm)");
   bench_gemm_cmd->add_option("--rows", bench_gemm->rows, "Row counts M (tokens per call)")->delimiter(',')
@@ -138,6 +155,7 @@ void add_bench_commands(CLI::App& app, CommandTable& commands) {
   commands.add(bench_cmd, [bench_rope] { return roformer::bench_rope(*bench_rope); });
   commands.add(bench_comm_cmd, [bench_comm] { return roformer::bench_comm(*bench_comm); });
   commands.add(bench_infer_cmd, [bench_infer] { return roformer::bench_infer(*bench_infer); });
+  commands.add(bench_gen_cmd, [bench_gen] { return roformer::bench_generate(*bench_gen); });
   commands.add(bench_att_cmd, [bench_att] { return roformer::bench_attention(*bench_att); });
   commands.add(bench_gemm_cmd, [bench_gemm] { return roformer::bench_gemm(*bench_gemm); });
 }

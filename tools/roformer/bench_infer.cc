@@ -19,13 +19,6 @@
 namespace roformer {
 namespace {
 
-// How the model's linear layers run, as the report names it: "f32 (OpenBLAS)", "int8 (oneDNN)", ...
-std::string linears_name(const model::RoFormer<float>& m) {
-  if (!m.packed()) return "f32 (OpenBLAS)";
-  if (m.packed_precision() == ops::Precision::f32) return "f32 packed (oneDNN)";
-  return fmt::format("{} (oneDNN)", ops::precision_name(m.packed_precision()));
-}
-
 // --seq within the model's positions and --head mlm on a model that has one: thrown, so that they
 // read as every command's errors do ("roformer: error: ...").
 void check_model_fits(const BenchInferOptions& o, const model::RoFormer<float>& m) {

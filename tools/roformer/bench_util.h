@@ -1,4 +1,5 @@
-// What the `roformer bench` commands share: librope dtype names, wall-clock seconds, and the peak
+// What the `roformer bench` commands share: librope dtype names, a model's linear layers by name,
+// wall-clock seconds, and the peak
 // resident memory of this process (VmHWM from /proc/self/status, the high water mark of this address
 // space; not getrusage's ru_maxrss, which Linux carries across execve, so a process started by a big
 // one, such as a Python peer that imported torch, would report its parent's peak).
@@ -8,6 +9,9 @@
 #include <fstream>
 #include <string>
 
+#include <fmt/core.h>
+
+#include "model/roformer.h"
 #include "rope/rope.h"
 
 namespace roformer {
@@ -42,5 +46,12 @@ inline double peak_rss_mib() { return proc_field_mib("/proc/self/status", "VmHWM
 
 // The process's memory now on transparent huge pages (training asks for them: tools/roformer/main.cc).
 inline double huge_pages_mib() { return proc_field_mib("/proc/self/smaps_rollup", "AnonHugePages:"); }
+
+// How a model's linear layers run, as the reports name it: "f32 (OpenBLAS)", "int8 (oneDNN)", ...
+inline std::string linears_name(const model::RoFormer<float>& m) {
+  if (!m.packed()) return "f32 (OpenBLAS)";
+  if (m.packed_precision() == ops::Precision::f32) return "f32 packed (oneDNN)";
+  return fmt::format("{} (oneDNN)", ops::precision_name(m.packed_precision()));
+}
 
 }  // namespace roformer

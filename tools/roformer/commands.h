@@ -69,6 +69,15 @@ struct BenchInferOptions {
 };
 int bench_infer(const BenchInferOptions& options);
 
+struct BenchGenerateOptions {
+  std::string model;             // a causal LM directory (`roformer train`'s step-NNNNNN)
+  model::LinearOptions linears;  // --quantize, --gemm, --kv-cache
+  int64_t rows = 32, prompt = 40, tokens = 64, prefill_chunk = 256, rounds = 3;
+  int threads = 0;
+  bool json = false;
+};
+int bench_generate(const BenchGenerateOptions& options);
+
 struct PlotRunsOptions {
   std::vector<std::string> runs, labels;  // run directories (with metrics.jsonl) and legend labels
   std::string metric = "val_loss";        // or "loss"
@@ -129,7 +138,7 @@ class CommandTable {
 
 // The command files: what each adds.
 void add_analysis_commands(CLI::App& app, CommandTable& commands);  // rope check, decay, plot runs
-void add_bench_commands(CLI::App& app, CommandTable& commands);     // bench rope|train|comm|infer|attention|gemm
+void add_bench_commands(CLI::App& app, CommandTable& commands);     // bench rope|train|comm|infer|generate|attention|gemm
 void add_model_commands(CLI::App& app, CommandTable& commands);     // train, eval, generate
 void add_vocab_command(CLI::App& app, CommandTable& commands);      // vocab (text/wordpiece_trainer.h)
 void add_quantize_command(CLI::App& app, CommandTable& commands);   // quantize (an int8 copy of a model directory)
