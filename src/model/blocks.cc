@@ -505,12 +505,29 @@ void self_attention_forward(T* out, AttentionActs<T>& a, const AttentionParams<T
   if (staged && (!softmax || !std::is_same_v<T, float>)) throw std::logic_error("a bf16 key/value cache is for fp32 softmax attention");
   auto cache_row = [&](int64_t b) { return ragged ? cache->rows[b] : b; };
   auto first_of = [&](int64_t b) { return ragged ? cache->positions[cache->rows[b]] : cache ? start : 0; };
+  // The call's rows: B rows of T_ tokens, or, with KVCache::counts (one call row of T_ tokens), rows of
+  // counts[b] tokens each, one after another. Row b's tokens start at token offset(b); token i is of
+  // row row_of(i).
+  const bool counted = ragged && cache->counts;
+  const int64_t rows_n = counted ? cache->count_rows : B;
+  std::vector<int64_t> offsets;
+  if (counted) {
+    if (B != 1) throw std::logic_error("a call of counted rows is one row of their tokens");
+    offsets.assign(rows_n + 1, 0);
+    for (int64_t b = 0; b < rows_n; ++b) offsets[b + 1] = offsets[b] + cache->counts[b];
+    if (offsets[rows_n] != T_) throw std::logic_error("the rows' counts do not add up to the call's tokens");
+  }
+  auto offset = [&](int64_t b) { return counted ? offsets[b] : b * T_; };
+  auto count = [&](int64_t b) { return counted ? cache->counts[b] : T_; };
+  auto row_of = [&](int64_t i) {
+    return counted ? static_cast<int64_t>(std::upper_bound(offsets.begin(), offsets.end(), i) - offsets.begin()) - 1 : i / T_;
+  };
   if (ragged) {
     if (!softmax) throw std::invalid_argument("linear attention decodes one row at a time");
-    for (int64_t b = 0; b < B; ++b) {
-      if (cache->rows[b] < 0 || cache->rows[b] >= cache->B || first_of(b) + T_ > cache->capacity) {
+    for (int64_t b = 0; b < rows_n; ++b) {
+      if (cache->rows[b] < 0 || cache->rows[b] >= cache->B || count(b) < 1 || first_of(b) + count(b) > cache->capacity) {
         throw std::length_error("the key/value cache's row " + std::to_string(cache->rows[b]) + " cannot take " +
-                                std::to_string(T_) + " more tokens");
+                                std::to_string(count(b)) + " more tokens");
       }
     }
   } else if (cache) {
@@ -527,9 +544,13 @@ void self_attention_forward(T* out, AttentionActs<T>& a, const AttentionParams<T
     grow_to(a.v, N * H);
     k = a.k.data(), v = a.v.data();
   }
-  // Token t of batch row b goes to row cache_row(b) · stride + first_of(b) + t of k and v, or, staged,
-  // to row i of a.k, a.v.
-  auto kv_row = [&](int64_t i) { return staged ? i : cache_row(i / T_) * stride + first_of(i / T_) + i % T_; };
+  // Token t of row b goes to row cache_row(b) · stride + first_of(b) + t of k and v, or, staged, to
+  // row i of a.k, a.v.
+  auto kv_row = [&](int64_t i) {
+    if (staged) return i;
+    const int64_t b = row_of(i);
+    return cache_row(b) * stride + first_of(b) + i - offset(b);
+  };
   // Where batch row b's new tokens start: the position RoPE rotates its first one at.
   auto rope_at = [&](int64_t b) { return ragged ? first_of(b) : start; };
   // With RoPE on softmax attention's q and k, the packed product's q and k leave it rotated: librope
@@ -544,10 +565,10 @@ void self_attention_forward(T* out, AttentionActs<T>& a, const AttentionParams<T
         p.qkv->forward(a.qkv.data(), x + r0 * H, rows);
         // A pass may start or end inside a batch row: one librope call per batch row's part of it.
         for (int64_t i = r0, end = 0; rotated_in_split && i < r0 + rows; i = end) {
-          const int64_t b = i / T_;
-          end = std::min(r0 + rows, (b + 1) * T_);
+          const int64_t b = row_of(i);
+          end = std::min(r0 + rows, offset(b) + count(b));
           rotate_qk_from_packed(*ctx.rope, a.qkv.data() + (i - r0) * 3 * H, a.q.data() + i * H, k + kv_row(i) * H,
-                                end - i, n, D, rope_at(b) + i % T_);
+                                end - i, n, D, rope_at(b) + i - offset(b));
         }
 #pragma omp parallel for schedule(static) if (rows * H >= base::kParallelMinElements)
         for (int64_t i = r0; i < r0 + rows; ++i) {
@@ -569,7 +590,9 @@ void self_attention_forward(T* out, AttentionActs<T>& a, const AttentionParams<T
       std::vector<T> tmp(N * H);
       for (auto [dst, w] : {std::pair{k, p.k}, std::pair{v, p.v}}) {
         linear(tmp.data(), x, w, N, H, H);
-        for (int64_t b = 0; b < B; ++b) std::copy_n(tmp.data() + b * T_ * H, T_ * H, dst + kv_row(b * T_) * H);
+        for (int64_t b = 0; b < rows_n; ++b) {
+          std::copy_n(tmp.data() + offset(b) * H, count(b) * H, dst + kv_row(offset(b)) * H);
+        }
       }
     } else {
       linear(k, x, x16, p.k, N, H, H);
@@ -579,18 +602,18 @@ void self_attention_forward(T* out, AttentionActs<T>& a, const AttentionParams<T
   // RoPE on the new rows only (cached keys stay rotated at their own positions). A cache's batch rows
   // are strided by its capacity, so they are rotated one by one.
   const int64_t rows = cache ? 1 : B;
-  for (int64_t b = 0; b < B && ctx.rope; b += rows) {
+  for (int64_t b = 0; b < rows_n && ctx.rope; b += rows) {
     const int64_t at = rope_at(b);
-    T *qb = a.q.data() + b * T_ * H, *kb = k + kv_row(b * T_) * H, *vb = v + kv_row(b * T_) * H;
-    if (softmax && !rotated_in_split) rotate_qk(*ctx.rope, ROPE_FORWARD, qb, kb, rows, T_, n, D, at);
-    if (c.rotary_value) rotate(*ctx.rope, ROPE_FORWARD, ROPE_ROLE_KEY, vb, rows, T_, n, D, at);
+    T *qb = a.q.data() + offset(b) * H, *kb = k + kv_row(offset(b)) * H, *vb = v + kv_row(offset(b)) * H;
+    if (softmax && !rotated_in_split) rotate_qk(*ctx.rope, ROPE_FORWARD, qb, kb, rows, count(b), n, D, at);
+    if (c.rotary_value) rotate(*ctx.rope, ROPE_FORWARD, ROPE_ROLE_KEY, vb, rows, count(b), n, D, at);
   }
   if (ctx.favor) {  // FAVOR+ scales the new keys (queries are scaled in attend)
     for (int64_t b = 0; b < B; b += rows) favor_scale(k + kv_row(b * T_) * H, rows * T_ * H, D);
   }
   if constexpr (std::is_same_v<T, float>) {  // the new rows into the bf16 cache, rounded once; every read sees them so
-    if (staged) store_bf16(*cache, k, v, N, n, D, [&](int64_t i) { return cache_row(i / T_); },
-                           [&](int64_t i) { return first_of(i / T_) + i % T_; });
+    if (staged) store_bf16(*cache, k, v, N, n, D, [&](int64_t i) { return cache_row(row_of(i)); },
+                           [&](int64_t i) { return first_of(row_of(i)) + i - offset(row_of(i)); });
   }
   // A bf16 cache's positions [0, keys) of cache row r, widened into rows [at, at + keys) of a.k, a.v.
   auto widen = [&](int64_t r, int64_t keys, int64_t at) {
@@ -598,7 +621,7 @@ void self_attention_forward(T* out, AttentionActs<T>& a, const AttentionParams<T
   };
   // One decoding step (a token per row over a cache, no masks, inference): every row and head in one
   // pass, the rows at positions of their own or not, so that beams and a server's slots decode alike.
-  const bool decode_step = cache && softmax && T_ == 1 && !ctx.key_mask && !ctx.row_limit &&
+  const bool decode_step = cache && softmax && T_ == 1 && !counted && !ctx.key_mask && !ctx.row_limit &&
                            ctx.saved == ops::AttentionSaved::none && !ctx.bf16_products && ctx.dropout.attention == 0;
   const T* context = a.ctx.data();  // (N, H); attend may return q's buffer instead
   if (decode_step) {
@@ -613,12 +636,12 @@ void self_attention_forward(T* out, AttentionActs<T>& a, const AttentionParams<T
     }
     if (!staged) ops::attention_decode_forward<T>(a.ctx.data(), a.q.data(), k, v, s);
     if (!ragged) cache->length = start + T_;
-  } else if (ragged) {  // row by row: each attends over its own cache row's first_of(b) + T_ keys
+  } else if (ragged) {  // row by row: each attends over its own cache row's first_of(b) + count(b) keys
     grow_to(a.ctx, N * H);
     context = a.ctx.data();
-    for (int64_t b = 0; b < B; ++b) {
-      const int64_t keys = first_of(b) + T_;
-      const ops::AttentionShape s = softmax_shape(ctx, 1, T_, keys, first_of(b), staged ? keys : stride);
+    for (int64_t b = 0; b < rows_n; ++b) {
+      const int64_t keys = first_of(b) + count(b);
+      const ops::AttentionShape s = softmax_shape(ctx, 1, count(b), keys, first_of(b), staged ? keys : stride);
       if (s.saved != ops::AttentionSaved::none || ctx.key_mask || ctx.row_limit) {
         throw std::logic_error("step-level batching is for inference without masks");
       }
@@ -628,7 +651,7 @@ void self_attention_forward(T* out, AttentionActs<T>& a, const AttentionParams<T
         widen(cache_row(b), keys, 0);
         k = a.k.data(), v = a.v.data(), row = 0;
       }
-      ops::attention_forward<T>(a.ctx.data() + b * T_ * H, nullptr, a.q.data() + b * T_ * H, k + row, v + row, nullptr, s);
+      ops::attention_forward<T>(a.ctx.data() + offset(b) * H, nullptr, a.q.data() + offset(b) * H, k + row, v + row, nullptr, s);
     }
   } else {
     const int64_t Tk = cache ? start + T_ : T_;

@@ -384,38 +384,59 @@ void Generator::release(int64_t row) {
 }
 
 const std::vector<float>& Generator::feed_rows(const std::vector<int64_t>& rows, const std::vector<int64_t>& ids) {
+  if (rows.empty() || ids.empty() || ids.size() % rows.size() != 0) {
+    throw std::invalid_argument("feed_rows: ids must be (rows, n), n >= 1");
+  }
+  return feed_rows(rows, ids, std::vector<int64_t>(rows.size(), static_cast<int64_t>(ids.size() / rows.size())));
+}
+
+const std::vector<float>& Generator::feed_rows(const std::vector<int64_t>& rows, const std::vector<int64_t>& ids,
+                                               const std::vector<int64_t>& counts) {
   const auto& c = m_.config();
   State& s = *st_;
   const int64_t R = static_cast<int64_t>(rows.size()), H = c.hidden_size;
-  if (R < 1 || ids.empty() || ids.size() % rows.size() != 0) throw std::invalid_argument("feed_rows: ids must be (rows, n), n >= 1");
-  const int64_t n = static_cast<int64_t>(ids.size()) / R, N = R * n;
+  if (R < 1 || counts.size() != rows.size()) throw std::invalid_argument("feed_rows: a token count for each row");
+  std::vector<int64_t> offset(R + 1, 0);  // row r's tokens are ids[offset[r], offset[r + 1])
+  for (int64_t r = 0; r < R; ++r) {
+    if (counts[r] < 1) throw std::invalid_argument("feed_rows: every row takes at least one token");
+    offset[r + 1] = offset[r] + counts[r];
+  }
+  const int64_t N = offset[R];
+  if (static_cast<int64_t>(ids.size()) != N) throw std::invalid_argument("feed_rows: ids must hold the rows' counts of tokens");
+  const bool uniform = std::all_of(counts.begin(), counts.end(), [&](int64_t n) { return n == counts[0]; });
   if (c.attention_type != AttentionType::softmax || c.unilm_mask()) {
     throw std::invalid_argument("feed_rows: step-level batching is for softmax attention without UniLM's mask");
   }
+  if (!uniform && c.add_cross_attention) throw std::invalid_argument("feed_rows: rows of different counts need self-attention only");
   if (row_pos_.empty()) row_pos_.assign(batch_, pos_);
   std::vector<char> seen(batch_, 0);
-  for (int64_t r : rows) {
+  for (int64_t i = 0; i < R; ++i) {
+    const int64_t r = rows[i];
     if (r < 0 || r >= batch_ || seen[r]) throw std::out_of_range("feed_rows: row " + std::to_string(r) + " is not a distinct row of " + std::to_string(batch_));
     seen[r] = 1;
     if (c.add_cross_attention && (s.cross_len.size() != static_cast<size_t>(batch_) || s.cross_len[r] == 0)) {
       throw std::logic_error("feed_rows: row " + std::to_string(r) + " has no memory (set_row_memory)");
     }
-    if (row_pos_[r] + n > capacity_) {
-      throw std::length_error("context of " + std::to_string(row_pos_[r] + n) + " tokens exceeds the generator's capacity " +
+    if (row_pos_[r] + counts[i] > capacity_) {
+      throw std::length_error("context of " + std::to_string(row_pos_[r] + counts[i]) + " tokens exceeds the generator's capacity " +
                               std::to_string(capacity_));
     }
   }
   s.x.resize(N * H);
   for (int64_t r = 0; r < R; ++r) {  // each row's tokens at its own positions
-    embeddings_forward(c, s.x.data() + r * n * H, s.emb, m_.p.emb, ids.data() + r * n, nullptr, 1, n, row_pos_[rows[r]],
-                       Dropout{});
+    embeddings_forward(c, s.x.data() + offset[r] * H, s.emb, m_.p.emb, ids.data() + offset[r], nullptr, 1, counts[r],
+                       row_pos_[rows[r]], Dropout{});
   }
+  // Rows of one count: (R, n) as they are. Rows of different counts: one call row of their N tokens,
+  // which self-attention splits by KVCache::counts.
+  const int64_t B = uniform ? R : 1, T = uniform ? counts[0] : N;
   AttentionCall call;
   call.saved = ops::AttentionSaved::none;
   call.bf16_products = false;  // as feed: fp32 attention products on every CPU
   for (int64_t l = 0; l < c.num_hidden_layers; ++l) {
     KVCache<float>& kv = s.cache[l];
     kv.rows = rows.data(), kv.positions = row_pos_.data();
+    if (!uniform) kv.counts = counts.data(), kv.count_rows = R;
     CrossMemory<float> memory{};
     if (c.add_cross_attention) {  // each row over its own memory's keys
       KVCache<float>& cross = s.cross[l];
@@ -423,13 +444,13 @@ const std::vector<float>& Generator::feed_rows(const std::vector<int64_t>& rows,
       memory = {nullptr, cross.capacity, &cross};
     }
     layer_forward(s.x.data(), s.layer, m_.p.layers[l], s.statics->self_context(l, call), s.statics->cross_context(l, call),
-                  s.x.data(), R, n, 0, &kv, memory);
-    kv.rows = nullptr, kv.positions = nullptr;
+                  s.x.data(), B, T, 0, &kv, memory);
+    kv.rows = nullptr, kv.positions = nullptr, kv.counts = nullptr, kv.count_rows = 0;
     if (c.add_cross_attention) s.cross[l].rows = nullptr, s.cross[l].lengths = nullptr;
   }
-  for (int64_t r : rows) row_pos_[r] += n;
+  for (int64_t i = 0; i < R; ++i) row_pos_[rows[i]] += counts[i];
   s.last.resize(R * H);
-  for (int64_t r = 0; r < R; ++r) std::copy_n(s.x.data() + ((r + 1) * n - 1) * H, H, s.last.data() + r * H);
+  for (int64_t r = 0; r < R; ++r) std::copy_n(s.x.data() + (offset[r + 1] - 1) * H, H, s.last.data() + r * H);
   s.logits.resize(R * c.vocab_size);
   mlm_head_forward(c, s.logits.data(), s.head, m_.p.head, s.last.data(), R);
   return s.logits;

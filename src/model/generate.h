@@ -41,6 +41,11 @@ class Generator {
   // it gets alone in one feed (the same kernels, up to the GEMMs' blocking by row count). Throws
   // std::length_error past a row's capacity.
   const std::vector<float>& feed_rows(const std::vector<int64_t>& rows, const std::vector<int64_t>& ids);
+  // The same with counts[i] ≥ 1 tokens for rows[i]: ids holds each row's tokens one row after another
+  // (Σ counts), so that prompts of different lengths are fed in one call (products over all their
+  // tokens). Self-attention only (no cross-attention). Throws as feed_rows.
+  const std::vector<float>& feed_rows(const std::vector<int64_t>& rows, const std::vector<int64_t>& ids,
+                                      const std::vector<int64_t>& counts);
   void release(int64_t row);
   int64_t position(int64_t row) const;
   int64_t batch() const { return batch_; }

@@ -270,45 +270,40 @@ void Generation::decode_step() {
 }
 
 void Generation::prefill_step() {
-  for (Slot& s : slots_) {
-    if (s.stream && s.fed < static_cast<int64_t>(s.r.prompt.size()) && s.r.max_new_tokens == 0) finish(s, FinishReason::length);
-  }
-  // The slots reading prompts, at most one per token of the budget (in slot order, so the earliest
-  // joined go first), take an equal slice each, as long as the shortest rest: one feed_rows over all
-  // their rows (M = slots × slice, where one call per prompt would run products of a prompt's rows).
-  // Those whose prompt is done then leave, and the rest go on while the budget lasts.
+  // The slots reading prompts, in slot order (the earliest joined first), each take as much of its
+  // rest as the budget leaves, all in one feed_rows (products over every token of them at once,
+  // where a call per prompt would run products of one prompt's tokens).
+  std::vector<Slot*> reading;
+  std::vector<int64_t> rows, ids, counts;
   int64_t budget = o_.prefill_chunk;
-  while (budget > 0) {
-    std::vector<Slot*> reading;
-    for (Slot& s : slots_) {
-      if (s.stream && s.fed < static_cast<int64_t>(s.r.prompt.size()) && static_cast<int64_t>(reading.size()) < budget) {
-        reading.push_back(&s);
-      }
+  for (Slot& s : slots_) {
+    const int64_t P = static_cast<int64_t>(s.r.prompt.size());
+    if (!s.stream || s.fed >= P) continue;
+    if (s.r.max_new_tokens == 0) {
+      finish(s, FinishReason::length);
+      continue;
     }
-    if (reading.empty()) return;
-    const int64_t R = static_cast<int64_t>(reading.size());
-    int64_t n = budget / R;
-    for (Slot* s : reading) n = std::min(n, static_cast<int64_t>(s->r.prompt.size()) - s->fed);
-    std::vector<int64_t> rows, ids;
-    for (Slot* s : reading) {
-      rows.push_back(s->row);
-      ids.insert(ids.end(), s->r.prompt.begin() + s->fed, s->r.prompt.begin() + s->fed + n);
-    }
-    const auto t0 = std::chrono::steady_clock::now();
-    const std::vector<float>& logits = gen_.feed_rows(rows, ids);
-    const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-    metrics_.batch(R, R * n, R * n, seconds);
-    {
-      std::lock_guard<std::mutex> lock(mutex_);
-      totals_.prefill_calls += 1, totals_.prefill_tokens += R * n, totals_.prefill_seconds += seconds;
-    }
-    budget -= R * n;
-    const int64_t V = m_.config().vocab_size;
-    for (int64_t i = 0; i < R; ++i) {
-      Slot& s = *reading[i];
-      s.fed += n;
-      if (s.fed == static_cast<int64_t>(s.r.prompt.size())) advance(s, logits.data() + i * V);  // the first new token
-    }
+    if (budget == 0) continue;
+    const int64_t n = std::min(P - s.fed, budget);
+    reading.push_back(&s), rows.push_back(s.row), counts.push_back(n);
+    ids.insert(ids.end(), s.r.prompt.begin() + s.fed, s.r.prompt.begin() + s.fed + n);
+    budget -= n;
+  }
+  if (reading.empty()) return;
+  const int64_t R = static_cast<int64_t>(reading.size()), tokens = static_cast<int64_t>(ids.size());
+  const auto t0 = std::chrono::steady_clock::now();
+  const std::vector<float>& logits = gen_.feed_rows(rows, ids, counts);
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  metrics_.batch(R, tokens, tokens, seconds);
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    totals_.prefill_calls += 1, totals_.prefill_tokens += tokens, totals_.prefill_seconds += seconds;
+  }
+  const int64_t V = m_.config().vocab_size;
+  for (int64_t i = 0; i < R; ++i) {
+    Slot& s = *reading[i];
+    s.fed += counts[i];
+    if (s.fed == static_cast<int64_t>(s.r.prompt.size())) advance(s, logits.data() + i * V);  // the first new token
   }
 }
 

@@ -3,7 +3,8 @@
 // loop of steps. Each step feeds one new token to every decoding slot in one batched feed_rows, then
 // at most prefill_chunk prompt tokens of the slots still reading their prompts, so that a long prompt
 // joins over several steps without stalling the running ones; the slots reading prompts are fed
-// together, an equal slice of each per call, so that their products run over all their rows at once. A request joins at the next step that
+// together in one call (model::Generator::feed_rows with a count per row), so that the products run
+// over all their tokens at once. A request joins at the next step that
 // has a free slot and room in the token budget (each holds prompt + max_new_tokens of it); it leaves
 // when it ends (eos, max_new_tokens, a stop string, the context) or its client is gone.
 //
@@ -129,7 +130,7 @@ class Generation {
   void work();
   bool admit(std::unique_lock<std::mutex>& lock);  // queued sequences into free slots
   void decode_step();                               // one token for every decoding slot
-  void prefill_step();                              // up to prefill_chunk prompt tokens, slots together
+  void prefill_step();                              // up to prefill_chunk prompt tokens, in one call
   // The slot's next token from its logits (V), emitted; ends the sequence when it should.
   void advance(Slot& s, const float* logits);
   // The text of s's tokens not sent yet, up to a stop string (*stopped) or, unless final, the last

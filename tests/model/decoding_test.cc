@@ -177,16 +177,20 @@ TEST(Decoding, SamplingIsSeededAndBadOptionsAreRefused) {
   EXPECT_THROW(model::generate(m, {4}, model::DecodeOptions{}, 15), std::out_of_range);
 }
 
-// Feeds ids (rows, n) to those rows of gen, appends them to each row's sequence in seq, and calls
-// expect(z, sequence) with each row's logits (V) and its whole sequence so far.
+// Feeds ids (rows, n) to those rows of gen (or, given counts, counts[r] tokens to row r, one row's
+// after another), appends them to each row's sequence in seq, and calls expect(z, sequence) with each
+// row's logits (V) and its whole sequence so far.
 void feed_rows_and_check(model::Generator& gen, std::vector<std::vector<int64_t>>& seq, const std::vector<int64_t>& rows,
                          const std::vector<int64_t>& ids, int64_t V,
-                         const std::function<void(const float*, const std::vector<int64_t>&)>& expect) {
-  const std::vector<float> z = gen.feed_rows(rows, ids);
-  const size_t n = ids.size() / rows.size();
+                         const std::function<void(const float*, const std::vector<int64_t>&)>& expect,
+                         const std::vector<int64_t>& counts = {}) {
+  const std::vector<float> z = counts.empty() ? gen.feed_rows(rows, ids) : gen.feed_rows(rows, ids, counts);
+  size_t at = 0;
   for (size_t r = 0; r < rows.size(); ++r) {
+    const size_t n = counts.empty() ? ids.size() / rows.size() : static_cast<size_t>(counts[r]);
     auto& s = seq[rows[r]];
-    s.insert(s.end(), ids.begin() + r * n, ids.begin() + (r + 1) * n);
+    s.insert(s.end(), ids.begin() + at, ids.begin() + at + n);
+    at += n;
     ASSERT_EQ(gen.position(rows[r]), static_cast<int64_t>(s.size()));
     SCOPED_TRACE(testing::Message() << "row " << rows[r] << " at " << s.size());
     expect(z.data() + r * V, s);
@@ -195,9 +199,10 @@ void feed_rows_and_check(model::Generator& gen, std::vector<std::vector<int64_t>
 
 }  // namespace
 
-// Step-level batching: rows that join, are fed in chunks, decode beside others and are released give,
-// at every feed, the logits of one full forward of their own sequence (RoPE, learned and sinusoidal
-// positions), so a row's output does not depend on its neighbours or on where its sequence started.
+// Step-level batching: rows that join, are fed in chunks, decode beside others, are fed beside rows
+// of other token counts and are released give, at every feed, the logits of one full forward of their
+// own sequence (RoPE, learned and sinusoidal positions), so a row's output does not depend on its
+// neighbours or on where its sequence started.
 TEST(Decoding, FeedRowsGivesEachRowTheLogitsOfItsOwnSequence) {
   for (const auto pe : {model::PositionEncoding::rope, model::PositionEncoding::learned,
                         model::PositionEncoding::sinusoidal}) {
@@ -230,6 +235,22 @@ TEST(Decoding, FeedRowsGivesEachRowTheLogitsOfItsOwnSequence) {
     gen.release(0), seq[0].clear();   // row 0 finishes; a new sequence takes it
     check({0}, tokens(3));
     check({1, 0}, tokens(2));
+    // Rows of different counts in one call: prompts of any length, beside a decoding row.
+    auto check_counts = [&](const std::vector<int64_t>& rows, const std::vector<int64_t>& counts) {
+      int64_t n = 0;
+      for (int64_t k : counts) n += k;
+      feed_rows_and_check(gen, seq, rows, tokens(static_cast<size_t>(n)), V, [&](const float* z, const std::vector<int64_t>& s) {
+        m.forward({.ids = s.data(), .B = 1, .T = static_cast<int64_t>(s.size())});
+        const float* want = m.logits() + (s.size() - 1) * V;
+        for (int64_t v = 0; v < V; ++v) ASSERT_NEAR(z[v], want[v], 1e-4) << "token " << v;
+      }, counts);
+    };
+    gen.release(2), seq[2].clear();
+    check_counts({2, 0, 1}, {5, 1, 2});
+    check_counts({1, 2}, {3, 1});
+    EXPECT_THROW(gen.feed_rows({1, 2}, {1, 2, 3}, {1, 1}), std::invalid_argument);  // 3 ids for 2
+    EXPECT_THROW(gen.feed_rows({1, 2}, {1, 2}, {2, 0}), std::invalid_argument);     // a row of none
+    EXPECT_THROW(gen.feed_rows({1, 2}, {1, 2}, {2}), std::invalid_argument);        // a count short
     EXPECT_THROW(gen.feed_rows({1, 1}, {1, 2}), std::out_of_range);
     EXPECT_THROW(gen.feed_rows({3}, {1}), std::out_of_range);
     EXPECT_THROW(gen.feed_rows({1}, std::vector<int64_t>(32, 1)), std::length_error);
@@ -285,6 +306,12 @@ TEST(Decoding, ABf16CacheDecodesAlikeInEveryFeedAndCloseToFp32) {
     gen.release(0), seq[0].clear();
     check({0}, tokens(3));
     check({1, 0}, tokens(2));
+    gen.release(2), seq[2].clear();  // rows of different counts in one call, over the bf16 cache
+    feed_rows_and_check(gen, seq, {2, 0}, tokens(4), V, [&](const float* z, const std::vector<int64_t>& s) {
+      model::Generator whole(m, static_cast<int64_t>(s.size()));
+      const std::vector<float> want = whole.feed(s);
+      for (int64_t v = 0; v < V; ++v) ASSERT_NEAR(z[v], want[v], 1e-5) << "token " << v;
+    }, {3, 1});
     EXPECT_GT(rounding, 0.0) << "the cache held fp32 values";
   }
   // Beam search over a bf16 cache: each hypothesis's score is a full forward's, to the rounding (a
