@@ -505,22 +505,18 @@ void self_attention_forward(T* out, AttentionActs<T>& a, const AttentionParams<T
   if (staged && (!softmax || !std::is_same_v<T, float>)) throw std::logic_error("a bf16 key/value cache is for fp32 softmax attention");
   auto cache_row = [&](int64_t b) { return ragged ? cache->rows[b] : b; };
   auto first_of = [&](int64_t b) { return ragged ? cache->positions[cache->rows[b]] : cache ? start : 0; };
-  // The call's rows: B rows of T_ tokens, or, with KVCache::counts (one call row of T_ tokens), rows of
-  // counts[b] tokens each, one after another. Row b's tokens start at token offset(b); token i is of
-  // row row_of(i).
-  const bool counted = ragged && cache->counts;
+  // The call's rows: B rows of T_ tokens, or, with KVCache::starts (one call row of T_ tokens), rows of
+  // their own counts, one after another. Row b's tokens start at token offset(b); token i is of row
+  // row_of(i).
+  const bool counted = ragged && cache->starts;
   const int64_t rows_n = counted ? cache->count_rows : B;
-  std::vector<int64_t> offsets;
-  if (counted) {
-    if (B != 1) throw std::logic_error("a call of counted rows is one row of their tokens");
-    offsets.assign(rows_n + 1, 0);
-    for (int64_t b = 0; b < rows_n; ++b) offsets[b + 1] = offsets[b] + cache->counts[b];
-    if (offsets[rows_n] != T_) throw std::logic_error("the rows' counts do not add up to the call's tokens");
+  if (counted && (B != 1 || cache->starts[rows_n] != T_)) {
+    throw std::logic_error("a call of counted rows is one row of all their tokens");
   }
-  auto offset = [&](int64_t b) { return counted ? offsets[b] : b * T_; };
-  auto count = [&](int64_t b) { return counted ? cache->counts[b] : T_; };
+  auto offset = [&](int64_t b) { return counted ? cache->starts[b] : b * T_; };
+  auto count = [&](int64_t b) { return offset(b + 1) - offset(b); };
   auto row_of = [&](int64_t i) {
-    return counted ? static_cast<int64_t>(std::upper_bound(offsets.begin(), offsets.end(), i) - offsets.begin()) - 1 : i / T_;
+    return counted ? std::upper_bound(cache->starts, cache->starts + rows_n + 1, i) - cache->starts - 1 : i / T_;
   };
   if (ragged) {
     if (!softmax) throw std::invalid_argument("linear attention decodes one row at a time");

@@ -220,9 +220,10 @@ struct KVCache {
   // caller advances positions after the last layer. Null: every row at `length` (softmax attention only).
   const int64_t* rows = nullptr;
   const int64_t* positions = nullptr;
-  // With rows: the call is one row of its tokens, count_rows rows of counts[b] tokens each, one after
-  // another (each row's prompt slice at once). Null: every row of the call holds its T tokens.
-  const int64_t* counts = nullptr;
+  // With rows: the call is one row of its tokens, count_rows rows one after another, row b's tokens
+  // [starts[b], starts[b + 1]) (count_rows + 1 entries; each row's prompt at once). Null: every row of
+  // the call holds its T tokens.
+  const int64_t* starts = nullptr;
   int64_t count_rows = 0;
   // A cross-attention cache over a padded memory (decoding): cache row r holds lengths[r] real keys,
   // its first ones; the rest is padding no query sees (each source's length, without a key mask). Null:

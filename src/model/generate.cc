@@ -428,7 +428,7 @@ const std::vector<float>& Generator::feed_rows(const std::vector<int64_t>& rows,
                        row_pos_[rows[r]], Dropout{});
   }
   // Rows of one count: (R, n) as they are. Rows of different counts: one call row of their N tokens,
-  // which self-attention splits by KVCache::counts.
+  // which self-attention splits at KVCache::starts.
   const int64_t B = uniform ? R : 1, T = uniform ? counts[0] : N;
   AttentionCall call;
   call.saved = ops::AttentionSaved::none;
@@ -436,7 +436,7 @@ const std::vector<float>& Generator::feed_rows(const std::vector<int64_t>& rows,
   for (int64_t l = 0; l < c.num_hidden_layers; ++l) {
     KVCache<float>& kv = s.cache[l];
     kv.rows = rows.data(), kv.positions = row_pos_.data();
-    if (!uniform) kv.counts = counts.data(), kv.count_rows = R;
+    if (!uniform) kv.starts = offset.data(), kv.count_rows = R;
     CrossMemory<float> memory{};
     if (c.add_cross_attention) {  // each row over its own memory's keys
       KVCache<float>& cross = s.cross[l];
@@ -445,7 +445,7 @@ const std::vector<float>& Generator::feed_rows(const std::vector<int64_t>& rows,
     }
     layer_forward(s.x.data(), s.layer, m_.p.layers[l], s.statics->self_context(l, call), s.statics->cross_context(l, call),
                   s.x.data(), B, T, 0, &kv, memory);
-    kv.rows = nullptr, kv.positions = nullptr, kv.counts = nullptr, kv.count_rows = 0;
+    kv.rows = nullptr, kv.positions = nullptr, kv.starts = nullptr, kv.count_rows = 0;
     if (c.add_cross_attention) s.cross[l].rows = nullptr, s.cross[l].lengths = nullptr;
   }
   for (int64_t i = 0; i < R; ++i) row_pos_[rows[i]] += counts[i];

@@ -246,6 +246,17 @@ void Generation::advance(Slot& s, const float* logits) {
   s.pending = t;
 }
 
+void Generation::record(bool prefill, int64_t rows, int64_t tokens, std::chrono::steady_clock::time_point t0) {
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  metrics_.batch(rows, tokens, tokens, seconds);
+  std::lock_guard<std::mutex> lock(mutex_);
+  if (prefill) {
+    totals_.prefill_tokens += tokens, totals_.prefill_seconds += seconds;
+  } else {
+    totals_.decode_steps += 1, totals_.decode_rows += rows, totals_.decode_seconds += seconds;
+  }
+}
+
 void Generation::decode_step() {
   std::vector<int64_t> rows, ids;
   std::vector<Slot*> fed;
@@ -255,13 +266,7 @@ void Generation::decode_step() {
   if (rows.empty()) return;
   const auto t0 = std::chrono::steady_clock::now();
   const std::vector<float>& logits = gen_.feed_rows(rows, ids);
-  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  const int64_t R = static_cast<int64_t>(rows.size());
-  metrics_.batch(R, R, R, seconds);
-  {
-    std::lock_guard<std::mutex> lock(mutex_);
-    totals_.decode_steps += 1, totals_.decode_rows += R, totals_.decode_seconds += seconds;
-  }
+  record(false, static_cast<int64_t>(rows.size()), static_cast<int64_t>(rows.size()), t0);
   const int64_t V = m_.config().vocab_size;
   for (size_t i = 0; i < fed.size(); ++i) {
     fed[i]->pending = -1;
@@ -293,12 +298,7 @@ void Generation::prefill_step() {
   const int64_t R = static_cast<int64_t>(reading.size()), tokens = static_cast<int64_t>(ids.size());
   const auto t0 = std::chrono::steady_clock::now();
   const std::vector<float>& logits = gen_.feed_rows(rows, ids, counts);
-  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  metrics_.batch(R, tokens, tokens, seconds);
-  {
-    std::lock_guard<std::mutex> lock(mutex_);
-    totals_.prefill_calls += 1, totals_.prefill_tokens += tokens, totals_.prefill_seconds += seconds;
-  }
+  record(true, R, tokens, t0);
   const int64_t V = m_.config().vocab_size;
   for (int64_t i = 0; i < R; ++i) {
     Slot& s = *reading[i];

@@ -100,7 +100,7 @@ class GenerationStream {
 // What the model thread has run so far (Generation::totals): decoding steps and the prompt feeds
 // beside them, with their rows, tokens and seconds.
 struct GenerationTotals {
-  int64_t decode_steps = 0, decode_rows = 0, prefill_calls = 0, prefill_tokens = 0;
+  int64_t decode_steps = 0, decode_rows = 0, prefill_tokens = 0;
   double decode_seconds = 0, prefill_seconds = 0;
 };
 
@@ -138,6 +138,8 @@ class Generation {
   std::string new_text(Slot& s, bool final, bool* stopped) const;
   // Ends the sequence (none: its client is gone, nothing is sent) and frees its slot.
   void finish(Slot& s, FinishReason why);
+  // One feed_rows of `rows` rows and `tokens` tokens since t0, in the metrics and totals.
+  void record(bool prefill, int64_t rows, int64_t tokens, std::chrono::steady_clock::time_point t0);
 
   const model::RoFormer<float>& m_;
   const text::Tokenizer& tokenizer_;
