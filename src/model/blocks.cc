@@ -485,70 +485,78 @@ void widen_bf16(float* k, float* v, const KVCache<float>& cache, int64_t r, int6
   }
 }
 
-}  // namespace
-
+// Where a self-attention call's tokens are, and where their keys and values go. B rows of T_ tokens,
+// rotated from position `start` (without a cache, or cache row b for batch row b at its length); with
+// KVCache::rows, batch row b at cache row rows[b] and a position of its own (step-level batching); with
+// KVCache::starts as well, the call is one row of T_ tokens that holds `rows` rows of their own counts,
+// one after another. Made (and checked against the cache) by call_rows.
 template <typename T>
-void self_attention_forward(T* out, AttentionActs<T>& a, const AttentionParams<T>& p, const AttentionContext<T>& ctx,
-                            const T* x, int64_t B, int64_t T_, int64_t start, KVCache<T>* cache,
-                            const Bf16Handoff& bf16) {
-  const RoFormerConfig& c = *ctx.config;
-  const int64_t N = B * T_, H = c.hidden_size, n = c.num_attention_heads, D = c.head_dim();
-  const bool softmax = c.attention_type == AttentionType::softmax;
-  grow_to(a.q, N * H);
-  // Keys and values: the block's own buffers, or the cache's rows [start, start + T) of each batch row.
-  T *k = nullptr, *v = nullptr;
-  int64_t stride = T_;
-  // Step-level batching: each batch row at a cache row and position of its own (KVCache::rows).
-  const bool ragged = cache && cache->rows;
-  // A bf16 cache: the new keys and values are made in a.k, a.v as without a cache, then rounded into it.
-  const bool staged = cache && cache->bf16;
-  if (staged && (!softmax || !std::is_same_v<T, float>)) throw std::logic_error("a bf16 key/value cache is for fp32 softmax attention");
-  auto cache_row = [&](int64_t b) { return ragged ? cache->rows[b] : b; };
-  auto first_of = [&](int64_t b) { return ragged ? cache->positions[cache->rows[b]] : cache ? start : 0; };
-  // The call's rows: B rows of T_ tokens, or, with KVCache::starts (one call row of T_ tokens), rows of
-  // their own counts, one after another. Row b's tokens start at token offset(b); token i is of row
-  // row_of(i).
-  const bool counted = ragged && cache->starts;
-  const int64_t rows_n = counted ? cache->count_rows : B;
-  if (counted && (B != 1 || cache->starts[rows_n] != T_)) {
-    throw std::logic_error("a call of counted rows is one row of all their tokens");
+struct CallRows {
+  const KVCache<T>* cache = nullptr;
+  int64_t B = 0, T_ = 0, start = 0;
+  int64_t stride = 0;     // positions a row of k and v holds: the cache's capacity, or T_
+  int64_t rows = 0;       // the call's rows: B, or the counted rows
+  bool ragged = false;    // KVCache::rows
+  bool counted = false;   // KVCache::starts
+  bool staged = false;    // a bf16 cache: new keys and values made in the block's buffers, then rounded into it
+
+  int64_t cache_row(int64_t b) const { return ragged ? cache->rows[b] : b; }
+  // The position of row b's first new token in its cache row (0 without a cache).
+  int64_t first_of(int64_t b) const { return ragged ? cache->positions[cache->rows[b]] : cache ? start : 0; }
+  // Where row b's tokens start in the call, how many it has, and the row of the call's token i.
+  int64_t offset(int64_t b) const { return counted ? cache->starts[b] : b * T_; }
+  int64_t count(int64_t b) const { return offset(b + 1) - offset(b); }
+  int64_t row_of(int64_t i) const {
+    return counted ? std::upper_bound(cache->starts, cache->starts + rows + 1, i) - cache->starts - 1 : i / T_;
   }
-  auto offset = [&](int64_t b) { return counted ? cache->starts[b] : b * T_; };
-  auto count = [&](int64_t b) { return offset(b + 1) - offset(b); };
-  auto row_of = [&](int64_t i) {
-    return counted ? std::upper_bound(cache->starts, cache->starts + rows_n + 1, i) - cache->starts - 1 : i / T_;
-  };
-  if (ragged) {
-    if (!softmax) throw std::invalid_argument("linear attention decodes one row at a time");
-    for (int64_t b = 0; b < rows_n; ++b) {
-      if (cache->rows[b] < 0 || cache->rows[b] >= cache->B || count(b) < 1 || first_of(b) + count(b) > cache->capacity) {
-        throw std::length_error("the key/value cache's row " + std::to_string(cache->rows[b]) + " cannot take " +
-                                std::to_string(count(b)) + " more tokens");
-      }
-    }
-  } else if (cache) {
-    if (cache->B != B || start != cache->length || start + T_ > cache->capacity) {
-      throw std::length_error("the key/value cache holds " + std::to_string(cache->length) + " of " +
-                              std::to_string(cache->capacity) + " tokens; cannot append " + std::to_string(T_));
-    }
-  }
-  if (cache) stride = cache->capacity;
-  if (cache && !staged) {
-    k = cache->k.data(), v = cache->v.data();
-  } else {
-    grow_to(a.k, N * H);
-    grow_to(a.v, N * H);
-    k = a.k.data(), v = a.v.data();
-  }
-  // Token t of row b goes to row cache_row(b) · stride + first_of(b) + t of k and v, or, staged, to
-  // row i of a.k, a.v.
-  auto kv_row = [&](int64_t i) {
+  // The row of k and v that token i's key and value go to: in the cache, or (staged, or no cache) row i.
+  int64_t kv_row(int64_t i) const {
     if (staged) return i;
     const int64_t b = row_of(i);
     return cache_row(b) * stride + first_of(b) + i - offset(b);
-  };
-  // Where batch row b's new tokens start: the position RoPE rotates its first one at.
-  auto rope_at = [&](int64_t b) { return ragged ? first_of(b) : start; };
+  }
+  // The position RoPE rotates row b's first new token at.
+  int64_t rope_at(int64_t b) const { return ragged ? first_of(b) : start; }
+};
+
+template <typename T>
+CallRows<T> call_rows(const KVCache<T>* cache, bool softmax, int64_t B, int64_t T_, int64_t start) {
+  CallRows<T> r{cache, B, T_, start, T_, B};
+  if (!cache) return r;
+  r.stride = cache->capacity;
+  r.ragged = cache->rows != nullptr;
+  r.counted = r.ragged && cache->starts;
+  r.staged = cache->bf16;
+  if (r.staged && (!softmax || !std::is_same_v<T, float>)) throw std::logic_error("a bf16 key/value cache is for fp32 softmax attention");
+  if (r.counted) {
+    r.rows = cache->count_rows;
+    if (B != 1 || cache->starts[r.rows] != T_) throw std::logic_error("a call of counted rows is one row of all their tokens");
+  }
+  if (r.ragged) {
+    if (!softmax) throw std::invalid_argument("linear attention decodes one row at a time");
+    for (int64_t b = 0; b < r.rows; ++b) {
+      if (cache->rows[b] < 0 || cache->rows[b] >= cache->B || r.count(b) < 1 ||
+          r.first_of(b) + r.count(b) > cache->capacity) {
+        throw std::length_error("the key/value cache's row " + std::to_string(cache->rows[b]) + " cannot take " +
+                                std::to_string(r.count(b)) + " more tokens");
+      }
+    }
+  } else if (cache->B != B || start != cache->length || start + T_ > cache->capacity) {
+    throw std::length_error("the key/value cache holds " + std::to_string(cache->length) + " of " +
+                            std::to_string(cache->capacity) + " tokens; cannot append " + std::to_string(T_));
+  }
+  return r;
+}
+
+// The call's queries into a.q (N, H) and its new keys and values into rows r.kv_row(i) of k and v, from
+// x (N, H): the products, RoPE at each row's positions, FAVOR+'s scaling of the keys and, for a bf16
+// cache, the rounded copy in it.
+template <typename T>
+void project_qkv(AttentionActs<T>& a, const AttentionParams<T>& p, const AttentionContext<T>& ctx, const T* x,
+                 const CallRows<T>& r, KVCache<T>* cache, T* k, T* v, const Bf16Handoff& bf16) {
+  const RoFormerConfig& c = *ctx.config;
+  const int64_t N = r.B * r.T_, H = c.hidden_size, n = c.num_attention_heads, D = c.head_dim();
+  const bool softmax = c.attention_type == AttentionType::softmax;
   // With RoPE on softmax attention's q and k, the packed product's q and k leave it rotated: librope
   // reads them from the product's buffer and writes them in place of the copy (one pass, not two).
   const bool rotated_in_split = std::is_same_v<T, float> && p.qkv && ctx.rope && softmax;
@@ -561,19 +569,19 @@ void self_attention_forward(T* out, AttentionActs<T>& a, const AttentionParams<T
         p.qkv->forward(a.qkv.data(), x + r0 * H, rows);
         // A pass may start or end inside a batch row: one librope call per batch row's part of it.
         for (int64_t i = r0, end = 0; rotated_in_split && i < r0 + rows; i = end) {
-          const int64_t b = row_of(i);
-          end = std::min(r0 + rows, offset(b) + count(b));
-          rotate_qk_from_packed(*ctx.rope, a.qkv.data() + (i - r0) * 3 * H, a.q.data() + i * H, k + kv_row(i) * H,
-                                end - i, n, D, rope_at(b) + i - offset(b));
+          const int64_t b = r.row_of(i);
+          end = std::min(r0 + rows, r.offset(b) + r.count(b));
+          rotate_qk_from_packed(*ctx.rope, a.qkv.data() + (i - r0) * 3 * H, a.q.data() + i * H, k + r.kv_row(i) * H,
+                                end - i, n, D, r.rope_at(b) + i - r.offset(b));
         }
 #pragma omp parallel for schedule(static) if (rows * H >= base::kParallelMinElements)
         for (int64_t i = r0; i < r0 + rows; ++i) {
           const T* row = a.qkv.data() + (i - r0) * 3 * H;
           if (!rotated_in_split) {
             std::copy_n(row, H, a.q.data() + i * H);
-            std::copy_n(row + H, H, k + kv_row(i) * H);
+            std::copy_n(row + H, H, k + r.kv_row(i) * H);
           }
-          std::copy_n(row + 2 * H, H, v + kv_row(i) * H);
+          std::copy_n(row + 2 * H, H, v + r.kv_row(i) * H);
         }
       }
     }
@@ -586,8 +594,8 @@ void self_attention_forward(T* out, AttentionActs<T>& a, const AttentionParams<T
       std::vector<T> tmp(N * H);
       for (auto [dst, w] : {std::pair{k, p.k}, std::pair{v, p.v}}) {
         linear(tmp.data(), x, w, N, H, H);
-        for (int64_t b = 0; b < rows_n; ++b) {
-          std::copy_n(tmp.data() + offset(b) * H, count(b) * H, dst + kv_row(offset(b)) * H);
+        for (int64_t b = 0; b < r.rows; ++b) {
+          std::copy_n(tmp.data() + r.offset(b) * H, r.count(b) * H, dst + r.kv_row(r.offset(b)) * H);
         }
       }
     } else {
@@ -597,69 +605,99 @@ void self_attention_forward(T* out, AttentionActs<T>& a, const AttentionParams<T
   }
   // RoPE on the new rows only (cached keys stay rotated at their own positions). A cache's batch rows
   // are strided by its capacity, so they are rotated one by one.
-  const int64_t rows = cache ? 1 : B;
-  for (int64_t b = 0; b < rows_n && ctx.rope; b += rows) {
-    const int64_t at = rope_at(b);
-    T *qb = a.q.data() + offset(b) * H, *kb = k + kv_row(offset(b)) * H, *vb = v + kv_row(offset(b)) * H;
-    if (softmax && !rotated_in_split) rotate_qk(*ctx.rope, ROPE_FORWARD, qb, kb, rows, count(b), n, D, at);
-    if (c.rotary_value) rotate(*ctx.rope, ROPE_FORWARD, ROPE_ROLE_KEY, vb, rows, count(b), n, D, at);
+  const int64_t step = cache ? 1 : r.B;
+  for (int64_t b = 0; b < r.rows && ctx.rope; b += step) {
+    const int64_t at = r.rope_at(b);
+    T *qb = a.q.data() + r.offset(b) * H, *kb = k + r.kv_row(r.offset(b)) * H, *vb = v + r.kv_row(r.offset(b)) * H;
+    if (softmax && !rotated_in_split) rotate_qk(*ctx.rope, ROPE_FORWARD, qb, kb, step, r.count(b), n, D, at);
+    if (c.rotary_value) rotate(*ctx.rope, ROPE_FORWARD, ROPE_ROLE_KEY, vb, step, r.count(b), n, D, at);
   }
   if (ctx.favor) {  // FAVOR+ scales the new keys (queries are scaled in attend)
-    for (int64_t b = 0; b < B; b += rows) favor_scale(k + kv_row(b * T_) * H, rows * T_ * H, D);
+    for (int64_t b = 0; b < r.B; b += step) favor_scale(k + r.kv_row(b * r.T_) * H, step * r.T_ * H, D);
   }
   if constexpr (std::is_same_v<T, float>) {  // the new rows into the bf16 cache, rounded once; every read sees them so
-    if (staged) store_bf16(*cache, k, v, N, n, D, [&](int64_t i) { return cache_row(row_of(i)); },
-                           [&](int64_t i) { return first_of(row_of(i)) + i - offset(row_of(i)); });
+    if (r.staged) {
+      store_bf16(*cache, k, v, N, n, D, [&](int64_t i) { return r.cache_row(r.row_of(i)); },
+                 [&](int64_t i) { return r.first_of(r.row_of(i)) + i - r.offset(r.row_of(i)); });
+    }
   }
-  // A bf16 cache's positions [0, keys) of cache row r, widened into rows [at, at + keys) of a.k, a.v.
-  auto widen = [&](int64_t r, int64_t keys, int64_t at) {
-    if constexpr (std::is_same_v<T, float>) widen_bf16(a.k.data() + at * H, a.v.data() + at * H, *cache, r, keys, n, D);
+}
+
+// The context (N, H) of the call's queries (a.q) over their keys and values, k and v as project_qkv left
+// them; the cache's length advanced past an equal-length call. Returns a.ctx, or what attend returns.
+template <typename T>
+const T* attend_rows(AttentionActs<T>& a, const AttentionContext<T>& ctx, const CallRows<T>& r, KVCache<T>* cache,
+                     const T* k, const T* v) {
+  const RoFormerConfig& c = *ctx.config;
+  const int64_t N = r.B * r.T_, H = c.hidden_size, n = c.num_attention_heads, D = c.head_dim();
+  const bool softmax = c.attention_type == AttentionType::softmax;
+  // A bf16 cache's positions [0, keys) of cache row cr, widened into rows [at, at + keys) of a.k, a.v.
+  auto widen = [&](int64_t cr, int64_t keys, int64_t at) {
+    grow_to(a.k, (at + keys) * H), grow_to(a.v, (at + keys) * H);
+    if constexpr (std::is_same_v<T, float>) widen_bf16(a.k.data() + at * H, a.v.data() + at * H, *cache, cr, keys, n, D);
   };
   // One decoding step (a token per row over a cache, no masks, inference): every row and head in one
   // pass, the rows at positions of their own or not, so that beams and a server's slots decode alike.
-  const bool decode_step = cache && softmax && T_ == 1 && !counted && !ctx.key_mask && !ctx.row_limit &&
+  const bool decode_step = cache && softmax && r.T_ == 1 && !r.counted && !ctx.key_mask && !ctx.row_limit &&
                            ctx.saved == ops::AttentionSaved::none && !ctx.bf16_products && ctx.dropout.attention == 0;
-  const T* context = a.ctx.data();  // (N, H); attend may return q's buffer instead
   if (decode_step) {
     grow_to(a.ctx, N * H);
-    context = a.ctx.data();
-    std::vector<int64_t> keys(B), rows(B);
-    for (int64_t b = 0; b < B; ++b) keys[b] = first_of(b) + 1, rows[b] = cache_row(b);
-    ops::DecodeAttentionShape s{B, c.num_attention_heads, D, keys.data(), rows.data(), stride};
+    std::vector<int64_t> keys(r.B), rows(r.B);
+    for (int64_t b = 0; b < r.B; ++b) keys[b] = r.first_of(b) + 1, rows[b] = r.cache_row(b);
+    ops::DecodeAttentionShape s{r.B, n, D, keys.data(), rows.data(), r.stride};
     if constexpr (std::is_same_v<T, float>) {
-      s.heads_major = staged;
-      if (staged) ops::attention_decode_forward(a.ctx.data(), a.q.data(), cache->k16.data(), cache->v16.data(), s);
+      s.heads_major = r.staged;
+      if (r.staged) ops::attention_decode_forward(a.ctx.data(), a.q.data(), cache->k16.data(), cache->v16.data(), s);
     }
-    if (!staged) ops::attention_decode_forward<T>(a.ctx.data(), a.q.data(), k, v, s);
-    if (!ragged) cache->length = start + T_;
-  } else if (ragged) {  // row by row: each attends over its own cache row's first_of(b) + count(b) keys
+    if (!r.staged) ops::attention_decode_forward<T>(a.ctx.data(), a.q.data(), k, v, s);
+    if (!r.ragged) cache->length = r.start + r.T_;
+    return a.ctx.data();
+  }
+  if (r.ragged) {  // row by row: each attends over its own cache row's first_of(b) + count(b) keys
     grow_to(a.ctx, N * H);
-    context = a.ctx.data();
-    for (int64_t b = 0; b < rows_n; ++b) {
-      const int64_t keys = first_of(b) + count(b);
-      const ops::AttentionShape s = softmax_shape(ctx, 1, count(b), keys, first_of(b), staged ? keys : stride);
+    for (int64_t b = 0; b < r.rows; ++b) {
+      const int64_t keys = r.first_of(b) + r.count(b);
+      const ops::AttentionShape s = softmax_shape(ctx, 1, r.count(b), keys, r.first_of(b), r.staged ? keys : r.stride);
       if (s.saved != ops::AttentionSaved::none || ctx.key_mask || ctx.row_limit) {
         throw std::logic_error("step-level batching is for inference without masks");
       }
-      int64_t row = cache_row(b) * stride * H;
-      if (staged) {
-        grow_to(a.k, keys * H), grow_to(a.v, keys * H);
-        widen(cache_row(b), keys, 0);
-        k = a.k.data(), v = a.v.data(), row = 0;
-      }
-      ops::attention_forward<T>(a.ctx.data() + offset(b) * H, nullptr, a.q.data() + offset(b) * H, k + row, v + row, nullptr, s);
+      const T *kb = k + r.cache_row(b) * r.stride * H, *vb = v + r.cache_row(b) * r.stride * H;
+      if (r.staged) widen(r.cache_row(b), keys, 0), kb = a.k.data(), vb = a.v.data();
+      ops::attention_forward<T>(a.ctx.data() + r.offset(b) * H, nullptr, a.q.data() + r.offset(b) * H, kb, vb, nullptr, s);
     }
-  } else {
-    const int64_t Tk = cache ? start + T_ : T_;
-    if (staged) {  // every row's Tk keys, (B, Tk, H)
-      grow_to(a.k, B * Tk * H), grow_to(a.v, B * Tk * H);
-      for (int64_t b = 0; b < B; ++b) widen(b, Tk, b * Tk);
-      k = a.k.data(), v = a.v.data(), stride = Tk;
-    }
-    context = attend(a, ctx, k, v, B, T_, Tk, cache ? start : 0, stride, cache);
-    if (cache) cache->length = start + T_;
+    return a.ctx.data();
   }
-  attention_output(out, a, p, ctx, context, x, B, T_, bf16.out16);
+  const int64_t Tk = cache ? r.start + r.T_ : r.T_;
+  int64_t stride = r.stride;
+  if (r.staged) {  // every row's Tk keys, (B, Tk, H)
+    for (int64_t b = 0; b < r.B; ++b) widen(b, Tk, b * Tk);
+    k = a.k.data(), v = a.v.data(), stride = Tk;
+  }
+  const T* context = attend(a, ctx, k, v, r.B, r.T_, Tk, cache ? r.start : 0, stride, cache);
+  if (cache) cache->length = r.start + r.T_;
+  return context;
+}
+
+}  // namespace
+
+template <typename T>
+void self_attention_forward(T* out, AttentionActs<T>& a, const AttentionParams<T>& p, const AttentionContext<T>& ctx,
+                            const T* x, int64_t B, int64_t T_, int64_t start, KVCache<T>* cache,
+                            const Bf16Handoff& bf16) {
+  const RoFormerConfig& c = *ctx.config;
+  const int64_t N = B * T_, H = c.hidden_size;
+  const CallRows<T> r = call_rows(cache, c.attention_type == AttentionType::softmax, B, T_, start);
+  grow_to(a.q, N * H);
+  // Keys and values: the cache's rows, or the block's own buffers (without a cache, or staged for a bf16 one).
+  T *k = nullptr, *v = nullptr;
+  if (cache && !r.staged) {
+    k = cache->k.data(), v = cache->v.data();
+  } else {
+    grow_to(a.k, N * H), grow_to(a.v, N * H);
+    k = a.k.data(), v = a.v.data();
+  }
+  project_qkv(a, p, ctx, x, r, cache, k, v, bf16);
+  attention_output(out, a, p, ctx, attend_rows(a, ctx, r, cache, k, v), x, B, T_, bf16.out16);
 }
 
 template <typename T>
