@@ -85,7 +85,7 @@ void SoftmaxBackwardKernel(const float* a, float* ds, int64_t n) {
 // widened cache); p (n) is scratch for the scores, then the probabilities. It stays beside DecodeGroup
 // for the head-major bf16 cache, where a head's keys are one run already: its sums over the values
 // live in registers across all keys, where DecodeGroup's go through L1 a key at a time, and
-// DecodeGroup with one head ran that cache 1.3-2x slower (`roformer bench attention --decode 32`).
+// DecodeGroup with one head ran that cache 1.1-2.8x slower (`roformer bench attention --decode 32`).
 template <typename KV>
 void DecodeHead(float* out, const float* q, const KV* k, const KV* v, int64_t n, int64_t D, int64_t stride, float scale,
                 float* p) {
