@@ -509,12 +509,13 @@ struct CallRows {
   int64_t row_of(int64_t i) const {
     return counted ? std::upper_bound(cache->starts, cache->starts + rows + 1, i) - cache->starts - 1 : i / T_;
   }
-  // The row of k and v that token i's key and value go to: in the cache, or (staged, or no cache) row i.
-  int64_t kv_row(int64_t i) const {
-    if (staged) return i;
+  // Token i's position in its cache row, and the row of k and v that its key and value go to: in the
+  // cache, or (staged, or no cache) row i.
+  int64_t position(int64_t i) const {
     const int64_t b = row_of(i);
-    return cache_row(b) * stride + first_of(b) + i - offset(b);
+    return first_of(b) + i - offset(b);
   }
+  int64_t kv_row(int64_t i) const { return staged ? i : cache_row(row_of(i)) * stride + position(i); }
   // The position RoPE rotates row b's first new token at.
   int64_t rope_at(int64_t b) const { return ragged ? first_of(b) : start; }
 };
@@ -605,20 +606,20 @@ void project_qkv(AttentionActs<T>& a, const AttentionParams<T>& p, const Attenti
   }
   // RoPE on the new rows only (cached keys stay rotated at their own positions). A cache's batch rows
   // are strided by its capacity, so they are rotated one by one.
-  const int64_t step = cache ? 1 : r.B;
-  for (int64_t b = 0; b < r.rows && ctx.rope; b += step) {
+  const int64_t together = cache ? 1 : r.B;
+  for (int64_t b = 0; b < r.rows && ctx.rope; b += together) {
     const int64_t at = r.rope_at(b);
     T *qb = a.q.data() + r.offset(b) * H, *kb = k + r.kv_row(r.offset(b)) * H, *vb = v + r.kv_row(r.offset(b)) * H;
-    if (softmax && !rotated_in_split) rotate_qk(*ctx.rope, ROPE_FORWARD, qb, kb, step, r.count(b), n, D, at);
-    if (c.rotary_value) rotate(*ctx.rope, ROPE_FORWARD, ROPE_ROLE_KEY, vb, step, r.count(b), n, D, at);
+    if (softmax && !rotated_in_split) rotate_qk(*ctx.rope, ROPE_FORWARD, qb, kb, together, r.count(b), n, D, at);
+    if (c.rotary_value) rotate(*ctx.rope, ROPE_FORWARD, ROPE_ROLE_KEY, vb, together, r.count(b), n, D, at);
   }
   if (ctx.favor) {  // FAVOR+ scales the new keys (queries are scaled in attend)
-    for (int64_t b = 0; b < r.B; b += step) favor_scale(k + r.kv_row(b * r.T_) * H, step * r.T_ * H, D);
+    for (int64_t b = 0; b < r.B; b += together) favor_scale(k + r.kv_row(b * r.T_) * H, together * r.T_ * H, D);
   }
   if constexpr (std::is_same_v<T, float>) {  // the new rows into the bf16 cache, rounded once; every read sees them so
     if (r.staged) {
       store_bf16(*cache, k, v, N, n, D, [&](int64_t i) { return r.cache_row(r.row_of(i)); },
-                 [&](int64_t i) { return r.first_of(r.row_of(i)) + i - r.offset(r.row_of(i)); });
+                 [&](int64_t i) { return r.position(i); });
     }
   }
 }
