@@ -46,8 +46,9 @@ void linear(T* out, const T* x, const LinearParams<T>& p, int64_t N, int64_t IC,
   ops::linear_forward(out, x, p.w, p.b, N, IC, OC);
 }
 
-// In bf16 training (p.w16): x (n) rounded to bf16 into x16, once for every dense that reads x and
-// for their backward (the same bits each of them would round to); null, x16 emptied, otherwise.
+// Where p reads bf16 (bf16 training, or packed in bf16): x (n) rounded to bf16 into x16, once for every
+// dense that reads x and for their backward (the same bits each of them would round to); null, x16
+// emptied, otherwise.
 template <typename T>
 const uint16_t* bf16_input(std::vector<uint16_t>& x16, const T* x, const LinearParams<T>& p, int64_t n) {
   if constexpr (std::is_same_v<T, float>) {
@@ -69,10 +70,11 @@ void release(std::vector<V>& v) {
 
 const uint16_t* kept(const std::vector<uint16_t>& x16) { return x16.empty() ? nullptr : x16.data(); }
 
-// linear() on x, or on its bf16 rounding x16 when bf16_input made one.
+// linear() on x, or on its bf16 rounding x16 when one was made (bf16_input, Bf16Handoff).
 template <typename T>
 void linear(T* out, const T* x, const uint16_t* x16, const LinearParams<T>& p, int64_t N, int64_t IC, int64_t OC) {
   if constexpr (std::is_same_v<T, float>) {
+    if (x16 && p.packed) return p.packed->forward(out, x16, N);
     if (x16) return ops::linear_forward_bf16(out, x16, p.w16, p.b, N, IC, OC);
   }
   linear(out, x, p, N, IC, OC);
@@ -173,7 +175,7 @@ Dropout Dropout::training(const RoFormerConfig& c, uint64_t seed, int64_t row0, 
 
 template <typename T>
 uint16_t* bf16_input_buffer(std::vector<uint16_t>& x16, const LinearParams<T>& p, int64_t n) {
-  if (!p.w16) return nullptr;
+  if (!p.reads_bf16()) return nullptr;
   grow_to(x16, n);
   return x16.data();
 }
@@ -376,17 +378,35 @@ ops::AttentionShape softmax_shape(const AttentionContext<T>& ctx, int64_t B, int
   return s;
 }
 
+// Where the output dense reads bf16: a.ctx16 (N, H), which the attention writes with its context
+// (attend's ctx16); else null, a.ctx16 emptied.
+template <typename T>
+uint16_t* context16(AttentionActs<T>& a, const AttentionParams<T>& p, int64_t n) {
+  uint16_t* ctx16 = bf16_input_buffer(a.ctx16, p.out, n);
+  if (!ctx16) a.ctx16.clear();  // not an earlier bf16 forward's for this one's backward
+  return ctx16;
+}
+
+// ctx16 (n), when given: the context (n) rounded to bf16 in a pass of its own, where the kernel that
+// wrote the context did not (decoding, ragged rows, linear attention).
+template <typename T>
+void round_context(uint16_t* ctx16, const T* context, int64_t n) {
+  if constexpr (std::is_same_v<T, float>) {
+    if (ctx16) ops::round_to_bf16(ctx16, context, n);
+  }
+}
+
 // out (N, H) = norm(x + dropout(ctx · Woᵀ + bo)): the attention output sub-layer, on ctx (N, H) (a.ctx,
-// or in inference the q buffer attention wrote over), chunk_rows rows at a time in inference; out16
-// (N, H), when given, takes out rounded to bf16 in the norm's pass.
+// or in inference the q buffer attention wrote over) or, where the output dense reads bf16, its bf16
+// rounding ctx16 (N, H), chunk_rows rows at a time in inference; out16 (N, H), when given, takes out
+// rounded to bf16 in the norm's pass.
 template <typename T>
 void attention_output(T* out, AttentionActs<T>& a, const AttentionParams<T>& p, const AttentionContext<T>& ctx,
-                      const T* context, const T* x, int64_t B, int64_t T_, uint16_t* out16) {
+                      const T* context, const uint16_t* ctx16, const T* x, int64_t B, int64_t T_, uint16_t* out16) {
   const RoFormerConfig& c = *ctx.config;
   const int64_t N = B * T_, H = c.hidden_size;
   const int64_t step = rows_per_pass(a.chunk_rows, N, ctx.dropout);
   grow_to(a.sum, step * H);
-  const uint16_t* ctx16 = bf16_input(a.ctx16, context, p.out, N * H);  // bf16 training only: never chunked
   for (int64_t r0 = 0; r0 < N; r0 += step) {
     const int64_t n = std::min(step, N - r0);
     linear(a.sum.data(), context + r0 * H, ctx16 ? ctx16 + r0 * H : nullptr, p.out, n, H, H);
@@ -410,10 +430,11 @@ void attention_output_backward(T* d_ctx, T* dx, const AttentionParams<T>& g, con
 }
 
 // Softmax or linear attention of rotated q, k, v; keys (B, stride, H) with Tk valid. Returns the
-// context (N, H): a.ctx, or in inference (chunk_rows set, nothing saved) a.q, written over.
+// context (N, H): a.ctx, or in inference (chunk_rows set, nothing saved) a.q, written over; ctx16
+// (N, H), when given, takes it in bf16 too (context16).
 template <typename T>
 const T* attend(AttentionActs<T>& a, const AttentionContext<T>& ctx, const T* k, const T* v, int64_t B, int64_t T_,
-                int64_t Tk, int64_t start, int64_t stride, KVCache<T>* cache) {
+                int64_t Tk, int64_t start, int64_t stride, KVCache<T>* cache, uint16_t* ctx16) {
   const RoFormerConfig& c = *ctx.config;
   const int64_t N = B * T_, H = c.hidden_size, D = c.head_dim();
   if (c.attention_type == AttentionType::softmax) {
@@ -428,7 +449,7 @@ const T* attend(AttentionActs<T>& a, const AttentionContext<T>& ctx, const T* k,
       grow_to(a.ctx, N * H);
       out = a.ctx.data();
     }
-    ops::attention_forward(out, saved, a.q.data(), k, v, ctx.key_mask, s);
+    ops::attention_forward(out, saved, a.q.data(), k, v, ctx.key_mask, s, ctx16);
     return out;
   }
   grow_to(a.ctx, N * H);
@@ -443,11 +464,13 @@ const T* attend(AttentionActs<T>& a, const AttentionContext<T>& ctx, const T* k,
       ops::linear_attention_step(a.ctx.data() + t * H, a.q.data() + t * H, k + (start + t) * H, v + (start + t) * H,
                                  ctx.favor, ls, cache->linear);
     }
+    round_context(ctx16, a.ctx.data(), N * H);
     return a.ctx.data();
   }
   const ops::LinearAttentionShape ls = linear_attention_shape(c, B, T_, start);
   grow_to(a.saved, ops::linear_attention_saved_size(ls));
   ops::linear_attention_forward(a.ctx.data(), a.saved.data(), a.q.data(), k, v, ctx.favor, ls);
+  round_context(ctx16, a.ctx.data(), N * H);
   return a.ctx.data();
 }
 
@@ -567,7 +590,11 @@ void project_qkv(AttentionActs<T>& a, const AttentionParams<T>& p, const Attenti
       grow_to(a.qkv, step * 3 * H);
       for (int64_t r0 = 0; r0 < N; r0 += step) {
         const int64_t rows = std::min(step, N - r0);
-        p.qkv->forward(a.qkv.data(), x + r0 * H, rows);
+        if (bf16.x16_written) {  // x in bf16 as its producer wrote it
+          p.qkv->forward(a.qkv.data(), a.x16.data() + r0 * H, rows);
+        } else {
+          p.qkv->forward(a.qkv.data(), x + r0 * H, rows);
+        }
         // A pass may start or end inside a batch row: one librope call per batch row's part of it.
         for (int64_t i = r0, end = 0; rotated_in_split && i < r0 + rows; i = end) {
           const int64_t b = r.row_of(i);
@@ -628,7 +655,7 @@ void project_qkv(AttentionActs<T>& a, const AttentionParams<T>& p, const Attenti
 // them; the cache's length advanced past an equal-length call. Returns a.ctx, or what attend returns.
 template <typename T>
 const T* attend_rows(AttentionActs<T>& a, const AttentionContext<T>& ctx, const CallRows<T>& r, KVCache<T>* cache,
-                     const T* k, const T* v) {
+                     const T* k, const T* v, uint16_t* ctx16) {
   const RoFormerConfig& c = *ctx.config;
   const int64_t N = r.B * r.T_, H = c.hidden_size, n = c.num_attention_heads, D = c.head_dim();
   const bool softmax = c.attention_type == AttentionType::softmax;
@@ -652,6 +679,7 @@ const T* attend_rows(AttentionActs<T>& a, const AttentionContext<T>& ctx, const 
     }
     if (!r.staged) ops::attention_decode_forward<T>(a.ctx.data(), a.q.data(), k, v, s);
     if (!r.ragged) cache->length = r.start + r.T_;
+    round_context(ctx16, a.ctx.data(), N * H);
     return a.ctx.data();
   }
   if (r.ragged) {  // row by row: each attends over its own cache row's first_of(b) + count(b) keys
@@ -664,7 +692,8 @@ const T* attend_rows(AttentionActs<T>& a, const AttentionContext<T>& ctx, const 
       }
       const T *kb = k + r.cache_row(b) * r.stride * H, *vb = v + r.cache_row(b) * r.stride * H;
       if (r.staged) widen(r.cache_row(b), keys, 0), kb = a.k.data(), vb = a.v.data();
-      ops::attention_forward<T>(a.ctx.data() + r.offset(b) * H, nullptr, a.q.data() + r.offset(b) * H, kb, vb, nullptr, s);
+      ops::attention_forward<T>(a.ctx.data() + r.offset(b) * H, nullptr, a.q.data() + r.offset(b) * H, kb, vb, nullptr, s,
+                                ctx16 ? ctx16 + r.offset(b) * H : nullptr);
     }
     return a.ctx.data();
   }
@@ -674,7 +703,7 @@ const T* attend_rows(AttentionActs<T>& a, const AttentionContext<T>& ctx, const 
     for (int64_t b = 0; b < r.B; ++b) widen(b, Tk, b * Tk);
     k = a.k.data(), v = a.v.data(), stride = Tk;
   }
-  const T* context = attend(a, ctx, k, v, r.B, r.T_, Tk, cache ? r.start : 0, stride, cache);
+  const T* context = attend(a, ctx, k, v, r.B, r.T_, Tk, cache ? r.start : 0, stride, cache, ctx16);
   if (cache) cache->length = r.start + r.T_;
   return context;
 }
@@ -698,7 +727,8 @@ void self_attention_forward(T* out, AttentionActs<T>& a, const AttentionParams<T
     k = a.k.data(), v = a.v.data();
   }
   project_qkv(a, p, ctx, x, r, cache, k, v, bf16);
-  attention_output(out, a, p, ctx, attend_rows(a, ctx, r, cache, k, v), x, B, T_, bf16.out16);
+  uint16_t* ctx16 = context16(a, p, N * H);
+  attention_output(out, a, p, ctx, attend_rows(a, ctx, r, cache, k, v, ctx16), ctx16, x, B, T_, bf16.out16);
 }
 
 template <typename T>
@@ -761,10 +791,11 @@ void cross_attention_forward(T* out, AttentionActs<T>& a, const AttentionParams<
   std::vector<T>& k = cache ? cache->k : a.k;
   std::vector<T>& v = cache ? cache->v : a.v;
   if (!cache || cache->length == 0) cross_attention_memory(k, v, p, ctx, memory, B, Tk);  // once per source
+  uint16_t* ctx16 = context16(a, p, N * H);
   if (!cache || (!cache->rows && !cache->lengths)) {
     if (cache) cache->B = B, cache->capacity = cache->length = Tk;
-    const T* context = attend(a, ctx, k.data(), v.data(), B, T_, Tk, 0, Tk, static_cast<KVCache<T>*>(nullptr));
-    return attention_output(out, a, p, ctx, context, x, B, T_, out16);
+    const T* context = attend(a, ctx, k.data(), v.data(), B, T_, Tk, 0, Tk, static_cast<KVCache<T>*>(nullptr), ctx16);
+    return attention_output(out, a, p, ctx, context, ctx16, x, B, T_, out16);
   }
   // Decoding over a padded memory: batch row b reads cache row rows[b] (b without rows), whose keys are
   // its first lengths[row] (each source's own length; the padding behind them is never read).
@@ -790,7 +821,8 @@ void cross_attention_forward(T* out, AttentionActs<T>& a, const AttentionParams<
                                 v.data() + row, nullptr, softmax_shape(ctx, 1, T_, keys[b], 0, stride));
     }
   }
-  attention_output(out, a, p, ctx, a.ctx.data(), x, B, T_, out16);
+  round_context(ctx16, a.ctx.data(), N * H);
+  attention_output(out, a, p, ctx, a.ctx.data(), ctx16, x, B, T_, out16);
 }
 
 template <typename T>
@@ -833,8 +865,9 @@ void activation_forward_bf16(const RoFormerConfig& c, uint16_t* out16, uint16_t*
 // a.sum (N, H) = act(x·W1ᵀ + b1)·W2ᵀ + b2, keeping what the backward needs: in bf16 training
 // (p.out.w16) the activation and its slope in bf16 alone (the pre-activation is transient: one
 // buffer per thread serves every layer); else pre and act, or with a packed layer that fuses the
-// activation (inference), act alone. x16: x in bf16 as its producer wrote it (Bf16Handoff), or null:
-// rounded here when p.in trains in bf16.
+// activation (inference), act alone, which a model packed in bf16 writes in bf16 (act16) for the
+// output dense to read. x16: x in bf16 as its producer wrote it (Bf16Handoff), or null: rounded here
+// when p.in reads bf16.
 template <typename T>
 void feed_forward_dense(const RoFormerConfig& c, FeedForwardActs<T>& a, const FeedForwardParams<T>& p, const T* x,
                         const uint16_t* x16, int64_t N) {
@@ -853,14 +886,22 @@ void feed_forward_dense(const RoFormerConfig& c, FeedForwardActs<T>& a, const Fe
       return ops::linear_forward_bf16(a.sum.data(), a.act16.data(), p.out.w16, p.out.b, N, I, H);  // (N, H)
     }
   }
-  release(a.act16);  // a bf16 training forward's buffers
-  release(a.slope16);
+  release(a.slope16);  // a bf16 training forward's
+  if constexpr (std::is_same_v<T, float>) {
+    if (x16 && fuses_activation(p.in) && p.out.packed && p.out.reads_bf16()) {  // packed in bf16
+      release(a.act);
+      grow_to(a.act16, N * I);
+      p.in.packed->forward(a.act16.data(), x16, N);                // (N, I), rounded as it is stored
+      return p.out.packed->forward(a.sum.data(), a.act16.data(), N);  // (N, H)
+    }
+  }
+  release(a.act16);
   grow_to(a.act, N * I);
   if (fuses_activation(p.in)) {
-    linear(a.act.data(), x, p.in, N, H, I);  // (N, I)
+    linear(a.act.data(), x, x16, p.in, N, H, I);  // (N, I)
   } else {
     grow_to(a.pre, N * I);
-    linear(a.pre.data(), x, p.in, N, H, I);  // (N, I)
+    linear(a.pre.data(), x, x16, p.in, N, H, I);  // (N, I)
     activation_forward(c, a.act.data(), a.pre.data(), N * I);
   }
   linear(a.sum.data(), a.act.data(), p.out, N, I, H);  // (N, H)

@@ -30,6 +30,8 @@ struct LinearParams {
   // bf16 mixed-precision training (RoFormer::set_precision): w's bf16 copy, (out, in). When set, the
   // forward and both backward products run ops' bf16 GEMMs (ops/linear.h) on it, fp32 elsewhere.
   const uint16_t* w16 = nullptr;
+  // Whether the layer reads its input in bf16: it trains in bf16 (w16) or is packed in bf16.
+  bool reads_bf16() const { return w16 || (packed && packed->precision() == ops::Precision::bf16); }
 };
 template <typename T>
 struct NormParams {
@@ -49,6 +51,8 @@ struct AttentionParams {
   // Inference (RoFormer::pack): q, k and v as one packed (3H, H) layer, so the input is read (and for
   // int8 quantised) once and the GEMM is 3× wider; the three outputs are then split.
   const ops::PackedLinear* qkv = nullptr;
+  // The layer that reads the sub-layer's input: qkv when packed, else q (k and v read it alike).
+  LinearParams<T> input_dense() const { return qkv ? LinearParams<T>{nullptr, nullptr, qkv, nullptr} : q; }
 };
 // HF RoFormerIntermediate + RoFormerOutput: dense H → I, activation, dense I → H, residual, norm.
 template <typename T>
@@ -129,17 +133,18 @@ struct Scratch {
   }
 };
 
-// bf16 training hands a block's input on in bf16 as well: the block that writes x (N, H) writes its
-// bf16 rounding (ops::round_to_bf16's bits) in the same pass, its norm's out16 (ops/norm.h), straight
-// into the kept buffer of the block that reads x (AttentionActs::x16, FeedForwardActs::x16, sized by
+// Where a block's input is read in bf16 (bf16 training, or a model packed in bf16 for inference), it is
+// handed on in bf16 as well: the block that writes x (N, H) writes its bf16 rounding
+// (ops::round_to_bf16's bits) in the same pass, its norm's out16 (ops/norm.h), straight into the
+// buffer of the block that reads x (AttentionActs::x16, FeedForwardActs::x16, sized by
 // bf16_input_buffer), which then rounds nothing itself. The forward functions below take it as:
 struct Bf16Handoff {
   uint16_t* out16 = nullptr;  // (N, H): the block's output rounded to bf16 goes here too (the next
                               // block's x16), or null
   bool x16_written = false;   // the block's own x16 holds its input x rounded to bf16 already
 };
-// The buffer the producer of a block's input writes in bf16: x16, that block's kept buffer, grown to
-// n when p, the dense that reads it, trains in bf16 (p.w16); else null.
+// The buffer the producer of a block's input writes in bf16: x16, that block's buffer, grown to n when
+// p, the dense that reads it, reads bf16 (LinearParams::reads_bf16); else null.
 template <typename T>
 uint16_t* bf16_input_buffer(std::vector<uint16_t>& x16, const LinearParams<T>& p, int64_t n);
 
@@ -259,7 +264,8 @@ struct AttentionActs {
   std::vector<T> saved;              // linear attention: (B, T, n, 2F + 2)
   // bf16 training: the block input and ctx as the q/k/v and output denses read them (N, H), rounded
   // once in the forward (x16 by the block that wrote x, with Bf16Handoff) and read again by their
-  // backward; empty otherwise.
+  // backward; empty otherwise. Inference in bf16: x16 as the block that wrote x rounded it, and ctx16
+  // a pass of rows' context (chunk_rows, H).
   std::vector<uint16_t> x16, ctx16;
   NormActs<T> norm;
   // Inference: the packed q/k/v product and the output dense + norm run over this many rows at a
@@ -310,11 +316,12 @@ struct FeedForwardActs {
   std::vector<T> pre, act, sum;  // (N, I), (N, I), (N, H) residual + output dense
   // bf16 training (p.out.w16): act is kept only as the bf16 values the output dense reads, forward
   // and backward alike (the same results as act rounded there, in half the memory); act stays empty.
+  // Inference in bf16: the input dense writes act16 (chunk_rows, I) alone, for the output dense.
   std::vector<uint16_t> act16;   // (N, I)
   std::vector<uint16_t> slope16; // (N, I): act'(pre) in bf16, what the backward multiplies by (bf16 training);
                                  // pre stays empty
-  std::vector<uint16_t> x16;     // (N, H): the input as the input dense reads it (bf16 training: written by
-                                 // the block that wrote x, with Bf16Handoff), likewise
+  std::vector<uint16_t> x16;     // (N, H): the input as the input dense reads it in bf16 (written by the
+                                 // block that wrote x, with Bf16Handoff), likewise
   NormActs<T> norm;
   int64_t chunk_rows = 0;        // inference: rows per pass (pre, act (chunk, I)); 0: all N at once
 };

@@ -32,6 +32,18 @@ CacheRow cache_row(const KVCache<float>& kv, const RoFormerConfig& c) {
   return kv.bf16 ? CacheRow{c.num_attention_heads, c.head_dim()} : CacheRow{1, c.hidden_size};
 }
 
+// Layer l's Bf16Handoff in a feed of N tokens: where the layers read bf16 (a model packed in bf16), each
+// writes the next one's input in bf16 as well. One LayerActs serves every layer, so the next layer's x16
+// is the buffer this layer's attention has read already.
+Bf16Handoff layer_handoff(const RoFormer<float>& m, LayerActs<float>& a, int64_t l, int64_t N) {
+  const RoFormerConfig& c = m.config();
+  const auto reads_bf16 = [&](int64_t layer) { return m.p.layers[layer].attn.input_dense().reads_bf16(); };
+  uint16_t* out16 = l + 1 < c.num_hidden_layers
+                        ? bf16_input_buffer(a.attn.x16, m.p.layers[l + 1].attn.input_dense(), N * c.hidden_size)
+                        : nullptr;
+  return {out16, l > 0 && reads_bf16(l)};  // layer 0's input: the embeddings, rounded where read
+}
+
 }  // namespace
 
 // The decoder's state: the model's fixed pieces, the caches and the activations of one feed.
@@ -360,7 +372,8 @@ const std::vector<float>& Generator::feed(const std::vector<int64_t>& ids, const
                                     s.cross.empty() ? nullptr : &s.cross[l]};
     if (!s.cross.empty() && !s.cross_len.empty()) s.cross[l].lengths = s.cross_len.data();
     layer_forward(s.x.data(), s.layer, m_.p.layers[l], s.statics->self_context(l, call),
-                  s.statics->cross_context(l, call), s.x.data(), B, n, pos_, &s.cache[l], memory);
+                  s.statics->cross_context(l, call), s.x.data(), B, n, pos_, &s.cache[l], memory,
+                  layer_handoff(m_, s.layer, l, N));
     if (!s.cross.empty()) s.cross[l].lengths = nullptr;
   }
   pos_ += n;
@@ -444,7 +457,7 @@ const std::vector<float>& Generator::feed_rows(const std::vector<int64_t>& rows,
       memory = {nullptr, cross.capacity, &cross};
     }
     layer_forward(s.x.data(), s.layer, m_.p.layers[l], s.statics->self_context(l, call), s.statics->cross_context(l, call),
-                  s.x.data(), B, T, 0, &kv, memory);
+                  s.x.data(), B, T, 0, &kv, memory, layer_handoff(m_, s.layer, l, N));
     kv.rows = nullptr, kv.positions = nullptr, kv.starts = nullptr, kv.count_rows = 0;
     if (c.add_cross_attention) s.cross[l].rows = nullptr, s.cross[l].lengths = nullptr;
   }

@@ -213,7 +213,7 @@ template <typename T>
 uint16_t* RoFormer<T>::input16(int64_t l) {
   Activations& a = *act_;
   if (l >= cfg_.num_hidden_layers) return nullptr;  // the last layer's output: the heads round their own
-  return bf16_input_buffer(a.layer(l).attn.x16, p.layers[l].attn.q, a.N * cfg_.hidden_size);
+  return bf16_input_buffer(a.layer(l).attn.x16, p.layers[l].attn.input_dense(), a.N * cfg_.hidden_size);
 }
 
 template <typename T>

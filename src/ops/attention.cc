@@ -22,6 +22,7 @@
 #include "attention_bf16.h"
 #include "attention_mask.h"
 #include "flash_attention.h"
+#include "linear.h"
 
 #undef HWY_TARGET_INCLUDE
 #define HWY_TARGET_INCLUDE "ops/attention.cc"
@@ -428,21 +429,28 @@ void forward_blocks(T* out, T* saved, const T* q, const T* k, const T* v, const 
 
 template <typename T>
 void attention_forward(T* out, T* saved, const T* q, const T* k, const T* v, const int64_t* key_mask,
-                       const AttentionShape& s) {
+                       const AttentionShape& s, uint16_t* out16) {
   if (saved && s.saved == AttentionSaved::none) throw std::invalid_argument("attention_forward: a saved buffer for AttentionSaved::none");
-  if (s.bf16_products && !std::is_same_v<T, float>) {
-    throw std::invalid_argument("attention_forward: bf16 products are for fp32 tensors");
+  if ((s.bf16_products || out16) && !std::is_same_v<T, float>) {
+    throw std::invalid_argument("attention_forward: bf16 products and outputs are for fp32 tensors");
   }
   // fp32 from kFusedMinRows queries on: a fused kernel, for inference and for row statistics (which
   // need their buffer: without one, nothing is kept, as the per-block path allows).
   if constexpr (std::is_same_v<T, float>) {
     float* stats = s.saved == AttentionSaved::row_stats ? saved : nullptr;
     if (s.T >= kFusedMinRows && (s.saved == AttentionSaved::none || stats)) {
-      if (flash_attention_applies(s)) return flash_attention_forward(out, q, k, v, key_mask, s, stats);
-      if (flash_attention_bf16_applies(s)) return flash_attention_forward_bf16(out, q, k, v, key_mask, s, stats);
+      if (flash_attention_applies(s)) {
+        flash_attention_forward(out, q, k, v, key_mask, s, stats);
+        if (out16) round_to_bf16(out16, out, s.B * s.T * s.H * s.D);
+        return;
+      }
+      if (flash_attention_bf16_applies(s)) return flash_attention_forward_bf16(out, q, k, v, key_mask, s, stats, out16);
     }
   }
   forward_blocks(out, saved, q, k, v, key_mask, s);
+  if constexpr (std::is_same_v<T, float>) {
+    if (out16) round_to_bf16(out16, out, s.B * s.T * s.H * s.D);
+  }
 }
 
 void attention_forward_blocks(float* out, const float* q, const float* k, const float* v, const int64_t* key_mask,
@@ -606,9 +614,9 @@ void attention_backward(T* dq, T* dk, T* dv, const T* dout, const T* saved, cons
 }
 
 template void attention_forward<float>(float*, float*, const float*, const float*, const float*, const int64_t*,
-                                       const AttentionShape&);
+                                       const AttentionShape&, uint16_t*);
 template void attention_forward<double>(double*, double*, const double*, const double*, const double*,
-                                        const int64_t*, const AttentionShape&);
+                                        const int64_t*, const AttentionShape&, uint16_t*);
 template void attention_decode_forward<float>(float*, const float*, const float*, const float*,
                                               const DecodeAttentionShape&);
 template void attention_decode_forward<double>(double*, const double*, const double*, const double*,

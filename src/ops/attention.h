@@ -69,10 +69,13 @@ int64_t attention_saved_size(const AttentionShape& s);
 // AVX512-BF16 (equal up to rounding; attention dropout with the same mask). Otherwise, unless it keeps the
 // probabilities, each thread holds 64 query rows × Tk at a time. out may be q itself (inference: the
 // context over the queries, each block reading them first). key_mask (B, Tk): 1 = real token, 0 = padding,
-// or null; row_limit (B, T). A saved buffer with AttentionSaved::none, or fp64 bf16_products: invalid_argument.
+// or null; row_limit (B, T). out16 (B, T, H·D), when given (fp32 only): out rounded to bf16 as well
+// (linear.h's round_to_bf16 bits), for a bf16 product that reads it next: written with each row by the
+// bf16 fused kernel, else in a pass at the end. A saved buffer with AttentionSaved::none, or fp64
+// bf16_products or out16: invalid_argument.
 template <typename T>
 void attention_forward(T* out, T* saved, const T* q, const T* k, const T* v, const int64_t* key_mask,
-                       const AttentionShape& s);
+                       const AttentionShape& s, uint16_t* out16 = nullptr);
 
 // Decoding: one new query per batch row, each over keys of its own. Row b's query is q (B, H·D)'s
 // row b; its keys are rows [0, keys[b]) of cache row kv_rows[b] (b when kv_rows is null) of k and v

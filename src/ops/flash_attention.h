@@ -53,9 +53,10 @@ bool flash_attention_applies(const AttentionShape& s);
 // probabilities, this one exp(score − running maximum) before the final division. The same arguments,
 // and for training (s.saved = row_stats) stats (B, H, T, 2) written with each row's largest visible
 // score and 1/Σexp, null otherwise; throws std::invalid_argument unless flash_attention_bf16_applies(s)
-// and stats is given exactly when s keeps row statistics.
+// and stats is given exactly when s keeps row statistics. out16 (B, T, H·D), when given: out rounded to
+// bf16 as well (vmath.h's bf16_from_f32 bits), each row as it is written, for the product that reads it next.
 void flash_attention_forward_bf16(float* out, const float* q, const float* k, const float* v, const int64_t* key_mask,
-                                  const AttentionShape& s, float* stats = nullptr);
+                                  const AttentionShape& s, float* stats = nullptr, uint16_t* out16 = nullptr);
 
 // Its backward, fused the same way (FlashAttention-2's: the probabilities remade per tile from the
 // row statistics, never kept; Δ = rowsum(dO ⊙ out) from the forward's output): dq (B, T, H·D), dk, dv

@@ -78,6 +78,7 @@ struct Bf16Work {
   // The call's.
   const float *q = nullptr, *k = nullptr, *v = nullptr;
   float* out = nullptr;
+  uint16_t* out16 = nullptr;  // (B, T, H·D) out in bf16 too, or null
   float* stats = nullptr;  // (B, H, T, 2) row statistics for the backward, or null
   const KeyMask* mask = nullptr;
   const AttentionShape* s = nullptr;
@@ -173,6 +174,15 @@ OPS_BF16_TARGET inline void RoundRow(uint16_t* out, const float* x, int64_t n, f
     const __m512 xv = _mm512_mul_ps(_mm512_maskz_loadu_ps(static_cast<__mmask16>((1u << c) - 1), x + i), s);
     _mm256_mask_storeu_epi16(out + i, static_cast<__mmask16>((1u << w) - 1),
                              reinterpret_cast<__m256i>(_mm512_cvtneps_pbh(xv)));
+  }
+}
+
+// out (n) = x (n) rounded to bf16 (nearest even; vmath.h's bf16_from_f32 bits), exactly n words: an
+// output row's head, whose neighbours other threads write.
+OPS_BF16_TARGET inline void RoundExact(uint16_t* out, const float* x, int64_t n) {
+  for (int64_t i = 0; i < n; i += kLanes) {
+    const __mmask16 m = static_cast<__mmask16>((1u << std::min<int64_t>(kLanes, n - i)) - 1);
+    _mm256_mask_storeu_epi16(out + i, m, reinterpret_cast<__m256i>(_mm512_cvtneps_pbh(_mm512_maskz_loadu_ps(m, x + i))));
   }
 }
 
@@ -323,7 +333,8 @@ OPS_BF16_TARGET void TileSoftmax(Bf16Work& w, int64_t i0, int64_t i1, int64_t j0
 // Rows [r0, r0 + rows) of pair bh written from oT: oT[x, i] / l[i], or the mean of all Tk values for
 // a row that sees no key (its head's, kept for the thread's next such row of the same pair; with
 // dropout the row's own, dropped_uniform_row); with
-// stats, each row's (m, 1/l) beside them ((0, 1) for a row that sees no key: unused).
+// stats, each row's (m, 1/l) beside them ((0, 1) for a row that sees no key: unused); with out16, the
+// rows in bf16 as well, while they are in L1.
 OPS_BF16_TARGET void WriteRows(Bf16Work& w, int64_t bh, int64_t r0, int64_t rows, const float* vh) {
   const AttentionShape& s = *w.s;
   const int64_t D = s.D, C = s.H * D, Tk = s.keys(), b = bh / s.H, h = bh % s.H;
@@ -353,6 +364,10 @@ OPS_BF16_TARGET void WriteRows(Bf16Work& w, int64_t bh, int64_t r0, int64_t rows
     }
     const float inv = 1.0f / w.l[i];
     for (int64_t x = 0; x < D; ++x) oi[x] = w.oT[x * kBlockRows + i] * inv;
+  }
+  for (int64_t i = 0; w.out16 && i < rows; ++i) {
+    const int64_t at = (b * s.T + r0 + i) * C + h * D;
+    RoundExact(w.out16 + at, w.out + at, D);
   }
 }
 
@@ -619,7 +634,7 @@ bool flash_attention_bf16_applies(const AttentionShape& s) {  // key limits are 
 }
 
 void flash_attention_forward_bf16(float* out, const float* q, const float* k, const float* v, const int64_t* key_mask,
-                                  const AttentionShape& s, float* stats) {
+                                  const AttentionShape& s, float* stats, uint16_t* out16) {
   if (!flash_attention_bf16_applies(s)) {
     throw std::invalid_argument(
         "flash_attention_forward_bf16: bf16 products (nothing saved, or row statistics), on a CPU "
@@ -637,6 +652,7 @@ void flash_attention_forward_bf16(float* out, const float* q, const float* k, co
   {
     Bf16Work w;
     w.q = q, w.k = k, w.v = v, w.out = out, w.stats = stats, w.mask = &mask, w.s = &s, w.scale = scale, w.Dh = Dh;
+    w.out16 = out16;
     w.q16.resize(2 * Dh), w.qt2.resize(Dh * kBlockRows), w.pt2.resize(kTileKeys / 2 * kBlockRows);
     w.st.resize(kTileKeys * kBlockRows), w.oT.resize(D * kBlockRows), w.mean.resize(D);
     w.m.resize(kBlockRows), w.l.resize(kBlockRows), w.alpha.resize(kBlockRows), w.lim.resize(kBlockRows);

@@ -278,10 +278,10 @@ dt operand_type(Precision p, bool weights) {
 // shares them.
 struct PackedShape {
   dnnl::matmul matmul;
-  dnnl::reorder convert;  // bf16: (N, IC) f32 → bf16 (nearest even)
+  dnnl::reorder convert;  // bf16 from an fp32 input: (N, IC) f32 → bf16 (nearest even)
   std::string implementation;
 };
-using ShapeKey = std::array<int64_t, 6>;  // IC, OC, precision, epilogue, bias, N
+using ShapeKey = std::array<int64_t, 7>;  // IC, OC, precision, epilogue, bias, N, bf16 output
 struct CachedShape {
   ShapeKey key;
   PackedShape shape;
@@ -317,9 +317,9 @@ struct PackedLinear::Impl {
     return attr;
   }
 
-  dnnl::matmul::primitive_desc matmul_desc(int64_t N, const memory::desc& weights_desc) const {
+  dnnl::matmul::primitive_desc matmul_desc(int64_t N, const memory::desc& weights_desc, bool out_bf16 = false) const {
     const memory::desc src({N, IC}, operand_type(precision, false), tag::ab);
-    const memory::desc dst({N, OC}, dt::f32, tag::ab);
+    const memory::desc dst({N, OC}, out_bf16 ? dt::bf16 : dt::f32, tag::ab);
     const bool bias_arg = has_bias && precision != Precision::int8;
     const auto desc = bias_arg ? dnnl::matmul::desc(src, weights_desc, bias.get_desc(), dst)
                                : dnnl::matmul::desc(src, weights_desc, dst);
@@ -331,13 +331,16 @@ struct PackedLinear::Impl {
   // at a new length makes 4 matmuls, not 48 (creating one takes up to 1.3 ms: a server whose
   // requests vary in length spent as long making them as running them). The reference is valid until
   // this thread's next call.
-  const PackedShape& shape(int64_t N) const {
+  // out (N, OC) = epilogue(inp·Wᵀ + b), each operand fp32 or (bf16 layers) bf16.
+  void run(void* out, bool out_bf16, const void* inp, bool inp_bf16, int64_t N) const;
+
+  const PackedShape& shape(int64_t N, bool out_bf16 = false) const {
     constexpr size_t kShapes = 256;  // per thread: 64 MiB of JIT code at most
     thread_local RecentPrimitives<CachedShape, std::tuple_size_v<ShapeKey>> recent(kShapes);
-    const ShapeKey key{IC, OC, static_cast<int64_t>(precision), static_cast<int64_t>(epilogue), has_bias, N};
+    const ShapeKey key{IC, OC, static_cast<int64_t>(precision), static_cast<int64_t>(epilogue), has_bias, N, out_bf16};
     return recent.get(key, [&] {
       CachedShape made{key, {}};
-      const auto pd = matmul_desc(N, weights.get_desc());
+      const auto pd = matmul_desc(N, weights.get_desc(), out_bf16);
       made.shape.matmul = dnnl::matmul(pd);
       made.shape.implementation = pd.impl_info_str();
       if (precision == Precision::bf16) {
@@ -389,44 +392,61 @@ PackedLinear::~PackedLinear() = default;
 PackedLinear::PackedLinear(PackedLinear&&) noexcept = default;
 PackedLinear& PackedLinear::operator=(PackedLinear&&) noexcept = default;
 
-void PackedLinear::forward(float* out, const float* inp, int64_t N) const {
+void PackedLinear::forward(float* out, const float* inp, int64_t N) const { impl_->run(out, false, inp, false, N); }
+
+void PackedLinear::forward(float* out, const uint16_t* inp16, int64_t N) const {
+  impl_->run(out, false, inp16, true, N);
+}
+
+void PackedLinear::forward(uint16_t* out16, const float* inp, int64_t N) const {
+  impl_->run(out16, true, inp, false, N);
+}
+
+void PackedLinear::forward(uint16_t* out16, const uint16_t* inp16, int64_t N) const {
+  impl_->run(out16, true, inp16, true, N);
+}
+
+void PackedLinear::Impl::run(void* out, bool out_bf16, const void* inp, bool inp_bf16, int64_t N) const {
+  if ((out_bf16 || inp_bf16) && precision != Precision::bf16) {
+    throw std::logic_error(std::string("PackedLinear: bf16 operands given to a ") + precision_name(precision) +
+                           " layer");
+  }
   if (N <= 0) return;
-  const Impl& m = *impl_;
-  const PackedShape& shape = m.shape(N);
+  const PackedShape& shape = this->shape(N, out_bf16);
   const dnnl::engine& engine = onednn_engine();
   dnnl::stream stream(engine);
-  memory dst({{N, m.OC}, dt::f32, tag::ab}, engine, out);
-  if (m.precision != Precision::int8) {  // f32, or bf16 after converting the input
-    memory src({{N, m.IC}, dt::f32, tag::ab}, engine, const_cast<float*>(inp));
-    if (m.precision == Precision::bf16) {
+  memory dst({{N, OC}, out_bf16 ? dt::bf16 : dt::f32, tag::ab}, engine, out);
+  if (precision != Precision::int8) {  // f32, or bf16 from a bf16 input or after converting an fp32 one
+    memory src({{N, IC}, inp_bf16 ? dt::bf16 : dt::f32, tag::ab}, engine, const_cast<void*>(inp));
+    if (precision == Precision::bf16 && !inp_bf16) {
       thread_local std::vector<uint16_t> converted;
-      converted.resize(N * m.IC);
-      memory src_bf16({{N, m.IC}, dt::bf16, tag::ab}, engine, converted.data());
+      converted.resize(N * IC);
+      memory src_bf16({{N, IC}, dt::bf16, tag::ab}, engine, converted.data());
       shape.convert.execute(stream, src, src_bf16);
       src = src_bf16;
     }
-    std::unordered_map<int, memory> args{{DNNL_ARG_SRC, src}, {DNNL_ARG_WEIGHTS, m.weights}, {DNNL_ARG_DST, dst}};
-    if (m.has_bias) args.emplace(DNNL_ARG_BIAS, m.bias);
+    std::unordered_map<int, memory> args{{DNNL_ARG_SRC, src}, {DNNL_ARG_WEIGHTS, weights}, {DNNL_ARG_DST, dst}};
+    if (has_bias) args.emplace(DNNL_ARG_BIAS, bias);
     shape.matmul.execute(stream, args);
     stream.wait();
     return;
   }
   // int8: quantise the activations, then scale the int32 product by s_w[o] and s_x.
   thread_local std::vector<uint8_t> quantized;
-  quantized.resize(N * m.IC);
-  const ActivationQuantization q = quantize_activations(inp, N * m.IC, quantized.data());
+  quantized.resize(N * IC);
+  const ActivationQuantization q = quantize_activations(static_cast<const float*>(inp), N * IC, quantized.data());
   float scale = q.scale;
   int32_t zero_point = q.zero_point;
-  memory src_u8({{N, m.IC}, dt::u8, tag::ab}, engine, quantized.data());
+  memory src_u8({{N, IC}, dt::u8, tag::ab}, engine, quantized.data());
   memory scale_mem({{1, 1}, dt::f32, tag::ab}, engine, &scale);
   memory zero_point_mem({{1}, dt::s32, tag::a}, engine, &zero_point);
   std::unordered_map<int, memory> args{{DNNL_ARG_SRC, src_u8},
-                                       {DNNL_ARG_WEIGHTS, m.weights},
+                                       {DNNL_ARG_WEIGHTS, weights},
                                        {DNNL_ARG_DST, dst},
                                        {DNNL_ARG_ATTR_ZERO_POINTS | DNNL_ARG_SRC, zero_point_mem},
-                                       {DNNL_ARG_ATTR_MULTIPLE_POST_OP(0) | DNNL_ARG_SRC_1, m.scales},
+                                       {DNNL_ARG_ATTR_MULTIPLE_POST_OP(0) | DNNL_ARG_SRC_1, scales},
                                        {DNNL_ARG_ATTR_MULTIPLE_POST_OP(1) | DNNL_ARG_SRC_1, scale_mem}};
-  if (m.has_bias) args.emplace(DNNL_ARG_ATTR_MULTIPLE_POST_OP(2) | DNNL_ARG_SRC_1, m.bias);
+  if (has_bias) args.emplace(DNNL_ARG_ATTR_MULTIPLE_POST_OP(2) | DNNL_ARG_SRC_1, bias);
   shape.matmul.execute(stream, args);
   stream.wait();
 }

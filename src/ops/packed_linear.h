@@ -59,6 +59,14 @@ class PackedLinear {
 
   // out (N, OC) = epilogue(inp (N, IC)·Wᵀ + b), written. Safe to call from several threads at once.
   void forward(float* out, const float* inp, int64_t N) const;
+  // bf16 layers only (std::logic_error otherwise): the same product with the input or the output in
+  // bf16, so that the layer that makes an operand writes it in bf16 and no pass re-reads it to round it.
+  // inp16 (N, IC) is the input as round_to_bf16 (linear.h) rounds it: the results are forward's on the
+  // fp32 input it came from. out16 (N, OC) is the fp32 output rounded to bf16 (nearest even) as it is
+  // stored, except that values below 2^-126 may become zero (bf16 products read them as zero anyway).
+  void forward(float* out, const uint16_t* inp16, int64_t N) const;
+  void forward(uint16_t* out16, const float* inp, int64_t N) const;
+  void forward(uint16_t* out16, const uint16_t* inp16, int64_t N) const;
 
   int64_t in_features() const;
   int64_t out_features() const;

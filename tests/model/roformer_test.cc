@@ -617,7 +617,7 @@ TEST(RoFormerModel, Bf16InputsWrittenByTheirProducersEqualRoundingWhereRead) {
     };
     std::vector<model::LayerActs<float>> handed(L);
     auto input16 = [&](int64_t l) {
-      return l < L ? model::bf16_input_buffer(handed[l].attn.x16, m.p.layers[l].attn.q, N * H) : nullptr;
+      return l < L ? model::bf16_input_buffer(handed[l].attn.x16, m.p.layers[l].attn.input_dense(), N * H) : nullptr;
     };
     std::vector<float> x(N * H), y(N * H);
     model::KVCache<float>* const no_cache = nullptr;
@@ -632,6 +632,43 @@ TEST(RoFormerModel, Bf16InputsWrittenByTheirProducersEqualRoundingWhereRead) {
       EXPECT_EQ(handed[l].ffn.x16, rounded(handed[l].mid.data(), N * H)) << "layer " << l << "'s feed-forward";
       std::swap(x, y);
     }
+  }
+}
+
+// A model packed in bf16 for inference hands each block's input on in bf16 as the block before it
+// writes it (Bf16Handoff, and the feed-forward's activation leaves its input dense in bf16,
+// PackedLinear's bf16 output): the hidden states and logits are the bits of the same blocks composed
+// with nothing handed on between them, each layer's input then rounded where it is read.
+TEST(RoFormerModel, PackedBf16InputsWrittenByTheirProducersEqualRoundingWhereRead) {
+  if (!ops::bf16_is_native()) GTEST_SKIP() << "no native bf16 (" << ops::cpu_isa_name() << ")";
+  for (auto c : softmax_variants(40)) {  // RMS norms and ReLU; E ≠ H (a packed projection)
+    c.hidden_dropout_prob = c.attention_probs_dropout_prob = 0;
+    SCOPED_TRACE(c.to_json());
+    model::RoFormer<float> m(c);
+    randomise(m, 9);
+    m.set_keep(model::Keep::outputs);
+    m.set_inference_rows(0);
+    m.pack(ops::Precision::bf16);
+    const int64_t B = 3, S = 40, N = B * S, H = c.hidden_size, V = c.vocab_size, L = c.num_hidden_layers;
+    const Batch batch = random_batch(c, B, S, 8);
+    m.forward(batch.inputs());
+    model::AttentionCall call;
+    call.key_mask = batch.mask.data(), call.saved = ops::AttentionSaved::none, call.bf16_products = true;
+    const model::LayerStatics<float> statics(c);
+    model::EmbeddingActs<float> emb;
+    model::LayerActs<float> acts;
+    std::vector<float> x(N * H), y(N * H);
+    model::embeddings_forward(c, x.data(), emb, m.p.emb, batch.ids.data(), batch.types.data(), B, S, 0, {});
+    for (int64_t l = 0; l < L; ++l) {
+      model::layer_forward(y.data(), acts, m.p.layers[l], statics.self_context(l, call),
+                           statics.cross_context(l, call), x.data(), B, S, 0);
+      std::swap(x, y);
+    }
+    ASSERT_TRUE(std::equal(x.begin(), x.end(), m.hidden_state(L)));
+    model::MlmHeadActs<float> head;
+    std::vector<float> logits(N * V);
+    model::mlm_head_forward(c, logits.data(), head, m.p.head, x.data(), N);
+    EXPECT_TRUE(std::equal(logits.begin(), logits.end(), m.logits()));
   }
 }
 

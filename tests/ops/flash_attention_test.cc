@@ -21,6 +21,7 @@
 
 #include "ops/attention.h"
 #include "ops/flash_attention.h"
+#include "ops/linear.h"
 #include "ops/ops_testing.h"
 
 namespace {
@@ -298,6 +299,37 @@ TEST(FlashAttention, AttentionForwardRoutesInferenceFrom16Rows) {
       }
     }
   }
+}
+
+// attention_forward's out16, the output in bf16 for the product that reads it next: round_to_bf16's
+// bits of its fp32 output on every route (the fused kernels, from 16 rows, and the per-block path),
+// written over the queries or not, with row statistics kept, in random shapes with odd head dims.
+TEST(FlashAttention, Bf16OutputIsTheRoundedOutputOnEveryRoute) {
+  std::mt19937_64 rng(61);
+  for (bool bf16 : kernels()) {
+    for (int i = 0; i < 12; ++i) {
+      const int64_t D = i % 3 == 0 ? 33 : 64;
+      FlashCase c = random_case(rng, i, D, 90, 140, 0, bf16);
+      if (i % 4 == 2) c.s.saved = ops::AttentionSaved::row_stats;
+      SCOPED_TRACE((bf16 ? "bf16 products " : "fp32 ") + describe(c));
+      auto q = to_f32(c.q);
+      const auto k = to_f32(c.k), v = to_f32(c.v);
+      std::vector<float> out(q.size()), stats(c.s.saved == ops::AttentionSaved::row_stats ? ops::attention_saved_size(c.s) : 0);
+      std::vector<uint16_t> out16(q.size(), 0xffff), rounded(q.size());
+      const bool over_q = i % 2 == 1;  // inference writes the context over the queries
+      float* o = over_q ? q.data() : out.data();
+      ops::attention_forward(o, stats.empty() ? nullptr : stats.data(), q.data(), k.data(), v.data(),
+                             c.masked ? c.key_mask.data() : nullptr, c.s, out16.data());
+      ops::round_to_bf16(rounded.data(), o, static_cast<int64_t>(q.size()));
+      EXPECT_EQ(out16, rounded);
+    }
+  }
+  ops::AttentionShape s{1, 1, 1, 2, false};
+  s.saved = ops::AttentionSaved::none;
+  std::vector<double> x(2, 1.0), y(2);
+  std::vector<uint16_t> y16(2);
+  EXPECT_THROW(ops::attention_forward<double>(y.data(), nullptr, x.data(), x.data(), x.data(), nullptr, s, y16.data()),
+               std::invalid_argument);
 }
 
 // Each kernel takes inference and training from row statistics, attention dropout too, with its own

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "ops/activation.h"
+#include "ops/linear.h"
 #include "ops/ops_testing.h"
 #include "ops/packed_linear.h"
 #include "rope/convert.h"
@@ -164,6 +165,50 @@ TEST(PackedLinear, Bf16IsTheFp32ProductOfRoundedOperands) {
     // And against the unrounded product: 8-bit mantissas, relative to the largest output.
     EXPECT_LE(relative_max_error(y, reference(Vec(x.begin(), x.end()), Vec(w.begin(), w.end()), c.bias ? &b : nullptr, c)),
               0.02);
+  }
+}
+
+// bits with a value below bf16's smallest normal, 2^-126, set to signed zero: the one place the
+// bf16 output may differ from round_to_bf16's (bf16 products read such values as zero).
+uint16_t flushed(uint16_t bits) { return (bits & 0x7f80) == 0 ? bits & 0x8000 : bits; }
+
+// The operands a producer hands over in bf16 (packed_linear.h's bf16 overloads): the same bits as
+// rounding the fp32 input or output in a pass of its own.
+TEST(PackedLinear, Bf16OperandsGiveTheBitsOfRoundingPasses) {
+  if (!ops::bf16_is_native()) GTEST_SKIP() << "no native bf16 on this CPU (" << ops::cpu_isa_name() << ")";
+  std::mt19937_64 rng(17);
+  for (const Case& c : random_cases()) {
+    SCOPED_TRACE(testing::Message() << "N " << c.N << " IC " << c.IC << " OC " << c.OC << " bias " << c.bias
+                                    << " epilogue " << int(c.epilogue));
+    auto x = to_f32(random_f32_vec(rng, c.N * c.IC));
+    x[0] = 1e-39f;  // a subnormal input: read as zero either way
+    const auto w = to_f32(random_f32_vec(rng, c.OC * c.IC, 0.1)), b = to_f32(random_f32_vec(rng, c.OC));
+    const PackedLinear layer(w.data(), c.bias ? b.data() : nullptr, c.OC, c.IC, Precision::bf16, c.epilogue);
+    std::vector<uint16_t> x16(x.size());
+    ops::round_to_bf16(x16.data(), x.data(), c.N * c.IC);
+    std::vector<float> y(c.N * c.OC, NAN), y_from16(c.N * c.OC, NAN);
+    layer.forward(y.data(), x.data(), c.N);
+    layer.forward(y_from16.data(), x16.data(), c.N);
+    EXPECT_EQ(y_from16, y);
+    std::vector<uint16_t> rounded(y.size()), out16(y.size(), 0xffff), out16_from16(y.size(), 0xffff);
+    ops::round_to_bf16(rounded.data(), y.data(), c.N * c.OC);
+    layer.forward(out16.data(), x.data(), c.N);
+    layer.forward(out16_from16.data(), x16.data(), c.N);
+    for (size_t i = 0; i < y.size(); ++i) {
+      ASSERT_EQ(flushed(out16[i]), flushed(rounded[i])) << "output " << i << " = " << y[i];
+      ASSERT_EQ(out16_from16[i], out16[i]) << "output " << i;
+    }
+  }
+}
+
+TEST(PackedLinear, Bf16OperandsOnAnotherPrecisionAreALogicError) {
+  const std::vector<float> w(4, 1.0f);
+  std::vector<uint16_t> x16(2, 0x3f80), y16(2);
+  std::vector<float> y(2);
+  for (Precision p : {Precision::f32, Precision::int8}) {
+    const PackedLinear layer(w.data(), nullptr, 2, 2, p);
+    EXPECT_THROW(layer.forward(y.data(), x16.data(), 1), std::logic_error) << ops::precision_name(p);
+    EXPECT_THROW(layer.forward(y16.data(), y.data(), 1), std::logic_error) << ops::precision_name(p);
   }
 }
 
