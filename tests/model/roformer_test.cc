@@ -1198,6 +1198,45 @@ TEST(RoFormerGenerate, Int8AndBf16CachedDecodingStayCloseToFp32) {
   }
 }
 
+// A Generator over a model packed in bf16 hands each layer its input in bf16 (as the forward does):
+// a prompt's feed and a decoding step give the bits of the same blocks composed over the same caches
+// with nothing handed on between layers.
+TEST(RoFormerGenerate, PackedBf16DecodingEqualsRoundingWhereRead) {
+  if (!ops::bf16_is_native()) GTEST_SKIP() << "no native bf16 (" << ops::cpu_isa_name() << ")";
+  auto c = wide_config(true);
+  c.num_hidden_layers = 3;
+  model::RoFormer<float> m(c);
+  m.init_weights(6);
+  m.pack(ops::Precision::bf16);
+  const int64_t B = 2, capacity = 16, H = c.hidden_size, V = c.vocab_size, L = c.num_hidden_layers;
+  model::Generator g(m, capacity, B);
+  const model::LayerStatics<float> statics(c);
+  std::vector<model::KVCache<float>> caches(L);
+  for (auto& kv : caches) {
+    kv.B = B, kv.capacity = capacity;
+    kv.k.assign(B * capacity * H, 0.0f), kv.v.assign(B * capacity * H, 0.0f);
+  }
+  model::EmbeddingActs<float> emb;
+  model::LayerActs<float> acts;
+  model::MlmHeadActs<float> head;
+  model::AttentionCall call;
+  call.saved = ops::AttentionSaved::none;
+  int64_t pos = 0;
+  for (const std::vector<int64_t>& ids : {std::vector<int64_t>{3, 9, 14, 2, 7, 1, 40, 22, 5, 11}, {8, 30}}) {
+    const int64_t n = static_cast<int64_t>(ids.size()) / B, N = B * n;
+    std::vector<float> x(N * H), last(B * H), logits(B * V);
+    model::embeddings_forward(c, x.data(), emb, m.p.emb, ids.data(), nullptr, B, n, pos, model::Dropout{});
+    for (int64_t l = 0; l < L; ++l) {
+      model::layer_forward(x.data(), acts, m.p.layers[l], statics.self_context(l, call), statics.cross_context(l, call),
+                           x.data(), B, n, pos, &caches[l], model::CrossMemory<float>{});
+    }
+    for (int64_t b = 0; b < B; ++b) std::copy_n(x.data() + ((b + 1) * n - 1) * H, H, last.data() + b * H);
+    model::mlm_head_forward(c, logits.data(), head, m.p.head, last.data(), B);
+    EXPECT_EQ(g.feed(ids), logits) << "at position " << pos;
+    pos += n;
+  }
+}
+
 // generate() sizes the key/value cache by the request (prompt + max_new_tokens), not by
 // max_position_embeddings, which RoPE models may set as high as 2^24; a Generator asked for a
 // context that cannot fit in memory is refused with std::length_error, not std::bad_alloc.
