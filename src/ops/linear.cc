@@ -61,6 +61,7 @@ void require_native_bf16(const char* what) {
 // The census of GradientUnderflow, process-wide, and its two thresholds: bf16's smallest normal (the
 // bf16 dot products flush below it) and fp16's smallest subnormal.
 std::atomic<int64_t> g_values{0}, g_nonzero{0}, g_below_bf16{0}, g_below_fp16{0};
+std::atomic<bool> g_census{false};  // set_bf16_gradient_census
 constexpr float kCensusBelow[2] = {0x1p-126f, 0x1p-24f};
 
 // n values counted by count_small_f32 into counts (nonzero, below bf16, below fp16): added to the census.
@@ -77,8 +78,9 @@ uint16_t* grown(std::vector<uint16_t>& buf, int64_t n) {
   return buf.data();
 }
 
-// out (n) = x rounded to bf16 in parallel chunks; census: count x's small values into the totals.
+// out (n) = x rounded to bf16 in parallel chunks; census (while it is on): count x's small values into the totals.
 void round_chunks(uint16_t* out, const float* x, int64_t n, bool census) {
+  census = census && g_census.load(std::memory_order_relaxed);
   constexpr int64_t kChunk = 16384;
   const int64_t chunks = (n + kChunk - 1) / kChunk;
   int64_t counts[3] = {0, 0, 0};
@@ -105,7 +107,8 @@ const uint16_t* rounded_to_bf16(std::vector<uint16_t>& buf, const float* x, int6
 const uint16_t* rounded_with_column_sums(std::vector<uint16_t>& buf, float* dbias, const float* d,
                                          const uint16_t* slope16, int64_t N, int64_t OC) {
   uint16_t* out = grown(buf, N * OC);
-  std::vector<std::array<int64_t, 3>> counts(static_cast<size_t>(OC));  // per band; at most OC bands
+  const bool census = g_census.load(std::memory_order_relaxed);
+  std::vector<std::array<int64_t, 3>> counts(census ? static_cast<size_t>(OC) : 0);  // per band; at most OC bands
   add_column_sums(dbias, N, OC, [&](int64_t band, int64_t n, int64_t o0, int64_t width) {
     const float* dout = d + n * OC + o0;
     if (slope16) {
@@ -115,12 +118,14 @@ const uint16_t* rounded_with_column_sums(std::vector<uint16_t>& buf, float* dbia
       dout = formed.data();
     }
     bf16_from_f32(out + n * OC + o0, dout, width);
-    count_small_f32(dout, width, kCensusBelow, counts[static_cast<size_t>(band)].data());
+    if (census) count_small_f32(dout, width, kCensusBelow, counts[static_cast<size_t>(band)].data());
     return dout;
   });
-  int64_t total[3] = {0, 0, 0};
-  for (const auto& c : counts) total[0] += c[0], total[1] += c[1], total[2] += c[2];
-  add_to_census(N * OC, total);
+  if (census) {
+    int64_t total[3] = {0, 0, 0};
+    for (const auto& c : counts) total[0] += c[0], total[1] += c[1], total[2] += c[2];
+    add_to_census(N * OC, total);
+  }
   return out;
 }
 
@@ -212,6 +217,8 @@ void linear_backward_bf16_with_slope(float* dinp, float* dweight, float* dbias, 
 }
 
 void round_to_bf16(uint16_t* out, const float* x, int64_t n) { round_chunks(out, x, n, false); }
+
+void set_bf16_gradient_census(bool on) { g_census.store(on, std::memory_order_relaxed); }
 
 GradientUnderflow bf16_gradient_underflow() {
   return {g_values.load(), g_nonzero.load(), g_below_bf16.load(), g_below_fp16.load()};

@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstring>
 #include <cstdint>
 #include <string>
 #include <tuple>
@@ -164,6 +165,7 @@ TEST(Ops, LinearBf16WithSlopeIsTheBackwardOfTheFormedGradient) {
     for (const bool bias : {true, false}) {
       std::vector<float> dx(N * IC, 0.5f), dw(OC * IC, 0.25f), db(OC, 1.0f);
       std::vector<float> dx_s = dx, dw_s = dw, db_s = db;
+      ops::set_bf16_gradient_census(true);
       const ops::GradientUnderflow c0 = ops::bf16_gradient_underflow();
       ops::linear_backward_bf16(dx.data(), dw.data(), bias ? db.data() : nullptr, dout.data(), x16.data(), w16.data(),
                                 N, IC, OC);
@@ -171,6 +173,7 @@ TEST(Ops, LinearBf16WithSlopeIsTheBackwardOfTheFormedGradient) {
       ops::linear_backward_bf16_with_slope(dx_s.data(), dw_s.data(), bias ? db_s.data() : nullptr, d.data(),
                                            slope16.data(), x16.data(), w16.data(), N, IC, OC);
       const ops::GradientUnderflow c2 = ops::bf16_gradient_underflow();
+      ops::set_bf16_gradient_census(false);
       const std::string where = "N " + std::to_string(N) + " IC " + std::to_string(IC) + " OC " + std::to_string(OC);
       EXPECT_EQ(dx_s, dx) << where;
       EXPECT_EQ(dw_s, dw) << where;
@@ -181,8 +184,9 @@ TEST(Ops, LinearBf16WithSlopeIsTheBackwardOfTheFormedGradient) {
   }
 }
 
-// The census counts the output gradients as they are rounded: nonzero, below bf16's normal range
-// (2^-126) and below fp16's smallest subnormal (2^-24), NaN as nonzero.
+// The census, while it is on, counts the output gradients as they are rounded: nonzero, below bf16's
+// normal range (2^-126) and below fp16's smallest subnormal (2^-24), NaN as nonzero; off, it counts
+// nothing and the gradients are the same bits.
 TEST(Ops, LinearBf16GradientUnderflowCensus) {
   if (!ops::bf16_is_native()) GTEST_SKIP() << "no native bf16 (" << ops::cpu_isa_name() << ")";
   const int64_t N = 40, IC = 3, OC = 1;
@@ -196,13 +200,23 @@ TEST(Ops, LinearBf16GradientUnderflowCensus) {
   dout[5] = -0.0f;
   dout[6] = NAN;
   for (int64_t i = 7; i < 30; ++i) dout[i] = 0x1p-100f;  // 23 more fp16 underflows
+  std::vector<float> dx_off = dx, dw_off = dw;
+  ops::set_bf16_gradient_census(false);
+  const ops::GradientUnderflow off = ops::bf16_gradient_underflow();
+  ops::linear_backward_bf16(dx_off.data(), dw_off.data(), nullptr, dout.data(), x.data(), w16.data(), N, IC, OC);
+  EXPECT_EQ(ops::bf16_gradient_underflow().values, off.values);
+  ops::set_bf16_gradient_census(true);
   const ops::GradientUnderflow before = ops::bf16_gradient_underflow();
   ops::linear_backward_bf16(dx.data(), dw.data(), nullptr, dout.data(), x.data(), w16.data(), N, IC, OC);
   const ops::GradientUnderflow after = ops::bf16_gradient_underflow();
+  ops::set_bf16_gradient_census(false);
   EXPECT_EQ(after.values - before.values, N * OC);
   EXPECT_EQ(after.nonzero - before.nonzero, 29);
   EXPECT_EQ(after.below_bf16 - before.below_bf16, 2);
   EXPECT_EQ(after.below_fp16 - before.below_fp16, 26);
+  // the same bits (the NaN gradient included)
+  EXPECT_EQ(std::memcmp(dx_off.data(), dx.data(), dx.size() * sizeof(float)), 0);
+  EXPECT_EQ(std::memcmp(dw_off.data(), dw.data(), dw.size() * sizeof(float)), 0);
 }
 
 // Grad::overwrite writes dinp as accumulating into zeros would, bit for bit, whatever it held (NaN

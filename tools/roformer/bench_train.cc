@@ -133,6 +133,7 @@ int bench_train(const BenchTrainOptions& o) {
   if (o.attention_memory == "linear") m.set_max_kept_keys(0);
   const train::TrainPrecision precision = train::resolve_precision(o.precision, "");
   train::apply_precision(m, precision);
+  ops::set_bf16_gradient_census(true);  // reported below
   const ops::GradientUnderflow underflow0 = ops::bf16_gradient_underflow();
   const int64_t B = o.batch, T = o.seq, N = B * T;
   RandomTokenTask task(o.task == train::LmObjective::mlm, B, T, c.vocab_size);
