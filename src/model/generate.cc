@@ -37,11 +37,11 @@ CacheRow cache_row(const KVCache<float>& kv, const RoFormerConfig& c) {
 // is the buffer this layer's attention has read already.
 Bf16Handoff layer_handoff(const RoFormer<float>& m, LayerActs<float>& a, int64_t l, int64_t N) {
   const RoFormerConfig& c = m.config();
-  const auto reads_bf16 = [&](int64_t layer) { return m.p.layers[layer].attn.input_dense().reads_bf16(); };
   uint16_t* out16 = l + 1 < c.num_hidden_layers
                         ? bf16_input_buffer(a.attn.x16, m.p.layers[l + 1].attn.input_dense(), N * c.hidden_size)
                         : nullptr;
-  return {out16, l > 0 && reads_bf16(l)};  // layer 0's input: the embeddings, rounded where read
+  // layer 0's input, the embeddings', is rounded where it is read
+  return {out16, l > 0 && m.p.layers[l].attn.input_dense().reads_bf16()};
 }
 
 }  // namespace

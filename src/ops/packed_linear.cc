@@ -317,6 +317,9 @@ struct PackedLinear::Impl {
     return attr;
   }
 
+  // out (N, OC) = epilogue(inp·Wᵀ + b), each operand fp32 or (bf16 layers) bf16.
+  void run(void* out, bool out_bf16, const void* inp, bool inp_bf16, int64_t N) const;
+
   dnnl::matmul::primitive_desc matmul_desc(int64_t N, const memory::desc& weights_desc, bool out_bf16 = false) const {
     const memory::desc src({N, IC}, operand_type(precision, false), tag::ab);
     const memory::desc dst({N, OC}, out_bf16 ? dt::bf16 : dt::f32, tag::ab);
@@ -331,9 +334,6 @@ struct PackedLinear::Impl {
   // at a new length makes 4 matmuls, not 48 (creating one takes up to 1.3 ms: a server whose
   // requests vary in length spent as long making them as running them). The reference is valid until
   // this thread's next call.
-  // out (N, OC) = epilogue(inp·Wᵀ + b), each operand fp32 or (bf16 layers) bf16.
-  void run(void* out, bool out_bf16, const void* inp, bool inp_bf16, int64_t N) const;
-
   const PackedShape& shape(int64_t N, bool out_bf16 = false) const {
     constexpr size_t kShapes = 256;  // per thread: 64 MiB of JIT code at most
     thread_local RecentPrimitives<CachedShape, std::tuple_size_v<ShapeKey>> recent(kShapes);

@@ -117,6 +117,13 @@ void print_summary(const nlohmann::json& r) {
   fmt::print("\n");
 }
 
+// --attention-memory: quadratic keeps the probabilities at any length, linear row statistics only;
+// auto leaves the model's own choice.
+void keep_attention_memory(model::RoFormer<float>& m, const std::string& memory) {
+  if (memory == "quadratic") m.set_keep(model::Keep::all);
+  if (memory == "linear") m.set_max_kept_keys(0);
+}
+
 }  // namespace
 
 int bench_train(const BenchTrainOptions& o) {
@@ -129,8 +136,7 @@ int bench_train(const BenchTrainOptions& o) {
                                     o.attention_memory == "quadratic");  // auto keeps them only while they are small
   model::RoFormer<float> m(c);
   m.init_weights(1);
-  if (o.attention_memory == "quadratic") m.set_keep(model::Keep::all);
-  if (o.attention_memory == "linear") m.set_max_kept_keys(0);
+  keep_attention_memory(m, o.attention_memory);
   const train::TrainPrecision precision = train::resolve_precision(o.precision, "");
   train::apply_precision(m, precision);
   ops::set_bf16_gradient_census(true);  // reported below
