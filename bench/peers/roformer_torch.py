@@ -26,7 +26,10 @@ L layers, n heads of D = H/n):
       m*theta_i, theta_i = 10000^(-2i/D), positions m = 0..T-1, built as HF RoFormer's sinusoidal
       table (sin | cos halves, each repeated per pair) and its apply_rotary_position_embeddings;
     scores = q k^T / sqrt(D) (+ causal mask, -inf above the diagonal, for --task clm; no mask for
-      mlm), fused as one torch.baddbmm; softmax; @ v; Linear(H, H) + residual -> LayerNorm;
+      mlm), fused as one torch.baddbmm; softmax; @ v (--attention eager), or all of it in one
+      torch.nn.functional.scaled_dot_product_attention call (--attention sdpa: is_causal for clm,
+      attention dropout inside; auto, the default: sdpa on PyTorch >= 2.0, where the CPU flash
+      kernel takes it unless there is dropout, eager on 1.13); Linear(H, H) + residual -> LayerNorm;
     Linear(H, I) -> exact GELU -> Linear(I, H) + residual -> LayerNorm
   head: Linear(H, E) -> GELU -> LayerNorm -> decoder = word embedding weight (tied) + bias(V)
   dropout: --dropout (default 0, so the comparison is pure compute) on embeddings, attention
@@ -78,7 +81,9 @@ Output: a table on stdout; --json PATH writes
    "omp_wait_policy": str, "cpu_count": int, "blas": str,
    "runs": [{"preset": "small"|"large"|"custom", "task": "clm"|"mlm",
              "hidden", "layers", "heads", "ff", "vocab", "batch", "seq", "threads",
-             "interop_threads", "steps", "warmup", "dropout", "optim_impl", "repeat_batch",
+             "interop_threads", "steps", "warmup", "dropout", "optim_impl", "repeat_batch", "precision",
+             "attention": "sdpa"|"eager", "sdpa_backend": the kernel SDPA picks ("FLASH_ATTENTION",
+             "MATH", ...) or null,
              "params", "matmul_params", "flops_per_token", "tokens_per_s", "ms_per_step",
              "ms_per_step_median", "ms_per_step_min", "gflops", "loss_first", "loss_last",
              "peak_rss_mib", "rss_before_model_mib", "wall_s"}]}
@@ -147,6 +152,10 @@ def parse_args(argv=None):
     ap.add_argument("--lr", type=float, default=1e-3)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--optim-impl", choices=("foreach", "single"), default="foreach")
+    ap.add_argument("--attention", choices=("auto", "sdpa", "eager"), default="auto",
+                    help="sdpa: torch.nn.functional.scaled_dot_product_attention (PyTorch >= 2.0; on the CPU its "
+                         "flash kernel); eager: baddbmm, softmax, bmm (HF RoFormer's formulation); auto: sdpa where "
+                         "this torch has it, else eager")
     ap.add_argument("--precision", choices=("fp32", "bf16"), default="fp32",
                     help="bf16: forward and loss under torch.autocast('cpu', dtype=torch.bfloat16)")
     ap.add_argument("--repeat-batch", action="store_true",
@@ -250,10 +259,33 @@ def apply_rope(x, cos_pos, sin_pos):
     return x * cos_pos + rot * sin_pos
 
 
+def has_sdpa():
+    return hasattr(F, "scaled_dot_product_attention")
+
+
+def resolve_attention(attention):
+    """--attention auto|sdpa|eager to sdpa or eager; sdpa needs PyTorch >= 2.0."""
+    if attention == "auto":
+        return "sdpa" if has_sdpa() else "eager"
+    if attention == "sdpa" and not has_sdpa():
+        sys.exit("roformer_torch.py: --attention sdpa needs PyTorch >= 2.0 (this is %s)" % torch.__version__)
+    return attention
+
+
+def sdpa_backend(q, k, v, is_causal, dropout_p):
+    """The kernel SDPA picks for these inputs ("FLASH_ATTENTION", "MATH", ...), or "unknown"."""
+    try:
+        from torch.nn.attention import SDPBackend
+        return SDPBackend(torch._fused_sdp_choice(q, k, v, None, dropout_p, is_causal)).name
+    except Exception:  # private API: absent or changed in some versions
+        return "unknown"
+
+
 class Block(nn.Module):
-    def __init__(self, H, n, I, eps, dropout):
+    def __init__(self, H, n, I, eps, dropout, attention="eager"):
         super().__init__()
         self.n, self.D = n, H // n
+        self.attention = attention
         self.query, self.key, self.value = nn.Linear(H, H), nn.Linear(H, H), nn.Linear(H, H)
         self.attn_out = nn.Linear(H, H)
         self.attn_ln = nn.LayerNorm(H, eps=eps)
@@ -267,6 +299,11 @@ class Block(nn.Module):
         q = apply_rope(self.query(h).view(B, T, n, D), cos_pos, sin_pos)
         k = apply_rope(self.key(h).view(B, T, n, D), cos_pos, sin_pos)
         v = self.value(h).view(B, T, n, D)
+        if self.attention == "sdpa":  # (B, n, T, D); the causal mask as is_causal, dropout inside
+            ctx = F.scaled_dot_product_attention(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2),
+                                                 dropout_p=self.p if self.training else 0.0,
+                                                 is_causal=mask is not None)
+            return self.after_attention(h, ctx.transpose(1, 2).reshape(B, T, H))
         q = q.transpose(1, 2).reshape(B * n, T, D)
         kt = k.permute(0, 2, 3, 1).reshape(B * n, D, T)
         v = v.transpose(1, 2).reshape(B * n, T, D)
@@ -280,6 +317,10 @@ class Block(nn.Module):
         if self.p:
             probs = F.dropout(probs, self.p, self.training)
         ctx = torch.bmm(probs, v).view(B, n, T, D).transpose(1, 2).reshape(B, T, H)
+        return self.after_attention(h, ctx)
+
+    def after_attention(self, h, ctx):
+        """The output dense, residual LayerNorm and feed-forward on the context ctx (B, T, H)."""
         a = self.attn_out(ctx)
         if self.p:
             a = F.dropout(a, self.p, self.training)
@@ -293,13 +334,13 @@ class Block(nn.Module):
 class RoFormer(nn.Module):
     """HF RoFormerForMaskedLM / RoFormerForCausalLM (embedding_size = hidden_size)."""
 
-    def __init__(self, V, H, L, n, I, eps=1e-12, dropout=0.0, type_vocab=2):
+    def __init__(self, V, H, L, n, I, eps=1e-12, dropout=0.0, type_vocab=2, attention="eager"):
         super().__init__()
         self.H, self.n, self.p = H, n, dropout
         self.word = nn.Embedding(V, H)
         self.token_type = nn.Embedding(type_vocab, H)
         self.emb_ln = nn.LayerNorm(H, eps=eps)
-        self.layers = nn.ModuleList(Block(H, n, I, eps, dropout) for _ in range(L))
+        self.layers = nn.ModuleList(Block(H, n, I, eps, dropout, attention) for _ in range(L))
         self.head_dense = nn.Linear(H, H)
         self.head_ln = nn.LayerNorm(H, eps=eps)
         self.decoder_bias = nn.Parameter(torch.zeros(V))
@@ -370,7 +411,8 @@ def make_batches(args, count):
 
 def build(args):
     torch.manual_seed(args.seed)
-    model = RoFormer(args.vocab, args.hidden, args.layers, args.heads, args.ff, dropout=args.dropout)
+    model = RoFormer(args.vocab, args.hidden, args.layers, args.heads, args.ff, dropout=args.dropout,
+                     attention=resolve_attention(args.attention))
     model.train()
     decay, no_decay = [], []
     for name, p in model.named_parameters():
@@ -418,6 +460,12 @@ def run_one(args):
     if args.print_losses:
         print("losses: " + " ".join("%.4f" % l for l in losses))
     tokens = args.batch * args.seq * args.steps
+    attention = resolve_attention(args.attention)
+    backend = None
+    if attention == "sdpa":  # the kernel its calls take: q, k, v as the blocks pass them, in the autocast type
+        shape = (args.batch, args.heads, args.seq, args.hidden // args.heads)
+        dtype = torch.bfloat16 if args.precision == "bf16" else torch.float32
+        backend = sdpa_backend(*(torch.zeros(shape, dtype=dtype) for _ in range(3)), causal, args.dropout)
     fpt = flops_per_token(args.hidden, args.layers, args.ff, args.vocab, args.seq)
     tps = tokens / wall
     return {
@@ -426,6 +474,7 @@ def run_one(args):
         "threads": torch.get_num_threads(), "interop_threads": torch.get_num_interop_threads(),
         "steps": args.steps, "warmup": args.warmup, "dropout": args.dropout,
         "optim_impl": args.optim_impl, "repeat_batch": args.repeat_batch, "precision": args.precision,
+        "attention": attention, "sdpa_backend": backend,
         "params": sum(p.numel() for p in params),
         "matmul_params": matmul_params(args.hidden, args.layers, args.ff, args.vocab),
         "flops_per_token": fpt, "tokens_per_s": tps, "ms_per_step": wall * 1e3 / args.steps,
@@ -495,6 +544,16 @@ def self_test():
         want = blk.out_ln(blk.ff_out(F.gelu(blk.ff_in(a))) + a)
     assert torch.allclose(got, want, atol=1e-12), "fused attention != reference"
     print("attention: causal mask (clm), bidirectional (mlm), fused == reference: ok")
+    if has_sdpa():  # the SDPA blocks give the eager ones' outputs, causal and not
+        for m in (mask, None):
+            blk.attention = "sdpa"
+            with torch.no_grad():
+                got_sdpa = blk(h, cp, sp, m)
+            blk.attention = "eager"
+            with torch.no_grad():
+                got_eager = blk(h, cp, sp, m)
+            assert torch.allclose(got_sdpa, got_eager, atol=1e-10), "sdpa attention != eager"
+        print("attention: scaled_dot_product_attention == eager, causal and not: ok")
 
     # 5. loss at init ~ ln V; 30 steps on one repeated batch: the loss falls
     for task in ("clm", "mlm"):
@@ -554,7 +613,7 @@ def report(runs, ours):
     rows = []
     for r in runs:
         cfg = "%s %d/%d/%d/%d V%d" % (r["preset"], r["hidden"], r["layers"], r["heads"], r["ff"], r["vocab"])
-        rows.append([cfg, "%s %s" % (r["task"], r.get("precision", "fp32")), r["batch"], r["seq"], r["threads"], "%.2fM" % (r["params"] / 1e6),
+        rows.append([cfg, "%s %s %s" % (r["task"], r.get("precision", "fp32"), r.get("attention", "eager")), r["batch"], r["seq"], r["threads"], "%.2fM" % (r["params"] / 1e6),
                      "%.2f" % (r["flops_per_token"] / 1e6), "%.0f" % r["tokens_per_s"],
                      "%.1f" % r["ms_per_step"], "%.1f" % r["ms_per_step_min"], "%.1f" % r["gflops"],
                      "%.0f" % r["peak_rss_mib"], "%.3f -> %.3f" % (r["loss_first"], r["loss_last"])])
@@ -578,7 +637,8 @@ def report(runs, ours):
         o = match_ours(ours, r)
         r["ours"] = o
         ot, om = (_num(o.get("tokens_per_s")), _num(o.get("peak_rss_mib"))) if o else (None, None)
-        rows.append(["%s %s %s" % (r["preset"], r["task"], r.get("precision", "fp32")), r["threads"], "%.0f" % r["tokens_per_s"],
+        rows.append(["%s %s %s %s" % (r["preset"], r["task"], r.get("precision", "fp32"), r.get("attention", "eager")),
+                     r["threads"], "%.0f" % r["tokens_per_s"],
                      "%.0f" % ot if ot else "-", "%.2fx" % (ot / r["tokens_per_s"]) if ot else "-",
                      "%.0f" % r["peak_rss_mib"], "%.0f" % om if om else "-",
                      "%.2f" % (om / r["peak_rss_mib"]) if om else "-",
@@ -589,7 +649,7 @@ def report(runs, ours):
 def passthrough(args):
     out = []
     for name in ("vocab", "batch", "seq", "steps", "warmup", "task", "dropout", "lr", "seed", "optim_impl",
-                 "precision"):
+                 "precision", "attention"):
         out += ["--" + name.replace("_", "-"), str(getattr(args, name))]
     if args.repeat_batch:
         out.append("--repeat-batch")
@@ -637,9 +697,9 @@ def main(args):
         print()
     else:
         print("%s: hidden %d, layers %d, heads %d, ff %d, vocab %d, batch %d, seq %d, threads %d, task %s, "
-              "%d warm-up + %d timed steps" % (args.preset, args.hidden, args.layers, args.heads, args.ff,
-                                               args.vocab, args.batch, args.seq, args.threads, args.task,
-                                               args.warmup, args.steps), flush=True)
+              "attention %s, %d warm-up + %d timed steps"
+              % (args.preset, args.hidden, args.layers, args.heads, args.ff, args.vocab, args.batch, args.seq,
+                 args.threads, args.task, resolve_attention(args.attention), args.warmup, args.steps), flush=True)
         runs = [run_one(args)]
     report(runs, ours)
     if args.json:
