@@ -109,9 +109,11 @@ void onednn_matmul(const dnnl::memory::desc& src, const void* src_data, const dn
   put_desc(key, at, dst);
   key[at++] = bias != nullptr;
   key[at++] = accumulate;
-  // Per thread, about 45 KB each: a causal attention of up to 6,500 keys (5 products × T/64 key
-  // extents) runs from the cache.
-  constexpr size_t kCached = 512;
+  // Per thread. A step's products fit: the per-block bf16 attention, which training runs up to 768
+  // keys (beyond, and in inference, the fused kernels take attention), makes at most 5 kinds × 12 key
+  // extents, the linear layers about 14 more. Each entry holds its JIT code and scratch, up to about
+  // 180 KB: at 512 a fine-tuning run whose batches come at many lengths peaked 130 MiB higher, no faster.
+  constexpr size_t kCached = 128;
   thread_local RecentPrimitives<CachedMatmul, std::tuple_size_v<MatmulKey>> recent(kCached);
   CachedMatmul& m = recent.get(key, [&] {
     dnnl::primitive_attr attr;
