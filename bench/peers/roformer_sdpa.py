@@ -160,10 +160,10 @@ def load_roformer_sdpa(model_dir):
     return model.eval()
 
 
-def sdpa_backend(q, k, v, mask=None, is_causal=False):
+def sdpa_backend(q, k, v, mask=None, is_causal=False, dropout_p=0.0):
     """The name of the kernel SDPA picks for these inputs ("FLASH_ATTENTION", "MATH", ...), or "unknown"."""
     try:
         from torch.nn.attention import SDPBackend
-        return SDPBackend(torch._fused_sdp_choice(q, k, v, mask, 0.0, is_causal)).name
+        return SDPBackend(torch._fused_sdp_choice(q, k, v, mask, dropout_p, is_causal)).name
     except Exception:  # private API: absent or changed in some versions
         return "unknown"

@@ -272,15 +272,6 @@ def resolve_attention(attention):
     return attention
 
 
-def sdpa_backend(q, k, v, is_causal, dropout_p):
-    """The kernel SDPA picks for these inputs ("FLASH_ATTENTION", "MATH", ...), or "unknown"."""
-    try:
-        from torch.nn.attention import SDPBackend
-        return SDPBackend(torch._fused_sdp_choice(q, k, v, None, dropout_p, is_causal)).name
-    except Exception:  # private API: absent or changed in some versions
-        return "unknown"
-
-
 class Block(nn.Module):
     def __init__(self, H, n, I, eps, dropout, attention="eager"):
         super().__init__()
@@ -465,7 +456,8 @@ def run_one(args):
     if attention == "sdpa":  # the kernel its calls take: q, k, v as the blocks pass them, in the autocast type
         shape = (args.batch, args.heads, args.seq, args.hidden // args.heads)
         dtype = torch.bfloat16 if args.precision == "bf16" else torch.float32
-        backend = sdpa_backend(*(torch.zeros(shape, dtype=dtype) for _ in range(3)), causal, args.dropout)
+        from roformer_sdpa import sdpa_backend  # PyTorch >= 2.0 only
+        backend = sdpa_backend(*(torch.zeros(shape, dtype=dtype) for _ in range(3)), None, causal, args.dropout)
     fpt = flops_per_token(args.hidden, args.layers, args.ff, args.vocab, args.seq)
     tps = tokens / wall
     return {
