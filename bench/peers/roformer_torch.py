@@ -264,7 +264,7 @@ def has_sdpa():
 
 
 def resolve_attention(attention):
-    """--attention auto|sdpa|eager to sdpa or eager; sdpa needs PyTorch >= 2.0."""
+    """--attention auto|sdpa|eager to sdpa or eager (idempotent); sdpa needs PyTorch >= 2.0."""
     if attention == "auto":
         return "sdpa" if has_sdpa() else "eager"
     if attention == "sdpa" and not has_sdpa():
@@ -451,9 +451,8 @@ def run_one(args):
     if args.print_losses:
         print("losses: " + " ".join("%.4f" % l for l in losses))
     tokens = args.batch * args.seq * args.steps
-    attention = resolve_attention(args.attention)
     backend = None
-    if attention == "sdpa":  # the kernel its calls take: q, k, v as the blocks pass them, in the autocast type
+    if args.attention == "sdpa":  # the kernel its calls take: q, k, v as the blocks pass them, in the autocast type
         shape = (args.batch, args.heads, args.seq, args.hidden // args.heads)
         dtype = torch.bfloat16 if args.precision == "bf16" else torch.float32
         from roformer_sdpa import sdpa_backend  # PyTorch >= 2.0 only
@@ -466,7 +465,7 @@ def run_one(args):
         "threads": torch.get_num_threads(), "interop_threads": torch.get_num_interop_threads(),
         "steps": args.steps, "warmup": args.warmup, "dropout": args.dropout,
         "optim_impl": args.optim_impl, "repeat_batch": args.repeat_batch, "precision": args.precision,
-        "attention": attention, "sdpa_backend": backend,
+        "attention": args.attention, "sdpa_backend": backend,
         "params": sum(p.numel() for p in params),
         "matmul_params": matmul_params(args.hidden, args.layers, args.ff, args.vocab),
         "flops_per_token": fpt, "tokens_per_s": tps, "ms_per_step": wall * 1e3 / args.steps,
@@ -679,6 +678,7 @@ def main(args):
         torch.set_num_threads(args.threads)
         self_test()
         return
+    args.attention = resolve_attention(args.attention)  # once: what the runs (and a sweep's children) get
     ours = load_ours(args.ours) if args.ours else None
     print("torch %s, python %s (%s), %s, %d cpus, OMP_WAIT_POLICY=%s, OMP_NUM_THREADS=%s, blas %s"
           % (torch.__version__, platform.python_version(), sys.executable, platform.machine(),
@@ -691,7 +691,7 @@ def main(args):
         print("%s: hidden %d, layers %d, heads %d, ff %d, vocab %d, batch %d, seq %d, threads %d, task %s, "
               "attention %s, %d warm-up + %d timed steps"
               % (args.preset, args.hidden, args.layers, args.heads, args.ff, args.vocab, args.batch, args.seq,
-                 args.threads, args.task, resolve_attention(args.attention), args.warmup, args.steps), flush=True)
+                 args.threads, args.task, args.attention, args.warmup, args.steps), flush=True)
         runs = [run_one(args)]
     report(runs, ours)
     if args.json:

@@ -124,6 +124,15 @@ void keep_attention_memory(model::RoFormer<float>& m, const std::string& memory)
   if (memory == "linear") m.set_max_kept_keys(0);
 }
 
+// run gets the census of the output gradients the backward rounded to bf16 since `before` (warm-up
+// steps included).
+void add_gradient_census(nlohmann::json& run, const ops::GradientUnderflow& before) {
+  const ops::GradientUnderflow u = ops::bf16_gradient_underflow();
+  run["bf16_gradient_values"] = u.values - before.values;
+  run["bf16_gradients_below_bf16_normal"] = u.below_bf16 - before.below_bf16;
+  run["bf16_gradients_below_fp16_subnormal"] = u.below_fp16 - before.below_fp16;
+}
+
 }  // namespace
 
 int bench_train(const BenchTrainOptions& o) {
@@ -194,12 +203,7 @@ int bench_train(const BenchTrainOptions& o) {
                               {"cpu_isa", ops::cpu_isa_name()},
                               {"comm_wait_ms_median", waits[waits.size() / 2] * 1e3}};
   run.update(memory);
-  if (precision == train::TrainPrecision::bf16) {  // the output gradients the backward rounded to bf16, warm-up steps included
-    const ops::GradientUnderflow u = ops::bf16_gradient_underflow();
-    run["bf16_gradient_values"] = u.values - underflow0.values;
-    run["bf16_gradients_below_bf16_normal"] = u.below_bf16 - underflow0.below_bf16;
-    run["bf16_gradients_below_fp16_subnormal"] = u.below_fp16 - underflow0.below_fp16;
-  }
+  if (precision == train::TrainPrecision::bf16) add_gradient_census(run, underflow0);
   if (o.json) {
     fmt::print("{}\n", nlohmann::json{{"tool", "roformer bench train"}, {"runs", {run}}}.dump(2));
   } else {
