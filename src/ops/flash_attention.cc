@@ -4,9 +4,9 @@
 // statically; a block runs in FlashBlockKernel, compiled once per SIMD target (Highway) and
 // dispatched at run time:
 //  - its queries are copied transposed to the thread's buffer qt (D, kBlockRows) first (so out may
-//    be q), with each row's key limit; where a pair has several blocks, the thread copies the pair's
-//    keys and values into buffers of its own, rows D and Dp apart, as the blocks first need them (see
-//    FlashWork::kpack), so that the products walk contiguous rows;
+//    be q), with each row's key limit; from 1,024 queries and keys (kPackFromRows) the thread copies
+//    the pair's keys and values into buffers of its own, rows D and Dp apart, as the blocks first need
+//    them (see FlashWork::kpack), so that the products walk contiguous rows;
 //  - for each tile of kTileKeys keys that some row of the block sees (the causal upper triangle,
 //    trailing padding and prefix limits end the loop; a tile of padding only is skipped), the scores
 //    come transposed, st (keys, rows) = k·qt, from a register-blocked product (4 keys × up to 4 vectors
@@ -42,6 +42,8 @@ namespace ops {
 constexpr int64_t kBlockRows = 64;  // query rows per block
 constexpr int64_t kTileKeys = 64;   // keys per tile: a multiple of every target's vector width
 constexpr int64_t kMaxLanes = 16;   // the widest target's fp32 lanes (AVX-512): buffers padded to it
+// The forward packs each pair's keys and values from this many queries and keys (FlashWork::kpack).
+constexpr int64_t kPackFromRows = 1024;
 
 // What one thread's blocks read and where they work (FlashBlockKernel).
 struct FlashWork {
@@ -59,12 +61,13 @@ struct FlashWork {
   float *qt, *st, *o, *m, *l, *alpha, *vt, *mean;
   int32_t* lim;
   int64_t mean_bh = -1;    // mean holds pair mean_bh's
-  // A pair's keys and values packed, (Tk, D) and (Tk, Dp), when the call has several blocks of queries
-  // per pair (else null): pair packed_bh's first `packed` keys, copied as the blocks first need them (a
-  // causal block copies only what it reads). In place a head's rows lie C floats apart (3 KB in a
-  // 12 × 64 model: about a page per key, and a tile's rows on a quarter of L1's sets), and every block
-  // walks all of them: packed, the forward ran 1.3× faster and the backward 1.4× at 8,192 keys (12
-  // heads of 64, full, one thread, Zen 4).
+  // A pair's keys and values packed, (Tk, D) and (Tk, Dp), from kPackFromRows queries and keys (else
+  // null): pair packed_bh's first `packed` keys, copied as the blocks first need them (a causal block
+  // copies only what it reads). In place a head's rows lie C floats apart (3 KB in a 12 × 64 model:
+  // about a page per key, and a tile's rows on a quarter of L1's sets), and every block walks all of
+  // them. Packed, the forward ran 1.3× faster at 8,192 keys and 1.1× at 2,048, 2–3% at 1,024, the same
+  // at 512, and 4–10% slower at 128–256, where too few blocks share the copy (12 heads of 64, full,
+  // one thread, Zen 4). The backward, a head per thread, always packs: 1.4× at 8,192 keys.
   float *kpack = nullptr, *vpack = nullptr;
   int64_t packed_bh = -1, packed = 0;
   float* stats = nullptr;  // training: (B, H, T, 2) each row's (m, 1/l) written, else null
@@ -299,8 +302,7 @@ void FlashBlockKernel(FlashWork& w, int64_t bh, int64_t r0, int64_t rows) {
   const float* k_in = w.k + b * s.key_stride() * C + h * D;  // head h of key 0 in batch b, in place
   const float* v_in = w.v + b * s.key_stride() * C + h * D;
   if (w.kpack && w.packed_bh != bh) w.packed_bh = bh, w.packed = 0;
-  // The keys and values the products read, and their row strides: packed, or in place.
-  const float *kh = w.kpack ? w.kpack : k_in, *vh = w.kpack ? w.vpack : v_in;
+  const float *kh = w.kpack ? w.kpack : k_in, *vh = w.kpack ? w.vpack : v_in;  // what the products read
   const int64_t ks = w.kpack ? D : C, vs = w.kpack ? Dp : C;
   const bool direct_v = w.kpack || Dp == D;  // values read where they are, else from vt (rows Dp apart)
   const float ninf = -std::numeric_limits<float>::infinity();
@@ -534,7 +536,7 @@ void flash_attention_forward(float* out, const float* q, const float* k, const f
   const KeyMask mask(key_mask, s);
   const float scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(D)));
   const double work = static_cast<double>(s.B * s.H) * static_cast<double>(s.T) * static_cast<double>(Tk) * D;
-  const bool pack = s.T > kBlockRows;  // several blocks read each pair's keys: packed once a pair per thread
+  const bool pack = s.T >= kPackFromRows && Tk >= kPackFromRows;  // see FlashWork::kpack
 #pragma omp parallel if (work >= base::kParallelMinElements)
   {
     std::vector<float> qt(D * kBlockRows), st(kTileKeys * kBlockRows), o(kBlockRows * Dp), m(kBlockRows),

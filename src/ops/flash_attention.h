@@ -4,7 +4,8 @@
 // each row's running maximum and sum (online softmax, fp32) and adds their probabilities times the
 // tile's values into the block's output rows, which are divided by the sums at the end. No (T, Tk)
 // or (rows, Tk) matrix exists: a thread holds its block's queries, one tile of scores and the block's
-// outputs (about 50 KB at head dim 64), whatever the lengths. The backward has the same shape, the
+// outputs (about 50 KB at head dim 64), and from 1,024 queries and keys a head's keys and values
+// packed (2·Tk·D floats: 4 MiB at 8,192 keys of 64), memory linear in Tk. The backward has the same shape, the
 // probabilities remade per tile from each row's statistics (m, 1/l), which the forward writes for it.
 // Semantics are attention_forward's (attention.h) with fp32 products: the same causal mask (with
 // q_start), UniLM prefix limits (row_limit), key padding mask, cross-attention (Tk) and cache layout

@@ -150,6 +150,28 @@ TEST(FlashAttention, MatchesTheFp64ForwardOnRandomShapesOnEverySimdTarget) {
   }
 }
 
+// From 1,024 queries and keys the forward packs each pair's keys and values (FlashWork::kpack) as the
+// blocks first need them: head dims that are and are not whole vectors, causal (a block packs only
+// what it reads) and not, key padding, prefix limits, a cache's prefill and a cross-attention with
+// keys strided by a capacity, dropout, on every SIMD target.
+TEST(FlashAttention, MatchesTheFp64ForwardWithPackedKeysOnEverySimdTarget) {
+  std::mt19937_64 rng(57);
+  struct Case { int64_t B, T, H, D; bool causal; int64_t q_start, Tk, kv_stride; bool masked, limits; double p; };
+  const Case cases[] = {{1, 1100, 1, 24, true, 0, 0, 0, true, false, 0.0},
+                        {2, 1030, 1, 16, false, 0, 0, 0, true, true, 0.0},
+                        {1, 1024, 2, 3, true, 40, 1064, 1070, false, false, 0.0},
+                        {1, 1060, 1, 32, false, 0, 1200, 1203, false, false, 0.2}};
+  for (const Case& k : cases) {
+    ops::AttentionShape s{k.B, k.T, k.H, k.D, k.causal};
+    s.q_start = k.q_start, s.Tk = k.Tk, s.kv_stride = k.kv_stride;
+    if (k.p > 0) s.dropout_p = k.p, s.dropout_seed = rng(), s.dropout_row0 = 3;
+    const FlashCase c = make_case(rng, s, k.masked, k.limits);
+    SCOPED_TRACE(describe(c));
+    const Vec ref = reference(c);
+    for_each_simd_target([&] { expect_close_fp32(run(c), ref, 5e-6); });
+  }
+}
+
 // Shapes of the models: RoFormer-base's heads over several row blocks and key tiles (a partial last
 // one), causal and not, with trailing padding.
 FlashCase model_case(std::mt19937_64& rng, bool causal, bool bf16) {
