@@ -11,9 +11,9 @@
 //    trailing padding and prefix limits end the loop; a tile of padding only is skipped), the scores
 //    come transposed, st (keys, rows) = k·qt, from a register-blocked product (4 keys × up to 4 vectors
 //    of rows, each step broadcasting a key's element), over the vectors of rows that see some key of
-//    the tile. A vector of rows is then a vector of lanes all through the online softmax: masked scores become
-//    −inf (a key past a row's limit, a padded key), each lane's maximum over the tile is a vertical
-//    max, the running maxima, sums and rescaling factors are vectors, st becomes exp(score − max);
+//    the tile. A vector of rows is then a vector of lanes all through the online softmax: masked
+//    scores become −inf (a key past a row's limit, a padded key), each lane's maximum over the tile is
+//    a vertical max, the running maxima, sums and rescaling factors are vectors, st becomes exp(score − max);
 //    no horizontal reduction anywhere. The scale 1/√D enters there, in one fused multiply-subtract
 //    (score·scale − max), not by rounding scaled queries: an error in a score is an error in its
 //    exponential, relative to the score's size. Attention dropout then zeroes and scales p by its
