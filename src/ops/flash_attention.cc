@@ -8,19 +8,19 @@
 //    the pair's keys and values into buffers of its own, rows D and Dp apart, as the blocks first need
 //    them (see FlashWork::kpack), so that the products walk contiguous rows;
 //  - for each tile of kTileKeys keys that some row of the block sees (the causal upper triangle,
-//    trailing padding and prefix limits end the loop; a tile of padding only is skipped), the scores
-//    come transposed, st (keys, rows) = k·qt, from a register-blocked product (4 keys × up to 4 vectors
-//    of rows, each step broadcasting a key's element), over the vectors of rows that see some key of
-//    the tile. A vector of rows is then a vector of lanes all through the online softmax: masked
-//    scores become −inf (a key past a row's limit, a padded key), each lane's maximum over the tile is
-//    a vertical max, the running maxima, sums and rescaling factors are vectors, st becomes exp(score − max);
-//    no horizontal reduction anywhere. The scale 1/√D enters there, in one fused multiply-subtract
-//    (score·scale − max), not by rounding scaled queries: an error in a score is an error in its
-//    exponential, relative to the score's size. Attention dropout then zeroes and scales p by its
-//    counter-based mask (dropout-inl.h), after the sums. The block's fp32 outputs are rescaled where a
-//    maximum grew and accumulate p·v (the same product, p read from st transposed, values read
-//    packed, in place, or for a single block with D not a multiple of the vector width from a copy
-//    of the tile padded to whole vectors);
+//    trailing padding and prefix limits end the loop; a tile of padding only is skipped), the
+//    scores come transposed, st (keys, rows) = k·qt, from a register-blocked product (4 keys × up
+//    to 4 vectors of rows, each step broadcasting a key's element), over the vectors of rows that
+//    see some key of the tile. A vector of rows is then a vector of lanes all through the online
+//    softmax: masked scores become −inf (a key past a row's limit, a padded key), each lane's
+//    maximum over the tile is a vertical max, the running maxima, sums and rescaling factors are
+//    vectors, st becomes exp(score − max); no horizontal reduction anywhere. The scale 1/√D enters
+//    there, in one fused multiply-subtract (score·scale − max), not by rounding scaled queries: an
+//    error in a score is an error in its exponential, relative to the score's size. Attention
+//    dropout then zeroes and scales p by its counter-based mask (dropout-inl.h), after the sums.
+//    The block's fp32 outputs are rescaled where a maximum grew and accumulate p·v (the same
+//    product, p read from st transposed, values read packed or in place, or, unpacked with D not a
+//    multiple of the vector width, from a copy of the tile padded to whole vectors);
 //  - the rows are divided by their sums and written (with the statistics m, 1/l for training); a row
 //    that sees no key gets the mean of all Tk values (uniform attention, as Hugging Face's finfo.min
 //    mask gives; under dropout the mean of the kept ones, scaled).
