@@ -41,13 +41,6 @@
 namespace roformer {
 namespace {
 
-// --simd-target: Highway's dispatch capped at that target.
-void apply_simd_target(const BenchAttentionOptions& o) {
-  if (!o.simd_target.empty() && !cap_simd_target(o.simd_target)) {
-    throw std::invalid_argument("--simd-target " + o.simd_target + ": not a Highway target this CPU supports");
-  }
-}
-
 // Registers `call` with Google Benchmark under `key` for --repetitions repetitions of --min-time each,
 // on `threads` OpenMP threads (0: as set); run_benchmarks_interleaved then leaves its fastest seconds
 // per call in seconds[key].
@@ -65,7 +58,7 @@ void register_timed(std::map<std::string, double>& seconds, const std::string& k
 
 // --fused: milliseconds per call of each kernel, and the ratio.
 int bench_attention_fused(const BenchAttentionOptions& o) {
-  apply_simd_target(o);
+  cap_simd_target(o.simd_target);
   const int64_t H = o.heads, D = o.head_dim, C = H * D;
   const bool causal = o.mask == "causal", bf16 = o.precision == "bf16";
   if (bf16) {
@@ -144,7 +137,7 @@ int bench_attention_fused(const BenchAttentionOptions& o) {
 // --decode: one layer's decoding step (B rows, one query each over T keys of its own cache row) in µs,
 // over an fp32 cache and over the same keys and values in bf16 (Google Benchmark, interleaved).
 int bench_decode(const BenchAttentionOptions& o) {
-  apply_simd_target(o);
+  cap_simd_target(o.simd_target);
   const int64_t B = o.decode_rows, H = o.heads, D = o.head_dim, C = H * D;
   const int64_t capacity = *std::max_element(o.lengths.begin(), o.lengths.end());
   base::check_fits_in_memory(3.0 * sizeof(float) * static_cast<double>(B) * static_cast<double>(capacity) * static_cast<double>(C),

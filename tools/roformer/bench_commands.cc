@@ -81,6 +81,9 @@ void add_bench_commands(CLI::App& app, CommandTable& commands) {
   bench_infer_cmd->add_option("--min-time", bench_infer->min_time, "Seconds of timed forwards, at least")
       ->check(CLI::Range(0.0, 3600.0));
   bench_infer_cmd->add_option("--threads", bench_infer->threads, "OpenMP threads (0: all)")->check(thread_count());
+  bench_infer_cmd->add_option("--simd-target", bench_infer->simd_target,
+                              "Cap our kernels' SIMD dispatch at this Highway target (e.g. AVX2 on an AVX-512 CPU; "
+                              "oneDNN and OpenBLAS take ONEDNN_MAX_CPU_ISA and OPENBLAS_CORETYPE)");
   bench_infer_cmd->add_flag("--json", bench_infer->json, "Print JSON (for bench/peers/roformer_infer_hf.py)");
 
   auto bench_att = std::make_shared<BenchAttentionOptions>();

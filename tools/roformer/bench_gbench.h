@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -37,16 +38,18 @@ class FastestRunReporter : public benchmark::BenchmarkReporter {
   Seconds seconds_;
 };
 
-// Disables every Highway target better than `name` (lower bits are better targets). False if the
-// CPU does not support that target.
-inline bool cap_simd_target(const std::string& name) {
+// Disables every Highway target better than `name` (lower bits are better targets): the
+// --simd-target option of the bench commands, empty for the CPU's best. Throws std::invalid_argument
+// naming the option if the CPU does not support that target.
+inline void cap_simd_target(const std::string& name) {
+  if (name.empty()) return;
   for (int64_t target : hwy::SupportedAndGeneratedTargets()) {
     if (strcasecmp(hwy::TargetName(target), name.c_str()) == 0) {
       hwy::DisableTargets(target - 1);
-      return true;
+      return;
     }
   }
-  return false;
+  throw std::invalid_argument("--simd-target " + name + ": not a Highway target this CPU supports");
 }
 
 // Runs the registered benchmarks with their repetitions in random order (so the machine's noise

@@ -2,7 +2,8 @@
 // bench/peers/roformer_infer_hf.py, times the same directory in PyTorch + transformers). The batch is
 // B × T deterministic ids, (i·7919 + 13) mod V, all real tokens, token type 0; the peer builds the same
 // one, and both report a checksum of the output so the comparison is of the same computation.
-// Reports load time, latency (median, min), tokens/s, GFLOP/s and peak RSS, as text or JSON.
+// Reports load time, latency (median, min), tokens/s, GFLOP/s and peak RSS, as text or JSON; --simd-target
+// caps our Highway kernels' dispatch (attention, norms, RoPE), to measure the AVX2 path on an AVX-512 CPU.
 #include <fmt/core.h>
 #include <omp.h>
 
@@ -12,9 +13,11 @@
 #include <stdexcept>
 #include <vector>
 
+#include "bench_gbench.h"
 #include "bench_util.h"
 #include "commands.h"
 #include "infer/pipeline.h"
+#include "ops/vmath.h"
 
 namespace roformer {
 namespace {
@@ -35,6 +38,7 @@ void check_model_fits(const BenchInferOptions& o, const model::RoFormer<float>& 
 }  // namespace
 
 int bench_infer(const BenchInferOptions& o) {
+  cap_simd_target(o.simd_target);
   if (o.threads > 0) omp_set_num_threads(o.threads);
   const auto t_load = bench_clock::now();
   infer::LoadOptions load_options;
@@ -86,6 +90,7 @@ int bench_infer(const BenchInferOptions& o) {
                               {"keep", o.keep},
                               {"linears", linears},
                               {"threads", omp_get_max_threads()},
+                              {"simd_target", ops::vmath_target()},
                               {"batch", B},
                               {"seq", T},
                               {"hidden", H},
@@ -103,9 +108,9 @@ int bench_infer(const BenchInferOptions& o) {
   if (o.json) {
     fmt::print("{}\n", nlohmann::json{{"tool", "roformer bench infer"}, {"runs", {run}}}.dump(2));
   } else {
-    fmt::print("{} B={} T={} threads={} ({}, {}): {:.2f} ms median, {:.2f} ms min over {} runs, {:.0f} tok/s, "
+    fmt::print("{} B={} T={} threads={} {} ({}, {}): {:.2f} ms median, {:.2f} ms min over {} runs, {:.0f} tok/s, "
                "{:.1f} GFLOP/s, load {:.2f} s, peak RSS {:.0f} MiB\n",
-               o.model, B, T, omp_get_max_threads(), o.keep, linears, median * 1e3, best * 1e3, times.size(), tokens_per_s,
+               o.model, B, T, omp_get_max_threads(), ops::vmath_target(), o.keep, linears, median * 1e3, best * 1e3, times.size(), tokens_per_s,
                tokens_per_s * flops_per_token * 1e-9, load_s, peak);
   }
   return 0;

@@ -65,6 +65,7 @@ struct BenchInferOptions {
   int64_t batch = 1, seq = 128, warmup = 2, min_reps = 5;
   double min_time = 3.0;         // seconds of timed forwards, at least min_reps of them
   int threads = 0;
+  std::string simd_target;  // e.g. AVX2: our kernels dispatch to no better Highway target (the CPU's best if empty)
   bool json = false;
 };
 int bench_infer(const BenchInferOptions& options);
