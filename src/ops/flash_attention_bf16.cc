@@ -576,6 +576,8 @@ struct AmxTiles {
 // rounding flushes the inputs' already). With kDotOrder, each pair's odd product first instead, as
 // AVX512-BF16's VDPBF16PS adds them: the tile kernel then gives DotProducts' bits, which tests its
 // layouts and padding to the last bit. A tile operation outside Configure … Release aborts.
+// TileProducts' functions carry OPS_AMX_TARGET whichever the tiles, but GCC never emits a tile
+// instruction on its own: on these tiles they run on any CPU with AVX512-BF16.
 template <bool kDotOrder>
 struct EmulatedTiles {
   void Configure() { configured = true; }
