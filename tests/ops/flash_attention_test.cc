@@ -369,13 +369,18 @@ TEST(FlashAttentionBf16Amx, EmulatedTilesAgreeWithTheDotProducts) {
   std::printf("worst NMSE against the dot products %.3g, worst row statistic difference %.3g\n", worst, worst_stats);
 }
 
-// The real tiles, where the CPU and OS have AMX-BF16: as close to fp64 as the per-block bf16 path, and
-// within the dot products' tolerances of the emulated tiles (the hardware may add a pair's two
-// products in another order, or round once per pair).
+// The real tiles, where the CPU and OS have AMX-BF16 and ROFORMER_AMX_ATTENTION=1 (the switch that
+// routes inference to them, off until this test has passed on AMX hardware: so a machine's ordinary run
+// does not depend on a path it never takes): as close to fp64 as the per-block bf16 path, and within
+// the dot products' tolerances of the emulated tiles (the hardware may add a pair's two products in
+// another order, or round once per pair).
 TEST(FlashAttentionBf16Amx, RealTilesAgreeWithTheEmulatedOnes) {
   if (!ops::flash_attention_amx_available()) {
     GTEST_SKIP() << "no AMX-BF16 here (CPUID, or the OS refused the tile data state): the real tile path is "
                     "untested on this machine";
+  }
+  if (!ops::flash_attention_amx_enabled()) {
+    GTEST_SKIP() << "AMX-BF16 here, but ROFORMER_AMX_ATTENTION=1 is not set: run with it to validate the tiles";
   }
   std::mt19937_64 rng(60);
   for (int i = 0; i < 35; ++i) {
