@@ -14,7 +14,8 @@
 // finfo.min mask gives. Results equal attention_forward's and attention_backward's per-
 // block path up to fp32 rounding (the sums are accumulated in another order), not bit for bit. A
 // bf16-product variant of both (flash_attention_forward_bf16, flash_attention_backward_bf16) serves
-// bf16 inference and training on CPUs with AVX512-BF16.
+// bf16 inference and training on CPUs with AVX512-BF16 (the forward's products on AMX tiles where
+// asked for: flash_attention_amx_enabled).
 #pragma once
 
 #include <cstdint>
@@ -68,6 +69,30 @@ void flash_attention_forward_bf16(float* out, const float* q, const float* k, co
 void flash_attention_backward_bf16(float* dq, float* dk, float* dv, const float* dout, const float* out,
                                    const float* stats, const float* q, const float* k, const float* v,
                                    const int64_t* key_mask, const AttentionShape& s);
+
+// The products flash_attention_forward_bf16's kernel takes its scores and p·v on: AVX512-BF16's dot
+// products (the default), AMX-BF16's tiles (Sapphire Rapids and later; where
+// flash_attention_amx_enabled()), or, for tests of the tile kernel's layouts and padding on CPUs
+// without AMX, the same tile kernel with its tile operations emulated in scalar code (slow): as the
+// SDM gives TDPBF16PS (each pair's even product added first), or in VDPBF16PS's order (odd first),
+// which gives the dot products' bits.
+enum class Bf16Products { dot, amx, amx_emulated, amx_emulated_in_dot_order };
+
+// flash_attention_forward_bf16 on the products named, to compare them: the same arguments and checks;
+// Bf16Products::amx throws std::invalid_argument unless flash_attention_amx_available(). Each agrees
+// with the others up to the order of fp32 sums.
+void flash_attention_forward_bf16_with(Bf16Products products, float* out, const float* q, const float* k,
+                                       const float* v, const int64_t* key_mask, const AttentionShape& s,
+                                       float* stats = nullptr, uint16_t* out16 = nullptr);
+
+// Whether the CPU and OS let the bf16 forward take its products on AMX tiles: CPUID's AMX-TILE and
+// AMX-BF16 beside AVX512-BF16, and Linux granting the process the tile data state (arch_prctl).
+bool flash_attention_amx_available();
+
+// Whether flash_attention_forward_bf16 does: where AMX is available and the environment sets
+// ROFORMER_AMX_ATTENTION=1 (read once). Off by default until the tile path has been validated and
+// timed on AMX hardware; AVX512-BF16's dot products stay the default everywhere.
+bool flash_attention_amx_enabled();
 
 // Whether flash_attention_forward_bf16 takes s: bf16 products, nothing saved (inference) or row
 // statistics (training; the backward too), fewer than 2^31 keys, on a CPU with AVX512-BF16

@@ -38,14 +38,22 @@
 //    (under dropout the mean of the kept ones, scaled).
 // A thread holds the block's buffers (about (D + 2·kTileKeys)·kBlockRows words) and one head's bf16
 // keys and values (4·Tk·D bytes: 2 MB at 8,192 keys of 64).
+// The two products are the kernel's template parameter: AVX512-BF16's dot products above (DotProducts,
+// the default), or AMX-BF16's tiles (TileProducts: keys padded to whole tile rows, values kept
+// transposed per tile of keys; see its section), which flash_attention_forward_bf16 takes only where
+// the CPU and OS have AMX and ROFORMER_AMX_ATTENTION=1 (not yet validated on AMX hardware). Tests run
+// the tile kernel everywhere on tiles emulated in scalar code (EmulatedTiles).
 #include "flash_attention.h"
 
 #include <algorithm>
+#include <bit>
 #include <cmath>
 #include <cstdint>
+#include <cstdlib>
 #include <cstring>
 #include <limits>
 #include <stdexcept>
+#include <string_view>
 #include <vector>
 
 #include "attention_mask.h"
@@ -58,6 +66,10 @@
 #endif
 #include <immintrin.h>
 #define OPS_BF16_KERNELS 1
+#endif
+#ifdef __linux__
+#include <sys/syscall.h>
+#include <unistd.h>
 #endif
 
 namespace ops {
@@ -84,17 +96,20 @@ struct Bf16Work {
   const AttentionShape* s = nullptr;
   float scale = 1;
   int64_t Dh = 0;  // pairs of dimensions, ⌈D/2⌉
-  // The block's: scaled queries as bf16 pairs (Dh, kBlockRows); a tile's scores (kTileKeys,
+  // The products' padding (DotProducts: none; TileProducts: whole tiles): k2's and qt2's pair words
+  // per key and query (kw ≥ Dh, zero past Dh), oT's rows (Dp ≥ D, zero past D).
+  int64_t kw = 0, Dp = 0;
+  // The block's: scaled queries as bf16 pairs (kw, kBlockRows); a tile's scores (kTileKeys,
   // kBlockRows); its probabilities as bf16 pairs of keys (kTileKeys/2, kBlockRows); the
-  // outputs transposed (D, kBlockRows); each row's running maximum, sum, last rescaling factor, key
+  // outputs transposed (Dp, kBlockRows); each row's running maximum, sum, last rescaling factor, key
   // limit (−1: sees nothing); the head's mean value (D: rows that see no key).
   std::vector<uint32_t> qt2, pt2;
   std::vector<uint16_t> q16;  // one query row's bf16 (2·Dh)
   std::vector<float> st, oT, m, l, alpha, mean;
   std::vector<int32_t> lim;
-  // The head's keys and values in bf16 (k2 (Tk, Dh) pairs, v2 (⌈Tk/2⌉, D) pairs of keys), those of
-  // pair head_bh, converted for keys [0, converted).
-  std::vector<uint32_t> k2, v2;
+  // The head's keys and values in bf16 (k2 (Tk, kw) pairs along D; v2 pairs of keys, laid out as
+  // the products read them), those of pair head_bh, converted for keys [0, converted); vrow (D) scratch.
+  std::vector<uint32_t> k2, v2, vrow;
   int64_t head_bh = -1, converted = 0, mean_bh = -1;
   // Attention dropout: the block's pair's mask (drop.keep null without), and the block's first row.
   base::Keep keep{0, 0.0};
@@ -270,16 +285,52 @@ OPS_BF16_TARGET void Product(const uint32_t* a, int64_t ar, int64_t ax, const ui
   }
 }
 
-// Keys and values [w.converted, end) of head h in batch b rounded into w.k2 and w.v2 (end even or Tk).
-OPS_BF16_TARGET void ConvertKeys(Bf16Work& w, const float* kh, const float* vh, int64_t end) {
+// BlockKernel's two products on AVX512-BF16's dot products, PanelProduct's (the default): keys k2
+// (Tk, Dh), values v2 (⌈Tk/2⌉, D) pairs of consecutive keys, D as lanes, outputs oT (D, rows).
+struct DotProducts {
+  static void Allocate(Bf16Work& w) {
+    const int64_t D = w.s->D, Tk = w.s->keys();
+    w.kw = w.Dh, w.Dp = D;
+    w.k2.resize(Tk * w.Dh), w.v2.resize((Tk + 1) / 2 * D), w.qt2.resize(w.Dh * kBlockRows);
+    w.oT.resize(D * kBlockRows);
+  }
+  void Begin() {}  // per thread and call
+  void End() {}
+
+  // Values [w.converted, end) of the head (vh: its key 0) into v2 (end even or Tk).
+  OPS_BF16_TARGET void Values(Bf16Work& w, const float* vh, int64_t end) {
+    const int64_t C = w.s->H * w.s->D, D = w.s->D;
+    for (int64_t j = w.converted; j < end; j += 2) {  // pairs (v[j, x], v[j + 1, x]); an odd Tk's last key with zeros
+      PairRows(w.v2.data() + j / 2 * D, vh + j * C, j + 1 < end ? vh + (j + 1) * C : nullptr, D, D, 1.0f);
+    }
+  }
+
+  // Scores, transposed: st (n, kBlockRows) columns [i0, i1) = k2 (n keys from j0, Dh) · qt2 (Dh, rows).
+  OPS_BF16_TARGET void Scores(Bf16Work& w, int64_t j0, int64_t n, int64_t i0, int64_t i1) {
+    Product(w.k2.data() + j0 * w.Dh, w.Dh, 1, w.qt2.data() + i0, kBlockRows, n, w.Dh, w.st.data() + i0, kBlockRows,
+            (i1 - i0) / kLanes, nullptr);
+  }
+
+  // oT (D, rows) columns [i0, i1) = α · oT + v2ᵀ (D, np pairs) · pt2 (np, rows), the outputs of rows
+  // whose maximum grew rescaled as they are loaded; the value pairs of keys j0.., the pair's word
+  // (x, jp) at v2[(j0/2 + jp)·D + x].
+  OPS_BF16_TARGET void Outputs(Bf16Work& w, int64_t j0, int64_t n, int64_t i0, int64_t i1) {
+    const int64_t D = w.s->D;
+    Product(w.v2.data() + j0 / 2 * D, 1, D, w.pt2.data() + i0, kBlockRows, D, (n + 1) / 2, w.oT.data() + i0,
+            kBlockRows, (i1 - i0) / kLanes, w.alpha.data() + i0);
+  }
+};
+
+// Keys and values [w.converted, end) of head h in batch b rounded into w.k2 and the products' w.v2
+// (end even or Tk).
+template <class Products>
+OPS_BF16_TARGET void ConvertKeys(Bf16Work& w, Products& products, const float* kh, const float* vh, int64_t end) {
   const AttentionShape& s = *w.s;
-  const int64_t C = s.H * s.D, D = s.D, Dh = w.Dh;
+  const int64_t C = s.H * s.D, D = s.D;
   for (int64_t j = w.converted; j < end; ++j) {
-    RoundRow(reinterpret_cast<uint16_t*>(w.k2.data() + j * Dh), kh + j * C, D, 1.0f);
+    RoundRow(reinterpret_cast<uint16_t*>(w.k2.data() + j * w.kw), kh + j * C, D, 1.0f);
   }
-  for (int64_t j = w.converted; j < end; j += 2) {  // pairs (v[j, x], v[j + 1, x]); an odd Tk's last key with zeros
-    PairRows(w.v2.data() + j / 2 * D, vh + j * C, j + 1 < end ? vh + (j + 1) * C : nullptr, D, D, 1.0f);
-  }
+  products.Values(w, vh, end);
   w.converted = end;
 }
 
@@ -371,10 +422,12 @@ OPS_BF16_TARGET void WriteRows(Bf16Work& w, int64_t bh, int64_t r0, int64_t rows
   }
 }
 
-// Rows [r0, r0 + rows) of pair bh (see the file comment).
-OPS_BF16_TARGET void BlockKernel(Bf16Work& w, int64_t bh, int64_t r0, int64_t rows) {
+// Rows [r0, r0 + rows) of pair bh (see the file comment), the products on `products` (DotProducts,
+// TileProducts).
+template <class Products>
+OPS_BF16_TARGET void BlockKernel(Bf16Work& w, Products& products, int64_t bh, int64_t r0, int64_t rows) {
   const AttentionShape& s = *w.s;
-  const int64_t H = s.H, D = s.D, C = H * D, Tk = s.keys(), b = bh / H, h = bh % H, Dh = w.Dh;
+  const int64_t H = s.H, D = s.D, C = H * D, Tk = s.keys(), b = bh / H, h = bh % H;
   constexpr int64_t vectors = kBlockRows / kLanes;
   const float* kh = w.k + b * s.key_stride() * C + h * D;  // head h of key 0 in batch b
   const float* vh = w.v + b * s.key_stride() * C + h * D;
@@ -419,20 +472,307 @@ OPS_BF16_TARGET void BlockKernel(Bf16Work& w, int64_t bh, int64_t r0, int64_t ro
           _mm_prefetch(reinterpret_cast<const char*>(vh + j * C + x), _MM_HINT_T0);
         }
       }
-      ConvertKeys(w, kh, vh, end);
+      ConvertKeys(w, products, kh, vh, end);
     }
-    // Scores, transposed: st (n, kBlockRows) columns [i0, i1) = k2 (n, Dh) · qt2 (Dh, rows).
-    Product(w.k2.data() + j0 * Dh, Dh, 1, w.qt2.data() + i0, kBlockRows, n, Dh, w.st.data() + i0, kBlockRows, v1 - v0,
-            nullptr);
+    products.Scores(w, j0, n, i0, i1);  // st (n, rows) = k2 · qt2
     TileSoftmax(w, i0, i1, j0, n, limited, real < n ? keys : nullptr);  // the probabilities: pt2
-    // oT (D, rows) columns [i0, i1) = α · oT + v2ᵀ (D, np pairs) · pt2 (np, rows), the outputs of rows
-    // whose maximum grew rescaled as they are loaded; the value pairs of keys j0.., the pair's word
-    // (x, jp) at v2[(j0/2 + jp)·D + x].
-    Product(w.v2.data() + j0 / 2 * D, 1, D, w.pt2.data() + i0, kBlockRows, D, (n + 1) / 2, w.oT.data() + i0,
-            kBlockRows, v1 - v0, w.alpha.data() + i0);
+    products.Outputs(w, j0, n, i0, i1);  // oT (D, rows) = α · oT + v2ᵀ · pt2
   }
 
   WriteRows(w, bh, r0, rows, vh);
+}
+
+// ---- The products on AMX-BF16's tiles (TileProducts) ----
+// TDPBF16PS: C (16 rows × 16 fp32) += A (16 rows × 16 pair words) · B (16 pair rows × 16 words, VNNI:
+// each word a pair along K), C[m][n] += A[m].bf16[2k]·B[k].bf16[2n] + A[m].bf16[2k+1]·B[k].bf16[2n+1]
+// over k; tiles of 16 rows of 64 bytes are loaded from and stored to memory at a byte stride. The two
+// products of BlockKernel map onto it where the operands already are rows of pair words:
+//  - scores: st (keys, rows) = k2 (keys, pairs along D) · qt2 (pairs along D, rows): A = k2 with rows
+//    of kw = Dh rounded up to 16 words, B = qt2 with kw rows, both zero past Dh; a C tile is 16 keys ×
+//    16 query rows; a partial tile's keys past n get scores from whatever k2 holds there (zeros past
+//    Tk), never read;
+//  - p·v: oT (Dp, rows) = α·oT + v2ᵀ (D, key pairs) · pt2 (key pairs, rows): A must hold the key pairs
+//    along its rows, so the values are kept transposed per tile of keys, v2 (⌈Tk/64⌉ tiles, Dp, 32
+//    pair words) with D padded to whole tiles by zero rows; pt2's pairs past the tile's ⌈n/2⌉ are
+//    zeroed up to the 16-pair chunk the product reads, so the keys past n add exactly 0 (their values
+//    finite, zero past Tk); α multiplies oT's columns before its tiles are loaded (AVX-512; skipped
+//    where every α is 1, which changes no bit).
+// Every tile is 16 rows of 64 bytes (partial shapes are padded): one configuration per thread and call.
+// Registers: C[r][c] in tmm 2r + c, A[r] in tmm 4 + r, B[c] in tmm 6 + c (r, c < 2): blocks of 2 × 2
+// C tiles, 32 × 32 fp32, each A and B tile loaded once per block and K chunk.
+#define OPS_AMX_TARGET __attribute__((target("amx-tile,amx-bf16,avx512f,avx512bw,avx512vl,avx512dq,avx512bf16")))
+
+constexpr int64_t kTileRows = 16;   // rows of a tile
+constexpr int64_t kTileWords = 16;  // 32-bit words of a tile's row (64 bytes)
+
+// The tile operations on AMX (a CPU where flash_attention_amx_available()). GCC's intrinsics are
+// inline assembly with the register's number in the instruction text (literal numbers only, hence a
+// case per register), and they tell the compiler neither that ldtilecfg reads all 64 bytes of its
+// configuration nor that tileloadd reads memory: a compiler barrier before each keeps the stores
+// that wrote what they read before them. Strides in bytes.
+struct AmxTiles {
+  OPS_AMX_TARGET void Configure() {
+    alignas(64) uint8_t config[64] = {};
+    config[0] = 1;  // palette 1
+    for (int t = 0; t < 8; ++t) {
+      const uint16_t bytes = kTileWords * 4;
+      std::memcpy(config + 16 + 2 * t, &bytes, sizeof bytes);  // bytes per row
+      config[48 + t] = kTileRows;                             // rows
+    }
+    Barrier();
+    _tile_loadconfig(config);
+  }
+  OPS_AMX_TARGET void Release() { _tile_release(); }
+  template <int R>
+  OPS_AMX_TARGET void LoadA(const uint32_t* a, int64_t stride) {
+    Barrier();
+    if constexpr (R == 0) _tile_loadd(4, a, stride);
+    else _tile_loadd(5, a, stride);
+  }
+  template <int C>
+  OPS_AMX_TARGET void LoadB(const uint32_t* b, int64_t stride) {
+    Barrier();
+    if constexpr (C == 0) _tile_loadd(6, b, stride);
+    else _tile_loadd(7, b, stride);
+  }
+  template <int R, int C>
+  OPS_AMX_TARGET void LoadC(const float* c, int64_t stride) {
+    Barrier();
+    if constexpr (2 * R + C == 0) _tile_loadd(0, c, stride);
+    else if constexpr (2 * R + C == 1) _tile_loadd(1, c, stride);
+    else if constexpr (2 * R + C == 2) _tile_loadd(2, c, stride);
+    else _tile_loadd(3, c, stride);
+  }
+  template <int R, int C>
+  OPS_AMX_TARGET void ZeroC() {
+    if constexpr (2 * R + C == 0) _tile_zero(0);
+    else if constexpr (2 * R + C == 1) _tile_zero(1);
+    else if constexpr (2 * R + C == 2) _tile_zero(2);
+    else _tile_zero(3);
+  }
+  template <int R, int C>
+  OPS_AMX_TARGET void StoreC(float* c, int64_t stride) {  // _tile_stored tells the compiler it writes memory
+    if constexpr (2 * R + C == 0) _tile_stored(0, c, stride);
+    else if constexpr (2 * R + C == 1) _tile_stored(1, c, stride);
+    else if constexpr (2 * R + C == 2) _tile_stored(2, c, stride);
+    else _tile_stored(3, c, stride);
+  }
+  template <int R, int C>
+  OPS_AMX_TARGET void Dp() {  // C[R][C] += A[R] · B[C]
+    if constexpr (2 * R + C == 0) _tile_dpbf16ps(0, 4, 6);
+    else if constexpr (2 * R + C == 1) _tile_dpbf16ps(1, 4, 7);
+    else if constexpr (2 * R + C == 2) _tile_dpbf16ps(2, 5, 6);
+    else _tile_dpbf16ps(3, 5, 7);
+  }
+
+ private:
+  static void Barrier() { asm volatile("" ::: "memory"); }
+};
+
+// The same tile operations on arrays, in scalar code: for the tests of TileProducts' layouts, padding
+// and tiling on CPUs without AMX, not a speed path. TDPBF16PS as the SDM gives it: for each k in
+// order, C[m][n] += A[m][2k]·B[k][2n], then += A[m][2k+1]·B[k][2n+1], each bf16 product exact in fp32
+// and each addition rounded to fp32 (its flushing of subnormals is not modelled: the kernel's bf16
+// rounding flushes the inputs' already). With kDotOrder, each pair's odd product first instead, as
+// AVX512-BF16's VDPBF16PS adds them: the tile kernel then gives DotProducts' bits, which tests its
+// layouts and padding to the last bit. A tile operation outside Configure … Release aborts.
+// TileProducts' functions carry OPS_AMX_TARGET whichever the tiles, but GCC never emits a tile
+// instruction on its own: on these tiles they run on any CPU with AVX512-BF16.
+template <bool kDotOrder>
+struct EmulatedTiles {
+  void Configure() { configured = true; }
+  void Release() { configured = false; }
+  template <int R>
+  void LoadA(const uint32_t* a, int64_t stride) { Load(4 + R, a, stride); }
+  template <int C>
+  void LoadB(const uint32_t* b, int64_t stride) { Load(6 + C, b, stride); }
+  template <int R, int C>
+  void LoadC(const float* c, int64_t stride) { Load(2 * R + C, c, stride); }
+  template <int R, int C>
+  void ZeroC() {
+    Check();
+    std::memset(tile[2 * R + C], 0, sizeof tile[0]);
+  }
+  template <int R, int C>
+  void StoreC(float* c, int64_t stride) {
+    Check();
+    for (int64_t r = 0; r < kTileRows; ++r) std::memcpy(reinterpret_cast<char*>(c) + r * stride, tile[2 * R + C][r], 64);
+  }
+  template <int R, int C>
+  void Dp() { DotProduct(tile[2 * R + C], tile[4 + R], tile[6 + C]); }
+
+ private:
+  using Tile = uint32_t[kTileRows][kTileWords];
+  void Check() const {
+    if (!configured) std::abort();
+  }
+  void Load(int t, const void* p, int64_t stride) {
+    Check();
+    for (int64_t r = 0; r < kTileRows; ++r) std::memcpy(tile[t][r], static_cast<const char*>(p) + r * stride, 64);
+  }
+  static float Half(uint32_t word, int high) { return std::bit_cast<float>(high ? word & 0xffff0000u : word << 16); }
+  void DotProduct(Tile& c, const Tile& a, const Tile& b) {
+    Check();
+    for (int64_t m = 0; m < kTileRows; ++m) {
+      for (int64_t k = 0; k < kTileWords; ++k) {
+        const float a0 = Half(a[m][k], 0), a1 = Half(a[m][k], 1);
+        for (int64_t n = 0; n < kTileWords; ++n) {
+          float acc = std::bit_cast<float>(c[m][n]);
+          if constexpr (kDotOrder) acc += a1 * Half(b[k][n], 1);
+          acc += a0 * Half(b[k][n], 0);
+          if constexpr (!kDotOrder) acc += a1 * Half(b[k][n], 1);
+          c[m][n] = std::bit_cast<uint32_t>(acc);
+        }
+      }
+    }
+  }
+  alignas(64) Tile tile[8] = {};
+  bool configured = false;
+};
+
+// C (MR·16 rows × NR·16 fp32, row stride ldc words) = C (accumulate) or 0, + A (MR·16 rows of
+// chunks·16 pair words, row stride lda words) · B (chunks·16 pair rows of NR·16 words, row stride ldb
+// words): a block of MR × NR ≤ 2 × 2 C tiles, K's chunks of 16 pairs in order.
+template <int MR, int NR, class Tiles>
+OPS_AMX_TARGET void TileBlock(Tiles& t, const uint32_t* a, int64_t lda, const uint32_t* b, int64_t ldb, int64_t chunks,
+                              float* c, int64_t ldc, bool accumulate) {
+  const int64_t sa = lda * 4, sb = ldb * 4, sc = ldc * 4;  // byte strides
+  float* const c1 = c + kTileRows * ldc;                    // the second row of C tiles
+  if (accumulate) {
+    t.template LoadC<0, 0>(c, sc);
+    if constexpr (NR > 1) t.template LoadC<0, 1>(c + kTileWords, sc);
+    if constexpr (MR > 1) t.template LoadC<1, 0>(c1, sc);
+    if constexpr (MR > 1 && NR > 1) t.template LoadC<1, 1>(c1 + kTileWords, sc);
+  } else {
+    t.template ZeroC<0, 0>();
+    if constexpr (NR > 1) t.template ZeroC<0, 1>();
+    if constexpr (MR > 1) t.template ZeroC<1, 0>();
+    if constexpr (MR > 1 && NR > 1) t.template ZeroC<1, 1>();
+  }
+  for (int64_t k = 0; k < chunks; ++k) {
+    const uint32_t *ak = a + k * kTileWords, *bk = b + k * kTileRows * ldb;
+    t.template LoadA<0>(ak, sa);
+    if constexpr (MR > 1) t.template LoadA<1>(ak + kTileRows * lda, sa);
+    t.template LoadB<0>(bk, sb);
+    if constexpr (NR > 1) t.template LoadB<1>(bk + kTileWords, sb);
+    t.template Dp<0, 0>();
+    if constexpr (NR > 1) t.template Dp<0, 1>();
+    if constexpr (MR > 1) t.template Dp<1, 0>();
+    if constexpr (MR > 1 && NR > 1) t.template Dp<1, 1>();
+  }
+  t.template StoreC<0, 0>(c, sc);
+  if constexpr (NR > 1) t.template StoreC<0, 1>(c + kTileWords, sc);
+  if constexpr (MR > 1) t.template StoreC<1, 0>(c1, sc);
+  if constexpr (MR > 1 && NR > 1) t.template StoreC<1, 1>(c1 + kTileWords, sc);
+}
+
+// C (mt·16 rows × nt·16) = C (accumulate) or 0, + A (mt·16 rows, chunks·16 pair words) · B (chunks·16
+// pair rows, nt·16 words), in blocks of 2 × 2 C tiles; strides as TileBlock's.
+template <class Tiles>
+OPS_AMX_TARGET void TileProduct(Tiles& t, const uint32_t* a, int64_t lda, const uint32_t* b, int64_t ldb, int64_t mt,
+                                int64_t nt, int64_t chunks, float* c, int64_t ldc, bool accumulate) {
+  for (int64_t i = 0; i < mt; i += 2) {
+    for (int64_t j = 0; j < nt; j += 2) {
+      const uint32_t *ai = a + i * kTileRows * lda, *bj = b + j * kTileWords;
+      float* cij = c + i * kTileRows * ldc + j * kTileWords;
+      if (i + 1 < mt && j + 1 < nt) {
+        TileBlock<2, 2>(t, ai, lda, bj, ldb, chunks, cij, ldc, accumulate);
+      } else if (i + 1 < mt) {
+        TileBlock<2, 1>(t, ai, lda, bj, ldb, chunks, cij, ldc, accumulate);
+      } else if (j + 1 < nt) {
+        TileBlock<1, 2>(t, ai, lda, bj, ldb, chunks, cij, ldc, accumulate);
+      } else {
+        TileBlock<1, 1>(t, ai, lda, bj, ldb, chunks, cij, ldc, accumulate);
+      }
+    }
+  }
+}
+
+// BlockKernel's two products on tiles (AmxTiles, or EmulatedTiles in tests), laid out as the section's
+// comment says.
+template <class Tiles>
+struct TileProducts {
+  static constexpr int64_t kPairs = kTileKeys / 2;  // pair words of a key tile's row of v2
+
+  static void Allocate(Bf16Work& w) {
+    const int64_t D = w.s->D, Tk = w.s->keys(), tiles = (Tk + kTileKeys - 1) / kTileKeys;
+    w.kw = (w.Dh + kTileWords - 1) / kTileWords * kTileWords, w.Dp = (D + kTileRows - 1) / kTileRows * kTileRows;
+    // Zeros in the padding, never written after: k2 past Dh and past Tk (to whole tiles of rows), qt2
+    // past Dh, v2 past D and past Tk.
+    w.k2.assign((Tk + kTileRows - 1) / kTileRows * kTileRows * w.kw, 0u);
+    w.qt2.assign(w.kw * kBlockRows, 0u);
+    w.v2.assign(tiles * w.Dp * kPairs, 0u);
+    w.oT.resize(w.Dp * kBlockRows), w.vrow.resize(D);
+  }
+  OPS_AMX_TARGET void Begin() { tiles.Configure(); }  // per thread and call
+  OPS_AMX_TARGET void End() { tiles.Release(); }
+
+  // Values [w.converted, end) of the head (vh: its key 0) into v2: pair word (v[j, x], v[j + 1, x]) at
+  // v2[(j / 64·Dp + x)·32 + j % 64 / 2] (an odd Tk's last key with a zero; end even or Tk).
+  OPS_AMX_TARGET void Values(Bf16Work& w, const float* vh, int64_t end) {
+    const int64_t C = w.s->H * w.s->D, D = w.s->D;
+    for (int64_t j = w.converted; j < end; j += 2) {
+      PairRows(w.vrow.data(), vh + j * C, j + 1 < end ? vh + (j + 1) * C : nullptr, D, D, 1.0f);
+      uint32_t* column = w.v2.data() + j / kTileKeys * w.Dp * kPairs + j % kTileKeys / 2;
+      for (int64_t x = 0; x < D; ++x) column[x * kPairs] = w.vrow[x];
+    }
+  }
+
+  // st (n, kBlockRows) columns [i0, i1) = k2 (n keys from j0, kw) · qt2 (kw, rows), in whole tiles of
+  // 16 keys.
+  OPS_AMX_TARGET void Scores(Bf16Work& w, int64_t j0, int64_t n, int64_t i0, int64_t i1) {
+    TileProduct(tiles, w.k2.data() + j0 * w.kw, w.kw, w.qt2.data() + i0, kBlockRows, (n + kTileRows - 1) / kTileRows,
+                (i1 - i0) / kTileWords, w.kw / kTileWords, w.st.data() + i0, kBlockRows, false);
+  }
+
+  // oT (Dp, rows) columns [i0, i1) = α · oT + v2ᵀ (Dp, pairs) · pt2 (pairs, rows) over the tile's
+  // ⌈n/2⌉ pairs of keys, in chunks of 16 pairs (pt2 zeroed past them).
+  OPS_AMX_TARGET void Outputs(Bf16Work& w, int64_t j0, int64_t n, int64_t i0, int64_t i1) {
+    const int64_t pairs = (n + 1) / 2, chunks = (pairs + kTileRows - 1) / kTileRows, R = kBlockRows;
+    for (int64_t p = pairs; p < chunks * kTileRows; ++p) std::fill_n(w.pt2.data() + p * R + i0, i1 - i0, 0u);
+    __mmask16 rescaled = 0;
+    for (int64_t i = i0; i < i1; i += kLanes) {
+      rescaled |= _mm512_cmp_ps_mask(_mm512_loadu_ps(w.alpha.data() + i), _mm512_set1_ps(1.0f), _CMP_NEQ_UQ);
+    }
+    for (int64_t x = 0; rescaled && x < w.s->D; ++x) {
+      for (int64_t i = i0; i < i1; i += kLanes) {
+        float* o = w.oT.data() + x * R + i;
+        _mm512_storeu_ps(o, _mm512_mul_ps(_mm512_loadu_ps(o), _mm512_loadu_ps(w.alpha.data() + i)));
+      }
+    }
+    TileProduct(tiles, w.v2.data() + j0 / kTileKeys * w.Dp * kPairs, kPairs, w.pt2.data() + i0, R, w.Dp / kTileRows,
+                (i1 - i0) / kTileWords, chunks, w.oT.data() + i0, R, true);
+  }
+
+  Tiles tiles;
+};
+
+// flash_attention_forward_bf16 with the products on `Products` (DotProducts, TileProducts).
+template <class Products>
+void Forward(float* out, const float* q, const float* k, const float* v, const int64_t* key_mask,
+             const AttentionShape& s, float* stats, uint16_t* out16) {
+  const int64_t D = s.D, Dh = (D + 1) / 2, Tk = s.keys(), blocks = (s.T + kBlockRows - 1) / kBlockRows;
+  const KeyMask mask(key_mask, s);
+  const float scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(D)));
+  const double work = static_cast<double>(s.B * s.H) * static_cast<double>(s.T) * static_cast<double>(Tk) * D;
+#pragma omp parallel if (work >= base::kParallelMinElements)
+  {
+    Bf16Work w;
+    w.q = q, w.k = k, w.v = v, w.out = out, w.stats = stats, w.mask = &mask, w.s = &s, w.scale = scale, w.Dh = Dh;
+    w.out16 = out16;
+    w.q16.resize(2 * Dh), w.pt2.resize(kTileKeys / 2 * kBlockRows), w.st.resize(kTileKeys * kBlockRows);
+    w.mean.resize(D), w.m.resize(kBlockRows), w.l.resize(kBlockRows), w.alpha.resize(kBlockRows);
+    w.lim.resize(kBlockRows);
+    Products::Allocate(w);  // k2, v2, qt2, oT
+    Products products;
+    products.Begin();
+#pragma omp for schedule(static)
+    for (int64_t item = 0; item < s.B * s.H * blocks; ++item) {
+      const int64_t bh = item / blocks, r0 = item % blocks * kBlockRows;
+      BlockKernel(w, products, bh, r0, std::min(kBlockRows, s.T - r0));
+    }
+    products.End();
+  }
 }
 
 // ---- The backward (flash_attention_backward_bf16) ----
@@ -635,6 +975,13 @@ bool flash_attention_bf16_applies(const AttentionShape& s) {  // key limits are 
 
 void flash_attention_forward_bf16(float* out, const float* q, const float* k, const float* v, const int64_t* key_mask,
                                   const AttentionShape& s, float* stats, uint16_t* out16) {
+  flash_attention_forward_bf16_with(flash_attention_amx_enabled() ? Bf16Products::amx : Bf16Products::dot, out, q, k,
+                                    v, key_mask, s, stats, out16);
+}
+
+void flash_attention_forward_bf16_with(Bf16Products products, float* out, const float* q, const float* k,
+                                       const float* v, const int64_t* key_mask, const AttentionShape& s, float* stats,
+                                       uint16_t* out16) {
   if (!flash_attention_bf16_applies(s)) {
     throw std::invalid_argument(
         "flash_attention_forward_bf16: bf16 products (nothing saved, or row statistics), on a CPU "
@@ -644,25 +991,43 @@ void flash_attention_forward_bf16(float* out, const float* q, const float* k, co
     throw std::invalid_argument("flash_attention_forward_bf16: row statistics are written where, and only where, "
                                 "the shape saves them");
   }
-  const int64_t D = s.D, Dh = (D + 1) / 2, Tk = s.keys(), blocks = (s.T + kBlockRows - 1) / kBlockRows;
-  const KeyMask mask(key_mask, s);
-  const float scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(D)));
-  const double work = static_cast<double>(s.B * s.H) * static_cast<double>(s.T) * static_cast<double>(Tk) * D;
-#pragma omp parallel if (work >= base::kParallelMinElements)
-  {
-    Bf16Work w;
-    w.q = q, w.k = k, w.v = v, w.out = out, w.stats = stats, w.mask = &mask, w.s = &s, w.scale = scale, w.Dh = Dh;
-    w.out16 = out16;
-    w.q16.resize(2 * Dh), w.qt2.resize(Dh * kBlockRows), w.pt2.resize(kTileKeys / 2 * kBlockRows);
-    w.st.resize(kTileKeys * kBlockRows), w.oT.resize(D * kBlockRows), w.mean.resize(D);
-    w.m.resize(kBlockRows), w.l.resize(kBlockRows), w.alpha.resize(kBlockRows), w.lim.resize(kBlockRows);
-    w.k2.resize(Tk * Dh), w.v2.resize((Tk + 1) / 2 * D);
-#pragma omp for schedule(static)
-    for (int64_t item = 0; item < s.B * s.H * blocks; ++item) {
-      const int64_t bh = item / blocks, r0 = item % blocks * kBlockRows;
-      BlockKernel(w, bh, r0, std::min(kBlockRows, s.T - r0));
-    }
+  switch (products) {
+    case Bf16Products::dot: return Forward<DotProducts>(out, q, k, v, key_mask, s, stats, out16);
+    case Bf16Products::amx:
+      if (!flash_attention_amx_available()) {
+        throw std::invalid_argument("flash_attention_forward_bf16: AMX tiles on a CPU and OS without AMX-BF16");
+      }
+      return Forward<TileProducts<AmxTiles>>(out, q, k, v, key_mask, s, stats, out16);
+    case Bf16Products::amx_emulated:
+      return Forward<TileProducts<EmulatedTiles<false>>>(out, q, k, v, key_mask, s, stats, out16);
+    case Bf16Products::amx_emulated_in_dot_order:
+      return Forward<TileProducts<EmulatedTiles<true>>>(out, q, k, v, key_mask, s, stats, out16);
   }
+}
+
+bool flash_attention_amx_available() {
+  static const bool available = [] {
+    if (!cpu_has_avx512_bf16() || !__builtin_cpu_supports("amx-tile") || !__builtin_cpu_supports("amx-bf16")) {
+      return false;
+    }
+#ifdef __linux__
+    // Linux hands out the tile data state (XFEATURE_XTILEDATA, 18) per process, on request
+    // (ARCH_REQ_XCOMP_PERM): a tile instruction faults without it.
+    constexpr long kReqXcompPerm = 0x1023, kXtileData = 18;
+    return syscall(SYS_arch_prctl, kReqXcompPerm, kXtileData) == 0;
+#else
+    return false;
+#endif
+  }();
+  return available;
+}
+
+bool flash_attention_amx_enabled() {
+  static const bool enabled = [] {
+    const char* env = std::getenv("ROFORMER_AMX_ATTENTION");
+    return env && std::string_view(env) == "1" && flash_attention_amx_available();
+  }();
+  return enabled;
 }
 
 void flash_attention_backward_bf16(float* dq, float* dk, float* dv, const float* dout, const float* out,
@@ -712,9 +1077,18 @@ void flash_attention_backward_bf16(float* dq, float* dk, float* dv, const float*
 bool flash_attention_bf16_applies(const AttentionShape&) { return false; }
 
 void flash_attention_forward_bf16(float*, const float*, const float*, const float*, const int64_t*,
-                                  const AttentionShape&, float*) {
+                                  const AttentionShape&, float*, uint16_t*) {
   throw std::invalid_argument("flash_attention_forward_bf16: needs AVX512-BF16 (x86-64)");
 }
+
+void flash_attention_forward_bf16_with(Bf16Products, float*, const float*, const float*, const float*, const int64_t*,
+                                       const AttentionShape&, float*, uint16_t*) {
+  throw std::invalid_argument("flash_attention_forward_bf16: needs AVX512-BF16 (x86-64)");
+}
+
+bool flash_attention_amx_available() { return false; }
+
+bool flash_attention_amx_enabled() { return false; }
 
 void flash_attention_backward_bf16(float*, float*, float*, const float*, const float*, const float*, const float*,
                                    const float*, const float*, const int64_t*, const AttentionShape&) {

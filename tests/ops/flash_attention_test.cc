@@ -14,8 +14,10 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdint>
+#include <cstdlib>
 #include <random>
 #include <stdexcept>
+#include <string>
 #include <utility>
 #include <vector>
 
@@ -196,12 +198,13 @@ TEST(FlashAttention, MatchesTheFp64ForwardAtModelShapes) {
 
 // The bf16-product kernel (flash_attention_bf16.cc): bf16 inference, where the CPU has AVX512-BF16.
 
-// The bf16 kernel's NMSE against fp64: at most twice the per-block bf16 path's on the same inputs, and
-// 1e-4. Returns the two NMSEs.
-std::pair<double, double> expect_as_close_as_the_blocks(const FlashCase& c) {
+// The bf16 kernel's NMSE against fp64 (`kernel`'s: flash_attention_forward_bf16, or another's of its
+// products): at most twice the per-block bf16 path's on the same inputs, and 1e-4. Returns the two NMSEs.
+std::pair<double, double> expect_as_close_as_the_blocks(const FlashCase& c,
+                                                        std::vector<float> (*kernel)(const FlashCase&) = run) {
   SCOPED_TRACE(describe(c));
   const Vec ref = reference(c);
-  const double fused = nmse(run(c), ref), blocks = nmse(run_blocks(c), ref);
+  const double fused = nmse(kernel(c), ref), blocks = nmse(run_blocks(c), ref);
   EXPECT_LE(fused, 2 * blocks) << "per-block bf16 path " << blocks;
   EXPECT_LE(fused, 1e-4);
   return {fused, blocks};
@@ -237,6 +240,190 @@ TEST(FlashAttentionBf16, AsCloseToTheFp64ForwardAtModelShapes) {
   if (!bf16_kernel_runs()) GTEST_SKIP() << "no AVX512-BF16";
   std::mt19937_64 rng(61);
   for (bool causal : {false, true}) expect_as_close_as_the_blocks(model_case(rng, causal, true));
+}
+
+// The bf16 kernel with its two products on AMX tiles (flash_attention_forward_bf16_with): here on tiles
+// emulated in scalar code, which any CPU with AVX512-BF16 runs, to hold the tile kernel's layouts,
+// padding and tiling to the same properties as the dot-product kernel; on AMX hardware the real tiles
+// too.
+
+// The bf16 kernel on `products` for the case; with `stats`, row statistics kept there too, and with
+// `out16` the output in bf16.
+std::vector<float> run_on(const FlashCase& c, ops::Bf16Products products, std::vector<float>* stats = nullptr,
+                          std::vector<uint16_t>* out16 = nullptr) {
+  std::vector<float> out(c.q.size());
+  const auto q = to_f32(c.q), k = to_f32(c.k), v = to_f32(c.v);
+  ops::AttentionShape s = c.s;
+  if (stats) s.saved = ops::AttentionSaved::row_stats, stats->assign(ops::attention_saved_size(s), 0.0f);
+  if (out16) out16->assign(c.q.size(), 0);
+  ops::flash_attention_forward_bf16_with(products, out.data(), q.data(), k.data(), v.data(),
+                                         c.masked ? c.key_mask.data() : nullptr, s, stats ? stats->data() : nullptr,
+                                         out16 ? out16->data() : nullptr);
+  return out;
+}
+
+std::vector<float> run_emulated(const FlashCase& c) { return run_on(c, ops::Bf16Products::amx_emulated); }
+
+// The emulated tiles against attention_forward in fp64, as the dot-product kernel is held: no worse than
+// twice the per-block bf16 path's NMSE and 1e-4, on the same random cases (the same seed): head dims 3
+// and 7 (a tile row of 16 pair words, mostly zeros; D padded to 16 zero rows), 8, 30, 64, 80 (three
+// chunks of 16 pairs), 128; causal with queries after cached keys strided by a capacity,
+// cross-attention, padding with uniform rows, prefix limits, dropout; under 16 rows; odd tiles.
+TEST(FlashAttentionBf16Amx, EmulatedTilesAsCloseToTheFp64ForwardAsThePerBlockBf16Path) {
+  if (!bf16_kernel_runs()) GTEST_SKIP() << "no AVX512-BF16";
+  std::mt19937_64 rng(60);
+  double worst = 0, worst_ratio = 0;
+  for (int i = 0; i < 35; ++i) {
+    const auto [fused, blocks] = expect_as_close_as_the_blocks(bf16_random_case(rng, i, 300), run_emulated);
+    worst = std::max(worst, fused), worst_ratio = std::max(worst_ratio, fused / blocks);
+  }
+  std::printf("worst NMSE %.3g, worst ratio to the per-block bf16 path %.3g\n", worst, worst_ratio);
+}
+
+TEST(FlashAttentionBf16Amx, EmulatedTilesAsCloseToTheFp64ForwardAtModelShapes) {
+  if (!bf16_kernel_runs()) GTEST_SKIP() << "no AVX512-BF16";
+  std::mt19937_64 rng(61);
+  for (bool causal : {false, true}) expect_as_close_as_the_blocks(model_case(rng, causal, true), run_emulated);
+}
+
+// Two of the bf16 kernel's products on the same case, with row statistics on every other case and the
+// output in bf16 too (round_to_bf16's bits of the output): the second's outputs against the first's,
+// their NMSE at most `most_nmse`, and the row statistics' largest differences (of the maxima relative
+// to the largest maximum, of 1/Σexp relative to each) at most `most_stats`; 0 and 0: the same bits.
+// Returns the NMSE and the largest statistics difference.
+std::pair<double, double> expect_products_agree(const FlashCase& c, int i, ops::Bf16Products a, ops::Bf16Products b,
+                                                double most_nmse, double most_stats) {
+  SCOPED_TRACE(describe(c));
+  std::vector<float> stats_a, stats_b;
+  std::vector<uint16_t> out16;
+  const bool stats = i % 2 == 0;
+  const auto out_a = run_on(c, a, stats ? &stats_a : nullptr), out_b = run_on(c, b, stats ? &stats_b : nullptr, &out16);
+  const double error = nmse(out_b, Vec(out_a.begin(), out_a.end()));
+  EXPECT_LE(error, most_nmse);
+  if (most_nmse == 0) {
+    EXPECT_EQ(out_a, out_b);
+  }
+  std::vector<uint16_t> rounded(out_b.size());
+  ops::round_to_bf16(rounded.data(), out_b.data(), static_cast<int64_t>(out_b.size()));
+  EXPECT_EQ(out16, rounded);
+  double top_m = 1, diff_m = 0, diff_inv = 0;
+  for (size_t e = 0; e < stats_a.size(); e += 2) {
+    top_m = std::max(top_m, std::abs(static_cast<double>(stats_a[e])));
+    diff_m = std::max(diff_m, std::abs(static_cast<double>(stats_a[e]) - stats_b[e]));
+    diff_inv = std::max(diff_inv, std::abs(static_cast<double>(stats_a[e + 1]) - stats_b[e + 1]) / stats_a[e + 1]);
+  }
+  EXPECT_LE(diff_m / top_m, most_stats) << "row maxima";
+  EXPECT_LE(diff_inv, most_stats) << "row 1/Σexp";
+  return {error, std::max(diff_m / top_m, diff_inv)};
+}
+
+// The cases the products are compared on: the random cases of the bf16 kernels (35), head dims either
+// side of the tiles' rows of 32 dimensions and their 16-row output tiles (10), the model's shapes.
+std::vector<FlashCase> products_cases() {
+  std::mt19937_64 rng(67);
+  std::vector<FlashCase> cases;
+  const int64_t dims[] = {1, 16, 17, 31, 32, 33, 48, 65, 96, 127};
+  for (int i = 0; i < 45; ++i) {
+    cases.push_back(i < 35 ? bf16_random_case(rng, i, 300)
+                           : random_case(rng, i, dims[i - 35], i % 5 == 2 ? 15 : 200, 200, 1, true, true));
+  }
+  for (bool causal : {false, true}) cases.push_back(model_case(rng, causal, true));
+  return cases;
+}
+
+// The tile kernel's layouts and padding to the last bit: with a pair's two products added in
+// VDPBF16PS's order the emulated tiles give the dot products' bits (both add the same bf16 products
+// in the same order of K, the padding's zeros changing no sum), row statistics and bf16 outputs too,
+// whatever the thread count.
+TEST(FlashAttentionBf16Amx, EmulatedTilesInTheDotProductsOrderGiveTheirBits) {
+  if (!bf16_kernel_runs()) GTEST_SKIP() << "no AVX512-BF16";
+  const std::vector<FlashCase> cases = products_cases();
+  for (size_t i = 0; i < cases.size(); ++i) {
+    expect_products_agree(cases[i], static_cast<int>(i), ops::Bf16Products::dot,
+                          ops::Bf16Products::amx_emulated_in_dot_order, 0, 0);
+  }
+  const int threads = omp_get_max_threads();
+  omp_set_num_threads(1);
+  const std::vector<float> one = run_on(cases.back(), ops::Bf16Products::amx_emulated);
+  omp_set_num_threads(2);
+  const std::vector<float> two = run_on(cases.back(), ops::Bf16Products::amx_emulated);
+  omp_set_num_threads(threads);
+  EXPECT_EQ(one, two);
+}
+
+// In TDPBF16PS's own order (a pair's even product first) the scores differ from the dot products' by
+// fp32 roundings: row maxima and 1/Σexp up to 1.1e-6 apart (measured), but a score's last bit can
+// round a probability to the next bf16 value (2^-8 relative), so outputs of rows that see few keys
+// move by up to 6e-4 of the largest output; the NMSE between the two stays under 1e-8 (measured: 3.4e-12
+// on these cases, 2e-9 on another draw with a dropout case at head dim 127; the kernels' own NMSE
+// against fp64 reaches 1e-5).
+TEST(FlashAttentionBf16Amx, EmulatedTilesAgreeWithTheDotProducts) {
+  if (!bf16_kernel_runs()) GTEST_SKIP() << "no AVX512-BF16";
+  const std::vector<FlashCase> cases = products_cases();
+  double worst = 0, worst_stats = 0;
+  for (size_t i = 0; i < cases.size(); ++i) {
+    const auto [e, st] = expect_products_agree(cases[i], static_cast<int>(i), ops::Bf16Products::dot,
+                                               ops::Bf16Products::amx_emulated, 1e-8, 1e-5);
+    worst = std::max(worst, e), worst_stats = std::max(worst_stats, st);
+  }
+  std::printf("worst NMSE against the dot products %.3g, worst row statistic difference %.3g\n", worst, worst_stats);
+}
+
+// The real tiles, where the CPU and OS have AMX-BF16 and ROFORMER_AMX_ATTENTION=1 (the switch that
+// routes inference to them, off until this test has passed on AMX hardware: so a machine's ordinary run
+// does not depend on a path it never takes): as close to fp64 as the per-block bf16 path, and within
+// the dot products' tolerances of the emulated tiles (the hardware may add a pair's two products in
+// another order, or round once per pair).
+TEST(FlashAttentionBf16Amx, RealTilesAgreeWithTheEmulatedOnes) {
+  if (!ops::flash_attention_amx_available()) {
+    GTEST_SKIP() << "no AMX-BF16 here (CPUID, or the OS refused the tile data state): the real tile path is "
+                    "untested on this machine";
+  }
+  if (!ops::flash_attention_amx_enabled()) {
+    GTEST_SKIP() << "AMX-BF16 here, but ROFORMER_AMX_ATTENTION=1 is not set: run with it to validate the tiles";
+  }
+  std::mt19937_64 rng(60);
+  for (int i = 0; i < 35; ++i) {
+    const FlashCase c = bf16_random_case(rng, i, 300);
+    expect_as_close_as_the_blocks(c, [](const FlashCase& x) { return run_on(x, ops::Bf16Products::amx); });
+  }
+  const std::vector<FlashCase> cases = products_cases();
+  double worst = 0, worst_stats = 0;
+  for (size_t i = 0; i < cases.size(); ++i) {
+    const auto [e, st] = expect_products_agree(cases[i], static_cast<int>(i), ops::Bf16Products::amx_emulated,
+                                               ops::Bf16Products::amx, 1e-8, 1e-5);
+    worst = std::max(worst, e), worst_stats = std::max(worst_stats, st);
+  }
+  std::printf("worst NMSE against the emulated tiles %.3g (0: the same bits), worst row statistic difference %.3g\n",
+              worst, worst_stats);
+}
+
+// flash_attention_forward_bf16 takes the tiles only where AMX is available and ROFORMER_AMX_ATTENTION=1
+// (then the same bits as Bf16Products::amx); otherwise it is the dot products' kernel, bit for bit. The real tiles are refused where AMX is not
+// available, and every product refuses what the kernel refuses.
+TEST(FlashAttentionBf16Amx, TheDotProductsStayTheDefault) {
+  if (!bf16_kernel_runs()) GTEST_SKIP() << "no AVX512-BF16";
+  const char* env = std::getenv("ROFORMER_AMX_ATTENTION");
+  const bool asked = env && std::string(env) == "1";
+  EXPECT_EQ(ops::flash_attention_amx_enabled(), asked && ops::flash_attention_amx_available());
+  std::mt19937_64 rng(68);
+  const FlashCase c = bf16_random_case(rng, 0, 100);
+  EXPECT_EQ(run(c), run_on(c, ops::flash_attention_amx_enabled() ? ops::Bf16Products::amx : ops::Bf16Products::dot));
+  std::vector<float> x(4);
+  ops::AttentionShape s{1, 2, 1, 2, false};
+  s.saved = ops::AttentionSaved::none, s.bf16_products = true;
+  if (!ops::flash_attention_amx_available()) {
+    EXPECT_THROW(ops::flash_attention_forward_bf16_with(ops::Bf16Products::amx, x.data(), x.data(), x.data(), x.data(),
+                                                        nullptr, s),
+                 std::invalid_argument);
+  }
+  ops::AttentionShape bad = s;
+  bad.saved = ops::AttentionSaved::probabilities;
+  for (auto p : {ops::Bf16Products::dot, ops::Bf16Products::amx, ops::Bf16Products::amx_emulated,
+                 ops::Bf16Products::amx_emulated_in_dot_order}) {
+    EXPECT_THROW(ops::flash_attention_forward_bf16_with(p, x.data(), x.data(), x.data(), x.data(), nullptr, bad),
+                 std::invalid_argument);
+  }
 }
 
 TEST(FlashAttention, RowsThatSeeNoKeyAttendUniformlyOverAllKeys) {

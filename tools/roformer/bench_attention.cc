@@ -12,7 +12,8 @@
 // (what it runs now), at each batch size, length and thread count (Google Benchmark, the repetitions in
 // random order, the fastest kept; --simd-target caps the fused kernel's dispatch); with --precision bf16,
 // the bf16-product inference forward the same two ways, the per-block oneDNN bf16 matmuls and softmax
-// against the fused flash_attention_forward_bf16 (AVX512-BF16 only).
+// against the fused flash_attention_forward_bf16 (AVX512-BF16 only; its products on AMX tiles where
+// the CPU has AMX-BF16 and ROFORMER_AMX_ATTENTION=1, named in the table's heading).
 #include <fmt/core.h>
 #include <fmt/ranges.h>
 #include <omp.h>
@@ -118,7 +119,9 @@ int bench_attention_fused(const BenchAttentionOptions& o) {
              "call, fastest of {}\n\n| batch | tokens | threads | per-block (attention_forward_blocks{}) "
              "| fused ({}) | speed-up |\n|---|---|---|---|---|---|\n",
              bf16 ? "bf16-product" : "fp32", H, D, causal ? "causal" : "full",
-             o.past ? fmt::format(" after {} cached keys", o.past) : "", bf16 ? "AVX512-BF16" : ops::vmath_target(),
+             o.past ? fmt::format(" after {} cached keys", o.past) : "",
+             bf16 ? (ops::flash_attention_amx_enabled() ? "AMX-BF16 (ROFORMER_AMX_ATTENTION=1)" : "AVX512-BF16")
+                  : ops::vmath_target(),
              o.repetitions, bf16 ? ", oneDNN bf16" : "",
              bf16 ? "flash_attention_forward_bf16" : "flash_attention_forward");
   for (int64_t B : o.batches) {

@@ -115,7 +115,8 @@ void add_bench_commands(CLI::App& app, CommandTable& commands) {
                           "The fp32 inference forward: the per-block products and softmax "
                           "(attention_forward_blocks) against the fused flash_attention_forward, side by side "
                           "(Google Benchmark), at each of --batches, --lengths and --thread-counts; with --precision "
-                          "bf16, the bf16-product forward both ways (flash_attention_forward_bf16: AVX512-BF16)");
+                          "bf16, the bf16-product forward both ways (flash_attention_forward_bf16: AVX512-BF16, or AMX "
+                          "tiles where the CPU has them and ROFORMER_AMX_ATTENTION=1)");
   bench_att_cmd->add_option("--batches", bench_att->batches, "Batch sizes (--fused)")->delimiter(',')
       ->check(CLI::Range(int64_t{1}, int64_t{1} << 16));
   bench_att_cmd->add_option("--thread-counts", bench_att->thread_counts, "OpenMP thread counts (--fused)")
