@@ -12,7 +12,9 @@
 // rotation. Columns (all_params): the CPU backend on
 // each SIMD target this machine supports and the build has (Highway's target selection), in fp32,
 // fp16/bf16 for librope, bf16 for the linear layer's mixed-precision products where the CPU has
-// native bf16, bf16 for the fused bf16-product attention forward where the CPU has AVX512-BF16, and
+// native bf16, bf16 for the fused bf16-product attention forward where the CPU has AVX512-BF16 (and
+// its products on AMX tiles: the amx-emulated column wherever it runs, tiles emulated in scalar code,
+// and the amx column where the CPU has AMX and ROFORMER_AMX_ATTENTION=1 routes inference there), and
 // bf16 for training's activations (output and slope kept in bf16) and norms (output
 // also written in bf16). A new backend adds its columns there; a new op adds rows below.
 // The last test checks that the fp32 results are the same bits whatever the thread count.
@@ -64,7 +66,8 @@ const char* dtype_name(Dtype d) {
 
 // A column of the table: where and in what precision an op runs.
 struct Variant {
-  std::string backend;     // "cpu"; a device backend adds its name here and its dispatch in the ops
+  std::string backend;     // "cpu"; a device backend adds its name here and its dispatch in the ops (the
+                           // fused bf16 attention's AMX tiles: "amx", "amx-emulated")
   int64_t simd_target = 0;  // cpu: the Highway target the ops and librope dispatch to (0: the best)
   Dtype dtype = Dtype::f64;
   std::string name() const {
@@ -139,6 +142,7 @@ struct OpCase {
   std::string op, shape;
   Body body;
   std::vector<std::pair<Dtype, double>> variants;  // the dtypes it runs in beside f64, each with its largest NMSE
+  std::vector<std::string> bf16_backends = {};  // backends besides the CPU's dispatch that run its bf16 variant
 };
 
 // A body for the ops that are templates over float and double.
@@ -550,7 +554,12 @@ std::vector<OpCase> flash_attention_cases() {
       const auto qf = cast<float>(q), kf = cast<float>(k), vf = cast<float>(v);
       if (variant.dtype == Dtype::bf16) {
         s.bf16_products = true;
-        ops::flash_attention_forward_bf16(o.data(), qf.data(), kf.data(), vf.data(), key_mask.data(), s);
+        if (variant.backend == "cpu") {  // what inference runs
+          ops::flash_attention_forward_bf16(o.data(), qf.data(), kf.data(), vf.data(), key_mask.data(), s);
+        } else {
+          const auto products = variant.backend == "amx" ? ops::Bf16Products::amx : ops::Bf16Products::amx_emulated;
+          ops::flash_attention_forward_bf16_with(products, o.data(), qf.data(), kf.data(), vf.data(), key_mask.data(), s);
+        }
       } else {
         ops::flash_attention_forward(o.data(), qf.data(), kf.data(), vf.data(), key_mask.data(), s);
       }
@@ -559,8 +568,13 @@ std::vector<OpCase> flash_attention_cases() {
     std::vector<std::pair<Dtype, double>> variants = {{Dtype::f32, kF32}};
     ops::AttentionShape bf16 = a.s;
     bf16.bf16_products = true;
-    if (ops::flash_attention_bf16_applies(bf16)) variants.push_back({Dtype::bf16, kBf16FusedAttention});
-    cases.push_back({"flash_attention", attention_name(a), body, variants});
+    std::vector<std::string> tiles;  // the kernel's products on AMX tiles: emulated, and real where enabled
+    if (ops::flash_attention_bf16_applies(bf16)) {
+      variants.push_back({Dtype::bf16, kBf16FusedAttention});
+      tiles.push_back("amx-emulated");
+      if (ops::flash_attention_amx_enabled()) tiles.push_back("amx");
+    }
+    cases.push_back({"flash_attention", attention_name(a), body, variants, tiles});
   }
   return cases;
 }
@@ -775,6 +789,11 @@ std::vector<Param> all_params() {
     ++seed;
     for (const int64_t target : hwy::SupportedAndGeneratedTargets()) {
       for (const auto& [dtype, max_nmse] : c.variants) params.push_back({&c, Variant{"cpu", target, dtype}, max_nmse, seed});
+    }
+    for (const std::string& backend : c.bf16_backends) {  // their own kernels: no Highway target to vary
+      for (const auto& [dtype, max_nmse] : c.variants) {
+        if (dtype == Dtype::bf16) params.push_back({&c, Variant{backend, 0, dtype}, max_nmse, seed});
+      }
     }
   }
   return params;
