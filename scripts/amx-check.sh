@@ -1,0 +1,83 @@
+#!/usr/bin/env bash
+# The fused bf16 attention forward's AMX tile products on a CPU with AMX-BF16 (Sapphire Rapids and
+# later), in one run: they are opt-in (ROFORMER_AMX_ATTENTION=1) until this passes and is timed. Runs
+# the real tiles against the tiles emulated in scalar code and against fp64 (ops_tests
+# FlashAttentionBf16Amx.*, every FlashAttention* test with inference routed to the tiles, and the
+# op × dtype NMSE table's amx column), then times the dot-product and tile kernels in alternating
+# rounds (`roformer bench attention --fused --precision bf16`) and RoFormer-base's bf16 forward with
+# and without the tiles (`roformer bench infer --quantize bf16`). Logs go to OUT; a summary is printed last.
+#
+#   scripts/amx-check.sh [OUT]        # OUT defaults to build/amx-check
+#
+# BUILD (default build/release) must hold tests/ops_tests and tools/roformer; they are built here with
+# the release preset when missing. ROUNDS (default 2) alternating benchmark rounds. The model
+# (build/bench/roformer-base) is made by bench/peers/roformer_infer_hf.py when missing, in ROFORMER_PYTHON
+# (default: scripts/hf-env.sh's venv).
+set -uo pipefail
+cd "$(dirname "$0")/.."
+case "${1:-}" in -*) echo "$(basename "$0"): usage: $(basename "$0") [OUT_DIR] (not an option: '$1')" >&2; exit 2 ;; esac
+out="${1:-build/amx-check}"
+build="${BUILD:-build/release}"
+rounds="${ROUNDS:-2}"
+mkdir -p "$out"
+{ lscpu | grep -E 'Model name|^CPU\(s\)'; grep -o -w -E 'amx_(tile|bf16|int8)' /proc/cpuinfo | sort -u | tr '\n' ' '; echo; } \
+  | tee "$out/cpu.txt"
+if ! grep -q -w amx_bf16 /proc/cpuinfo; then
+  echo "$(basename "$0"): this CPU has no AMX-BF16 (see $out/cpu.txt): nothing to check" >&2
+  exit 2
+fi
+if [ ! -x "$build/tests/ops_tests" ] || [ ! -x "$build/tools/roformer" ]; then
+  cmake --preset release && cmake --build --preset release --target ops_tests roformer || exit 1
+fi
+
+status=0
+step() {  # step NAME COMMAND...: runs it, logs to OUT/NAME.log, records pass/fail
+  local name="$1"; shift
+  local t0=$SECONDS
+  if "$@" > "$out/$name.log" 2>&1; then
+    echo "PASS $name ($((SECONDS - t0)) s)" | tee -a "$out/summary.txt"
+  else
+    echo "FAIL $name ($((SECONDS - t0)) s): tail of $out/$name.log" | tee -a "$out/summary.txt"
+    tail -25 "$out/$name.log"
+    status=1
+  fi
+}
+: > "$out/summary.txt"
+export ROFORMER_AMX_ATTENTION=1
+step tiles "$build/tests/ops_tests" --gtest_filter='FlashAttention*'
+step nmse-table "$build/tests/ops_tests" --gtest_filter='EveryOp*flash_attention*'
+if ! grep -q 'RealTilesAgreeWithTheEmulatedOnes' "$out/tiles.log" || grep -q 'SKIPPED.*RealTiles' "$out/tiles.log"; then
+  echo "FAIL tiles: the real tiles' test did not run (the OS refused the tile data state?)" | tee -a "$out/summary.txt"
+  status=1
+fi
+grep -h 'worst NMSE against the emulated tiles' "$out/tiles.log" | tee -a "$out/summary.txt"
+
+# Timings, only where the tiles passed: each round the dot products (0) and the tiles (1) in turn.
+if [ "$status" -eq 0 ]; then
+  model=build/bench/roformer-base
+  if [ ! -f "$model/config.json" ]; then  # RoFormer-base with random weights, made by the inference peer
+    python="${ROFORMER_PYTHON:-$(scripts/hf-env.sh)}"
+    "$python" bench/peers/roformer_infer_hf.py --roformer "$build/tools/roformer" --runners ours --shapes 1x8 \
+      --rounds 1 --min-time 0 --min-reps 1 --warmup 0 > "$out/model.log" 2>&1
+  fi
+  for round in $(seq "$rounds"); do
+    for amx in 0 1; do
+      for mask in full causal; do
+        ROFORMER_AMX_ATTENTION=$amx step "attention-$mask-amx$amx-r$round" "$build/tools/roformer" bench attention \
+          --fused --precision bf16 --heads 12 --head-dim 64 --mask $mask --batches 1 --lengths 512,2048,8192 \
+          --thread-counts 1,2
+      done
+      for shape in 1x128 8x512; do
+        ROFORMER_AMX_ATTENTION=$amx step "infer-$shape-amx$amx-r$round" "$build/tools/roformer" bench infer \
+          --model "$model" --batch "${shape%x*}" --seq "${shape#*x}" --quantize bf16 --threads 2 --min-time 5
+      done
+    done
+  done
+  for f in "$out"/attention-*.log "$out"/infer-*.log; do
+    [ -f "$f" ] && { echo "== $(basename "$f" .log)"; grep -E '^\||tok/s|AVX512-BF16|AMX-BF16' "$f"; }
+  done > "$out/timings.txt"
+  echo "timings: $out/timings.txt"
+fi
+echo "summary ($out/summary.txt):"
+cat "$out/summary.txt"
+exit "$status"
