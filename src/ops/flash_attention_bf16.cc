@@ -64,6 +64,7 @@
 #if !defined(__clang__)
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 #endif
+#include <cpuid.h>
 #include <immintrin.h>
 #define OPS_BF16_KERNELS 1
 #endif
@@ -1007,7 +1008,11 @@ void flash_attention_forward_bf16_with(Bf16Products products, float* out, const 
 
 bool flash_attention_amx_available() {
   static const bool available = [] {
-    if (!cpu_has_avx512_bf16() || !__builtin_cpu_supports("amx-tile") || !__builtin_cpu_supports("amx-bf16")) {
+    // CPUID leaf 7: EDX bit 24 AMX-TILE, bit 22 AMX-BF16 (read directly: Clang's __builtin_cpu_supports
+    // does not know these names).
+    unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
+    if (!cpu_has_avx512_bf16() || !__get_cpuid_count(7, 0, &eax, &ebx, &ecx, &edx) || !(edx & (1u << 24)) ||
+        !(edx & (1u << 22))) {
       return false;
     }
 #ifdef __linux__

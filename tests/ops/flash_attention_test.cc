@@ -15,7 +15,9 @@
 #include <cstdio>
 #include <cstdint>
 #include <cstdlib>
+#include <fstream>
 #include <random>
+#include <sstream>
 #include <stdexcept>
 #include <string>
 #include <utility>
@@ -396,6 +398,28 @@ TEST(FlashAttentionBf16Amx, RealTilesAgreeWithTheEmulatedOnes) {
   }
   std::printf("worst NMSE against the emulated tiles %.3g (0: the same bits), worst row statistic difference %.3g\n",
               worst, worst_stats);
+}
+
+// flash_attention_amx_available reads CPUID's AMX bits itself: where Linux lists no amx_tile and amx_bf16
+// flags (it lists them only for a CPU that has them and a kernel that saves the tile state), it must
+// say no, or a tile instruction would fault. (With the flags it may still say no: a sandbox can refuse
+// the tile data state.)
+TEST(FlashAttentionBf16Amx, NoAmxWhereLinuxListsNone) {
+  std::ifstream cpuinfo("/proc/cpuinfo");
+  if (!cpuinfo) GTEST_SKIP() << "no /proc/cpuinfo";
+  std::string line;
+  bool tile = false, bf16 = false;
+  while (std::getline(cpuinfo, line)) {
+    if (line.rfind("flags", 0) != 0) continue;
+    std::istringstream words(line);
+    for (std::string w; words >> w;) tile |= w == "amx_tile", bf16 |= w == "amx_bf16";
+    break;
+  }
+  if (!(tile && bf16)) {
+    EXPECT_FALSE(ops::flash_attention_amx_available());
+  }
+  std::printf("Linux's AMX flags: %s; flash_attention_amx_available: %d\n", tile && bf16 ? "yes" : "no",
+              ops::flash_attention_amx_available());
 }
 
 // flash_attention_forward_bf16 takes the tiles only where AMX is available and ROFORMER_AMX_ATTENTION=1
