@@ -30,19 +30,7 @@ if [ ! -x "$build/tests/ops_tests" ] || [ ! -x "$build/tools/roformer" ]; then
   cmake --preset release && cmake --build --preset release --target ops_tests roformer || exit 1
 fi
 
-status=0
-step() {  # step NAME COMMAND...: runs it, logs to OUT/NAME.log, records pass/fail
-  local name="$1"; shift
-  local t0=$SECONDS
-  if "$@" > "$out/$name.log" 2>&1; then
-    echo "PASS $name ($((SECONDS - t0)) s)" | tee -a "$out/summary.txt"
-  else
-    echo "FAIL $name ($((SECONDS - t0)) s): tail of $out/$name.log" | tee -a "$out/summary.txt"
-    tail -25 "$out/$name.log"
-    status=1
-  fi
-}
-: > "$out/summary.txt"
+source scripts/check-steps.sh  # step NAME COMMAND...: logs to OUT/NAME.log, PASS/FAIL into the summary
 export ROFORMER_AMX_ATTENTION=1
 step tiles "$build/tests/ops_tests" --gtest_filter='FlashAttention*'
 step nmse-table "$build/tests/ops_tests" --gtest_filter='EveryOp*flash_attention*'

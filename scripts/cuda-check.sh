@@ -42,19 +42,7 @@ site="$(mktemp -d)/site"
 ) &
 py_build=$!
 
-status=0
-step() {  # step NAME COMMAND...: runs it, logs to OUT/NAME.log, records pass/fail
-  local name="$1"; shift
-  local t0=$SECONDS
-  if "$@" > "$out/$name.log" 2>&1; then
-    echo "PASS $name ($((SECONDS - t0)) s)" | tee -a "$out/summary.txt"
-  else
-    echo "FAIL $name ($((SECONDS - t0)) s): tail of $out/$name.log" | tee -a "$out/summary.txt"
-    tail -25 "$out/$name.log"
-    status=1
-  fi
-}
-: > "$out/summary.txt"
+source scripts/check-steps.sh  # step NAME COMMAND...: logs to OUT/NAME.log, PASS/FAIL into the summary
 step gtest "$build/tests/rope_tests" --gtest_filter='RopeCuda*' --gtest_output="json:$out/gtest.json"
 if wait "$py_build"; then
   echo "PASS python-build" | tee -a "$out/summary.txt"

@@ -97,20 +97,20 @@ struct Bf16Work {
   const AttentionShape* s = nullptr;
   float scale = 1;
   int64_t Dh = 0;  // pairs of dimensions, ⌈D/2⌉
-  // The products' padding (DotProducts: none; TileProducts: whole tiles): k2's and qt2's pair words
-  // per key and query (kw ≥ Dh, zero past Dh), oT's rows (Dp ≥ D, zero past D).
-  int64_t kw = 0, Dp = 0;
+  // k2's and qt2's pair words per key and query (kw ≥ Dh, zero past Dh): the products' padding
+  // (DotProducts: none; TileProducts: whole tile rows).
+  int64_t kw = 0;
   // The block's: scaled queries as bf16 pairs (kw, kBlockRows); a tile's scores (kTileKeys,
   // kBlockRows); its probabilities as bf16 pairs of keys (kTileKeys/2, kBlockRows); the
-  // outputs transposed (Dp, kBlockRows); each row's running maximum, sum, last rescaling factor, key
+  // outputs transposed (D, or TileProducts' Dp, kBlockRows); each row's running maximum, sum, last rescaling factor, key
   // limit (−1: sees nothing); the head's mean value (D: rows that see no key).
   std::vector<uint32_t> qt2, pt2;
   std::vector<uint16_t> q16;  // one query row's bf16 (2·Dh)
   std::vector<float> st, oT, m, l, alpha, mean;
   std::vector<int32_t> lim;
   // The head's keys and values in bf16 (k2 (Tk, kw) pairs along D; v2 pairs of keys, laid out as
-  // the products read them), those of pair head_bh, converted for keys [0, converted); vrow (D) scratch.
-  std::vector<uint32_t> k2, v2, vrow;
+  // the products read them), those of pair head_bh, converted for keys [0, converted).
+  std::vector<uint32_t> k2, v2;
   int64_t head_bh = -1, converted = 0, mean_bh = -1;
   // Attention dropout: the block's pair's mask (drop.keep null without), and the block's first row.
   base::Keep keep{0, 0.0};
@@ -289,9 +289,9 @@ OPS_BF16_TARGET void Product(const uint32_t* a, int64_t ar, int64_t ax, const ui
 // BlockKernel's two products on AVX512-BF16's dot products, PanelProduct's (the default): keys k2
 // (Tk, Dh), values v2 (⌈Tk/2⌉, D) pairs of consecutive keys, D as lanes, outputs oT (D, rows).
 struct DotProducts {
-  static void Allocate(Bf16Work& w) {
+  void Allocate(Bf16Work& w) {
     const int64_t D = w.s->D, Tk = w.s->keys();
-    w.kw = w.Dh, w.Dp = D;
+    w.kw = w.Dh;
     w.k2.resize(Tk * w.Dh), w.v2.resize((Tk + 1) / 2 * D), w.qt2.resize(w.Dh * kBlockRows);
     w.oT.resize(D * kBlockRows);
   }
@@ -695,15 +695,15 @@ template <class Tiles>
 struct TileProducts {
   static constexpr int64_t kPairs = kTileKeys / 2;  // pair words of a key tile's row of v2
 
-  static void Allocate(Bf16Work& w) {
+  void Allocate(Bf16Work& w) {
     const int64_t D = w.s->D, Tk = w.s->keys(), tiles = (Tk + kTileKeys - 1) / kTileKeys;
-    w.kw = (w.Dh + kTileWords - 1) / kTileWords * kTileWords, w.Dp = (D + kTileRows - 1) / kTileRows * kTileRows;
+    w.kw = (w.Dh + kTileWords - 1) / kTileWords * kTileWords, Dp = (D + kTileRows - 1) / kTileRows * kTileRows;
     // Zeros in the padding, never written after: k2 past Dh and past Tk (to whole tiles of rows), qt2
     // past Dh, v2 past D and past Tk.
     w.k2.assign((Tk + kTileRows - 1) / kTileRows * kTileRows * w.kw, 0u);
     w.qt2.assign(w.kw * kBlockRows, 0u);
-    w.v2.assign(tiles * w.Dp * kPairs, 0u);
-    w.oT.resize(w.Dp * kBlockRows), w.vrow.resize(D);
+    w.v2.assign(tiles * Dp * kPairs, 0u);
+    w.oT.resize(Dp * kBlockRows), vrow.resize(D);
   }
   OPS_AMX_TARGET void Begin() { tiles.Configure(); }  // per thread and call
   OPS_AMX_TARGET void End() { tiles.Release(); }
@@ -713,9 +713,9 @@ struct TileProducts {
   OPS_AMX_TARGET void Values(Bf16Work& w, const float* vh, int64_t end) {
     const int64_t C = w.s->H * w.s->D, D = w.s->D;
     for (int64_t j = w.converted; j < end; j += 2) {
-      PairRows(w.vrow.data(), vh + j * C, j + 1 < end ? vh + (j + 1) * C : nullptr, D, D, 1.0f);
-      uint32_t* column = w.v2.data() + j / kTileKeys * w.Dp * kPairs + j % kTileKeys / 2;
-      for (int64_t x = 0; x < D; ++x) column[x * kPairs] = w.vrow[x];
+      PairRows(vrow.data(), vh + j * C, j + 1 < end ? vh + (j + 1) * C : nullptr, D, D, 1.0f);
+      uint32_t* column = w.v2.data() + j / kTileKeys * Dp * kPairs + j % kTileKeys / 2;
+      for (int64_t x = 0; x < D; ++x) column[x * kPairs] = vrow[x];
     }
   }
 
@@ -741,11 +741,13 @@ struct TileProducts {
         _mm512_storeu_ps(o, _mm512_mul_ps(_mm512_loadu_ps(o), _mm512_loadu_ps(w.alpha.data() + i)));
       }
     }
-    TileProduct(tiles, w.v2.data() + j0 / kTileKeys * w.Dp * kPairs, kPairs, w.pt2.data() + i0, R, w.Dp / kTileRows,
+    TileProduct(tiles, w.v2.data() + j0 / kTileKeys * Dp * kPairs, kPairs, w.pt2.data() + i0, R, Dp / kTileRows,
                 (i1 - i0) / kTileWords, chunks, w.oT.data() + i0, R, true);
   }
 
   Tiles tiles;
+  int64_t Dp = 0;             // oT's and each tile of v2's rows: D rounded up to whole tiles, zero past D
+  std::vector<uint32_t> vrow;  // one pair of keys' value pairs (D): Values' scratch
 };
 
 // flash_attention_forward_bf16 with the products on `Products` (DotProducts, TileProducts).
@@ -764,8 +766,8 @@ void Forward(float* out, const float* q, const float* k, const float* v, const i
     w.q16.resize(2 * Dh), w.pt2.resize(kTileKeys / 2 * kBlockRows), w.st.resize(kTileKeys * kBlockRows);
     w.mean.resize(D), w.m.resize(kBlockRows), w.l.resize(kBlockRows), w.alpha.resize(kBlockRows);
     w.lim.resize(kBlockRows);
-    Products::Allocate(w);  // k2, v2, qt2, oT
     Products products;
+    products.Allocate(w);  // k2, v2, qt2, oT
     products.Begin();
 #pragma omp for schedule(static)
     for (int64_t item = 0; item < s.B * s.H * blocks; ++item) {

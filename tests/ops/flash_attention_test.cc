@@ -333,6 +333,18 @@ std::vector<FlashCase> products_cases() {
   return cases;
 }
 
+// expect_products_agree on every case of `cases` (the i-th keeping row statistics when i is even);
+// returns the largest NMSE and statistics difference.
+std::pair<double, double> expect_products_agree_on(const std::vector<FlashCase>& cases, ops::Bf16Products a,
+                                                   ops::Bf16Products b, double most_nmse, double most_stats) {
+  double worst = 0, worst_stats = 0;
+  for (size_t i = 0; i < cases.size(); ++i) {
+    const auto [e, st] = expect_products_agree(cases[i], static_cast<int>(i), a, b, most_nmse, most_stats);
+    worst = std::max(worst, e), worst_stats = std::max(worst_stats, st);
+  }
+  return {worst, worst_stats};
+}
+
 // The tile kernel's layouts and padding to the last bit: with a pair's two products added in
 // VDPBF16PS's order the emulated tiles give the dot products' bits (both add the same bf16 products
 // in the same order of K, the padding's zeros changing no sum), row statistics and bf16 outputs too,
@@ -340,10 +352,7 @@ std::vector<FlashCase> products_cases() {
 TEST(FlashAttentionBf16Amx, EmulatedTilesInTheDotProductsOrderGiveTheirBits) {
   if (!bf16_kernel_runs()) GTEST_SKIP() << "no AVX512-BF16";
   const std::vector<FlashCase> cases = products_cases();
-  for (size_t i = 0; i < cases.size(); ++i) {
-    expect_products_agree(cases[i], static_cast<int>(i), ops::Bf16Products::dot,
-                          ops::Bf16Products::amx_emulated_in_dot_order, 0, 0);
-  }
+  expect_products_agree_on(cases, ops::Bf16Products::dot, ops::Bf16Products::amx_emulated_in_dot_order, 0, 0);
   const int threads = omp_get_max_threads();
   omp_set_num_threads(1);
   const std::vector<float> one = run_on(cases.back(), ops::Bf16Products::amx_emulated);
@@ -361,13 +370,8 @@ TEST(FlashAttentionBf16Amx, EmulatedTilesInTheDotProductsOrderGiveTheirBits) {
 // against fp64 reaches 1e-5).
 TEST(FlashAttentionBf16Amx, EmulatedTilesAgreeWithTheDotProducts) {
   if (!bf16_kernel_runs()) GTEST_SKIP() << "no AVX512-BF16";
-  const std::vector<FlashCase> cases = products_cases();
-  double worst = 0, worst_stats = 0;
-  for (size_t i = 0; i < cases.size(); ++i) {
-    const auto [e, st] = expect_products_agree(cases[i], static_cast<int>(i), ops::Bf16Products::dot,
-                                               ops::Bf16Products::amx_emulated, 1e-8, 1e-5);
-    worst = std::max(worst, e), worst_stats = std::max(worst_stats, st);
-  }
+  const auto [worst, worst_stats] =
+      expect_products_agree_on(products_cases(), ops::Bf16Products::dot, ops::Bf16Products::amx_emulated, 1e-8, 1e-5);
   std::printf("worst NMSE against the dot products %.3g, worst row statistic difference %.3g\n", worst, worst_stats);
 }
 
@@ -389,13 +393,8 @@ TEST(FlashAttentionBf16Amx, RealTilesAgreeWithTheEmulatedOnes) {
     const FlashCase c = bf16_random_case(rng, i, 300);
     expect_as_close_as_the_blocks(c, [](const FlashCase& x) { return run_on(x, ops::Bf16Products::amx); });
   }
-  const std::vector<FlashCase> cases = products_cases();
-  double worst = 0, worst_stats = 0;
-  for (size_t i = 0; i < cases.size(); ++i) {
-    const auto [e, st] = expect_products_agree(cases[i], static_cast<int>(i), ops::Bf16Products::amx_emulated,
-                                               ops::Bf16Products::amx, 1e-8, 1e-5);
-    worst = std::max(worst, e), worst_stats = std::max(worst_stats, st);
-  }
+  const auto [worst, worst_stats] =
+      expect_products_agree_on(products_cases(), ops::Bf16Products::amx_emulated, ops::Bf16Products::amx, 1e-8, 1e-5);
   std::printf("worst NMSE against the emulated tiles %.3g (0: the same bits), worst row statistic difference %.3g\n",
               worst, worst_stats);
 }

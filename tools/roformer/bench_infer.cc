@@ -85,12 +85,13 @@ int bench_infer(const BenchInferOptions& o) {
   if (o.head == "mlm") matmul_params += c.rms_norm() ? H * c.vocab_size : H * E + E * c.vocab_size;
   const double flops_per_token = 2 * matmul_params + 4.0 * L * T * H;  // + QKᵀ and PV
   const double tokens_per_s = N / median;
+  const char* target = ops::vmath_target();  // what --simd-target left our kernels
   const nlohmann::json run = {{"model", o.model},
                               {"head", o.head},
                               {"keep", o.keep},
                               {"linears", linears},
                               {"threads", omp_get_max_threads()},
-                              {"simd_target", ops::vmath_target()},
+                              {"simd_target", target},
                               {"batch", B},
                               {"seq", T},
                               {"hidden", H},
@@ -110,7 +111,7 @@ int bench_infer(const BenchInferOptions& o) {
   } else {
     fmt::print("{} B={} T={} threads={} {} ({}, {}): {:.2f} ms median, {:.2f} ms min over {} runs, {:.0f} tok/s, "
                "{:.1f} GFLOP/s, load {:.2f} s, peak RSS {:.0f} MiB\n",
-               o.model, B, T, omp_get_max_threads(), ops::vmath_target(), o.keep, linears, median * 1e3, best * 1e3, times.size(), tokens_per_s,
+               o.model, B, T, omp_get_max_threads(), target, o.keep, linears, median * 1e3, best * 1e3, times.size(), tokens_per_s,
                tokens_per_s * flops_per_token * 1e-9, load_s, peak);
   }
   return 0;
