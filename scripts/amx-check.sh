@@ -1,11 +1,13 @@
 #!/usr/bin/env bash
-# The fused bf16 attention forward's AMX tile products on a CPU with AMX-BF16 (Sapphire Rapids and
-# later), in one run: they are opt-in (ROFORMER_AMX_ATTENTION=1) until this passes and is timed. Runs
-# the real tiles against the tiles emulated in scalar code and against fp64 (ops_tests
-# FlashAttentionBf16Amx.*, every FlashAttention* test with inference routed to the tiles, and the
-# op × dtype NMSE table's amx column), then times the dot-product and tile kernels in alternating
-# rounds (`roformer bench attention --fused --precision bf16`) and RoFormer-base's bf16 forward with
-# and without the tiles (`roformer bench infer --quantize bf16`). Logs go to OUT; a summary is printed last.
+# The fused bf16 attention's AMX tile products (forward and backward) on a CPU with AMX-BF16
+# (Sapphire Rapids and later), in one run: they are opt-in (ROFORMER_AMX_ATTENTION=1) until this
+# passes and is timed. Runs the real tiles against the tiles emulated in scalar code and against fp64
+# (ops_tests FlashAttentionBf16Amx.*, every FlashAttention* test with the fused kernels routed to the
+# tiles, and the op × dtype NMSE table's amx columns), then times the dot-product and tile kernels in
+# alternating rounds (`roformer bench attention --fused --precision bf16` for the forward,
+# `--softmax-only` for forward + backward), RoFormer-base's bf16 forward (`roformer bench infer
+# --quantize bf16`) and bf16 training at 2,048 tokens with row statistics (`roformer bench train`)
+# with and without the tiles. Logs go to OUT; a summary is printed last.
 #
 #   scripts/amx-check.sh [OUT]        # OUT defaults to build/amx-check
 #
@@ -55,13 +57,17 @@ if [ "$status" -eq 0 ]; then
           --fused --precision bf16 --heads 12 --head-dim 64 --mask $mask --batches 1 --lengths 512,2048,8192 \
           --thread-counts 1,2
       done
+      ROFORMER_AMX_ATTENTION=$amx step "backward-amx$amx-r$round" "$build/tools/roformer" bench attention \
+        --softmax-only --precision bf16 --heads 12 --head-dim 64 --mask causal --lengths 512,2048,8192 --threads 1
       for shape in 1x128 8x512; do
         ROFORMER_AMX_ATTENTION=$amx step "infer-$shape-amx$amx-r$round" "$build/tools/roformer" bench infer \
           --model "$model" --batch "${shape%x*}" --seq "${shape#*x}" --quantize bf16 --threads 2 --min-time 5
       done
+      ROFORMER_AMX_ATTENTION=$amx step "train-amx$amx-r$round" "$build/tools/roformer" bench train --preset base \
+        --batch 1 --seq 2048 --steps 3 --warmup 1 --threads 2 --precision bf16 --attention-memory linear --no-sgemm
     done
   done
-  for f in "$out"/attention-*.log "$out"/infer-*.log; do
+  for f in "$out"/attention-*.log "$out"/backward-*.log "$out"/infer-*.log "$out"/train-*.log; do
     [ -f "$f" ] && { echo "== $(basename "$f" .log)"; grep -E '^\||tok/s|AVX512-BF16|AMX-BF16' "$f"; }
   done > "$out/timings.txt"
   echo "timings: $out/timings.txt"

@@ -14,8 +14,8 @@
 // finfo.min mask gives. Results equal attention_forward's and attention_backward's per-
 // block path up to fp32 rounding (the sums are accumulated in another order), not bit for bit. A
 // bf16-product variant of both (flash_attention_forward_bf16, flash_attention_backward_bf16) serves
-// bf16 inference and training on CPUs with AVX512-BF16 (the forward's products on AMX tiles where
-// asked for: flash_attention_amx_enabled).
+// bf16 inference and training on CPUs with AVX512-BF16 (their products on AMX tiles where asked for:
+// flash_attention_amx_enabled).
 #pragma once
 
 #include <cstdint>
@@ -70,12 +70,12 @@ void flash_attention_backward_bf16(float* dq, float* dk, float* dv, const float*
                                    const float* stats, const float* q, const float* k, const float* v,
                                    const int64_t* key_mask, const AttentionShape& s);
 
-// The products flash_attention_forward_bf16's kernel takes its scores and p·v on: AVX512-BF16's dot
-// products (the default), AMX-BF16's tiles (Sapphire Rapids and later; where
-// flash_attention_amx_enabled()), or, for tests of the tile kernel's layouts and padding on CPUs
-// without AMX, the same tile kernel with its tile operations emulated in scalar code (slow): as the
-// SDM gives TDPBF16PS (each pair's even product added first), or in VDPBF16PS's order (odd first),
-// which gives the dot products' bits.
+// The products the bf16 kernels take on (the forward's scores and p·v; the backward's scores, dP,
+// dV, dK and dQ): AVX512-BF16's dot products (the default), AMX-BF16's tiles (Sapphire Rapids and
+// later; where flash_attention_amx_enabled()), or, for tests of the tile kernels' layouts and padding
+// on CPUs without AMX, the same tile kernels with their tile operations emulated in scalar code
+// (slow): as the SDM gives TDPBF16PS (each pair's even product added first), or in VDPBF16PS's order
+// (odd first), which gives the dot products' bits.
 enum class Bf16Products { dot, amx, amx_emulated, amx_emulated_in_dot_order };
 
 // flash_attention_forward_bf16 on the products named, to compare them: the same arguments and checks;
@@ -85,12 +85,17 @@ void flash_attention_forward_bf16_with(Bf16Products products, float* out, const 
                                        const float* v, const int64_t* key_mask, const AttentionShape& s,
                                        float* stats = nullptr, uint16_t* out16 = nullptr);
 
-// Whether the CPU and OS let the bf16 forward take its products on AMX tiles: CPUID's AMX-TILE and
+// flash_attention_backward_bf16 on the products named, the same way.
+void flash_attention_backward_bf16_with(Bf16Products products, float* dq, float* dk, float* dv, const float* dout,
+                                        const float* out, const float* stats, const float* q, const float* k,
+                                        const float* v, const int64_t* key_mask, const AttentionShape& s);
+
+// Whether the CPU and OS let the bf16 kernels take their products on AMX tiles: CPUID's AMX-TILE and
 // AMX-BF16 beside AVX512-BF16, and Linux granting the process the tile data state (arch_prctl).
 bool flash_attention_amx_available();
 
-// Whether flash_attention_forward_bf16 does: where AMX is available and the environment sets
-// ROFORMER_AMX_ATTENTION=1 (read once). Off by default until the tile path has been validated and
+// Whether flash_attention_forward_bf16 and flash_attention_backward_bf16 do: where AMX is available
+// and the environment sets ROFORMER_AMX_ATTENTION=1 (read once). Off by default until the tile path has been validated and
 // timed on AMX hardware; AVX512-BF16's dot products stay the default everywhere.
 bool flash_attention_amx_enabled();
 

@@ -41,8 +41,9 @@
 // The two products are the kernel's template parameter: AVX512-BF16's dot products above (DotProducts,
 // the default), or AMX-BF16's tiles (TileProducts: keys padded to whole tile rows, values kept
 // transposed per tile of keys; see its section), which flash_attention_forward_bf16 takes only where
-// the CPU and OS have AMX and ROFORMER_AMX_ATTENTION=1 (not yet validated on AMX hardware). Tests run
-// the tile kernel everywhere on tiles emulated in scalar code (EmulatedTiles).
+// the CPU and OS have AMX and ROFORMER_AMX_ATTENTION=1 (not yet validated on AMX hardware); the
+// backward's five products likewise (DotBackProducts, TileBackProducts). Tests run the tile kernels
+// everywhere on tiles emulated in scalar code (EmulatedTiles).
 #include "flash_attention.h"
 
 #include <algorithm>
@@ -505,6 +506,7 @@ OPS_BF16_TARGET void BlockKernel(Bf16Work& w, Products& products, int64_t bh, in
 
 constexpr int64_t kTileRows = 16;   // rows of a tile
 constexpr int64_t kTileWords = 16;  // 32-bit words of a tile's row (64 bytes)
+constexpr int64_t kPairs = kTileKeys / 2;  // pair words of a key tile's row in TilePairs' layout
 
 // The tile operations on AMX (a CPU where flash_attention_amx_available()). GCC's intrinsics are
 // inline assembly with the register's number in the instruction text (literal numbers only, hence a
@@ -689,12 +691,23 @@ OPS_AMX_TARGET void TileProduct(Tiles& t, const uint32_t* a, int64_t lda, const 
   }
 }
 
+// Keys [from, end) of a head (xh: its key 0, rows C apart, D values each) as bf16 pairs of consecutive
+// keys, kept transposed per tile of kTileKeys keys: pair word (x[j, d], x[j + 1, d]) at
+// t2[(j / 64·Dp + d)·32 + j % 64 / 2] (an odd end's last key with a zero; from even). The forward's
+// values and the backward's keys, as A of a product over key pairs; row (D) is scratch.
+OPS_AMX_TARGET void TilePairs(uint32_t* t2, uint32_t* row, const float* xh, int64_t C, int64_t D, int64_t Dp,
+                              int64_t from, int64_t end) {
+  for (int64_t j = from; j < end; j += 2) {
+    PairRows(row, xh + j * C, j + 1 < end ? xh + (j + 1) * C : nullptr, D, D, 1.0f);
+    uint32_t* column = t2 + j / kTileKeys * Dp * kPairs + j % kTileKeys / 2;
+    for (int64_t d = 0; d < D; ++d) column[d * kPairs] = row[d];
+  }
+}
+
 // BlockKernel's two products on tiles (AmxTiles, or EmulatedTiles in tests), laid out as the section's
 // comment says.
 template <class Tiles>
 struct TileProducts {
-  static constexpr int64_t kPairs = kTileKeys / 2;  // pair words of a key tile's row of v2
-
   void Allocate(Bf16Work& w) {
     const int64_t D = w.s->D, Tk = w.s->keys(), tiles = (Tk + kTileKeys - 1) / kTileKeys;
     w.kw = (w.Dh + kTileWords - 1) / kTileWords * kTileWords, Dp = (D + kTileRows - 1) / kTileRows * kTileRows;
@@ -711,12 +724,7 @@ struct TileProducts {
   // Values [w.converted, end) of the head (vh: its key 0) into v2: pair word (v[j, x], v[j + 1, x]) at
   // v2[(j / 64·Dp + x)·32 + j % 64 / 2] (an odd Tk's last key with a zero; end even or Tk).
   OPS_AMX_TARGET void Values(Bf16Work& w, const float* vh, int64_t end) {
-    const int64_t C = w.s->H * w.s->D, D = w.s->D;
-    for (int64_t j = w.converted; j < end; j += 2) {
-      PairRows(vrow.data(), vh + j * C, j + 1 < end ? vh + (j + 1) * C : nullptr, D, D, 1.0f);
-      uint32_t* column = w.v2.data() + j / kTileKeys * Dp * kPairs + j % kTileKeys / 2;
-      for (int64_t x = 0; x < D; ++x) column[x * kPairs] = vrow[x];
-    }
+    TilePairs(w.v2.data(), vrow.data(), vh, w.s->H * w.s->D, w.s->D, Dp, w.converted, end);
   }
 
   // st (n, kBlockRows) columns [i0, i1) = k2 (n keys from j0, kw) · qt2 (kw, rows), in whole tiles of
@@ -791,10 +799,13 @@ void Forward(float* out, const float* q, const float* k, const float* v, const i
 //   (under attention dropout dP through the mask's backward, and pr2 below holds P after the mask);
 //   P and dS rounded in pairs of rows (pr2, dsr2) and dS in pairs of keys (dsk2);
 //   dV (n, D) += pr2 · gr2, dK (n, D) += dsr2 · qr2 (D as lanes), dQᵀ (D, rows) += kp2ᵀ · dsk2 (rows
-//   as lanes), each product accumulating into its fp32 buffer as it loads it (scale 1).
+//   as lanes), each product accumulating into its fp32 buffer as it loads it.
 // The roundings are the per-block bf16 backward's (attention_bf16.h): q, k, v, dO, P and scale·dS
 // rounded to bf16, fp32 accumulation and softmax; Δ in fp32 from the forward's output and dO rounded
 // as dP's product reads it.
+// The five products are the kernel's template parameter, as the forward's two: AVX512-BF16's dot
+// products (DotBackProducts, the default) or AMX-BF16's tiles (TileBackProducts, laid out as its
+// comment says), which flash_attention_backward_bf16 takes where the forward takes its tiles.
 struct Bf16BackWork {
   const float *q = nullptr, *k = nullptr, *v = nullptr, *out = nullptr, *dout = nullptr, *stats = nullptr;
   float *dq = nullptr, *dk = nullptr, *dv = nullptr;
@@ -802,11 +813,15 @@ struct Bf16BackWork {
   const AttentionShape* s = nullptr;
   float scale = 1;
   int64_t Dh = 0, Dp = 0;  // pairs of dimensions ⌈D/2⌉; D rounded up to whole vectors
-  // The head's: k2, vd2 (Tk, Dh); kp2 (⌈Tk/2⌉, D); dK, dV (Tk, Dp) fp32.
+  // k2's and vd2's pair words per key, qt2's and gt2's rows (kw ≥ Dh, zero past Dh): the products'
+  // padding (DotBackProducts: none; TileBackProducts: whole tile rows).
+  int64_t kw = 0;
+  // The head's: k2, vd2 (Tk, kw); kp2 as the products read it; dK, dV (Tk, or whole tiles of keys,
+  // Dp) fp32.
   std::vector<uint32_t> k2, vd2, kp2;
   std::vector<float> dK, dV;
-  // The block's: qt2, gt2 (Dh, kBlockRows); qr2, gr2 (kBlockRows/2, Dp); dQT (D, kBlockRows) fp32;
-  // per row the statistics m, inv, Δ and the key limit (−1: sees no key, or past the block).
+  // The block's: qt2, gt2 (kw, kBlockRows); qr2, gr2 (kBlockRows/2, Dp); dQT (D, or Dp, kBlockRows)
+  // fp32; per row the statistics m, inv, Δ and the key limit (−1: sees no key, or past the block).
   std::vector<uint32_t> qt2, gt2, qr2, gr2;
   std::vector<float> dQT, m, inv, delta, ones;
   std::vector<int32_t> lim;
@@ -838,17 +853,16 @@ OPS_BF16_TARGET void RoundBlock(Bf16BackWork& w, const float* x, int64_t C, int6
   }
 }
 
-// The head's keys and values rounded (k2, vd2, kp2) and its gradient buffers zeroed.
-OPS_BF16_TARGET void LoadHead(Bf16BackWork& w, const float* kh, const float* vh) {
+// The head's keys and values rounded (k2, vd2; the products' kp2) and its gradient buffers zeroed.
+template <class Products>
+OPS_BF16_TARGET void LoadHead(Bf16BackWork& w, Products& products, const float* kh, const float* vh) {
   const AttentionShape& s = *w.s;
-  const int64_t C = s.H * s.D, D = s.D, Dh = w.Dh, Tk = s.keys();
+  const int64_t C = s.H * s.D, D = s.D, Tk = s.keys();
   for (int64_t j = 0; j < Tk; ++j) {
-    RoundRow(reinterpret_cast<uint16_t*>(w.k2.data() + j * Dh), kh + j * C, D, 1.0f);
-    RoundRow(reinterpret_cast<uint16_t*>(w.vd2.data() + j * Dh), vh + j * C, D, 1.0f);
+    RoundRow(reinterpret_cast<uint16_t*>(w.k2.data() + j * w.kw), kh + j * C, D, 1.0f);
+    RoundRow(reinterpret_cast<uint16_t*>(w.vd2.data() + j * w.kw), vh + j * C, D, 1.0f);
   }
-  for (int64_t j = 0; j < Tk; j += 2) {  // pairs (k[j, x], k[j + 1, x]); an odd Tk's last key with zeros
-    PairRows(w.kp2.data() + j / 2 * D, kh + j * C, j + 1 < Tk ? kh + (j + 1) * C : nullptr, D, D, 1.0f);
-  }
+  products.KeyPairs(w, kh);
   std::fill(w.dK.begin(), w.dK.end(), 0.0f);
   std::fill(w.dV.begin(), w.dV.end(), 0.0f);
 }
@@ -894,11 +908,133 @@ OPS_BF16_TARGET void TileGrads(Bf16BackWork& w, int64_t i0, int64_t i1, int64_t 
   }
 }
 
-// Rows [r0, r0 + rows) of pair bh: their dq rows, and their share of the head's dK and dV buffers.
-OPS_BF16_TARGET void BackwardBlock(Bf16BackWork& w, int64_t bh, int64_t r0, int64_t rows) {
+// The backward's five products on AVX512-BF16's dot products (PanelProduct's): k2, vd2 (Tk, Dh);
+// kp2 (⌈Tk/2⌉, D) pairs of consecutive keys, D as lanes; dQT (D, rows).
+struct DotBackProducts {
+  void Allocate(Bf16BackWork& w) {
+    const int64_t D = w.s->D, Tk = w.s->keys();
+    w.kw = w.Dh;
+    w.k2.resize(Tk * w.kw), w.vd2.resize(Tk * w.kw), w.kp2.resize((Tk + 1) / 2 * D);
+    w.qt2.resize(w.kw * kBlockRows), w.gt2.resize(w.kw * kBlockRows);
+    w.dK.resize(Tk * w.Dp), w.dV.resize(Tk * w.Dp), w.dQT.resize(D * kBlockRows);
+  }
+  void Begin() {}  // per thread and call
+  void End() {}
+  void Rows(int64_t&, int64_t&) const {}  // a tile's rows [i0, i1): whole vectors suffice
+
+  // The head's keys (kh: its key 0) in pairs of consecutive keys into kp2 (an odd Tk's last key with zeros).
+  OPS_BF16_TARGET void KeyPairs(Bf16BackWork& w, const float* kh) {
+    const int64_t C = w.s->H * w.s->D, D = w.s->D, Tk = w.s->keys();
+    for (int64_t j = 0; j < Tk; j += 2) {
+      PairRows(w.kp2.data() + j / 2 * D, kh + j * C, j + 1 < Tk ? kh + (j + 1) * C : nullptr, D, D, 1.0f);
+    }
+  }
+
+  // st, dpt (n, kBlockRows) columns [i0, i1) = k2, vd2 (n keys from j0, Dh) · qt2, gt2 (Dh, rows).
+  OPS_BF16_TARGET void Scores(Bf16BackWork& w, int64_t j0, int64_t n, int64_t i0, int64_t i1) {
+    const int64_t R = kBlockRows, Dh = w.Dh, vectors = (i1 - i0) / kLanes;
+    Product(w.k2.data() + j0 * Dh, Dh, 1, w.qt2.data() + i0, R, n, Dh, w.st.data() + i0, R, vectors, nullptr);
+    Product(w.vd2.data() + j0 * Dh, Dh, 1, w.gt2.data() + i0, R, n, Dh, w.dpt.data() + i0, R, vectors, nullptr);
+  }
+
+  // dV and dK (n keys from j0, Dp) += pr2, dsr2 (n, row pairs [i0/2, i1/2)) · gr2, qr2 (row pairs, Dp),
+  // 4 vectors of D at a time.
+  OPS_BF16_TARGET void KeyGradients(Bf16BackWork& w, int64_t j0, int64_t n, int64_t i0, int64_t i1) {
+    constexpr int64_t R2 = kBlockRows / 2;
+    const int64_t Dp = w.Dp;
+    for (int64_t c = 0; c < Dp; c += 4 * kLanes) {
+      const int64_t nv = std::min<int64_t>(4, (Dp - c) / kLanes);
+      Product(w.pr2.data() + i0 / 2, R2, 1, w.gr2.data() + i0 / 2 * Dp + c, Dp, n, (i1 - i0) / 2,
+              w.dV.data() + j0 * Dp + c, Dp, nv, w.ones.data());
+      Product(w.dsr2.data() + i0 / 2, R2, 1, w.qr2.data() + i0 / 2 * Dp + c, Dp, n, (i1 - i0) / 2,
+              w.dK.data() + j0 * Dp + c, Dp, nv, w.ones.data());
+    }
+  }
+
+  // dQᵀ (D, rows) columns [i0, i1) += kp2ᵀ (D, key pairs from j0/2) · dsk2 (key pairs, rows).
+  OPS_BF16_TARGET void QueryGradients(Bf16BackWork& w, int64_t j0, int64_t n, int64_t i0, int64_t i1) {
+    const int64_t D = w.s->D, R = kBlockRows;
+    Product(w.kp2.data() + j0 / 2 * D, 1, D, w.dsk2.data() + i0, R, D, (n + 1) / 2, w.dQT.data() + i0, R,
+            (i1 - i0) / kLanes, w.ones.data());
+  }
+};
+
+// The backward's products on tiles (AmxTiles, or EmulatedTiles in tests), the forward's TileProduct
+// with these layouts:
+//  - st, dpt (keys, rows) = k2, vd2 (keys, kw) · qt2, gt2 (kw, rows): as the forward's scores (kw = Dh
+//    rounded up to 16 words, keys to whole tiles of 16 rows, zeros in the padding; rows of C past n
+//    never read);
+//  - dV, dK (keys, Dp) += pr2, dsr2 (keys, row pairs) · gr2, qr2 (row pairs, Dp): K runs over pairs of
+//    query rows in chunks of 16 pairs, so a tile's rows are widened to whole 32-row halves of the
+//    block (Rows): the rows it adds see none of the tile's keys, and TileGrads gives them P = dS = 0;
+//    pr2's and dsr2's keys past n are zeroed up to the 16-key tile, so that they add exactly 0 to rows
+//    of dK and dV that belong to real keys (dK and dV hold whole tiles of keys);
+//  - dQᵀ (Dp, rows) += kp2ᵀ (Dp, key pairs) · dsk2 (key pairs, rows): the keys kept transposed per
+//    tile of keys as the forward keeps the values (kp2 (⌈Tk/64⌉ tiles, Dp, 32 pair words), zero past D
+//    and Tk), dsk2's pairs past ⌈n/2⌉ zeroed up to the 16-pair chunk.
+template <class Tiles>
+struct TileBackProducts {
+  void Allocate(Bf16BackWork& w) {
+    const int64_t D = w.s->D, Tk = w.s->keys(), tiles = (Tk + kTileKeys - 1) / kTileKeys;
+    const int64_t keys = (Tk + kTileRows - 1) / kTileRows * kTileRows;
+    w.kw = (w.Dh + kTileWords - 1) / kTileWords * kTileWords;
+    // Zeros in the padding, never written after: k2 and vd2 past Dh and Tk, qt2 and gt2 past Dh, kp2
+    // past D and Tk.
+    w.k2.assign(keys * w.kw, 0u), w.vd2.assign(keys * w.kw, 0u), w.kp2.assign(tiles * w.Dp * kPairs, 0u);
+    w.qt2.assign(w.kw * kBlockRows, 0u), w.gt2.assign(w.kw * kBlockRows, 0u);
+    w.dK.resize(keys * w.Dp), w.dV.resize(keys * w.Dp), w.dQT.resize(w.Dp * kBlockRows);
+    krow.resize(D);
+  }
+  OPS_AMX_TARGET void Begin() { tiles.Configure(); }  // per thread and call
+  OPS_AMX_TARGET void End() { tiles.Release(); }
+  void Rows(int64_t& i0, int64_t& i1) const {  // whole chunks of 16 row pairs
+    i0 = i0 / (2 * kTileRows) * (2 * kTileRows), i1 = (i1 + 2 * kTileRows - 1) / (2 * kTileRows) * (2 * kTileRows);
+  }
+
+  OPS_AMX_TARGET void KeyPairs(Bf16BackWork& w, const float* kh) {
+    TilePairs(w.kp2.data(), krow.data(), kh, w.s->H * w.s->D, w.s->D, w.Dp, 0, w.s->keys());
+  }
+
+  OPS_AMX_TARGET void Scores(Bf16BackWork& w, int64_t j0, int64_t n, int64_t i0, int64_t i1) {
+    const int64_t R = kBlockRows, mt = (n + kTileRows - 1) / kTileRows, nt = (i1 - i0) / kTileWords;
+    TileProduct(tiles, w.k2.data() + j0 * w.kw, w.kw, w.qt2.data() + i0, R, mt, nt, w.kw / kTileWords,
+                w.st.data() + i0, R, false);
+    TileProduct(tiles, w.vd2.data() + j0 * w.kw, w.kw, w.gt2.data() + i0, R, mt, nt, w.kw / kTileWords,
+                w.dpt.data() + i0, R, false);
+  }
+
+  OPS_AMX_TARGET void KeyGradients(Bf16BackWork& w, int64_t j0, int64_t n, int64_t i0, int64_t i1) {
+    constexpr int64_t R2 = kBlockRows / 2;
+    const int64_t Dp = w.Dp, keys = (n + kTileRows - 1) / kTileRows * kTileRows, c0 = i0 / 2, pairs = (i1 - i0) / 2;
+    for (int64_t j = n; j < keys; ++j) {
+      std::fill_n(w.pr2.data() + j * R2 + c0, pairs, 0u);
+      std::fill_n(w.dsr2.data() + j * R2 + c0, pairs, 0u);
+    }
+    const int64_t mt = keys / kTileRows, nt = Dp / kTileWords, chunks = pairs / kTileRows;
+    TileProduct(tiles, w.pr2.data() + c0, R2, w.gr2.data() + c0 * Dp, Dp, mt, nt, chunks, w.dV.data() + j0 * Dp, Dp,
+                true);
+    TileProduct(tiles, w.dsr2.data() + c0, R2, w.qr2.data() + c0 * Dp, Dp, mt, nt, chunks, w.dK.data() + j0 * Dp, Dp,
+                true);
+  }
+
+  OPS_AMX_TARGET void QueryGradients(Bf16BackWork& w, int64_t j0, int64_t n, int64_t i0, int64_t i1) {
+    const int64_t R = kBlockRows, pairs = (n + 1) / 2, chunks = (pairs + kTileRows - 1) / kTileRows;
+    for (int64_t p = pairs; p < chunks * kTileRows; ++p) std::fill_n(w.dsk2.data() + p * R + i0, i1 - i0, 0u);
+    TileProduct(tiles, w.kp2.data() + j0 / kTileKeys * w.Dp * kPairs, kPairs, w.dsk2.data() + i0, R,
+                w.Dp / kTileRows, (i1 - i0) / kTileWords, chunks, w.dQT.data() + i0, R, true);
+  }
+
+  Tiles tiles;
+  std::vector<uint32_t> krow;  // one pair of keys' pairs (D): KeyPairs' scratch
+};
+
+// Rows [r0, r0 + rows) of pair bh: their dq rows, and their share of the head's dK and dV buffers, the
+// products on `products` (DotBackProducts, TileBackProducts).
+template <class Products>
+OPS_BF16_TARGET void BackwardBlock(Bf16BackWork& w, Products& products, int64_t bh, int64_t r0, int64_t rows) {
   const AttentionShape& s = *w.s;
-  const int64_t H = s.H, D = s.D, C = H * D, Tk = s.keys(), b = bh / H, h = bh % H, Dh = w.Dh, Dp = w.Dp;
-  constexpr int64_t R = kBlockRows, R2 = kBlockRows / 2, vectors = kBlockRows / kLanes;
+  const int64_t H = s.H, D = s.D, C = H * D, Tk = s.keys(), b = bh / H, h = bh % H, Dp = w.Dp;
+  constexpr int64_t R = kBlockRows, vectors = kBlockRows / kLanes;
   const float* kh = w.k + b * s.key_stride() * C + h * D;
   const float* vh = w.v + b * s.key_stride() * C + h * D;
   const int64_t row0 = (b * s.T + r0) * C + h * D;  // head h of query row r0 in batch b
@@ -928,27 +1064,18 @@ OPS_BF16_TARGET void BackwardBlock(Bf16BackWork& w, int64_t bh, int64_t r0, int6
       w.delta[i] = delta;
     }
   }
-  const float* ones = w.ones.data();
   for (int64_t j0 = 0; j0 < E; j0 += kTileKeys) {
     const int64_t n = std::min({kTileKeys, Tk - j0, E - j0});
     int64_t v0, v1;
     tile_vectors(vector_extent, vectors, j0, v0, v1);
-    const int64_t i0 = v0 * kLanes, i1 = v1 * kLanes, real = w.mask->real_keys(b, j0, j0 + n);
+    const int64_t real = w.mask->real_keys(b, j0, j0 + n);
     if (real == 0) continue;  // padding only: P = 0
-    Product(w.k2.data() + j0 * Dh, Dh, 1, w.qt2.data() + i0, R, n, Dh, w.st.data() + i0, R, v1 - v0, nullptr);
-    Product(w.vd2.data() + j0 * Dh, Dh, 1, w.gt2.data() + i0, R, n, Dh, w.dpt.data() + i0, R, v1 - v0, nullptr);
-    TileGrads(w, i0, i1, j0, n, real < n ? keys : nullptr);
-    // dV and dK (n, D) += over the row pairs [i0/2, i1/2), 4 vectors of D at a time.
-    for (int64_t c = 0; c < Dp; c += 4 * kLanes) {
-      const int64_t nv = std::min<int64_t>(4, (Dp - c) / kLanes);
-      Product(w.pr2.data() + i0 / 2, R2, 1, w.gr2.data() + i0 / 2 * Dp + c, Dp, n, (i1 - i0) / 2,
-              w.dV.data() + j0 * Dp + c, Dp, nv, ones);
-      Product(w.dsr2.data() + i0 / 2, R2, 1, w.qr2.data() + i0 / 2 * Dp + c, Dp, n, (i1 - i0) / 2,
-              w.dK.data() + j0 * Dp + c, Dp, nv, ones);
-    }
-    // dQᵀ (D, rows) columns [i0, i1) += kp2ᵀ (D, key pairs) · dsk2 (key pairs, rows).
-    Product(w.kp2.data() + j0 / 2 * D, 1, D, w.dsk2.data() + i0, R, D, (n + 1) / 2, w.dQT.data() + i0, R, v1 - v0,
-            ones);
+    int64_t i0 = v0 * kLanes, i1 = v1 * kLanes;
+    products.Rows(i0, i1);
+    products.Scores(w, j0, n, i0, i1);  // st, dpt
+    TileGrads(w, i0, i1, j0, n, real < n ? keys : nullptr);  // pr2, dsr2, dsk2
+    products.KeyGradients(w, j0, n, i0, i1);  // dV, dK
+    products.QueryGradients(w, j0, n, i0, i1);  // dQT
   }
   for (int64_t i = 0; i < rows; ++i) {  // dq rows once each (dQT is scratch for uniform rows after)
     if (w.lim[i] < 0) continue;
@@ -959,6 +1086,47 @@ OPS_BF16_TARGET void BackwardBlock(Bf16BackWork& w, int64_t bh, int64_t r0, int6
     if (w.lim[i] >= 0) continue;
     uniform_row_grads(w.dout + row0 + i * C, w.out + row0 + i * C, w.q + row0 + i * C, w.dq + row0 + i * C, kh, vh,
                       Tk, D, C, w.scale, w.dK.data(), w.dV.data(), Dp, w.dQT.data(), w.drop, r0 + i);
+  }
+}
+
+// flash_attention_backward_bf16 with the products on `Products` (DotBackProducts, TileBackProducts).
+template <class Products>
+void Backward(float* dq, float* dk, float* dv, const float* dout, const float* out, const float* stats, const float* q,
+              const float* k, const float* v, const int64_t* key_mask, const AttentionShape& s) {
+  const int64_t D = s.D, Tk = s.keys(), C = s.H * D;
+  const KeyMask mask(key_mask, s);
+  const double work = static_cast<double>(s.B * s.H) * static_cast<double>(s.T) * static_cast<double>(Tk) * D;
+#pragma omp parallel if (work >= base::kParallelMinElements)
+  {
+    Bf16BackWork w;
+    w.q = q, w.k = k, w.v = v, w.out = out, w.dout = dout, w.stats = stats, w.dq = dq, w.dk = dk, w.dv = dv;
+    w.mask = &mask, w.s = &s, w.scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(D)));
+    w.Dh = (D + 1) / 2, w.Dp = (D + kLanes - 1) / kLanes * kLanes;
+    w.qr2.resize(kBlockRows / 2 * w.Dp), w.gr2.resize(kBlockRows / 2 * w.Dp);
+    w.m.resize(kBlockRows), w.inv.resize(kBlockRows), w.delta.resize(kBlockRows), w.lim.resize(kBlockRows);
+    w.ones.assign(4 * kLanes, 1.0f), w.row16.resize(2 * w.Dh);  // a product's 4 vectors at most
+    w.st.resize(kTileKeys * kBlockRows), w.dpt.resize(kTileKeys * kBlockRows);
+    w.pr2.resize(kTileKeys * kBlockRows / 2), w.dsr2.resize(kTileKeys * kBlockRows / 2);
+    w.dsk2.resize(kTileKeys / 2 * kBlockRows);
+    Products products;
+    products.Allocate(w);  // k2, vd2, kp2, qt2, gt2, dK, dV, dQT
+    products.Begin();
+#pragma omp for schedule(static)
+    for (int64_t bh = 0; bh < s.B * s.H; ++bh) {
+      const int64_t b = bh / s.H, h = bh % s.H, key0 = b * s.key_stride() * C + h * D;  // head h of key 0 in batch b
+      LoadHead(w, products, k + key0, v + key0);
+      set_block_dropout(w, s, bh);
+      for (int64_t r0 = 0; r0 < s.T; r0 += kBlockRows) {
+        BackwardBlock(w, products, bh, r0, std::min(kBlockRows, s.T - r0));
+      }
+      for (int64_t j = 0; j < Tk; ++j) {
+        for (int64_t x = 0; x < D; ++x) {
+          dk[key0 + j * C + x] += w.dK[j * w.Dp + x];
+          dv[key0 + j * C + x] += w.dV[j * w.Dp + x];
+        }
+      }
+    }
+    products.End();
   }
 }
 
@@ -1040,42 +1208,29 @@ bool flash_attention_amx_enabled() {
 void flash_attention_backward_bf16(float* dq, float* dk, float* dv, const float* dout, const float* out,
                                    const float* stats, const float* q, const float* k, const float* v,
                                    const int64_t* key_mask, const AttentionShape& s) {
+  flash_attention_backward_bf16_with(flash_attention_amx_enabled() ? Bf16Products::amx : Bf16Products::dot, dq, dk, dv,
+                                     dout, out, stats, q, k, v, key_mask, s);
+}
+
+void flash_attention_backward_bf16_with(Bf16Products products, float* dq, float* dk, float* dv, const float* dout,
+                                        const float* out, const float* stats, const float* q, const float* k,
+                                        const float* v, const int64_t* key_mask, const AttentionShape& s) {
   if (!flash_attention_bf16_applies(s) || s.saved != AttentionSaved::row_stats || !out || !stats) {
     throw std::invalid_argument(
         "flash_attention_backward_bf16: bf16 products from row statistics and the forward's "
         "output, on a CPU with AVX512-BF16");
   }
-  const int64_t D = s.D, Dh = (D + 1) / 2, Dp = (D + kLanes - 1) / kLanes * kLanes, Tk = s.keys(), C = s.H * D;
-  const KeyMask mask(key_mask, s);
-  const float scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(D)));
-  const double work = static_cast<double>(s.B * s.H) * static_cast<double>(s.T) * static_cast<double>(Tk) * D;
-#pragma omp parallel if (work >= base::kParallelMinElements)
-  {
-    Bf16BackWork w;
-    w.q = q, w.k = k, w.v = v, w.out = out, w.dout = dout, w.stats = stats, w.dq = dq, w.dk = dk, w.dv = dv;
-    w.mask = &mask, w.s = &s, w.scale = scale, w.Dh = Dh, w.Dp = Dp;
-    w.k2.resize(Tk * Dh), w.vd2.resize(Tk * Dh), w.kp2.resize((Tk + 1) / 2 * D);
-    w.dK.resize(Tk * Dp), w.dV.resize(Tk * Dp);
-    w.qt2.resize(Dh * kBlockRows), w.gt2.resize(Dh * kBlockRows);
-    w.qr2.resize(kBlockRows / 2 * Dp), w.gr2.resize(kBlockRows / 2 * Dp), w.dQT.resize(D * kBlockRows);
-    w.m.resize(kBlockRows), w.inv.resize(kBlockRows), w.delta.resize(kBlockRows), w.lim.resize(kBlockRows);
-    w.ones.assign(4 * kLanes, 1.0f), w.row16.resize(2 * Dh);  // a product's 4 vectors at most
-    w.st.resize(kTileKeys * kBlockRows), w.dpt.resize(kTileKeys * kBlockRows);
-    w.pr2.resize(kTileKeys * kBlockRows / 2), w.dsr2.resize(kTileKeys * kBlockRows / 2);
-    w.dsk2.resize(kTileKeys / 2 * kBlockRows);
-#pragma omp for schedule(static)
-    for (int64_t bh = 0; bh < s.B * s.H; ++bh) {
-      const int64_t b = bh / s.H, h = bh % s.H, key0 = b * s.key_stride() * C + h * D;  // head h of key 0 in batch b
-      LoadHead(w, k + key0, v + key0);
-      set_block_dropout(w, s, bh);
-      for (int64_t r0 = 0; r0 < s.T; r0 += kBlockRows) BackwardBlock(w, bh, r0, std::min(kBlockRows, s.T - r0));
-      for (int64_t j = 0; j < Tk; ++j) {
-        for (int64_t x = 0; x < D; ++x) {
-          dk[key0 + j * C + x] += w.dK[j * Dp + x];
-          dv[key0 + j * C + x] += w.dV[j * Dp + x];
-        }
+  switch (products) {
+    case Bf16Products::dot: return Backward<DotBackProducts>(dq, dk, dv, dout, out, stats, q, k, v, key_mask, s);
+    case Bf16Products::amx:
+      if (!flash_attention_amx_available()) {
+        throw std::invalid_argument("flash_attention_backward_bf16: AMX tiles on a CPU and OS without AMX-BF16");
       }
-    }
+      return Backward<TileBackProducts<AmxTiles>>(dq, dk, dv, dout, out, stats, q, k, v, key_mask, s);
+    case Bf16Products::amx_emulated:
+      return Backward<TileBackProducts<EmulatedTiles<false>>>(dq, dk, dv, dout, out, stats, q, k, v, key_mask, s);
+    case Bf16Products::amx_emulated_in_dot_order:
+      return Backward<TileBackProducts<EmulatedTiles<true>>>(dq, dk, dv, dout, out, stats, q, k, v, key_mask, s);
   }
 }
 
@@ -1099,6 +1254,12 @@ bool flash_attention_amx_enabled() { return false; }
 
 void flash_attention_backward_bf16(float*, float*, float*, const float*, const float*, const float*, const float*,
                                    const float*, const float*, const int64_t*, const AttentionShape&) {
+  throw std::invalid_argument("flash_attention_backward_bf16: needs AVX512-BF16 (x86-64)");
+}
+
+void flash_attention_backward_bf16_with(Bf16Products, float*, float*, float*, const float*, const float*, const float*,
+                                        const float*, const float*, const float*, const int64_t*,
+                                        const AttentionShape&) {
   throw std::invalid_argument("flash_attention_backward_bf16: needs AVX512-BF16 (x86-64)");
 }
 

@@ -7,14 +7,14 @@
 // the reference writes (or the reverse) fails too.
 //
 // Rows: the ops of src/ops (linear, norms, activations, embedding, cross-entropy, dropout, softmax
-// attention with caches, cross-attention, masks and dropout, its fused inference forwards (fp32, and bf16
-// products), linear attention and its recurrent step, position tables, the vector maths) and librope's
+// attention with caches, cross-attention, masks and dropout, its fused inference forwards and
+// training backwards (fp32, and bf16 products), linear attention and its recurrent step, position tables, the vector maths) and librope's
 // rotation. Columns (all_params): the CPU backend on
 // each SIMD target this machine supports and the build has (Highway's target selection), in fp32,
 // fp16/bf16 for librope, bf16 for the linear layer's mixed-precision products where the CPU has
-// native bf16, bf16 for the fused bf16-product attention forward where the CPU has AVX512-BF16 (and
-// its products on AMX tiles: the amx-emulated column wherever it runs, tiles emulated in scalar code,
-// and the amx column where the CPU has AMX and ROFORMER_AMX_ATTENTION=1 routes inference there), and
+// native bf16, bf16 for the fused bf16-product attention kernels where the CPU has AVX512-BF16 (and
+// their products on AMX tiles: the amx-emulated column wherever it runs, tiles emulated in scalar
+// code, and the amx column where the CPU has AMX and ROFORMER_AMX_ATTENTION=1 routes them there), and
 // bf16 for training's activations (output and slope kept in bf16) and norms (output
 // also written in bf16). A new backend adds its columns there; a new op adds rows below.
 // The last test checks that the fp32 results are the same bits whatever the thread count.
@@ -520,24 +520,44 @@ std::vector<OpCase> attention_cases() {
   return cases;
 }
 
-// The fused inference forward (flash_attention.h): its fp32 result against attention_forward's in
-// fp64 (the reference run), on the attention rows' shapes without dropout (inference has none) and at
-// head dims that are not a multiple of any vector width, with RoFormer-base's 64 over several key tiles.
-// bf16: the bf16-product kernel (flash_attention_forward_bf16) where the CPU has AVX512-BF16, on inputs
-// bf16 holds (its own rounding: the scaled queries and the probabilities).
-std::vector<OpCase> flash_attention_cases() {
+// The fused kernels' rows: the attention rows' shapes (those with attention dropout only where
+// `dropout`), then head dims that are not a multiple of any vector width and RoFormer-base's 64 over
+// several key tiles.
+std::vector<AttentionCase> fused_attention_table(bool dropout) {
   std::vector<AttentionCase> table;
   for (AttentionCase a : attention_table()) {
-    if (a.s.dropout_p > 0) continue;
-    table.push_back(a);
+    if (dropout || a.s.dropout_p == 0) table.push_back(a);
   }
   AttentionCase odd{ops::AttentionShape{2, 70, 2, 24, true}, true, true};  // D 24, prefix limits, padding
   odd.s.Tk = 100, odd.s.kv_stride = 110, odd.s.q_start = 30;
   table.push_back(odd);
   table.push_back({ops::AttentionShape{3, 200, 2, 80, false}, true});  // D 80, batch 2 keeps one key
   table.push_back({ops::AttentionShape{2, 150, 1, 128, true}});
+  return table;
+}
+
+// A fused kernel's row on shape s: its columns (f32, and bf16 where the bf16 kernels take s, with
+// bf16_nmse) and the backends of its products on AMX tiles (emulated, and real where enabled).
+OpCase fused_attention_case(const std::string& op, const AttentionCase& a, Body body, double bf16_nmse) {
+  OpCase c{op, attention_name(a), std::move(body), {{Dtype::f32, kF32}}};
+  ops::AttentionShape bf16 = a.s;
+  bf16.bf16_products = true;
+  if (ops::flash_attention_bf16_applies(bf16)) {
+    c.variants.push_back({Dtype::bf16, bf16_nmse});
+    c.bf16_backends.push_back("amx-emulated");
+    if (ops::flash_attention_amx_enabled()) c.bf16_backends.push_back("amx");
+  }
+  return c;
+}
+
+// The fused inference forward (flash_attention.h): its fp32 result against attention_forward's in
+// fp64 (the reference run), on the attention rows' shapes without dropout (inference has none) and at
+// head dims that are not a multiple of any vector width, with RoFormer-base's 64 over several key tiles.
+// bf16: the bf16-product kernel (flash_attention_forward_bf16) where the CPU has AVX512-BF16, on inputs
+// bf16 holds (its own rounding: the scaled queries and the probabilities).
+std::vector<OpCase> flash_attention_cases() {
   std::vector<OpCase> cases;
-  for (AttentionCase a : table) {
+  for (AttentionCase a : fused_attention_table(false)) {
     a.s.saved = ops::AttentionSaved::none;
     Body body = [a](const Variant& variant, Inputs& in, Outputs& out) {
       ops::AttentionShape s = a.s;
@@ -565,16 +585,60 @@ std::vector<OpCase> flash_attention_cases() {
       }
       out.add(o);
     };
-    std::vector<std::pair<Dtype, double>> variants = {{Dtype::f32, kF32}};
-    ops::AttentionShape bf16 = a.s;
-    bf16.bf16_products = true;
-    std::vector<std::string> tiles;  // the kernel's products on AMX tiles: emulated, and real where enabled
-    if (ops::flash_attention_bf16_applies(bf16)) {
-      variants.push_back({Dtype::bf16, kBf16FusedAttention});
-      tiles.push_back("amx-emulated");
-      if (ops::flash_attention_amx_enabled()) tiles.push_back("amx");
-    }
-    cases.push_back({"flash_attention", attention_name(a), body, variants, tiles});
+    cases.push_back(fused_attention_case("flash_attention", a, body, kBf16FusedAttention));
+  }
+  return cases;
+}
+
+// The fused training backward (flash_attention.h): dq, dk and dv added to random values, given the
+// forward's output and row statistics, against attention_backward in fp64 (the probabilities kept),
+// on the attention rows' shapes (attention dropout included: training has it) and the inference
+// forward's extra head dims. fp32: flash_attention_forward and _backward; bf16 on the CPU's dispatch:
+// flash_attention_forward_bf16 and _backward_bf16, as training runs them; on the tile backends the
+// forward on the dot products and the backward's five products on the tiles.
+std::vector<OpCase> flash_attention_backward_cases() {
+  std::vector<OpCase> cases;
+  for (AttentionCase a : fused_attention_table(true)) {
+    a.s.saved = ops::AttentionSaved::row_stats;
+    Body body = [a](const Variant& variant, Inputs& in, Outputs& out) {
+      ops::AttentionShape s = a.s;
+      const int64_t C = s.H * s.D, kv = s.B * s.key_stride() * C;
+      const auto q = in.normal(s.B * s.T * C), k = in.normal(kv), v = in.normal(kv), g = in.normal(s.B * s.T * C);
+      const auto dq0 = in.normal(s.B * s.T * C), dk0 = in.normal(kv), dv0 = in.normal(kv);
+      std::vector<int64_t> key_mask, limits;
+      attention_masks(a, s, key_mask, limits);
+      if (variant.dtype == Dtype::f64) {
+        s.saved = ops::AttentionSaved::probabilities;
+        std::vector<double> o(s.B * s.T * C), att(ops::attention_saved_size(s)), dq = dq0, dk = dk0, dv = dv0;
+        ops::attention_forward<double>(o.data(), att.data(), q.data(), k.data(), v.data(), key_mask.data(), s);
+        ops::attention_backward<double>(dq.data(), dk.data(), dv.data(), g.data(), att.data(), q.data(), k.data(),
+                                        v.data(), key_mask.data(), s);
+        out.add(dq), out.add(dk), out.add(dv);
+        return;
+      }
+      const auto qf = cast<float>(q), kf = cast<float>(k), vf = cast<float>(v), gf = cast<float>(g);
+      auto dq = cast<float>(dq0), dk = cast<float>(dk0), dv = cast<float>(dv0);
+      std::vector<float> o(s.B * s.T * C), stats(ops::attention_saved_size(s));
+      const int64_t* mask = key_mask.data();
+      s.bf16_products = variant.dtype == Dtype::bf16;
+      if (!s.bf16_products) {
+        ops::flash_attention_forward(o.data(), qf.data(), kf.data(), vf.data(), mask, s, stats.data());
+        ops::flash_attention_backward(dq.data(), dk.data(), dv.data(), gf.data(), o.data(), stats.data(), qf.data(),
+                                      kf.data(), vf.data(), mask, s);
+      } else if (variant.backend == "cpu") {  // what training runs
+        ops::flash_attention_forward_bf16(o.data(), qf.data(), kf.data(), vf.data(), mask, s, stats.data());
+        ops::flash_attention_backward_bf16(dq.data(), dk.data(), dv.data(), gf.data(), o.data(), stats.data(),
+                                           qf.data(), kf.data(), vf.data(), mask, s);
+      } else {
+        const auto products = variant.backend == "amx" ? ops::Bf16Products::amx : ops::Bf16Products::amx_emulated;
+        ops::flash_attention_forward_bf16_with(ops::Bf16Products::dot, o.data(), qf.data(), kf.data(), vf.data(), mask,
+                                               s, stats.data());
+        ops::flash_attention_backward_bf16_with(products, dq.data(), dk.data(), dv.data(), gf.data(), o.data(),
+                                                stats.data(), qf.data(), kf.data(), vf.data(), mask, s);
+      }
+      out.add(dq), out.add(dk), out.add(dv);
+    };
+    cases.push_back(fused_attention_case("flash_attention_backward", a, body, kBf16Attention));
   }
   return cases;
 }
@@ -772,7 +836,7 @@ const std::vector<OpCase>& all_cases() {
   static const std::vector<OpCase> cases = [] {
     std::vector<OpCase> all;
     for (auto make : {linear_cases, norm_cases, elementwise_cases, table_cases, attention_cases,
-                      flash_attention_cases, attention_decode_cases, linear_attention_cases, rope_cases}) {
+                      flash_attention_cases, flash_attention_backward_cases, attention_decode_cases, linear_attention_cases, rope_cases}) {
       for (OpCase& c : make()) all.push_back(std::move(c));
     }
     return all;

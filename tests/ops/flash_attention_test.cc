@@ -635,15 +635,21 @@ Grads blocks_grads(const FlashCase& c, const Vec& g) {
 }
 
 // The fused kernels' gradients (of the case's products), added to `start` (the same value in every
-// element of dq, dk, dv).
-Grads fused_grads(const FlashCase& c, const Vec& g, float start = 0) {
+// element of dq, dk, dv); bf16 with the backward's products on `products` where given (the forward on
+// the dot products then, so that every products' backward reads the same output and statistics).
+Grads fused_grads(const FlashCase& c, const Vec& g, float start = 0, const ops::Bf16Products* products = nullptr) {
   ops::AttentionShape s = c.s;
   s.saved = ops::AttentionSaved::row_stats;
   const auto q = to_f32(c.q), k = to_f32(c.k), v = to_f32(c.v), gf = to_f32(g);
   std::vector<float> out(q.size()), stats(ops::attention_saved_size(s));
   Grads r{std::vector<float>(q.size(), start), std::vector<float>(k.size(), start), std::vector<float>(v.size(), start)};
   const int64_t* mask = c.masked ? c.key_mask.data() : nullptr;
-  if (s.bf16_products) {
+  if (s.bf16_products && products) {
+    ops::flash_attention_forward_bf16_with(ops::Bf16Products::dot, out.data(), q.data(), k.data(), v.data(), mask, s,
+                                           stats.data());
+    ops::flash_attention_backward_bf16_with(*products, r.dq.data(), r.dk.data(), r.dv.data(), gf.data(), out.data(),
+                                            stats.data(), q.data(), k.data(), v.data(), mask, s);
+  } else if (s.bf16_products) {
     ops::flash_attention_forward_bf16(out.data(), q.data(), k.data(), v.data(), mask, s, stats.data());
     ops::flash_attention_backward_bf16(r.dq.data(), r.dk.data(), r.dv.data(), gf.data(), out.data(), stats.data(),
                                        q.data(), k.data(), v.data(), mask, s);
@@ -657,13 +663,15 @@ Grads fused_grads(const FlashCase& c, const Vec& g, float start = 0) {
 
 // Each gradient's NMSE against fp64 at most `times` the per-block path's on the same inputs plus
 // `slack`, and `most` (bf16: twice, and 3e-4, the per-block path's own reach 1e-4 at head dims of 3 and
-// 7). Returns the worst NMSE and the worst ratio to the per-block path's.
+// 7); bf16 products on `products` where given, as fused_grads). Returns the worst NMSE and the worst
+// ratio to the per-block path's.
 std::pair<double, double> expect_grads_as_close_as_the_blocks(std::mt19937_64& rng, const FlashCase& c, double most,
-                                                              double times = 2, double slack = 0) {
+                                                              double times = 2, double slack = 0,
+                                                              const ops::Bf16Products* products = nullptr) {
   SCOPED_TRACE(describe(c));
   const Vec g = random_dout(rng, c);
   const auto ref = reference_grads(c, g);
-  const Grads fused = fused_grads(c, g), blocks = blocks_grads(c, g);
+  const Grads fused = fused_grads(c, g, 0, products), blocks = blocks_grads(c, g);
   const std::vector<float>* f[] = {&fused.dq, &fused.dk, &fused.dv};
   const std::vector<float>* b[] = {&blocks.dq, &blocks.dk, &blocks.dv};
   const char* names[] = {"dq", "dk", "dv"};
@@ -727,6 +735,144 @@ TEST(FlashAttentionBf16, BackwardAsCloseToTheFp64GradientsAtModelShapes) {
   if (!bf16_kernel_runs()) GTEST_SKIP() << "no AVX512-BF16";
   std::mt19937_64 rng(63);
   for (bool causal : {false, true}) expect_grads_as_close_as_the_blocks(rng, model_case(rng, causal, true), 3e-4);
+}
+
+// The bf16 backward with its five products on AMX tiles (flash_attention_backward_bf16_with), held as
+// the forward's tiles are: on tiles emulated in scalar code everywhere, on the real ones where AMX is
+// enabled.
+
+// The emulated tiles against attention_backward in fp64, as the dot products are held: no worse than
+// twice the per-block bf16 path's NMSE and 3e-4, on the same random cases (the same seed): head dims
+// 3 and 7 (a tile row of 16 pair words, mostly zeros), 8, 30, 64, 80, 128; every mask, dropout, fewer
+// than 16 rows, odd tiles.
+TEST(FlashAttentionBf16Amx, BackwardEmulatedTilesAsCloseToTheFp64GradientsAsThePerBlockBf16Path) {
+  if (!bf16_kernel_runs()) GTEST_SKIP() << "no AVX512-BF16";
+  const ops::Bf16Products tiles = ops::Bf16Products::amx_emulated;
+  std::mt19937_64 rng(62);
+  double worst = 0, worst_ratio = 0;
+  for (int i = 0; i < 35; ++i) {
+    const auto [w, r] = expect_grads_as_close_as_the_blocks(rng, bf16_random_case(rng, i, 200), 3e-4, 2, 0, &tiles);
+    worst = std::max(worst, w), worst_ratio = std::max(worst_ratio, r);
+  }
+  for (bool causal : {false, true}) {
+    expect_grads_as_close_as_the_blocks(rng, model_case(rng, causal, true), 3e-4, 2, 0, &tiles);
+  }
+  std::printf("worst gradient NMSE %.3g, worst ratio to the per-block bf16 path %.3g\n", worst, worst_ratio);
+}
+
+// Two products' gradients on every case of products_cases() (a random output gradient each, the
+// forward on the dot products): b's dq, dk and dv against a's, each NMSE at most most_nmse (0: the
+// same bits). Returns the worst NMSE.
+double expect_backward_products_agree(ops::Bf16Products a, ops::Bf16Products b, double most_nmse) {
+  std::mt19937_64 rng(69);
+  double worst = 0;
+  for (const FlashCase& c : products_cases()) {
+    SCOPED_TRACE(describe(c));
+    const Vec g = random_dout(rng, c);
+    const Grads ga = fused_grads(c, g, 0, &a), gb = fused_grads(c, g, 0, &b);
+    const std::vector<float>* x[] = {&ga.dq, &ga.dk, &ga.dv};
+    const std::vector<float>* y[] = {&gb.dq, &gb.dk, &gb.dv};
+    const char* names[] = {"dq", "dk", "dv"};
+    for (int i = 0; i < 3; ++i) {
+      const double e = nmse(*y[i], Vec(x[i]->begin(), x[i]->end()));
+      EXPECT_LE(e, most_nmse) << names[i];
+      if (most_nmse == 0) {
+        EXPECT_EQ(*x[i], *y[i]) << names[i];
+      }
+      worst = std::max(worst, e);
+    }
+  }
+  return worst;
+}
+
+// The tile backward's layouts and padding (the row pairs widened to whole chunks, the zeroed keys and
+// pairs past a tile's end) to the last bit: in VDPBF16PS's pair order the emulated tiles give the
+// dot products' gradients bit for bit, whatever the thread count.
+TEST(FlashAttentionBf16Amx, BackwardEmulatedTilesInTheDotProductsOrderGiveTheirBits) {
+  if (!bf16_kernel_runs()) GTEST_SKIP() << "no AVX512-BF16";
+  expect_backward_products_agree(ops::Bf16Products::dot, ops::Bf16Products::amx_emulated_in_dot_order, 0);
+  std::mt19937_64 rng(70);
+  const FlashCase c = model_case(rng, true, true);
+  const Vec g = random_dout(rng, c);
+  const ops::Bf16Products tiles = ops::Bf16Products::amx_emulated;
+  const int threads = omp_get_max_threads();
+  omp_set_num_threads(1);
+  const Grads one = fused_grads(c, g, 0, &tiles);
+  omp_set_num_threads(2);
+  const Grads two = fused_grads(c, g, 0, &tiles);
+  omp_set_num_threads(threads);
+  EXPECT_EQ(one.dq, two.dq);
+  EXPECT_EQ(one.dk, two.dk);
+  EXPECT_EQ(one.dv, two.dv);
+}
+
+// In TDPBF16PS's own order the sums differ from the dot products' by fp32 roundings, which a bf16
+// rounding of P or dS can turn into 2^-8 of a term: the gradients' NMSE between the two stays under
+// 1e-8 (measured: 8.2e-10 on these cases).
+TEST(FlashAttentionBf16Amx, BackwardEmulatedTilesAgreeWithTheDotProducts) {
+  if (!bf16_kernel_runs()) GTEST_SKIP() << "no AVX512-BF16";
+  const double worst = expect_backward_products_agree(ops::Bf16Products::dot, ops::Bf16Products::amx_emulated, 1e-8);
+  std::printf("worst gradient NMSE against the dot products %.3g\n", worst);
+}
+
+// The real tiles' backward, where the CPU and OS have AMX-BF16 and ROFORMER_AMX_ATTENTION=1: as close
+// to fp64 as the per-block bf16 path, and within the dot products' tolerance of the emulated tiles.
+TEST(FlashAttentionBf16Amx, BackwardRealTilesAgreeWithTheEmulatedOnes) {
+  if (!ops::flash_attention_amx_available()) {
+    GTEST_SKIP() << "no AMX-BF16 here (CPUID, or the OS refused the tile data state): the real tile path is "
+                    "untested on this machine";
+  }
+  if (!ops::flash_attention_amx_enabled()) {
+    GTEST_SKIP() << "AMX-BF16 here, but ROFORMER_AMX_ATTENTION=1 is not set: run with it to validate the tiles";
+  }
+  const ops::Bf16Products tiles = ops::Bf16Products::amx;
+  std::mt19937_64 rng(62);
+  for (int i = 0; i < 35; ++i) expect_grads_as_close_as_the_blocks(rng, bf16_random_case(rng, i, 200), 3e-4, 2, 0, &tiles);
+  const double worst = expect_backward_products_agree(ops::Bf16Products::amx_emulated, ops::Bf16Products::amx, 1e-8);
+  std::printf("worst gradient NMSE against the emulated tiles %.3g (0: the same bits)\n", worst);
+}
+
+// flash_attention_backward_bf16 takes the tiles where, and only where, the forward does (then
+// Bf16Products::amx's bits, otherwise the dot products'); the real tiles are refused where AMX is not
+// available, and every product refuses what the backward refuses.
+TEST(FlashAttentionBf16Amx, BackwardTakesTheTilesWhereTheForwardDoes) {
+  if (!bf16_kernel_runs()) GTEST_SKIP() << "no AVX512-BF16";
+  std::mt19937_64 rng(71);
+  FlashCase c = bf16_random_case(rng, 0, 100);
+  c.s.saved = ops::AttentionSaved::row_stats;
+  const ops::AttentionShape& s = c.s;
+  const auto q = to_f32(c.q), k = to_f32(c.k), v = to_f32(c.v), g = to_f32(random_dout(rng, c));
+  const int64_t* mask = c.masked ? c.key_mask.data() : nullptr;
+  std::vector<float> out(q.size()), stats(ops::attention_saved_size(s));
+  ops::flash_attention_forward_bf16(out.data(), q.data(), k.data(), v.data(), mask, s, stats.data());
+  const auto taken = ops::flash_attention_amx_enabled() ? ops::Bf16Products::amx : ops::Bf16Products::dot;
+  std::vector<float> dq(q.size()), dk(k.size()), dv(v.size()), dq2(q.size()), dk2(k.size()), dv2(v.size());
+  ops::flash_attention_backward_bf16(dq.data(), dk.data(), dv.data(), g.data(), out.data(), stats.data(), q.data(),
+                                     k.data(), v.data(), mask, s);
+  ops::flash_attention_backward_bf16_with(taken, dq2.data(), dk2.data(), dv2.data(), g.data(), out.data(),
+                                          stats.data(), q.data(), k.data(), v.data(), mask, s);
+  EXPECT_EQ(dq, dq2);
+  EXPECT_EQ(dk, dk2);
+  EXPECT_EQ(dv, dv2);
+  std::vector<float> x(4);
+  ops::AttentionShape one{1, 2, 1, 2, false};
+  one.saved = ops::AttentionSaved::row_stats, one.bf16_products = true;
+  if (!ops::flash_attention_amx_available()) {
+    EXPECT_THROW(ops::flash_attention_backward_bf16_with(ops::Bf16Products::amx, x.data(), x.data(), x.data(), x.data(),
+                                                         x.data(), x.data(), x.data(), x.data(), x.data(), nullptr, one),
+                 std::invalid_argument);
+  }
+  ops::AttentionShape inference = one;
+  inference.saved = ops::AttentionSaved::none;
+  for (auto p : {ops::Bf16Products::dot, ops::Bf16Products::amx, ops::Bf16Products::amx_emulated,
+                 ops::Bf16Products::amx_emulated_in_dot_order}) {
+    EXPECT_THROW(ops::flash_attention_backward_bf16_with(p, x.data(), x.data(), x.data(), x.data(), x.data(), x.data(),
+                                                         x.data(), x.data(), x.data(), nullptr, inference),
+                 std::invalid_argument);
+    EXPECT_THROW(ops::flash_attention_backward_bf16_with(p, x.data(), x.data(), x.data(), x.data(), nullptr, x.data(),
+                                                         x.data(), x.data(), x.data(), nullptr, one),
+                 std::invalid_argument);
+  }
 }
 
 // The gradients are added to dq, dk and dv (each element once, so bit for bit start + the gradient);
