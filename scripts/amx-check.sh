@@ -16,7 +16,7 @@
 # (build/bench/roformer-base) is made by bench/peers/roformer_infer_hf.py when missing, in ROFORMER_PYTHON
 # (default: scripts/hf-env.sh's venv).
 set -uo pipefail
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/.." || exit 1
 case "${1:-}" in -*) echo "$(basename "$0"): usage: $(basename "$0") [OUT_DIR] (not an option: '$1')" >&2; exit 2 ;; esac
 out="${1:-build/amx-check}"
 build="${BUILD:-build/release}"
@@ -45,10 +45,16 @@ grep -h 'worst NMSE against the emulated tiles' "$out/tiles.log" | tee -a "$out/
 # Timings, only where the tiles passed: each round the dot products (0) and the tiles (1) in turn.
 if [ "$status" -eq 0 ]; then
   model=build/bench/roformer-base
-  if [ ! -f "$model/config.json" ]; then  # RoFormer-base with random weights, made by the inference peer
+  if [ ! -f "$model/config.json" ] && [ -f bench/peers/roformer_infer_hf.py ]; then
+    # RoFormer-base with random weights, made by the inference peer (not in scripts/device-bundle.sh's bundle)
     python="${ROFORMER_PYTHON:-$(scripts/hf-env.sh)}"
     "$python" bench/peers/roformer_infer_hf.py --roformer "$build/tools/roformer" --runners ours --shapes 1x8 \
       --rounds 1 --min-time 0 --min-reps 1 --warmup 0 > "$out/model.log" 2>&1
+  fi
+  infer_shapes="1x128 8x512"
+  if [ ! -f "$model/config.json" ]; then
+    echo "SKIP infer: no RoFormer-base model in $model" | tee -a "$out/summary.txt"
+    infer_shapes=""
   fi
   for round in $(seq "$rounds"); do
     for amx in 0 1; do
@@ -59,7 +65,7 @@ if [ "$status" -eq 0 ]; then
       done
       ROFORMER_AMX_ATTENTION=$amx step "backward-amx$amx-r$round" "$build/tools/roformer" bench attention \
         --softmax-only --precision bf16 --heads 12 --head-dim 64 --mask causal --lengths 512,2048,8192 --threads 1
-      for shape in 1x128 8x512; do
+      for shape in $infer_shapes; do
         ROFORMER_AMX_ATTENTION=$amx step "infer-$shape-amx$amx-r$round" "$build/tools/roformer" bench infer \
           --model "$model" --batch "${shape%x*}" --seq "${shape#*x}" --quantize bf16 --threads 2 --min-time 5
       done
