@@ -6,15 +6,15 @@
 # matter; each binary runs through a wrapper that starts the bundled loader), and the check scripts.
 # It stays under the device tool's 64 MiB carry limit. There:
 #
-#   tar -xJf build/device-bundle.tar.xz -C /tmp && /tmp/device-bundle/scripts/amx-check.sh "$OUT/amx"
+#   tar -xzf build/device-bundle.tar.gz -C /tmp && /tmp/device-bundle/scripts/amx-check.sh "$OUT/amx"
 #
 # (BUILD defaults to the bundle's own build/ there; without AMX the check prints the CPU and exits 2.)
 #
-#   scripts/device-bundle.sh [ARCHIVE]      # ARCHIVE defaults to build/device-bundle.tar.xz
+#   scripts/device-bundle.sh [ARCHIVE]      # ARCHIVE defaults to build/device-bundle.tar.gz
 set -euo pipefail
 cd "$(dirname "$0")/.."
 case "${1:-}" in -*) echo "$(basename "$0"): usage: $(basename "$0") [ARCHIVE] (not an option: '$1')" >&2; exit 2 ;; esac
-archive="$(realpath -m "${1:-build/device-bundle.tar.xz}")"
+archive="$(realpath -m "${1:-build/device-bundle.tar.gz}")"
 build="${BUILD:-build/release}"
 if [ ! -x "$build/tests/ops_tests" ] || [ ! -x "$build/tools/roformer" ]; then
   cmake --preset release && cmake --build --preset release --target ops_tests roformer
@@ -50,6 +50,6 @@ grep -q '^build="${BUILD:-build}"' "$root/scripts/amx-check.sh" || { echo "amx-c
 "$root/build/tests/ops_tests" --gtest_list_tests --gtest_filter='FlashAttentionBf16Amx.*' > /dev/null
 
 mkdir -p "$(dirname "$archive")"
-tar -C "$stage" -cf - device-bundle | xz -T0 -6 > "$archive.tmp"
+tar -C "$stage" -czf "$archive.tmp" device-bundle
 mv "$archive.tmp" "$archive"
 echo "$archive: $(du -m "$archive" | cut -f1) MiB ($(du -sm "$root" | cut -f1) MiB unpacked)"

@@ -7,10 +7,10 @@
 set -euo pipefail
 source_dir="$1" build="$2" work="$3"
 rm -rf "$work" && mkdir -p "$work"
-BUILD="$build" bash "$source_dir/scripts/device-bundle.sh" "$work/bundle.tar.xz"
-size=$(stat -c %s "$work/bundle.tar.xz")
+BUILD="$build" bash "$source_dir/scripts/device-bundle.sh" "$work/bundle.tar.gz"
+size=$(stat -c %s "$work/bundle.tar.gz")
 [ "$size" -lt $((64 * 1024 * 1024)) ] || { echo "the bundle is $size bytes: over the 64 MiB carry limit" >&2; exit 1; }
-tar -xJf "$work/bundle.tar.xz" -C "$work"
+tar -xzf "$work/bundle.tar.gz" -C "$work"
 bundle="$work/device-bundle"
 # Every library the bundled loader resolves lies in the bundle (the host's own may differ or be missing).
 for binary in roformer ops_tests; do
