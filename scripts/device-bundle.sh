@@ -6,7 +6,7 @@
 # matter; each binary runs through a wrapper that starts the bundled loader), and the check scripts.
 # It stays under the device tool's 64 MiB carry limit. There:
 #
-#   tar -xzf build/device-bundle.tar.gz -C /tmp && /tmp/device-bundle/scripts/amx-check.sh "$OUT/amx"
+#   tar -xzf build/device-bundle.tar.gz -C build && build/device-bundle/scripts/amx-check.sh "$OUT/amx"
 #
 # (BUILD defaults to the bundle's own build/ there; without AMX the check prints the CPU and exits 2.)
 #
@@ -32,12 +32,13 @@ ldd "${binaries[@]}" | awk '/=> \// { print $3 } /^\t\/.*ld-linux/ { print $1 }'
 loader="$(basename "$(ldd "$build/tools/roformer" | awk '/ld-linux/ { print $1 }')")"
 [ -f "$root/lib/$loader" ] || { echo "$(basename "$0"): the dynamic loader was not found" >&2; exit 1; }
 # The paths amx-check.sh runs (BUILD/tests/ops_tests, BUILD/tools/roformer): the binaries through the
-# bundled loader and libraries.
+# bundled loader, the libraries on LD_LIBRARY_PATH (which roformer's re-execution with its default
+# environment keeps: tools/roformer/main.cc).
 for dest in build/tests/ops_tests build/tools/roformer; do
   cat > "$root/$dest" <<EOF
 #!/bin/sh
 root="\$(dirname "\$(readlink -f "\$0")")/../.."
-exec "\$root/lib/$loader" --library-path "\$root/lib" "\$root/bin/$(basename "$dest")" "\$@"
+LD_LIBRARY_PATH="\$root/lib" exec "\$root/lib/$loader" "\$root/bin/$(basename "$dest")" "\$@"
 EOF
   chmod +x "$root/$dest"
 done
@@ -46,7 +47,7 @@ cp scripts/amx-check.sh scripts/check-steps.sh "$root/scripts/"
 sed -i 's|^build="${BUILD:-build/release}"|build="${BUILD:-build}"|' "$root/scripts/amx-check.sh"
 grep -q '^build="${BUILD:-build}"' "$root/scripts/amx-check.sh" || { echo "amx-check.sh's BUILD line moved" >&2; exit 1; }
 # A smoke test of the wrappers before packing: the bundled loader runs both.
-"$root/build/tools/roformer" --version > /dev/null
+"$root/build/tools/roformer" --version | grep -q '^roformer' || { echo "the bundled roformer does not run" >&2; exit 1; }
 "$root/build/tests/ops_tests" --gtest_list_tests --gtest_filter='FlashAttentionBf16Amx.*' > /dev/null
 
 mkdir -p "$(dirname "$archive")"

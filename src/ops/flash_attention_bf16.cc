@@ -816,7 +816,7 @@ struct Bf16BackWork {
   // k2's and vd2's pair words per key, qt2's and gt2's rows (kw ≥ Dh, zero past Dh): the products'
   // padding (DotBackProducts: none; TileBackProducts: whole tile rows).
   int64_t kw = 0;
-  // The head's: k2, vd2 (Tk, kw); kp2 as the products read it; dK, dV (Tk, or whole tiles of keys,
+  // The head's: k2, vd2 (Tk, kw); kp2 as the products read it; dK, dV (Tk, or Tk rounded up to 16,
   // Dp) fp32.
   std::vector<uint32_t> k2, vd2, kp2;
   std::vector<float> dK, dV;
@@ -968,12 +968,15 @@ struct DotBackProducts {
 //    query rows in chunks of 16 pairs, so a tile's rows are widened to whole 32-row halves of the
 //    block (Rows): the rows it adds see none of the tile's keys, and TileGrads gives them P = dS = 0;
 //    pr2's and dsr2's keys past n are zeroed up to the 16-key tile, so that they add exactly 0 to rows
-//    of dK and dV that belong to real keys (dK and dV hold whole tiles of keys);
+//    of dK and dV that belong to real keys (dK and dV hold Tk rounded up to 16 rows);
 //  - dQᵀ (Dp, rows) += kp2ᵀ (Dp, key pairs) · dsk2 (key pairs, rows): the keys kept transposed per
 //    tile of keys as the forward keeps the values (kp2 (⌈Tk/64⌉ tiles, Dp, 32 pair words), zero past D
 //    and Tk), dsk2's pairs past ⌈n/2⌉ zeroed up to the 16-pair chunk.
 template <class Tiles>
 struct TileBackProducts {
+  // Dp (D rounded up to whole vectors) is then whole tiles of rows and of words.
+  static_assert(kLanes == kTileRows && kLanes == kTileWords);
+
   void Allocate(Bf16BackWork& w) {
     const int64_t D = w.s->D, Tk = w.s->keys(), tiles = (Tk + kTileKeys - 1) / kTileKeys;
     const int64_t keys = (Tk + kTileRows - 1) / kTileRows * kTileRows;

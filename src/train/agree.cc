@@ -6,6 +6,7 @@
 #include <fstream>
 #include <stdexcept>
 
+#include "base/process.h"
 #include "rope/rope.h"
 #include "text/roformer_tokenizer.h"
 
@@ -46,7 +47,7 @@ RankFact text_fact(const std::string& name, const std::string& text, const std::
 }
 
 RankFact binary_fact() {
-  RankFact f = file_fact("binary", "/proc/self/exe");
+  RankFact f = file_fact("binary", base::program_file());
   f.detail = "roformer with librope " + std::string(rope_version()) + ", " + f.detail;
   return f;
 }

@@ -26,7 +26,7 @@ struct RankFact {
 RankFact file_fact(const std::string& name, const std::string& path);
 // A text (a config or options JSON, a vocabulary): the hash of all of it.
 RankFact text_fact(const std::string& name, const std::string& text, const std::string& detail);
-// This executable (/proc/self/exe) and its version.
+// This executable (base::program_file()) and its version.
 RankFact binary_fact();
 
 // What every training recipe depends on, in one list: the binary, the model config (its JSON), the

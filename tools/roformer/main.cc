@@ -21,6 +21,7 @@
 #include <string>
 #include <vector>
 
+#include "base/process.h"
 #include "cli.h"
 
 namespace {
@@ -59,7 +60,13 @@ void apply_default_environment(int argc, char** argv) {
   }
   if (!std::getenv("GLIBC_TUNABLES") && is_training(argc, argv)) set_default("GLIBC_TUNABLES", kTrainingTunables);
   if (set.empty()) return;
-  execv("/proc/self/exe", argv);  // returns only on failure: then the runtimes' own defaults stay
+  // Under the dynamic loader (base/process.h) /proc/self/exe is the loader: it is given the program
+  // (argv[0]) again, and finds the libraries through LD_LIBRARY_PATH, which execv keeps.
+  std::vector<char*> args;
+  if (base::started_by_loader()) args.push_back(argv[0]);
+  args.insert(args.end(), argv, argv + argc);
+  args.push_back(nullptr);
+  execv("/proc/self/exe", args.data());  // returns only on failure: then the runtimes' own defaults stay
   for (const char* name : set) unsetenv(name);
 }
 
