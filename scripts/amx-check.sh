@@ -12,9 +12,11 @@
 #   scripts/amx-check.sh [OUT]        # OUT defaults to build/amx-check
 #
 # BUILD (default build/release) must hold tests/ops_tests and tools/roformer; they are built here with
-# the release preset when missing. ROUNDS (default 2) alternating benchmark rounds. The model
-# (build/bench/roformer-base) is made by bench/peers/roformer_infer_hf.py when missing, in ROFORMER_PYTHON
-# (default: scripts/hf-env.sh's venv).
+# the release preset when missing. ROUNDS (default 2) alternating benchmark rounds. The inference
+# timings run build/bench/roformer-base (bench/peers/roformer_infer_hf.py's RoFormer-base with random
+# weights) where it exists, and otherwise an encoder of its shape that roformer itself makes (12 blocks
+# of 768, 12 heads, feed-forward 3,072, 512 positions, a byte vocabulary: one training step on a
+# generated text), which `bench infer` runs at the same speed (its head off): no Python needed.
 set -uo pipefail
 cd "$(dirname "$0")/.." || exit 1
 case "${1:-}" in -*) echo "$(basename "$0"): usage: $(basename "$0") [OUT_DIR] (not an option: '$1')" >&2; exit 2 ;; esac
@@ -45,16 +47,13 @@ grep -h 'worst NMSE against the emulated tiles' "$out/tiles.log" | tee -a "$out/
 # Timings, only where the tiles passed: each round the dot products (0) and the tiles (1) in turn.
 if [ "$status" -eq 0 ]; then
   model=build/bench/roformer-base
-  if [ ! -f "$model/config.json" ] && [ -f bench/peers/roformer_infer_hf.py ]; then
-    # RoFormer-base with random weights, made by the inference peer (not in scripts/device-bundle.sh's bundle)
-    python="${ROFORMER_PYTHON:-$(scripts/hf-env.sh)}"
-    "$python" bench/peers/roformer_infer_hf.py --roformer "$build/tools/roformer" --runners ours --shapes 1x8 \
-      --rounds 1 --min-time 0 --min-reps 1 --warmup 0 > "$out/model.log" 2>&1
-  fi
-  infer_shapes="1x128 8x512"
-  if [ ! -f "$model/config.json" ]; then
-    echo "SKIP infer: no RoFormer-base model in $model" | tee -a "$out/summary.txt"
-    infer_shapes=""
+  if [ ! -f "$model/config.json" ]; then  # RoFormer-base's shape, made here
+    for i in $(seq 400); do echo "Rotary position embedding turns pair $i of each query and key by its angle."; done \
+      > "$out/model-text.txt"
+    step model "$build/tools/roformer" train --data "$out/model-text.txt" --task mlm --tokenizer byte --layers 12 \
+      --hidden 768 --heads 12 --ff 3072 --max-positions 512 --batch 1 --seq 64 --steps 1 --out "$out/model-run" \
+      --no-progress
+    model="$out/model-run/step-000001"
   fi
   for round in $(seq "$rounds"); do
     for amx in 0 1; do
@@ -65,7 +64,7 @@ if [ "$status" -eq 0 ]; then
       done
       ROFORMER_AMX_ATTENTION=$amx step "backward-amx$amx-r$round" "$build/tools/roformer" bench attention \
         --softmax-only --precision bf16 --heads 12 --head-dim 64 --mask causal --lengths 512,2048,8192 --threads 1
-      for shape in $infer_shapes; do
+      for shape in 1x128 8x512; do
         ROFORMER_AMX_ATTENTION=$amx step "infer-$shape-amx$amx-r$round" "$build/tools/roformer" bench infer \
           --model "$model" --batch "${shape%x*}" --seq "${shape#*x}" --quantize bf16 --threads 2 --min-time 5
       done
