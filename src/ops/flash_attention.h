@@ -95,8 +95,8 @@ void flash_attention_backward_bf16_with(Bf16Products products, float* dq, float*
 bool flash_attention_amx_available();
 
 // Whether flash_attention_forward_bf16 and flash_attention_backward_bf16 do: where AMX is available
-// and the environment sets ROFORMER_AMX_ATTENTION=1 (read once). Off by default until the tile path has been validated and
-// timed on AMX hardware; AVX512-BF16's dot products stay the default everywhere.
+// and the environment sets ROFORMER_AMX_ATTENTION=1 (read once). Off by default until the tile path
+// has been validated and timed on AMX hardware; AVX512-BF16's dot products stay the default everywhere.
 bool flash_attention_amx_enabled();
 
 // Whether flash_attention_forward_bf16 takes s: bf16 products, nothing saved (inference) or row

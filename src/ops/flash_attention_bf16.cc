@@ -102,9 +102,9 @@ struct Bf16Work {
   // (DotProducts: none; TileProducts: whole tile rows).
   int64_t kw = 0;
   // The block's: scaled queries as bf16 pairs (kw, kBlockRows); a tile's scores (kTileKeys,
-  // kBlockRows); its probabilities as bf16 pairs of keys (kTileKeys/2, kBlockRows); the
-  // outputs transposed (D, or TileProducts' Dp, kBlockRows); each row's running maximum, sum, last rescaling factor, key
-  // limit (−1: sees nothing); the head's mean value (D: rows that see no key).
+  // kBlockRows); its probabilities as bf16 pairs of keys (kTileKeys/2, kBlockRows); the outputs
+  // transposed (D, or TileProducts' Dp, kBlockRows); each row's running maximum, sum, last rescaling
+  // factor, key limit (−1: sees nothing); the head's mean value (D: rows that see no key).
   std::vector<uint32_t> qt2, pt2;
   std::vector<uint16_t> q16;  // one query row's bf16 (2·Dh)
   std::vector<float> st, oT, m, l, alpha, mean;

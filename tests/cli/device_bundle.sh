@@ -2,8 +2,8 @@
 # scripts/device-bundle.sh: the archive fits the device tool's 64 MiB carry limit, and unpacked elsewhere
 # its binaries load every library from the bundle and run through the bundled loader with an empty
 # environment (the FlashAttentionBf16Amx tests, roformer --version, a training step re-executed with
-# roformer's default environment); its amx-check.sh exits 2, naming
-# the CPU, where there is no AMX-BF16 (with AMX the full check would run: minutes, so not here).
+# roformer's default environment); its amx-check.sh exits 2, naming the CPU, where there is no
+# AMX-BF16 (with AMX the full check would run: minutes, so not here).
 # Usage: device_bundle.sh SOURCE_DIR BUILD_DIR WORK_DIR
 set -euo pipefail
 source_dir="$1" build="$2" work="$3"

@@ -550,6 +550,11 @@ OpCase fused_attention_case(const std::string& op, const AttentionCase& a, Body 
   return c;
 }
 
+// The tile products a fused kernel's row runs on in the column of `variant` ("amx" or "amx-emulated").
+ops::Bf16Products tile_products(const Variant& variant) {
+  return variant.backend == "amx" ? ops::Bf16Products::amx : ops::Bf16Products::amx_emulated;
+}
+
 // The fused inference forward (flash_attention.h): its fp32 result against attention_forward's in
 // fp64 (the reference run), on the attention rows' shapes without dropout (inference has none) and at
 // head dims that are not a multiple of any vector width, with RoFormer-base's 64 over several key tiles.
@@ -577,8 +582,8 @@ std::vector<OpCase> flash_attention_cases() {
         if (variant.backend == "cpu") {  // what inference runs
           ops::flash_attention_forward_bf16(o.data(), qf.data(), kf.data(), vf.data(), key_mask.data(), s);
         } else {
-          const auto products = variant.backend == "amx" ? ops::Bf16Products::amx : ops::Bf16Products::amx_emulated;
-          ops::flash_attention_forward_bf16_with(products, o.data(), qf.data(), kf.data(), vf.data(), key_mask.data(), s);
+          ops::flash_attention_forward_bf16_with(tile_products(variant), o.data(), qf.data(), kf.data(), vf.data(),
+                                                 key_mask.data(), s);
         }
       } else {
         ops::flash_attention_forward(o.data(), qf.data(), kf.data(), vf.data(), key_mask.data(), s);
@@ -630,11 +635,10 @@ std::vector<OpCase> flash_attention_backward_cases() {
         ops::flash_attention_backward_bf16(dq.data(), dk.data(), dv.data(), gf.data(), o.data(), stats.data(),
                                            qf.data(), kf.data(), vf.data(), mask, s);
       } else {
-        const auto products = variant.backend == "amx" ? ops::Bf16Products::amx : ops::Bf16Products::amx_emulated;
         ops::flash_attention_forward_bf16_with(ops::Bf16Products::dot, o.data(), qf.data(), kf.data(), vf.data(), mask,
                                                s, stats.data());
-        ops::flash_attention_backward_bf16_with(products, dq.data(), dk.data(), dv.data(), gf.data(), o.data(),
-                                                stats.data(), qf.data(), kf.data(), vf.data(), mask, s);
+        ops::flash_attention_backward_bf16_with(tile_products(variant), dq.data(), dk.data(), dv.data(), gf.data(),
+                                                o.data(), stats.data(), qf.data(), kf.data(), vf.data(), mask, s);
       }
       out.add(dq), out.add(dk), out.add(dv);
     };

@@ -375,19 +375,25 @@ TEST(FlashAttentionBf16Amx, EmulatedTilesAgreeWithTheDotProducts) {
   std::printf("worst NMSE against the dot products %.3g, worst row statistic difference %.3g\n", worst, worst_stats);
 }
 
+// Why the real tiles do not run here (empty: they do), for the tests that skip without them.
+std::string why_no_real_tiles() {
+  if (!ops::flash_attention_amx_available()) {
+    return "no AMX-BF16 here (CPUID, or the OS refused the tile data state): the real tile path is untested on "
+           "this machine";
+  }
+  if (!ops::flash_attention_amx_enabled()) {
+    return "AMX-BF16 here, but ROFORMER_AMX_ATTENTION=1 is not set: run with it to validate the tiles";
+  }
+  return "";
+}
+
 // The real tiles, where the CPU and OS have AMX-BF16 and ROFORMER_AMX_ATTENTION=1 (the switch that
 // routes inference to them, off until this test has passed on AMX hardware: so a machine's ordinary run
 // does not depend on a path it never takes): as close to fp64 as the per-block bf16 path, and within
 // the dot products' tolerances of the emulated tiles (the hardware may add a pair's two products in
 // another order, or round once per pair).
 TEST(FlashAttentionBf16Amx, RealTilesAgreeWithTheEmulatedOnes) {
-  if (!ops::flash_attention_amx_available()) {
-    GTEST_SKIP() << "no AMX-BF16 here (CPUID, or the OS refused the tile data state): the real tile path is "
-                    "untested on this machine";
-  }
-  if (!ops::flash_attention_amx_enabled()) {
-    GTEST_SKIP() << "AMX-BF16 here, but ROFORMER_AMX_ATTENTION=1 is not set: run with it to validate the tiles";
-  }
+  if (const std::string why = why_no_real_tiles(); !why.empty()) GTEST_SKIP() << why;
   std::mt19937_64 rng(60);
   for (int i = 0; i < 35; ++i) {
     const FlashCase c = bf16_random_case(rng, i, 300);
@@ -818,13 +824,7 @@ TEST(FlashAttentionBf16Amx, BackwardEmulatedTilesAgreeWithTheDotProducts) {
 // The real tiles' backward, where the CPU and OS have AMX-BF16 and ROFORMER_AMX_ATTENTION=1: as close
 // to fp64 as the per-block bf16 path, and within the dot products' tolerance of the emulated tiles.
 TEST(FlashAttentionBf16Amx, BackwardRealTilesAgreeWithTheEmulatedOnes) {
-  if (!ops::flash_attention_amx_available()) {
-    GTEST_SKIP() << "no AMX-BF16 here (CPUID, or the OS refused the tile data state): the real tile path is "
-                    "untested on this machine";
-  }
-  if (!ops::flash_attention_amx_enabled()) {
-    GTEST_SKIP() << "AMX-BF16 here, but ROFORMER_AMX_ATTENTION=1 is not set: run with it to validate the tiles";
-  }
+  if (const std::string why = why_no_real_tiles(); !why.empty()) GTEST_SKIP() << why;
   const ops::Bf16Products tiles = ops::Bf16Products::amx;
   std::mt19937_64 rng(62);
   for (int i = 0; i < 35; ++i) expect_grads_as_close_as_the_blocks(rng, bf16_random_case(rng, i, 200), 3e-4, 2, 0, &tiles);
