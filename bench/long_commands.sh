@@ -85,6 +85,12 @@ for T in "${lengths[@]}"; do
     [ -n "$port" ] && curl -sf "http://127.0.0.1:$port/health" > /dev/null && break
     sleep 0.1
   done
+  if [ -z "$port" ] || ! curl -sf "http://127.0.0.1:$port/health" > /dev/null; then
+    echo "roformer serve did not answer /health within 60 s:" >&2
+    tail -n 20 "$work/serve-$T.log" >&2
+    kill "$pid" 2> /dev/null || true
+    exit 1
+  fi
   curl -sf -H 'Content-Type: application/json' -d '{"inputs": "In the beginning"}' "http://127.0.0.1:$port/embed" \
     > /dev/null  # a short request first: the timed one is not the server's first
   start=$(date +%s.%N)
