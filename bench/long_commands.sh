@@ -79,6 +79,7 @@ for T in "${lengths[@]}"; do
   done
   "$roformer" serve --model "$mlm" --port 0 --threads "$threads" > "$work/serve-$T.log" 2>&1 &
   pid=$!
+  trap 'kill "$pid" 2> /dev/null || true' EXIT  # the server goes with the script, whatever ends it
   port=""
   for _ in $(seq 600); do
     port=$(grep -oE '127\.0\.0\.1:[0-9]+' "$work/serve-$T.log" | head -1 | cut -d: -f2 || true)
@@ -88,7 +89,6 @@ for T in "${lengths[@]}"; do
   if [ -z "$port" ] || ! curl -sf "http://127.0.0.1:$port/health" > /dev/null; then
     echo "roformer serve did not answer /health within 60 s:" >&2
     tail -n 20 "$work/serve-$T.log" >&2
-    kill "$pid" 2> /dev/null || true
     exit 1
   fi
   curl -sf -H 'Content-Type: application/json' -d '{"inputs": "In the beginning"}' "http://127.0.0.1:$port/embed" \
@@ -106,5 +106,5 @@ norm = math.sqrt(sum(x * x for x in a))
 diff = max(abs(x / norm - y) for x, y in zip(a, b[0]))
 assert len(b) == 1 and len(b[0]) == len(a) and diff < 1e-5, f"serve's embedding differs from embed's by {diff}"
 PY
-  row "serve /embed" "$T" "$(echo "$end - $start" | bc -l)" "$kib"
+  row "serve /embed" "$T" "$(awk -v a="$start" -v b="$end" 'BEGIN { print b - a }')" "$kib"
 done
