@@ -672,13 +672,17 @@ void restore_fixtures() {
   s.fix_state = snapshot(s.fix);
 }
 
+// The command line now running, for the standalone driver's watchdog to name (a signal handler may
+// only write what is already in memory).
+char g_running[8192];
+
 void run_one(const uint8_t* data, size_t size) {
   const std::vector<std::string> args = decode(data, size);
+  std::snprintf(g_running, sizeof g_running, "%s\n", shell_line(args).c_str());
+  if (verbose()) std::fprintf(stderr, "fuzz_cli: %s", g_running);
   std::string err;
   const int status = run_captured(args, err);
-  if (verbose()) {
-    std::fprintf(stderr, "fuzz_cli: %s -> %d\n%s", shell_line(args).c_str(), status, err.c_str());
-  }
+  if (verbose()) std::fprintf(stderr, "fuzz_cli: -> %d\n%s", status, err.c_str());
   if (status != 0) {
     // A line: some text ending in a newline.
     const size_t nl = err.find('\n');
@@ -707,8 +711,33 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
 
 #else
 
+#include <signal.h>
+
 #include <chrono>
 #include <random>
+
+namespace {
+
+// One input that runs this long is a hang (the slowest, under the sanitizers, take a few seconds): the
+// finding names its command line, where ctest's own timeout would name only the test.
+constexpr unsigned kInputSeconds = 120;
+
+char g_hang_head[96];  // the finding's first line, written before any input runs
+
+void on_hang(int) {
+  (void)!write(2, g_hang_head, strnlen(g_hang_head, sizeof g_hang_head));
+  (void)!write(2, g_running, strnlen(g_running, sizeof g_running));
+  _exit(1);
+}
+
+// Runs one input under the watchdog.
+void run_watched(const uint8_t* data, size_t size) {
+  alarm(kInputSeconds);
+  run_one(data, size);
+  alarm(0);
+}
+
+}  // namespace
 
 int main(int argc, char** argv) {
   std::vector<std::string> files;
@@ -731,6 +760,9 @@ int main(int argc, char** argv) {
   std::sort(files.begin(), files.end());
   const fs::path cwd = fs::current_path();
   initialize();
+  std::snprintf(g_hang_head, sizeof g_hang_head, "FUZZ FINDING: an input ran past %u s (a hang or unbounded work)\n  ",
+                kInputSeconds);
+  signal(SIGALRM, on_hang);
   for (const std::string& f : files) {
     std::ifstream in(fs::path(f).is_absolute() ? fs::path(f) : cwd / f, std::ios::binary);
     if (!in) {
@@ -739,7 +771,7 @@ int main(int argc, char** argv) {
     }
     const std::string bytes((std::istreambuf_iterator<char>(in)), {});
     std::fprintf(stderr, "fuzz_cli: replay %s\n", f.c_str());
-    run_one(reinterpret_cast<const uint8_t*>(bytes.data()), bytes.size());
+    run_watched(reinterpret_cast<const uint8_t*>(bytes.data()), bytes.size());
   }
   long runs = 0;
   if (seconds > 0) {
@@ -751,7 +783,7 @@ int main(int argc, char** argv) {
       std::vector<uint8_t> bytes(rng() % 64);
       for (auto& b : bytes) b = static_cast<uint8_t>(rng());
       if (verbose()) std::fprintf(stderr, "fuzz_cli: input %ld\n", runs);
-      run_one(bytes.data(), bytes.size());
+      run_watched(bytes.data(), bytes.size());
       ++runs;
     }
   }

@@ -6,6 +6,8 @@
 #include <fmt/core.h>
 
 #include <algorithm>
+#include <cerrno>
+#include <cstdlib>
 #include <cstdint>
 #include <new>
 #include <string>
@@ -81,6 +83,34 @@ void strip_trailing_slashes(CLI::App& app) {
   for (CLI::App* sub : app.get_subcommands({})) strip_trailing_slashes(*sub);
 }
 
+// CLI11 converts integers with strtoll/strtoull and does not look at errno: "9223372036854775808" reads
+// as INT64_MAX and "-1" as an unsigned 2^64 - 1, a silently different number (a --steps of 2^63 trained
+// for ever). Every integer option refuses a value its type cannot hold, naming the option.
+void refuse_out_of_range_integers(CLI::App& app) {
+  for (CLI::Option* option : app.get_options()) {
+    const std::string type = option->get_type_name();
+    const bool is_signed = type.rfind("INT", 0) == 0, is_unsigned = type.rfind("UINT", 0) == 0;
+    if ((!is_signed && !is_unsigned) || (option->get_type_size_max() == 0 && !option->get_positional())) continue;
+    option->check(CLI::Validator(
+        [is_unsigned](std::string& value) -> std::string {
+          if (value.empty()) return "";  // not a number: the conversion refuses it
+          char* end = nullptr;
+          errno = 0;
+          if (is_unsigned) {
+            (void)std::strtoull(value.c_str(), &end, 0);
+          } else {
+            (void)std::strtoll(value.c_str(), &end, 0);
+          }
+          if (end != value.c_str() + value.size()) return "";  // not an integer: the conversion refuses it
+          if (errno == ERANGE) return "the integer " + value + " does not fit in 64 bits";
+          if (is_unsigned && value.find('-') != std::string::npos) return "the integer " + value + " is negative";
+          return "";
+        },
+        ""));
+  }
+  for (CLI::App* sub : app.get_subcommands({})) refuse_out_of_range_integers(*sub);
+}
+
 }  // namespace
 
 int roformer::CommandTable::run_parsed() const {
@@ -106,6 +136,7 @@ std::unique_ptr<CLI::App> roformer::make_app(CommandTable& commands) {
   add_spm_commands(*app, commands);
   add_quantize_command(*app, commands);
   strip_trailing_slashes(*app);
+  refuse_out_of_range_integers(*app);
   return app;
 }
 
