@@ -119,7 +119,7 @@ enum class ScratchBuffer : size_t {
   attention_context, attention_query, attention_key, attention_value,      // self/cross_attention_backward
   feed_forward_sum, feed_forward_activation, feed_forward_pre,             // feed_forward_backward
   mlm_head_normed, mlm_head_activation, mlm_head_dense,                    // mlm_head_backward
-  model_hidden, model_out, model_mid, model_in,                            // RoFormer::backward*
+  model_hidden, model_out, model_mid, model_in, model_recomputed,          // RoFormer::backward*
   count
 };
 

@@ -70,6 +70,9 @@ class Trainable {
   // The precision of training forwards and their backward: f32, or bf16 mixed precision
   // (RoFormer::set_precision). Throws std::invalid_argument naming the CPU where it lacks native bf16.
   virtual void set_precision(ops::Precision precision) = 0;
+  // Gradient checkpointing (RoFormer's Keep::inputs): the training forward keeps each layer's input
+  // only, and the backward recomputes the rest layer by layer; the same gradients, less memory.
+  virtual void set_gradient_checkpointing(bool on) = 0;
   void zero_grad() {
     allocate_grads();
     std::fill(grads.begin(), grads.end(), T(0));

@@ -28,8 +28,10 @@ struct RoFormer<T>::Activations {
   std::vector<std::vector<T>> h;  // L+1 × (N, H) block inputs and the last output; Keep::outputs: 2
   std::vector<T>& input_of(int64_t l) { return h[keep != Keep::outputs ? l : l % 2]; }  // (N, H) of block l
   const std::vector<T>& input_of(int64_t l) const { return h[keep != Keep::outputs ? l : l % 2]; }
-  std::vector<LayerActs<T>> layers;  // L; Keep::outputs: 1, shared by every layer
-  LayerActs<T>& layer(int64_t l) { return layers[keep != Keep::outputs ? l : 0]; }
+  std::vector<LayerActs<T>> layers;  // L; Keep::outputs and Keep::inputs: 1, shared by every layer
+  bool shared() const { return keep == Keep::outputs || keep == Keep::inputs; }
+  LayerActs<T>& layer(int64_t l) { return layers[shared() ? 0 : l]; }
+  int64_t shared_layer = -1;  // Keep::inputs: the layer whose activations the shared set holds
   MlmHeadActs<T> head;
   std::vector<T> logits, probs, d_logits;  // (N, V); logits (logit_rows.size(), V) when chosen
   std::vector<int64_t> logit_rows;         // Inputs::logit_rows, or empty: every row
@@ -170,7 +172,7 @@ void RoFormer<T>::embed(const Inputs& in, bool training, uint64_t dropout_seed) 
     a.B = B, a.S = S, a.N = N, a.keep = keep_;      // of varying length reuse them
     a.h.resize(keep_ != Keep::outputs ? L + 1 : 2);
     for (std::vector<T>& h : a.h) grow_to(h, N * H);
-    a.layers.resize(keep_ != Keep::outputs ? L : 1);
+    a.layers.resize(a.shared() ? 1 : L);
   }
   const int64_t rows = keep_ == Keep::outputs ? inference_rows_ : 0;  // rows per pass; 0: all
   a.emb.chunk_rows = rows;
@@ -213,6 +215,9 @@ template <typename T>
 uint16_t* RoFormer<T>::input16(int64_t l) {
   Activations& a = *act_;
   if (l >= cfg_.num_hidden_layers) return nullptr;  // the last layer's output: the heads round their own
+  // Shared activations: layer l + 1's x16 is the buffer layer l reads (and its backward needs), so each
+  // layer rounds its own input.
+  if (a.shared()) return nullptr;
   return bf16_input_buffer(a.layer(l).attn.x16, p.layers[l].attn.input_dense(), a.N * cfg_.hidden_size);
 }
 
@@ -227,7 +232,8 @@ AttentionCall RoFormer<T>::attention_call() const {
   switch (a.keep) {
     case Keep::all: call.saved = ops::AttentionSaved::probabilities; break;
     case Keep::outputs: call.saved = ops::AttentionSaved::none; break;
-    case Keep::backward: {  // the probabilities while they are small, row statistics past max_kept_keys_
+    case Keep::backward:
+    case Keep::inputs: {  // the probabilities while they are small, row statistics past max_kept_keys_
       const int64_t keys = std::max(a.S, cfg_.add_cross_attention ? memory_len_ : int64_t{0});
       call.saved = keys <= max_kept_keys_ ? ops::AttentionSaved::probabilities : ops::AttentionSaved::row_stats;
       break;
@@ -260,6 +266,7 @@ void RoFormer<T>::encode() {
   const AttentionCall call = attention_call();
   const CrossMemory<T> memory{memory_, memory_len_};
   KVCache<T>* const no_cache = nullptr;  // the whole sequence: the layers keep their keys and values
+  a.shared_layer = -1;
   uint16_t* in16 = input16(0);  // bf16 training: h[0] in bf16, which the embeddings wrote
   for (int64_t l = 0; l < cfg_.num_hidden_layers; ++l) {  // h[l + 1] (N, H) from h[l]
     // layer l's input in bf16 was written with h[l], and its output's goes to layer l + 1
@@ -268,6 +275,18 @@ void RoFormer<T>::encode() {
     layer_forward(a.input_of(l + 1).data(), a.layer(l), p.layers[l], statics_->self_context(l, call),
                   statics_->cross_context(l, call), a.input_of(l).data(), a.B, a.S, 0, no_cache, memory, bf16);
   }
+  a.shared_layer = cfg_.num_hidden_layers - 1;
+}
+
+template <typename T>
+void RoFormer<T>::recompute_layer(int64_t l, const AttentionCall& call, const CrossMemory<T>& memory) {
+  Activations& a = *act_;
+  if (a.shared_layer == l) return;  // the last layer's, as the forward left them
+  // Its output equals h[l + 1], which stays as the forward wrote it (hidden_state(l + 1)).
+  T* out = scratch_->get(ScratchBuffer::model_recomputed, a.N * cfg_.hidden_size);
+  layer_forward(out, a.layer(l), p.layers[l], statics_->self_context(l, call), statics_->cross_context(l, call),
+                a.input_of(l).data(), a.B, a.S, 0, static_cast<KVCache<T>*>(nullptr), memory);
+  a.shared_layer = l;
 }
 
 template <typename T>
@@ -370,7 +389,8 @@ void RoFormer<T>::backward_from_hidden(const T* d_hidden, const T* d_pooled) {
   const AttentionCall call = attention_call();
   const CrossMemory<T> memory{memory_, memory_len_};
   for (int64_t l = cfg_.num_hidden_layers - 1; l >= 0; --l) {  // d_out: d(loss)/d(block l's output)
-    layer_backward(d_in, d_mid, d_memory_.data(), g.layers[l], d_out, a.layers[l], p.layers[l],
+    if (a.keep == Keep::inputs) recompute_layer(l, call, memory);
+    layer_backward(d_in, d_mid, d_memory_.data(), g.layers[l], d_out, a.layer(l), p.layers[l],
                    statics_->self_context(l, call), statics_->cross_context(l, call), a.input_of(l).data(), memory,
                    a.B, a.S, s);
     std::swap(d_out, d_in);

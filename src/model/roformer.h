@@ -57,7 +57,12 @@ struct Inputs {
 // outputs: inference only; the layers share one set of scratch buffers, so activation memory does
 // not grow with depth, and only embedding_output(), the last hidden state, logits() and
 // pooler_output() remain readable.
-enum class Keep { all, backward, outputs };
+// inputs (gradient checkpointing): as backward, but only each layer's input h[l] is kept and the layers
+// share one set of activations; the backward runs each layer's forward again from h[l] (the same
+// dropout masks, drawn from the same counters) just before that layer's backward. Gradients equal
+// backward's bit for bit; activation memory is L + 1 (N, H) buffers plus one layer's, for about one
+// more forward of work. hidden_state(l) is readable for every l.
+enum class Keep { all, backward, outputs, inputs };
 
 // A decoder's self-attention key/value cache (RoFormer::set_kv_cache): fp32 or bf16.
 enum class CacheType { f32, bf16 };
@@ -132,6 +137,8 @@ class RoFormer : public Trainable<T> {
 
   void set_keep(Keep keep);  // takes effect with the next forward
   Keep keep() const { return keep_; }
+  // Training: Keep::inputs (on) or Keep::backward (off).
+  void set_gradient_checkpointing(bool on) override { set_keep(on ? Keep::inputs : Keep::backward); }
   // Keep::backward keeps attention's probabilities over at most this many keys. Default: while they
   // take no more memory than the layer's other saved activations, n·Tk ≤ 4H + 2I (12·D when I = 4H:
   // 768 keys at D = 64), so that short sequences skip the recomputation and memory stays linear in T
@@ -183,6 +190,8 @@ class RoFormer : public Trainable<T> {
   struct Activations;
   void embed(const Inputs& in, bool training, uint64_t dropout_seed);  // masks, dropout, embeddings → h[0]
   void encode();                                                      // the blocks over h[0]
+  // Keep::inputs: makes the shared activations layer l's again, by its forward from h[l].
+  void recompute_layer(int64_t l, const AttentionCall& call, const CrossMemory<T>& memory);
   // bf16 training: where h[l] goes in bf16 too, layer l's kept x16 (N, H), which h[l]'s producer writes
   // (Bf16Handoff); null when layer l's denses read fp32, and for l = L.
   uint16_t* input16(int64_t l);

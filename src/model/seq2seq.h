@@ -67,6 +67,10 @@ class Seq2Seq : public Trainable<T> {
   const RoFormer<T>& decoder() const { return *decoder_; }
   void allocate_grads() override;
   void set_precision(ops::Precision precision) override;  // the encoder's and the decoder's (RoFormer::set_precision)
+  void set_gradient_checkpointing(bool on) override {  // the encoder's and the decoder's
+    encoder_->set_gradient_checkpointing(on);
+    decoder_->set_gradient_checkpointing(on);
+  }
 
   void init_weights(uint64_t seed);  // HF's initialisation (RoFormer::init_weights), a pure function of seed
   // Loads an HF EncoderDecoderModel state dict (our checkpoints, or transformers' save_pretrained).

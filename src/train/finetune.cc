@@ -444,7 +444,7 @@ void FinetuneRun::prepare() {
                                       {"model weights", o_.model + "/model.safetensors"},
                                       {"resumed checkpoint", resume_dir_.empty() ? "" : resume_dir_ + "/optimizer.safetensors"}},
                                      o_.to_json()));
-  precision_ = apply_precision(*m_, o_.loop.precision);
+  precision_ = apply_loop_settings(*m_, o_.loop);
   trainer_ = std::make_unique<Trainer>(
       *m_, *task_, TrainerConfig{sched, adamw, o_.clip, o_.seed, o_.loop.grad_accum, &comm_, o_.loop.bucket_mb, o_.loop.zero1});
   if (!resume_dir_.empty()) {

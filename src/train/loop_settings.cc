@@ -24,6 +24,7 @@ void LoopSettings::to_json(json& j) const {
   j["eval_every"] = eval_every, j["save_every"] = save_every, j["keep_checkpoints"] = keep_checkpoints;
   j["patience"] = patience, j["threads"] = threads, j["precision"] = train_precision_name(precision);
   j["grad_accum"] = grad_accum, j["bucket_mb"] = bucket_mb, j["zero1"] = zero1;
+  j["gradient_checkpointing"] = gradient_checkpointing;
 }
 
 void LoopSettings::from_json(const json& j) {
@@ -39,6 +40,7 @@ void LoopSettings::from_json(const json& j) {
   read("eval_every", eval_every), read("save_every", save_every), read("keep_checkpoints", keep_checkpoints);
   read("patience", patience), read("threads", threads);
   read("grad_accum", grad_accum), read("bucket_mb", bucket_mb), read("zero1", zero1);
+  read("gradient_checkpointing", gradient_checkpointing);
   std::string name = train_precision_name(precision);
   read("precision", name);
   try {

@@ -31,6 +31,8 @@ struct LoopSettings {
   int64_t grad_accum = 1;        // micro-batches per process and step (the batch of a step stays the same)
   double bucket_mb = 4;          // data-parallel: gradients summed in buckets of this many MiB (0: one allreduce)
   bool zero1 = false;            // data-parallel: AdamW moments sharded over the ranks (ZeRO-1)
+  bool gradient_checkpointing = false;  // keep each layer's input only; the backward recomputes the rest
+                                        // (model::Trainable::set_gradient_checkpointing)
 
   // Adds the fields to a recipe's options JSON under their names ("eval_every", ..., "precision": "fp32").
   void to_json(nlohmann::json& j) const;

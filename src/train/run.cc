@@ -101,7 +101,8 @@ void TrainingRun::load_data() {
   o_.validate();
   // This process's share of a step's batch (a micro-batch of it with --grad-accum).
   check_batch_fits_in_memory(o_.model, std::ceil(static_cast<double>(o_.batch) / comm_.size() / o_.loop.grad_accum), o_.seq,
-                             true, "--batch " + std::to_string(o_.batch) + " with --seq " + std::to_string(o_.seq));
+                             true, "--batch " + std::to_string(o_.batch) + " with --seq " + std::to_string(o_.seq), false,
+                             o_.loop.gradient_checkpointing);
   corpus_ = lm_corpus(*text_, o_.data, o_.val_fraction, o_.model.vocab_size);
   const auto val = corpus_->val_batches(o_.batch, o_.seq, o_.eval_batches);
   if (val.empty()) {
@@ -125,7 +126,7 @@ void TrainingRun::build_model() {
     m_ = std::make_unique<Model>(o_.model);
     m_->init_weights(o_.seed);
   }
-  precision_ = apply_precision(*m_, o_.loop.precision);
+  precision_ = apply_loop_settings(*m_, o_.loop);
   trainer_ = std::make_unique<Trainer>(
       *m_, *task_,
       TrainerConfig{o_.schedule, o_.adamw, o_.clip, o_.seed, o_.loop.grad_accum, &comm_,

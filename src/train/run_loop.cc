@@ -245,6 +245,12 @@ std::string apply_precision(model::Trainable<float>& m, TrainPrecision precision
   return bf16 ? "bf16 mixed precision (" + ops::cpu_isa_name() + ")" : "fp32";
 }
 
+std::string apply_loop_settings(model::Trainable<float>& m, const LoopSettings& loop) {
+  const std::string words = apply_precision(m, loop.precision);
+  m.set_gradient_checkpointing(loop.gradient_checkpointing);
+  return loop.gradient_checkpointing ? words + ", gradient checkpointing" : words;
+}
+
 RunDirectoryLock::RunDirectoryLock(const std::string& out, bool writer) {
   if (!writer) return;
   fd_ = ::open(out.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);

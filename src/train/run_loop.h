@@ -110,6 +110,9 @@ TrainPrecision resolve_precision(TrainPrecision precision, const std::string& re
 // Sets m's training precision from a resolved --precision and says what it is for the run's header:
 // "fp32" or "bf16 mixed precision (<oneDNN's kernel family>)".
 std::string apply_precision(model::Trainable<float>& m, TrainPrecision precision);
+// A recipe's model settings from its loop settings: the resolved precision (apply_precision) and
+// gradient checkpointing; returns apply_precision's words, plus ", gradient checkpointing" when on.
+std::string apply_loop_settings(model::Trainable<float>& m, const LoopSettings& loop);
 
 // An advisory lock on a run directory (flock on the directory itself): while one process trains in
 // it, a second one (a new run or a --resume) is refused with an io::Error naming the directory. Rank 0

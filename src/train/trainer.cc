@@ -279,13 +279,15 @@ void TrainOptions::validate() const {
 }
 
 void check_batch_fits_in_memory(const model::RoFormerConfig& c, double rows, int64_t seq, bool backward,
-                                const std::string& what, bool probabilities) {
-  const double T = static_cast<double>(seq);
-  const double per_token = static_cast<double>(c.num_hidden_layers) *
-                               (4.0 * static_cast<double>(c.hidden_size) + 2.0 * static_cast<double>(c.intermediate_size) +
-                                (probabilities ? static_cast<double>(c.num_attention_heads) * T : 0.0)) +
-                           static_cast<double>(c.vocab_size);
-  const double activations = sizeof(float) * rows * T * per_token * (backward ? 3.0 : 1.0);
+                                const std::string& what, bool probabilities, bool gradient_checkpointing) {
+  const double T = static_cast<double>(seq), L = static_cast<double>(c.num_hidden_layers);
+  const double layer = 4.0 * static_cast<double>(c.hidden_size) + 2.0 * static_cast<double>(c.intermediate_size) +
+                       (probabilities ? static_cast<double>(c.num_attention_heads) * T : 0.0);
+  const double H = static_cast<double>(c.hidden_size), V = static_cast<double>(c.vocab_size);
+  // For the backward: three tensors per one the forward keeps (the gradients, the backward's scratch);
+  // checkpointed, every layer's input and one layer's set.
+  const double layers = !backward ? L * layer : gradient_checkpointing ? L * H + 3.0 * layer : 3.0 * L * layer;
+  const double activations = sizeof(float) * rows * T * (layers + (backward ? 3.0 : 1.0) * V);
   base::check_fits_in_memory(activations, what);
 }
 

@@ -70,8 +70,10 @@ struct TrainOptions {
 // needs: it catches sizes that cannot be meant, not tight ones. (Validation batches are bounded by
 // the data, not by --eval-batches / --max-batches.) (evaluate_checkpoint needs none: its batches hold
 // at most the validation windows there are.)
+// With gradient_checkpointing only one layer's tensors are kept beside every layer's hidden-wide input.
 void check_batch_fits_in_memory(const model::RoFormerConfig& config, double rows, int64_t seq, bool backward,
-                                const std::string& what, bool probabilities = false);
+                                const std::string& what, bool probabilities = false,
+                                bool gradient_checkpointing = false);
 
 // What one optimiser step did.
 struct StepStats {

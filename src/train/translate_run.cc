@@ -171,7 +171,7 @@ void TranslateRun::prepare() {
                                       {"resumed checkpoint", resume_dir_.empty() ? "" : resume_dir_ + "/optimizer.safetensors"}},
                                      o_.to_json()));
   TrainerConfig trainer_cfg{sched, adamw, o_.clip, o_.seed, o_.loop.grad_accum, &comm_, o_.loop.bucket_mb, o_.loop.zero1};
-  precision_ = apply_precision(*m_, o_.loop.precision);
+  precision_ = apply_loop_settings(*m_, o_.loop);
   trainer_ = std::make_unique<Trainer>(*m_, *task_, trainer_cfg);
   if (!resume_dir_.empty()) state_ = restore_optimizer(resume_dir_, *trainer_, adamw);
   state_.options_json = o_.to_json();

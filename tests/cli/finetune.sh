@@ -4,7 +4,7 @@
 #    resumed end with the losses, metrics and weights (best/ and the last checkpoint) of an
 #    uninterrupted run, byte for byte, also when stopped before the first evaluation and with
 #    --test --predict (the same predictions);
-#  - --grad-accum 3 gives the same losses within fp32 rounding;
+#  - --grad-accum 3 gives the same losses within fp32 rounding; --gradient-checkpointing the same bytes;
 #  - TSV and CSV inputs with a sentence-pair column train; early stopping stops after --patience;
 #    --keep-checkpoints N keeps the newest N step checkpoints; --save-every N adds checkpoints between
 #    evaluations; an early-stopped run resumed says it is finished;
@@ -79,6 +79,13 @@ worst = max(abs(x[k] - y[k]) / max(abs(x[k]), 1e-3) for x, y in zip(a, b) for k 
 print(f"--grad-accum 3 vs 1: largest relative loss difference {worst:.1e}")
 sys.exit(0 if worst <= 1e-4 else 1)
 PY
+
+echo "== --gradient-checkpointing: the run of --grad-accum's plain one, byte for byte"
+"$roformer" finetune "${common[@]}" --lr 5e-4 --train "$work/train.jsonl" --validation "$work/val.jsonl" --epochs 2 \
+  --eval-every 10 --gradient-checkpointing --out "$work/checkpointed" 2> "$work/checkpointed.log"
+grep -q "gradient checkpointing" "$work/checkpointed.log"
+cmp <(fields "$work/plain") <(fields "$work/checkpointed")
+cmp "$work/plain/best/model.safetensors" "$work/checkpointed/best/model.safetensors"
 
 echo "== TSV and CSV sentence pairs"
 for fmt in tsv csv; do

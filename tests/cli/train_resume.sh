@@ -4,7 +4,7 @@
 # weights, byte for byte, as an uninterrupted run. A diverging run (NaN/inf loss) stops with status 3,
 # names the step, and keeps its last good checkpoint. --keep-checkpoints keeps the newest N step
 # checkpoints (2 by default). --patience stops a run whose validation loss stops falling, and --resume
-# of that run trains nothing.
+# of that run trains nothing. --gradient-checkpointing trains to the same bytes.
 # Usage: train_resume.sh ROFORMER_BINARY WORK_DIR
 set -euo pipefail
 roformer="$1"
@@ -47,6 +47,12 @@ for run in b c; do
   cmp "$work/a/step-000040/optimizer.safetensors" "$work/$run/step-000040/optimizer.safetensors"
 done
 echo "resume: loss trajectories and final weights identical ($(losses "$work/a" | wc -l) values)"
+
+echo "== --gradient-checkpointing: the same losses and final weights, byte for byte, recomputing the layers"
+"$roformer" train "${opts[@]}" --gradient-checkpointing --out "$work/gc" 2> "$work/gc.log"
+grep -q "gradient checkpointing" "$work/gc.log"
+diff <(losses "$work/a") <(losses "$work/gc")
+cmp "$work/a/step-000040/model.safetensors" "$work/gc/step-000040/model.safetensors"
 
 echo "== --precision bf16: resumes bit for bit where the CPU multiplies bf16, and is refused by name elsewhere"
 if "$roformer" train "${model[@]}" --steps 2 --sample-tokens 0 --no-progress --precision bf16 --out "$work/p0" 2> "$work/p0.log"; then

@@ -492,6 +492,86 @@ TEST(RoFormerModel, RowStatisticsTrainLikeKeptProbabilities) {
 }
 
 
+// Gradient checkpointing (Keep::inputs): the forward keeps each layer's input, the backward runs each
+// layer's forward again before its backward. Loss, every hidden state, the logits and every gradient
+// equal those of Keep::backward bit for bit, with dropout (the masks are drawn again from the same
+// counters), padding, at a length whose probabilities are kept and one past max_kept_keys (row
+// statistics), in fp64 and fp32, and in bf16 mixed precision where the CPU has it; also on a second
+// step, whose backward must not read the shared activations the first one left.
+template <typename T>
+void expect_checkpointing_gives_kept_gradients(const model::RoFormerConfig& c, int64_t seq, bool bf16) {
+  model::RoFormer<T> checkpointed(c), kept(c);
+  randomise(checkpointed, 6);
+  kept.params = checkpointed.params;
+  checkpointed.set_gradient_checkpointing(true);
+  EXPECT_EQ(checkpointed.keep(), model::Keep::inputs);
+  if (bf16) checkpointed.set_precision(ops::Precision::bf16), kept.set_precision(ops::Precision::bf16);
+  Batch batch = random_batch(c, 3, seq, 8);
+  if (c.attention_type != model::AttentionType::softmax) batch.mask.assign(batch.mask.size(), 1);
+  const int64_t L = c.num_hidden_layers, N = 3 * seq;
+  for (uint64_t step = 0; step < 2; ++step) {
+    const T loss = checkpointed.forward(batch.inputs(), true, 5 + step);
+    const T kept_loss = kept.forward(batch.inputs(), true, 5 + step);
+    EXPECT_EQ(loss, kept_loss);
+    for (int64_t l = 0; l <= L; ++l) {
+      for (int64_t i = 0; i < N * c.hidden_size; ++i) {
+        ASSERT_EQ(checkpointed.hidden_state(l)[i], kept.hidden_state(l)[i]) << "layer " << l;
+      }
+    }
+    for (int64_t i = 0; i < N * c.vocab_size; ++i) ASSERT_EQ(checkpointed.logits()[i], kept.logits()[i]);
+    checkpointed.zero_grad(), kept.zero_grad();
+    checkpointed.backward(), kept.backward();
+    for (size_t i = 0; i < kept.grads.size(); ++i) ASSERT_EQ(checkpointed.grads[i], kept.grads[i]) << "gradient " << i;
+    // The backward leaves every hidden state as the forward wrote it.
+    EXPECT_EQ(checkpointed.hidden_state(L)[0], kept.hidden_state(L)[0]);
+    batch = random_batch(c, 3, seq, 9);  // the second step: other tokens
+    if (c.attention_type != model::AttentionType::softmax) batch.mask.assign(batch.mask.size(), 1);
+  }
+}
+
+TEST(RoFormerModel, GradientCheckpointingGivesTheGradientsOfKeptActivations) {
+  auto variants = softmax_variants(80);
+  auto linear = variants[0];
+  linear.attention_type = model::AttentionType::linear;
+  variants.push_back(linear);
+  auto deep = variants[0];
+  deep.num_hidden_layers = 4;
+  variants.push_back(deep);
+  for (const auto& c : variants) {
+    for (const int64_t seq : {5, 70}) {  // probabilities kept; row statistics past max_kept_keys (32 here)
+      SCOPED_TRACE(c.to_json() + " seq " + std::to_string(seq));
+      expect_checkpointing_gives_kept_gradients<double>(c, seq, false);
+      expect_checkpointing_gives_kept_gradients<float>(c, seq, false);
+      if (ops::bf16_is_native()) expect_checkpointing_gives_kept_gradients<float>(c, seq, true);
+    }
+  }
+}
+
+// A task head's backward (backward_from_head_logits) through checkpointed layers, with the head's
+// and the encoder's dropout: the gradients of Keep::backward, bit for bit.
+TEST(RoFormerModel, GradientCheckpointingUnderATaskHead) {
+  model::RoFormerConfig cfg = tiny(model::PositionEncoding::rope);
+  cfg.set_head("RoFormerForSequenceClassification");
+  cfg.labels = {"neg", "pos"};
+  cfg.problem_type = model::ProblemType::single_label_classification;
+  cfg.hidden_dropout_prob = 0.2, cfg.attention_probs_dropout_prob = 0.1;
+  cfg.num_hidden_layers = 3;
+  model::RoFormer<float> checkpointed(cfg), kept(cfg);
+  randomise(checkpointed, 4);
+  kept.params = checkpointed.params;
+  checkpointed.set_gradient_checkpointing(true);
+  const Batch batch = random_batch(cfg, 3, 6, 10);
+  model::Inputs in = batch.inputs();
+  in.targets = nullptr;
+  const std::vector<float> G = {0.5f, -1.0f, 2.0f, 0.25f, -0.75f, 1.5f};  // (3, 2) d(loss)/d(logits)
+  checkpointed.forward(in, true, 91), kept.forward(in, true, 91);
+  checkpointed.zero_grad(), kept.zero_grad();
+  checkpointed.backward_from_head_logits(G.data()), kept.backward_from_head_logits(G.data());
+  EXPECT_EQ(checkpointed.grads, kept.grads);
+  checkpointed.set_gradient_checkpointing(false);
+  EXPECT_EQ(checkpointed.keep(), model::Keep::backward);
+}
+
 // bf16 mixed-precision training: the training forward and its backward run every linear product in
 // bf16 (losses and gradients close to fp32's, not equal to them), the same bits run after run, and the
 // forwards without training evaluate the fp32 master weights exactly as an fp32 model does.

@@ -61,16 +61,21 @@ void randomise(model::Seq2Seq<T>& m, uint64_t seed) {
   for (auto& v : m.params) v += static_cast<T>(z(rng));
 }
 
-// loss = Σ logits · G for a fixed random G (B, T, V): every path from every parameter reaches it.
+// A fixed random G (B, T, V) for loss = Σ logits · G: every path from every parameter reaches it.
+template <typename T>
+std::vector<T> random_logit_weights(const model::Seq2SeqConfig& cfg, const Pairs& batch) {
+  std::mt19937_64 rng(8);
+  std::normal_distribution<T> z;
+  std::vector<T> G(batch.B * batch.T * cfg.decoder.vocab_size);
+  for (T& x : G) x = z(rng);
+  return G;
+}
+
 void expect_seq2seq_gradients(const model::Seq2SeqConfig& cfg, bool training) {
   model::Seq2Seq<double> m(cfg);
   randomise(m, 3);
   const Pairs batch = random_pairs(cfg, 2, 5, 4, 9);
-  const int64_t V = cfg.decoder.vocab_size;
-  std::mt19937_64 rng(8);
-  std::normal_distribution<double> z;
-  std::vector<double> G(batch.B * batch.T * V);
-  for (double& x : G) x = z(rng);
+  const std::vector<double> G = random_logit_weights<double>(cfg, batch);
   auto loss = [&] {
     m.forward(batch.inputs(), training, 41);
     double s = 0;
@@ -148,6 +153,27 @@ TEST(Seq2Seq, Bf16TrainingReachesEncoderAndDecoder) {
   }
   bf.forward(batch.inputs(), false), fp.forward(batch.inputs(), false);
   EXPECT_TRUE(std::equal(bf.logits(), bf.logits() + n, fp.logits()));
+}
+
+// Gradient checkpointing in the encoder and the decoder (its cross-attention recomputed over the
+// encoder's kept output): loss Σ logits · G and every gradient equal those of kept activations, bit
+// for bit, with dropout.
+TEST(Seq2Seq, GradientCheckpointingGivesTheGradientsOfKeptActivations) {
+  model::Seq2SeqConfig cfg = tiny_seq2seq(model::PositionEncoding::rope);
+  cfg.encoder.hidden_dropout_prob = cfg.decoder.hidden_dropout_prob = 0.2;
+  cfg.encoder.attention_probs_dropout_prob = cfg.decoder.attention_probs_dropout_prob = 0.1;
+  model::Seq2Seq<float> checkpointed(cfg), kept(cfg);
+  randomise(checkpointed, 3);
+  kept.params = checkpointed.params;
+  checkpointed.set_gradient_checkpointing(true);
+  EXPECT_EQ(checkpointed.encoder().keep(), model::Keep::inputs);
+  const Pairs batch = random_pairs(cfg, 2, 7, 5, 9);
+  const std::vector<float> G = random_logit_weights<float>(cfg, batch);
+  checkpointed.forward(batch.inputs(), true, 41), kept.forward(batch.inputs(), true, 41);
+  for (size_t i = 0; i < G.size(); ++i) ASSERT_EQ(checkpointed.logits()[i], kept.logits()[i]);
+  checkpointed.zero_grad(), kept.zero_grad();
+  checkpointed.backward_from_logits(G.data()), kept.backward_from_logits(G.data());
+  for (size_t i = 0; i < kept.grads.size(); ++i) ASSERT_EQ(checkpointed.grads[i], kept.grads[i]) << "gradient " << i;
 }
 
 TEST(Seq2Seq, LayoutHasHuggingFaceEncoderDecoderNames) {

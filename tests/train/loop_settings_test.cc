@@ -59,7 +59,7 @@ TEST(ChoiceNames, RoundTripAndNameTheValuesThereAre) {
 TEST(LoopSettings, RecipesSaveTheSameFieldsUnderTheSameNames) {
   train::TrainOptions t;
   t.task = train::LmObjective::mlm, t.tokenizer = text::TokenizerKind::wordpiece;
-  t.loop.precision = train::TrainPrecision::bf16, t.loop.patience = 3;
+  t.loop.precision = train::TrainPrecision::bf16, t.loop.patience = 3, t.loop.gradient_checkpointing = true;
   const json tj = json::parse(t.to_json());
   EXPECT_EQ(tj.at("task"), "mlm");
   EXPECT_EQ(tj.at("tokenizer"), "wordpiece");
@@ -74,7 +74,7 @@ TEST(LoopSettings, RecipesSaveTheSameFieldsUnderTheSameNames) {
   EXPECT_EQ(fj.at("save_every"), 7);
   const json xj = json::parse(train::TranslateTrainOptions{}.to_json());
   for (const char* key : {"eval_every", "save_every", "keep_checkpoints", "patience", "threads", "precision",
-                          "grad_accum", "bucket_mb", "zero1"}) {
+                          "grad_accum", "bucket_mb", "zero1", "gradient_checkpointing"}) {
     EXPECT_TRUE(tj.contains(key) && fj.contains(key) && xj.contains(key)) << key;
   }
   EXPECT_EQ(xj.at("keep_checkpoints"), 5);  // translate-train's default (for roformer average)
@@ -84,6 +84,7 @@ TEST(LoopSettings, RecipesSaveTheSameFieldsUnderTheSameNames) {
   EXPECT_EQ(t2.tokenizer, text::TokenizerKind::wordpiece);
   EXPECT_EQ(t2.loop.precision, train::TrainPrecision::bf16);
   EXPECT_EQ(t2.loop.patience, 3);
+  EXPECT_TRUE(t2.loop.gradient_checkpointing);
   EXPECT_EQ(train::FinetuneOptions::from_json(f.to_json()).task, model::HeadTask::question_answering);
 }
 

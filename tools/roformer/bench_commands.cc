@@ -33,6 +33,10 @@ void add_bench_train_command(CLI::App& bench, CommandTable& commands) {
                               "recomputing the probabilities; quadratic: the probabilities at any length")
       ->check(CLI::IsMember({"auto", "linear", "quadratic"}));
   add_precision_option(bench_train_cmd, bench_train->precision);
+  bench_train_cmd->add_flag("--gradient-checkpointing", bench_train->gradient_checkpointing,
+                            "Keep each layer's input only and recompute the rest in the backward (as train and "
+                            "finetune --gradient-checkpointing); GFLOP/s counts the model's products, not the "
+                            "recomputation");
   bench_train_cmd->add_option("--dropout", bench_train->dropout,
                               "Hidden and attention dropout (default 0, as bench/peers/roformer_torch.py builds the "
                               "model; HF RoFormer's configs train with 0.1)")

@@ -96,7 +96,8 @@ nlohmann::json memory_report() {
 void print_summary(const nlohmann::json& r) {
   fmt::print("{} {} B={} T={} threads={} {}: {:.0f} tok/s, {:.1f} ms/step (median {:.1f}), {:.1f} GFLOP/s",
              r["preset"].get<std::string>(), r["task"].get<std::string>(), r["batch"].get<int64_t>(),
-             r["seq"].get<int64_t>(), r["threads"].get<int>(), r["precision"].get<std::string>(),
+             r["seq"].get<int64_t>(), r["threads"].get<int>(),
+             r["precision"].get<std::string>() + (r["gradient_checkpointing"].get<bool>() ? ", checkpointed" : ""),
              r["tokens_per_s"].get<double>(), r["ms_per_step"].get<double>(), r["ms_per_step_median"].get<double>(),
              r["gflops"].get<double>());
   if (const double sgemm = r["sgemm_gflops"]; sgemm > 0) {
@@ -133,19 +134,30 @@ void add_gradient_census(nlohmann::json& run, const ops::GradientUnderflow& befo
   run["bf16_gradients_below_fp16_subnormal"] = u.below_fp16 - before.below_fp16;
 }
 
+// Refuses, by name, options that do not go together, and a huge --batch or --seq before anything is
+// allocated.
+void check_bench_train_options(const BenchTrainOptions& o, const model::RoFormerConfig& c) {
+  if (o.gradient_checkpointing && o.attention_memory == "quadratic") {
+    throw std::invalid_argument("--gradient-checkpointing keeps no layer's probabilities: --attention-memory auto or "
+                                "linear");
+  }
+  train::check_batch_fits_in_memory(c, static_cast<double>(o.batch), o.seq, true,
+                                    "--batch " + std::to_string(o.batch) + " with --seq " + std::to_string(o.seq) +
+                                        " and --preset " + o.preset,
+                                    o.attention_memory == "quadratic",  // auto keeps them only while they are small
+                                    o.gradient_checkpointing);
+}
+
 }  // namespace
 
 int bench_train(const BenchTrainOptions& o) {
   if (o.threads > 0) omp_set_num_threads(o.threads);
   const model::RoFormerConfig c = preset_config(o);
-  // A huge --batch or --seq is refused by name before anything is allocated.
-  train::check_batch_fits_in_memory(c, static_cast<double>(o.batch), o.seq, true,
-                                    "--batch " + std::to_string(o.batch) + " with --seq " + std::to_string(o.seq) +
-                                        " and --preset " + o.preset,
-                                    o.attention_memory == "quadratic");  // auto keeps them only while they are small
+  check_bench_train_options(o, c);
   model::RoFormer<float> m(c);
   m.init_weights(1);
   keep_attention_memory(m, o.attention_memory);
+  m.set_gradient_checkpointing(o.gradient_checkpointing);
   const train::TrainPrecision precision = train::resolve_precision(o.precision, "");
   train::apply_precision(m, precision);
   ops::set_bf16_gradient_census(true);  // reported below
@@ -198,6 +210,7 @@ int bench_train(const BenchTrainOptions& o) {
                               {"processes", comm.size()},
                               {"bucket_mb", o.bucket_mb},
                               {"attention_memory", o.attention_memory},
+                              {"gradient_checkpointing", o.gradient_checkpointing},
                               {"dropout", o.dropout},
                               {"precision", train::train_precision_name(precision)},
                               {"cpu_isa", ops::cpu_isa_name()},

@@ -46,6 +46,7 @@ struct BenchTrainOptions {
                                           // statistics at any length; quadratic: the probabilities
   train::TrainPrecision precision = train::TrainPrecision::fp32;  // the training products (train::resolve_precision)
   double dropout = 0;  // hidden and attention dropout (0: as the PyTorch peer builds the model)
+  bool gradient_checkpointing = false;  // model::Keep::inputs
   bool json = false;
 };
 int bench_train(const BenchTrainOptions& options);

@@ -324,6 +324,9 @@ void add_loop_options(CLI::App* command, train::LoopSettings& loop, const std::s
   command->add_option("--bucket-mb", loop.bucket_mb, "Data-parallel gradient buckets in MiB, reduced during the backward "
                       "(0: one allreduce after it)")->check(CLI::Range(0.0, 65536.0))->capture_default_str();
   command->add_flag("--zero1", loop.zero1, "Data-parallel: each process keeps 1/N of the AdamW moments (ZeRO-1)");
+  command->add_flag("--gradient-checkpointing", loop.gradient_checkpointing, "Keep each layer's input only and "
+                    "recompute the rest in the backward: the same gradients, activation memory about 1/10 at "
+                    "long lengths, a step about a third slower");
 }
 
 void add_precision_option(CLI::App* command, train::TrainPrecision& precision) {
