@@ -44,11 +44,15 @@ trap 'rm -f "$log"' EXIT
 ctest --preset "$preset" 2>&1 | tee "$log"
 skipped="$(grep -c '(Skipped)$' "$log" || true)"
 if [ "$skipped" -gt 0 ]; then
+  # Three reasons to skip, counted apart: no GPU, no native bf16 (or AMX) in this CPU, a missing peer.
   gpu="$(grep -c 'Cuda.*(Skipped)$' "$log" || true)"
-  echo "scripts/test.sh: $skipped tests skipped (listed above): $gpu are librope's CUDA tests, which" \
-       "need a GPU (or, one of them, its absence); the others compare with transformers, sacreBLEU, seqeval, schemathesis or the OpenAI and" \
-       "huggingface_hub clients (docs_commands, the documentation's commands, queries the server with the last two) where those" \
-       "are not installed: 'scripts/test.sh $preset --peers' installs them (Python venvs under build/) and runs them too."
+  bf16="$(grep -v 'Cuda' "$log" | grep -ciE '(bf16|amx).*\(Skipped\)$' || true)"
+  peers=$((skipped - gpu - bf16))
+  echo "scripts/test.sh: $skipped tests skipped (listed above): $gpu are librope's CUDA tests, which need a GPU (or," \
+       "one of them, its absence); $bf16 test bf16 or AMX kernels, which need a CPU with AVX512-BF16 or AMX; $peers" \
+       "run only inside their own script (RoformerRoundTrip.*, in hf_roundtrip) or compare with transformers, sacreBLEU, seqeval, schemathesis, PyTorch 2 or the OpenAI and huggingface_hub clients" \
+       "(docs_commands, the documentation's commands, queries the server with the last two) where those are not" \
+       "installed: 'scripts/test.sh $preset --peers' installs them (Python venvs under build/) and runs them too."
 else
   echo "scripts/test.sh: no test skipped."
 fi

@@ -251,7 +251,14 @@ TEST(Ops, LinearBackwardOverwritesAsItAccumulatesIntoZero) {
                                                                  ops::Grad mode) {
     ops::linear_backward(dx, dw, db, g, xf.data(), wf.data(), N, IC, OC, mode);
   });
+}
+
+TEST(Ops, LinearBf16BackwardOverwritesAsItAccumulatesIntoZero) {
   if (!ops::bf16_is_native()) GTEST_SKIP() << "no native bf16 (" << ops::cpu_isa_name() << ")";
+  std::mt19937_64 rng(53);
+  const int64_t N = 67, IC = 45, OC = 38;
+  const Vec x = random_vec(rng, N * IC), w = random_vec(rng, OC * IC);
+  const auto xf = to_f32(x), wf = to_f32(w);
   std::vector<uint16_t> w16(wf.size());
   for (size_t i = 0; i < wf.size(); ++i) w16[i] = rope::f32_to_bf16(wf[i]);
   expect_overwrite_is_accumulate_into_zero<float>(N, IC, OC, [&](float* dx, float* dw, float* db, const float* g,
