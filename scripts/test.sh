@@ -50,9 +50,10 @@ if [ "$skipped" -gt 0 ]; then
   peers=$((skipped - gpu - bf16))
   echo "scripts/test.sh: $skipped tests skipped (listed above): $gpu are librope's CUDA tests, which need a GPU (or," \
        "one of them, its absence); $bf16 test bf16 or AMX kernels, which need a CPU with AVX512-BF16 or AMX; $peers" \
-       "run only inside their own script (RoformerRoundTrip.*, in hf_roundtrip) or compare with transformers, sacreBLEU, seqeval, schemathesis, PyTorch 2 or the OpenAI and huggingface_hub clients" \
-       "(docs_commands, the documentation's commands, queries the server with the last two) where those are not" \
-       "installed: 'scripts/test.sh $preset --peers' installs them (Python venvs under build/) and runs them too."
+       "run only inside their own script (RoformerRoundTrip.*, in hf_roundtrip) or compare with transformers," \
+       "sacreBLEU, seqeval, schemathesis, PyTorch 2 or the OpenAI and huggingface_hub clients (docs_commands, the" \
+       "documentation's commands, queries the server with the last two) where those are not installed:" \
+       "'scripts/test.sh $preset --peers' installs them (Python venvs under build/) and runs them too."
 else
   echo "scripts/test.sh: no test skipped."
 fi
